@@ -1,0 +1,143 @@
+/**
+ * Every failure Kova reports has a stable code. Codes are part of the public
+ * contract: they travel over NATS (see `toWire` / `fromWire`) and CLI scripts match
+ * on them, so rename none and add with care.
+ */
+export const ErrorCode = {
+  // configuration and input
+  INVALID_CONFIG: "INVALID_CONFIG",
+  INVALID_ID: "INVALID_ID",
+  INVALID_ENVELOPE: "INVALID_ENVELOPE",
+  DECODE_FAILED: "DECODE_FAILED",
+  PAYLOAD_TOO_LARGE: "PAYLOAD_TOO_LARGE",
+  UNKNOWN_MESSAGE_TYPE: "UNKNOWN_MESSAGE_TYPE",
+  // NATS and transport
+  NATS_UNREACHABLE: "NATS_UNREACHABLE",
+  NO_RESPONDERS: "NO_RESPONDERS",
+  TIMEOUT: "TIMEOUT",
+  STREAM_CONFLICT: "STREAM_CONFLICT",
+  CONNECTION_CLOSED: "CONNECTION_CLOSED",
+  REMOTE_ERROR: "REMOTE_ERROR",
+  // WAL
+  WAL_CORRUPT: "WAL_CORRUPT",
+  WAL_FAILED: "WAL_FAILED",
+  WAL_FULL: "WAL_FULL",
+  WAL_CLOSED: "WAL_CLOSED",
+  WAL_BAD_KEY: "WAL_BAD_KEY",
+  LOCK_ORDER: "LOCK_ORDER",
+  // actors and cluster
+  NOT_HOSTED: "NOT_HOSTED",
+  LEASE_LOST: "LEASE_LOST",
+  ACTOR_FAILED: "ACTOR_FAILED",
+  HARNESS: "HARNESS",
+  INTERNAL: "INTERNAL",
+} as const;
+
+export type ErrorCode = (typeof ErrorCode)[keyof typeof ErrorCode];
+
+/** The shape an error takes on the wire (payload or headers). */
+export interface WireError {
+  code: string;
+  message: string;
+  retryable: boolean;
+  data?: unknown;
+}
+
+export interface KovaErrorOptions {
+  retryable?: boolean;
+  data?: unknown;
+  cause?: unknown;
+}
+
+/** Base class of every error Kova throws on purpose. */
+export class KovaError extends Error {
+  readonly code: ErrorCode;
+  readonly retryable: boolean;
+  readonly data: unknown;
+
+  constructor(code: ErrorCode, message: string, options: KovaErrorOptions = {}) {
+    super(message, options.cause === undefined ? undefined : { cause: options.cause });
+    this.name = new.target.name;
+    this.code = code;
+    this.retryable = options.retryable ?? false;
+    this.data = options.data;
+  }
+
+  toWire(): WireError {
+    const wire: WireError = { code: this.code, message: this.message, retryable: this.retryable };
+    if (this.data !== undefined) wire.data = this.data;
+    return wire;
+  }
+}
+
+export class ConfigError extends KovaError {
+  /** @param key the config key at fault, e.g. `nats.urls[0]` */
+  constructor(
+    readonly key: string,
+    message: string,
+    options: KovaErrorOptions = {},
+  ) {
+    super(ErrorCode.INVALID_CONFIG, `${key}: ${message}`, { ...options, data: { key } });
+  }
+}
+
+export class InvalidIdError extends KovaError {
+  constructor(kind: string, value: unknown) {
+    super(
+      ErrorCode.INVALID_ID,
+      `invalid ${kind} ${JSON.stringify(value)}: use 1-128 characters from [A-Za-z0-9_-] (no dots, spaces or wildcards)`,
+      { data: { kind, value: String(value) } },
+    );
+  }
+}
+
+export class TimeoutError extends KovaError {
+  constructor(what: string, ms: number, options: KovaErrorOptions = {}) {
+    super(ErrorCode.TIMEOUT, `${what} timed out after ${ms} ms`, { retryable: true, ...options });
+  }
+}
+
+/** An error that arrived over the wire from another process. */
+export class RemoteError extends KovaError {
+  readonly remoteCode: string;
+  constructor(wire: WireError) {
+    const known = (Object.values(ErrorCode) as string[]).includes(wire.code);
+    super(known ? (wire.code as ErrorCode) : ErrorCode.REMOTE_ERROR, wire.message, {
+      retryable: wire.retryable,
+      data: wire.data,
+    });
+    this.remoteCode = wire.code;
+  }
+}
+
+export function isKovaError(err: unknown, code?: ErrorCode): err is KovaError {
+  return err instanceof KovaError && (code === undefined || err.code === code);
+}
+
+export function isTimeout(err: unknown): err is KovaError {
+  return isKovaError(err, ErrorCode.TIMEOUT);
+}
+
+export function isNoResponders(err: unknown): err is KovaError {
+  return isKovaError(err, ErrorCode.NO_RESPONDERS);
+}
+
+/** Serializes any thrown value for the wire; unknown errors become INTERNAL. */
+export function toWire(err: unknown): WireError {
+  if (err instanceof KovaError) return err.toWire();
+  const message = err instanceof Error ? err.message : String(err);
+  return { code: ErrorCode.INTERNAL, message, retryable: false };
+}
+
+/** Rebuilds an error from its wire form; returns undefined for anything else. */
+export function fromWire(value: unknown): RemoteError | undefined {
+  if (typeof value !== "object" || value === null) return undefined;
+  const v = value as Record<string, unknown>;
+  if (typeof v.code !== "string" || typeof v.message !== "string") return undefined;
+  return new RemoteError({
+    code: v.code,
+    message: v.message,
+    retryable: v.retryable === true,
+    data: v.data,
+  });
+}

@@ -1,0 +1,4 @@
+export * from "./errors.js";
+export * from "./ids.js";
+export * from "./clock.js";
+export * from "./logger.js";
