@@ -1,0 +1,234 @@
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { connect, createInbox, headers, type Msg, type NatsConnection } from "@nats-io/transport-node";
+import { startNatsServer, type NatsServerHandle } from "../../src/testing/index.js";
+import { startMicroService, type MicroService } from "../../src/node/micro-service.js";
+import { ConfigError, ErrorCode, KovaError } from "../../src/core/errors.js";
+
+/**
+ * Checks a reply against jsm.go's `schemas/micro/v1/<kind>_response.json` (the schemas the
+ * `nats micro` commands validate with): required fields, types, patterns. Returns the
+ * problems found, so a failing test says which field is wrong.
+ */
+function schemaProblems(kind: "ping" | "info" | "stats", v: any): string[] {
+  const p: string[] = [];
+  const NAME = /^[a-zA-Z0-9_-]+$/;
+  const SEMVER = /^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)(?:-[0-9A-Za-z.-]+)?(?:\+[0-9A-Za-z.-]+)?$/;
+  const RFC3339 = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})$/;
+  const isInt = (x: unknown) => typeof x === "number" && Number.isInteger(x);
+  const strMap = (x: unknown) =>
+    x === null || (typeof x === "object" && !Array.isArray(x) && Object.values(x as object).every((s) => typeof s === "string"));
+  if (typeof v !== "object" || v === null) return ["not an object"];
+  if (v.type !== `io.nats.micro.v1.${kind}_response`) p.push(`type ${v.type}`);
+  if (typeof v.name !== "string" || !NAME.test(v.name)) p.push(`name ${v.name}`);
+  if (typeof v.id !== "string" || v.id.length < 1) p.push(`id ${v.id}`);
+  if (typeof v.version !== "string" || !SEMVER.test(v.version)) p.push(`version ${v.version}`);
+  if ("metadata" in v && !strMap(v.metadata)) p.push("metadata not a string map");
+  if (kind === "info") {
+    if (typeof v.description !== "string") p.push("description missing");
+    if (!Array.isArray(v.endpoints)) p.push("endpoints not an array");
+    for (const e of v.endpoints ?? []) {
+      if (typeof e.name !== "string" || !NAME.test(e.name)) p.push(`endpoint name ${e.name}`);
+      if (typeof e.subject !== "string" || e.subject.length < 1) p.push(`endpoint subject ${e.subject}`);
+      if ("metadata" in e && !strMap(e.metadata)) p.push(`endpoint ${e.name} metadata`);
+      if ("queue_group" in e && typeof e.queue_group !== "string") p.push(`endpoint ${e.name} queue_group`);
+    }
+  }
+  if (kind === "stats") {
+    if (typeof v.started !== "string" || !RFC3339.test(v.started) || Number.isNaN(Date.parse(v.started))) p.push(`started ${v.started}`);
+    if (!Array.isArray(v.endpoints)) p.push("endpoints not an array");
+    for (const e of v.endpoints ?? []) {
+      if (typeof e.name !== "string" || !NAME.test(e.name)) p.push(`endpoint name ${e.name}`);
+      if (typeof e.subject !== "string" || e.subject.length < 1) p.push(`endpoint subject ${e.subject}`);
+      for (const f of ["num_requests", "num_errors", "processing_time", "average_processing_time"]) {
+        if (!isInt(e[f]) || e[f] < 0) p.push(`endpoint ${e.name} ${f} ${e[f]}`);
+      }
+      if (typeof e.last_error !== "string") p.push(`endpoint ${e.name} last_error`);
+    }
+  }
+  return p;
+}
+
+/**
+ * What `nats micro ls/info/stats` does: publish an empty request with a reply inbox and
+ * collect every reply that arrives until `expect` replies or the wait ends.
+ */
+async function requestMany(nc: NatsConnection, subject: string, expectCount: number, waitMs = 1_000): Promise<any[]> {
+  const inbox = createInbox();
+  const replies: any[] = [];
+  const sub = nc.subscribe(inbox);
+  const timer = setTimeout(() => sub.unsubscribe(), waitMs);
+  nc.publish(subject, new Uint8Array(0), { reply: inbox });
+  for await (const m of sub) {
+    // With headers on, a request nobody answers gets a 503 status message with no body.
+    if (m.data.length === 0) continue;
+    replies.push(m.json());
+    if (replies.length >= expectCount) break;
+  }
+  clearTimeout(timer);
+  sub.unsubscribe();
+  return replies;
+}
+
+let server: NatsServerHandle;
+let nc: NatsConnection;
+const started: MicroService[] = [];
+
+async function service(conn: NatsConnection, name: string, extra: Partial<Parameters<typeof startMicroService>[1]> = {}) {
+  const svc = await startMicroService(conn, {
+    name,
+    version: "0.1.0",
+    description: "a kova node",
+    metadata: { node: "n1" },
+    endpoints: [
+      { name: "status", subject: `${name}.status`, metadata: { kind: "read" }, handler: async () => ({ ok: true }) },
+      {
+        name: "fail",
+        subject: `${name}.fail`,
+        handler: async () => {
+          throw new KovaError(ErrorCode.NOT_HOSTED, "agent a1 is not hosted here", { data: { agent: "a1" } });
+        },
+      },
+    ],
+    ...extra,
+  });
+  started.push(svc);
+  return svc;
+}
+
+beforeAll(async () => {
+  server = await startNatsServer({ allowExternal: false, jetstream: false });
+  nc = await connect({ servers: server.url });
+});
+
+afterAll(async () => {
+  await Promise.all(started.map((s) => s.stop()));
+  await nc?.close();
+  await server?.stop();
+});
+
+describe("micro service", () => {
+  it("micro service - every instance answers PING, INFO and STATS at all three levels with valid shapes", async () => {
+    const conns = await Promise.all([0, 1, 2].map(() => connect({ servers: server.url })));
+    try {
+      const svcs = await Promise.all(conns.map((c) => service(c, "kova-node-a")));
+      const ids = new Set(svcs.map((s) => s.id));
+      expect(ids.size).toBe(3);
+      for (const verb of ["PING", "INFO", "STATS"] as const) {
+        const kind = verb.toLowerCase() as "ping" | "info" | "stats";
+        const all = (await requestMany(nc, `$SRV.${verb}`, 3)).filter((r) => ids.has(r.id));
+        const byName = await requestMany(nc, `$SRV.${verb}.kova-node-a`, 3);
+        expect(all.map((r) => r.id).sort()).toEqual([...ids].sort());
+        expect(byName.map((r) => r.id).sort()).toEqual([...ids].sort());
+        for (const svc of svcs) {
+          const one = await requestMany(nc, `$SRV.${verb}.kova-node-a.${svc.id}`, 2, 200);
+          expect(one.map((r) => r.id)).toEqual([svc.id]);
+        }
+        for (const r of [...all, ...byName]) {
+          expect(schemaProblems(kind, r)).toEqual([]);
+          expect(r.name).toBe("kova-node-a");
+          expect(r.metadata).toEqual({ node: "n1" });
+        }
+      }
+      const [info] = await requestMany(nc, `$SRV.INFO.kova-node-a.${svcs[0]!.id}`, 1);
+      expect(info.description).toBe("a kova node");
+      expect(info.endpoints).toEqual([
+        { name: "status", subject: "kova-node-a.status", queue_group: "q", metadata: { kind: "read" } },
+        { name: "fail", subject: "kova-node-a.fail", queue_group: "q", metadata: {} },
+      ]);
+    } finally {
+      await Promise.all(conns.map((c) => c.close()));
+    }
+  });
+
+  it("micro service - endpoint results are JSON replies and counted in stats with nanosecond times", async () => {
+    const svc = await service(nc, "kova-node-b", {
+      queueGroup: "kova",
+      endpoints: [
+        {
+          name: "echo",
+          subject: "kova-node-b.echo",
+          handler: async (data, h) => {
+            await new Promise((r) => setTimeout(r, 20));
+            return { got: new TextDecoder().decode(data), header: h?.get("X-Test") ?? null };
+          },
+        },
+      ],
+    });
+    const h = headers();
+    h.set("X-Test", "yes");
+    for (let i = 0; i < 3; i++) {
+      const reply = await nc.request("kova-node-b.echo", `m${i}`, { timeout: 2_000, headers: h });
+      expect(reply.json()).toEqual({ got: `m${i}`, header: "yes" });
+    }
+    const [stats] = await requestMany(nc, `$SRV.STATS.kova-node-b.${svc.id}`, 1);
+    expect(schemaProblems("stats", stats)).toEqual([]);
+    const echo = stats.endpoints.find((e: any) => e.name === "echo");
+    expect(echo).toMatchObject({ subject: "kova-node-b.echo", queue_group: "kova", num_requests: 3, num_errors: 0, last_error: "" });
+    // three handlers of at least 20 ms each, reported in nanoseconds
+    expect(echo.processing_time).toBeGreaterThanOrEqual(3 * 19_000_000);
+    expect(echo.average_processing_time).toBe(Math.round(echo.processing_time / 3));
+    expect(Math.abs(Date.parse(stats.started) - Date.now())).toBeLessThan(60_000);
+  });
+
+  it("micro service - a throwing handler replies with Nats-Service-Error headers and counts as an error", async () => {
+    const svc = await service(nc, "kova-node-c");
+    const reply: Msg = await nc.request("kova-node-c.fail", "", { timeout: 2_000 });
+    expect(reply.headers?.get("Nats-Service-Error")).toBe("agent a1 is not hosted here");
+    expect(reply.headers?.get("Nats-Service-Error-Code")).toBe("404");
+    expect(reply.json()).toEqual({ code: "NOT_HOSTED", message: "agent a1 is not hosted here", retryable: false, data: { agent: "a1" } });
+    const plain = await startMicroService(nc, {
+      name: "kova-node-c2",
+      version: "1.2.3-rc.1",
+      endpoints: [{ name: "boom", subject: "kova-node-c2.boom", handler: async () => { throw new Error("boom\nsecond line"); } }],
+    });
+    started.push(plain);
+    const boom = await nc.request("kova-node-c2.boom", "", { timeout: 2_000 });
+    expect(boom.headers?.get("Nats-Service-Error-Code")).toBe("500");
+    expect(boom.headers?.get("Nats-Service-Error")).toBe("boom second line");
+    await nc.request("kova-node-c.status", "", { timeout: 2_000 });
+    const [stats] = await requestMany(nc, `$SRV.STATS.kova-node-c.${svc.id}`, 1);
+    expect(schemaProblems("stats", stats)).toEqual([]);
+    const byName = Object.fromEntries(stats.endpoints.map((e: any) => [e.name, e]));
+    expect(byName.fail).toMatchObject({ num_requests: 1, num_errors: 1, last_error: "404:agent a1 is not hosted here" });
+    expect(byName.status).toMatchObject({ num_requests: 1, num_errors: 0, last_error: "" });
+  });
+
+  it("micro service - stop waits for in-flight requests and then no longer answers", async () => {
+    let release!: () => void;
+    const gate = new Promise<void>((r) => (release = r));
+    const svc = await service(nc, "kova-node-d", {
+      endpoints: [{ name: "slow", subject: "kova-node-d.slow", handler: async () => { await gate; return "done"; } }],
+    });
+    const pending = nc.request("kova-node-d.slow", "", { timeout: 5_000 });
+    await new Promise((r) => setTimeout(r, 100));
+    let stopDone = false;
+    const stopping = svc.stop().then(() => (stopDone = true));
+    await new Promise((r) => setTimeout(r, 100));
+    expect(stopDone).toBe(false);
+    release();
+    expect((await pending).json()).toBe("done");
+    await stopping;
+    expect(await requestMany(nc, "$SRV.PING.kova-node-d", 1, 300)).toEqual([]);
+    await expect(nc.request("kova-node-d.slow", "", { timeout: 500 })).rejects.toThrow();
+    await svc.stop(); // idempotent
+  });
+
+  it("micro service - rejects an invalid name, version or endpoint before subscribing", async () => {
+    const base = { name: "ok", version: "1.0.0", endpoints: [] };
+    await expect(startMicroService(nc, { ...base, name: "kova.node" })).rejects.toBeInstanceOf(ConfigError);
+    await expect(startMicroService(nc, { ...base, version: "1.0" })).rejects.toThrow(/service.version/);
+    await expect(
+      startMicroService(nc, { ...base, endpoints: [{ name: "x", subject: "a.>.b", handler: async () => 1 }] }),
+    ).rejects.toThrow(/endpoints\[0\]\.subject/);
+    await expect(
+      startMicroService(nc, {
+        ...base,
+        endpoints: [
+          { name: "x", subject: "a", handler: async () => 1 },
+          { name: "x", subject: "b", handler: async () => 1 },
+        ],
+      }),
+    ).rejects.toThrow(/duplicate endpoint/);
+    expect(await requestMany(nc, "$SRV.PING.ok", 1, 200)).toEqual([]);
+  });
+});
