@@ -1,0 +1,124 @@
+import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { mkdtemp, rm, stat } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { connect } from "@nats-io/transport-node";
+import { jetstreamManager } from "@nats-io/jetstream";
+import { startNatsServer } from "../../src/testing/index.js";
+import { NatsBootstrapError, resolveNats, type ResolvedNats } from "../../src/node/nats-bootstrap.js";
+import { ErrorCode } from "../../src/core/errors.js";
+
+const saved = { NATS_URL: process.env.NATS_URL, NATS_SERVER_BIN: process.env.NATS_SERVER_BIN };
+const cleanups: Array<() => Promise<unknown>> = [];
+let dataDir: string;
+
+beforeEach(async () => {
+  delete process.env.NATS_URL;
+  delete process.env.NATS_SERVER_BIN;
+  dataDir = await mkdtemp(join(tmpdir(), "kova-boot-"));
+  const dir = dataDir;
+  cleanups.push(() => rm(dir, { recursive: true, force: true }));
+});
+
+afterEach(async () => {
+  for (const [k, v] of Object.entries(saved)) {
+    if (v === undefined) delete process.env[k];
+    else process.env[k] = v;
+  }
+  // stop servers before removing their directories
+  for (const c of cleanups.splice(0).reverse()) await c();
+});
+
+function track(r: ResolvedNats): ResolvedNats {
+  cleanups.push(() => r.stop());
+  return r;
+}
+
+async function answers(url: string): Promise<boolean> {
+  try {
+    const nc = await connect({ servers: url, timeout: 500, reconnect: false });
+    await nc.close();
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+describe("nats bootstrap", () => {
+  it("nats bootstrap - NATS_URL wins over the config and may list several servers", async () => {
+    process.env.NATS_URL = "nats://10.0.0.1:4222, nats://10.0.0.2:4222";
+    const r = await resolveNats({ configuredUrls: ["nats://config:4222"], dataDir });
+    expect(r.source).toBe("env");
+    expect(r.urls).toEqual(["nats://10.0.0.1:4222", "nats://10.0.0.2:4222"]);
+    await r.stop();
+  });
+
+  it("nats bootstrap - configured URLs are used as given, without probing", async () => {
+    const r = await resolveNats({ configuredUrls: ["nats://n1:4222", " nats://n2:4222 ", ""], dataDir });
+    expect(r.source).toBe("config");
+    expect(r.urls).toEqual(["nats://n1:4222", "nats://n2:4222"]);
+    await r.stop();
+  });
+
+  it("nats bootstrap - uses a JetStream server already answering on the default URL", async () => {
+    const server = await startNatsServer({ allowExternal: false });
+    cleanups.push(() => server.stop());
+    const r = track(await resolveNats({ dataDir, defaultUrl: server.url }));
+    expect(r.source).toBe("local-4222");
+    expect(r.urls).toEqual([server.url]);
+    await r.stop();
+    expect(await answers(server.url)).toBe(true); // not ours to stop
+  });
+
+  it("nats bootstrap - skips a default server without JetStream and starts its own", async () => {
+    const plain = await startNatsServer({ allowExternal: false, jetstream: false });
+    cleanups.push(() => plain.stop());
+    const r = track(await resolveNats({ dataDir, defaultUrl: plain.url }));
+    expect(r.source).toBe("started");
+    expect(r.urls[0]).not.toBe(plain.url);
+  });
+
+  it("nats bootstrap - starts nats-server on a free port with its store under the data dir, kept across restarts", async () => {
+    const first = track(await resolveNats({ dataDir, probeDefault: false }));
+    expect(first.source).toBe("started");
+    expect(first.urls).toHaveLength(1);
+    expect(first.urls[0]).toMatch(/^nats:\/\/127\.0\.0\.1:\d+$/);
+    expect(first.urls[0]).not.toBe("nats://127.0.0.1:4222");
+    let nc = await connect({ servers: first.urls });
+    await (await jetstreamManager(nc)).streams.add({ name: "BOOT", subjects: ["boot.>"] });
+    await nc.close();
+    expect((await stat(join(dataDir, "nats", "jetstream"))).isDirectory()).toBe(true);
+    await first.stop();
+    expect(await answers(first.urls[0]!)).toBe(false);
+
+    const second = track(await resolveNats({ dataDir, probeDefault: false }));
+    expect(second.source).toBe("started");
+    nc = await connect({ servers: second.urls });
+    const info = await (await jetstreamManager(nc)).streams.info("BOOT");
+    expect(info.config.subjects).toEqual(["boot.>"]);
+    await nc.close();
+  });
+
+  it("nats bootstrap - a server left running by a killed node is reused, not doubled on the same store", async () => {
+    const orphan = await resolveNats({ dataDir, probeDefault: false });
+    cleanups.push(() => orphan.stop());
+    // the "restarted node" never calls orphan.stop(): it finds the survivor by its record
+    const again = track(await resolveNats({ dataDir, probeDefault: false }));
+    expect(again.source).toBe("started");
+    expect(again.urls).toEqual(orphan.urls);
+    await again.stop();
+    expect(await answers(orphan.urls[0]!)).toBe(false);
+  });
+
+  it("nats bootstrap - with no server and no binary the error says how to install nats-server or set NATS_URL", async () => {
+    process.env.NATS_SERVER_BIN = join(dataDir, "no-such-nats-server");
+    const err = await resolveNats({ dataDir, probeDefault: false }).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(NatsBootstrapError);
+    expect((err as NatsBootstrapError).code).toBe(ErrorCode.NATS_UNREACHABLE);
+    const message = (err as Error).message;
+    expect(message).toContain("apt-get install nats-server");
+    expect(message).toContain("brew install nats-server");
+    expect(message).toContain("docker run");
+    expect(message).toContain("NATS_URL");
+  });
+});
