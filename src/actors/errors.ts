@@ -1,0 +1,90 @@
+import { ErrorCode, KovaError, type KovaErrorOptions } from "../core/errors.js";
+
+/** A lifecycle transition that the state machine does not allow (a bug or a racing signal). */
+export class InvalidTransitionError extends KovaError {
+  constructor(actorId: string, from: string, to: string) {
+    super(ErrorCode.INVALID_TRANSITION, `actor ${actorId}: cannot go from ${from} to ${to}`, {
+      data: { actorId, from, to },
+    });
+  }
+}
+
+/** An actor type that no module registered. */
+export class UnknownActorTypeError extends KovaError {
+  constructor(type: string, known: readonly string[]) {
+    super(
+      ErrorCode.UNKNOWN_ACTOR_TYPE,
+      `unknown actor type ${JSON.stringify(type)}: register it with ActorTypeRegistry.register(defineActor({ type: ... })) ` +
+        `or name its module in kova.toml; known types: ${known.join(", ") || "(none)"}`,
+      { data: { type, known: [...known] } },
+    );
+  }
+}
+
+/**
+ * Thrown by `fence` when this node no longer holds the actor's lease: the actor has moved,
+ * so nothing more may be journaled or acknowledged here.
+ */
+export class LeaseLostError extends KovaError {
+  constructor(actorId: string, options: KovaErrorOptions = {}) {
+    super(ErrorCode.LEASE_LOST, `actor ${actorId}: this node no longer holds its lease`, {
+      ...options,
+      data: { actorId, ...(options.data as object | undefined) },
+    });
+  }
+}
+
+/**
+ * A non-idempotent step was started before a crash and left no recorded result: it may or
+ * may not have taken effect. The handler decides (an LLM agent reports it to the model).
+ */
+export class StepOutcomeUnknownError extends KovaError {
+  readonly outcome = "unknown" as const;
+  constructor(
+    readonly actorId: string,
+    readonly step: string,
+    readonly index: number,
+  ) {
+    super(
+      ErrorCode.STEP_OUTCOME_UNKNOWN,
+      `actor ${actorId}: step ${JSON.stringify(step)} (#${index}) started before a crash and recorded no result; ` +
+        `it is not idempotent, so it was not run again and its outcome is unknown`,
+      { data: { actorId, step, index, outcome: "unknown" } },
+    );
+  }
+}
+
+/** Replayed code asked for a different step than the one recorded: the handler is not deterministic. */
+export class ReplayMismatchError extends KovaError {
+  constructor(actorId: string, index: number, recorded: string, requested: string) {
+    super(
+      ErrorCode.REPLAY_MISMATCH,
+      `actor ${actorId}: replay diverged at step #${index}: recorded ${JSON.stringify(recorded)}, ` +
+        `handler asked for ${JSON.stringify(requested)}; take clock, random numbers and ids from the context ` +
+        `and branch only on recorded step results`,
+      { data: { actorId, index, recorded, requested } },
+    );
+  }
+}
+
+/** A handler that kept failing after every supervised attempt. */
+export class ActorFailedError extends KovaError {
+  constructor(actorId: string, attempts: number, cause: unknown) {
+    const reason = cause instanceof Error ? cause.message : String(cause);
+    super(ErrorCode.ACTOR_FAILED, `actor ${actorId} failed after ${attempts} attempt(s): ${reason}`, {
+      cause,
+      data: { actorId, attempts },
+    });
+  }
+}
+
+/** The actor is not hosted by this host (or this node). */
+export class NotHostedError extends KovaError {
+  constructor(actorId: string) {
+    super(ErrorCode.NOT_HOSTED, `actor ${actorId} is not hosted here`, { data: { actorId } });
+  }
+}
+
+export function isLeaseLost(err: unknown): err is LeaseLostError {
+  return err instanceof KovaError && err.code === ErrorCode.LEASE_LOST;
+}

@@ -1,0 +1,41 @@
+import { ConfigError } from "../core/errors.js";
+import { UnknownActorTypeError } from "./errors.js";
+import { counterActor } from "./counter.js";
+import type { ActorDefinition } from "./types.js";
+
+/** The actor types a node can host, by type name. The built-in `counter` is always there. */
+export class ActorTypeRegistry {
+  readonly #defs = new Map<string, ActorDefinition<any>>();
+
+  constructor(defs: Iterable<ActorDefinition<any>> = []) {
+    this.#defs.set(counterActor.type, counterActor);
+    for (const def of defs) this.register(def);
+  }
+
+  /**
+   * Registers a type (made with `defineActor`). Registering the same definition twice is a no-op.
+   * @throws ConfigError when another definition already uses the type name
+   */
+  register<S>(def: ActorDefinition<S>): void {
+    const existing = this.#defs.get(def.type);
+    if (existing !== undefined && existing !== def) {
+      throw new ConfigError(`actors.type`, `actor type ${JSON.stringify(def.type)} is registered twice`);
+    }
+    this.#defs.set(def.type, def);
+  }
+
+  /** @throws UnknownActorTypeError when the type is not registered */
+  get(type: string): ActorDefinition<unknown> {
+    const def = this.#defs.get(type);
+    if (def === undefined) throw new UnknownActorTypeError(type, this.types());
+    return def;
+  }
+
+  has(type: string): boolean {
+    return this.#defs.has(type);
+  }
+
+  types(): string[] {
+    return [...this.#defs.keys()].sort();
+  }
+}

@@ -1,0 +1,121 @@
+import { fromWire, toWire } from "../core/errors.js";
+import { ReplayMismatchError, StepOutcomeUnknownError } from "./errors.js";
+import type { StepRecord, TurnRecord } from "./turn-record.js";
+import type { StepOptions } from "./types.js";
+
+/** What a journal needs from its host: durable writes, the lease check and the pause gate. */
+export interface JournalIo {
+  /** Makes the record durable (the host does `wal.replace`). */
+  persist(record: TurnRecord): Promise<void>;
+  /** @throws LeaseLostError when this node may no longer journal for the actor */
+  fence(): Promise<void>;
+  /** Resolves when the actor is not paused. */
+  gate(): Promise<void>;
+  now(): number;
+  random(): number;
+  newId(): string;
+}
+
+/**
+ * The deterministic replay context of one turn attempt. Values and step results already in
+ * the record are handed back in order; new ones are appended. `now`, `random` and `newId`
+ * are synchronous, so their new values are made durable with the next step write: any
+ * effect that could depend on them is a step, and a step writes before it runs.
+ */
+export class TurnJournal {
+  #clock = 0;
+  #random = 0;
+  #ids = 0;
+  #step = 0;
+  #dirty = false;
+
+  constructor(
+    readonly actorId: string,
+    readonly record: TurnRecord,
+    private readonly io: JournalIo,
+  ) {}
+
+  /** True while recorded steps or values remain to be handed back. */
+  get replaying(): boolean {
+    const r = this.record;
+    return this.#step < r.steps.length || this.#clock < r.clock.length || this.#random < r.random.length || this.#ids < r.ids.length;
+  }
+
+  /** True when values were handed out that no write has made durable yet. */
+  get dirty(): boolean {
+    return this.#dirty;
+  }
+
+  now(): number {
+    return this.#next(this.record.clock, this.#clock++, () => this.io.now());
+  }
+
+  random(): number {
+    return this.#next(this.record.random, this.#random++, () => this.io.random());
+  }
+
+  newId(): string {
+    return this.#next(this.record.ids, this.#ids++, () => this.io.newId());
+  }
+
+  #next<T>(recorded: T[], index: number, make: () => T): T {
+    if (index < recorded.length) return recorded[index]!;
+    const value = make();
+    recorded.push(value);
+    this.#dirty = true;
+    return value;
+  }
+
+  async step<R>(name: string, fn: () => Promise<R> | R, opts: StepOptions = {}): Promise<R> {
+    const index = this.#step++;
+    const idempotent = opts.idempotent === true;
+    const recorded = this.record.steps[index];
+    if (recorded !== undefined) {
+      if (recorded.name !== name) throw new ReplayMismatchError(this.actorId, index, recorded.name, name);
+      if (recorded.status === "done") return recorded.result as R;
+      if (recorded.status === "failed") {
+        // The last step's failure is what a retry is for, if running it again is safe;
+        // any earlier failure was seen (and handled) by the handler, so replay repeats it.
+        const last = index === this.record.steps.length - 1;
+        if (!(last && idempotent)) throw fromWire(recorded.error) ?? new Error(`step ${name} failed`);
+      } else if (recorded.status === "unknown" || !idempotent) {
+        // Recorded as unknown, so every later replay of this turn gives the same answer.
+        if (recorded.status !== "unknown") {
+          recorded.status = "unknown";
+          await this.#write();
+        }
+        throw new StepOutcomeUnknownError(this.actorId, name, index);
+      }
+      // Otherwise an idempotent step without a result: run it again.
+    }
+    await this.io.gate();
+    await this.io.fence();
+    const entry: StepRecord = { name, status: "started", idempotent };
+    this.record.steps[index] = entry;
+    // An idempotent step needs no "started" mark: without a result it simply runs again.
+    if (!idempotent) await this.#write();
+    let result: R;
+    try {
+      result = await fn();
+    } catch (err) {
+      entry.status = "failed";
+      entry.error = toWire(err);
+      await this.#write();
+      throw err;
+    }
+    entry.status = "done";
+    entry.result = result;
+    await this.#write();
+    return result;
+  }
+
+  /** Writes values handed out since the last write (the host calls it before completing the turn). */
+  async flush(): Promise<void> {
+    if (this.#dirty) await this.#write();
+  }
+
+  async #write(): Promise<void> {
+    this.#dirty = false;
+    await this.io.persist(this.record);
+  }
+}

@@ -1,0 +1,100 @@
+import type { A2AEnvelope, MessageType } from "../bus/envelope.js";
+
+export type { A2AEnvelope, MessageType };
+
+/** Control signals, delivered over the bus (node `signal` endpoint or the actor's rpc subject). */
+export const Signals = ["pause", "resume", "interrupt", "kill"] as const;
+export type Signal = (typeof Signals)[number];
+
+export function isSignal(value: unknown): value is Signal {
+  return typeof value === "string" && (Signals as readonly string[]).includes(value);
+}
+
+/** Options of a journaled step. */
+export interface StepOptions {
+  /**
+   * True when running the step twice has the same effect as once. Only an idempotent step
+   * that started before a crash and recorded no result is run again on recovery; any
+   * other such step rejects with StepOutcomeUnknownError.
+   */
+  idempotent?: boolean;
+}
+
+/** Where an event emitted by a handler goes; defaults: session `actors`, run = actor id. */
+export interface EmitOptions {
+  sessionId?: string;
+  runId?: string;
+  parentRunId?: string;
+}
+
+/**
+ * What a handler sees while it handles one message (one turn). Everything that is not
+ * deterministic comes from here, so a turn rebuilt from the WAL after a crash replays
+ * exactly: clock, random numbers and ids are recorded in the turn record, and every
+ * side effect is a `step` whose result is recorded before the handler uses it.
+ */
+export interface ActorContext<S> {
+  readonly actorId: string;
+  readonly type: string;
+  readonly nodeId: string;
+  /** Mutable; checkpointed after each handled message. Must be JSON-serializable. */
+  state: S;
+  /** The message being handled. */
+  readonly message: A2AEnvelope;
+  /** True while a recovered (or retried) turn re-runs over recorded steps. */
+  readonly replaying: boolean;
+  /** Supervised attempt of this turn, starting at 1. */
+  readonly attempt: number;
+  now(): number;
+  random(): number;
+  newId(): string;
+  /**
+   * Runs `fn` as a journaled step: the result is recorded in the WAL before it is returned;
+   * on replay the recorded result is returned without calling `fn`. Checks the lease
+   * (fence) first and waits while the actor is paused.
+   * @throws StepOutcomeUnknownError for a non-idempotent step interrupted by a crash
+   * @throws ReplayMismatchError when replay asks for a different step than recorded
+   * @throws LeaseLostError when this node no longer hosts the actor
+   */
+  step<R>(name: string, fn: () => Promise<R> | R, opts?: StepOptions): Promise<R>;
+  /**
+   * Sends an A2A message from this actor, as an idempotent step (the id is recorded, so a
+   * replayed send is deduplicated by JetStream's `Nats-Msg-Id`). Resolves to the id.
+   */
+  send(env: Omit<A2AEnvelope, "id" | "from"> & { id?: string }): Promise<string>;
+  /** Publishes an event, as an idempotent step. */
+  emit(type: string, data?: unknown, opts?: EmitOptions): Promise<void>;
+  /** Tells JetStream the message is still being worked on (long turns). */
+  working(): void;
+  /** Aborted on interrupt and kill, and when the lease is lost. */
+  readonly signal: AbortSignal;
+}
+
+export type ActorHandler<S> = (ctx: ActorContext<S>) => Promise<unknown>;
+export type RpcType = "info_request" | "capability_query";
+export type RpcHandler<S> = (env: A2AEnvelope, state: Readonly<S>) => Promise<unknown> | unknown;
+
+/** Supervision of a crashing handler: retried with exponential backoff, Failed after `maxAttempts`. */
+export interface SupervisionOptions {
+  /** Attempts per message before the actor is Failed (default 3). */
+  maxAttempts?: number;
+  /** First backoff (default 200 ms); doubles per attempt, with jitter. */
+  baseBackoffMs?: number;
+  /** Backoff ceiling (default 10 s). */
+  maxBackoffMs?: number;
+}
+
+/** An actor type: its state, its handlers by A2A message type, and how it is supervised. */
+export interface ActorDefinition<S = unknown> {
+  /** Type name, an id token ([A-Za-z0-9_-]). */
+  type: string;
+  capabilities?: string[];
+  initialState(): S;
+  /** Durable mailbox path. A type without a handler goes to the DLQ with reason `unhandled`. */
+  handlers: Partial<Record<MessageType, ActorHandler<S>>>;
+  /** Fast request path (core NATS request/reply); not journaled, reads state only. */
+  rpc?: Partial<Record<RpcType, RpcHandler<S>>>;
+  /** Shorthand for `supervision.maxAttempts`. */
+  maxAttempts?: number;
+  supervision?: SupervisionOptions;
+}

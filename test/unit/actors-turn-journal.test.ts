@@ -1,0 +1,145 @@
+import { describe, expect, it } from "vitest";
+import { ErrorCode, isKovaError } from "../../src/core/errors.js";
+import { TurnJournal, type JournalIo } from "../../src/actors/turn-journal.js";
+import { newTurnRecord, parseTurnRecord, type TurnRecord } from "../../src/actors/turn-record.js";
+
+const env = { id: "m1", from: "t", to: "a", type: "task_delegate" as const, payload: { n: 1 } };
+
+/** A journal whose durable writes are copies kept in memory: what a crash would leave. */
+function harness(seed = 0) {
+  const writes: TurnRecord[] = [];
+  let clock = 1_000 + seed;
+  let rnd = seed;
+  let ids = seed;
+  let fences = 0;
+  const io: JournalIo = {
+    persist: async (r) => void writes.push(structuredClone(r)),
+    fence: async () => void fences++,
+    gate: async () => {},
+    now: () => clock++,
+    random: () => (rnd++ % 10) / 10,
+    newId: () => `id-${ids++}`,
+  };
+  return { io, writes, fences: () => fences };
+}
+
+describe("turn journal (deterministic replay)", () => {
+  it("replay - a rebuilt turn gets the recorded clock, random numbers, ids and step results without re-running steps", async () => {
+    const first = harness(0);
+    const journal = new TurnJournal("a", newTurnRecord("a", "t", env), first.io);
+    const calls: string[] = [];
+    const handler = async (j: TurnJournal) => {
+      const t = j.now();
+      const r = j.random();
+      const id = j.newId();
+      const llm = await j.step("llm", async () => {
+        calls.push("llm");
+        return { text: `reply at ${t}` };
+      });
+      const tool = await j.step("tool", async () => {
+        calls.push("tool");
+        return r * 100;
+      });
+      return { t, r, id, llm, tool };
+    };
+    const original = await handler(journal);
+    expect(journal.replaying).toBe(false);
+    expect(first.fences()).toBe(2);
+    const crashRecord = parseTurnRecord(first.writes.at(-1))!;
+    expect(crashRecord.clock).toEqual([original.t]);
+
+    const second = harness(500);
+    const replay = new TurnJournal("a", crashRecord, second.io);
+    expect(replay.replaying).toBe(true);
+    const again = await handler(replay);
+    expect(again).toEqual(original);
+    expect(calls).toEqual(["llm", "tool"]);
+    expect(second.writes).toHaveLength(0);
+    expect(replay.replaying).toBe(false);
+  });
+
+  it("replay - a non-idempotent step started before the crash with no result gives outcome unknown, also on later replays", async () => {
+    const first = harness();
+    const journal = new TurnJournal("a", newTurnRecord("a", "t", env), first.io);
+    let charged = 0;
+    const pending = journal.step("charge-card", () => new Promise<never>(() => void charged++));
+    await new Promise((r) => setTimeout(r, 5));
+    expect(charged).toBe(1);
+    void pending;
+    const crashRecord = first.writes.at(-1)!;
+    expect(crashRecord.steps).toEqual([{ name: "charge-card", status: "started", idempotent: false }]);
+
+    const second = harness();
+    const replay = new TurnJournal("a", structuredClone(crashRecord), second.io);
+    const err = await replay.step("charge-card", async () => void charged++).catch((e: unknown) => e);
+    expect(isKovaError(err, ErrorCode.STEP_OUTCOME_UNKNOWN)).toBe(true);
+    expect((err as { outcome: string }).outcome).toBe("unknown");
+    expect(charged).toBe(1);
+    expect(second.writes.at(-1)!.steps[0]!.status).toBe("unknown");
+
+    const third = new TurnJournal("a", structuredClone(second.writes.at(-1)!), harness().io);
+    const again = await third.step("charge-card", async () => void charged++, { idempotent: true }).catch((e: unknown) => e);
+    expect(isKovaError(again, ErrorCode.STEP_OUTCOME_UNKNOWN)).toBe(true);
+    expect(charged).toBe(1);
+  });
+
+  it("replay - an idempotent step interrupted by a crash runs again and its new result is recorded", async () => {
+    const record = newTurnRecord("a", "t", env);
+    record.steps.push({ name: "done-before", status: "done", idempotent: false, result: 41 });
+    const h = harness();
+    const journal = new TurnJournal("a", record, h.io);
+    let runs = 0;
+    expect(await journal.step("done-before", async () => ++runs)).toBe(41);
+    expect(await journal.step("fetch", async () => ++runs + 100, { idempotent: true })).toBe(101);
+    expect(runs).toBe(1);
+    expect(h.writes.at(-1)!.steps.map((s) => [s.name, s.status, s.result])).toEqual([
+      ["done-before", "done", 41],
+      ["fetch", "done", 101],
+    ]);
+  });
+
+  it("replay - a step that failed and was handled is replayed as the same error; a trailing idempotent failure is retried", async () => {
+    const h = harness();
+    const journal = new TurnJournal("a", newTurnRecord("a", "t", env), h.io);
+    const e1 = await journal.step("tool-a", async () => {
+      throw new Error("tool a broke");
+    }, { idempotent: true }).catch((e: Error) => e);
+    expect(e1.message).toBe("tool a broke");
+    await journal.step("llm", async () => "recovered");
+    await journal.step("tool-b", async () => {
+      throw new Error("tool b broke");
+    }, { idempotent: true }).catch(() => undefined);
+
+    const replay = new TurnJournal("a", structuredClone(h.writes.at(-1)!), harness().io);
+    const r1 = await replay.step("tool-a", async () => "ran again", { idempotent: true }).catch((e: Error) => e);
+    expect((r1 as Error).message).toBe("tool a broke");
+    expect(await replay.step("llm", async () => "new llm call")).toBe("recovered");
+    expect(await replay.step("tool-b", async () => "b fixed", { idempotent: true })).toBe("b fixed");
+  });
+
+  it("replay - a handler asking for a different step than recorded fails with REPLAY_MISMATCH", async () => {
+    const record = newTurnRecord("a", "t", env);
+    record.steps.push({ name: "search", status: "done", idempotent: true, result: [] });
+    const journal = new TurnJournal("a", record, harness().io);
+    const err = await journal.step("write-file", async () => 1).catch((e: unknown) => e);
+    expect(isKovaError(err, ErrorCode.REPLAY_MISMATCH)).toBe(true);
+    expect((err as Error).message).toContain('recorded "search"');
+  });
+
+  it("replay - values handed out after the last step are made durable by flush", async () => {
+    const h = harness();
+    const journal = new TurnJournal("a", newTurnRecord("a", "t", env), h.io);
+    journal.newId();
+    expect(journal.dirty).toBe(true);
+    await journal.flush();
+    expect(h.writes.at(-1)!.ids).toEqual(["id-0"]);
+    await journal.flush();
+    expect(h.writes).toHaveLength(1);
+  });
+
+  it("turn record - an old record without the newer fields still loads", () => {
+    const old = parseTurnRecord({ actorId: "a", envelope: env });
+    expect(old).toMatchObject({ attempt: 1, steps: [], clock: [], random: [], ids: [] });
+    expect(parseTurnRecord("garbage")).toBeUndefined();
+  });
+});
