@@ -1,0 +1,325 @@
+import { readFile } from "node:fs/promises";
+import { hostname } from "node:os";
+import { dirname, isAbsolute, resolve } from "node:path";
+import { parse as parseToml, TomlError } from "smol-toml";
+import { ConfigError } from "../core/errors.js";
+import { isValidId } from "../core/ids.js";
+
+/**
+ * `kova.toml`: what one node needs to join a cluster. The file uses snake_case keys
+ * (TOML custom); the parsed form is camelCase. Every validation error names the key as
+ * written in the file and says how to fix it, because the person reading it is editing
+ * that file.
+ *
+ * ```toml
+ * [node]
+ * id = "node-1"            # KOVA_NODE_ID; stable across restarts: the WAL belongs to it
+ * data_dir = "./data"      # KOVA_DATA_DIR; relative paths are relative to this file
+ *
+ * [cluster]
+ * name = "default"         # KOVA_CLUSTER
+ * heartbeat_ms = 1000
+ * stale_after_ms = 5000
+ *
+ * [nats]
+ * urls = ["nats://127.0.0.1:4222"]   # NATS_URL (comma-separated) overrides
+ *
+ * [wal]
+ * sync = "full"            # or "normal"; KOVA_WAL_SYNC
+ * ring_bits = 16
+ * encryption = { algorithm = "aes-256-gcm", key_env = "KOVA_WAL_KEY" }
+ * hmac = { key_env = "KOVA_WAL_HMAC_KEY" }
+ *
+ * [mailbox]
+ * ack_wait_ms = 30000
+ * max_deliver = 5
+ *
+ * [[actors]]
+ * id = "counter-1"
+ * type = "counter"
+ * module = "./my-actors.js"   # optional: exports actor definitions to register
+ * ```
+ */
+export interface ActorSpec {
+  id: string;
+  type: string;
+  /** Absolute path of the module that defines `type` (undefined for built-in types). */
+  module?: string;
+}
+
+export interface WalConfig {
+  sync: "normal" | "full";
+  ringBits: number;
+  encryption?: { algorithm: "aes-256-gcm" | "sm4"; key: string };
+  hmac?: { key: string };
+}
+
+export interface NodeConfig {
+  nodeId: string;
+  cluster: string;
+  /** Absolute directory of this node's WAL and (when started by us) nats-server store. */
+  dataDir: string;
+  /** Configured NATS URLs; undefined lets the node find or start a server. */
+  natsUrls?: string[];
+  /** How often a node writes its heartbeat (and renews every lease it holds). */
+  heartbeatMs: number;
+  /** A node whose heartbeat has not changed for this long is dead to its peers. */
+  staleAfterMs: number;
+  /** How often placement re-checks ownership even without membership changes. */
+  reconcileMs: number;
+  wal: WalConfig;
+  mailbox: { ackWaitMs?: number; maxDeliver?: number };
+  actors: ActorSpec[];
+  /** Modules to import for actor types (from `[[actors]]` and top-level `modules`), absolute. */
+  modules: string[];
+  /** The file this came from, if any. */
+  configPath?: string;
+}
+
+type Table = Record<string, unknown>;
+
+const TOP_KEYS = ["node", "cluster", "nats", "wal", "mailbox", "actors", "modules"];
+
+/** The node id used when neither the file nor KOVA_NODE_ID names one: the host name, made id-safe. */
+export function defaultNodeId(): string {
+  const cleaned = hostname().replace(/[^A-Za-z0-9_-]/g, "-").slice(0, 64);
+  return cleaned.length > 0 ? cleaned : "node";
+}
+
+/**
+ * Reads and validates a config file, then applies environment overrides.
+ * @throws ConfigError naming the key and the fix (also for a missing file or bad TOML)
+ */
+export async function loadConfig(path: string, env: NodeJS.ProcessEnv = process.env): Promise<NodeConfig> {
+  const absolute = resolve(path);
+  let text: string;
+  try {
+    text = await readFile(absolute, "utf8");
+  } catch (err) {
+    throw new ConfigError(
+      "--config",
+      `cannot read ${absolute} (${(err as NodeJS.ErrnoException).code ?? String(err)}): check the path, or omit --config to use defaults`,
+      { cause: err },
+    );
+  }
+  return parseConfig(text, { path: absolute, env });
+}
+
+/**
+ * Parses TOML text into a validated config. `path` anchors relative paths (default: cwd).
+ * @throws ConfigError naming the key and the fix
+ */
+export function parseConfig(text: string, opts: { path?: string; env?: NodeJS.ProcessEnv } = {}): NodeConfig {
+  let doc: Table;
+  try {
+    doc = parseToml(text) as Table;
+  } catch (err) {
+    const where = err instanceof TomlError ? `line ${err.line}, column ${err.column}` : "unknown position";
+    const first = err instanceof Error ? err.message.split("\n")[0] : String(err);
+    throw new ConfigError("(file)", `invalid TOML at ${where}: ${first}; fix the syntax there`, { cause: err });
+  }
+  return buildConfig(doc, opts.path, opts.env ?? process.env);
+}
+
+/**
+ * The config a node runs with when no file is given: defaults plus environment.
+ * @throws ConfigError when an environment override is invalid
+ */
+export function defaultConfig(env: NodeJS.ProcessEnv = process.env): NodeConfig {
+  return buildConfig({}, undefined, env);
+}
+
+function buildConfig(doc: Table, path: string | undefined, env: NodeJS.ProcessEnv): NodeConfig {
+  const base = path ? dirname(path) : process.cwd();
+  rejectUnknown(doc, TOP_KEYS, "");
+  const node = table(doc, "node");
+  const cluster = table(doc, "cluster");
+  const nats = table(doc, "nats");
+  const wal = table(doc, "wal");
+  const mailbox = table(doc, "mailbox");
+  rejectUnknown(node, ["id", "data_dir"], "node.");
+  rejectUnknown(cluster, ["name", "heartbeat_ms", "stale_after_ms", "reconcile_ms"], "cluster.");
+  rejectUnknown(nats, ["urls"], "nats.");
+  rejectUnknown(wal, ["sync", "ring_bits", "encryption", "hmac"], "wal.");
+  rejectUnknown(mailbox, ["ack_wait_ms", "max_deliver"], "mailbox.");
+
+  const nodeId = idValue(env.KOVA_NODE_ID, "KOVA_NODE_ID") ?? idValue(node.id, "node.id") ?? defaultNodeId();
+  const clusterName =
+    idValue(env.KOVA_CLUSTER, "KOVA_CLUSTER") ?? idValue(cluster.name, "cluster.name") ?? "default";
+  const dataDirRaw = env.KOVA_DATA_DIR ?? stringValue(node.data_dir, "node.data_dir");
+  const dataDir = dataDirRaw ? resolve(base, dataDirRaw) : resolve(base, ".kova-data", nodeId);
+
+  const heartbeatMs = intValue(cluster.heartbeat_ms, "cluster.heartbeat_ms", 50, 60_000) ?? 1000;
+  const staleAfterMs = intValue(cluster.stale_after_ms, "cluster.stale_after_ms", 100, 600_000) ?? 5 * heartbeatMs;
+  if (staleAfterMs < 2 * heartbeatMs) {
+    throw new ConfigError(
+      "cluster.stale_after_ms",
+      `must be at least twice cluster.heartbeat_ms (${heartbeatMs}), or one late heartbeat makes a live node look dead; raise it to ${2 * heartbeatMs} or more`,
+    );
+  }
+  const reconcileMs = intValue(cluster.reconcile_ms, "cluster.reconcile_ms", 50, 600_000) ?? 2 * heartbeatMs;
+
+  const config: NodeConfig = {
+    nodeId,
+    cluster: clusterName,
+    dataDir,
+    heartbeatMs,
+    staleAfterMs,
+    reconcileMs,
+    wal: walConfig(wal, env),
+    mailbox: {},
+    actors: [],
+    modules: [],
+  };
+  if (path) config.configPath = path;
+  const urls = natsUrls(env.NATS_URL, nats.urls);
+  if (urls) config.natsUrls = urls;
+  const ackWaitMs = intValue(mailbox.ack_wait_ms, "mailbox.ack_wait_ms", 100, 3_600_000);
+  if (ackWaitMs !== undefined) config.mailbox.ackWaitMs = ackWaitMs;
+  const maxDeliver = intValue(mailbox.max_deliver, "mailbox.max_deliver", 1, 1000);
+  if (maxDeliver !== undefined) config.mailbox.maxDeliver = maxDeliver;
+
+  const modules = new Set<string>();
+  if (doc.modules !== undefined) {
+    if (!Array.isArray(doc.modules)) throw new ConfigError("modules", 'must be an array of paths, e.g. modules = ["./actors.js"]');
+    doc.modules.forEach((m, i) => modules.add(modulePath(m, `modules[${i}]`, base)));
+  }
+  config.actors = actorSpecs(doc.actors, base);
+  for (const a of config.actors) if (a.module) modules.add(a.module);
+  config.modules = [...modules];
+  return config;
+}
+
+function walConfig(wal: Table, env: NodeJS.ProcessEnv): WalConfig {
+  const syncRaw = env.KOVA_WAL_SYNC ?? wal.sync;
+  const key = env.KOVA_WAL_SYNC !== undefined ? "KOVA_WAL_SYNC" : "wal.sync";
+  if (syncRaw !== undefined && syncRaw !== "full" && syncRaw !== "normal") {
+    throw new ConfigError(key, `must be "full" (fsync before each append resolves) or "normal" (OS decides), not ${JSON.stringify(syncRaw)}`);
+  }
+  const out: WalConfig = {
+    sync: (syncRaw as "full" | "normal" | undefined) ?? "full",
+    ringBits: intValue(wal.ring_bits, "wal.ring_bits", 4, 24) ?? 16,
+  };
+  if (wal.encryption !== undefined) {
+    const enc = tableAt(wal.encryption, "wal.encryption");
+    rejectUnknown(enc, ["algorithm", "key_env"], "wal.encryption.");
+    const algorithm = enc.algorithm ?? "aes-256-gcm";
+    if (algorithm !== "aes-256-gcm" && algorithm !== "sm4") {
+      throw new ConfigError("wal.encryption.algorithm", `must be "aes-256-gcm" or "sm4", not ${JSON.stringify(algorithm)}`);
+    }
+    out.encryption = { algorithm, key: secretFromEnv(enc.key_env, "wal.encryption.key_env", env) };
+  }
+  if (wal.hmac !== undefined) {
+    const h = tableAt(wal.hmac, "wal.hmac");
+    rejectUnknown(h, ["key_env"], "wal.hmac.");
+    out.hmac = { key: secretFromEnv(h.key_env, "wal.hmac.key_env", env) };
+  }
+  return out;
+}
+
+/** Keys never live in the file: it names an environment variable that holds the key. */
+function secretFromEnv(name: unknown, key: string, env: NodeJS.ProcessEnv): string {
+  if (typeof name !== "string" || name.length === 0) {
+    throw new ConfigError(key, 'must name the environment variable that holds the key, e.g. key_env = "KOVA_WAL_KEY"');
+  }
+  const value = env[name];
+  if (!value) throw new ConfigError(key, `environment variable ${name} is not set: export ${name}=<key> before starting the node`);
+  return value;
+}
+
+function actorSpecs(raw: unknown, base: string): ActorSpec[] {
+  if (raw === undefined) return [];
+  if (!Array.isArray(raw)) throw new ConfigError("actors", "must be an array of tables: write each actor as [[actors]] with id and type");
+  const seen = new Set<string>();
+  return raw.map((entry, i) => {
+    const key = `actors[${i}]`;
+    const t = tableAt(entry, key);
+    rejectUnknown(t, ["id", "type", "module"], `${key}.`);
+    const id = idValue(t.id, `${key}.id`);
+    if (id === undefined) throw new ConfigError(`${key}.id`, 'is required: give the actor an id, e.g. id = "counter-1"');
+    if (seen.has(id)) throw new ConfigError(`${key}.id`, `duplicate actor id "${id}": each [[actors]] entry needs its own id`);
+    seen.add(id);
+    const type = idValue(t.type, `${key}.type`);
+    if (type === undefined) throw new ConfigError(`${key}.type`, 'is required: name a registered actor type, e.g. type = "counter"');
+    const spec: ActorSpec = { id, type };
+    if (t.module !== undefined) spec.module = modulePath(t.module, `${key}.module`, base);
+    return spec;
+  });
+}
+
+function modulePath(raw: unknown, key: string, base: string): string {
+  if (typeof raw !== "string" || raw.length === 0) {
+    throw new ConfigError(key, 'must be a path to a JavaScript module, e.g. "./my-actors.js"');
+  }
+  return isAbsolute(raw) ? raw : resolve(base, raw);
+}
+
+function natsUrls(envValue: string | undefined, raw: unknown): string[] | undefined {
+  if (envValue !== undefined && envValue.trim() !== "") {
+    return envValue.split(",").map((u, i) => checkUrl(u.trim(), `NATS_URL[${i}]`));
+  }
+  if (raw === undefined) return undefined;
+  const list = typeof raw === "string" ? [raw] : raw;
+  if (!Array.isArray(list) || list.length === 0) {
+    throw new ConfigError("nats.urls", 'must be a non-empty array of URLs, e.g. urls = ["nats://10.0.0.1:4222"]');
+  }
+  return list.map((u, i) => checkUrl(u, `nats.urls[${i}]`));
+}
+
+function checkUrl(u: unknown, key: string): string {
+  if (typeof u !== "string" || !/^(nats|tls|wss?):\/\/[^\s/]+(:\d+)?\/?$|^[^\s:/]+:\d+$/.test(u)) {
+    throw new ConfigError(key, `${JSON.stringify(u)} is not a NATS URL: write it as nats://host:port`);
+  }
+  return u;
+}
+
+function table(doc: Table, key: string): Table {
+  return doc[key] === undefined ? {} : tableAt(doc[key], key);
+}
+
+function tableAt(value: unknown, key: string): Table {
+  if (typeof value !== "object" || value === null || Array.isArray(value) || value instanceof Date) {
+    throw new ConfigError(key, `must be a table ([${key}] or { ... }), not ${describe(value)}`);
+  }
+  return value as Table;
+}
+
+function rejectUnknown(t: Table, allowed: string[], prefix: string): void {
+  for (const k of Object.keys(t)) {
+    if (!allowed.includes(k)) {
+      const hint = allowed.find((a) => a.replace(/_/g, "") === k.replace(/[_-]/g, "").toLowerCase());
+      throw new ConfigError(
+        `${prefix}${k}`,
+        `unknown key${hint ? `: did you mean ${prefix}${hint}?` : `; allowed here: ${allowed.join(", ")}`}`,
+      );
+    }
+  }
+}
+
+function idValue(value: unknown, key: string): string | undefined {
+  if (value === undefined || value === "") return undefined;
+  if (!isValidId(value)) {
+    throw new ConfigError(key, `${JSON.stringify(value)} is not a valid id: use 1-128 characters from [A-Za-z0-9_-]`);
+  }
+  return value;
+}
+
+function stringValue(value: unknown, key: string): string | undefined {
+  if (value === undefined) return undefined;
+  if (typeof value !== "string" || value.length === 0) throw new ConfigError(key, `must be a non-empty string, not ${describe(value)}`);
+  return value;
+}
+
+function intValue(value: unknown, key: string, min: number, max: number): number | undefined {
+  if (value === undefined) return undefined;
+  if (typeof value !== "number" || !Number.isInteger(value) || value < min || value > max) {
+    throw new ConfigError(key, `must be an integer from ${min} to ${max}, not ${describe(value)}`);
+  }
+  return value;
+}
+
+function describe(value: unknown): string {
+  if (Array.isArray(value)) return "an array";
+  if (value instanceof Date) return "a date";
+  return typeof value === "string" ? JSON.stringify(value) : `${typeof value} ${String(value)}`;
+}

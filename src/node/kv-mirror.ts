@@ -1,0 +1,120 @@
+import type { NatsConnection } from "@nats-io/transport-node";
+import { Kvm, type KV, type KvEntry } from "@nats-io/kv";
+import type { Logger } from "../core/logger.js";
+
+/**
+ * The cluster's shared state lives in three small KV buckets (nodes, agents, leases).
+ * Each node keeps a local mirror of a bucket, fed by one KV watch, so placement can
+ * reason over thousands of actors without one request per actor; writes still go to
+ * the server with compare-and-set where ownership matters.
+ */
+export interface MirrorEntry<T> {
+  value: T;
+  revision: number;
+  /** Server time the entry was written. */
+  created: Date;
+}
+
+export type MirrorListener<T> = (key: string, entry: MirrorEntry<T> | undefined) => void;
+
+/**
+ * Opens (creating when missing) a KV bucket with one value of history per key.
+ * `replicas` must match the NATS cluster size for the bucket to survive a server loss.
+ */
+export async function openBucket(nc: NatsConnection, name: string, replicas = 1): Promise<KV> {
+  return new Kvm(nc).create(name, { history: 1, replicas, storage: "file" });
+}
+
+export class KvMirror<T> {
+  private readonly map = new Map<string, MirrorEntry<T>>();
+  private readonly listeners = new Set<MirrorListener<T>>();
+  private stopWatch: (() => void) | undefined;
+
+  private constructor(
+    readonly kv: KV,
+    private readonly logger: Logger,
+  ) {}
+
+  /** Starts watching and resolves once the mirror holds every key that existed at start. */
+  static async start<T>(kv: KV, logger: Logger): Promise<KvMirror<T>> {
+    const mirror = new KvMirror<T>(kv, logger);
+    await mirror.watch();
+    return mirror;
+  }
+
+  private async watch(): Promise<void> {
+    const status = await this.kv.status();
+    let markReady!: () => void;
+    const ready = new Promise<void>((resolve) => (markReady = resolve));
+    if (status.values === 0) markReady();
+    const iter = await this.kv.watch();
+    this.stopWatch = () => iter.stop();
+    void (async () => {
+      for await (const e of iter) {
+        this.apply(e);
+        // delta is the number of messages still pending: 0 means caught up with the bucket.
+        if (e.delta === 0) markReady();
+      }
+    })().catch((err: unknown) => this.logger.error({ err, bucket: this.kv }, "kv watch ended"));
+    await ready;
+  }
+
+  private apply(e: KvEntry): void {
+    if (e.operation !== "PUT") {
+      this.map.delete(e.key);
+      for (const l of this.listeners) l(e.key, undefined);
+      return;
+    }
+    let value: T;
+    try {
+      value = e.json<T>();
+    } catch (err) {
+      this.logger.warn({ err, key: e.key }, "ignoring an undecodable KV value");
+      return;
+    }
+    const entry: MirrorEntry<T> = { value, revision: e.revision, created: e.created };
+    const previous = this.map.get(e.key);
+    // A CAS write we made ourselves may already be recorded with its revision (see note()).
+    if (previous && previous.revision > entry.revision) return;
+    this.map.set(e.key, entry);
+    for (const l of this.listeners) l(e.key, entry);
+  }
+
+  /**
+   * Records a write this node just made, so its own next CAS does not wait for the
+   * watch to catch up. The watch later delivers the same revision (or a newer one).
+   */
+  note(key: string, value: T, revision: number): void {
+    const previous = this.map.get(key);
+    if (previous && previous.revision >= revision) return;
+    const entry = { value, revision, created: new Date() };
+    this.map.set(key, entry);
+    for (const l of this.listeners) l(key, entry);
+  }
+
+  get(key: string): MirrorEntry<T> | undefined {
+    return this.map.get(key);
+  }
+
+  entries(): IterableIterator<[string, MirrorEntry<T>]> {
+    return this.map.entries();
+  }
+
+  get size(): number {
+    return this.map.size;
+  }
+
+  onChange(listener: MirrorListener<T>): () => void {
+    this.listeners.add(listener);
+    return () => this.listeners.delete(listener);
+  }
+
+  stop(): void {
+    this.stopWatch?.();
+    this.listeners.clear();
+  }
+}
+
+export function encodeJson(value: unknown): string {
+  return JSON.stringify(value);
+}

@@ -1,0 +1,149 @@
+import type { NatsConnection } from "@nats-io/transport-node";
+import type { KV } from "@nats-io/kv";
+import { ErrorCode, KovaError } from "../core/errors.js";
+import type { Logger } from "../core/logger.js";
+import { KvMirror, encodeJson, openBucket, type MirrorEntry } from "./kv-mirror.js";
+
+/**
+ * One lease per actor in KV `kova_<cluster>_leases`, changed only by compare-and-set
+ * (create when absent, update with the revision last read), so two nodes racing for an
+ * actor cannot both win. A lease is not renewed key by key: it is valid while its
+ * holder's heartbeat in the nodes bucket is fresh, so one heartbeat renews every lease
+ * a node holds (2,000 actors cost one write per interval, not 2,000). The revision of
+ * the lease entry is the fencing token.
+ */
+export interface LeaseRecord {
+  /** Holder node id, or null when released. */
+  node: string | null;
+  /** Holder's incarnation (process start), so a restarted node knows its old leases. */
+  incarnation: string | null;
+  at: number;
+  /** Why the last holder released it (e.g. `rebalance`, `shutdown`, `killed`). */
+  reason?: string;
+}
+
+export class LeaseLostError extends KovaError {
+  constructor(actorId: string, holder: string | null) {
+    super(
+      ErrorCode.LEASE_LOST,
+      `this node no longer holds the lease of actor ${actorId} (holder: ${holder ?? "none"}); the step was not run`,
+      { data: { actorId, holder } },
+    );
+  }
+}
+
+export function leasesBucket(cluster: string): string {
+  return `kova_${cluster}_leases`;
+}
+
+export class LeaseTable {
+  private constructor(
+    readonly kv: KV,
+    private readonly mirror: KvMirror<LeaseRecord>,
+    private readonly nodeId: string,
+    private readonly incarnation: string,
+    private readonly logger: Logger,
+  ) {}
+
+  /** @throws when the bucket cannot be opened */
+  static async open(opts: {
+    nc: NatsConnection;
+    cluster: string;
+    nodeId: string;
+    incarnation: string;
+    replicas?: number;
+    logger: Logger;
+  }): Promise<LeaseTable> {
+    const kv = await openBucket(opts.nc, leasesBucket(opts.cluster), opts.replicas);
+    const logger = opts.logger.child({ component: "lease" });
+    const mirror = await KvMirror.start<LeaseRecord>(kv, logger);
+    return new LeaseTable(kv, mirror, opts.nodeId, opts.incarnation, logger);
+  }
+
+  get(actorId: string): MirrorEntry<LeaseRecord> | undefined {
+    return this.mirror.get(actorId);
+  }
+
+  /** True when the mirror says this very process holds the lease. */
+  holds(actorId: string): boolean {
+    const e = this.mirror.get(actorId);
+    return e?.value.node === this.nodeId && e.value.incarnation === this.incarnation;
+  }
+
+  /** Actor ids whose lease names `nodeId` (any incarnation). */
+  heldBy(nodeId: string): string[] {
+    const out: string[] = [];
+    for (const [id, e] of this.mirror.entries()) if (e.value.node === nodeId) out.push(id);
+    return out;
+  }
+
+  entries(): IterableIterator<[string, MirrorEntry<LeaseRecord>]> {
+    return this.mirror.entries();
+  }
+
+  onChange(listener: (actorId: string, entry: MirrorEntry<LeaseRecord> | undefined) => void): () => void {
+    return this.mirror.onChange(listener);
+  }
+
+  /**
+   * Takes the lease if it is free or `mayTake(current)` allows it, by compare-and-set
+   * against the revision in the mirror. Returns false when another node won the race
+   * (the mirror catches up through the watch).
+   */
+  async acquire(actorId: string, mayTake: (current: LeaseRecord) => boolean): Promise<boolean> {
+    const current = this.mirror.get(actorId);
+    if (current && current.value.node !== null && !mayTake(current.value)) return false;
+    const record: LeaseRecord = { node: this.nodeId, incarnation: this.incarnation, at: Date.now() };
+    try {
+      const revision = current
+        ? await this.kv.update(actorId, encodeJson(record), current.revision)
+        : await this.kv.create(actorId, encodeJson(record));
+      this.mirror.note(actorId, record, revision);
+      return true;
+    } catch (err) {
+      if (isCasConflict(err)) return false;
+      throw err;
+    }
+  }
+
+  /**
+   * Gives the lease up (CAS against our revision), so the next owner can take it at once
+   * instead of waiting for staleness. Returns false when it was not ours any more.
+   */
+  async release(actorId: string, reason: string): Promise<boolean> {
+    const current = this.mirror.get(actorId);
+    if (!current || current.value.node !== this.nodeId || current.value.incarnation !== this.incarnation) return false;
+    const record: LeaseRecord = { node: null, incarnation: null, at: Date.now(), reason };
+    try {
+      const revision = await this.kv.update(actorId, encodeJson(record), current.revision);
+      this.mirror.note(actorId, record, revision);
+      return true;
+    } catch (err) {
+      if (isCasConflict(err)) return false;
+      throw err;
+    }
+  }
+
+  /**
+   * Reads the lease from the server (not the mirror) and throws unless this process
+   * holds it: the authoritative check used before recovery decisions.
+   * @throws LeaseLostError
+   */
+  async verify(actorId: string): Promise<void> {
+    const e = await this.kv.get(actorId);
+    const value = e && e.operation === "PUT" ? e.json<LeaseRecord>() : undefined;
+    if (value?.node !== this.nodeId || value.incarnation !== this.incarnation) {
+      throw new LeaseLostError(actorId, value?.node ?? null);
+    }
+  }
+
+  stop(): void {
+    this.mirror.stop();
+  }
+}
+
+/** A create on an existing key or an update at a stale revision. */
+export function isCasConflict(err: unknown): boolean {
+  const text = err instanceof Error ? `${err.message} ${String((err as { api_error?: { err_code?: number } }).api_error?.err_code ?? "")}` : String(err);
+  return /wrong last sequence|key exists|10071|10164/i.test(text);
+}

@@ -1,0 +1,198 @@
+import type { NatsConnection } from "@nats-io/transport-node";
+import type { KV } from "@nats-io/kv";
+import type { Logger } from "../core/logger.js";
+import { KvMirror, encodeJson, openBucket, type MirrorEntry } from "./kv-mirror.js";
+
+/** What a node writes into `kova_<cluster>_nodes` at every heartbeat. */
+export interface NodeRecord {
+  id: string;
+  /** Random per process start: tells a restarted node apart from its previous life. */
+  incarnation: string;
+  state: "up" | "leaving";
+  startedAt: number;
+  heartbeatAt: number;
+  version: string;
+  /** Actors this node hosts (informational, for `kova nodes ls`). */
+  actors: number;
+  pid: number;
+  host: string;
+}
+
+export interface NodeView {
+  record: NodeRecord;
+  live: boolean;
+  /** Milliseconds since this node last saw the record change. */
+  silentMs: number;
+}
+
+export interface MembershipOptions {
+  nc: NatsConnection;
+  cluster: string;
+  self: Omit<NodeRecord, "heartbeatAt" | "state" | "actors">;
+  heartbeatMs: number;
+  staleAfterMs: number;
+  replicas?: number;
+  logger: Logger;
+  /** Called at each heartbeat for the informational fields. */
+  actorCount?: () => number;
+}
+
+export function nodesBucket(cluster: string): string {
+  return `kova_${cluster}_nodes`;
+}
+
+/**
+ * Membership by heartbeats. nats-server 2.9 has neither per-key TTL nor expiry events,
+ * so liveness is judged by each peer: a node is live while its record keeps changing.
+ * Staleness is measured on the reader's own monotonic clock from the moment it saw the
+ * last change, never by comparing wall clocks of two machines.
+ */
+export class Membership {
+  private readonly lastSeen = new Map<string, number>();
+  private readonly listeners = new Set<() => void>();
+  private timer: NodeJS.Timeout | undefined;
+  private stopped = false;
+  private lastOkStart = 0;
+  private beating: Promise<void> | undefined;
+  private liveKey = "";
+
+  private constructor(
+    private readonly opts: MembershipOptions,
+    readonly kv: KV,
+    private readonly mirror: KvMirror<NodeRecord>,
+  ) {}
+
+  /**
+   * Opens the bucket, writes the first heartbeat and starts the loop.
+   * @throws when the bucket cannot be opened or the first heartbeat fails
+   */
+  static async join(opts: MembershipOptions): Promise<Membership> {
+    const kv = await openBucket(opts.nc, nodesBucket(opts.cluster), opts.replicas);
+    const mirror = await KvMirror.start<NodeRecord>(kv, opts.logger.child({ bucket: "nodes" }));
+    const m = new Membership(opts, kv, mirror);
+    // Entries present at start count as just seen: a node that really is dead is found
+    // out staleAfterMs later, and a live one is never mistaken for dead on our start.
+    const now = performance.now();
+    for (const [key] of mirror.entries()) m.lastSeen.set(key, now);
+    mirror.onChange((key, entry) => m.onEntry(key, entry));
+    await m.beat();
+    m.schedule();
+    return m;
+  }
+
+  get nodeId(): string {
+    return this.opts.self.id;
+  }
+
+  get incarnation(): string {
+    return this.opts.self.incarnation;
+  }
+
+  private onEntry(key: string, entry: MirrorEntry<NodeRecord> | undefined): void {
+    if (entry) this.lastSeen.set(key, performance.now());
+    else this.lastSeen.delete(key);
+    this.notifyIfChanged();
+  }
+
+  private schedule(): void {
+    if (this.stopped) return;
+    this.timer = setTimeout(() => {
+      this.beating = this.beat().catch((err: unknown) =>
+        this.opts.logger.warn({ err }, "heartbeat failed; peers will consider this node dead if it persists"),
+      );
+      void this.beating.finally(() => this.schedule());
+    }, this.opts.heartbeatMs);
+    this.timer.unref();
+  }
+
+  private async beat(state: NodeRecord["state"] = "up"): Promise<void> {
+    const start = performance.now();
+    const record: NodeRecord = {
+      ...this.opts.self,
+      state,
+      heartbeatAt: Date.now(),
+      actors: this.opts.actorCount?.() ?? 0,
+    };
+    const revision = await this.kv.put(this.opts.self.id, encodeJson(record));
+    this.lastOkStart = start;
+    this.mirror.note(this.opts.self.id, record, revision);
+    // Staleness of peers is re-evaluated on our own beat too: a silent peer changes no key.
+    this.notifyIfChanged();
+  }
+
+  /**
+   * True while this node's own heartbeats are fresh enough that no peer can have
+   * declared it dead. Used as the fence: a node that was frozen or cut off longer than
+   * half the staleness window stops running journaled steps until it has re-checked.
+   */
+  selfHealthy(): boolean {
+    return !this.stopped && performance.now() - this.lastOkStart < this.opts.staleAfterMs / 2;
+  }
+
+  /** Whether `nodeId` is live as seen from here (its own node is live while healthy). */
+  isLive(nodeId: string): boolean {
+    if (nodeId === this.opts.self.id) return !this.stopped;
+    const entry = this.mirror.get(nodeId);
+    if (!entry || entry.value.state !== "up") return false;
+    const seen = this.lastSeen.get(nodeId);
+    return seen !== undefined && performance.now() - seen < this.opts.staleAfterMs;
+  }
+
+  /** The live node ids, sorted; includes this node unless it is leaving. */
+  liveNodes(): string[] {
+    const out: string[] = [];
+    for (const [id] of this.mirror.entries()) if (this.isLive(id)) out.push(id);
+    if (!this.stopped && !out.includes(this.opts.self.id)) out.push(this.opts.self.id);
+    return out.sort();
+  }
+
+  record(nodeId: string): NodeRecord | undefined {
+    return this.mirror.get(nodeId)?.value;
+  }
+
+  /** Every node record with its liveness, for `kova nodes ls`. */
+  view(): NodeView[] {
+    const now = performance.now();
+    return [...this.mirror.entries()]
+      .map(([id, e]) => ({ record: e.value, live: this.isLive(id), silentMs: Math.round(now - (this.lastSeen.get(id) ?? now)) }))
+      .sort((a, b) => a.record.id.localeCompare(b.record.id));
+  }
+
+  /** Called when the live set changes (join, leave, staleness). */
+  onChange(listener: () => void): () => void {
+    this.listeners.add(listener);
+    return () => this.listeners.delete(listener);
+  }
+
+  private notifyIfChanged(): void {
+    const key = this.liveNodes().join(",");
+    if (key === this.liveKey) return;
+    const before = this.liveKey;
+    this.liveKey = key;
+    this.opts.logger.info({ live: key, before }, "live nodes changed");
+    for (const l of this.listeners) l();
+  }
+
+  /** Marks this node as leaving (peers stop counting it at once), then removes its record. */
+  async leave(): Promise<void> {
+    this.stopTimer();
+    await this.beating;
+    try {
+      await this.beat("leaving");
+      await this.kv.delete(this.opts.self.id);
+    } finally {
+      this.stop();
+    }
+  }
+
+  private stopTimer(): void {
+    this.stopped = true;
+    if (this.timer) clearTimeout(this.timer);
+  }
+
+  stop(): void {
+    this.stopTimer();
+    this.mirror.stop();
+    this.listeners.clear();
+  }
+}

@@ -1,0 +1,118 @@
+import type { NatsConnection } from "@nats-io/transport-node";
+import type { KV } from "@nats-io/kv";
+import { backoffMs, sleep } from "../core/clock.js";
+import type { Logger } from "../core/logger.js";
+import { isCasConflict } from "./lease.js";
+import { KvMirror, encodeJson, openBucket, type MirrorEntry } from "./kv-mirror.js";
+
+/**
+ * The agents registry, KV `kova_<cluster>_agents`: actor id → where it runs, its
+ * lifecycle state and capabilities. It is also the cluster's list of actors that
+ * should exist: config and `kova spawn` create entries, placement hosts every entry
+ * whose `desired` is not `killed`. `nats kv watch kova_<cluster>_agents` shows it live.
+ */
+export interface AgentRecord {
+  id: string;
+  type: string;
+  /** Hosting node, null while unplaced. */
+  node: string | null;
+  /** ActorState of the runtime (`Created`, `Idle`, `Running`, `Paused`, ...). */
+  state: string;
+  capabilities: string[];
+  /** What the cluster should do with it: run it, keep it paused, or never start it again. */
+  desired: "running" | "paused" | "killed";
+  updatedAt: number;
+}
+
+export function agentsBucket(cluster: string): string {
+  return `kova_${cluster}_agents`;
+}
+
+export class AgentRegistry {
+  private constructor(
+    readonly kv: KV,
+    private readonly mirror: KvMirror<AgentRecord>,
+    private readonly logger: Logger,
+  ) {}
+
+  /** @throws when the bucket cannot be opened */
+  static async open(opts: { nc: NatsConnection; cluster: string; replicas?: number; logger: Logger }): Promise<AgentRegistry> {
+    const kv = await openBucket(opts.nc, agentsBucket(opts.cluster), opts.replicas);
+    const logger = opts.logger.child({ component: "registry" });
+    return new AgentRegistry(kv, await KvMirror.start<AgentRecord>(kv, logger), logger);
+  }
+
+  get(id: string): AgentRecord | undefined {
+    return this.mirror.get(id)?.value;
+  }
+
+  list(): AgentRecord[] {
+    return [...this.mirror.entries()].map(([, e]) => e.value);
+  }
+
+  ids(): string[] {
+    return [...this.mirror.entries()].map(([id]) => id);
+  }
+
+  onChange(listener: (id: string, entry: MirrorEntry<AgentRecord> | undefined) => void): () => void {
+    return this.mirror.onChange(listener);
+  }
+
+  /**
+   * Declares an actor (config or spawn). An existing entry is kept as it is, so a
+   * restart never resets state or revives an actor that was killed.
+   * @returns true when the entry was created now
+   */
+  async declare(spec: { id: string; type: string; capabilities?: string[] }): Promise<boolean> {
+    if (this.mirror.get(spec.id)) return false;
+    const record: AgentRecord = {
+      id: spec.id,
+      type: spec.type,
+      node: null,
+      state: "Created",
+      capabilities: spec.capabilities ?? [],
+      desired: "running",
+      updatedAt: Date.now(),
+    };
+    try {
+      const revision = await this.kv.create(spec.id, encodeJson(record));
+      this.mirror.note(spec.id, record, revision);
+      return true;
+    } catch (err) {
+      if (isCasConflict(err)) return false;
+      throw err;
+    }
+  }
+
+  /**
+   * Read-modify-write with compare-and-set, retried on conflict. `change` returns the
+   * new record, or undefined to leave the entry as it is.
+   */
+  async update(id: string, change: (current: AgentRecord) => AgentRecord | undefined): Promise<AgentRecord | undefined> {
+    for (let attempt = 0; attempt < 20; attempt++) {
+      if (attempt > 0) await sleep(backoffMs(attempt, 5, 200));
+      let current = this.mirror.get(id);
+      if (attempt > 0 || !current) {
+        const e = await this.kv.get(id);
+        current = e && e.operation === "PUT" ? { value: e.json<AgentRecord>(), revision: e.revision, created: e.created } : undefined;
+      }
+      if (!current) return undefined;
+      const next = change(current.value);
+      if (!next) return current.value;
+      next.updatedAt = Date.now();
+      try {
+        const revision = await this.kv.update(id, encodeJson(next), current.revision);
+        this.mirror.note(id, next, revision);
+        return next;
+      } catch (err) {
+        if (!isCasConflict(err)) throw err;
+      }
+    }
+    this.logger.warn({ id }, "registry update kept conflicting; giving up this change");
+    return undefined;
+  }
+
+  stop(): void {
+    this.mirror.stop();
+  }
+}
