@@ -110,9 +110,11 @@ export class LeaseTable {
    * Gives the lease up (CAS against our revision), so the next owner can take it at once
    * instead of waiting for staleness. Returns false when it was not ours any more.
    */
-  async release(actorId: string, reason: string): Promise<boolean> {
+  async release(actorId: string, reason: string, opts: { anyIncarnation?: boolean } = {}): Promise<boolean> {
     const current = this.mirror.get(actorId);
-    if (!current || current.value.node !== this.nodeId || current.value.incarnation !== this.incarnation) return false;
+    if (!current || current.value.node !== this.nodeId) return false;
+    // anyIncarnation: a restarted node frees the leases its previous life left behind.
+    if (!opts.anyIncarnation && current.value.incarnation !== this.incarnation) return false;
     const record: LeaseRecord = { node: null, incarnation: null, at: Date.now(), reason };
     try {
       const revision = await this.kv.update(actorId, encodeJson(record), current.revision);

@@ -1,0 +1,222 @@
+import type { Logger } from "../core/logger.js";
+import type { LeaseRecord, LeaseTable } from "./lease.js";
+import type { Membership } from "./membership.js";
+import { ownerOf } from "./placement.js";
+import type { AgentRecord, AgentRegistry } from "./registry.js";
+
+/** What placement needs from the actor host; the node adapts ActorHost to it. */
+export interface HostPort {
+  /** Starts hosting (loads the checkpoint, finishes pending WAL turns, opens the mailbox). */
+  start(actorId: string, type: string, record: AgentRecord): Promise<void>;
+  /** Stops taking messages, waits for (or checkpoints) the in-flight turn, closes. */
+  stop(actorId: string, reason: string): Promise<void>;
+  hosted(): string[];
+}
+
+export interface PlacementOptions {
+  nodeId: string;
+  membership: Membership;
+  leases: LeaseTable;
+  registry: AgentRegistry;
+  host: HostPort;
+  logger: Logger;
+  reconcileMs: number;
+  /** Actor starts and stops run this many at a time (default 16). */
+  concurrency?: number;
+  /** Told when this node acquires or gives up an actor (`moved` says who takes it next). */
+  onPlacement?: (event: { actorId: string; action: "acquired" | "released" | "lost"; reason: string }) => void;
+}
+
+/**
+ * Keeps this node hosting exactly the actors rendezvous hashing gives it, through the
+ * leases: it takes a lease only when the actor is its own by hashing and the lease is
+ * free or its holder is dead, and it gives an actor up (drain, release) when a live
+ * node now ranks higher. Every node runs the same loop over the same mirrors, so the
+ * cluster converges without a leader; CAS on the lease settles any race.
+ */
+export class PlacementController {
+  private readonly busy = new Set<string>();
+  private timer: NodeJS.Timeout | undefined;
+  private running: Promise<void> | undefined;
+  private again = false;
+  private stopped = false;
+  private readonly unsubscribe: Array<() => void> = [];
+  private readonly log: Logger;
+
+  constructor(private readonly opts: PlacementOptions) {
+    this.log = opts.logger.child({ component: "placement" });
+  }
+
+  start(): void {
+    const kick = () => this.kick();
+    this.unsubscribe.push(
+      this.opts.membership.onChange(kick),
+      this.opts.registry.onChange(kick),
+      this.opts.leases.onChange((id, e) => {
+        // A lease freed by its holder is the signal that an actor is ready to move here.
+        if (!e || e.value.node === null || this.isHere(id)) kick();
+      }),
+    );
+    const loop = () => {
+      if (this.stopped) return;
+      this.kick();
+      this.timer = setTimeout(loop, this.opts.reconcileMs);
+      this.timer.unref();
+    };
+    loop();
+  }
+
+  private isHere(actorId: string): boolean {
+    return this.opts.host.hosted().includes(actorId) || this.opts.leases.holds(actorId);
+  }
+
+  /** Schedules a reconcile pass; passes never overlap, a request during one runs another after it. */
+  kick(): void {
+    if (this.stopped) return;
+    if (this.running) {
+      this.again = true;
+      return;
+    }
+    this.running = this.reconcile()
+      .catch((err: unknown) => this.log.error({ err }, "reconcile failed; retrying on the next tick"))
+      .finally(() => {
+        this.running = undefined;
+        if (this.again) {
+          this.again = false;
+          this.kick();
+        }
+      });
+  }
+
+  /** Resolves when no reconcile pass is running (tests and shutdown). */
+  async idle(): Promise<void> {
+    while (this.running) await this.running;
+  }
+
+  private async reconcile(): Promise<void> {
+    const { membership, leases, registry, host, nodeId } = this.opts;
+    const live = membership.liveNodes();
+    const healthy = membership.selfHealthy();
+    const hosted = new Set(host.hosted());
+    const work: Array<() => Promise<void>> = [];
+
+    for (const record of registry.list()) {
+      const id = record.id;
+      if (this.busy.has(id)) continue;
+      const lease = leases.get(id)?.value;
+      const mine = leases.holds(id);
+      const owner = ownerOf(id, live);
+
+      if (hosted.has(id) && !mine) {
+        work.push(() => this.drop(id, "lease-lost"));
+        continue;
+      }
+      if (record.desired === "killed") {
+        if (hosted.has(id) || mine) work.push(() => this.giveUp(id, "killed"));
+        continue;
+      }
+      if (mine) {
+        if (owner !== nodeId && owner !== undefined && healthy) work.push(() => this.giveUp(id, `rebalance to ${owner}`));
+        else if (!hosted.has(id)) work.push(() => this.take(record));
+        continue;
+      }
+      if (!healthy) continue;
+      if (lease?.node === nodeId) {
+        // Left by this node's previous life (a restart): reclaim it if it is still ours by
+        // hashing, else free it so that its owner does not wait for staleness.
+        if (owner === nodeId) work.push(() => this.take(record));
+        else work.push(() => this.freeOld(id));
+        continue;
+      }
+      if (owner === nodeId && (lease === undefined || this.mayTake(lease))) work.push(() => this.take(record));
+    }
+    // Leases this process holds for actors that left the registry (deleted).
+    for (const id of hosted) if (!registry.get(id) && !this.busy.has(id)) work.push(() => this.giveUp(id, "deregistered"));
+
+    await runLimited(work, this.opts.concurrency ?? 16);
+  }
+
+  private mayTake(lease: LeaseRecord): boolean {
+    if (lease.node === null) return true;
+    if (lease.node === this.opts.nodeId) return lease.incarnation !== this.opts.membership.incarnation;
+    return !this.opts.membership.isLive(lease.node);
+  }
+
+  private async guarded(id: string, fn: () => Promise<void>): Promise<void> {
+    this.busy.add(id);
+    try {
+      await fn();
+    } catch (err) {
+      this.log.warn({ err, actorId: id }, "placement step failed; will retry");
+    } finally {
+      this.busy.delete(id);
+    }
+  }
+
+  private take(record: AgentRecord): Promise<void> {
+    return this.guarded(record.id, async () => {
+      if (!this.opts.leases.holds(record.id)) {
+        const won = await this.opts.leases.acquire(record.id, (l) => this.mayTake(l));
+        if (!won) return;
+        this.opts.onPlacement?.({ actorId: record.id, action: "acquired", reason: "placement" });
+      }
+      try {
+        await this.opts.host.start(record.id, record.type, record);
+      } catch (err) {
+        // Give the actor a chance elsewhere rather than holding a lease we cannot serve.
+        await this.opts.leases.release(record.id, "start-failed").catch(() => false);
+        throw err;
+      }
+    });
+  }
+
+  private giveUp(id: string, reason: string): Promise<void> {
+    return this.guarded(id, async () => {
+      if (this.opts.host.hosted().includes(id)) await this.opts.host.stop(id, reason);
+      if (await this.opts.leases.release(id, reason)) {
+        this.opts.onPlacement?.({ actorId: id, action: "released", reason });
+      }
+    });
+  }
+
+  private drop(id: string, reason: string): Promise<void> {
+    return this.guarded(id, async () => {
+      this.log.warn({ actorId: id }, "lease lost while hosting: stopping without checkpoint release");
+      await this.opts.host.stop(id, reason);
+      this.opts.onPlacement?.({ actorId: id, action: "lost", reason });
+    });
+  }
+
+  private freeOld(id: string): Promise<void> {
+    return this.guarded(id, async () => {
+      await this.opts.leases.release(id, "restart", { anyIncarnation: true });
+    });
+  }
+
+  /** Stops the loop; in-flight starts and stops finish first. */
+  async stop(): Promise<void> {
+    this.stopped = true;
+    if (this.timer) clearTimeout(this.timer);
+    for (const u of this.unsubscribe) u();
+    await this.idle();
+  }
+
+  /** Gives up every hosted actor (graceful shutdown): drain, checkpoint, release. */
+  async releaseAll(reason: string): Promise<void> {
+    const ids = new Set([...this.opts.host.hosted()]);
+    for (const [id] of this.opts.leases.entries()) if (this.opts.leases.holds(id)) ids.add(id);
+    await runLimited([...ids].map((id) => () => this.giveUp(id, reason)), this.opts.concurrency ?? 16);
+  }
+}
+
+/** Runs async jobs with at most `limit` in flight. */
+export async function runLimited(jobs: Array<() => Promise<void>>, limit: number): Promise<void> {
+  let next = 0;
+  const worker = async () => {
+    while (next < jobs.length) {
+      const job = jobs[next++];
+      if (job) await job();
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(limit, jobs.length) }, worker));
+}

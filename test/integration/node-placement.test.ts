@@ -1,0 +1,132 @@
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { connect, type NatsConnection } from "@nats-io/transport-node";
+import { randomUUID } from "node:crypto";
+import { startNatsServer, type NatsServerHandle } from "../../src/testing/index.js";
+import { createLogger } from "../../src/core/logger.js";
+import { LeaseTable } from "../../src/node/lease.js";
+import { Membership } from "../../src/node/membership.js";
+import { AgentRegistry } from "../../src/node/registry.js";
+import { PlacementController, type HostPort } from "../../src/node/placement-controller.js";
+
+const logger = createLogger();
+let server: NatsServerHandle;
+const conns: NatsConnection[] = [];
+
+beforeAll(async () => {
+  server = await startNatsServer({ allowExternal: false });
+});
+afterAll(async () => {
+  for (const c of conns) await c.close().catch(() => undefined);
+  await server.stop();
+});
+
+/** A host that records what placement asks of it; `running` is shared to catch double hosting. */
+class RecordingHost implements HostPort {
+  readonly actors = new Set<string>();
+  constructor(
+    readonly nodeId: string,
+    private readonly running: Map<string, string>,
+    readonly doubles: string[],
+  ) {}
+  async start(id: string): Promise<void> {
+    const other = this.running.get(id);
+    if (other !== undefined && other !== this.nodeId) this.doubles.push(`${id}@${other}+${this.nodeId}`);
+    this.running.set(id, this.nodeId);
+    this.actors.add(id);
+  }
+  async stop(id: string): Promise<void> {
+    await new Promise((r) => setTimeout(r, 5)); // a turn draining
+    if (this.running.get(id) === this.nodeId) this.running.delete(id);
+    this.actors.delete(id);
+  }
+  hosted(): string[] {
+    return [...this.actors];
+  }
+}
+
+interface TestNode {
+  id: string;
+  membership: Membership;
+  leases: LeaseTable;
+  registry: AgentRegistry;
+  host: RecordingHost;
+  placement: PlacementController;
+}
+
+async function startNode(cluster: string, id: string, running: Map<string, string>, doubles: string[]): Promise<TestNode> {
+  const nc = await connect({ servers: server.url });
+  conns.push(nc);
+  const incarnation = randomUUID();
+  const membership = await Membership.join({
+    nc, cluster, heartbeatMs: 100, staleAfterMs: 600, logger,
+    self: { id, incarnation, startedAt: Date.now(), version: "t", pid: process.pid, host: "h" },
+  });
+  const leases = await LeaseTable.open({ nc, cluster, nodeId: id, incarnation, logger });
+  const registry = await AgentRegistry.open({ nc, cluster, logger });
+  const host = new RecordingHost(id, running, doubles);
+  const placement = new PlacementController({ nodeId: id, membership, leases, registry, host, logger, reconcileMs: 200 });
+  placement.start();
+  return { id, membership, leases, registry, host, placement };
+}
+
+async function waitFor(cond: () => boolean, ms: number, what: string): Promise<number> {
+  const start = performance.now();
+  while (!cond()) {
+    if (performance.now() - start > ms) throw new Error(`${what}: not within ${ms} ms`);
+    await new Promise((r) => setTimeout(r, 25));
+  }
+  return performance.now() - start;
+}
+
+function hostedOnce(nodes: TestNode[], ids: string[]): boolean {
+  const count = new Map<string, number>();
+  for (const n of nodes) for (const a of n.host.hosted()) count.set(a, (count.get(a) ?? 0) + 1);
+  return ids.every((a) => count.get(a) === 1);
+}
+
+describe("placement over live nodes", () => {
+  it("placement - hosts each actor exactly once, spread over nodes, and takes over a dead node's actors", async () => {
+    const cluster = `p${randomUUID().slice(0, 8)}`;
+    const running = new Map<string, string>();
+    const doubles: string[] = [];
+    const nodes = [
+      await startNode(cluster, "n1", running, doubles),
+      await startNode(cluster, "n2", running, doubles),
+      await startNode(cluster, "n3", running, doubles),
+    ];
+    const ids = Array.from({ length: 60 }, (_, i) => `a${i}`);
+    for (const id of ids) await nodes[0]!.registry.declare({ id, type: "counter" });
+    await waitFor(() => hostedOnce(nodes, ids), 5000, "all actors hosted once");
+    for (const n of nodes) expect(n.host.hosted().length).toBeGreaterThan(5);
+    // leases agree with hosting
+    for (const n of nodes) for (const a of n.host.hosted()) expect(nodes[0]!.leases.get(a)?.value.node ?? n.id).toBe(n.id);
+
+    // n2 dies without a word (no leave, no release)
+    const dead = nodes[1]!;
+    const orphaned = dead.host.hosted();
+    await dead.placement.stop();
+    dead.membership.stop();
+    dead.host.actors.clear();
+    for (const a of orphaned) running.delete(a);
+    const survivors = [nodes[0]!, nodes[2]!];
+    const took = await waitFor(() => hostedOnce(survivors, ids), 5000, "takeover");
+    expect(took).toBeLessThan(3000);
+
+    // n4 joins: rebalance moves about a third of the actors to it, each still hosted once
+    const n4 = await startNode(cluster, "n4", running, doubles);
+    const all = [...survivors, n4];
+    await waitFor(() => n4.host.hosted().length > 5 && hostedOnce(all, ids), 5000, "rebalance to n4");
+    expect(doubles).toEqual([]);
+
+    // graceful release: n1 gives up everything, the others take it at once
+    await nodes[0]!.placement.stop();
+    await nodes[0]!.placement.releaseAll("shutdown");
+    await nodes[0]!.membership.leave();
+    await waitFor(() => hostedOnce([nodes[2]!, n4], ids), 3000, "graceful move");
+    expect(doubles).toEqual([]);
+    for (const n of [nodes[2]!, n4]) {
+      await n.placement.stop();
+      n.membership.stop();
+    }
+  });
+});
