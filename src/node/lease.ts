@@ -1,6 +1,6 @@
 import type { NatsConnection } from "@nats-io/transport-node";
 import type { KV } from "@nats-io/kv";
-import { ErrorCode, KovaError } from "../core/errors.js";
+import { LeaseLostError } from "../actors/errors.js";
 import type { Logger } from "../core/logger.js";
 import { KvMirror, encodeJson, openBucket, type MirrorEntry } from "./kv-mirror.js";
 
@@ -20,16 +20,6 @@ export interface LeaseRecord {
   at: number;
   /** Why the last holder released it (e.g. `rebalance`, `shutdown`, `killed`). */
   reason?: string;
-}
-
-export class LeaseLostError extends KovaError {
-  constructor(actorId: string, holder: string | null) {
-    super(
-      ErrorCode.LEASE_LOST,
-      `this node no longer holds the lease of actor ${actorId} (holder: ${holder ?? "none"}); the step was not run`,
-      { data: { actorId, holder } },
-    );
-  }
 }
 
 export function leasesBucket(cluster: string): string {
@@ -135,7 +125,7 @@ export class LeaseTable {
     const e = await this.kv.get(actorId);
     const value = e && e.operation === "PUT" ? e.json<LeaseRecord>() : undefined;
     if (value?.node !== this.nodeId || value.incarnation !== this.incarnation) {
-      throw new LeaseLostError(actorId, value?.node ?? null);
+      throw new LeaseLostError(actorId, { data: { holder: value?.node ?? null } });
     }
   }
 

@@ -1,0 +1,64 @@
+import { describe, expect, it } from "vitest";
+import { createLogger } from "../../src/core/logger.js";
+import { installShutdown } from "../../src/node/shutdown.js";
+
+const logger = createLogger();
+const raise = () => process.emit("SIGUSR2", "SIGUSR2");
+
+describe("node shutdown", () => {
+  it("shutdown - the first signal runs the graceful stop and exits 0 when it completes", async () => {
+    const exits: number[] = [];
+    const reasons: string[] = [];
+    let finish!: () => void;
+    const uninstall = installShutdown({
+      logger,
+      signals: ["SIGUSR2"],
+      exit: (c) => exits.push(c),
+      stop: (reason) => {
+        reasons.push(reason);
+        return new Promise<void>((r) => (finish = r));
+      },
+    });
+    raise();
+    expect(reasons).toEqual(["SIGUSR2"]);
+    expect(exits).toEqual([]);
+    finish();
+    await new Promise((r) => setTimeout(r, 10));
+    expect(exits).toEqual([0]);
+    uninstall();
+  });
+
+  it("shutdown - a second signal forces exit while the graceful stop is still running", async () => {
+    const exits: number[] = [];
+    let stops = 0;
+    const uninstall = installShutdown({
+      logger,
+      signals: ["SIGUSR2"],
+      exit: (c) => exits.push(c),
+      stop: () => {
+        stops++;
+        return new Promise<void>(() => undefined);
+      },
+    });
+    raise();
+    raise();
+    expect(stops).toBe(1);
+    expect(exits).toEqual([130]);
+    uninstall();
+  });
+
+  it("shutdown - a stop that outlasts the grace period exits non-zero", async () => {
+    const exits: number[] = [];
+    const uninstall = installShutdown({
+      logger,
+      signals: ["SIGUSR2"],
+      graceMs: 30,
+      exit: (c) => exits.push(c),
+      stop: () => new Promise<void>(() => undefined),
+    });
+    raise();
+    await new Promise((r) => setTimeout(r, 80));
+    expect(exits).toEqual([1]);
+    uninstall();
+  });
+});
