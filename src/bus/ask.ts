@@ -1,0 +1,96 @@
+import { createInbox, headers as natsHeaders } from "@nats-io/transport-node";
+import { fromWire, toWire } from "../core/errors.js";
+import { decodeEnvelope, encodeEnvelope, type Encoding } from "./codec.js";
+import type { BusContext } from "./context.js";
+import { createEnvelope, validateEnvelope, type A2AEnvelope } from "./envelope.js";
+import { subjectTimeout } from "./errors.js";
+import { sendEnvelope, type SendOptions } from "./send.js";
+import { ContentType, Header } from "./wire.js";
+
+export interface AskOptions {
+  /** How long to wait for the `result_notify` (default 120 s); also the envelope's deadline unless it has one. */
+  timeoutMs?: number;
+  send?: SendOptions;
+}
+
+export const DEFAULT_ASK_TIMEOUT_MS = 120_000;
+
+/**
+ * Durable send, then wait for the `result_notify` carrying our correlation id on a
+ * private reply inbox. The request itself is durable: if the caller gives up, the
+ * agent still processes it later and its reply goes to an inbox nobody reads.
+ * @returns the reply envelope
+ * @throws TimeoutError naming the agent's inbox subject; a RemoteError rebuilt from the
+ *   reply's `error`; anything `send` throws
+ */
+export async function ask<R>(ctx: BusContext, envelope: A2AEnvelope, opts: AskOptions = {}): Promise<A2AEnvelope<R>> {
+  const timeoutMs = opts.timeoutMs ?? DEFAULT_ASK_TIMEOUT_MS;
+  const inbox = createInbox();
+  const env = validateEnvelope({
+    ...envelope,
+    replyTo: inbox,
+    correlationId: envelope.correlationId ?? envelope.id,
+    deadline: envelope.deadline ?? Date.now() + timeoutMs,
+  });
+  const subject = ctx.subjects.a2a(env.to);
+  // Subscribe before sending: the reply may come back faster than the send's ack.
+  const sub = ctx.nc.subscribe(inbox);
+  const timer = setTimeout(() => sub.unsubscribe(), timeoutMs);
+  try {
+    await sendEnvelope(ctx, env, opts.send);
+    for await (const msg of sub) {
+      let reply: A2AEnvelope;
+      try {
+        reply = decodeEnvelope(msg.data, msg.headers, ctx.limits, inbox);
+      } catch (err) {
+        ctx.log.warn({ err, inbox }, "ignored an undecodable reply");
+        continue;
+      }
+      if (reply.type !== "result_notify" || reply.correlationId !== env.correlationId) continue;
+      if (reply.error) throw fromWire(reply.error) ?? new Error(reply.error.message);
+      return reply as A2AEnvelope<R>;
+    }
+    throw subjectTimeout(`ask ${env.type} ${env.id}`, subject, timeoutMs);
+  } finally {
+    clearTimeout(timer);
+    sub.unsubscribe();
+  }
+}
+
+export interface RespondOptions {
+  /** Report a failure instead of a result (sent as the envelope's `error`). */
+  error?: unknown;
+  /** Encoding of an inbox reply (default msgpack; pass the request's to mirror a JSON asker). */
+  encoding?: Encoding;
+}
+
+/**
+ * Answers a message with a `result_notify`: to its `replyTo` inbox when it has one
+ * (an `ask` is waiting there), otherwise durably to the sender's mailbox.
+ * @throws whatever `send` throws for the durable case
+ */
+export async function respond(ctx: BusContext, original: A2AEnvelope, result: unknown, opts: RespondOptions = {}): Promise<A2AEnvelope> {
+  const reply = createEnvelope({
+    from: original.to,
+    to: original.from,
+    type: "result_notify",
+    payload: opts.error === undefined ? (result ?? null) : null,
+    correlationId: original.correlationId ?? original.id,
+    ...(original.traceId ? { traceId: original.traceId } : {}),
+    ...(opts.error === undefined ? {} : { error: toWire(opts.error) }),
+  });
+  if (!original.replyTo) {
+    await sendEnvelope(ctx, reply);
+    return reply;
+  }
+  const encoding = opts.encoding ?? "msgpack";
+  if (encoding === "json") {
+    const h = natsHeaders();
+    h.set(Header.ContentType, ContentType.json);
+    ctx.nc.publish(original.replyTo, encodeEnvelope(reply, "json"), { headers: h });
+  } else {
+    ctx.nc.publish(original.replyTo, encodeEnvelope(reply, "msgpack"));
+  }
+  await ctx.nc.flush();
+  return reply;
+}

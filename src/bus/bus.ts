@@ -1,0 +1,196 @@
+import { jetstream, jetstreamManager, type JetStreamClient, type JetStreamManager, type PubAck } from "@nats-io/jetstream";
+import type { NatsConnection } from "@nats-io/transport-node";
+import { ErrorCode, KovaError } from "../core/errors.js";
+import { assertId, newId } from "../core/ids.js";
+import { defaultLogger, type Logger } from "../core/logger.js";
+import { ask, respond, type AskOptions, type RespondOptions } from "./ask.js";
+import { DEFAULT_CODEC_LIMITS, type CodecLimits } from "./codec.js";
+import { connectNats } from "./connection.js";
+import type { BusContext } from "./context.js";
+import { listDlq, startDlqMover, type DlqEntry, type DlqMover } from "./dlq.js";
+import type { A2AEnvelope, MessageType } from "./envelope.js";
+import { BusClosedError } from "./errors.js";
+import { publishEvent, subscribeEvents, type EventStream, type KovaEvent } from "./events.js";
+import { openMailbox, type Mailbox, type MailboxHandler, type MailboxOptions } from "./mailbox.js";
+import { request, serveRpc, type RequestOptions, type RpcHandler, type RpcService } from "./rpc.js";
+import { sendEnvelope, type SendOptions } from "./send.js";
+import { ensureStreams, type StreamOptions } from "./streams.js";
+import { subjectsFor, type Subjects } from "./subjects.js";
+
+export interface BusConnectOptions {
+  /** One URL, a comma-separated list or an array (a client fails over between them). */
+  servers: string | string[];
+  /** Cluster name: the `<c>` in `kova.<c>.…` (default "default"). */
+  cluster?: string;
+  /** Connection name shown in `/connz`. */
+  name?: string;
+  logger?: Logger;
+  /** Decode limits; maxBytes defaults to the server's max_payload. */
+  limits?: Partial<CodecLimits>;
+  connectTimeoutMs?: number;
+  /** The `from` of requests that name no sender (default `client_<random>`). */
+  clientId?: string;
+}
+
+/**
+ * Kova's A2A bus over one NATS connection: durable mailboxes on JetStream, the fast
+ * request path, events and the DLQ. Reconnects forever; `close()` ends it.
+ */
+export class Bus {
+  private readonly ctx: BusContext;
+  private readonly mailboxes = new Set<Mailbox>();
+  private readonly services = new Set<RpcService | DlqMover>();
+  private closing = false;
+
+  private constructor(ctx: BusContext) {
+    this.ctx = ctx;
+  }
+
+  /**
+   * @throws NatsUnreachableError (`NATS unreachable at URL X: start nats-server or set NATS_URL`)
+   * @throws KovaError NATS_UNREACHABLE when the server has no JetStream; InvalidIdError for a bad cluster name
+   */
+  static async connect(opts: BusConnectOptions): Promise<Bus> {
+    const cluster = opts.cluster ?? "default";
+    const subjects = subjectsFor(cluster);
+    const log = (opts.logger ?? defaultLogger()).child({ component: "bus", cluster });
+    const nc = await connectNats({ servers: opts.servers, name: opts.name ?? "kova", logger: log, ...(opts.connectTimeoutMs ? { connectTimeoutMs: opts.connectTimeoutMs } : {}) });
+    let jsm: JetStreamManager;
+    try {
+      jsm = await jetstreamManager(nc);
+    } catch (err) {
+      await nc.close();
+      throw new KovaError(ErrorCode.NATS_UNREACHABLE, `JetStream is not enabled on NATS at ${nc.getServer()}: start nats-server with -js (or jetstream {} in its config)`, { cause: err });
+    }
+    const maxPayload = nc.info?.max_payload ?? DEFAULT_CODEC_LIMITS.maxBytes;
+    const clientId = assertId("client id", opts.clientId ?? `client_${newId().replaceAll("-", "").slice(0, 16)}`);
+    return new Bus({
+      nc,
+      js: jetstream(nc),
+      jsm,
+      cluster,
+      subjects,
+      maxPayload,
+      limits: { maxBytes: opts.limits?.maxBytes ?? maxPayload, maxDepth: opts.limits?.maxDepth ?? DEFAULT_CODEC_LIMITS.maxDepth },
+      log,
+      clientId,
+    });
+  }
+
+  get nc(): NatsConnection { return this.ctx.nc; }
+  get js(): JetStreamClient { return this.ctx.js; }
+  get jsm(): JetStreamManager { return this.ctx.jsm; }
+  get cluster(): string { return this.ctx.cluster; }
+  get subjects(): Subjects { return this.ctx.subjects; }
+  /** The server's max_payload in bytes (headers included). */
+  get maxPayload(): number { return this.ctx.maxPayload; }
+  get clientId(): string { return this.ctx.clientId; }
+
+  /**
+   * Creates the A2A (WorkQueue), EVENTS and DLQ streams, or checks existing ones.
+   * @throws StreamConflictError naming the stream and the differing field
+   */
+  ensureStreams(opts?: StreamOptions): Promise<void> {
+    return ensureStreams(this.ctx.jsm, this.ctx.subjects, opts, this.ctx.log);
+  }
+
+  /**
+   * Durable send; resolves after the JetStream ack. `Nats-Msg-Id` = `env.id`.
+   * @throws InvalidEnvelopeError, PayloadTooLargeError (recorded in the DLQ), NoRespondersError, TimeoutError
+   */
+  send(env: A2AEnvelope, opts?: SendOptions): Promise<PubAck> {
+    this.open("send");
+    return sendEnvelope(this.ctx, env, opts);
+  }
+
+  /**
+   * Opens an agent's durable mailbox (see MailboxOptions for redelivery settings).
+   * @throws InvalidIdError; JetStream errors when the A2A stream is missing
+   */
+  async openMailbox(agentId: string, handler: MailboxHandler, opts?: MailboxOptions): Promise<Mailbox> {
+    this.open("openMailbox");
+    const mb = await openMailbox(this.ctx, agentId, handler, opts);
+    this.mailboxes.add(mb);
+    const stop = mb.stop.bind(mb);
+    return Object.assign(mb, {
+      stop: async () => {
+        this.mailboxes.delete(mb);
+        await stop();
+      },
+    });
+  }
+
+  /** Answers fast requests for `agentId` on `kova.<c>.rpc.<agentId>`. @throws InvalidIdError */
+  serveRpc(agentId: string, handler: RpcHandler): RpcService {
+    this.open("serveRpc");
+    const svc = serveRpc(this.ctx, agentId, handler);
+    this.services.add(svc);
+    return svc;
+  }
+
+  /**
+   * Fast request/reply (core NATS, not stored). Default timeout 10 s.
+   * @throws NoRespondersError / TimeoutError naming the subject; RemoteError from the handler
+   */
+  request<R>(to: string, type: MessageType, payload: unknown, opts?: RequestOptions): Promise<R> {
+    this.open("request");
+    return request<R>(this.ctx, to, type, payload, opts);
+  }
+
+  /**
+   * Durable send + wait for the `result_notify` on a reply inbox. Default timeout 120 s.
+   * @throws TimeoutError naming the subject; RemoteError when the reply carries an error
+   */
+  ask<R>(env: A2AEnvelope, opts?: AskOptions): Promise<A2AEnvelope<R>> {
+    this.open("ask");
+    return ask<R>(this.ctx, env, opts);
+  }
+
+  /** Answers `original` with a `result_notify` (to its replyTo inbox, else durably to its sender). */
+  respond(original: A2AEnvelope, result: unknown, opts?: RespondOptions): Promise<A2AEnvelope> {
+    this.open("respond");
+    return respond(this.ctx, original, result, opts);
+  }
+
+  /** @throws KovaError INVALID_ENVELOPE for a malformed event */
+  publishEvent(event: KovaEvent, opts?: { durable?: boolean }): Promise<void> {
+    this.open("publishEvent");
+    return publishEvent(this.ctx, event, opts);
+  }
+
+  subscribeEvents(opts?: { sessionId?: string }): EventStream {
+    this.open("subscribeEvents");
+    return subscribeEvents(this.ctx, opts);
+  }
+
+  /** Moves messages that exhausted max_deliver to the DLQ (run one per node; they share the work). */
+  startDlqMover(): DlqMover {
+    this.open("startDlqMover");
+    const mover = startDlqMover(this.ctx);
+    this.services.add(mover);
+    return mover;
+  }
+
+  /** The newest dead letters, newest first. */
+  listDlq(opts?: { limit?: number; reason?: string }): Promise<DlqEntry[]> {
+    return listDlq(this.ctx, opts);
+  }
+
+  /** Resolves when the connection closes for good: undefined, or the error that closed it. */
+  async closed(): Promise<Error | undefined> {
+    return (await this.ctx.nc.closed()) ?? undefined;
+  }
+
+  /** Stops mailboxes (waiting for in-flight handlers), rpc services and movers, then closes. */
+  async close(): Promise<void> {
+    if (this.closing) return;
+    this.closing = true;
+    await Promise.all([...this.mailboxes].map((m) => m.stop().catch(() => undefined)));
+    await Promise.all([...this.services].map((s) => s.stop().catch(() => undefined)));
+    if (!this.ctx.nc.isClosed()) await this.ctx.nc.close();
+  }
+
+  private open(what: string): void {
+    if (this.closing || this.ctx.nc.isClosed()) throw new BusClosedError(what);
+  }
+}

@@ -1,0 +1,94 @@
+import type { PubAck } from "@nats-io/jetstream";
+import type { Logger } from "../core/logger.js";
+import type { AskOptions } from "./ask.js";
+import { Bus } from "./bus.js";
+import { createEnvelope, type A2AEnvelope, type MessageType } from "./envelope.js";
+import type { EventStream } from "./events.js";
+import type { RequestOptions } from "./rpc.js";
+import type { SendOptions } from "./send.js";
+
+export interface KovaClientOptions {
+  servers: string | string[];
+  cluster?: string;
+  /** This service's id: the `from` of what it sends (default `client_<random>`). */
+  id?: string;
+  name?: string;
+  logger?: Logger;
+  /** Create or check the streams on connect, so a send works before any node ran (default true). */
+  ensureStreams?: boolean;
+}
+
+/** Extra envelope fields a client may set on send/ask. */
+export interface MessageOptions {
+  id?: string;
+  correlationId?: string;
+  deadline?: number;
+  traceId?: string;
+}
+
+/**
+ * What another service imports to talk to Kova agents: send (durable), ask (durable
+ * send + reply), request (fast path) and events. One NATS connection.
+ */
+export class KovaClient {
+  private constructor(readonly bus: Bus) {}
+
+  /** @throws NatsUnreachableError naming the URL; StreamConflictError from ensureStreams */
+  static async connect(opts: KovaClientOptions): Promise<KovaClient> {
+    const bus = await Bus.connect({
+      servers: opts.servers,
+      name: opts.name ?? "kova-client",
+      ...(opts.cluster ? { cluster: opts.cluster } : {}),
+      ...(opts.id ? { clientId: opts.id } : {}),
+      ...(opts.logger ? { logger: opts.logger } : {}),
+    });
+    if (opts.ensureStreams !== false) {
+      try {
+        await bus.ensureStreams();
+      } catch (err) {
+        await bus.close();
+        throw err;
+      }
+    }
+    return new KovaClient(bus);
+  }
+
+  get id(): string {
+    return this.bus.clientId;
+  }
+
+  private envelope(to: string, type: MessageType, payload: unknown, m: MessageOptions = {}): A2AEnvelope {
+    return createEnvelope({ from: this.bus.clientId, to, type, payload: payload ?? null, ...m });
+  }
+
+  /**
+   * Durable send to an agent's mailbox; resolves after JetStream stored it.
+   * @throws InvalidEnvelopeError, PayloadTooLargeError, NoRespondersError, TimeoutError
+   */
+  async send(to: string, type: MessageType, payload: unknown, opts: MessageOptions & SendOptions = {}): Promise<{ id: string; seq: number; duplicate: boolean }> {
+    const { timeoutMs, encoding, ...m } = opts;
+    const env = this.envelope(to, type, payload, m);
+    const ack = await this.bus.send(env, { ...(timeoutMs ? { timeoutMs } : {}), ...(encoding ? { encoding } : {}) });
+    return { id: env.id, seq: ack.seq, duplicate: ack.duplicate };
+  }
+
+  /** Durable send + wait for the agent's `result_notify`. @throws TimeoutError, RemoteError */
+  ask<R>(to: string, type: MessageType, payload: unknown, opts: MessageOptions & AskOptions = {}): Promise<A2AEnvelope<R>> {
+    const { timeoutMs, send, ...m } = opts;
+    return this.bus.ask<R>(this.envelope(to, type, payload, m), { ...(timeoutMs ? { timeoutMs } : {}), ...(send ? { send } : {}) });
+  }
+
+  /** Fast request to the node hosting `to`. @throws NoRespondersError, TimeoutError, RemoteError */
+  request<R>(to: string, type: MessageType, payload: unknown, opts?: RequestOptions): Promise<R> {
+    return this.bus.request<R>(to, type, payload, opts);
+  }
+
+  /** Live events, of one session or all. */
+  events(opts?: { sessionId?: string }): EventStream {
+    return this.bus.subscribeEvents(opts);
+  }
+
+  close(): Promise<void> {
+    return this.bus.close();
+  }
+}

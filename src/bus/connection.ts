@@ -1,0 +1,85 @@
+import { connect, type NatsConnection } from "@nats-io/transport-node";
+import { ErrorCode, KovaError } from "../core/errors.js";
+import type { Logger } from "../core/logger.js";
+import { NatsUnreachableError } from "./errors.js";
+
+export interface ConnectionOptions {
+  servers: string | string[];
+  /** Client name shown in the server's `/connz`. */
+  name?: string;
+  logger: Logger;
+  /** How long the first connection attempt may take (default 5 s). */
+  connectTimeoutMs?: number;
+}
+
+/**
+ * Connects once and then reconnects forever: a node must outlive a NATS restart, and
+ * nats.js gives up after 10 attempts by default. Every status change is logged, so a
+ * flapping link is visible in the node's logs.
+ * @throws NatsUnreachableError when the first connection fails (names the URL)
+ */
+export async function connectNats(opts: ConnectionOptions): Promise<NatsConnection> {
+  const servers = Array.isArray(opts.servers) ? opts.servers : opts.servers.split(",").map((s) => s.trim());
+  const shown = servers.join(",");
+  let nc: NatsConnection;
+  try {
+    nc = await connect({
+      servers,
+      name: opts.name ?? "kova",
+      maxReconnectAttempts: -1,
+      reconnectTimeWait: 250,
+      reconnectJitter: 100,
+      timeout: opts.connectTimeoutMs ?? 5_000,
+      // A dead TCP peer that never closes the socket is found by pings.
+      pingInterval: 10_000,
+      maxPingOut: 3,
+    });
+  } catch (err) {
+    const name = (err as { name?: string }).name ?? "";
+    if (name === "AuthorizationError" || name === "UserAuthenticationExpiredError") {
+      throw new KovaError(ErrorCode.NATS_UNREACHABLE, `NATS at ${shown} refused the credentials: ${(err as Error).message}`, {
+        cause: err,
+        data: { servers: shown },
+      });
+    }
+    throw new NatsUnreachableError(shown, { cause: err });
+  }
+  logStatus(nc, opts.logger);
+  return nc;
+}
+
+function logStatus(nc: NatsConnection, log: Logger): void {
+  log.info({ server: nc.getServer() }, "connected to NATS");
+  void (async () => {
+    for await (const s of nc.status()) {
+      switch (s.type) {
+        case "disconnect":
+          log.warn({ server: s.server }, "NATS disconnected; reconnecting");
+          break;
+        case "reconnect":
+          log.info({ server: s.server }, "NATS reconnected");
+          break;
+        case "reconnecting":
+          log.debug("NATS reconnecting");
+          break;
+        case "error":
+          log.error({ err: s.error }, "NATS connection error");
+          break;
+        case "ldm":
+          log.warn({ server: s.server }, "NATS server entering lame duck mode");
+          break;
+        case "staleConnection":
+          log.warn("NATS connection stale");
+          break;
+        case "slowConsumer":
+          log.warn({ sub: s.sub.getSubject() }, "NATS slow consumer: messages dropped on a core subscription");
+          break;
+        case "close":
+          log.info("NATS connection closed");
+          break;
+        default:
+          log.trace({ status: s.type }, "NATS status");
+      }
+    }
+  })().catch((err: unknown) => log.debug({ err }, "NATS status loop ended"));
+}

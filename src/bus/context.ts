@@ -1,0 +1,20 @@
+import type { JetStreamClient, JetStreamManager } from "@nats-io/jetstream";
+import type { NatsConnection } from "@nats-io/transport-node";
+import type { Logger } from "../core/logger.js";
+import type { CodecLimits } from "./codec.js";
+import type { Subjects } from "./subjects.js";
+
+/** What the bus's parts share: one connection and the names derived from the cluster. */
+export interface BusContext {
+  readonly nc: NatsConnection;
+  readonly js: JetStreamClient;
+  readonly jsm: JetStreamManager;
+  readonly cluster: string;
+  readonly subjects: Subjects;
+  /** The server's max_payload: the largest message it accepts, headers included. */
+  readonly maxPayload: number;
+  readonly limits: CodecLimits;
+  readonly log: Logger;
+  /** The `from` of messages this process sends when the caller names nobody. */
+  readonly clientId: string;
+}

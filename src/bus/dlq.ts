@@ -1,0 +1,172 @@
+import { headers as natsHeaders, type MsgHdrs, type Subscription } from "@nats-io/transport-node";
+import { toWire } from "../core/errors.js";
+import type { BusContext } from "./context.js";
+import { Header, type DlqReason } from "./wire.js";
+
+/** What is known about a message being dead-lettered, beyond its bytes. */
+export interface DlqInfo {
+  reason: DlqReason;
+  /** The error that made it a dead letter (its code and message become headers). */
+  error?: unknown;
+  /** The subject it was sent to. */
+  subject: string;
+  /** Original headers; Content-Type is kept so the bytes stay decodable. */
+  headers?: MsgHdrs;
+  stream?: string;
+  streamSeq?: number;
+  deliveries?: number;
+  agentId?: string;
+  /** The message's Nats-Msg-Id, if it had one. */
+  msgId?: string;
+  /** Size of the original message when `data` is only a prefix of it. */
+  originalSize?: number;
+}
+
+/** One dead letter as `listDlq` returns it. */
+export interface DlqEntry {
+  seq: number;
+  subject: string;
+  reason: string;
+  time: Date;
+  headers: Record<string, string>;
+  data: Uint8Array;
+}
+
+// Header values are single lines; keep them short enough not to crowd out the body.
+function headerValue(value: string, max = 1000): string {
+  const flat = value.replace(/[\r\n]+/g, " ");
+  return flat.length > max ? `${flat.slice(0, max)}…` : flat;
+}
+
+/**
+ * Stores a dead letter: the original bytes on `kova.<c>.dlq.<reason>` with reason
+ * headers. Resolves after the JetStream ack, so a caller may ack the original only
+ * then. When the original came from the A2A stream, its stream sequence is the
+ * dedup key, so a move that is retried is stored once.
+ */
+export async function publishDlq(ctx: BusContext, data: Uint8Array, info: DlqInfo): Promise<number> {
+  const h = natsHeaders();
+  const wire = info.error === undefined ? undefined : toWire(info.error);
+  h.set(Header.DlqReason, info.reason);
+  if (wire) {
+    h.set(Header.DlqErrorCode, wire.code);
+    h.set(Header.DlqError, headerValue(wire.message));
+  }
+  h.set(Header.DlqSubject, headerValue(info.subject, 512));
+  h.set(Header.DlqTime, new Date().toISOString());
+  if (info.stream) h.set(Header.DlqStream, info.stream);
+  if (info.streamSeq !== undefined) h.set(Header.DlqStreamSeq, String(info.streamSeq));
+  if (info.deliveries !== undefined) h.set(Header.DlqDeliveries, String(info.deliveries));
+  if (info.agentId) h.set(Header.DlqAgent, info.agentId);
+  const msgId = info.msgId ?? info.headers?.get(Header.MsgId);
+  if (msgId) h.set(Header.DlqMsgId, headerValue(msgId, 256));
+  const ct = info.headers?.get(Header.ContentType);
+  if (ct) h.set(Header.ContentType, headerValue(ct, 128));
+  // Our headers push a message that just fit max_payload over it: keep a prefix.
+  let body = data;
+  const room = ctx.maxPayload - 2048;
+  if (body.length > room) {
+    h.set(Header.DlqOriginalSize, String(info.originalSize ?? body.length));
+    h.set(Header.DlqTruncated, "true");
+    body = body.subarray(0, Math.max(0, room));
+  } else if (info.originalSize !== undefined) {
+    h.set(Header.DlqOriginalSize, String(info.originalSize));
+    h.set(Header.DlqTruncated, "true");
+  }
+  const msgID = info.stream && info.streamSeq !== undefined ? `dlq-${info.stream}-${info.streamSeq}` : undefined;
+  const ack = await ctx.js.publish(ctx.subjects.dlq(info.reason), body, { headers: h, ...(msgID ? { msgID } : {}) });
+  ctx.log.warn(
+    { reason: info.reason, subject: info.subject, agentId: info.agentId, dlqSeq: ack.seq, error: wire?.message },
+    "message moved to the DLQ",
+  );
+  return ack.seq;
+}
+
+/**
+ * Reads the newest dead letters (newest first).
+ * @param opts.reason only this reason; opts.limit at most this many (default 50)
+ */
+export async function listDlq(ctx: BusContext, opts: { limit?: number; reason?: string } = {}): Promise<DlqEntry[]> {
+  const limit = opts.limit ?? 50;
+  const stream = ctx.subjects.streams.dlq;
+  const info = await ctx.jsm.streams.info(stream);
+  const out: DlqEntry[] = [];
+  for (let seq = info.state.last_seq; seq >= info.state.first_seq && seq > 0 && out.length < limit; seq--) {
+    const m = await ctx.jsm.streams.getMessage(stream, { seq }).catch(() => null);
+    if (!m) continue; // deleted or aged out
+    const headers: Record<string, string> = {};
+    for (const [k, v] of m.header ?? []) headers[k] = v.join(", ");
+    const reason = headers[Header.DlqReason] ?? m.subject.split(".").pop() ?? "";
+    if (opts.reason && reason !== opts.reason) continue;
+    out.push({ seq: m.seq, subject: m.subject, reason, time: m.time, headers, data: m.data });
+  }
+  return out;
+}
+
+/** A running DLQ mover; `stop()` drains its subscription. */
+export interface DlqMover {
+  stop(): Promise<void>;
+}
+
+interface MaxDeliveriesAdvisory {
+  stream: string;
+  consumer: string;
+  stream_seq: number;
+  deliveries: number;
+}
+
+/**
+ * Listens for JetStream's MAX_DELIVERIES advisories on the A2A stream and moves each
+ * such message to the DLQ (reason `max_deliver`), then deletes it from the WorkQueue
+ * stream, where it would otherwise stay forever. Movers on several nodes share the
+ * work through a queue group; a message already moved is skipped.
+ */
+export function startDlqMover(ctx: BusContext): DlqMover {
+  const stream = ctx.subjects.streams.a2a;
+  let chain: Promise<void> = Promise.resolve();
+  const sub: Subscription = ctx.nc.subscribe(ctx.subjects.maxDeliveriesAdvisory, {
+    queue: `kova_${ctx.cluster}_dlq_mover`,
+    callback: (err, msg) => {
+      if (err) {
+        ctx.log.error({ err }, "DLQ mover subscription failed");
+        return;
+      }
+      let adv: MaxDeliveriesAdvisory;
+      try {
+        adv = msg.json<MaxDeliveriesAdvisory>();
+      } catch (e) {
+        ctx.log.error({ err: e }, "unreadable MAX_DELIVERIES advisory");
+        return;
+      }
+      // One at a time: moves are rare, and ordering keeps the log readable.
+      chain = chain.then(() => moveOne(ctx, stream, adv)).catch((e: unknown) =>
+        ctx.log.error({ err: e, seq: adv.stream_seq }, "DLQ move failed; the message stays in the A2A stream"),
+      );
+    },
+  });
+  return {
+    async stop() {
+      if (!sub.isClosed()) await sub.drain().catch(() => undefined);
+      await chain;
+    },
+  };
+}
+
+async function moveOne(ctx: BusContext, stream: string, adv: MaxDeliveriesAdvisory): Promise<void> {
+  const stored = await ctx.jsm.streams.getMessage(stream, { seq: adv.stream_seq }).catch(() => null);
+  if (!stored) return; // acked meanwhile, or another mover took it
+  const agentId = adv.consumer.startsWith("agent_") ? adv.consumer.slice("agent_".length) : undefined;
+  await publishDlq(ctx, stored.data, {
+    reason: "max_deliver",
+    error: new Error(`not acknowledged after ${adv.deliveries} deliveries to consumer ${adv.consumer}`),
+    subject: stored.subject,
+    headers: stored.header,
+    stream,
+    streamSeq: adv.stream_seq,
+    deliveries: adv.deliveries,
+    ...(agentId ? { agentId } : {}),
+  });
+  await ctx.jsm.streams.deleteMessage(stream, adv.stream_seq, false).catch((err: unknown) => {
+    if (!/not found|no message/i.test(String(err))) throw err;
+  });
+}

@@ -1,0 +1,75 @@
+import { headers as natsHeaders } from "@nats-io/transport-node";
+import { ErrorCode, KovaError } from "../core/errors.js";
+import { isValidId } from "../core/ids.js";
+import type { BusContext } from "./context.js";
+import { ContentType, Header } from "./wire.js";
+
+/** One event on `kova.<c>.events.<sessionId>.<runId>` (JSON on the wire). */
+export interface KovaEvent {
+  type: string;
+  sessionId: string;
+  runId: string;
+  parentRunId?: string;
+  /** Epoch milliseconds. */
+  ts: number;
+  data?: unknown;
+}
+
+export interface EventStream extends AsyncIterable<KovaEvent> {
+  stop(): void;
+}
+
+const utf8 = new TextEncoder();
+
+function check(event: KovaEvent): void {
+  const bad = (field: string, why: string) =>
+    new KovaError(ErrorCode.INVALID_ENVELOPE, `invalid event: ${field} ${why}`, { data: { field } });
+  if (typeof event.type !== "string" || event.type.length === 0 || event.type.length > 128) throw bad("type", "must be a string of 1-128 characters");
+  if (!isValidId(event.sessionId)) throw bad("sessionId", "must be an id of [A-Za-z0-9_-]");
+  if (!isValidId(event.runId)) throw bad("runId", "must be an id of [A-Za-z0-9_-]");
+  if (event.parentRunId !== undefined && !isValidId(event.parentRunId)) throw bad("parentRunId", "must be an id of [A-Za-z0-9_-]");
+  if (typeof event.ts !== "number" || !Number.isFinite(event.ts)) throw bad("ts", "must be epoch milliseconds");
+}
+
+/**
+ * Publishes an event as JSON. Durable by default (resolves after the EVENTS stream
+ * stored it); `durable: false` is a plain publish for high-rate streams such as tokens.
+ * @throws KovaError INVALID_ENVELOPE for a malformed event, before anything is sent
+ */
+export async function publishEvent(ctx: BusContext, event: KovaEvent, opts: { durable?: boolean } = {}): Promise<void> {
+  check(event);
+  const subject = ctx.subjects.events(event.sessionId, event.runId);
+  const h = natsHeaders();
+  h.set(Header.ContentType, ContentType.json);
+  const data = utf8.encode(JSON.stringify(event));
+  if (opts.durable === false) {
+    ctx.nc.publish(subject, data, { headers: h });
+    return;
+  }
+  await ctx.js.publish(subject, data, { headers: h });
+}
+
+/**
+ * Live events of one session, or of the whole cluster. Messages that are not event
+ * JSON are skipped (and logged), so a stray publisher cannot break a dashboard.
+ */
+export function subscribeEvents(ctx: BusContext, opts: { sessionId?: string } = {}): EventStream {
+  const subject = opts.sessionId ? ctx.subjects.sessionEvents(opts.sessionId) : ctx.subjects.eventsWildcard;
+  const sub = ctx.nc.subscribe(subject);
+  async function* iterate(): AsyncGenerator<KovaEvent> {
+    for await (const msg of sub) {
+      try {
+        const event = msg.json<KovaEvent>();
+        check(event);
+        yield event;
+      } catch (err) {
+        ctx.log.debug({ err, subject: msg.subject }, "skipped a message that is not a Kova event");
+      }
+    }
+  }
+  const it = iterate();
+  return {
+    [Symbol.asyncIterator]: () => it,
+    stop: () => sub.unsubscribe(),
+  };
+}

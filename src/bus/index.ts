@@ -1,0 +1,44 @@
+/**
+ * Kova's A2A bus: NATS connection, envelope + codec, subjects, durable mailboxes,
+ * the fast request path, events and the DLQ. The wire contract is docs/protocol.md.
+ */
+export { Bus, type BusConnectOptions } from "./bus.js";
+export { KovaClient, type KovaClientOptions, type MessageOptions } from "./client.js";
+export {
+  MESSAGE_TYPES,
+  createEnvelope,
+  validateEnvelope,
+  isMessageType,
+  type A2AEnvelope,
+  type EnvelopeFields,
+  type MessageType,
+} from "./envelope.js";
+export {
+  DEFAULT_CODEC_LIMITS,
+  decodeEnvelope,
+  decodeValue,
+  encodeEnvelope,
+  encodeValue,
+  encodingOf,
+  type CodecLimits,
+  type Encoding,
+} from "./codec.js";
+export { subjectsFor, type Subjects } from "./subjects.js";
+export { kovaStreamConfigs, type StreamOptions } from "./streams.js";
+export type { SendOptions } from "./send.js";
+export type { Mailbox, MailboxContext, MailboxHandler, MailboxOptions } from "./mailbox.js";
+export { DEFAULT_RPC_TIMEOUT_MS, type RequestOptions, type RpcHandler, type RpcReply, type RpcService } from "./rpc.js";
+export { DEFAULT_ASK_TIMEOUT_MS, type AskOptions, type RespondOptions } from "./ask.js";
+export type { EventStream, KovaEvent } from "./events.js";
+export type { DlqEntry, DlqMover } from "./dlq.js";
+export { ContentType, DlqReason, Header } from "./wire.js";
+export {
+  BusClosedError,
+  DecodeError,
+  InvalidEnvelopeError,
+  NatsUnreachableError,
+  NoRespondersError,
+  PayloadTooLargeError,
+  StreamConflictError,
+  UnknownMessageTypeError,
+} from "./errors.js";

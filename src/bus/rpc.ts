@@ -1,0 +1,120 @@
+import { RequestError, TimeoutError as NatsTimeoutError, headers as natsHeaders, type Msg, type Subscription } from "@nats-io/transport-node";
+import { ErrorCode, KovaError, fromWire, toWire, type WireError } from "../core/errors.js";
+import { decodeValue, encodeValue, encodingOf, type Encoding } from "./codec.js";
+import type { BusContext } from "./context.js";
+import { createEnvelope, validateEnvelope, type A2AEnvelope, type MessageType } from "./envelope.js";
+import { NoRespondersError, subjectTimeout } from "./errors.js";
+import { ContentType, Header } from "./wire.js";
+
+/** The reply body of the fast path (docs/protocol.md). */
+export type RpcReply<R = unknown> = { ok: true; result: R } | { ok: false; error: WireError };
+
+export type RpcHandler = (env: A2AEnvelope, info: { encoding: Encoding }) => Promise<unknown>;
+
+export interface RpcService {
+  readonly subject: string;
+  /** Stops answering; requests already being handled still get their reply. */
+  stop(): Promise<void>;
+}
+
+export interface RequestOptions {
+  /** Default 10 s: an `info_request` may need a model-free lookup, never a whole turn. */
+  timeoutMs?: number;
+  /** The sender's id (default: this client's id). */
+  from?: string;
+  encoding?: Encoding;
+  traceId?: string;
+}
+
+export const DEFAULT_RPC_TIMEOUT_MS = 10_000;
+
+/**
+ * Answers core NATS requests on `kova.<c>.rpc.<agentId>` (not stored: the fast path for
+ * `info_request` / `capability_query`). Bad input is answered with a typed error, since
+ * here there is a caller to tell. The queue group lets a second host of the same agent
+ * share the load instead of answering twice.
+ * @throws InvalidIdError for a bad agent id
+ */
+export function serveRpc(ctx: BusContext, agentId: string, handler: RpcHandler): RpcService {
+  const subject = ctx.subjects.rpc(agentId);
+  const log = ctx.log.child({ agentId, rpc: subject });
+  const inflight = new Set<Promise<void>>();
+  const sub: Subscription = ctx.nc.subscribe(subject, {
+    queue: `kova_rpc`,
+    callback: (err, msg) => {
+      if (err) {
+        log.error({ err }, "rpc subscription failed");
+        return;
+      }
+      const p = answer(ctx, agentId, msg, handler).catch((e: unknown) => log.error({ err: e }, "rpc reply failed"));
+      inflight.add(p);
+      void p.finally(() => inflight.delete(p));
+    },
+  });
+  return {
+    subject,
+    async stop() {
+      if (!sub.isClosed()) await sub.drain().catch(() => undefined);
+      await Promise.all(inflight);
+    },
+  };
+}
+
+async function answer(ctx: BusContext, agentId: string, msg: Msg, handler: RpcHandler): Promise<void> {
+  const encoding = encodingOf(msg.headers);
+  let reply: RpcReply;
+  try {
+    const env = validateEnvelope(decodeValue(msg.data, encoding, ctx.limits, msg.subject));
+    reply = { ok: true, result: await handler(env, { encoding }) };
+  } catch (err) {
+    ctx.log.debug({ err, agentId }, "rpc request failed");
+    reply = { ok: false, error: toWire(err) };
+  }
+  if (!msg.reply) {
+    ctx.log.warn({ subject: msg.subject }, "rpc message without a reply subject: nobody to answer");
+    return;
+  }
+  if (encoding === "json") {
+    const h = natsHeaders();
+    h.set(Header.ContentType, ContentType.json);
+    msg.respond(encodeValue(reply, "json"), { headers: h });
+  } else {
+    msg.respond(encodeValue(reply, "msgpack"));
+  }
+}
+
+/**
+ * Fast request/reply to the node hosting `to`.
+ * @returns the handler's result
+ * @throws NoRespondersError naming the subject when no node hosts the agent;
+ *   TimeoutError naming the subject; a RemoteError rebuilt from the handler's error
+ */
+export async function request<R>(ctx: BusContext, to: string, type: MessageType, payload: unknown, opts: RequestOptions = {}): Promise<R> {
+  const env = createEnvelope({ from: opts.from ?? ctx.clientId, to, type, payload, ...(opts.traceId ? { traceId: opts.traceId } : {}) });
+  const subject = ctx.subjects.rpc(to);
+  const timeout = opts.timeoutMs ?? DEFAULT_RPC_TIMEOUT_MS;
+  const encoding = opts.encoding ?? "msgpack";
+  let msg: Msg;
+  try {
+    if (encoding === "json") {
+      const h = natsHeaders();
+      h.set(Header.ContentType, ContentType.json);
+      msg = await ctx.nc.request(subject, encodeValue(env, "json"), { timeout, headers: h });
+    } else {
+      msg = await ctx.nc.request(subject, encodeValue(env, "msgpack"), { timeout });
+    }
+  } catch (err) {
+    if (err instanceof RequestError && err.isNoResponders()) {
+      throw new NoRespondersError(subject, `agent ${to} is not hosted by any running node`, { cause: err });
+    }
+    if (err instanceof NatsTimeoutError || (err instanceof RequestError && /timeout/i.test(err.message))) {
+      throw subjectTimeout(`${type} request`, subject, timeout, err);
+    }
+    throw err;
+  }
+  const reply = decodeValue(msg.data, encodingOf(msg.headers), ctx.limits, subject) as RpcReply<R>;
+  if (reply && typeof reply === "object" && reply.ok === true) return reply.result;
+  const remote = fromWire((reply as { error?: unknown })?.error);
+  if (remote) throw remote;
+  throw new KovaError(ErrorCode.REMOTE_ERROR, `the reply on ${subject} is not a Kova rpc reply ({ ok, result | error })`, { data: { subject } });
+}

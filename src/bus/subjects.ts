@@ -1,0 +1,57 @@
+import { assertId } from "../core/ids.js";
+
+/**
+ * Every subject, stream and bucket name Kova uses, derived from the cluster name in
+ * one place. This is the public wire contract (docs/protocol.md): other services,
+ * `nats` CLI users and other languages build the same strings.
+ */
+export interface Subjects {
+  readonly prefix: string;
+  /** An agent's durable inbox: `kova.<c>.a2a.<agentId>`. */
+  a2a(agentId: string): string;
+  readonly a2aWildcard: string;
+  /** The fast, unstored request path: `kova.<c>.rpc.<agentId>`. */
+  rpc(agentId: string): string;
+  /** `kova.<c>.events.<sessionId>.<runId>`. */
+  events(sessionId: string, runId: string): string;
+  /** All runs of one session: `kova.<c>.events.<sessionId>.*`. */
+  sessionEvents(sessionId: string): string;
+  readonly eventsWildcard: string;
+  /** `kova.<c>.dlq.<reason>`. */
+  dlq(reason: string): string;
+  readonly dlqWildcard: string;
+  /** The JetStream advisory sent when a message of the A2A stream exhausts max_deliver. */
+  readonly maxDeliveriesAdvisory: string;
+  readonly streams: { readonly a2a: string; readonly events: string; readonly dlq: string };
+  readonly kv: { readonly agents: string; readonly nodes: string };
+  /** The durable consumer name of an agent's mailbox. */
+  consumer(agentId: string): string;
+}
+
+/**
+ * @throws InvalidIdError when `cluster` (or, later, an agent id) is not a token of
+ *   `[A-Za-z0-9_-]`: a dot would add a subject level, `*`/`>` are wildcards.
+ */
+export function subjectsFor(cluster: string): Subjects {
+  assertId("cluster name", cluster);
+  const prefix = `kova.${cluster}`;
+  // Stream names are upper case by convention (KOVA_DEFAULT_A2A); KV bucket names
+  // keep the cluster's case because `nats kv` users type them.
+  const upper = cluster.toUpperCase();
+  const streams = { a2a: `KOVA_${upper}_A2A`, events: `KOVA_${upper}_EVENTS`, dlq: `KOVA_${upper}_DLQ` };
+  return {
+    prefix,
+    a2a: (agentId) => `${prefix}.a2a.${assertId("agent id", agentId)}`,
+    a2aWildcard: `${prefix}.a2a.*`,
+    rpc: (agentId) => `${prefix}.rpc.${assertId("agent id", agentId)}`,
+    events: (sessionId, runId) => `${prefix}.events.${assertId("session id", sessionId)}.${assertId("run id", runId)}`,
+    sessionEvents: (sessionId) => `${prefix}.events.${assertId("session id", sessionId)}.*`,
+    eventsWildcard: `${prefix}.events.>`,
+    dlq: (reason) => `${prefix}.dlq.${assertId("DLQ reason", reason)}`,
+    dlqWildcard: `${prefix}.dlq.*`,
+    maxDeliveriesAdvisory: `$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.${streams.a2a}.*`,
+    streams,
+    kv: { agents: `kova_${cluster}_agents`, nodes: `kova_${cluster}_nodes` },
+    consumer: (agentId) => `agent_${assertId("agent id", agentId)}`,
+  };
+}
