@@ -1,0 +1,188 @@
+import { describe, expect, it } from "vitest";
+import { execFile } from "node:child_process";
+import { existsSync, readFileSync } from "node:fs";
+import { mkdtemp, rm, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join, resolve } from "node:path";
+import { promisify } from "node:util";
+import { parse as parseYaml, parseAllDocuments } from "yaml";
+import { parseConfig, type NodeConfig } from "../../src/node/config.js";
+import { findNatsServerBinary } from "../../src/testing/index.js";
+import { prepareNatsConfig } from "../fixtures/deploy/nats-config.js";
+
+const run = promisify(execFile);
+const DEPLOY = resolve(import.meta.dirname, "../../deploy");
+const read = (p: string) => readFileSync(join(DEPLOY, p), "utf8");
+
+type Doc = Record<string, any>;
+
+function k8sDocs(file: string): Doc[] {
+  const docs = parseAllDocuments(read(file));
+  for (const d of docs) expect(d.errors.map((e) => e.message)).toEqual([]);
+  return docs.map((d) => d.toJS() as Doc);
+}
+
+/** Every volume a pod template mounts is declared as a volume or a claim template. */
+function unmountedVolumes(sts: Doc): string[] {
+  const declared = new Set<string>([
+    ...(sts.spec.template.spec.volumes ?? []).map((v: Doc) => v.name),
+    ...(sts.spec.volumeClaimTemplates ?? []).map((v: Doc) => v.metadata.name),
+  ]);
+  const mounts: string[] = sts.spec.template.spec.containers.flatMap((c: Doc) => (c.volumeMounts ?? []).map((m: Doc) => m.name));
+  return mounts.filter((m) => !declared.has(m));
+}
+
+/** The unit file as sections of key → values (a key may repeat, as in systemd). */
+function parseUnit(text: string): Record<string, Record<string, string[]>> {
+  const out: Record<string, Record<string, string[]>> = {};
+  let section = "";
+  for (const raw of text.split("\n")) {
+    const line = raw.trim();
+    if (line === "" || line.startsWith("#") || line.startsWith(";")) continue;
+    const header = /^\[(\w+)\]$/.exec(line);
+    if (header) {
+      section = header[1]!;
+      out[section] = {};
+      continue;
+    }
+    const kv = /^([A-Za-z]+)=(.*)$/.exec(line);
+    if (!kv || !section) throw new Error(`not a unit line: ${line}`);
+    (out[section]![kv[1]!] ??= []).push(kv[2]!);
+  }
+  return out;
+}
+
+describe("deploy configs", () => {
+  it("deploy - the example kova.toml files load with the node's config loader and agree with each other", () => {
+    const configs: NodeConfig[] = [1, 2, 3].map((i) =>
+      parseConfig(read(`kova/kova-node${i}.toml`), { path: join(DEPLOY, "kova", `kova-node${i}.toml`), env: {} }),
+    );
+    expect(configs.map((c) => c.nodeId)).toEqual(["kova-1", "kova-2", "kova-3"]);
+    for (const c of configs) {
+      expect(c.cluster).toBe("default");
+      expect(c.dataDir).toBe("/var/lib/kova");
+      expect(c.natsUrls).toEqual(["nats://nats-1:4222", "nats://nats-2:4222", "nats://nats-3:4222"]);
+      expect(c.wal.sync).toBe("full");
+      expect(c.wal.ringBits).toBe(16);
+      expect(c.staleAfterMs).toBeGreaterThanOrEqual(2 * c.heartbeatMs);
+      // the same declared actors on every node, so placement sees one list
+      expect(c.actors).toEqual(configs[0]!.actors);
+    }
+    expect(configs[0]!.actors.map((a) => a.type)).toEqual(["counter", "counter", "counter"]);
+  });
+
+  it("deploy - docker-compose.yml runs 3 NATS servers and 3 Kova nodes wired to files that exist", () => {
+    const compose = parseYaml(read("docker-compose.yml"), { merge: true }) as Doc;
+    const services = compose.services as Record<string, Doc>;
+    const nats = Object.keys(services).filter((s) => /^nats-\d$/.test(s));
+    const kova = Object.keys(services).filter((s) => /^kova-\d$/.test(s));
+    expect(nats).toEqual(["nats-1", "nats-2", "nats-3"]);
+    expect(kova).toEqual(["kova-1", "kova-2", "kova-3"]);
+    const mountedFile = (svc: Doc, target: string) => {
+      const v = (svc.volumes as string[]).find((m) => m.split(":")[1] === target);
+      expect(v, `${target} mounted`).toBeDefined();
+      return v!.split(":")[0]!;
+    };
+    nats.forEach((name, i) => {
+      const svc = services[name]!;
+      expect(svc.image).toMatch(/^nats:2\.(1[0-9]|[2-9][0-9])/); // 2.10+ for sync_interval
+      expect(svc.command).toEqual(["-c", "/etc/nats/nats.conf"]);
+      expect(mountedFile(svc, "/etc/nats/nats.conf")).toBe(`./nats/cluster-n${i + 1}.conf`);
+      expect(svc.healthcheck.test.join(" ")).toContain("/healthz");
+      // the server name in the mounted config is the compose host name used in routes
+      expect(read(`nats/cluster-n${i + 1}.conf`)).toMatch(new RegExp(`^server_name: ${name}$`, "m"));
+    });
+    kova.forEach((name, i) => {
+      const svc = services[name]!;
+      expect(mountedFile(svc, "/etc/kova/kova.toml")).toBe(`./kova/kova-node${i + 1}.toml`);
+      expect(Object.keys(svc.depends_on)).toEqual(nats);
+      expect(Object.values(svc.depends_on).every((d: any) => d.condition === "service_healthy")).toBe(true);
+      expect(existsSync(resolve(DEPLOY, svc.build.context, svc.build.dockerfile))).toBe(true);
+      expect(svc.stop_signal).toBe("SIGTERM");
+    });
+    const namedVolumes = Object.values(services)
+      .flatMap((s) => (s.volumes ?? []) as string[])
+      .map((v) => v.split(":")[0]!)
+      .filter((src) => !src.startsWith("."));
+    for (const v of namedVolumes) expect(compose.volumes).toHaveProperty(v);
+    for (const src of Object.values(services).flatMap((s) => (s.volumes ?? []) as string[]).map((v) => v.split(":")[0]!)) {
+      if (src.startsWith(".")) expect(existsSync(resolve(DEPLOY, src)), src).toBe(true);
+    }
+  });
+
+  it("deploy - Kubernetes manifests parse and reference what they declare", async () => {
+    const kustomization = parseYaml(read("k8s/kustomization.yaml")) as Doc;
+    for (const r of kustomization.resources as string[]) expect(existsSync(join(DEPLOY, "k8s", r)), r).toBe(true);
+    const docs = (kustomization.resources as string[]).flatMap((r) => k8sDocs(`k8s/${r}`));
+    const byKind = (kind: string, name: string) => docs.find((d) => d.kind === kind && d.metadata?.name === name);
+
+    const natsSts = byKind("StatefulSet", "nats")!;
+    expect(natsSts.spec.replicas).toBe(3);
+    expect(byKind("Service", natsSts.spec.serviceName)?.spec.clusterIP).toBe("None");
+    expect(unmountedVolumes(natsSts)).toEqual([]);
+    const natsConfigMap = byKind("ConfigMap", natsSts.spec.template.spec.volumes.find((v: Doc) => v.configMap).configMap.name)!;
+    const natsConf: string = natsConfigMap.data["nats.conf"];
+    expect(natsConf).toMatch(/sync_interval: always/);
+    expect(natsConf).toMatch(/server_name: \$POD_NAME/);
+    const routes = [...natsConf.matchAll(/nats-route:\/\/([\w.-]+):6222/g)].map((m) => m[1]);
+    expect(routes).toEqual([0, 1, 2].map((i) => `nats-${i}.${natsSts.spec.serviceName}`));
+    expect(natsSts.spec.template.spec.containers[0].env).toContainEqual({
+      name: "POD_NAME",
+      valueFrom: { fieldRef: { fieldPath: "metadata.name" } },
+    });
+    expect(byKind("PodDisruptionBudget", "nats")?.spec.maxUnavailable).toBe(1);
+
+    const kovaSts = byKind("StatefulSet", "kova")!;
+    expect(kovaSts.spec.replicas).toBe(3);
+    expect(byKind("Service", kovaSts.spec.serviceName)?.spec.clusterIP).toBe("None");
+    expect(unmountedVolumes(kovaSts)).toEqual([]);
+    const container = kovaSts.spec.template.spec.containers[0];
+    expect(container.args).toEqual(["node", "start", "--config", "/etc/kova/kova.toml"]);
+    const kovaConfigMap = byKind("ConfigMap", kovaSts.spec.template.spec.volumes.find((v: Doc) => v.configMap).configMap.name)!;
+    const cfg = parseConfig(kovaConfigMap.data["kova.toml"], { path: "/etc/kova/kova.toml", env: { KOVA_NODE_ID: "kova-0" } });
+    expect(cfg.nodeId).toBe("kova-0");
+    expect(container.env.find((e: Doc) => e.name === "KOVA_NODE_ID").valueFrom.fieldRef.fieldPath).toBe("metadata.name");
+    expect(cfg.natsUrls).toEqual(routes.map((r) => `nats://${r}:4222`));
+    expect(kovaSts.spec.template.spec.terminationGracePeriodSeconds).toBeGreaterThanOrEqual(30);
+
+    // nats-server itself accepts the ConfigMap's config (`-t`: check and exit).
+    const bin = findNatsServerBinary();
+    expect(bin, "nats-server binary").toBeDefined();
+    const dir = await mkdtemp(join(tmpdir(), "kova-k8s-"));
+    try {
+      const conf = await prepareNatsConfig(bin!, natsConf, {
+        storeDir: join(dir, "js"),
+        replace: [["/var/run/nats/nats.pid", join(dir, "nats.pid")]],
+      });
+      await writeFile(join(dir, "nats.conf"), conf.text);
+      const out = await run(bin!, ["-t", "-c", join(dir, "nats.conf")], { env: { ...process.env, POD_NAME: "nats-0" } });
+      expect(out.stdout + out.stderr).toContain("is valid");
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+
+  it("deploy - the systemd units start the node with its config and drain on SIGTERM", async () => {
+    const unit = parseUnit(read("systemd/kova-node.service"));
+    expect(Object.keys(unit)).toEqual(["Unit", "Service", "Install"]);
+    expect(unit.Service!.ExecStart![0]).toMatch(/bin\/kova\.js node start --config \/etc\/kova\/kova\.toml$/);
+    expect(unit.Service!.KillSignal).toEqual(["SIGTERM"]);
+    expect(Number.parseInt(unit.Service!.TimeoutStopSec![0]!, 10)).toBeGreaterThanOrEqual(30);
+    expect(unit.Service!.StateDirectory).toEqual(["kova"]); // /var/lib/kova, the data_dir of the examples
+    expect(unit.Install!.WantedBy).toEqual(["multi-user.target"]);
+    const nats = parseUnit(read("systemd/nats-server.service"));
+    expect(nats.Service!.KillSignal).toEqual(["SIGUSR2"]); // lame duck mode
+    expect(nats.Service!.ExecStart![0]).toMatch(/nats-server -c \S+\.conf$/);
+
+    // systemd's own checker, where the machine has it: it reports unknown keys and bad values.
+    const analyze = ["/usr/bin/systemd-analyze", "/bin/systemd-analyze"].find((p) => existsSync(p));
+    if (analyze) {
+      for (const file of ["systemd/kova-node.service", "systemd/nats-server.service"]) {
+        const path = join(DEPLOY, file);
+        const out = await run(analyze, ["verify", path]).catch((e: { stdout: string; stderr: string }) => e);
+        const complaints = `${out.stdout}\n${out.stderr}`.split("\n").filter((l) => l.includes(path));
+        expect(complaints).toEqual([]);
+      }
+    }
+  });
+});
