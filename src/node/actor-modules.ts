@@ -1,0 +1,49 @@
+import { pathToFileURL } from "node:url";
+import { ConfigError } from "../core/errors.js";
+import type { ActorTypeRegistry } from "../actors/registry.js";
+import type { ActorDefinition } from "../actors/types.js";
+import type { NodeConfig } from "./config.js";
+
+/**
+ * User actor types come from modules named in kova.toml. A module exports actor
+ * definitions (made with `defineActor` from the `kova` package) as named exports, as a
+ * default export, or as an array of them; every such export is registered.
+ */
+function isDefinition(value: unknown): value is ActorDefinition<unknown> {
+  if (typeof value !== "object" || value === null) return false;
+  const v = value as Record<string, unknown>;
+  return typeof v.type === "string" && typeof v.initialState === "function" && typeof v.handlers === "object";
+}
+
+/**
+ * Imports each module of the config and registers its definitions, then checks that
+ * every `[[actors]]` type is known.
+ * @throws ConfigError naming the module or the `actors[i].type` key
+ */
+export async function loadActorModules(config: NodeConfig, types: ActorTypeRegistry): Promise<void> {
+  for (const path of config.modules) {
+    let mod: Record<string, unknown>;
+    try {
+      mod = (await import(pathToFileURL(path).href)) as Record<string, unknown>;
+    } catch (err) {
+      throw new ConfigError("actors.module", `cannot import ${path}: ${(err as Error).message}; check the path and that it is built JavaScript`, { cause: err });
+    }
+    let found = 0;
+    for (const value of Object.values(mod)) {
+      for (const candidate of Array.isArray(value) ? value : [value]) {
+        if (isDefinition(candidate)) {
+          types.register(candidate);
+          found++;
+        }
+      }
+    }
+    if (found === 0) {
+      throw new ConfigError("actors.module", `${path} exports no actor definition: export one made with defineActor({ type, initialState, handlers })`);
+    }
+  }
+  config.actors.forEach((a, i) => {
+    if (!types.has(a.type)) {
+      throw new ConfigError(`actors[${i}].type`, `unknown actor type "${a.type}": known types are ${types.types().join(", ")}; name the module that defines it with module = "./file.js"`);
+    }
+  });
+}

@@ -1,0 +1,184 @@
+import type { Command } from "commander";
+import { connect, type NatsConnection } from "@nats-io/transport-node";
+import { Kvm } from "@nats-io/kv";
+import { ErrorCode, KovaError } from "../../core/errors.js";
+import { isValidId } from "../../core/ids.js";
+import { createLogger } from "../../core/logger.js";
+import { loadConfig } from "../config.js";
+import {
+  controlRequest,
+  nodeSubject,
+  spawnSubject,
+  type AgentStatusView,
+  type NodeStatusView,
+  type SignalReply,
+  type SpawnReply,
+} from "../control.js";
+import { KvMirror } from "../kv-mirror.js";
+import { nodesBucket, type NodeRecord } from "../membership.js";
+import { agentsBucket, type AgentRecord } from "../registry.js";
+
+interface ClusterOpts {
+  server?: string;
+  cluster?: string;
+  config?: string;
+  json?: boolean;
+}
+
+/**
+ * Cluster inspection and control from the command line: `kova nodes ls`, `kova agents
+ * ls`, `kova status`, `kova spawn`, `kova signal`. Each reads the same KV buckets and
+ * calls the same `kova-node` endpoints that `nats kv` / `nats req` would.
+ */
+export function register(program: Command): void {
+  const common = (cmd: Command) =>
+    cmd
+      .option("-s, --server <url>", "NATS URL (default: NATS_URL, the config's [nats] urls, or nats://127.0.0.1:4222)")
+      .option("--cluster <name>", "cluster name (default: KOVA_CLUSTER, the config's [cluster] name, or default)")
+      .option("-c, --config <path>", "kova.toml to take the NATS URL and cluster name from")
+      .option("--json", "print JSON instead of a table");
+
+  const nodes = program.command("nodes").description("cluster nodes");
+  common(nodes.command("ls").description("list nodes with their heartbeat and actor count")).action((o: ClusterOpts) =>
+    withCluster(o, async (nc, cluster) => {
+      const records = await readBucket<NodeRecord>(nc, nodesBucket(cluster), cluster);
+      const now = Date.now();
+      const rows = records.map((r) => ({ ...r, silentMs: now - r.heartbeatAt }));
+      if (o.json) return print(rows);
+      table(
+        ["NODE", "STATE", "ACTORS", "HEARTBEAT", "HOST", "PID", "VERSION"],
+        rows.map((r) => [r.id, r.state === "up" && r.silentMs < 15_000 ? "up" : r.state === "up" ? "stale" : r.state, String(r.actors), `${(r.silentMs / 1000).toFixed(1)}s ago`, r.host, String(r.pid), r.version]),
+      );
+    }),
+  );
+
+  const agents = program.command("agents").description("actors (agents) in the cluster");
+  common(agents.command("ls").description("list actors: type, hosting node, state").option("--node <id>", "only actors on this node")).action(
+    (o: ClusterOpts & { node?: string }) =>
+      withCluster(o, async (nc, cluster) => {
+        let records = await readBucket<AgentRecord>(nc, agentsBucket(cluster), cluster);
+        if (o.node) records = records.filter((r) => r.node === o.node);
+        if (o.json) return print(records);
+        table(["AGENT", "TYPE", "NODE", "STATE", "DESIRED"], records.map((r) => [r.id, r.type, r.node ?? "-", r.state, r.desired]));
+      }),
+  );
+
+  common(program.command("status").description("cluster summary and each live node's status")).action((o: ClusterOpts) =>
+    withCluster(o, async (nc, cluster) => {
+      const nodeRecords = await readBucket<NodeRecord>(nc, nodesBucket(cluster), cluster);
+      const agentRecords = await readBucket<AgentRecord>(nc, agentsBucket(cluster), cluster).catch(() => []);
+      const statuses: Array<NodeStatusView | { nodeId: string; error: string }> = await Promise.all(
+        nodeRecords
+          .filter((r) => r.state === "up")
+          .map((r) =>
+            controlRequest<NodeStatusView>(nc, nodeSubject(cluster, r.id, "status"), {}, 3000).catch((err: Error) => ({ nodeId: r.id, error: err.message })),
+          ),
+      );
+      const byState: Record<string, number> = {};
+      for (const a of agentRecords) byState[a.state] = (byState[a.state] ?? 0) + 1;
+      const summary = { cluster, server: nc.getServer(), nodes: statuses, agents: { total: agentRecords.length, byState } };
+      if (o.json) return print(summary);
+      process.stdout.write(`cluster ${cluster} on ${summary.server}: ${statuses.filter((s) => !("error" in s)).length} node(s) answering, ${agentRecords.length} agent(s)\n`);
+      process.stdout.write(`agents by state: ${Object.entries(byState).map(([k, v]) => `${k}=${v}`).join(" ") || "(none)"}\n`);
+      table(
+        ["NODE", "HEALTHY", "HOSTED", "UPTIME", "NATS", "RECOVERED", "ABANDONED"],
+        statuses.map((s) =>
+          "error" in s
+            ? [s.nodeId, "no reply", "-", "-", "-", "-", s.error]
+            : [s.nodeId, String(s.healthy), String(s.actors.hosted), `${Math.round(s.uptimeMs / 1000)}s`, s.nats.source, String(s.recovery.finished.length), String(s.recovery.abandoned.length)],
+        ),
+      );
+    }),
+  );
+
+  common(
+    program
+      .command("spawn <id>")
+      .description("declare an actor at run time; placement hosts it on a live node")
+      .requiredOption("-t, --type <type>", "registered actor type, e.g. counter"),
+  ).action((id: string, o: ClusterOpts & { type: string }) =>
+    withCluster(o, async (nc, cluster) => {
+      if (!isValidId(id)) throw new KovaError(ErrorCode.INVALID_ID, `actor id ${JSON.stringify(id)} is invalid: use 1-128 characters from [A-Za-z0-9_-]`);
+      const reply = await controlRequest<SpawnReply>(nc, spawnSubject(cluster), { id, type: o.type });
+      if (o.json) return print(reply);
+      process.stdout.write(reply.created ? `spawned ${id} (${o.type}) via node ${reply.via}\n` : `${id} already exists; left as it is\n`);
+    }),
+  );
+
+  common(program.command("signal <agent> <signal>").description("pause, resume, interrupt or kill an actor")).action(
+    (agent: string, signal: string, o: ClusterOpts) =>
+      withCluster(o, async (nc, cluster) => {
+        if (!["pause", "resume", "interrupt", "kill"].includes(signal)) {
+          throw new KovaError(ErrorCode.INVALID_CONFIG, `unknown signal "${signal}": use pause, resume, interrupt or kill`);
+        }
+        const kv = await openExisting(nc, agentsBucket(cluster), cluster);
+        const entry = await kv.get(agent);
+        const record = entry && entry.operation === "PUT" ? entry.json<AgentRecord>() : undefined;
+        if (!record) throw new KovaError(ErrorCode.NOT_HOSTED, `no agent ${agent} in cluster ${cluster}: check the id with kova agents ls`);
+        if (!record.node) {
+          throw new KovaError(ErrorCode.NOT_HOSTED, `agent ${agent} is not running on any node right now (state ${record.state}); wait for placement and retry, see kova agents ls`);
+        }
+        const reply = await controlRequest<SignalReply>(nc, nodeSubject(cluster, record.node, "signal"), { actorId: agent, signal });
+        if (o.json) return print(reply);
+        process.stdout.write(`${signal} delivered to ${agent} on ${reply.node}; state now ${reply.state}\n`);
+      }),
+  );
+
+  common(program.command("node-agents <node>").description("actors a node hosts right now, with in-flight turns")).action(
+    (node: string, o: ClusterOpts) =>
+      withCluster(o, async (nc, cluster) => {
+        const list = await controlRequest<AgentStatusView[]>(nc, nodeSubject(cluster, node, "agents"), {});
+        if (o.json) return print(list);
+        table(["AGENT", "TYPE", "STATE", "IN-FLIGHT", "HANDLED"], list.map((a) => [a.id, a.type, a.state, String(a.inFlight), String(a.handled)]));
+      }),
+  );
+}
+
+async function withCluster(o: ClusterOpts, fn: (nc: NatsConnection, cluster: string) => Promise<void>): Promise<void> {
+  let urls = o.server ?? process.env.NATS_URL;
+  let cluster = o.cluster ?? process.env.KOVA_CLUSTER;
+  if (o.config) {
+    const cfg = await loadConfig(o.config);
+    urls ??= cfg.natsUrls?.join(",");
+    cluster ??= cfg.cluster;
+  }
+  urls ??= "nats://127.0.0.1:4222";
+  cluster ??= "default";
+  let nc: NatsConnection;
+  try {
+    nc = await connect({ servers: urls.split(","), timeout: 3000, name: "kova-cli" });
+  } catch (err) {
+    throw new KovaError(ErrorCode.NATS_UNREACHABLE, `NATS unreachable at ${urls}: start the cluster's nats-server, or pass --server / set NATS_URL`, { cause: err });
+  }
+  try {
+    await fn(nc, cluster);
+  } finally {
+    await nc.close();
+  }
+}
+
+async function openExisting(nc: NatsConnection, bucket: string, cluster: string) {
+  try {
+    return await new Kvm(nc).open(bucket, { bindOnly: false });
+  } catch (err) {
+    throw new KovaError(ErrorCode.NOT_HOSTED, `no cluster "${cluster}" here (bucket ${bucket} missing): start a node with kova node start, or pass --cluster`, { cause: err });
+  }
+}
+
+async function readBucket<T>(nc: NatsConnection, bucket: string, cluster: string): Promise<T[]> {
+  const kv = await openExisting(nc, bucket, cluster);
+  const mirror = await KvMirror.start<T>(kv, createLogger({ level: "silent" }));
+  const out = [...mirror.entries()].map(([, e]) => e.value);
+  mirror.stop();
+  return out;
+}
+
+function print(value: unknown): void {
+  process.stdout.write(`${JSON.stringify(value, null, 2)}\n`);
+}
+
+function table(head: string[], rows: string[][]): void {
+  const widths = head.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? "").length)));
+  const line = (cells: string[]) => cells.map((c, i) => c.padEnd(widths[i] ?? 0)).join("  ").trimEnd();
+  process.stdout.write(`${[line(head), ...rows.map(line)].join("\n")}\n`);
+}

@@ -1,0 +1,97 @@
+import type { NatsConnection } from "@nats-io/transport-node";
+import { ErrorCode, KovaError, fromWire } from "../core/errors.js";
+
+/**
+ * The node control protocol: endpoints of the `kova-node` micro service. Per-node
+ * endpoints live under `kova.<c>.node.<nodeId>.<endpoint>` so a caller can address the
+ * node that hosts an actor; `spawn` is cluster-wide (`kova.<c>.control.spawn`, one node
+ * of the queue group answers) because any node can declare an actor. Replies are JSON;
+ * failures carry the `Nats-Service-Error*` headers and `{ code, message, ... }`.
+ */
+export const NODE_ENDPOINTS = ["status", "agents", "signal"] as const;
+export type NodeEndpoint = (typeof NODE_ENDPOINTS)[number];
+
+export function nodeSubject(cluster: string, nodeId: string, endpoint: NodeEndpoint): string {
+  return `kova.${cluster}.node.${nodeId}.${endpoint}`;
+}
+
+export function spawnSubject(cluster: string): string {
+  return `kova.${cluster}.control.spawn`;
+}
+
+export interface SpawnRequest {
+  id: string;
+  type: string;
+  capabilities?: string[];
+}
+
+export interface SpawnReply {
+  created: boolean;
+  id: string;
+  type: string;
+  /** The node that took the request (placement then chooses the host). */
+  via: string;
+}
+
+export interface SignalRequest {
+  actorId: string;
+  signal: "pause" | "resume" | "interrupt" | "kill";
+}
+
+export interface SignalReply {
+  actorId: string;
+  signal: string;
+  node: string;
+  state: string;
+}
+
+export interface AgentStatusView {
+  id: string;
+  type: string;
+  state: string;
+  inFlight: number;
+  handled: number;
+}
+
+export interface NodeStatusView {
+  nodeId: string;
+  cluster: string;
+  incarnation: string;
+  version: string;
+  startedAt: number;
+  uptimeMs: number;
+  nats: { source: string; urls: string[] };
+  liveNodes: string[];
+  healthy: boolean;
+  actors: { hosted: number; byState: Record<string, number> };
+  recovery: { finished: string[]; abandoned: string[]; corrupt: number; pendingRecords: number };
+  stopping: boolean;
+}
+
+const utf8 = new TextEncoder();
+
+/**
+ * One control request with a JSON body. A reply with an error header becomes the
+ * remote error (same code); no responders means the node is not there.
+ * @throws KovaError NO_RESPONDERS / TIMEOUT naming the subject, RemoteError from the node
+ */
+export async function controlRequest<R>(nc: NatsConnection, subject: string, body: unknown, timeoutMs = 5000): Promise<R> {
+  let msg;
+  try {
+    msg = await nc.request(subject, utf8.encode(JSON.stringify(body ?? {})), { timeout: timeoutMs });
+  } catch (err) {
+    const text = String((err as Error)?.message ?? err);
+    if (/no responders|503/i.test(text)) {
+      throw new KovaError(ErrorCode.NO_RESPONDERS, `no node answers on ${subject}: is the node running and in this cluster?`, { cause: err });
+    }
+    if (/timeout/i.test(text)) {
+      throw new KovaError(ErrorCode.TIMEOUT, `no reply on ${subject} within ${timeoutMs} ms: the node may be overloaded or stopping`, { retryable: true, cause: err });
+    }
+    throw err;
+  }
+  const body2 = msg.data.length > 0 ? (JSON.parse(new TextDecoder().decode(msg.data)) as unknown) : null;
+  if (msg.headers?.get("Nats-Service-Error-Code")) {
+    throw fromWire(body2) ?? new KovaError(ErrorCode.REMOTE_ERROR, msg.headers.get("Nats-Service-Error") || `error from ${subject}`);
+  }
+  return body2 as R;
+}
