@@ -1,0 +1,58 @@
+import { ErrorCode, KovaError, type KovaErrorOptions } from "../core/errors.js";
+
+/**
+ * One class per WAL failure. None is retryable: a failed commit or flush cannot be
+ * retried safely (the kernel may have dropped the dirty pages), so the WAL stops.
+ */
+
+/** A stored record failed its CRC32 or authentication check. */
+export class WalCorruptError extends KovaError {
+  constructor(
+    readonly seq: number,
+    reason: string,
+    options: KovaErrorOptions = {},
+  ) {
+    super(ErrorCode.WAL_CORRUPT, `WAL record ${seq} is corrupt: ${reason}`, { ...options, data: { seq, reason } });
+  }
+}
+
+/** A commit or flush failed earlier; the WAL refuses every later write. */
+export class WalFailedError extends KovaError {
+  constructor(cause: unknown) {
+    const why = cause instanceof Error ? cause.message : String(cause);
+    super(ErrorCode.WAL_FAILED, `WAL is in a failed state after a commit or flush error (${why}); reopen it to recover`, {
+      cause,
+    });
+  }
+}
+
+/** The ring holds the maximum number of PENDING records and none completed in time. */
+export class WalFullError extends KovaError {
+  constructor(pending: number, timeoutMs: number) {
+    super(
+      ErrorCode.WAL_FULL,
+      `WAL is full: ${pending} PENDING records and none completed within ${timeoutMs} ms; complete records or raise maxPending`,
+      { data: { pending, timeoutMs } },
+    );
+  }
+}
+
+export class WalClosedError extends KovaError {
+  constructor() {
+    super(ErrorCode.WAL_CLOSED, "WAL is closed");
+  }
+}
+
+/** The key given does not match the key the WAL was created with (or none was given). */
+export class WalBadKeyError extends KovaError {
+  constructor(message: string) {
+    super(ErrorCode.WAL_BAD_KEY, message);
+  }
+}
+
+/** A lock was acquired out of the order Buffer → Queue → Transaction, or inside an LMDB callback. */
+export class LockOrderError extends KovaError {
+  constructor(message: string) {
+    super(ErrorCode.LOCK_ORDER, message);
+  }
+}

@@ -1,0 +1,166 @@
+import { existsSync } from "node:fs";
+import { join } from "node:path";
+import { KovaError, ErrorCode } from "../core/errors.js";
+import type { CipherAlgorithm } from "./crypto.js";
+import { resolveSecurity } from "./keys.js";
+import type { Security } from "./record-seal.js";
+import { scan, type ScanResult, type StoredEntry } from "./recovery.js";
+import { Ring } from "./ring.js";
+import { WalStorage, type WalMeta } from "./storage.js";
+import type { ChainBreak, CorruptRecord } from "./types.js";
+
+/**
+ * Read-only views of a WAL directory for `kova wal inspect` and `kova wal verify`.
+ * They open LMDB read-only, never bump the epoch and never quarantine: running them
+ * next to a live node is safe.
+ */
+export interface OfflineKeys {
+  /** Encryption key material (algorithm comes from the WAL's meta). */
+  key?: Buffer | string;
+  hmacKey?: Buffer | string;
+}
+
+export interface WalInspection {
+  dir: string;
+  format: number;
+  ringBits: number;
+  epoch: number;
+  encryption: string | undefined;
+  hmac: boolean;
+  /** Oldest and newest seq present (0 when empty). */
+  tail: number;
+  head: number;
+  counts: { pending: number; complete: number; corrupt: number; stale: number; overflow: number; quarantined: number };
+  records: Array<{ seq: number; slot: number; status: "PENDING" | "COMPLETE"; kind: string; owner?: string; epoch: number; where: "ring" | "overflow" }>;
+  corrupt: CorruptRecord[];
+  /** True when records were read without their keys (nothing authenticated). */
+  unverified: boolean;
+}
+
+export interface WalVerification {
+  ok: boolean;
+  checked: number;
+  corrupt: CorruptRecord[];
+  chainBreaks: ChainBreak[];
+  /** What could not be checked (e.g. authentication without a key). */
+  notes: string[];
+}
+
+function openReadOnly(dir: string): { storage: WalStorage; meta: WalMeta } {
+  if (!existsSync(join(dir, "data.mdb"))) throw new KovaError(ErrorCode.INVALID_CONFIG, `no WAL in ${dir} (data.mdb missing)`);
+  const storage = WalStorage.open(dir, undefined, true);
+  const meta = storage.readMeta();
+  if (meta === undefined) {
+    void storage.close();
+    throw new KovaError(ErrorCode.INVALID_CONFIG, `${dir} is an LMDB environment but not a Kova WAL (no meta)`);
+  }
+  return { storage, meta };
+}
+
+function securityFor(meta: WalMeta, keys: OfflineKeys): { security: Security; notes: string[] } {
+  const notes: string[] = [];
+  const options: { encryption?: { algorithm: CipherAlgorithm; key: Buffer | string }; hmac?: { key: Buffer | string } } = {};
+  if (meta.cipher !== undefined && keys.key !== undefined) {
+    options.encryption = { algorithm: meta.cipher.algorithm as CipherAlgorithm, key: keys.key };
+  } else if (meta.cipher !== undefined) notes.push(`encrypted with ${meta.cipher.algorithm}: authentication not checked (no --key)`);
+  if (meta.chain !== undefined && keys.hmacKey !== undefined) options.hmac = { key: keys.hmacKey };
+  else if (meta.chain !== undefined) notes.push("HMAC chain not checked (no --hmac-key)");
+  // resolveSecurity throws WAL_BAD_KEY for a wrong key; a missing one only lowers what is checked.
+  const { security } = resolveSecurity(options, {
+    ...meta,
+    ...(options.encryption === undefined ? { cipher: undefined } : {}),
+    ...(options.hmac === undefined ? { chain: undefined } : {}),
+  });
+  return { security: { ...security, unverified: notes.length > 0 }, notes };
+}
+
+function* entries(range: Iterable<{ key: unknown; value: Buffer }>): Iterable<StoredEntry> {
+  for (const { key, value } of range) yield { key: key as number, value };
+}
+
+function run(dir: string, keys: OfflineKeys): { meta: WalMeta; result: ScanResult; quarantined: CorruptRecord[]; notes: string[]; overflow: number } {
+  const { storage, meta } = openReadOnly(dir);
+  try {
+    const { security, notes } = securityFor(meta, keys);
+    const quarantined: CorruptRecord[] = [];
+    for (const { value } of storage.corrupt.getRange({})) {
+      quarantined.push({ seq: value.seq ?? -1, slot: value.slot ?? -1, reason: `quarantined: ${value.reason}`, where: value.where });
+    }
+    const overflow = storage.overflow.getCount();
+    const result = scan({
+      ring: entries(storage.ring.getRange({})),
+      overflow: entries(storage.overflow.getRange({})),
+      layout: new Ring(meta.ringBits),
+      security,
+      epoch: meta.epoch,
+      head: security.chain !== undefined ? storage.readHead() : undefined,
+      quarantined: new Set(quarantined.map((q) => q.seq)),
+      policy: "skip",
+      decode: false,
+    });
+    return { meta, result, quarantined, notes, overflow };
+  } finally {
+    void storage.close();
+  }
+}
+
+/**
+ * Summarises a WAL: records with status, head/tail, epoch.
+ * @throws KovaError INVALID_CONFIG when `dir` holds no WAL; WalBadKeyError on a wrong key
+ */
+export function inspectWal(dir: string, keys: OfflineKeys = {}): WalInspection {
+  const { meta, result, quarantined, notes, overflow } = run(dir, keys);
+  const records: WalInspection["records"] = [];
+  for (const [seq, p] of result.present) {
+    const r: WalInspection["records"][number] = { seq, slot: p.slot, status: p.complete ? "COMPLETE" : "PENDING", kind: p.kind, epoch: p.epoch, where: "ring" };
+    if (p.owner !== undefined) r.owner = p.owner;
+    records.push(r);
+  }
+  for (const p of result.pending) {
+    if (p.where !== "overflow") continue;
+    const r: WalInspection["records"][number] = { seq: p.record.seq, slot: -1, status: "PENDING", kind: p.record.kind, epoch: p.record.epoch, where: "overflow" };
+    if (p.record.owner !== undefined) r.owner = p.record.owner;
+    records.push(r);
+  }
+  records.sort((a, b) => a.seq - b.seq);
+  const corrupt = [...quarantined, ...result.corrupt.map((c) => ({ seq: c.seq, slot: c.slot, reason: c.reason, where: c.where }))];
+  return {
+    dir,
+    format: meta.format,
+    ringBits: meta.ringBits,
+    epoch: meta.epoch,
+    encryption: meta.cipher?.algorithm,
+    hmac: meta.chain !== undefined,
+    tail: records[0]?.seq ?? 0,
+    head: records.at(-1)?.seq ?? 0,
+    counts: {
+      pending: result.pending.length,
+      complete: result.complete,
+      corrupt: result.corrupt.length,
+      stale: result.stale,
+      overflow,
+      quarantined: quarantined.length,
+    },
+    records,
+    corrupt,
+    unverified: notes.length > 0,
+  };
+}
+
+/**
+ * Checks every record's CRC32, authentication (with the keys given) and the HMAC
+ * chain. `ok` is false when anything is corrupt, quarantined or the chain breaks.
+ * @throws KovaError INVALID_CONFIG when `dir` holds no WAL; WalBadKeyError on a wrong key
+ */
+export function verifyWal(dir: string, keys: OfflineKeys = {}): WalVerification {
+  const { result, quarantined, notes } = run(dir, keys);
+  const corrupt = [...quarantined, ...result.corrupt.map((c) => ({ seq: c.seq, slot: c.slot, reason: c.reason, where: c.where }))];
+  corrupt.sort((a, b) => a.seq - b.seq);
+  return {
+    ok: corrupt.length === 0 && result.chainBreaks.length === 0,
+    checked: result.present.size + result.pending.filter((p) => p.where === "overflow").length + result.stale + result.corrupt.length,
+    corrupt,
+    chainBreaks: result.chainBreaks,
+    notes,
+  };
+}

@@ -1,0 +1,176 @@
+import { crc32 } from "./crc32.js";
+
+/**
+ * The stored form of one WAL record, format version 1 (all integers big-endian):
+ *
+ * | offset | size | field                                                        |
+ * | ------ | ---- | ------------------------------------------------------------ |
+ * | 0      | 1    | magic 0xC7                                                   |
+ * | 1      | 1    | format version (1)                                           |
+ * | 2      | 1    | flags: bit0 COMPLETE, bit1 MARKER, bits2-3 cipher, bit4 CHAIN |
+ * | 3      | 1    | kind length K (bytes, UTF-8, ≤ 255)                          |
+ * | 4      | 4    | epoch (u32)                                                  |
+ * | 8      | 8    | seq (u64; JS keeps it below 2^53)                            |
+ * | 16     | 2    | owner length O (0 = no owner)                                |
+ * | 18     | 4    | body length B                                                |
+ * | 22     | K+O  | kind, owner                                                  |
+ * |        | B    | body: msgpack payload, or its ciphertext                     |
+ * |        | 16   | cipher tag (data records with a cipher only)                 |
+ * |        | 32   | prevMac, mac (CHAIN only)                                    |
+ * |        | 16   | marker tag (MARKER records when a key is configured)         |
+ * |        | 4    | CRC-32/IEEE (unsigned) over every byte before it             |
+ *
+ * Bytes 0 .. 22+K+O are the "header": the AAD of AES-256-GCM. A completion marker
+ * (MARKER|COMPLETE) replaces a data record in its slot; it keeps the header fields
+ * and chain macs of the record it completes but carries no body.
+ */
+export const RECORD_MAGIC = 0xc7;
+export const FORMAT_VERSION = 1;
+export const HEADER_FIXED = 22;
+export const TAG_LEN = 16;
+export const MAC_LEN = 16;
+export const CRC_LEN = 4;
+
+export const Flag = { COMPLETE: 0x01, MARKER: 0x02, CHAIN: 0x10 } as const;
+export const CipherId = { NONE: 0, AES_256_GCM: 1, SM4: 2 } as const;
+export type CipherId = (typeof CipherId)[keyof typeof CipherId];
+
+const TWO_32 = 2 ** 32;
+
+export interface HeaderFields {
+  complete: boolean;
+  marker: boolean;
+  cipher: CipherId;
+  chained: boolean;
+  epoch: number;
+  seq: number;
+  kind: string;
+  owner: string | undefined;
+}
+
+/** A record whose CRC and layout checked out (authentication is checked by the caller). */
+export interface ParsedRecord extends HeaderFields {
+  version: number;
+  header: Buffer;
+  body: Buffer;
+  tag: Buffer | undefined;
+  prevMac: Buffer | undefined;
+  mac: Buffer | undefined;
+  markerTag: Buffer | undefined;
+  /** Every byte the marker tag covers (all bytes before it). */
+  beforeMarkerTag: Buffer;
+}
+
+export type ParseResult =
+  | { ok: true; record: ParsedRecord }
+  | { ok: false; reason: string; seq: number | undefined; owner: string | undefined; epoch: number | undefined };
+
+function flagsOf(f: Pick<HeaderFields, "complete" | "marker" | "cipher" | "chained">): number {
+  return (f.complete ? Flag.COMPLETE : 0) | (f.marker ? Flag.MARKER : 0) | (f.cipher << 2) | (f.chained ? Flag.CHAIN : 0);
+}
+
+/** Builds the header (the AAD) for a record whose body will be `bodyLen` bytes. */
+export function encodeHeader(fields: HeaderFields, bodyLen: number): Buffer {
+  const kindLen = Buffer.byteLength(fields.kind, "utf8");
+  const ownerLen = fields.owner === undefined ? 0 : Buffer.byteLength(fields.owner, "utf8");
+  if (kindLen === 0 || kindLen > 255) throw new RangeError(`record kind must be 1-255 UTF-8 bytes, got ${kindLen}`);
+  if (ownerLen > 0xffff) throw new RangeError(`record owner must be at most 65535 UTF-8 bytes, got ${ownerLen}`);
+  if (!Number.isSafeInteger(fields.seq) || fields.seq < 0) throw new RangeError(`bad seq ${fields.seq}`);
+  const h = Buffer.allocUnsafe(HEADER_FIXED + kindLen + ownerLen);
+  h[0] = RECORD_MAGIC;
+  h[1] = FORMAT_VERSION;
+  h[2] = flagsOf(fields);
+  h[3] = kindLen;
+  h.writeUInt32BE(fields.epoch >>> 0, 4);
+  h.writeUInt32BE(Math.floor(fields.seq / TWO_32), 8);
+  h.writeUInt32BE(fields.seq >>> 0, 12);
+  h.writeUInt16BE(ownerLen, 16);
+  h.writeUInt32BE(bodyLen, 18);
+  h.write(fields.kind, HEADER_FIXED, kindLen, "utf8");
+  if (ownerLen > 0) h.write(fields.owner!, HEADER_FIXED + kindLen, ownerLen, "utf8");
+  return h;
+}
+
+/** Concatenates the parts of a record and appends the CRC over all of them. */
+export function assemble(parts: ReadonlyArray<Uint8Array | undefined>): Buffer {
+  let total = CRC_LEN;
+  for (const p of parts) if (p !== undefined) total += p.length;
+  const out = Buffer.allocUnsafe(total);
+  let at = 0;
+  for (const p of parts) {
+    if (p === undefined) continue;
+    out.set(p, at);
+    at += p.length;
+  }
+  out.writeUInt32BE(crc32(out.subarray(0, at)), at);
+  return out;
+}
+
+/** Reads seq/epoch/owner from a damaged record if its header is still there (for reporting only). */
+function looseHeader(buf: Buffer): { seq: number | undefined; owner: string | undefined; epoch: number | undefined } {
+  if (buf.length < HEADER_FIXED || buf[0] !== RECORD_MAGIC) return { seq: undefined, owner: undefined, epoch: undefined };
+  const seq = buf.readUInt32BE(8) * TWO_32 + buf.readUInt32BE(12);
+  const kindLen = buf[3]!;
+  const ownerLen = buf.readUInt16BE(16);
+  const ownerEnd = HEADER_FIXED + kindLen + ownerLen;
+  const owner = ownerLen > 0 && ownerEnd <= buf.length ? buf.toString("utf8", HEADER_FIXED + kindLen, ownerEnd) : undefined;
+  return { seq: Number.isSafeInteger(seq) ? seq : undefined, owner, epoch: buf.readUInt32BE(4) };
+}
+
+function fail(buf: Buffer, reason: string): ParseResult {
+  return { ok: false, reason, ...looseHeader(buf) };
+}
+
+/**
+ * Checks the CRC and layout of one stored record. Never throws: damage is a result.
+ * Version dispatch lives here so that older formats keep loading when a new one is added.
+ */
+export function parseRecord(buf: Buffer): ParseResult {
+  if (buf.length < HEADER_FIXED + CRC_LEN) return fail(buf, `truncated: ${buf.length} bytes`);
+  if (buf[0] !== RECORD_MAGIC) return fail(buf, "bad magic byte");
+  const end = buf.length - CRC_LEN;
+  if (buf.readUInt32BE(end) !== crc32(buf.subarray(0, end))) return fail(buf, "CRC32 mismatch");
+  const version = buf[1]!;
+  if (version === 1) return parseV1(buf, end);
+  return fail(buf, `unknown format version ${version}`);
+}
+
+function parseV1(buf: Buffer, end: number): ParseResult {
+  const flags = buf[2]!;
+  const kindLen = buf[3]!;
+  const ownerLen = buf.readUInt16BE(16);
+  const bodyLen = buf.readUInt32BE(18);
+  const complete = (flags & Flag.COMPLETE) !== 0;
+  const marker = (flags & Flag.MARKER) !== 0;
+  const chained = (flags & Flag.CHAIN) !== 0;
+  const cipher = ((flags >> 2) & 3) as CipherId;
+  if (cipher > CipherId.SM4) return fail(buf, `unknown cipher id ${cipher}`);
+  if (marker && bodyLen !== 0) return fail(buf, "marker with a body");
+  const headerEnd = HEADER_FIXED + kindLen + ownerLen;
+  const bodyEnd = headerEnd + bodyLen;
+  const tagEnd = bodyEnd + (cipher !== CipherId.NONE && !marker ? TAG_LEN : 0);
+  const chainEnd = tagEnd + (chained ? 2 * MAC_LEN : 0);
+  const markerTagEnd = chainEnd + (marker && (cipher !== CipherId.NONE || chained) ? TAG_LEN : 0);
+  if (markerTagEnd !== end) return fail(buf, `length mismatch: layout says ${markerTagEnd + CRC_LEN}, stored ${buf.length}`);
+  const seq = buf.readUInt32BE(8) * TWO_32 + buf.readUInt32BE(12);
+  if (!Number.isSafeInteger(seq)) return fail(buf, "seq out of range");
+  const record: ParsedRecord = {
+    version: 1,
+    complete,
+    marker,
+    cipher,
+    chained,
+    epoch: buf.readUInt32BE(4),
+    seq,
+    kind: buf.toString("utf8", HEADER_FIXED, HEADER_FIXED + kindLen),
+    owner: ownerLen > 0 ? buf.toString("utf8", HEADER_FIXED + kindLen, headerEnd) : undefined,
+    header: buf.subarray(0, headerEnd),
+    body: buf.subarray(headerEnd, bodyEnd),
+    tag: tagEnd > bodyEnd ? buf.subarray(bodyEnd, tagEnd) : undefined,
+    prevMac: chained ? buf.subarray(tagEnd, tagEnd + MAC_LEN) : undefined,
+    mac: chained ? buf.subarray(tagEnd + MAC_LEN, chainEnd) : undefined,
+    markerTag: markerTagEnd > chainEnd ? buf.subarray(chainEnd, markerTagEnd) : undefined,
+    beforeMarkerTag: buf.subarray(0, chainEnd),
+  };
+  return { ok: true, record };
+}

@@ -1,0 +1,108 @@
+import { ChainKey, equalTags, hmac128, RecordCipher, ZERO_MAC } from "./crypto.js";
+import { assemble, CipherId, encodeHeader, type HeaderFields, type ParsedRecord } from "./record-format.js";
+
+/**
+ * Sealing and opening records: the step between the byte layout (record-format.ts)
+ * and the keys (crypto.ts). Every authenticated check lives here so that recovery,
+ * `kova wal verify` and the append path agree on what "valid" means.
+ */
+export interface Security {
+  cipher: RecordCipher | undefined;
+  chain: ChainKey | undefined;
+  /**
+   * When true (inspect/verify without keys), checks that need a missing key are
+   * skipped instead of failing; used only by read-only tools, never by recovery.
+   */
+  unverified?: boolean;
+}
+
+export interface RecordIdentity {
+  epoch: number;
+  seq: number;
+  kind: string;
+  owner: string | undefined;
+}
+
+export interface SealedRecord {
+  bytes: Buffer;
+  /** This record's chain mac (undefined without `wal-hmac`). */
+  mac: Buffer | undefined;
+  prevMac: Buffer | undefined;
+}
+
+function markerKeyOf(sec: Security): Buffer | undefined {
+  return sec.cipher?.markerKey ?? sec.chain?.markerKey;
+}
+
+function headerFields(sec: Security, id: RecordIdentity, marker: boolean): HeaderFields {
+  return {
+    complete: marker,
+    marker,
+    cipher: sec.cipher?.id ?? CipherId.NONE,
+    chained: sec.chain !== undefined,
+    ...id,
+  };
+}
+
+/** Builds the stored bytes of a PENDING data record. */
+export function sealData(sec: Security, id: RecordIdentity, payload: Uint8Array, prevMac: Buffer | undefined): SealedRecord {
+  const header = encodeHeader(headerFields(sec, id, false), payload.length);
+  let body: Uint8Array = payload;
+  let tag: Buffer | undefined;
+  if (sec.cipher !== undefined) ({ body, tag } = sec.cipher.seal(header, payload, id.epoch, id.seq));
+  let mac: Buffer | undefined;
+  let prev: Buffer | undefined;
+  if (sec.chain !== undefined) {
+    prev = prevMac ?? ZERO_MAC;
+    mac = sec.chain.link(prev, [header, body, tag]);
+  }
+  return { bytes: assemble([header, body, tag, prev, mac]), mac, prevMac: prev };
+}
+
+/**
+ * Builds the completion marker that replaces a data record in its slot. It keeps the
+ * completed record's chain macs so the chain stays linked through completed records.
+ */
+export function sealMarker(sec: Security, id: RecordIdentity, chain: { prevMac: Buffer; mac: Buffer } | undefined): Buffer {
+  const header = encodeHeader(headerFields(sec, id, true), 0);
+  const parts: Array<Uint8Array | undefined> = [header, chain?.prevMac, chain?.mac];
+  const key = markerKeyOf(sec);
+  if (key !== undefined) parts.push(hmac128(key, parts.filter((p): p is Uint8Array => p !== undefined)));
+  return assemble(parts);
+}
+
+export type OpenResult = { ok: true; plaintext: Buffer | undefined } | { ok: false; reason: string };
+
+const CIPHER_NAME = ["none", "aes-256-gcm", "sm4"] as const;
+
+/**
+ * Authenticates a record whose CRC already checked out, and decrypts a data record's
+ * body. A CRC only catches accidents; these checks catch an edit whose CRC was
+ * recomputed.
+ */
+export function openRecord(sec: Security, rec: ParsedRecord): OpenResult {
+  const expected = sec.cipher?.id ?? CipherId.NONE;
+  if (rec.cipher !== expected && !(sec.unverified && sec.cipher === undefined)) {
+    return { ok: false, reason: `record uses cipher ${CIPHER_NAME[rec.cipher]}, WAL opened with ${CIPHER_NAME[expected]}` };
+  }
+  if (sec.chain !== undefined && !rec.chained) return { ok: false, reason: "record lacks the HMAC chain mac" };
+  if (sec.chain !== undefined && !rec.marker && !equalTags(rec.mac!, sec.chain.link(rec.prevMac!, [rec.header, rec.body, rec.tag]))) {
+    return { ok: false, reason: "HMAC chain mac mismatch (record edited)" };
+  }
+  if (rec.marker) {
+    const key = markerKeyOf(sec);
+    if (key !== undefined) {
+      if (rec.markerTag === undefined || !equalTags(rec.markerTag, hmac128(key, [rec.beforeMarkerTag]))) {
+        return { ok: false, reason: "completion marker authentication failed" };
+      }
+    } else if (rec.markerTag !== undefined && !sec.unverified) {
+      return { ok: false, reason: "completion marker is authenticated but no key was given" };
+    }
+    return { ok: true, plaintext: undefined };
+  }
+  if (rec.cipher === CipherId.NONE) return { ok: true, plaintext: rec.body };
+  if (sec.cipher === undefined) return { ok: true, plaintext: undefined }; // unverified: cannot decrypt
+  const plaintext = sec.cipher.open(rec.header, rec.body, rec.tag!, rec.epoch, rec.seq);
+  if (plaintext === undefined) return { ok: false, reason: `${sec.cipher.algorithm} authentication failed (record edited or wrong key)` };
+  return { ok: true, plaintext };
+}

@@ -1,0 +1,149 @@
+import { open, type Database, type RootDatabase } from "lmdb";
+import type { LockManager, TransactionLock } from "./locks.js";
+
+/**
+ * The LMDB environment of one WAL and its named databases:
+ *
+ * - `ring`: slot (uint32) → stored record bytes; the ring of 2^k slots;
+ * - `overflow`: seq → stored record bytes of PENDING records moved out of the ring
+ *   because their slot came round again (compaction keeps every incomplete record);
+ * - `corrupt`: [seq, where, slot] → quarantined damaged bytes and the reason;
+ * - `kv`: side table written in the same transaction as a COMPLETE mark;
+ * - `meta`: epoch, ring size, salt, key check values, chain head.
+ *
+ * lmdb semantics relied on (lmdb-js 3.x): async writes issued in one event turn are
+ * committed in one transaction (`eventTurnBatching`, the default, set explicitly);
+ * with `overlappingSync` (default off Windows) a write's promise resolves at commit and
+ * `env.flushed` resolves once that commit is on disk. No sync write API is used
+ * (`noSync` would trade durability for corruption; `transactionSync` split batches and
+ * was seen to hang a close).
+ */
+export interface WalMeta {
+  format: 1;
+  ringBits: number;
+  epoch: number;
+  salt: string; // hex
+  cipher?: { algorithm: string; check: string };
+  chain?: { check: string };
+}
+
+export interface ChainHead {
+  seq: number;
+  mac: string; // hex
+}
+
+export interface CorruptEntry {
+  seq: number | undefined;
+  where: "ring" | "overflow";
+  slot: number | undefined;
+  reason: string;
+  bytes: Buffer;
+}
+
+export type CorruptKey = [number, string, number];
+
+export class WalStorage {
+  readonly ring: Database<Buffer, number>;
+  readonly overflow: Database<Buffer, number>;
+  readonly corrupt: Database<CorruptEntry, CorruptKey>;
+  readonly kv: Database<unknown, string>;
+  readonly meta: Database<unknown, string>;
+  #last: Promise<unknown> = Promise.resolve();
+
+  private constructor(
+    readonly env: RootDatabase,
+    private readonly locks: LockManager | undefined,
+  ) {
+    this.ring = env.openDB<Buffer, number>({ name: "ring", keyEncoding: "uint32", encoding: "binary" });
+    this.overflow = env.openDB<Buffer, number>({ name: "overflow", encoding: "binary" });
+    this.corrupt = env.openDB<CorruptEntry, CorruptKey>({ name: "corrupt" });
+    this.kv = env.openDB<unknown, string>({ name: "kv" });
+    this.meta = env.openDB<unknown, string>({ name: "meta" });
+  }
+
+  /** Opens (and creates) the environment; `locks` is absent for read-only tools. */
+  static open(dir: string, locks: LockManager | undefined, readOnly = false): WalStorage {
+    const env = open({
+      path: dir,
+      maxDbs: 8,
+      readOnly,
+      eventTurnBatching: true,
+      // Values are already compact and CRC-checked; compression would hide bit flips.
+      compression: false,
+    });
+    return new WalStorage(env, locks);
+  }
+
+  readMeta(): WalMeta | undefined {
+    return this.meta.get("wal") as WalMeta | undefined;
+  }
+
+  readHead(): ChainHead | undefined {
+    return this.meta.get("head") as ChainHead | undefined;
+  }
+
+  #tx(tx: TransactionLock): void {
+    this.locks?.assertHeld(tx, 3);
+  }
+
+  #track<T>(p: Promise<T>): Promise<T> {
+    this.#last = p;
+    return p;
+  }
+
+  /** The promise of the most recent write (all writes of one turn share a commit). */
+  get lastWrite(): Promise<unknown> {
+    return this.#last;
+  }
+
+  writeMeta(tx: TransactionLock, meta: WalMeta): Promise<boolean> {
+    this.#tx(tx);
+    return this.#track(this.meta.put("wal", meta));
+  }
+
+  writeHead(tx: TransactionLock, head: ChainHead): Promise<boolean> {
+    this.#tx(tx);
+    return this.#track(this.meta.put("head", head));
+  }
+
+  putSlot(tx: TransactionLock, slot: number, bytes: Buffer): Promise<boolean> {
+    this.#tx(tx);
+    return this.#track(this.ring.put(slot, bytes));
+  }
+
+  removeSlot(tx: TransactionLock, slot: number): Promise<boolean> {
+    this.#tx(tx);
+    return this.#track(this.ring.remove(slot));
+  }
+
+  putOverflow(tx: TransactionLock, seq: number, bytes: Buffer): Promise<boolean> {
+    this.#tx(tx);
+    return this.#track(this.overflow.put(seq, bytes));
+  }
+
+  removeOverflow(tx: TransactionLock, seq: number): Promise<boolean> {
+    this.#tx(tx);
+    return this.#track(this.overflow.remove(seq));
+  }
+
+  putCorrupt(tx: TransactionLock, entry: CorruptEntry): Promise<boolean> {
+    this.#tx(tx);
+    return this.#track(this.corrupt.put([entry.seq ?? -1, entry.where, entry.slot ?? -1], entry));
+  }
+
+  putKv(tx: TransactionLock, key: string, value: unknown): Promise<boolean> {
+    this.#tx(tx);
+    return this.#track(this.kv.put(key, value));
+  }
+
+  /** Resolves when every commit so far is on disk; rejects if a flush failed. */
+  flushed(): Promise<void> {
+    return new Promise<void>((resolve, reject) => {
+      this.env.flushed.then(() => resolve(), reject);
+    });
+  }
+
+  close(): Promise<void> {
+    return this.env.close();
+  }
+}

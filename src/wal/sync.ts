@@ -1,0 +1,63 @@
+import { WalClosedError, WalFailedError } from "./errors.js";
+import type { WalStorage } from "./storage.js";
+import type { SyncMode } from "./types.js";
+
+/**
+ * When a write counts as done, and what happens when it cannot be done.
+ *
+ * `normal`: resolve at commit (survives a process crash; the OS flushes later).
+ * `full`: resolve after the flush. Group commit comes from lmdb itself: every write
+ * issued in one event turn shares one transaction, and every waiter of `env.flushed`
+ * shares the flush of the newest commit, so 256 concurrent appends cost one fsync.
+ * No application lock is held here (locks live only in synchronous sections).
+ *
+ * A failed commit or flush is fatal: fsync errors cannot be retried safely (the
+ * kernel may already have dropped the dirty pages), so the first failure is kept and
+ * every later write is refused with WAL_FAILED.
+ */
+export class Durability {
+  #failure: unknown;
+  #failed = false;
+  #closed = false;
+
+  constructor(
+    private readonly storage: WalStorage,
+    readonly mode: SyncMode,
+  ) {}
+
+  get failed(): boolean {
+    return this.#failed;
+  }
+
+  /** @throws WalClosedError after close; WalFailedError after a commit or flush failure */
+  assertWritable(): void {
+    if (this.#failed) throw new WalFailedError(this.#failure);
+    if (this.#closed) throw new WalClosedError();
+  }
+
+  markClosed(): void {
+    this.#closed = true;
+  }
+
+  /** Records a failure; the first one wins and is kept as the cause. */
+  fail(err: unknown): WalFailedError {
+    if (!this.#failed) {
+      this.#failed = true;
+      this.#failure = err;
+    }
+    return new WalFailedError(this.#failure);
+  }
+
+  /**
+   * Waits until `write` is durable per the sync mode.
+   * @throws WalFailedError when the commit or the flush fails
+   */
+  async settle(write: Promise<unknown>): Promise<void> {
+    try {
+      await write;
+      if (this.mode === "full") await this.storage.flushed();
+    } catch (err) {
+      throw this.fail(err);
+    }
+  }
+}

@@ -1,0 +1,456 @@
+import { mkdirSync } from "node:fs";
+import { ErrorCode, KovaError } from "../core/errors.js";
+import { defaultLogger, type Logger } from "../core/logger.js";
+import { encodePayload } from "./codec.js";
+import { WalFullError } from "./errors.js";
+import { resolveSecurity } from "./keys.js";
+import { LockManager, type TransactionLock } from "./locks.js";
+import { sealData, sealMarker, type Security } from "./record-seal.js";
+import { scan, type PendingFound, type StoredEntry } from "./recovery.js";
+import { Ring } from "./ring.js";
+import { WalStorage, type WalMeta } from "./storage.js";
+import { Durability } from "./sync.js";
+import type { RecoveryReport, SyncMode, WalOptions, WalRecord } from "./types.js";
+
+interface PendingEntry {
+  seq: number;
+  epoch: number;
+  kind: string;
+  owner: string | undefined;
+  payload: unknown;
+  /** Stored bytes, kept so the record can be moved to overflow when its slot comes round. */
+  bytes: Buffer;
+  where: "ring" | "overflow";
+  mac: Buffer | undefined;
+  prevMac: Buffer | undefined;
+  /** Held back by the `stop-owner` policy: kept safe, not handed out. */
+  withheld: boolean;
+}
+
+interface Waiter {
+  resolve(): void;
+  reject(err: unknown): void;
+}
+
+const internals = new WeakMap<Wal, { storage: WalStorage; locks: LockManager }>();
+
+/** Test seam: the storage and locks of an open WAL (not exported from the package). */
+export function walInternals(wal: Wal): { storage: WalStorage; locks: LockManager } {
+  return internals.get(wal)!;
+}
+
+function notPending(seq: number): KovaError {
+  return new KovaError(ErrorCode.INVALID_ID, `WAL seq ${seq} is not PENDING`, { data: { seq } });
+}
+
+function toRecord(e: PendingEntry): WalRecord {
+  const r: WalRecord = { seq: e.seq, epoch: e.epoch, kind: e.kind, payload: e.payload, status: "PENDING" };
+  if (e.owner !== undefined) r.owner = e.owner;
+  return r;
+}
+
+function* entries(range: Iterable<{ key: unknown; value: Buffer }>): Iterable<StoredEntry> {
+  for (const { key, value } of range) yield { key: key as number, value };
+}
+
+/**
+ * The write-ahead log of one node: log → execute → complete, with crash recovery.
+ * See docs/wal.md for the format, sync modes, encryption, lock order and recovery.
+ */
+export class Wal {
+  /** What the recovery scan at open found; `pending` must be re-executed. */
+  readonly recovery: RecoveryReport;
+  readonly #storage: WalStorage;
+  readonly #locks: LockManager;
+  readonly #ring: Ring;
+  readonly #security: Security;
+  readonly #durability: Durability;
+  readonly #epoch: number;
+  readonly #log: Logger;
+  readonly #maxPending: number;
+  readonly #backpressureMs: number;
+  #nextSeq: number;
+  #headMac: Buffer | undefined;
+  readonly #pending = new Map<number, PendingEntry>();
+  readonly #byOwner = new Map<string, Set<number>>();
+  #waiters: Waiter[] = [];
+  #closing: Promise<void> | undefined;
+
+  private constructor(init: {
+    storage: WalStorage;
+    locks: LockManager;
+    ring: Ring;
+    security: Security;
+    sync: SyncMode;
+    epoch: number;
+    log: Logger;
+    options: WalOptions;
+    nextSeq: number;
+    headMac: Buffer | undefined;
+    recovery: RecoveryReport;
+  }) {
+    this.#storage = init.storage;
+    this.#locks = init.locks;
+    this.#ring = init.ring;
+    this.#security = init.security;
+    this.#durability = new Durability(init.storage, init.sync);
+    this.#epoch = init.epoch;
+    this.#log = init.log;
+    this.#maxPending = init.options.maxPending ?? init.ring.size;
+    this.#backpressureMs = init.options.backpressureTimeoutMs ?? 5000;
+    this.#nextSeq = init.nextSeq;
+    this.#headMac = init.headMac;
+    this.recovery = init.recovery;
+    internals.set(this, { storage: init.storage, locks: init.locks });
+  }
+
+  /**
+   * Opens (or creates) the WAL in `options.dir`: checks keys, bumps and flushes the
+   * epoch, runs the recovery scan, quarantines corrupt records.
+   * @throws WalBadKeyError when the key is wrong, missing, or given for a WAL created without one
+   * @throws ConfigError on bad options (key material shorter than 16 bytes)
+   * @throws RangeError when ringBits is outside 1-24
+   */
+  static async open(options: WalOptions): Promise<Wal> {
+    const log = (options.logger ?? defaultLogger()).child({ component: "wal", dir: options.dir });
+    const sync = options.sync ?? "full";
+    if (options.ringBits !== undefined) new Ring(options.ringBits); // validate before touching disk
+    mkdirSync(options.dir, { recursive: true });
+    const locks = new LockManager();
+    const storage = WalStorage.open(options.dir, locks);
+    try {
+      const stored = storage.readMeta();
+      const { security, meta } = resolveSecurity(options, stored);
+      if (stored !== undefined && options.ringBits !== undefined && options.ringBits !== stored.ringBits) {
+        log.warn({ stored: stored.ringBits, requested: options.ringBits }, "WAL keeps the ring size it was created with");
+      }
+      const ring = new Ring(meta.ringBits);
+      // The epoch is part of every AES-GCM/SM4 nonce: it must be on disk before the
+      // first encryption of this open, so a crash can never lead to a reused nonce.
+      const epoch = meta.epoch + 1;
+      const next: WalMeta = { ...meta, epoch };
+      const { write } = locks.withLocks((tx) => ({ write: storage.writeMeta(tx, next) }));
+      await write;
+      await storage.flushed();
+      return await Wal.#recover({ storage, locks, ring, security, sync, epoch, log, options });
+    } catch (err) {
+      await storage.close().catch(() => undefined);
+      throw err;
+    }
+  }
+
+  static async #recover(ctx: {
+    storage: WalStorage;
+    locks: LockManager;
+    ring: Ring;
+    security: Security;
+    sync: SyncMode;
+    epoch: number;
+    log: Logger;
+    options: WalOptions;
+  }): Promise<Wal> {
+    const { storage, locks, ring, security, epoch, log, options } = ctx;
+    const quarantined = new Set<number>();
+    for (const key of storage.corrupt.getKeys({})) quarantined.add((key as unknown as number[])[0]!);
+    const found = scan({
+      ring: entries(storage.ring.getRange({})),
+      overflow: entries(storage.overflow.getRange({})),
+      layout: ring,
+      security,
+      epoch,
+      head: storage.readHead(),
+      quarantined,
+      policy: options.corruptPolicy ?? "skip",
+      decode: true,
+    });
+    if (found.corrupt.length > 0) {
+      // Quarantine: keep the damaged bytes for inspection and free the slot, so a
+      // later lap can use it without ever treating the damage as data.
+      const { write } = locks.withLocks((tx) => {
+        for (const c of found.corrupt) {
+          storage.putCorrupt(tx, { seq: c.seq, where: c.where, slot: c.slot, reason: c.reason, bytes: c.bytes });
+          if (c.where === "ring") storage.removeSlot(tx, c.key);
+          else storage.removeOverflow(tx, c.key);
+        }
+        return { write: storage.lastWrite };
+      });
+      await write;
+      await storage.flushed();
+      for (const c of found.corrupt) log.warn({ seq: c.seq, slot: c.slot, where: c.where, reason: c.reason }, "corrupt WAL record skipped");
+    }
+    for (const b of found.chainBreaks) log.warn({ seq: b.seq, reason: b.reason }, "WAL HMAC chain break");
+    let maxSeq = found.maxSeq;
+    for (const q of quarantined) if (q > maxSeq) maxSeq = q;
+    const recovery: RecoveryReport = {
+      complete: found.complete,
+      pending: found.pending.map((p) => p.record),
+      corrupt: found.corrupt.map((c) => ({ seq: c.seq, slot: c.slot, reason: c.reason, where: c.where })),
+      stale: found.stale,
+      epoch,
+      withheld: found.withheld.map((p) => p.record),
+      chainBreaks: found.chainBreaks,
+    };
+    const wal = new Wal({ ...ctx, nextSeq: maxSeq + 1, headMac: found.headMac, recovery });
+    for (const p of found.pending) wal.#track(p, false);
+    for (const p of found.withheld) wal.#track(p, true);
+    log.info(
+      { epoch, complete: recovery.complete, pending: recovery.pending.length, corrupt: recovery.corrupt.length, stale: recovery.stale },
+      "WAL opened",
+    );
+    return wal;
+  }
+
+  #track(p: PendingFound, withheld: boolean): void {
+    const r = p.record;
+    this.#addPending({
+      seq: r.seq,
+      epoch: r.epoch,
+      kind: r.kind,
+      owner: r.owner,
+      payload: r.payload,
+      bytes: p.bytes,
+      where: p.where,
+      mac: p.mac,
+      prevMac: p.prevMac,
+      withheld,
+    });
+  }
+
+  #addPending(e: PendingEntry): void {
+    this.#pending.set(e.seq, e);
+    if (e.owner !== undefined) {
+      let set = this.#byOwner.get(e.owner);
+      if (set === undefined) this.#byOwner.set(e.owner, (set = new Set()));
+      set.add(e.seq);
+    }
+  }
+
+  #removePending(e: PendingEntry): void {
+    this.#pending.delete(e.seq);
+    if (e.owner !== undefined) {
+      const set = this.#byOwner.get(e.owner);
+      set?.delete(e.seq);
+      if (set?.size === 0) this.#byOwner.delete(e.owner);
+    }
+    this.#waiters.shift()?.resolve();
+  }
+
+  /** The epoch of this open (part of every nonce). */
+  get epoch(): number {
+    return this.#epoch;
+  }
+
+  /** Number of PENDING records, including withheld ones. */
+  get pendingCount(): number {
+    return this.#pending.size;
+  }
+
+  /** The seq the next append will get. */
+  get nextSeq(): number {
+    return this.#nextSeq;
+  }
+
+  get syncMode(): SyncMode {
+    return this.#durability.mode;
+  }
+
+  /**
+   * Writes a PENDING record and resolves with its seq once durable per the sync mode
+   * (`full`: flushed; `normal`: committed).
+   * @throws WalFailedError (WAL_FAILED) after any commit or flush failure
+   * @throws WalClosedError (WAL_CLOSED) after close
+   * @throws WalFullError (WAL_FULL) when maxPending records stay PENDING for backpressureTimeoutMs
+   * @throws RangeError when kind is empty or longer than 255 bytes
+   */
+  async append<T>(kind: string, payload: T, opts?: { owner?: string }): Promise<number> {
+    this.#durability.assertWritable();
+    while (this.#pending.size >= this.#maxPending) {
+      await this.#room();
+      this.#durability.assertWritable();
+    }
+    const { seq, write } = this.#stage(kind, payload, opts?.owner, undefined, undefined);
+    await this.#durability.settle(write);
+    return seq;
+  }
+
+  /**
+   * Marks a record COMPLETE, and writes `kv` entries (the outcome) in the same LMDB
+   * transaction. Completing a seq that is not PENDING (already complete) is a no-op,
+   * so a re-executed step may complete again safely.
+   * @throws WalFailedError, WalClosedError
+   */
+  async complete(seq: number, opts?: { kv?: Array<{ key: string; value: unknown }> }): Promise<void> {
+    this.#durability.assertWritable();
+    const entry = this.#pending.get(seq);
+    if (entry === undefined) return;
+    const write = this.#guard(() =>
+      this.#locks.withLocks((tx) => {
+        this.#writeCompletion(tx, entry);
+        for (const { key, value } of opts?.kv ?? []) this.#storage.putKv(tx, key, value);
+        this.#removePending(entry);
+        return { write: this.#storage.lastWrite };
+      }),
+    );
+    await this.#durability.settle(write);
+  }
+
+  /**
+   * Atomically marks `seq` COMPLETE and appends a new PENDING record with the same
+   * owner (and kind unless given). A seq is never rewritten, so nonces never repeat.
+   * @throws KovaError INVALID_ID when `seq` is not PENDING; WalFailedError, WalClosedError
+   */
+  async replace<T>(seq: number, payload: T, opts?: { kind?: string }): Promise<number> {
+    this.#durability.assertWritable();
+    const entry = this.#pending.get(seq);
+    if (entry === undefined || entry.withheld) throw notPending(seq);
+    const staged = this.#stage(opts?.kind ?? entry.kind, payload, entry.owner, entry, undefined);
+    await this.#durability.settle(staged.write);
+    return staged.seq;
+  }
+
+  /**
+   * log → execute → complete. If `exec` throws, the record stays PENDING (recovery
+   * hands it back) and the error is rethrown.
+   * @throws whatever `exec` throws; the errors of append and complete
+   */
+  async run<T, R>(kind: string, payload: T, exec: (seq: number) => Promise<R>, opts?: { owner?: string }): Promise<R> {
+    const seq = await this.append(kind, payload, opts);
+    const result = await exec(seq);
+    await this.complete(seq);
+    return result;
+  }
+
+  /** Reads the side table written by `complete({ kv })`. */
+  getKv<V>(key: string): V | undefined {
+    return this.#storage.kv.get(key) as V | undefined;
+  }
+
+  /** PENDING records of one owner, in seq order (withheld ones excluded). */
+  pendingFor(owner: string): WalRecord[] {
+    const out: WalRecord[] = [];
+    for (const seq of this.#byOwner.get(owner) ?? []) {
+      const e = this.#pending.get(seq)!;
+      if (!e.withheld) out.push(toRecord(e));
+    }
+    return out;
+  }
+
+  /** Every PENDING record (withheld ones excluded), in seq order. */
+  pendingRecords(): WalRecord[] {
+    const out: WalRecord[] = [];
+    for (const e of this.#pending.values()) if (!e.withheld) out.push(toRecord(e));
+    return out.sort((a, b) => a.seq - b.seq);
+  }
+
+  /**
+   * Refuses new writes, waits for issued writes to be flushed, closes LMDB.
+   * Idempotent; appends waiting for room reject with WAL_CLOSED.
+   */
+  close(): Promise<void> {
+    if (this.#closing !== undefined) return this.#closing;
+    this.#durability.markClosed();
+    const waiters = this.#waiters;
+    this.#waiters = [];
+    for (const w of waiters) w.reject(new KovaError(ErrorCode.WAL_CLOSED, "WAL closed while waiting for room"));
+    this.#closing = (async () => {
+      try {
+        await this.#storage.lastWrite;
+        await this.#storage.flushed();
+      } catch (err) {
+        this.#log.error({ err }, "WAL write failed before close");
+      }
+      await this.#storage.close();
+    })();
+    return this.#closing;
+  }
+
+  /** Runs a synchronous write section; a synchronous LMDB throw is a failed commit. */
+  #guard(fn: () => { write: Promise<unknown> }): Promise<unknown> {
+    try {
+      return fn().write;
+    } catch (err) {
+      if (err instanceof KovaError && err.code === ErrorCode.LOCK_ORDER) throw err;
+      throw this.#durability.fail(err);
+    }
+  }
+
+  /**
+   * The append path, in one synchronous section under Buffer → Queue → Transaction.
+   * Nothing in memory changes unless every write was issued.
+   */
+  #stage(
+    kind: string,
+    payload: unknown,
+    owner: string | undefined,
+    completing: PendingEntry | undefined,
+    kv: undefined,
+  ): { seq: number; write: Promise<unknown> } {
+    void kv;
+    let seq = 0;
+    const write = this.#guard(() =>
+      this.#locks.withLocks((tx) => {
+        // Buffer: seq, seal (encrypt, chain).
+        seq = this.#nextSeq;
+        const id = { epoch: this.#epoch, seq, kind, owner };
+        const sealed = sealData(this.#security, id, encodePayload(payload), this.#headMac);
+        // Queue: the record a lap behind in this slot is kept if still PENDING.
+        const slot = this.#ring.slotOf(seq);
+        const evicted = this.#pending.get(seq - this.#ring.size);
+        // Transaction: issue the writes in seq order; one event turn = one LMDB txn.
+        if (evicted !== undefined && evicted.where === "ring") this.#storage.putOverflow(tx, evicted.seq, evicted.bytes);
+        if (completing !== undefined) this.#writeCompletion(tx, completing);
+        this.#storage.putSlot(tx, slot, sealed.bytes);
+        if (sealed.mac !== undefined) this.#storage.writeHead(tx, { seq, mac: sealed.mac.toString("hex") });
+        if (evicted !== undefined && evicted.where === "ring") evicted.where = "overflow";
+        this.#nextSeq = seq + 1;
+        this.#headMac = sealed.mac;
+        if (completing !== undefined) this.#removePending(completing);
+        this.#addPending({
+          seq,
+          epoch: this.#epoch,
+          kind,
+          owner,
+          payload,
+          bytes: sealed.bytes,
+          where: "ring",
+          mac: sealed.mac,
+          prevMac: sealed.prevMac,
+          withheld: false,
+        });
+        return { write: this.#storage.lastWrite };
+      }),
+    );
+    return { seq, write };
+  }
+
+  /** COMPLETE: a marker in the ring slot, or (compaction) removal from overflow. */
+  #writeCompletion(tx: TransactionLock, e: PendingEntry): void {
+    if (e.where === "overflow") {
+      this.#storage.removeOverflow(tx, e.seq);
+      return;
+    }
+    const chain = e.mac !== undefined && e.prevMac !== undefined ? { prevMac: e.prevMac, mac: e.mac } : undefined;
+    const marker = sealMarker(this.#security, { epoch: e.epoch, seq: e.seq, kind: e.kind, owner: e.owner }, chain);
+    this.#storage.putSlot(tx, this.#ring.slotOf(e.seq), marker);
+  }
+
+  #room(): Promise<void> {
+    return new Promise<void>((resolve, reject) => {
+      const waiter: Waiter = {
+        resolve: () => {
+          clearTimeout(timer);
+          resolve();
+        },
+        reject: (err) => {
+          clearTimeout(timer);
+          reject(err);
+        },
+      };
+      const timer = setTimeout(() => {
+        this.#waiters = this.#waiters.filter((w) => w !== waiter);
+        reject(new WalFullError(this.#pending.size, this.#backpressureMs));
+      }, this.#backpressureMs);
+      this.#waiters.push(waiter);
+    });
+  }
+}
