@@ -1,6 +1,6 @@
 import { readdir, readFile, rm, writeFile } from "node:fs/promises";
 import { join } from "node:path";
-import { connect } from "@nats-io/transport-node";
+import { connect, type NatsConnection } from "@nats-io/transport-node";
 import { ErrorCode, KovaError } from "../core/errors.js";
 import { sleep } from "../core/clock.js";
 import { defaultLogger, type Logger } from "../core/logger.js";
@@ -156,6 +156,19 @@ async function startLocal(dataDir: string, probeMs: number, log: Logger): Promis
       await rm(recordPath, { force: true });
     }),
   };
+}
+
+/**
+ * The replica count for Kova's streams and KV buckets on the NATS system `nc` is
+ * connected to: 3 when the server belongs to a cluster (`cluster` in its INFO), else 1.
+ * Three because a JetStream quorum that survives one lost server needs three replicas
+ * (two would stop on any loss); a cluster still forming, or with one server down, must
+ * not make a node create single-replica streams that stay so forever. A cluster of
+ * fewer than three JetStream servers rejects R3 with "insufficient resources": give
+ * such setups an explicit count instead.
+ */
+export function jetStreamReplicas(nc: NatsConnection): 1 | 3 {
+  return nc.info?.cluster ? 3 : 1;
 }
 
 /** Connects briefly: "jetstream" when a NATS server with JetStream answers, "no-jetstream", or "none". */

@@ -4,8 +4,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { connect } from "@nats-io/transport-node";
 import { jetstreamManager } from "@nats-io/jetstream";
-import { startNatsServer } from "../../src/testing/index.js";
-import { NatsBootstrapError, resolveNats, type ResolvedNats } from "../../src/node/nats-bootstrap.js";
+import { startNatsCluster, startNatsServer } from "../../src/testing/index.js";
+import { jetStreamReplicas, NatsBootstrapError, resolveNats, type ResolvedNats } from "../../src/node/nats-bootstrap.js";
 import { ErrorCode } from "../../src/core/errors.js";
 
 const saved = { NATS_URL: process.env.NATS_URL, NATS_SERVER_BIN: process.env.NATS_SERVER_BIN };
@@ -120,5 +120,31 @@ describe("nats bootstrap", () => {
     expect(message).toContain("brew install nats-server");
     expect(message).toContain("docker run");
     expect(message).toContain("NATS_URL");
+  });
+
+  it("nats bootstrap - streams get 3 replicas on a clustered NATS and 1 on a single server", async () => {
+    const single = await startNatsServer({ allowExternal: false });
+    cleanups.push(() => single.stop());
+    const cluster = await startNatsCluster({ size: 3 });
+    cleanups.push(() => cluster.stop());
+    const one = await connect({ servers: single.url });
+    const three = await connect({ servers: cluster.urls });
+    try {
+      expect(jetStreamReplicas(one)).toBe(1);
+      expect(jetStreamReplicas(three)).toBe(3);
+      // and the cluster accepts what it was told to use
+      const jsm = await jetstreamManager(three);
+      let ok = false;
+      for (let i = 0; i < 100 && !ok; i++) {
+        ok = await jsm.streams.add({ name: "REPL", subjects: ["repl.>"], num_replicas: jetStreamReplicas(three) }).then(
+          () => true,
+          () => new Promise<boolean>((r) => setTimeout(() => r(false), 200)), // meta leader not elected yet
+        );
+      }
+      expect((await jsm.streams.info("REPL")).config.num_replicas).toBe(3);
+    } finally {
+      await one.close();
+      await three.close();
+    }
   });
 });
