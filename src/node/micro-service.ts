@@ -192,26 +192,39 @@ function respond(msg: Msg, body: string): void {
 async function handle(endpoint: MicroEndpoint, state: EndpointState, msg: Msg, log: Logger): Promise<void> {
   const start = process.hrtime.bigint();
   state.numRequests++;
+  let reply: Uint8Array;
   try {
     const result = await endpoint.handler(msg.data, msg.headers);
-    state.processingNs += process.hrtime.bigint() - start;
-    if (!msg.reply) return;
-    msg.respond(result instanceof Uint8Array ? result : encoder.encode(JSON.stringify(result ?? null)));
+    // Encoding is part of the request: a result that cannot be JSON (BigInt, cycles) is an error reply.
+    reply = result instanceof Uint8Array ? result : encoder.encode(JSON.stringify(result ?? null));
   } catch (err) {
     state.processingNs += process.hrtime.bigint() - start;
-    const wire = toWire(err);
-    const status = statusFor(err);
-    state.numErrors++;
-    // Same form as the Go micro library's `code:description`, which `nats micro stats` prints.
-    state.lastError = `${status}:${wire.message}`;
-    log.debug({ err, endpoint: endpoint.name }, "endpoint handler failed");
-    if (!msg.reply) return;
-    const h = natsHeaders();
-    // Header values cannot carry line breaks; the body keeps the full message.
-    h.set(SERVICE_ERROR_HEADER, wire.message.replace(/[\r\n]+/g, " "));
-    h.set(SERVICE_ERROR_CODE_HEADER, String(status));
-    msg.respond(encoder.encode(JSON.stringify(wire)), { headers: h });
+    replyError(err, endpoint, state, msg, log);
+    return;
   }
+  state.processingNs += process.hrtime.bigint() - start;
+  if (msg.reply) msg.respond(reply);
+}
+
+function replyError(err: unknown, endpoint: MicroEndpoint, state: EndpointState, msg: Msg, log: Logger): void {
+  const wire = toWire(err);
+  const status = statusFor(err);
+  state.numErrors++;
+  // Same form as the Go micro library's `code:description`, which `nats micro stats` prints.
+  state.lastError = `${status}:${wire.message}`;
+  log.debug({ err, endpoint: endpoint.name }, "endpoint handler failed");
+  if (!msg.reply) return;
+  const h = natsHeaders();
+  // Header values cannot carry line breaks; the body keeps the full message.
+  h.set(SERVICE_ERROR_HEADER, wire.message.replace(/[\r\n]+/g, " "));
+  h.set(SERVICE_ERROR_CODE_HEADER, String(status));
+  let body: string;
+  try {
+    body = JSON.stringify(wire);
+  } catch {
+    body = JSON.stringify({ code: wire.code, message: wire.message, retryable: wire.retryable }); // data not JSON-able
+  }
+  msg.respond(encoder.encode(body), { headers: h });
 }
 
 /** An HTTP-like status for `Nats-Service-Error-Code`: 400 for bad input, 404 not hosted, 504 timeout, else 500. */

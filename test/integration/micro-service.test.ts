@@ -185,6 +185,15 @@ describe("micro service", () => {
     const boom = await nc.request("kova-node-c2.boom", "", { timeout: 2_000 });
     expect(boom.headers?.get("Nats-Service-Error-Code")).toBe("500");
     expect(boom.headers?.get("Nats-Service-Error")).toBe("boom second line");
+    const unencodable = await startMicroService(nc, {
+      name: "kova-node-c3",
+      version: "1.0.0",
+      endpoints: [{ name: "big", subject: "kova-node-c3.big", handler: async () => ({ n: 1n }) }],
+    });
+    started.push(unencodable);
+    const big = await nc.request("kova-node-c3.big", "", { timeout: 2_000 });
+    expect(big.headers?.get("Nats-Service-Error-Code")).toBe("500");
+    expect(big.json<{ code: string }>().code).toBe("INTERNAL");
     await nc.request("kova-node-c.status", "", { timeout: 2_000 });
     const [stats] = await requestMany(nc, `$SRV.STATS.kova-node-c.${svc.id}`, 1);
     expect(schemaProblems("stats", stats)).toEqual([]);
