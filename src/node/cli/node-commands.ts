@@ -1,0 +1,25 @@
+import type { Command } from "commander";
+import { createLogger } from "../../core/logger.js";
+import { defaultConfig, loadConfig } from "../config.js";
+import { KovaNode } from "../node.js";
+import { installShutdown } from "../shutdown.js";
+
+/**
+ * `kova node start [--config kova.toml]`: runs one cluster node in the foreground until
+ * SIGTERM/SIGINT (graceful: drain, release, leave) or a second signal (immediate exit).
+ */
+export function register(program: Command): void {
+  const node = program.command("node").description("run a Kova cluster node");
+  node
+    .command("start")
+    .description("start a node: join the cluster, host actors, serve control requests")
+    .option("-c, --config <path>", "kova.toml to read (default: built-in defaults + environment)")
+    .option("--grace-ms <ms>", "how long a graceful stop may take before the process exits anyway", "30000")
+    .action(async (opts: { config?: string; graceMs: string }) => {
+      const config = opts.config ? await loadConfig(opts.config) : defaultConfig();
+      const logger = createLogger();
+      const kova = await KovaNode.start({ config, logger });
+      installShutdown({ stop: (reason) => kova.stop(reason), logger, graceMs: Number(opts.graceMs) || 30_000 });
+      // The process now lives on its connections and timers; exit comes from the shutdown handler.
+    });
+}

@@ -1,0 +1,369 @@
+import { hostname } from "node:os";
+import { join } from "node:path";
+import { mkdir } from "node:fs/promises";
+import { ErrorCode, KovaError, ConfigError } from "../core/errors.js";
+import { assertId, newId } from "../core/ids.js";
+import { createLogger, type Logger } from "../core/logger.js";
+import { Bus } from "../bus/index.js";
+import { Wal } from "../wal/index.js";
+import { ActorHost, ActorTypeRegistry, LeaseLostError, isSignal, type ActorState, type Signal } from "../actors/index.js";
+import type { NodeConfig } from "./config.js";
+import { loadActorModules } from "./actor-modules.js";
+import {
+  nodeSubject,
+  spawnSubject,
+  type AgentStatusView,
+  type NodeStatusView,
+  type SignalReply,
+  type SignalRequest,
+  type SpawnReply,
+  type SpawnRequest,
+} from "./control.js";
+import { LeaseTable } from "./lease.js";
+import { Membership } from "./membership.js";
+import { startMicroService, type MicroService } from "./micro-service.js";
+import { resolveNats, type ResolvedNats, type ResolveNatsOptions } from "./nats-bootstrap.js";
+import { PlacementController, type HostPort } from "./placement-controller.js";
+import { AgentRegistry, type AgentRecord } from "./registry.js";
+
+export const KOVA_VERSION = "0.1.0";
+
+/** Session id of the cluster's own events (agent state changes, placement, signals). */
+export const CLUSTER_EVENTS_SESSION = "kova-cluster";
+
+export interface StartNodeOptions {
+  config: NodeConfig;
+  logger?: Logger;
+  /** Actor types registered in code (the package API); config modules add to them. */
+  types?: ActorTypeRegistry;
+  /** Passed to resolveNats (tests point the default-URL probe elsewhere). */
+  nats?: Pick<ResolveNatsOptions, "probeDefault" | "defaultUrl">;
+}
+
+/**
+ * One Kova cluster node: the composition root. Start order matters and is why this file
+ * exists: config → NATS → WAL (recovery scan) → cluster state (registry, leases,
+ * heartbeat) → actor host with the lease fence → WAL recovery decisions (finish what we
+ * still own, abandon what moved) → placement → control endpoints.
+ */
+export class KovaNode {
+  readonly incarnation = newId();
+  readonly startedAt = Date.now();
+  private stopping: Promise<void> | undefined;
+  private readonly recovery = { finished: [] as string[], abandoned: [] as string[], corrupt: 0, pendingRecords: 0 };
+  private readonly registryWrites = new Map<string, Promise<unknown>>();
+  private bus!: Bus;
+  private wal!: Wal;
+  private nats!: ResolvedNats;
+  private registry!: AgentRegistry;
+  private leases!: LeaseTable;
+  private membership!: Membership;
+  private host!: ActorHost;
+  private placement!: PlacementController;
+  private micro: MicroService | undefined;
+  private readonly log: Logger;
+
+  private constructor(
+    readonly config: NodeConfig,
+    private readonly types: ActorTypeRegistry,
+    logger: Logger,
+  ) {
+    this.log = logger.child({ component: "node", nodeId: config.nodeId });
+  }
+
+  get nodeId(): string {
+    return this.config.nodeId;
+  }
+
+  get cluster(): string {
+    return this.config.cluster;
+  }
+
+  /**
+   * Starts a node and joins the cluster.
+   * @throws ConfigError for an unknown actor type or module; NatsBootstrapError / NatsUnreachableError
+   *   when NATS cannot be found; WAL errors (WAL_BAD_KEY for a wrong key)
+   */
+  static async start(opts: StartNodeOptions): Promise<KovaNode> {
+    const logger = opts.logger ?? createLogger();
+    const types = opts.types ?? new ActorTypeRegistry();
+    await loadActorModules(opts.config, types);
+    const node = new KovaNode(opts.config, types, logger);
+    try {
+      await node.boot(opts);
+    } catch (err) {
+      await node.teardown().catch(() => undefined);
+      throw err;
+    }
+    return node;
+  }
+
+  private async boot(opts: StartNodeOptions): Promise<void> {
+    const { config } = this;
+    await mkdir(config.dataDir, { recursive: true });
+    this.nats = await resolveNats({ configuredUrls: config.natsUrls, dataDir: config.dataDir, logger: this.log, ...opts.nats });
+    this.bus = await Bus.connect({ servers: this.nats.urls, cluster: config.cluster, name: `kova-node-${config.nodeId}`, logger: this.log });
+    await this.bus.ensureStreams();
+
+    this.wal = await Wal.open({
+      dir: join(config.dataDir, "wal"),
+      ringBits: config.wal.ringBits,
+      sync: config.wal.sync,
+      ...(config.wal.encryption ? { encryption: config.wal.encryption } : {}),
+      ...(config.wal.hmac ? { hmac: config.wal.hmac } : {}),
+      logger: this.log,
+    });
+    this.recovery.corrupt = this.wal.recovery.corrupt.length;
+    this.recovery.pendingRecords = this.wal.recovery.pending.length;
+
+    const nc = this.bus.nc;
+    this.registry = await AgentRegistry.open({ nc, cluster: config.cluster, logger: this.log });
+    this.leases = await LeaseTable.open({ nc, cluster: config.cluster, nodeId: config.nodeId, incarnation: this.incarnation, logger: this.log });
+    // Heartbeat before any lease is touched: peers must see this incarnation live before
+    // it reclaims a lease of its previous life, or they would count it dead and take over.
+    this.membership = await Membership.join({
+      nc,
+      cluster: config.cluster,
+      heartbeatMs: config.heartbeatMs,
+      staleAfterMs: config.staleAfterMs,
+      logger: this.log.child({ component: "membership" }),
+      actorCount: () => this.host?.list().length ?? 0,
+      self: {
+        id: config.nodeId,
+        incarnation: this.incarnation,
+        startedAt: this.startedAt,
+        version: KOVA_VERSION,
+        pid: process.pid,
+        host: hostname(),
+      },
+    });
+
+    this.host = new ActorHost({
+      bus: this.bus,
+      wal: this.wal,
+      nodeId: config.nodeId,
+      types: this.types,
+      logger: this.log,
+      mailbox: config.mailbox,
+      fence: async (actorId: string) => this.fence(actorId),
+      onStateChange: (actorId: string, state: ActorState) => this.onStateChange(actorId, state),
+    });
+
+    await this.recoverPending();
+    for (const a of config.actors) {
+      await this.registry.declare({ id: a.id, type: a.type, capabilities: this.types.get(a.type).capabilities ?? [] });
+    }
+
+    const port: HostPort = {
+      start: async (id, type, record) => {
+        await this.host.start(id, type);
+        if (record.desired === "paused") await this.host.signal(id, "pause");
+      },
+      stop: (id, reason) => this.host.stop(id, { reason }),
+      hosted: () => this.host.list().map((s) => s.id),
+    };
+    this.placement = new PlacementController({
+      nodeId: config.nodeId,
+      membership: this.membership,
+      leases: this.leases,
+      registry: this.registry,
+      host: port,
+      logger: this.log,
+      reconcileMs: config.reconcileMs,
+      onPlacement: (e) => this.onPlacement(e),
+    });
+    this.placement.start();
+    await this.startServices();
+    this.log.info({ cluster: config.cluster, nats: this.nats.source, recovery: this.recovery }, "node started");
+  }
+
+  /**
+   * The fence checked before every journaled step and acknowledgement: a node whose own
+   * heartbeat is stale (frozen, cut off) or whose lease view says the actor moved must
+   * not touch it. Both checks are local, so the fence costs no round trip per step.
+   */
+  private fence(actorId: string): void {
+    if (!this.membership.selfHealthy()) {
+      throw new LeaseLostError(actorId, { data: { reason: "this node's heartbeat is stale; peers may have taken over" } });
+    }
+    if (!this.leases.holds(actorId)) {
+      throw new LeaseLostError(actorId, { data: { holder: this.leases.get(actorId)?.value.node ?? null } });
+    }
+  }
+
+  /**
+   * Pending WAL turns left by a crash: finish those of actors whose lease is still this
+   * node's (any incarnation: ours before the crash) or free; abandon those of actors now
+   * held by another node, which resumed them from the last checkpoint and the redelivered
+   * message, so running them here too would run a turn twice.
+   */
+  private async recoverPending(): Promise<void> {
+    const owners = new Set<string>();
+    for (const r of this.wal.recovery.pending) if (r.owner) owners.add(r.owner);
+    for (const actorId of owners) {
+      const lease = this.leases.get(actorId)?.value;
+      const record = this.registry.get(actorId);
+      const ours = lease === undefined || lease.node === null || lease.node === this.nodeId;
+      if (!ours || !record || record.desired === "killed" || !this.types.has(record.type)) {
+        await this.host.abandon(actorId);
+        this.recovery.abandoned.push(actorId);
+        this.log.info({ actorId, holder: lease?.node }, "recovery: abandoned a pending turn of an actor that moved");
+        continue;
+      }
+      const won = await this.leases.acquire(actorId, (l) => l.node === this.nodeId || l.node === null);
+      if (!won) {
+        await this.host.abandon(actorId);
+        this.recovery.abandoned.push(actorId);
+        continue;
+      }
+      await this.host.start(actorId, record.type);
+      this.recovery.finished.push(actorId);
+      this.log.info({ actorId }, "recovery: finished a pending turn this node still owns");
+    }
+  }
+
+  private onStateChange(actorId: string, state: ActorState): void {
+    this.writeRegistry(actorId, (cur) => (this.leases.holds(actorId) ? { ...cur, node: this.nodeId, state } : undefined));
+    this.publish("agent_state", actorId, { actorId, node: this.nodeId, state });
+  }
+
+  private onPlacement(e: { actorId: string; action: string; reason: string }): void {
+    if (e.action !== "acquired") {
+      this.writeRegistry(e.actorId, (cur) => (cur.node === this.nodeId ? { ...cur, node: null } : undefined));
+    }
+    this.publish(`agent_${e.action}`, e.actorId, { ...e, node: this.nodeId });
+  }
+
+  /** Registry writes of one actor are applied in order (a later state never loses to an earlier one). */
+  private writeRegistry(actorId: string, change: (cur: AgentRecord) => AgentRecord | undefined): Promise<unknown> {
+    const prev = this.registryWrites.get(actorId) ?? Promise.resolve();
+    const next = prev
+      .then(() => this.registry.update(actorId, change))
+      .catch((err: unknown) => this.log.warn({ err, actorId }, "registry update failed"))
+      .finally(() => {
+        if (this.registryWrites.get(actorId) === next) this.registryWrites.delete(actorId);
+      });
+    this.registryWrites.set(actorId, next);
+    return next;
+  }
+
+  private publish(type: string, runId: string, data: unknown): void {
+    this.bus
+      .publishEvent({ type, sessionId: CLUSTER_EVENTS_SESSION, runId, ts: Date.now(), data }, { durable: false })
+      .catch((err: unknown) => this.log.debug({ err, type }, "event not published"));
+  }
+
+  private async startServices(): Promise<void> {
+    const { cluster, nodeId } = this;
+    const json = (data: Uint8Array): unknown => (data.length === 0 ? {} : JSON.parse(new TextDecoder().decode(data)));
+    this.micro = await startMicroService(this.bus.nc, {
+      name: "kova-node",
+      version: KOVA_VERSION,
+      description: "Kova cluster node: hosts actors, answers control requests",
+      metadata: { node_id: nodeId, cluster },
+      logger: this.log,
+      endpoints: [
+        { name: "status", subject: nodeSubject(cluster, nodeId, "status"), handler: async () => this.status() },
+        { name: "agents", subject: nodeSubject(cluster, nodeId, "agents"), handler: async () => this.agents() },
+        { name: "spawn", subject: spawnSubject(cluster), handler: async (d) => this.spawn(json(d) as SpawnRequest) },
+        { name: "signal", subject: nodeSubject(cluster, nodeId, "signal"), handler: async (d) => this.signal(json(d) as SignalRequest) },
+      ],
+    });
+  }
+
+  /** This node's status (the `status` endpoint). */
+  status(): NodeStatusView {
+    const byState: Record<string, number> = {};
+    const hosted = this.host.list();
+    for (const a of hosted) byState[a.state] = (byState[a.state] ?? 0) + 1;
+    return {
+      nodeId: this.nodeId,
+      cluster: this.cluster,
+      incarnation: this.incarnation,
+      version: KOVA_VERSION,
+      startedAt: this.startedAt,
+      uptimeMs: Date.now() - this.startedAt,
+      nats: { source: this.nats.source, urls: this.nats.urls },
+      liveNodes: this.membership.liveNodes(),
+      healthy: this.membership.selfHealthy(),
+      actors: { hosted: hosted.length, byState },
+      recovery: { ...this.recovery },
+      stopping: this.stopping !== undefined,
+    };
+  }
+
+  /** Actors hosted here (the `agents` endpoint). */
+  agents(): AgentStatusView[] {
+    return this.host.list().map((a) => ({ id: a.id, type: a.type, state: a.state, inFlight: a.inFlight, handled: a.handled }));
+  }
+
+  /**
+   * Declares an actor; placement hosts it on its rendezvous owner.
+   * @throws InvalidIdError; ConfigError for a type this node does not know
+   */
+  async spawn(req: SpawnRequest): Promise<SpawnReply> {
+    const id = assertId("actor id", req?.id);
+    const type = assertId("actor type", req?.type);
+    if (!this.types.has(type)) {
+      throw new ConfigError("type", `unknown actor type "${type}" on node ${this.nodeId}: known types are ${this.types.types().join(", ")}; register it on every node (kova.toml [[actors]] module or modules)`);
+    }
+    const created = await this.registry.declare({ id, type, capabilities: req.capabilities ?? this.types.get(type).capabilities ?? [] });
+    this.publish("agent_spawned", id, { id, type, created, via: this.nodeId });
+    return { created, id, type, via: this.nodeId };
+  }
+
+  /**
+   * Delivers a signal to an actor hosted here and records the wish in the registry, so
+   * a pause survives a move and a killed actor is never placed again.
+   * @throws KovaError NOT_HOSTED naming the node that hosts it
+   */
+  async signal(req: SignalRequest): Promise<SignalReply> {
+    const actorId = assertId("actor id", req?.actorId);
+    const sig = req?.signal;
+    if (!isSignal(sig)) {
+      throw new KovaError(ErrorCode.INVALID_CONFIG, `unknown signal ${JSON.stringify(sig)}: use pause, resume, interrupt or kill`);
+    }
+    if (!this.host.status(actorId)) {
+      const holder = this.leases.get(actorId)?.value.node ?? null;
+      throw new KovaError(ErrorCode.NOT_HOSTED, `actor ${actorId} is not hosted on node ${this.nodeId} (lease holder: ${holder ?? "none"}); send the signal to that node`, { data: { actorId, holder } });
+    }
+    const desired = sig === "pause" ? "paused" : sig === "resume" ? "running" : sig === "kill" ? "killed" : undefined;
+    if (desired) await this.writeRegistry(actorId, (cur) => ({ ...cur, desired }));
+    await this.host.signal(actorId, sig as Signal);
+    this.publish("agent_signal", actorId, { actorId, signal: sig, node: this.nodeId });
+    if (sig === "kill") this.placement.kick();
+    return { actorId, signal: sig, node: this.nodeId, state: this.host.status(actorId)?.state ?? "Completed" };
+  }
+
+  /**
+   * Graceful stop: stop answering control requests and placing actors, drain every
+   * actor (finish its turn, checkpoint), release its lease so a peer takes it at once,
+   * leave the membership, flush and close the WAL, disconnect. Idempotent.
+   */
+  stop(reason = "stop"): Promise<void> {
+    this.stopping ??= this.gracefulStop(reason);
+    return this.stopping;
+  }
+
+  private async gracefulStop(reason: string): Promise<void> {
+    this.log.info({ reason }, "node stopping");
+    await this.micro?.stop().catch(() => undefined);
+    await this.placement.stop();
+    await this.placement.releaseAll("shutdown");
+    await Promise.all([...this.registryWrites.values()]);
+    await this.membership.leave().catch((err: unknown) => this.log.warn({ err }, "leave failed; peers will notice by staleness"));
+    await this.teardown();
+  }
+
+  /** Closes whatever was opened, in reverse order; used by stop and by a failed start. */
+  private async teardown(): Promise<void> {
+    await this.placement?.stop().catch(() => undefined);
+    await this.host?.stopAll().catch(() => undefined);
+    this.membership?.stop();
+    this.leases?.stop();
+    this.registry?.stop();
+    await this.wal?.close().catch(() => undefined);
+    await this.bus?.close().catch(() => undefined);
+    await this.nats?.stop().catch(() => undefined);
+  }
+}
