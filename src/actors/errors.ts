@@ -88,3 +88,13 @@ export class NotHostedError extends KovaError {
 export function isLeaseLost(err: unknown): err is LeaseLostError {
   return err instanceof KovaError && err.code === ErrorCode.LEASE_LOST;
 }
+
+/** The turn was stopped by a signal (`interrupt` or `kill`); it is not retried. */
+export class TurnInterruptedError extends KovaError {
+  constructor(
+    readonly actorId: string,
+    readonly by: "interrupt" | "kill",
+  ) {
+    super(ErrorCode.INTERRUPTED, `actor ${actorId}: turn stopped by ${by}`, { data: { actorId, by } });
+  }
+}

@@ -1,4 +1,4 @@
-import type { A2AEnvelope, MessageType } from "../bus/envelope.js";
+import type { A2AEnvelope, MessageType } from "../bus/index.js";
 
 export type { A2AEnvelope, MessageType };
 

@@ -1,0 +1,175 @@
+import { ErrorCode, KovaError } from "../core/errors.js";
+import { assertId } from "../core/ids.js";
+import { defaultLogger, type Logger } from "../core/logger.js";
+import type { Bus, MailboxOptions } from "../bus/index.js";
+import { ActorInstance, type ActorStatus } from "./actor-instance.js";
+import { NatsCheckpointStore, type CheckpointStore } from "./checkpoint-store.js";
+import { NotHostedError } from "./errors.js";
+import type { ActorState } from "./lifecycle.js";
+import type { ActorWal, HostDeps } from "./ports.js";
+import type { ActorTypeRegistry } from "./registry.js";
+import { TURN_KIND } from "./turn-record.js";
+import type { Signal, SupervisionOptions } from "./types.js";
+
+export type { ActorStatus };
+
+export interface ActorHostOptions {
+  bus: Bus;
+  /** The node's WAL (`Wal` from src/wal). */
+  wal: ActorWal;
+  nodeId: string;
+  types: ActorTypeRegistry;
+  logger?: Logger;
+  /**
+   * Checked before each journaled step, the checkpoint and the ack.
+   * @throws LeaseLostError when this node no longer holds the actor's lease
+   */
+  fence?: (actorId: string) => Promise<void> | void;
+  /** Every lifecycle change; `info.turn === true` marks the Idle⇄Running change of an ordinary turn. */
+  onStateChange?: (actorId: string, state: ActorState, info?: unknown) => void;
+  /** Default: NATS KV `kova_<cluster>_checkpoints`, opened on first use. */
+  checkpoints?: CheckpointStore;
+  /** Replicas of the checkpoint bucket when this host creates it (default 1). */
+  checkpointReplicas?: number;
+  /** Mailbox settings of every actor (ack wait, max deliver, backoff). */
+  mailbox?: MailboxOptions;
+  /** Host-wide supervision settings; they override the types' own. */
+  supervision?: SupervisionOptions;
+  /** Also publish per-turn Idle⇄Running changes as `actor_state` events (default false). */
+  turnEvents?: boolean;
+}
+
+/**
+ * Hosts actors on one node: each actor handles one message at a time from its durable
+ * mailbox, journals its turns in the node's WAL, checkpoints its state to NATS KV and
+ * answers the fast rpc path. Placement (which node hosts which actor) is the node's job;
+ * the host is told to start and stop actors and checks the `fence` before journaling.
+ */
+export class ActorHost {
+  readonly #actors = new Map<string, ActorInstance>();
+  readonly #starting = new Map<string, Promise<void>>();
+  readonly #deps: HostDeps;
+  readonly #types: ActorTypeRegistry;
+  readonly #log: Logger;
+
+  constructor(opts: ActorHostOptions) {
+    this.#types = opts.types;
+    this.#log = (opts.logger ?? defaultLogger()).child({ component: "actors", nodeId: opts.nodeId });
+    let store: Promise<CheckpointStore> | undefined = opts.checkpoints ? Promise.resolve(opts.checkpoints) : undefined;
+    const fence = opts.fence;
+    const onStateChange = opts.onStateChange;
+    this.#deps = {
+      bus: opts.bus,
+      wal: opts.wal,
+      nodeId: opts.nodeId,
+      log: this.#log,
+      checkpoints: () => {
+        store ??= NatsCheckpointStore.open({ js: opts.bus.js, cluster: opts.bus.cluster, replicas: opts.checkpointReplicas ?? 1 }).catch(
+          (err: unknown) => {
+            store = undefined;
+            throw err;
+          },
+        );
+        return store;
+      },
+      fence: async (actorId) => {
+        if (fence) await fence(actorId);
+      },
+      supervision: opts.supervision ?? {},
+      mailbox: opts.mailbox ?? {},
+      turnEvents: opts.turnEvents ?? false,
+      onStateChange: (actorId, state, info) => onStateChange?.(actorId, state, info),
+    };
+  }
+
+  /**
+   * Starts hosting `actorId` as `type`: loads its checkpoint, finishes its PENDING WAL
+   * turns (state Recovering, recorded steps reused), opens its mailbox and rpc → Idle.
+   * Starting a hosted actor again is a no-op.
+   * @throws InvalidIdError, UnknownActorTypeError before anything else; LeaseLostError when
+   *   the fence fails during recovery; NATS errors when the checkpoint cannot be loaded
+   */
+  async start(actorId: string, type: string): Promise<void> {
+    assertId("actor id", actorId);
+    const def = this.#types.get(type);
+    const starting = this.#starting.get(actorId);
+    if (starting) return starting;
+    if (this.#actors.has(actorId)) return;
+    const actor = new ActorInstance(actorId, def, this.#deps, (a) => {
+      if (this.#actors.get(a.id) === a) this.#actors.delete(a.id);
+    });
+    this.#actors.set(actorId, actor);
+    const p = actor.start().catch(async (err: unknown) => {
+      this.#log.error({ err, actorId }, "actor did not start");
+      await actor.leave("start_failed").catch(() => undefined);
+      this.#actors.delete(actorId);
+      throw err;
+    });
+    this.#starting.set(actorId, p);
+    try {
+      await p;
+    } finally {
+      this.#starting.delete(actorId);
+    }
+  }
+
+  /**
+   * Stops hosting: no new messages, the running turn finishes and is checkpointed, rpc
+   * closes, the actor ends Completed with `reason` (e.g. "moved", "shutdown").
+   * Stopping an actor that is not hosted is a no-op.
+   */
+  async stop(actorId: string, opts: { reason?: string } = {}): Promise<void> {
+    await this.#starting.get(actorId)?.catch(() => undefined);
+    const actor = this.#actors.get(actorId);
+    if (actor) await actor.leave(opts.reason ?? "stopped");
+  }
+
+  /**
+   * Delivers a control signal (the node's `signal` endpoint calls this).
+   * @throws NotHostedError when the actor is not hosted here
+   */
+  async signal(actorId: string, sig: Signal): Promise<void> {
+    const actor = this.#actors.get(actorId);
+    if (!actor) throw new NotHostedError(actorId);
+    await actor.signal(sig);
+  }
+
+  status(actorId: string): ActorStatus | undefined {
+    return this.#actors.get(actorId)?.status();
+  }
+
+  list(): ActorStatus[] {
+    return [...this.#actors.values()].map((a) => a.status());
+  }
+
+  /** Actors with PENDING turns in this node's WAL (recovery: start them, or abandon those that moved). */
+  pendingActors(): string[] {
+    const owners = new Set<string>();
+    for (const r of (this.#deps.wal as { recovery?: { pending?: Array<{ owner?: string; kind: string }> } }).recovery?.pending ?? []) {
+      if (r.owner && r.kind === TURN_KIND) owners.add(r.owner);
+    }
+    return [...owners].filter((id) => this.#deps.wal.pendingFor(id).length > 0);
+  }
+
+  /**
+   * Marks the PENDING WAL turns of an actor that moved to another node complete without
+   * running them (its new host redoes the turn from the redelivered message).
+   * @returns how many records were abandoned
+   * @throws KovaError INVALID_TRANSITION when the actor is hosted here (stop it first)
+   */
+  async abandon(actorId: string): Promise<number> {
+    if (this.#actors.has(actorId)) {
+      throw new KovaError(ErrorCode.INVALID_TRANSITION, `actor ${actorId} is hosted here; stop it before abandoning its turns`);
+    }
+    const pending = this.#deps.wal.pendingFor(actorId).filter((r) => r.kind === TURN_KIND);
+    for (const r of pending) await this.#deps.wal.complete(r.seq);
+    if (pending.length) this.#log.info({ actorId, records: pending.length }, "abandoned pending turns of an actor that moved");
+    return pending.length;
+  }
+
+  /** Stops every actor (graceful shutdown). */
+  async stopAll(opts: { reason?: string } = {}): Promise<void> {
+    await Promise.all([...this.#starting.values()].map((p) => p.catch(() => undefined)));
+    await Promise.all([...this.#actors.keys()].map((id) => this.stop(id, { reason: opts.reason ?? "shutdown" })));
+  }
+}

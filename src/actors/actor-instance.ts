@@ -1,0 +1,274 @@
+import { ErrorCode, KovaError } from "../core/errors.js";
+import type { Logger } from "../core/logger.js";
+import type { A2AEnvelope, Mailbox, MailboxContext, RpcService } from "../bus/index.js";
+import type { Checkpoint } from "./checkpoint-store.js";
+import { deadLetter, ActorDlqReason } from "./dead-letter.js";
+import { TurnInterruptedError } from "./errors.js";
+import { ActorLifecycle, type ActorState } from "./lifecycle.js";
+import { ActorMemory, localCheckpointKey } from "./memory.js";
+import { PauseGate } from "./pause-gate.js";
+import type { HostDeps } from "./ports.js";
+import { runTurn, type TurnActor, type TurnOutcome } from "./turn-runner.js";
+import { parseTurnRecord, TURN_KIND, type TurnRecord } from "./turn-record.js";
+import type { ActorDefinition, Signal } from "./types.js";
+
+export interface ActorStatus {
+  id: string;
+  type: string;
+  state: ActorState;
+  /** Turns running now: 0 or 1 (more would break guarantee 2; the runtime refuses it). */
+  inFlight: number;
+  /** Messages whose turn ended here (done, interrupted or failed), recovered turns included. */
+  handled: number;
+  paused: boolean;
+}
+
+interface CurrentTurn {
+  env: A2AEnvelope;
+  abort: AbortController;
+  recovering: boolean;
+}
+
+/**
+ * One hosted actor: its lifecycle, committed memory, mailbox and rpc service, and the
+ * signals that steer it. Turns themselves run in turn-runner.ts.
+ */
+export class ActorInstance implements TurnActor {
+  readonly lifecycle: ActorLifecycle;
+  readonly gate = new PauseGate();
+  readonly log: Logger;
+  memory!: ActorMemory<any>;
+  #mailbox: Mailbox | undefined;
+  #mailboxStopping: Promise<void> | undefined;
+  #rpc: RpcService | undefined;
+  #turn: CurrentTurn | undefined;
+  #inFlight = 0;
+  #handled = 0;
+  #leaving = false;
+  #events: Promise<void> = Promise.resolve();
+  /** Turns whose journaling failed (NATS or WAL trouble): the redelivery resumes the same record. */
+  readonly #parked = new Map<string, { seq: number; record: TurnRecord }>();
+
+  constructor(
+    readonly id: string,
+    readonly def: ActorDefinition<any>,
+    readonly deps: HostDeps,
+    private readonly onGone: (actor: ActorInstance) => void,
+  ) {
+    this.log = deps.log.child({ actorId: id, actorType: def.type });
+    this.lifecycle = new ActorLifecycle(id, (state, previous, info) => this.#reportState(state, previous, info));
+  }
+
+  status(): ActorStatus {
+    return {
+      id: this.id,
+      type: this.def.type,
+      state: this.lifecycle.state,
+      inFlight: this.#inFlight,
+      handled: this.#handled,
+      paused: this.gate.paused,
+    };
+  }
+
+  /** Loads memory, finishes PENDING turns of this actor from the WAL (Recovering), opens mailbox and rpc. */
+  async start(): Promise<void> {
+    const store = await this.deps.checkpoints();
+    const shared = await store.load(this.id);
+    const local = this.deps.wal.getKv<Checkpoint>(localCheckpointKey(this.id));
+    this.memory = ActorMemory.from(shared, local, () => this.def.initialState());
+    const pending = this.deps.wal.pendingFor(this.id).filter((r) => r.kind === TURN_KIND);
+    if (pending.length > 0) {
+      this.lifecycle.transition("Recovering", { pending: pending.length });
+      for (const r of pending) {
+        if (this.#leaving) return;
+        const record = parseTurnRecord(r.payload);
+        if (record === undefined) {
+          this.log.error({ seq: r.seq }, "unreadable turn record skipped");
+          await this.deps.wal.complete(r.seq);
+          continue;
+        }
+        const outcome = await this.#turnOf(record.envelope, { recovered: { seq: r.seq, record } }, true);
+        if (outcome.kind === "lease_lost") throw (outcome as { error: unknown }).error;
+        if (outcome.kind === "failed") {
+          // Failed stays inspectable (rpc) and can be resumed; the mailbox opens on resume.
+          this.#rpc ??= this.deps.bus.serveRpc(this.id, (env) => this.#answerRpc(env));
+          this.#fail(record.envelope, outcome);
+          return;
+        }
+      }
+      this.event("actor_recovered", { turns: pending.length });
+    }
+    if (this.#leaving) return;
+    await this.#open();
+    this.lifecycle.transition(this.gate.paused ? "Paused" : "Idle");
+  }
+
+  async #open(): Promise<void> {
+    await this.#mailboxStopping;
+    this.#mailboxStopping = undefined;
+    this.#rpc ??= this.deps.bus.serveRpc(this.id, (env) => this.#answerRpc(env));
+    this.#mailbox = await this.deps.bus.openMailbox(this.id, (env, mctx) => this.#onMessage(env, mctx), this.deps.mailbox);
+  }
+
+  /** Stops taking messages without waiting (safe inside the mailbox's own handler). */
+  #closeMailbox(): Promise<void> {
+    const mb = this.#mailbox;
+    this.#mailbox = undefined;
+    if (mb) this.#mailboxStopping = mb.stop().catch((err: unknown) => this.log.warn({ err }, "mailbox stop failed"));
+    return this.#mailboxStopping ?? Promise.resolve();
+  }
+
+  async #onMessage(env: A2AEnvelope, mctx: MailboxContext): Promise<void> {
+    // Paused: hold the message (the mailbox's heartbeats keep it ours) until resume.
+    await this.gate.wait();
+    if (this.#leaving || this.lifecycle.state === "Failed") {
+      throw new KovaError(ErrorCode.NOT_HOSTED, `actor ${this.id} is not taking messages (${this.lifecycle.state})`);
+    }
+    if (this.def.handlers[env.type] === undefined) return this.#unhandled(env, mctx);
+    const parked = this.#parked.get(env.id);
+    const outcome = await this.#turnOf(env, { mailbox: mctx, ...(parked ? { recovered: parked } : {}) }, false);
+    if (outcome.kind === "lease_lost") {
+      void this.leave("lease_lost");
+      throw (outcome as { error: unknown }).error;
+    }
+    if (outcome.kind === "interrupted" && outcome.by === "stop") throw new TurnInterruptedError(this.id, "kill");
+    if (outcome.kind === "failed") this.#fail(env, outcome);
+  }
+
+  async #turnOf(env: A2AEnvelope, src: { recovered?: { seq: number; record: TurnRecord }; mailbox?: MailboxContext }, recovering: boolean): Promise<TurnOutcome> {
+    if (this.#inFlight > 0) {
+      // Guarantee 2 is the mailbox's max_ack_pending 1; this is the local assertion of it.
+      throw new KovaError(ErrorCode.INTERNAL, `actor ${this.id}: a second turn started while one is running`);
+    }
+    const abort = new AbortController();
+    this.#turn = { env, abort, recovering };
+    this.#inFlight++;
+    if (!recovering) this.lifecycle.transition("Running", { turn: true, envelopeId: env.id });
+    try {
+      const outcome = await runTurn(this, env, { ...src, abort });
+      this.#parked.delete(env.id);
+      if (outcome.kind !== "duplicate" && outcome.kind !== "lease_lost") this.#handled++;
+      return outcome;
+    } catch (err) {
+      // Journaling failed (not the handler): keep the record for the redelivery.
+      const pending = this.deps.wal.pendingFor(this.id).find((r) => r.kind === TURN_KIND && parseTurnRecord(r.payload)?.envelope.id === env.id);
+      const record = pending && parseTurnRecord(pending.payload);
+      if (pending && record) this.#parked.set(env.id, { seq: pending.seq, record });
+      this.log.warn({ err, envelopeId: env.id }, "turn could not be journaled; the message will be redelivered");
+      throw err;
+    } finally {
+      this.#inFlight--;
+      this.#turn = undefined;
+      if (!recovering && this.lifecycle.state === "Running") this.lifecycle.transition("Idle", { turn: true, envelopeId: env.id });
+    }
+  }
+
+  async #unhandled(env: A2AEnvelope, mctx: MailboxContext): Promise<void> {
+    const err = new KovaError(
+      ErrorCode.UNKNOWN_MESSAGE_TYPE,
+      `actor ${this.id} (type ${this.def.type}) has no handler for ${env.type}; handled types: ${Object.keys(this.def.handlers).join(", ") || "(none)"}`,
+      { data: { actorId: this.id, type: env.type } },
+    );
+    await deadLetter(this.deps.bus, env, ActorDlqReason.unhandled, err);
+    this.log.warn({ envelopeId: env.id, messageType: env.type }, "unhandled message type moved to the DLQ");
+    this.event("actor_unhandled", { envelopeId: env.id, messageType: env.type });
+    if (env.replyTo) await this.deps.bus.respond(env, null, { error: err, encoding: mctx.encoding }).catch(() => undefined);
+  }
+
+  #fail(env: A2AEnvelope, outcome: { error: unknown; attempts: number }): void {
+    const error = outcome.error instanceof KovaError ? outcome.error.toWire() : { code: ErrorCode.ACTOR_FAILED, message: String((outcome.error as Error)?.message ?? outcome.error), retryable: false };
+    this.log.error({ err: outcome.error, envelopeId: env.id, attempts: outcome.attempts }, "actor failed");
+    this.lifecycle.transition("Failed", { envelopeId: env.id, attempts: outcome.attempts, error });
+    this.event("actor_failed", { envelopeId: env.id, attempts: outcome.attempts, error, dlq: ActorDlqReason.handlerFailed });
+    void this.#closeMailbox();
+  }
+
+  async #answerRpc(env: A2AEnvelope): Promise<unknown> {
+    const rpc = this.def.rpc ?? {};
+    if (env.type === "info_request") {
+      const fn = rpc.info_request;
+      return fn ? fn(env, this.memory.state) : { actorId: this.id, ...this.status() };
+    }
+    if (env.type === "capability_query") {
+      const fn = rpc.capability_query;
+      return fn ? fn(env, this.memory.state) : { actorId: this.id, type: this.def.type, capabilities: this.def.capabilities ?? [] };
+    }
+    throw new KovaError(
+      ErrorCode.UNKNOWN_MESSAGE_TYPE,
+      `the fast path of ${this.id} answers info_request and capability_query; send ${env.type} to its durable inbox`,
+      { data: { actorId: this.id, type: env.type } },
+    );
+  }
+
+  /**
+   * Applies a signal. pause: no new turn starts and the running turn holds at its next
+   * step. resume: continue (also restarts a Failed actor). interrupt: abort the running
+   * turn (its message is consumed). kill: abort the running turn (its message goes to the
+   * DLQ), stop, Completed.
+   */
+  async signal(sig: Signal): Promise<void> {
+    const state = this.lifecycle.state;
+    switch (sig) {
+      case "pause":
+        if (state === "Completed" || state === "Failed") return;
+        this.gate.pause();
+        if (state !== "Created") this.lifecycle.transition("Paused", { signal: sig });
+        return;
+      case "resume":
+        if (state === "Failed") {
+          this.lifecycle.transition("Idle", { signal: sig });
+          await this.#open();
+          return;
+        }
+        this.gate.resume();
+        if (state === "Paused") {
+          const t = this.#turn;
+          this.lifecycle.transition(t === undefined ? "Idle" : t.recovering ? "Recovering" : "Running", { signal: sig });
+        }
+        return;
+      case "interrupt":
+        this.#turn?.abort.abort(new TurnInterruptedError(this.id, "interrupt"));
+        return;
+      case "kill":
+        this.#turn?.abort.abort(new TurnInterruptedError(this.id, "kill"));
+        await this.leave("killed");
+        return;
+    }
+  }
+
+  /**
+   * Stops taking messages, lets the running turn finish (a turn held by pause is
+   * abandoned: the next host redoes it), closes rpc and ends in Completed.
+   */
+  async leave(reason: string): Promise<void> {
+    if (this.#leaving) return this.#mailboxStopping;
+    this.#leaving = true;
+    if (this.gate.paused && this.#turn) this.#turn.abort.abort(new TurnInterruptedError(this.id, "kill"));
+    this.gate.resume();
+    await this.#closeMailbox();
+    await this.#rpc?.stop().catch((err: unknown) => this.log.warn({ err }, "rpc stop failed"));
+    this.#rpc = undefined;
+    this.lifecycle.tryTransition("Completed", { reason });
+    await this.#events;
+    this.onGone(this);
+  }
+
+  /** Publishes an actor event on `kova.<c>.events.actors.<actorId>`, in order, never failing the caller. */
+  event(type: string, data: Record<string, unknown>): void {
+    const event = { type, sessionId: "actors", runId: this.id, ts: Date.now(), data: { actorId: this.id, actorType: this.def.type, nodeId: this.deps.nodeId, ...data } };
+    this.#events = this.#events
+      .then(() => this.deps.bus.publishEvent(event))
+      .catch((err: unknown) => this.log.warn({ err, type }, "could not publish an actor event"));
+  }
+
+  #reportState(state: ActorState, previous: ActorState, info: unknown): void {
+    try {
+      this.deps.onStateChange(this.id, state, info);
+    } catch (err) {
+      this.log.warn({ err }, "onStateChange listener threw");
+    }
+    const perTurn = typeof info === "object" && info !== null && (info as { turn?: boolean }).turn === true;
+    if (perTurn && !this.deps.turnEvents) return;
+    this.event("actor_state", { state, previous, ...(typeof info === "object" && info !== null ? info : {}) });
+  }
+}

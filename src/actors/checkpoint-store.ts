@@ -1,0 +1,101 @@
+import type { JetStreamClient } from "@nats-io/jetstream";
+import { Kvm, type KV } from "@nats-io/kv";
+import { LeaseLostError } from "./errors.js";
+
+/** Format version of a checkpoint; old versions keep loading. */
+export const CHECKPOINT_VERSION = 1;
+/** How many handled envelope ids a checkpoint keeps for deduplication. */
+export const PROCESSED_LIMIT = 1000;
+
+/** An actor's memory at the end of a handled message. */
+export interface Checkpoint {
+  v?: number;
+  state: unknown;
+  /** Ids of the last handled envelopes (newest last, at most PROCESSED_LIMIT): a redelivery starts no second turn. */
+  processed: string[];
+  /** Counts handled messages; the newer of the NATS and local (WAL) copies wins. */
+  revision: number;
+  type?: string;
+  nodeId?: string;
+  ts?: number;
+}
+
+/** Where actor checkpoints live, shared by every node so that a takeover resumes from them. */
+export interface CheckpointStore {
+  load(actorId: string): Promise<Checkpoint | undefined>;
+  /** @throws LeaseLostError when another writer saved since this store last loaded or saved the actor */
+  save(actorId: string, cp: Checkpoint): Promise<void>;
+}
+
+export interface NatsCheckpointStoreOptions {
+  js: JetStreamClient;
+  cluster: string;
+  /** Bucket replicas: the number of servers in a clustered NATS (default 1). */
+  replicas?: number;
+}
+
+const enc = new TextEncoder();
+
+/**
+ * Checkpoints in NATS KV `kova_<cluster>_checkpoints`, one key per actor id, JSON so that
+ * `nats kv get` shows them. Saves are compare-and-set on the revision this store last
+ * saw: a node that lost an actor to another node cannot overwrite the new owner's
+ * checkpoint, even if its lease check raced (a second fence).
+ */
+export class NatsCheckpointStore implements CheckpointStore {
+  readonly #revisions = new Map<string, number>();
+
+  private constructor(readonly kv: KV) {}
+
+  static bucketName(cluster: string): string {
+    return `kova_${cluster}_checkpoints`;
+  }
+
+  /** Opens the bucket, creating it if needed. */
+  static async open(opts: NatsCheckpointStoreOptions): Promise<NatsCheckpointStore> {
+    const kv = await new Kvm(opts.js).create(NatsCheckpointStore.bucketName(opts.cluster), {
+      history: 1,
+      replicas: opts.replicas ?? 1,
+    });
+    return new NatsCheckpointStore(kv);
+  }
+
+  async load(actorId: string): Promise<Checkpoint | undefined> {
+    const entry = await this.kv.get(actorId);
+    if (entry === null || entry.operation !== "PUT") {
+      if (entry === null) this.#revisions.delete(actorId);
+      else this.#revisions.set(actorId, entry.revision);
+      return undefined;
+    }
+    this.#revisions.set(actorId, entry.revision);
+    const cp = entry.json<Checkpoint>();
+    return { ...cp, processed: Array.isArray(cp.processed) ? cp.processed : [], revision: cp.revision ?? 0 };
+  }
+
+  async save(actorId: string, cp: Checkpoint): Promise<void> {
+    const data = enc.encode(JSON.stringify({ v: CHECKPOINT_VERSION, ...cp }));
+    const known = this.#revisions.get(actorId);
+    try {
+      const rev = known === undefined ? await this.kv.create(actorId, data) : await this.kv.update(actorId, data, known);
+      this.#revisions.set(actorId, rev);
+    } catch (err) {
+      if (isWrongLastSequence(err)) {
+        this.#revisions.delete(actorId);
+        throw new LeaseLostError(actorId, { cause: err, data: { checkpoint: "revision changed by another writer" } });
+      }
+      throw err;
+    }
+  }
+
+  /** Removes an actor's checkpoint (a deleted actor). */
+  async delete(actorId: string): Promise<void> {
+    await this.kv.delete(actorId);
+    this.#revisions.delete(actorId);
+  }
+}
+
+// JetStream API error 10071 (10164 on newer servers when the subject has no sequence yet).
+function isWrongLastSequence(err: unknown): boolean {
+  const code = (err as { code?: unknown }).code;
+  return code === 10071 || code === 10164 || /wrong last sequence/i.test(String((err as Error)?.message ?? err));
+}

@@ -1,0 +1,44 @@
+/**
+ * Kova's actor runtime: actor definitions and types, lifecycle, supervision, journaled
+ * turns with deterministic replay, checkpoints, and the per-node ActorHost.
+ */
+export { ActorHost, type ActorHostOptions, type ActorStatus } from "./actor-host.js";
+export { defineActor } from "./definition.js";
+export { ActorTypeRegistry } from "./registry.js";
+export { counterActor, type CounterState } from "./counter.js";
+export { ActorLifecycle, ActorStates, canTransition, type ActorState } from "./lifecycle.js";
+export { Signals, isSignal } from "./types.js";
+export type {
+  ActorContext,
+  ActorDefinition,
+  ActorHandler,
+  EmitOptions,
+  RpcHandler,
+  RpcType,
+  Signal,
+  StepOptions,
+  SupervisionOptions,
+} from "./types.js";
+export { DEFAULT_SUPERVISION, retryDelayMs, supervisionFor, type SupervisionPolicy } from "./supervision.js";
+export {
+  CHECKPOINT_VERSION,
+  NatsCheckpointStore,
+  PROCESSED_LIMIT,
+  type Checkpoint,
+  type CheckpointStore,
+  type NatsCheckpointStoreOptions,
+} from "./checkpoint-store.js";
+export { ActorDlqReason } from "./dead-letter.js";
+export { TURN_KIND, TURN_RECORD_VERSION, type StepRecord, type TurnRecord } from "./turn-record.js";
+export type { ActorWal } from "./ports.js";
+export {
+  ActorFailedError,
+  InvalidTransitionError,
+  LeaseLostError,
+  NotHostedError,
+  ReplayMismatchError,
+  StepOutcomeUnknownError,
+  TurnInterruptedError,
+  UnknownActorTypeError,
+  isLeaseLost,
+} from "./errors.js";

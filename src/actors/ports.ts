@@ -1,0 +1,32 @@
+import type { Logger } from "../core/logger.js";
+import type { Bus, MailboxOptions } from "../bus/index.js";
+import type { CheckpointStore } from "./checkpoint-store.js";
+import type { ActorState } from "./lifecycle.js";
+import type { SupervisionOptions } from "./types.js";
+
+/**
+ * The part of the WAL (src/wal `Wal`) the actor runtime uses. Declared here so that the
+ * runtime depends on the contract, not on the WAL's internals; `Wal` satisfies it.
+ */
+export interface ActorWal {
+  append<T>(kind: string, payload: T, opts?: { owner?: string }): Promise<number>;
+  replace<T>(seq: number, payload: T, opts?: { kind?: string }): Promise<number>;
+  complete(seq: number, opts?: { kv?: Array<{ key: string; value: unknown }> }): Promise<void>;
+  getKv<V>(key: string): V | undefined;
+  pendingFor(owner: string): Array<{ seq: number; kind: string; payload: unknown }>;
+}
+
+/** What every actor of a host shares. */
+export interface HostDeps {
+  readonly bus: Bus;
+  readonly wal: ActorWal;
+  readonly nodeId: string;
+  readonly log: Logger;
+  readonly checkpoints: () => Promise<CheckpointStore>;
+  fence(actorId: string): Promise<void>;
+  readonly supervision: SupervisionOptions;
+  readonly mailbox: MailboxOptions;
+  /** Publish Idle⇄Running changes of ordinary turns as events too (default false: they are per message). */
+  readonly turnEvents: boolean;
+  onStateChange(actorId: string, state: ActorState, info?: unknown): void;
+}

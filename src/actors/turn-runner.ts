@@ -1,0 +1,230 @@
+import { sleep } from "../core/clock.js";
+import { ErrorCode, isKovaError, toWire } from "../core/errors.js";
+import { newId } from "../core/ids.js";
+import type { Logger } from "../core/logger.js";
+import { createEnvelope, type A2AEnvelope, type MailboxContext } from "../bus/index.js";
+import type { Checkpoint } from "./checkpoint-store.js";
+import { deadLetter, ActorDlqReason } from "./dead-letter.js";
+import { isLeaseLost, TurnInterruptedError } from "./errors.js";
+import { localCheckpointKey, type ActorMemory } from "./memory.js";
+import type { PauseGate } from "./pause-gate.js";
+import type { HostDeps } from "./ports.js";
+import { supervise, supervisionFor } from "./supervision.js";
+import { TurnJournal, type JournalIo } from "./turn-journal.js";
+import { newTurnRecord, TURN_KIND, type TurnRecord } from "./turn-record.js";
+import type { ActorContext, ActorDefinition, ActorHandler } from "./types.js";
+
+/** What a turn needs from its actor. */
+export interface TurnActor {
+  readonly id: string;
+  readonly def: ActorDefinition<any>;
+  readonly deps: HostDeps;
+  readonly memory: ActorMemory<any>;
+  readonly gate: PauseGate;
+  readonly log: Logger;
+  /** Retry and failure events (state events come from the lifecycle). */
+  event(type: string, data: Record<string, unknown>): void;
+}
+
+export interface TurnSource {
+  /** A turn found PENDING in the WAL at start (or parked after an infrastructure failure). */
+  recovered?: { seq: number; record: TurnRecord };
+  /** The mailbox delivery, absent for a recovered turn run before the mailbox opens. */
+  mailbox?: MailboxContext;
+  /** Aborted by interrupt, kill or a stop while paused; the reason is a TurnInterruptedError. */
+  abort: AbortController;
+}
+
+export type TurnOutcome =
+  | { kind: "done"; result: unknown }
+  | { kind: "duplicate" }
+  | { kind: "interrupted"; by: "interrupt" | "kill" | "stop" }
+  | { kind: "failed"; error: unknown; attempts: number }
+  | { kind: "lease_lost"; error: unknown };
+
+/**
+ * Runs one message as a journaled, supervised turn (docs/actors.md, "Turn protocol"):
+ * WAL append (or the recovered record) → handler, each step a `wal.replace` → checkpoint
+ * to NATS KV → `wal.complete` with the local checkpoint → reply. The caller acks the
+ * mailbox message when this resolves, and naks it when this throws (an infrastructure
+ * failure: the record stays PENDING and the redelivery resumes it).
+ */
+export async function runTurn(actor: TurnActor, env: A2AEnvelope, src: TurnSource): Promise<TurnOutcome> {
+  const { deps, memory } = actor;
+  if (memory.has(env.id)) {
+    if (src.recovered) await deps.wal.complete(src.recovered.seq);
+    return { kind: "duplicate" };
+  }
+  const handler = actor.def.handlers[env.type] as ActorHandler<unknown> | undefined;
+  if (handler === undefined) throw new Error(`no handler for ${env.type}: the caller routes unhandled types`);
+
+  let record: TurnRecord;
+  let seq: number;
+  if (src.recovered) {
+    ({ record, seq } = src.recovered);
+  } else {
+    await deps.fence(actor.id);
+    record = newTurnRecord(actor.id, actor.def.type, env);
+    seq = await deps.wal.append(TURN_KIND, record, { owner: actor.id });
+  }
+  const slot = { seq };
+  const signal = src.abort.signal;
+  const io: JournalIo = {
+    persist: async (r) => {
+      slot.seq = await deps.wal.replace(slot.seq, r);
+    },
+    fence: () => deps.fence(actor.id),
+    gate: () => actor.gate.wait(signal),
+    now: Date.now,
+    random: Math.random,
+    newId,
+  };
+  const base = memory.state;
+  let finalState: unknown = base;
+  const run = async (attempt: number): Promise<unknown> => {
+    const journal = new TurnJournal(actor.id, record, io);
+    const ctx = makeContext(actor, env, journal, attempt, structuredClone(base), src);
+    const result = await handler(ctx);
+    if (signal.aborted) throw signal.reason;
+    await journal.flush();
+    finalState = ctx.state;
+    return result;
+  };
+
+  let outcome: TurnOutcome;
+  try {
+    const res = await supervise(supervisionFor(actor.def, deps.supervision), run, {
+      retryable: (err) => !signal.aborted && retryable(err),
+      onRetry: async (next, err, delayMs) => {
+        record.attempt = next;
+        await io.persist(record);
+        actor.log.warn({ err, envelopeId: env.id, attempt: next, delayMs }, "handler failed; retrying");
+        actor.event("actor_turn_retry", { envelopeId: env.id, attempt: next, delayMs, error: toWire(err) });
+      },
+      sleep: (ms) => sleep(ms, signal),
+    }, record.attempt);
+    outcome = res.ok ? { kind: "done", result: res.value } : classify(res.error, signal, res.attempts);
+  } catch (err) {
+    outcome = classify(err, signal, record.attempt);
+  }
+
+  if (outcome.kind === "lease_lost" || (outcome.kind === "interrupted" && outcome.by === "stop")) {
+    // The actor is leaving this node: its next host redoes the turn from the mailbox.
+    await deps.wal.complete(slot.seq).catch((err: unknown) => actor.log.warn({ err }, "could not abandon the turn record"));
+    return outcome;
+  }
+  if (outcome.kind === "failed" && isInfrastructure(outcome.error)) throw outcome.error;
+
+  if (outcome.kind === "interrupted") {
+    const reason = outcome.by === "kill" ? ActorDlqReason.killed : undefined;
+    if (reason) await deadLetter(deps.bus, env, reason, signal.reason);
+    actor.event("actor_turn_interrupted", { envelopeId: env.id, by: outcome.by });
+  } else if (outcome.kind === "failed") {
+    await deadLetter(deps.bus, env, ActorDlqReason.handlerFailed, outcome.error);
+    finalState = base;
+  }
+  if (outcome.kind !== "done") finalState = base;
+
+  const cp = memory.next(finalState, env.id, { type: actor.def.type, nodeId: deps.nodeId, ts: Date.now() });
+  await commit(actor, slot.seq, cp);
+  await reply(actor, env, outcome, src.mailbox);
+  return outcome;
+}
+
+/** Checkpoint to NATS (compare-and-set), then complete the WAL record with the local copy, then apply. */
+async function commit(actor: TurnActor, seq: number, cp: Checkpoint): Promise<void> {
+  const { deps } = actor;
+  await deps.fence(actor.id);
+  const store = await deps.checkpoints();
+  await store.save(actor.id, cp);
+  await deps.wal.complete(seq, { kv: [{ key: localCheckpointKey(actor.id), value: cp }] });
+  actor.memory.apply(cp);
+}
+
+async function reply(actor: TurnActor, env: A2AEnvelope, outcome: TurnOutcome, mb: MailboxContext | undefined): Promise<void> {
+  if (!env.replyTo) return;
+  const opts = mb ? { encoding: mb.encoding } : {};
+  try {
+    if (outcome.kind === "done") await actor.deps.bus.respond(env, outcome.result, opts);
+    else if (outcome.kind === "failed") await actor.deps.bus.respond(env, null, { ...opts, error: outcome.error });
+    else if (outcome.kind === "interrupted") {
+      await actor.deps.bus.respond(env, null, { ...opts, error: new TurnInterruptedError(actor.id, outcome.by === "kill" ? "kill" : "interrupt") });
+    }
+  } catch (err) {
+    // The turn is committed; a lost reply only makes the asker time out.
+    actor.log.warn({ err, envelopeId: env.id }, "could not send the reply");
+  }
+}
+
+function classify(err: unknown, signal: AbortSignal, attempts: number): TurnOutcome {
+  const reason = signal.aborted ? signal.reason : err;
+  if (isLeaseLost(reason)) return { kind: "lease_lost", error: reason };
+  if (reason instanceof TurnInterruptedError) return { kind: "interrupted", by: reason.by };
+  return { kind: "failed", error: err, attempts };
+}
+
+// Deterministic failures repeat on every attempt: retrying them only delays Failed.
+function retryable(err: unknown): boolean {
+  return !isLeaseLost(err) && !isKovaError(err, ErrorCode.REPLAY_MISMATCH) && !isKovaError(err, ErrorCode.STEP_OUTCOME_UNKNOWN);
+}
+
+// Failures of the runtime's own journaling (WAL, NATS) are not the handler's fault: the
+// message is redelivered and the PENDING record resumes, instead of a dead letter.
+function isInfrastructure(err: unknown): boolean {
+  return isKovaError(err) && (err.code.startsWith("WAL_") || err.code === ErrorCode.NATS_UNREACHABLE || err.code === ErrorCode.CONNECTION_CLOSED);
+}
+
+function makeContext(
+  actor: TurnActor,
+  env: A2AEnvelope,
+  journal: TurnJournal,
+  attempt: number,
+  state: unknown,
+  src: TurnSource,
+): ActorContext<unknown> {
+  const { deps } = actor;
+  return {
+    actorId: actor.id,
+    type: actor.def.type,
+    nodeId: deps.nodeId,
+    state,
+    message: env,
+    get replaying() {
+      return journal.replaying;
+    },
+    attempt,
+    now: () => journal.now(),
+    random: () => journal.random(),
+    newId: () => journal.newId(),
+    step: (name, fn, opts) => journal.step(name, fn, opts),
+    send: async (fields) => {
+      const id = fields.id ?? journal.newId();
+      return journal.step(
+        `send:${fields.type}:${fields.to}`,
+        async () => {
+          await deps.bus.send(createEnvelope({ ...fields, id, from: actor.id }));
+          return id;
+        },
+        { idempotent: true },
+      );
+    },
+    emit: async (type, data, opts = {}) => {
+      const ts = journal.now();
+      await journal.step(
+        `emit:${type}`,
+        () =>
+          deps.bus.publishEvent({
+            type,
+            sessionId: opts.sessionId ?? "actors",
+            runId: opts.runId ?? actor.id,
+            ...(opts.parentRunId ? { parentRunId: opts.parentRunId } : {}),
+            ts,
+            data,
+          }),
+        { idempotent: true },
+      );
+    },
+    working: () => src.mailbox?.working(),
+    signal: src.abort.signal,
+  };
+}

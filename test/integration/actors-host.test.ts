@@ -1,0 +1,145 @@
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { createEnvelope, encodeEnvelope, type KovaEvent } from "../../src/bus/index.js";
+import { ErrorCode, isKovaError } from "../../src/core/errors.js";
+import { defineActor, NatsCheckpointStore, type CounterState } from "../../src/actors/index.js";
+import { startNatsServer, type NatsServerHandle } from "../../src/testing/index.js";
+import { startRig, uniqueCluster, waitFor } from "../fixtures/actors/helpers.js";
+
+let server: NatsServerHandle;
+beforeAll(async () => {
+  server = await startNatsServer({ allowExternal: false });
+});
+afterAll(async () => {
+  await server?.stop();
+});
+
+const task = (to: string, payload: unknown = null) => createEnvelope({ from: "tester", to, type: "task_delegate", payload });
+
+describe("actor host", () => {
+  it("counter - counts each task_delegate once, ignores a redelivered id, and answers info_request on the fast path", async () => {
+    const rig = await startRig(server.url, uniqueCluster());
+    try {
+      await rig.host.start("c1", "counter");
+      expect(rig.host.status("c1")?.state).toBe("Idle");
+      const sent = [task("c1"), task("c1"), task("c1")];
+      for (const env of sent) await rig.bus.send(env);
+      // Same envelope id under another Nats-Msg-Id: JetStream stores it, the actor must not count it.
+      await rig.bus.js.publish(rig.bus.subjects.a2a("c1"), encodeEnvelope(sent[1]!, "msgpack"), { msgID: "other-id" });
+      const last = task("c1");
+      await rig.bus.send(last);
+      const info = await waitFor(async () => {
+        const i = await rig.bus.request<CounterState>("c1", "info_request", null);
+        return i.ids.includes(last.id) ? i : undefined;
+      }, 10_000, "counter to see the last message");
+      expect(info).toEqual({ count: 4, ids: [...sent.map((e) => e.id), last.id] });
+      const caps = await rig.bus.request<{ capabilities: string[] }>("c1", "capability_query", null);
+      expect(caps.capabilities).toEqual(["count"]);
+      expect(rig.host.status("c1")).toMatchObject({ inFlight: 0, handled: 4 });
+      const turnStates = rig.states.filter(([, , info]) => (info as { turn?: boolean })?.turn).map(([, s]) => s);
+      expect(turnStates.slice(0, 2)).toEqual(["Running", "Idle"]);
+    } finally {
+      await rig.close(true);
+    }
+  });
+
+  it("checkpoint - state is checkpointed to NATS KV after each message and a host on another WAL resumes from it", async () => {
+    const cluster = uniqueCluster();
+    const a = await startRig(server.url, cluster, [], { nodeId: "na" });
+    const first = [task("c2"), task("c2")];
+    try {
+      await a.host.start("c2", "counter");
+      for (const env of first) await a.bus.send(env);
+      await waitFor(async () => (await a.bus.request<CounterState>("c2", "info_request", null)).count === 2, 10_000, "two counted");
+      const store = await NatsCheckpointStore.open({ js: a.bus.js, cluster });
+      const cp = await store.load("c2");
+      expect(cp).toMatchObject({ state: { count: 2, ids: first.map((e) => e.id) }, revision: 2, nodeId: "na" });
+      expect(cp!.processed).toEqual(first.map((e) => e.id));
+      await a.host.stop("c2", { reason: "moved" });
+      expect(a.states.at(-1)).toEqual(["c2", "Completed", { reason: "moved" }]);
+    } finally {
+      await a.close(true);
+    }
+    const b = await startRig(server.url, cluster, [], { nodeId: "nb" });
+    try {
+      await b.host.start("c2", "counter");
+      const third = task("c2");
+      await b.bus.send(third);
+      const info = await waitFor(async () => {
+        const i = await b.bus.request<CounterState>("c2", "info_request", null);
+        return i.count === 3 ? i : undefined;
+      }, 10_000, "third counted on the new host");
+      expect(info.ids).toEqual([...first.map((e) => e.id), third.id]);
+    } finally {
+      await b.close(true);
+    }
+  });
+
+  it("unhandled - a message type without a handler goes to the DLQ with reason unhandled and an asker gets a clear error", async () => {
+    const rig = await startRig(server.url, uniqueCluster());
+    try {
+      await rig.host.start("c3", "counter");
+      const stray = createEnvelope({ from: "tester", to: "c3", type: "result_notify", payload: { x: 1 } });
+      await rig.bus.send(stray);
+      const dead = await waitFor(async () => (await rig.bus.listDlq({ reason: "unhandled" }))[0], 10_000, "dead letter");
+      expect(dead.headers["Kova-Dlq-Msg-Id"]).toBe(stray.id);
+      expect(dead.headers["Kova-Dlq-Error-Code"]).toBe(ErrorCode.UNKNOWN_MESSAGE_TYPE);
+      const err = await rig.bus
+        .ask(createEnvelope({ from: "tester", to: "c3", type: "capability_reply", payload: null }), { timeoutMs: 5_000 })
+        .catch((e: unknown) => e);
+      expect(isKovaError(err, ErrorCode.UNKNOWN_MESSAGE_TYPE)).toBe(true);
+      expect((err as Error).message).toContain("no handler for capability_reply");
+      // The actor goes on with the next message.
+      await rig.bus.send(task("c3"));
+      await waitFor(async () => (await rig.bus.request<CounterState>("c3", "info_request", null)).count === 1, 10_000, "count");
+    } finally {
+      await rig.close(true);
+    }
+  });
+
+  it("supervision - a crashing handler is retried with backoff, then the actor is Failed, the failure is an event and the message is dead-lettered", async () => {
+    let calls = 0;
+    const crashy = defineActor<{ ok: number }>({
+      type: "crashy",
+      maxAttempts: 3,
+      initialState: () => ({ ok: 0 }),
+      handlers: {
+        task_delegate: async (ctx) => {
+          calls++;
+          if (ctx.message.payload === "boom") throw new Error(`crash on attempt ${ctx.attempt}`);
+          ctx.state.ok++;
+          return ctx.state.ok;
+        },
+      },
+    });
+    const cluster = uniqueCluster();
+    const rig = await startRig(server.url, cluster, [crashy]);
+    const events: KovaEvent[] = [];
+    const stream = rig.bus.subscribeEvents({ sessionId: "actors" });
+    void (async () => {
+      for await (const e of stream) events.push(e);
+    })();
+    try {
+      await rig.host.start("k1", "crashy");
+      const bad = task("k1", "boom");
+      await rig.bus.send(bad);
+      await waitFor(() => rig.host.status("k1")?.state === "Failed", 10_000, "Failed");
+      expect(calls).toBe(3);
+      const failed = await waitFor(() => events.find((e) => e.type === "actor_failed"), 5_000, "actor_failed event");
+      expect(failed).toMatchObject({ runId: "k1", data: { envelopeId: bad.id, attempts: 3, error: { message: "crash on attempt 3" } } });
+      expect(events.filter((e) => e.type === "actor_turn_retry").map((e) => (e.data as { attempt: number }).attempt)).toEqual([2, 3]);
+      const dead = await waitFor(async () => (await rig.bus.listDlq({ reason: "handler_failed" }))[0], 5_000, "dead letter");
+      expect(dead.headers["Kova-Dlq-Msg-Id"]).toBe(bad.id);
+      // Failed takes no messages until resumed.
+      const good = task("k1", "fine");
+      await rig.bus.send(good);
+      await new Promise((r) => setTimeout(r, 300));
+      expect(calls).toBe(3);
+      await rig.host.signal("k1", "resume");
+      await waitFor(() => calls === 4 && rig.host.status("k1")?.state === "Idle", 10_000, "resumed actor handles the next message");
+      expect(rig.host.status("k1")?.handled).toBe(2);
+    } finally {
+      stream.stop();
+      await rig.close(true);
+    }
+  });
+});
