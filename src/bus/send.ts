@@ -21,6 +21,7 @@ const HEADER_ALLOWANCE = 512;
 // window the stream is really missing.
 const NO_RESPONDERS_GRACE_MS = 5_000;
 const DLQ_PREFIX_BYTES = 64 * 1024;
+const ATTEMPT_TIMEOUT_MS = 2_000;
 
 /**
  * Durable send: publishes to `kova.<c>.a2a.<to>` with `Nats-Msg-Id` = envelope id and
@@ -60,7 +61,9 @@ export async function sendEnvelope(ctx: BusContext, envelope: A2AEnvelope, opts:
   for (let attempt = 1; ; attempt++) {
     const left = timeoutMs - (Date.now() - started);
     try {
-      return await ctx.js.publish(subject, data, { msgID: env.id, headers: h, timeout: Math.max(100, Math.min(left, 5_000)) });
+      // Short attempts: a publish that reaches a server still loading its streams
+      // gets no answer at all, and a retry is harmless (same Nats-Msg-Id).
+      return await ctx.js.publish(subject, data, { msgID: env.id, headers: h, timeout: Math.max(100, Math.min(left, ATTEMPT_TIMEOUT_MS)) });
     } catch (err) {
       const name = (err as { name?: string }).name ?? "";
       const noResponders = name === "JetStreamNotEnabled" || /no responders/i.test(String(err));

@@ -1,0 +1,143 @@
+import { connect, headers, type NatsConnection } from "@nats-io/transport-node";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { PayloadTooLargeError, createEnvelope, encodeValue, type A2AEnvelope, type Bus, type DlqEntry } from "../../src/bus/index.js";
+import { startNatsServer, type NatsServerHandle } from "../../src/testing/index.js";
+import { connectBus, uniqueCluster, waitFor } from "../fixtures/bus/helpers.js";
+
+let server: NatsServerHandle;
+beforeAll(async () => {
+  // A small max_payload keeps the oversized case cheap.
+  server = await startNatsServer({ allowExternal: false, extraConfig: "max_payload: 65536" });
+});
+afterAll(async () => {
+  await server?.stop();
+});
+
+const te = new TextEncoder();
+
+/** Publishes raw bytes to an agent's inbox the way any NATS client could. */
+async function publishRaw(nc: NatsConnection, subject: string, data: Uint8Array, json = false): Promise<void> {
+  const h = headers();
+  if (json) h.set("Content-Type", "application/json");
+  const reply = await nc.request(subject, data, { headers: h, timeout: 5_000 });
+  expect(reply.json<{ seq: number }>().seq).toBeGreaterThan(0);
+}
+
+async function dlqOf(bus: Bus, reason: string, count = 1): Promise<DlqEntry[]> {
+  return waitFor(async () => {
+    const entries = await bus.listDlq({ reason });
+    return entries.length >= count ? entries : undefined;
+  }, 10_000, `DLQ entry ${reason}`);
+}
+
+describe("bus DLQ", () => {
+  it("dlq - malformed msgpack, invalid JSON, schema-invalid and unknown-type messages go to the DLQ and the next good message is processed", async () => {
+    const cluster = uniqueCluster();
+    const bus = await connectBus(server.url, cluster);
+    const nc = await connect({ servers: server.url });
+    try {
+      const inbox = bus.subjects.a2a("victim");
+      const malformed = Uint8Array.from([0x93, 0x01, 0xc1, 0xff]);
+      const badJson = te.encode('{"id": "x", oops');
+      const schemaInvalid = encodeValue({ id: "bad id with spaces", from: "a", to: "victim", type: "task_delegate", payload: 1 });
+      const unknownType = encodeValue({ id: "u1", from: "a", to: "victim", type: "launch_missiles", payload: 1 });
+      const deep = encodeValue(JSON.parse("[".repeat(200) + "]".repeat(200)));
+      await publishRaw(nc, inbox, malformed);
+      await publishRaw(nc, inbox, badJson, true);
+      await publishRaw(nc, inbox, schemaInvalid);
+      await publishRaw(nc, inbox, unknownType);
+      await publishRaw(nc, inbox, deep);
+      const good = createEnvelope({ from: "a", to: "victim", type: "task_delegate", payload: "good" });
+      await bus.send(good);
+
+      const got: A2AEnvelope[] = [];
+      await bus.openMailbox("victim", async (env) => void got.push(env));
+      await waitFor(() => got.length === 1, 10_000, "good message");
+      expect(got[0]!.id).toBe(good.id);
+
+      const [m] = await dlqOf(bus, "malformed_msgpack", 2);
+      expect(Buffer.from(m!.data)).toEqual(Buffer.from(deep)); // newest first: the too-deep one
+      const all = await bus.listDlq();
+      const byReason = (r: string) => all.filter((e) => e.reason === r);
+      expect(byReason("malformed_msgpack").map((e) => Buffer.from(e.data))).toContainEqual(Buffer.from(malformed));
+      expect(byReason("malformed_msgpack").some((e) => /nesting deeper/.test(e.headers["Kova-Dlq-Error"]!))).toBe(true);
+      const json = byReason("invalid_json")[0]!;
+      expect(Buffer.from(json.data)).toEqual(Buffer.from(badJson));
+      expect(json.headers["Content-Type"]).toBe("application/json");
+      expect(json.headers["Kova-Dlq-Error-Code"]).toBe("DECODE_FAILED");
+      const invalid = byReason("invalid_envelope")[0]!;
+      expect(Buffer.from(invalid.data)).toEqual(Buffer.from(schemaInvalid));
+      expect(invalid.headers["Kova-Dlq-Error"]).toContain("id");
+      expect(invalid.subject).toBe(bus.subjects.dlq("invalid_envelope"));
+      const unknown = byReason("unknown_type")[0]!;
+      expect(Buffer.from(unknown.data)).toEqual(Buffer.from(unknownType));
+      expect(unknown.headers["Kova-Dlq-Agent"]).toBe("victim");
+      expect(unknown.headers["Kova-Dlq-Subject"]).toBe(inbox);
+      expect(unknown.headers["Kova-Dlq-Error"]).toContain("launch_missiles");
+      // Nothing is left behind in the WorkQueue stream.
+      const info = await bus.jsm.streams.info(bus.subjects.streams.a2a);
+      expect(info.state.messages).toBe(0);
+    } finally {
+      await nc.close();
+      await bus.close();
+    }
+  });
+
+  it("dlq - an oversized payload is rejected before sending with PAYLOAD_TOO_LARGE and recorded in the DLQ", async () => {
+    const bus = await connectBus(server.url, uniqueCluster());
+    try {
+      expect(bus.maxPayload).toBe(65536);
+      const big = createEnvelope({ from: "a", to: "big", type: "task_delegate", payload: "x".repeat(70_000) });
+      const err = await bus.send(big).catch((e: unknown) => e);
+      expect(err).toBeInstanceOf(PayloadTooLargeError);
+      expect((err as PayloadTooLargeError).code).toBe("PAYLOAD_TOO_LARGE");
+      expect((err as Error).message).toContain(bus.subjects.a2a("big"));
+      const [entry] = await dlqOf(bus, "payload_too_large");
+      expect(entry!.headers["Kova-Dlq-Msg-Id"]).toBe(big.id);
+      expect(Number(entry!.headers["Kova-Dlq-Original-Size"])).toBeGreaterThan(70_000);
+      expect((await bus.jsm.streams.info(bus.subjects.streams.a2a)).state.messages).toBe(0);
+      const good = createEnvelope({ from: "a", to: "big", type: "task_delegate", payload: "small" });
+      await bus.send(good);
+      const got: string[] = [];
+      await bus.openMailbox("big", async (env) => void got.push(env.id));
+      await waitFor(() => got.length === 1, 5_000, "good message");
+      expect(got).toEqual([good.id]);
+    } finally {
+      await bus.close();
+    }
+  });
+
+  it("dlq - a message failing max_deliver times is moved to the DLQ via the advisory and the next message is processed", async () => {
+    const bus = await connectBus(server.url, uniqueCluster());
+    try {
+      bus.startDlqMover();
+      const poison = createEnvelope({ from: "a", to: "fragile", type: "task_delegate", payload: "poison" });
+      const next = createEnvelope({ from: "a", to: "fragile", type: "task_delegate", payload: "fine" });
+      await bus.send(poison);
+      await bus.send(next);
+      const attempts: number[] = [];
+      const done: string[] = [];
+      await bus.openMailbox(
+        "fragile",
+        async (env, ctx) => {
+          if (env.payload === "poison") {
+            attempts.push(ctx.deliveryCount);
+            throw new Error("always fails");
+          }
+          done.push(env.id);
+        },
+        { maxDeliver: 3, backoffMs: [50] },
+      );
+      await waitFor(() => done.length === 1, 15_000, "next message");
+      expect(done).toEqual([next.id]);
+      expect(attempts).toEqual([1, 2, 3]);
+      const [entry] = await dlqOf(bus, "max_deliver");
+      expect(entry!.headers["Kova-Dlq-Msg-Id"]).toBe(poison.id);
+      expect(entry!.headers["Kova-Dlq-Deliveries"]).toBe("3");
+      expect(entry!.headers["Kova-Dlq-Agent"]).toBe("fragile");
+      await waitFor(async () => (await bus.jsm.streams.info(bus.subjects.streams.a2a)).state.messages === 0, 5_000, "removal from the WorkQueue");
+    } finally {
+      await bus.close();
+    }
+  });
+});
