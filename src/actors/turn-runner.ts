@@ -63,7 +63,12 @@ export async function runTurn(actor: TurnActor, env: A2AEnvelope, src: TurnSourc
   if (src.recovered) {
     ({ record, seq } = src.recovered);
   } else {
-    await deps.fence(actor.id);
+    try {
+      await deps.fence(actor.id);
+    } catch (err) {
+      if (isLeaseLost(err)) return { kind: "lease_lost", error: err };
+      throw err;
+    }
     record = newTurnRecord(actor.id, actor.def.type, env);
     seq = await deps.wal.append(TURN_KIND, record, { owner: actor.id });
   }
@@ -108,11 +113,7 @@ export async function runTurn(actor: TurnActor, env: A2AEnvelope, src: TurnSourc
     outcome = classify(err, signal, record.attempt);
   }
 
-  if (outcome.kind === "lease_lost" || (outcome.kind === "interrupted" && outcome.by === "stop")) {
-    // The actor is leaving this node: its next host redoes the turn from the mailbox.
-    await deps.wal.complete(slot.seq).catch((err: unknown) => actor.log.warn({ err }, "could not abandon the turn record"));
-    return outcome;
-  }
+  if (outcome.kind === "lease_lost" || (outcome.kind === "interrupted" && outcome.by === "stop")) return abandon(actor, slot.seq, outcome);
   if (outcome.kind === "failed" && isInfrastructure(outcome.error)) throw outcome.error;
 
   if (outcome.kind === "interrupted") {
@@ -126,8 +127,19 @@ export async function runTurn(actor: TurnActor, env: A2AEnvelope, src: TurnSourc
   if (outcome.kind !== "done") finalState = base;
 
   const cp = memory.next(finalState, env.id, { type: actor.def.type, nodeId: deps.nodeId, ts: Date.now() });
-  await commit(actor, slot.seq, cp);
+  try {
+    await commit(actor, slot.seq, cp);
+  } catch (err) {
+    if (isLeaseLost(err)) return abandon(actor, slot.seq, { kind: "lease_lost", error: err });
+    throw err;
+  }
   await reply(actor, env, outcome, src.mailbox);
+  return outcome;
+}
+
+/** The actor is leaving this node: its next host redoes the turn from the redelivered message. */
+async function abandon(actor: TurnActor, seq: number, outcome: TurnOutcome): Promise<TurnOutcome> {
+  await actor.deps.wal.complete(seq).catch((err: unknown) => actor.log.warn({ err }, "could not abandon the turn record"));
   return outcome;
 }
 

@@ -1,0 +1,145 @@
+import { mkdtemp, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { createEnvelope } from "../../src/bus/index.js";
+import { Wal } from "../../src/wal/index.js";
+import { defineActor, TURN_KIND, type TurnRecord } from "../../src/actors/index.js";
+import { newTurnRecord } from "../../src/actors/turn-record.js";
+import { startNatsServer, type NatsServerHandle } from "../../src/testing/index.js";
+import { startRig, uniqueCluster, waitFor } from "../fixtures/actors/helpers.js";
+
+let server: NatsServerHandle;
+beforeAll(async () => {
+  server = await startNatsServer({ allowExternal: false });
+});
+afterAll(async () => {
+  await server?.stop();
+});
+
+interface StepperState {
+  t?: number;
+  reply?: string;
+  fetched?: string;
+  charge?: string;
+  replaying?: boolean;
+}
+
+function stepper() {
+  const calls: string[] = [];
+  const def = defineActor<StepperState>({
+    type: "stepper",
+    initialState: () => ({}),
+    handlers: {
+      task_delegate: async (ctx) => {
+        calls.push("handler");
+        ctx.state.replaying = ctx.replaying;
+        ctx.state.t = ctx.now();
+        ctx.state.reply = await ctx.step("llm", async () => {
+          calls.push("llm");
+          return "fresh reply";
+        });
+        ctx.state.fetched = await ctx.step("fetch", async () => {
+          calls.push("fetch");
+          return "fetched again";
+        }, { idempotent: true });
+        try {
+          ctx.state.charge = await ctx.step("charge", async () => {
+            calls.push("charge");
+            return "charged";
+          });
+        } catch (err) {
+          ctx.state.charge = `outcome ${(err as { outcome?: string }).outcome}`;
+        }
+      },
+    },
+  });
+  return { def, calls };
+}
+
+/** Leaves the WAL as a SIGKILL mid-turn would: a PENDING turn record with some steps recorded. */
+async function crashedWal(dir: string, record: TurnRecord): Promise<void> {
+  const wal = await Wal.open({ dir, sync: "full", ringBits: 8 });
+  await wal.append(TURN_KIND, record, { owner: record.actorId });
+  await wal.close();
+}
+
+describe("actor recovery from the WAL", () => {
+  it("recovery - a host started on a WAL with a pending turn resumes it in Recovering, reusing recorded steps, re-running idempotent ones and reporting unknown outcomes", async () => {
+    const cluster = uniqueCluster();
+    const dir = await mkdtemp(join(tmpdir(), "kova-actors-rec-"));
+    const env = createEnvelope({ from: "tester", to: "s1", type: "task_delegate", payload: "job" });
+    const record = newTurnRecord("s1", "stepper", env);
+    record.clock.push(1_234_567);
+    record.steps.push(
+      { name: "llm", status: "done", idempotent: false, result: "recorded reply" },
+      { name: "fetch", status: "started", idempotent: true },
+    );
+    await crashedWal(dir, record);
+    const charged = newTurnRecord("s2", "stepper", createEnvelope({ from: "tester", to: "s2", type: "task_delegate", payload: "job" }));
+    charged.steps.push(
+      { name: "llm", status: "done", idempotent: false, result: "r2" },
+      { name: "fetch", status: "done", idempotent: true, result: "f2" },
+      { name: "charge", status: "started", idempotent: false },
+    );
+    await crashedWal(dir, charged);
+
+    const s = stepper();
+    const rig = await startRig(server.url, cluster, [s.def], { dir });
+    try {
+      // The message was never acked before the crash, so it is still in the mailbox.
+      await rig.bus.send(env);
+      await rig.host.start("s1", "stepper");
+      expect(rig.states.filter(([id]) => id === "s1").map(([, st]) => st)).toEqual(["Recovering", "Idle"]);
+      const state = await rig.bus.request<StepperState>("s1", "info_request", null).catch(() => undefined);
+      expect(state).toMatchObject({ actorId: "s1", state: "Idle", handled: 1 });
+      expect(s.calls).toEqual(["handler", "fetch", "charge"]);
+      expect(rig.wal.pendingFor("s1")).toEqual([]);
+
+      s.calls.length = 0;
+      await rig.host.start("s2", "stepper");
+      expect(s.calls).toEqual(["handler"]);
+
+      // The redelivered message of s1 is recognised and starts no second turn.
+      await new Promise((r) => setTimeout(r, 300));
+      expect(s.calls).toEqual(["handler"]);
+      expect(rig.host.status("s1")?.handled).toBe(1);
+    } finally {
+      await rig.close();
+    }
+    // Both recovered states are checkpointed; a fresh host on the same WAL sees them.
+    const again = await startRig(server.url, cluster, [
+      defineActor<StepperState>({ ...s.def, rpc: { info_request: (_e, st) => st } }),
+    ], { dir });
+    try {
+      await again.host.start("s1", "stepper");
+      await again.host.start("s2", "stepper");
+      const s1 = await again.bus.request<StepperState>("s1", "info_request", null);
+      expect(s1).toEqual({ replaying: true, t: 1_234_567, reply: "recorded reply", fetched: "fetched again", charge: "charged" });
+      const s2 = await again.bus.request<StepperState>("s2", "info_request", null);
+      expect(s2).toMatchObject({ reply: "r2", fetched: "f2", charge: "outcome unknown" });
+      expect(again.states.map(([, st]) => st)).toEqual(["Idle", "Idle"]);
+    } finally {
+      await again.close();
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+
+  it("recovery - abandon() completes the pending turns of an actor that moved, so they never run here", async () => {
+    const dir = await mkdtemp(join(tmpdir(), "kova-actors-ab-"));
+    const env = createEnvelope({ from: "tester", to: "m1", type: "task_delegate", payload: null });
+    await crashedWal(dir, newTurnRecord("m1", "counter", env));
+    const rig = await startRig(server.url, uniqueCluster(), [], { dir });
+    try {
+      expect(rig.host.pendingActors()).toEqual(["m1"]);
+      expect(await rig.host.abandon("m1")).toBe(1);
+      expect(rig.host.pendingActors()).toEqual([]);
+      await rig.host.start("m1", "counter");
+      expect(rig.states.map(([, st]) => st)).toEqual(["Idle"]);
+      const info = await waitFor(() => rig.bus.request<{ count: number }>("m1", "info_request", null), 5_000, "rpc");
+      expect(info.count).toBe(0);
+    } finally {
+      await rig.close(true);
+    }
+  });
+});

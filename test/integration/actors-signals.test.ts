@@ -1,0 +1,193 @@
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { createEnvelope, type KovaEvent } from "../../src/bus/index.js";
+import { ErrorCode, isKovaError } from "../../src/core/errors.js";
+import { defineActor, LeaseLostError, type CounterState } from "../../src/actors/index.js";
+import { startNatsServer, type NatsServerHandle } from "../../src/testing/index.js";
+import { startRig, uniqueCluster, waitFor } from "../fixtures/actors/helpers.js";
+
+let server: NatsServerHandle;
+beforeAll(async () => {
+  server = await startNatsServer({ allowExternal: false });
+});
+afterAll(async () => {
+  await server?.stop();
+});
+
+const task = (to: string, payload: unknown = null) => createEnvelope({ from: "tester", to, type: "task_delegate", payload });
+
+/** A handler the test steers: it records its progress and waits where told. */
+function steerable() {
+  const log: string[] = [];
+  let release: () => void = () => {};
+  let released = new Promise<void>((r) => (release = r));
+  const def = defineActor<{ done: string[] }>({
+    type: "steer",
+    initialState: () => ({ done: [] }),
+    handlers: {
+      task_delegate: async (ctx) => {
+        const mode = ctx.message.payload as string;
+        log.push(`start:${mode}`);
+        await ctx.step("first", () => log.push(`first:${mode}`), { idempotent: true });
+        if (mode === "hold") await released;
+        if (mode === "block") {
+          await new Promise((_, reject) => ctx.signal.addEventListener("abort", () => reject(ctx.signal.reason), { once: true }));
+        }
+        await ctx.step("second", () => log.push(`second:${mode}`), { idempotent: true });
+        ctx.state.done.push(mode);
+        return ctx.state.done.length;
+      },
+    },
+  });
+  return {
+    def,
+    log,
+    release: () => {
+      release();
+      released = new Promise<void>((r) => (release = r));
+    },
+  };
+}
+
+function collect(stream: AsyncIterable<KovaEvent>): KovaEvent[] {
+  const out: KovaEvent[] = [];
+  void (async () => {
+    for await (const e of stream) out.push(e);
+  })();
+  return out;
+}
+
+describe("actor signals", () => {
+  it("pause - holds a running turn at its next step and new messages until resume", async () => {
+    const s = steerable();
+    const rig = await startRig(server.url, uniqueCluster(), [s.def]);
+    try {
+      await rig.host.start("p1", "steer");
+      await rig.bus.send(task("p1", "hold"));
+      await waitFor(() => s.log.includes("first:hold"), 5_000, "first step");
+      expect(rig.host.status("p1")?.state).toBe("Running");
+      await rig.host.signal("p1", "pause");
+      expect(rig.host.status("p1")?.state).toBe("Paused");
+      await rig.bus.send(task("p1", "next"));
+      s.release();
+      await new Promise((r) => setTimeout(r, 300));
+      expect(s.log).toEqual(["start:hold", "first:hold"]);
+      expect(rig.host.status("p1")).toMatchObject({ state: "Paused", inFlight: 1 });
+      await rig.host.signal("p1", "resume");
+      await waitFor(() => s.log.includes("second:next"), 5_000, "both turns after resume");
+      expect(s.log).toEqual(["start:hold", "first:hold", "second:hold", "start:next", "first:next", "second:next"]);
+      await waitFor(() => rig.host.status("p1")?.state === "Idle", 5_000, "Idle");
+      const states = rig.states.filter(([, , info]) => !(info as { turn?: boolean })?.turn).map(([, st]) => st);
+      expect(states).toEqual(["Idle", "Paused", "Running"]);
+    } finally {
+      await rig.close(true);
+    }
+  });
+
+  it("interrupt - aborts the running turn, consumes its message without a dead letter, and the actor goes on", async () => {
+    const s = steerable();
+    const rig = await startRig(server.url, uniqueCluster(), [s.def]);
+    const events = collect(rig.bus.subscribeEvents({ sessionId: "actors" }));
+    try {
+      await rig.host.start("i1", "steer");
+      const blocked = task("i1", "block");
+      await rig.bus.send(blocked);
+      await waitFor(() => s.log.includes("first:block"), 5_000, "first step");
+      await rig.host.signal("i1", "interrupt");
+      await rig.bus.send(task("i1", "after"));
+      await waitFor(() => s.log.includes("second:after"), 5_000, "next message");
+      expect(s.log).not.toContain("second:block");
+      const ev = await waitFor(() => events.find((e) => e.type === "actor_turn_interrupted"), 5_000, "event");
+      expect(ev.data).toMatchObject({ envelopeId: blocked.id, by: "interrupt" });
+      expect(await rig.bus.listDlq()).toEqual([]);
+      expect(rig.host.status("i1")).toMatchObject({ state: "Idle", handled: 2 });
+    } finally {
+      await rig.close(true);
+    }
+  });
+
+  it("kill - aborts the running turn, dead-letters its message, ends Completed and stops answering rpc", async () => {
+    const s = steerable();
+    const rig = await startRig(server.url, uniqueCluster(), [s.def]);
+    try {
+      await rig.host.start("k2", "steer");
+      const blocked = task("k2", "block");
+      await rig.bus.send(blocked);
+      await waitFor(() => s.log.includes("first:block"), 5_000, "first step");
+      await rig.host.signal("k2", "kill");
+      expect(rig.host.status("k2")).toBeUndefined();
+      expect(rig.states.at(-1)).toEqual(["k2", "Completed", { reason: "killed" }]);
+      const dead = await waitFor(async () => (await rig.bus.listDlq({ reason: "killed" }))[0], 5_000, "dead letter");
+      expect(dead.headers["Kova-Dlq-Msg-Id"]).toBe(blocked.id);
+      const err = await rig.bus.request("k2", "info_request", null, { timeoutMs: 1_000 }).catch((e: unknown) => e);
+      expect(isKovaError(err, ErrorCode.NO_RESPONDERS)).toBe(true);
+      const signalErr = await rig.host.signal("k2", "resume").catch((e: unknown) => e);
+      expect(isKovaError(signalErr, ErrorCode.NOT_HOSTED)).toBe(true);
+    } finally {
+      await rig.close(true);
+    }
+  });
+
+  it("fence - a node that lost the lease journals nothing more, leaves the actor, and the next host handles the message", async () => {
+    const cluster = uniqueCluster();
+    let leaseHeld = true;
+    const a = await startRig(server.url, cluster, [], {
+      nodeId: "na",
+      host: {
+        fence: (id) => {
+          if (!leaseHeld) throw new LeaseLostError(id);
+        },
+      },
+    });
+    const env = task("f1");
+    try {
+      await a.host.start("f1", "counter");
+      leaseHeld = false;
+      await a.bus.send(env);
+      await waitFor(() => a.host.status("f1") === undefined, 5_000, "actor to leave");
+      expect(a.states.at(-1)).toEqual(["f1", "Completed", { reason: "lease_lost" }]);
+      expect(a.wal.pendingFor("f1")).toEqual([]);
+    } finally {
+      await a.close(true);
+    }
+    const b = await startRig(server.url, cluster, [], { nodeId: "nb" });
+    try {
+      await b.host.start("f1", "counter");
+      const info = await waitFor(async () => {
+        const i = await b.bus.request<CounterState>("f1", "info_request", null);
+        return i.count === 1 ? i : undefined;
+      }, 10_000, "redelivered message on the new host");
+      expect(info.ids).toEqual([env.id]);
+    } finally {
+      await b.close(true);
+    }
+  });
+
+  it("send - a handler's ctx.send reaches another actor with a recorded id", async () => {
+    const relay = defineActor<{ sent: string[] }>({
+      type: "relay",
+      initialState: () => ({ sent: [] }),
+      handlers: {
+        task_delegate: async (ctx) => {
+          const id = await ctx.send({ to: "c9", type: "task_delegate", payload: ctx.message.payload });
+          ctx.state.sent.push(id);
+          await ctx.emit("relayed", { id });
+        },
+      },
+    });
+    const rig = await startRig(server.url, uniqueCluster(), [relay]);
+    const events = collect(rig.bus.subscribeEvents({ sessionId: "actors" }));
+    try {
+      await rig.host.start("r9", "relay");
+      await rig.host.start("c9", "counter");
+      await rig.bus.send(task("r9", "hello"));
+      const info = await waitFor(async () => {
+        const i = await rig.bus.request<CounterState>("c9", "info_request", null);
+        return i.count === 1 ? i : undefined;
+      }, 10_000, "relayed message");
+      const relayed = await waitFor(() => events.find((e) => e.type === "relayed"), 5_000, "relayed event");
+      expect(relayed).toMatchObject({ runId: "r9", data: { id: info.ids[0] } });
+    } finally {
+      await rig.close(true);
+    }
+  });
+});
