@@ -1,0 +1,94 @@
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { createEnvelope } from "../../src/bus/index.js";
+import { TestCluster, sleep, waitUntil, type ProbeState } from "../fixtures/node/cluster-harness.js";
+
+let tc: TestCluster;
+
+beforeAll(async () => {
+  tc = await TestCluster.create({ nodes: ["a1", "a2"], actors: 4, logLevel: process.env.KOVA_LOG_LEVEL ?? "warn" });
+  await waitUntil(async () => {
+    const a = await tc.agents();
+    return a.size === 4 && [...a.values()].every((r) => r.state === "Idle");
+  }, 20_000, "initial placement");
+}, 60_000);
+afterAll(async () => {
+  await tc?.stop();
+});
+
+const events = (type: string, actor: string) => tc.events.filter((e) => e.runId === actor && e.type === type);
+
+describe("cluster control (CLI against 2 node processes)", () => {
+  it("cluster - pause, resume and kill change the state, visible in the registry and as events", async () => {
+    const actor = "p-1";
+    let r = await tc.cli(["signal", actor, "pause"]);
+    expect(r.stderr).toBe("");
+    expect(r.stdout).toMatch(/pause delivered to p-1/);
+    await waitUntil(async () => {
+      const rec = (await tc.agents()).get(actor);
+      return rec?.state === "Paused" && rec.desired === "paused";
+    }, 5000, "registry shows Paused");
+    expect(events("agent_signal", actor).length).toBe(1);
+    await waitUntil(async () => events("agent_state", actor).some((e) => (e.data as { state: string }).state === "Paused"), 3000, "Paused event");
+
+    // a paused actor takes no message
+    const env = createEnvelope({ from: "tester", to: actor, type: "task_delegate", payload: {} });
+    await tc.bus.send(env);
+    await sleep(700);
+    expect((await tc.info<ProbeState>(actor)).count).toBe(0);
+
+    r = await tc.cli(["signal", actor, "resume"]);
+    expect(r.code).toBe(0);
+    await waitUntil(async () => ((await tc.info<ProbeState>(actor)).count === 1 ? true : undefined), 5000, "message handled after resume");
+    expect((await tc.agents()).get(actor)?.desired).toBe("running");
+
+    r = await tc.cli(["signal", actor, "kill"]);
+    expect(r.code).toBe(0);
+    await waitUntil(async () => {
+      const rec = (await tc.agents()).get(actor);
+      const lease = (await tc.leases()).get(actor);
+      return rec?.desired === "killed" && rec.node === null && lease?.node === null;
+    }, 5000, "killed actor unplaced and its lease released");
+    for (const n of ["a1", "a2"]) {
+      const list = JSON.parse((await tc.cli(["node-agents", n, "--json"])).stdout) as Array<{ id: string }>;
+      expect(list.map((a) => a.id)).not.toContain(actor);
+    }
+    expect(events("agent_signal", actor).map((e) => (e.data as { signal: string }).signal)).toEqual(["pause", "resume", "kill"]);
+  });
+
+  it("cluster - kova spawn places a new actor; nodes ls, agents ls and status show the cluster", async () => {
+    const r = await tc.cli(["spawn", "extra-1", "--type", "probe"]);
+    expect(r.stdout).toMatch(/spawned extra-1 \(probe\) via node a[12]/);
+    await waitUntil(async () => ((await tc.agents()).get("extra-1")?.state === "Idle" ? true : undefined), 5000, "spawned actor Idle");
+    await tc.bus.send(createEnvelope({ from: "tester", to: "extra-1", type: "task_delegate", payload: {} }));
+    await waitUntil(async () => ((await tc.info<ProbeState>("extra-1")).count === 1 ? true : undefined), 5000, "spawned actor handles a message");
+
+    const nodes = await tc.cli(["nodes", "ls"]);
+    expect(nodes.stdout).toMatch(/^NODE\s+STATE/m);
+    expect(nodes.stdout).toMatch(/^a1\s+up/m);
+    expect(nodes.stdout).toMatch(/^a2\s+up/m);
+    const agents = JSON.parse((await tc.cli(["agents", "ls", "--json"])).stdout) as Array<{ id: string; state: string }>;
+    expect(agents.map((a) => a.id).sort()).toEqual(["extra-1", "p-0", "p-1", "p-2", "p-3"]);
+    const status = await tc.cli(["status"]);
+    expect(status.stdout).toMatch(/2 node\(s\) answering, 5 agent\(s\)/);
+
+    const bad = await tc.cli(["spawn", "x2", "--type", "nope"]);
+    expect(bad.code).not.toBe(0);
+    expect(bad.stderr).toMatch(/unknown actor type "nope".*register it on every node/);
+    const missing = await tc.cli(["signal", "ghost", "pause"]);
+    expect(missing.stderr).toMatch(/no agent ghost .*kova agents ls/);
+  });
+
+  it("cluster - every node answers $SRV.PING for kova-node", async () => {
+    const inbox = `_INBOX.${Math.random().toString(36).slice(2)}`;
+    const replies: Array<{ name: string; type: string; metadata?: Record<string, string> }> = [];
+    const sub = tc.nc.subscribe(inbox);
+    void (async () => {
+      for await (const m of sub) replies.push(m.json());
+    })();
+    tc.nc.publish("$SRV.PING.kova-node", new Uint8Array(), { reply: inbox });
+    await waitUntil(async () => (replies.length >= 2 ? true : undefined), 3000, "two pings");
+    sub.unsubscribe();
+    expect(replies.every((p) => p.name === "kova-node" && p.type === "io.nats.micro.v1.ping_response")).toBe(true);
+    expect(replies.map((p) => p.metadata?.node_id).sort()).toEqual(["a1", "a2"]);
+  });
+});
