@@ -3,12 +3,13 @@ import { spawn, type ChildProcess } from "node:child_process";
 import { existsSync, readFileSync } from "node:fs";
 import { mkdir, writeFile } from "node:fs/promises";
 import { join, resolve } from "node:path";
-import { connect, createInbox, type NatsConnection } from "@nats-io/transport-node";
+import { connect, type NatsConnection } from "@nats-io/transport-node";
 import { Kvm } from "@nats-io/kv";
 import { Bus, createEnvelope } from "../../src/bus/index.js";
 import { sleep } from "../../src/core/clock.js";
 import { createLogger } from "../../src/core/logger.js";
 import type { AgentRecord } from "../../src/node/registry.js";
+import { requestMany, schemaProblems } from "../fixtures/deploy/micro-responses.js";
 import { DEPLOY, startDeployNatsCluster, type DeployNatsCluster } from "../fixtures/deploy/nats-cluster.js";
 
 /**
@@ -49,17 +50,6 @@ function localToml(i: number, c: DeployNatsCluster, dataDir: string): string {
   return text;
 }
 
-/** `$SRV.PING.kova-node` the way `nats micro ping` sends it: every reply that arrives in `waitMs`. */
-async function pingNodes(conn: NatsConnection, waitMs: number): Promise<Array<{ id: string; metadata: Record<string, string> }>> {
-  const inbox = createInbox();
-  const sub = conn.subscribe(inbox);
-  const replies: Array<{ id: string; metadata: Record<string, string> }> = [];
-  setTimeout(() => sub.unsubscribe(), waitMs);
-  conn.publish("$SRV.PING.kova-node", new Uint8Array(0), { reply: inbox });
-  for await (const m of sub) if (m.data.length > 0) replies.push(m.json());
-  return replies;
-}
-
 async function until<T>(what: string, timeoutMs: number, probe: () => Promise<T | undefined>): Promise<T> {
   const deadline = Date.now() + timeoutMs;
   let last: unknown;
@@ -94,11 +84,29 @@ describe("deploy Kova nodes", () => {
     nc = await connect({ servers: c.urls });
     const conn = nc;
     const pings = await until("3 nodes answering $SRV.PING.kova-node", 40_000, async () => {
-      const r = await pingNodes(conn, 500);
+      const r = await requestMany(conn, "$SRV.PING.kova-node", 3, 1_000);
       return r.length === 3 ? r : undefined;
     });
     expect(pings.map((p) => p.metadata.node_id).sort()).toEqual(["kova-1", "kova-2", "kova-3"]);
     expect(new Set(pings.map((p) => p.metadata.cluster))).toEqual(new Set(["default"]));
+    // every node, at every level, with the shapes `nats micro` validates
+    const ids = pings.map((p) => p.id as string).sort();
+    for (const verb of ["PING", "INFO", "STATS"] as const) {
+      const kind = verb.toLowerCase() as "ping" | "info" | "stats";
+      const all = (await requestMany(conn, `$SRV.${verb}`, 3)).filter((r) => r.name === "kova-node");
+      const byName = await requestMany(conn, `$SRV.${verb}.kova-node`, 3);
+      expect(all.map((r) => r.id).sort()).toEqual(ids);
+      expect(byName.map((r) => r.id).sort()).toEqual(ids);
+      for (const id of ids) {
+        const one = await requestMany(conn, `$SRV.${verb}.kova-node.${id}`, 1);
+        expect(one.map((r) => r.id)).toEqual([id]);
+        expect(schemaProblems(kind, one[0])).toEqual([]);
+      }
+      for (const r of [...all, ...byName]) expect(schemaProblems(kind, r)).toEqual([]);
+      if (verb === "INFO") {
+        for (const r of byName) expect(r.endpoints.map((e: { name: string }) => e.name).sort()).toEqual(["agents", "signal", "spawn", "status"]);
+      }
+    }
 
     const kv = await new Kvm(conn).open("kova_default_agents");
     const hosted = await until("counter-1..3 hosted", 40_000, async () => {

@@ -1,73 +1,9 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { connect, createInbox, headers, type Msg, type NatsConnection } from "@nats-io/transport-node";
+import { connect, headers, type Msg, type NatsConnection } from "@nats-io/transport-node";
 import { startNatsServer, type NatsServerHandle } from "../../src/testing/index.js";
 import { startMicroService, type MicroService } from "../../src/node/micro-service.js";
 import { ConfigError, ErrorCode, KovaError } from "../../src/core/errors.js";
-
-/**
- * Checks a reply against jsm.go's `schemas/micro/v1/<kind>_response.json` (the schemas the
- * `nats micro` commands validate with): required fields, types, patterns. Returns the
- * problems found, so a failing test says which field is wrong.
- */
-function schemaProblems(kind: "ping" | "info" | "stats", v: any): string[] {
-  const p: string[] = [];
-  const NAME = /^[a-zA-Z0-9_-]+$/;
-  const SEMVER = /^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)(?:-[0-9A-Za-z.-]+)?(?:\+[0-9A-Za-z.-]+)?$/;
-  const RFC3339 = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})$/;
-  const isInt = (x: unknown) => typeof x === "number" && Number.isInteger(x);
-  const strMap = (x: unknown) =>
-    x === null || (typeof x === "object" && !Array.isArray(x) && Object.values(x as object).every((s) => typeof s === "string"));
-  if (typeof v !== "object" || v === null) return ["not an object"];
-  if (v.type !== `io.nats.micro.v1.${kind}_response`) p.push(`type ${v.type}`);
-  if (typeof v.name !== "string" || !NAME.test(v.name)) p.push(`name ${v.name}`);
-  if (typeof v.id !== "string" || v.id.length < 1) p.push(`id ${v.id}`);
-  if (typeof v.version !== "string" || !SEMVER.test(v.version)) p.push(`version ${v.version}`);
-  if ("metadata" in v && !strMap(v.metadata)) p.push("metadata not a string map");
-  if (kind === "info") {
-    if (typeof v.description !== "string") p.push("description missing");
-    if (!Array.isArray(v.endpoints)) p.push("endpoints not an array");
-    for (const e of v.endpoints ?? []) {
-      if (typeof e.name !== "string" || !NAME.test(e.name)) p.push(`endpoint name ${e.name}`);
-      if (typeof e.subject !== "string" || e.subject.length < 1) p.push(`endpoint subject ${e.subject}`);
-      if ("metadata" in e && !strMap(e.metadata)) p.push(`endpoint ${e.name} metadata`);
-      if ("queue_group" in e && typeof e.queue_group !== "string") p.push(`endpoint ${e.name} queue_group`);
-    }
-  }
-  if (kind === "stats") {
-    if (typeof v.started !== "string" || !RFC3339.test(v.started) || Number.isNaN(Date.parse(v.started))) p.push(`started ${v.started}`);
-    if (!Array.isArray(v.endpoints)) p.push("endpoints not an array");
-    for (const e of v.endpoints ?? []) {
-      if (typeof e.name !== "string" || !NAME.test(e.name)) p.push(`endpoint name ${e.name}`);
-      if (typeof e.subject !== "string" || e.subject.length < 1) p.push(`endpoint subject ${e.subject}`);
-      for (const f of ["num_requests", "num_errors", "processing_time", "average_processing_time"]) {
-        if (!isInt(e[f]) || e[f] < 0) p.push(`endpoint ${e.name} ${f} ${e[f]}`);
-      }
-      if (typeof e.last_error !== "string") p.push(`endpoint ${e.name} last_error`);
-    }
-  }
-  return p;
-}
-
-/**
- * What `nats micro ls/info/stats` does: publish an empty request with a reply inbox and
- * collect every reply that arrives until `expect` replies or the wait ends.
- */
-async function requestMany(nc: NatsConnection, subject: string, expectCount: number, waitMs = 1_000): Promise<any[]> {
-  const inbox = createInbox();
-  const replies: any[] = [];
-  const sub = nc.subscribe(inbox);
-  const timer = setTimeout(() => sub.unsubscribe(), waitMs);
-  nc.publish(subject, new Uint8Array(0), { reply: inbox });
-  for await (const m of sub) {
-    // With headers on, a request nobody answers gets a 503 status message with no body.
-    if (m.data.length === 0) continue;
-    replies.push(m.json());
-    if (replies.length >= expectCount) break;
-  }
-  clearTimeout(timer);
-  sub.unsubscribe();
-  return replies;
-}
+import { requestMany, schemaProblems } from "../fixtures/deploy/micro-responses.js";
 
 let server: NatsServerHandle;
 let nc: NatsConnection;
