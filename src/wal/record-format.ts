@@ -69,14 +69,22 @@ function flagsOf(f: Pick<HeaderFields, "complete" | "marker" | "cipher" | "chain
   return (f.complete ? Flag.COMPLETE : 0) | (f.marker ? Flag.MARKER : 0) | (f.cipher << 2) | (f.chained ? Flag.CHAIN : 0);
 }
 
-/** Builds the header (the AAD) for a record whose body will be `bodyLen` bytes. */
-export function encodeHeader(fields: HeaderFields, bodyLen: number): Buffer {
+/** Size of the header for these fields. */
+export function headerLength(kind: string, owner: string | undefined): number {
+  return HEADER_FIXED + Buffer.byteLength(kind, "utf8") + (owner === undefined ? 0 : Buffer.byteLength(owner, "utf8"));
+}
+
+/**
+ * Writes the header at the start of `h` (which may be longer: the plain append path
+ * builds the whole record in one allocation).
+ * @throws RangeError when kind is empty or over 255 bytes, owner over 65535 bytes, or seq is not a safe integer
+ */
+export function writeHeader(h: Buffer, fields: HeaderFields, bodyLen: number): number {
   const kindLen = Buffer.byteLength(fields.kind, "utf8");
   const ownerLen = fields.owner === undefined ? 0 : Buffer.byteLength(fields.owner, "utf8");
   if (kindLen === 0 || kindLen > 255) throw new RangeError(`record kind must be 1-255 UTF-8 bytes, got ${kindLen}`);
   if (ownerLen > 0xffff) throw new RangeError(`record owner must be at most 65535 UTF-8 bytes, got ${ownerLen}`);
   if (!Number.isSafeInteger(fields.seq) || fields.seq < 0) throw new RangeError(`bad seq ${fields.seq}`);
-  const h = Buffer.allocUnsafe(HEADER_FIXED + kindLen + ownerLen);
   h[0] = RECORD_MAGIC;
   h[1] = FORMAT_VERSION;
   h[2] = flagsOf(fields);
@@ -88,7 +96,21 @@ export function encodeHeader(fields: HeaderFields, bodyLen: number): Buffer {
   h.writeUInt32BE(bodyLen, 18);
   h.write(fields.kind, HEADER_FIXED, kindLen, "utf8");
   if (ownerLen > 0) h.write(fields.owner!, HEADER_FIXED + kindLen, ownerLen, "utf8");
+  return HEADER_FIXED + kindLen + ownerLen;
+}
+
+/** Builds the header (the AAD) for a record whose body will be `bodyLen` bytes. */
+export function encodeHeader(fields: HeaderFields, bodyLen: number): Buffer {
+  const h = Buffer.allocUnsafe(headerLength(fields.kind, fields.owner));
+  writeHeader(h, fields, bodyLen);
   return h;
+}
+
+/** Seals a record already laid out in `buf`: writes the CRC over all bytes before it. */
+export function writeCrc(buf: Buffer): Buffer {
+  const end = buf.length - CRC_LEN;
+  buf.writeUInt32BE(crc32(buf.subarray(0, end)), end);
+  return buf;
 }
 
 /** Concatenates the parts of a record and appends the CRC over all of them. */

@@ -1,5 +1,5 @@
 import { ChainKey, equalTags, hmac128, RecordCipher, ZERO_MAC } from "./crypto.js";
-import { assemble, CipherId, encodeHeader, type HeaderFields, type ParsedRecord } from "./record-format.js";
+import { assemble, CipherId, CRC_LEN, encodeHeader, headerLength, writeCrc, writeHeader, type HeaderFields, type ParsedRecord } from "./record-format.js";
 
 /**
  * Sealing and opening records: the step between the byte layout (record-format.ts)
@@ -40,12 +40,23 @@ function headerFields(sec: Security, id: RecordIdentity, marker: boolean): Heade
     marker,
     cipher: sec.cipher?.id ?? CipherId.NONE,
     chained: sec.chain !== undefined,
-    ...id,
+    epoch: id.epoch,
+    seq: id.seq,
+    kind: id.kind,
+    owner: id.owner,
   };
 }
 
 /** Builds the stored bytes of a PENDING data record. */
 export function sealData(sec: Security, id: RecordIdentity, payload: Uint8Array, prevMac: Buffer | undefined): SealedRecord {
+  if (sec.cipher === undefined && sec.chain === undefined) {
+    // Hot path without keys: the whole record in one allocation.
+    const hl = headerLength(id.kind, id.owner);
+    const buf = Buffer.allocUnsafe(hl + payload.length + CRC_LEN);
+    writeHeader(buf, headerFields(sec, id, false), payload.length);
+    buf.set(payload, hl);
+    return { bytes: writeCrc(buf), mac: undefined, prevMac: undefined };
+  }
   const header = encodeHeader(headerFields(sec, id, false), payload.length);
   let body: Uint8Array = payload;
   let tag: Buffer | undefined;

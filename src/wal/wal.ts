@@ -4,7 +4,7 @@ import { defaultLogger, type Logger } from "../core/logger.js";
 import { encodePayload } from "./codec.js";
 import { WalFullError } from "./errors.js";
 import { resolveSecurity } from "./keys.js";
-import { LockManager, type TransactionLock } from "./locks.js";
+import { LockManager, type QueueLock, type TransactionLock } from "./locks.js";
 import { sealData, sealMarker, type Security } from "./record-seal.js";
 import { scan, type PendingFound, type StoredEntry } from "./recovery.js";
 import { Ring } from "./ring.js";
@@ -268,7 +268,7 @@ export class Wal {
       await this.#room();
       this.#durability.assertWritable();
     }
-    const { seq, write } = this.#stage(kind, payload, opts?.owner, undefined, undefined);
+    const { seq, write } = this.#stage(kind, payload, opts?.owner, undefined);
     await this.#durability.settle(write);
     return seq;
   }
@@ -303,7 +303,7 @@ export class Wal {
     this.#durability.assertWritable();
     const entry = this.#pending.get(seq);
     if (entry === undefined || entry.withheld) throw notPending(seq);
-    const staged = this.#stage(opts?.kind ?? entry.kind, payload, entry.owner, entry, undefined);
+    const staged = this.#stage(opts?.kind ?? entry.kind, payload, entry.owner, entry);
     await this.#durability.settle(staged.write);
     return staged.seq;
   }
@@ -383,44 +383,52 @@ export class Wal {
     payload: unknown,
     owner: string | undefined,
     completing: PendingEntry | undefined,
-    kv: undefined,
   ): { seq: number; write: Promise<unknown> } {
-    void kv;
-    let seq = 0;
-    const write = this.#guard(() =>
-      this.#locks.withLocks((tx) => {
-        // Buffer: seq, seal (encrypt, chain).
-        seq = this.#nextSeq;
-        const id = { epoch: this.#epoch, seq, kind, owner };
-        const sealed = sealData(this.#security, id, encodePayload(payload), this.#headMac);
-        // Queue: the record a lap behind in this slot is kept if still PENDING.
-        const slot = this.#ring.slotOf(seq);
-        const evicted = this.#pending.get(seq - this.#ring.size);
-        // Transaction: issue the writes in seq order; one event turn = one LMDB txn.
-        if (evicted !== undefined && evicted.where === "ring") this.#storage.putOverflow(tx, evicted.seq, evicted.bytes);
+    // The hottest path: locks taken by hand (not withLocks) to avoid closures.
+    const locks = this.#locks;
+    const buffer = locks.buffer();
+    let queue: QueueLock | undefined;
+    let tx: TransactionLock | undefined;
+    try {
+      // Buffer: seq, seal (encrypt, chain). Throws (bad kind, unencodable payload) change nothing.
+      const seq = this.#nextSeq;
+      const sealed = sealData(this.#security, { epoch: this.#epoch, seq, kind, owner }, encodePayload(payload), this.#headMac);
+      // Queue: the record a lap behind in this slot is kept if still PENDING.
+      queue = locks.queue(buffer);
+      const evicted = this.#pending.get(seq - this.#ring.size);
+      const move = evicted !== undefined && evicted.where === "ring";
+      // Transaction: issue the writes in seq order; one event turn = one LMDB txn.
+      tx = locks.transaction(queue);
+      try {
+        if (move) this.#storage.putOverflow(tx, evicted.seq, evicted.bytes);
         if (completing !== undefined) this.#writeCompletion(tx, completing);
-        this.#storage.putSlot(tx, slot, sealed.bytes);
+        this.#storage.putSlot(tx, this.#ring.slotOf(seq), sealed.bytes);
         if (sealed.mac !== undefined) this.#storage.writeHead(tx, { seq, mac: sealed.mac.toString("hex") });
-        if (evicted !== undefined && evicted.where === "ring") evicted.where = "overflow";
-        this.#nextSeq = seq + 1;
-        this.#headMac = sealed.mac;
-        if (completing !== undefined) this.#removePending(completing);
-        this.#addPending({
-          seq,
-          epoch: this.#epoch,
-          kind,
-          owner,
-          payload,
-          bytes: sealed.bytes,
-          where: "ring",
-          mac: sealed.mac,
-          prevMac: sealed.prevMac,
-          withheld: false,
-        });
-        return { write: this.#storage.lastWrite };
-      }),
-    );
-    return { seq, write };
+      } catch (err) {
+        throw err instanceof KovaError && err.code === ErrorCode.LOCK_ORDER ? err : this.#durability.fail(err);
+      }
+      if (move) evicted.where = "overflow";
+      this.#nextSeq = seq + 1;
+      this.#headMac = sealed.mac;
+      if (completing !== undefined) this.#removePending(completing);
+      this.#addPending({
+        seq,
+        epoch: this.#epoch,
+        kind,
+        owner,
+        payload,
+        bytes: sealed.bytes,
+        where: "ring",
+        mac: sealed.mac,
+        prevMac: sealed.prevMac,
+        withheld: false,
+      });
+      return { seq, write: this.#storage.lastWrite };
+    } finally {
+      tx?.release();
+      queue?.release();
+      buffer.release();
+    }
   }
 
   /** COMPLETE: a marker in the ring slot, or (compaction) removal from overflow. */

@@ -9,7 +9,7 @@ type Register = (program: Command) => void;
 
 // One line per command group. Loaded lazily so `kova wal ...` does not pay for NATS.
 const groups: Array<() => Promise<{ register: Register }>> = [
-  // () => import("./wal-commands.js"),
+  () => import("./wal-commands.js"),
   () => import("./node-commands.js"),
   () => import("./cluster-commands.js"),
 ];
