@@ -145,7 +145,13 @@ export async function startMicroService(nc: NatsConnection, options: MicroServic
   ];
   for (const [verb, body] of control) {
     for (const subject of [`$SRV.${verb}`, `$SRV.${verb}.${options.name}`, `$SRV.${verb}.${options.name}.${id}`]) {
-      subs.push(nc.subscribe(subject, { callback: (_err, msg) => respond(msg, body()) }));
+      subs.push(
+        nc.subscribe(subject, {
+          callback: (err, msg) => {
+            if (!err) respond(msg, body(), log);
+          },
+        }),
+      );
     }
   }
   options.endpoints.forEach((endpoint, i) => {
@@ -158,7 +164,10 @@ export async function startMicroService(nc: NatsConnection, options: MicroServic
             log.warn({ err, subject: endpoint.subject }, "endpoint subscription error");
             return;
           }
-          const p = handle(endpoint, state, msg, log).finally(() => inFlight.delete(p));
+          // A reply that cannot be sent (connection closing) must not become an unhandled rejection.
+          const p = handle(endpoint, state, msg, log)
+            .catch((e: unknown) => log.warn({ err: e, endpoint: endpoint.name }, "could not reply"))
+            .finally(() => inFlight.delete(p));
           inFlight.add(p);
         },
       }),
@@ -185,8 +194,13 @@ export async function startMicroService(nc: NatsConnection, options: MicroServic
   return { id, stop };
 }
 
-function respond(msg: Msg, body: string): void {
-  if (msg.reply) msg.respond(body);
+function respond(msg: Msg, body: string, log: Logger): void {
+  if (!msg.reply) return;
+  try {
+    msg.respond(body);
+  } catch (err) {
+    log.warn({ err, subject: msg.subject }, "could not answer a $SRV request");
+  }
 }
 
 async function handle(endpoint: MicroEndpoint, state: EndpointState, msg: Msg, log: Logger): Promise<void> {
