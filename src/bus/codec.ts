@@ -19,7 +19,7 @@ export const DEFAULT_CODEC_LIMITS: Readonly<CodecLimits> = { maxBytes: 1024 * 10
 
 // Plain msgpack only: msgpackr's record extension and shared structures are
 // msgpackr-specific, and the wire format must decode in any language.
-const packr = new Packr({ useRecords: false, moreTypes: false, encodeUndefinedAsNil: true });
+const packr = new Packr({ useRecords: false, moreTypes: false, encodeUndefinedAsNil: true, variableMapSize: true });
 const unpackr = new Unpackr({ useRecords: false, mapsAsObjects: true, int64AsType: "number" });
 const utf8 = new TextDecoder("utf-8", { fatal: true });
 const utf8Encoder = new TextEncoder();
