@@ -110,6 +110,21 @@ describe("deploy configs", () => {
     }
   });
 
+  it("deploy - the Dockerfile copies files that exist and runs `kova node start` with the mounted config", () => {
+    const lines = read("Dockerfile").split("\n").filter((l) => /^[A-Z]+ /.test(l));
+    const root = resolve(DEPLOY, "..");
+    const sources = lines
+      .filter((l) => l.startsWith("COPY ") && !l.includes("--from="))
+      .flatMap((l) => l.split(/\s+/).slice(1, -1));
+    expect(sources.length).toBeGreaterThan(3);
+    for (const src of sources) expect(existsSync(join(root, src)), src).toBe(true);
+    const entrypoint = JSON.parse(lines.find((l) => l.startsWith("ENTRYPOINT "))!.slice("ENTRYPOINT ".length)) as string[];
+    const cmd = JSON.parse(lines.find((l) => l.startsWith("CMD "))!.slice("CMD ".length)) as string[];
+    expect(entrypoint).toEqual(["node", "/opt/kova/bin/kova.js"]);
+    expect(cmd).toEqual(["node", "start", "--config", "/etc/kova/kova.toml"]);
+    expect(lines.filter((l) => l.startsWith("FROM ")).every((l) => /node:(2\d|[3-9]\d)/.test(l))).toBe(true); // Node 20+
+  });
+
   it("deploy - Kubernetes manifests parse and reference what they declare", async () => {
     const kustomization = parseYaml(read("k8s/kustomization.yaml")) as Doc;
     for (const r of kustomization.resources as string[]) expect(existsSync(join(DEPLOY, "k8s", r)), r).toBe(true);
