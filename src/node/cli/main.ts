@@ -12,6 +12,7 @@ const groups: Array<() => Promise<{ register: Register }>> = [
   () => import("./wal-commands.js"),
   () => import("./node-commands.js"),
   () => import("./cluster-commands.js"),
+  () => import("./bus-commands.js"),
 ];
 
 export async function buildProgram(): Promise<Command> {

@@ -1,0 +1,171 @@
+import type { Command } from "commander";
+import { pino } from "pino";
+import { ErrorCode, KovaError } from "../../core/errors.js";
+import { KovaClient, MESSAGE_TYPES, isMessageType, type MessageType } from "../../bus/index.js";
+import { loadConfig } from "../config.js";
+
+interface BusOpts {
+  server?: string;
+  cluster?: string;
+  config?: string;
+  json?: boolean;
+}
+
+interface MessageOpts extends BusOpts {
+  type: string;
+  payload?: string;
+  from?: string;
+  id?: string;
+  timeout?: string;
+}
+
+/**
+ * A2A messaging from the command line: `kova send`, `kova ask`, `kova request`,
+ * `kova events tail`, `kova dlq ls`. They speak the same wire format as any client
+ * (docs/protocol.md), through KovaClient.
+ */
+export function register(program: Command): void {
+  const common = (cmd: Command) =>
+    cmd
+      .option("-s, --server <url>", "NATS URL (default: NATS_URL, the config's [nats] urls, or nats://127.0.0.1:4222)")
+      .option("--cluster <name>", "cluster name (default: KOVA_CLUSTER, the config's [cluster] name, or default)")
+      .option("-c, --config <path>", "kova.toml to take the NATS URL and cluster name from");
+  const message = (cmd: Command) =>
+    common(cmd)
+      .requiredOption("-t, --type <type>", `message type: ${MESSAGE_TYPES.join(", ")}`)
+      .option("-p, --payload <json>", "payload as JSON", "null")
+      .option("--from <id>", "sender id (default: kova-cli)")
+      .option("--id <id>", "message id (default: a new UUID); resending the same id is stored once")
+      .option("--json", "print JSON");
+
+  message(program.command("send <agentId>").description("durably send an A2A message to an agent's mailbox")).action(
+    (agentId: string, o: MessageOpts) =>
+      withClient(o, async (client) => {
+        const r = await client.send(agentId, messageType(o.type), payload(o.payload), { ...(o.id ? { id: o.id } : {}) });
+        const subject = client.bus.subjects.a2a(agentId);
+        if (o.json) return print({ ...r, subject });
+        process.stdout.write(`sent ${r.id} to ${subject} (stream seq ${r.seq}${r.duplicate ? ", duplicate: already stored" : ""})\n`);
+      }),
+  );
+
+  message(program.command("ask <agentId>").description("durably send and wait for the agent's result_notify"))
+    .option("--timeout <ms>", "how long to wait for the reply", "120000")
+    .action((agentId: string, o: MessageOpts) =>
+      withClient(o, async (client) => {
+        const reply = await client.ask(agentId, messageType(o.type), payload(o.payload), {
+          timeoutMs: positive(o.timeout, "--timeout"),
+          ...(o.id ? { id: o.id } : {}),
+        });
+        print(o.json ? reply : reply.payload);
+      }),
+    );
+
+  message(program.command("request <agentId>").description("fast request/reply to the node hosting the agent (info_request, capability_query)"))
+    .option("--timeout <ms>", "how long to wait for the reply", "10000")
+    .action((agentId: string, o: MessageOpts) =>
+      withClient(o, async (client) => {
+        print(await client.request(agentId, messageType(o.type), payload(o.payload), { timeoutMs: positive(o.timeout, "--timeout") }));
+      }),
+    );
+
+  const events = program.command("events").description("cluster events");
+  common(events.command("tail").description("print live events as JSON lines until interrupted"))
+    .option("--session <id>", "only this session's events")
+    .option("--max <n>", "exit after this many events")
+    .action((o: BusOpts & { session?: string; max?: string }) =>
+      withClient(o, async (client) => {
+        const max = o.max === undefined ? Infinity : positive(o.max, "--max");
+        const stream = client.events(o.session ? { sessionId: o.session } : {});
+        const stop = () => stream.stop();
+        process.once("SIGINT", stop);
+        process.once("SIGTERM", stop);
+        await client.bus.nc.flush();
+        process.stderr.write(`tailing ${o.session ? client.bus.subjects.sessionEvents(o.session) : client.bus.subjects.eventsWildcard}\n`);
+        let n = 0;
+        for await (const e of stream) {
+          process.stdout.write(`${JSON.stringify(e)}\n`);
+          if (++n >= max) break;
+        }
+        stream.stop();
+      }),
+    );
+
+  const dlq = program.command("dlq").description("dead letters");
+  common(dlq.command("ls").description("list the newest dead letters"))
+    .option("--reason <reason>", "only this reason (malformed_msgpack, invalid_json, invalid_envelope, unknown_type, payload_too_large, expired, max_deliver)")
+    .option("--limit <n>", "at most this many", "50")
+    .option("--json", "print JSON (bodies base64)")
+    .action((o: BusOpts & { reason?: string; limit: string }) =>
+      withClient(o, async (client) => {
+        const entries = await client.bus.listDlq({ limit: positive(o.limit, "--limit"), ...(o.reason ? { reason: o.reason } : {}) });
+        if (o.json) return print(entries.map((e) => ({ ...e, data: Buffer.from(e.data).toString("base64") })));
+        if (entries.length === 0) {
+          process.stdout.write(`no dead letters in ${client.bus.subjects.streams.dlq}\n`);
+          return;
+        }
+        const rows = entries.map((e) => [
+          String(e.seq),
+          e.time.toISOString(),
+          e.reason,
+          e.headers["Kova-Dlq-Agent"] ?? "-",
+          String(e.data.length),
+          (e.headers["Kova-Dlq-Error"] ?? "").slice(0, 80),
+        ]);
+        table(["SEQ", "TIME", "REASON", "AGENT", "BYTES", "ERROR"], rows);
+      }),
+    );
+}
+
+async function withClient(o: BusOpts, fn: (client: KovaClient) => Promise<void>): Promise<void> {
+  let urls = o.server ?? process.env.NATS_URL;
+  let cluster = o.cluster ?? process.env.KOVA_CLUSTER;
+  if (o.config) {
+    const cfg = await loadConfig(o.config);
+    urls ??= cfg.natsUrls?.join(",");
+    cluster ??= cfg.cluster;
+  }
+  // Logs go to stderr so stdout stays machine-readable.
+  const logger = pino({ level: process.env.KOVA_LOG_LEVEL ?? "warn" }, pino.destination(2));
+  const client = await KovaClient.connect({
+    servers: urls ?? "nats://127.0.0.1:4222",
+    cluster: cluster ?? "default",
+    id: "kova-cli",
+    name: "kova-cli",
+    logger,
+  });
+  try {
+    await fn(client);
+  } finally {
+    await client.close();
+  }
+}
+
+function messageType(value: string): MessageType {
+  if (!isMessageType(value)) {
+    throw new KovaError(ErrorCode.UNKNOWN_MESSAGE_TYPE, `--type ${JSON.stringify(value)} is not a message type: use one of ${MESSAGE_TYPES.join(", ")}`);
+  }
+  return value;
+}
+
+function payload(text: string | undefined): unknown {
+  try {
+    return JSON.parse(text ?? "null");
+  } catch (err) {
+    throw new KovaError(ErrorCode.INVALID_ENVELOPE, `--payload is not valid JSON (${(err as Error).message}): quote it, e.g. --payload '{"topic":"nats"}'`);
+  }
+}
+
+function positive(value: string | undefined, flag: string): number {
+  const n = Number(value);
+  if (!Number.isFinite(n) || n <= 0) throw new KovaError(ErrorCode.INVALID_CONFIG, `${flag} must be a positive number, got ${JSON.stringify(value)}`);
+  return n;
+}
+
+function print(value: unknown): void {
+  process.stdout.write(`${JSON.stringify(value, null, 2)}\n`);
+}
+
+function table(header: string[], rows: string[][]): void {
+  const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? "").length)));
+  for (const r of [header, ...rows]) process.stdout.write(`${r.map((c, i) => c.padEnd(widths[i]!)).join("  ").trimEnd()}\n`);
+}
