@@ -116,12 +116,15 @@ export class ActorHost {
   /**
    * Stops hosting: no new messages, the running turn finishes and is checkpointed, rpc
    * closes, the actor ends Completed with `reason` (e.g. "moved", "shutdown").
+   * `drainTimeoutMs` bounds the wait for a long turn: past it (or at once for a paused
+   * turn) the turn is cut at its next step and its message redelivered to the next host;
+   * its WAL record stays PENDING so that this node resumes it if it hosts the actor again.
    * Stopping an actor that is not hosted is a no-op.
    */
-  async stop(actorId: string, opts: { reason?: string } = {}): Promise<void> {
+  async stop(actorId: string, opts: { reason?: string; drainTimeoutMs?: number } = {}): Promise<void> {
     await this.#starting.get(actorId)?.catch(() => undefined);
     const actor = this.#actors.get(actorId);
-    if (actor) await actor.leave(opts.reason ?? "stopped");
+    if (actor) await actor.leave(opts.reason ?? "stopped", opts.drainTimeoutMs);
   }
 
   /**
@@ -145,10 +148,8 @@ export class ActorHost {
   /** Actors with PENDING turns in this node's WAL (recovery: start them, or abandon those that moved). */
   pendingActors(): string[] {
     const owners = new Set<string>();
-    for (const r of (this.#deps.wal as { recovery?: { pending?: Array<{ owner?: string; kind: string }> } }).recovery?.pending ?? []) {
-      if (r.owner && r.kind === TURN_KIND) owners.add(r.owner);
-    }
-    return [...owners].filter((id) => this.#deps.wal.pendingFor(id).length > 0);
+    for (const r of this.#deps.wal.pendingRecords()) if (r.owner && r.kind === TURN_KIND) owners.add(r.owner);
+    return [...owners];
   }
 
   /**
@@ -168,8 +169,8 @@ export class ActorHost {
   }
 
   /** Stops every actor (graceful shutdown). */
-  async stopAll(opts: { reason?: string } = {}): Promise<void> {
+  async stopAll(opts: { reason?: string; drainTimeoutMs?: number } = {}): Promise<void> {
     await Promise.all([...this.#starting.values()].map((p) => p.catch(() => undefined)));
-    await Promise.all([...this.#actors.keys()].map((id) => this.stop(id, { reason: opts.reason ?? "shutdown" })));
+    await Promise.all([...this.#actors.keys()].map((id) => this.stop(id, { ...opts, reason: opts.reason ?? "shutdown" })));
   }
 }

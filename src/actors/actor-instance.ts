@@ -131,7 +131,8 @@ export class ActorInstance implements TurnActor {
       void this.leave("lease_lost");
       throw (outcome as { error: unknown }).error;
     }
-    if (outcome.kind === "interrupted" && outcome.by === "stop") throw new TurnInterruptedError(this.id, "kill");
+    // Stopped mid-turn: nak, so the message is redelivered to the actor's next host.
+    if (outcome.kind === "interrupted" && outcome.by === "stop") throw new TurnInterruptedError(this.id, "stop");
     if (outcome.kind === "failed") this.#fail(env, outcome);
   }
 
@@ -237,15 +238,19 @@ export class ActorInstance implements TurnActor {
   }
 
   /**
-   * Stops taking messages, lets the running turn finish (a turn held by pause is
-   * abandoned: the next host redoes it), closes rpc and ends in Completed.
+   * Stops taking messages, lets the running turn finish, closes rpc and ends in Completed.
+   * A turn held by pause, or still running after `drainTimeoutMs`, is stopped instead: its
+   * WAL record stays PENDING and its message is redelivered to the actor's next host.
    */
-  async leave(reason: string): Promise<void> {
+  async leave(reason: string, drainTimeoutMs?: number): Promise<void> {
     if (this.#leaving) return this.#mailboxStopping;
     this.#leaving = true;
-    if (this.gate.paused && this.#turn) this.#turn.abort.abort(new TurnInterruptedError(this.id, "kill"));
+    const cut = () => this.#turn?.abort.abort(new TurnInterruptedError(this.id, "stop"));
+    if (this.gate.paused) cut();
     this.gate.resume();
+    const timer = drainTimeoutMs === undefined ? undefined : setTimeout(cut, drainTimeoutMs);
     await this.#closeMailbox();
+    clearTimeout(timer);
     await this.#rpc?.stop().catch((err: unknown) => this.log.warn({ err }, "rpc stop failed"));
     this.#rpc = undefined;
     this.lifecycle.tryTransition("Completed", { reason });

@@ -89,11 +89,11 @@ export function isLeaseLost(err: unknown): err is LeaseLostError {
   return err instanceof KovaError && err.code === ErrorCode.LEASE_LOST;
 }
 
-/** The turn was stopped by a signal (`interrupt` or `kill`); it is not retried. */
+/** The turn was stopped by a signal (`interrupt`, `kill`) or by a stop that could not wait for it; it is not retried. */
 export class TurnInterruptedError extends KovaError {
   constructor(
     readonly actorId: string,
-    readonly by: "interrupt" | "kill",
+    readonly by: "interrupt" | "kill" | "stop",
   ) {
     super(ErrorCode.INTERRUPTED, `actor ${actorId}: turn stopped by ${by}`, { data: { actorId, by } });
   }

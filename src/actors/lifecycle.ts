@@ -10,7 +10,7 @@ export type ActorState = (typeof ActorStates)[number];
  * Completed is terminal for this host (a later start makes a new lifecycle).
  */
 const TRANSITIONS: Readonly<Record<ActorState, readonly ActorState[]>> = {
-  Created: ["Idle", "Recovering", "Failed", "Completed"],
+  Created: ["Idle", "Recovering", "Paused", "Failed", "Completed"],
   Recovering: ["Idle", "Paused", "Failed", "Completed"],
   Idle: ["Running", "Paused", "Failed", "Completed"],
   Running: ["Idle", "Paused", "Failed", "Completed"],

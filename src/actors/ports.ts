@@ -14,6 +14,8 @@ export interface ActorWal {
   complete(seq: number, opts?: { kv?: Array<{ key: string; value: unknown }> }): Promise<void>;
   getKv<V>(key: string): V | undefined;
   pendingFor(owner: string): Array<{ seq: number; kind: string; payload: unknown }>;
+  /** Every PENDING record now, in seq order. */
+  pendingRecords(): Array<{ seq: number; kind: string; owner?: string }>;
 }
 
 /** What every actor of a host shares. */

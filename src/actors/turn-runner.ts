@@ -113,7 +113,11 @@ export async function runTurn(actor: TurnActor, env: A2AEnvelope, src: TurnSourc
     outcome = classify(err, signal, record.attempt);
   }
 
-  if (outcome.kind === "lease_lost" || (outcome.kind === "interrupted" && outcome.by === "stop")) return abandon(actor, slot.seq, outcome);
+  if (outcome.kind === "lease_lost") return abandon(actor, slot.seq, outcome);
+  // A stop that could not wait: the record stays PENDING, so if this node hosts the actor
+  // again it resumes the turn with its recorded steps; if another node takes the actor,
+  // the node abandons the record at its next start (ActorHost.abandon).
+  if (outcome.kind === "interrupted" && outcome.by === "stop") return outcome;
   if (outcome.kind === "failed" && isInfrastructure(outcome.error)) throw outcome.error;
 
   if (outcome.kind === "interrupted") {
@@ -160,7 +164,7 @@ async function reply(actor: TurnActor, env: A2AEnvelope, outcome: TurnOutcome, m
     if (outcome.kind === "done") await actor.deps.bus.respond(env, outcome.result, opts);
     else if (outcome.kind === "failed") await actor.deps.bus.respond(env, null, { ...opts, error: outcome.error });
     else if (outcome.kind === "interrupted") {
-      await actor.deps.bus.respond(env, null, { ...opts, error: new TurnInterruptedError(actor.id, outcome.by === "kill" ? "kill" : "interrupt") });
+      await actor.deps.bus.respond(env, null, { ...opts, error: new TurnInterruptedError(actor.id, outcome.by) });
     }
   } catch (err) {
     // The turn is committed; a lost reply only makes the asker time out.

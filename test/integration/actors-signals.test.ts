@@ -19,7 +19,7 @@ const task = (to: string, payload: unknown = null) => createEnvelope({ from: "te
 function steerable() {
   const log: string[] = [];
   let release: () => void = () => {};
-  let released = new Promise<void>((r) => (release = r));
+  const released = new Promise<void>((r) => (release = r));
   const def = defineActor<{ done: string[] }>({
     type: "steer",
     initialState: () => ({ done: [] }),
@@ -41,10 +41,7 @@ function steerable() {
   return {
     def,
     log,
-    release: () => {
-      release();
-      released = new Promise<void>((r) => (release = r));
-    },
+    release: () => release(),
   };
 }
 
@@ -78,6 +75,32 @@ describe("actor signals", () => {
       await waitFor(() => rig.host.status("p1")?.state === "Idle", 5_000, "Idle");
       const states = rig.states.filter(([, , info]) => !(info as { turn?: boolean })?.turn).map(([, st]) => st);
       expect(states).toEqual(["Idle", "Paused", "Running"]);
+    } finally {
+      await rig.close(true);
+    }
+  });
+
+  it("stop - a turn held by pause is cut, stays pending in the WAL and is resumed with its recorded steps when this host starts the actor again", async () => {
+    const s = steerable();
+    const rig = await startRig(server.url, uniqueCluster(), [s.def]);
+    try {
+      await rig.host.start("p2", "steer");
+      await rig.bus.send(task("p2", "hold"));
+      await waitFor(() => s.log.includes("first:hold"), 5_000, "first step");
+      await rig.host.signal("p2", "pause");
+      s.release();
+      await rig.host.stop("p2", { reason: "moved" });
+      expect(rig.states.at(-1)).toEqual(["p2", "Completed", { reason: "moved" }]);
+      expect(rig.wal.pendingFor("p2")).toHaveLength(1);
+      expect(rig.host.pendingActors()).toEqual(["p2"]);
+      await rig.host.start("p2", "steer");
+      expect(rig.states.slice(-2).map(([, st]) => st)).toEqual(["Recovering", "Idle"]);
+      expect(s.log).toEqual(["start:hold", "first:hold", "start:hold", "second:hold"]);
+      expect(rig.wal.pendingFor("p2")).toEqual([]);
+      // The redelivered message finds its turn done.
+      await rig.bus.send(task("p2", "later"));
+      await waitFor(() => s.log.includes("second:later"), 5_000, "next message");
+      expect(s.log.filter((l) => l === "second:hold")).toHaveLength(1);
     } finally {
       await rig.close(true);
     }
