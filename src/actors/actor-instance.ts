@@ -8,7 +8,7 @@ import { ActorLifecycle, type ActorState } from "./lifecycle.js";
 import { ActorMemory, localCheckpointKey } from "./memory.js";
 import { PauseGate } from "./pause-gate.js";
 import type { HostDeps } from "./ports.js";
-import { runTurn, type TurnActor, type TurnOutcome } from "./turn-runner.js";
+import { runTurn, type TurnActor, type TurnOutcome, type TurnSource } from "./turn-runner.js";
 import { parseTurnRecord, TURN_KIND, type TurnRecord } from "./turn-record.js";
 import type { ActorDefinition, Signal } from "./types.js";
 
@@ -87,7 +87,7 @@ export class ActorInstance implements TurnActor {
           await this.deps.wal.complete(r.seq);
           continue;
         }
-        const outcome = await this.#turnOf(record.envelope, { recovered: { seq: r.seq, record } }, true);
+        const outcome = await this.#turnOf(record.envelope, { recovered: { seq: r.seq, record }, afterCrash: true }, true);
         if (outcome.kind === "lease_lost") throw (outcome as { error: unknown }).error;
         if (outcome.kind === "failed") {
           // Failed stays inspectable (rpc) and can be resumed; the mailbox opens on resume.
@@ -136,7 +136,7 @@ export class ActorInstance implements TurnActor {
     if (outcome.kind === "failed") this.#fail(env, outcome);
   }
 
-  async #turnOf(env: A2AEnvelope, src: { recovered?: { seq: number; record: TurnRecord }; mailbox?: MailboxContext }, recovering: boolean): Promise<TurnOutcome> {
+  async #turnOf(env: A2AEnvelope, src: Omit<TurnSource, "abort">, recovering: boolean): Promise<TurnOutcome> {
     if (this.#inFlight > 0) {
       // Guarantee 2 is the mailbox's max_ack_pending 1; this is the local assertion of it.
       throw new KovaError(ErrorCode.INTERNAL, `actor ${this.id}: a second turn started while one is running`);

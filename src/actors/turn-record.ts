@@ -27,6 +27,8 @@ export interface TurnRecord {
   envelope: A2AEnvelope;
   /** Supervised attempt in progress (survives crashes, so a crash loop still ends in Failed). */
   attempt: number;
+  /** Set when a stop cut the turn on purpose: resuming it is not a new attempt. */
+  yielded?: boolean;
   steps: StepRecord[];
   /** Values handed out by ctx.now(), ctx.random() and ctx.newId(), in order. */
   clock: number[];
@@ -49,6 +51,7 @@ export function parseTurnRecord(payload: unknown): TurnRecord | undefined {
     type: p.type ?? "",
     envelope: p.envelope,
     attempt: p.attempt ?? 1,
+    ...(p.yielded ? { yielded: true } : {}),
     steps: Array.isArray(p.steps) ? p.steps : [],
     clock: Array.isArray(p.clock) ? p.clock : [],
     random: Array.isArray(p.random) ? p.random : [],

@@ -5,11 +5,11 @@ import type { Logger } from "../core/logger.js";
 import { createEnvelope, type A2AEnvelope, type MailboxContext } from "../bus/index.js";
 import type { Checkpoint } from "./checkpoint-store.js";
 import { deadLetter, ActorDlqReason } from "./dead-letter.js";
-import { isLeaseLost, TurnInterruptedError } from "./errors.js";
+import { ActorFailedError, isLeaseLost, TurnInterruptedError } from "./errors.js";
 import { localCheckpointKey, type ActorMemory } from "./memory.js";
 import type { PauseGate } from "./pause-gate.js";
 import type { HostDeps } from "./ports.js";
-import { supervise, supervisionFor } from "./supervision.js";
+import { supervise, supervisionFor, type SupervisionPolicy } from "./supervision.js";
 import { TurnJournal, type JournalIo } from "./turn-journal.js";
 import { newTurnRecord, TURN_KIND, type TurnRecord } from "./turn-record.js";
 import type { ActorContext, ActorDefinition, ActorHandler } from "./types.js";
@@ -29,6 +29,8 @@ export interface TurnActor {
 export interface TurnSource {
   /** A turn found PENDING in the WAL at start (or parked after an infrastructure failure). */
   recovered?: { seq: number; record: TurnRecord };
+  /** The recovered record was found at start: the process ended during its last attempt. */
+  afterCrash?: boolean;
   /** The mailbox delivery, absent for a recovered turn run before the mailbox opens. */
   mailbox?: MailboxContext;
   /** Aborted by interrupt, kill or a stop while paused; the reason is a TurnInterruptedError. */
@@ -96,28 +98,31 @@ export async function runTurn(actor: TurnActor, env: A2AEnvelope, src: TurnSourc
     return result;
   };
 
-  let outcome: TurnOutcome;
-  try {
-    const res = await supervise(supervisionFor(actor.def, deps.supervision), run, {
-      retryable: (err) => !signal.aborted && retryable(err),
-      onRetry: async (next, err, delayMs) => {
-        record.attempt = next;
-        await io.persist(record);
-        actor.log.warn({ err, envelopeId: env.id, attempt: next, delayMs }, "handler failed; retrying");
-        actor.event("actor_turn_retry", { envelopeId: env.id, attempt: next, delayMs, error: toWire(err) });
-      },
-      sleep: (ms) => sleep(ms, signal),
-    }, record.attempt);
-    outcome = res.ok ? { kind: "done", result: res.value } : classify(res.error, signal, res.attempts);
-  } catch (err) {
-    outcome = classify(err, signal, record.attempt);
+  const policy = supervisionFor(actor.def, deps.supervision);
+  let outcome: TurnOutcome | undefined;
+  if (src.afterCrash) {
+    // A crash during an attempt counts as a failed attempt, so a handler that brings its
+    // process down still ends Failed instead of crash-looping every node it lands on.
+    if (record.yielded) record.yielded = false;
+    else record.attempt += 1;
+    if (record.attempt > policy.maxAttempts) {
+      const error = new ActorFailedError(actor.id, policy.maxAttempts, new Error("the process ended during every attempt of this turn"));
+      outcome = { kind: "failed", error, attempts: policy.maxAttempts };
+    } else {
+      await io.persist(record);
+    }
   }
+  outcome ??= await supervised(actor, env, record, policy, run, io, signal);
 
   if (outcome.kind === "lease_lost") return abandon(actor, slot.seq, outcome);
   // A stop that could not wait: the record stays PENDING, so if this node hosts the actor
   // again it resumes the turn with its recorded steps; if another node takes the actor,
   // the node abandons the record at its next start (ActorHost.abandon).
-  if (outcome.kind === "interrupted" && outcome.by === "stop") return outcome;
+  if (outcome.kind === "interrupted" && outcome.by === "stop") {
+    record.yielded = true;
+    await io.persist(record);
+    return outcome;
+  }
   if (outcome.kind === "failed" && isInfrastructure(outcome.error)) throw outcome.error;
 
   if (outcome.kind === "interrupted") {
@@ -139,6 +144,33 @@ export async function runTurn(actor: TurnActor, env: A2AEnvelope, src: TurnSourc
   }
   await reply(actor, env, outcome, src.mailbox);
   return outcome;
+}
+
+/** Runs the attempts of a turn under the supervision policy; never throws. */
+async function supervised(
+  actor: TurnActor,
+  env: A2AEnvelope,
+  record: TurnRecord,
+  policy: SupervisionPolicy,
+  run: (attempt: number) => Promise<unknown>,
+  io: JournalIo,
+  signal: AbortSignal,
+): Promise<TurnOutcome> {
+  try {
+    const res = await supervise(policy, run, {
+      retryable: (err) => !signal.aborted && retryable(err),
+      onRetry: async (next, err, delayMs) => {
+        record.attempt = next;
+        await io.persist(record);
+        actor.log.warn({ err, envelopeId: env.id, attempt: next, delayMs }, "handler failed; retrying");
+        actor.event("actor_turn_retry", { envelopeId: env.id, attempt: next, delayMs, error: toWire(err) });
+      },
+      sleep: (ms) => sleep(ms, signal),
+    }, record.attempt);
+    return res.ok ? { kind: "done", result: res.value } : classify(res.error, signal, res.attempts);
+  } catch (err) {
+    return classify(err, signal, record.attempt);
+  }
 }
 
 /** The actor is leaving this node: its next host redoes the turn from the redelivered message. */

@@ -125,6 +125,28 @@ describe("actor recovery from the WAL", () => {
     }
   });
 
+  it("recovery - a turn whose process died during every attempt ends Failed without running again, its message dead-lettered", async () => {
+    const dir = await mkdtemp(join(tmpdir(), "kova-actors-loop-"));
+    const env = createEnvelope({ from: "tester", to: "x1", type: "task_delegate", payload: null });
+    const record = newTurnRecord("x1", "stepper", env);
+    record.attempt = 3; // the third attempt was running when the process died
+    await crashedWal(dir, record);
+    const s = stepper();
+    const rig = await startRig(server.url, uniqueCluster(), [s.def], { dir });
+    try {
+      await rig.host.start("x1", "stepper");
+      expect(s.calls).toEqual([]);
+      expect(rig.host.status("x1")?.state).toBe("Failed");
+      expect(rig.states.map(([, st]) => st)).toEqual(["Recovering", "Failed"]);
+      const dead = await waitFor(async () => (await rig.bus.listDlq({ reason: "handler_failed" }))[0], 5_000, "dead letter");
+      expect(dead.headers["Kova-Dlq-Msg-Id"]).toBe(env.id);
+      expect(dead.headers["Kova-Dlq-Error"]).toContain("the process ended during every attempt");
+      expect(rig.wal.pendingFor("x1")).toEqual([]);
+    } finally {
+      await rig.close(true);
+    }
+  });
+
   it("recovery - abandon() completes the pending turns of an actor that moved, so they never run here", async () => {
     const dir = await mkdtemp(join(tmpdir(), "kova-actors-ab-"));
     const env = createEnvelope({ from: "tester", to: "m1", type: "task_delegate", payload: null });
