@@ -57,6 +57,7 @@ export interface NodeStatusView {
   nodeId: string;
   cluster: string;
   incarnation: string;
+  pid: number;
   version: string;
   startedAt: number;
   uptimeMs: number;
@@ -66,6 +67,8 @@ export interface NodeStatusView {
   actors: { hosted: number; byState: Record<string, number> };
   recovery: { finished: string[]; abandoned: string[]; corrupt: number; pendingRecords: number };
   stopping: boolean;
+  /** process.memoryUsage() of the node, bytes. */
+  memory: { rss: number; heapUsed: number; external: number };
 }
 
 const utf8 = new TextEncoder();

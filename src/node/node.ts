@@ -146,7 +146,7 @@ export class KovaNode {
       logger: this.log,
       mailbox: config.mailbox,
       fence: async (actorId: string) => this.fence(actorId),
-      onStateChange: (actorId: string, state: ActorState) => this.onStateChange(actorId, state),
+      onStateChange: (actorId: string, state: ActorState, info?: unknown) => this.onStateChange(actorId, state, info),
     });
 
     await this.recoverPending();
@@ -222,7 +222,10 @@ export class KovaNode {
     }
   }
 
-  private onStateChange(actorId: string, state: ActorState): void {
+  private onStateChange(actorId: string, state: ActorState, info?: unknown): void {
+    // Idle⇄Running of every ordinary turn would cost two KV writes per message; the
+    // registry records lifecycle changes (start, pause, recovery, failure, stop) only.
+    if ((info as { turn?: boolean } | undefined)?.turn === true) return;
     this.writeRegistry(actorId, (cur) => (this.leases.holds(actorId) ? { ...cur, node: this.nodeId, state } : undefined));
     this.publish("agent_state", actorId, { actorId, node: this.nodeId, state });
   }
@@ -280,6 +283,7 @@ export class KovaNode {
       nodeId: this.nodeId,
       cluster: this.cluster,
       incarnation: this.incarnation,
+      pid: process.pid,
       version: KOVA_VERSION,
       startedAt: this.startedAt,
       uptimeMs: Date.now() - this.startedAt,
@@ -289,6 +293,7 @@ export class KovaNode {
       actors: { hosted: hosted.length, byState },
       recovery: { ...this.recovery },
       stopping: this.stopping !== undefined,
+      memory: (({ rss, heapUsed, external }) => ({ rss, heapUsed, external }))(process.memoryUsage()),
     };
   }
 

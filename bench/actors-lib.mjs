@@ -1,0 +1,118 @@
+// Shared helpers of the actor benchmarks: a nats-server of their own, node processes
+// started with `bin/kova.js node start`, registry polling, and reporting.
+import { spawn } from "node:child_process";
+import { mkdtempSync, rmSync, writeFileSync, createWriteStream } from "node:fs";
+import { tmpdir } from "node:os";
+import { dirname, join, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+import { connect } from "@nats-io/transport-node";
+import { Kvm } from "@nats-io/kv";
+import { startNatsServer } from "../dist/testing/index.js";
+import { Bus, createEnvelope } from "../dist/bus/index.js";
+import { createLogger } from "../dist/core/logger.js";
+import { controlRequest, nodeSubject, spawnSubject } from "../dist/node/control.js";
+
+export { createEnvelope };
+export const REPO = resolve(dirname(fileURLToPath(import.meta.url)), "..");
+
+export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+export const fmt = (n) => Math.round(n).toLocaleString("en-US");
+
+/** A cluster of node processes on its own nats-server. */
+export async function startCluster({ nodes, heartbeatMs = 1000, staleAfterMs = 5000, walSync = "full", actors = [] }) {
+  const server = await startNatsServer({ allowExternal: false });
+  const dir = mkdtempSync(join(process.env.KOVA_BENCH_DIR ?? tmpdir(), "kova-bench-actors-"));
+  const cluster = `b${Math.random().toString(36).slice(2, 10)}`;
+  const nc = await connect({ servers: server.url });
+  const bus = await Bus.connect({ servers: server.url, cluster, logger: createLogger({ level: "silent" }) });
+  await bus.ensureStreams();
+  const procs = new Map();
+  const configFor = (id) => {
+    const file = join(dir, `${id}.toml`);
+    const lines = [
+      `[node]`, `id = "${id}"`, `data_dir = "${join(dir, id)}"`,
+      `[cluster]`, `name = "${cluster}"`, `heartbeat_ms = ${heartbeatMs}`, `stale_after_ms = ${staleAfterMs}`,
+      `[nats]`, `urls = ["${server.url}"]`,
+      `[wal]`, `sync = "${walSync}"`,
+    ];
+    for (const a of actors) lines.push(`[[actors]]`, `id = "${a.id}"`, `type = "${a.type}"`);
+    writeFileSync(file, lines.join("\n") + "\n");
+    return file;
+  };
+  const status = (id, timeoutMs = 2000) => controlRequest(nc, nodeSubject(cluster, id, "status"), {}, timeoutMs);
+  const startNode = async (id) => {
+    const env = { ...process.env, KOVA_LOG_LEVEL: process.env.KOVA_LOG_LEVEL ?? "warn" };
+    delete env.NATS_URL;
+    const child = spawn(process.execPath, [...(process.env.KOVA_BENCH_NODE_ARGS?.split(" ").filter(Boolean) ?? []), join(REPO, "bin/kova.js"), "node", "start", "--config", configFor(id)], { env, stdio: ["ignore", "pipe", "pipe"] });
+    const log = createWriteStream(join(dir, `${id}.log`), { flags: "a" });
+    child.stdout.pipe(log);
+    child.stderr.pipe(log);
+    const exited = new Promise((r) => child.on("exit", r));
+    procs.set(id, { child, exited });
+    for (let i = 0; i < 300; i++) {
+      try {
+        await status(id, 500);
+        return;
+      } catch {
+        if (child.exitCode !== null) throw new Error(`node ${id} exited; see ${join(dir, `${id}.log`)}`);
+        await sleep(100);
+      }
+    }
+    throw new Error(`node ${id} did not start`);
+  };
+  const kill = async (id) => {
+    const p = procs.get(id);
+    p.child.kill("SIGKILL");
+    await p.exited;
+  };
+  const term = async (id) => {
+    const p = procs.get(id);
+    p.child.kill("SIGTERM");
+    await p.exited;
+  };
+  let agentsKv;
+  const agents = async () => {
+    agentsKv ??= await new Kvm(nc).open(`kova_${cluster}_agents`);
+    const out = new Map();
+    const iter = await agentsKv.watch();
+    const status = await agentsKv.status();
+    if (status.values === 0) {
+      iter.stop();
+      return out;
+    }
+    for await (const e of iter) {
+      if (e.operation === "PUT") out.set(e.key, e.json());
+      else out.delete(e.key);
+      if (e.delta === 0) break;
+    }
+    iter.stop();
+    return out;
+  };
+  const spawnActor = (id, type) => controlRequest(nc, spawnSubject(cluster), { id, type }, 10_000);
+  const varz = async () => (await (await fetch(`${server.monitorUrl}/varz`)).json());
+  const stop = async () => {
+    for (const p of procs.values()) if (p.child.exitCode === null && p.child.signalCode === null) p.child.kill("SIGKILL");
+    await Promise.all([...procs.values()].map((p) => p.exited));
+    await bus.close().catch(() => {});
+    await nc.close().catch(() => {});
+    await server.stop();
+    rmSync(dir, { recursive: true, force: true });
+  };
+  for (const id of nodes) await startNode(id);
+  return { server, cluster, nc, bus, dir, status, startNode, kill, term, agents, spawnActor, varz, stop };
+}
+
+/** Polls `cond` every `everyMs` until it returns a value; throws after `timeoutMs`. */
+export async function waitFor(cond, timeoutMs, what, everyMs = 100) {
+  const start = performance.now();
+  for (;;) {
+    const v = await cond();
+    if (v) return v;
+    if (performance.now() - start > timeoutMs) throw new Error(`${what}: not within ${timeoutMs} ms`);
+    await sleep(everyMs);
+  }
+}
+
+export function machine() {
+  return `node ${process.version}, ${process.platform}/${process.arch}`;
+}

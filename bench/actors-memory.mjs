@@ -1,0 +1,57 @@
+// 2,000 idle actors on 3 node processes: node memory per idle actor (target < 20 KB)
+// and nats-server memory per actor (each actor is a durable consumer, an rpc
+// subscription, a registry entry, a lease and a checkpoint key).
+// KOVA_BENCH_ACTORS (default 2000).
+import { readFileSync } from "node:fs";
+import { fmt, machine, sleep, startCluster, waitFor } from "./actors-lib.mjs";
+
+/** Anonymous (heap, native allocations) vs file-backed (LMDB's memory map) resident memory, bytes. */
+function rssSplit(pid) {
+  const text = readFileSync(`/proc/${pid}/status`, "utf8");
+  const kb = (k) => Number(new RegExp(`^${k}:\\s+(\\d+)`, "m").exec(text)?.[1] ?? 0) * 1024;
+  return { anon: kb("RssAnon"), file: kb("RssFile") };
+}
+
+const ACTORS = Number(process.env.KOVA_BENCH_ACTORS ?? 2000);
+const nodes = ["n1", "n2", "n3"];
+const c = await startCluster({ nodes, heartbeatMs: 1000, staleAfterMs: 5000 });
+try {
+  await sleep(2000);
+  const before = await Promise.all(nodes.map((n) => c.status(n)));
+  const splitBefore = before.map((s) => rssSplit(s.pid));
+  const serverBefore = (await c.varz()).mem;
+
+  const t0 = performance.now();
+  for (let i = 0; i < ACTORS; i += 50) {
+    await Promise.all(Array.from({ length: Math.min(50, ACTORS - i) }, (_, j) => c.spawnActor(`idle-${i + j}`, "counter")));
+  }
+  await waitFor(async () => {
+    const a = await c.agents();
+    return a.size === ACTORS && [...a.values()].every((r) => r.state === "Idle" && r.node);
+  }, 300_000, "all actors Idle", 1000);
+  const placedMs = performance.now() - t0;
+  await sleep(3000); // let allocation settle
+  const after = await Promise.all(nodes.map((n) => c.status(n)));
+  const splitAfter = after.map((s) => rssSplit(s.pid));
+  const serverAfter = (await c.varz()).mem;
+
+  console.log(`${ACTORS} idle counter actors on 3 node processes (${machine()})`);
+  console.log(`  spawn + placement of all actors: ${fmt(placedMs)} ms`);
+  let worstAnon = 0;
+  let worstRss = 0;
+  for (let i = 0; i < nodes.length; i++) {
+    const hosted = after[i].actors.hosted;
+    const per = (a, b) => (a - b) / hosted / 1024;
+    const rss = per(after[i].memory.rss, before[i].memory.rss);
+    const anon = per(splitAfter[i].anon, splitBefore[i].anon);
+    const file = per(splitAfter[i].file, splitBefore[i].file);
+    const heap = per(after[i].memory.heapUsed, before[i].memory.heapUsed);
+    worstAnon = Math.max(worstAnon, anon);
+    worstRss = Math.max(worstRss, rss);
+    console.log(`  ${nodes[i]}: ${hosted} actors; per actor: RSS ${rss.toFixed(1)} KB = anonymous ${anon.toFixed(1)} KB + file-backed (LMDB map) ${file.toFixed(1)} KB; JS heap used ${heap.toFixed(1)} KB`);
+  }
+  console.log(`  node memory per idle actor (worst node): anonymous ${worstAnon.toFixed(1)} KB, total RSS ${worstRss.toFixed(1)} KB (target < 20 KB)`);
+  console.log(`  nats-server memory: ${fmt(serverBefore / 1024 / 1024)} MB → ${fmt(serverAfter / 1024 / 1024)} MB, ${((serverAfter - serverBefore) / ACTORS / 1024).toFixed(1)} KB per actor`);
+} finally {
+  await c.stop();
+}
