@@ -143,6 +143,19 @@ export class WalStorage {
     });
   }
 
+  /**
+   * After a failed commit lmdb rejects promises that no caller holds (its batch-start
+   * marker's commit promise); attach handlers so they are not unhandled rejections.
+   */
+  observeCommitFailures(): void {
+    const observe = () => {
+      this.env.committed.then(undefined, () => undefined);
+      this.env.flushed.then(undefined, () => undefined);
+    };
+    observe();
+    setImmediate(observe);
+  }
+
   close(): Promise<void> {
     return this.env.close();
   }

@@ -41,6 +41,13 @@ export class Durability {
 
   /** Records a failure; the first one wins and is kept as the cause. */
   fail(err: unknown): WalFailedError {
+    // lmdb attaches the underlying error as a rejected promise (`commitError`); observe
+    // it so that it is not an unhandled rejection that kills the process.
+    const detail = (err as { commitError?: unknown } | null)?.commitError;
+    if (detail instanceof Promise) detail.catch(() => undefined);
+    // lmdb also rejects the commit promise of its own event-turn batch marker, which
+    // nobody waits on; observe it (now and after the current turn) for the same reason.
+    this.storage.observeCommitFailures();
     if (!this.#failed) {
       this.#failed = true;
       this.#failure = err;

@@ -32,6 +32,9 @@ interface Waiter {
   reject(err: unknown): void;
 }
 
+/** Longest a healthy close waits for LMDB to finish. */
+const CLOSE_TIMEOUT_MS = 10_000;
+
 const internals = new WeakMap<Wal, { storage: WalStorage; locks: LockManager }>();
 
 /** Test seam: the storage and locks of an open WAL (not exported from the package). */
@@ -353,13 +356,25 @@ export class Wal {
     this.#waiters = [];
     for (const w of waiters) w.reject(new KovaError(ErrorCode.WAL_CLOSED, "WAL closed while waiting for room"));
     this.#closing = (async () => {
-      try {
-        await this.#storage.lastWrite;
-        await this.#storage.flushed();
-      } catch (err) {
-        this.#log.error({ err }, "WAL write failed before close");
+      // After a failure lmdb may never settle the failed batch: do not wait for it.
+      if (!this.#durability.failed) {
+        try {
+          await this.#storage.lastWrite;
+          await this.#storage.flushed();
+        } catch (err) {
+          this.#durability.fail(err);
+          this.#log.error({ err }, "WAL write failed before close");
+        }
       }
-      await this.#storage.close();
+      // lmdb's close waits for its last batch, which never settles after a failed
+      // commit: bound it, so that shutdown never hangs.
+      const closed = this.#storage.close().catch((err: unknown) => this.#log.warn({ err }, "LMDB close failed"));
+      let timer: NodeJS.Timeout | undefined;
+      const limit = new Promise<"timeout">((resolve) => {
+        timer = setTimeout(() => resolve("timeout"), this.#durability.failed ? 200 : CLOSE_TIMEOUT_MS);
+      });
+      if ((await Promise.race([closed, limit])) === "timeout") this.#log.warn("LMDB close did not finish; abandoning the environment");
+      clearTimeout(timer);
     })();
     return this.#closing;
   }

@@ -7,3 +7,45 @@ export function tempWalDir(label: string): { dir: string; cleanup(): void } {
   const base = mkdtempSync(join(tmpdir(), `kova-wal-${label}-`));
   return { dir: join(base, "wal"), cleanup: () => rmSync(base, { recursive: true, force: true }) };
 }
+
+import { open, type Database } from "lmdb";
+import { crc32 } from "../../src/wal/crc32.js";
+
+export interface RawWal {
+  ring: Database<Buffer, number>;
+  overflow: Database<Buffer, number>;
+  meta: Database<unknown, string>;
+}
+
+/**
+ * Opens a closed WAL's LMDB environment directly (no WAL code) to damage it the way a
+ * disk or an attacker would, then closes it. Writes inside `fn` are awaited.
+ */
+export async function tamper(dir: string, fn: (raw: RawWal) => Promise<unknown> | unknown): Promise<void> {
+  const env = open({ path: dir, maxDbs: 8 });
+  const raw: RawWal = {
+    ring: env.openDB<Buffer, number>({ name: "ring", keyEncoding: "uint32", encoding: "binary" }),
+    overflow: env.openDB<Buffer, number>({ name: "overflow", encoding: "binary" }),
+    meta: env.openDB<unknown, string>({ name: "meta" }),
+  };
+  try {
+    await fn(raw);
+    await env.flushed;
+  } finally {
+    await env.close();
+  }
+}
+
+/** Flips one bit of a copy of `bytes`. */
+export function flipBit(bytes: Buffer, bit: number): Buffer {
+  const out = Buffer.from(bytes);
+  out[bit >> 3] = out[bit >> 3]! ^ (1 << (bit & 7));
+  return out;
+}
+
+/** Rewrites the trailing CRC so that only authentication can notice an edit. */
+export function recomputeCrc(bytes: Buffer): Buffer {
+  const out = Buffer.from(bytes);
+  out.writeUInt32BE(crc32(out.subarray(0, out.length - 4)), out.length - 4);
+  return out;
+}
