@@ -55,7 +55,7 @@ describe("wal corruption", () => {
     const d = dir("trunc");
     const seqs = await seed(d, 4);
     const target = seqs[3]!; // the newest: its seq must come from the header or the ring position
-    let original = Buffer.alloc(0);
+    let original: Buffer = Buffer.alloc(0);
     await tamper(d, (raw) => (original = raw.ring.get(target % 16)!));
     for (const keep of [original.length - 1, original.length - 5, 30, 22, 10, 1, 0]) {
       await tamper(d, (raw) => raw.ring.put(target % 16, original.subarray(0, keep)));
