@@ -45,6 +45,7 @@ export class ActorInstance implements TurnActor {
   #inFlight = 0;
   #handled = 0;
   #leaving = false;
+  #left: Promise<void> | undefined;
   #events: Promise<void> = Promise.resolve();
   /** Turns whose journaling failed (NATS or WAL trouble): the redelivery resumes the same record. */
   readonly #parked = new Map<string, { seq: number; record: TurnRecord }>();
@@ -72,10 +73,7 @@ export class ActorInstance implements TurnActor {
 
   /** Loads memory, finishes PENDING turns of this actor from the WAL (Recovering), opens mailbox and rpc. */
   async start(): Promise<void> {
-    const store = await this.deps.checkpoints();
-    const shared = await store.load(this.id);
-    const local = this.deps.wal.getKv<Checkpoint>(localCheckpointKey(this.id));
-    this.memory = ActorMemory.from(shared, local, () => this.def.initialState());
+    await this.reload();
     const pending = this.deps.wal.pendingFor(this.id).filter((r) => r.kind === TURN_KIND);
     if (pending.length > 0) {
       this.lifecycle.transition("Recovering", { pending: pending.length });
@@ -101,6 +99,13 @@ export class ActorInstance implements TurnActor {
     if (this.#leaving) return;
     await this.#open();
     this.lifecycle.transition(this.gate.paused ? "Paused" : "Idle");
+  }
+
+  async reload(): Promise<void> {
+    const store = await this.deps.checkpoints();
+    const shared = await store.load(this.id);
+    const local = this.deps.wal.getKv<Checkpoint>(localCheckpointKey(this.id));
+    this.memory = ActorMemory.from(shared, local, () => this.def.initialState());
   }
 
   async #open(): Promise<void> {
@@ -242,8 +247,12 @@ export class ActorInstance implements TurnActor {
    * A turn held by pause, or still running after `drainTimeoutMs`, is stopped instead: its
    * WAL record stays PENDING and its message is redelivered to the actor's next host.
    */
-  async leave(reason: string, drainTimeoutMs?: number): Promise<void> {
-    if (this.#leaving) return this.#mailboxStopping;
+  leave(reason: string, drainTimeoutMs?: number): Promise<void> {
+    this.#left ??= this.#leave(reason, drainTimeoutMs);
+    return this.#left;
+  }
+
+  async #leave(reason: string, drainTimeoutMs?: number): Promise<void> {
     this.#leaving = true;
     const cut = () => this.#turn?.abort.abort(new TurnInterruptedError(this.id, "stop"));
     if (this.gate.paused) cut();

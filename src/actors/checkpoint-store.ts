@@ -1,6 +1,6 @@
 import type { JetStreamClient } from "@nats-io/jetstream";
 import { Kvm, type KV } from "@nats-io/kv";
-import { LeaseLostError } from "./errors.js";
+import { CheckpointConflictError } from "./errors.js";
 
 /** Format version of a checkpoint; old versions keep loading. */
 export const CHECKPOINT_VERSION = 1;
@@ -23,7 +23,7 @@ export interface Checkpoint {
 /** Where actor checkpoints live, shared by every node so that a takeover resumes from them. */
 export interface CheckpointStore {
   load(actorId: string): Promise<Checkpoint | undefined>;
-  /** @throws LeaseLostError when another writer saved since this store last loaded or saved the actor */
+  /** @throws CheckpointConflictError (a LeaseLostError) when another writer saved since this store last loaded or saved the actor */
   save(actorId: string, cp: Checkpoint): Promise<void>;
 }
 
@@ -81,7 +81,7 @@ export class NatsCheckpointStore implements CheckpointStore {
     } catch (err) {
       if (isWrongLastSequence(err)) {
         this.#revisions.delete(actorId);
-        throw new LeaseLostError(actorId, { cause: err, data: { checkpoint: "revision changed by another writer" } });
+        throw new CheckpointConflictError(actorId, err);
       }
       throw err;
     }

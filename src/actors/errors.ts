@@ -35,6 +35,17 @@ export class LeaseLostError extends KovaError {
 }
 
 /**
+ * The shared checkpoint changed under this host (compare-and-set failed): another node
+ * wrote it, so this one may have lost the actor. A LeaseLostError unless the fence says
+ * the actor is still ours (then a node that had not yet noticed its loss wrote last).
+ */
+export class CheckpointConflictError extends LeaseLostError {
+  constructor(actorId: string, cause: unknown) {
+    super(actorId, { cause, data: { checkpoint: "revision changed by another writer" } });
+  }
+}
+
+/**
  * A non-idempotent step was started before a crash and left no recorded result: it may or
  * may not have taken effect. The handler decides (an LLM agent reports it to the model).
  */

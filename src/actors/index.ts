@@ -33,6 +33,7 @@ export { TURN_KIND, TURN_RECORD_VERSION, type StepRecord, type TurnRecord } from
 export type { ActorWal } from "./ports.js";
 export {
   ActorFailedError,
+  CheckpointConflictError,
   InvalidTransitionError,
   LeaseLostError,
   NotHostedError,

@@ -5,7 +5,7 @@ import type { Logger } from "../core/logger.js";
 import { createEnvelope, type A2AEnvelope, type MailboxContext } from "../bus/index.js";
 import type { Checkpoint } from "./checkpoint-store.js";
 import { deadLetter, ActorDlqReason } from "./dead-letter.js";
-import { ActorFailedError, isLeaseLost, TurnInterruptedError } from "./errors.js";
+import { ActorFailedError, CheckpointConflictError, isLeaseLost, TurnInterruptedError } from "./errors.js";
 import { localCheckpointKey, type ActorMemory } from "./memory.js";
 import type { PauseGate } from "./pause-gate.js";
 import type { HostDeps } from "./ports.js";
@@ -22,6 +22,8 @@ export interface TurnActor {
   readonly memory: ActorMemory<any>;
   readonly gate: PauseGate;
   readonly log: Logger;
+  /** Reloads the committed memory from the checkpoints (after a conflict). */
+  reload(): Promise<void>;
   /** Retry and failure events (state events come from the lifecycle). */
   event(type: string, data: Record<string, unknown>): void;
 }
@@ -139,6 +141,14 @@ export async function runTurn(actor: TurnActor, env: A2AEnvelope, src: TurnSourc
   try {
     await commit(actor, slot.seq, cp);
   } catch (err) {
+    if (err instanceof CheckpointConflictError && (await fenceHolds(actor))) {
+      // Still ours, but another node wrote the checkpoint (it had not noticed losing the
+      // actor yet). Take its state; the redelivered message then runs on it, or is a duplicate.
+      await abandon(actor, slot.seq, outcome);
+      await actor.reload();
+      if (actor.memory.has(env.id)) return { kind: "duplicate" };
+      throw err;
+    }
     if (isLeaseLost(err)) return abandon(actor, slot.seq, { kind: "lease_lost", error: err });
     throw err;
   }
@@ -177,6 +187,13 @@ async function supervised(
 async function abandon(actor: TurnActor, seq: number, outcome: TurnOutcome): Promise<TurnOutcome> {
   await actor.deps.wal.complete(seq).catch((err: unknown) => actor.log.warn({ err }, "could not abandon the turn record"));
   return outcome;
+}
+
+async function fenceHolds(actor: TurnActor): Promise<boolean> {
+  return actor.deps.fence(actor.id).then(
+    () => true,
+    () => false,
+  );
 }
 
 /** Checkpoint to NATS (compare-and-set), then complete the WAL record with the local copy, then apply. */

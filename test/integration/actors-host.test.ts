@@ -74,6 +74,31 @@ describe("actor host", () => {
     }
   });
 
+  it("checkpoint - a host whose checkpoint was written by another node meanwhile reloads it instead of overwriting it (compare-and-set)", async () => {
+    const cluster = uniqueCluster();
+    const rig = await startRig(server.url, cluster);
+    try {
+      await rig.host.start("z1", "counter");
+      // Another node (one that had not yet noticed losing the actor) commits three turns.
+      const other = await NatsCheckpointStore.open({ js: rig.bus.js, cluster });
+      await other.load("z1");
+      const theirs = ["t1", "t2", "t3"];
+      await other.save("z1", { state: { count: 3, ids: theirs }, processed: theirs, revision: 3, nodeId: "other" });
+      const mine = task("z1");
+      await rig.bus.send(mine);
+      const cp = await waitFor(async () => {
+        const c = await other.load("z1");
+        return (c?.state as CounterState | undefined)?.count === 4 ? c : undefined;
+      }, 10_000, "the turn committed on top of the other node's state");
+      expect(cp.state).toEqual({ count: 4, ids: [...theirs, mine.id] });
+      expect(cp).toMatchObject({ revision: 4, nodeId: "n1" });
+      expect(await rig.bus.request<CounterState>("z1", "info_request", null)).toEqual(cp.state);
+      expect(rig.host.status("z1")?.state).toBe("Idle");
+    } finally {
+      await rig.close(true);
+    }
+  });
+
   it("unhandled - a message type without a handler goes to the DLQ with reason unhandled and an asker gets a clear error", async () => {
     const rig = await startRig(server.url, uniqueCluster());
     try {
