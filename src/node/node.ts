@@ -155,7 +155,8 @@ export class KovaNode {
     }
 
     const port: HostPort = {
-      start: async (id, type, record) => {
+      start: async (id, type, record, { takeover }) => {
+        if (takeover) await this.resetMailbox(id);
         await this.host.start(id, type);
         if (record.desired === "paused") await this.host.signal(id, "pause");
       },
@@ -188,6 +189,23 @@ export class KovaNode {
     }
     if (!this.leases.holds(actorId)) {
       throw new LeaseLostError(actorId, { data: { holder: this.leases.get(actorId)?.value.node ?? null } });
+    }
+  }
+
+  /**
+   * Deletes an actor's durable consumer before taking it over from a node judged dead.
+   * A SIGKILLed node's pull requests vanish with its connection, but a frozen one
+   * (SIGSTOP, a long GC, a VM pause) keeps them parked on the server, where they would
+   * catch the actor's messages and burn delivery attempts until they expire. The stream
+   * is a work queue, so unacknowledged messages stay in it and the recreated consumer
+   * delivers them from the first one; the old node's late acks then address a consumer
+   * incarnation that no longer holds those deliveries.
+   */
+  private async resetMailbox(actorId: string): Promise<void> {
+    try {
+      await this.bus.jsm.consumers.delete(this.bus.subjects.streams.a2a, this.bus.subjects.consumer(actorId));
+    } catch (err) {
+      if (!/consumer not found|10014/i.test(String((err as Error)?.message ?? err))) throw err;
     }
   }
 

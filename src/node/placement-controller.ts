@@ -6,8 +6,13 @@ import type { AgentRecord, AgentRegistry } from "./registry.js";
 
 /** What placement needs from the actor host; the node adapts ActorHost to it. */
 export interface HostPort {
-  /** Starts hosting (loads the checkpoint, finishes pending WAL turns, opens the mailbox). */
-  start(actorId: string, type: string, record: AgentRecord): Promise<void>;
+  /**
+   * Starts hosting (loads the checkpoint, finishes pending WAL turns, opens the mailbox).
+   * `takeover` is true when the lease was taken from a node judged dead rather than
+   * released: that node may only be frozen, with pull requests still parked on the
+   * actor's consumer, so the node resets the consumer first.
+   */
+  start(actorId: string, type: string, record: AgentRecord, opts: { takeover: boolean }): Promise<void>;
   /** Stops taking messages, waits for (or checkpoints) the in-flight turn, closes. */
   stop(actorId: string, reason: string): Promise<void>;
   hosted(): string[];
@@ -155,13 +160,16 @@ export class PlacementController {
 
   private take(record: AgentRecord): Promise<void> {
     return this.guarded(record.id, async () => {
+      let takeover = false;
       if (!this.opts.leases.holds(record.id)) {
+        const before = this.opts.leases.get(record.id)?.value;
+        takeover = before !== undefined && before.node !== null && before.node !== this.opts.nodeId;
         const won = await this.opts.leases.acquire(record.id, (l) => this.mayTake(l));
         if (!won) return;
-        this.opts.onPlacement?.({ actorId: record.id, action: "acquired", reason: "placement" });
+        this.opts.onPlacement?.({ actorId: record.id, action: "acquired", reason: takeover ? `takeover from ${before?.node}` : "placement" });
       }
       try {
-        await this.opts.host.start(record.id, record.type, record);
+        await this.opts.host.start(record.id, record.type, record, { takeover });
       } catch (err) {
         // Give the actor a chance elsewhere rather than holding a lease we cannot serve.
         await this.opts.leases.release(record.id, "start-failed").catch(() => false);

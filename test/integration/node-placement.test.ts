@@ -28,7 +28,9 @@ class RecordingHost implements HostPort {
     private readonly running: Map<string, string>,
     readonly doubles: string[],
   ) {}
-  async start(id: string): Promise<void> {
+  readonly takeovers: string[] = [];
+  async start(id: string, _type: string, _record: unknown, opts: { takeover: boolean }): Promise<void> {
+    if (opts.takeover) this.takeovers.push(id);
     const other = this.running.get(id);
     if (other !== undefined && other !== this.nodeId) this.doubles.push(`${id}@${other}+${this.nodeId}`);
     this.running.set(id, this.nodeId);
@@ -111,6 +113,8 @@ describe("placement over live nodes", () => {
     const survivors = [nodes[0]!, nodes[2]!];
     const took = await waitFor(() => hostedOnce(survivors, ids), 5000, "takeover");
     expect(took).toBeLessThan(3000);
+    // only the dead node's actors count as taken over (their consumers get reset)
+    expect([...nodes[0]!.host.takeovers, ...nodes[2]!.host.takeovers].sort()).toEqual([...orphaned].sort());
 
     // n4 joins: rebalance moves about a third of the actors to it, each still hosted once
     const n4 = await startNode(cluster, "n4", running, doubles);
