@@ -85,6 +85,12 @@ export class ActorInstance implements TurnActor {
           await this.deps.wal.complete(r.seq);
           continue;
         }
+        if (this.def.handlers[record.envelope.type] === undefined) {
+          // The type lost this handler since the crash (a new version): same path as a new message.
+          await this.#unhandled(record.envelope);
+          await this.deps.wal.complete(r.seq);
+          continue;
+        }
         const outcome = await this.#turnOf(record.envelope, { recovered: { seq: r.seq, record }, afterCrash: true }, true);
         if (outcome.kind === "lease_lost") throw (outcome as { error: unknown }).error;
         if (outcome.kind === "failed") {
@@ -169,7 +175,7 @@ export class ActorInstance implements TurnActor {
     }
   }
 
-  async #unhandled(env: A2AEnvelope, mctx: MailboxContext): Promise<void> {
+  async #unhandled(env: A2AEnvelope, mctx?: MailboxContext): Promise<void> {
     const err = new KovaError(
       ErrorCode.UNKNOWN_MESSAGE_TYPE,
       `actor ${this.id} (type ${this.def.type}) has no handler for ${env.type}; handled types: ${Object.keys(this.def.handlers).join(", ") || "(none)"}`,
@@ -178,7 +184,7 @@ export class ActorInstance implements TurnActor {
     await deadLetter(this.deps.bus, env, ActorDlqReason.unhandled, err);
     this.log.warn({ envelopeId: env.id, messageType: env.type }, "unhandled message type moved to the DLQ");
     this.event("actor_unhandled", { envelopeId: env.id, messageType: env.type });
-    if (env.replyTo) await this.deps.bus.respond(env, null, { error: err, encoding: mctx.encoding }).catch(() => undefined);
+    if (env.replyTo) await this.deps.bus.respond(env, null, { error: err, ...(mctx ? { encoding: mctx.encoding } : {}) }).catch(() => undefined);
   }
 
   #fail(env: A2AEnvelope, outcome: { error: unknown; attempts: number }): void {
