@@ -16,6 +16,8 @@ export interface NodeRecord {
   actors: number;
   pid: number;
   host: string;
+  /** Actor types this node can host; placement ranks only nodes that know an actor's type. */
+  types?: string[];
 }
 
 export interface NodeView {
@@ -144,6 +146,12 @@ export class Membership {
     for (const [id] of this.mirror.entries()) if (this.isLive(id)) out.push(id);
     if (!this.stopped && !out.includes(this.opts.self.id)) out.push(this.opts.self.id);
     return out.sort();
+  }
+
+  /** Whether `nodeId` can host actors of `type` (a record without a type list hosts any). */
+  supports(nodeId: string, type: string): boolean {
+    const types = nodeId === this.opts.self.id ? this.opts.self.types : this.mirror.get(nodeId)?.value.types;
+    return types === undefined || types.includes(type);
   }
 
   record(nodeId: string): NodeRecord | undefined {

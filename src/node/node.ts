@@ -135,6 +135,7 @@ export class KovaNode {
         version: KOVA_VERSION,
         pid: process.pid,
         host: hostname(),
+        types: this.types.types(),
       },
     });
 

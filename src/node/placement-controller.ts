@@ -110,7 +110,7 @@ export class PlacementController {
       if (this.busy.has(id)) continue;
       const lease = leases.get(id)?.value;
       const mine = leases.holds(id);
-      const owner = ownerOf(id, live);
+      const owner = ownerOf(id, live.filter((n) => membership.supports(n, record.type)));
 
       if (hosted.has(id) && !mine) {
         work.push(() => this.drop(id, "lease-lost"));

@@ -55,13 +55,13 @@ interface TestNode {
   placement: PlacementController;
 }
 
-async function startNode(cluster: string, id: string, running: Map<string, string>, doubles: string[]): Promise<TestNode> {
+async function startNode(cluster: string, id: string, running: Map<string, string>, doubles: string[], types?: string[]): Promise<TestNode> {
   const nc = await connect({ servers: server.url });
   conns.push(nc);
   const incarnation = randomUUID();
   const membership = await Membership.join({
     nc, cluster, heartbeatMs: 100, staleAfterMs: 600, logger,
-    self: { id, incarnation, startedAt: Date.now(), version: "t", pid: process.pid, host: "h" },
+    self: { id, incarnation, startedAt: Date.now(), version: "t", pid: process.pid, host: "h", ...(types ? { types } : {}) },
   });
   const leases = await LeaseTable.open({ nc, cluster, nodeId: id, incarnation, logger });
   const registry = await AgentRegistry.open({ nc, cluster, logger });
@@ -129,6 +129,22 @@ describe("placement over live nodes", () => {
     await waitFor(() => hostedOnce([nodes[2]!, n4], ids), 3000, "graceful move");
     expect(doubles).toEqual([]);
     for (const n of [nodes[2]!, n4]) {
+      await n.placement.stop();
+      n.membership.stop();
+    }
+  });
+
+  it("placement - an actor goes only to nodes that registered its type", async () => {
+    const cluster = `p${randomUUID().slice(0, 8)}`;
+    const running = new Map<string, string>();
+    const doubles: string[] = [];
+    const plain = await startNode(cluster, "plain", running, doubles, ["counter"]);
+    const gpu = await startNode(cluster, "gpu", running, doubles, ["counter", "llm"]);
+    const ids = Array.from({ length: 20 }, (_, i) => `m${i}`);
+    for (const id of ids) await plain.registry.declare({ id, type: "llm" });
+    await waitFor(() => gpu.host.hosted().length === 20, 5000, "llm actors on the gpu node");
+    expect(plain.host.hosted()).toEqual([]);
+    for (const n of [plain, gpu]) {
       await n.placement.stop();
       n.membership.stop();
     }
