@@ -92,6 +92,8 @@ describe("actor host", () => {
       }, 10_000, "the turn committed on top of the other node's state");
       expect(cp.state).toEqual({ count: 4, ids: [...theirs, mine.id] });
       expect(cp).toMatchObject({ revision: 4, nodeId: "n1" });
+      // The rpc path serves the committed memory, applied right after the checkpoint.
+      await waitFor(async () => (await rig.bus.request<CounterState>("z1", "info_request", null)).count === 4, 5_000, "memory");
       expect(await rig.bus.request<CounterState>("z1", "info_request", null)).toEqual(cp.state);
       expect(rig.host.status("z1")?.state).toBe("Idle");
     } finally {

@@ -30,7 +30,11 @@ function steerable() {
         await ctx.step("first", () => log.push(`first:${mode}`), { idempotent: true });
         if (mode === "hold") await released;
         if (mode === "block") {
-          await new Promise((_, reject) => ctx.signal.addEventListener("abort", () => reject(ctx.signal.reason), { once: true }));
+          // The signal may have fired already (between the first step and here).
+          await new Promise((_, reject) => {
+            if (ctx.signal.aborted) reject(ctx.signal.reason);
+            ctx.signal.addEventListener("abort", () => reject(ctx.signal.reason), { once: true });
+          });
         }
         await ctx.step("second", () => log.push(`second:${mode}`), { idempotent: true });
         ctx.state.done.push(mode);
@@ -122,6 +126,7 @@ describe("actor signals", () => {
       const ev = await waitFor(() => events.find((e) => e.type === "actor_turn_interrupted"), 5_000, "event");
       expect(ev.data).toMatchObject({ envelopeId: blocked.id, by: "interrupt" });
       expect(await rig.bus.listDlq()).toEqual([]);
+      await waitFor(() => rig.host.status("i1")?.handled === 2, 5_000, "second turn committed");
       expect(rig.host.status("i1")).toMatchObject({ state: "Idle", handled: 2 });
     } finally {
       await rig.close(true);
