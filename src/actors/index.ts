@@ -16,6 +16,7 @@ export type {
   RpcHandler,
   RpcType,
   Signal,
+  StepInfo,
   StepOptions,
   SupervisionOptions,
 } from "./types.js";

@@ -1,7 +1,7 @@
 import { fromWire, toWire } from "../core/errors.js";
 import { ReplayMismatchError, StepOutcomeUnknownError } from "./errors.js";
 import type { StepRecord, TurnRecord } from "./turn-record.js";
-import type { StepOptions } from "./types.js";
+import type { StepInfo, StepOptions } from "./types.js";
 
 /** What a journal needs from its host: durable writes, the lease check and the pause gate. */
 export interface JournalIo {
@@ -66,7 +66,7 @@ export class TurnJournal {
     return value;
   }
 
-  async step<R>(name: string, fn: () => Promise<R> | R, opts: StepOptions = {}): Promise<R> {
+  async step<R>(name: string, fn: (info: StepInfo) => Promise<R> | R, opts: StepOptions = {}): Promise<R> {
     const index = this.#step++;
     const idempotent = opts.idempotent === true;
     const recorded = this.record.steps[index];
@@ -96,7 +96,7 @@ export class TurnJournal {
     if (!idempotent) await this.#write();
     let result: R;
     try {
-      result = await fn();
+      result = await fn({ key: `${this.actorId}.${this.record.envelope.id}.${index}`, index, attempt: this.record.attempt });
     } catch (err) {
       entry.status = "failed";
       entry.error = toWire(err);

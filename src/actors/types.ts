@@ -20,6 +20,19 @@ export interface StepOptions {
   idempotent?: boolean;
 }
 
+/** Passed to a step's function. */
+export interface StepInfo {
+  /**
+   * Stable across re-runs of this step (crash recovery, retries): `<actorId>.<envelopeId>.<index>`.
+   * Hand it to external APIs that take an idempotency key, so that a re-run is safe.
+   */
+  key: string;
+  /** Position of the step in the turn, from 0. */
+  index: number;
+  /** Supervised attempt of the turn. */
+  attempt: number;
+}
+
 /** Where an event emitted by a handler goes; defaults: session `actors`, run = actor id. */
 export interface EmitOptions {
   sessionId?: string;
@@ -56,7 +69,7 @@ export interface ActorContext<S> {
    * @throws ReplayMismatchError when replay asks for a different step than recorded
    * @throws LeaseLostError when this node no longer hosts the actor
    */
-  step<R>(name: string, fn: () => Promise<R> | R, opts?: StepOptions): Promise<R>;
+  step<R>(name: string, fn: (info: StepInfo) => Promise<R> | R, opts?: StepOptions): Promise<R>;
   /**
    * Sends an A2A message from this actor, as an idempotent step (the id is recorded, so a
    * replayed send is deduplicated by JetStream's `Nats-Msg-Id`). Resolves to the id.

@@ -123,6 +123,42 @@ describe("actor host", () => {
     }
   });
 
+  it("supervision - a retried turn starts from the state before it and reuses the steps its failed attempts recorded", async () => {
+    const ran: string[] = [];
+    const flaky = defineActor<{ notes: string[] }>({
+      type: "flaky",
+      maxAttempts: 3,
+      initialState: () => ({ notes: [] }),
+      handlers: {
+        task_delegate: async (ctx) => {
+          ctx.state.notes.push(`attempt ${ctx.attempt}`);
+          const key = await ctx.step("charge", (info) => {
+            ran.push(info.key);
+            return info.key;
+          });
+          if (ctx.attempt < 3) throw new Error("transient");
+          ctx.state.notes.push(`charged ${key}`);
+        },
+      },
+      rpc: { info_request: (_env, state) => state },
+    });
+    const rig = await startRig(server.url, uniqueCluster(), [flaky]);
+    try {
+      await rig.host.start("fl", "flaky");
+      const env = task("fl");
+      await rig.bus.send(env);
+      const state = await waitFor(async () => {
+        const st = await rig.bus.request<{ notes: string[] }>("fl", "info_request", null);
+        return st.notes.length > 0 ? st : undefined;
+      }, 10_000, "third attempt committed");
+      expect(ran).toEqual([`fl.${env.id}.0`]);
+      expect(state.notes).toEqual(["attempt 3", `charged fl.${env.id}.0`]);
+      expect(rig.host.status("fl")).toMatchObject({ state: "Idle", handled: 1 });
+    } finally {
+      await rig.close(true);
+    }
+  });
+
   it("supervision - a crashing handler is retried with backoff, then the actor is Failed, the failure is an event and the message is dead-lettered", async () => {
     let calls = 0;
     const crashy = defineActor<{ ok: number }>({
