@@ -94,6 +94,13 @@ export class ActorHost {
     const def = this.#types.get(type);
     const starting = this.#starting.get(actorId);
     if (starting) return starting;
+    const existing = this.#actors.get(actorId);
+    // An actor on its way out (stop, lease lost) is replaced once it is gone.
+    if (existing?.leaving) {
+      await existing.leaving.catch(() => undefined);
+      const racing = this.#starting.get(actorId);
+      if (racing) return racing;
+    } else if (existing) return;
     if (this.#actors.has(actorId)) return;
     const actor = new ActorInstance(actorId, def, this.#deps, (a) => {
       if (this.#actors.get(a.id) === a) this.#actors.delete(a.id);
@@ -102,7 +109,7 @@ export class ActorHost {
     const p = actor.start().catch(async (err: unknown) => {
       this.#log.error({ err, actorId }, "actor did not start");
       await actor.leave("start_failed").catch(() => undefined);
-      this.#actors.delete(actorId);
+      if (this.#actors.get(actorId) === actor) this.#actors.delete(actorId);
       throw err;
     });
     this.#starting.set(actorId, p);

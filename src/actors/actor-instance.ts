@@ -253,6 +253,11 @@ export class ActorInstance implements TurnActor {
    * A turn held by pause, or still running after `drainTimeoutMs`, is stopped instead: its
    * WAL record stays PENDING and its message is redelivered to the actor's next host.
    */
+  /** Resolves when a leave that has begun is over; undefined while the actor stays. */
+  get leaving(): Promise<void> | undefined {
+    return this.#left;
+  }
+
   leave(reason: string, drainTimeoutMs?: number): Promise<void> {
     this.#left ??= this.#leave(reason, drainTimeoutMs);
     return this.#left;

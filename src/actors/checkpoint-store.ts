@@ -51,7 +51,10 @@ export class NatsCheckpointStore implements CheckpointStore {
     return `kova_${cluster}_checkpoints`;
   }
 
-  /** Opens the bucket, creating it if needed. */
+  /**
+   * Opens the bucket, creating it if needed.
+   * @throws JetStream errors when JetStream is unavailable or the bucket exists with other settings
+   */
   static async open(opts: NatsCheckpointStoreOptions): Promise<NatsCheckpointStore> {
     const kv = await new Kvm(opts.js).create(NatsCheckpointStore.bucketName(opts.cluster), {
       history: 1,
