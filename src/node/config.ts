@@ -23,6 +23,7 @@ import { isValidId } from "../core/ids.js";
  *
  * [nats]
  * urls = ["nats://127.0.0.1:4222"]   # NATS_URL (comma-separated) overrides
+ * replicas = 3            # of Kova's streams and KV buckets: the NATS cluster size (default 1)
  *
  * [wal]
  * sync = "full"            # or "normal"; KOVA_WAL_SYNC
@@ -61,6 +62,8 @@ export interface NodeConfig {
   dataDir: string;
   /** Configured NATS URLs; undefined lets the node find or start a server. */
   natsUrls?: string[];
+  /** Replicas of Kova's streams and KV buckets: 1 on one server, 3 on a 3-server NATS cluster. */
+  replicas: number;
   /** How often a node writes its heartbeat (and renews every lease it holds). */
   heartbeatMs: number;
   /** A node whose heartbeat has not changed for this long is dead to its peers. */
@@ -139,7 +142,7 @@ function buildConfig(doc: Table, path: string | undefined, env: NodeJS.ProcessEn
   const mailbox = table(doc, "mailbox");
   rejectUnknown(node, ["id", "data_dir"], "node.");
   rejectUnknown(cluster, ["name", "heartbeat_ms", "stale_after_ms", "reconcile_ms"], "cluster.");
-  rejectUnknown(nats, ["urls"], "nats.");
+  rejectUnknown(nats, ["urls", "replicas"], "nats.");
   rejectUnknown(wal, ["sync", "ring_bits", "encryption", "hmac"], "wal.");
   rejectUnknown(mailbox, ["ack_wait_ms", "max_deliver"], "mailbox.");
 
@@ -166,6 +169,7 @@ function buildConfig(doc: Table, path: string | undefined, env: NodeJS.ProcessEn
     heartbeatMs,
     staleAfterMs,
     reconcileMs,
+    replicas: intValue(nats.replicas, "nats.replicas", 1, 5) ?? 1,
     wal: walConfig(wal, env),
     mailbox: {},
     actors: [],

@@ -79,6 +79,11 @@ export class KovaNode {
     return this.config.cluster;
   }
 
+  /** The node's NATS bus, for an application that embeds a node and sends from it. */
+  get busClient(): Bus {
+    return this.bus;
+  }
+
   /**
    * Starts a node and joins the cluster.
    * @throws ConfigError for an unknown actor type or module; NatsBootstrapError / NatsUnreachableError
@@ -103,7 +108,7 @@ export class KovaNode {
     await mkdir(config.dataDir, { recursive: true });
     this.nats = await resolveNats({ configuredUrls: config.natsUrls, dataDir: config.dataDir, logger: this.log, ...opts.nats });
     this.bus = await Bus.connect({ servers: this.nats.urls, cluster: config.cluster, name: `kova-node-${config.nodeId}`, logger: this.log });
-    await this.bus.ensureStreams();
+    await this.bus.ensureStreams({ replicas: config.replicas });
 
     this.wal = await Wal.open({
       dir: join(config.dataDir, "wal"),
@@ -117,8 +122,9 @@ export class KovaNode {
     this.recovery.pendingRecords = this.wal.recovery.pending.length;
 
     const nc = this.bus.nc;
-    this.registry = await AgentRegistry.open({ nc, cluster: config.cluster, logger: this.log });
-    this.leases = await LeaseTable.open({ nc, cluster: config.cluster, nodeId: config.nodeId, incarnation: this.incarnation, logger: this.log });
+    const replicas = config.replicas;
+    this.registry = await AgentRegistry.open({ nc, cluster: config.cluster, replicas, logger: this.log });
+    this.leases = await LeaseTable.open({ nc, cluster: config.cluster, nodeId: config.nodeId, incarnation: this.incarnation, replicas, logger: this.log });
     // Heartbeat before any lease is touched: peers must see this incarnation live before
     // it reclaims a lease of its previous life, or they would count it dead and take over.
     this.membership = await Membership.join({
@@ -126,6 +132,7 @@ export class KovaNode {
       cluster: config.cluster,
       heartbeatMs: config.heartbeatMs,
       staleAfterMs: config.staleAfterMs,
+      replicas,
       logger: this.log.child({ component: "membership" }),
       actorCount: () => this.host?.list().length ?? 0,
       self: {
@@ -146,6 +153,7 @@ export class KovaNode {
       types: this.types,
       logger: this.log,
       mailbox: config.mailbox,
+      checkpointReplicas: replicas,
       fence: async (actorId: string) => this.fence(actorId),
       onStateChange: (actorId: string, state: ActorState, info?: unknown) => this.onStateChange(actorId, state, info),
     });

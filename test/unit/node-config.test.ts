@@ -28,6 +28,7 @@ heartbeat_ms = 500
 stale_after_ms = 3000
 [nats]
 urls = ["nats://10.0.0.1:4222", "nats://10.0.0.2:4222"]
+replicas = 3
 [wal]
 sync = "normal"
 ring_bits = 12
@@ -48,6 +49,7 @@ module = "./probe.mjs"
     expect(cfg.cluster).toBe("prod");
     expect(cfg.dataDir).toBe("/etc/kova/data");
     expect(cfg.natsUrls).toEqual(["nats://10.0.0.1:4222", "nats://10.0.0.2:4222"]);
+    expect(cfg.replicas).toBe(3);
     expect(cfg.heartbeatMs).toBe(500);
     expect(cfg.staleAfterMs).toBe(3000);
     expect(cfg.wal).toEqual({ sync: "normal", ringBits: 12 });
@@ -74,6 +76,7 @@ module = "./probe.mjs"
     expect(cfg.nodeId).toBe("solo");
     expect(cfg.cluster).toBe("default");
     expect(cfg.natsUrls).toBeUndefined();
+    expect(cfg.replicas).toBe(1);
     expect(cfg.staleAfterMs).toBe(5 * cfg.heartbeatMs);
     expect(cfg.dataDir.endsWith(join(".kova-data", "solo"))).toBe(true);
   });

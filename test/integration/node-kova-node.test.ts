@@ -1,0 +1,65 @@
+import { describe, expect, it } from "vitest";
+import { mkdtemp, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { randomUUID } from "node:crypto";
+import { Kvm } from "@nats-io/kv";
+import { startNatsCluster } from "../../src/testing/index.js";
+import { createEnvelope } from "../../src/bus/index.js";
+import { createLogger } from "../../src/core/logger.js";
+import { parseConfig } from "../../src/node/config.js";
+import { KovaNode } from "../../src/node/node.js";
+
+describe("KovaNode in process", () => {
+  it("node - on a 3-server NATS cluster with replicas = 3 its buckets and streams are replicated, and a graceful stop releases everything", async () => {
+    const nats = await startNatsCluster({ size: 3 });
+    const dir = await mkdtemp(join(tmpdir(), "kova-node-"));
+    const cluster = `k${randomUUID().slice(0, 8)}`;
+    let node: KovaNode | undefined;
+    try {
+      const config = parseConfig(
+        `[node]\nid = "solo"\ndata_dir = "${dir}"\n[cluster]\nname = "${cluster}"\nheartbeat_ms = 200\nstale_after_ms = 1000\n` +
+          `[nats]\nurls = ${JSON.stringify(nats.urls)}\nreplicas = 3\n[wal]\nsync = "normal"\n` +
+          `[[actors]]\nid = "c1"\ntype = "counter"\n`,
+        { env: {} },
+      );
+      // the meta leader of a fresh cluster takes a moment: retry the start
+      for (let attempt = 1; ; attempt++) {
+        try {
+          node = await KovaNode.start({ config, logger: createLogger() });
+          break;
+        } catch (err) {
+          if (attempt >= 20) throw err;
+          await new Promise((r) => setTimeout(r, 500));
+        }
+      }
+      const bus = node.busClient;
+      const kvm = new Kvm(bus.nc);
+      for (const b of ["agents", "nodes", "leases", "checkpoints"]) {
+        await expect.poll(async () => (await (await kvm.open(`kova_${cluster}_${b}`)).status()).replicas, { timeout: 10_000 }).toBe(3);
+      }
+      expect((await bus.jsm.streams.info(bus.subjects.streams.a2a)).config.num_replicas).toBe(3);
+
+      await expect.poll(() => node!.agents().map((a) => `${a.id}:${a.state}`), { timeout: 10_000 }).toEqual(["c1:Idle"]);
+      const env = createEnvelope({ from: "t", to: "c1", type: "task_delegate", payload: {} });
+      await bus.send(env);
+      await expect.poll(async () => (await bus.request<{ ids: string[] }>("c1", "info_request", {})).ids, { timeout: 10_000 }).toEqual([env.id]);
+      expect(node.status()).toMatchObject({ nodeId: "solo", cluster, healthy: true, actors: { hosted: 1 } });
+
+      await node.stop("test");
+      node = undefined;
+      // the bus of the node is closed now: read through a fresh connection
+      const { connect } = await import("@nats-io/transport-node");
+      const nc = await connect({ servers: nats.urls });
+      const leases = await new Kvm(nc).open(`kova_${cluster}_leases`);
+      expect((await leases.get("c1"))?.json<{ node: string | null; reason: string }>()).toMatchObject({ node: null, reason: "shutdown" });
+      const nodes = await new Kvm(nc).open(`kova_${cluster}_nodes`);
+      expect((await nodes.get("solo"))?.operation).toBe("DEL");
+      await nc.close();
+    } finally {
+      await node?.stop("cleanup").catch(() => undefined);
+      await nats.stop();
+      await rm(dir, { recursive: true, force: true });
+    }
+  }, 60_000);
+});
