@@ -93,8 +93,8 @@ export async function runTurn(actor: TurnActor, env: A2AEnvelope, src: TurnSourc
   const run = async (attempt: number): Promise<unknown> => {
     const journal = new TurnJournal(actor.id, record, io);
     const ctx = makeContext(actor, env, journal, attempt, structuredClone(base), src);
+    // A handler that caught an interruption and returned has wrapped up: its turn is done.
     const result = await handler(ctx);
-    if (signal.aborted) throw signal.reason;
     await journal.flush();
     finalState = ctx.state;
     return result;

@@ -133,6 +133,39 @@ describe("actor signals", () => {
     }
   });
 
+  it("interrupt - a handler that catches the interruption and returns ends its turn normally, with its state", async () => {
+    let started = false;
+    const agent = defineActor<{ summary?: string }>({
+      type: "wrapper",
+      initialState: () => ({}),
+      handlers: {
+        task_delegate: async (ctx) => {
+          started = true;
+          try {
+            await ctx.step("long-llm-call", () => new Promise((_, reject) => {
+              if (ctx.signal.aborted) reject(ctx.signal.reason);
+              ctx.signal.addEventListener("abort", () => reject(ctx.signal.reason), { once: true });
+            }), { idempotent: true });
+          } catch (err) {
+            ctx.state.summary = `wrapped up after ${(err as Error).name}`;
+          }
+        },
+      },
+      rpc: { info_request: (_env, state) => state },
+    });
+    const rig = await startRig(server.url, uniqueCluster(), [agent]);
+    try {
+      await rig.host.start("w1", "wrapper");
+      await rig.bus.send(task("w1"));
+      await waitFor(() => started && rig.host.status("w1")?.state === "Running", 5_000, "turn running");
+      await rig.host.signal("w1", "interrupt");
+      await waitFor(() => rig.host.status("w1")?.handled === 1, 5_000, "turn ended");
+      expect(await rig.bus.request("w1", "info_request", null)).toEqual({ summary: "wrapped up after TurnInterruptedError" });
+    } finally {
+      await rig.close(true);
+    }
+  });
+
   it("kill - aborts the running turn, dead-letters its message, ends Completed and stops answering rpc", async () => {
     const s = steerable();
     const rig = await startRig(server.url, uniqueCluster(), [s.def]);
