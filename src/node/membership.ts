@@ -124,11 +124,14 @@ export class Membership {
 
   /**
    * True while this node's own heartbeats are fresh enough that no peer can have
-   * declared it dead. Used as the fence: a node that was frozen or cut off longer than
-   * half the staleness window stops running journaled steps until it has re-checked.
+   * declared it dead. A peer counts the staleness window from the moment it *saw* a
+   * heartbeat, which is after the write started here, so no peer can act before
+   * `lastOkStart + staleAfterMs`; one heartbeat interval is kept as margin. Used as the
+   * fence: a node that was frozen or cut off that long runs no journaled step until a
+   * heartbeat succeeds again (by then its lease mirror has caught up, see docs/cluster.md).
    */
   selfHealthy(): boolean {
-    return !this.stopped && performance.now() - this.lastOkStart < this.opts.staleAfterMs / 2;
+    return !this.stopped && performance.now() - this.lastOkStart < this.opts.staleAfterMs - this.opts.heartbeatMs;
   }
 
   /** Whether `nodeId` is live as seen from here (its own node is live while healthy). */
