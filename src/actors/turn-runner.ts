@@ -133,8 +133,8 @@ export async function runTurn(actor: TurnActor, env: A2AEnvelope, src: TurnSourc
     actor.event("actor_turn_interrupted", { envelopeId: env.id, by: outcome.by });
   } else if (outcome.kind === "failed") {
     await deadLetter(deps.bus, env, ActorDlqReason.handlerFailed, outcome.error);
-    finalState = base;
   }
+  // Only a finished handler changes the state; the message's id is recorded either way.
   if (outcome.kind !== "done") finalState = base;
 
   const cp = memory.next(finalState, env.id, { type: actor.def.type, nodeId: deps.nodeId, ts: Date.now() });
