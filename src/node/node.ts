@@ -243,9 +243,17 @@ export class KovaNode {
         this.recovery.abandoned.push(actorId);
         continue;
       }
-      await this.host.start(actorId, record.type);
-      this.recovery.finished.push(actorId);
-      this.log.info({ actorId }, "recovery: finished a pending turn this node still owns");
+      try {
+        await this.host.start(actorId, record.type);
+        this.recovery.finished.push(actorId);
+        this.log.info({ actorId }, "recovery: finished a pending turn this node still owns");
+      } catch (err) {
+        // One actor that cannot recover must not keep the node (and its other actors) down:
+        // free the lease so placement retries it, here or elsewhere.
+        this.log.error({ err, actorId }, "recovery: the actor did not start; its lease is released for placement to retry");
+        await this.host.stop(actorId, { reason: "recovery-failed" }).catch(() => undefined);
+        await this.leases.release(actorId, "recovery-failed").catch(() => false);
+      }
     }
   }
 
