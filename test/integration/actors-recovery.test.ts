@@ -165,3 +165,50 @@ describe("actor recovery from the WAL", () => {
     }
   });
 });
+
+describe("actor turns across a NATS outage", () => {
+  it("outage - a turn whose checkpoint cannot be written keeps its WAL record and the redelivery resumes it without re-running steps", async () => {
+    const own = await startNatsServer({ allowExternal: false });
+    let release: () => void = () => {};
+    const released = new Promise<void>((r) => (release = r));
+    let charged = 0;
+    const payer = defineActor<{ paid: number }>({
+      type: "payer",
+      initialState: () => ({ paid: 0 }),
+      handlers: {
+        task_delegate: async (ctx) => {
+          await released;
+          await ctx.step("pay", () => ++charged);
+          ctx.state.paid++;
+        },
+      },
+      rpc: { info_request: (_env, state) => state },
+    });
+    const rig = await startRig(own.url, uniqueCluster(), [payer]);
+    try {
+      await rig.host.start("pay1", "payer");
+      await rig.bus.send(task1("pay1"));
+      await waitFor(() => rig.host.status("pay1")?.state === "Running", 5_000, "turn running");
+      await own.kill();
+      release();
+      // The step is recorded locally; the checkpoint to NATS fails while the server is down.
+      await waitFor(() => charged === 1 && rig.wal.pendingFor("pay1").length === 1, 5_000, "step recorded");
+      await own.restart();
+      const state = await waitFor(async () => {
+        const s = await rig.bus.request<{ paid: number }>("pay1", "info_request", null);
+        return s.paid === 1 ? s : undefined;
+      }, 30_000, "turn committed after the outage");
+      expect(state).toEqual({ paid: 1 });
+      expect(charged).toBe(1);
+      expect(rig.wal.pendingFor("pay1")).toEqual([]);
+      expect(rig.host.status("pay1")).toMatchObject({ state: "Idle", handled: 1 });
+    } finally {
+      await rig.close(true);
+      await own.stop();
+    }
+  }, 60_000);
+});
+
+function task1(to: string) {
+  return createEnvelope({ from: "tester", to, type: "task_delegate", payload: null });
+}
