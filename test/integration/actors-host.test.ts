@@ -1,17 +1,10 @@
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { createEnvelope, encodeEnvelope, type KovaEvent } from "../../src/bus/index.js";
 import { ErrorCode, isKovaError } from "../../src/core/errors.js";
 import { defineActor, NatsCheckpointStore, type CounterState } from "../../src/actors/index.js";
-import { startNatsServer, type NatsServerHandle } from "../../src/testing/index.js";
-import { startRig, uniqueCluster, waitFor } from "../fixtures/actors/helpers.js";
+import { fileServer, startRig, uniqueCluster, waitFor } from "../fixtures/actors/helpers.js";
 
-let server: NatsServerHandle;
-beforeAll(async () => {
-  server = await startNatsServer({ allowExternal: false });
-});
-afterAll(async () => {
-  await server?.stop();
-});
+const server = fileServer();
 
 const task = (to: string, payload: unknown = null) => createEnvelope({ from: "tester", to, type: "task_delegate", payload });
 

@@ -1,21 +1,15 @@
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { createEnvelope } from "../../src/bus/index.js";
 import { Wal } from "../../src/wal/index.js";
 import { defineActor, TURN_KIND, type TurnRecord } from "../../src/actors/index.js";
 import { newTurnRecord } from "../../src/actors/turn-record.js";
-import { startNatsServer, type NatsServerHandle } from "../../src/testing/index.js";
-import { startRig, uniqueCluster, waitFor } from "../fixtures/actors/helpers.js";
+import { startNatsServer } from "../../src/testing/index.js";
+import { fileServer, startRig, uniqueCluster, waitFor } from "../fixtures/actors/helpers.js";
 
-let server: NatsServerHandle;
-beforeAll(async () => {
-  server = await startNatsServer({ allowExternal: false });
-});
-afterAll(async () => {
-  await server?.stop();
-});
+const server = fileServer();
 
 interface StepperState {
   t?: number;
