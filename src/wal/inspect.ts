@@ -97,6 +97,7 @@ function run(dir: string, keys: OfflineKeys): { meta: WalMeta; result: ScanResul
       quarantined: new Set(quarantined.map((q) => q.seq)),
       policy: "skip",
       decode: false,
+      collect: true,
     });
     return { meta, result, quarantined, notes, overflow };
   } finally {

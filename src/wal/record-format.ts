@@ -48,17 +48,73 @@ export interface HeaderFields {
   owner: string | undefined;
 }
 
-/** A record whose CRC and layout checked out (authentication is checked by the caller). */
-export interface ParsedRecord extends HeaderFields {
-  version: number;
-  header: Buffer;
-  body: Buffer;
-  tag: Buffer | undefined;
-  prevMac: Buffer | undefined;
-  mac: Buffer | undefined;
-  markerTag: Buffer | undefined;
+/**
+ * A record whose CRC and layout checked out (authentication is checked by the caller).
+ * Fields are read lazily from the stored bytes: the recovery scan touches a million
+ * records and most of them only need seq, epoch and flags.
+ */
+export class ParsedRecord implements HeaderFields {
+  constructor(
+    /** The stored bytes. */
+    readonly bytes: Buffer,
+    readonly version: number,
+    readonly seq: number,
+    private readonly flags: number,
+    private readonly headerEnd: number,
+    private readonly bodyEnd: number,
+    private readonly tagEnd: number,
+    private readonly chainEnd: number,
+    private readonly markerTagEnd: number,
+  ) {}
+  get complete(): boolean {
+    return (this.flags & Flag.COMPLETE) !== 0;
+  }
+  get marker(): boolean {
+    return (this.flags & Flag.MARKER) !== 0;
+  }
+  get chained(): boolean {
+    return (this.flags & Flag.CHAIN) !== 0;
+  }
+  get cipher(): CipherId {
+    return ((this.flags >> 2) & 3) as CipherId;
+  }
+  get epoch(): number {
+    return this.bytes.readUInt32BE(4);
+  }
+  get kind(): string {
+    return this.bytes.toString("utf8", HEADER_FIXED, HEADER_FIXED + this.bytes[3]!);
+  }
+  get owner(): string | undefined {
+    const start = HEADER_FIXED + this.bytes[3]!;
+    return this.headerEnd > start ? this.bytes.toString("utf8", start, this.headerEnd) : undefined;
+  }
+  get header(): Buffer {
+    return this.bytes.subarray(0, this.headerEnd);
+  }
+  get body(): Buffer {
+    return this.bytes.subarray(this.headerEnd, this.bodyEnd);
+  }
+  get tag(): Buffer | undefined {
+    return this.tagEnd > this.bodyEnd ? this.bytes.subarray(this.bodyEnd, this.tagEnd) : undefined;
+  }
+  get prevMac(): Buffer | undefined {
+    return this.chainEnd > this.tagEnd ? this.bytes.subarray(this.tagEnd, this.tagEnd + MAC_LEN) : undefined;
+  }
+  get mac(): Buffer | undefined {
+    return this.chainEnd > this.tagEnd ? this.bytes.subarray(this.tagEnd + MAC_LEN, this.chainEnd) : undefined;
+  }
+  get markerTag(): Buffer | undefined {
+    return this.markerTagEnd > this.chainEnd ? this.bytes.subarray(this.chainEnd, this.markerTagEnd) : undefined;
+  }
   /** Every byte the marker tag covers (all bytes before it). */
-  beforeMarkerTag: Buffer;
+  get beforeMarkerTag(): Buffer {
+    return this.bytes.subarray(0, this.chainEnd);
+  }
+  /** A plain snapshot of the header fields (for logs, tests and tools). */
+  toJSON(): HeaderFields & { version: number } {
+    const { version, complete, marker, cipher, chained, epoch, seq, kind, owner } = this;
+    return { version, complete, marker, cipher, chained, epoch, seq, kind, owner };
+  }
 }
 
 export type ParseResult =
@@ -176,23 +232,6 @@ function parseV1(buf: Buffer, end: number): ParseResult {
   if (markerTagEnd !== end) return fail(buf, `length mismatch: layout says ${markerTagEnd + CRC_LEN}, stored ${buf.length}`);
   const seq = buf.readUInt32BE(8) * TWO_32 + buf.readUInt32BE(12);
   if (!Number.isSafeInteger(seq)) return fail(buf, "seq out of range");
-  const record: ParsedRecord = {
-    version: 1,
-    complete,
-    marker,
-    cipher,
-    chained,
-    epoch: buf.readUInt32BE(4),
-    seq,
-    kind: buf.toString("utf8", HEADER_FIXED, HEADER_FIXED + kindLen),
-    owner: ownerLen > 0 ? buf.toString("utf8", HEADER_FIXED + kindLen, headerEnd) : undefined,
-    header: buf.subarray(0, headerEnd),
-    body: buf.subarray(headerEnd, bodyEnd),
-    tag: tagEnd > bodyEnd ? buf.subarray(bodyEnd, tagEnd) : undefined,
-    prevMac: chained ? buf.subarray(tagEnd, tagEnd + MAC_LEN) : undefined,
-    mac: chained ? buf.subarray(tagEnd + MAC_LEN, chainEnd) : undefined,
-    markerTag: markerTagEnd > chainEnd ? buf.subarray(chainEnd, markerTagEnd) : undefined,
-    beforeMarkerTag: buf.subarray(0, chainEnd),
-  };
+  const record = new ParsedRecord(buf, 1, seq, flags, headerEnd, bodyEnd, tagEnd, chainEnd, markerTagEnd);
   return { ok: true, record };
 }

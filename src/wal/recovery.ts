@@ -1,8 +1,9 @@
 import { decodePayload } from "./codec.js";
 import { equalTags, ZERO_MAC } from "./crypto.js";
-import { parseRecord, type ParsedRecord } from "./record-format.js";
-import { openRecord, type Security } from "./record-seal.js";
+import { CipherId, ParsedRecord, parseRecord } from "./record-format.js";
+import { openRecord, type OpenResult, type Security } from "./record-seal.js";
 import type { Ring } from "./ring.js";
+import { isScanSummary, type ScanSummary } from "./ring-scan.js";
 import type { ChainHead } from "./storage.js";
 import type { ChainBreak, CorruptPolicy, CorruptRecord, WalRecord } from "./types.js";
 
@@ -13,7 +14,8 @@ import type { ChainBreak, CorruptPolicy, CorruptRecord, WalRecord } from "./type
  */
 export interface StoredEntry {
   key: number;
-  value: Buffer;
+  /** Stored bytes, or a plain COMPLETE marker already checked by the fast decoder. */
+  value: Buffer | ScanSummary;
 }
 
 export interface ScanInput {
@@ -29,15 +31,20 @@ export interface ScanInput {
   policy: CorruptPolicy;
   /** Decode pending payloads (false for inspect, which only counts). */
   decode: boolean;
+  /** Fill `present` (every current-lap record, for inspect). */
+  collect?: boolean;
 }
 
 /** A PENDING record found by the scan, with what the WAL needs to keep appending. */
 export interface PendingFound {
   record: WalRecord;
-  bytes: Buffer;
+  /** Stored bytes; undefined when the fast path decoded in place (re-read if needed). */
+  bytes: Buffer | undefined;
   where: "ring" | "overflow";
   mac: Buffer | undefined;
   prevMac: Buffer | undefined;
+  /** Set under `stop-owner` for records held back after a corrupt one of their owner. */
+  withheld: boolean;
 }
 
 export interface CorruptFound extends CorruptRecord {
@@ -60,39 +67,64 @@ export interface ScanResult {
   head: number;
   /** Chain mac of the newest record, for linking the next append. */
   headMac: Buffer | undefined;
-  /** Per current-lap seq: kind/owner/status, for inspect. */
+  /** Per current-lap seq: kind/owner/status, for inspect (only with `collect`). */
   present: Map<number, { slot: number; kind: string; owner: string | undefined; complete: boolean; epoch: number }>;
 }
 
-interface Valid {
-  rec: ParsedRecord;
-  plaintext: Buffer | undefined;
-  slot: number;
-  bytes: Buffer;
+/** Authenticates one record; without any key there is nothing beyond the CRC to check. */
+function authenticate(security: Security, plain: boolean, rec: ParsedRecord): OpenResult {
+  if (plain && rec.cipher === CipherId.NONE && !rec.chained && rec.markerTag === undefined) return PLAIN_OK;
+  return openRecord(security, rec);
 }
+const PLAIN_OK: OpenResult = { ok: true, plaintext: undefined };
 
 export function scan(input: ScanInput): ScanResult {
   const { layout, security } = input;
+  const plain = security.cipher === undefined && security.chain === undefined && security.unverified !== true;
   const corrupt: CorruptFound[] = [];
-  const ringValid: Valid[] = [];
+  // Per valid ring record: plain number arrays, and the parsed object only when it is
+  // still needed (data records, chain or inspect). A million retained objects would
+  // cost more in GC than the scan itself.
+  const keepAll = security.chain !== undefined || input.collect === true;
+  const ringSeqArr: number[] = [];
+  const ringEpochArr: number[] = [];
+  const ringSlots: number[] = [];
+  /** ParsedRecord, a WalRecord already decoded by the fast path, or nothing (COMPLETE). */
+  const ringRecs: Array<ParsedRecord | WalRecord | undefined> = [];
+  const ringPlain: Array<Buffer | undefined> = [];
   const ringDamaged: Array<{ slot: number; bytes: Buffer; reason: string; seq: number | undefined; owner: string | undefined }> = [];
   let head = 0;
 
   // Authenticate before trusting any seq: a forged record with a recomputed CRC and a
   // huge seq must not make every genuine record look stale.
   for (const { key: slot, value } of input.ring) {
+    if (isScanSummary(value)) {
+      ringSeqArr.push(value.seq);
+      ringEpochArr.push(value.epoch);
+      ringSlots.push(slot);
+      ringRecs.push(value.record);
+      ringPlain.push(undefined);
+      if (value.seq > head) head = value.seq;
+      continue;
+    }
     const parsed = parseRecord(value);
     if (!parsed.ok) {
       ringDamaged.push({ slot, bytes: value, reason: parsed.reason, seq: parsed.seq, owner: parsed.owner });
       continue;
     }
-    const opened = openRecord(security, parsed.record);
+    const rec = parsed.record;
+    const opened = authenticate(security, plain, rec);
     if (!opened.ok) {
-      ringDamaged.push({ slot, bytes: value, reason: opened.reason, seq: parsed.record.seq, owner: parsed.record.owner });
+      ringDamaged.push({ slot, bytes: value, reason: opened.reason, seq: rec.seq, owner: rec.owner });
       continue;
     }
-    ringValid.push({ rec: parsed.record, plaintext: opened.plaintext, slot, bytes: value });
-    if (parsed.record.seq > head) head = parsed.record.seq;
+    const keep = keepAll || !rec.complete;
+    ringSeqArr.push(rec.seq);
+    ringEpochArr.push(rec.epoch);
+    ringSlots.push(slot);
+    ringRecs.push(keep ? rec : undefined);
+    ringPlain.push(opened.plaintext);
+    if (rec.seq > head) head = rec.seq;
   }
 
   let maxSeq = head;
@@ -108,25 +140,19 @@ export function scan(input: ScanInput): ScanResult {
 
   let complete = 0;
   let stale = 0;
-  const candidates: Array<{ v: Valid; where: "ring" | "overflow" }> = [];
   const chainOf = new Map<number, { prevMac: Buffer; mac: Buffer }>();
   const present: ScanResult["present"] = new Map();
-  for (const v of ringValid) {
-    const r = v.rec;
-    if (r.epoch > input.epoch || !layout.isCurrent(r.seq, v.slot, head)) {
-      stale++;
-      continue;
-    }
-    if (r.prevMac !== undefined && r.mac !== undefined) chainOf.set(r.seq, { prevMac: r.prevMac, mac: r.mac });
-    present.set(r.seq, { slot: v.slot, kind: r.kind, owner: r.owner, complete: r.complete, epoch: r.epoch });
-    if (r.complete) complete++;
-    else candidates.push({ v, where: "ring" });
-  }
+  // PENDING candidates in seq order without sorting: overflow keys ascend and are all
+  // older than the ring's lap; ring slots ascend, and the lap starts after head's slot.
+  const recs: Array<ParsedRecord | WalRecord> = [];
+  const slots: number[] = [];
+  const plains: Array<Buffer | undefined> = [];
+  const wheres: Array<"ring" | "overflow"> = [];
 
-  const ringSeqs = new Set(present.keys());
-  for (const { key: seq, value } of input.overflow) {
+  for (const { key: seq, value: stored } of input.overflow) {
+    const value = stored as Buffer; // overflow is always read as plain bytes
     const parsed = parseRecord(value);
-    const opened = parsed.ok ? openRecord(security, parsed.record) : undefined;
+    const opened = parsed.ok ? authenticate(security, plain, parsed.record) : undefined;
     if (!parsed.ok || !opened!.ok || parsed.record.seq !== seq) {
       const reason = !parsed.ok ? parsed.reason : !opened!.ok ? opened!.reason : `overflow key ${seq} holds seq ${parsed.record.seq}`;
       corrupt.push({ seq, slot: layout.slotOf(seq), reason, where: "overflow", owner: parsed.ok ? parsed.record.owner : parsed.owner, bytes: value, key: seq });
@@ -134,30 +160,85 @@ export function scan(input: ScanInput): ScanResult {
       continue;
     }
     if (seq > maxSeq) maxSeq = seq;
-    if (ringSeqs.has(seq) || parsed.record.epoch > input.epoch) {
-      stale++;
+    if (parsed.record.epoch > input.epoch || layout.isCurrent(seq, layout.slotOf(seq), head)) {
+      stale++; // a copy of a record the ring holds for the current lap, or from the future
       continue;
     }
     if (parsed.record.complete) complete++;
-    else candidates.push({ v: { rec: parsed.record, plaintext: opened!.plaintext, slot: layout.slotOf(seq), bytes: value }, where: "overflow" });
+    else {
+      recs.push(parsed.record);
+      slots.push(layout.slotOf(seq));
+      plains.push(opened!.plaintext);
+      wheres.push("overflow");
+    }
   }
 
-  candidates.sort((a, b) => a.v.rec.seq - b.v.rec.seq);
+  const headSlot = layout.slotOf(head);
+  for (const pass of [0, 1]) {
+    for (let i = 0; i < ringSlots.length; i++) {
+      const slot = ringSlots[i]!;
+      if ((pass === 0) !== slot > headSlot) continue;
+      const seq = ringSeqArr[i]!;
+      if (ringEpochArr[i]! > input.epoch || !layout.isCurrent(seq, slot, head)) {
+        stale++;
+        continue;
+      }
+      const r = ringRecs[i];
+      if (r === undefined) {
+        complete++; // a COMPLETE marker: nothing more to know
+        continue;
+      }
+      if (!(r instanceof ParsedRecord)) {
+        recs.push(r); // decoded in place by the fast path
+        slots.push(slot);
+        plains.push(undefined);
+        wheres.push("ring");
+        continue;
+      }
+      if (r.chained) chainOf.set(r.seq, { prevMac: r.prevMac!, mac: r.mac! });
+      if (input.collect) present.set(r.seq, { slot, kind: r.kind, owner: r.owner, complete: r.complete, epoch: r.epoch });
+      if (r.complete) complete++;
+      else {
+        recs.push(r);
+        slots.push(slot);
+        plains.push(ringPlain[i]);
+        wheres.push("ring");
+      }
+    }
+  }
+  let order = recs.map((_, i) => i);
+  for (let i = 1; i < recs.length; i++) {
+    if (recs[i - 1]!.seq >= recs[i]!.seq) {
+      order = order.sort((a, b) => recs[a]!.seq - recs[b]!.seq); // not expected; stay correct anyway
+      break;
+    }
+  }
+
   const pending: PendingFound[] = [];
-  for (const { v, where } of candidates) {
+  for (const i of order) {
+    const rec = recs[i]!;
+    const where = wheres[i]!;
+    if (!(rec instanceof ParsedRecord)) {
+      pending.push({ record: rec, bytes: undefined, where, mac: undefined, prevMac: undefined, withheld: false });
+      continue;
+    }
+    const plaintext = plains[i];
     let payload: unknown;
-    if (input.decode && v.plaintext !== undefined) {
+    if (input.decode && (plaintext !== undefined || rec.cipher === CipherId.NONE)) {
       try {
-        payload = decodePayload(v.plaintext);
+        payload = decodePayload(plaintext ?? rec.body);
       } catch (err) {
         const reason = `payload does not decode: ${err instanceof Error ? err.message : String(err)}`;
-        corrupt.push({ seq: v.rec.seq, slot: v.slot, reason, where, owner: v.rec.owner, bytes: v.bytes, key: where === "ring" ? v.slot : v.rec.seq });
+        corrupt.push({ seq: rec.seq, slot: slots[i]!, reason, where, owner: rec.owner, bytes: rec.bytes, key: where === "ring" ? slots[i]! : rec.seq });
         continue;
       }
     }
-    const record: WalRecord = { seq: v.rec.seq, epoch: v.rec.epoch, kind: v.rec.kind, payload, status: "PENDING" };
-    if (v.rec.owner !== undefined) record.owner = v.rec.owner;
-    pending.push({ record, bytes: v.bytes, where, mac: v.rec.mac, prevMac: v.rec.prevMac });
+    const owner = rec.owner;
+    const record: WalRecord =
+      owner === undefined
+        ? { seq: rec.seq, epoch: rec.epoch, kind: rec.kind, payload, status: "PENDING" }
+        : { seq: rec.seq, epoch: rec.epoch, kind: rec.kind, owner, payload, status: "PENDING" };
+    pending.push({ record, bytes: rec.bytes, where, mac: rec.mac, prevMac: rec.prevMac, withheld: false });
   }
   corrupt.sort((a, b) => a.seq - b.seq);
 
@@ -187,7 +268,10 @@ function applyPolicy(
   const withheld: PendingFound[] = [];
   for (const p of pending) {
     const stop = Math.min(firstUnknown, p.record.owner === undefined ? Infinity : (firstByOwner.get(p.record.owner) ?? Infinity));
-    (p.record.seq > stop ? withheld : kept).push(p);
+    if (p.record.seq > stop) {
+      p.withheld = true;
+      withheld.push(p);
+    } else kept.push(p);
   }
   return { kept, withheld };
 }

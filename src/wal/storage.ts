@@ -1,5 +1,6 @@
 import { open, type Database, type RootDatabase } from "lmdb";
 import type { LockManager, TransactionLock } from "./locks.js";
+import { scanDecoder, type ScanSummary } from "./ring-scan.js";
 
 /**
  * The LMDB environment of one WAL and its named databases:
@@ -44,6 +45,8 @@ export type CorruptKey = [number, string, number];
 
 export class WalStorage {
   readonly ring: Database<Buffer, number>;
+  /** The same ring, read through the in-place scan decoder (ring-scan.ts). */
+  readonly ringFast: Database<Buffer | ScanSummary, number>;
   readonly overflow: Database<Buffer, number>;
   readonly corrupt: Database<CorruptEntry, CorruptKey>;
   readonly kv: Database<unknown, string>;
@@ -55,6 +58,9 @@ export class WalStorage {
     private readonly locks: LockManager | undefined,
   ) {
     this.ring = env.openDB<Buffer, number>({ name: "ring", keyEncoding: "uint32", encoding: "binary" });
+    // `encoder` is supported by lmdb-js but missing from its DatabaseOptions type.
+    const fastOptions = { name: "ring", keyEncoding: "uint32", encoder: scanDecoder } as { name: string; keyEncoding: "uint32" };
+    this.ringFast = env.openDB<Buffer | ScanSummary, number>(fastOptions);
     this.overflow = env.openDB<Buffer, number>({ name: "overflow", encoding: "binary" });
     this.corrupt = env.openDB<CorruptEntry, CorruptKey>({ name: "corrupt" });
     this.kv = env.openDB<unknown, string>({ name: "kv" });

@@ -12,20 +12,8 @@ import { WalStorage, type WalMeta } from "./storage.js";
 import { Durability } from "./sync.js";
 import type { RecoveryReport, SyncMode, WalOptions, WalRecord } from "./types.js";
 
-interface PendingEntry {
-  seq: number;
-  epoch: number;
-  kind: string;
-  owner: string | undefined;
-  payload: unknown;
-  /** Stored bytes, kept so the record can be moved to overflow when its slot comes round. */
-  bytes: Buffer;
-  where: "ring" | "overflow";
-  mac: Buffer | undefined;
-  prevMac: Buffer | undefined;
-  /** Held back by the `stop-owner` policy: kept safe, not handed out. */
-  withheld: boolean;
-}
+/** A PENDING record the WAL keeps safe (shape shared with the recovery scan). */
+type PendingEntry = PendingFound;
 
 interface Waiter {
   resolve(): void;
@@ -47,12 +35,10 @@ function notPending(seq: number): KovaError {
 }
 
 function toRecord(e: PendingEntry): WalRecord {
-  const r: WalRecord = { seq: e.seq, epoch: e.epoch, kind: e.kind, payload: e.payload, status: "PENDING" };
-  if (e.owner !== undefined) r.owner = e.owner;
-  return r;
+  return { ...e.record };
 }
 
-function* entries(range: Iterable<{ key: unknown; value: Buffer }>): Iterable<StoredEntry> {
+function* entries(range: Iterable<{ key: unknown; value: StoredEntry["value"] }>): Iterable<StoredEntry> {
   for (const { key, value } of range) yield { key: key as number, value };
 }
 
@@ -156,7 +142,9 @@ export class Wal {
     const quarantined = new Set<number>();
     for (const key of storage.corrupt.getKeys({})) quarantined.add((key as unknown as number[])[0]!);
     const found = scan({
-      ring: entries(storage.ring.getRange({})),
+      // Without keys there is nothing to authenticate: plain COMPLETE markers are checked
+      // in place by the fast decoder instead of being copied out of LMDB one by one.
+      ring: entries(security.cipher === undefined && security.chain === undefined ? storage.ringFast.getRange({}) : storage.ring.getRange({})),
       overflow: entries(storage.overflow.getRange({})),
       layout: ring,
       security,
@@ -194,8 +182,8 @@ export class Wal {
       chainBreaks: found.chainBreaks,
     };
     const wal = new Wal({ ...ctx, nextSeq: maxSeq + 1, headMac: found.headMac, recovery });
-    for (const p of found.pending) wal.#track(p, false);
-    for (const p of found.withheld) wal.#track(p, true);
+    for (const p of found.pending) wal.#addPending(p);
+    for (const p of found.withheld) wal.#addPending(p);
     log.info(
       { epoch, complete: recovery.complete, pending: recovery.pending.length, corrupt: recovery.corrupt.length, stale: recovery.stale },
       "WAL opened",
@@ -203,37 +191,23 @@ export class Wal {
     return wal;
   }
 
-  #track(p: PendingFound, withheld: boolean): void {
-    const r = p.record;
-    this.#addPending({
-      seq: r.seq,
-      epoch: r.epoch,
-      kind: r.kind,
-      owner: r.owner,
-      payload: r.payload,
-      bytes: p.bytes,
-      where: p.where,
-      mac: p.mac,
-      prevMac: p.prevMac,
-      withheld,
-    });
-  }
-
   #addPending(e: PendingEntry): void {
-    this.#pending.set(e.seq, e);
-    if (e.owner !== undefined) {
-      let set = this.#byOwner.get(e.owner);
-      if (set === undefined) this.#byOwner.set(e.owner, (set = new Set()));
-      set.add(e.seq);
+    const { seq, owner } = e.record;
+    this.#pending.set(seq, e);
+    if (owner !== undefined) {
+      let set = this.#byOwner.get(owner);
+      if (set === undefined) this.#byOwner.set(owner, (set = new Set()));
+      set.add(seq);
     }
   }
 
   #removePending(e: PendingEntry): void {
-    this.#pending.delete(e.seq);
-    if (e.owner !== undefined) {
-      const set = this.#byOwner.get(e.owner);
-      set?.delete(e.seq);
-      if (set?.size === 0) this.#byOwner.delete(e.owner);
+    const { seq, owner } = e.record;
+    this.#pending.delete(seq);
+    if (owner !== undefined) {
+      const set = this.#byOwner.get(owner);
+      set?.delete(seq);
+      if (set?.size === 0) this.#byOwner.delete(owner);
     }
     this.#waiters.shift()?.resolve();
   }
@@ -306,7 +280,7 @@ export class Wal {
     this.#durability.assertWritable();
     const entry = this.#pending.get(seq);
     if (entry === undefined || entry.withheld) throw notPending(seq);
-    const staged = this.#stage(opts?.kind ?? entry.kind, payload, entry.owner, entry);
+    const staged = this.#stage(opts?.kind ?? entry.record.kind, payload, entry.record.owner, entry);
     await this.#durability.settle(staged.write);
     return staged.seq;
   }
@@ -412,10 +386,13 @@ export class Wal {
       queue = locks.queue(buffer);
       const evicted = this.#pending.get(seq - this.#ring.size);
       const move = evicted !== undefined && evicted.where === "ring";
+      // Records found by recovery may not hold their bytes: they are committed, so read them back.
+      const movedBytes = move ? (evicted.bytes ?? this.#storage.ring.get(this.#ring.slotOf(evicted.record.seq))) : undefined;
+      if (move && movedBytes === undefined) throw new KovaError(ErrorCode.INTERNAL, `PENDING record ${evicted.record.seq} vanished from its slot`);
       // Transaction: issue the writes in seq order; one event turn = one LMDB txn.
       tx = locks.transaction(queue);
       try {
-        if (move) this.#storage.putOverflow(tx, evicted.seq, evicted.bytes);
+        if (move) this.#storage.putOverflow(tx, evicted.record.seq, movedBytes!);
         if (completing !== undefined) this.#writeCompletion(tx, completing);
         this.#storage.putSlot(tx, this.#ring.slotOf(seq), sealed.bytes);
         if (sealed.mac !== undefined) this.#storage.writeHead(tx, { seq, mac: sealed.mac.toString("hex") });
@@ -426,18 +403,11 @@ export class Wal {
       this.#nextSeq = seq + 1;
       this.#headMac = sealed.mac;
       if (completing !== undefined) this.#removePending(completing);
-      this.#addPending({
-        seq,
-        epoch: this.#epoch,
-        kind,
-        owner,
-        payload,
-        bytes: sealed.bytes,
-        where: "ring",
-        mac: sealed.mac,
-        prevMac: sealed.prevMac,
-        withheld: false,
-      });
+      const record: WalRecord =
+        owner === undefined
+          ? { seq, epoch: this.#epoch, kind, payload, status: "PENDING" }
+          : { seq, epoch: this.#epoch, kind, owner, payload, status: "PENDING" };
+      this.#addPending({ record, bytes: sealed.bytes, where: "ring", mac: sealed.mac, prevMac: sealed.prevMac, withheld: false });
       return { seq, write: this.#storage.lastWrite };
     } finally {
       tx?.release();
@@ -448,13 +418,14 @@ export class Wal {
 
   /** COMPLETE: a marker in the ring slot, or (compaction) removal from overflow. */
   #writeCompletion(tx: TransactionLock, e: PendingEntry): void {
+    const { seq, epoch, kind, owner } = e.record;
     if (e.where === "overflow") {
-      this.#storage.removeOverflow(tx, e.seq);
+      this.#storage.removeOverflow(tx, seq);
       return;
     }
     const chain = e.mac !== undefined && e.prevMac !== undefined ? { prevMac: e.prevMac, mac: e.mac } : undefined;
-    const marker = sealMarker(this.#security, { epoch: e.epoch, seq: e.seq, kind: e.kind, owner: e.owner }, chain);
-    this.#storage.putSlot(tx, this.#ring.slotOf(e.seq), marker);
+    const marker = sealMarker(this.#security, { epoch, seq, kind, owner }, chain);
+    this.#storage.putSlot(tx, this.#ring.slotOf(seq), marker);
   }
 
   #room(): Promise<void> {

@@ -78,6 +78,24 @@ describe("wal ring", () => {
     await third.close();
   });
 
+  it("wal - PENDING records found by recovery are kept (moved to overflow) when the ring laps after reopen", async () => {
+    const d = dir("lap-after-reopen");
+    const first = await Wal.open({ dir: d, ringBits: 3, maxPending: 1000 });
+    const kept = [await first.append("step", { keep: 1 }, { owner: "x" }), await first.append("step", { keep: 2 })];
+    await first.close();
+    const wal = await Wal.open({ dir: d, maxPending: 1000 });
+    expect(wal.recovery.pending.map((p) => p.seq)).toEqual(kept);
+    for (let i = 0; i < 20; i++) await wal.complete(await wal.append("step", { i }));
+    expect(walInternals(wal).storage.overflow.getCount()).toBe(2);
+    await wal.close();
+    const again = await Wal.open({ dir: d });
+    expect(again.recovery.pending).toEqual([
+      { seq: kept[0], epoch: 1, kind: "step", owner: "x", payload: { keep: 1 }, status: "PENDING" },
+      { seq: kept[1], epoch: 1, kind: "step", payload: { keep: 2 }, status: "PENDING" },
+    ]);
+    await again.close();
+  });
+
   it("wal - replace completes the old seq and appends a new one atomically, keeping the owner", async () => {
     const d = dir("replace");
     const wal = await Wal.open({ dir: d, ringBits: 4 });

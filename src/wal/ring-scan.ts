@@ -1,0 +1,78 @@
+import { Unpackr } from "msgpackr";
+import { crc32 } from "./crc32.js";
+import { CRC_LEN, Flag, FORMAT_VERSION, HEADER_FIXED, RECORD_MAGIC } from "./record-format.js";
+import type { WalRecord } from "./types.js";
+
+/**
+ * A fast path for the recovery scan: an lmdb value decoder that reads each ring value
+ * in place (lmdb hands decoders its shared read buffer when they declare that they
+ * copy what they keep). A plain record (no cipher, no chain) is checked (CRC, layout)
+ * without copying its bytes: a COMPLETE marker becomes a small summary, a PENDING
+ * record its decoded WalRecord. Anything else is copied and goes through the full
+ * parser. Used only when there is no key to check and no inspection detail to collect.
+ */
+export interface ScanSummary {
+  readonly summary: true;
+  readonly seq: number;
+  readonly epoch: number;
+  /** For a PENDING data record: the decoded record (its bytes were not kept). */
+  readonly record?: WalRecord;
+}
+
+// Payload decoding from lmdb's shared buffer must copy binary data out of it.
+const unpackr = new Unpackr({ useRecords: false, moreTypes: false, copyBuffers: true });
+
+const PLAIN_MARKER_FLAGS = Flag.COMPLETE | Flag.MARKER;
+
+function plainPending(bytes: Buffer, n: number, seq: number): WalRecord | undefined {
+  const kindLen = bytes[3]!;
+  const ownerLen = bytes.readUInt16BE(16);
+  const headerEnd = HEADER_FIXED + kindLen + ownerLen;
+  const bodyEnd = headerEnd + bytes.readUInt32BE(18);
+  if (bodyEnd + CRC_LEN !== n || kindLen === 0) return undefined;
+  let payload: unknown;
+  try {
+    payload = unpackr.unpack(bytes.subarray(headerEnd, bodyEnd));
+  } catch {
+    return undefined; // the full parser reports it
+  }
+  const kind = bytes.toString("utf8", HEADER_FIXED, HEADER_FIXED + kindLen);
+  const epoch = bytes.readUInt32BE(4);
+  return ownerLen === 0
+    ? { seq, epoch, kind, payload, status: "PENDING" }
+    : { seq, epoch, kind, owner: bytes.toString("utf8", HEADER_FIXED + kindLen, headerEnd), payload, status: "PENDING" };
+}
+
+export const scanDecoder = {
+  needsStableBuffer: false,
+  encode(value: Buffer): Buffer {
+    return value;
+  },
+  decode(bytes: Buffer, size?: number): Buffer | ScanSummary {
+    const n = size ?? bytes.length;
+    if (
+      n >= HEADER_FIXED + CRC_LEN &&
+      bytes[0] === RECORD_MAGIC &&
+      bytes[1] === FORMAT_VERSION &&
+      (bytes[2] === PLAIN_MARKER_FLAGS || bytes[2] === 0) &&
+      bytes.readUInt32BE(n - CRC_LEN) === crc32(bytes.subarray(0, n - CRC_LEN))
+    ) {
+      const seq = bytes.readUInt32BE(8) * 2 ** 32 + bytes.readUInt32BE(12);
+      if (Number.isSafeInteger(seq)) {
+        if (bytes[2] === PLAIN_MARKER_FLAGS) {
+          if (bytes.readUInt32BE(18) === 0 && HEADER_FIXED + bytes[3]! + bytes.readUInt16BE(16) + CRC_LEN === n) {
+            return { summary: true, seq, epoch: bytes.readUInt32BE(4) };
+          }
+        } else {
+          const record = plainPending(bytes, n, seq);
+          if (record !== undefined) return { summary: true, seq, epoch: record.epoch, record };
+        }
+      }
+    }
+    return Buffer.from(bytes.subarray(0, n));
+  },
+};
+
+export function isScanSummary(v: unknown): v is ScanSummary {
+  return !Buffer.isBuffer(v) && typeof v === "object" && v !== null && (v as ScanSummary).summary === true;
+}
