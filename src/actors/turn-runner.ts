@@ -289,6 +289,20 @@ function makeContext(
         { idempotent: true },
       );
     },
+    stream: (type, data, opts = {}) => {
+      const event = {
+        type,
+        sessionId: opts.sessionId ?? "actors",
+        runId: opts.runId ?? actor.id,
+        ...(opts.parentRunId ? { parentRunId: opts.parentRunId } : {}),
+        ts: Date.now(),
+        data,
+      };
+      // Best effort by design: a lost token event must never fail the turn.
+      Promise.resolve()
+        .then(() => deps.bus.publishEvent(event, { durable: false }))
+        .catch((err: unknown) => actor.log.debug({ err, type }, "stream event not published"));
+    },
     working: () => src.mailbox?.working(),
     signal: src.abort.signal,
   };

@@ -77,6 +77,12 @@ export interface ActorContext<S> {
   send(env: Omit<A2AEnvelope, "id" | "from"> & { id?: string }): Promise<string>;
   /** Publishes an event, as an idempotent step. */
   emit(type: string, data?: unknown, opts?: EmitOptions): Promise<void>;
+  /**
+   * Publishes a high-rate event (tokens, progress) with a plain NATS publish: not stored,
+   * not journaled. Call it inside the step that produces it, so a replay that reuses the
+   * step's result does not stream it again.
+   */
+  stream(type: string, data?: unknown, opts?: EmitOptions): void;
   /** Tells JetStream the message is still being worked on (long turns). */
   working(): void;
   /** Aborted on interrupt and kill, and when the lease is lost. */

@@ -216,12 +216,13 @@ describe("actor signals", () => {
     }
   });
 
-  it("send - a handler's ctx.send reaches another actor with a recorded id", async () => {
+  it("send - a handler's ctx.send reaches another actor with a recorded id; emit and stream publish events", async () => {
     const relay = defineActor<{ sent: string[] }>({
       type: "relay",
       initialState: () => ({ sent: [] }),
       handlers: {
         task_delegate: async (ctx) => {
+          await ctx.step("think", () => ctx.stream("token", { text: "hel" }));
           const id = await ctx.send({ to: "c9", type: "task_delegate", payload: ctx.message.payload });
           ctx.state.sent.push(id);
           await ctx.emit("relayed", { id });
@@ -240,6 +241,7 @@ describe("actor signals", () => {
       }, 10_000, "relayed message");
       const relayed = await waitFor(() => events.find((e) => e.type === "relayed"), 5_000, "relayed event");
       expect(relayed).toMatchObject({ runId: "r9", data: { id: info.ids[0] } });
+      expect(events.find((e) => e.type === "token")).toMatchObject({ runId: "r9", data: { text: "hel" } });
     } finally {
       await rig.close(true);
     }
