@@ -33,6 +33,9 @@ export async function connectNats(opts: ConnectionOptions): Promise<NatsConnecti
       // A dead TCP peer that never closes the socket is found by pings.
       pingInterval: 10_000,
       maxPingOut: 3,
+      // nats.js otherwise builds an Error (with a stack) per request in case it fails:
+      // ~15 % of a busy bus's CPU. Our errors name the subject instead.
+      noAsyncTraces: true,
     });
   } catch (err) {
     const name = (err as { name?: string }).name ?? "";

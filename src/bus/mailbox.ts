@@ -81,7 +81,9 @@ class MailboxImpl implements Mailbox {
   private messages: ConsumerMessages | undefined;
   private loop: Promise<void> = Promise.resolve();
   private stopping = false;
-  private busy = false;
+  private busy = 0;
+  private current: JsMsg | undefined;
+  private heartbeat: NodeJS.Timeout | undefined;
   private readonly log;
 
   constructor(
@@ -127,6 +129,12 @@ class MailboxImpl implements Mailbox {
   }
 
   start(): void {
+    // One timer per mailbox, not per message: it extends the ack deadline of whatever
+    // message is being handled, so a long turn is not redelivered to another host.
+    if (this.heartbeatMs > 0) {
+      this.heartbeat = setInterval(() => this.current?.working(), this.heartbeatMs);
+      this.heartbeat.unref();
+    }
     this.loop = this.run().catch((err: unknown) => this.log.error({ err }, "mailbox loop failed"));
   }
 
@@ -140,15 +148,24 @@ class MailboxImpl implements Mailbox {
           messages.stop();
           return;
         }
+        let chain: Promise<void> = Promise.resolve();
         for await (const m of messages) {
-          this.busy = true;
-          try {
-            await this.handle(m);
-          } finally {
-            this.busy = false;
-          }
+          this.busy++;
+          // Not awaited: going back to the iterator sends the next pull request now,
+          // so the server hands over the next message the moment this one is acked
+          // (max_ack_pending 1 keeps it from coming earlier). Handlers still run one
+          // at a time, in order, through the chain.
+          chain = chain
+            .then(() => this.handle(m))
+            .catch((err: unknown) => this.log.error({ err, seq: m.seq }, "mailbox failed to settle a message"))
+            .finally(() => {
+              // A stop() that came while this message was in flight ends the pull here
+              // if `release()` did not get to it.
+              if (--this.busy === 0 && this.stopping) this.messages?.stop();
+            });
           if (this.stopping) break;
         }
+        await chain;
       } catch (err) {
         if (this.stopping || this.ctx.nc.isClosed()) return;
         this.log.warn({ err }, "mailbox consumer interrupted; resuming");
@@ -179,25 +196,26 @@ class MailboxImpl implements Mailbox {
       this.log.debug({ id: env.id }, "duplicate delivery acked without running the handler");
       return this.ack(m);
     }
-    const deliveryCount = m.info.deliveryCount;
-    const timer = this.heartbeatMs > 0 ? setInterval(() => m.working(), this.heartbeatMs) : undefined;
+    const info = m.info;
+    const deliveryCount = info.deliveryCount;
+    this.current = m;
     try {
       await this.handler(env, {
         deliveryCount,
         working: () => m.working(),
         signal: this.abort.signal,
-        seq: m.seq,
+        seq: info.streamSequence,
         encoding: encodingOf(m.headers),
       });
     } catch (err) {
-      clearInterval(timer);
+      this.current = undefined;
       this.release();
       const delay = deliveryCount >= this.maxDeliver ? 0 : this.backoff[Math.min(deliveryCount, this.backoff.length) - 1]!;
       this.log.warn({ err, id: env.id, deliveryCount, retryInMs: delay }, "handler failed; message will be redelivered");
       m.nak(delay);
       return;
     }
-    clearInterval(timer);
+    this.current = undefined;
     this.remember(env.id);
     this.release();
     await this.ack(m);
@@ -212,13 +230,16 @@ class MailboxImpl implements Mailbox {
     if (this.stopping) this.messages?.stop();
   }
 
+  /**
+   * A plain ack, not ackAck: waiting for the server's confirmation halves a mailbox's
+   * throughput (measured, docs/benchmarks.md), because `max_ack_pending: 1` makes every
+   * message wait for the previous ack. A lost ack only means a redelivery after
+   * ack_wait, which `recent` (here) and the actor WAL (elsewhere) recognise by id.
+   * When stopping, the ack is flushed so that it reaches the server before close.
+   */
   private async ack(m: JsMsg): Promise<void> {
-    try {
-      await m.ackAck({ timeout: 5_000 });
-    } catch (err) {
-      // The message will come back after ack_wait; `recent` makes that a no-op here.
-      this.log.warn({ err, seq: m.seq }, "ack not confirmed");
-    }
+    m.ack();
+    if (this.stopping) await this.ctx.nc.flush().catch((err: unknown) => this.log.warn({ err, seq: m.seq }, "ack not flushed"));
   }
 
   private async deadLetter(m: JsMsg, reason: DlqReason, err: unknown): Promise<void> {
@@ -252,9 +273,10 @@ class MailboxImpl implements Mailbox {
       this.stopping = true;
       this.abort.abort(new Error(`mailbox ${this.agentId} stopping`));
       // Idle: end the pull now. Busy: `release()` ends it before the ack.
-      if (!this.busy) this.messages?.stop();
+      if (this.busy === 0) this.messages?.stop();
     }
     await this.loop;
+    clearInterval(this.heartbeat);
   }
 
   async deleteConsumer(): Promise<void> {
