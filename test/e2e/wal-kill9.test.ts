@@ -17,14 +17,19 @@ interface Facts {
   ready: boolean;
 }
 
-/** Runs one child, kills it with SIGKILL `delayMs` after READY, returns what it reported. */
-function runChild(dir: string, delayMs: number): Promise<Facts> {
+/**
+ * Runs one child and SIGKILLs it `delayMs` after READY — at that instant, or (onReport)
+ * on the next append it reports after that, the moment when a premature report (an
+ * append resolved before it was durable) would most likely be lost.
+ */
+function runChild(dir: string, delayMs: number, onReport: boolean): Promise<Facts> {
   return new Promise((resolve, reject) => {
     const facts: Facts = { appended: new Map(), completeIssued: new Set(), completed: new Set(), ready: false };
     const child = spawn(process.execPath, [CHILD, dir, "8"], { stdio: ["ignore", "pipe", "pipe"] });
     let buf = "";
     let stderr = "";
     let timer: NodeJS.Timeout | undefined;
+    let armed = false;
     const guard = setTimeout(() => child.kill("SIGKILL"), 10_000); // never hang the suite
     child.stdout.setEncoding("utf8");
     child.stderr.on("data", (d) => (stderr += d));
@@ -34,12 +39,15 @@ function runChild(dir: string, delayMs: number): Promise<Facts> {
       while ((nl = buf.indexOf("\n")) >= 0) {
         const [tag, a, b] = buf.slice(0, nl).split(" ");
         buf = buf.slice(nl + 1);
-        if (tag === "A") facts.appended.set(Number(a), Number(b));
+        if (tag === "A") {
+          facts.appended.set(Number(a), Number(b));
+          if (armed) child.kill("SIGKILL");
+        }
         else if (tag === "c") facts.completeIssued.add(Number(a));
         else if (tag === "C") facts.completed.add(Number(a));
         else if (tag === "READY" && !facts.ready) {
           facts.ready = true;
-          timer = setTimeout(() => child.kill("SIGKILL"), delayMs);
+          timer = setTimeout(() => (onReport ? (armed = true) : child.kill("SIGKILL")), delayMs);
         }
       }
     });
@@ -67,7 +75,7 @@ describe("wal kill -9 harness", () => {
       let recoveredTotal = 0;
       let appendedTotal = 0;
       for (let i = 0; i < ITERATIONS; i++) {
-        const facts = await runChild(t.dir, Math.floor(Math.random() * 40));
+        const facts = await runChild(t.dir, Math.floor(Math.random() * 40), i % 2 === 1);
         for (const [seq, n] of facts.appended) everAppended.set(seq, n);
         for (const seq of facts.completed) everCompleted.add(seq);
         appendedTotal += facts.appended.size;
