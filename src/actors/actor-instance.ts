@@ -23,6 +23,8 @@ export interface ActorStatus {
   paused: boolean;
 }
 
+const EVENT_FLUSH_MS = 2_000;
+
 interface CurrentTurn {
   env: A2AEnvelope;
   abort: AbortController;
@@ -274,7 +276,8 @@ export class ActorInstance implements TurnActor {
     await this.#rpc?.stop().catch((err: unknown) => this.log.warn({ err }, "rpc stop failed"));
     this.#rpc = undefined;
     this.lifecycle.tryTransition("Completed", { reason });
-    await this.#events;
+    // Events are best effort: a slow or absent NATS must not keep a leaving actor hosted.
+    await Promise.race([this.#events, new Promise<void>((r) => setTimeout(r, EVENT_FLUSH_MS).unref())]);
     this.onGone(this);
   }
 
