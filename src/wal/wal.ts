@@ -20,6 +20,18 @@ interface Waiter {
   reject(err: unknown): void;
 }
 
+/** What `open` has settled before the recovery scan. */
+interface OpenContext {
+  storage: WalStorage;
+  locks: LockManager;
+  ring: Ring;
+  security: Security;
+  sync: SyncMode;
+  epoch: number;
+  log: Logger;
+  options: WalOptions;
+}
+
 /** Longest a healthy close waits for LMDB to finish. */
 const CLOSE_TIMEOUT_MS = 10_000;
 
@@ -65,19 +77,7 @@ export class Wal {
   #waiters: Waiter[] = [];
   #closing: Promise<void> | undefined;
 
-  private constructor(init: {
-    storage: WalStorage;
-    locks: LockManager;
-    ring: Ring;
-    security: Security;
-    sync: SyncMode;
-    epoch: number;
-    log: Logger;
-    options: WalOptions;
-    nextSeq: number;
-    headMac: Buffer | undefined;
-    recovery: RecoveryReport;
-  }) {
+  private constructor(init: OpenContext & { nextSeq: number; headMac: Buffer | undefined; recovery: RecoveryReport }) {
     this.#storage = init.storage;
     this.#locks = init.locks;
     this.#ring = init.ring;
@@ -128,16 +128,7 @@ export class Wal {
     }
   }
 
-  static async #recover(ctx: {
-    storage: WalStorage;
-    locks: LockManager;
-    ring: Ring;
-    security: Security;
-    sync: SyncMode;
-    epoch: number;
-    log: Logger;
-    options: WalOptions;
-  }): Promise<Wal> {
+  static async #recover(ctx: OpenContext): Promise<Wal> {
     const { storage, locks, ring, security, epoch, log, options } = ctx;
     const quarantined = new Set<number>();
     for (const key of storage.corrupt.getKeys({})) quarantined.add((key as unknown as number[])[0]!);

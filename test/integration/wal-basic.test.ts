@@ -1,16 +1,8 @@
-import { afterEach, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { Wal } from "../../src/wal/index.js";
-import { tempWalDir } from "./wal-helpers.js";
+import { walDirs } from "./wal-helpers.js";
 
-const cleanups: Array<() => void> = [];
-afterEach(() => {
-  for (const c of cleanups.splice(0)) c();
-});
-function dir(label: string): string {
-  const t = tempWalDir(label);
-  cleanups.push(t.cleanup);
-  return t.dir;
-}
+const dir = walDirs();
 
 describe("wal basics", () => {
   it("wal - a PENDING record survives close and is handed back by recovery, a COMPLETE one is skipped", async () => {

@@ -1,17 +1,9 @@
-import { afterEach, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { ErrorCode, isKovaError } from "../../src/core/errors.js";
 import { Wal, type SyncMode } from "../../src/wal/index.js";
-import { tempWalDir } from "./wal-helpers.js";
+import { walDirs } from "./wal-helpers.js";
 
-const cleanups: Array<() => void> = [];
-afterEach(() => {
-  for (const c of cleanups.splice(0)) c();
-});
-function dir(label: string): string {
-  const t = tempWalDir(label);
-  cleanups.push(t.cleanup);
-  return t.dir;
-}
+const dir = walDirs();
 
 /** Fails the test instead of hanging it when `p` does not settle in time. */
 function within<T>(ms: number, p: Promise<T>, what: string): Promise<T> {

@@ -1,17 +1,9 @@
-import { afterEach, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { verifyWal, Wal, type WalOptions } from "../../src/wal/index.js";
 import { walInternals } from "../../src/wal/wal.js";
-import { flipBit, recomputeCrc, tamper, tempWalDir } from "./wal-helpers.js";
+import { flipBit, recomputeCrc, tamper, walDirs } from "./wal-helpers.js";
 
-const cleanups: Array<() => void> = [];
-afterEach(() => {
-  for (const c of cleanups.splice(0)) c();
-});
-function dir(label: string): string {
-  const t = tempWalDir(label);
-  cleanups.push(t.cleanup);
-  return t.dir;
-}
+const dir = walDirs();
 
 const KEY = "hex:" + "11".repeat(32);
 

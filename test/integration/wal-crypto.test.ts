@@ -1,21 +1,13 @@
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
-import { afterEach, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { ErrorCode } from "../../src/core/errors.js";
 import { Wal, type CipherAlgorithm } from "../../src/wal/index.js";
 import { parseRecord } from "../../src/wal/record-format.js";
 import { walInternals } from "../../src/wal/wal.js";
-import { tempWalDir } from "./wal-helpers.js";
+import { walDirs } from "./wal-helpers.js";
 
-const cleanups: Array<() => void> = [];
-afterEach(() => {
-  for (const c of cleanups.splice(0)) c();
-});
-function dir(label: string): string {
-  const t = tempWalDir(label);
-  cleanups.push(t.cleanup);
-  return t.dir;
-}
+const dir = walDirs();
 
 const KEY = "base64:" + Buffer.alloc(32, 7).toString("base64");
 const SECRET = "the-secret-plan-9f2c";

@@ -1,24 +1,16 @@
 import { execFileSync } from "node:child_process";
 import { existsSync } from "node:fs";
 import { join } from "node:path";
-import { afterEach, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { ErrorCode } from "../../src/core/errors.js";
 import { Wal } from "../../src/wal/index.js";
 import { walInternals } from "../../src/wal/wal.js";
-import { tempWalDir } from "./wal-helpers.js";
+import { walDirs } from "./wal-helpers.js";
 
 const CHILD = join(import.meta.dirname, "../fixtures/wal/fsize-child.mjs");
 const DIST = join(import.meta.dirname, "../../dist/wal/index.js");
 
-const cleanups: Array<() => void> = [];
-afterEach(() => {
-  for (const c of cleanups.splice(0)) c();
-});
-function dir(label: string): string {
-  const t = tempWalDir(label);
-  cleanups.push(t.cleanup);
-  return t.dir;
-}
+const dir = walDirs();
 
 type Point = "after-log" | "in-execute" | "after-execute" | "none";
 

@@ -1,4 +1,7 @@
 import { mkdtempSync, rmSync } from "node:fs";
+import { open, type Database } from "lmdb";
+import { afterEach } from "vitest";
+import { crc32 } from "../../src/wal/crc32.js";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 
@@ -8,8 +11,19 @@ export function tempWalDir(label: string): { dir: string; cleanup(): void } {
   return { dir: join(base, "wal"), cleanup: () => rmSync(base, { recursive: true, force: true }) };
 }
 
-import { open, type Database } from "lmdb";
-import { crc32 } from "../../src/wal/crc32.js";
+/** Registers cleanup after each test and returns a maker of fresh WAL directories. */
+export function walDirs(): (label: string) => string {
+  const cleanups: Array<() => void> = [];
+  afterEach(() => {
+    for (const c of cleanups.splice(0)) c();
+  });
+  return (label) => {
+    const t = tempWalDir(label);
+    cleanups.push(t.cleanup);
+    return t.dir;
+  };
+}
+
 
 export interface RawWal {
   ring: Database<Buffer, number>;

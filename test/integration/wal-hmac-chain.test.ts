@@ -1,16 +1,8 @@
-import { afterEach, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { verifyWal, Wal } from "../../src/wal/index.js";
-import { tamper, tempWalDir } from "./wal-helpers.js";
+import { tamper, walDirs } from "./wal-helpers.js";
 
-const cleanups: Array<() => void> = [];
-afterEach(() => {
-  for (const c of cleanups.splice(0)) c();
-});
-function dir(label: string): string {
-  const t = tempWalDir(label);
-  cleanups.push(t.cleanup);
-  return t.dir;
-}
+const dir = walDirs();
 
 const HKEY = "hex:" + "ab".repeat(32);
 

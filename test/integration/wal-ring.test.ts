@@ -1,18 +1,10 @@
-import { afterEach, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { isKovaError, ErrorCode } from "../../src/core/errors.js";
 import { Wal } from "../../src/wal/index.js";
 import { walInternals } from "../../src/wal/wal.js";
-import { tempWalDir } from "./wal-helpers.js";
+import { walDirs } from "./wal-helpers.js";
 
-const cleanups: Array<() => void> = [];
-afterEach(() => {
-  for (const c of cleanups.splice(0)) c();
-});
-function dir(label: string): string {
-  const t = tempWalDir(label);
-  cleanups.push(t.cleanup);
-  return t.dir;
-}
+const dir = walDirs();
 
 describe("wal ring", () => {
   it("wal - the ring wraps many laps over COMPLETE records without growing", async () => {
