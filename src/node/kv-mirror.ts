@@ -44,19 +44,30 @@ export class KvMirror<T> {
 
   private async watch(): Promise<void> {
     const status = await this.kv.status();
+    // Caught up once the watch has delivered the bucket's last write as of now (or
+    // anything newer), or reports nothing pending. The revision test matters on a busy
+    // bucket (heartbeats), where a delivery with zero pending can take a while.
+    const lastSeq = status.streamInfo.state.last_seq;
     let markReady!: () => void;
     const ready = new Promise<void>((resolve) => (markReady = resolve));
     if (status.values === 0) markReady();
     const iter = await this.kv.watch();
     this.stopWatch = () => iter.stop();
+    let sawIdle = false;
     void (async () => {
       for await (const e of iter) {
         this.apply(e);
-        // delta is the number of messages still pending: 0 means caught up with the bucket.
-        if (e.delta === 0) markReady();
+        if (e.revision >= lastSeq) markReady();
+        if (e.delta === 0) sawIdle = true;
       }
-    })().catch((err: unknown) => this.logger.error({ err, bucket: this.kv }, "kv watch ended"));
+    })().catch((err: unknown) => this.logger.error({ err, bucket: status.bucket }, "kv watch ended"));
+    // The last write as of start may have been removed meanwhile (a purge, a limit):
+    // then "nothing pending" for a few seconds is the best evidence of being caught up.
+    const fallback = setInterval(() => {
+      if (sawIdle) markReady();
+    }, 3000);
     await ready;
+    clearInterval(fallback);
   }
 
   private apply(e: KvEntry): void {

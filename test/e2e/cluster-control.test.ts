@@ -53,7 +53,7 @@ describe("cluster control (CLI against 2 node processes)", () => {
       expect(list.map((a) => a.id)).not.toContain(actor);
     }
     expect(events("agent_signal", actor).map((e) => (e.data as { signal: string }).signal)).toEqual(["pause", "resume", "kill"]);
-  });
+  }, 60000);
 
   it("cluster - kova spawn places a new actor; nodes ls, agents ls and status show the cluster", async () => {
     const r = await tc.cli(["spawn", "extra-1", "--type", "probe"]);
@@ -76,7 +76,7 @@ describe("cluster control (CLI against 2 node processes)", () => {
     expect(bad.stderr).toMatch(/unknown actor type "nope".*register it on every node/);
     const missing = await tc.cli(["signal", "ghost", "pause"]);
     expect(missing.stderr).toMatch(/no agent ghost .*kova agents ls/);
-  });
+  }, 60000);
 
   it("cluster - every node answers $SRV.PING for kova-node", async () => {
     const inbox = `_INBOX.${Math.random().toString(36).slice(2)}`;
@@ -90,5 +90,5 @@ describe("cluster control (CLI against 2 node processes)", () => {
     sub.unsubscribe();
     expect(replies.every((p) => p.name === "kova-node" && p.type === "io.nats.micro.v1.ping_response")).toBe(true);
     expect(replies.map((p) => p.metadata?.node_id).sort()).toEqual(["a1", "a2"]);
-  });
+  }, 60000);
 });

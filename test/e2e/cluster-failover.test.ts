@@ -103,7 +103,7 @@ describe("cluster failover (3 node processes, 100 actors)", () => {
 
     await expectAllProcessedOnce(30_000);
     expectNoConcurrentTurns(killedAt);
-  });
+  }, 90000);
 
   it("cluster - the killed node restarted: WAL recovery skips turns whose actors moved, then actors rebalance back", async () => {
     await tc.startNode("n2");
@@ -119,7 +119,7 @@ describe("cluster failover (3 node processes, 100 actors)", () => {
     await round(5);
     await expectAllProcessedOnce(20_000);
     expectNoConcurrentTurns(killedAt);
-  });
+  }, 90000);
 
   it("cluster - graceful stop (SIGTERM): the node's actors move and no message starts a second turn", async () => {
     const before = tc.events.length;
@@ -146,5 +146,5 @@ describe("cluster failover (3 node processes, 100 actors)", () => {
     expect([...starts.values()].filter((n) => n > 1)).toEqual([]);
     expect(starts.size).toBe(300);
     expectNoConcurrentTurns(killedAt);
-  });
+  }, 90000);
 });

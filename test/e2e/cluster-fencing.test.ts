@@ -53,5 +53,5 @@ describe("fencing", () => {
     expect(s.dupHandled).toBe(0);
     const slowEnds = tc.events.filter((e) => e.type === "probe_end" && (e.data as { id: string }).id === slow.id);
     expect(slowEnds.map((e) => (e.data as { node: string }).node)).toEqual(["f1"]);
-  });
+  }, 90000);
 });

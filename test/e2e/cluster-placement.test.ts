@@ -30,5 +30,5 @@ describe("cluster placement (3 node processes)", () => {
     }
     expect(lists.reduce((s, l) => s + l.ids, 0)).toBe(100);
     expect([...hostedBy.keys()].sort()).toEqual(["n1", "n2", "n3"]);
-  });
+  }, 60000);
 });

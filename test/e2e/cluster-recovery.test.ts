@@ -44,5 +44,5 @@ describe("node restart after SIGKILL", () => {
     const rec = (await tc.agents()).get(actor);
     expect(rec?.node).toBe("solo");
     expect(rec?.state).toBe("Idle");
-  });
+  }, 60000);
 });

@@ -60,7 +60,7 @@ async function startNode(cluster: string, id: string, running: Map<string, strin
   conns.push(nc);
   const incarnation = randomUUID();
   const membership = await Membership.join({
-    nc, cluster, heartbeatMs: 100, staleAfterMs: 600, logger,
+    nc, cluster, heartbeatMs: 150, staleAfterMs: 1200, logger,
     self: { id, incarnation, startedAt: Date.now(), version: "t", pid: process.pid, host: "h", ...(types ? { types } : {}) },
   });
   const leases = await LeaseTable.open({ nc, cluster, nodeId: id, incarnation, logger });
@@ -132,7 +132,7 @@ describe("placement over live nodes", () => {
       await n.placement.stop();
       n.membership.stop();
     }
-  });
+  }, 60000);
 
   it("placement - an actor goes only to nodes that registered its type", async () => {
     const cluster = `p${randomUUID().slice(0, 8)}`;
@@ -148,5 +148,5 @@ describe("placement over live nodes", () => {
       await n.placement.stop();
       n.membership.stop();
     }
-  });
+  }, 60000);
 });

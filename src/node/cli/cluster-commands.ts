@@ -3,7 +3,6 @@ import { connect, type NatsConnection } from "@nats-io/transport-node";
 import { Kvm } from "@nats-io/kv";
 import { ErrorCode, KovaError } from "../../core/errors.js";
 import { isValidId } from "../../core/ids.js";
-import { createLogger } from "../../core/logger.js";
 import { loadConfig } from "../config.js";
 import {
   controlRequest,
@@ -14,7 +13,6 @@ import {
   type SignalReply,
   type SpawnReply,
 } from "../control.js";
-import { KvMirror } from "../kv-mirror.js";
 import { nodesBucket, type NodeRecord } from "../membership.js";
 import { agentsBucket, type AgentRecord } from "../registry.js";
 
@@ -165,12 +163,17 @@ async function openExisting(nc: NatsConnection, bucket: string, cluster: string)
   }
 }
 
+/** Every live value of a bucket, read key by key (a one-shot read needs no watch). */
 async function readBucket<T>(nc: NatsConnection, bucket: string, cluster: string): Promise<T[]> {
   const kv = await openExisting(nc, bucket, cluster);
-  const mirror = await KvMirror.start<T>(kv, createLogger({ level: "silent" }));
-  const out = [...mirror.entries()].map(([, e]) => e.value);
-  mirror.stop();
-  return out;
+  const keys: string[] = [];
+  for await (const k of await kv.keys()) keys.push(k);
+  const out: T[] = [];
+  for (let i = 0; i < keys.length; i += 64) {
+    const entries = await Promise.all(keys.slice(i, i + 64).map((k) => kv.get(k)));
+    for (const e of entries) if (e && e.operation === "PUT") out.push(e.json<T>());
+  }
+  return out.sort((a, b) => String((a as { id?: string }).id).localeCompare(String((b as { id?: string }).id)));
 }
 
 function print(value: unknown): void {
