@@ -158,8 +158,9 @@ export class ActorInstance implements TurnActor {
     this.#turn = { env, abort, recovering };
     this.#inFlight++;
     if (!recovering) this.lifecycle.transition("Running", { turn: true, envelopeId: env.id });
+    let outcome: TurnOutcome | undefined;
     try {
-      const outcome = await runTurn(this, env, { ...src, abort });
+      outcome = await runTurn(this, env, { ...src, abort });
       this.#parked.delete(env.id);
       if (outcome.kind !== "duplicate" && outcome.kind !== "lease_lost") this.#handled++;
       return outcome;
@@ -173,7 +174,10 @@ export class ActorInstance implements TurnActor {
     } finally {
       this.#inFlight--;
       this.#turn = undefined;
-      if (!recovering && this.lifecycle.state === "Running") this.lifecycle.transition("Idle", { turn: true, envelopeId: env.id });
+      // A failed turn goes Running → Failed (in #fail), every other end back to Idle.
+      if (!recovering && this.lifecycle.state === "Running" && outcome?.kind !== "failed") {
+        this.lifecycle.transition("Idle", { turn: true, envelopeId: env.id });
+      }
     }
   }
 

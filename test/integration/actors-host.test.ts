@@ -179,6 +179,7 @@ describe("actor host", () => {
       const bad = task("k1", "boom");
       await rig.bus.send(bad);
       await waitFor(() => rig.host.status("k1")?.state === "Failed", 10_000, "Failed");
+      expect(rig.states.filter(([id]) => id === "k1").map(([, st]) => st)).toEqual(["Idle", "Running", "Failed"]);
       expect(calls).toBe(3);
       const failed = await waitFor(() => events.find((e) => e.type === "actor_failed"), 5_000, "actor_failed event");
       expect(failed).toMatchObject({ runId: "k1", data: { envelopeId: bad.id, attempts: 3, error: { message: "crash on attempt 3" } } });
