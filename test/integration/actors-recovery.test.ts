@@ -141,6 +141,44 @@ describe("actor recovery from the WAL", () => {
     }
   });
 
+  it("recovery - pause during Recovering holds the recovered turn at its next step; resume returns to Recovering, then Idle", async () => {
+    const dir = await mkdtemp(join(tmpdir(), "kova-actors-rp-"));
+    const env = createEnvelope({ from: "tester", to: "rp", type: "task_delegate", payload: null });
+    await crashedWal(dir, newTurnRecord("rp", "twostep", env));
+    let release: () => void = () => {};
+    const released = new Promise<void>((r) => (release = r));
+    const log: string[] = [];
+    const twostep = defineActor({
+      type: "twostep",
+      initialState: () => ({}),
+      handlers: {
+        task_delegate: async (ctx) => {
+          await ctx.step("a", async () => {
+            log.push("a");
+            await released;
+          });
+          await ctx.step("b", () => void log.push("b"));
+        },
+      },
+    });
+    const rig = await startRig(server.url, uniqueCluster(), [twostep], { dir });
+    try {
+      const starting = rig.host.start("rp", "twostep");
+      await waitFor(() => log.includes("a"), 5_000, "recovered turn running");
+      await rig.host.signal("rp", "pause");
+      release();
+      await new Promise((r) => setTimeout(r, 200));
+      expect(log).toEqual(["a"]);
+      expect(rig.host.status("rp")?.state).toBe("Paused");
+      await rig.host.signal("rp", "resume");
+      await starting;
+      expect(log).toEqual(["a", "b"]);
+      expect(rig.states.map(([, st]) => st)).toEqual(["Recovering", "Paused", "Recovering", "Idle"]);
+    } finally {
+      await rig.close(true);
+    }
+  });
+
   it("recovery - abandon() completes the pending turns of an actor that moved, so they never run here", async () => {
     const dir = await mkdtemp(join(tmpdir(), "kova-actors-ab-"));
     const env = createEnvelope({ from: "tester", to: "m1", type: "task_delegate", payload: null });
