@@ -8,7 +8,11 @@ export interface NodeRecord {
   id: string;
   /** Random per process start: tells a restarted node apart from its previous life. */
   incarnation: string;
-  state: "up" | "leaving";
+  /**
+   * `starting`: alive (its leases count) but not yet placing actors, so peers do not
+   * hand actors to it; `up`: placing; `leaving`: a graceful stop is under way.
+   */
+  state: "starting" | "up" | "leaving";
   startedAt: number;
   heartbeatAt: number;
   version: string;
@@ -57,6 +61,7 @@ export class Membership {
   private lastOkStart = 0;
   private beating: Promise<void> | undefined;
   private liveKey = "";
+  private state: NodeRecord["state"] = "starting";
 
   private constructor(
     private readonly opts: MembershipOptions,
@@ -77,7 +82,7 @@ export class Membership {
     const now = performance.now();
     for (const [key] of mirror.entries()) m.lastSeen.set(key, now);
     mirror.onChange((key, entry) => m.onEntry(key, entry));
-    await m.beat();
+    await m.beat(m.state);
     m.schedule();
     return m;
   }
@@ -99,7 +104,7 @@ export class Membership {
   private schedule(): void {
     if (this.stopped) return;
     this.timer = setTimeout(() => {
-      this.beating = this.beat().catch((err: unknown) =>
+      this.beating = this.beat(this.state).catch((err: unknown) =>
         this.opts.logger.warn({ err }, "heartbeat failed; peers will consider this node dead if it persists"),
       );
       void this.beating.finally(() => this.schedule());
@@ -107,7 +112,7 @@ export class Membership {
     this.timer.unref();
   }
 
-  private async beat(state: NodeRecord["state"] = "up"): Promise<void> {
+  private async beat(state: NodeRecord["state"]): Promise<void> {
     const start = performance.now();
     const record: NodeRecord = {
       ...this.opts.self,
@@ -138,9 +143,25 @@ export class Membership {
   isLive(nodeId: string): boolean {
     if (nodeId === this.opts.self.id) return !this.stopped;
     const entry = this.mirror.get(nodeId);
-    if (!entry || entry.value.state !== "up") return false;
+    if (!entry || entry.value.state === "leaving") return false;
     const seen = this.lastSeen.get(nodeId);
     return seen !== undefined && performance.now() - seen < this.opts.staleAfterMs;
+  }
+
+  /**
+   * Announces that this node places actors now: peers start ranking it in rendezvous
+   * hashing (and hand it its actors) from its next heartbeat on.
+   */
+  async markUp(): Promise<void> {
+    this.state = "up";
+    await this.beat("up");
+  }
+
+  /** Live nodes that place actors (state `up`), sorted; this node counts once it is up. */
+  readyNodes(): string[] {
+    return this.liveNodes().filter((id) =>
+      id === this.opts.self.id ? this.state === "up" : this.mirror.get(id)?.value.state === "up",
+    );
   }
 
   /** The live node ids, sorted; includes this node unless it is leaving. */
@@ -176,7 +197,7 @@ export class Membership {
   }
 
   private notifyIfChanged(): void {
-    const key = this.liveNodes().join(",");
+    const key = `${this.liveNodes().join(",")}|${this.readyNodes().join(",")}`;
     if (key === this.liveKey) return;
     const before = this.liveKey;
     this.liveKey = key;

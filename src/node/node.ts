@@ -183,6 +183,7 @@ export class KovaNode {
       onPlacement: (e) => this.onPlacement(e),
     });
     this.placement.start();
+    await this.membership.markUp();
     await this.startServices();
     this.log.info({ cluster: config.cluster, nats: this.nats.source, recovery: this.recovery }, "node started");
   }

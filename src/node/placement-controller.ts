@@ -100,7 +100,9 @@ export class PlacementController {
 
   private async reconcile(): Promise<void> {
     const { membership, leases, registry, host, nodeId } = this.opts;
-    const live = membership.liveNodes();
+    // Rank only nodes that place actors: a node still recovering its WAL is alive (its
+    // leases hold) but must not be handed actors it would leave unserved for a while.
+    const live = membership.readyNodes();
     const healthy = membership.selfHealthy();
     const hosted = new Set(host.hosted());
     const work: Array<() => Promise<void>> = [];

@@ -85,6 +85,9 @@ describe("cluster state in KV", () => {
     const b = await Membership.join({ ...opts, nc: await nc(), self: self("b") });
     const c3 = await Membership.join({ ...opts, nc: await nc(), self: self("c") });
     await waitFor(() => a.liveNodes().join() === "a,b,c", 2000);
+    expect(a.readyNodes()).toEqual([]); // alive, but none has said it places actors yet
+    await Promise.all([a.markUp(), b.markUp(), c3.markUp()]);
+    await waitFor(() => a.readyNodes().join() === "a,b,c", 2000);
     expect(a.selfHealthy()).toBe(true);
     b.stop(); // stops beating without leaving: what a SIGKILLed node looks like
     const detected = await waitFor(() => a.liveNodes().join() === "a,c", 3000);

@@ -68,6 +68,7 @@ async function startNode(cluster: string, id: string, running: Map<string, strin
   const host = new RecordingHost(id, running, doubles);
   const placement = new PlacementController({ nodeId: id, membership, leases, registry, host, logger, reconcileMs: 200 });
   placement.start();
+  await membership.markUp();
   return { id, membership, leases, registry, host, placement };
 }
 
