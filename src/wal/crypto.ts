@@ -1,4 +1,4 @@
-import { createCipheriv, createDecipheriv, createHmac, hkdfSync, timingSafeEqual } from "node:crypto";
+import { createCipheriv, createDecipheriv, createHmac, hkdfSync, timingSafeEqual, type Cipher } from "node:crypto";
 import { ConfigError } from "../core/errors.js";
 import { CipherId, MAC_LEN, TAG_LEN } from "./record-format.js";
 
@@ -52,21 +52,30 @@ const CHECK_TEXT = Buffer.from("kova-wal key check v1");
  * an IV is never reused even if seqs after a crash are handed out again.
  */
 function nonce(epoch: number, seq: number, size: 12 | 16): Buffer {
-  const iv = Buffer.alloc(size);
+  // One scratch buffer per size: OpenSSL copies the IV (and ECB input) at the call, so
+  // reusing it saves an allocation per record on the hot path.
+  const iv = size === 12 ? IV12 : IV16;
   iv.writeUInt32BE(epoch >>> 0, 0);
   iv.writeUInt32BE(Math.floor(seq / 2 ** 32), 4);
   iv.writeUInt32BE(seq >>> 0, 8);
-  return iv; // sm4-ctr: the last 4 bytes are the block counter, starting at 0
+  if (size === 16) iv.writeUInt32BE(0, 12); // sm4-ctr: the block counter, starting at 0
+  return iv;
 }
+const IV12 = Buffer.alloc(12);
+const IV16 = Buffer.alloc(16);
 
 /** Authenticated encryption of record bodies, with subkeys derived by HKDF from one master key. */
 export class RecordCipher {
   readonly id: CipherId;
   readonly checkValue: Buffer;
-  /** Authenticates completion markers (which have no body to encrypt). */
-  readonly markerKey: Buffer;
   readonly #encKey: Buffer;
   readonly #macKey: Buffer;
+  /**
+   * Completion markers have no body to encrypt; their tag is a PRF of (epoch, seq):
+   * one block cipher call under a marker subkey through a long-lived ECB context (a
+   * fresh HMAC or GCM context per marker costs several microseconds; this ~0.7 µs).
+   */
+  readonly #markerPrf: Cipher;
 
   constructor(
     readonly algorithm: CipherAlgorithm,
@@ -77,8 +86,17 @@ export class RecordCipher {
     // SM4 takes a 128-bit key; AES-256 a 256-bit one.
     this.#encKey = subkey(master, salt, `${algorithm}/enc`).subarray(0, algorithm === "sm4" ? 16 : 32);
     this.#macKey = subkey(master, salt, `${algorithm}/mac`);
-    this.markerKey = subkey(master, salt, `${algorithm}/marker`);
+    const markerKey = subkey(master, salt, `${algorithm}/marker`).subarray(0, algorithm === "sm4" ? 16 : 32);
+    this.#markerPrf = createCipheriv(algorithm === "sm4" ? "sm4-ecb" : "aes-256-ecb", markerKey, null);
+    this.#markerPrf.setAutoPadding(false);
     this.checkValue = hmac128(subkey(master, salt, `${algorithm}/check`), [CHECK_TEXT]);
+  }
+
+  /** The marker tag for (epoch, seq): E_markerKey(epoch ‖ seq ‖ "MRK1"), 16 bytes. */
+  markerTag(epoch: number, seq: number): Buffer {
+    const block = nonce(epoch, seq, 16);
+    block.write("MRK1", 12, "latin1");
+    return this.#markerPrf.update(block);
   }
 
   /** Encrypts a body; `header` is authenticated but not encrypted. */
@@ -86,12 +104,14 @@ export class RecordCipher {
     if (this.id === CipherId.AES_256_GCM) {
       const c = createCipheriv("aes-256-gcm", this.#encKey, nonce(epoch, seq, 12), { authTagLength: TAG_LEN });
       c.setAAD(header);
-      const body = Buffer.concat([c.update(plaintext), c.final()]);
+      const body = c.update(plaintext);
+      c.final(); // GCM is a stream mode: final() returns no bytes, only finishes the tag
       return { body, tag: c.getAuthTag() };
     }
     // SM4: Node has no SM4-GCM, so CTR then HMAC over header and ciphertext (encrypt-then-MAC).
     const c = createCipheriv("sm4-ctr", this.#encKey, nonce(epoch, seq, 16));
-    const body = Buffer.concat([c.update(plaintext), c.final()]);
+    const body = c.update(plaintext);
+    c.final();
     return { body, tag: hmac128(this.#macKey, [header, body]) };
   }
 

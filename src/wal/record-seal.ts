@@ -30,8 +30,15 @@ export interface SealedRecord {
   prevMac: Buffer | undefined;
 }
 
-function markerKeyOf(sec: Security): Buffer | undefined {
-  return sec.cipher?.markerKey ?? sec.chain?.markerKey;
+/**
+ * A marker's tag: with a cipher, the cipher's PRF of (epoch, seq) — what a marker
+ * asserts is "seq of this epoch is COMPLETE", and nothing else in it is used; with only
+ * the chain, an HMAC over every byte before the tag (its chain macs included).
+ */
+function markerTagOf(sec: Security, epoch: number, seq: number, before: Uint8Array[]): Buffer | undefined {
+  if (sec.cipher !== undefined) return sec.cipher.markerTag(epoch, seq);
+  if (sec.chain !== undefined) return hmac128(sec.chain.markerKey, before);
+  return undefined;
 }
 
 function headerFields(sec: Security, id: RecordIdentity, marker: boolean): HeaderFields {
@@ -77,8 +84,7 @@ export function sealData(sec: Security, id: RecordIdentity, payload: Uint8Array,
 export function sealMarker(sec: Security, id: RecordIdentity, chain: { prevMac: Buffer; mac: Buffer } | undefined): Buffer {
   const header = encodeHeader(headerFields(sec, id, true), 0);
   const parts: Array<Uint8Array | undefined> = [header, chain?.prevMac, chain?.mac];
-  const key = markerKeyOf(sec);
-  if (key !== undefined) parts.push(hmac128(key, parts.filter((p): p is Uint8Array => p !== undefined)));
+  parts.push(markerTagOf(sec, id.epoch, id.seq, parts.filter((p): p is Uint8Array => p !== undefined)));
   return assemble(parts);
 }
 
@@ -101,9 +107,9 @@ export function openRecord(sec: Security, rec: ParsedRecord): OpenResult {
     return { ok: false, reason: "HMAC chain mac mismatch (record edited)" };
   }
   if (rec.marker) {
-    const key = markerKeyOf(sec);
-    if (key !== undefined) {
-      if (rec.markerTag === undefined || !equalTags(rec.markerTag, hmac128(key, [rec.beforeMarkerTag]))) {
+    const expectedTag = markerTagOf(sec, rec.epoch, rec.seq, [rec.beforeMarkerTag]);
+    if (expectedTag !== undefined) {
+      if (rec.markerTag === undefined || !equalTags(rec.markerTag, expectedTag)) {
         return { ok: false, reason: "completion marker authentication failed" };
       }
     } else if (rec.markerTag !== undefined && !sec.unverified) {

@@ -66,7 +66,9 @@ describe("wal keys and chain", () => {
     const b = new RecordCipher("aes-256-gcm", master, Buffer.alloc(16, 2));
     const s = new RecordCipher("sm4", master, salt);
     expect(a.checkValue.equals(b.checkValue)).toBe(false);
-    expect(a.markerKey.equals(s.markerKey)).toBe(false);
+    expect(a.markerTag(1, 2).equals(s.markerTag(1, 2))).toBe(false);
+    expect(a.markerTag(1, 2).equals(a.markerTag(1, 3))).toBe(false);
+    expect(a.markerTag(1, 2).equals(a.markerTag(2, 2))).toBe(false);
     expect(new ChainKey(master, salt).checkValue.equals(a.checkValue)).toBe(false);
   });
 
