@@ -3,9 +3,9 @@ import { nanos } from "@nats-io/transport-node";
 import { ErrorCode, isKovaError } from "../core/errors.js";
 import { sleep } from "../core/clock.js";
 import { assertId } from "../core/ids.js";
-import { decodeEnvelope, encodingOf, type Encoding } from "./codec.js";
+import { decodeValue, encodingOf, type Encoding } from "./codec.js";
 import type { BusContext } from "./context.js";
-import type { A2AEnvelope } from "./envelope.js";
+import { validateEnvelope, type A2AEnvelope } from "./envelope.js";
 import { InvalidEnvelopeError, type DecodeError } from "./errors.js";
 import { publishDlq } from "./dlq.js";
 import { DlqReason } from "./wire.js";
@@ -180,8 +180,9 @@ class MailboxImpl implements Mailbox {
 
   private async handle(m: JsMsg): Promise<void> {
     let env: A2AEnvelope;
+    const encoding = encodingOf(m.headers);
     try {
-      env = decodeEnvelope(m.data, m.headers, this.ctx.limits, m.subject);
+      env = validateEnvelope(decodeValue(m.data, encoding, this.ctx.limits, m.subject));
       if (env.to !== this.agentId) {
         throw new InvalidEnvelopeError("to", `is ${JSON.stringify(env.to)} but the message arrived in ${this.agentId}'s inbox (${m.subject})`);
       }
@@ -205,7 +206,7 @@ class MailboxImpl implements Mailbox {
         working: () => m.working(),
         signal: this.abort.signal,
         seq: info.streamSequence,
-        encoding: encodingOf(m.headers),
+        encoding,
       });
     } catch (err) {
       this.current = undefined;
@@ -218,7 +219,8 @@ class MailboxImpl implements Mailbox {
     this.current = undefined;
     this.remember(env.id);
     this.release();
-    await this.ack(m);
+    if (this.stopping) await this.ack(m);
+    else m.ack(); // the common case, without another await on the hot path
   }
 
   /**

@@ -38,7 +38,13 @@ export const DEFAULT_RPC_TIMEOUT_MS = 10_000;
 export function serveRpc(ctx: BusContext, agentId: string, handler: RpcHandler): RpcService {
   const subject = ctx.subjects.rpc(agentId);
   const log = ctx.log.child({ agentId, rpc: subject });
-  const inflight = new Set<Promise<void>>();
+  // A counter, not a set of promises: this is the hot path (docs/benchmarks.md).
+  let inflight = 0;
+  let idle: (() => void) | undefined;
+  const settled = () => {
+    if (--inflight === 0) idle?.();
+  };
+  const failed = (e: unknown) => log.error({ err: e }, "rpc reply failed");
   const sub: Subscription = ctx.nc.subscribe(subject, {
     queue: `kova_rpc`,
     callback: (err, msg) => {
@@ -46,16 +52,15 @@ export function serveRpc(ctx: BusContext, agentId: string, handler: RpcHandler):
         log.error({ err }, "rpc subscription failed");
         return;
       }
-      const p = answer(ctx, agentId, msg, handler).catch((e: unknown) => log.error({ err: e }, "rpc reply failed"));
-      inflight.add(p);
-      void p.finally(() => inflight.delete(p));
+      inflight++;
+      answer(ctx, agentId, msg, handler).catch(failed).finally(settled);
     },
   });
   return {
     subject,
     async stop() {
       if (!sub.isClosed()) await sub.drain().catch(() => undefined);
-      await Promise.all(inflight);
+      if (inflight > 0) await new Promise<void>((r) => (idle = r));
     },
   };
 }
