@@ -44,6 +44,8 @@ export class ActorInstance implements TurnActor {
   #mailboxStopping: Promise<void> | undefined;
   #rpc: RpcService | undefined;
   #turn: CurrentTurn | undefined;
+  /** True from Recovering until the recovered turns are done. */
+  #recovering = false;
   #inFlight = 0;
   #handled = 0;
   #leaving = false;
@@ -79,34 +81,49 @@ export class ActorInstance implements TurnActor {
     const pending = this.deps.wal.pendingFor(this.id).filter((r) => r.kind === TURN_KIND);
     if (pending.length > 0) {
       this.lifecycle.transition("Recovering", { pending: pending.length });
-      for (const r of pending) {
-        if (this.#leaving) return;
-        const record = parseTurnRecord(r.payload);
-        if (record === undefined) {
-          this.log.error({ seq: r.seq }, "unreadable turn record skipped");
-          await this.deps.wal.complete(r.seq);
-          continue;
-        }
-        if (this.def.handlers[record.envelope.type] === undefined) {
-          // The type lost this handler since the crash (a new version): same path as a new message.
-          await this.#unhandled(record.envelope);
-          await this.deps.wal.complete(r.seq);
-          continue;
-        }
-        const outcome = await this.#turnOf(record.envelope, { recovered: { seq: r.seq, record }, afterCrash: true }, true);
-        if (outcome.kind === "lease_lost") throw (outcome as { error: unknown }).error;
-        if (outcome.kind === "failed") {
-          // Failed stays inspectable (rpc) and can be resumed; the mailbox opens on resume.
-          this.#rpc ??= this.deps.bus.serveRpc(this.id, (env) => this.#answerRpc(env));
-          this.#fail(record.envelope, outcome);
-          return;
-        }
+      this.#recovering = true;
+      let finished: boolean;
+      try {
+        finished = await this.#recover(pending);
+      } finally {
+        this.#recovering = false;
       }
+      if (!finished) return;
       this.event("actor_recovered", { turns: pending.length });
     }
     if (this.#leaving) return;
     await this.#open();
     this.lifecycle.transition(this.gate.paused ? "Paused" : "Idle");
+  }
+
+  /** Re-runs the PENDING turns; false when the actor must not go on to take messages (left or Failed). */
+  async #recover(pending: Array<{ seq: number; payload: unknown }>): Promise<boolean> {
+    // Paused before it started: the recovered turns hold at their first step.
+    if (this.gate.paused) this.lifecycle.transition("Paused", { signal: "pause" });
+    for (const r of pending) {
+      if (this.#leaving) return false;
+      const record = parseTurnRecord(r.payload);
+      if (record === undefined) {
+        this.log.error({ seq: r.seq }, "unreadable turn record skipped");
+        await this.deps.wal.complete(r.seq);
+        continue;
+      }
+      if (this.def.handlers[record.envelope.type] === undefined) {
+        // The type lost this handler since the crash (a new version): same path as a new message.
+        await this.#unhandled(record.envelope);
+        await this.deps.wal.complete(r.seq);
+        continue;
+      }
+      const outcome = await this.#turnOf(record.envelope, { recovered: { seq: r.seq, record }, afterCrash: true }, true);
+      if (outcome.kind === "lease_lost") throw (outcome as { error: unknown }).error;
+      if (outcome.kind === "failed") {
+        // Failed stays inspectable (rpc) and can be resumed; the mailbox opens on resume.
+        this.#rpc ??= this.deps.bus.serveRpc(this.id, (env) => this.#answerRpc(env));
+        this.#fail(record.envelope, outcome);
+        return false;
+      }
+    }
+    return true;
   }
 
   async reload(): Promise<void> {
@@ -240,8 +257,8 @@ export class ActorInstance implements TurnActor {
         }
         this.gate.resume();
         if (state === "Paused") {
-          const t = this.#turn;
-          this.lifecycle.transition(t === undefined ? "Idle" : t.recovering ? "Recovering" : "Running", { signal: sig });
+          const back = this.#recovering ? "Recovering" : this.#turn ? "Running" : "Idle";
+          this.lifecycle.transition(back, { signal: sig });
         }
         return;
       case "interrupt":

@@ -179,6 +179,27 @@ describe("actor recovery from the WAL", () => {
     }
   });
 
+  it("recovery - an actor paused while it starts holds its recovered turn before the first step until resume", async () => {
+    const dir = await mkdtemp(join(tmpdir(), "kova-actors-ps-"));
+    const env = createEnvelope({ from: "tester", to: "ps", type: "task_delegate", payload: "job" });
+    await crashedWal(dir, newTurnRecord("ps", "stepper", env));
+    const s = stepper();
+    const rig = await startRig(server.url, uniqueCluster(), [s.def], { dir });
+    try {
+      const starting = rig.host.start("ps", "stepper");
+      await rig.host.signal("ps", "pause");
+      await new Promise((r) => setTimeout(r, 300));
+      expect(s.calls).toEqual(["handler"]);
+      expect(rig.host.status("ps")?.state).toBe("Paused");
+      await rig.host.signal("ps", "resume");
+      await starting;
+      expect(s.calls).toEqual(["handler", "llm", "fetch", "charge"]);
+      expect(rig.states.map(([, st]) => st)).toEqual(["Recovering", "Paused", "Recovering", "Idle"]);
+    } finally {
+      await rig.close(true);
+    }
+  });
+
   it("recovery - abandon() completes the pending turns of an actor that moved, so they never run here", async () => {
     const dir = await mkdtemp(join(tmpdir(), "kova-actors-ab-"));
     const env = createEnvelope({ from: "tester", to: "m1", type: "task_delegate", payload: null });
