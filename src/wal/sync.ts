@@ -55,16 +55,27 @@ export class Durability {
     return new WalFailedError(this.#failure);
   }
 
+  #lastWrite: Promise<unknown> | undefined;
+  #lastSettled: Promise<void> | undefined;
+
   /**
-   * Waits until `write` is durable per the sync mode.
+   * Resolves once `write` is durable per the sync mode. Every write of one event turn
+   * shares lmdb's commit promise, so they share one settle promise too (one flush wait
+   * per batch, not per append).
    * @throws WalFailedError when the commit or the flush fails
    */
-  async settle(write: Promise<unknown>): Promise<void> {
-    try {
-      await write;
-      if (this.mode === "full") await this.storage.flushed();
-    } catch (err) {
-      throw this.fail(err);
-    }
+  settle(write: Promise<unknown>): Promise<void> {
+    if (write === this.#lastWrite) return this.#lastSettled!;
+    const settled = write.then(
+      () => (this.mode === "full" ? this.storage.flushed() : undefined),
+    ).then(
+      () => undefined,
+      (err: unknown) => {
+        throw this.fail(err);
+      },
+    );
+    this.#lastWrite = write;
+    this.#lastSettled = settled;
+    return settled;
   }
 }

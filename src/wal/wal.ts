@@ -20,6 +20,8 @@ interface Waiter {
   reject(err: unknown): void;
 }
 
+const RESOLVED: Promise<void> = Promise.resolve();
+
 /** What `open` has settled before the recovery scan. */
 interface OpenContext {
   storage: WalStorage;
@@ -230,13 +232,25 @@ export class Wal {
    * @throws WalFullError (WAL_FULL) when maxPending records stay PENDING for backpressureTimeoutMs
    * @throws RangeError when kind is empty or longer than 255 bytes
    */
-  async append<T>(kind: string, payload: T, opts?: { owner?: string }): Promise<number> {
-    this.#durability.assertWritable();
+  append<T>(kind: string, payload: T, opts?: { owner?: string }): Promise<number> {
+    // Not an async function: the hot path allocates one promise per append, and appends
+    // of one event turn share the settle promise of their common commit.
+    try {
+      this.#durability.assertWritable();
+      if (this.#pending.size >= this.#maxPending) return this.#appendWhenRoom(kind, payload, opts?.owner);
+      const { seq, write } = this.#stage(kind, payload, opts?.owner, undefined);
+      return this.#durability.settle(write).then(() => seq);
+    } catch (err) {
+      return Promise.reject(err);
+    }
+  }
+
+  async #appendWhenRoom(kind: string, payload: unknown, owner: string | undefined): Promise<number> {
     while (this.#pending.size >= this.#maxPending) {
       await this.#room();
       this.#durability.assertWritable();
     }
-    const { seq, write } = this.#stage(kind, payload, opts?.owner, undefined);
+    const { seq, write } = this.#stage(kind, payload, owner, undefined);
     await this.#durability.settle(write);
     return seq;
   }
@@ -247,19 +261,23 @@ export class Wal {
    * so a re-executed step may complete again safely.
    * @throws WalFailedError, WalClosedError
    */
-  async complete(seq: number, opts?: { kv?: Array<{ key: string; value: unknown }> }): Promise<void> {
-    this.#durability.assertWritable();
-    const entry = this.#pending.get(seq);
-    if (entry === undefined) return;
-    const write = this.#guard(() =>
-      this.#locks.withLocks((tx) => {
-        this.#writeCompletion(tx, entry);
-        for (const { key, value } of opts?.kv ?? []) this.#storage.putKv(tx, key, value);
-        this.#removePending(entry);
-        return { write: this.#storage.lastWrite };
-      }),
-    );
-    await this.#durability.settle(write);
+  complete(seq: number, opts?: { kv?: Array<{ key: string; value: unknown }> }): Promise<void> {
+    try {
+      this.#durability.assertWritable();
+      const entry = this.#pending.get(seq);
+      if (entry === undefined) return RESOLVED;
+      const write = this.#guard(() =>
+        this.#locks.withLocks((tx) => {
+          this.#writeCompletion(tx, entry);
+          if (opts?.kv !== undefined) for (const { key, value } of opts.kv) this.#storage.putKv(tx, key, value);
+          this.#removePending(entry);
+          return { write: this.#storage.lastWrite };
+        }),
+      );
+      return this.#durability.settle(write);
+    } catch (err) {
+      return Promise.reject(err);
+    }
   }
 
   /**
