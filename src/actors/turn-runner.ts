@@ -2,7 +2,8 @@ import { sleep } from "../core/clock.js";
 import { ErrorCode, isKovaError, toWire } from "../core/errors.js";
 import { newId } from "../core/ids.js";
 import type { Logger } from "../core/logger.js";
-import { createEnvelope, type A2AEnvelope, type MailboxContext } from "../bus/index.js";
+import type { A2AEnvelope, MailboxContext } from "../bus/index.js";
+import { makeContext } from "./actor-context.js";
 import type { Checkpoint } from "./checkpoint-store.js";
 import { deadLetter, ActorDlqReason } from "./dead-letter.js";
 import { ActorFailedError, CheckpointConflictError, isLeaseLost, TurnInterruptedError } from "./errors.js";
@@ -12,7 +13,7 @@ import type { HostDeps } from "./ports.js";
 import { supervise, supervisionFor, type SupervisionPolicy } from "./supervision.js";
 import { TurnJournal, type JournalIo } from "./turn-journal.js";
 import { newTurnRecord, TURN_KIND, type TurnRecord } from "./turn-record.js";
-import type { ActorContext, ActorDefinition, ActorHandler } from "./types.js";
+import type { ActorDefinition, ActorHandler } from "./types.js";
 
 /** What a turn needs from its actor. */
 export interface TurnActor {
@@ -92,7 +93,7 @@ export async function runTurn(actor: TurnActor, env: A2AEnvelope, src: TurnSourc
   let finalState: unknown = base;
   const run = async (attempt: number): Promise<unknown> => {
     const journal = new TurnJournal(actor.id, record, io);
-    const ctx = makeContext(actor, env, journal, attempt, structuredClone(base), src);
+    const ctx = makeContext(actor, env, journal, attempt, structuredClone(base), src.mailbox, signal);
     // A handler that caught an interruption and returned has wrapped up: its turn is done.
     const result = await handler(ctx);
     await journal.flush();
@@ -237,73 +238,4 @@ function retryable(err: unknown): boolean {
 // message is redelivered and the PENDING record resumes, instead of a dead letter.
 function isInfrastructure(err: unknown): boolean {
   return isKovaError(err) && (err.code.startsWith("WAL_") || err.code === ErrorCode.NATS_UNREACHABLE || err.code === ErrorCode.CONNECTION_CLOSED);
-}
-
-function makeContext(
-  actor: TurnActor,
-  env: A2AEnvelope,
-  journal: TurnJournal,
-  attempt: number,
-  state: unknown,
-  src: TurnSource,
-): ActorContext<unknown> {
-  const { deps } = actor;
-  return {
-    actorId: actor.id,
-    type: actor.def.type,
-    nodeId: deps.nodeId,
-    state,
-    message: env,
-    get replaying() {
-      return journal.replaying;
-    },
-    attempt,
-    now: () => journal.now(),
-    random: () => journal.random(),
-    newId: () => journal.newId(),
-    step: (name, fn, opts) => journal.step(name, fn, opts),
-    send: async (fields) => {
-      const id = fields.id ?? journal.newId();
-      return journal.step(
-        `send:${fields.type}:${fields.to}`,
-        async () => {
-          await deps.bus.send(createEnvelope({ ...fields, id, from: actor.id }));
-          return id;
-        },
-        { idempotent: true },
-      );
-    },
-    emit: async (type, data, opts = {}) => {
-      const ts = journal.now();
-      await journal.step(
-        `emit:${type}`,
-        () =>
-          deps.bus.publishEvent({
-            type,
-            sessionId: opts.sessionId ?? "actors",
-            runId: opts.runId ?? actor.id,
-            ...(opts.parentRunId ? { parentRunId: opts.parentRunId } : {}),
-            ts,
-            data,
-          }),
-        { idempotent: true },
-      );
-    },
-    stream: (type, data, opts = {}) => {
-      const event = {
-        type,
-        sessionId: opts.sessionId ?? "actors",
-        runId: opts.runId ?? actor.id,
-        ...(opts.parentRunId ? { parentRunId: opts.parentRunId } : {}),
-        ts: Date.now(),
-        data,
-      };
-      // Best effort by design: a lost token event must never fail the turn.
-      Promise.resolve()
-        .then(() => deps.bus.publishEvent(event, { durable: false }))
-        .catch((err: unknown) => actor.log.debug({ err, type }, "stream event not published"));
-    },
-    working: () => src.mailbox?.working(),
-    signal: src.abort.signal,
-  };
 }

@@ -1,0 +1,81 @@
+import type { Logger } from "../core/logger.js";
+import { createEnvelope, type A2AEnvelope, type KovaEvent, type MailboxContext } from "../bus/index.js";
+import type { HostDeps } from "./ports.js";
+import type { TurnJournal } from "./turn-journal.js";
+import type { ActorContext, EmitOptions } from "./types.js";
+
+/** The actor a context speaks for. */
+export interface ContextActor {
+  readonly id: string;
+  readonly def: { readonly type: string };
+  readonly deps: HostDeps;
+  readonly log: Logger;
+}
+
+function eventOf(actor: ContextActor, type: string, data: unknown, opts: EmitOptions, ts: number): KovaEvent {
+  return {
+    type,
+    sessionId: opts.sessionId ?? "actors",
+    runId: opts.runId ?? actor.id,
+    ...(opts.parentRunId ? { parentRunId: opts.parentRunId } : {}),
+    ts,
+    data,
+  };
+}
+
+/**
+ * The ActorContext of one turn attempt. Every non-deterministic value and every effect
+ * goes through the journal, so that a replay of the turn is exact.
+ */
+export function makeContext(
+  actor: ContextActor,
+  env: A2AEnvelope,
+  journal: TurnJournal,
+  attempt: number,
+  state: unknown,
+  mailbox: MailboxContext | undefined,
+  signal: AbortSignal,
+): ActorContext<unknown> {
+  const { deps } = actor;
+  return {
+    actorId: actor.id,
+    type: actor.def.type,
+    nodeId: deps.nodeId,
+    state,
+    message: env,
+    get replaying() {
+      return journal.replaying;
+    },
+    attempt,
+    now: () => journal.now(),
+    random: () => journal.random(),
+    newId: () => journal.newId(),
+    step: (name, fn, opts) => journal.step(name, fn, opts),
+    send: async (fields) => {
+      // The id is drawn (and recorded) outside the step, so a re-run sends the same id
+      // and JetStream's duplicate window stores it once.
+      const id = fields.id ?? journal.newId();
+      return journal.step(
+        `send:${fields.type}:${fields.to}`,
+        async () => {
+          await deps.bus.send(createEnvelope({ ...fields, id, from: actor.id }));
+          return id;
+        },
+        { idempotent: true },
+      );
+    },
+    emit: async (type, data, opts = {}) => {
+      const event = eventOf(actor, type, data, opts, journal.now());
+      await journal.step(`emit:${type}`, () => deps.bus.publishEvent(event), { idempotent: true });
+    },
+    stream: (type, data, opts = {}) => {
+      const event = eventOf(actor, type, data, opts, Date.now());
+      // Best effort by design: a lost token event must never fail the turn.
+      Promise.resolve()
+        .then(() => deps.bus.publishEvent(event, { durable: false }))
+        .catch((err: unknown) => actor.log.debug({ err, type }, "stream event not published"));
+    },
+    working: () => mailbox?.working(),
+    signal,
+  };
+}
