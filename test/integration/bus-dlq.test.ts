@@ -83,6 +83,31 @@ describe("bus DLQ", () => {
     }
   });
 
+  it("dlq - a message delivered after its deadline, or addressed to another agent, goes to the DLQ instead of the handler", async () => {
+    const bus = await connectBus(server.url, uniqueCluster());
+    try {
+      const late = createEnvelope({ from: "a", to: "punctual", type: "task_delegate", payload: "late", deadline: Date.now() + 50 });
+      await bus.send(late);
+      const nc = await connect({ servers: server.url });
+      const misrouted = encodeValue({ id: "m2", from: "a", to: "someone-else", type: "task_delegate", payload: 1 });
+      await publishRaw(nc, bus.subjects.a2a("punctual"), misrouted);
+      await nc.close();
+      await new Promise((r) => setTimeout(r, 100));
+      const good = createEnvelope({ from: "a", to: "punctual", type: "task_delegate", payload: "on time" });
+      await bus.send(good);
+      const got: string[] = [];
+      await bus.openMailbox("punctual", async (env) => void got.push(env.id));
+      await waitFor(() => got.length === 1, 5_000, "good message");
+      expect(got).toEqual([good.id]);
+      const [expired] = await dlqOf(bus, "expired");
+      expect(expired!.headers["Kova-Dlq-Msg-Id"]).toBe(late.id);
+      const [wrong] = await dlqOf(bus, "invalid_envelope");
+      expect(wrong!.headers["Kova-Dlq-Error"]).toContain("someone-else");
+    } finally {
+      await bus.close();
+    }
+  });
+
   it("dlq - an oversized payload is rejected before sending with PAYLOAD_TOO_LARGE and recorded in the DLQ", async () => {
     const bus = await connectBus(server.url, uniqueCluster());
     try {
