@@ -40,7 +40,11 @@ export interface PlacementOptions {
  * cluster converges without a leader; CAS on the lease settles any race.
  */
 export class PlacementController {
+  /** Actors with a placement job queued or running: never two jobs for one actor. */
   private readonly busy = new Set<string>();
+  private readonly startQueue: Array<() => Promise<void>> = [];
+  private readonly jobs = new Set<Promise<void>>();
+  private startsRunning = 0;
   private timer: NodeJS.Timeout | undefined;
   private running: Promise<void> | undefined;
   private again = false;
@@ -93,9 +97,47 @@ export class PlacementController {
       });
   }
 
-  /** Resolves when no reconcile pass is running (tests and shutdown). */
+  /** Resolves when no reconcile pass and no placement job is running (tests and shutdown). */
   async idle(): Promise<void> {
-    while (this.running) await this.running;
+    while (this.running || this.jobs.size > 0) {
+      await this.running;
+      await Promise.all([...this.jobs]);
+    }
+  }
+
+  /**
+   * Runs a placement job without holding up the reconcile pass: a drain can take as long
+   * as the actor's current turn (an LLM turn: minutes), and a takeover after a node death
+   * must not wait behind it. Stops run at once; starts share `concurrency` slots.
+   */
+  private schedule(id: string, kind: "start" | "stop", job: () => Promise<void>): void {
+    this.busy.add(id);
+    const run = () => {
+      const p = this.guard(id, job).finally(() => {
+        this.jobs.delete(p);
+        if (kind === "start") {
+          this.startsRunning--;
+          this.pumpStarts();
+        }
+        // No kick here: a job's effects (a released lease) reach peers through the lease
+        // watch, and anything left for this node is picked up by the next timed pass.
+      });
+      this.jobs.add(p);
+      return p;
+    };
+    if (kind === "stop") {
+      void run();
+      return;
+    }
+    this.startQueue.push(async () => void run());
+    this.pumpStarts();
+  }
+
+  private pumpStarts(): void {
+    while (this.startsRunning < (this.opts.concurrency ?? 16) && this.startQueue.length > 0) {
+      this.startsRunning++;
+      void this.startQueue.shift()!();
+    }
   }
 
   private async reconcile(): Promise<void> {
@@ -105,7 +147,8 @@ export class PlacementController {
     const live = membership.readyNodes();
     const healthy = membership.selfHealthy();
     const hosted = new Set(host.hosted());
-    const work: Array<() => Promise<void>> = [];
+    const stop = (id: string, job: () => Promise<void>) => this.schedule(id, "stop", job);
+    const start = (id: string, job: () => Promise<void>) => this.schedule(id, "start", job);
 
     for (const record of registry.list()) {
       const id = record.id;
@@ -115,32 +158,30 @@ export class PlacementController {
       const owner = ownerOf(id, live.filter((n) => membership.supports(n, record.type)));
 
       if (hosted.has(id) && !mine) {
-        work.push(() => this.drop(id, "lease-lost"));
+        stop(id, () => this.drop(id, "lease-lost"));
         continue;
       }
       if (record.desired === "killed") {
-        if (hosted.has(id) || mine) work.push(() => this.giveUp(id, "killed"));
+        if (hosted.has(id) || mine) stop(id, () => this.giveUp(id, "killed"));
         continue;
       }
       if (mine) {
-        if (owner !== nodeId && owner !== undefined && healthy) work.push(() => this.giveUp(id, `rebalance to ${owner}`));
-        else if (!hosted.has(id)) work.push(() => this.take(record));
+        if (owner !== nodeId && owner !== undefined && healthy) stop(id, () => this.giveUp(id, `rebalance to ${owner}`));
+        else if (!hosted.has(id)) start(id, () => this.take(record));
         continue;
       }
       if (!healthy) continue;
       if (lease?.node === nodeId) {
         // Left by this node's previous life (a restart): reclaim it if it is still ours by
         // hashing, else free it so that its owner does not wait for staleness.
-        if (owner === nodeId) work.push(() => this.take(record));
-        else work.push(() => this.freeOld(id));
+        if (owner === nodeId) start(id, () => this.take(record));
+        else stop(id, () => this.freeOld(id));
         continue;
       }
-      if (owner === nodeId && (lease === undefined || this.mayTake(lease))) work.push(() => this.take(record));
+      if (owner === nodeId && (lease === undefined || this.mayTake(lease))) start(id, () => this.take(record));
     }
     // Leases this process holds for actors that left the registry (deleted).
-    for (const id of hosted) if (!registry.get(id) && !this.busy.has(id)) work.push(() => this.giveUp(id, "deregistered"));
-
-    await runLimited(work, this.opts.concurrency ?? 16);
+    for (const id of hosted) if (!registry.get(id) && !this.busy.has(id)) stop(id, () => this.giveUp(id, "deregistered"));
   }
 
   private mayTake(lease: LeaseRecord): boolean {
@@ -149,7 +190,7 @@ export class PlacementController {
     return !this.opts.membership.isLive(lease.node);
   }
 
-  private async guarded(id: string, fn: () => Promise<void>): Promise<void> {
+  private async guard(id: string, fn: () => Promise<void>): Promise<void> {
     this.busy.add(id);
     try {
       await fn();
@@ -160,47 +201,39 @@ export class PlacementController {
     }
   }
 
-  private take(record: AgentRecord): Promise<void> {
-    return this.guarded(record.id, async () => {
-      let takeover = false;
-      if (!this.opts.leases.holds(record.id)) {
-        const before = this.opts.leases.get(record.id)?.value;
-        takeover = before !== undefined && before.node !== null && before.node !== this.opts.nodeId;
-        const won = await this.opts.leases.acquire(record.id, (l) => this.mayTake(l));
-        if (!won) return;
-        this.opts.onPlacement?.({ actorId: record.id, action: "acquired", reason: takeover ? `takeover from ${before?.node}` : "placement" });
-      }
-      try {
-        await this.opts.host.start(record.id, record.type, record, { takeover });
-      } catch (err) {
-        // Give the actor a chance elsewhere rather than holding a lease we cannot serve.
-        await this.opts.leases.release(record.id, "start-failed").catch(() => false);
-        throw err;
-      }
-    });
+  private async take(record: AgentRecord): Promise<void> {
+    let takeover = false;
+    if (!this.opts.leases.holds(record.id)) {
+      const before = this.opts.leases.get(record.id)?.value;
+      takeover = before !== undefined && before.node !== null && before.node !== this.opts.nodeId;
+      const won = await this.opts.leases.acquire(record.id, (l) => this.mayTake(l));
+      if (!won) return;
+      this.opts.onPlacement?.({ actorId: record.id, action: "acquired", reason: takeover ? `takeover from ${before?.node}` : "placement" });
+    }
+    try {
+      await this.opts.host.start(record.id, record.type, record, { takeover });
+    } catch (err) {
+      // Give the actor a chance elsewhere rather than holding a lease we cannot serve.
+      await this.opts.leases.release(record.id, "start-failed").catch(() => false);
+      throw err;
+    }
   }
 
-  private giveUp(id: string, reason: string): Promise<void> {
-    return this.guarded(id, async () => {
-      if (this.opts.host.hosted().includes(id)) await this.opts.host.stop(id, reason);
-      if (await this.opts.leases.release(id, reason)) {
-        this.opts.onPlacement?.({ actorId: id, action: "released", reason });
-      }
-    });
+  private async giveUp(id: string, reason: string): Promise<void> {
+    if (this.opts.host.hosted().includes(id)) await this.opts.host.stop(id, reason);
+    if (await this.opts.leases.release(id, reason)) {
+      this.opts.onPlacement?.({ actorId: id, action: "released", reason });
+    }
   }
 
-  private drop(id: string, reason: string): Promise<void> {
-    return this.guarded(id, async () => {
-      this.log.warn({ actorId: id }, "lease lost while hosting: stopping without checkpoint release");
-      await this.opts.host.stop(id, reason);
-      this.opts.onPlacement?.({ actorId: id, action: "lost", reason });
-    });
+  private async drop(id: string, reason: string): Promise<void> {
+    this.log.warn({ actorId: id }, "lease lost while hosting: stopping without checkpoint release");
+    await this.opts.host.stop(id, reason);
+    this.opts.onPlacement?.({ actorId: id, action: "lost", reason });
   }
 
-  private freeOld(id: string): Promise<void> {
-    return this.guarded(id, async () => {
-      await this.opts.leases.release(id, "restart", { anyIncarnation: true });
-    });
+  private async freeOld(id: string): Promise<void> {
+    await this.opts.leases.release(id, "restart", { anyIncarnation: true });
   }
 
   /** Stops the loop; in-flight starts and stops finish first. */
@@ -215,18 +248,6 @@ export class PlacementController {
   async releaseAll(reason: string): Promise<void> {
     const ids = new Set([...this.opts.host.hosted()]);
     for (const [id] of this.opts.leases.entries()) if (this.opts.leases.holds(id)) ids.add(id);
-    await runLimited([...ids].map((id) => () => this.giveUp(id, reason)), this.opts.concurrency ?? 16);
+    await Promise.all([...ids].map((id) => this.guard(id, () => this.giveUp(id, reason))));
   }
-}
-
-/** Runs async jobs with at most `limit` in flight. */
-export async function runLimited(jobs: Array<() => Promise<void>>, limit: number): Promise<void> {
-  let next = 0;
-  const worker = async () => {
-    while (next < jobs.length) {
-      const job = jobs[next++];
-      if (job) await job();
-    }
-  };
-  await Promise.all(Array.from({ length: Math.min(limit, jobs.length) }, worker));
 }
