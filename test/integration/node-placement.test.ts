@@ -36,8 +36,10 @@ class RecordingHost implements HostPort {
     this.running.set(id, this.nodeId);
     this.actors.add(id);
   }
+  /** Actors whose drain takes this long (a long LLM turn in flight). */
+  readonly slowDrain = new Map<string, number>();
   async stop(id: string): Promise<void> {
-    await new Promise((r) => setTimeout(r, 5)); // a turn draining
+    await new Promise((r) => setTimeout(r, this.slowDrain.get(id) ?? 5)); // a turn draining
     if (this.running.get(id) === this.nodeId) this.running.delete(id);
     this.actors.delete(id);
   }
@@ -147,6 +149,32 @@ describe("placement over live nodes", () => {
     expect(plain.host.hosted()).toEqual([]);
     for (const n of [plain, gpu]) {
       await n.placement.stop();
+      n.membership.stop();
+    }
+  }, 60000);
+
+  it("placement - a long drain on one actor does not delay the takeover of a dead node's actors", async () => {
+    const cluster = `p${randomUUID().slice(0, 8)}`;
+    const running = new Map<string, string>();
+    const doubles: string[] = [];
+    const [n1, n2] = [await startNode(cluster, "n1", running, doubles), await startNode(cluster, "n2", running, doubles)];
+    const ids = Array.from({ length: 40 }, (_, i) => `d${i}`);
+    for (const id of ids) await n1.registry.declare({ id, type: "counter" });
+    await waitFor(() => hostedOnce([n1, n2], ids), 5000, "initial placement");
+    // every actor of n1 takes 20 s to drain, so the rebalance to n3 hangs on them
+    for (const id of n1.host.hosted()) n1.host.slowDrain.set(id, 20_000);
+    const n3 = await startNode(cluster, "n3", running, doubles);
+    await waitFor(() => n3.host.hosted().length > 0, 5000, "n3 gets n2's share");
+    // now n2 dies: n1 must take its actors although its own drains are still running
+    const orphaned = n2.host.hosted();
+    await n2.placement.stop();
+    n2.membership.stop();
+    n2.host.actors.clear();
+    for (const a of orphaned) running.delete(a);
+    const took = await waitFor(() => orphaned.every((a) => n1.host.hosted().includes(a) || n3.host.hosted().includes(a)), 5000, "takeover during drains");
+    expect(took).toBeLessThan(4000);
+    for (const n of [n1, n3]) {
+      n.host.slowDrain.clear();
       n.membership.stop();
     }
   }, 60000);
