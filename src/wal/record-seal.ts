@@ -82,6 +82,11 @@ export function sealData(sec: Security, id: RecordIdentity, payload: Uint8Array,
  * completed record's chain macs so the chain stays linked through completed records.
  */
 export function sealMarker(sec: Security, id: RecordIdentity, chain: { prevMac: Buffer; mac: Buffer } | undefined): Buffer {
+  if (sec.cipher === undefined && sec.chain === undefined) {
+    const buf = Buffer.allocUnsafe(headerLength(id.kind, id.owner) + CRC_LEN);
+    writeHeader(buf, headerFields(sec, id, true), 0);
+    return writeCrc(buf);
+  }
   const header = encodeHeader(headerFields(sec, id, true), 0);
   const parts: Array<Uint8Array | undefined> = [header, chain?.prevMac, chain?.mac];
   parts.push(markerTagOf(sec, id.epoch, id.seq, parts.filter((p): p is Uint8Array => p !== undefined)));

@@ -21,6 +21,7 @@ interface Waiter {
 }
 
 const RESOLVED: Promise<void> = Promise.resolve();
+const NOTHING = (): undefined => undefined;
 
 /** What `open` has settled before the recovery scan. */
 interface OpenContext {
@@ -266,15 +267,12 @@ export class Wal {
       this.#durability.assertWritable();
       const entry = this.#pending.get(seq);
       if (entry === undefined) return RESOLVED;
-      const write = this.#guard(() =>
-        this.#locks.withLocks((tx) => {
-          this.#writeCompletion(tx, entry);
-          if (opts?.kv !== undefined) for (const { key, value } of opts.kv) this.#storage.putKv(tx, key, value);
-          this.#removePending(entry);
-          return { write: this.#storage.lastWrite };
-        }),
-      );
-      return this.#durability.settle(write);
+      this.#section(NOTHING, (tx) => {
+        this.#writeCompletion(tx, entry);
+        if (opts?.kv !== undefined) for (const { key, value } of opts.kv) this.#storage.putKv(tx, key, value);
+      });
+      this.#removePending(entry);
+      return this.#durability.settle(this.#storage.lastWrite);
     } catch (err) {
       return Promise.reject(err);
     }
@@ -362,19 +360,35 @@ export class Wal {
     return this.#closing;
   }
 
-  /** Runs a synchronous write section; a synchronous LMDB throw is a failed commit. */
-  #guard(fn: () => { write: Promise<unknown> }): Promise<unknown> {
+  /**
+   * One synchronous write section: `prepare` runs under the Buffer lock, `write` under
+   * Buffer → Queue → Transaction (taken by hand: this is the hot path). A synchronous
+   * throw from LMDB while issuing writes is a failed commit.
+   */
+  #section<P, T>(prepare: () => P, write: (tx: TransactionLock, prepared: P) => T): T {
+    const locks = this.#locks;
+    const buffer = locks.buffer();
+    let queue: QueueLock | undefined;
+    let tx: TransactionLock | undefined;
     try {
-      return fn().write;
-    } catch (err) {
-      if (err instanceof KovaError && err.code === ErrorCode.LOCK_ORDER) throw err;
-      throw this.#durability.fail(err);
+      const prepared = prepare();
+      queue = locks.queue(buffer);
+      tx = locks.transaction(queue);
+      try {
+        return write(tx, prepared);
+      } catch (err) {
+        throw err instanceof KovaError && err.code === ErrorCode.LOCK_ORDER ? err : this.#durability.fail(err);
+      }
+    } finally {
+      tx?.release();
+      queue?.release();
+      buffer.release();
     }
   }
 
   /**
-   * The append path, in one synchronous section under Buffer → Queue → Transaction.
-   * Nothing in memory changes unless every write was issued.
+   * The append path, in one synchronous section. Nothing in memory changes unless every
+   * write was issued.
    */
   #stage(
     kind: string,
@@ -382,47 +396,34 @@ export class Wal {
     owner: string | undefined,
     completing: PendingEntry | undefined,
   ): { seq: number; write: Promise<unknown> } {
-    // The hottest path: locks taken by hand (not withLocks) to avoid closures.
-    const locks = this.#locks;
-    const buffer = locks.buffer();
-    let queue: QueueLock | undefined;
-    let tx: TransactionLock | undefined;
-    try {
-      // Buffer: seq, seal (encrypt, chain). Throws (bad kind, unencodable payload) change nothing.
-      const seq = this.#nextSeq;
-      const sealed = sealData(this.#security, { epoch: this.#epoch, seq, kind, owner }, encodePayload(payload), this.#headMac);
-      // Queue: the record a lap behind in this slot is kept if still PENDING.
-      queue = locks.queue(buffer);
-      const evicted = this.#pending.get(seq - this.#ring.size);
-      const move = evicted !== undefined && evicted.where === "ring";
-      // Records found by recovery may not hold their bytes: they are committed, so read them back.
-      const movedBytes = move ? (evicted.bytes ?? this.#storage.ring.get(this.#ring.slotOf(evicted.record.seq))) : undefined;
-      if (move && movedBytes === undefined) throw new KovaError(ErrorCode.INTERNAL, `PENDING record ${evicted.record.seq} vanished from its slot`);
-      // Transaction: issue the writes in seq order; one event turn = one LMDB txn.
-      tx = locks.transaction(queue);
-      try {
+    const seq = this.#nextSeq;
+    return this.#section(
+      // Buffer: seq, seal (encrypt, chain). A throw here (bad kind, unencodable payload) changes nothing.
+      () => sealData(this.#security, { epoch: this.#epoch, seq, kind, owner }, encodePayload(payload), this.#headMac),
+      (tx, sealed) => {
+        // Queue: the record a lap behind in this slot is kept (moved to overflow) if still PENDING.
+        const evicted = this.#pending.get(seq - this.#ring.size);
+        const move = evicted !== undefined && evicted.where === "ring";
+        // Records found by recovery may not hold their bytes: they are committed, so read them back.
+        const movedBytes = move ? (evicted.bytes ?? this.#storage.ring.get(this.#ring.slotOf(evicted.record.seq))) : undefined;
+        if (move && movedBytes === undefined) throw new KovaError(ErrorCode.INTERNAL, `PENDING record ${evicted.record.seq} vanished from its slot`);
+        // Transaction: issue the writes in seq order; one event turn = one LMDB txn.
         if (move) this.#storage.putOverflow(tx, evicted.record.seq, movedBytes!);
         if (completing !== undefined) this.#writeCompletion(tx, completing);
         this.#storage.putSlot(tx, this.#ring.slotOf(seq), sealed.bytes);
         if (sealed.mac !== undefined) this.#storage.writeHead(tx, { seq, mac: sealed.mac.toString("hex") });
-      } catch (err) {
-        throw err instanceof KovaError && err.code === ErrorCode.LOCK_ORDER ? err : this.#durability.fail(err);
-      }
-      if (move) evicted.where = "overflow";
-      this.#nextSeq = seq + 1;
-      this.#headMac = sealed.mac;
-      if (completing !== undefined) this.#removePending(completing);
-      const record: WalRecord =
-        owner === undefined
-          ? { seq, epoch: this.#epoch, kind, payload, status: "PENDING" }
-          : { seq, epoch: this.#epoch, kind, owner, payload, status: "PENDING" };
-      this.#addPending({ record, bytes: sealed.bytes, where: "ring", mac: sealed.mac, prevMac: sealed.prevMac, withheld: false });
-      return { seq, write: this.#storage.lastWrite };
-    } finally {
-      tx?.release();
-      queue?.release();
-      buffer.release();
-    }
+        if (move) evicted.where = "overflow";
+        this.#nextSeq = seq + 1;
+        this.#headMac = sealed.mac;
+        if (completing !== undefined) this.#removePending(completing);
+        const record: WalRecord =
+          owner === undefined
+            ? { seq, epoch: this.#epoch, kind, payload, status: "PENDING" }
+            : { seq, epoch: this.#epoch, kind, owner, payload, status: "PENDING" };
+        this.#addPending({ record, bytes: sealed.bytes, where: "ring", mac: sealed.mac, prevMac: sealed.prevMac, withheld: false });
+        return { seq, write: this.#storage.lastWrite };
+      },
+    );
   }
 
   /** COMPLETE: a marker in the ring slot, or (compaction) removal from overflow. */
