@@ -1,3 +1,4 @@
+import type { MsgRequest } from "@nats-io/jetstream";
 import { headers as natsHeaders, type MsgHdrs, type Subscription } from "@nats-io/transport-node";
 import { toWire } from "../core/errors.js";
 import type { BusContext } from "./context.js";
@@ -105,6 +106,8 @@ export async function listDlq(ctx: BusContext, opts: { limit?: number; reason?: 
 
 /** A running DLQ mover; `stop()` drains its subscription. */
 export interface DlqMover {
+  /** The start-up sweep (see `sweepExhausted`): resolves with the number of messages it moved. */
+  readonly swept: Promise<number>;
   stop(): Promise<void>;
 }
 
@@ -144,12 +147,46 @@ export function startDlqMover(ctx: BusContext): DlqMover {
       );
     },
   });
+  // Advisories are core NATS: one sent while no mover ran is gone. Catch up once.
+  const swept = sweepExhausted(ctx).catch((err: unknown) => {
+    ctx.log.error({ err }, "DLQ sweep failed");
+    return 0;
+  });
   return {
+    swept,
     async stop() {
       if (!sub.isClosed()) await sub.drain().catch(() => undefined);
       await chain;
+      await swept;
     },
   };
+}
+
+/**
+ * Finds messages that exhausted max_deliver while no mover was listening and moves
+ * them. In a WorkQueue stream an acked message is deleted, so a message of an agent's
+ * subject that is still stored at or below its consumer's ack floor can only be one the
+ * consumer gave up on.
+ */
+export async function sweepExhausted(ctx: BusContext): Promise<number> {
+  const stream = ctx.subjects.streams.a2a;
+  let moved = 0;
+  for await (const ci of ctx.jsm.consumers.list(stream)) {
+    const subject = ci.config.filter_subject;
+    const floor = ci.ack_floor.stream_seq;
+    if (!subject || floor === 0) continue;
+    for (let from = 1; ; ) {
+      // STREAM.MSG.GET accepts next_by_subj on 2.9; nats.js 3.4 only types it for direct gets.
+      const query = { next_by_subj: subject, seq: from } as unknown as MsgRequest;
+      const m = await ctx.jsm.streams.getMessage(stream, query).catch(() => null);
+      if (!m || m.seq > floor) break;
+      await moveOne(ctx, stream, { stream, consumer: ci.name, stream_seq: m.seq, deliveries: ci.config.max_deliver ?? 0 });
+      moved++;
+      from = m.seq + 1;
+    }
+  }
+  if (moved > 0) ctx.log.warn({ moved }, "DLQ sweep moved messages that exhausted max_deliver while no mover ran");
+  return moved;
 }
 
 async function moveOne(ctx: BusContext, stream: string, adv: MaxDeliveriesAdvisory): Promise<void> {

@@ -165,4 +165,34 @@ describe("bus DLQ", () => {
       await bus.close();
     }
   });
+
+  it("dlq - messages that exhausted max_deliver while no mover ran are swept into the DLQ when a mover starts", async () => {
+    const bus = await connectBus(server.url, uniqueCluster());
+    try {
+      const poison = createEnvelope({ from: "a", to: "unlucky", type: "task_delegate", payload: "poison" });
+      const next = createEnvelope({ from: "a", to: "unlucky", type: "task_delegate", payload: "fine" });
+      await bus.send(poison);
+      await bus.send(next);
+      const done: string[] = [];
+      await bus.openMailbox(
+        "unlucky",
+        async (env) => {
+          if (env.payload === "poison") throw new Error("always fails");
+          done.push(env.id);
+        },
+        { maxDeliver: 2, backoffMs: [20] },
+      );
+      await waitFor(() => done.length === 1, 10_000, "next message");
+      // Nobody listened to the advisory: the poison message is still in the WorkQueue stream.
+      expect((await bus.jsm.streams.info(bus.subjects.streams.a2a)).state.messages).toBe(1);
+      expect(await bus.listDlq()).toEqual([]);
+      const mover = bus.startDlqMover();
+      expect(await mover.swept).toBe(1);
+      const [entry] = await dlqOf(bus, "max_deliver");
+      expect(entry!.headers["Kova-Dlq-Msg-Id"]).toBe(poison.id);
+      expect((await bus.jsm.streams.info(bus.subjects.streams.a2a)).state.messages).toBe(0);
+    } finally {
+      await bus.close();
+    }
+  });
 });
