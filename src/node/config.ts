@@ -20,6 +20,7 @@ import { isValidId } from "../core/ids.js";
  * name = "default"         # KOVA_CLUSTER
  * heartbeat_ms = 1000
  * stale_after_ms = 5000
+ * drain_timeout_ms = 20000 # a move or shutdown waits this long for a running turn
  *
  * [nats]
  * urls = ["nats://127.0.0.1:4222"]   # NATS_URL (comma-separated) overrides
@@ -70,6 +71,11 @@ export interface NodeConfig {
   staleAfterMs: number;
   /** How often placement re-checks ownership even without membership changes. */
   reconcileMs: number;
+  /**
+   * How long a move or a graceful stop waits for an actor's running turn; past it the
+   * turn is cut at its next step and its message goes to the next host.
+   */
+  drainTimeoutMs: number;
   wal: WalConfig;
   mailbox: { ackWaitMs?: number; maxDeliver?: number };
   actors: ActorSpec[];
@@ -141,7 +147,7 @@ function buildConfig(doc: Table, path: string | undefined, env: NodeJS.ProcessEn
   const wal = table(doc, "wal");
   const mailbox = table(doc, "mailbox");
   rejectUnknown(node, ["id", "data_dir"], "node.");
-  rejectUnknown(cluster, ["name", "heartbeat_ms", "stale_after_ms", "reconcile_ms"], "cluster.");
+  rejectUnknown(cluster, ["name", "heartbeat_ms", "stale_after_ms", "reconcile_ms", "drain_timeout_ms"], "cluster.");
   rejectUnknown(nats, ["urls", "replicas"], "nats.");
   rejectUnknown(wal, ["sync", "ring_bits", "encryption", "hmac"], "wal.");
   rejectUnknown(mailbox, ["ack_wait_ms", "max_deliver"], "mailbox.");
@@ -169,6 +175,7 @@ function buildConfig(doc: Table, path: string | undefined, env: NodeJS.ProcessEn
     heartbeatMs,
     staleAfterMs,
     reconcileMs,
+    drainTimeoutMs: intValue(cluster.drain_timeout_ms, "cluster.drain_timeout_ms", 0, 3_600_000) ?? 20_000,
     replicas: intValue(nats.replicas, "nats.replicas", 1, 5) ?? 1,
     wal: walConfig(wal, env),
     mailbox: {},

@@ -169,7 +169,7 @@ export class KovaNode {
         await this.host.start(id, type);
         if (record.desired === "paused") await this.host.signal(id, "pause");
       },
-      stop: (id, reason) => this.host.stop(id, { reason }),
+      stop: (id, reason) => this.host.stop(id, { reason, drainTimeoutMs: config.drainTimeoutMs }),
       hosted: () => this.host.list().map((s) => s.id),
     };
     this.placement = new PlacementController({

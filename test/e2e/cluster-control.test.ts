@@ -91,4 +91,23 @@ describe("cluster control (CLI against 2 node processes)", () => {
     expect(replies.every((p) => p.name === "kova-node" && p.type === "io.nats.micro.v1.ping_response")).toBe(true);
     expect(replies.map((p) => p.metadata?.node_id).sort()).toEqual(["a1", "a2"]);
   }, 60000);
+
+  it("cluster - graceful stop cuts a turn that outlasts drain_timeout_ms; the message completes once on the other node", async () => {
+    const agents = await tc.agents();
+    const onA1 = [...agents.values()].find((r) => r.node === "a1" && r.desired === "running")!.id;
+    const long = createEnvelope({ from: "tester", to: onA1, type: "task_delegate", payload: { sleepMs: 5000 } });
+    await tc.bus.send(long);
+    await waitUntil(async () => tc.events.some((e) => e.type === "probe_start" && (e.data as { id: string }).id === long.id), 5000, "long turn started");
+    const t0 = performance.now();
+    const exit = await tc.term("a1");
+    expect(exit.code).toBe(0);
+    expect(performance.now() - t0).toBeLessThan(4000); // drain_timeout_ms 1 s, not the 5 s turn
+    const s = await waitUntil(async () => {
+      const st = await tc.info<ProbeState>(onA1);
+      return st.ids.includes(long.id) ? st : undefined;
+    }, 30_000, "long message completed on a2");
+    expect(s.ids.filter((id) => id === long.id)).toHaveLength(1);
+    const ends = tc.events.filter((e) => e.type === "probe_end" && (e.data as { id: string }).id === long.id);
+    expect(ends.map((e) => (e.data as { node: string }).node)).toEqual(["a2"]);
+  }, 60000);
 });

@@ -26,6 +26,7 @@ data_dir = "data"
 name = "prod"
 heartbeat_ms = 500
 stale_after_ms = 3000
+drain_timeout_ms = 1500
 [nats]
 urls = ["nats://10.0.0.1:4222", "nats://10.0.0.2:4222"]
 replicas = 3
@@ -52,6 +53,7 @@ module = "./probe.mjs"
     expect(cfg.replicas).toBe(3);
     expect(cfg.heartbeatMs).toBe(500);
     expect(cfg.staleAfterMs).toBe(3000);
+    expect(cfg.drainTimeoutMs).toBe(1500);
     expect(cfg.wal).toEqual({ sync: "normal", ringBits: 12 });
     expect(cfg.mailbox).toEqual({ ackWaitMs: 5000, maxDeliver: 7 });
     expect(cfg.actors).toEqual([
