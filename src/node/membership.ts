@@ -96,6 +96,14 @@ export class Membership {
   }
 
   private onEntry(key: string, entry: MirrorEntry<NodeRecord> | undefined): void {
+    if (entry && key === this.opts.self.id && entry.value.incarnation !== this.opts.self.incarnation && !this.stopped) {
+      // Two processes with one node id would each take the other's leases for their own
+      // previous life: say so loudly, it is a deployment error.
+      this.opts.logger.error(
+        { nodeId: key, otherPid: entry.value.pid, otherHost: entry.value.host },
+        "another process is heartbeating with this node id: give every node its own [node] id / KOVA_NODE_ID",
+      );
+    }
     if (entry) this.lastSeen.set(key, performance.now());
     else this.lastSeen.delete(key);
     this.notifyIfChanged();
