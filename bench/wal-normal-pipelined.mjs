@@ -4,15 +4,15 @@
 // with the next appends), as a journaling actor runtime would — two LMDB writes per
 // operation. Baseline: raw lmdb puts pipelined the same way (one put per operation).
 // Target: ≥ 200,000 appends/s.
-import { PAYLOAD, RING_BITS, Wal, rawLmdb, report, seconds, tempDir } from "./wal-bench-lib.mjs";
+import { PAYLOAD, RING_BITS, Wal, interleaved, rawLmdb, report, reportCpu, tempDir } from "./wal-bench-lib.mjs";
 
 const window = Number(process.env.KOVA_BENCH_WINDOW ?? 1000);
 const pipeliners = Number(process.env.KOVA_BENCH_PIPELINERS ?? 4);
 
-async function pipelined(issue, after) {
+async function pipelined(issue, after, secs) {
   let ops = 0;
   const start = performance.now();
-  const end = start + seconds * 1000;
+  const end = start + secs * 1000;
   await Promise.all(
     Array.from({ length: pipeliners }, async () => {
       while (performance.now() < end) {
@@ -29,25 +29,25 @@ async function pipelined(issue, after) {
 
 const a = tempDir("rawP");
 const raw = rawLmdb(a.dir);
-let k = 0;
-const rawRate = await pipelined(() => raw.db.put(k++ & 0xffff, raw.value));
-await raw.close();
-a.cleanup();
-
 const c = tempDir("walA");
 const appendsOnly = await Wal.open({ dir: c.dir, ringBits: 20, sync: "normal", maxPending: 1 << 21 });
-const appendRate = await pipelined(() => appendsOnly.append("step", PAYLOAD));
-await appendsOnly.close();
-c.cleanup();
-
 const b = tempDir("walP");
 const wal = await Wal.open({ dir: b.dir, ringBits: RING_BITS, sync: "normal", maxPending: 1 << 20 });
-const walRate = await pipelined(
-  () => wal.append("step", PAYLOAD),
-  (seq) => wal.complete(seq),
-);
+let k = 0;
+const r = await interleaved(["raw", "appends", "both"], (name, secs) => {
+  if (name === "raw") return pipelined(() => raw.db.put(k++ & 0xffff, raw.value), undefined, secs);
+  if (name === "appends") return pipelined(() => appendsOnly.append("step", PAYLOAD), undefined, secs);
+  return pipelined(
+    () => wal.append("step", PAYLOAD),
+    (seq) => wal.complete(seq),
+    secs,
+  );
+});
+await appendsOnly.close();
 await wal.close();
-b.cleanup();
+await raw.close();
+for (const t of [a, b, c]) t.cleanup();
 const target = { text: "≥ 200,000/s", met: (o) => o >= 200_000 };
-report("wal normal, pipelined appends", appendRate, "raw pipelined puts", rawRate, target);
-report("wal normal, pipelined append + complete", walRate, "raw pipelined puts", rawRate, target);
+report("wal normal, pipelined appends", r.appends, "raw pipelined puts", r.raw, target);
+report("wal normal, pipelined append + complete", r.both, "raw pipelined puts", r.raw, target);
+reportCpu(r, { appends: "appends", both: "append + complete", raw: "raw put" });
