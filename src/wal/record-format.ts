@@ -125,9 +125,34 @@ function flagsOf(f: Pick<HeaderFields, "complete" | "marker" | "cipher" | "chain
   return (f.complete ? Flag.COMPLETE : 0) | (f.marker ? Flag.MARKER : 0) | (f.cipher << 2) | (f.chained ? Flag.CHAIN : 0);
 }
 
+/**
+ * UTF-8 bytes of kinds and owners, cached: a node uses a handful of kinds and a
+ * bounded set of owners, and encoding them for every record was a visible share of the
+ * append path. Cleared when it grows past a bound, so arbitrary owners cannot bloat it.
+ */
+const utf8Cache = new Map<string, Buffer>();
+const UTF8_CACHE_MAX = 10_000;
+
+function utf8(text: string): Buffer {
+  let bytes = utf8Cache.get(text);
+  if (bytes === undefined) {
+    if (utf8Cache.size >= UTF8_CACHE_MAX) utf8Cache.clear();
+    bytes = Buffer.from(text, "utf8");
+    utf8Cache.set(text, bytes);
+  }
+  return bytes;
+}
+
 /** Size of the header for these fields. */
 export function headerLength(kind: string, owner: string | undefined): number {
-  return HEADER_FIXED + Buffer.byteLength(kind, "utf8") + (owner === undefined ? 0 : Buffer.byteLength(owner, "utf8"));
+  return HEADER_FIXED + utf8(kind).length + (owner === undefined ? 0 : utf8(owner).length);
+}
+
+function writeU32(h: Buffer, v: number, at: number): void {
+  h[at] = v >>> 24;
+  h[at + 1] = (v >>> 16) & 0xff;
+  h[at + 2] = (v >>> 8) & 0xff;
+  h[at + 3] = v & 0xff;
 }
 
 /**
@@ -136,8 +161,10 @@ export function headerLength(kind: string, owner: string | undefined): number {
  * @throws RangeError when kind is empty or over 255 bytes, owner over 65535 bytes, or seq is not a safe integer
  */
 export function writeHeader(h: Buffer, fields: HeaderFields, bodyLen: number): number {
-  const kindLen = Buffer.byteLength(fields.kind, "utf8");
-  const ownerLen = fields.owner === undefined ? 0 : Buffer.byteLength(fields.owner, "utf8");
+  const kind = utf8(fields.kind);
+  const owner = fields.owner === undefined ? undefined : utf8(fields.owner);
+  const kindLen = kind.length;
+  const ownerLen = owner === undefined ? 0 : owner.length;
   if (kindLen === 0 || kindLen > 255) throw new RangeError(`record kind must be 1-255 UTF-8 bytes, got ${kindLen}`);
   if (ownerLen > 0xffff) throw new RangeError(`record owner must be at most 65535 UTF-8 bytes, got ${ownerLen}`);
   if (!Number.isSafeInteger(fields.seq) || fields.seq < 0) throw new RangeError(`bad seq ${fields.seq}`);
@@ -145,13 +172,14 @@ export function writeHeader(h: Buffer, fields: HeaderFields, bodyLen: number): n
   h[1] = FORMAT_VERSION;
   h[2] = flagsOf(fields);
   h[3] = kindLen;
-  h.writeUInt32BE(fields.epoch >>> 0, 4);
-  h.writeUInt32BE(Math.floor(fields.seq / TWO_32), 8);
-  h.writeUInt32BE(fields.seq >>> 0, 12);
-  h.writeUInt16BE(ownerLen, 16);
-  h.writeUInt32BE(bodyLen, 18);
-  h.write(fields.kind, HEADER_FIXED, kindLen, "utf8");
-  if (ownerLen > 0) h.write(fields.owner!, HEADER_FIXED + kindLen, ownerLen, "utf8");
+  writeU32(h, fields.epoch >>> 0, 4);
+  writeU32(h, Math.floor(fields.seq / TWO_32), 8);
+  writeU32(h, fields.seq >>> 0, 12);
+  h[16] = ownerLen >>> 8;
+  h[17] = ownerLen & 0xff;
+  writeU32(h, bodyLen, 18);
+  h.set(kind, HEADER_FIXED);
+  if (owner !== undefined) h.set(owner, HEADER_FIXED + kindLen);
   return HEADER_FIXED + kindLen + ownerLen;
 }
 
