@@ -76,7 +76,12 @@ export class Wal {
   #nextSeq: number;
   #headMac: Buffer | undefined;
   readonly #pending = new Map<number, PendingEntry>();
-  readonly #byOwner = new Map<string, Set<number>>();
+  /**
+   * PENDING entries per owner, in seq order. Completed entries are dropped lazily (on
+   * read, or once they are half the list): an array push per append and a counter per
+   * complete are cheaper than a Set, which matters when recovery indexes 500k records.
+   */
+  readonly #byOwner = new Map<string, { list: PendingEntry[]; dead: number }>();
   #waiters: Waiter[] = [];
   #closing: Promise<void> | undefined;
 
@@ -189,9 +194,9 @@ export class Wal {
     const { seq, owner } = e.record;
     this.#pending.set(seq, e);
     if (owner !== undefined) {
-      let set = this.#byOwner.get(owner);
-      if (set === undefined) this.#byOwner.set(owner, (set = new Set()));
-      set.add(seq);
+      const index = this.#byOwner.get(owner);
+      if (index === undefined) this.#byOwner.set(owner, { list: [e], dead: 0 });
+      else index.list.push(e);
     }
   }
 
@@ -199,9 +204,8 @@ export class Wal {
     const { seq, owner } = e.record;
     this.#pending.delete(seq);
     if (owner !== undefined) {
-      const set = this.#byOwner.get(owner);
-      set?.delete(seq);
-      if (set?.size === 0) this.#byOwner.delete(owner);
+      const index = this.#byOwner.get(owner);
+      if (index !== undefined && ++index.dead * 2 >= index.list.length) this.#liveFor(owner, index);
     }
     this.#waiters.shift()?.resolve();
   }
@@ -311,12 +315,21 @@ export class Wal {
 
   /** PENDING records of one owner, in seq order (withheld ones excluded). */
   pendingFor(owner: string): WalRecord[] {
-    const out: WalRecord[] = [];
-    for (const seq of this.#byOwner.get(owner) ?? []) {
-      const e = this.#pending.get(seq)!;
-      if (!e.withheld) out.push(toRecord(e));
+    const index = this.#byOwner.get(owner);
+    if (index === undefined) return [];
+    return this.#liveFor(owner, index)
+      .filter((e) => !e.withheld)
+      .map(toRecord);
+  }
+
+  /** Drops completed entries from an owner's list (and the owner when none is left). */
+  #liveFor(owner: string, index: { list: PendingEntry[]; dead: number }): PendingEntry[] {
+    if (index.dead > 0) {
+      index.list = index.list.filter((e) => this.#pending.get(e.record.seq) === e);
+      index.dead = 0;
     }
-    return out;
+    if (index.list.length === 0) this.#byOwner.delete(owner);
+    return index.list;
   }
 
   /** Every PENDING record (withheld ones excluded), in seq order. */
