@@ -34,7 +34,7 @@ await withServer(async (server) => {
   // Responder and requester on separate connections, as two services would be.
   const serverBus = await Bus.connect({ servers: server.url, cluster: "benchrpc", logger: silent });
   const clientBus = await Bus.connect({ servers: server.url, cluster: "benchrpc", logger: silent, clientId: "bench" });
-  serverBus.serveRpc("oracle", async () => answer);
+  await serverBus.serveRpc("oracle", async () => answer).ready;
   const rawServer = await connect({ servers: server.url });
   const rawClient = await connect({ servers: server.url });
   // Kova's connection sets noAsyncTraces; this shows what that option alone gives raw nats.js.

@@ -12,6 +12,7 @@ import type { A2AEnvelope, MessageType } from "./envelope.js";
 import { BusClosedError } from "./errors.js";
 import { publishEvent, subscribeEvents, type EventStream, type KovaEvent } from "./events.js";
 import { openMailbox, type Mailbox, type MailboxHandler, type MailboxOptions } from "./mailbox.js";
+import { RequestMux } from "./request-mux.js";
 import { request, serveRpc, type RequestOptions, type RpcHandler, type RpcService } from "./rpc.js";
 import { sendEnvelope, type SendOptions } from "./send.js";
 import { ensureStreams, type StreamOptions } from "./streams.js";
@@ -74,6 +75,7 @@ export class Bus {
       limits: { maxBytes: opts.limits?.maxBytes ?? maxPayload, maxDepth: opts.limits?.maxDepth ?? DEFAULT_CODEC_LIMITS.maxDepth },
       log,
       clientId,
+      mux: new RequestMux(nc),
     });
   }
 
@@ -187,6 +189,7 @@ export class Bus {
     this.closing = true;
     await Promise.all([...this.mailboxes].map((m) => m.stop().catch(() => undefined)));
     await Promise.all([...this.services].map((s) => s.stop().catch(() => undefined)));
+    this.ctx.mux.close(new BusClosedError("request"));
     if (!this.ctx.nc.isClosed()) await this.ctx.nc.close();
   }
 

@@ -2,6 +2,7 @@ import type { JetStreamClient, JetStreamManager } from "@nats-io/jetstream";
 import type { NatsConnection } from "@nats-io/transport-node";
 import type { Logger } from "../core/logger.js";
 import type { CodecLimits } from "./codec.js";
+import type { RequestMux } from "./request-mux.js";
 import type { Subjects } from "./subjects.js";
 
 /** What the bus's parts share: one connection and the names derived from the cluster. */
@@ -17,4 +18,6 @@ export interface BusContext {
   readonly log: Logger;
   /** The `from` of messages this process sends when the caller names nobody. */
   readonly clientId: string;
+  /** Fast-path request/reply without nats.js's per-request error objects. */
+  readonly mux: RequestMux;
 }

@@ -1,4 +1,4 @@
-import { RequestError, TimeoutError as NatsTimeoutError, headers as natsHeaders, type Msg, type Subscription } from "@nats-io/transport-node";
+import { headers as natsHeaders, type Msg, type MsgHdrs, type Subscription } from "@nats-io/transport-node";
 import { ErrorCode, KovaError, fromWire, toWire, type WireError } from "../core/errors.js";
 import { decodeValue, encodeValue, encodingOf, type Encoding } from "./codec.js";
 import type { BusContext } from "./context.js";
@@ -13,6 +13,8 @@ export type RpcHandler = (env: A2AEnvelope, info: { encoding: Encoding }) => Pro
 
 export interface RpcService {
   readonly subject: string;
+  /** Resolves once the server has the subscription: requests sent after it find a responder. */
+  readonly ready: Promise<void>;
   /** Stops answering; requests already being handled still get their reply. */
   stop(): Promise<void>;
 }
@@ -58,6 +60,7 @@ export function serveRpc(ctx: BusContext, agentId: string, handler: RpcHandler):
   });
   return {
     subject,
+    ready: ctx.nc.flush(),
     async stop() {
       if (!sub.isClosed()) await sub.drain().catch(() => undefined);
       if (inflight > 0) await new Promise<void>((r) => (idle = r));
@@ -99,24 +102,17 @@ export async function request<R>(ctx: BusContext, to: string, type: MessageType,
   const subject = ctx.subjects.rpc(to);
   const timeout = opts.timeoutMs ?? DEFAULT_RPC_TIMEOUT_MS;
   const encoding = opts.encoding ?? "msgpack";
-  let msg: Msg;
-  try {
-    if (encoding === "json") {
-      const h = natsHeaders();
-      h.set(Header.ContentType, ContentType.json);
-      msg = await ctx.nc.request(subject, encodeValue(env, "json"), { timeout, headers: h });
-    } else {
-      msg = await ctx.nc.request(subject, encodeValue(env, "msgpack"), { timeout });
-    }
-  } catch (err) {
-    if (err instanceof RequestError && err.isNoResponders()) {
-      throw new NoRespondersError(subject, `agent ${to} is not hosted by any running node`, { cause: err });
-    }
-    if (err instanceof NatsTimeoutError || (err instanceof RequestError && /timeout/i.test(err.message))) {
-      throw subjectTimeout(`${type} request`, subject, timeout, err);
-    }
-    throw err;
+  let headers: MsgHdrs | undefined;
+  if (encoding === "json") {
+    headers = natsHeaders();
+    headers.set(Header.ContentType, ContentType.json);
   }
+  const msg = await ctx.mux.request(subject, encodeValue(env, encoding), {
+    timeoutMs: timeout,
+    ...(headers ? { headers } : {}),
+    noResponders: () => new NoRespondersError(subject, `agent ${to} is not hosted by any running node`),
+    timedOut: () => subjectTimeout(`${type} request`, subject, timeout),
+  });
   const reply = decodeValue(msg.data, encodingOf(msg.headers), ctx.limits, subject) as RpcReply<R>;
   if (reply && typeof reply === "object" && reply.ok === true) return reply.result;
   const remote = fromWire((reply as { error?: unknown })?.error);

@@ -1,6 +1,7 @@
 import type { PubAck } from "@nats-io/jetstream";
 import { headers as natsHeaders } from "@nats-io/transport-node";
 import { sleep } from "../core/clock.js";
+import { ErrorCode, KovaError } from "../core/errors.js";
 import { encodeEnvelope, type Encoding } from "./codec.js";
 import type { BusContext } from "./context.js";
 import { validateEnvelope, type A2AEnvelope } from "./envelope.js";
@@ -55,27 +56,62 @@ export async function sendEnvelope(ctx: BusContext, envelope: A2AEnvelope, opts:
     throw err;
   }
   const h = natsHeaders();
+  h.set(Header.MsgId, env.id);
   if (encoding === "json") h.set(Header.ContentType, ContentType.json);
   const timeoutMs = opts.timeoutMs ?? 30_000;
   const started = Date.now();
   for (let attempt = 1; ; attempt++) {
     const left = timeoutMs - (Date.now() - started);
+    let outcome: PubAck | "no_responders" | "timeout";
     try {
-      // Short attempts: a publish that reaches a server still loading its streams
-      // gets no answer at all, and a retry is harmless (same Nats-Msg-Id).
-      return await ctx.js.publish(subject, data, { msgID: env.id, headers: h, timeout: Math.max(100, Math.min(left, ATTEMPT_TIMEOUT_MS)) });
+      // A JetStream publish is a request whose reply is the stream's ack; through our
+      // mux rather than js.publish, which builds an Error per call (see request-mux.ts).
+      // Short attempts: a publish that reaches a server still loading its streams gets
+      // no answer at all, and a retry is harmless (same Nats-Msg-Id).
+      const reply = await ctx.mux.request(subject, data, {
+        timeoutMs: Math.max(100, Math.min(left, ATTEMPT_TIMEOUT_MS)),
+        headers: h,
+        noResponders: () => new NoResponse("no_responders"),
+        timedOut: () => new NoResponse("timeout"),
+      });
+      outcome = parsePubAck(reply.data, subject);
     } catch (err) {
-      const name = (err as { name?: string }).name ?? "";
-      const noResponders = name === "JetStreamNotEnabled" || /no responders/i.test(String(err));
-      const retryable = noResponders || name === "TimeoutError" || /timeout|disconnect|reconnect/i.test(String(err));
-      const elapsed = Date.now() - started;
-      if (noResponders && elapsed >= Math.min(NO_RESPONDERS_GRACE_MS, timeoutMs)) {
-        throw new NoRespondersError(subject, "no JetStream stream captures it: start a Kova node or call bus.ensureStreams()", { cause: err });
-      }
-      if (!retryable) throw err;
-      if (elapsed >= timeoutMs) throw subjectTimeout("durable send", subject, timeoutMs, err);
-      ctx.log.debug({ err, subject, attempt }, "send not acknowledged yet; retrying");
-      await sleep(Math.min(50 * 2 ** Math.min(attempt, 5), Math.max(0, timeoutMs - elapsed)));
+      if (!(err instanceof NoResponse)) throw err;
+      outcome = err.kind;
     }
+    if (typeof outcome === "object") return outcome;
+    const elapsed = Date.now() - started;
+    if (outcome === "no_responders" && elapsed >= Math.min(NO_RESPONDERS_GRACE_MS, timeoutMs)) {
+      throw new NoRespondersError(subject, "no JetStream stream captures it: start a Kova node or call bus.ensureStreams()");
+    }
+    if (elapsed >= timeoutMs) throw subjectTimeout("durable send", subject, timeoutMs);
+    ctx.log.debug({ subject, attempt, outcome }, "send not acknowledged yet; retrying");
+    await sleep(Math.min(50 * 2 ** Math.min(attempt, 5), Math.max(0, timeoutMs - elapsed)));
   }
+}
+
+class NoResponse extends Error {
+  constructor(readonly kind: "no_responders" | "timeout") {
+    super(kind);
+  }
+}
+
+const utf8 = new TextDecoder();
+
+/** `{"stream":"S","seq":1,"duplicate":true}` or `{"error":{"code":…,"description":…}}`. */
+function parsePubAck(data: Uint8Array, subject: string): PubAck {
+  let body: { stream?: string; seq?: number; duplicate?: boolean; domain?: string; error?: { code?: number; err_code?: number; description?: string } };
+  try {
+    body = JSON.parse(utf8.decode(data)) as typeof body;
+  } catch {
+    throw new KovaError(ErrorCode.REMOTE_ERROR, `durable send on ${subject}: the reply is not a JetStream ack`, { data: { subject } });
+  }
+  if (body.error || typeof body.stream !== "string" || typeof body.seq !== "number") {
+    const e = body.error ?? {};
+    throw new KovaError(ErrorCode.REMOTE_ERROR, `durable send on ${subject} refused by JetStream: ${e.description ?? "invalid ack"} (${e.err_code ?? e.code ?? "?"})`, {
+      retryable: e.code === 503,
+      data: { subject, ...e },
+    });
+  }
+  return { stream: body.stream, seq: body.seq, duplicate: body.duplicate === true, ...(body.domain ? { domain: body.domain } : {}) };
 }

@@ -1,6 +1,7 @@
 import { connect } from "@nats-io/transport-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { StreamConflictError, createEnvelope, type A2AEnvelope } from "../../src/bus/index.js";
+import { isNoResponders } from "../../src/core/errors.js";
+import { Bus, StreamConflictError, createEnvelope, type A2AEnvelope } from "../../src/bus/index.js";
 import { startNatsServer, type NatsServerHandle } from "../../src/testing/index.js";
 import { connectBus, uniqueCluster, waitFor } from "../fixtures/bus/helpers.js";
 
@@ -105,6 +106,19 @@ describe("bus mailbox", () => {
       expect(got[0]).toEqual(body);
     } finally {
       await plain.close();
+      await bus.close();
+    }
+  });
+
+  it("send - with no stream capturing the inbox it fails with NO_RESPONDERS naming the subject", async () => {
+    const bus = await Bus.connect({ servers: server.url, cluster: uniqueCluster() }); // no ensureStreams
+    try {
+      const env = createEnvelope({ from: "tester", to: "nowhere", type: "task_delegate", payload: 1 });
+      const err = await bus.send(env, { timeoutMs: 400 }).catch((e: unknown) => e);
+      expect(isNoResponders(err)).toBe(true);
+      expect((err as Error).message).toContain(bus.subjects.a2a("nowhere"));
+      expect((err as Error).message).toContain("ensureStreams");
+    } finally {
       await bus.close();
     }
   });
