@@ -203,13 +203,14 @@ export class KovaNode {
   }
 
   /**
-   * Deletes an actor's durable consumer before taking it over from a node judged dead.
+   * Deletes an actor's durable consumer before hosting an actor that was hosted before.
    * A SIGKILLed node's pull requests vanish with its connection, but a frozen one
-   * (SIGSTOP, a long GC, a VM pause) keeps them parked on the server, where they would
-   * catch the actor's messages and burn delivery attempts until they expire. The stream
-   * is a work queue, so unacknowledged messages stay in it and the recreated consumer
-   * delivers them from the first one; the old node's late acks then address a consumer
-   * incarnation that no longer holds those deliveries.
+   * (SIGSTOP, a long GC, a VM pause) keeps them parked on the server, and a gracefully
+   * stopped mailbox may leave its last pull request there too; the server would hand the
+   * next message to that dead inbox and redeliver it only after ack_wait. The stream is
+   * a work queue, so unacknowledged messages stay in it and the recreated consumer
+   * delivers them from the first one at once; the old host's late acks then address a
+   * consumer incarnation that no longer holds those deliveries (and are fenced anyway).
    */
   private async resetMailbox(actorId: string): Promise<void> {
     try {

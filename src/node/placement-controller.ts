@@ -8,9 +8,10 @@ import type { AgentRecord, AgentRegistry } from "./registry.js";
 export interface HostPort {
   /**
    * Starts hosting (loads the checkpoint, finishes pending WAL turns, opens the mailbox).
-   * `takeover` is true when the lease was taken from a node judged dead rather than
-   * released: that node may only be frozen, with pull requests still parked on the
-   * actor's consumer, so the node resets the consumer first.
+   * `takeover` is true when the actor was hosted before (by another node, or by this
+   * node's previous life): pull requests of the previous host may still be parked on the
+   * actor's consumer — a frozen node's, or a stopped mailbox's last pull, which the
+   * server answers into a dead inbox — so the node resets the consumer first.
    */
   start(actorId: string, type: string, record: AgentRecord, opts: { takeover: boolean }): Promise<void>;
   /** Stops taking messages, waits for (or checkpoints) the in-flight turn, closes. */
@@ -205,10 +206,10 @@ export class PlacementController {
     let takeover = false;
     if (!this.opts.leases.holds(record.id)) {
       const before = this.opts.leases.get(record.id)?.value;
-      takeover = before !== undefined && before.node !== null && before.node !== this.opts.nodeId;
+      takeover = before !== undefined;
       const won = await this.opts.leases.acquire(record.id, (l) => this.mayTake(l));
       if (!won) return;
-      this.opts.onPlacement?.({ actorId: record.id, action: "acquired", reason: takeover ? `takeover from ${before?.node}` : "placement" });
+      this.opts.onPlacement?.({ actorId: record.id, action: "acquired", reason: before?.node ? `takeover from ${before.node}` : "placement" });
     }
     try {
       await this.opts.host.start(record.id, record.type, record, { takeover });
