@@ -74,8 +74,9 @@ function securityFor(meta: WalMeta, keys: OfflineKeys): { security: Security; no
   return { security: { ...security, unverified: notes.length > 0 }, notes };
 }
 
-function* entries(range: Iterable<{ key: unknown; value: Buffer }>): Iterable<StoredEntry> {
-  for (const { key, value } of range) yield { key: key as number, value };
+/** lmdb's range entries already have the shape the scan reads (keys are numbers here). */
+function entries(range: Iterable<{ key: unknown; value: unknown }>): Iterable<StoredEntry> {
+  return range as Iterable<StoredEntry>;
 }
 
 function run(dir: string, keys: OfflineKeys): { meta: WalMeta; result: ScanResult; quarantined: CorruptRecord[]; notes: string[]; overflow: number } {

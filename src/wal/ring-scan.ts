@@ -23,6 +23,7 @@ export interface ScanSummary {
 const unpackr = new Unpackr({ useRecords: false, moreTypes: false, copyBuffers: true });
 
 const PLAIN_MARKER_FLAGS = Flag.COMPLETE | Flag.MARKER;
+const MARKER: { summary: true; seq: number; epoch: number } = { summary: true, seq: 0, epoch: 0 };
 
 function plainPending(bytes: Buffer, n: number, seq: number): WalRecord | undefined {
   const kindLen = bytes[3]!;
@@ -61,7 +62,11 @@ export const scanDecoder = {
       if (Number.isSafeInteger(seq)) {
         if (bytes[2] === PLAIN_MARKER_FLAGS) {
           if (bytes.readUInt32BE(18) === 0 && HEADER_FIXED + bytes[3]! + bytes.readUInt16BE(16) + CRC_LEN === n) {
-            return { summary: true, seq, epoch: bytes.readUInt32BE(4) };
+            // One shared object for every marker: the scan reads it before lmdb decodes
+            // the next value, and a million small objects would be pure GC work.
+            MARKER.seq = seq;
+            MARKER.epoch = bytes.readUInt32BE(4);
+            return MARKER;
           }
         } else {
           const record = plainPending(bytes, n, seq);

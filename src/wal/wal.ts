@@ -53,8 +53,9 @@ function toRecord(e: PendingEntry): WalRecord {
   return { ...e.record };
 }
 
-function* entries(range: Iterable<{ key: unknown; value: StoredEntry["value"] }>): Iterable<StoredEntry> {
-  for (const { key, value } of range) yield { key: key as number, value };
+/** lmdb's range entries already have the shape the scan reads (keys are numbers here). */
+function entries(range: Iterable<{ key: unknown; value: unknown }>): Iterable<StoredEntry> {
+  return range as Iterable<StoredEntry>;
 }
 
 /**
