@@ -1,8 +1,7 @@
 import { ErrorCode, KovaError } from "../core/errors.js";
 import type { Logger } from "../core/logger.js";
-import type { A2AEnvelope, Mailbox, MailboxContext, RpcService } from "../bus/index.js";
+import { DlqReason, type A2AEnvelope, type Mailbox, type MailboxContext, type RpcService } from "../bus/index.js";
 import type { Checkpoint } from "./checkpoint-store.js";
-import { deadLetter, ActorDlqReason } from "./dead-letter.js";
 import { TurnInterruptedError } from "./errors.js";
 import { ActorLifecycle, type ActorState } from "./lifecycle.js";
 import { ActorMemory, localCheckpointKey } from "./memory.js";
@@ -204,7 +203,7 @@ export class ActorInstance implements TurnActor {
       `actor ${this.id} (type ${this.def.type}) has no handler for ${env.type}; handled types: ${Object.keys(this.def.handlers).join(", ") || "(none)"}`,
       { data: { actorId: this.id, type: env.type } },
     );
-    await deadLetter(this.deps.bus, env, ActorDlqReason.unhandled, err);
+    await this.deps.bus.deadLetter(env, DlqReason.unhandled, { error: err });
     this.log.warn({ envelopeId: env.id, messageType: env.type }, "unhandled message type moved to the DLQ");
     this.event("actor_unhandled", { envelopeId: env.id, messageType: env.type });
     if (env.replyTo) await this.deps.bus.respond(env, null, { error: err, ...(mctx ? { encoding: mctx.encoding } : {}) }).catch(() => undefined);
@@ -214,7 +213,7 @@ export class ActorInstance implements TurnActor {
     const error = outcome.error instanceof KovaError ? outcome.error.toWire() : { code: ErrorCode.ACTOR_FAILED, message: String((outcome.error as Error)?.message ?? outcome.error), retryable: false };
     this.log.error({ err: outcome.error, envelopeId: env.id, attempts: outcome.attempts }, "actor failed");
     this.lifecycle.transition("Failed", { envelopeId: env.id, attempts: outcome.attempts, error });
-    this.event("actor_failed", { envelopeId: env.id, attempts: outcome.attempts, error, dlq: ActorDlqReason.handlerFailed });
+    this.event("actor_failed", { envelopeId: env.id, attempts: outcome.attempts, error, dlq: DlqReason.handlerFailed });
     void this.#closeMailbox();
   }
 

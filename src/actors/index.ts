@@ -29,7 +29,6 @@ export {
   type CheckpointStore,
   type NatsCheckpointStoreOptions,
 } from "./checkpoint-store.js";
-export { ActorDlqReason } from "./dead-letter.js";
 export { TURN_KIND, TURN_RECORD_VERSION, type StepRecord, type TurnRecord } from "./turn-record.js";
 export type { ActorWal } from "./ports.js";
 export {

@@ -7,7 +7,7 @@ import { ask, respond, type AskOptions, type RespondOptions } from "./ask.js";
 import { DEFAULT_CODEC_LIMITS, type CodecLimits } from "./codec.js";
 import { connectNats } from "./connection.js";
 import type { BusContext } from "./context.js";
-import { listDlq, startDlqMover, type DlqEntry, type DlqMover } from "./dlq.js";
+import { deadLetterEnvelope, listDlq, startDlqMover, type DeadLetterOptions, type DlqEntry, type DlqMover } from "./dlq.js";
 import type { A2AEnvelope, MessageType } from "./envelope.js";
 import { BusClosedError } from "./errors.js";
 import { publishEvent, subscribeEvents, type EventStream, type KovaEvent } from "./events.js";
@@ -17,6 +17,7 @@ import { request, serveRpc, type RequestOptions, type RpcHandler, type RpcServic
 import { sendEnvelope, type SendOptions } from "./send.js";
 import { ensureStreams, type StreamOptions } from "./streams.js";
 import { subjectsFor, type Subjects } from "./subjects.js";
+import type { DlqReason } from "./wire.js";
 
 export interface BusConnectOptions {
   /** One URL, a comma-separated list or an array (a client fails over between them). */
@@ -171,6 +172,18 @@ export class Bus {
     const mover = startDlqMover(this.ctx);
     this.services.add(mover);
     return mover;
+  }
+
+  /**
+   * Stores an envelope that will not be handled on `kova.<c>.dlq.<reason>`, with the same
+   * headers as the bus's own dead letters (docs/protocol.md), and resolves with its DLQ
+   * sequence after the JetStream ack, so the caller may ack the original only then.
+   * @param reason a DlqReason, or a layer's own reason (one subject token)
+   * @throws InvalidIdError when `reason` or `env.to` is not a subject token; BusClosedError; JetStream errors when the DLQ stream is missing
+   */
+  deadLetter(env: A2AEnvelope, reason: DlqReason | (string & {}), opts?: DeadLetterOptions): Promise<number> {
+    this.open("deadLetter");
+    return deadLetterEnvelope(this.ctx, env, reason, opts);
   }
 
   /** The newest dead letters, newest first. */

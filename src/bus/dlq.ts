@@ -1,12 +1,15 @@
 import type { MsgRequest } from "@nats-io/jetstream";
 import { headers as natsHeaders, type MsgHdrs, type Subscription } from "@nats-io/transport-node";
 import { toWire } from "../core/errors.js";
+import { encodeEnvelope } from "./codec.js";
 import type { BusContext } from "./context.js";
+import type { A2AEnvelope } from "./envelope.js";
 import { Header, type DlqReason } from "./wire.js";
 
 /** What is known about a message being dead-lettered, beyond its bytes. */
 export interface DlqInfo {
-  reason: DlqReason;
+  /** A DlqReason, or another layer's own reason: one subject token of `[A-Za-z0-9_-]`. */
+  reason: DlqReason | (string & {});
   /** The error that made it a dead letter (its code and message become headers). */
   error?: unknown;
   /** The subject it was sent to. */
@@ -21,6 +24,18 @@ export interface DlqInfo {
   msgId?: string;
   /** Size of the original message when `data` is only a prefix of it. */
   originalSize?: number;
+  /** JetStream dedup key of the DLQ publish; default `dlq-<stream>-<streamSeq>` when both are known. */
+  dedupId?: string;
+}
+
+/** Options of `Bus.deadLetter`. */
+export interface DeadLetterOptions {
+  /** Why it is a dead letter: its code and message become `Kova-Dlq-Error-Code` / `Kova-Dlq-Error`. */
+  error?: unknown;
+  /** The bytes as received; default: the envelope encoded as msgpack. */
+  originalBytes?: Uint8Array;
+  /** The original message's headers: `Content-Type` (needed when `originalBytes` is JSON) and `Nats-Msg-Id` are kept. */
+  headers?: MsgHdrs;
 }
 
 /** One dead letter as `listDlq` returns it. */
@@ -74,13 +89,32 @@ export async function publishDlq(ctx: BusContext, data: Uint8Array, info: DlqInf
     h.set(Header.DlqOriginalSize, String(info.originalSize));
     h.set(Header.DlqTruncated, "true");
   }
-  const msgID = info.stream && info.streamSeq !== undefined ? `dlq-${info.stream}-${info.streamSeq}` : undefined;
+  const msgID = info.dedupId ?? (info.stream && info.streamSeq !== undefined ? `dlq-${info.stream}-${info.streamSeq}` : undefined);
   const ack = await ctx.js.publish(ctx.subjects.dlq(info.reason), body, { headers: h, ...(msgID ? { msgID } : {}) });
   ctx.log.warn(
     { reason: info.reason, subject: info.subject, agentId: info.agentId, dlqSeq: ack.seq, error: wire?.message },
     "message moved to the DLQ",
   );
   return ack.seq;
+}
+
+/**
+ * Dead-letters a decoded envelope that a layer above the bus will not handle, in the
+ * same format as the bus's own dead letters. Keyed by reason and envelope id, so a
+ * retry after a crash between this publish and the original's ack stores it once
+ * (within the DLQ stream's duplicate window).
+ * @throws InvalidIdError when `reason` or `env.to` is not a subject token
+ */
+export async function deadLetterEnvelope(ctx: BusContext, env: A2AEnvelope, reason: DlqInfo["reason"], opts: DeadLetterOptions = {}): Promise<number> {
+  return publishDlq(ctx, opts.originalBytes ?? encodeEnvelope(env, "msgpack"), {
+    reason,
+    error: opts.error,
+    subject: ctx.subjects.a2a(env.to),
+    headers: opts.headers,
+    agentId: env.to,
+    msgId: env.id,
+    dedupId: `dlq-${reason}-${env.id}`,
+  });
 }
 
 /**

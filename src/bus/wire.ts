@@ -35,6 +35,12 @@ export const DlqReason = {
   payloadTooLarge: "payload_too_large",
   expired: "expired",
   maxDeliver: "max_deliver",
+  /** Actor runtime: the actor has no handler for the message's type. */
+  unhandled: "unhandled",
+  /** Actor runtime: the handler failed on every supervised attempt. */
+  handlerFailed: "handler_failed",
+  /** Actor runtime: the actor was killed while handling the message. */
+  killed: "killed",
 } as const;
 
 export type DlqReason = (typeof DlqReason)[keyof typeof DlqReason];

@@ -1,6 +1,17 @@
 import { connect, headers, type NatsConnection } from "@nats-io/transport-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { PayloadTooLargeError, createEnvelope, encodeValue, type A2AEnvelope, type Bus, type DlqEntry } from "../../src/bus/index.js";
+import { ErrorCode, InvalidIdError, KovaError } from "../../src/core/errors.js";
+import {
+  DlqReason,
+  PayloadTooLargeError,
+  createEnvelope,
+  decodeEnvelope,
+  encodeEnvelope,
+  encodeValue,
+  type A2AEnvelope,
+  type Bus,
+  type DlqEntry,
+} from "../../src/bus/index.js";
 import { startNatsServer, type NatsServerHandle } from "../../src/testing/index.js";
 import { connectBus, uniqueCluster, waitFor } from "../fixtures/bus/helpers.js";
 
@@ -191,6 +202,46 @@ describe("bus DLQ", () => {
       const [entry] = await dlqOf(bus, "max_deliver");
       expect(entry!.headers["Kova-Dlq-Msg-Id"]).toBe(poison.id);
       expect((await bus.jsm.streams.info(bus.subjects.streams.a2a)).state.messages).toBe(0);
+    } finally {
+      await bus.close();
+    }
+  });
+
+  it("dlq - dead-lettering an envelope stores it under its reason with the error headers, once per reason and id, and listDlq shows it", async () => {
+    const bus = await connectBus(server.url, uniqueCluster());
+    try {
+      const env = createEnvelope({ from: "a", to: "picky", type: "task_delegate", payload: { n: 1 } });
+      const error = new KovaError(ErrorCode.ACTOR_FAILED, "handler gave up\nafter 3 attempts");
+      const seq = await bus.deadLetter(env, DlqReason.handlerFailed, { error });
+      // A retry (say, after a crash before the original's ack) is deduplicated.
+      expect(await bus.deadLetter(env, DlqReason.handlerFailed, { error })).toBe(seq);
+
+      const entries = await bus.listDlq({ reason: "handler_failed" });
+      expect(entries.map((e) => e.seq)).toEqual([seq]);
+      const entry = entries[0]!;
+      expect(entry.subject).toBe(bus.subjects.dlq("handler_failed"));
+      expect(entry.headers["Kova-Dlq-Reason"]).toBe("handler_failed");
+      expect(entry.headers["Kova-Dlq-Error-Code"]).toBe("ACTOR_FAILED");
+      expect(entry.headers["Kova-Dlq-Error"]).toBe("handler gave up after 3 attempts");
+      expect(entry.headers["Kova-Dlq-Msg-Id"]).toBe(env.id);
+      expect(entry.headers["Kova-Dlq-Agent"]).toBe("picky");
+      expect(entry.headers["Kova-Dlq-Subject"]).toBe(bus.subjects.a2a("picky"));
+      expect(decodeEnvelope(entry.data)).toEqual(env);
+
+      // Original bytes keep their Content-Type, so a JSON body stays decodable.
+      const raw = encodeEnvelope(env, "json");
+      const h = headers();
+      h.set("Content-Type", "application/json");
+      await bus.deadLetter(env, "my_layer_reason", { originalBytes: raw, headers: h });
+      const [custom] = await bus.listDlq({ reason: "my_layer_reason" });
+      expect(Buffer.from(custom!.data)).toEqual(Buffer.from(raw));
+      expect(custom!.headers["Content-Type"]).toBe("application/json");
+      expect(custom!.headers["Kova-Dlq-Error-Code"]).toBeUndefined();
+      expect(decodeEnvelope(custom!.data, h)).toEqual(env);
+
+      // A reason that is not one subject token is refused before anything is published.
+      await expect(bus.deadLetter(env, "bad.reason")).rejects.toBeInstanceOf(InvalidIdError);
+      expect((await bus.listDlq()).map((e) => e.reason).sort()).toEqual(["handler_failed", "my_layer_reason"]);
     } finally {
       await bus.close();
     }
