@@ -88,6 +88,7 @@ export async function startCluster({ nodes, heartbeatMs = 1000, staleAfterMs = 5
     iter.stop();
     return out;
   };
+  const hostedBy = (id) => controlRequest(nc, nodeSubject(cluster, id, "agents"), {}, 10_000);
   const spawnActor = (id, type) => controlRequest(nc, spawnSubject(cluster), { id, type }, 10_000);
   const varz = async () => (await (await fetch(`${server.monitorUrl}/varz`)).json());
   const stop = async () => {
@@ -96,10 +97,11 @@ export async function startCluster({ nodes, heartbeatMs = 1000, staleAfterMs = 5
     await bus.close().catch(() => {});
     await nc.close().catch(() => {});
     await server.stop();
-    rmSync(dir, { recursive: true, force: true });
+    if (process.env.KOVA_BENCH_KEEP) console.log(`kept ${dir}`);
+    else rmSync(dir, { recursive: true, force: true });
   };
   for (const id of nodes) await startNode(id);
-  return { server, cluster, nc, bus, dir, status, startNode, kill, term, agents, spawnActor, varz, stop };
+  return { server, cluster, nc, bus, dir, status, startNode, kill, term, agents, hostedBy, spawnActor, varz, stop };
 }
 
 /** Polls `cond` every `everyMs` until it returns a value; throws after `timeoutMs`. */

@@ -32,6 +32,11 @@ try {
   const placedMs = performance.now() - t0;
   await sleep(3000); // let allocation settle
   const after = await Promise.all(nodes.map((n) => c.status(n)));
+  const lists = await Promise.all(nodes.map((n) => c.hostedBy(n)));
+  const seen = new Map();
+  for (const l of lists) for (const a of l) seen.set(a.id, (seen.get(a.id) ?? 0) + 1);
+  const twice = [...seen.values()].filter((n) => n > 1).length;
+  if (twice > 0 || seen.size !== ACTORS) console.log(`  WARNING: ${seen.size} distinct actors hosted, ${twice} on more than one node (states: ${JSON.stringify(after.map((s) => s.actors.byState))})`);
   const splitAfter = after.map((s) => rssSplit(s.pid));
   const serverAfter = (await c.varz()).mem;
 
