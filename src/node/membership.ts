@@ -59,7 +59,7 @@ export class Membership {
   private timer: NodeJS.Timeout | undefined;
   private stopped = false;
   private lastOkStart = 0;
-  private beating: Promise<void> | undefined;
+  private readonly inFlight = new Set<Promise<void>>();
   private liveKey = "";
   private state: NodeRecord["state"] = "starting";
 
@@ -109,16 +109,23 @@ export class Membership {
     this.notifyIfChanged();
   }
 
+  /**
+   * Beats on a fixed cadence, up to two writes in flight: when the server is slow, writes
+   * that land late still land about one interval apart, instead of each waiting for the
+   * previous one and stretching the gaps until peers count this node dead.
+   */
   private schedule(): void {
     if (this.stopped) return;
-    this.timer = setTimeout(() => {
-      this.beating = this.beat(this.state).catch((err: unknown) =>
-        this.opts.logger.warn({ err }, "heartbeat failed; peers will consider this node dead if it persists"),
-      );
-      void this.beating.finally(() => this.schedule());
+    this.timer = setInterval(() => {
+      if (this.inFlight.size >= 2) return;
+      const p: Promise<void> = this.beat(this.state)
+        .catch((err: unknown) => this.opts.logger.warn({ err }, "heartbeat failed; peers will consider this node dead if it persists"))
+        .finally(() => this.inFlight.delete(p));
+      this.inFlight.add(p);
     }, this.opts.heartbeatMs);
     this.timer.unref();
   }
+
 
   private async beat(state: NodeRecord["state"]): Promise<void> {
     const start = performance.now();
@@ -129,7 +136,7 @@ export class Membership {
       actors: this.opts.actorCount?.() ?? 0,
     };
     const revision = await this.kv.put(this.opts.self.id, encodeJson(record));
-    this.lastOkStart = start;
+    this.lastOkStart = Math.max(this.lastOkStart, start);
     this.mirror.note(this.opts.self.id, record, revision);
     // Staleness of peers is re-evaluated on our own beat too: a silent peer changes no key.
     this.notifyIfChanged();
@@ -216,7 +223,7 @@ export class Membership {
   /** Marks this node as leaving (peers stop counting it at once), then removes its record. */
   async leave(): Promise<void> {
     this.stopTimer();
-    await this.beating;
+    await Promise.all([...this.inFlight]);
     try {
       await this.beat("leaving");
       await this.kv.delete(this.opts.self.id);
@@ -227,7 +234,7 @@ export class Membership {
 
   private stopTimer(): void {
     this.stopped = true;
-    if (this.timer) clearTimeout(this.timer);
+    if (this.timer) clearInterval(this.timer);
   }
 
   stop(): void {
