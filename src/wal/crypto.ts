@@ -68,6 +68,8 @@ const IV16 = Buffer.alloc(16);
 export class RecordCipher {
   readonly id: CipherId;
   readonly checkValue: Buffer;
+  /** Authenticates completion batches (completion.ts). */
+  readonly doneKey: Buffer;
   readonly #encKey: Buffer;
   readonly #macKey: Buffer;
   /**
@@ -86,6 +88,7 @@ export class RecordCipher {
     // SM4 takes a 128-bit key; AES-256 a 256-bit one.
     this.#encKey = subkey(master, salt, `${algorithm}/enc`).subarray(0, algorithm === "sm4" ? 16 : 32);
     this.#macKey = subkey(master, salt, `${algorithm}/mac`);
+    this.doneKey = subkey(master, salt, `${algorithm}/done`);
     const markerKey = subkey(master, salt, `${algorithm}/marker`).subarray(0, algorithm === "sm4" ? 16 : 32);
     this.#markerPrf = createCipheriv(algorithm === "sm4" ? "sm4-ecb" : "aes-256-ecb", markerKey, null);
     this.#markerPrf.setAutoPadding(false);
@@ -137,11 +140,14 @@ export class RecordCipher {
 export class ChainKey {
   readonly checkValue: Buffer;
   readonly markerKey: Buffer;
+  /** Authenticates completion batches (completion.ts). */
+  readonly doneKey: Buffer;
   readonly #key: Buffer;
 
   constructor(master: Buffer, salt: Buffer) {
     this.#key = subkey(master, salt, "chain");
     this.markerKey = subkey(master, salt, "chain/marker");
+    this.doneKey = subkey(master, salt, "chain/done");
     this.checkValue = hmac128(subkey(master, salt, "chain/check"), [CHECK_TEXT]);
   }
 

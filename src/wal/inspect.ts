@@ -89,6 +89,7 @@ function run(dir: string, keys: OfflineKeys): { meta: WalMeta; result: ScanResul
     }
     const overflow = storage.overflow.getCount();
     const result = scan({
+      done: storage.done.getRange({}) as Iterable<{ key: number; value: Buffer }>,
       ring: entries(storage.ring.getRange({})),
       overflow: entries(storage.overflow.getRange({})),
       layout: new Ring(meta.ringBits),

@@ -3,7 +3,8 @@ import { equalTags, ZERO_MAC } from "./crypto.js";
 import { CipherId, ParsedRecord, parseRecord } from "./record-format.js";
 import { openRecord, type OpenResult, type Security } from "./record-seal.js";
 import type { Ring } from "./ring.js";
-import { isScanSummary, type ScanSummary } from "./ring-scan.js";
+import { isScanSummary, withDoneFilter, type ScanSummary } from "./ring-scan.js";
+import { openDone } from "./completion.js";
 import type { ChainHead } from "./storage.js";
 import type { ChainBreak, CorruptPolicy, CorruptRecord, WalRecord } from "./types.js";
 
@@ -19,6 +20,8 @@ export interface StoredEntry {
 }
 
 export interface ScanInput {
+  /** Completion batches (read first: they decide which ring records are COMPLETE). */
+  done: Iterable<{ key: number; value: Buffer }>;
   ring: Iterable<StoredEntry>;
   overflow: Iterable<StoredEntry>;
   layout: Ring;
@@ -48,7 +51,7 @@ export interface PendingFound {
 }
 
 export interface CorruptFound extends CorruptRecord {
-  where: "ring" | "overflow";
+  where: "ring" | "overflow" | "done";
   owner: string | undefined;
   bytes: Buffer;
   key: number;
@@ -67,6 +70,8 @@ export interface ScanResult {
   head: number;
   /** Chain mac of the newest record, for linking the next append. */
   headMac: Buffer | undefined;
+  /** Valid completion batches, in key order, with the highest seq each names. */
+  doneBatches: Array<{ key: number; maxSeq: number }>;
   /** Per current-lap seq: kind/owner/status, for inspect (only with `collect`). */
   present: Map<number, { slot: number; kind: string; owner: string | undefined; complete: boolean; epoch: number }>;
 }
@@ -82,6 +87,37 @@ export function scan(input: ScanInput): ScanResult {
   const { layout, security } = input;
   const plain = security.cipher === undefined && security.chain === undefined && security.unverified !== true;
   const corrupt: CorruptFound[] = [];
+
+  // Completion batches first. A damaged one is reported and its seqs stay PENDING: they
+  // are re-executed (at least once, the seq being the idempotency key), never lost.
+  const done = new Set<number>();
+  const doneBatches: Array<{ key: number; maxSeq: number }> = [];
+  const doneKey = security.cipher?.doneKey ?? security.chain?.doneKey;
+  for (const { key, value } of input.done) {
+    const batch = openDone(doneKey, value, security.unverified === true);
+    if (!batch.ok) {
+      const seq = batch.seqs[0] ?? -1;
+      corrupt.push({ seq, slot: seq >= 0 ? layout.slotOf(seq) : -1, reason: `${batch.reason}; seqs ${batch.seqs.join(",") || "unknown"} stay PENDING`, where: "done", owner: undefined, bytes: value, key });
+      continue;
+    }
+    let maxSeq = 0;
+    for (const seq of batch.seqs) {
+      done.add(seq);
+      if (seq > maxSeq) maxSeq = seq;
+    }
+    doneBatches.push({ key, maxSeq });
+  }
+  return withDoneFilter(done, () => scanRecords(input, plain, corrupt, done, doneBatches));
+}
+
+function scanRecords(
+  input: ScanInput,
+  plain: boolean,
+  corrupt: CorruptFound[],
+  done: ReadonlySet<number>,
+  doneBatches: Array<{ key: number; maxSeq: number }>,
+): ScanResult {
+  const { layout, security } = input;
   // Per valid ring record: plain number arrays, and the parsed object only when it is
   // still needed (data records, chain or inspect). A million retained objects would
   // cost more in GC than the scan itself.
@@ -118,7 +154,7 @@ export function scan(input: ScanInput): ScanResult {
       ringDamaged.push({ slot, bytes: value, reason: opened.reason, seq: rec.seq, owner: rec.owner });
       continue;
     }
-    const keep = keepAll || !rec.complete;
+    const keep = keepAll || !(rec.complete || done.has(rec.seq));
     ringSeqArr.push(rec.seq);
     ringEpochArr.push(rec.epoch);
     ringSlots.push(slot);
@@ -164,7 +200,7 @@ export function scan(input: ScanInput): ScanResult {
       stale++; // a copy of a record the ring holds for the current lap, or from the future
       continue;
     }
-    if (parsed.record.complete) complete++;
+    if (parsed.record.complete || done.has(seq)) complete++;
     else {
       recs.push(parsed.record);
       slots.push(layout.slotOf(seq));
@@ -196,8 +232,9 @@ export function scan(input: ScanInput): ScanResult {
         continue;
       }
       if (r.chained) chainOf.set(r.seq, { prevMac: r.prevMac!, mac: r.mac! });
-      if (input.collect) present.set(r.seq, { slot, kind: r.kind, owner: r.owner, complete: r.complete, epoch: r.epoch });
-      if (r.complete) complete++;
+      const isComplete = r.complete || done.has(r.seq);
+      if (input.collect) present.set(r.seq, { slot, kind: r.kind, owner: r.owner, complete: isComplete, epoch: r.epoch });
+      if (isComplete) complete++;
       else {
         recs.push(r);
         slots.push(slot);
@@ -248,7 +285,7 @@ export function scan(input: ScanInput): ScanResult {
   if (input.head !== undefined && input.head.seq >= maxSeq) headMac = Buffer.from(input.head.mac, "hex");
   if (security.chain !== undefined && headMac === undefined) headMac = ZERO_MAC;
   if (input.head !== undefined && input.head.seq > maxSeq) maxSeq = input.head.seq;
-  return { complete, pending: kept, withheld, corrupt, stale, chainBreaks, maxSeq, head, headMac, present };
+  return { complete, pending: kept, withheld, corrupt, stale, chainBreaks, maxSeq, head, headMac, present, doneBatches };
 }
 
 /** `stop-owner`: an owner's PENDING records after its first corrupt record are withheld. */

@@ -68,6 +68,13 @@ export const scanDecoder = {
             MARKER.epoch = bytes.readUInt32BE(4);
             return MARKER;
           }
+        } else if (doneFilter?.has(seq)) {
+          // A data record a completion batch made COMPLETE: check its layout, skip its payload.
+          if (HEADER_FIXED + bytes[3]! + bytes.readUInt16BE(16) + bytes.readUInt32BE(18) + CRC_LEN === n) {
+            MARKER.seq = seq;
+            MARKER.epoch = bytes.readUInt32BE(4);
+            return MARKER;
+          }
         } else {
           const record = plainPending(bytes, n, seq);
           if (record !== undefined) return { summary: true, seq, epoch: record.epoch, record };
@@ -77,6 +84,21 @@ export const scanDecoder = {
     return Buffer.from(bytes.subarray(0, n));
   },
 };
+
+/**
+ * Seqs made COMPLETE by completion batches, consulted while lmdb decodes (so their
+ * payloads are never decoded). Set only for the duration of one synchronous scan.
+ */
+let doneFilter: ReadonlySet<number> | undefined;
+
+export function withDoneFilter<T>(done: ReadonlySet<number>, scan: () => T): T {
+  doneFilter = done;
+  try {
+    return scan();
+  } finally {
+    doneFilter = undefined;
+  }
+}
 
 export function isScanSummary(v: unknown): v is ScanSummary {
   return !Buffer.isBuffer(v) && typeof v === "object" && v !== null && (v as ScanSummary).summary === true;

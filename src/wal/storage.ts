@@ -8,6 +8,8 @@ import { scanDecoder, type ScanSummary } from "./ring-scan.js";
  * - `ring`: slot (uint32) → stored record bytes; the ring of 2^k slots;
  * - `overflow`: seq → stored record bytes of PENDING records moved out of the ring
  *   because their slot came round again (compaction keeps every incomplete record);
+ * - `done`: batch number → completion batch (completion.ts): the seqs made COMPLETE
+ *   by one event turn;
  * - `corrupt`: [seq, where, slot] → quarantined damaged bytes and the reason;
  * - `kv`: side table written in the same transaction as a COMPLETE mark;
  * - `meta`: epoch, ring size, salt, key check values, chain head.
@@ -35,7 +37,7 @@ export interface ChainHead {
 
 export interface CorruptEntry {
   seq: number | undefined;
-  where: "ring" | "overflow";
+  where: "ring" | "overflow" | "done";
   slot: number | undefined;
   reason: string;
   bytes: Buffer;
@@ -48,6 +50,7 @@ export class WalStorage {
   /** The same ring, read through the in-place scan decoder (ring-scan.ts). */
   readonly ringFast: Database<Buffer | ScanSummary, number>;
   readonly overflow: Database<Buffer, number>;
+  readonly done: Database<Buffer, number>;
   readonly corrupt: Database<CorruptEntry, CorruptKey>;
   readonly kv: Database<unknown, string>;
   readonly meta: Database<unknown, string>;
@@ -62,6 +65,7 @@ export class WalStorage {
     const fastOptions = { name: "ring", keyEncoding: "uint32", encoder: scanDecoder } as { name: string; keyEncoding: "uint32" };
     this.ringFast = env.openDB<Buffer | ScanSummary, number>(fastOptions);
     this.overflow = env.openDB<Buffer, number>({ name: "overflow", encoding: "binary" });
+    this.done = env.openDB<Buffer, number>({ name: "done", encoding: "binary" });
     this.corrupt = env.openDB<CorruptEntry, CorruptKey>({ name: "corrupt" });
     this.kv = env.openDB<unknown, string>({ name: "kv" });
     this.meta = env.openDB<unknown, string>({ name: "meta" });
@@ -130,6 +134,16 @@ export class WalStorage {
   removeOverflow(tx: TransactionLock, seq: number): Promise<boolean> {
     this.#tx(tx);
     return this.#track(this.overflow.remove(seq));
+  }
+
+  putDone(tx: TransactionLock, key: number, bytes: Buffer): Promise<boolean> {
+    this.#tx(tx);
+    return this.#track(this.done.put(key, bytes));
+  }
+
+  removeDone(tx: TransactionLock, key: number): Promise<boolean> {
+    this.#tx(tx);
+    return this.#track(this.done.remove(key));
   }
 
   putCorrupt(tx: TransactionLock, entry: CorruptEntry): Promise<boolean> {

@@ -35,6 +35,11 @@ export class Durability {
     if (this.#closed) throw new WalClosedError();
   }
 
+  /** @throws WalFailedError after a commit or flush failure (a close does not matter here) */
+  assertNotFailed(): void {
+    if (this.#failed) throw new WalFailedError(this.#failure);
+  }
+
   markClosed(): void {
     this.#closed = true;
   }

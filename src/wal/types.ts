@@ -38,8 +38,8 @@ export interface CorruptRecord {
   seq: number;
   slot: number;
   reason: string;
-  /** Where the damaged bytes were found: a ring slot or the overflow table. */
-  where?: "ring" | "overflow";
+  /** Where the damaged bytes were found: a ring slot, the overflow table, or a completion batch (whose seqs are then re-executed). */
+  where?: "ring" | "overflow" | "done";
 }
 
 export interface ChainBreak {

@@ -5,7 +5,8 @@ import { encodePayload } from "./codec.js";
 import { WalFullError } from "./errors.js";
 import { resolveSecurity } from "./keys.js";
 import { LockManager, type QueueLock, type TransactionLock } from "./locks.js";
-import { sealData, sealMarker, type Security } from "./record-seal.js";
+import { sealDone } from "./completion.js";
+import { sealData, type Security } from "./record-seal.js";
 import { scan, type PendingFound, type StoredEntry } from "./recovery.js";
 import { Ring } from "./ring.js";
 import { WalStorage, type WalMeta } from "./storage.js";
@@ -84,6 +85,11 @@ export class Wal {
    */
   readonly #byOwner = new Map<string, { list: PendingEntry[]; dead: number }>();
   #waiters: Waiter[] = [];
+  /** Completion batches on disk, oldest first, with the highest seq each names. */
+  #doneBatches: Array<{ key: number; maxSeq: number }> = [];
+  #nextDoneKey = 1;
+  /** The completions of the current event turn, written as one batch at its end. */
+  #turn: { seqs: number[]; promise: Promise<void>; resolve(): void; reject(err: unknown): void } | undefined;
   #closing: Promise<void> | undefined;
 
   private constructor(init: OpenContext & { nextSeq: number; headMac: Buffer | undefined; recovery: RecoveryReport }) {
@@ -142,6 +148,7 @@ export class Wal {
     const quarantined = new Set<number>();
     for (const key of storage.corrupt.getKeys({})) quarantined.add((key as unknown as number[])[0]!);
     const found = scan({
+      done: storage.done.getRange({}) as Iterable<{ key: number; value: Buffer }>,
       // Without keys there is nothing to authenticate: plain COMPLETE markers are checked
       // in place by the fast decoder instead of being copied out of LMDB one by one.
       ring: entries(security.cipher === undefined && security.chain === undefined ? storage.ringFast.getRange({}) : storage.ring.getRange({})),
@@ -161,6 +168,7 @@ export class Wal {
         for (const c of found.corrupt) {
           storage.putCorrupt(tx, { seq: c.seq, where: c.where, slot: c.slot, reason: c.reason, bytes: c.bytes });
           if (c.where === "ring") storage.removeSlot(tx, c.key);
+          else if (c.where === "done") storage.removeDone(tx, c.key);
           else storage.removeOverflow(tx, c.key);
         }
         return { write: storage.lastWrite };
@@ -182,6 +190,9 @@ export class Wal {
       chainBreaks: found.chainBreaks,
     };
     const wal = new Wal({ ...ctx, nextSeq: maxSeq + 1, headMac: found.headMac, recovery });
+    wal.#doneBatches = found.doneBatches;
+    wal.#nextDoneKey = (found.doneBatches.at(-1)?.key ?? 0) + 1;
+    for (const c of found.corrupt) if (c.where === "done" && c.key >= wal.#nextDoneKey) wal.#nextDoneKey = c.key + 1;
     for (const p of found.pending) wal.#addPending(p);
     for (const p of found.withheld) wal.#addPending(p);
     log.info(
@@ -272,12 +283,12 @@ export class Wal {
       this.#durability.assertWritable();
       const entry = this.#pending.get(seq);
       if (entry === undefined) return RESOLVED;
-      this.#section(NOTHING, (tx) => {
-        this.#writeCompletion(tx, entry);
+      const turn = this.#section(NOTHING, (tx) => {
         if (opts?.kv !== undefined) for (const { key, value } of opts.kv) this.#storage.putKv(tx, key, value);
+        return this.#writeCompletion(tx, entry);
       });
       this.#removePending(entry);
-      return this.#durability.settle(this.#storage.lastWrite);
+      return turn ?? this.#durability.settle(this.#storage.lastWrite);
     } catch (err) {
       return Promise.reject(err);
     }
@@ -425,6 +436,10 @@ export class Wal {
         if (move) this.#storage.putOverflow(tx, evicted.record.seq, movedBytes!);
         if (completing !== undefined) this.#writeCompletion(tx, completing);
         this.#storage.putSlot(tx, this.#ring.slotOf(seq), sealed.bytes);
+        // Background compaction of COMPLETE records: a completion batch goes once every
+        // slot it names has been reused (in this transaction at the latest).
+        const batches = this.#doneBatches;
+        while (batches.length > 0 && batches[0]!.maxSeq + this.#ring.size <= seq) this.#storage.removeDone(tx, batches.shift()!.key);
         if (sealed.mac !== undefined) this.#storage.writeHead(tx, { seq, mac: sealed.mac.toString("hex") });
         if (move) evicted.where = "overflow";
         this.#nextSeq = seq + 1;
@@ -440,16 +455,50 @@ export class Wal {
     );
   }
 
-  /** COMPLETE: a marker in the ring slot, or (compaction) removal from overflow. */
-  #writeCompletion(tx: TransactionLock, e: PendingEntry): void {
-    const { seq, epoch, kind, owner } = e.record;
+  /**
+   * COMPLETE: a record in overflow is removed (compaction); a ring record joins this
+   * event turn's completion batch, whose promise is returned. The batch is written by a
+   * microtask, which runs before lmdb commits the turn's writes (lmdb commits from
+   * setImmediate), so it lands in the same LMDB transaction as everything this turn
+   * wrote: the kv outcome of complete({ kv }), the new record of replace().
+   */
+  #writeCompletion(tx: TransactionLock, e: PendingEntry): Promise<void> | undefined {
     if (e.where === "overflow") {
-      this.#storage.removeOverflow(tx, seq);
-      return;
+      this.#storage.removeOverflow(tx, e.record.seq);
+      return undefined;
     }
-    const chain = e.mac !== undefined && e.prevMac !== undefined ? { prevMac: e.prevMac, mac: e.mac } : undefined;
-    const marker = sealMarker(this.#security, { epoch, seq, kind, owner }, chain);
-    this.#storage.putSlot(tx, this.#ring.slotOf(seq), marker);
+    let turn = this.#turn;
+    if (turn === undefined) {
+      let resolve!: () => void;
+      let reject!: (err: unknown) => void;
+      const promise = new Promise<void>((res, rej) => {
+        resolve = res;
+        reject = rej;
+      });
+      turn = this.#turn = { seqs: [], promise, resolve, reject };
+      queueMicrotask(() => this.#writeTurn());
+    }
+    turn.seqs.push(e.record.seq);
+    return turn.promise;
+  }
+
+  #writeTurn(): void {
+    const turn = this.#turn!;
+    this.#turn = undefined;
+    try {
+      // Completions accepted before a close in the same turn are still written: close
+      // waits for them (lmdb's close waits for every issued write).
+      this.#durability.assertNotFailed();
+      const key = this.#nextDoneKey++;
+      const doneKey = this.#security.cipher?.doneKey ?? this.#security.chain?.doneKey;
+      this.#section(NOTHING, (tx) => this.#storage.putDone(tx, key, sealDone(doneKey, this.#epoch, turn.seqs)));
+      let maxSeq = 0;
+      for (const seq of turn.seqs) if (seq > maxSeq) maxSeq = seq;
+      this.#doneBatches.push({ key, maxSeq });
+      this.#durability.settle(this.#storage.lastWrite).then(turn.resolve, turn.reject);
+    } catch (err) {
+      turn.reject(err);
+    }
   }
 
   #room(): Promise<void> {

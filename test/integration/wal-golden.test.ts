@@ -3,6 +3,7 @@ import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
 import { Wal } from "../../src/wal/index.js";
 import { decodePayload } from "../../src/wal/codec.js";
+import { openDone } from "../../src/wal/completion.js";
 import { ChainKey, RecordCipher, resolveKey } from "../../src/wal/crypto.js";
 import { parseRecord } from "../../src/wal/record-format.js";
 import { openRecord, type Security } from "../../src/wal/record-seal.js";
@@ -17,6 +18,7 @@ interface Manifest {
   salt: string;
   identity: { epoch: number; seq: number; kind: string; owner: string };
   records: Record<string, { security: string; complete: boolean; seq: number; payload: unknown }>;
+  done: Record<string, { security: string; epoch: number; seqs: number[] }>;
   environments: Record<string, { key: string | null; algorithm?: "aes-256-gcm"; complete: number; epoch: number; pending: unknown[] }>;
 }
 const manifest = JSON.parse(readFileSync(join(V1, "manifest.json"), "utf8")) as Manifest;
@@ -66,6 +68,17 @@ describe("wal golden files (format v1)", () => {
       const opened = openRecord(security[expected.security]!, r.record);
       if (!opened.ok) throw new Error(`${name}: ${opened.reason}`);
       if (!expected.complete) expect(normalise(decodePayload(opened.plaintext!)), name).toEqual(normalise(revive(expected.payload)));
+    }
+  });
+
+  it("golden - every stored v1 completion batch still opens to the same seqs", () => {
+    const names = Object.keys(manifest.done);
+    expect(names.length).toBeGreaterThanOrEqual(3);
+    for (const name of names) {
+      const expected = manifest.done[name]!;
+      const sec = security[expected.security]!;
+      const key = sec.cipher?.doneKey ?? sec.chain?.doneKey;
+      expect(openDone(key, readFileSync(join(V1, "records", `${name}.bin`))), name).toEqual({ ok: true, epoch: expected.epoch, seqs: expected.seqs });
     }
   });
 

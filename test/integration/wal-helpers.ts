@@ -1,5 +1,5 @@
 import { mkdtempSync, rmSync } from "node:fs";
-import { open, type Database } from "lmdb";
+import { open, type Database, type RootDatabase } from "lmdb";
 import { afterEach } from "vitest";
 import { crc32 } from "../../src/wal/crc32.js";
 import { tmpdir } from "node:os";
@@ -26,6 +26,7 @@ export function walDirs(): (label: string) => string {
 
 
 export interface RawWal {
+  env: RootDatabase;
   ring: Database<Buffer, number>;
   overflow: Database<Buffer, number>;
   meta: Database<unknown, string>;
@@ -38,6 +39,7 @@ export interface RawWal {
 export async function tamper(dir: string, fn: (raw: RawWal) => Promise<unknown> | unknown): Promise<void> {
   const env = open({ path: dir, maxDbs: 8 });
   const raw: RawWal = {
+    env,
     ring: env.openDB<Buffer, number>({ name: "ring", keyEncoding: "uint32", encoding: "binary" }),
     overflow: env.openDB<Buffer, number>({ name: "overflow", encoding: "binary" }),
     meta: env.openDB<unknown, string>({ name: "meta" }),
