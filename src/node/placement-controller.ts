@@ -46,6 +46,12 @@ export class PlacementController {
   private readonly startQueue: Array<() => Promise<void>> = [];
   private readonly jobs = new Set<Promise<void>>();
   private startsRunning = 0;
+  /** type/desired per actor as last seen, to ignore registry writes that are state only. */
+  private readonly seen = new Map<string, string>();
+  /** Actors hosted here as of the last pass (plus starts since): filters lease events. */
+  private hostedSnapshot = new Set<string>();
+  private readonly owners = new Map<string, { type: string; owner: string | undefined }>();
+  private ownerSignature = "";
   private timer: NodeJS.Timeout | undefined;
   private running: Promise<void> | undefined;
   private again = false;
@@ -61,10 +67,19 @@ export class PlacementController {
     const kick = () => this.kick();
     this.unsubscribe.push(
       this.opts.membership.onChange(kick),
-      this.opts.registry.onChange(kick),
+      this.opts.registry.onChange((id, e) => {
+        // Only what placement decides on: an actor appearing, leaving, changing type or
+        // desired state. Hosts write state changes (Idle, Running, ...) all the time.
+        const key = e ? `${e.value.type}/${e.value.desired}` : undefined;
+        if (this.seen.get(id) === key) return;
+        if (key === undefined) this.seen.delete(id);
+        else this.seen.set(id, key);
+        kick();
+      }),
       this.opts.leases.onChange((id, e) => {
-        // A lease freed by its holder is the signal that an actor is ready to move here.
-        if (!e || e.value.node === null || this.isHere(id)) kick();
+        // A lease freed by its holder is the signal that an actor is ready to move here;
+        // a lease of an actor hosted here that names someone else means it was lost.
+        if (!e || e.value.node === null || this.hostedSnapshot.has(id) || this.opts.leases.holds(id)) kick();
       }),
     );
     const loop = () => {
@@ -76,8 +91,20 @@ export class PlacementController {
     loop();
   }
 
-  private isHere(actorId: string): boolean {
-    return this.opts.host.hosted().includes(actorId) || this.opts.leases.holds(actorId);
+  /**
+   * Rendezvous owner of an actor, cached per set of ready nodes: a pass over thousands
+   * of actors then hashes only when membership (or the actor's type) changed.
+   */
+  private ownerFor(id: string, type: string, ready: string[], signature: string): string | undefined {
+    if (signature !== this.ownerSignature) {
+      this.owners.clear();
+      this.ownerSignature = signature;
+    }
+    const cached = this.owners.get(id);
+    if (cached && cached.type === type) return cached.owner;
+    const owner = ownerOf(id, ready.filter((n) => this.opts.membership.supports(n, type)));
+    this.owners.set(id, { type, owner });
+    return owner;
   }
 
   /** Schedules a reconcile pass; passes never overlap, a request during one runs another after it. */
@@ -148,6 +175,9 @@ export class PlacementController {
     const live = membership.readyNodes();
     const healthy = membership.selfHealthy();
     const hosted = new Set(host.hosted());
+    this.hostedSnapshot = new Set(hosted);
+    // Node records carry their types; a type list change shows in the signature too.
+    const signature = live.map((n) => `${n}:${membership.record(n)?.types?.join("+") ?? "*"}`).join(",");
     const stop = (id: string, job: () => Promise<void>) => this.schedule(id, "stop", job);
     const start = (id: string, job: () => Promise<void>) => this.schedule(id, "start", job);
 
@@ -156,7 +186,7 @@ export class PlacementController {
       if (this.busy.has(id)) continue;
       const lease = leases.get(id)?.value;
       const mine = leases.holds(id);
-      const owner = ownerOf(id, live.filter((n) => membership.supports(n, record.type)));
+      const owner = this.ownerFor(id, record.type, live, signature);
 
       if (hosted.has(id) && !mine) {
         stop(id, () => this.drop(id, "lease-lost"));
@@ -211,6 +241,7 @@ export class PlacementController {
       if (!won) return;
       this.opts.onPlacement?.({ actorId: record.id, action: "acquired", reason: before?.node ? `takeover from ${before.node}` : "placement" });
     }
+    this.hostedSnapshot.add(record.id);
     try {
       await this.opts.host.start(record.id, record.type, record, { takeover });
     } catch (err) {
