@@ -18,6 +18,9 @@ export function register(program: Command): void {
     .action(async (opts: { config?: string; graceMs: string }) => {
       const config = opts.config ? await loadConfig(opts.config) : defaultConfig();
       const logger = createLogger();
+      // A stray rejection in a long-running node is logged, not fatal: everything that
+      // matters is journaled or fenced, and killing the node would move all its actors.
+      process.on("unhandledRejection", (err) => logger.error({ err }, "unhandled rejection"));
       const kova = await KovaNode.start({ config, logger });
       installShutdown({ stop: (reason) => kova.stop(reason), logger, graceMs: Number(opts.graceMs) || 30_000 });
       // The process now lives on its connections and timers; exit comes from the shutdown handler.
