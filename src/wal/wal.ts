@@ -475,6 +475,9 @@ export class Wal {
         resolve = res;
         reject = rej;
       });
+      // replace() does not wait on this promise (its own write shares the commit): keep a
+      // failure here from being an unhandled rejection; callers still see it.
+      promise.catch(() => undefined);
       turn = this.#turn = { seqs: [], promise, resolve, reject };
       queueMicrotask(() => this.#writeTurn());
     }
