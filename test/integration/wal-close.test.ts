@@ -49,6 +49,22 @@ describe.each(["full", "normal"] as SyncMode[])("wal close (%s)", (sync) => {
 });
 
 describe("wal shutdown", () => {
+  it("wal - completes issued right before close (same tick) are written: their batch lands before LMDB closes", async () => {
+    const d = dir("complete-close");
+    const wal = await Wal.open({ dir: d, ringBits: 6 });
+    const seqs: number[] = [];
+    for (let i = 0; i < 10; i++) seqs.push(await wal.append("step", { i }));
+    const completes = seqs.slice(0, 7).map((s) => wal.complete(s, { kv: [{ key: `out:${s}`, value: s }] }));
+    const closing = wal.close();
+    await Promise.all(completes);
+    await within(5_000, closing, "close after completes");
+    const again = await Wal.open({ dir: d });
+    expect(again.recovery.pending.map((p) => p.seq)).toEqual(seqs.slice(7));
+    expect(again.recovery.complete).toBe(7);
+    expect(again.getKv(`out:${seqs[6]}`)).toBe(seqs[6]);
+    await again.close();
+  });
+
   it("wal - close never hangs: idle, twice, with waiters for room, and right after many writes", async () => {
     const idle = await Wal.open({ dir: dir("idle") });
     await within(2_000, Promise.all([idle.close(), idle.close()]), "double close");
