@@ -41,6 +41,11 @@ export interface MembershipOptions {
   logger: Logger;
   /** Called at each heartbeat for the informational fields. */
   actorCount?: () => number;
+  /**
+   * Records of nodes silent this long are deleted (default: 10 × staleAfterMs, at least
+   * 60 s), so `kova nodes ls` does not list every node that ever ran.
+   */
+  pruneAfterMs?: number;
 }
 
 export function nodesBucket(cluster: string): string {
@@ -138,8 +143,22 @@ export class Membership {
     const revision = await this.kv.put(this.opts.self.id, encodeJson(record));
     this.lastOkStart = Math.max(this.lastOkStart, start);
     this.mirror.note(this.opts.self.id, record, revision);
+    await this.prune();
     // Staleness of peers is re-evaluated on our own beat too: a silent peer changes no key.
     this.notifyIfChanged();
+  }
+
+  /** Deletes long-dead records, by compare-and-set so that a node that came back is kept. */
+  private async prune(): Promise<void> {
+    const after = this.opts.pruneAfterMs ?? Math.max(60_000, 10 * this.opts.staleAfterMs);
+    const now = performance.now();
+    for (const [id, e] of this.mirror.entries()) {
+      const seen = this.lastSeen.get(id);
+      if (id === this.opts.self.id || seen === undefined || now - seen < after) continue;
+      this.lastSeen.delete(id); // one attempt; a failed CAS means the node wrote again
+      await this.kv.delete(id, { previousSeq: e.revision }).catch(() => undefined);
+      this.opts.logger.info({ nodeId: id, silentMs: Math.round(now - seen) }, "removed the record of a long-dead node");
+    }
   }
 
   /**

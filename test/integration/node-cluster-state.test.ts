@@ -119,4 +119,20 @@ describe("cluster state in KV", () => {
     r1.stop();
     r2.stop();
   });
+
+  it("membership - the record of a node silent past the prune window is deleted, a live one is kept", async () => {
+    const c = cluster();
+    const opts = { cluster: c, heartbeatMs: 100, staleAfterMs: 400, pruneAfterMs: 800, logger };
+    const self = (id: string) => ({ id, incarnation: randomUUID(), startedAt: Date.now(), version: "t", pid: 1, host: "h" });
+    const a = await Membership.join({ ...opts, nc: await nc(), self: self("a") });
+    const b = await Membership.join({ ...opts, nc: await nc(), self: self("b") });
+    const gone = await Membership.join({ ...opts, nc: await nc(), self: self("gone") });
+    await waitFor(() => a.view().length === 3, 2000);
+    gone.stop();
+    await waitFor(() => a.view().map((v) => v.record.id).join() === "a,b", 3000);
+    expect(await a.kv.get("gone").then((e) => e?.operation)).not.toBe("PUT");
+    expect(b.view().map((v) => v.record.id)).toEqual(["a", "b"]);
+    a.stop();
+    b.stop();
+  });
 });
