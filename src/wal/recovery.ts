@@ -15,7 +15,7 @@ import type { ChainBreak, CorruptPolicy, CorruptRecord, WalRecord } from "./type
  */
 export interface StoredEntry {
   key: number;
-  /** Stored bytes, or a plain COMPLETE marker already checked by the fast decoder. */
+  /** Stored bytes, or a summary of a plain record already checked by the fast decoder. */
   value: Buffer | ScanSummary;
 }
 
@@ -221,7 +221,7 @@ function scanRecords(
       }
       const r = ringRecs[i];
       if (r === undefined) {
-        complete++; // a COMPLETE marker: nothing more to know
+        complete++; // COMPLETE (marker, or named by a completion batch): nothing more to know
         continue;
       }
       if (!(r instanceof ParsedRecord)) {

@@ -149,8 +149,8 @@ export class Wal {
     for (const key of storage.corrupt.getKeys({})) quarantined.add((key as unknown as number[])[0]!);
     const found = scan({
       done: storage.done.getRange({}) as Iterable<{ key: number; value: Buffer }>,
-      // Without keys there is nothing to authenticate: plain COMPLETE markers are checked
-      // in place by the fast decoder instead of being copied out of LMDB one by one.
+      // Without keys there is nothing to authenticate: plain records are checked (and
+      // PENDING ones decoded) in place by the fast decoder instead of being copied out.
       ring: entries(security.cipher === undefined && security.chain === undefined ? storage.ringFast.getRange({}) : storage.ring.getRange({})),
       overflow: entries(storage.overflow.getRange({})),
       layout: ring,
