@@ -141,6 +141,14 @@ export class Membership {
       actors: this.opts.actorCount?.() ?? 0,
     };
     const revision = await this.kv.put(this.opts.self.id, encodeJson(record));
+    if (this.lastOkStart > 0 && start - this.lastOkStart > this.opts.staleAfterMs) {
+      // This node could not write (NATS down, process frozen), so it could not watch
+      // either: silence it saw from peers meanwhile says nothing about them. Give every
+      // peer a fresh window instead of taking over all their actors on the way back.
+      const now = performance.now();
+      for (const id of this.lastSeen.keys()) this.lastSeen.set(id, now);
+      this.opts.logger.warn({ gapMs: Math.round(start - this.lastOkStart) }, "heartbeats resumed after a gap; peers get a fresh staleness window");
+    }
     this.lastOkStart = Math.max(this.lastOkStart, start);
     this.mirror.note(this.opts.self.id, record, revision);
     await this.prune();

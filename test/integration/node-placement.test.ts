@@ -180,4 +180,40 @@ describe("placement over live nodes", () => {
       n.membership.stop();
     }
   }, 60000);
+
+  it("placement - a NATS server restart longer than the staleness window moves no actor", async () => {
+    const own = await startNatsServer({ allowExternal: false });
+    const saved = server;
+    server = own; // startNode connects to `server`
+    try {
+      const cluster = `p${randomUUID().slice(0, 8)}`;
+      const running = new Map<string, string>();
+      const doubles: string[] = [];
+      const [a, b] = [await startNode(cluster, "a", running, doubles), await startNode(cluster, "b", running, doubles)];
+      const ids = Array.from({ length: 20 }, (_, i) => `r${i}`);
+      for (const id of ids) await a.registry.declare({ id, type: "counter" });
+      await waitFor(() => hostedOnce([a, b], ids) && a.host.hosted().length > 0 && b.host.hosted().length > 0, 5000, "placed");
+      const before = new Map(ids.map((id) => [id, a.leases.get(id)!.revision]));
+      await own.kill();
+      await new Promise((r) => setTimeout(r, 2500)); // > staleAfterMs (1.2 s)
+      await own.restart();
+      await waitFor(() => a.membership.selfHealthy() && b.membership.selfHealthy(), 15_000, "heartbeats resume");
+      await new Promise((r) => setTimeout(r, 2000));
+      const moved = ids.filter((id) => a.leases.get(id)?.revision !== before.get(id));
+      expect(moved).toEqual([]);
+      expect(hostedOnce([a, b], ids)).toBe(true);
+      expect(doubles).toEqual([]);
+      // the KV watches came back with the server: a new actor is seen and placed
+      const fresh = Array.from({ length: 6 }, (_, i) => `new${i}`);
+      for (const id of fresh) await b.registry.declare({ id, type: "counter" });
+      await waitFor(() => hostedOnce([a, b], [...ids, ...fresh]), 10_000, "placement after the restart");
+      for (const n of [a, b]) {
+        await n.placement.stop();
+        n.membership.stop();
+      }
+    } finally {
+      server = saved;
+      await own.stop();
+    }
+  }, 60000);
 });
