@@ -57,7 +57,11 @@ export function register(program: Command): void {
         let records = await readBucket<AgentRecord>(nc, agentsBucket(cluster), cluster);
         if (o.node) records = records.filter((r) => r.node === o.node);
         if (o.json) return print(records);
-        table(["AGENT", "TYPE", "NODE", "STATE", "DESIRED"], records.map((r) => [r.id, r.type, r.node ?? "-", r.state, r.desired]));
+        // A registry entry keeps naming a node that died until the takeover rewrites it.
+        const nodeRecords = await readBucket<NodeRecord>(nc, nodesBucket(cluster), cluster).catch(() => []);
+        const alive = new Set(nodeRecords.filter((n) => n.state !== "leaving" && Date.now() - n.heartbeatAt < 15_000).map((n) => n.id));
+        const where = (r: AgentRecord) => (r.node === null ? "-" : alive.has(r.node) ? r.node : `${r.node} (not responding)`);
+        table(["AGENT", "TYPE", "NODE", "STATE", "DESIRED"], records.map((r) => [r.id, r.type, where(r), r.state, r.desired]));
       }),
   );
 
