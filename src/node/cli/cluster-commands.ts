@@ -170,8 +170,10 @@ async function openExisting(nc: NatsConnection, bucket: string, cluster: string)
 /** Every live value of a bucket, read key by key (a one-shot read needs no watch). */
 async function readBucket<T>(nc: NatsConnection, bucket: string, cluster: string): Promise<T[]> {
   const kv = await openExisting(nc, bucket, cluster);
-  const keys: string[] = [];
-  for await (const k of await kv.keys()) keys.push(k);
+  // A key written again while the listing runs (a heartbeat) is listed twice: dedupe.
+  const unique = new Set<string>();
+  for await (const k of await kv.keys()) unique.add(k);
+  const keys = [...unique];
   const out: T[] = [];
   for (let i = 0; i < keys.length; i += 64) {
     const entries = await Promise.all(keys.slice(i, i + 64).map((k) => kv.get(k)));
