@@ -45,4 +45,27 @@ describe("node restart after SIGKILL", () => {
     expect(rec?.node).toBe("solo");
     expect(rec?.state).toBe("Idle");
   }, 60000);
+
+  it("cluster - a second SIGTERM during a graceful stop exits at once; the restarted node finishes the cut turn", async () => {
+    const actor = "p-1";
+    const long = createEnvelope({ from: "tester", to: actor, type: "task_delegate", payload: { sleepMs: 4000 } });
+    await tc.bus.send(long);
+    await waitUntil(async () => tc.events.some((e) => e.type === "probe_start" && (e.data as { id: string }).id === long.id), 5000, "long turn started");
+    const proc = tc.procs.get("solo")!;
+    const t0 = performance.now();
+    proc.child.kill("SIGTERM");
+    await new Promise((r) => setTimeout(r, 100));
+    proc.child.kill("SIGTERM");
+    const exit = await proc.exited;
+    expect(exit.code).toBe(130);
+    expect(performance.now() - t0).toBeLessThan(1500);
+
+    await tc.startNode("solo");
+    const s = await waitUntil(async () => {
+      const st = await tc.info<ProbeState>(actor);
+      return st.ids.includes(long.id) ? st : undefined;
+    }, 20_000, "cut turn finished after the restart");
+    expect(s.ids.filter((id) => id === long.id)).toHaveLength(1);
+    expect(s.dupHandled).toBe(0);
+  }, 60000);
 });
