@@ -1,7 +1,8 @@
 import { hostname } from "node:os";
 import { join } from "node:path";
 import { mkdir } from "node:fs/promises";
-import { ErrorCode, KovaError, ConfigError } from "../core/errors.js";
+import { ErrorCode, KovaError, ConfigError, isKovaError } from "../core/errors.js";
+import { sleep } from "../core/clock.js";
 import { assertId, newId } from "../core/ids.js";
 import { createLogger, type Logger } from "../core/logger.js";
 import { Bus } from "../bus/index.js";
@@ -107,8 +108,11 @@ export class KovaNode {
     const { config } = this;
     await mkdir(config.dataDir, { recursive: true });
     this.nats = await resolveNats({ configuredUrls: config.natsUrls, dataDir: config.dataDir, logger: this.log, ...opts.nats });
-    this.bus = await Bus.connect({ servers: this.nats.urls, cluster: config.cluster, name: `kova-node-${config.nodeId}`, logger: this.log });
-    await this.bus.ensureStreams({ replicas: config.replicas });
+    const { nodeId, cluster } = config;
+    this.bus = await this.whenNatsReady("connect", () =>
+      Bus.connect({ servers: this.nats.urls, cluster, name: `kova-node-${nodeId}`, logger: this.log }),
+    );
+    await this.whenNatsReady("streams", () => this.bus.ensureStreams({ replicas: config.replicas }));
 
     this.wal = await Wal.open({
       dir: join(config.dataDir, "wal"),
@@ -123,11 +127,13 @@ export class KovaNode {
 
     const nc = this.bus.nc;
     const replicas = config.replicas;
-    this.registry = await AgentRegistry.open({ nc, cluster: config.cluster, replicas, logger: this.log });
-    this.leases = await LeaseTable.open({ nc, cluster: config.cluster, nodeId: config.nodeId, incarnation: this.incarnation, replicas, logger: this.log });
+    this.registry = await this.whenNatsReady("registry", () => AgentRegistry.open({ nc, cluster, replicas, logger: this.log }));
+    this.leases = await this.whenNatsReady("leases", () =>
+      LeaseTable.open({ nc, cluster, nodeId, incarnation: this.incarnation, replicas, logger: this.log }),
+    );
     // Heartbeat before any lease is touched: peers must see this incarnation live before
     // it reclaims a lease of its previous life, or they would count it dead and take over.
-    this.membership = await Membership.join({
+    this.membership = await this.whenNatsReady("membership", () => Membership.join({
       nc,
       cluster: config.cluster,
       heartbeatMs: config.heartbeatMs,
@@ -144,7 +150,7 @@ export class KovaNode {
         host: hostname(),
         types: this.types.types(),
       },
-    });
+    }));
 
     this.host = new ActorHost({
       bus: this.bus,
@@ -160,7 +166,8 @@ export class KovaNode {
 
     await this.recoverPending();
     for (const a of config.actors) {
-      await this.registry.declare({ id: a.id, type: a.type, capabilities: this.types.get(a.type).capabilities ?? [] });
+      const capabilities = this.types.get(a.type).capabilities ?? [];
+      await this.whenNatsReady("declare", () => this.registry.declare({ id: a.id, type: a.type, capabilities }));
     }
 
     const port: HostPort = {
@@ -183,9 +190,31 @@ export class KovaNode {
       onPlacement: (e) => this.onPlacement(e),
     });
     this.placement.start();
-    await this.membership.markUp();
-    await this.startServices();
+    await this.whenNatsReady("announce", () => this.membership.markUp());
+    await this.whenNatsReady("services", () => this.startServices());
     this.log.info({ cluster: config.cluster, nats: this.nats.source, recovery: this.recovery }, "node started");
+  }
+
+  /**
+   * Runs a start-up step, waiting for NATS: nodes are often started together with their
+   * NATS servers (compose, Kubernetes), and a fresh NATS cluster answers "JetStream not
+   * enabled" or times out until it has elected its JetStream leaders.
+   * @throws the step's error when it is not transient, or after `startupWaitMs` (60 s)
+   */
+  private async whenNatsReady<T>(what: string, step: () => Promise<T>, startupWaitMs = 60_000): Promise<T> {
+    const deadline = performance.now() + startupWaitMs;
+    for (let attempt = 1; ; attempt++) {
+      try {
+        return await step();
+      } catch (err) {
+        const text = String((err as Error)?.message ?? err);
+        const transient =
+          isKovaError(err, ErrorCode.NATS_UNREACHABLE) || isKovaError(err, ErrorCode.TIMEOUT) || /jetstream|timeout|no responders|leader|503/i.test(text);
+        if (!transient || performance.now() > deadline) throw err;
+        this.log.warn({ err: text, attempt, what }, "waiting for NATS / JetStream to become available");
+        await sleep(Math.min(2000, 250 * attempt));
+      }
+    }
   }
 
   /**
