@@ -194,8 +194,11 @@ describe("bus DLQ", () => {
         { maxDeliver: 2, backoffMs: [20] },
       );
       await waitFor(() => done.length === 1, 10_000, "next message");
-      // Nobody listened to the advisory: the poison message is still in the WorkQueue stream.
-      expect((await bus.jsm.streams.info(bus.subjects.streams.a2a)).state.messages).toBe(1);
+      // Nobody listened to the advisory: the poison message stays in the WorkQueue stream once
+      // the good message's ack (sent after the handler returned) has removed that one.
+      const remaining = async () => (await bus.jsm.streams.info(bus.subjects.streams.a2a)).state.messages;
+      await waitFor(async () => (await remaining()) === 1, 10_000, "only the poison message left in the stream");
+      expect(await remaining()).toBe(1);
       expect(await bus.listDlq()).toEqual([]);
       const mover = bus.startDlqMover();
       expect(await mover.swept).toBe(1);
