@@ -35,6 +35,7 @@ import { isValidId } from "../core/ids.js";
  * [mailbox]
  * ack_wait_ms = 30000
  * max_deliver = 5
+ * backoff_ms = [1000, 5000, 15000, 30000]   # redelivery delays after a failed attempt
  *
  * [[actors]]
  * id = "counter-1"
@@ -77,7 +78,7 @@ export interface NodeConfig {
    */
   drainTimeoutMs: number;
   wal: WalConfig;
-  mailbox: { ackWaitMs?: number; maxDeliver?: number };
+  mailbox: { ackWaitMs?: number; maxDeliver?: number; backoffMs?: number[] };
   actors: ActorSpec[];
   /** Modules to import for actor types (from `[[actors]]` and top-level `modules`), absolute. */
   modules: string[];
@@ -150,7 +151,7 @@ function buildConfig(doc: Table, path: string | undefined, env: NodeJS.ProcessEn
   rejectUnknown(cluster, ["name", "heartbeat_ms", "stale_after_ms", "reconcile_ms", "drain_timeout_ms"], "cluster.");
   rejectUnknown(nats, ["urls", "replicas"], "nats.");
   rejectUnknown(wal, ["sync", "ring_bits", "encryption", "hmac"], "wal.");
-  rejectUnknown(mailbox, ["ack_wait_ms", "max_deliver"], "mailbox.");
+  rejectUnknown(mailbox, ["ack_wait_ms", "max_deliver", "backoff_ms"], "mailbox.");
 
   const nodeId = idValue(env.KOVA_NODE_ID, "KOVA_NODE_ID") ?? idValue(node.id, "node.id") ?? defaultNodeId();
   const clusterName =
@@ -189,6 +190,13 @@ function buildConfig(doc: Table, path: string | undefined, env: NodeJS.ProcessEn
   if (ackWaitMs !== undefined) config.mailbox.ackWaitMs = ackWaitMs;
   const maxDeliver = intValue(mailbox.max_deliver, "mailbox.max_deliver", 1, 1000);
   if (maxDeliver !== undefined) config.mailbox.maxDeliver = maxDeliver;
+  if (mailbox.backoff_ms !== undefined) {
+    const list = mailbox.backoff_ms;
+    if (!Array.isArray(list) || list.length === 0) {
+      throw new ConfigError("mailbox.backoff_ms", "must be a non-empty array of milliseconds, e.g. backoff_ms = [1000, 5000, 15000]");
+    }
+    config.mailbox.backoffMs = list.map((v, i) => intValue(v, `mailbox.backoff_ms[${i}]`, 10, 3_600_000)!);
+  }
 
   const modules = new Set<string>();
   if (doc.modules !== undefined) {

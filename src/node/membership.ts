@@ -64,6 +64,8 @@ export class Membership {
   private timer: NodeJS.Timeout | undefined;
   private stopped = false;
   private lastOkStart = 0;
+  /** When our last heartbeat write completed: the bucket was writable up to then. */
+  private lastOkEnd = 0;
   private readonly inFlight = new Set<Promise<void>>();
   private liveKey = "";
   private state: NodeRecord["state"] = "starting";
@@ -150,6 +152,7 @@ export class Membership {
       this.opts.logger.warn({ gapMs: Math.round(start - this.lastOkStart) }, "heartbeats resumed after a gap; peers get a fresh staleness window");
     }
     this.lastOkStart = Math.max(this.lastOkStart, start);
+    this.lastOkEnd = performance.now();
     this.mirror.note(this.opts.self.id, record, revision);
     await this.prune();
     // Staleness of peers is re-evaluated on our own beat too: a silent peer changes no key.
@@ -187,7 +190,11 @@ export class Membership {
     const entry = this.mirror.get(nodeId);
     if (!entry || entry.value.state === "leaving") return false;
     const seen = this.lastSeen.get(nodeId);
-    return seen !== undefined && performance.now() - seen < this.opts.staleAfterMs;
+    if (seen === undefined) return false;
+    // Silence counts only while the bucket was demonstrably writable, i.e. up to our own
+    // last successful write: when a NATS leader election stalls every heartbeat, nobody's
+    // silence grows and nothing is taken over. This only ever delays a verdict.
+    return Math.max(this.lastOkEnd, seen) - seen < this.opts.staleAfterMs;
   }
 
   /**

@@ -36,6 +36,7 @@ ring_bits = 12
 [mailbox]
 ack_wait_ms = 5000
 max_deliver = 7
+backoff_ms = [100, 2000]
 [[actors]]
 id = "c1"
 type = "counter"
@@ -55,7 +56,7 @@ module = "./probe.mjs"
     expect(cfg.staleAfterMs).toBe(3000);
     expect(cfg.drainTimeoutMs).toBe(1500);
     expect(cfg.wal).toEqual({ sync: "normal", ringBits: 12 });
-    expect(cfg.mailbox).toEqual({ ackWaitMs: 5000, maxDeliver: 7 });
+    expect(cfg.mailbox).toEqual({ ackWaitMs: 5000, maxDeliver: 7, backoffMs: [100, 2000] });
     expect(cfg.actors).toEqual([
       { id: "c1", type: "counter" },
       { id: "p1", type: "probe", module: "/etc/kova/probe.mjs" },
@@ -116,6 +117,7 @@ module = "./probe.mjs"
   it("config - a malformed NATS url and a wrong sync mode are refused", () => {
     expect(configError(() => parseConfig(`[nats]\nurls = ["http//nope"]`, { env: {} })).key).toBe("nats.urls[0]");
     expect(configError(() => parseConfig(`[wal]\nsync = "always"`, { env: {} })).key).toBe("wal.sync");
+    expect(configError(() => parseConfig(`[mailbox]\nbackoff_ms = [100, "x"]`, { env: {} })).key).toBe("mailbox.backoff_ms[1]");
   });
 
   it("config - wal keys come from named environment variables, never the file", () => {
