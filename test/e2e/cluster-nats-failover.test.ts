@@ -6,10 +6,10 @@ let tc: TestCluster;
 const sent = new Map<string, string[]>();
 
 beforeAll(async () => {
-  tc = await TestCluster.create({ nodes: ["n1", "n2", "n3"], actors: 15, natsCluster: true, staleAfterMs: 6000, logLevel: process.env.KOVA_LOG_LEVEL ?? "warn" });
+  tc = await TestCluster.create({ nodes: ["n1", "n2"], actors: 8, natsCluster: true, staleAfterMs: 6000, logLevel: process.env.KOVA_LOG_LEVEL ?? "warn" });
   await waitUntil(async () => {
     const a = await tc.agents();
-    return a.size === 15 && [...a.values()].every((r) => r.node !== null && r.state === "Idle");
+    return a.size === 8 && [...a.values()].every((r) => r.node !== null && r.state === "Idle");
   }, 60_000, "initial placement");
 }, 120_000);
 afterAll(async () => {
@@ -35,7 +35,7 @@ async function round(): Promise<void> {
   );
 }
 
-describe("cluster on a 3-server NATS cluster", () => {
+describe("cluster on a 3-server NATS cluster (2 node processes)", () => {
   it("cluster - a NATS server killed under the nodes loses no acknowledged message and runs none twice", async () => {
     await round();
     const before = await tc.agents();
