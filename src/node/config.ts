@@ -24,7 +24,7 @@ import { isValidId } from "../core/ids.js";
  *
  * [nats]
  * urls = ["nats://127.0.0.1:4222"]   # NATS_URL (comma-separated) overrides
- * replicas = 3            # of Kova's streams and KV buckets: the NATS cluster size (default 1)
+ * replicas = 3            # of Kova's streams and KV buckets (default: 3 on a clustered NATS, else 1)
  *
  * [wal]
  * sync = "full"            # or "normal"; KOVA_WAL_SYNC
@@ -64,8 +64,12 @@ export interface NodeConfig {
   dataDir: string;
   /** Configured NATS URLs; undefined lets the node find or start a server. */
   natsUrls?: string[];
-  /** Replicas of Kova's streams and KV buckets: 1 on one server, 3 on a 3-server NATS cluster. */
-  replicas: number;
+  /**
+   * Replicas of Kova's streams and KV buckets. Undefined: chosen from the server the node
+   * connects to (3 on a clustered NATS, else 1), so a cluster deployment that forgets the
+   * key still survives the loss of one NATS server.
+   */
+  replicas?: number;
   /** How often a node writes its heartbeat (and renews every lease it holds). */
   heartbeatMs: number;
   /** A node whose heartbeat has not changed for this long is dead to its peers. */
@@ -177,7 +181,7 @@ function buildConfig(doc: Table, path: string | undefined, env: NodeJS.ProcessEn
     staleAfterMs,
     reconcileMs,
     drainTimeoutMs: intValue(cluster.drain_timeout_ms, "cluster.drain_timeout_ms", 0, 3_600_000) ?? 20_000,
-    replicas: intValue(nats.replicas, "nats.replicas", 1, 5) ?? 1,
+    replicas: intValue(nats.replicas, "nats.replicas", 1, 5),
     wal: walConfig(wal, env),
     mailbox: {},
     actors: [],

@@ -23,7 +23,7 @@ import {
 import { LeaseTable } from "./lease.js";
 import { Membership } from "./membership.js";
 import { startMicroService, type MicroService } from "./micro-service.js";
-import { resolveNats, type ResolvedNats, type ResolveNatsOptions } from "./nats-bootstrap.js";
+import { jetStreamReplicas, resolveNats, type ResolvedNats, type ResolveNatsOptions } from "./nats-bootstrap.js";
 import { PlacementController, type HostPort } from "./placement-controller.js";
 import { AgentRegistry, type AgentRecord } from "./registry.js";
 
@@ -56,6 +56,7 @@ export class KovaNode {
   private bus!: Bus;
   private wal!: Wal;
   private nats!: ResolvedNats;
+  private dlqMover: { stop(): Promise<void> } | undefined;
   private registry!: AgentRegistry;
   private leases!: LeaseTable;
   private membership!: Membership;
@@ -112,7 +113,11 @@ export class KovaNode {
     this.bus = await this.whenNatsReady("connect", () =>
       Bus.connect({ servers: this.nats.urls, cluster, name: `kova-node-${nodeId}`, logger: this.log }),
     );
-    await this.whenNatsReady("streams", () => this.bus.ensureStreams({ replicas: config.replicas }));
+    const replicas = config.replicas ?? jetStreamReplicas(this.bus.nc);
+    await this.whenNatsReady("streams", () => this.bus.ensureStreams({ replicas }));
+    // Every node moves messages that exhausted max_deliver to the DLQ; several movers are
+    // safe because a DLQ entry's msg id is derived from the original's stream sequence.
+    this.dlqMover = this.bus.startDlqMover();
 
     this.wal = await Wal.open({
       dir: join(config.dataDir, "wal"),
@@ -126,7 +131,6 @@ export class KovaNode {
     this.recovery.pendingRecords = this.wal.recovery.pending.length;
 
     const nc = this.bus.nc;
-    const replicas = config.replicas;
     this.registry = await this.whenNatsReady("registry", () => AgentRegistry.open({ nc, cluster, replicas, logger: this.log }));
     this.leases = await this.whenNatsReady("leases", () =>
       LeaseTable.open({ nc, cluster, nodeId, incarnation: this.incarnation, replicas, logger: this.log }),
@@ -433,6 +437,7 @@ export class KovaNode {
     this.membership?.stop();
     this.leases?.stop();
     this.registry?.stop();
+    await this.dlqMover?.stop().catch(() => undefined);
     await this.wal?.close().catch(() => undefined);
     await this.bus?.close().catch(() => undefined);
     await this.nats?.stop().catch(() => undefined);

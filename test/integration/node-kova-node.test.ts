@@ -4,14 +4,15 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { randomUUID } from "node:crypto";
 import { Kvm } from "@nats-io/kv";
-import { startNatsCluster } from "../../src/testing/index.js";
+import { AckPolicy, jetstream } from "@nats-io/jetstream";
+import { startNatsCluster, startNatsServer } from "../../src/testing/index.js";
 import { createEnvelope } from "../../src/bus/index.js";
 import { createLogger } from "../../src/core/logger.js";
 import { parseConfig } from "../../src/node/config.js";
 import { KovaNode } from "../../src/node/node.js";
 
 describe("KovaNode in process", () => {
-  it("node - on a 3-server NATS cluster with replicas = 3 its buckets and streams are replicated, and a graceful stop releases everything", async () => {
+  it("node - on a 3-server NATS cluster its buckets and streams get 3 replicas without a replicas key, and a graceful stop releases everything", async () => {
     const nats = await startNatsCluster({ size: 3 });
     const dir = await mkdtemp(join(tmpdir(), "kova-node-"));
     const cluster = `k${randomUUID().slice(0, 8)}`;
@@ -19,7 +20,7 @@ describe("KovaNode in process", () => {
     try {
       const config = parseConfig(
         `[node]\nid = "solo"\ndata_dir = "${dir}"\n[cluster]\nname = "${cluster}"\nheartbeat_ms = 200\nstale_after_ms = 1000\n` +
-          `[nats]\nurls = ${JSON.stringify(nats.urls)}\nreplicas = 3\n[wal]\nsync = "normal"\n` +
+          `[nats]\nurls = ${JSON.stringify(nats.urls)}\n[wal]\nsync = "normal"\n` +
           `[[actors]]\nid = "c1"\ntype = "counter"\n`,
         { env: {} },
       );
@@ -56,6 +57,50 @@ describe("KovaNode in process", () => {
       const nodes = await new Kvm(nc).open(`kova_${cluster}_nodes`);
       expect((await nodes.get("solo"))?.operation).toBe("DEL");
       await nc.close();
+    } finally {
+      await node?.stop("cleanup").catch(() => undefined);
+      await nats.stop();
+      await rm(dir, { recursive: true, force: true });
+    }
+  }, 60_000);
+
+  it("node - a message that exhausts max_deliver on its stream is moved to the DLQ by the node, with replicas 1 on a single server", async () => {
+    const nats = await startNatsServer({ allowExternal: false });
+    const dir = await mkdtemp(join(tmpdir(), "kova-node-"));
+    const cluster = `k${randomUUID().slice(0, 8)}`;
+    let node: KovaNode | undefined;
+    try {
+      const config = parseConfig(
+        `[node]\nid = "solo"\ndata_dir = "${dir}"\n[cluster]\nname = "${cluster}"\n[nats]\nurls = ["${nats.url}"]\n[wal]\nsync = "normal"\n`,
+        { env: {} },
+      );
+      expect(config.replicas).toBeUndefined();
+      node = await KovaNode.start({ config, logger: createLogger() });
+      const bus = node.busClient;
+      expect((await bus.jsm.streams.info(bus.subjects.streams.a2a)).config.num_replicas).toBe(1);
+
+      // A consumer that gives up after one delivery, as a crashing host would: the server
+      // only raises the MAX_DELIVERIES advisory, and the node's mover must act on it.
+      const env = createEnvelope({ from: "t", to: "poisoned", type: "task_delegate", payload: { n: 1 } });
+      await bus.send(env);
+      await bus.jsm.consumers.add(bus.subjects.streams.a2a, {
+        durable_name: "agent_poisoned",
+        filter_subject: bus.subjects.a2a("poisoned"),
+        ack_policy: AckPolicy.Explicit,
+        max_deliver: 1,
+        ack_wait: 1_000_000_000,
+      });
+      const consumer = await jetstream(bus.nc).consumers.get(bus.subjects.streams.a2a, "agent_poisoned");
+      const msg = await consumer.next({ expires: 5_000 });
+      expect(msg?.headers?.get("Nats-Msg-Id")).toBe(env.id);
+      msg!.nak();
+      // The server raises the advisory when it would redeliver, i.e. on the next pull.
+      expect(await consumer.next({ expires: 2_000 })).toBeNull();
+
+      await expect.poll(async () => (await bus.listDlq({ reason: "max_deliver" })).length, { timeout: 15_000 }).toBe(1);
+      const [entry] = await bus.listDlq({ reason: "max_deliver" });
+      expect(entry!.headers["Kova-Dlq-Msg-Id"]).toBe(env.id);
+      await expect.poll(async () => (await bus.jsm.streams.info(bus.subjects.streams.a2a)).state.messages, { timeout: 10_000 }).toBe(0);
     } finally {
       await node?.stop("cleanup").catch(() => undefined);
       await nats.stop();

@@ -79,7 +79,7 @@ module = "./probe.mjs"
     expect(cfg.nodeId).toBe("solo");
     expect(cfg.cluster).toBe("default");
     expect(cfg.natsUrls).toBeUndefined();
-    expect(cfg.replicas).toBe(1);
+    expect(cfg.replicas).toBeUndefined(); // chosen from the NATS server at start
     expect(cfg.staleAfterMs).toBe(5 * cfg.heartbeatMs);
     expect(cfg.dataDir.endsWith(join(".kova-data", "solo"))).toBe(true);
   });
