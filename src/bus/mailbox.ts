@@ -1,7 +1,7 @@
-import { AckPolicy, DeliverPolicy, type ConsumerConfig, type ConsumerMessages, type JsMsg } from "@nats-io/jetstream";
-import { nanos } from "@nats-io/transport-node";
+import { AckPolicy, DeliverPolicy, type ConsumerConfig } from "@nats-io/jetstream";
+import { nanos, type Msg } from "@nats-io/transport-node";
 import { ErrorCode, isKovaError } from "../core/errors.js";
-import { sleep } from "../core/clock.js";
+import type { Logger } from "../core/logger.js";
 import { assertId } from "../core/ids.js";
 import { decodeValue, encodingOf, type Encoding } from "./codec.js";
 import type { BusContext } from "./context.js";
@@ -9,6 +9,8 @@ import { validateEnvelope, type A2AEnvelope } from "./envelope.js";
 import { InvalidEnvelopeError, type DecodeError } from "./errors.js";
 import { publishDlq } from "./dlq.js";
 import { DlqReason } from "./wire.js";
+import { nakNow, PullInbox, type PullTarget } from "./pull-inbox.js";
+import { PulledMsg } from "./pulled-msg.js";
 
 /** What a handler gets besides the envelope. */
 export interface MailboxContext {
@@ -40,6 +42,11 @@ export interface MailboxOptions {
   heartbeatMs?: number;
   /** Dead-letter messages whose `deadline` passed before delivery (default true). */
   dropExpired?: boolean;
+  /**
+   * Lifetime of an idle mailbox's pull request (default 10 s). A pull lost with a server
+   * (clustered NATS failover) is re-issued at most this + 2 s later; on a reconnect at once.
+   */
+  pullExpiresMs?: number;
 }
 
 export interface Mailbox {
@@ -52,12 +59,14 @@ export interface Mailbox {
 }
 
 const RECENT_IDS = 1024;
+const encoder = new TextEncoder();
 
 /**
  * Opens an agent's durable mailbox: one pull consumer per agent with explicit ack and
  * `max_ack_pending: 1`, so the agent sees one message at a time, in order, cluster-wide.
- * The consumer pulls one message at a time (`max_messages: 1`) because ack_wait starts
- * when the server delivers, not when the handler starts. Undecodable or invalid
+ * The mailbox pulls one message at a time (`batch: 1`) because ack_wait starts when the
+ * server delivers, not when the handler starts; its pulls share one inbox per connection
+ * ({@link PullInbox}), so an idle mailbox holds no subscription, iterator or timer. Undecodable or invalid
  * messages go to the DLQ and the mailbox goes on with the next one.
  * @throws InvalidIdError for a bad agent id; JetStream errors when the A2A stream is missing
  */
@@ -69,22 +78,34 @@ export async function openMailbox(ctx: BusContext, agentId: string, handler: Mai
   return mb;
 }
 
-class MailboxImpl implements Mailbox {
+/** Answers nobody sent or lost before the next sweep re-pulls; see {@link PullInbox}. */
+const PULL_GRACE_MS = 2_000;
+/** Wait before pulling again after an error status (503 during an election, 409…). */
+const RETRY_MS = 500;
+
+class MailboxImpl implements Mailbox, PullTarget {
   readonly consumerName: string;
-  private readonly stream: string;
   private readonly ackWaitMs: number;
   private readonly maxDeliver: number;
   private readonly backoff: number[];
   private readonly heartbeatMs: number;
-  private readonly abort = new AbortController();
-  private readonly recent = new Map<string, true>();
-  private messages: ConsumerMessages | undefined;
-  private loop: Promise<void> = Promise.resolve();
+  private readonly expiresMs: number;
+  // Everything below is kept small or created lazily: a node holds one of these per idle
+  // actor, and an idle mailbox is only a pull request waiting on the server.
+  private abort: AbortController | undefined;
+  private recent: Map<string, true> | undefined;
+  private logger: Logger | undefined;
+  private readonly inbox: PullInbox;
+  private token = "";
+  private gen = 0;
+  /** performance.now() of the last pull sent, or of the error status that ended it. */
+  private pulledAt = 0;
+  /** A pull of generation `gen` is waiting on the server. */
+  private pulling = false;
+  private noResponders = 0;
+  private chain: Promise<void> = Promise.resolve();
   private stopping = false;
   private busy = 0;
-  private current: JsMsg | undefined;
-  private heartbeat: NodeJS.Timeout | undefined;
-  private readonly log;
 
   constructor(
     private readonly ctx: BusContext,
@@ -93,12 +114,26 @@ class MailboxImpl implements Mailbox {
     private readonly opts: MailboxOptions,
   ) {
     this.consumerName = opts.durableName ?? ctx.subjects.consumer(agentId);
-    this.stream = ctx.subjects.streams.a2a;
     this.ackWaitMs = opts.ackWaitMs ?? 30_000;
     this.maxDeliver = opts.maxDeliver ?? 5;
     this.backoff = opts.backoffMs?.length ? opts.backoffMs : [1_000, 5_000, 15_000, 30_000];
     this.heartbeatMs = opts.heartbeatMs ?? Math.max(100, Math.floor(this.ackWaitMs / 3));
-    this.log = ctx.log.child({ agentId });
+    this.expiresMs = opts.pullExpiresMs ?? 10_000;
+    this.inbox = PullInbox.for(ctx.nc);
+  }
+
+  private get stream(): string {
+    return this.ctx.subjects.streams.a2a;
+  }
+
+  private get log(): Logger {
+    return (this.logger ??= this.ctx.log.child({ agentId: this.agentId }));
+  }
+
+  private get signal(): AbortSignal {
+    this.abort ??= new AbortController();
+    if (this.stopping && !this.abort.signal.aborted) this.abort.abort(new Error(`mailbox ${this.agentId} stopping`));
+    return this.abort.signal;
   }
 
   private config(): Partial<ConsumerConfig> {
@@ -129,56 +164,84 @@ class MailboxImpl implements Mailbox {
   }
 
   start(): void {
-    // One timer per mailbox, not per message: it extends the ack deadline of whatever
-    // message is being handled, so a long turn is not redelivered to another host.
-    if (this.heartbeatMs > 0) {
-      this.heartbeat = setInterval(() => this.current?.working(), this.heartbeatMs);
-      this.heartbeat.unref();
-    }
-    this.loop = this.run().catch((err: unknown) => this.log.error({ err }, "mailbox loop failed"));
+    this.token = this.inbox.add(this, this.stream, this.consumerName);
+    this.pull();
   }
 
-  private async run(): Promise<void> {
-    while (!this.stopping && !this.ctx.nc.isClosed()) {
-      try {
-        const consumer = await this.ctx.js.consumers.get(this.stream, this.consumerName);
-        const messages = await consumer.consume({ max_messages: 1 });
-        this.messages = messages;
-        if (this.stopping) {
-          messages.stop();
-          return;
-        }
-        let chain: Promise<void> = Promise.resolve();
-        for await (const m of messages) {
-          this.busy++;
-          // Not awaited: going back to the iterator sends the next pull request now,
-          // so the server hands over the next message the moment this one is acked
-          // (max_ack_pending 1 keeps it from coming earlier). Handlers still run one
-          // at a time, in order, through the chain.
-          chain = chain
-            .then(() => this.handle(m))
-            .catch((err: unknown) => this.log.error({ err, seq: m.seq }, "mailbox failed to settle a message"))
-            .finally(() => {
-              // A stop() that came while this message was in flight ends the pull here
-              // if `release()` did not get to it.
-              if (--this.busy === 0 && this.stopping) this.messages?.stop();
-            });
-          if (this.stopping) break;
-        }
-        await chain;
-      } catch (err) {
-        if (this.stopping || this.ctx.nc.isClosed()) return;
-        this.log.warn({ err }, "mailbox consumer interrupted; resuming");
-        if (/not found/i.test(String(err))) await this.ensureConsumer().catch(() => undefined);
-        await sleep(500);
-      } finally {
-        this.messages?.stop();
-        this.messages = undefined;
-      }
+  /**
+   * Asks the server for the next message (`batch: 1`: ack_wait starts when the server
+   * delivers, not when the handler starts). With `max_ack_pending: 1` the server holds
+   * the message back until the previous one is acked, so order is strict cluster-wide.
+   */
+  private pull(): void {
+    if (this.stopping || this.ctx.nc.isClosed()) return;
+    this.gen++;
+    this.pulling = true;
+    this.pulledAt = performance.now();
+    try {
+      this.ctx.nc.publish(
+        `$JS.API.CONSUMER.MSG.NEXT.${this.stream}.${this.consumerName}`,
+        encoder.encode(`{"batch":1,"expires":${nanos(this.expiresMs)}}`),
+        { reply: this.inbox.replySubject(this.token, this.gen) },
+      );
+    } catch (err) {
+      // Closed or draining: the sweep tries again if the connection comes back.
+      this.pulling = false;
+      this.log.debug({ err }, "pull request not sent");
     }
   }
 
-  private async handle(m: JsMsg): Promise<void> {
+  /** Called by the shared sweep every second and on reconnect. */
+  repull(now: number, force: boolean): void {
+    if (this.stopping || this.busy > 0) return;
+    if (force) return this.pull();
+    if (this.pulling ? now - this.pulledAt > this.expiresMs + PULL_GRACE_MS : now - this.pulledAt >= RETRY_MS) this.pull();
+  }
+
+  onDelivery(msg: Msg): void {
+    // Taken to have used the current pull; if an older duplicate (after a reconnect)
+    // delivered it instead, the current one still waits and expires unused.
+    this.pulling = false;
+    this.noResponders = 0;
+    if (this.stopping) return nakNow(this.ctx.nc, msg.reply!);
+    const m = new PulledMsg(this.ctx.nc, msg);
+    this.busy++;
+    this.chain = this.chain
+      .then(() => this.handle(m))
+      .catch((err: unknown) => this.log.error({ err, seq: m.seq }, "mailbox failed to settle a message"))
+      .finally(() => {
+        // The next pull goes out right behind the ack, in the same write to the server.
+        if (--this.busy === 0 && !this.pulling) this.pull();
+      });
+  }
+
+  onPullStatus(msg: Msg, gen: number): void {
+    if (gen !== this.gen) return; // the answer to a pull that a later one replaced
+    this.pulling = false;
+    const code = msg.headers?.code ?? 0;
+    if (code === 100) {
+      this.pulling = true; // an idle heartbeat: the pull is alive
+      return;
+    }
+    if (code === 408) {
+      // The pull expired with nothing to deliver: the normal idle cycle.
+      if (this.busy === 0) this.pull();
+      return;
+    }
+    // 503 (no consumer leader: an election, or the consumer is gone), 409 (deleted,
+    // too many waiting pulls, leadership change): the sweep pulls again after RETRY_MS.
+    this.pulledAt = performance.now();
+    const description = msg.headers?.description ?? "";
+    if (code === 503) this.noResponders++;
+    if (/deleted|not found/i.test(description) || (code === 503 && this.noResponders % 5 === 0)) {
+      this.log.warn({ code, description }, "mailbox pull refused; making sure the consumer exists");
+      void this.ensureConsumer().catch((err: unknown) => this.log.debug({ err }, "consumer not ensured yet"));
+    } else {
+      this.log.debug({ code, description }, "mailbox pull refused; pulling again");
+    }
+  }
+
+  private async handle(m: PulledMsg): Promise<void> {
     let env: A2AEnvelope;
     const encoding = encodingOf(m.headers);
     try {
@@ -192,44 +255,35 @@ class MailboxImpl implements Mailbox {
     if (env.deadline !== undefined && env.deadline < Date.now() && this.opts.dropExpired !== false) {
       return this.deadLetter(m, DlqReason.expired, new Error(`deadline ${new Date(env.deadline).toISOString()} passed before delivery`));
     }
-    if (this.recent.has(env.id)) {
+    if (this.recent?.has(env.id)) {
       // Handled here already; the ack was lost. Guarantee 1: no second turn.
       this.log.debug({ id: env.id }, "duplicate delivery acked without running the handler");
       return this.ack(m);
     }
-    const info = m.info;
-    const deliveryCount = info.deliveryCount;
-    this.current = m;
+    const deliveryCount = m.deliveryCount;
+    // Heartbeats only while a handler runs: they extend the ack deadline of this message,
+    // so a long turn is not redelivered to another host. An idle mailbox has no timer.
+    const heartbeat = this.heartbeatMs > 0 ? setInterval(() => m.working(), this.heartbeatMs) : undefined;
+    heartbeat?.unref();
     try {
       await this.handler(env, {
         deliveryCount,
         working: () => m.working(),
-        signal: this.abort.signal,
-        seq: info.streamSequence,
+        signal: this.signal,
+        seq: m.seq,
         encoding,
       });
     } catch (err) {
-      this.current = undefined;
-      this.release();
+      clearInterval(heartbeat);
       const delay = deliveryCount >= this.maxDeliver ? 0 : this.backoff[Math.min(deliveryCount, this.backoff.length) - 1]!;
       this.log.warn({ err, id: env.id, deliveryCount, retryInMs: delay }, "handler failed; message will be redelivered");
       m.nak(delay);
       return;
     }
-    this.current = undefined;
+    clearInterval(heartbeat);
     this.remember(env.id);
-    this.release();
     if (this.stopping) await this.ack(m);
     else m.ack(); // the common case, without another await on the hot path
-  }
-
-  /**
-   * When stopping, unsubscribe before acking: the ack frees `max_ack_pending` and the
-   * server would otherwise hand the next message to our pending pull, where it would
-   * sit un-acked for a whole ack_wait before another host could take it.
-   */
-  private release(): void {
-    if (this.stopping) this.messages?.stop();
   }
 
   /**
@@ -239,12 +293,12 @@ class MailboxImpl implements Mailbox {
    * ack_wait, which `recent` (here) and the actor WAL (elsewhere) recognise by id.
    * When stopping, the ack is flushed so that it reaches the server before close.
    */
-  private async ack(m: JsMsg): Promise<void> {
+  private async ack(m: PulledMsg): Promise<void> {
     m.ack();
     if (this.stopping) await this.ctx.nc.flush().catch((err: unknown) => this.log.warn({ err, seq: m.seq }, "ack not flushed"));
   }
 
-  private async deadLetter(m: JsMsg, reason: DlqReason, err: unknown): Promise<void> {
+  private async deadLetter(m: PulledMsg, reason: DlqReason, err: unknown): Promise<void> {
     try {
       await publishDlq(this.ctx, m.data, {
         reason,
@@ -253,7 +307,7 @@ class MailboxImpl implements Mailbox {
         headers: m.headers,
         stream: this.stream,
         streamSeq: m.seq,
-        deliveries: m.info.deliveryCount,
+        deliveries: m.deliveryCount,
         agentId: this.agentId,
       });
     } catch (dlqErr) {
@@ -261,24 +315,27 @@ class MailboxImpl implements Mailbox {
       m.nak(this.backoff[0]);
       return;
     }
-    this.release();
     await this.ack(m);
   }
 
   private remember(id: string): void {
-    this.recent.set(id, true);
-    if (this.recent.size > RECENT_IDS) this.recent.delete(this.recent.keys().next().value!);
+    const recent = (this.recent ??= new Map());
+    recent.set(id, true);
+    if (recent.size > RECENT_IDS) recent.delete(recent.keys().next().value!);
   }
 
+  /**
+   * No pull is sent while a message is in flight, so stopping leaves at most the idle
+   * pull on the server; a message it still brings is handed back at once (nak) by the
+   * shared inbox, for the next host's pull.
+   */
   async stop(): Promise<void> {
     if (!this.stopping) {
       this.stopping = true;
-      this.abort.abort(new Error(`mailbox ${this.agentId} stopping`));
-      // Idle: end the pull now. Busy: `release()` ends it before the ack.
-      if (this.busy === 0) this.messages?.stop();
+      this.inbox.remove(this.token, this.stream, this.consumerName);
+      this.abort?.abort(new Error(`mailbox ${this.agentId} stopping`));
     }
-    await this.loop;
-    clearInterval(this.heartbeat);
+    await this.chain;
   }
 
   async deleteConsumer(): Promise<void> {

@@ -161,5 +161,42 @@ describe("bus mailbox", () => {
       await bus.close();
     }
   });
+  it("mailbox - a message reaching a stopped mailbox's leftover pull is handed back at once to the next host", async () => {
+    const cluster = uniqueCluster();
+    const a = await connectBus(server.url, cluster);
+    const b = await connectBus(server.url, cluster);
+    try {
+      const onA: unknown[] = [];
+      const mbA = await a.openMailbox("handoff", async (env) => void onA.push(env.payload));
+      await mbA.stop(); // idle: its pull stays on the server while connection a lives
+      const got: Array<[unknown, number]> = [];
+      await b.openMailbox("handoff", async (env, ctx) => void got.push([env.payload, ctx.deliveryCount]));
+      await a.send(createEnvelope({ from: "tester", to: "handoff", type: "task_delegate", payload: "x" }));
+      // Far sooner than the 30 s ack_wait an un-acked delivery to a would cost.
+      await waitFor(() => got.length === 1, 3_000, "delivery to the second mailbox");
+      expect(onA).toEqual([]);
+      expect(got[0]![0]).toBe("x");
+      expect(got[0]![1]).toBe(2); // it reached a's leftover pull first and was handed back (nak)
+    } finally {
+      await a.close();
+      await b.close();
+    }
+  });
+
+  it("mailbox - an idle mailbox pulls again when its pull expires and still gets later messages, in order", async () => {
+    const bus = await connectBus(server.url, uniqueCluster());
+    try {
+      const got: unknown[] = [];
+      await bus.openMailbox("idler", async (env) => void got.push(env.payload), { pullExpiresMs: 200 });
+      await new Promise((r) => setTimeout(r, 1_000)); // several expired pulls
+      for (const n of [1, 2, 3]) await bus.send(createEnvelope({ from: "tester", to: "idler", type: "task_delegate", payload: n }));
+      await waitFor(() => got.length === 3, 3_000, "deliveries after idle pulls expired");
+      expect(got).toEqual([1, 2, 3]);
+      const info = await bus.jsm.consumers.info(bus.subjects.streams.a2a, bus.subjects.consumer("idler"));
+      expect(info.num_waiting).toBeLessThanOrEqual(2);
+    } finally {
+      await bus.close();
+    }
+  });
 });
 
