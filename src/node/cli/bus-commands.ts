@@ -2,14 +2,9 @@ import type { Command } from "commander";
 import { pino } from "pino";
 import { ErrorCode, KovaError } from "../../core/errors.js";
 import { KovaClient, MESSAGE_TYPES, isMessageType, type MessageType } from "../../bus/index.js";
-import { loadConfig } from "../config.js";
+import { resolveTarget, type TargetOpts } from "./target.js";
 
-interface BusOpts {
-  server?: string;
-  cluster?: string;
-  config?: string;
-  json?: boolean;
-}
+type BusOpts = TargetOpts;
 
 interface MessageOpts extends BusOpts {
   type: string;
@@ -117,18 +112,12 @@ export function register(program: Command): void {
 }
 
 async function withClient(o: BusOpts, fn: (client: KovaClient) => Promise<void>): Promise<void> {
-  let urls = o.server ?? process.env.NATS_URL;
-  let cluster = o.cluster ?? process.env.KOVA_CLUSTER;
-  if (o.config) {
-    const cfg = await loadConfig(o.config);
-    urls ??= cfg.natsUrls?.join(",");
-    cluster ??= cfg.cluster;
-  }
+  const { urls, cluster } = await resolveTarget(o);
   // Logs go to stderr so stdout stays machine-readable.
   const logger = pino({ level: process.env.KOVA_LOG_LEVEL ?? "warn" }, pino.destination(2));
   const client = await KovaClient.connect({
-    servers: urls ?? "nats://127.0.0.1:4222",
-    cluster: cluster ?? "default",
+    servers: urls,
+    cluster,
     id: "kova-cli",
     name: "kova-cli",
     logger,

@@ -3,7 +3,7 @@ import { connect, type NatsConnection } from "@nats-io/transport-node";
 import { Kvm } from "@nats-io/kv";
 import { ErrorCode, KovaError } from "../../core/errors.js";
 import { isValidId } from "../../core/ids.js";
-import { loadConfig } from "../config.js";
+import { resolveTarget, type TargetOpts } from "./target.js";
 import {
   controlRequest,
   nodeSubject,
@@ -16,12 +16,7 @@ import {
 import { nodesBucket, type NodeRecord } from "../membership.js";
 import { agentsBucket, type AgentRecord } from "../registry.js";
 
-interface ClusterOpts {
-  server?: string;
-  cluster?: string;
-  config?: string;
-  json?: boolean;
-}
+type ClusterOpts = TargetOpts;
 
 /**
  * Cluster inspection and control from the command line: `kova nodes ls`, `kova agents
@@ -137,15 +132,7 @@ export function register(program: Command): void {
 }
 
 async function withCluster(o: ClusterOpts, fn: (nc: NatsConnection, cluster: string) => Promise<void>): Promise<void> {
-  let urls = o.server ?? process.env.NATS_URL;
-  let cluster = o.cluster ?? process.env.KOVA_CLUSTER;
-  if (o.config) {
-    const cfg = await loadConfig(o.config);
-    urls ??= cfg.natsUrls?.join(",");
-    cluster ??= cfg.cluster;
-  }
-  urls ??= "nats://127.0.0.1:4222";
-  cluster ??= "default";
+  const { urls, cluster } = await resolveTarget(o);
   let nc: NatsConnection;
   try {
     nc = await connect({ servers: urls.split(","), timeout: 3000, name: "kova-cli" });
