@@ -4,7 +4,7 @@ import { connect, type NatsConnection } from "@nats-io/transport-node";
 import { ErrorCode, KovaError } from "../core/errors.js";
 import { sleep } from "../core/clock.js";
 import { defaultLogger, type Logger } from "../core/logger.js";
-import { findNatsServerBinary, startNatsServer } from "../testing/nats-server.js";
+import { findNatsServerBinary, launchNatsServer } from "./nats-launcher.js";
 
 /**
  * How a node finds NATS, in order:
@@ -118,7 +118,8 @@ async function startLocal(dataDir: string, probeMs: number, log: Logger): Promis
     };
   }
 
-  if (!findNatsServerBinary()) {
+  const bin = findNatsServerBinary();
+  if (!bin) {
     throw new NatsBootstrapError(
       "no NATS server: NATS_URL is not set, the config has no [nats] urls, nothing with JetStream answers on " +
         `${DEFAULT_NATS_URL}, and nats-server is not on PATH. ${INSTALL_HELP}`,
@@ -127,8 +128,7 @@ async function startLocal(dataDir: string, probeMs: number, log: Logger): Promis
   await removeStalePortsDirs(baseDir);
   let server;
   try {
-    server = await startNatsServer({
-      allowExternal: false,
+    server = await launchNatsServer(bin, {
       jetstream: true,
       baseDir,
       // A stable name: JetStream records the server name with its state.

@@ -1,0 +1,239 @@
+import { spawn, type ChildProcess } from "node:child_process";
+import { existsSync } from "node:fs";
+import { mkdir, mkdtemp, readdir, readFile, rm, writeFile } from "node:fs/promises";
+import { createServer } from "node:net";
+import { tmpdir } from "node:os";
+import { delimiter, join } from "node:path";
+import { ErrorCode, KovaError } from "../core/errors.js";
+import { sleep } from "../core/clock.js";
+
+/**
+ * Starts and stops a local nats-server process: what `kova node start` does when no
+ * server is configured or running (see nats-bootstrap.ts), and what the test harness
+ * (`kova/testing`) builds on. `listen: 127.0.0.1:-1` lets the server pick its port and
+ * `ports_file_dir` tells us which, so nothing races for a fixed port.
+ */
+export interface NatsServerHandle {
+  /** Client URL, e.g. `nats://127.0.0.1:41234`. */
+  readonly url: string;
+  /** Monitoring base URL (`/varz`, `/jsz`, `/connz`), undefined for external servers. */
+  readonly monitorUrl: string | undefined;
+  /** The JetStream store directory, undefined for external servers. */
+  readonly storeDir: string | undefined;
+  readonly serverName: string;
+  /** True when this handle points at a server it did not start (NATS_URL). */
+  readonly external: boolean;
+  /** Stops the server (SIGTERM, then SIGKILL) and removes its temporary files. */
+  stop(): Promise<void>;
+  /** SIGKILLs the server, keeping its store so that `restart()` can bring it back. */
+  kill(): Promise<void>;
+  /** Starts the server again on the same ports and store directory. */
+  restart(): Promise<void>;
+  [Symbol.asyncDispose](): Promise<void>;
+}
+
+export interface StartNatsServerOptions {
+  /** Enable JetStream (default true). */
+  jetstream?: boolean;
+  /** Use `NATS_URL` when it is set (default true). Tests that kill the server pass false. Read by the test harness only. */
+  allowExternal?: boolean;
+  /** Extra lines appended to the generated server config. */
+  extraConfig?: string;
+  /** Where to keep config, ports file and store (default: a new temporary directory). */
+  baseDir?: string;
+  /** Server name (default: `kova-test-<random>`). */
+  serverName?: string;
+  /** How long to wait for the server to become healthy (default 15 s). */
+  startTimeoutMs?: number;
+  /** Use this client port instead of a free one (e.g. to start on 4222). */
+  port?: number;
+  /** Internal: cluster settings for `startNatsCluster`. */
+  cluster?: { name: string; port: number; routes: number[] };
+}
+
+/** A nats-server could not be found or did not start. */
+export class NatsLaunchError extends KovaError {
+  constructor(message: string, cause?: unknown) {
+    super(ErrorCode.NATS_LAUNCH_FAILED, message, { cause });
+  }
+}
+
+/** Finds the nats-server binary: NATS_SERVER_BIN, then PATH, then /usr/sbin (Debian). */
+export function findNatsServerBinary(): string | undefined {
+  const explicit = process.env.NATS_SERVER_BIN;
+  if (explicit) return existsSync(explicit) ? explicit : undefined;
+  const dirs = (process.env.PATH ?? "").split(delimiter).concat(["/usr/sbin", "/usr/local/sbin", "/usr/local/bin"]);
+  for (const dir of dirs) {
+    if (!dir) continue;
+    const candidate = join(dir, "nats-server");
+    if (existsSync(candidate)) return candidate;
+  }
+  return undefined;
+}
+
+/** Asks the OS for a free TCP port on loopback. */
+export async function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const srv = createServer();
+    srv.unref();
+    srv.on("error", reject);
+    srv.listen(0, "127.0.0.1", () => {
+      const addr = srv.address();
+      const port = typeof addr === "object" && addr ? addr.port : 0;
+      srv.close(() => resolve(port));
+    });
+  });
+}
+
+/**
+ * Starts a nats-server from `bin` (see findNatsServerBinary) and waits until it is healthy.
+ * @throws NatsLaunchError when it exits during start or does not become healthy in time
+ */
+export async function launchNatsServer(bin: string, options: StartNatsServerOptions = {}): Promise<NatsServerProcess> {
+  const server = new NatsServerProcess(bin, options);
+  await server.start();
+  return server;
+}
+
+export class NatsServerProcess implements NatsServerHandle {
+  readonly external = false;
+  readonly serverName: string;
+  url = "";
+  monitorUrl: string | undefined;
+  storeDir: string | undefined;
+  private baseDir = "";
+  private ownsBaseDir = false;
+  private child: ChildProcess | undefined;
+  private port = -1;
+  private monitorPort = -1;
+  private stderrTail = "";
+
+  constructor(
+    private readonly bin: string,
+    private readonly options: StartNatsServerOptions,
+  ) {
+    this.serverName = options.serverName ?? `kova-test-${Math.random().toString(36).slice(2, 10)}`;
+  }
+
+  async start(): Promise<void> {
+    if (this.options.baseDir) {
+      this.baseDir = this.options.baseDir;
+      await mkdir(this.baseDir, { recursive: true });
+    } else {
+      this.baseDir = await mkdtemp(join(tmpdir(), "kova-nats-"));
+      this.ownsBaseDir = true;
+    }
+    if (this.options.port !== undefined) this.port = this.options.port;
+    this.storeDir = join(this.baseDir, "jetstream");
+    await this.launch();
+  }
+
+  private configText(portsDir: string): string {
+    const o = this.options;
+    const lines = [
+      `server_name: ${JSON.stringify(this.serverName)}`,
+      `listen: "127.0.0.1:${this.port}"`,
+      `http: "127.0.0.1:${this.monitorPort}"`,
+      `ports_file_dir: ${JSON.stringify(portsDir)}`,
+    ];
+    if (o.jetstream !== false) {
+      lines.push(`jetstream { store_dir: ${JSON.stringify(this.storeDir)}, max_mem: 256M, max_file: 4G }`);
+    }
+    if (o.cluster) {
+      const routes = o.cluster.routes.map((p) => `"nats-route://127.0.0.1:${p}"`).join(", ");
+      lines.push(`cluster { name: ${JSON.stringify(o.cluster.name)}, listen: "127.0.0.1:${o.cluster.port}", routes: [${routes}] }`);
+    }
+    if (o.extraConfig) lines.push(o.extraConfig);
+    return lines.join("\n") + "\n";
+  }
+
+  private async launch(): Promise<void> {
+    const portsDir = join(this.baseDir, `ports-${Date.now()}-${Math.random().toString(36).slice(2, 6)}`);
+    await mkdir(portsDir, { recursive: true });
+    const confPath = join(this.baseDir, "nats-server.conf");
+    await writeFile(confPath, this.configText(portsDir));
+    this.stderrTail = "";
+    const child = spawn(this.bin, ["-c", confPath], { stdio: ["ignore", "ignore", "pipe"] });
+    this.child = child;
+    child.stderr?.setEncoding("utf8");
+    child.stderr?.on("data", (chunk: string) => {
+      this.stderrTail = (this.stderrTail + chunk).slice(-4000);
+    });
+    const exited = new Promise<number | null>((resolve) => child.once("exit", (code) => resolve(code)));
+    const timeoutMs = this.options.startTimeoutMs ?? 15_000;
+    const deadline = Date.now() + timeoutMs;
+    let ports: { nats?: string[]; monitoring?: string[] } | undefined;
+    while (Date.now() < deadline) {
+      const early = await Promise.race([exited, sleep(50).then(() => "running" as const)]);
+      if (early !== "running") {
+        throw new NatsLaunchError(`nats-server exited with code ${early} during start: ${this.stderrTail.trim()}`);
+      }
+      const files = await readdir(portsDir).catch(() => [] as string[]);
+      const file = files.find((f) => f.endsWith(".ports"));
+      if (file) {
+        try {
+          ports = JSON.parse(await readFile(join(portsDir, file), "utf8"));
+        } catch {
+          ports = undefined; // written but not complete yet
+        }
+        if (ports?.nats?.[0] && ports.monitoring?.[0]) break;
+      }
+    }
+    if (!ports?.nats?.[0] || !ports.monitoring?.[0]) {
+      child.kill("SIGKILL");
+      throw new NatsLaunchError(`nats-server did not report its ports within ${timeoutMs} ms: ${this.stderrTail.trim()}`);
+    }
+    const clientUrl = new URL(ports.nats[0]);
+    const monitor = new URL(ports.monitoring[0]);
+    this.port = Number(clientUrl.port);
+    this.monitorPort = Number(monitor.port);
+    this.url = `nats://127.0.0.1:${this.port}`;
+    this.monitorUrl = `http://127.0.0.1:${this.monitorPort}`;
+    await this.waitHealthy(deadline, timeoutMs);
+  }
+
+  private async waitHealthy(deadline: number, timeoutMs: number): Promise<void> {
+    let last = "";
+    while (Date.now() < deadline) {
+      try {
+        const res = await fetch(`${this.monitorUrl}/healthz`);
+        if (res.ok) return;
+        last = await res.text();
+      } catch (err) {
+        last = String(err);
+      }
+      await sleep(100);
+    }
+    throw new NatsLaunchError(`nats-server ${this.serverName} not healthy within ${timeoutMs} ms: ${last}`);
+  }
+
+  async kill(): Promise<void> {
+    await this.terminate("SIGKILL");
+  }
+
+  async restart(): Promise<void> {
+    await this.terminate("SIGTERM");
+    await this.launch();
+  }
+
+  async stop(): Promise<void> {
+    await this.terminate("SIGTERM");
+    if (this.ownsBaseDir) await rm(this.baseDir, { recursive: true, force: true });
+  }
+
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.stop();
+  }
+
+  private async terminate(signal: NodeJS.Signals): Promise<void> {
+    const child = this.child;
+    if (!child || child.exitCode !== null || child.signalCode !== null) return;
+    const exited = new Promise<void>((resolve) => child.once("exit", () => resolve()));
+    child.kill(signal);
+    const forced = setTimeout(() => child.kill("SIGKILL"), 5_000);
+    await exited;
+    clearTimeout(forced);
+    this.child = undefined;
+  }
+}
+

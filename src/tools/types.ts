@@ -1,0 +1,45 @@
+import type { Logger } from "../core/logger.js";
+
+/** A JSON Schema (draft 2020-12 or draft-07) describing a tool's arguments. */
+export type JsonSchema = Record<string, unknown>;
+
+/**
+ * What a tool call sees while it runs. The agent layer builds it from the journaled step
+ * that wraps the call, so `idempotencyKey` is the same on every re-run of the same call
+ * (after a crash or on the node that took the agent over): hand it to external APIs that
+ * take an idempotency key.
+ */
+export interface ToolContext {
+  readonly agentId: string;
+  readonly sessionId: string;
+  readonly runId: string;
+  /** The model's tool call id. */
+  readonly callId: string;
+  readonly idempotencyKey: string;
+  /** Aborted on interrupt, kill, lease loss and at the tool's own time limit. */
+  readonly signal: AbortSignal;
+  readonly logger: Logger;
+  /** Epoch milliseconds after which nobody waits for the result. */
+  readonly deadline?: number;
+}
+
+/**
+ * A tool an agent can call. `parameters` is what the model sees and what the arguments are
+ * validated against before `run` is called; `idempotent` decides replay: a call that started
+ * before a crash and recorded no result runs again only if it is idempotent, otherwise the
+ * model gets an "outcome unknown" result.
+ */
+export interface Tool<A = any, R = unknown> {
+  /** `[A-Za-z0-9_-]+`, or `<server>/<tool>` for MCP tools, `agent:<id>` for agents as tools. */
+  readonly name: string;
+  readonly description: string;
+  readonly parameters: JsonSchema;
+  readonly idempotent: boolean;
+  /** The call waits for a human's approval before it runs (agent config may also ask for it). */
+  readonly requiresApproval?: boolean;
+  /**
+   * Runs the call with validated arguments. The result must be JSON-serializable.
+   * @throws any error: it goes back to the model as a structured tool error
+   */
+  run(args: A, ctx: ToolContext): Promise<R> | R;
+}
