@@ -1,11 +1,40 @@
 /**
  * Every failure Kova reports has a stable code. Codes are part of the public
  * contract: they travel over NATS (see `toWire` / `fromWire`) and CLI scripts match
- * on them, so rename none and add with care.
+ * on them, so rename none and add with care. Core defines the codes every layer
+ * shares; a layer defines its own with `defineErrorCodes` in its own `errors.ts`, so an
+ * upper layer never edits a lower one.
  */
-export const ErrorCode = {
+const registered = new Map<string, string>();
+
+/**
+ * Registers a layer's error codes (each key equal to its value, SCREAMING_SNAKE) and
+ * returns them frozen, for use as `const XErrorCode = defineErrorCodes("x", {...})`.
+ * A registered code arriving over the wire is rebuilt with that code (see RemoteError).
+ * @throws Error when a code is malformed or already defined by another layer (a
+ *   programming error, found at import time)
+ */
+export function defineErrorCodes<const T extends Record<string, string>>(layer: string, codes: T): Readonly<T> {
+  for (const [key, code] of Object.entries(codes)) {
+    if (key !== code || !/^[A-Z][A-Z0-9_]*$/.test(code)) {
+      throw new Error(`error code ${key}: must be SCREAMING_SNAKE and equal to its key`);
+    }
+    const owner = registered.get(code);
+    if (owner !== undefined && owner !== layer) throw new Error(`error code ${code} is already defined by ${owner}`);
+    registered.set(code, layer);
+  }
+  return Object.freeze(codes);
+}
+
+/** True for a code some loaded layer defined. */
+export function isKnownErrorCode(code: string): boolean {
+  return registered.has(code);
+}
+
+export const ErrorCode = defineErrorCodes("core", {
   // configuration and input
   INVALID_CONFIG: "INVALID_CONFIG",
+  INVALID_ARGUMENT: "INVALID_ARGUMENT",
   INVALID_ID: "INVALID_ID",
   INVALID_ENVELOPE: "INVALID_ENVELOPE",
   DECODE_FAILED: "DECODE_FAILED",
@@ -37,8 +66,9 @@ export const ErrorCode = {
   NATS_LAUNCH_FAILED: "NATS_LAUNCH_FAILED",
   HARNESS: "HARNESS",
   INTERNAL: "INTERNAL",
-} as const;
+});
 
+/** A code of core's list; layers' codes are plain strings defined with defineErrorCodes. */
 export type ErrorCode = (typeof ErrorCode)[keyof typeof ErrorCode];
 
 /** The shape an error takes on the wire (payload or headers). */
@@ -57,11 +87,11 @@ export interface KovaErrorOptions {
 
 /** Base class of every error Kova throws on purpose. */
 export class KovaError extends Error {
-  readonly code: ErrorCode;
+  readonly code: string;
   readonly retryable: boolean;
   readonly data: unknown;
 
-  constructor(code: ErrorCode, message: string, options: KovaErrorOptions = {}) {
+  constructor(code: string, message: string, options: KovaErrorOptions = {}) {
     super(message, options.cause === undefined ? undefined : { cause: options.cause });
     this.name = new.target.name;
     this.code = code;
@@ -97,6 +127,17 @@ export class InvalidIdError extends KovaError {
   }
 }
 
+/** A caller passed a bad argument (a CLI flag, an API parameter); the message names it and the fix. */
+export class InvalidArgumentError extends KovaError {
+  constructor(
+    readonly argument: string,
+    message: string,
+    options: KovaErrorOptions = {},
+  ) {
+    super(ErrorCode.INVALID_ARGUMENT, `${argument}: ${message}`, { ...options, data: { argument, ...(options.data as object | undefined) } });
+  }
+}
+
 export class TimeoutError extends KovaError {
   constructor(what: string, ms: number, options: KovaErrorOptions = {}) {
     super(ErrorCode.TIMEOUT, `${what} timed out after ${ms} ms`, { retryable: true, ...options });
@@ -107,8 +148,7 @@ export class TimeoutError extends KovaError {
 export class RemoteError extends KovaError {
   readonly remoteCode: string;
   constructor(wire: WireError) {
-    const known = (Object.values(ErrorCode) as string[]).includes(wire.code);
-    super(known ? (wire.code as ErrorCode) : ErrorCode.REMOTE_ERROR, wire.message, {
+    super(isKnownErrorCode(wire.code) ? wire.code : ErrorCode.REMOTE_ERROR, wire.message, {
       retryable: wire.retryable,
       data: wire.data,
     });
@@ -116,7 +156,7 @@ export class RemoteError extends KovaError {
   }
 }
 
-export function isKovaError(err: unknown, code?: ErrorCode): err is KovaError {
+export function isKovaError(err: unknown, code?: string): err is KovaError {
   return err instanceof KovaError && (code === undefined || err.code === code);
 }
 
