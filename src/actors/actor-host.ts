@@ -4,7 +4,7 @@ import { defaultLogger, type Logger } from "../core/logger.js";
 import type { Bus, MailboxOptions } from "../bus/index.js";
 import { ActorInstance, type ActorStatus } from "./actor-instance.js";
 import { NatsCheckpointStore, type CheckpointStore } from "./checkpoint-store.js";
-import { NotHostedError } from "./errors.js";
+import { NotHostedError, ActorErrorCode } from "./errors.js";
 import type { ActorState } from "./lifecycle.js";
 import type { ActorWal, HostDeps } from "./ports.js";
 import type { ActorTypeRegistry } from "./registry.js";
@@ -167,7 +167,7 @@ export class ActorHost {
    */
   async abandon(actorId: string): Promise<number> {
     if (this.#actors.has(actorId)) {
-      throw new KovaError(ErrorCode.INVALID_TRANSITION, `actor ${actorId} is hosted here; stop it before abandoning its turns`);
+      throw new KovaError(ActorErrorCode.INVALID_TRANSITION, `actor ${actorId} is hosted here; stop it before abandoning its turns`);
     }
     const pending = this.#deps.wal.pendingFor(actorId).filter((r) => r.kind === TURN_KIND);
     for (const r of pending) await this.#deps.wal.complete(r.seq);

@@ -2,7 +2,7 @@ import { ErrorCode, KovaError } from "../core/errors.js";
 import type { Logger } from "../core/logger.js";
 import { DlqReason, type A2AEnvelope, type Mailbox, type MailboxContext, type RpcService } from "../bus/index.js";
 import type { Checkpoint } from "./checkpoint-store.js";
-import { TurnInterruptedError } from "./errors.js";
+import { TurnInterruptedError, ActorErrorCode } from "./errors.js";
 import { ActorLifecycle, type ActorState } from "./lifecycle.js";
 import { ActorMemory, localCheckpointKey } from "./memory.js";
 import { PauseGate } from "./pause-gate.js";
@@ -10,6 +10,7 @@ import type { HostDeps } from "./ports.js";
 import { runTurn, type TurnActor, type TurnOutcome, type TurnSource } from "./turn-runner.js";
 import { parseTurnRecord, TURN_KIND, type TurnRecord } from "./turn-record.js";
 import type { ActorDefinition, Signal } from "./types.js";
+import { BusErrorCode } from "../bus/errors.js";
 
 export interface ActorStatus {
   id: string;
@@ -151,7 +152,7 @@ export class ActorInstance implements TurnActor {
     // Paused: hold the message (the mailbox's heartbeats keep it ours) until resume.
     await this.gate.wait();
     if (this.#leaving || this.lifecycle.state === "Failed") {
-      throw new KovaError(ErrorCode.NOT_HOSTED, `actor ${this.id} is not taking messages (${this.lifecycle.state})`);
+      throw new KovaError(ActorErrorCode.NOT_HOSTED, `actor ${this.id} is not taking messages (${this.lifecycle.state})`);
     }
     if (this.def.handlers[env.type] === undefined) return this.#unhandled(env, mctx);
     const parked = this.#parked.get(env.id);
@@ -199,7 +200,7 @@ export class ActorInstance implements TurnActor {
 
   async #unhandled(env: A2AEnvelope, mctx?: MailboxContext): Promise<void> {
     const err = new KovaError(
-      ErrorCode.UNKNOWN_MESSAGE_TYPE,
+      BusErrorCode.UNKNOWN_MESSAGE_TYPE,
       `actor ${this.id} (type ${this.def.type}) has no handler for ${env.type}; handled types: ${Object.keys(this.def.handlers).join(", ") || "(none)"}`,
       { data: { actorId: this.id, type: env.type } },
     );
@@ -210,7 +211,7 @@ export class ActorInstance implements TurnActor {
   }
 
   #fail(env: A2AEnvelope, outcome: { error: unknown; attempts: number }): void {
-    const error = outcome.error instanceof KovaError ? outcome.error.toWire() : { code: ErrorCode.ACTOR_FAILED, message: String((outcome.error as Error)?.message ?? outcome.error), retryable: false };
+    const error = outcome.error instanceof KovaError ? outcome.error.toWire() : { code: ActorErrorCode.ACTOR_FAILED, message: String((outcome.error as Error)?.message ?? outcome.error), retryable: false };
     this.log.error({ err: outcome.error, envelopeId: env.id, attempts: outcome.attempts }, "actor failed");
     this.lifecycle.transition("Failed", { envelopeId: env.id, attempts: outcome.attempts, error });
     this.event("actor_failed", { envelopeId: env.id, attempts: outcome.attempts, error, dlq: DlqReason.handlerFailed });
@@ -228,7 +229,7 @@ export class ActorInstance implements TurnActor {
       return fn ? fn(env, this.memory.state) : { actorId: this.id, type: this.def.type, capabilities: this.def.capabilities ?? [] };
     }
     throw new KovaError(
-      ErrorCode.UNKNOWN_MESSAGE_TYPE,
+      BusErrorCode.UNKNOWN_MESSAGE_TYPE,
       `the fast path of ${this.id} answers info_request and capability_query; send ${env.type} to its durable inbox`,
       { data: { actorId: this.id, type: env.type } },
     );

@@ -1,6 +1,7 @@
 import type { JetStreamClient } from "@nats-io/jetstream";
 import { Kvm, type KV } from "@nats-io/kv";
 import { CheckpointConflictError } from "./errors.js";
+import { isWrongLastSequence } from "../bus/nats-errors.js";
 
 /** Format version of a checkpoint; old versions keep loading. */
 export const CHECKPOINT_VERSION = 1;
@@ -97,8 +98,3 @@ export class NatsCheckpointStore implements CheckpointStore {
   }
 }
 
-// JetStream API error 10071 (10164 on newer servers when the subject has no sequence yet).
-function isWrongLastSequence(err: unknown): boolean {
-  const code = (err as { code?: unknown }).code;
-  return code === 10071 || code === 10164 || /wrong last sequence/i.test(String((err as Error)?.message ?? err));
-}

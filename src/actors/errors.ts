@@ -1,9 +1,21 @@
-import { ErrorCode, KovaError, type KovaErrorOptions } from "../core/errors.js";
+import { defineErrorCodes, ErrorCode, KovaError, type KovaErrorOptions } from "../core/errors.js";
+
+/** The actors layer's error codes (stable: they travel over NATS and scripts match on them). */
+export const ActorErrorCode = defineErrorCodes("actors", {
+  NOT_HOSTED: "NOT_HOSTED",
+  LEASE_LOST: "LEASE_LOST",
+  ACTOR_FAILED: "ACTOR_FAILED",
+  INVALID_TRANSITION: "INVALID_TRANSITION",
+  UNKNOWN_ACTOR_TYPE: "UNKNOWN_ACTOR_TYPE",
+  STEP_OUTCOME_UNKNOWN: "STEP_OUTCOME_UNKNOWN",
+  REPLAY_MISMATCH: "REPLAY_MISMATCH",
+  INTERRUPTED: "INTERRUPTED",
+});
 
 /** A lifecycle transition that the state machine does not allow (a bug or a racing signal). */
 export class InvalidTransitionError extends KovaError {
   constructor(actorId: string, from: string, to: string) {
-    super(ErrorCode.INVALID_TRANSITION, `actor ${actorId}: cannot go from ${from} to ${to}`, {
+    super(ActorErrorCode.INVALID_TRANSITION, `actor ${actorId}: cannot go from ${from} to ${to}`, {
       data: { actorId, from, to },
     });
   }
@@ -13,7 +25,7 @@ export class InvalidTransitionError extends KovaError {
 export class UnknownActorTypeError extends KovaError {
   constructor(type: string, known: readonly string[]) {
     super(
-      ErrorCode.UNKNOWN_ACTOR_TYPE,
+      ActorErrorCode.UNKNOWN_ACTOR_TYPE,
       `unknown actor type ${JSON.stringify(type)}: register it with ActorTypeRegistry.register(defineActor({ type: ... })) ` +
         `or name its module in kova.toml; known types: ${known.join(", ") || "(none)"}`,
       { data: { type, known: [...known] } },
@@ -27,7 +39,7 @@ export class UnknownActorTypeError extends KovaError {
  */
 export class LeaseLostError extends KovaError {
   constructor(actorId: string, options: KovaErrorOptions = {}) {
-    super(ErrorCode.LEASE_LOST, `actor ${actorId}: this node no longer holds its lease`, {
+    super(ActorErrorCode.LEASE_LOST, `actor ${actorId}: this node no longer holds its lease`, {
       ...options,
       data: { actorId, ...(options.data as object | undefined) },
     });
@@ -57,7 +69,7 @@ export class StepOutcomeUnknownError extends KovaError {
     readonly index: number,
   ) {
     super(
-      ErrorCode.STEP_OUTCOME_UNKNOWN,
+      ActorErrorCode.STEP_OUTCOME_UNKNOWN,
       `actor ${actorId}: step ${JSON.stringify(step)} (#${index}) started before a crash and recorded no result; ` +
         `it is not idempotent, so it was not run again and its outcome is unknown`,
       { data: { actorId, step, index, outcome: "unknown" } },
@@ -69,7 +81,7 @@ export class StepOutcomeUnknownError extends KovaError {
 export class ReplayMismatchError extends KovaError {
   constructor(actorId: string, index: number, recorded: string, requested: string) {
     super(
-      ErrorCode.REPLAY_MISMATCH,
+      ActorErrorCode.REPLAY_MISMATCH,
       `actor ${actorId}: replay diverged at step #${index}: recorded ${JSON.stringify(recorded)}, ` +
         `handler asked for ${JSON.stringify(requested)}; take clock, random numbers and ids from the context ` +
         `and branch only on recorded step results`,
@@ -82,7 +94,7 @@ export class ReplayMismatchError extends KovaError {
 export class ActorFailedError extends KovaError {
   constructor(actorId: string, attempts: number, cause: unknown) {
     const reason = cause instanceof Error ? cause.message : String(cause);
-    super(ErrorCode.ACTOR_FAILED, `actor ${actorId} failed after ${attempts} attempt(s): ${reason}`, {
+    super(ActorErrorCode.ACTOR_FAILED, `actor ${actorId} failed after ${attempts} attempt(s): ${reason}`, {
       cause,
       data: { actorId, attempts },
     });
@@ -92,12 +104,12 @@ export class ActorFailedError extends KovaError {
 /** The actor is not hosted by this host (or this node). */
 export class NotHostedError extends KovaError {
   constructor(actorId: string) {
-    super(ErrorCode.NOT_HOSTED, `actor ${actorId} is not hosted here`, { data: { actorId } });
+    super(ActorErrorCode.NOT_HOSTED, `actor ${actorId} is not hosted here`, { data: { actorId } });
   }
 }
 
 export function isLeaseLost(err: unknown): err is LeaseLostError {
-  return err instanceof KovaError && err.code === ErrorCode.LEASE_LOST;
+  return err instanceof KovaError && err.code === ActorErrorCode.LEASE_LOST;
 }
 
 /** The turn was stopped by a signal (`interrupt`, `kill`) or by a stop that could not wait for it; it is not retried. */
@@ -106,6 +118,6 @@ export class TurnInterruptedError extends KovaError {
     readonly actorId: string,
     readonly by: "interrupt" | "kill" | "stop",
   ) {
-    super(ErrorCode.INTERRUPTED, `actor ${actorId}: turn stopped by ${by}`, { data: { actorId, by } });
+    super(ActorErrorCode.INTERRUPTED, `actor ${actorId}: turn stopped by ${by}`, { data: { actorId, by } });
   }
 }

@@ -43,3 +43,4 @@ export {
   UnknownActorTypeError,
   isLeaseLost,
 } from "./errors.js";
+export { ActorErrorCode } from "./errors.js";

@@ -5,7 +5,7 @@ import type { Logger } from "../core/logger.js";
 import { DlqReason, type A2AEnvelope, type MailboxContext } from "../bus/index.js";
 import { makeContext } from "./actor-context.js";
 import type { Checkpoint } from "./checkpoint-store.js";
-import { ActorFailedError, CheckpointConflictError, isLeaseLost, TurnInterruptedError } from "./errors.js";
+import { ActorFailedError, CheckpointConflictError, isLeaseLost, TurnInterruptedError, ActorErrorCode } from "./errors.js";
 import { localCheckpointKey, type ActorMemory } from "./memory.js";
 import type { PauseGate } from "./pause-gate.js";
 import type { HostDeps } from "./ports.js";
@@ -13,6 +13,7 @@ import { supervise, supervisionFor, type SupervisionPolicy } from "./supervision
 import { TurnJournal, type JournalIo } from "./turn-journal.js";
 import { newTurnRecord, TURN_KIND, type TurnRecord } from "./turn-record.js";
 import type { ActorDefinition, ActorHandler } from "./types.js";
+import { BusErrorCode } from "../bus/errors.js";
 
 /** What a turn needs from its actor. */
 export interface TurnActor {
@@ -229,11 +230,11 @@ function classify(err: unknown, signal: AbortSignal, attempts: number): TurnOutc
 
 // Deterministic failures repeat on every attempt: retrying them only delays Failed.
 function retryable(err: unknown): boolean {
-  return !isLeaseLost(err) && !isKovaError(err, ErrorCode.REPLAY_MISMATCH) && !isKovaError(err, ErrorCode.STEP_OUTCOME_UNKNOWN);
+  return !isLeaseLost(err) && !isKovaError(err, ActorErrorCode.REPLAY_MISMATCH) && !isKovaError(err, ActorErrorCode.STEP_OUTCOME_UNKNOWN);
 }
 
 // Failures of the runtime's own journaling (WAL, NATS) are not the handler's fault: the
 // message is redelivered and the PENDING record resumes, instead of a dead letter.
 function isInfrastructure(err: unknown): boolean {
-  return isKovaError(err) && (err.code.startsWith("WAL_") || err.code === ErrorCode.NATS_UNREACHABLE || err.code === ErrorCode.CONNECTION_CLOSED);
+  return isKovaError(err) && (err.code.startsWith("WAL_") || err.code === BusErrorCode.NATS_UNREACHABLE || err.code === BusErrorCode.CONNECTION_CLOSED);
 }

@@ -1,6 +1,5 @@
 import { jetstream, jetstreamManager, type JetStreamClient, type JetStreamManager, type PubAck } from "@nats-io/jetstream";
 import type { NatsConnection } from "@nats-io/transport-node";
-import { ErrorCode, KovaError } from "../core/errors.js";
 import { assertId, newId } from "../core/ids.js";
 import { defaultLogger, type Logger } from "../core/logger.js";
 import { ask, respond, type AskOptions, type RespondOptions } from "./ask.js";
@@ -9,7 +8,7 @@ import { connectNats } from "./connection.js";
 import type { BusContext } from "./context.js";
 import { deadLetterEnvelope, listDlq, startDlqMover, type DeadLetterOptions, type DlqEntry, type DlqMover } from "./dlq.js";
 import type { A2AEnvelope, MessageType } from "./envelope.js";
-import { BusClosedError } from "./errors.js";
+import { BusClosedError, JetStreamUnavailableError } from "./errors.js";
 import { publishEvent, subscribeEvents, type EventStream, type KovaEvent } from "./events.js";
 import { openMailbox, type Mailbox, type MailboxHandler, type MailboxOptions } from "./mailbox.js";
 import { RequestMux } from "./request-mux.js";
@@ -50,7 +49,7 @@ export class Bus {
 
   /**
    * @throws NatsUnreachableError (`NATS unreachable at URL X: start nats-server or set NATS_URL`)
-   * @throws KovaError NATS_UNREACHABLE when the server has no JetStream; InvalidIdError for a bad cluster name
+   * @throws JetStreamUnavailableError when the server has no JetStream (or not yet: a cluster electing leaders); InvalidIdError for a bad cluster name
    */
   static async connect(opts: BusConnectOptions): Promise<Bus> {
     const cluster = opts.cluster ?? "default";
@@ -62,7 +61,7 @@ export class Bus {
       jsm = await jetstreamManager(nc);
     } catch (err) {
       await nc.close();
-      throw new KovaError(ErrorCode.NATS_UNREACHABLE, `JetStream is not enabled on NATS at ${nc.getServer()}: start nats-server with -js (or jetstream {} in its config)`, { cause: err });
+      throw new JetStreamUnavailableError(nc.getServer(), { cause: err });
     }
     const maxPayload = nc.info?.max_payload ?? DEFAULT_CODEC_LIMITS.maxBytes;
     const clientId = assertId("client id", opts.clientId ?? `client_${newId().replaceAll("-", "").slice(0, 16)}`);

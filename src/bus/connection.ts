@@ -1,7 +1,7 @@
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 import { ErrorCode, KovaError } from "../core/errors.js";
 import type { Logger } from "../core/logger.js";
-import { NatsUnreachableError } from "./errors.js";
+import { NatsUnreachableError, BusErrorCode } from "./errors.js";
 
 export interface ConnectionOptions {
   servers: string | string[];
@@ -40,7 +40,7 @@ export async function connectNats(opts: ConnectionOptions): Promise<NatsConnecti
   } catch (err) {
     const name = (err as { name?: string }).name ?? "";
     if (name === "AuthorizationError" || name === "UserAuthenticationExpiredError") {
-      throw new KovaError(ErrorCode.NATS_UNREACHABLE, `NATS at ${shown} refused the credentials: ${(err as Error).message}`, {
+      throw new KovaError(BusErrorCode.NATS_UNREACHABLE, `NATS at ${shown} refused the credentials: ${(err as Error).message}`, {
         cause: err,
         data: { servers: shown },
       });

@@ -5,6 +5,7 @@ import { encodeEnvelope } from "./codec.js";
 import type { BusContext } from "./context.js";
 import type { A2AEnvelope } from "./envelope.js";
 import { Header, type DlqReason } from "./wire.js";
+import { isMessageGone } from "./nats-errors.js";
 
 /** What is known about a message being dead-lettered, beyond its bytes. */
 export interface DlqInfo {
@@ -238,6 +239,6 @@ async function moveOne(ctx: BusContext, stream: string, adv: MaxDeliveriesAdviso
     ...(agentId ? { agentId } : {}),
   });
   await ctx.jsm.streams.deleteMessage(stream, adv.stream_seq, false).catch((err: unknown) => {
-    if (!/not found|no message/i.test(String(err))) throw err;
+    if (!isMessageGone(err)) throw err;
   });
 }

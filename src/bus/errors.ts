@@ -1,4 +1,17 @@
-import { ErrorCode, KovaError, TimeoutError, type KovaErrorOptions } from "../core/errors.js";
+import { defineErrorCodes, ErrorCode, isKovaError, KovaError, TimeoutError, type KovaErrorOptions } from "../core/errors.js";
+
+/** The bus layer's error codes (stable: they travel over NATS and scripts match on them). */
+export const BusErrorCode = defineErrorCodes("bus", {
+  INVALID_ENVELOPE: "INVALID_ENVELOPE",
+  DECODE_FAILED: "DECODE_FAILED",
+  PAYLOAD_TOO_LARGE: "PAYLOAD_TOO_LARGE",
+  UNKNOWN_MESSAGE_TYPE: "UNKNOWN_MESSAGE_TYPE",
+  NATS_UNREACHABLE: "NATS_UNREACHABLE",
+  NO_RESPONDERS: "NO_RESPONDERS",
+  STREAM_CONFLICT: "STREAM_CONFLICT",
+  CONNECTION_CLOSED: "CONNECTION_CLOSED",
+  JETSTREAM_UNAVAILABLE: "JETSTREAM_UNAVAILABLE",
+});
 
 /**
  * The bus's typed failures. Each names what the caller needs to act on: the subject,
@@ -11,7 +24,7 @@ export class NatsUnreachableError extends KovaError {
     readonly servers: string,
     options: KovaErrorOptions = {},
   ) {
-    super(ErrorCode.NATS_UNREACHABLE, `NATS unreachable at URL ${servers}: start nats-server or set NATS_URL`, {
+    super(BusErrorCode.NATS_UNREACHABLE, `NATS unreachable at URL ${servers}: start nats-server or set NATS_URL`, {
       retryable: true,
       data: { servers },
       ...options,
@@ -26,7 +39,7 @@ export class NoRespondersError extends KovaError {
     hint: string,
     options: KovaErrorOptions = {},
   ) {
-    super(ErrorCode.NO_RESPONDERS, `no responders on ${subject}: ${hint}`, {
+    super(BusErrorCode.NO_RESPONDERS, `no responders on ${subject}: ${hint}`, {
       retryable: true,
       data: { subject },
       ...options,
@@ -49,7 +62,7 @@ export class StreamConflictError extends KovaError {
     options: KovaErrorOptions = {},
   ) {
     super(
-      ErrorCode.STREAM_CONFLICT,
+      BusErrorCode.STREAM_CONFLICT,
       `stream ${stream} exists with ${field}=${JSON.stringify(actual)} but Kova needs ${JSON.stringify(expected)}: ` +
         `delete or edit the stream (nats stream edit ${stream}) or use another cluster name`,
       { data: { stream, field, expected, actual }, ...options },
@@ -65,7 +78,7 @@ export class PayloadTooLargeError extends KovaError {
     subject: string,
   ) {
     super(
-      ErrorCode.PAYLOAD_TOO_LARGE,
+      BusErrorCode.PAYLOAD_TOO_LARGE,
       `message for ${subject} is ${size} bytes, over the limit of ${limit} bytes (server max_payload): ` +
         `send a reference (e.g. an object store key) instead of the data`,
       { data: { size, limit, subject } },
@@ -80,7 +93,7 @@ export class DecodeError extends KovaError {
     detail: string,
     options: KovaErrorOptions = {},
   ) {
-    super(ErrorCode.DECODE_FAILED, `${format === "json" ? "invalid JSON" : "malformed msgpack"}: ${detail}`, {
+    super(BusErrorCode.DECODE_FAILED, `${format === "json" ? "invalid JSON" : "malformed msgpack"}: ${detail}`, {
       data: { format },
       ...options,
     });
@@ -93,20 +106,42 @@ export class InvalidEnvelopeError extends KovaError {
     readonly field: string,
     detail: string,
   ) {
-    super(ErrorCode.INVALID_ENVELOPE, `invalid envelope: ${field} ${detail}`, { data: { field } });
+    super(BusErrorCode.INVALID_ENVELOPE, `invalid envelope: ${field} ${detail}`, { data: { field } });
   }
 }
 
 /** An envelope whose `type` is not one this version of Kova knows. */
 export class UnknownMessageTypeError extends KovaError {
   constructor(readonly type: string) {
-    super(ErrorCode.UNKNOWN_MESSAGE_TYPE, `unknown message type ${JSON.stringify(type)}`, { data: { type } });
+    super(BusErrorCode.UNKNOWN_MESSAGE_TYPE, `unknown message type ${JSON.stringify(type)}`, { data: { type } });
   }
 }
 
 /** The bus was closed; nothing more can be sent or received on it. */
 export class BusClosedError extends KovaError {
   constructor(what: string) {
-    super(ErrorCode.CONNECTION_CLOSED, `${what}: the bus connection is closed`);
+    super(BusErrorCode.CONNECTION_CLOSED, `${what}: the bus connection is closed`);
   }
+}
+
+/**
+ * The server answers but has no JetStream for this account: not enabled, or not ready yet
+ * (a fresh cluster electing its leaders). Retryable, since the second case passes.
+ */
+export class JetStreamUnavailableError extends KovaError {
+  constructor(
+    readonly server: string,
+    options: KovaErrorOptions = {},
+  ) {
+    super(BusErrorCode.JETSTREAM_UNAVAILABLE, `JetStream is not available on NATS at ${server}: start nats-server with -js (or jetstream {} in its config); a new NATS cluster needs a few seconds to elect its leaders`, {
+      retryable: true,
+      data: { server },
+      ...options,
+    });
+  }
+}
+
+/** True for Kova's NO_RESPONDERS (nobody hosts the agent or answers the subject). */
+export function isNoResponders(err: unknown): err is KovaError {
+  return isKovaError(err, BusErrorCode.NO_RESPONDERS);
 }

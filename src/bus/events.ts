@@ -3,6 +3,7 @@ import { ErrorCode, KovaError } from "../core/errors.js";
 import { isValidId } from "../core/ids.js";
 import type { BusContext } from "./context.js";
 import { ContentType, Header } from "./wire.js";
+import { BusErrorCode } from "./errors.js";
 
 /** One event on `kova.<c>.events.<sessionId>.<runId>` (JSON on the wire). */
 export interface KovaEvent {
@@ -23,7 +24,7 @@ const utf8 = new TextEncoder();
 
 function check(event: KovaEvent): void {
   const bad = (field: string, why: string) =>
-    new KovaError(ErrorCode.INVALID_ENVELOPE, `invalid event: ${field} ${why}`, { data: { field } });
+    new KovaError(BusErrorCode.INVALID_ENVELOPE, `invalid event: ${field} ${why}`, { data: { field } });
   if (typeof event.type !== "string" || event.type.length === 0 || event.type.length > 128) throw bad("type", "must be a string of 1-128 characters");
   if (!isValidId(event.sessionId)) throw bad("sessionId", "must be an id of [A-Za-z0-9_-]");
   if (!isValidId(event.runId)) throw bad("runId", "must be an id of [A-Za-z0-9_-]");

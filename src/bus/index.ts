@@ -33,6 +33,8 @@ export type { EventStream, KovaEvent } from "./events.js";
 export type { DeadLetterOptions, DlqEntry, DlqMover } from "./dlq.js";
 export { ContentType, DlqReason, Header } from "./wire.js";
 export {
+  BusErrorCode,
+  isNoResponders,
   BusClosedError,
   DecodeError,
   InvalidEnvelopeError,
@@ -42,3 +44,13 @@ export {
   StreamConflictError,
   UnknownMessageTypeError,
 } from "./errors.js";
+export {
+  JsApiCode,
+  isConsumerNotFound,
+  isJetStreamNotEnabled,
+  isNatsNoResponders,
+  isNatsTimeout,
+  isTransientNatsError,
+  isWrongLastSequence,
+  jsApiCode,
+} from "./nats-errors.js";

@@ -1,4 +1,5 @@
 import { AckPolicy, DeliverPolicy, type ConsumerConfig } from "@nats-io/jetstream";
+import { JetStreamStatus } from "@nats-io/jetstream/internal";
 import { nanos, type Msg } from "@nats-io/transport-node";
 import { ErrorCode, isKovaError } from "../core/errors.js";
 import type { Logger } from "../core/logger.js";
@@ -6,11 +7,12 @@ import { assertId } from "../core/ids.js";
 import { decodeValue, encodingOf, type Encoding } from "./codec.js";
 import type { BusContext } from "./context.js";
 import { validateEnvelope, type A2AEnvelope } from "./envelope.js";
-import { InvalidEnvelopeError, type DecodeError } from "./errors.js";
+import { InvalidEnvelopeError, type DecodeError, BusErrorCode } from "./errors.js";
 import { publishDlq } from "./dlq.js";
 import { DlqReason } from "./wire.js";
 import { nakNow, PullInbox, type PullTarget } from "./pull-inbox.js";
 import { PulledMsg } from "./pulled-msg.js";
+import { isConsumerExists, isConsumerNotFound } from "./nats-errors.js";
 
 /** What a handler gets besides the envelope. */
 export interface MailboxContext {
@@ -154,7 +156,7 @@ class MailboxImpl implements Mailbox, PullTarget {
     try {
       await this.ctx.jsm.consumers.add(this.stream, cfg);
     } catch (err) {
-      if (!/already (exists|in use)/i.test(String(err))) throw err;
+      if (!isConsumerExists(err)) throw err;
       await this.ctx.jsm.consumers.update(this.stream, this.consumerName, {
         ack_wait: cfg.ack_wait!,
         max_deliver: cfg.max_deliver!,
@@ -231,9 +233,10 @@ class MailboxImpl implements Mailbox, PullTarget {
     // 503 (no consumer leader: an election, or the consumer is gone), 409 (deleted,
     // too many waiting pulls, leadership change): the sweep pulls again after RETRY_MS.
     this.pulledAt = performance.now();
-    const description = msg.headers?.description ?? "";
+    const status = new JetStreamStatus(msg);
+    const description = status.description;
     if (code === 503) this.noResponders++;
-    if (/deleted|not found/i.test(description) || (code === 503 && this.noResponders % 5 === 0)) {
+    if (status.isConsumerDeleted() || status.isStreamDeleted() || (code === 503 && this.noResponders % 5 === 0)) {
       this.log.warn({ code, description }, "mailbox pull refused; making sure the consumer exists");
       void this.ensureConsumer().catch((err: unknown) => this.log.debug({ err }, "consumer not ensured yet"));
     } else {
@@ -341,16 +344,16 @@ class MailboxImpl implements Mailbox, PullTarget {
   async deleteConsumer(): Promise<void> {
     await this.stop();
     await this.ctx.jsm.consumers.delete(this.stream, this.consumerName).catch((err: unknown) => {
-      if (!/not found/i.test(String(err))) throw err;
+      if (!isConsumerNotFound(err)) throw err;
     });
   }
 }
 
 function reasonFor(err: unknown): DlqReason {
-  if (isKovaError(err, ErrorCode.DECODE_FAILED)) {
+  if (isKovaError(err, BusErrorCode.DECODE_FAILED)) {
     return (err as DecodeError).format === "json" ? DlqReason.invalidJson : DlqReason.malformedMsgpack;
   }
-  if (isKovaError(err, ErrorCode.PAYLOAD_TOO_LARGE)) return DlqReason.payloadTooLarge;
-  if (isKovaError(err, ErrorCode.UNKNOWN_MESSAGE_TYPE)) return DlqReason.unknownType;
+  if (isKovaError(err, BusErrorCode.PAYLOAD_TOO_LARGE)) return DlqReason.payloadTooLarge;
+  if (isKovaError(err, BusErrorCode.UNKNOWN_MESSAGE_TYPE)) return DlqReason.unknownType;
   return DlqReason.invalidEnvelope;
 }

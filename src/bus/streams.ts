@@ -11,6 +11,7 @@ import { nanos } from "@nats-io/transport-node";
 import type { Logger } from "../core/logger.js";
 import { StreamConflictError } from "./errors.js";
 import type { Subjects } from "./subjects.js";
+import { isStreamNameInUse, isSubjectOverlap } from "./nats-errors.js";
 
 export interface StreamOptions {
   /** Replicas of every Kova stream (1 on a single server, 3 on a cluster). Default 1. */
@@ -82,10 +83,10 @@ async function ensureStream(jsm: JetStreamManager, want: Wanted, log?: Logger): 
       log?.info({ stream: want.name }, "created stream");
       return;
     } catch (err) {
-      const msg = err instanceof Error ? err.message : String(err);
       // Another node created it between our info and add: compare against theirs.
-      if (/already in use/i.test(msg) && attempt === 0) continue;
-      if (/overlap/i.test(msg)) {
+      if (isStreamNameInUse(err) && attempt === 0) continue;
+      if (isSubjectOverlap(err)) {
+        const msg = err instanceof Error ? err.message : String(err);
         throw new StreamConflictError(want.name, "subjects", want.subjects, `captured by another stream (${msg})`, { cause: err });
       }
       throw err;

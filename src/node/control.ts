@@ -1,5 +1,7 @@
 import type { NatsConnection } from "@nats-io/transport-node";
 import { ErrorCode, KovaError, fromWire } from "../core/errors.js";
+import { BusErrorCode } from "../bus/errors.js";
+import { isNatsNoResponders, isNatsTimeout } from "../bus/nats-errors.js";
 
 /**
  * The node control protocol: endpoints of the `kova-node` micro service. Per-node
@@ -83,11 +85,10 @@ export async function controlRequest<R>(nc: NatsConnection, subject: string, bod
   try {
     msg = await nc.request(subject, utf8.encode(JSON.stringify(body ?? {})), { timeout: timeoutMs });
   } catch (err) {
-    const text = String((err as Error)?.message ?? err);
-    if (/no responders|503/i.test(text)) {
-      throw new KovaError(ErrorCode.NO_RESPONDERS, `no node answers on ${subject}: is the node running and in this cluster?`, { cause: err });
+    if (isNatsNoResponders(err)) {
+      throw new KovaError(BusErrorCode.NO_RESPONDERS, `no node answers on ${subject}: is the node running and in this cluster?`, { cause: err });
     }
-    if (/timeout/i.test(text)) {
+    if (isNatsTimeout(err)) {
       throw new KovaError(ErrorCode.TIMEOUT, `no reply on ${subject} within ${timeoutMs} ms: the node may be overloaded or stopping`, { retryable: true, cause: err });
     }
     throw err;

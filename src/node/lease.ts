@@ -3,6 +3,7 @@ import type { KV } from "@nats-io/kv";
 import { LeaseLostError } from "../actors/errors.js";
 import type { Logger } from "../core/logger.js";
 import { KvMirror, encodeJson, openBucket, type MirrorEntry } from "./kv-mirror.js";
+import { isWrongLastSequence } from "../bus/nats-errors.js";
 
 /**
  * One lease per actor in KV `kova_<cluster>_leases`, changed only by compare-and-set
@@ -135,7 +136,4 @@ export class LeaseTable {
 }
 
 /** A create on an existing key or an update at a stale revision. */
-export function isCasConflict(err: unknown): boolean {
-  const text = err instanceof Error ? `${err.message} ${String((err as { api_error?: { err_code?: number } }).api_error?.err_code ?? "")}` : String(err);
-  return /wrong last sequence|key exists|10071|10164/i.test(text);
-}
+export const isCasConflict = isWrongLastSequence;

@@ -2,6 +2,8 @@ import { headers as natsHeaders, nuid } from "@nats-io/transport-node";
 import type { Msg, MsgHdrs, NatsConnection, Subscription } from "@nats-io/transport-node";
 import { ConfigError, ErrorCode, isKovaError, toWire } from "../core/errors.js";
 import { defaultLogger, type Logger } from "../core/logger.js";
+import { BusErrorCode } from "../bus/errors.js";
+import { ActorErrorCode } from "../actors/errors.js";
 
 /**
  * A NATS micro service (ADR-32, `$SRV` protocol v1) written directly on a
@@ -247,12 +249,12 @@ function statusFor(err: unknown): number {
   switch (err.code) {
     case ErrorCode.INVALID_CONFIG:
     case ErrorCode.INVALID_ID:
-    case ErrorCode.INVALID_ENVELOPE:
-    case ErrorCode.DECODE_FAILED:
-    case ErrorCode.PAYLOAD_TOO_LARGE:
-    case ErrorCode.UNKNOWN_MESSAGE_TYPE:
+    case BusErrorCode.INVALID_ENVELOPE:
+    case BusErrorCode.DECODE_FAILED:
+    case BusErrorCode.PAYLOAD_TOO_LARGE:
+    case BusErrorCode.UNKNOWN_MESSAGE_TYPE:
       return 400;
-    case ErrorCode.NOT_HOSTED:
+    case ActorErrorCode.NOT_HOSTED:
       return 404;
     case ErrorCode.TIMEOUT:
       return 504;

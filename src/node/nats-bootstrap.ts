@@ -5,6 +5,7 @@ import { ErrorCode, KovaError } from "../core/errors.js";
 import { sleep } from "../core/clock.js";
 import { defaultLogger, type Logger } from "../core/logger.js";
 import { findNatsServerBinary, launchNatsServer } from "./nats-launcher.js";
+import { BusErrorCode } from "../bus/errors.js";
 
 /**
  * How a node finds NATS, in order:
@@ -51,7 +52,7 @@ const INSTALL_HELP =
 /** No NATS server was given, found or startable. */
 export class NatsBootstrapError extends KovaError {
   constructor(message: string, cause?: unknown) {
-    super(ErrorCode.NATS_UNREACHABLE, message, { cause });
+    super(BusErrorCode.NATS_UNREACHABLE, message, { cause });
   }
 }
 

@@ -6,6 +6,7 @@ import { tmpdir } from "node:os";
 import { delimiter, join } from "node:path";
 import { ErrorCode, KovaError } from "../core/errors.js";
 import { sleep } from "../core/clock.js";
+import { NodeErrorCode } from "./errors.js";
 
 /**
  * Starts and stops a local nats-server process: what `kova node start` does when no
@@ -54,7 +55,7 @@ export interface StartNatsServerOptions {
 /** A nats-server could not be found or did not start. */
 export class NatsLaunchError extends KovaError {
   constructor(message: string, cause?: unknown) {
-    super(ErrorCode.NATS_LAUNCH_FAILED, message, { cause });
+    super(NodeErrorCode.NATS_LAUNCH_FAILED, message, { cause });
   }
 }
 

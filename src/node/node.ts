@@ -1,13 +1,13 @@
 import { hostname } from "node:os";
 import { join } from "node:path";
 import { mkdir } from "node:fs/promises";
-import { ErrorCode, KovaError, ConfigError, isKovaError } from "../core/errors.js";
+import { ErrorCode, InvalidArgumentError, KovaError, isKovaError } from "../core/errors.js";
 import { sleep } from "../core/clock.js";
 import { assertId, newId } from "../core/ids.js";
 import { createLogger, type Logger } from "../core/logger.js";
 import { Bus } from "../bus/index.js";
 import { Wal } from "../wal/index.js";
-import { ActorHost, ActorTypeRegistry, LeaseLostError, isSignal, type ActorState, type Signal } from "../actors/index.js";
+import { ActorHost, ActorTypeRegistry, LeaseLostError, UnknownActorTypeError, isSignal, type ActorState, type Signal } from "../actors/index.js";
 import type { NodeConfig } from "./config.js";
 import { loadActorModules } from "./actor-modules.js";
 import {
@@ -26,6 +26,8 @@ import { startMicroService, type MicroService } from "./micro-service.js";
 import { jetStreamReplicas, resolveNats, type ResolvedNats, type ResolveNatsOptions } from "./nats-bootstrap.js";
 import { PlacementController, type HostPort } from "./placement-controller.js";
 import { AgentRegistry, type AgentRecord } from "./registry.js";
+import { ActorErrorCode } from "../actors/errors.js";
+import { BusErrorCode, isConsumerNotFound, isTransientNatsError } from "../bus/index.js";
 
 export const KOVA_VERSION = "0.1.0";
 
@@ -211,11 +213,10 @@ export class KovaNode {
       try {
         return await step();
       } catch (err) {
-        const text = String((err as Error)?.message ?? err);
         const transient =
-          isKovaError(err, ErrorCode.NATS_UNREACHABLE) || isKovaError(err, ErrorCode.TIMEOUT) || /jetstream|timeout|no responders|leader|503/i.test(text);
+          isKovaError(err, BusErrorCode.NATS_UNREACHABLE) || isKovaError(err, BusErrorCode.JETSTREAM_UNAVAILABLE) || isKovaError(err, ErrorCode.TIMEOUT) || isTransientNatsError(err);
         if (!transient || performance.now() > deadline) throw err;
-        this.log.warn({ err: text, attempt, what }, "waiting for NATS / JetStream to become available");
+        this.log.warn({ err: String((err as Error)?.message ?? err), attempt, what }, "waiting for NATS / JetStream to become available");
         await sleep(Math.min(2000, 250 * attempt));
       }
     }
@@ -249,7 +250,7 @@ export class KovaNode {
     try {
       await this.bus.jsm.consumers.delete(this.bus.subjects.streams.a2a, this.bus.subjects.consumer(actorId));
     } catch (err) {
-      if (!/consumer not found|10014/i.test(String((err as Error)?.message ?? err))) throw err;
+      if (!isConsumerNotFound(err)) throw err;
     }
   }
 
@@ -374,14 +375,12 @@ export class KovaNode {
 
   /**
    * Declares an actor; placement hosts it on its rendezvous owner.
-   * @throws InvalidIdError; ConfigError for a type this node does not know
+   * @throws InvalidIdError; UnknownActorTypeError for a type this node does not know
    */
   async spawn(req: SpawnRequest): Promise<SpawnReply> {
     const id = assertId("actor id", req?.id);
     const type = assertId("actor type", req?.type);
-    if (!this.types.has(type)) {
-      throw new ConfigError("type", `unknown actor type "${type}" on node ${this.nodeId}: known types are ${this.types.types().join(", ")}; register it on every node (kova.toml [[actors]] module or modules)`);
-    }
+    if (!this.types.has(type)) throw new UnknownActorTypeError(type, this.types.types());
     const created = await this.registry.declare({ id, type, capabilities: req.capabilities ?? this.types.get(type).capabilities ?? [] });
     this.publish("agent_spawned", id, { id, type, created, via: this.nodeId });
     return { created, id, type, via: this.nodeId };
@@ -396,11 +395,11 @@ export class KovaNode {
     const actorId = assertId("actor id", req?.actorId);
     const sig = req?.signal;
     if (!isSignal(sig)) {
-      throw new KovaError(ErrorCode.INVALID_CONFIG, `unknown signal ${JSON.stringify(sig)}: use pause, resume, interrupt or kill`);
+      throw new InvalidArgumentError("signal", `unknown signal ${JSON.stringify(sig)}: use pause, resume, interrupt or kill`);
     }
     if (!this.host.status(actorId)) {
       const holder = this.leases.get(actorId)?.value.node ?? null;
-      throw new KovaError(ErrorCode.NOT_HOSTED, `actor ${actorId} is not hosted on node ${this.nodeId} (lease holder: ${holder ?? "none"}); send the signal to that node`, { data: { actorId, holder } });
+      throw new KovaError(ActorErrorCode.NOT_HOSTED, `actor ${actorId} is not hosted on node ${this.nodeId} (lease holder: ${holder ?? "none"}); send the signal to that node`, { data: { actorId, holder } });
     }
     const desired = sig === "pause" ? "paused" : sig === "resume" ? "running" : sig === "kill" ? "killed" : undefined;
     if (desired) await this.writeRegistry(actorId, (cur) => ({ ...cur, desired }));

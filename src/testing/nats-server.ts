@@ -7,6 +7,7 @@ import {
   type NatsServerHandle,
   type StartNatsServerOptions,
 } from "../node/nats-launcher.js";
+import { HarnessErrorCode } from "./errors.js";
 
 export { findNatsServerBinary, freePort, NatsLaunchError, type NatsServerHandle, type StartNatsServerOptions } from "../node/nats-launcher.js";
 
@@ -19,7 +20,7 @@ export { findNatsServerBinary, freePort, NatsLaunchError, type NatsServerHandle,
  */
 export class HarnessError extends KovaError {
   constructor(message: string, cause?: unknown) {
-    super(ErrorCode.HARNESS, message, { cause });
+    super(HarnessErrorCode.HARNESS, message, { cause });
   }
 }
 

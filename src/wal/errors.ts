@@ -1,4 +1,14 @@
-import { ErrorCode, KovaError, type KovaErrorOptions } from "../core/errors.js";
+import { defineErrorCodes, ErrorCode, KovaError, type KovaErrorOptions } from "../core/errors.js";
+
+/** The wal layer's error codes (stable: they travel over NATS and scripts match on them). */
+export const WalErrorCode = defineErrorCodes("wal", {
+  WAL_CORRUPT: "WAL_CORRUPT",
+  WAL_FAILED: "WAL_FAILED",
+  WAL_FULL: "WAL_FULL",
+  WAL_CLOSED: "WAL_CLOSED",
+  WAL_BAD_KEY: "WAL_BAD_KEY",
+  LOCK_ORDER: "LOCK_ORDER",
+});
 
 /**
  * One class per WAL failure. None is retryable: a failed commit or flush cannot be
@@ -12,7 +22,7 @@ export class WalCorruptError extends KovaError {
     reason: string,
     options: KovaErrorOptions = {},
   ) {
-    super(ErrorCode.WAL_CORRUPT, `WAL record ${seq} is corrupt: ${reason}`, { ...options, data: { seq, reason } });
+    super(WalErrorCode.WAL_CORRUPT, `WAL record ${seq} is corrupt: ${reason}`, { ...options, data: { seq, reason } });
   }
 }
 
@@ -20,7 +30,7 @@ export class WalCorruptError extends KovaError {
 export class WalFailedError extends KovaError {
   constructor(cause: unknown) {
     const why = cause instanceof Error ? cause.message : String(cause);
-    super(ErrorCode.WAL_FAILED, `WAL is in a failed state after a commit or flush error (${why}); reopen it to recover`, {
+    super(WalErrorCode.WAL_FAILED, `WAL is in a failed state after a commit or flush error (${why}); reopen it to recover`, {
       cause,
     });
   }
@@ -30,7 +40,7 @@ export class WalFailedError extends KovaError {
 export class WalFullError extends KovaError {
   constructor(pending: number, timeoutMs: number) {
     super(
-      ErrorCode.WAL_FULL,
+      WalErrorCode.WAL_FULL,
       `WAL is full: ${pending} PENDING records and none completed within ${timeoutMs} ms; complete records or raise maxPending`,
       { data: { pending, timeoutMs } },
     );
@@ -39,20 +49,20 @@ export class WalFullError extends KovaError {
 
 export class WalClosedError extends KovaError {
   constructor() {
-    super(ErrorCode.WAL_CLOSED, "WAL is closed");
+    super(WalErrorCode.WAL_CLOSED, "WAL is closed");
   }
 }
 
 /** The key given does not match the key the WAL was created with (or none was given). */
 export class WalBadKeyError extends KovaError {
   constructor(message: string) {
-    super(ErrorCode.WAL_BAD_KEY, message);
+    super(WalErrorCode.WAL_BAD_KEY, message);
   }
 }
 
 /** A lock was acquired out of the order Buffer → Queue → Transaction, or inside an LMDB callback. */
 export class LockOrderError extends KovaError {
   constructor(message: string) {
-    super(ErrorCode.LOCK_ORDER, message);
+    super(WalErrorCode.LOCK_ORDER, message);
   }
 }

@@ -19,3 +19,4 @@ export { BufferLock, LockManager, QueueLock, TransactionLock } from "./locks.js"
 export { crc32 } from "./crc32.js";
 export { FORMAT_VERSION } from "./record-format.js";
 export { inspectWal, verifyWal, type WalInspection, type WalVerification } from "./inspect.js";
+export { WalErrorCode } from "./errors.js";

@@ -2,7 +2,7 @@ import { mkdirSync } from "node:fs";
 import { ErrorCode, KovaError } from "../core/errors.js";
 import { defaultLogger, type Logger } from "../core/logger.js";
 import { encodePayload } from "./codec.js";
-import { WalFullError } from "./errors.js";
+import { WalFullError, WalErrorCode } from "./errors.js";
 import { resolveSecurity } from "./keys.js";
 import { LockManager, type QueueLock, type TransactionLock } from "./locks.js";
 import { sealDone } from "./completion.js";
@@ -360,7 +360,7 @@ export class Wal {
     this.#durability.markClosed();
     const waiters = this.#waiters;
     this.#waiters = [];
-    for (const w of waiters) w.reject(new KovaError(ErrorCode.WAL_CLOSED, "WAL closed while waiting for room"));
+    for (const w of waiters) w.reject(new KovaError(WalErrorCode.WAL_CLOSED, "WAL closed while waiting for room"));
     this.#closing = (async () => {
       // After a failure lmdb may never settle the failed batch: do not wait for it.
       if (!this.#durability.failed) {
@@ -402,7 +402,7 @@ export class Wal {
       try {
         return write(tx, prepared);
       } catch (err) {
-        throw err instanceof KovaError && err.code === ErrorCode.LOCK_ORDER ? err : this.#durability.fail(err);
+        throw err instanceof KovaError && err.code === WalErrorCode.LOCK_ORDER ? err : this.#durability.fail(err);
       }
     } finally {
       tx?.release();

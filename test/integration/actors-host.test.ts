@@ -3,6 +3,7 @@ import { createEnvelope, encodeEnvelope, type KovaEvent } from "../../src/bus/in
 import { ErrorCode, isKovaError } from "../../src/core/errors.js";
 import { defineActor, NatsCheckpointStore, type CounterState } from "../../src/actors/index.js";
 import { fileServer, startRig, uniqueCluster, waitFor } from "../fixtures/actors/helpers.js";
+import { BusErrorCode } from "../../src/bus/errors.js";
 
 const server = fileServer();
 
@@ -102,11 +103,11 @@ describe("actor host", () => {
       await rig.bus.send(stray);
       const dead = await waitFor(async () => (await rig.bus.listDlq({ reason: "unhandled" }))[0], 10_000, "dead letter");
       expect(dead.headers["Kova-Dlq-Msg-Id"]).toBe(stray.id);
-      expect(dead.headers["Kova-Dlq-Error-Code"]).toBe(ErrorCode.UNKNOWN_MESSAGE_TYPE);
+      expect(dead.headers["Kova-Dlq-Error-Code"]).toBe(BusErrorCode.UNKNOWN_MESSAGE_TYPE);
       const err = await rig.bus
         .ask(createEnvelope({ from: "tester", to: "c3", type: "capability_reply", payload: null }), { timeoutMs: 5_000 })
         .catch((e: unknown) => e);
-      expect(isKovaError(err, ErrorCode.UNKNOWN_MESSAGE_TYPE)).toBe(true);
+      expect(isKovaError(err, BusErrorCode.UNKNOWN_MESSAGE_TYPE)).toBe(true);
       expect((err as Error).message).toContain("no handler for capability_reply");
       // The actor goes on with the next message.
       await rig.bus.send(task("c3"));

@@ -3,6 +3,8 @@ import { createEnvelope, type KovaEvent } from "../../src/bus/index.js";
 import { ErrorCode, isKovaError } from "../../src/core/errors.js";
 import { defineActor, LeaseLostError, type CounterState } from "../../src/actors/index.js";
 import { fileServer, startRig, uniqueCluster, waitFor } from "../fixtures/actors/helpers.js";
+import { BusErrorCode } from "../../src/bus/errors.js";
+import { ActorErrorCode } from "../../src/actors/errors.js";
 
 const server = fileServer();
 
@@ -173,9 +175,9 @@ describe("actor signals", () => {
       const dead = await waitFor(async () => (await rig.bus.listDlq({ reason: "killed" }))[0], 5_000, "dead letter");
       expect(dead.headers["Kova-Dlq-Msg-Id"]).toBe(blocked.id);
       const err = await rig.bus.request("k2", "info_request", null, { timeoutMs: 1_000 }).catch((e: unknown) => e);
-      expect(isKovaError(err, ErrorCode.NO_RESPONDERS)).toBe(true);
+      expect(isKovaError(err, BusErrorCode.NO_RESPONDERS)).toBe(true);
       const signalErr = await rig.host.signal("k2", "resume").catch((e: unknown) => e);
-      expect(isKovaError(signalErr, ErrorCode.NOT_HOSTED)).toBe(true);
+      expect(isKovaError(signalErr, ActorErrorCode.NOT_HOSTED)).toBe(true);
     } finally {
       await rig.close(true);
     }

@@ -1,6 +1,6 @@
 import { connect } from "@nats-io/transport-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { isNoResponders } from "../../src/core/errors.js";
+import { isNoResponders } from "../../src/bus/errors.js";
 import { Bus, StreamConflictError, createEnvelope, type A2AEnvelope } from "../../src/bus/index.js";
 import { startNatsServer, type NatsServerHandle } from "../../src/testing/index.js";
 import { connectBus, uniqueCluster, waitFor } from "../fixtures/bus/helpers.js";

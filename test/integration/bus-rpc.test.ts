@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { KovaError, isNoResponders, isTimeout } from "../../src/core/errors.js";
+import { KovaError, isTimeout } from "../../src/core/errors.js";
+import { isNoResponders } from "../../src/bus/errors.js";
 import { KovaClient, createEnvelope, type KovaEvent } from "../../src/bus/index.js";
 import { startNatsServer, type NatsServerHandle } from "../../src/testing/index.js";
 import { connectBus, uniqueCluster, waitFor } from "../fixtures/bus/helpers.js";

@@ -4,6 +4,7 @@ import { startNatsServer, type NatsServerHandle } from "../../src/testing/index.
 import { startMicroService, type MicroService } from "../../src/node/micro-service.js";
 import { ConfigError, ErrorCode, KovaError } from "../../src/core/errors.js";
 import { requestMany, schemaProblems } from "../fixtures/deploy/micro-responses.js";
+import { ActorErrorCode } from "../../src/actors/errors.js";
 
 let server: NatsServerHandle;
 let nc: NatsConnection;
@@ -21,7 +22,7 @@ async function service(conn: NatsConnection, name: string, extra: Partial<Parame
         name: "fail",
         subject: `${name}.fail`,
         handler: async () => {
-          throw new KovaError(ErrorCode.NOT_HOSTED, "agent a1 is not hosted here", { data: { agent: "a1" } });
+          throw new KovaError(ActorErrorCode.NOT_HOSTED, "agent a1 is not hosted here", { data: { agent: "a1" } });
         },
       },
     ],

@@ -7,6 +7,7 @@ import { jetstreamManager } from "@nats-io/jetstream";
 import { startNatsCluster, startNatsServer } from "../../src/testing/index.js";
 import { jetStreamReplicas, NatsBootstrapError, resolveNats, type ResolvedNats } from "../../src/node/nats-bootstrap.js";
 import { ErrorCode } from "../../src/core/errors.js";
+import { BusErrorCode } from "../../src/bus/errors.js";
 
 const saved = { NATS_URL: process.env.NATS_URL, NATS_SERVER_BIN: process.env.NATS_SERVER_BIN };
 const cleanups: Array<() => Promise<unknown>> = [];
@@ -114,7 +115,7 @@ describe("nats bootstrap", () => {
     process.env.NATS_SERVER_BIN = join(dataDir, "no-such-nats-server");
     const err = await resolveNats({ dataDir, probeDefault: false }).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(NatsBootstrapError);
-    expect((err as NatsBootstrapError).code).toBe(ErrorCode.NATS_UNREACHABLE);
+    expect((err as NatsBootstrapError).code).toBe(BusErrorCode.NATS_UNREACHABLE);
     const message = (err as Error).message;
     expect(message).toContain("apt-get install nats-server");
     expect(message).toContain("brew install nats-server");

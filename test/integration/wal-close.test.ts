@@ -2,6 +2,7 @@ import { describe, expect, it } from "vitest";
 import { ErrorCode, isKovaError } from "../../src/core/errors.js";
 import { Wal, type SyncMode } from "../../src/wal/index.js";
 import { walDirs } from "./wal-helpers.js";
+import { WalErrorCode } from "../../src/wal/errors.js";
 
 const dir = walDirs();
 
@@ -42,7 +43,7 @@ describe.each(["full", "normal"] as SyncMode[])("wal close (%s)", (sync) => {
       stop = true;
       await within(5_000, Promise.all(writers), "writers after close");
       expect(rejections.length).toBeGreaterThan(0);
-      for (const e of rejections) expect(isKovaError(e, ErrorCode.WAL_CLOSED)).toBe(true);
+      for (const e of rejections) expect(isKovaError(e, WalErrorCode.WAL_CLOSED)).toBe(true);
     }
     expect(resolved.size).toBeGreaterThan(32);
   });
@@ -73,7 +74,7 @@ describe("wal shutdown", () => {
     for (let i = 0; i < 4; i++) await full.append("step", { i });
     const waiting = full.append("step", { i: 4 }).catch((e: unknown) => e);
     await within(2_000, full.close(), "close with a waiter");
-    expect(isKovaError(await waiting, ErrorCode.WAL_CLOSED)).toBe(true);
+    expect(isKovaError(await waiting, WalErrorCode.WAL_CLOSED)).toBe(true);
 
     // The reported lmdb hang was close right after several transactionSync calls; the
     // WAL never uses the sync APIs, and close right after a burst of writes returns.

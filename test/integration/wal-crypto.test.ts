@@ -6,6 +6,7 @@ import { Wal, type CipherAlgorithm } from "../../src/wal/index.js";
 import { parseRecord } from "../../src/wal/record-format.js";
 import { walInternals } from "../../src/wal/wal.js";
 import { walDirs } from "./wal-helpers.js";
+import { WalErrorCode } from "../../src/wal/errors.js";
 
 const dir = walDirs();
 
@@ -45,11 +46,11 @@ describe.each(["aes-256-gcm", "sm4"] as CipherAlgorithm[])("wal encryption %s", 
     await wal.close();
     const other = algorithm === "sm4" ? "aes-256-gcm" : "sm4";
     await expect(Wal.open({ dir: d, encryption: { algorithm, key: "a different key, long enough" } })).rejects.toMatchObject({
-      code: ErrorCode.WAL_BAD_KEY,
+      code: WalErrorCode.WAL_BAD_KEY,
       message: expect.stringMatching(/wrong WAL encryption key/),
     });
-    await expect(Wal.open({ dir: d })).rejects.toMatchObject({ code: ErrorCode.WAL_BAD_KEY });
-    await expect(Wal.open({ dir: d, encryption: { algorithm: other, key: KEY } })).rejects.toMatchObject({ code: ErrorCode.WAL_BAD_KEY });
+    await expect(Wal.open({ dir: d })).rejects.toMatchObject({ code: WalErrorCode.WAL_BAD_KEY });
+    await expect(Wal.open({ dir: d, encryption: { algorithm: other, key: KEY } })).rejects.toMatchObject({ code: WalErrorCode.WAL_BAD_KEY });
     // The failed opens left the WAL intact.
     const again = await Wal.open({ dir: d, encryption: { algorithm, key: KEY } });
     expect(again.recovery.pending).toHaveLength(1);
@@ -62,7 +63,7 @@ describe("wal keys", () => {
     const d = dir("plain");
     await (await Wal.open({ dir: d })).close();
     await expect(Wal.open({ dir: d, encryption: { algorithm: "aes-256-gcm", key: KEY } })).rejects.toMatchObject({
-      code: ErrorCode.WAL_BAD_KEY,
+      code: WalErrorCode.WAL_BAD_KEY,
     });
     await expect(Wal.open({ dir: dir("short"), encryption: { algorithm: "aes-256-gcm", key: "short" } })).rejects.toMatchObject({
       code: ErrorCode.INVALID_CONFIG,

@@ -6,6 +6,7 @@ import { ErrorCode } from "../../src/core/errors.js";
 import { Wal } from "../../src/wal/index.js";
 import { walInternals } from "../../src/wal/wal.js";
 import { walDirs } from "./wal-helpers.js";
+import { WalErrorCode } from "../../src/wal/errors.js";
 
 const CHILD = join(import.meta.dirname, "../fixtures/wal/fsize-child.mjs");
 const DIST = join(import.meta.dirname, "../../dist/wal/index.js");
@@ -75,7 +76,7 @@ describe("wal faults", () => {
     const failures = lines.filter((l) => l.ok === false);
     expect(oks.length).toBeGreaterThan(0);
     expect(failures).toHaveLength(4); // the failing append and every one after it
-    for (const f of failures) expect(f.code).toBe(ErrorCode.WAL_FAILED);
+    for (const f of failures) expect(f.code).toBe(WalErrorCode.WAL_FAILED);
     expect(lines.at(-1)).toEqual({ done: true }); // close did not hang after the failure
     // Without the limit, the WAL reopens with every resolved append intact.
     const again = await Wal.open({ dir: d, maxPending: 1 << 16 });
@@ -91,7 +92,7 @@ describe("wal faults", () => {
     const { locks } = walInternals(wal);
     const held = locks.buffer();
     // An append while the Buffer lock is held elsewhere is an order violation, not a deadlock.
-    await expect(wal.append("step", {})).rejects.toMatchObject({ code: ErrorCode.LOCK_ORDER });
+    await expect(wal.append("step", {})).rejects.toMatchObject({ code: WalErrorCode.LOCK_ORDER });
     held.release();
     // No WAL lock may be taken inside an LMDB transaction callback (LMDB's lock is innermost).
     await walInternals(wal).storage.env.transaction(() => {

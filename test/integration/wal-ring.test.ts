@@ -3,6 +3,7 @@ import { isKovaError, ErrorCode } from "../../src/core/errors.js";
 import { Wal } from "../../src/wal/index.js";
 import { walInternals } from "../../src/wal/wal.js";
 import { walDirs } from "./wal-helpers.js";
+import { WalErrorCode } from "../../src/wal/errors.js";
 
 const dir = walDirs();
 
@@ -30,7 +31,7 @@ describe("wal ring", () => {
     for (let i = 0; i < 8; i++) seqs.push(await wal.append("step", { i }));
     const started = Date.now();
     const err = await wal.append("step", { i: 8 }).catch((e: unknown) => e);
-    expect(isKovaError(err, ErrorCode.WAL_FULL)).toBe(true);
+    expect(isKovaError(err, WalErrorCode.WAL_FULL)).toBe(true);
     expect(Date.now() - started).toBeGreaterThanOrEqual(90);
     // Room appears when a record completes: a waiting append then goes through.
     const waiting = wal.append("step", { i: 9 });

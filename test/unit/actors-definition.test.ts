@@ -4,6 +4,7 @@ import { defineActor } from "../../src/actors/definition.js";
 import { ActorTypeRegistry } from "../../src/actors/registry.js";
 import { counterActor } from "../../src/actors/counter.js";
 import { DEFAULT_SUPERVISION, retryDelayMs, supervise, supervisionFor } from "../../src/actors/supervision.js";
+import { ActorErrorCode } from "../../src/actors/errors.js";
 
 const echo = defineActor<{ n: number }>({
   type: "echo",
@@ -41,7 +42,7 @@ describe("actor definitions and registry", () => {
     expect(reg.has("echo")).toBe(true);
     reg.register(echo);
     const err = thrown(() => reg.get("nope"));
-    expect(isKovaError(err, ErrorCode.UNKNOWN_ACTOR_TYPE)).toBe(true);
+    expect(isKovaError(err, ActorErrorCode.UNKNOWN_ACTOR_TYPE)).toBe(true);
     expect((err as Error).message).toContain("counter, echo");
     const dup = thrown(() => reg.register(defineActor({ type: "echo", initialState: () => 1, handlers: {} })));
     expect(isKovaError(dup, ErrorCode.INVALID_CONFIG)).toBe(true);

@@ -6,6 +6,7 @@ import { TurnJournal, type JournalIo } from "../../src/actors/turn-journal.js";
 import { parseTurnRecord, TURN_RECORD_VERSION } from "../../src/actors/turn-record.js";
 import { ActorMemory } from "../../src/actors/memory.js";
 import { CHECKPOINT_VERSION, type Checkpoint } from "../../src/actors/checkpoint-store.js";
+import { ActorErrorCode } from "../../src/actors/errors.js";
 
 const fixture = (name: string): unknown => JSON.parse(readFileSync(join(import.meta.dirname, "../fixtures/actors", name), "utf8"));
 
@@ -30,7 +31,7 @@ describe("persisted formats (golden files)", () => {
     expect(isKovaError(failed, ErrorCode.TIMEOUT)).toBe(true);
     expect(await j.step("llm", async () => ({ text: "new" }))).toEqual({ text: "answer from memory" });
     const unknown = await j.step("send:result_notify:coordinator", async () => "sent").catch((e: unknown) => e);
-    expect(isKovaError(unknown, ErrorCode.STEP_OUTCOME_UNKNOWN)).toBe(true);
+    expect(isKovaError(unknown, ActorErrorCode.STEP_OUTCOME_UNKNOWN)).toBe(true);
   });
 
   it("formats - a version 1 checkpoint still loads as the actor's memory", () => {

@@ -1,6 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { ErrorCode, isKovaError } from "../../src/core/errors.js";
 import { ActorLifecycle, ActorStates, canTransition, type ActorState } from "../../src/actors/lifecycle.js";
+import { ActorErrorCode } from "../../src/actors/errors.js";
 
 describe("actor lifecycle", () => {
   it("lifecycle - follows Created → Idle → Running → Idle → Completed and reports each change", () => {
@@ -28,7 +29,7 @@ describe("actor lifecycle", () => {
     } catch (err) {
       caught = err;
     }
-    expect(isKovaError(caught, ErrorCode.INVALID_TRANSITION)).toBe(true);
+    expect(isKovaError(caught, ActorErrorCode.INVALID_TRANSITION)).toBe(true);
     expect((caught as Error).message).toContain("Created to Running");
     expect(life.state).toBe("Created");
   });

@@ -2,6 +2,7 @@ import { describe, expect, it } from "vitest";
 import { ErrorCode, isKovaError } from "../../src/core/errors.js";
 import { TurnJournal, type JournalIo } from "../../src/actors/turn-journal.js";
 import { newTurnRecord, parseTurnRecord, type TurnRecord } from "../../src/actors/turn-record.js";
+import { ActorErrorCode } from "../../src/actors/errors.js";
 
 const env = { id: "m1", from: "t", to: "a", type: "task_delegate" as const, payload: { n: 1 } };
 
@@ -72,14 +73,14 @@ describe("turn journal (deterministic replay)", () => {
     const second = harness();
     const replay = new TurnJournal("a", structuredClone(crashRecord), second.io);
     const err = await replay.step("charge-card", async () => void charged++).catch((e: unknown) => e);
-    expect(isKovaError(err, ErrorCode.STEP_OUTCOME_UNKNOWN)).toBe(true);
+    expect(isKovaError(err, ActorErrorCode.STEP_OUTCOME_UNKNOWN)).toBe(true);
     expect((err as { outcome: string }).outcome).toBe("unknown");
     expect(charged).toBe(1);
     expect(second.writes.at(-1)!.steps[0]!.status).toBe("unknown");
 
     const third = new TurnJournal("a", structuredClone(second.writes.at(-1)!), harness().io);
     const again = await third.step("charge-card", async () => void charged++, { idempotent: true }).catch((e: unknown) => e);
-    expect(isKovaError(again, ErrorCode.STEP_OUTCOME_UNKNOWN)).toBe(true);
+    expect(isKovaError(again, ActorErrorCode.STEP_OUTCOME_UNKNOWN)).toBe(true);
     expect(charged).toBe(1);
   });
 
@@ -122,7 +123,7 @@ describe("turn journal (deterministic replay)", () => {
     record.steps.push({ name: "search", status: "done", idempotent: true, result: [] });
     const journal = new TurnJournal("a", record, harness().io);
     const err = await journal.step("write-file", async () => 1).catch((e: unknown) => e);
-    expect(isKovaError(err, ErrorCode.REPLAY_MISMATCH)).toBe(true);
+    expect(isKovaError(err, ActorErrorCode.REPLAY_MISMATCH)).toBe(true);
     expect((err as Error).message).toContain('recorded "search"');
   });
 

@@ -1,8 +1,9 @@
 import { describe, expect, it } from "vitest";
 import { ErrorCode } from "../../src/core/errors.js";
 import { LockManager, type BufferLock, type QueueLock } from "../../src/wal/locks.js";
+import { WalErrorCode } from "../../src/wal/errors.js";
 
-const lockError = expect.objectContaining({ code: ErrorCode.LOCK_ORDER });
+const lockError = expect.objectContaining({ code: WalErrorCode.LOCK_ORDER });
 
 describe("wal lock order", () => {
   it("locks - Buffer → Queue → Transaction in order, released in reverse, can be taken again", () => {

@@ -3,6 +3,7 @@ import { pino } from "pino";
 import { ErrorCode, KovaError } from "../../core/errors.js";
 import { KovaClient, MESSAGE_TYPES, isMessageType, type MessageType } from "../../bus/index.js";
 import { resolveTarget, type TargetOpts } from "./target.js";
+import { BusErrorCode } from "../../bus/errors.js";
 
 type BusOpts = TargetOpts;
 
@@ -131,7 +132,7 @@ async function withClient(o: BusOpts, fn: (client: KovaClient) => Promise<void>)
 
 function messageType(value: string): MessageType {
   if (!isMessageType(value)) {
-    throw new KovaError(ErrorCode.UNKNOWN_MESSAGE_TYPE, `--type ${JSON.stringify(value)} is not a message type: use one of ${MESSAGE_TYPES.join(", ")}`);
+    throw new KovaError(BusErrorCode.UNKNOWN_MESSAGE_TYPE, `--type ${JSON.stringify(value)} is not a message type: use one of ${MESSAGE_TYPES.join(", ")}`);
   }
   return value;
 }
@@ -140,7 +141,7 @@ function payload(text: string | undefined): unknown {
   try {
     return JSON.parse(text ?? "null");
   } catch (err) {
-    throw new KovaError(ErrorCode.INVALID_ENVELOPE, `--payload is not valid JSON (${(err as Error).message}): quote it, e.g. --payload '{"topic":"nats"}'`);
+    throw new KovaError(BusErrorCode.INVALID_ENVELOPE, `--payload is not valid JSON (${(err as Error).message}): quote it, e.g. --payload '{"topic":"nats"}'`);
   }
 }
 

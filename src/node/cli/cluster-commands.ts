@@ -15,6 +15,9 @@ import {
 } from "../control.js";
 import { nodesBucket, type NodeRecord } from "../membership.js";
 import { agentsBucket, type AgentRecord } from "../registry.js";
+import { ActorErrorCode } from "../../actors/errors.js";
+import { BusErrorCode } from "../../bus/errors.js";
+import { NodeErrorCode } from "../errors.js";
 
 type ClusterOpts = TargetOpts;
 
@@ -111,9 +114,9 @@ export function register(program: Command): void {
         const kv = await openExisting(nc, agentsBucket(cluster), cluster);
         const entry = await kv.get(agent);
         const record = entry && entry.operation === "PUT" ? entry.json<AgentRecord>() : undefined;
-        if (!record) throw new KovaError(ErrorCode.NOT_HOSTED, `no agent ${agent} in cluster ${cluster}: check the id with kova agents ls`);
+        if (!record) throw new KovaError(ActorErrorCode.NOT_HOSTED, `no agent ${agent} in cluster ${cluster}: check the id with kova agents ls`);
         if (!record.node) {
-          throw new KovaError(ErrorCode.NOT_HOSTED, `agent ${agent} is not running on any node right now (state ${record.state}); wait for placement and retry, see kova agents ls`);
+          throw new KovaError(ActorErrorCode.NOT_HOSTED, `agent ${agent} is not running on any node right now (state ${record.state}); wait for placement and retry, see kova agents ls`);
         }
         const reply = await controlRequest<SignalReply>(nc, nodeSubject(cluster, record.node, "signal"), { actorId: agent, signal });
         if (o.json) return print(reply);
@@ -137,7 +140,7 @@ async function withCluster(o: ClusterOpts, fn: (nc: NatsConnection, cluster: str
   try {
     nc = await connect({ servers: urls.split(","), timeout: 3000, name: "kova-cli" });
   } catch (err) {
-    throw new KovaError(ErrorCode.NATS_UNREACHABLE, `NATS unreachable at ${urls}: start the cluster's nats-server, or pass --server / set NATS_URL`, { cause: err });
+    throw new KovaError(BusErrorCode.NATS_UNREACHABLE, `NATS unreachable at ${urls}: start the cluster's nats-server, or pass --server / set NATS_URL`, { cause: err });
   }
   try {
     await fn(nc, cluster);
@@ -150,7 +153,7 @@ async function openExisting(nc: NatsConnection, bucket: string, cluster: string)
   try {
     return await new Kvm(nc).open(bucket, { bindOnly: false });
   } catch (err) {
-    throw new KovaError(ErrorCode.NOT_HOSTED, `no cluster "${cluster}" here (bucket ${bucket} missing): start a node with kova node start, or pass --cluster`, { cause: err });
+    throw new KovaError(NodeErrorCode.UNKNOWN_CLUSTER, `no cluster "${cluster}" here (bucket ${bucket} missing): start a node with kova node start, or pass --cluster`, { cause: err });
   }
 }
 
