@@ -1,8 +1,8 @@
 import { ErrorCode, KovaError } from "../core/errors.js";
 import type { Logger } from "../core/logger.js";
-import { DlqReason, type A2AEnvelope, type Mailbox, type MailboxContext, type RpcService } from "../bus/index.js";
+import { type A2AEnvelope, type Mailbox, type MailboxContext, type RpcService } from "../bus/index.js";
 import type { Checkpoint } from "./checkpoint-store.js";
-import { TurnInterruptedError, ActorErrorCode } from "./errors.js";
+import { ActorDlqReason, TurnInterruptedError, ActorErrorCode } from "./errors.js";
 import { ActorLifecycle, type ActorState } from "./lifecycle.js";
 import { ActorMemory, localCheckpointKey } from "./memory.js";
 import { PauseGate } from "./pause-gate.js";
@@ -204,7 +204,7 @@ export class ActorInstance implements TurnActor {
       `actor ${this.id} (type ${this.def.type}) has no handler for ${env.type}; handled types: ${Object.keys(this.def.handlers).join(", ") || "(none)"}`,
       { data: { actorId: this.id, type: env.type } },
     );
-    await this.deps.bus.deadLetter(env, DlqReason.unhandled, { error: err });
+    await this.deps.bus.deadLetter(env, ActorDlqReason.unhandled, { error: err });
     this.log.warn({ envelopeId: env.id, messageType: env.type }, "unhandled message type moved to the DLQ");
     this.event("actor_unhandled", { envelopeId: env.id, messageType: env.type });
     if (env.replyTo) await this.deps.bus.respond(env, null, { error: err, ...(mctx ? { encoding: mctx.encoding } : {}) }).catch(() => undefined);
@@ -214,7 +214,7 @@ export class ActorInstance implements TurnActor {
     const error = outcome.error instanceof KovaError ? outcome.error.toWire() : { code: ActorErrorCode.ACTOR_FAILED, message: String((outcome.error as Error)?.message ?? outcome.error), retryable: false };
     this.log.error({ err: outcome.error, envelopeId: env.id, attempts: outcome.attempts }, "actor failed");
     this.lifecycle.transition("Failed", { envelopeId: env.id, attempts: outcome.attempts, error });
-    this.event("actor_failed", { envelopeId: env.id, attempts: outcome.attempts, error, dlq: DlqReason.handlerFailed });
+    this.event("actor_failed", { envelopeId: env.id, attempts: outcome.attempts, error, dlq: ActorDlqReason.handlerFailed });
     void this.#closeMailbox();
   }
 

@@ -1,8 +1,8 @@
 import { ConfigError } from "../core/errors.js";
 import { isValidId } from "../core/ids.js";
+import { isWellFormedType, registerMessageTypes } from "../bus/index.js";
 import type { ActorDefinition } from "./types.js";
 
-const MESSAGE_TYPES = ["task_delegate", "info_request", "result_notify", "capability_query", "capability_reply"];
 const RPC_TYPES = ["info_request", "capability_query"];
 
 /**
@@ -17,11 +17,16 @@ export function defineActor<S>(def: ActorDefinition<S>): ActorDefinition<S> {
     throw new ConfigError(`${def.type}.initialState`, "must be a function returning the initial state");
   }
   for (const [name, fn] of Object.entries(def.handlers ?? {})) {
-    if (!MESSAGE_TYPES.includes(name)) {
-      throw new ConfigError(`${def.type}.handlers.${name}`, `not an A2A message type; use one of ${MESSAGE_TYPES.join(", ")}`);
+    if (!isWellFormedType(name)) {
+      throw new ConfigError(
+        `${def.type}.handlers.${name}`,
+        "not a message type; use a core A2A type (task_delegate, info_request, result_notify, capability_query, capability_reply) or a namespaced one such as app.ping",
+      );
     }
     if (typeof fn !== "function") throw new ConfigError(`${def.type}.handlers.${name}`, "must be a function");
   }
+  // The node hosting this actor takes the namespaced types its handlers name.
+  registerMessageTypes(`actor type ${def.type}`, ...Object.keys(def.handlers ?? {}));
   for (const [name, fn] of Object.entries(def.rpc ?? {})) {
     if (!RPC_TYPES.includes(name)) {
       throw new ConfigError(`${def.type}.rpc.${name}`, `the fast path answers only ${RPC_TYPES.join(" and ")}`);

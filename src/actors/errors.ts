@@ -1,3 +1,4 @@
+import { defineDlqReasons } from "../bus/wire.js";
 import { defineErrorCodes, ErrorCode, KovaError, type KovaErrorOptions } from "../core/errors.js";
 
 /** The actors layer's error codes (stable: they travel over NATS and scripts match on them). */
@@ -10,6 +11,16 @@ export const ActorErrorCode = defineErrorCodes("actors", {
   STEP_OUTCOME_UNKNOWN: "STEP_OUTCOME_UNKNOWN",
   REPLAY_MISMATCH: "REPLAY_MISMATCH",
   INTERRUPTED: "INTERRUPTED",
+});
+
+/** The actor runtime's DLQ reasons. */
+export const ActorDlqReason = defineDlqReasons("actors", {
+  /** The actor has no handler for the message's type. */
+  unhandled: "unhandled",
+  /** The handler failed on every supervised attempt. */
+  handlerFailed: "handler_failed",
+  /** The actor was killed while handling the message. */
+  killed: "killed",
 });
 
 /** A lifecycle transition that the state machine does not allow (a bug or a racing signal). */

@@ -44,3 +44,4 @@ export {
   isLeaseLost,
 } from "./errors.js";
 export { ActorErrorCode } from "./errors.js";
+export { ActorDlqReason } from "./errors.js";

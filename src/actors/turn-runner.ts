@@ -2,10 +2,10 @@ import { sleep } from "../core/clock.js";
 import { ErrorCode, isKovaError, toWire } from "../core/errors.js";
 import { newId } from "../core/ids.js";
 import type { Logger } from "../core/logger.js";
-import { DlqReason, type A2AEnvelope, type MailboxContext } from "../bus/index.js";
+import type { A2AEnvelope, MailboxContext } from "../bus/index.js";
 import { makeContext } from "./actor-context.js";
 import type { Checkpoint } from "./checkpoint-store.js";
-import { ActorFailedError, CheckpointConflictError, isLeaseLost, TurnInterruptedError, ActorErrorCode } from "./errors.js";
+import { ActorDlqReason, ActorFailedError, CheckpointConflictError, isLeaseLost, TurnInterruptedError, ActorErrorCode } from "./errors.js";
 import { localCheckpointKey, type ActorMemory } from "./memory.js";
 import type { PauseGate } from "./pause-gate.js";
 import type { HostDeps } from "./ports.js";
@@ -129,10 +129,10 @@ export async function runTurn(actor: TurnActor, env: A2AEnvelope, src: TurnSourc
   if (outcome.kind === "failed" && isInfrastructure(outcome.error)) throw outcome.error;
 
   if (outcome.kind === "interrupted") {
-    if (outcome.by === "kill") await deps.bus.deadLetter(env, DlqReason.killed, { error: signal.reason });
+    if (outcome.by === "kill") await deps.bus.deadLetter(env, ActorDlqReason.killed, { error: signal.reason });
     actor.event("actor_turn_interrupted", { envelopeId: env.id, by: outcome.by });
   } else if (outcome.kind === "failed") {
-    await deps.bus.deadLetter(env, DlqReason.handlerFailed, { error: outcome.error });
+    await deps.bus.deadLetter(env, ActorDlqReason.handlerFailed, { error: outcome.error });
   }
   // Only a finished handler changes the state; the message's id is recorded either way.
   if (outcome.kind !== "done") finalState = base;

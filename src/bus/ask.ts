@@ -2,7 +2,7 @@ import { createInbox, headers as natsHeaders } from "@nats-io/transport-node";
 import { fromWire, toWire } from "../core/errors.js";
 import { decodeEnvelope, encodeEnvelope, type Encoding } from "./codec.js";
 import type { BusContext } from "./context.js";
-import { createEnvelope, validateEnvelope, type A2AEnvelope } from "./envelope.js";
+import { createEnvelope, validateOutgoing, type A2AEnvelope } from "./envelope.js";
 import { subjectTimeout } from "./errors.js";
 import { sendEnvelope, type SendOptions } from "./send.js";
 import { ContentType, Header } from "./wire.js";
@@ -26,7 +26,7 @@ export const DEFAULT_ASK_TIMEOUT_MS = 120_000;
 export async function ask<R>(ctx: BusContext, envelope: A2AEnvelope, opts: AskOptions = {}): Promise<A2AEnvelope<R>> {
   const timeoutMs = opts.timeoutMs ?? DEFAULT_ASK_TIMEOUT_MS;
   const inbox = createInbox();
-  const env = validateEnvelope({
+  const env = validateOutgoing({
     ...envelope,
     replyTo: inbox,
     correlationId: envelope.correlationId ?? envelope.id,

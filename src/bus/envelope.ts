@@ -1,17 +1,9 @@
 import type { WireError } from "../core/errors.js";
 import { isValidId, newId } from "../core/ids.js";
-import { InvalidEnvelopeError, UnknownMessageTypeError } from "./errors.js";
+import { InvalidEnvelopeError } from "./errors.js";
+import { checkMessageType, type MessageType } from "./message-types.js";
 
-/** The message kinds Kova knows. Extend with care: old nodes DLQ unknown types. */
-export const MESSAGE_TYPES = [
-  "task_delegate",
-  "info_request",
-  "result_notify",
-  "capability_query",
-  "capability_reply",
-] as const;
-
-export type MessageType = (typeof MESSAGE_TYPES)[number];
+export type { MessageType };
 
 /** The A2A envelope: what travels on `kova.<c>.a2a.<agentId>` and the rpc path. */
 export interface A2AEnvelope<P = unknown> {
@@ -34,27 +26,24 @@ export interface A2AEnvelope<P = unknown> {
 
 export type EnvelopeFields<P = unknown> = Omit<A2AEnvelope<P>, "id"> & { id?: string };
 
-const TYPES: ReadonlySet<string> = new Set(MESSAGE_TYPES);
 // A reply subject may be any literal NATS subject (e.g. `_INBOX.x.y`): no spaces or wildcards.
 const SUBJECT = /^[^\s*>]+$/;
 const MAX_SUBJECT = 512;
 const MAX_TRACE = 256;
 
-export function isMessageType(value: unknown): value is MessageType {
-  return typeof value === "string" && TYPES.has(value);
-}
-
 /**
- * Builds a validated envelope, filling in a fresh id.
- * @throws InvalidEnvelopeError naming the first bad field, or UnknownMessageTypeError
+ * Builds a validated envelope, filling in a fresh id. Any well-formed type may be sent
+ * (the receiver decides whether it takes it).
+ * @throws InvalidEnvelopeError naming the first bad field, or UnknownMessageTypeError for a malformed type
  */
 export function createEnvelope<P = unknown>(fields: EnvelopeFields<P>): A2AEnvelope<P> {
   // No `{ ...fields, id }`: the spread copy made this 15x slower on the rpc hot path.
-  return check(fields, fields.id ?? newId()) as A2AEnvelope<P>;
+  return check(fields, fields.id ?? newId(), false) as A2AEnvelope<P>;
 }
 
 /**
- * Checks a decoded value against the envelope schema and returns a clean copy.
+ * Checks a decoded value against the envelope schema and returns a clean copy. The type
+ * must be one this process takes (core or registered, see message-types.ts).
  * Unknown extra fields are dropped, not rejected, so a newer sender can add optional
  * fields without its messages being dead-lettered by older nodes.
  * @throws InvalidEnvelopeError naming the first bad field, or UnknownMessageTypeError
@@ -63,10 +52,22 @@ export function validateEnvelope(value: unknown): A2AEnvelope {
   if (typeof value !== "object" || value === null || Array.isArray(value)) {
     throw new InvalidEnvelopeError("envelope", `must be an object, got ${describe(value)}`);
   }
-  return check(value, (value as { id?: unknown }).id);
+  return check(value, (value as { id?: unknown }).id, true);
 }
 
-function check(value: object, id: unknown): A2AEnvelope {
+/**
+ * Checks an envelope about to be sent: as validateEnvelope, but any well-formed type
+ * passes (the receiving node decides whether it takes it).
+ * @throws InvalidEnvelopeError naming the first bad field, or UnknownMessageTypeError for a malformed type
+ */
+export function validateOutgoing(value: unknown): A2AEnvelope {
+  if (typeof value !== "object" || value === null || Array.isArray(value)) {
+    throw new InvalidEnvelopeError("envelope", `must be an object, got ${describe(value)}`);
+  }
+  return check(value, (value as { id?: unknown }).id, false);
+}
+
+function check(value: object, id: unknown, knownType: boolean): A2AEnvelope {
   const v = value as Record<string, unknown>;
   if (!isValidId(id)) throw new InvalidEnvelopeError("id", `must be 1-128 characters of [A-Za-z0-9_-], got ${describe(id)}`);
   for (const field of ["from", "to"] as const) {
@@ -74,10 +75,9 @@ function check(value: object, id: unknown): A2AEnvelope {
       throw new InvalidEnvelopeError(field, `must be 1-128 characters of [A-Za-z0-9_-], got ${describe(v[field])}`);
     }
   }
-  if (typeof v.type !== "string") throw new InvalidEnvelopeError("type", `must be a string, got ${describe(v.type)}`);
-  if (!TYPES.has(v.type)) throw new UnknownMessageTypeError(v.type);
+  const type = checkMessageType(v.type, knownType);
   if (!("payload" in v) || v.payload === undefined) throw new InvalidEnvelopeError("payload", "is required (null is allowed)");
-  const env: A2AEnvelope = { id, from: v.from as string, to: v.to as string, type: v.type as MessageType, payload: v.payload };
+  const env: A2AEnvelope = { id, from: v.from as string, to: v.to as string, type, payload: v.payload };
   if (v.correlationId !== undefined && v.correlationId !== null) {
     if (!isValidId(v.correlationId)) throw new InvalidEnvelopeError("correlationId", `must be an id, got ${describe(v.correlationId)}`);
     env.correlationId = v.correlationId;

@@ -110,10 +110,14 @@ export class InvalidEnvelopeError extends KovaError {
   }
 }
 
-/** An envelope whose `type` is not one this version of Kova knows. */
+/** An envelope whose `type` this process does not take (not core, not registered, or malformed). */
 export class UnknownMessageTypeError extends KovaError {
   constructor(readonly type: string) {
-    super(BusErrorCode.UNKNOWN_MESSAGE_TYPE, `unknown message type ${JSON.stringify(type)}`, { data: { type } });
+    super(
+      BusErrorCode.UNKNOWN_MESSAGE_TYPE,
+      `unknown message type ${JSON.stringify(type)}: use a core A2A type (task_delegate, info_request, result_notify, capability_query, capability_reply) or a namespaced type (<namespace>.<name>) that the receiving node registers`,
+      { data: { type } },
+    );
   }
 }
 

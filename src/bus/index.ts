@@ -4,15 +4,15 @@
  */
 export { Bus, type BusConnectOptions } from "./bus.js";
 export { KovaClient, type KovaClientOptions, type MessageOptions } from "./client.js";
+export { createEnvelope, validateEnvelope, type A2AEnvelope, type EnvelopeFields, type MessageType } from "./envelope.js";
 export {
-  MESSAGE_TYPES,
-  createEnvelope,
-  validateEnvelope,
+  CORE_MESSAGE_TYPES,
   isMessageType,
-  type A2AEnvelope,
-  type EnvelopeFields,
-  type MessageType,
-} from "./envelope.js";
+  isWellFormedType,
+  knownMessageTypes,
+  registerMessageTypes,
+  type CoreMessageType,
+} from "./message-types.js";
 export {
   DEFAULT_CODEC_LIMITS,
   decodeEnvelope,
@@ -31,7 +31,7 @@ export { DEFAULT_RPC_TIMEOUT_MS, type RequestOptions, type RpcHandler, type RpcR
 export { DEFAULT_ASK_TIMEOUT_MS, type AskOptions, type RespondOptions } from "./ask.js";
 export type { EventStream, KovaEvent } from "./events.js";
 export type { DeadLetterOptions, DlqEntry, DlqMover } from "./dlq.js";
-export { ContentType, DlqReason, Header } from "./wire.js";
+export { ContentType, DlqReason, Header, defineDlqReasons, knownDlqReasons } from "./wire.js";
 export {
   BusErrorCode,
   isNoResponders,

@@ -4,7 +4,7 @@ import { sleep } from "../core/clock.js";
 import { ErrorCode, KovaError } from "../core/errors.js";
 import { encodeEnvelope, type Encoding } from "./codec.js";
 import type { BusContext } from "./context.js";
-import { validateEnvelope, type A2AEnvelope } from "./envelope.js";
+import { validateOutgoing, type A2AEnvelope } from "./envelope.js";
 import { NoRespondersError, PayloadTooLargeError, subjectTimeout } from "./errors.js";
 import { publishDlq } from "./dlq.js";
 import { ContentType, DlqReason, Header } from "./wire.js";
@@ -35,7 +35,7 @@ const ATTEMPT_TIMEOUT_MS = 2_000;
  *   `ensureStreams`), TimeoutError when no ack came in time
  */
 export async function sendEnvelope(ctx: BusContext, envelope: A2AEnvelope, opts: SendOptions = {}): Promise<PubAck> {
-  const env = validateEnvelope(envelope);
+  const env = validateOutgoing(envelope);
   const subject = ctx.subjects.a2a(env.to);
   const encoding = opts.encoding ?? "msgpack";
   const data = encodeEnvelope(env, encoding);

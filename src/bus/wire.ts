@@ -26,8 +26,33 @@ export const ContentType = {
   msgpack: "application/msgpack",
 } as const;
 
-/** Why a message went to the DLQ; also the last token of its DLQ subject. */
-export const DlqReason = {
+/** Why a message went to the DLQ: a lowercase token, also the last token of its DLQ subject. */
+export type DlqReason = string;
+
+const dlqReasons = new Map<string, string>();
+
+/**
+ * Registers a layer's DLQ reasons (values lowercase `[a-z0-9_]`), so an upper layer adds
+ * its own without editing the bus. Returns them frozen.
+ * @throws Error for a malformed reason or one another layer defined (a programming error)
+ */
+export function defineDlqReasons<const T extends Record<string, string>>(layer: string, reasons: T): Readonly<T> {
+  for (const reason of Object.values(reasons)) {
+    if (!/^[a-z][a-z0-9_]*$/.test(reason)) throw new Error(`DLQ reason ${JSON.stringify(reason)}: use lowercase [a-z0-9_]`);
+    const owner = dlqReasons.get(reason);
+    if (owner !== undefined && owner !== layer) throw new Error(`DLQ reason ${reason} is already defined by ${owner}`);
+    dlqReasons.set(reason, layer);
+  }
+  return Object.freeze(reasons);
+}
+
+/** Every DLQ reason the loaded layers define (for `kova dlq ls` and docs). */
+export function knownDlqReasons(): string[] {
+  return [...dlqReasons.keys()].sort();
+}
+
+/** The bus's own reasons: the message could not be read, or could not be delivered. */
+export const DlqReason = defineDlqReasons("bus", {
   malformedMsgpack: "malformed_msgpack",
   invalidJson: "invalid_json",
   invalidEnvelope: "invalid_envelope",
@@ -35,12 +60,4 @@ export const DlqReason = {
   payloadTooLarge: "payload_too_large",
   expired: "expired",
   maxDeliver: "max_deliver",
-  /** Actor runtime: the actor has no handler for the message's type. */
-  unhandled: "unhandled",
-  /** Actor runtime: the handler failed on every supervised attempt. */
-  handlerFailed: "handler_failed",
-  /** Actor runtime: the actor was killed while handling the message. */
-  killed: "killed",
-} as const;
-
-export type DlqReason = (typeof DlqReason)[keyof typeof DlqReason];
+});

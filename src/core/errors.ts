@@ -120,11 +120,15 @@ export class TimeoutError extends KovaError {
   }
 }
 
-/** An error that arrived over the wire from another process. */
+/**
+ * An error that arrived over the wire from another process. It keeps the sender's code
+ * (codes are the contract, whether or not this process loaded the layer that defines it);
+ * only a malformed code becomes REMOTE_ERROR, with the original in `remoteCode`.
+ */
 export class RemoteError extends KovaError {
   readonly remoteCode: string;
   constructor(wire: WireError) {
-    super(isKnownErrorCode(wire.code) ? wire.code : ErrorCode.REMOTE_ERROR, wire.message, {
+    super(/^[A-Z][A-Z0-9_]{0,63}$/.test(wire.code) ? wire.code : ErrorCode.REMOTE_ERROR, wire.message, {
       retryable: wire.retryable,
       data: wire.data,
     });

@@ -117,6 +117,35 @@ describe("actor host", () => {
     }
   });
 
+  it("protocol - an actor takes a namespaced type its handler names; a type nobody registered goes to the DLQ as unknown_type", async () => {
+    const pinger = defineActor<{ pings: number }>({
+      type: "pinger",
+      initialState: () => ({ pings: 0 }),
+      handlers: {
+        "hosttest.ping": async (ctx) => {
+          ctx.state.pings++;
+          return { pong: ctx.state.pings };
+        },
+      },
+      rpc: { info_request: (_env, state) => state },
+    });
+    const rig = await startRig(server.url, uniqueCluster(), [pinger]);
+    try {
+      await rig.host.start("p1", "pinger");
+      const reply = await rig.bus.ask(createEnvelope({ from: "tester", to: "p1", type: "hosttest.ping", payload: null }), { timeoutMs: 10_000 });
+      expect(reply.payload).toEqual({ pong: 1 });
+      const stray = createEnvelope({ from: "tester", to: "p1", type: "hosttest.not_registered", payload: null });
+      await rig.bus.send(stray);
+      const dead = await waitFor(async () => (await rig.bus.listDlq({ reason: "unknown_type" })).find((d) => d.headers["Kova-Dlq-Msg-Id"] === stray.id), 10_000, "dead letter");
+      expect(dead.headers["Kova-Dlq-Error-Code"]).toBe(BusErrorCode.UNKNOWN_MESSAGE_TYPE);
+      // The actor goes on with the next message.
+      await rig.bus.send(createEnvelope({ from: "tester", to: "p1", type: "hosttest.ping", payload: null }));
+      await waitFor(async () => (await rig.bus.request<{ pings: number }>("p1", "info_request", null)).pings === 2, 10_000, "second ping");
+    } finally {
+      await rig.close(true);
+    }
+  });
+
   it("supervision - a retried turn starts from the state before it and reuses the steps its failed attempts recorded", async () => {
     const ran: string[] = [];
     const flaky = defineActor<{ notes: string[] }>({

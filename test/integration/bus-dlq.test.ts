@@ -14,7 +14,7 @@ import {
 } from "../../src/bus/index.js";
 import { startNatsServer, type NatsServerHandle } from "../../src/testing/index.js";
 import { connectBus, uniqueCluster, waitFor } from "../fixtures/bus/helpers.js";
-import { ActorErrorCode } from "../../src/actors/errors.js";
+import { ActorDlqReason, ActorErrorCode } from "../../src/actors/errors.js";
 
 let server: NatsServerHandle;
 beforeAll(async () => {
@@ -216,9 +216,9 @@ describe("bus DLQ", () => {
     try {
       const env = createEnvelope({ from: "a", to: "picky", type: "task_delegate", payload: { n: 1 } });
       const error = new KovaError(ActorErrorCode.ACTOR_FAILED, "handler gave up\nafter 3 attempts");
-      const seq = await bus.deadLetter(env, DlqReason.handlerFailed, { error });
+      const seq = await bus.deadLetter(env, ActorDlqReason.handlerFailed, { error });
       // A retry (say, after a crash before the original's ack) is deduplicated.
-      expect(await bus.deadLetter(env, DlqReason.handlerFailed, { error })).toBe(seq);
+      expect(await bus.deadLetter(env, ActorDlqReason.handlerFailed, { error })).toBe(seq);
 
       const entries = await bus.listDlq({ reason: "handler_failed" });
       expect(entries.map((e) => e.seq)).toEqual([seq]);

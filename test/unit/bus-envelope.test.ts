@@ -1,6 +1,15 @@
 import { describe, expect, it } from "vitest";
 import { isKovaError } from "../../src/core/errors.js";
-import { InvalidEnvelopeError, UnknownMessageTypeError, createEnvelope, subjectsFor, validateEnvelope } from "../../src/bus/index.js";
+import {
+  InvalidEnvelopeError,
+  UnknownMessageTypeError,
+  createEnvelope,
+  isWellFormedType,
+  knownMessageTypes,
+  registerMessageTypes,
+  subjectsFor,
+  validateEnvelope,
+} from "../../src/bus/index.js";
 
 const base = { id: "m1", from: "alice", to: "bob", type: "task_delegate", payload: { x: 1 } };
 
@@ -40,6 +49,20 @@ describe("bus envelope", () => {
 
   it("envelope - an unknown type is UNKNOWN_MESSAGE_TYPE, not a schema error", () => {
     expect(() => validateEnvelope({ ...base, type: "launch" })).toThrow(UnknownMessageTypeError);
+  });
+
+  it("envelope - namespaced types: any well-formed one may be sent, only registered ones are taken", () => {
+    registerMessageTypes("envelope test", "envtest.chat");
+    expect(validateEnvelope({ ...base, type: "envtest.chat" }).type).toBe("envtest.chat");
+    // Well-formed but registered by nothing in this process: sendable, not taken.
+    expect(createEnvelope({ from: "a", to: "b", type: "envtest.never_registered", payload: null }).type).toBe("envtest.never_registered");
+    expect(() => validateEnvelope({ ...base, type: "envtest.never_registered" })).toThrow(UnknownMessageTypeError);
+    for (const bad of ["Agent.Chat", "agent.", ".chat", "agent..chat", "agent.chat>", "a b.c", `x.${"y".repeat(70)}`]) {
+      expect(isWellFormedType(bad), bad).toBe(false);
+      expect(() => createEnvelope({ from: "a", to: "b", type: bad as "x.y", payload: null }), bad).toThrow(UnknownMessageTypeError);
+    }
+    expect(() => registerMessageTypes("envelope test", "NotNamespaced")).toThrow(InvalidEnvelopeError);
+    expect(knownMessageTypes()).toEqual(expect.arrayContaining(["task_delegate", "envtest.chat"]));
   });
 
   it("envelope - unknown extra fields are dropped so newer senders stay compatible", () => {

@@ -70,7 +70,9 @@ describe("typed errors", () => {
     const back = fromWire(new KovaError(codes.TEST_ONLY_CODE, "boom", { retryable: true }).toWire());
     expect(back?.code).toBe("TEST_ONLY_CODE");
     expect(back?.retryable).toBe(true);
-    expect(fromWire({ code: "NEVER_DEFINED_ANYWHERE", message: "x" })?.code).toBe("REMOTE_ERROR");
+    // A code from a layer this process did not load keeps its code; a malformed one does not.
+    expect(fromWire({ code: "DEFINED_ELSEWHERE", message: "x" })?.code).toBe("DEFINED_ELSEWHERE");
+    expect(fromWire({ code: "not a code", message: "x" })?.code).toBe("REMOTE_ERROR");
     expect(fromWire({ code: ActorErrorCode.LEASE_LOST, message: "x" })?.code).toBe("LEASE_LOST");
     expect(() => defineErrorCodes("another-layer", { TEST_ONLY_CODE: "TEST_ONLY_CODE" })).toThrow(/already defined by test-layer/);
     expect(() => defineErrorCodes("x", { lower: "lower" })).toThrow(/SCREAMING_SNAKE/);

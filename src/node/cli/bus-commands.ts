@@ -1,7 +1,7 @@
 import type { Command } from "commander";
 import { pino } from "pino";
 import { ErrorCode, KovaError } from "../../core/errors.js";
-import { KovaClient, MESSAGE_TYPES, isMessageType, type MessageType } from "../../bus/index.js";
+import { CORE_MESSAGE_TYPES, KovaClient, isWellFormedType, type MessageType } from "../../bus/index.js";
 import { resolveTarget, type TargetOpts } from "./target.js";
 import { BusErrorCode } from "../../bus/errors.js";
 
@@ -28,7 +28,7 @@ export function register(program: Command): void {
       .option("-c, --config <path>", "kova.toml to take the NATS URL and cluster name from");
   const message = (cmd: Command) =>
     common(cmd)
-      .requiredOption("-t, --type <type>", `message type: ${MESSAGE_TYPES.join(", ")}`)
+      .requiredOption("-t, --type <type>", `message type: ${CORE_MESSAGE_TYPES.join(", ")}, or a namespaced type such as agent.chat`)
       .option("-p, --payload <json>", "payload as JSON", "null")
       .option("--from <id>", "sender id (default: kova-cli)")
       .option("--id <id>", "message id (default: a new UUID); resending the same id is stored once")
@@ -131,8 +131,8 @@ async function withClient(o: BusOpts, fn: (client: KovaClient) => Promise<void>)
 }
 
 function messageType(value: string): MessageType {
-  if (!isMessageType(value)) {
-    throw new KovaError(BusErrorCode.UNKNOWN_MESSAGE_TYPE, `--type ${JSON.stringify(value)} is not a message type: use one of ${MESSAGE_TYPES.join(", ")}`);
+  if (!isWellFormedType(value)) {
+    throw new KovaError(BusErrorCode.UNKNOWN_MESSAGE_TYPE, `--type ${JSON.stringify(value)} is not a message type: use one of ${CORE_MESSAGE_TYPES.join(", ")}, or a namespaced type such as agent.chat`);
   }
   return value;
 }
