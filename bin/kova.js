@@ -11,7 +11,7 @@ if (process.argv[2] === "node" && process.argv[3] === "start" && !explicit) {
   setFlagsFromString("--max-semi-space-size=2");
 }
 
-const { main } = await import("../dist/node/cli/main.js");
+const { main } = await import("../dist/cli/main.js");
 main(process.argv).catch((err) => {
   process.stderr.write(`kova: ${err?.message ?? err}\n`);
   process.exit(1);

@@ -1,14 +1,15 @@
 import { ConfigError } from "../core/errors.js";
 import { UnknownActorTypeError } from "./errors.js";
-import { counterActor } from "./counter.js";
 import type { ActorDefinition } from "./types.js";
 
-/** The actor types a node can host, by type name. The built-in `counter` is always there. */
+/**
+ * The actor types a node can host, by type name. It starts with what the caller gives it:
+ * the runtime registers nothing by itself (`kova node start` adds the example `counter`).
+ */
 export class ActorTypeRegistry {
   readonly #defs = new Map<string, ActorDefinition<any>>();
 
   constructor(defs: Iterable<ActorDefinition<any>> = []) {
-    this.#defs.set(counterActor.type, counterActor);
     for (const def of defs) this.register(def);
   }
 

@@ -1,35 +1,27 @@
 import { hostname } from "node:os";
 import { join } from "node:path";
 import { mkdir } from "node:fs/promises";
-import { ErrorCode, InvalidArgumentError, KovaError, isKovaError } from "../core/errors.js";
+import { ErrorCode, isKovaError } from "../core/errors.js";
 import { sleep } from "../core/clock.js";
-import { assertId, newId } from "../core/ids.js";
+import { newId } from "../core/ids.js";
 import { createLogger, type Logger } from "../core/logger.js";
-import { Bus } from "../bus/index.js";
+import { KOVA_VERSION } from "../core/version.js";
+import { Bus, BusErrorCode, isConsumerNotFound, isTransientNatsError } from "../bus/index.js";
 import { Wal } from "../wal/index.js";
-import { ActorHost, ActorTypeRegistry, LeaseLostError, UnknownActorTypeError, isSignal, type ActorState, type Signal } from "../actors/index.js";
+import { ActorHost, ActorTypeRegistry, LeaseLostError, type ActorState } from "../actors/index.js";
 import type { NodeConfig } from "./config.js";
 import { loadActorModules } from "./actor-modules.js";
-import {
-  nodeSubject,
-  spawnSubject,
-  type AgentStatusView,
-  type NodeStatusView,
-  type SignalReply,
-  type SignalRequest,
-  type SpawnReply,
-  type SpawnRequest,
-} from "./control.js";
+import { nodeSubject, spawnSubject, type AgentStatusView, type NodeStatusView, type SignalRequest, type SpawnRequest } from "./control.js";
+import { NodeControl } from "./control-handlers.js";
 import { LeaseTable } from "./lease.js";
 import { Membership } from "./membership.js";
 import { startMicroService, type MicroService } from "./micro-service.js";
 import { jetStreamReplicas, resolveNats, type ResolvedNats, type ResolveNatsOptions } from "./nats-bootstrap.js";
 import { PlacementController, type HostPort } from "./placement-controller.js";
+import { recoverPendingTurns, type RecoveryReport } from "./recovery-policy.js";
 import { AgentRegistry, type AgentRecord } from "./registry.js";
-import { ActorErrorCode } from "../actors/errors.js";
-import { BusErrorCode, isConsumerNotFound, isTransientNatsError } from "../bus/index.js";
 
-export const KOVA_VERSION = "0.1.0";
+export { KOVA_VERSION };
 
 /** Session id of the cluster's own events (agent state changes, placement, signals). */
 export const CLUSTER_EVENTS_SESSION = "kova-cluster";
@@ -53,7 +45,7 @@ export class KovaNode {
   readonly incarnation = newId();
   readonly startedAt = Date.now();
   private stopping: Promise<void> | undefined;
-  private readonly recovery = { finished: [] as string[], abandoned: [] as string[], corrupt: 0, pendingRecords: 0 };
+  private readonly recovery: RecoveryReport = { finished: [], abandoned: [], corrupt: 0, pendingRecords: 0 };
   private readonly registryWrites = new Map<string, Promise<unknown>>();
   private bus!: Bus;
   private wal!: Wal;
@@ -65,6 +57,7 @@ export class KovaNode {
   private host!: ActorHost;
   private placement!: PlacementController;
   private micro: MicroService | undefined;
+  private control!: NodeControl;
   private readonly log: Logger;
 
   private constructor(
@@ -170,7 +163,10 @@ export class KovaNode {
       onStateChange: (actorId: string, state: ActorState, info?: unknown) => this.onStateChange(actorId, state, info),
     });
 
-    await this.recoverPending();
+    await recoverPendingTurns(
+      { nodeId, wal: this.wal, host: this.host, leases: this.leases, registry: this.registry, types: this.types, log: this.log },
+      this.recovery,
+    );
     for (const a of config.actors) {
       const capabilities = this.types.get(a.type).capabilities ?? [];
       await this.whenNatsReady("declare", () => this.registry.declare({ id: a.id, type: a.type, capabilities }));
@@ -254,45 +250,6 @@ export class KovaNode {
     }
   }
 
-  /**
-   * Pending WAL turns left by a crash: finish those of actors whose lease is still this
-   * node's (any incarnation: ours before the crash) or free; abandon those of actors now
-   * held by another node, which resumed them from the last checkpoint and the redelivered
-   * message, so running them here too would run a turn twice.
-   */
-  private async recoverPending(): Promise<void> {
-    const owners = new Set<string>();
-    for (const r of this.wal.recovery.pending) if (r.owner) owners.add(r.owner);
-    for (const actorId of owners) {
-      const lease = this.leases.get(actorId)?.value;
-      const record = this.registry.get(actorId);
-      const ours = lease === undefined || lease.node === null || lease.node === this.nodeId;
-      if (!ours || !record || record.desired === "killed" || !this.types.has(record.type)) {
-        await this.host.abandon(actorId);
-        this.recovery.abandoned.push(actorId);
-        this.log.info({ actorId, holder: lease?.node }, "recovery: abandoned a pending turn of an actor that moved");
-        continue;
-      }
-      const won = await this.leases.acquire(actorId, (l) => l.node === this.nodeId || l.node === null);
-      if (!won) {
-        await this.host.abandon(actorId);
-        this.recovery.abandoned.push(actorId);
-        continue;
-      }
-      try {
-        await this.host.start(actorId, record.type);
-        this.recovery.finished.push(actorId);
-        this.log.info({ actorId }, "recovery: finished a pending turn this node still owns");
-      } catch (err) {
-        // One actor that cannot recover must not keep the node (and its other actors) down:
-        // free the lease so placement retries it, here or elsewhere.
-        this.log.error({ err, actorId }, "recovery: the actor did not start; its lease is released for placement to retry");
-        await this.host.stop(actorId, { reason: "recovery-failed" }).catch(() => undefined);
-        await this.leases.release(actorId, "recovery-failed").catch(() => false);
-      }
-    }
-  }
-
   private onStateChange(actorId: string, state: ActorState, info?: unknown): void {
     // Idle⇄Running of every ordinary turn would cost two KV writes per message; the
     // registry records lifecycle changes (start, pause, recovery, failure, stop) only.
@@ -329,6 +286,24 @@ export class KovaNode {
 
   private async startServices(): Promise<void> {
     const { cluster, nodeId } = this;
+    this.control = new NodeControl({
+      nodeId,
+      cluster,
+      incarnation: this.incarnation,
+      startedAt: this.startedAt,
+      nats: this.nats,
+      membership: this.membership,
+      host: this.host,
+      leases: this.leases,
+      registry: this.registry,
+      types: this.types,
+      placement: this.placement,
+      recovery: this.recovery,
+      stopping: () => this.stopping !== undefined,
+      writeRegistry: (id, change) => this.writeRegistry(id, change),
+      publish: (type, runId, data) => this.publish(type, runId, data),
+    });
+    const control = this.control;
     const json = (data: Uint8Array): unknown => (data.length === 0 ? {} : JSON.parse(new TextDecoder().decode(data)));
     this.micro = await startMicroService(this.bus.nc, {
       name: "kova-node",
@@ -337,76 +312,22 @@ export class KovaNode {
       metadata: { node_id: nodeId, cluster },
       logger: this.log,
       endpoints: [
-        { name: "status", subject: nodeSubject(cluster, nodeId, "status"), handler: async () => this.status() },
-        { name: "agents", subject: nodeSubject(cluster, nodeId, "agents"), handler: async () => this.agents() },
-        { name: "spawn", subject: spawnSubject(cluster), handler: async (d) => this.spawn(json(d) as SpawnRequest) },
-        { name: "signal", subject: nodeSubject(cluster, nodeId, "signal"), handler: async (d) => this.signal(json(d) as SignalRequest) },
+        { name: "status", subject: nodeSubject(cluster, nodeId, "status"), handler: async () => control.status() },
+        { name: "agents", subject: nodeSubject(cluster, nodeId, "agents"), handler: async () => control.agents() },
+        { name: "spawn", subject: spawnSubject(cluster), handler: async (d) => control.spawn(json(d) as SpawnRequest) },
+        { name: "signal", subject: nodeSubject(cluster, nodeId, "signal"), handler: async (d) => control.signal(json(d) as SignalRequest) },
       ],
     });
   }
 
-  /** This node's status (the `status` endpoint). */
+  /** This node's status (what the `status` endpoint answers). */
   status(): NodeStatusView {
-    const byState: Record<string, number> = {};
-    const hosted = this.host.list();
-    for (const a of hosted) byState[a.state] = (byState[a.state] ?? 0) + 1;
-    return {
-      nodeId: this.nodeId,
-      cluster: this.cluster,
-      incarnation: this.incarnation,
-      pid: process.pid,
-      version: KOVA_VERSION,
-      startedAt: this.startedAt,
-      uptimeMs: Date.now() - this.startedAt,
-      nats: { source: this.nats.source, urls: this.nats.urls },
-      liveNodes: this.membership.liveNodes(),
-      healthy: this.membership.selfHealthy(),
-      actors: { hosted: hosted.length, byState },
-      recovery: { ...this.recovery },
-      stopping: this.stopping !== undefined,
-      memory: (({ rss, heapUsed, external }) => ({ rss, heapUsed, external }))(process.memoryUsage()),
-    };
+    return this.control.status();
   }
 
-  /** Actors hosted here (the `agents` endpoint). */
+  /** Actors hosted here (what the `agents` endpoint answers). */
   agents(): AgentStatusView[] {
-    return this.host.list().map((a) => ({ id: a.id, type: a.type, state: a.state, inFlight: a.inFlight, handled: a.handled }));
-  }
-
-  /**
-   * Declares an actor; placement hosts it on its rendezvous owner.
-   * @throws InvalidIdError; UnknownActorTypeError for a type this node does not know
-   */
-  async spawn(req: SpawnRequest): Promise<SpawnReply> {
-    const id = assertId("actor id", req?.id);
-    const type = assertId("actor type", req?.type);
-    if (!this.types.has(type)) throw new UnknownActorTypeError(type, this.types.types());
-    const created = await this.registry.declare({ id, type, capabilities: req.capabilities ?? this.types.get(type).capabilities ?? [] });
-    this.publish("agent_spawned", id, { id, type, created, via: this.nodeId });
-    return { created, id, type, via: this.nodeId };
-  }
-
-  /**
-   * Delivers a signal to an actor hosted here and records the wish in the registry, so
-   * a pause survives a move and a killed actor is never placed again.
-   * @throws KovaError NOT_HOSTED naming the node that hosts it
-   */
-  async signal(req: SignalRequest): Promise<SignalReply> {
-    const actorId = assertId("actor id", req?.actorId);
-    const sig = req?.signal;
-    if (!isSignal(sig)) {
-      throw new InvalidArgumentError("signal", `unknown signal ${JSON.stringify(sig)}: use pause, resume, interrupt or kill`);
-    }
-    if (!this.host.status(actorId)) {
-      const holder = this.leases.get(actorId)?.value.node ?? null;
-      throw new KovaError(ActorErrorCode.NOT_HOSTED, `actor ${actorId} is not hosted on node ${this.nodeId} (lease holder: ${holder ?? "none"}); send the signal to that node`, { data: { actorId, holder } });
-    }
-    const desired = sig === "pause" ? "paused" : sig === "resume" ? "running" : sig === "kill" ? "killed" : undefined;
-    if (desired) await this.writeRegistry(actorId, (cur) => ({ ...cur, desired }));
-    await this.host.signal(actorId, sig as Signal);
-    this.publish("agent_signal", actorId, { actorId, signal: sig, node: this.nodeId });
-    if (sig === "kill") this.placement.kick();
-    return { actorId, signal: sig, node: this.nodeId, state: this.host.status(actorId)?.state ?? "Completed" };
+    return this.control.agents();
   }
 
   /**

@@ -13,7 +13,7 @@ const kova = join(import.meta.dirname, "../../bin/kova.js");
 
 let server: NatsServerHandle;
 beforeAll(async () => {
-  if (!existsSync(join(import.meta.dirname, "../../dist/node/cli/main.js"))) throw new Error("run `npm run build` first: the CLI test runs bin/kova.js");
+  if (!existsSync(join(import.meta.dirname, "../../dist/cli/main.js"))) throw new Error("run `npm run build` first: the CLI test runs bin/kova.js");
   server = await startNatsServer({ allowExternal: false });
 });
 afterAll(async () => {

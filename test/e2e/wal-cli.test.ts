@@ -22,7 +22,7 @@ const KEY = "hex:" + "5a".repeat(32);
 
 describe("kova wal CLI", () => {
   it("cli - wal inspect shows records, status, head/tail and epoch; wal verify exits 0 on a clean WAL and 2 on corruption", async () => {
-    expect(existsSync(join(ROOT, "dist/node/cli/main.js")), "run `npm run build` first").toBe(true);
+    expect(existsSync(join(ROOT, "dist/cli/main.js")), "run `npm run build` first").toBe(true);
     const t = tempWalDir("cli");
     cleanups.push(t.cleanup);
     const wal = await Wal.open({ dir: t.dir, ringBits: 4, encryption: { algorithm: "aes-256-gcm", key: KEY } });

@@ -67,7 +67,7 @@ async function until<T>(what: string, timeoutMs: number, probe: () => Promise<T 
 
 describe("deploy Kova nodes", () => {
   it("deploy - three nodes from the example kova.toml files join the deploy NATS cluster and host the declared counters", async () => {
-    expect(existsSync(resolve(BIN, "../../dist/node/cli/main.js")), "run `npm run build` first").toBe(true);
+    expect(existsSync(resolve(BIN, "../../dist/cli/main.js")), "run `npm run build` first").toBe(true);
     cluster = await startDeployNatsCluster();
     const c = cluster;
     for (const i of [1, 2, 3]) {

@@ -10,6 +10,7 @@ import { createEnvelope } from "../../src/bus/index.js";
 import { createLogger } from "../../src/core/logger.js";
 import { parseConfig } from "../../src/node/config.js";
 import { KovaNode } from "../../src/node/node.js";
+import { ActorTypeRegistry, counterActor } from "../../src/actors/index.js";
 
 describe("KovaNode in process", () => {
   it("node - on a 3-server NATS cluster its buckets and streams get 3 replicas without a replicas key, and a graceful stop releases everything", async () => {
@@ -27,7 +28,7 @@ describe("KovaNode in process", () => {
       // the meta leader of a fresh cluster takes a moment: retry the start
       for (let attempt = 1; ; attempt++) {
         try {
-          node = await KovaNode.start({ config, logger: createLogger() });
+          node = await KovaNode.start({ config, logger: createLogger(), types: new ActorTypeRegistry([counterActor]) });
           break;
         } catch (err) {
           if (attempt >= 20) throw err;
@@ -75,7 +76,7 @@ describe("KovaNode in process", () => {
         { env: {} },
       );
       expect(config.replicas).toBeUndefined();
-      node = await KovaNode.start({ config, logger: createLogger() });
+      node = await KovaNode.start({ config, logger: createLogger(), types: new ActorTypeRegistry([counterActor]) });
       const bus = node.busClient;
       expect((await bus.jsm.streams.info(bus.subjects.streams.a2a)).config.num_replicas).toBe(1);
 

@@ -35,8 +35,9 @@ describe("actor definitions and registry", () => {
     expect((attempts as Error).message).toContain("x.maxAttempts");
   });
 
-  it("registry - always holds the built-in counter, finds registered types and names the known ones for an unknown type", () => {
-    const reg = new ActorTypeRegistry([echo]);
+  it("registry - holds only what it is given, finds registered types and names the known ones for an unknown type", () => {
+    expect(new ActorTypeRegistry().types()).toEqual([]);
+    const reg = new ActorTypeRegistry([counterActor, echo]);
     expect(reg.types()).toEqual(["counter", "echo"]);
     expect(reg.get("counter")).toBe(counterActor);
     expect(reg.has("echo")).toBe(true);

@@ -1,5 +1,6 @@
 import { Command, CommanderError } from "commander";
-import { isKovaError } from "../../core/errors.js";
+import { KOVA_VERSION } from "../core/version.js";
+import { isKovaError } from "../core/errors.js";
 
 /**
  * Each command group lives in its own file and registers itself here, so that
@@ -18,7 +19,7 @@ const groups: Array<() => Promise<{ register: Register }>> = [
 export async function buildProgram(): Promise<Command> {
   const program = new Command("kova")
     .description("Kova: an actor-model cluster for LLM agents on NATS")
-    .version("0.1.0")
+    .version(KOVA_VERSION)
     .showHelpAfterError("(run with --help for usage)");
   for (const load of groups) (await load()).register(program);
   return program;

@@ -1,4 +1,4 @@
-import { loadConfig } from "../config.js";
+import { loadConfig } from "../node/config.js";
 
 /** The options every networked CLI command takes to find its cluster. */
 export interface TargetOpts {

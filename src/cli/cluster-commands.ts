@@ -1,8 +1,8 @@
 import type { Command } from "commander";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 import { Kvm } from "@nats-io/kv";
-import { ErrorCode, KovaError } from "../../core/errors.js";
-import { isValidId } from "../../core/ids.js";
+import { ErrorCode, KovaError } from "../core/errors.js";
+import { isValidId } from "../core/ids.js";
 import { resolveTarget, type TargetOpts } from "./target.js";
 import {
   controlRequest,
@@ -12,12 +12,12 @@ import {
   type NodeStatusView,
   type SignalReply,
   type SpawnReply,
-} from "../control.js";
-import { nodesBucket, type NodeRecord } from "../membership.js";
-import { agentsBucket, type AgentRecord } from "../registry.js";
-import { ActorErrorCode } from "../../actors/errors.js";
-import { BusErrorCode } from "../../bus/errors.js";
-import { NodeErrorCode } from "../errors.js";
+} from "../node/control.js";
+import { nodesBucket, type NodeRecord } from "../node/membership.js";
+import { agentsBucket, type AgentRecord } from "../node/registry.js";
+import { ActorErrorCode } from "../actors/errors.js";
+import { BusErrorCode } from "../bus/errors.js";
+import { NodeErrorCode } from "../node/errors.js";
 
 type ClusterOpts = TargetOpts;
 

@@ -1,5 +1,5 @@
 import type { Command } from "commander";
-import { inspectWal, keyFromEnv, verifyWal, type WalInspection, type WalVerification } from "../../wal/index.js";
+import { inspectWal, keyFromEnv, verifyWal, type WalInspection, type WalVerification } from "../wal/index.js";
 
 interface KeyOpts {
   key?: string;

@@ -1,8 +1,9 @@
 import type { Command } from "commander";
-import { createLogger } from "../../core/logger.js";
-import { defaultConfig, loadConfig } from "../config.js";
-import { KovaNode } from "../node.js";
-import { installShutdown } from "../shutdown.js";
+import { createLogger } from "../core/logger.js";
+import { defaultConfig, loadConfig } from "../node/config.js";
+import { KovaNode } from "../node/node.js";
+import { ActorTypeRegistry, counterActor } from "../actors/index.js";
+import { installShutdown } from "../node/shutdown.js";
 
 /**
  * `kova node start [--config kova.toml]`: runs one cluster node in the foreground until
@@ -21,7 +22,9 @@ export function register(program: Command): void {
       // A stray rejection in a long-running node is logged, not fatal: everything that
       // matters is journaled or fenced, and killing the node would move all its actors.
       process.on("unhandledRejection", (err) => logger.error({ err }, "unhandled rejection"));
-      const kova = await KovaNode.start({ config, logger });
+      // The quick start's example actor; applications add their types through config modules.
+      const types = new ActorTypeRegistry([counterActor]);
+      const kova = await KovaNode.start({ config, logger, types });
       installShutdown({ stop: (reason) => kova.stop(reason), logger, graceMs: Number(opts.graceMs) || 30_000 });
       // The process now lives on its connections and timers; exit comes from the shutdown handler.
     });

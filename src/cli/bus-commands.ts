@@ -1,9 +1,9 @@
 import type { Command } from "commander";
 import { pino } from "pino";
-import { ErrorCode, KovaError } from "../../core/errors.js";
-import { CORE_MESSAGE_TYPES, KovaClient, isWellFormedType, type MessageType } from "../../bus/index.js";
+import { ErrorCode, KovaError } from "../core/errors.js";
+import { CORE_MESSAGE_TYPES, KovaClient, isWellFormedType, type MessageType } from "../bus/index.js";
 import { resolveTarget, type TargetOpts } from "./target.js";
-import { BusErrorCode } from "../../bus/errors.js";
+import { BusErrorCode } from "../bus/errors.js";
 
 type BusOpts = TargetOpts;
 

@@ -1,0 +1,108 @@
+import { InvalidArgumentError, KovaError } from "../core/errors.js";
+import { assertId } from "../core/ids.js";
+import { KOVA_VERSION } from "../core/version.js";
+import { ActorErrorCode, UnknownActorTypeError, isSignal, type ActorHost, type ActorTypeRegistry, type Signal } from "../actors/index.js";
+import type { AgentStatusView, NodeStatusView, SignalReply, SignalRequest, SpawnReply, SpawnRequest } from "./control.js";
+import type { LeaseTable } from "./lease.js";
+import type { Membership } from "./membership.js";
+import type { ResolvedNats } from "./nats-bootstrap.js";
+import type { PlacementController } from "./placement-controller.js";
+import type { RecoveryReport } from "./recovery-policy.js";
+import type { AgentRecord, AgentRegistry } from "./registry.js";
+
+/** What the control endpoints read and change: the node's parts, once it has booted. */
+export interface ControlDeps {
+  readonly nodeId: string;
+  readonly cluster: string;
+  readonly incarnation: string;
+  readonly startedAt: number;
+  readonly nats: ResolvedNats;
+  readonly membership: Membership;
+  readonly host: ActorHost;
+  readonly leases: LeaseTable;
+  readonly registry: AgentRegistry;
+  readonly types: ActorTypeRegistry;
+  readonly placement: PlacementController;
+  readonly recovery: RecoveryReport;
+  stopping(): boolean;
+  /** Ordered registry write for one actor (see KovaNode.writeRegistry). */
+  writeRegistry(actorId: string, change: (cur: AgentRecord) => AgentRecord | undefined): Promise<unknown>;
+  /** A best-effort cluster event. */
+  publish(type: string, runId: string, data: unknown): void;
+}
+
+/**
+ * The handlers behind the `kova-node` endpoints (status, agents, spawn, signal). They
+ * validate what a remote caller sends before touching anything, and answer with errors
+ * that name the fix.
+ */
+export class NodeControl {
+  constructor(private readonly d: ControlDeps) {}
+
+  /** This node's status (the `status` endpoint). */
+  status(): NodeStatusView {
+    const d = this.d;
+    const byState: Record<string, number> = {};
+    const hosted = d.host.list();
+    for (const a of hosted) byState[a.state] = (byState[a.state] ?? 0) + 1;
+    return {
+      nodeId: d.nodeId,
+      cluster: d.cluster,
+      incarnation: d.incarnation,
+      pid: process.pid,
+      version: KOVA_VERSION,
+      startedAt: d.startedAt,
+      uptimeMs: Date.now() - d.startedAt,
+      nats: { source: d.nats.source, urls: d.nats.urls },
+      liveNodes: d.membership.liveNodes(),
+      healthy: d.membership.selfHealthy(),
+      actors: { hosted: hosted.length, byState },
+      recovery: { ...d.recovery },
+      stopping: d.stopping(),
+      memory: (({ rss, heapUsed, external }) => ({ rss, heapUsed, external }))(process.memoryUsage()),
+    };
+  }
+
+  /** Actors hosted here (the `agents` endpoint). */
+  agents(): AgentStatusView[] {
+    return this.d.host.list().map((a) => ({ id: a.id, type: a.type, state: a.state, inFlight: a.inFlight, handled: a.handled }));
+  }
+
+  /**
+   * Declares an actor; placement hosts it on its rendezvous owner.
+   * @throws InvalidIdError; UnknownActorTypeError for a type this node does not know
+   */
+  async spawn(req: SpawnRequest): Promise<SpawnReply> {
+    const d = this.d;
+    const id = assertId("actor id", req?.id);
+    const type = assertId("actor type", req?.type);
+    if (!d.types.has(type)) throw new UnknownActorTypeError(type, d.types.types());
+    const created = await d.registry.declare({ id, type, capabilities: req.capabilities ?? d.types.get(type).capabilities ?? [] });
+    d.publish("agent_spawned", id, { id, type, created, via: d.nodeId });
+    return { created, id, type, via: d.nodeId };
+  }
+
+  /**
+   * Delivers a signal to an actor hosted here and records the wish in the registry, so
+   * a pause survives a move and a killed actor is never placed again.
+   * @throws InvalidArgumentError for an unknown signal; KovaError NOT_HOSTED naming the node that hosts it
+   */
+  async signal(req: SignalRequest): Promise<SignalReply> {
+    const d = this.d;
+    const actorId = assertId("actor id", req?.actorId);
+    const sig = req?.signal;
+    if (!isSignal(sig)) {
+      throw new InvalidArgumentError("signal", `unknown signal ${JSON.stringify(sig)}: use pause, resume, interrupt or kill`);
+    }
+    if (!d.host.status(actorId)) {
+      const holder = d.leases.get(actorId)?.value.node ?? null;
+      throw new KovaError(ActorErrorCode.NOT_HOSTED, `actor ${actorId} is not hosted on node ${d.nodeId} (lease holder: ${holder ?? "none"}); send the signal to that node`, { data: { actorId, holder } });
+    }
+    const desired = sig === "pause" ? "paused" : sig === "resume" ? "running" : sig === "kill" ? "killed" : undefined;
+    if (desired) await d.writeRegistry(actorId, (cur) => ({ ...cur, desired }));
+    await d.host.signal(actorId, sig as Signal);
+    d.publish("agent_signal", actorId, { actorId, signal: sig, node: d.nodeId });
+    if (sig === "kill") d.placement.kick();
+    return { actorId, signal: sig, node: d.nodeId, state: d.host.status(actorId)?.state ?? "Completed" };
+  }
+}
