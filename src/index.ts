@@ -1,14 +1,93 @@
 /**
- * The `kova` package: core (errors, ids, clock, logger), the A2A bus and KovaClient,
- * the WAL, the actor runtime and the cluster node. Sub-layers stay importable on
- * their own through this one entry; `kova/testing` holds the test harness.
+ * The `kova` package: what applications use. Send A2A messages from any service
+ * (`KovaClient`), run a node in-process (`KovaNode`), define actor types (`defineActor`),
+ * and handle Kova's typed errors. The list is chosen, not accumulated: docs/api.md
+ * describes each name, and `kova/internal` holds the layers' lower-level parts (unstable).
+ * `kova/testing` holds the test harness (nats-server launcher, scripted model server).
  */
-export * from "./core/index.js";
-export * from "./bus/index.js";
-export * from "./wal/index.js";
-export * from "./actors/index.js";
-export * from "./node/index.js";
-// Both layers name their fast-path handler type: the bus's (raw envelope) keeps the plain
-// name, the actor definition's (envelope + state) is exported as ActorRpcHandler.
-export type { RpcHandler } from "./bus/index.js";
-export type { RpcHandler as ActorRpcHandler } from "./actors/index.js";
+
+// Version
+export { KOVA_VERSION } from "./core/version.js";
+
+// Errors: one class per failure, stable codes per layer
+export {
+  ConfigError,
+  ErrorCode,
+  ArgumentError,
+  InvalidIdError,
+  KovaError,
+  KovaTimeoutError,
+  RemoteError,
+  fromWire,
+  isKovaError,
+  isTimeout,
+  toWire,
+  type KovaErrorOptions,
+  type WireError,
+} from "./core/errors.js";
+export type { Logger } from "./core/logger.js";
+
+// The A2A bus, seen from a client
+export { KovaClient, type KovaClientOptions, type MessageOptions } from "./bus/client.js";
+export { createEnvelope, type A2AEnvelope, type EnvelopeFields, type MessageType } from "./bus/envelope.js";
+export { CORE_MESSAGE_TYPES, registerMessageTypes, type CoreMessageType } from "./bus/message-types.js";
+export { subjectsFor, type Subjects } from "./bus/subjects.js";
+export type { KovaEvent, EventStream } from "./bus/events.js";
+export type { AskOptions } from "./bus/ask.js";
+export type { RequestOptions } from "./bus/rpc.js";
+export type { SendOptions } from "./bus/send.js";
+export type { DlqEntry } from "./bus/dlq.js";
+export { ContentType, DlqReason, Header } from "./bus/wire.js";
+export {
+  BusClosedError,
+  BusErrorCode,
+  DecodeError,
+  InvalidEnvelopeError,
+  JetStreamUnavailableError,
+  KovaNoRespondersError,
+  NatsUnreachableError,
+  PayloadTooLargeError,
+  StreamConflictError,
+  UnknownMessageTypeError,
+  isNoResponders,
+} from "./bus/errors.js";
+
+// Actors
+export { defineActor } from "./actors/definition.js";
+export { ActorTypeRegistry } from "./actors/registry.js";
+export { counterActor, type CounterState } from "./actors/counter.js";
+export { ActorStates, type ActorState } from "./actors/lifecycle.js";
+export { Signals, isSignal } from "./actors/types.js";
+export type {
+  ActorContext,
+  ActorDefinition,
+  ActorHandler,
+  EmitOptions,
+  RpcHandler as ActorRpcHandler,
+  RpcType,
+  Signal,
+  StepInfo,
+  StepOptions,
+  SupervisionOptions,
+} from "./actors/types.js";
+export {
+  ActorDlqReason,
+  ActorErrorCode,
+  ActorFailedError,
+  LeaseLostError,
+  NotHostedError,
+  ReplayMismatchError,
+  StepOutcomeUnknownError,
+  TurnInterruptedError,
+  UnknownActorTypeError,
+  isLeaseLost,
+} from "./actors/errors.js";
+
+// WAL errors a node can surface at start (wrong key, corrupt records)
+export { WalBadKeyError, WalCorruptError, WalErrorCode, WalFailedError } from "./wal/errors.js";
+
+// The node
+export { KovaNode, CLUSTER_EVENTS_SESSION, type StartNodeOptions } from "./node/node.js";
+export { defaultConfig, loadConfig, parseConfig, type ActorSpec, type NodeConfig, type WalConfig } from "./node/config.js";
+export { NodeErrorCode } from "./node/errors.js";
+export type { AgentStatusView, NodeStatusView, SignalReply, SpawnReply } from "./node/control.js";

@@ -20,7 +20,7 @@ export const DEFAULT_ASK_TIMEOUT_MS = 120_000;
  * private reply inbox. The request itself is durable: if the caller gives up, the
  * agent still processes it later and its reply goes to an inbox nobody reads.
  * @returns the reply envelope
- * @throws TimeoutError naming the agent's inbox subject; a RemoteError rebuilt from the
+ * @throws KovaTimeoutError naming the agent's inbox subject; a RemoteError rebuilt from the
  *   reply's `error`; anything `send` throws
  */
 export async function ask<R>(ctx: BusContext, envelope: A2AEnvelope, opts: AskOptions = {}): Promise<A2AEnvelope<R>> {

@@ -98,7 +98,7 @@ export class Bus {
 
   /**
    * Durable send; resolves after the JetStream ack. `Nats-Msg-Id` = `env.id`.
-   * @throws InvalidEnvelopeError, PayloadTooLargeError (recorded in the DLQ), NoRespondersError, TimeoutError
+   * @throws InvalidEnvelopeError, PayloadTooLargeError (recorded in the DLQ), KovaNoRespondersError, KovaTimeoutError
    */
   send(env: A2AEnvelope, opts?: SendOptions): Promise<PubAck> {
     this.open("send");
@@ -132,7 +132,7 @@ export class Bus {
 
   /**
    * Fast request/reply (core NATS, not stored). Default timeout 10 s.
-   * @throws NoRespondersError / TimeoutError naming the subject; RemoteError from the handler
+   * @throws KovaNoRespondersError / KovaTimeoutError naming the subject; RemoteError from the handler
    */
   request<R>(to: string, type: MessageType, payload: unknown, opts?: RequestOptions): Promise<R> {
     this.open("request");
@@ -141,7 +141,7 @@ export class Bus {
 
   /**
    * Durable send + wait for the `result_notify` on a reply inbox. Default timeout 120 s.
-   * @throws TimeoutError naming the subject; RemoteError when the reply carries an error
+   * @throws KovaTimeoutError naming the subject; RemoteError when the reply carries an error
    */
   ask<R>(env: A2AEnvelope, opts?: AskOptions): Promise<A2AEnvelope<R>> {
     this.open("ask");

@@ -63,7 +63,7 @@ export class KovaClient {
 
   /**
    * Durable send to an agent's mailbox; resolves after JetStream stored it.
-   * @throws InvalidEnvelopeError, PayloadTooLargeError, NoRespondersError, TimeoutError
+   * @throws InvalidEnvelopeError, PayloadTooLargeError, KovaNoRespondersError, KovaTimeoutError
    */
   async send(to: string, type: MessageType, payload: unknown, opts: MessageOptions & SendOptions = {}): Promise<{ id: string; seq: number; duplicate: boolean }> {
     const { timeoutMs, encoding, ...m } = opts;
@@ -72,13 +72,13 @@ export class KovaClient {
     return { id: env.id, seq: ack.seq, duplicate: ack.duplicate };
   }
 
-  /** Durable send + wait for the agent's `result_notify`. @throws TimeoutError, RemoteError */
+  /** Durable send + wait for the agent's `result_notify`. @throws KovaTimeoutError, RemoteError */
   ask<R>(to: string, type: MessageType, payload: unknown, opts: MessageOptions & AskOptions = {}): Promise<A2AEnvelope<R>> {
     const { timeoutMs, send, ...m } = opts;
     return this.bus.ask<R>(this.envelope(to, type, payload, m), { ...(timeoutMs ? { timeoutMs } : {}), ...(send ? { send } : {}) });
   }
 
-  /** Fast request to the node hosting `to`. @throws NoRespondersError, TimeoutError, RemoteError */
+  /** Fast request to the node hosting `to`. @throws KovaNoRespondersError, KovaTimeoutError, RemoteError */
   request<R>(to: string, type: MessageType, payload: unknown, opts?: RequestOptions): Promise<R> {
     return this.bus.request<R>(to, type, payload, opts);
   }

@@ -1,4 +1,4 @@
-import { defineErrorCodes, ErrorCode, isKovaError, KovaError, TimeoutError, type KovaErrorOptions } from "../core/errors.js";
+import { defineErrorCodes, ErrorCode, isKovaError, KovaError, KovaTimeoutError, type KovaErrorOptions } from "../core/errors.js";
 
 /** The bus layer's error codes (stable: they travel over NATS and scripts match on them). */
 export const BusErrorCode = defineErrorCodes("bus", {
@@ -33,7 +33,7 @@ export class NatsUnreachableError extends KovaError {
 }
 
 /** A core NATS request found nobody subscribed to its subject. */
-export class NoRespondersError extends KovaError {
+export class KovaNoRespondersError extends KovaError {
   constructor(
     readonly subject: string,
     hint: string,
@@ -48,8 +48,8 @@ export class NoRespondersError extends KovaError {
 }
 
 /** A request, send or ask did not complete in time; the message names the subject. */
-export function subjectTimeout(what: string, subject: string, ms: number, cause?: unknown): TimeoutError {
-  return new TimeoutError(`${what} on ${subject}`, ms, { data: { subject }, cause });
+export function subjectTimeout(what: string, subject: string, ms: number, cause?: unknown): KovaTimeoutError {
+  return new KovaTimeoutError(`${what} on ${subject}`, ms, { data: { subject }, cause });
 }
 
 /** An existing stream's configuration differs from the one Kova needs. */

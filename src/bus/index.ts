@@ -39,7 +39,7 @@ export {
   DecodeError,
   InvalidEnvelopeError,
   NatsUnreachableError,
-  NoRespondersError,
+  KovaNoRespondersError,
   PayloadTooLargeError,
   StreamConflictError,
   UnknownMessageTypeError,

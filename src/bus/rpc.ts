@@ -3,7 +3,7 @@ import { ErrorCode, KovaError, fromWire, toWire, type WireError } from "../core/
 import { decodeValue, encodeValue, encodingOf, type Encoding } from "./codec.js";
 import type { BusContext } from "./context.js";
 import { createEnvelope, validateEnvelope, type A2AEnvelope, type MessageType } from "./envelope.js";
-import { NoRespondersError, subjectTimeout } from "./errors.js";
+import { KovaNoRespondersError, subjectTimeout } from "./errors.js";
 import { ContentType, Header } from "./wire.js";
 
 /** The reply body of the fast path (docs/protocol.md). */
@@ -94,8 +94,8 @@ async function answer(ctx: BusContext, agentId: string, msg: Msg, handler: RpcHa
 /**
  * Fast request/reply to the node hosting `to`.
  * @returns the handler's result
- * @throws NoRespondersError naming the subject when no node hosts the agent;
- *   TimeoutError naming the subject; a RemoteError rebuilt from the handler's error
+ * @throws KovaNoRespondersError naming the subject when no node hosts the agent;
+ *   KovaTimeoutError naming the subject; a RemoteError rebuilt from the handler's error
  */
 export async function request<R>(ctx: BusContext, to: string, type: MessageType, payload: unknown, opts: RequestOptions = {}): Promise<R> {
   const env = createEnvelope({ from: opts.from ?? ctx.clientId, to, type, payload, ...(opts.traceId ? { traceId: opts.traceId } : {}) });
@@ -110,7 +110,7 @@ export async function request<R>(ctx: BusContext, to: string, type: MessageType,
   const msg = await ctx.mux.request(subject, encodeValue(env, encoding), {
     timeoutMs: timeout,
     ...(headers ? { headers } : {}),
-    noResponders: () => new NoRespondersError(subject, `agent ${to} is not hosted by any running node`),
+    noResponders: () => new KovaNoRespondersError(subject, `agent ${to} is not hosted by any running node`),
     timedOut: () => subjectTimeout(`${type} request`, subject, timeout),
   });
   const reply = decodeValue(msg.data, encodingOf(msg.headers), ctx.limits, subject) as RpcReply<R>;

@@ -5,7 +5,7 @@ import { ErrorCode, KovaError } from "../core/errors.js";
 import { encodeEnvelope, type Encoding } from "./codec.js";
 import type { BusContext } from "./context.js";
 import { validateOutgoing, type A2AEnvelope } from "./envelope.js";
-import { NoRespondersError, PayloadTooLargeError, subjectTimeout } from "./errors.js";
+import { KovaNoRespondersError, PayloadTooLargeError, subjectTimeout } from "./errors.js";
 import { publishDlq } from "./dlq.js";
 import { ContentType, DlqReason, Header } from "./wire.js";
 
@@ -31,8 +31,8 @@ const ATTEMPT_TIMEOUT_MS = 2_000;
  * @throws InvalidEnvelopeError / UnknownMessageTypeError before anything is sent
  * @throws PayloadTooLargeError when the encoded message exceeds the server's
  *   max_payload; a truncated copy is recorded in the DLQ (reason payload_too_large)
- * @throws NoRespondersError when no stream captures the subject (no Kova node ever ran
- *   `ensureStreams`), TimeoutError when no ack came in time
+ * @throws KovaNoRespondersError when no stream captures the subject (no Kova node ever ran
+ *   `ensureStreams`), KovaTimeoutError when no ack came in time
  */
 export async function sendEnvelope(ctx: BusContext, envelope: A2AEnvelope, opts: SendOptions = {}): Promise<PubAck> {
   const env = validateOutgoing(envelope);
@@ -82,7 +82,7 @@ export async function sendEnvelope(ctx: BusContext, envelope: A2AEnvelope, opts:
     if (typeof outcome === "object") return outcome;
     const elapsed = Date.now() - started;
     if (outcome === "no_responders" && elapsed >= Math.min(NO_RESPONDERS_GRACE_MS, timeoutMs)) {
-      throw new NoRespondersError(subject, "no JetStream stream captures it: start a Kova node or call bus.ensureStreams()");
+      throw new KovaNoRespondersError(subject, "no JetStream stream captures it: start a Kova node or call bus.ensureStreams()");
     }
     if (elapsed >= timeoutMs) throw subjectTimeout("durable send", subject, timeoutMs);
     ctx.log.debug({ subject, attempt, outcome }, "send not acknowledged yet; retrying");

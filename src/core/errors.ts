@@ -104,7 +104,7 @@ export class InvalidIdError extends KovaError {
 }
 
 /** A caller passed a bad argument (a CLI flag, an API parameter); the message names it and the fix. */
-export class InvalidArgumentError extends KovaError {
+export class ArgumentError extends KovaError {
   constructor(
     readonly argument: string,
     message: string,
@@ -114,7 +114,7 @@ export class InvalidArgumentError extends KovaError {
   }
 }
 
-export class TimeoutError extends KovaError {
+export class KovaTimeoutError extends KovaError {
   constructor(what: string, ms: number, options: KovaErrorOptions = {}) {
     super(ErrorCode.TIMEOUT, `${what} timed out after ${ms} ms`, { retryable: true, ...options });
   }

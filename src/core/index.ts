@@ -2,3 +2,4 @@ export * from "./errors.js";
 export * from "./ids.js";
 export * from "./clock.js";
 export * from "./logger.js";
+export * from "./version.js";

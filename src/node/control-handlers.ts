@@ -1,4 +1,4 @@
-import { InvalidArgumentError, KovaError } from "../core/errors.js";
+import { ArgumentError, KovaError } from "../core/errors.js";
 import { assertId } from "../core/ids.js";
 import { KOVA_VERSION } from "../core/version.js";
 import { ActorErrorCode, UnknownActorTypeError, isSignal, type ActorHost, type ActorTypeRegistry, type Signal } from "../actors/index.js";
@@ -7,7 +7,7 @@ import type { LeaseTable } from "./lease.js";
 import type { Membership } from "./membership.js";
 import type { ResolvedNats } from "./nats-bootstrap.js";
 import type { PlacementController } from "./placement-controller.js";
-import type { RecoveryReport } from "./recovery-policy.js";
+import type { NodeRecoveryReport } from "./recovery-policy.js";
 import type { AgentRecord, AgentRegistry } from "./registry.js";
 
 /** What the control endpoints read and change: the node's parts, once it has booted. */
@@ -23,7 +23,7 @@ export interface ControlDeps {
   readonly registry: AgentRegistry;
   readonly types: ActorTypeRegistry;
   readonly placement: PlacementController;
-  readonly recovery: RecoveryReport;
+  readonly recovery: NodeRecoveryReport;
   stopping(): boolean;
   /** Ordered registry write for one actor (see KovaNode.writeRegistry). */
   writeRegistry(actorId: string, change: (cur: AgentRecord) => AgentRecord | undefined): Promise<unknown>;
@@ -85,14 +85,14 @@ export class NodeControl {
   /**
    * Delivers a signal to an actor hosted here and records the wish in the registry, so
    * a pause survives a move and a killed actor is never placed again.
-   * @throws InvalidArgumentError for an unknown signal; KovaError NOT_HOSTED naming the node that hosts it
+   * @throws ArgumentError for an unknown signal; KovaError NOT_HOSTED naming the node that hosts it
    */
   async signal(req: SignalRequest): Promise<SignalReply> {
     const d = this.d;
     const actorId = assertId("actor id", req?.actorId);
     const sig = req?.signal;
     if (!isSignal(sig)) {
-      throw new InvalidArgumentError("signal", `unknown signal ${JSON.stringify(sig)}: use pause, resume, interrupt or kill`);
+      throw new ArgumentError("signal", `unknown signal ${JSON.stringify(sig)}: use pause, resume, interrupt or kill`);
     }
     if (!d.host.status(actorId)) {
       const holder = d.leases.get(actorId)?.value.node ?? null;

@@ -3,6 +3,9 @@
  * shutdown and the composition root `KovaNode`. See docs/cluster.md.
  */
 export { KovaNode, KOVA_VERSION, CLUSTER_EVENTS_SESSION, type StartNodeOptions } from "./node.js";
+export { NodeErrorCode } from "./errors.js";
+export { NodeControl, type ControlDeps } from "./control-handlers.js";
+export { recoverPendingTurns, type NodeRecoveryReport } from "./recovery-policy.js";
 export { loadConfig, parseConfig, defaultConfig, defaultNodeId, type NodeConfig, type ActorSpec, type WalConfig } from "./config.js";
 export { loadActorModules } from "./actor-modules.js";
 export { Membership, nodesBucket, type NodeRecord, type NodeView, type MembershipOptions } from "./membership.js";

@@ -18,7 +18,7 @@ import { Membership } from "./membership.js";
 import { startMicroService, type MicroService } from "./micro-service.js";
 import { jetStreamReplicas, resolveNats, type ResolvedNats, type ResolveNatsOptions } from "./nats-bootstrap.js";
 import { PlacementController, type HostPort } from "./placement-controller.js";
-import { recoverPendingTurns, type RecoveryReport } from "./recovery-policy.js";
+import { recoverPendingTurns, type NodeRecoveryReport } from "./recovery-policy.js";
 import { AgentRegistry, type AgentRecord } from "./registry.js";
 
 export { KOVA_VERSION };
@@ -45,7 +45,7 @@ export class KovaNode {
   readonly incarnation = newId();
   readonly startedAt = Date.now();
   private stopping: Promise<void> | undefined;
-  private readonly recovery: RecoveryReport = { finished: [], abandoned: [], corrupt: 0, pendingRecords: 0 };
+  private readonly recovery: NodeRecoveryReport = { finished: [], abandoned: [], corrupt: 0, pendingRecords: 0 };
   private readonly registryWrites = new Map<string, Promise<unknown>>();
   private bus!: Bus;
   private wal!: Wal;

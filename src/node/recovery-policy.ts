@@ -5,7 +5,7 @@ import type { LeaseTable } from "./lease.js";
 import type { AgentRegistry } from "./registry.js";
 
 /** What a node found in its WAL at start and what it did with it (part of `status`). */
-export interface RecoveryReport {
+export interface NodeRecoveryReport {
   finished: string[];
   abandoned: string[];
   corrupt: number;
@@ -28,7 +28,7 @@ export interface RecoveryDeps {
  * held by another node, which resumed them from the last checkpoint and the redelivered
  * message, so running them here too would run a turn twice.
  */
-export async function recoverPendingTurns(d: RecoveryDeps, report: RecoveryReport): Promise<void> {
+export async function recoverPendingTurns(d: RecoveryDeps, report: NodeRecoveryReport): Promise<void> {
   const owners = new Set<string>();
   for (const r of d.wal.recovery.pending) if (r.owner) owners.add(r.owner);
   for (const actorId of owners) {
