@@ -1,7 +1,7 @@
 import { ErrorCode, KovaError } from "../core/errors.js";
 import type { Logger } from "../core/logger.js";
 import { type A2AEnvelope, type Mailbox, type MailboxContext, type RpcService } from "../bus/index.js";
-import type { Checkpoint } from "./checkpoint-store.js";
+import { readCheckpoint, type Checkpoint } from "./checkpoint-store.js";
 import { ActorDlqReason, TurnInterruptedError, ActorErrorCode } from "./errors.js";
 import { ActorLifecycle, type ActorState } from "./lifecycle.js";
 import { ActorMemory, localCheckpointKey } from "./memory.js";
@@ -129,7 +129,8 @@ export class ActorInstance implements TurnActor {
   async reload(): Promise<void> {
     const store = await this.deps.checkpoints();
     const shared = await store.load(this.id);
-    const local = this.deps.wal.getKv<Checkpoint>(localCheckpointKey(this.id));
+    const stored = this.deps.wal.getKv<Checkpoint>(localCheckpointKey(this.id));
+    const local = stored === undefined ? undefined : readCheckpoint(`local checkpoint of actor ${this.id} in the WAL`, stored);
     this.memory = ActorMemory.from(shared, local, () => this.def.initialState());
   }
 

@@ -1,10 +1,13 @@
 import type { JetStreamClient } from "@nats-io/jetstream";
 import { Kvm, type KV } from "@nats-io/kv";
 import { CheckpointConflictError } from "./errors.js";
+import { checkFormatVersion } from "../core/format-version.js";
 import { isWrongLastSequence } from "../bus/nats-errors.js";
 
 /** Format version of a checkpoint; old versions keep loading. */
 export const CHECKPOINT_VERSION = 1;
+/** Checkpoint versions this build reads. */
+export const CHECKPOINT_READABLE: readonly number[] = [1];
 /** How many handled envelope ids a checkpoint keeps for deduplication. */
 export const PROCESSED_LIMIT = 1000;
 
@@ -19,6 +22,15 @@ export interface Checkpoint {
   type?: string;
   nodeId?: string;
   ts?: number;
+}
+
+/**
+ * A checkpoint read from NATS or the local WAL, with fields older versions lacked filled in.
+ * @throws UnsupportedFormatError for a checkpoint of a newer format version
+ */
+export function readCheckpoint(what: string, cp: Checkpoint): Checkpoint {
+  checkFormatVersion(what, cp.v, CHECKPOINT_READABLE);
+  return { ...cp, processed: Array.isArray(cp.processed) ? cp.processed : [], revision: cp.revision ?? 0 };
 }
 
 /** Where actor checkpoints live, shared by every node so that a takeover resumes from them. */
@@ -72,8 +84,7 @@ export class NatsCheckpointStore implements CheckpointStore {
       return undefined;
     }
     this.#revisions.set(actorId, entry.revision);
-    const cp = entry.json<Checkpoint>();
-    return { ...cp, processed: Array.isArray(cp.processed) ? cp.processed : [], revision: cp.revision ?? 0 };
+    return readCheckpoint(`checkpoint of actor ${actorId} in NATS KV`, entry.json<Checkpoint>());
   }
 
   async save(actorId: string, cp: Checkpoint): Promise<void> {

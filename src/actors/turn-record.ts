@@ -1,8 +1,11 @@
 import type { WireError } from "../core/errors.js";
+import { checkFormatVersion } from "../core/format-version.js";
 import type { A2AEnvelope } from "./types.js";
 
 /** Format version of the turn record kept in the WAL; old versions keep loading. */
 export const TURN_RECORD_VERSION = 1;
+/** Turn record versions this build reads. */
+export const TURN_RECORD_READABLE: readonly number[] = [1];
 /** WAL record kind of an actor turn. */
 export const TURN_KIND = "actor.turn";
 
@@ -40,13 +43,17 @@ export function newTurnRecord(actorId: string, type: string, envelope: A2AEnvelo
   return { v: TURN_RECORD_VERSION, actorId, type, envelope, attempt: 1, steps: [], clock: [], random: [], ids: [] };
 }
 
-/** Reads a turn record from the WAL, filling fields that older versions lacked. Undefined if it is not one. */
+/**
+ * Reads a turn record from the WAL, filling fields that older versions lacked. Undefined if it is not one.
+ * @throws UnsupportedFormatError for a record of a newer format version
+ */
 export function parseTurnRecord(payload: unknown): TurnRecord | undefined {
   if (typeof payload !== "object" || payload === null) return undefined;
   const p = payload as Partial<TurnRecord>;
   if (typeof p.actorId !== "string" || typeof p.envelope !== "object" || p.envelope === null) return undefined;
+  const v = checkFormatVersion(`turn record of actor ${p.actorId}`, p.v, TURN_RECORD_READABLE);
   return {
-    v: p.v ?? TURN_RECORD_VERSION,
+    v,
     actorId: p.actorId,
     type: p.type ?? "",
     envelope: p.envelope,

@@ -14,7 +14,7 @@ import {
   type SpawnReply,
 } from "../node/control.js";
 import { nodesBucket, type NodeRecord } from "../node/membership.js";
-import { agentsBucket, type AgentRecord } from "../node/registry.js";
+import { agentsBucket, readAgentRecord, type AgentRecord } from "../node/registry.js";
 import { ActorErrorCode } from "../actors/errors.js";
 import { BusErrorCode } from "../bus/errors.js";
 import { NodeErrorCode } from "../node/errors.js";
@@ -113,7 +113,7 @@ export function register(program: Command): void {
         }
         const kv = await openExisting(nc, agentsBucket(cluster), cluster);
         const entry = await kv.get(agent);
-        const record = entry && entry.operation === "PUT" ? entry.json<AgentRecord>() : undefined;
+        const record = entry && entry.operation === "PUT" ? readAgentRecord(agent, entry.json<unknown>()) : undefined;
         if (!record) throw new KovaError(ActorErrorCode.NOT_HOSTED, `no agent ${agent} in cluster ${cluster}: check the id with kova agents ls`);
         if (!record.node) {
           throw new KovaError(ActorErrorCode.NOT_HOSTED, `agent ${agent} is not running on any node right now (state ${record.state}); wait for placement and retry, see kova agents ls`);

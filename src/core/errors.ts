@@ -35,6 +35,8 @@ export const ErrorCode = defineErrorCodes("core", {
   // configuration and input
   INVALID_CONFIG: "INVALID_CONFIG",
   INVALID_ARGUMENT: "INVALID_ARGUMENT",
+  /** A record written in a format version this build does not read (a newer node wrote it). */
+  UNSUPPORTED_FORMAT: "UNSUPPORTED_FORMAT",
   INVALID_ID: "INVALID_ID",
   // NATS and transport
   TIMEOUT: "TIMEOUT",

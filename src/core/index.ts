@@ -3,3 +3,4 @@ export * from "./ids.js";
 export * from "./clock.js";
 export * from "./logger.js";
 export * from "./version.js";
+export * from "./format-version.js";

@@ -25,6 +25,14 @@ export async function openBucket(nc: NatsConnection, name: string, replicas = 1)
   return new Kvm(nc).create(name, { history: 1, replicas, storage: "file" });
 }
 
+/**
+ * Turns a stored value into a record, or throws (an UnsupportedFormatError for a value a
+ * newer Kova wrote). A value that does not decode is left out of the mirror: every write
+ * that matters is a compare-and-set against the server, so a node that cannot read an
+ * entry can never overwrite it by mistake.
+ */
+export type MirrorDecoder<T> = (key: string, value: unknown) => T;
+
 export class KvMirror<T> {
   private readonly map = new Map<string, MirrorEntry<T>>();
   private readonly listeners = new Set<MirrorListener<T>>();
@@ -33,11 +41,12 @@ export class KvMirror<T> {
   private constructor(
     readonly kv: KV,
     private readonly logger: Logger,
+    private readonly decode: MirrorDecoder<T>,
   ) {}
 
   /** Starts watching and resolves once the mirror holds every key that existed at start. */
-  static async start<T>(kv: KV, logger: Logger): Promise<KvMirror<T>> {
-    const mirror = new KvMirror<T>(kv, logger);
+  static async start<T>(kv: KV, logger: Logger, decode: MirrorDecoder<T> = (_k, v) => v as T): Promise<KvMirror<T>> {
+    const mirror = new KvMirror<T>(kv, logger, decode);
     await mirror.watch();
     return mirror;
   }
@@ -78,9 +87,10 @@ export class KvMirror<T> {
     }
     let value: T;
     try {
-      value = e.json<T>();
+      value = this.decode(e.key, e.json<unknown>());
     } catch (err) {
-      this.logger.warn({ err, key: e.key }, "ignoring an undecodable KV value");
+      this.logger.error({ err, key: e.key, bucket: e.bucket }, "ignoring a KV value this node cannot read");
+      this.map.delete(e.key);
       return;
     }
     const entry: MirrorEntry<T> = { value, revision: e.revision, created: e.created };

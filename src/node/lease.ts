@@ -4,6 +4,7 @@ import { LeaseLostError } from "../actors/errors.js";
 import type { Logger } from "../core/logger.js";
 import { KvMirror, encodeJson, openBucket, type MirrorEntry } from "./kv-mirror.js";
 import { isWrongLastSequence } from "../bus/nats-errors.js";
+import { checkFormatVersion } from "../core/format-version.js";
 
 /**
  * One lease per actor in KV `kova_<cluster>_leases`, changed only by compare-and-set
@@ -14,6 +15,8 @@ import { isWrongLastSequence } from "../bus/nats-errors.js";
  * the lease entry is the fencing token.
  */
 export interface LeaseRecord {
+  /** Format version (LEASE_RECORD_VERSION). */
+  v?: number;
   /** Holder node id, or null when released. */
   node: string | null;
   /** Holder's incarnation (process start), so a restarted node knows its old leases. */
@@ -21,6 +24,20 @@ export interface LeaseRecord {
   at: number;
   /** Why the last holder released it (e.g. `rebalance`, `shutdown`, `killed`). */
   reason?: string;
+}
+
+export const LEASE_RECORD_VERSION = 1;
+/** Lease record versions this build reads. */
+export const LEASE_RECORD_READABLE: readonly number[] = [1];
+
+/**
+ * A lease value as stored, checked for its format version.
+ * @throws UnsupportedFormatError for a lease a newer Kova wrote
+ */
+export function readLeaseRecord(actorId: string, value: unknown): LeaseRecord {
+  const r = value as LeaseRecord;
+  checkFormatVersion(`lease of actor ${actorId}`, r?.v, LEASE_RECORD_READABLE);
+  return r;
 }
 
 export function leasesBucket(cluster: string): string {
@@ -47,7 +64,7 @@ export class LeaseTable {
   }): Promise<LeaseTable> {
     const kv = await openBucket(opts.nc, leasesBucket(opts.cluster), opts.replicas);
     const logger = opts.logger.child({ component: "lease" });
-    const mirror = await KvMirror.start<LeaseRecord>(kv, logger);
+    const mirror = await KvMirror.start<LeaseRecord>(kv, logger, readLeaseRecord);
     return new LeaseTable(kv, mirror, opts.nodeId, opts.incarnation, logger);
   }
 
@@ -84,7 +101,7 @@ export class LeaseTable {
   async acquire(actorId: string, mayTake: (current: LeaseRecord) => boolean): Promise<boolean> {
     const current = this.mirror.get(actorId);
     if (current && current.value.node !== null && !mayTake(current.value)) return false;
-    const record: LeaseRecord = { node: this.nodeId, incarnation: this.incarnation, at: Date.now() };
+    const record: LeaseRecord = { v: LEASE_RECORD_VERSION, node: this.nodeId, incarnation: this.incarnation, at: Date.now() };
     try {
       const revision = current
         ? await this.kv.update(actorId, encodeJson(record), current.revision)
@@ -106,7 +123,7 @@ export class LeaseTable {
     if (!current || current.value.node !== this.nodeId) return false;
     // anyIncarnation: a restarted node frees the leases its previous life left behind.
     if (!opts.anyIncarnation && current.value.incarnation !== this.incarnation) return false;
-    const record: LeaseRecord = { node: null, incarnation: null, at: Date.now(), reason };
+    const record: LeaseRecord = { v: LEASE_RECORD_VERSION, node: null, incarnation: null, at: Date.now(), reason };
     try {
       const revision = await this.kv.update(actorId, encodeJson(record), current.revision);
       this.mirror.note(actorId, record, revision);
@@ -124,7 +141,7 @@ export class LeaseTable {
    */
   async verify(actorId: string): Promise<void> {
     const e = await this.kv.get(actorId);
-    const value = e && e.operation === "PUT" ? e.json<LeaseRecord>() : undefined;
+    const value = e && e.operation === "PUT" ? readLeaseRecord(actorId, e.json<unknown>()) : undefined;
     if (value?.node !== this.nodeId || value.incarnation !== this.incarnation) {
       throw new LeaseLostError(actorId, { data: { holder: value?.node ?? null } });
     }

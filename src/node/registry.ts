@@ -2,6 +2,7 @@ import type { NatsConnection } from "@nats-io/transport-node";
 import type { KV } from "@nats-io/kv";
 import { backoffMs, sleep } from "../core/clock.js";
 import type { Logger } from "../core/logger.js";
+import { checkFormatVersion } from "../core/format-version.js";
 import { isCasConflict } from "./lease.js";
 import { KvMirror, encodeJson, openBucket, type MirrorEntry } from "./kv-mirror.js";
 
@@ -12,6 +13,8 @@ import { KvMirror, encodeJson, openBucket, type MirrorEntry } from "./kv-mirror.
  * whose `desired` is not `killed`. `nats kv watch kova_<cluster>_agents` shows it live.
  */
 export interface AgentRecord {
+  /** Format version (AGENT_RECORD_VERSION). */
+  v?: number;
   id: string;
   type: string;
   /** Hosting node, null while unplaced. */
@@ -22,6 +25,20 @@ export interface AgentRecord {
   /** What the cluster should do with it: run it, keep it paused, or never start it again. */
   desired: "running" | "paused" | "killed";
   updatedAt: number;
+}
+
+export const AGENT_RECORD_VERSION = 1;
+/** Registry record versions this build reads. */
+export const AGENT_RECORD_READABLE: readonly number[] = [1];
+
+/**
+ * A registry value as stored, checked for its format version.
+ * @throws UnsupportedFormatError for a record a newer Kova wrote
+ */
+export function readAgentRecord(id: string, value: unknown): AgentRecord {
+  const r = value as AgentRecord;
+  checkFormatVersion(`registry record of agent ${id}`, r?.v, AGENT_RECORD_READABLE);
+  return r;
 }
 
 export function agentsBucket(cluster: string): string {
@@ -39,7 +56,7 @@ export class AgentRegistry {
   static async open(opts: { nc: NatsConnection; cluster: string; replicas?: number; logger: Logger }): Promise<AgentRegistry> {
     const kv = await openBucket(opts.nc, agentsBucket(opts.cluster), opts.replicas);
     const logger = opts.logger.child({ component: "registry" });
-    return new AgentRegistry(kv, await KvMirror.start<AgentRecord>(kv, logger), logger);
+    return new AgentRegistry(kv, await KvMirror.start<AgentRecord>(kv, logger, readAgentRecord), logger);
   }
 
   get(id: string): AgentRecord | undefined {
@@ -66,6 +83,7 @@ export class AgentRegistry {
   async declare(spec: { id: string; type: string; capabilities?: string[] }): Promise<boolean> {
     if (this.mirror.get(spec.id)) return false;
     const record: AgentRecord = {
+      v: AGENT_RECORD_VERSION,
       id: spec.id,
       type: spec.type,
       node: null,
@@ -94,11 +112,12 @@ export class AgentRegistry {
       let current = this.mirror.get(id);
       if (attempt > 0 || !current) {
         const e = await this.kv.get(id);
-        current = e && e.operation === "PUT" ? { value: e.json<AgentRecord>(), revision: e.revision, created: e.created } : undefined;
+        current = e && e.operation === "PUT" ? { value: readAgentRecord(id, e.json<unknown>()), revision: e.revision, created: e.created } : undefined;
       }
       if (!current) return undefined;
       const next = change(current.value);
       if (!next) return current.value;
+      next.v = AGENT_RECORD_VERSION;
       next.updatedAt = Date.now();
       try {
         const revision = await this.kv.update(id, encodeJson(next), current.revision);

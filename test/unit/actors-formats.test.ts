@@ -7,8 +7,22 @@ import { parseTurnRecord, TURN_RECORD_VERSION } from "../../src/actors/turn-reco
 import { ActorMemory } from "../../src/actors/memory.js";
 import { CHECKPOINT_VERSION, type Checkpoint } from "../../src/actors/checkpoint-store.js";
 import { ActorErrorCode } from "../../src/actors/errors.js";
+import { readCheckpoint } from "../../src/actors/checkpoint-store.js";
+import { readAgentRecord, AGENT_RECORD_VERSION } from "../../src/node/registry.js";
+import { readLeaseRecord, LEASE_RECORD_VERSION } from "../../src/node/lease.js";
+import { UnsupportedFormatError } from "../../src/core/format-version.js";
 
-const fixture = (name: string): unknown => JSON.parse(readFileSync(join(import.meta.dirname, "../fixtures/actors", name), "utf8"));
+const fixture = (name: string, dir = "actors"): unknown => JSON.parse(readFileSync(join(import.meta.dirname, "../fixtures", dir, name), "utf8"));
+
+function refused(read: () => unknown): UnsupportedFormatError {
+  try {
+    read();
+  } catch (err) {
+    if (err instanceof UnsupportedFormatError) return err;
+    throw err;
+  }
+  throw new Error("expected UnsupportedFormatError");
+}
 
 const io: JournalIo = {
   persist: async () => {},
@@ -40,5 +54,27 @@ describe("persisted formats (golden files)", () => {
     const mem = ActorMemory.from(cp, undefined, () => ({ count: 0, ids: [] }));
     expect(mem.state).toEqual({ count: 2, ids: ["a", "b"] });
     expect([mem.revision, mem.has("a"), mem.has("c")]).toEqual([2, true, false]);
+  });
+
+  it("formats - version 1 registry and lease values (written before versioning, without v) still load", () => {
+    expect([AGENT_RECORD_VERSION, LEASE_RECORD_VERSION]).toEqual([1, 1]);
+    expect(readAgentRecord("researcher", fixture("agent-record-v1.json", "node"))).toMatchObject({ id: "researcher", node: "kova-2", desired: "running", capabilities: ["research", "cite"] });
+    expect(readLeaseRecord("researcher", fixture("lease-record-v1.json", "node"))).toMatchObject({ node: "kova-2", at: 1764450000000 });
+  });
+
+  it("formats - a record of an unknown version is refused with an error naming the record and the versions this build reads", () => {
+    const cases: Array<[string, () => unknown]> = [
+      ["turn record of actor agent-7", () => parseTurnRecord({ ...(fixture("turn-record-v1.json") as object), v: 2 })],
+      ["checkpoint of actor c1", () => readCheckpoint("checkpoint of actor c1", { ...(fixture("checkpoint-v1.json") as Checkpoint), v: 2 })],
+      ["registry record of agent researcher", () => readAgentRecord("researcher", { ...(fixture("agent-record-v1.json", "node") as object), v: 2 })],
+      ["lease of actor researcher", () => readLeaseRecord("researcher", { ...(fixture("lease-record-v1.json", "node") as object), v: "2" })],
+    ];
+    for (const [record, read] of cases) {
+      const err = refused(read);
+      expect(err.code).toBe("UNSUPPORTED_FORMAT");
+      expect(err.message).toContain(record);
+      expect(err.message).toContain("reads only version 1");
+      expect(err.data).toMatchObject({ record, readable: [1] });
+    }
   });
 });
