@@ -37,8 +37,8 @@ export class UnknownActorTypeError extends KovaError {
   constructor(type: string, known: readonly string[]) {
     super(
       ActorErrorCode.UNKNOWN_ACTOR_TYPE,
-      `unknown actor type ${JSON.stringify(type)}: register it with ActorTypeRegistry.register(defineActor({ type: ... })) ` +
-        `or name its module in kova.toml; known types: ${known.join(", ") || "(none)"}`,
+      `unknown actor type ${JSON.stringify(type)} (known types: ${known.join(", ") || "none"}): register it on every node, ` +
+        "with a module named in kova.toml (modules = [...] or module = ... in [[actors]]) or ActorTypeRegistry.register(defineActor({ type: ... })) in code",
       { data: { type, known: [...known] } },
     );
   }
