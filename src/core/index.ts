@@ -4,3 +4,4 @@ export * from "./clock.js";
 export * from "./logger.js";
 export * from "./version.js";
 export * from "./format-version.js";
+export * from "./config-table.js";

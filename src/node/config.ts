@@ -2,6 +2,15 @@ import { readFile } from "node:fs/promises";
 import { hostname } from "node:os";
 import { dirname, isAbsolute, resolve } from "node:path";
 import { parse as parseToml, TomlError } from "smol-toml";
+import {
+  type ConfigTable,
+  intValue,
+  optionalTable as table,
+  rejectUnknown,
+  secretFromEnv,
+  stringValue,
+  tableAt,
+} from "../core/config-table.js";
 import { ConfigError } from "../core/errors.js";
 import { isValidId } from "../core/ids.js";
 
@@ -90,7 +99,7 @@ export interface NodeConfig {
   configPath?: string;
 }
 
-type Table = Record<string, unknown>;
+type Table = ConfigTable;
 
 const TOP_KEYS = ["node", "cluster", "nats", "wal", "mailbox", "actors", "modules"];
 
@@ -240,16 +249,6 @@ function walConfig(wal: Table, env: NodeJS.ProcessEnv): WalConfig {
   return out;
 }
 
-/** Keys never live in the file: it names an environment variable that holds the key. */
-function secretFromEnv(name: unknown, key: string, env: NodeJS.ProcessEnv): string {
-  if (typeof name !== "string" || name.length === 0) {
-    throw new ConfigError(key, 'must name the environment variable that holds the key, e.g. key_env = "KOVA_WAL_KEY"');
-  }
-  const value = env[name];
-  if (!value) throw new ConfigError(key, `environment variable ${name} is not set: export ${name}=<key> before starting the node`);
-  return value;
-}
-
 function actorSpecs(raw: unknown, base: string): ActorSpec[] {
   if (raw === undefined) return [];
   if (!Array.isArray(raw)) throw new ConfigError("actors", "must be an array of tables: write each actor as [[actors]] with id and type");
@@ -296,53 +295,10 @@ function checkUrl(u: unknown, key: string): string {
   return u;
 }
 
-function table(doc: Table, key: string): Table {
-  return doc[key] === undefined ? {} : tableAt(doc[key], key);
-}
-
-function tableAt(value: unknown, key: string): Table {
-  if (typeof value !== "object" || value === null || Array.isArray(value) || value instanceof Date) {
-    throw new ConfigError(key, `must be a table ([${key}] or { ... }), not ${describe(value)}`);
-  }
-  return value as Table;
-}
-
-function rejectUnknown(t: Table, allowed: string[], prefix: string): void {
-  for (const k of Object.keys(t)) {
-    if (!allowed.includes(k)) {
-      const hint = allowed.find((a) => a.replace(/_/g, "") === k.replace(/[_-]/g, "").toLowerCase());
-      throw new ConfigError(
-        `${prefix}${k}`,
-        `unknown key${hint ? `: did you mean ${prefix}${hint}?` : `; allowed here: ${allowed.join(", ")}`}`,
-      );
-    }
-  }
-}
-
 function idValue(value: unknown, key: string): string | undefined {
   if (value === undefined || value === "") return undefined;
   if (!isValidId(value)) {
     throw new ConfigError(key, `${JSON.stringify(value)} is not a valid id: use 1-128 characters from [A-Za-z0-9_-]`);
   }
   return value;
-}
-
-function stringValue(value: unknown, key: string): string | undefined {
-  if (value === undefined) return undefined;
-  if (typeof value !== "string" || value.length === 0) throw new ConfigError(key, `must be a non-empty string, not ${describe(value)}`);
-  return value;
-}
-
-function intValue(value: unknown, key: string, min: number, max: number): number | undefined {
-  if (value === undefined) return undefined;
-  if (typeof value !== "number" || !Number.isInteger(value) || value < min || value > max) {
-    throw new ConfigError(key, `must be an integer from ${min} to ${max}, not ${describe(value)}`);
-  }
-  return value;
-}
-
-function describe(value: unknown): string {
-  if (Array.isArray(value)) return "an array";
-  if (value instanceof Date) return "a date";
-  return typeof value === "string" ? JSON.stringify(value) : `${typeof value} ${String(value)}`;
 }
