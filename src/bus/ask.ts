@@ -3,7 +3,8 @@ import { fromWire, toWire } from "../core/errors.js";
 import { decodeEnvelope, encodeEnvelope, type Encoding } from "./codec.js";
 import type { BusContext } from "./context.js";
 import { createEnvelope, validateOutgoing, type A2AEnvelope } from "./envelope.js";
-import { subjectTimeout } from "./errors.js";
+import { InvalidEnvelopeError, subjectTimeout } from "./errors.js";
+import { replyToProblem } from "./reply-subject.js";
 import { sendEnvelope, type SendOptions } from "./send.js";
 import { ContentType, Header } from "./wire.js";
 
@@ -83,6 +84,9 @@ export async function respond(ctx: BusContext, original: A2AEnvelope, result: un
     await sendEnvelope(ctx, reply);
     return reply;
   }
+  // Mailboxes refuse such messages before a turn; this keeps any other caller honest too.
+  const bad = replyToProblem(original.replyTo, ctx.subjects, ctx.inboxPrefixes);
+  if (bad) throw new InvalidEnvelopeError("replyTo", bad);
   const encoding = opts.encoding ?? "msgpack";
   if (encoding === "json") {
     const h = natsHeaders();

@@ -9,6 +9,8 @@ import type { BusContext } from "./context.js";
 import { deadLetterEnvelope, listDlq, startDlqMover, type DeadLetterOptions, type DlqEntry, type DlqMover } from "./dlq.js";
 import type { A2AEnvelope, MessageType } from "./envelope.js";
 import { BusClosedError, JetStreamUnavailableError } from "./errors.js";
+import { redactUrl, type NatsSecurity } from "./nats-security.js";
+import { DEFAULT_INBOX_PREFIX } from "./reply-subject.js";
 import { publishEvent, subscribeEvents, type EventStream, type KovaEvent } from "./events.js";
 import { openMailbox, type Mailbox, type MailboxHandler, type MailboxOptions } from "./mailbox.js";
 import { RequestMux } from "./request-mux.js";
@@ -31,6 +33,13 @@ export interface BusConnectOptions {
   connectTimeoutMs?: number;
   /** The `from` of requests that name no sender (default `client_<random>`). */
   clientId?: string;
+  /** Credentials, TLS and this connection's inbox prefix. */
+  security?: NatsSecurity;
+  /**
+   * Further inbox prefixes a received message's `replyTo` may use (this connection's own
+   * and `_INBOX` are always allowed): the prefixes the account grants to clients.
+   */
+  replyPrefixes?: string[];
 }
 
 /**
@@ -55,13 +64,13 @@ export class Bus {
     const cluster = opts.cluster ?? "default";
     const subjects = subjectsFor(cluster);
     const log = (opts.logger ?? defaultLogger()).child({ component: "bus", cluster });
-    const nc = await connectNats({ servers: opts.servers, name: opts.name ?? "kova", logger: log, ...(opts.connectTimeoutMs ? { connectTimeoutMs: opts.connectTimeoutMs } : {}) });
+    const nc = await connectNats({ servers: opts.servers, name: opts.name ?? "kova", logger: log, ...(opts.connectTimeoutMs ? { connectTimeoutMs: opts.connectTimeoutMs } : {}), ...(opts.security ? { security: opts.security } : {}) });
     let jsm: JetStreamManager;
     try {
       jsm = await jetstreamManager(nc);
     } catch (err) {
       await nc.close();
-      throw new JetStreamUnavailableError(nc.getServer(), { cause: err });
+      throw new JetStreamUnavailableError(redactUrl(nc.getServer()), { cause: err });
     }
     const maxPayload = nc.info?.max_payload ?? DEFAULT_CODEC_LIMITS.maxBytes;
     const clientId = assertId("client id", opts.clientId ?? `client_${newId().replaceAll("-", "").slice(0, 16)}`);
@@ -76,6 +85,7 @@ export class Bus {
       log,
       clientId,
       mux: new RequestMux(nc),
+      inboxPrefixes: [...new Set([DEFAULT_INBOX_PREFIX, ...(opts.security?.inboxPrefix ? [opts.security.inboxPrefix] : []), ...(opts.replyPrefixes ?? [])])],
     });
   }
 

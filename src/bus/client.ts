@@ -1,11 +1,12 @@
 import type { PubAck } from "@nats-io/jetstream";
-import type { Logger } from "../core/logger.js";
+import { silentLogger, type Logger } from "../core/logger.js";
 import type { AskOptions } from "./ask.js";
 import { Bus } from "./bus.js";
 import { createEnvelope, type A2AEnvelope, type MessageType } from "./envelope.js";
 import type { EventStream } from "./events.js";
 import type { RequestOptions } from "./rpc.js";
 import type { SendOptions } from "./send.js";
+import type { NatsSecurity } from "./nats-security.js";
 
 export interface KovaClientOptions {
   servers: string | string[];
@@ -13,9 +14,15 @@ export interface KovaClientOptions {
   /** This service's id: the `from` of what it sends (default `client_<random>`). */
   id?: string;
   name?: string;
+  /** Where the client logs; without one it is silent (it lives inside someone else's service). */
   logger?: Logger;
-  /** Create or check the streams on connect, so a send works before any node ran (default true). */
+  /**
+   * Create or check the streams on connect, so a send works before any node ran (default
+   * true). Pass false under the least-privilege `client` role, which may not manage streams.
+   */
   ensureStreams?: boolean;
+  /** Credentials, TLS and the inbox prefix (see docs/security.md). */
+  security?: NatsSecurity;
 }
 
 /** Extra envelope fields a client may set on send/ask. */
@@ -40,7 +47,8 @@ export class KovaClient {
       name: opts.name ?? "kova-client",
       ...(opts.cluster ? { cluster: opts.cluster } : {}),
       ...(opts.id ? { clientId: opts.id } : {}),
-      ...(opts.logger ? { logger: opts.logger } : {}),
+      logger: opts.logger ?? silentLogger(),
+      ...(opts.security ? { security: opts.security } : {}),
     });
     if (opts.ensureStreams !== false) {
       try {

@@ -2,6 +2,7 @@ import { connect, type NatsConnection } from "@nats-io/transport-node";
 import { ErrorCode, KovaError } from "../core/errors.js";
 import type { Logger } from "../core/logger.js";
 import { NatsUnreachableError, BusErrorCode } from "./errors.js";
+import { redactUrl, redactUrls, securityOptions, type NatsSecurity } from "./nats-security.js";
 
 export interface ConnectionOptions {
   servers: string | string[];
@@ -10,6 +11,8 @@ export interface ConnectionOptions {
   logger: Logger;
   /** How long the first connection attempt may take (default 5 s). */
   connectTimeoutMs?: number;
+  /** Credentials, TLS and the inbox prefix. */
+  security?: NatsSecurity;
 }
 
 /**
@@ -20,10 +23,11 @@ export interface ConnectionOptions {
  */
 export async function connectNats(opts: ConnectionOptions): Promise<NatsConnection> {
   const servers = Array.isArray(opts.servers) ? opts.servers : opts.servers.split(",").map((s) => s.trim());
-  const shown = servers.join(",");
+  const shown = redactUrls(servers).join(",");
   let nc: NatsConnection;
   try {
     nc = await connect({
+      ...securityOptions(opts.security),
       servers,
       name: opts.name ?? "kova",
       maxReconnectAttempts: -1,
@@ -52,15 +56,15 @@ export async function connectNats(opts: ConnectionOptions): Promise<NatsConnecti
 }
 
 function logStatus(nc: NatsConnection, log: Logger): void {
-  log.info({ server: nc.getServer() }, "connected to NATS");
+  log.info({ server: redactUrl(nc.getServer()) }, "connected to NATS");
   void (async () => {
     for await (const s of nc.status()) {
       switch (s.type) {
         case "disconnect":
-          log.warn({ server: s.server }, "NATS disconnected; reconnecting");
+          log.warn({ server: redactUrl(s.server) }, "NATS disconnected; reconnecting");
           break;
         case "reconnect":
-          log.info({ server: s.server }, "NATS reconnected");
+          log.info({ server: redactUrl(s.server) }, "NATS reconnected");
           break;
         case "reconnecting":
           log.debug("NATS reconnecting");
@@ -69,7 +73,7 @@ function logStatus(nc: NatsConnection, log: Logger): void {
           log.error({ err: s.error }, "NATS connection error");
           break;
         case "ldm":
-          log.warn({ server: s.server }, "NATS server entering lame duck mode");
+          log.warn({ server: redactUrl(s.server) }, "NATS server entering lame duck mode");
           break;
         case "staleConnection":
           log.warn("NATS connection stale");

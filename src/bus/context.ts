@@ -20,4 +20,6 @@ export interface BusContext {
   readonly clientId: string;
   /** Fast-path request/reply without nats.js's per-request error objects. */
   readonly mux: RequestMux;
+  /** Inbox prefixes a message's `replyTo` may use (see reply-subject.ts). */
+  readonly inboxPrefixes: readonly string[];
 }

@@ -24,6 +24,8 @@ export {
   type Encoding,
 } from "./codec.js";
 export { subjectsFor, type Subjects } from "./subjects.js";
+export { redactUrl, redactUrls, securityOptions, type NatsSecurity } from "./nats-security.js";
+export { DEFAULT_INBOX_PREFIX, replyToProblem } from "./reply-subject.js";
 export { kovaStreamConfigs, type StreamOptions } from "./streams.js";
 export type { SendOptions } from "./send.js";
 export type { Mailbox, MailboxContext, MailboxHandler, MailboxOptions } from "./mailbox.js";

@@ -9,6 +9,7 @@ import type { BusContext } from "./context.js";
 import { validateEnvelope, type A2AEnvelope } from "./envelope.js";
 import { InvalidEnvelopeError, type DecodeError, BusErrorCode } from "./errors.js";
 import { publishDlq } from "./dlq.js";
+import { replyToProblem } from "./reply-subject.js";
 import { DlqReason } from "./wire.js";
 import { nakNow, PullInbox, type PullTarget } from "./pull-inbox.js";
 import { PulledMsg } from "./pulled-msg.js";
@@ -252,6 +253,8 @@ class MailboxImpl implements Mailbox, PullTarget {
       if (env.to !== this.agentId) {
         throw new InvalidEnvelopeError("to", `is ${JSON.stringify(env.to)} but the message arrived in ${this.agentId}'s inbox (${m.subject})`);
       }
+      const badReply = env.replyTo === undefined ? undefined : replyToProblem(env.replyTo, this.ctx.subjects, this.ctx.inboxPrefixes);
+      if (badReply) throw new InvalidEnvelopeError("replyTo", badReply);
     } catch (err) {
       return this.deadLetter(m, reasonFor(err), err);
     }

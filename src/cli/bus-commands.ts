@@ -2,7 +2,7 @@ import type { Command } from "commander";
 import { pino } from "pino";
 import { ErrorCode, KovaError } from "../core/errors.js";
 import { CORE_MESSAGE_TYPES, KovaClient, isWellFormedType, type MessageType } from "../bus/index.js";
-import { resolveTarget, type TargetOpts } from "./target.js";
+import { resolveTarget, targetOptions, type TargetOpts } from "./target.js";
 import { BusErrorCode } from "../bus/errors.js";
 
 type BusOpts = TargetOpts;
@@ -21,11 +21,7 @@ interface MessageOpts extends BusOpts {
  * (docs/protocol.md), through KovaClient.
  */
 export function register(program: Command): void {
-  const common = (cmd: Command) =>
-    cmd
-      .option("-s, --server <url>", "NATS URL (default: NATS_URL, the config's [nats] urls, or nats://127.0.0.1:4222)")
-      .option("--cluster <name>", "cluster name (default: KOVA_CLUSTER, the config's [cluster] name, or default)")
-      .option("-c, --config <path>", "kova.toml to take the NATS URL and cluster name from");
+  const common = targetOptions;
   const message = (cmd: Command) =>
     common(cmd)
       .requiredOption("-t, --type <type>", `message type: ${CORE_MESSAGE_TYPES.join(", ")}, or a namespaced type such as agent.chat`)
@@ -113,7 +109,7 @@ export function register(program: Command): void {
 }
 
 async function withClient(o: BusOpts, fn: (client: KovaClient) => Promise<void>): Promise<void> {
-  const { urls, cluster } = await resolveTarget(o);
+  const { urls, cluster, security } = await resolveTarget(o);
   // Logs go to stderr so stdout stays machine-readable.
   const logger = pino({ level: process.env.KOVA_LOG_LEVEL ?? "warn" }, pino.destination(2));
   const client = await KovaClient.connect({
@@ -122,6 +118,7 @@ async function withClient(o: BusOpts, fn: (client: KovaClient) => Promise<void>)
     id: "kova-cli",
     name: "kova-cli",
     logger,
+    ...(security ? { security } : {}),
   });
   try {
     await fn(client);

@@ -3,7 +3,8 @@ import { connect, type NatsConnection } from "@nats-io/transport-node";
 import { Kvm } from "@nats-io/kv";
 import { ErrorCode, KovaError } from "../core/errors.js";
 import { isValidId } from "../core/ids.js";
-import { resolveTarget, type TargetOpts } from "./target.js";
+import { resolveTarget, targetOptions, type TargetOpts } from "./target.js";
+import { redactUrls, securityOptions } from "../bus/nats-security.js";
 import {
   controlRequest,
   nodeSubject,
@@ -27,12 +28,7 @@ type ClusterOpts = TargetOpts;
  * calls the same `kova-node` endpoints that `nats kv` / `nats req` would.
  */
 export function register(program: Command): void {
-  const common = (cmd: Command) =>
-    cmd
-      .option("-s, --server <url>", "NATS URL (default: NATS_URL, the config's [nats] urls, or nats://127.0.0.1:4222)")
-      .option("--cluster <name>", "cluster name (default: KOVA_CLUSTER, the config's [cluster] name, or default)")
-      .option("-c, --config <path>", "kova.toml to take the NATS URL and cluster name from")
-      .option("--json", "print JSON instead of a table");
+  const common = (cmd: Command) => targetOptions(cmd).option("--json", "print JSON instead of a table");
 
   const nodes = program.command("nodes").description("cluster nodes");
   common(nodes.command("ls").description("list nodes with their heartbeat and actor count")).action((o: ClusterOpts) =>
@@ -135,12 +131,12 @@ export function register(program: Command): void {
 }
 
 async function withCluster(o: ClusterOpts, fn: (nc: NatsConnection, cluster: string) => Promise<void>): Promise<void> {
-  const { urls, cluster } = await resolveTarget(o);
+  const { urls, cluster, security } = await resolveTarget(o);
   let nc: NatsConnection;
   try {
-    nc = await connect({ servers: urls.split(","), timeout: 3000, name: "kova-cli" });
+    nc = await connect({ servers: urls.split(","), timeout: 3000, name: "kova-cli", ...securityOptions(security) });
   } catch (err) {
-    throw new KovaError(BusErrorCode.NATS_UNREACHABLE, `NATS unreachable at ${urls}: start the cluster's nats-server, or pass --server / set NATS_URL`, { cause: err });
+    throw new KovaError(BusErrorCode.NATS_UNREACHABLE, `NATS unreachable at ${redactUrls(urls.split(",")).join(",")}: start the cluster's nats-server, or pass --server / set NATS_URL (and credentials: --creds, --user, see kova --help)`, { cause: err });
   }
   try {
     await fn(nc, cluster);

@@ -13,6 +13,11 @@ export function createLogger(options: LoggerOptions = {}): Logger {
   return pino({ level, base: { pid: process.pid }, ...options });
 }
 
+/** A logger that writes nothing: what library code embedded in someone else's process uses unless given one. */
+export function silentLogger(): Logger {
+  return pino({ level: "silent" });
+}
+
 let root: Logger | undefined;
 
 /** A process-wide default logger, made on first use. */

@@ -13,6 +13,8 @@ import {
 } from "../core/config-table.js";
 import { ConfigError } from "../core/errors.js";
 import { isValidId } from "../core/ids.js";
+import { redactUrl, type NatsSecurity } from "../bus/index.js";
+import { NATS_SECURITY_KEYS, natsSecurityFrom } from "./nats-config.js";
 
 /**
  * `kova.toml`: what one node needs to join a cluster. The file uses snake_case keys
@@ -73,6 +75,10 @@ export interface NodeConfig {
   dataDir: string;
   /** Configured NATS URLs; undefined lets the node find or start a server. */
   natsUrls?: string[];
+  /** Credentials, TLS and the inbox prefix for the node's NATS connection (`[nats]`). */
+  security?: NatsSecurity;
+  /** Clients' inbox prefixes this node may send replies to (besides `_INBOX`). */
+  replyPrefixes?: string[];
   /**
    * Replicas of Kova's streams and KV buckets. Undefined: chosen from the server the node
    * connects to (3 on a clustered NATS, else 1), so a cluster deployment that forgets the
@@ -162,7 +168,7 @@ function buildConfig(doc: Table, path: string | undefined, env: NodeJS.ProcessEn
   const mailbox = table(doc, "mailbox");
   rejectUnknown(node, ["id", "data_dir"], "node.");
   rejectUnknown(cluster, ["name", "heartbeat_ms", "stale_after_ms", "reconcile_ms", "drain_timeout_ms"], "cluster.");
-  rejectUnknown(nats, ["urls", "replicas"], "nats.");
+  rejectUnknown(nats, ["urls", "replicas", ...NATS_SECURITY_KEYS], "nats.");
   rejectUnknown(wal, ["sync", "ring_bits", "encryption", "hmac"], "wal.");
   rejectUnknown(mailbox, ["ack_wait_ms", "max_deliver", "backoff_ms"], "mailbox.");
 
@@ -199,6 +205,7 @@ function buildConfig(doc: Table, path: string | undefined, env: NodeJS.ProcessEn
   if (path) config.configPath = path;
   const urls = natsUrls(env.NATS_URL, nats.urls);
   if (urls) config.natsUrls = urls;
+  Object.assign(config, natsSecurityFrom(nats, base, env));
   const ackWaitMs = intValue(mailbox.ack_wait_ms, "mailbox.ack_wait_ms", 100, 3_600_000);
   if (ackWaitMs !== undefined) config.mailbox.ackWaitMs = ackWaitMs;
   const maxDeliver = intValue(mailbox.max_deliver, "mailbox.max_deliver", 1, 1000);
@@ -285,12 +292,18 @@ function natsUrls(envValue: string | undefined, raw: unknown): string[] | undefi
   if (!Array.isArray(list) || list.length === 0) {
     throw new ConfigError("nats.urls", 'must be a non-empty array of URLs, e.g. urls = ["nats://10.0.0.1:4222"]');
   }
-  return list.map((u, i) => checkUrl(u, `nats.urls[${i}]`));
+  return list.map((u, i) => {
+    const url = checkUrl(u, `nats.urls[${i}]`);
+    if (/^[a-z]+:\/\/[^/@]*@/i.test(url)) {
+      throw new ConfigError(`nats.urls[${i}]`, "holds credentials: secrets are not read from the config file; use user with password_env or password_file, token_env, nkey_seed_file or creds_file in [nats]");
+    }
+    return url;
+  });
 }
 
 function checkUrl(u: unknown, key: string): string {
   if (typeof u !== "string" || !/^(nats|tls|wss?):\/\/[^\s/]+(:\d+)?\/?$|^[^\s:/]+:\d+$/.test(u)) {
-    throw new ConfigError(key, `${JSON.stringify(u)} is not a NATS URL: write it as nats://host:port`);
+    throw new ConfigError(key, `${typeof u === "string" ? JSON.stringify(redactUrl(u)) : JSON.stringify(u)} is not a NATS URL: write it as nats://host:port`);
   }
   return u;
 }

@@ -1,6 +1,7 @@
 import { ArgumentError, KovaError } from "../core/errors.js";
 import { assertId } from "../core/ids.js";
 import { KOVA_VERSION } from "../core/version.js";
+import { redactUrls } from "../bus/index.js";
 import { ActorErrorCode, UnknownActorTypeError, isSignal, type ActorHost, type ActorTypeRegistry, type Signal } from "../actors/index.js";
 import type { AgentStatusView, NodeStatusView, SignalReply, SignalRequest, SpawnReply, SpawnRequest } from "./control.js";
 import type { LeaseTable } from "./lease.js";
@@ -53,7 +54,7 @@ export class NodeControl {
       version: KOVA_VERSION,
       startedAt: d.startedAt,
       uptimeMs: Date.now() - d.startedAt,
-      nats: { source: d.nats.source, urls: d.nats.urls },
+      nats: { source: d.nats.source, urls: redactUrls(d.nats.urls) },
       liveNodes: d.membership.liveNodes(),
       healthy: d.membership.selfHealthy(),
       actors: { hosted: hosted.length, byState },

@@ -6,6 +6,7 @@ import { sleep } from "../core/clock.js";
 import { defaultLogger, type Logger } from "../core/logger.js";
 import { findNatsServerBinary, launchNatsServer } from "./nats-launcher.js";
 import { BusErrorCode } from "../bus/errors.js";
+import { redactUrls } from "../bus/nats-security.js";
 
 /**
  * How a node finds NATS, in order:
@@ -73,12 +74,12 @@ export async function resolveNats(options: ResolveNatsOptions): Promise<Resolved
 
   const fromEnv = splitUrls(process.env.NATS_URL);
   if (fromEnv.length > 0) {
-    log.info({ source: "env", urls: fromEnv }, "using NATS from NATS_URL");
+    log.info({ source: "env", urls: redactUrls(fromEnv) }, "using NATS from NATS_URL");
     return { urls: fromEnv, source: "env", stop: noop };
   }
   const configured = (options.configuredUrls ?? []).map((u) => u.trim()).filter((u) => u !== "");
   if (configured.length > 0) {
-    log.info({ source: "config", urls: configured }, "using NATS from the config's [nats] urls");
+    log.info({ source: "config", urls: redactUrls(configured) }, "using NATS from the config's [nats] urls");
     return { urls: configured, source: "config", stop: noop };
   }
   const defaultUrl = options.defaultUrl ?? DEFAULT_NATS_URL;

@@ -106,7 +106,14 @@ export class KovaNode {
     this.nats = await resolveNats({ configuredUrls: config.natsUrls, dataDir: config.dataDir, logger: this.log, ...opts.nats });
     const { nodeId, cluster } = config;
     this.bus = await this.whenNatsReady("connect", () =>
-      Bus.connect({ servers: this.nats.urls, cluster, name: `kova-node-${nodeId}`, logger: this.log }),
+      Bus.connect({
+        servers: this.nats.urls,
+        cluster,
+        name: `kova-node-${nodeId}`,
+        logger: this.log,
+        ...(config.security ? { security: config.security } : {}),
+        ...(config.replyPrefixes ? { replyPrefixes: config.replyPrefixes } : {}),
+      }),
     );
     const replicas = config.replicas ?? jetStreamReplicas(this.bus.nc);
     await this.whenNatsReady("streams", () => this.bus.ensureStreams({ replicas }));

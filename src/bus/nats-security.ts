@@ -1,0 +1,79 @@
+import { readFileSync } from "node:fs";
+import { credsAuthenticator, nkeyAuthenticator, type Authenticator, type ConnectionOptions } from "@nats-io/transport-node";
+
+/**
+ * How a process proves who it is to NATS, and over what. Values, not where they came from:
+ * the config layer reads secrets from files or environment variables it names (never from
+ * the config text) and hands them over here. Nothing in this object is ever logged.
+ */
+export interface NatsSecurity {
+  user?: string;
+  password?: string;
+  token?: string;
+  /** An NKey seed (`SU…`). */
+  nkeySeed?: string;
+  /** Path of a `.creds` file (JWT + NKey seed), as `nsc` writes it. */
+  credsFile?: string;
+  tls?: {
+    /** CA bundle to verify the server with (PEM). */
+    caFile?: string;
+    /** Client certificate and key for mutual TLS (PEM). */
+    certFile?: string;
+    keyFile?: string;
+  };
+  /**
+   * Prefix of this connection's reply inboxes (default `_INBOX`). Accounts with least
+   * privilege often grant each client its own, e.g. `_INBOX_billing`.
+   */
+  inboxPrefix?: string;
+}
+
+const enc = new TextEncoder();
+
+/**
+ * The nats.js connect options for `sec`.
+ * @throws Error (ENOENT etc.) when the creds file cannot be read
+ */
+export function securityOptions(sec: NatsSecurity | undefined): Partial<ConnectionOptions> {
+  if (!sec) return {};
+  const out: Partial<ConnectionOptions> = {};
+  const authenticators: Authenticator[] = [];
+  if (sec.user !== undefined) {
+    out.user = sec.user;
+    if (sec.password !== undefined) out.pass = sec.password;
+  }
+  if (sec.token !== undefined) out.token = sec.token;
+  if (sec.nkeySeed !== undefined) authenticators.push(nkeyAuthenticator(enc.encode(sec.nkeySeed.trim())));
+  if (sec.credsFile !== undefined) {
+    // Read once now, so a missing file fails the start with its path, not a reconnect later.
+    authenticators.push(credsAuthenticator(readFileSync(sec.credsFile)));
+  }
+  if (authenticators.length > 0) out.authenticator = authenticators;
+  if (sec.tls && (sec.tls.caFile || sec.tls.certFile || sec.tls.keyFile)) {
+    out.tls = { ...(sec.tls.caFile ? { caFile: sec.tls.caFile } : {}), ...(sec.tls.certFile ? { certFile: sec.tls.certFile } : {}), ...(sec.tls.keyFile ? { keyFile: sec.tls.keyFile } : {}) };
+  }
+  if (sec.inboxPrefix !== undefined) out.inboxPrefix = sec.inboxPrefix;
+  return out;
+}
+
+/**
+ * A server URL fit for logs, status replies and errors: user info (`nats://user:pass@…`,
+ * `nats://token@…`) is replaced by `***`. Anything that does not parse as a URL is
+ * returned with everything before an `@` masked.
+ */
+export function redactUrl(url: string): string {
+  try {
+    const u = new URL(url);
+    if (u.username === "" && u.password === "") return url;
+    u.username = "***";
+    u.password = "";
+    return u.toString().replace(/\/$/, "");
+  } catch {
+    const at = url.lastIndexOf("@");
+    return at < 0 ? url : `***${url.slice(at)}`;
+  }
+}
+
+export function redactUrls(urls: readonly string[]): string[] {
+  return urls.map(redactUrl);
+}

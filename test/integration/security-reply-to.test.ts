@@ -1,0 +1,84 @@
+import { describe, expect, it } from "vitest";
+import { Kvm } from "@nats-io/kv";
+import { createEnvelope, type A2AEnvelope } from "../../src/bus/index.js";
+import { isStreamNotFound } from "../../src/bus/nats-errors.js";
+import { NatsCheckpointStore, type CounterState } from "../../src/actors/index.js";
+import { fileServer, startRig, uniqueCluster, waitFor } from "../fixtures/actors/helpers.js";
+
+const server = fileServer();
+
+// A node publishes the reply to a message to the message's replyTo. A sender who names
+// one of Kova's own subjects there would make the node write where the sender may not.
+describe("security: replyTo", () => {
+  it("replyTo - a task naming a KV, JetStream API, service or system subject is dead-lettered and writes nothing", async () => {
+    const cluster = uniqueCluster();
+    const rig = await startRig(server.url, cluster);
+    try {
+      await rig.host.start("c2", "counter");
+      await rig.bus.send(createEnvelope({ from: "tester", to: "c2", type: "task_delegate", payload: null }));
+      await waitFor(async () => (await rig.bus.request<CounterState>("c2", "info_request", null)).count === 1, 10_000, "first count");
+      const kvm = new Kvm(rig.bus.nc);
+      const checkpoints = await kvm.open(NatsCheckpointStore.bucketName(cluster));
+      const before = await checkpoints.get("c2");
+      expect(before?.revision).toBeGreaterThan(0);
+
+      const targets = [
+        `$KV.${NatsCheckpointStore.bucketName(cluster)}.c2`,
+        `$KV.kova_${cluster}_leases.c2`,
+        `$KV.kova_${cluster}_agents.c2`,
+        `$JS.API.STREAM.DELETE.KOVA_${cluster.toUpperCase()}_A2A`,
+        "$SRV.PING",
+        "$SYS.REQ.SERVER.PING",
+        `kova.other-cluster.a2a.c2`,
+        `kova.${cluster}.events.s.r`,
+        `kova.${cluster}.dlq.forged`,
+        `kova.${cluster}.a2a.c2.extra`,
+        "_INBOX",
+      ];
+      const sent: A2AEnvelope[] = targets.map((replyTo) => createEnvelope({ from: "attacker", to: "c2", type: "task_delegate", payload: null, replyTo }));
+      for (const env of sent) await rig.bus.send(env);
+      // A good message after the bad ones: once it is counted, every bad one was judged.
+      await rig.bus.send(createEnvelope({ from: "tester", to: "c2", type: "task_delegate", payload: null }));
+      await waitFor(async () => (await rig.bus.request<CounterState>("c2", "info_request", null)).count === 2, 15_000, "the good message after the bad ones");
+
+      const dead = await rig.bus.listDlq({ reason: "invalid_envelope" });
+      for (const env of sent) {
+        const entry = dead.find((d) => d.headers["Kova-Dlq-Msg-Id"] === env.id);
+        expect(entry, env.replyTo).toBeDefined();
+        expect(entry!.headers["Kova-Dlq-Error"]).toContain("replyTo");
+      }
+      // Nothing the attacker named was written: the checkpoint moved only for the good message.
+      const after = await checkpoints.get("c2");
+      expect(after!.json<{ revision: number; processed: string[] }>().processed.some((id) => sent.some((e) => e.id === id))).toBe(false);
+      for (const bucket of [`kova_${cluster}_leases`, `kova_${cluster}_agents`]) {
+        // A host without a node has neither bucket: a forged reply must not have created one.
+        const kv = await kvm.open(bucket);
+        const got = await kv.get("c2").catch((err: unknown) => (isStreamNotFound(err) ? null : Promise.reject(err)));
+        expect(got, bucket).toBeNull();
+      }
+      expect((await rig.bus.jsm.streams.info(`KOVA_${cluster.toUpperCase()}_A2A`)).config.name).toBe(`KOVA_${cluster.toUpperCase()}_A2A`);
+    } finally {
+      await rig.close(true);
+    }
+  });
+
+  it("replyTo - replies to an inbox and to an agent inbox of the cluster still work", async () => {
+    const cluster = uniqueCluster();
+    const rig = await startRig(server.url, cluster);
+    try {
+      await rig.host.start("c3", "counter");
+      const reply = await rig.bus.ask(createEnvelope({ from: "tester", to: "c3", type: "task_delegate", payload: null }), { timeoutMs: 10_000 });
+      expect(reply.type).toBe("result_notify");
+      // A result sent to another agent's inbox is stored in its mailbox.
+      const env = createEnvelope({ from: "tester", to: "c3", type: "task_delegate", payload: null, replyTo: `kova.${cluster}.a2a.collector` });
+      await rig.bus.send(env);
+      const stored = await waitFor(async () => {
+        const m = await rig.bus.jsm.streams.getMessage(`KOVA_${cluster.toUpperCase()}_A2A`, { last_by_subj: `kova.${cluster}.a2a.collector` }).catch(() => null);
+        return m ?? undefined;
+      }, 10_000, "reply stored in collector's mailbox");
+      expect(stored.subject).toBe(`kova.${cluster}.a2a.collector`);
+    } finally {
+      await rig.close(true);
+    }
+  });
+});
