@@ -2,3 +2,24 @@
  * `kova/testing`: what Kova's own suites use, exported for users' tests.
  */
 export * from "./nats-server.js";
+export {
+  type RecordedRequest,
+  type ScriptedHandler,
+  ScriptedModelServer,
+  type ScriptedModelServerOptions,
+  type ScriptedOutcome,
+  type ScriptedRequest,
+  startScriptedModelServer,
+  type WireChatMessage,
+  type WireTool,
+} from "./scripted-model-server.js";
+export {
+  type ScriptedCompletion,
+  type ScriptedDrop,
+  type ScriptedError,
+  type ScriptedReply,
+  scriptedReply,
+  type ScriptedTiming,
+  type ScriptedToolCall,
+  type ScriptedUsage,
+} from "./scripted-model-replies.js";

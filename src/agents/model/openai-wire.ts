@@ -1,0 +1,152 @@
+import type OpenAI from "openai";
+import type { AssistantMessage, ChatMessage, FinishReason, ModelDelta, ToolCall, ToolSpec, Usage } from "./types.js";
+
+type WireMessage = OpenAI.Chat.ChatCompletionMessageParam;
+type WireTool = OpenAI.Chat.ChatCompletionTool;
+type Chunk = OpenAI.Chat.ChatCompletionChunk;
+type Completion = OpenAI.Chat.ChatCompletion;
+
+/** Our neutral messages in the chat-completions wire form. */
+export function toWireMessages(messages: readonly ChatMessage[]): WireMessage[] {
+  return messages.map((m): WireMessage => {
+    switch (m.role) {
+      case "system":
+      case "user":
+        return m.name === undefined ? { role: m.role, content: m.content } : { role: m.role, content: m.content, name: m.name };
+      case "assistant":
+        if (!m.toolCalls?.length) return { role: "assistant", content: m.content };
+        return {
+          role: "assistant",
+          content: m.content,
+          tool_calls: m.toolCalls.map((c) => ({ id: c.id, type: "function", function: { name: c.name, arguments: c.arguments } })),
+        };
+      case "tool":
+        return { role: "tool", tool_call_id: m.toolCallId, content: m.content };
+    }
+  });
+}
+
+export function toWireTools(tools: readonly ToolSpec[]): WireTool[] {
+  return tools.map((t) => ({
+    type: "function",
+    function: { name: t.name, description: t.description, parameters: t.parameters },
+  }));
+}
+
+/** A response reduced to what the agent loop needs. */
+export interface AssembledResponse {
+  message: AssistantMessage;
+  finishReason: FinishReason;
+  usage?: Usage;
+  model: string;
+}
+
+/** Raised when a response cannot be read as a chat completion. */
+export class InvalidResponseError extends Error {}
+
+/** Raised when a stream ends without a finish reason: the provider or a proxy cut it short. */
+export class StreamIncompleteError extends Error {}
+
+function usageOf(u: OpenAI.CompletionUsage | null | undefined): Usage | undefined {
+  if (!u) return undefined;
+  return { inputTokens: u.prompt_tokens ?? 0, outputTokens: u.completion_tokens ?? 0 };
+}
+
+/** Reads a non-streamed `chat.completion`. @throws InvalidResponseError */
+export function fromCompletion(completion: Completion, requestedModel: string): AssembledResponse {
+  const choice = completion.choices?.[0];
+  if (!choice?.message) throw new InvalidResponseError("the response has no choices");
+  const toolCalls: ToolCall[] = [];
+  for (const c of choice.message.tool_calls ?? []) {
+    if (c.type === "function") toolCalls.push({ id: c.id, name: c.function.name, arguments: c.function.arguments ?? "" });
+  }
+  const message: AssistantMessage = { role: "assistant", content: choice.message.content ?? null };
+  if (toolCalls.length > 0) message.toolCalls = toolCalls;
+  const out: AssembledResponse = {
+    message,
+    finishReason: choice.finish_reason ?? (toolCalls.length > 0 ? "tool_calls" : "stop"),
+    model: completion.model || requestedModel,
+  };
+  const usage = usageOf(completion.usage);
+  if (usage) out.usage = usage;
+  return out;
+}
+
+/**
+ * Builds one response from `chat.completion.chunk`s. Tool calls arrive as fragments keyed
+ * by `index`: the first carries id and name, later ones append to the arguments string.
+ * Some servers omit `index` (one call per chunk) or send the name again with every
+ * fragment; both are tolerated.
+ */
+export class ChatStreamAssembler {
+  private content = "";
+  private sawContent = false;
+  private readonly calls: ToolCall[] = [];
+  private finishReason: FinishReason | undefined;
+  private usage: Usage | undefined;
+  private model = "";
+
+  constructor(private readonly requestedModel: string) {}
+
+  /** Adds a chunk and returns the deltas it carried, in order. */
+  push(chunk: Chunk): ModelDelta[] {
+    const deltas: ModelDelta[] = [];
+    if (chunk.model) this.model = chunk.model;
+    const usage = usageOf(chunk.usage);
+    if (usage) this.usage = usage;
+    const choice = chunk.choices?.[0];
+    if (!choice) return deltas;
+    const delta = choice.delta ?? {};
+    if (typeof delta.content === "string" && delta.content.length > 0) {
+      this.content += delta.content;
+      this.sawContent = true;
+      deltas.push({ type: "text", text: delta.content });
+    }
+    for (const fragment of delta.tool_calls ?? []) {
+      const index = typeof fragment.index === "number" ? fragment.index : this.indexWithout(fragment.id);
+      let call = this.calls[index];
+      if (!call) {
+        call = { id: "", name: "", arguments: "" };
+        this.calls[index] = call;
+      }
+      const out: Extract<ModelDelta, { type: "tool_call" }> = { type: "tool_call", index, arguments: fragment.function?.arguments ?? "" };
+      if (fragment.id) {
+        call.id = fragment.id;
+        out.id = fragment.id;
+      }
+      const name = fragment.function?.name;
+      if (name && name !== call.name) {
+        call.name = call.name === "" ? name : call.name + name;
+        out.name = name;
+      }
+      call.arguments += out.arguments;
+      deltas.push(out);
+    }
+    if (choice.finish_reason) this.finishReason = choice.finish_reason;
+    return deltas;
+  }
+
+  /** Without an index, a fragment with a new id starts a call; one without an id continues the last. */
+  private indexWithout(id: string | undefined): number {
+    const last = this.calls.length - 1;
+    if (last < 0) return 0;
+    return id && this.calls[last]?.id !== id ? this.calls.length : last;
+  }
+
+  /** @throws StreamIncompleteError when no chunk carried a finish reason */
+  result(): AssembledResponse {
+    if (this.finishReason === undefined) {
+      throw new StreamIncompleteError("the stream ended before the model finished (no finish_reason)");
+    }
+    const message: AssistantMessage = { role: "assistant", content: this.sawContent ? this.content : null };
+    const calls = this.calls.filter((c) => c !== undefined);
+    calls.forEach((c, i) => {
+      // A provider that sends no call ids still needs one for the tool message to answer.
+      if (c.id === "") c.id = `call_${i}`;
+    });
+    if (calls.length > 0) message.toolCalls = calls;
+    const out: AssembledResponse = { message, finishReason: this.finishReason, model: this.model || this.requestedModel };
+    if (this.usage) out.usage = this.usage;
+    return out;
+  }
+}
