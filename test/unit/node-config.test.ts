@@ -2,18 +2,8 @@ import { describe, expect, it } from "vitest";
 import { mkdtemp, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { ConfigError } from "../../src/core/errors.js";
 import { defaultConfig, loadConfig, parseConfig } from "../../src/node/config.js";
-
-function configError(fn: () => unknown): ConfigError {
-  try {
-    fn();
-  } catch (err) {
-    if (err instanceof ConfigError) return err;
-    throw err;
-  }
-  throw new Error("expected a ConfigError");
-}
+import { configError } from "../fixtures/config-error.js";
 
 describe("node config", () => {
   it("config - parses a full file into camelCase with paths relative to the file", () => {

@@ -29,8 +29,11 @@ export function retryAfterMs(headers: HeaderLookup | undefined, now = Date.now()
   if (ms !== undefined) return Math.ceil(ms);
   const raw = headers.get("retry-after");
   if (raw === null) return undefined;
-  const seconds = parseNumber(raw);
-  if (seconds !== undefined) return Math.ceil(seconds * 1000);
+  // A number is seconds (a negative one is garbage, not a date: Date.parse("-3") is a year).
+  if (/^\s*[-+]?[\d.]/.test(raw)) {
+    const seconds = parseNumber(raw);
+    return seconds === undefined ? undefined : Math.ceil(seconds * 1000);
+  }
   const date = Date.parse(raw);
   return Number.isNaN(date) ? undefined : Math.max(0, date - now);
 }

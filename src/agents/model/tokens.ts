@@ -47,18 +47,22 @@ let modelMap: Promise<Record<string, string>> | undefined;
 const counters = new Map<EncodingName, Promise<TokenCounter>>();
 
 /**
- * The encoding of a model id: exact match in gpt-tokenizer's table, else the longest known
- * prefix (`gpt-4o-2024-08-06` → gpt-4o's), else `o200k_base` (every current OpenAI model,
- * and the best guess for others). A provider prefix (`openai/gpt-4o`) is ignored.
+ * The encoding of a model id: exact match in gpt-tokenizer's table of older models, else a
+ * listed model followed by `-` (`gpt-4-0613-preview` → gpt-4's), else `o200k_base` (every
+ * current OpenAI model, and the best guess for others). A provider prefix (`openai/gpt-4o`)
+ * is ignored.
  */
 export async function encodingForModel(model: string): Promise<EncodingName> {
   modelMap ??= import("gpt-tokenizer/mapping").then((m) => m.modelToEncodingMap as Record<string, string>);
   const map = await modelMap;
-  const id = model.slice(model.lastIndexOf("/") + 1).toLowerCase();
+  // Azure spells gpt-3.5 without the dot.
+  const id = model.slice(model.lastIndexOf("/") + 1).toLowerCase().replace(/^gpt-35/, "gpt-3.5");
   let found = map[id];
   if (found === undefined) {
+    // Only a dated or suffixed variant of a listed model inherits its encoding ("gpt-4-0613-x"
+    // from "gpt-4"); a bare prefix would give gpt-4o and gpt-4.1 the encoding of gpt-4.
     let best = "";
-    for (const known of Object.keys(map)) if (known.length > best.length && id.startsWith(known)) best = known;
+    for (const known of Object.keys(map)) if (known.length > best.length && id.startsWith(`${known}-`)) best = known;
     found = best === "" ? undefined : map[best];
   }
   switch (found) {
