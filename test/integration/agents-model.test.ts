@@ -234,11 +234,13 @@ describe("agents model over the real openai client and the scripted server", () 
     expect(server.requests.map((r) => r.outcome)).toEqual(["unauthorized"]);
   });
 
-  it("openai model - a 400 is not retried", async () => {
-    await using server = await startScriptedModelServer({ replies: [scriptedReply.error(400, { message: "bad schema" }), scriptedReply.text("no")] });
+  it("openai model - a 400 is not retried, and the provider's error code is kept", async () => {
+    const tooLong = { error: { message: "maximum context length is 8192 tokens", type: "invalid_request_error", param: "messages", code: "context_length_exceeded" } };
+    await using server = await startScriptedModelServer({ replies: [scriptedReply.error(400, { body: tooLong }), scriptedReply.text("no")] });
     const err = (await failure((await model(server.url)).complete({ messages: USER }))) as ModelCallError;
-    expect(err.data).toMatchObject({ reason: "rejected", status: 400, attempts: 1 });
-    expect(err.message).toContain("bad schema");
+    expect(err.data).toMatchObject({ reason: "rejected", status: 400, attempts: 1, providerCode: "context_length_exceeded" });
+    expect(err.retryable).toBe(false);
+    expect(err.message).toContain("maximum context length");
     expect(server.requests).toHaveLength(1);
   });
 

@@ -21,6 +21,8 @@ export interface ModelCallErrorData {
   attempts: number;
   /** The provider's wait hint, when it gave one. */
   retryAfterMs?: number;
+  /** The provider's own error code (`error.code` in the body), e.g. `context_length_exceeded`. */
+  providerCode?: string;
 }
 
 const ADVICE: Record<ModelFailureReason, string> = {

@@ -68,6 +68,7 @@ class AttemptFailure extends Error {
     readonly status?: number,
     readonly headers?: HeaderLookup,
     cause?: unknown,
+    readonly providerCode?: string,
   ) {
     super(detail, cause === undefined ? undefined : { cause });
   }
@@ -261,12 +262,13 @@ export class OpenAiModel implements ModelClient {
     if (err instanceof sdk.APIError) {
       const detail = providerMessage(err);
       const status = err.status;
-      if (status === undefined) return new AttemptFailure("server_error", `error event in the stream: ${detail}`, undefined, undefined, err);
+      const code = typeof err.code === "string" ? err.code : undefined;
+      if (status === undefined) return new AttemptFailure("server_error", `error event in the stream: ${detail}`, undefined, undefined, err, code);
       const headers = err.headers;
-      if (status === 429) return new AttemptFailure("rate_limited", detail, status, headers, err);
-      if (status === 408) return new AttemptFailure("timeout", detail, status, headers, err);
-      if (status === 409 || status >= 500) return new AttemptFailure("server_error", detail, status, headers, err);
-      return new AttemptFailure("rejected", detail, status, headers, err);
+      if (status === 429) return new AttemptFailure("rate_limited", detail, status, headers, err, code);
+      if (status === 408) return new AttemptFailure("timeout", detail, status, headers, err, code);
+      if (status === 409 || status >= 500) return new AttemptFailure("server_error", detail, status, headers, err, code);
+      return new AttemptFailure("rejected", detail, status, headers, err, code);
     }
     if (err instanceof InvalidResponseError) return new AttemptFailure("invalid_response", err.message, undefined, undefined, err);
     if (err instanceof StreamIncompleteError) return new AttemptFailure("stream_interrupted", err.message, undefined, undefined, err);
@@ -283,6 +285,7 @@ export class OpenAiModel implements ModelClient {
     };
     if (failure.status !== undefined) data.status = failure.status;
     if (hint !== undefined) data.retryAfterMs = hint;
+    if (failure.providerCode !== undefined) data.providerCode = failure.providerCode;
     let detail = failure.message;
     if (hint !== undefined && hint > this.retry.maxDelayMs) {
       detail += ` (the provider asks to wait ${hint} ms, more than the ${this.retry.maxDelayMs} ms this client waits)`;

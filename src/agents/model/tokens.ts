@@ -14,7 +14,10 @@ export interface TokenCounter {
   readonly encoding: EncodingName;
   /** Tokens of plain text; special-token text such as `<|endoftext|>` counts as ordinary text. */
   countText(text: string): number;
-  /** One message with its chat-format overhead. */
+  /**
+   * One message with its chat-format overhead. Counts are cached per message object:
+   * treat messages as immutable once counted (make a new object to change one).
+   */
   countMessage(message: ChatMessage): number;
   /** A whole request: messages, tool definitions and the tokens that prime the reply. */
   countRequest(messages: readonly ChatMessage[], tools?: readonly ToolSpec[]): number;
