@@ -365,6 +365,19 @@ describe("scripted model server", () => {
     expect(server.requests.map((r) => r.outcome)).toEqual(["completion", "completion", "script_empty"]);
   });
 
+  it("scripted server - a handler that throws gets the request a 500 naming the handler", async () => {
+    await using server = await startScriptedModelServer({
+      handler: () => {
+        throw new Error("routing table missing");
+      },
+    });
+    const client = new OpenAI({ baseURL: server.url, apiKey: "k", maxRetries: 0 });
+    await expect(client.chat.completions.create({ model: "m", messages: [{ role: "user", content: "x" }] })).rejects.toThrow(
+      /handler threw for request #0: Error: routing table missing/,
+    );
+    expect(server.requests[0]).toMatchObject({ outcome: "handler_error", status: 500 });
+  });
+
   it("scripted server - streams SSE chunks a raw openai client reads, with a usage chunk only when asked", async () => {
     await using server = await startScriptedModelServer({
       replies: [scriptedReply.text("a b", { usage: { inputTokens: 5, outputTokens: 2 } }), scriptedReply.text("c")],

@@ -2,7 +2,8 @@ import type OpenAI from "openai";
 import { describe, expect, it } from "vitest";
 import { ChatStreamAssembler, StreamIncompleteError } from "../../src/agents/model/openai-wire.js";
 import { retryAfterMs, retryDelayMs } from "../../src/agents/model/retry.js";
-import { publicEndpoint } from "../../src/agents/model/index.js";
+import { createOpenAiModel, publicEndpoint } from "../../src/agents/model/index.js";
+import { InvalidArgumentError } from "../../src/core/errors.js";
 
 type Chunk = OpenAI.Chat.ChatCompletionChunk;
 type Delta = OpenAI.Chat.ChatCompletionChunk.Choice.Delta;
@@ -78,6 +79,12 @@ describe("stream assembly", () => {
       usage: { inputTokens: 9, outputTokens: 1 },
       model: "gpt-4o-2024-08-06",
     });
+  });
+
+  it("wire - a model with a base URL that is not a URL is refused at construction", async () => {
+    const err = await createOpenAiModel({ name: "x", baseUrl: "llm.example.com", model: "m" }).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(InvalidArgumentError);
+    expect((err as Error).message).toContain("baseUrl");
   });
 
   it("wire - errors and logs show the endpoint without credentials or query", () => {

@@ -1,5 +1,6 @@
 import type OpenAI from "openai";
 import { sleep } from "../../core/clock.js";
+import { InvalidArgumentError } from "../../core/errors.js";
 import type { Logger } from "../../core/logger.js";
 import { ModelCallAbortedError, ModelCallError, type ModelCallErrorData } from "./errors.js";
 import {
@@ -54,6 +55,7 @@ export const DEFAULT_MODEL_MAX_RETRIES = 4;
  * Makes a ModelClient for any OpenAI-compatible chat-completions endpoint (OpenAI, vLLM,
  * Ollama, llama.cpp server). The `openai` package is imported here, on first use, so a
  * node whose config names no model never loads it (about 190 ms measured on this machine).
+ * @throws InvalidArgumentError when `config.baseUrl` is not a URL
  */
 export async function createOpenAiModel(config: OpenAiModelConfig, options: OpenAiModelOptions = {}): Promise<OpenAiModel> {
   const sdk = await import("openai");
@@ -97,7 +99,10 @@ export class OpenAiModel implements ModelClient {
   private readonly random: () => number;
   private readonly log: Logger | undefined;
 
-  /** Use createOpenAiModel, which loads the SDK. */
+  /**
+   * Use createOpenAiModel, which loads the SDK.
+   * @throws InvalidArgumentError when `config.baseUrl` is not a URL
+   */
   constructor(
     private readonly sdk: OpenAiModule,
     config: OpenAiModelConfig,
@@ -110,8 +115,13 @@ export class OpenAiModel implements ModelClient {
     this.timeoutMs = config.timeoutMs ?? DEFAULT_MODEL_TIMEOUT_MS;
     this.maxRetries = config.maxRetries ?? DEFAULT_MODEL_MAX_RETRIES;
     this.retry = { ...DEFAULT_RETRY_POLICY, ...options.retry };
-    this.maxTokensField =
-      options.maxTokensField ?? (new URL(config.baseUrl).hostname === "api.openai.com" ? "max_completion_tokens" : "max_tokens");
+    let host: string;
+    try {
+      host = new URL(config.baseUrl).hostname;
+    } catch {
+      throw new InvalidArgumentError("baseUrl", `${JSON.stringify(config.baseUrl)} is not a URL: give the endpoint as http(s)://host:port/v1`);
+    }
+    this.maxTokensField = options.maxTokensField ?? (host === "api.openai.com" ? "max_completion_tokens" : "max_tokens");
     this.random = options.random ?? Math.random;
     this.log = options.logger?.child({ component: "model", model: config.name });
     this.client = new sdk.OpenAI({
@@ -295,7 +305,7 @@ export class OpenAiModel implements ModelClient {
   }
 }
 
-/** `{ key: value }` when value is defined, else `{}`: for optional fields under exactOptionalPropertyTypes-like care. */
+/** `{ key: value }` when value is defined, else `{}`: absent fields stay absent in journaled JSON, not `undefined`. */
 function opt<K extends string, V>(key: K, value: V | undefined): { [P in K]?: V } {
   return value === undefined ? {} : ({ [key]: value } as { [P in K]?: V });
 }
