@@ -148,10 +148,11 @@ export class OpenAiModel implements ModelClient {
     for (let attempt = 1; ; attempt++) {
       if (signal?.aborted) throw new ModelCallAbortedError(this.name, "calling", signal.reason);
       let emitted = false;
-      const onDelta = request.onDelta
+      const userOnDelta = request.onDelta;
+      const onDelta = userOnDelta
         ? (d: ModelDelta) => {
             emitted = true;
-            request.onDelta!(d);
+            userOnDelta(d);
           }
         : undefined;
       let failure: AttemptFailure;

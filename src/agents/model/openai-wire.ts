@@ -8,22 +8,24 @@ type Completion = OpenAI.Chat.ChatCompletion;
 
 /** Our neutral messages in the chat-completions wire form. */
 export function toWireMessages(messages: readonly ChatMessage[]): WireMessage[] {
-  return messages.map((m): WireMessage => {
-    switch (m.role) {
-      case "system":
-      case "user":
-        return m.name === undefined ? { role: m.role, content: m.content } : { role: m.role, content: m.content, name: m.name };
-      case "assistant":
-        if (!m.toolCalls?.length) return { role: "assistant", content: m.content };
-        return {
-          role: "assistant",
-          content: m.content,
-          tool_calls: m.toolCalls.map((c) => ({ id: c.id, type: "function", function: { name: c.name, arguments: c.arguments } })),
-        };
-      case "tool":
-        return { role: "tool", tool_call_id: m.toolCallId, content: m.content };
-    }
-  });
+  return messages.map(toWireMessage);
+}
+
+function toWireMessage(m: ChatMessage): WireMessage {
+  switch (m.role) {
+    case "system":
+    case "user":
+      return m.name === undefined ? { role: m.role, content: m.content } : { role: m.role, content: m.content, name: m.name };
+    case "assistant":
+      if (!m.toolCalls?.length) return { role: "assistant", content: m.content };
+      return {
+        role: "assistant",
+        content: m.content,
+        tool_calls: m.toolCalls.map((c) => ({ id: c.id, type: "function", function: { name: c.name, arguments: c.arguments } })),
+      };
+    case "tool":
+      return { role: "tool", tool_call_id: m.toolCallId, content: m.content };
+  }
 }
 
 export function toWireTools(tools: readonly ToolSpec[]): WireTool[] {
