@@ -3,7 +3,7 @@ import { describe, expect, it } from "vitest";
 import { ChatStreamAssembler, StreamIncompleteError } from "../../src/agents/model/openai-wire.js";
 import { retryAfterMs, retryDelayMs } from "../../src/agents/model/retry.js";
 import { createOpenAiModel, publicEndpoint } from "../../src/agents/model/index.js";
-import { InvalidArgumentError } from "../../src/core/errors.js";
+import { ArgumentError } from "../../src/core/errors.js";
 
 type Chunk = OpenAI.Chat.ChatCompletionChunk;
 type Delta = OpenAI.Chat.ChatCompletionChunk.Choice.Delta;
@@ -83,7 +83,7 @@ describe("stream assembly", () => {
 
   it("wire - a model with a base URL that is not a URL is refused at construction", async () => {
     const err = await createOpenAiModel({ name: "x", baseUrl: "llm.example.com", model: "m" }).catch((e: unknown) => e);
-    expect(err).toBeInstanceOf(InvalidArgumentError);
+    expect(err).toBeInstanceOf(ArgumentError);
     expect((err as Error).message).toContain("baseUrl");
   });
 

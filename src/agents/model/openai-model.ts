@@ -1,6 +1,6 @@
 import type OpenAI from "openai";
 import { sleep } from "../../core/clock.js";
-import { InvalidArgumentError } from "../../core/errors.js";
+import { ArgumentError } from "../../core/errors.js";
 import type { Logger } from "../../core/logger.js";
 import { ModelCallAbortedError, ModelCallError, type ModelCallErrorData } from "./errors.js";
 import {
@@ -55,7 +55,7 @@ export const DEFAULT_MODEL_MAX_RETRIES = 4;
  * Makes a ModelClient for any OpenAI-compatible chat-completions endpoint (OpenAI, vLLM,
  * Ollama, llama.cpp server). The `openai` package is imported here, on first use, so a
  * node whose config names no model never loads it (about 190 ms measured on this machine).
- * @throws InvalidArgumentError when `config.baseUrl` is not a URL
+ * @throws ArgumentError when `config.baseUrl` is not a URL
  */
 export async function createOpenAiModel(config: OpenAiModelConfig, options: OpenAiModelOptions = {}): Promise<OpenAiModel> {
   const sdk = await import("openai");
@@ -101,7 +101,7 @@ export class OpenAiModel implements ModelClient {
 
   /**
    * Use createOpenAiModel, which loads the SDK.
-   * @throws InvalidArgumentError when `config.baseUrl` is not a URL
+   * @throws ArgumentError when `config.baseUrl` is not a URL
    */
   constructor(
     private readonly sdk: OpenAiModule,
@@ -119,7 +119,7 @@ export class OpenAiModel implements ModelClient {
     try {
       host = new URL(config.baseUrl).hostname;
     } catch {
-      throw new InvalidArgumentError("baseUrl", `${JSON.stringify(config.baseUrl)} is not a URL: give the endpoint as http(s)://host:port/v1`);
+      throw new ArgumentError("baseUrl", `${JSON.stringify(config.baseUrl)} is not a URL: give the endpoint as http(s)://host:port/v1`);
     }
     this.maxTokensField = options.maxTokensField ?? (host === "api.openai.com" ? "max_completion_tokens" : "max_tokens");
     this.random = options.random ?? Math.random;

@@ -1,4 +1,4 @@
-import { InvalidArgumentError } from "../../core/errors.js";
+import { ArgumentError } from "../../core/errors.js";
 import type { Logger } from "../../core/logger.js";
 import { ModelCallAbortedError, SchedulerClosedError } from "./errors.js";
 import type { AcquireSlot } from "./types.js";
@@ -162,7 +162,7 @@ export class ModelCallScheduler {
   private closed = false;
   private readonly log: Logger | undefined;
 
-  /** @throws InvalidArgumentError for a maxConcurrency below 1 */
+  /** @throws ArgumentError for a maxConcurrency below 1 */
   constructor(models: Iterable<[string, ModelSlots]> = [], options: ModelCallSchedulerOptions = {}) {
     this.log = options.logger?.child({ component: "model-scheduler" });
     for (const [name, slots] of models) this.setModel(name, slots);
@@ -171,11 +171,11 @@ export class ModelCallScheduler {
   /**
    * Adds a model or changes its slots or policy; calls already waiting keep their place in
    * arrival order under a new policy, and a raised limit lets waiters in at once.
-   * @throws InvalidArgumentError for a maxConcurrency below 1
+   * @throws ArgumentError for a maxConcurrency below 1
    */
   setModel(name: string, slots: ModelSlots): void {
     if (!Number.isInteger(slots.maxConcurrency) || slots.maxConcurrency < 1) {
-      throw new InvalidArgumentError("maxConcurrency", `must be an integer of 1 or more, not ${slots.maxConcurrency}`);
+      throw new ArgumentError("maxConcurrency", `must be an integer of 1 or more, not ${slots.maxConcurrency}`);
     }
     const policy = slots.policy ?? "round_robin";
     let lane = this.lanes.get(name);
@@ -198,7 +198,7 @@ export class ModelCallScheduler {
   /**
    * Waits for a slot of `ticket.model`.
    * @returns the function that gives the slot back (call it when the provider call ends)
-   * @throws InvalidArgumentError for a model the scheduler does not know
+   * @throws ArgumentError for a model the scheduler does not know
    * @throws ModelCallAbortedError when `ticket.signal` aborts first
    * @throws SchedulerClosedError when the scheduler closes first
    */
@@ -207,7 +207,7 @@ export class ModelCallScheduler {
     const lane = this.lanes.get(ticket.model);
     if (!lane) {
       return Promise.reject(
-        new InvalidArgumentError("model", `no slots for model ${JSON.stringify(ticket.model)}: known models are ${[...this.lanes.keys()].join(", ") || "(none)"}`),
+        new ArgumentError("model", `no slots for model ${JSON.stringify(ticket.model)}: known models are ${[...this.lanes.keys()].join(", ") || "(none)"}`),
       );
     }
     const signal = ticket.signal;
