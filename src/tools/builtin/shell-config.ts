@@ -1,0 +1,135 @@
+import { accessSync, constants } from "node:fs";
+import { delimiter, isAbsolute, join, resolve } from "node:path";
+import { ConfigError } from "../../core/errors.js";
+import { intAt, keyOf, pathAt, rejectUnknownKeys, stringAt, type TomlTable } from "./toml-values.js";
+
+/**
+ * `[tools.shell]`, parsed. Limits apply to every call; a call may ask for a shorter
+ * timeout, never a longer one.
+ *
+ * ```toml
+ * [tools.shell]
+ * sandbox = "bwrap"          # or "none": runs commands unconfined; must be written on purpose
+ * bwrap_path = "/usr/bin/bwrap"   # default: bwrap found on PATH
+ * timeout_ms = 10000         # wall time; the whole sandbox is killed at the limit
+ * max_output_bytes = 65536   # stdout + stderr together; past it the command is killed
+ * memory_mb = 1024           # RLIMIT_AS of each process (Node needs about 1 GiB of address space)
+ * max_processes = 64         # RLIMIT_NPROC inside the sandbox's own user namespace
+ * max_file_mb = 64           # RLIMIT_FSIZE: no single file grows past this
+ * tmp_size_mb = 64           # size of the private /tmp and /dev/shm (tmpfs)
+ * work_size_mb = 64          # size of the fresh /work of each call when work_root is not set
+ * work_root = "/srv/kova/shell"   # optional: a persistent /work per agent at <work_root>/<agentId>
+ * ro_binds = ["/opt/tools"]  # optional: more host paths visible read-only
+ * ```
+ */
+export interface ShellConfig {
+  sandbox: "bwrap" | "none";
+  bwrapPath: string;
+  timeoutMs: number;
+  maxOutputBytes: number;
+  memoryBytes: number;
+  maxProcesses: number;
+  maxFileBytes: number;
+  tmpBytes: number;
+  workBytes: number;
+  /** Absolute; when set, each agent keeps `<workRoot>/<agentId>` as /work across calls. */
+  workRoot?: string;
+  /** Absolute host paths bound read-only at the same place inside the sandbox. */
+  roBinds: string[];
+}
+
+const KEYS = [
+  "sandbox",
+  "bwrap_path",
+  "timeout_ms",
+  "max_output_bytes",
+  "memory_mb",
+  "max_processes",
+  "max_file_mb",
+  "tmp_size_mb",
+  "work_size_mb",
+  "work_root",
+  "ro_binds",
+] as const;
+
+const MIB = 1024 * 1024;
+
+/** Host paths that hold secrets or other tenants' data: binding them would undo the sandbox. */
+const FORBIDDEN_BINDS = ["/", "/root", "/home", "/etc", "/var", "/run", "/proc", "/sys", "/dev", "/tmp", "/boot"];
+
+/**
+ * Parses `[tools.shell]`. `keyPrefix` is how the table is written in the file
+ * (`tools.shell`); `env.PATH` finds bwrap when `bwrap_path` is not given; relative paths
+ * are taken from `baseDir` (the config file's directory).
+ * @throws ConfigError naming the key as written in the file and the fix
+ */
+export function shellConfigFrom(
+  table: TomlTable | undefined,
+  keyPrefix = "tools.shell",
+  env: NodeJS.ProcessEnv = process.env,
+  baseDir: string = process.cwd(),
+): ShellConfig {
+  const t = table ?? {};
+  rejectUnknownKeys(t, KEYS, keyPrefix);
+  const sandbox = t.sandbox ?? "bwrap";
+  if (sandbox !== "bwrap" && sandbox !== "none") {
+    throw new ConfigError(
+      keyOf(keyPrefix, "sandbox"),
+      `must be "bwrap" (bubblewrap sandbox) or "none" (no isolation at all), not ${JSON.stringify(sandbox)}`,
+    );
+  }
+  const config: ShellConfig = {
+    sandbox,
+    bwrapPath: pathAt(t, keyPrefix, "bwrap_path", baseDir) ?? findOnPath("bwrap", env.PATH) ?? "/usr/bin/bwrap",
+    timeoutMs: intAt(t, keyPrefix, "timeout_ms", 100, 3_600_000) ?? 10_000,
+    maxOutputBytes: intAt(t, keyPrefix, "max_output_bytes", 1024, 64 * MIB) ?? 64 * 1024,
+    memoryBytes: (intAt(t, keyPrefix, "memory_mb", 16, 1024 * 1024) ?? 1024) * MIB,
+    maxProcesses: intAt(t, keyPrefix, "max_processes", 1, 100_000) ?? 64,
+    maxFileBytes: (intAt(t, keyPrefix, "max_file_mb", 1, 1024 * 1024) ?? 64) * MIB,
+    tmpBytes: (intAt(t, keyPrefix, "tmp_size_mb", 1, 1024 * 1024) ?? 64) * MIB,
+    workBytes: (intAt(t, keyPrefix, "work_size_mb", 1, 1024 * 1024) ?? 64) * MIB,
+    roBinds: roBinds(t.ro_binds, keyOf(keyPrefix, "ro_binds")),
+  };
+  const workRoot = pathAt(t, keyPrefix, "work_root", baseDir);
+  if (workRoot !== undefined) {
+    if (FORBIDDEN_BINDS.includes(workRoot)) {
+      throw new ConfigError(keyOf(keyPrefix, "work_root"), `${workRoot} is a system directory: name a directory of its own, e.g. /srv/kova/shell`);
+    }
+    config.workRoot = workRoot;
+  }
+  const bwrapKey = stringAt(t, keyPrefix, "bwrap_path");
+  if (bwrapKey !== undefined && sandbox === "none") {
+    throw new ConfigError(keyOf(keyPrefix, "bwrap_path"), 'has no effect with sandbox = "none": remove it or set sandbox = "bwrap"');
+  }
+  return config;
+}
+
+function roBinds(raw: unknown, key: string): string[] {
+  if (raw === undefined) return [];
+  if (!Array.isArray(raw)) throw new ConfigError(key, 'must be an array of absolute paths, e.g. ro_binds = ["/opt/tools"]');
+  return raw.map((p, i) => {
+    const k = `${key}[${i}]`;
+    if (typeof p !== "string" || !isAbsolute(p) || p.includes("\0")) {
+      throw new ConfigError(k, `must be an absolute path, not ${JSON.stringify(p)}`);
+    }
+    const path = resolve(p);
+    if (FORBIDDEN_BINDS.includes(path) || path.startsWith("/root/") || path.startsWith("/home/")) {
+      throw new ConfigError(k, `${path} may hold secrets or other users' data and is never shown to the sandbox: bind a narrower directory`);
+    }
+    return path;
+  });
+}
+
+function findOnPath(name: string, path: string | undefined): string | undefined {
+  for (const dir of (path ?? "").split(delimiter)) {
+    if (dir === "" || !isAbsolute(dir)) continue;
+    const candidate = join(dir, name);
+    try {
+      accessSync(candidate, constants.X_OK);
+      return candidate;
+    } catch {
+      // not in this directory
+    }
+  }
+  return undefined;
+}

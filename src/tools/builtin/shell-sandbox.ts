@@ -1,0 +1,116 @@
+import { lstatSync, readlinkSync } from "node:fs";
+import type { ShellConfig } from "./shell-config.js";
+
+/**
+ * What a bwrap sandbox sees, and the limits inside it. Decided here, in one place:
+ *
+ * - Namespaces: `--unshare-all` plus a user namespace (no network but its own loopback,
+ *   own PID/IPC/UTS/cgroup namespaces); `--disable-userns` so the command cannot nest
+ *   another one (less kernel surface); `--new-session` (no TIOCSTI into our terminal);
+ *   `--die-with-parent` so a dead node leaves no sandbox behind. bwrap's own PID 1 exits
+ *   when the command exits, and the kernel then kills every process left in the
+ *   namespace: background jobs, `setsid`, `nohup` and double forks cannot outlive a call.
+ * - Files: an allow-list, not `--ro-bind / /` with holes, so a node data dir, a WAL, a
+ *   mounted secret or another tenant's directory is invisible wherever it lives. Visible:
+ *   /usr (read-only; /bin, /lib, /sbin as on the host), the loader cache and Debian
+ *   alternatives from /etc, /etc/localtime, `ro_binds`, a fresh /proc of the sandbox's
+ *   own PID namespace, a minimal /dev (null, zero, full, random, urandom, tty, pts), and
+ *   three writable places: /work, /tmp and /dev/shm, all size-capped tmpfs except a
+ *   per-agent /work under `work_root`. Everything else, including the sandbox's root,
+ *   /etc and /dev, is remounted read-only, so no write lands in unbounded memory.
+ *   Not visible: /root, /home, /var, /run (no unix sockets: no PostgreSQL or Docker
+ *   socket), /srv, /opt, /mnt, /media, /boot, /sys, the rest of /etc (passwd, shadow,
+ *   hosts, ssl keys).
+ * - Identity: when the node runs as root the sandbox runs as uid/gid 65534 (nobody), so
+ *   even a file that is wrongly bound stays unreadable if it is root's and private; as
+ *   another user, the sandbox has that user's uid and only the mounts above protect.
+ * - Environment: exactly PATH, HOME=/work, TMPDIR=/tmp, LANG=C.UTF-8, USER=sandbox; no
+ *   variable of the node (API keys) passes.
+ * - Limits, set by bash inside the namespaces just before exec: RLIMIT_AS (`memory_mb`,
+ *   per process), RLIMIT_NPROC (`max_processes`; counted per user namespace since Linux
+ *   5.14, so it counts only this sandbox's processes), RLIMIT_FSIZE (`max_file_mb`), no
+ *   core files. The same bash closes every inherited descriptor above 2, because a
+ *   descriptor the node inherited from its own parent (not CLOEXEC) would otherwise
+ *   reach the command. No cgroup: cgroup v1/v2 delegation differs between hosts; total
+ *   memory is bounded by processes × memory_mb plus the tmpfs sizes.
+ * - Not done: no seccomp filter (the kernel's user-namespace surface stays reachable).
+ */
+export const SANDBOX_WORK_DIR = "/work";
+
+export const SANDBOX_ENV: Readonly<Record<string, string>> = Object.freeze({
+  PATH: "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin",
+  HOME: SANDBOX_WORK_DIR,
+  TMPDIR: "/tmp",
+  LANG: "C.UTF-8",
+  USER: "sandbox",
+});
+
+/** The unprivileged identity a root node drops to before starting bwrap. */
+export const NOBODY = 65534;
+
+/** Top-level names that on merged-/usr systems are symlinks into /usr, and directories elsewhere. */
+const SYSTEM_LINKS = ["bin", "sbin", "lib", "lib32", "lib64", "libx32"];
+const ETC_FILES = ["/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/alternatives", "/etc/localtime"];
+
+export type SandboxWork = { kind: "tmpfs"; bytes: number } | { kind: "bind"; hostDir: string };
+
+/**
+ * The bash prologue run as the command's parent inside the sandbox: set the limits, close
+ * inherited descriptors, then exec the command (`"$@"`). Exit status 125 means the
+ * limits could not be set.
+ */
+export function limitsPrologue(config: ShellConfig, withNproc: boolean): string {
+  const kib = (bytes: number) => Math.ceil(bytes / 1024);
+  const limits = [`-v ${kib(config.memoryBytes)}`, `-f ${kib(config.maxFileBytes)}`, "-c 0"];
+  if (withNproc) limits.push(`-u ${config.maxProcesses}`);
+  return [
+    `ulimit -HS ${limits.join(" ")} || exit 125`,
+    'for fd in /proc/self/fd/*; do fd=${fd##*/}; case $fd in 0|1|2) ;; *) eval "exec $fd>&-" 2>/dev/null;; esac; done',
+    'exec "$@"',
+  ].join("; ");
+}
+
+/**
+ * The full bwrap command line for one call: sandbox options, then bash with the limits
+ * prologue, then `argv`. `cwd` is absolute inside the sandbox (under /work).
+ */
+export function bwrapArgs(config: ShellConfig, work: SandboxWork, cwd: string, argv: readonly string[]): string[] {
+  const args = [
+    "--unshare-all",
+    "--unshare-user",
+    "--disable-userns",
+    "--die-with-parent",
+    "--new-session",
+    "--hostname",
+    "sandbox",
+    "--ro-bind",
+    "/usr",
+    "/usr",
+  ];
+  for (const name of SYSTEM_LINKS) {
+    const host = `/${name}`;
+    const kind = pathKind(host);
+    if (kind === "symlink") args.push("--symlink", readlinkSync(host), host);
+    else if (kind === "dir") args.push("--ro-bind", host, host);
+  }
+  for (const file of ETC_FILES) args.push("--ro-bind-try", file, file);
+  for (const path of config.roBinds) args.push("--ro-bind", path, path);
+  args.push("--proc", "/proc", "--dev", "/dev");
+  args.push("--size", String(config.tmpBytes), "--tmpfs", "/dev/shm");
+  args.push("--size", String(config.tmpBytes), "--tmpfs", "/tmp");
+  if (work.kind === "tmpfs") args.push("--size", String(work.bytes), "--tmpfs", SANDBOX_WORK_DIR);
+  else args.push("--bind", work.hostDir, SANDBOX_WORK_DIR);
+  args.push("--remount-ro", "/dev", "--remount-ro", "/", "--chdir", cwd);
+  args.push("--", "/bin/bash", "-c", limitsPrologue(config, true), "kova-sandbox", ...argv);
+  return args;
+}
+
+function pathKind(path: string): "symlink" | "dir" | undefined {
+  try {
+    const st = lstatSync(path);
+    if (st.isSymbolicLink()) return "symlink";
+    return st.isDirectory() ? "dir" : undefined;
+  } catch {
+    return undefined;
+  }
+}

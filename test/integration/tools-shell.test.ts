@@ -1,0 +1,365 @@
+import { spawn } from "node:child_process";
+import { createHash, randomBytes } from "node:crypto";
+import { readFileSync } from "node:fs";
+import { chmod, chown, mkdir, readdir, readFile, stat, writeFile } from "node:fs/promises";
+import { createServer, type Server } from "node:net";
+import { networkInterfaces, tmpdir } from "node:os";
+import { join } from "node:path";
+import pg from "pg";
+import { describe, expect, it } from "vitest";
+import { createLogger } from "../../src/core/logger.js";
+import { isKovaError } from "../../src/core/errors.js";
+import { createShellTool, shellConfigFrom, type ShellResult } from "../../src/tools/builtin/shell.js";
+import { ShellErrorCode } from "../../src/tools/builtin/shell-errors.js";
+import { tempDir, toolContext } from "../fixtures/tool-call-context.js";
+
+const silent = createLogger({ level: "silent" });
+const isRoot = process.getuid?.() === 0;
+const SANDBOX_UID = isRoot ? 65534 : process.getuid!();
+
+/** A TCP server that counts every connection made to it. */
+async function canary(host: string): Promise<{ host: string; port: number; connections(): number } & AsyncDisposable> {
+  let count = 0;
+  const server: Server = createServer((socket) => {
+    count++;
+    socket.destroy();
+  });
+  await new Promise<void>((resolve) => server.listen(0, host, resolve));
+  const port = (server.address() as { port: number }).port;
+  return {
+    host,
+    port,
+    connections: () => count,
+    [Symbol.asyncDispose]: () => new Promise<void>((resolve) => server.close(() => resolve())),
+  };
+}
+
+/** A process outside the sandbox, of the sandbox's own uid, that an entry tries to kill. */
+function canaryProcess(): { pid: number; alive(): boolean } & AsyncDisposable {
+  const child = spawn("sleep", ["3600"], { stdio: "ignore", ...(isRoot ? { uid: SANDBOX_UID, gid: SANDBOX_UID } : {}) });
+  const alive = () => {
+    try {
+      process.kill(child.pid!, 0);
+      return child.exitCode === null && child.signalCode === null;
+    } catch {
+      return false;
+    }
+  };
+  return { pid: child.pid!, alive, [Symbol.asyncDispose]: async () => void child.kill("SIGKILL") };
+}
+
+/** Host processes whose command line contains one of the tokens. */
+async function processesWith(tokens: string[]): Promise<string[]> {
+  const found: string[] = [];
+  for (const pid of await readdir("/proc")) {
+    if (!/^\d+$/.test(pid) || Number(pid) === process.pid) continue;
+    let cmdline: string;
+    try {
+      cmdline = (await readFile(`/proc/${pid}/cmdline`, "utf8")).replaceAll("\0", " ");
+    } catch {
+      continue;
+    }
+    if (tokens.some((t) => cmdline.includes(t))) found.push(`${pid}: ${cmdline.trim()}`);
+  }
+  return found;
+}
+
+async function exists(path: string): Promise<boolean> {
+  return stat(path).then(
+    () => true,
+    () => false,
+  );
+}
+
+async function treeHash(dir: string): Promise<string> {
+  const h = createHash("sha256");
+  for (const entry of (await readdir(dir, { recursive: true })).sort()) {
+    const p = join(dir, entry);
+    const st = await stat(p);
+    h.update(`${entry}:${st.size}:${st.mode}\n`);
+    if (st.isFile()) h.update(await readFile(p));
+  }
+  return h.digest("hex");
+}
+
+function loadCorpus(): Array<{ name: string; command: string }> {
+  const text = readFileSync(join(import.meta.dirname, "../fixtures/security/shell-escapes.txt"), "utf8");
+  return text
+    .split("\n")
+    .filter((l) => l.trim() !== "" && !l.startsWith("#"))
+    .map((l) => {
+      const at = l.indexOf(" | ");
+      return { name: l.slice(0, at).trim(), command: l.slice(at + 3).trim() };
+    });
+}
+
+/** A non-loopback IPv4 address of this host, where a second canary listens (falls back to loopback). */
+function hostAddress(): string {
+  for (const list of Object.values(networkInterfaces())) {
+    for (const a of list ?? []) if (a.family === "IPv4" && !a.internal) return a.address;
+  }
+  return "127.0.0.1";
+}
+
+describe("shell_exec security corpus", () => {
+  it("shell_exec - every escape in the corpus is refused or contained, checked by its effect", { timeout: 240_000 }, async () => {
+    await using root = await tempDir("shell-corpus");
+    // Everything outside the sandbox is world-readable and the outside dir world-writable,
+    // so only the sandbox's mounts and namespaces stand between an entry and its target.
+    await chmod(root.path, 0o755);
+    const secretToken = `secret-${randomBytes(12).toString("hex")}`;
+    const walToken = `wal-${randomBytes(12).toString("hex")}`;
+    const envToken = `env-${randomBytes(12).toString("hex")}`;
+    const secretFile = join(root.path, "secrets", "api-key.txt");
+    const dataDir = join(root.path, "data", "node-1");
+    const outsideDir = join(root.path, "outside");
+    const workRoot = join(root.path, "work");
+    await mkdir(join(root.path, "secrets"), { mode: 0o755 });
+    await writeFile(secretFile, secretToken, { mode: 0o644 });
+    await mkdir(join(dataDir, "wal"), { recursive: true, mode: 0o755 });
+    await writeFile(join(dataDir, "wal", "data.mdb"), walToken, { mode: 0o644 });
+    await mkdir(outsideDir, { mode: 0o777 });
+    await chmod(outsideDir, 0o777);
+    process.env.KOVA_TEST_SHELL_SECRET = envToken;
+
+    await using loopCanary = await canary("127.0.0.1");
+    await using hostCanary = await canary(hostAddress());
+    await using victim = canaryProcess();
+    const db = new pg.Client({ connectionString: "postgres://postgres@127.0.0.1:5432/test" });
+    await db.connect();
+    const passwdHash = createHash("sha256").update(await readFile("/etc/passwd")).digest("hex");
+    const dataHash = await treeHash(dataDir);
+
+    const config = shellConfigFrom(
+      { timeout_ms: 3000, max_output_bytes: 65536, memory_mb: 512, max_processes: 64, max_file_mb: 8, tmp_size_mb: 16, work_size_mb: 16, work_root: workRoot },
+      "tools.shell",
+    );
+    const tool = createShellTool(config, silent);
+    expect(await tool.ready()).toEqual({ sandbox: "bwrap", ok: true });
+
+    const corpus = loadCorpus();
+    const violations: string[] = [];
+    const report: string[] = [];
+    try {
+      for (const [i, entry] of corpus.entries()) {
+        const marker = `kovaesc_${i}_${randomBytes(4).toString("hex")}`;
+        const sleep = `${7000 + i}.${randomBytes(3).readUIntBE(0, 3)}`;
+        const fill = (s: string) =>
+          s
+            .replaceAll("{secret_file}", secretFile)
+            .replaceAll("{secret_env}", "KOVA_TEST_SHELL_SECRET")
+            .replaceAll("{data_dir}", dataDir)
+            .replaceAll("{marker}", marker)
+            .replaceAll("{sleep}", sleep)
+            .replaceAll("{canary_port}", String(loopCanary.port))
+            .replaceAll("{canary_host_port}", String(hostCanary.port))
+            .replaceAll("{canary_host}", hostCanary.host)
+            .replaceAll("{canary_pid}", String(victim.pid))
+            .replaceAll("{host_tmp}", tmpdir())
+            .replaceAll("{outside_dir}", outsideDir);
+        // The marker in the command line marks every shell the entry forks, for the survivor scan.
+        const command = `: ${marker}; ${fill(entry.command)}`;
+        const fail = (what: string) => violations.push(`${entry.name}: ${what}`);
+        const t0 = performance.now();
+        let result: ShellResult | undefined;
+        let outcome: string;
+        try {
+          result = await tool.run({ command }, toolContext({ agentId: "corpus" }));
+          const firstLine = (result.stderr.trim().split("\n")[0] ?? "").slice(0, 90);
+          outcome = `ran: exit ${result.exitCode ?? result.signal}${result.timedOut ? ", timed out" : ""}${result.truncated ? ", truncated" : ""}${firstLine ? ` (${firstLine})` : ""}`;
+        } catch (err) {
+          outcome = `refused: ${isKovaError(err) ? err.code : "error"} ${String((err as Error).message).slice(0, 90)}`;
+        }
+        const elapsed = performance.now() - t0;
+
+        for (const path of [
+          `/etc/${marker}`,
+          `/root/${marker}`,
+          `/home/${marker}`,
+          `/usr/${marker}`,
+          `/usr/bin/${marker}`,
+          `/dev/${marker}`,
+          join(dataDir, marker),
+          join(outsideDir, marker),
+          join(tmpdir(), marker),
+        ]) {
+          if (await exists(path)) fail(`${path} was created`);
+        }
+        if (createHash("sha256").update(await readFile("/etc/passwd")).digest("hex") !== passwdHash) fail("/etc/passwd changed");
+        if ((await treeHash(dataDir)) !== dataHash) fail("the data dir changed");
+        const output = result ? result.stdout + result.stderr : "";
+        for (const token of [secretToken, walToken, envToken]) if (output.includes(token)) fail(`a secret leaked: ${token}`);
+        if (loopCanary.connections() !== 0) fail("the loopback canary saw a connection");
+        if (hostCanary.connections() !== 0) fail("the host-address canary saw a connection");
+        if (!victim.alive()) fail("a host process was killed");
+        const table = await db.query("select to_regclass($1) as t", [`public.${marker}`]);
+        if (table.rows[0].t !== null) fail("a table was created in PostgreSQL");
+        const survivors = await processesWith([marker, sleep]);
+        if (survivors.length > 0) fail(`processes survived the call: ${survivors.join("; ")}`);
+        if (elapsed > config.timeoutMs + 2000) fail(`the call took ${Math.round(elapsed)} ms, past its ${config.timeoutMs} ms limit`);
+        if (Buffer.byteLength(output) > config.maxOutputBytes) fail(`output of ${Buffer.byteLength(output)} bytes passed the cap`);
+
+        if (["sleep-past-limit", "busy-loop"].includes(entry.name) && !result?.timedOut) fail("did not report timedOut");
+        if (entry.name.startsWith("output-flood") && !result?.truncated) fail("did not report truncated");
+        if (entry.name.startsWith("memory-hog") && result?.exitCode === 0) fail("the allocation succeeded");
+        if (entry.name === "huge-file") {
+          const big = join(workRoot, "corpus", `${marker}-big`);
+          const size = (await exists(big)) ? (await stat(big)).size : 0;
+          if (size > config.maxFileBytes) fail(`a ${size}-byte file was written, past max_file_mb`);
+        }
+        if (entry.name === "fill-tmp" || entry.name === "fill-shm") {
+          const used = Number(result?.stdout.trim().split(/\s+/)[0]);
+          if (!(used <= config.tmpBytes)) fail(`the tmpfs held ${used} bytes, past tmp_size_mb`);
+        }
+        report.push(`${violations.some((v) => v.startsWith(`${entry.name}:`)) ? "FAIL" : "ok  "} ${entry.name.padEnd(28)} ${outcome}`);
+      }
+    } finally {
+      await db.end();
+      delete process.env.KOVA_TEST_SHELL_SECRET;
+    }
+    console.log(`shell_exec corpus: ${corpus.length} entries, ${corpus.length - new Set(violations.map((v) => v.split(":")[0])).size} contained\n${report.join("\n")}`);
+    expect(corpus.length).toBeGreaterThanOrEqual(20);
+    expect(violations).toEqual([]);
+  });
+});
+
+describe("shell_exec", () => {
+  const config = shellConfigFrom({ timeout_ms: 5000, max_output_bytes: 4096 }, "tools.shell");
+  const tool = createShellTool(config, silent);
+
+  it("shell_exec - runs a command line and returns exit code, stdout and stderr", async () => {
+    const r = await tool.run({ command: "echo out; echo err >&2; exit 3" }, toolContext());
+    expect(r).toMatchObject({ exitCode: 3, signal: null, stdout: "out\n", stderr: "err\n", timedOut: false, truncated: false, timeoutMs: 5000 });
+    expect(r.durationMs).toBeGreaterThanOrEqual(0);
+  });
+
+  it("shell_exec - runs an argv array without a shell and feeds stdin", async () => {
+    const r = await tool.run({ command: ["tr", "a-z", "A-Z"], stdin: "hello $HOME; `id`" }, toolContext());
+    expect(r).toMatchObject({ exitCode: 0, stdout: "HELLO $HOME; `ID`" });
+  });
+
+  it("shell_exec - passes no variable of the node and no inherited descriptor into the sandbox", async () => {
+    process.env.KOVA_TEST_LEAK = "leak-me";
+    try {
+      const env = await tool.run({ command: ["env"] }, toolContext());
+      const names = env.stdout.trim().split("\n").map((l) => l.split("=")[0]);
+      // Ours, plus what bash itself sets when it execs the command (PWD, SHLVL, _).
+      expect(names.filter((n) => !["HOME", "LANG", "PATH", "TMPDIR", "USER", "PWD", "SHLVL", "_"].includes(n!))).toEqual([]);
+      expect(env.stdout).toContain("HOME=/work\n");
+      expect(env.stdout).not.toContain("leak-me");
+      const fds = await tool.run({ command: "ls /proc/self/fd" }, toolContext());
+      // 0-2 plus the directory ls itself is reading.
+      expect(fds.stdout.trim().split("\n").sort()).toEqual(["0", "1", "2", "3"]);
+      const id = await tool.run({ command: "id -u; hostname; ls /" }, toolContext());
+      expect(id.stdout.split("\n").slice(0, 2)).toEqual([String(SANDBOX_UID), "sandbox"]);
+      expect(id.stdout.split("\n").slice(2).filter(Boolean).sort()).toEqual(
+        ["bin", "dev", "etc", "lib", "lib64", "proc", "sbin", "tmp", "usr", "work"].filter((d) => id.stdout.split("\n").includes(d)),
+      );
+    } finally {
+      delete process.env.KOVA_TEST_LEAK;
+    }
+  });
+
+  it("shell_exec - kills the whole sandbox at the time limit and reports timedOut", async () => {
+    const t0 = performance.now();
+    const r = await tool.run({ command: "sleep 7171.5 & sleep 60", timeout_ms: 300 }, toolContext());
+    expect(r).toMatchObject({ exitCode: null, signal: "SIGKILL", timedOut: true, timeoutMs: 300 });
+    expect(performance.now() - t0).toBeLessThan(3000);
+    expect(await processesWith(["7171.5"])).toEqual([]);
+  });
+
+  it("shell_exec - caps output at max_output_bytes without splitting a UTF-8 character", async () => {
+    // One ASCII byte first, so the 4096-byte cap falls inside a two-byte "é".
+    const r = await tool.run({ command: "printf a; while :; do printf 'é'; done" }, toolContext());
+    expect(r.truncated).toBe(true);
+    expect(r.signal).toBe("SIGKILL");
+    expect(Buffer.byteLength(r.stdout)).toBe(4095);
+    expect(r.stdout).toBe(`a${"é".repeat(2047)}`);
+  });
+
+  it("shell_exec - returns invalid UTF-8 output as replacement characters", async () => {
+    const r = await tool.run({ command: "printf 'ok\\377\\376end'" }, toolContext());
+    expect(r.stdout).toBe("ok\uFFFD\uFFFDend");
+  });
+
+  it("shell_exec - an aborted call kills the command and fails with SHELL_ABORTED", async () => {
+    const ac = new AbortController();
+    const running = tool.run({ command: "sleep 7272.5" }, toolContext({ signal: ac.signal }));
+    // Abort once the sandboxed sleep is visibly running: a positive signal, not a guess.
+    await expect
+      .poll(async () => (await processesWith(["7272.5"])).length, { timeout: 5000, interval: 20 })
+      .toBeGreaterThan(0);
+    ac.abort();
+    await expect(running).rejects.toMatchObject({ code: ShellErrorCode.SHELL_ABORTED });
+    expect(await processesWith(["7272.5"])).toEqual([]);
+  });
+
+  it("shell_exec - refuses a cwd outside the work dir, and one that does not exist in a fresh work dir", async () => {
+    await expect(tool.run({ command: "pwd", cwd: "../etc" }, toolContext())).rejects.toMatchObject({ code: "INVALID_ARGUMENT" });
+    await expect(tool.run({ command: "pwd", cwd: "/etc" }, toolContext())).rejects.toMatchObject({ code: "INVALID_ARGUMENT" });
+    await expect(tool.run({ command: "pwd", cwd: "sub" }, toolContext())).rejects.toThrow(/fresh, empty \/work/);
+    expect((await tool.run({ command: "pwd", cwd: "." }, toolContext())).stdout).toBe("/work\n");
+  });
+
+  it("shell_exec - keeps a per-agent work dir under work_root across calls, apart from other agents", async () => {
+    await using root = await tempDir("shell-work");
+    await chmod(root.path, 0o711);
+    const t = createShellTool(shellConfigFrom({ work_root: join(root.path, "work") }, "tools.shell"), silent);
+    const a = toolContext({ agentId: "agent-a" });
+    expect((await t.run({ command: "mkdir -p notes && echo first > notes/a.txt" }, a)).exitCode).toBe(0);
+    const again = await t.run({ command: "cat a.txt; pwd", cwd: "notes" }, a);
+    expect(again.stdout).toBe("first\n/work/notes\n");
+    const host = join(root.path, "work", "agent-a", "notes", "a.txt");
+    expect(await readFile(host, "utf8")).toBe("first\n");
+    expect((await stat(host)).uid).toBe(SANDBOX_UID);
+    const other = await t.run({ command: "ls -A /work | wc -l" }, toolContext({ agentId: "agent-b" }));
+    expect(other.stdout.trim()).toBe("0");
+  });
+
+  it("shell_exec - reports a work_root the sandbox user cannot reach as SHELL_WORK_DIR", async () => {
+    if (!isRoot) return expect(isRoot).toBe(false);
+    await using root = await tempDir("shell-private");
+    await chmod(root.path, 0o700);
+    await chown(root.path, 0, 0);
+    const t = createShellTool(shellConfigFrom({ work_root: join(root.path, "work") }, "tools.shell"), silent);
+    await expect(t.run({ command: "true" }, toolContext())).rejects.toMatchObject({
+      code: ShellErrorCode.SHELL_WORK_DIR,
+      message: expect.stringContaining("chmod o+x"),
+    });
+  });
+});
+
+describe("shell_exec without a usable sandbox", () => {
+  it("shell_exec - refuses every call with SHELL_SANDBOX_UNAVAILABLE when bwrap is missing", async () => {
+    const t = createShellTool(shellConfigFrom({ bwrap_path: "/nonexistent/bwrap" }, "tools.shell"), silent);
+    const status = await t.ready();
+    expect(status).toMatchObject({ sandbox: "bwrap", ok: false, reason: expect.stringContaining("/nonexistent/bwrap") });
+    const err = await t.run({ command: "echo hi" }, toolContext()).catch((e: unknown) => e);
+    expect(err).toMatchObject({ code: ShellErrorCode.SHELL_SANDBOX_UNAVAILABLE, retryable: false });
+    expect((err as Error).message).toContain("apt-get install bubblewrap");
+    expect((err as Error).message).toContain('sandbox = "none"');
+  });
+
+  it("shell_exec - refuses when bwrap cannot create namespaces, naming bwrap's reason", async () => {
+    await using dir = await tempDir("fake-bwrap");
+    await chmod(dir.path, 0o755);
+    const fake = join(dir.path, "bwrap");
+    await writeFile(fake, "#!/bin/sh\necho 'bwrap: No permissions to creating new namespace' >&2\nexit 1\n", { mode: 0o755 });
+    const t = createShellTool(shellConfigFrom({ bwrap_path: fake }, "tools.shell"), silent);
+    expect(await t.ready()).toMatchObject({ ok: false, reason: expect.stringContaining("No permissions to creating new namespace") });
+    await expect(t.run({ command: "echo hi" }, toolContext())).rejects.toMatchObject({ code: ShellErrorCode.SHELL_SANDBOX_UNAVAILABLE });
+  });
+
+  it('shell_exec - sandbox = "none" must be written explicitly, and then runs unconfined on the host', async () => {
+    expect(shellConfigFrom(undefined, "tools.shell").sandbox).toBe("bwrap");
+    expect(shellConfigFrom({}, "tools.shell").sandbox).toBe("bwrap");
+    await using dir = await tempDir("shell-none");
+    const hostFile = join(dir.path, "visible.txt");
+    await writeFile(hostFile, "on the host");
+    const t = createShellTool(shellConfigFrom({ sandbox: "none" }, "tools.shell"), silent);
+    expect(await t.ready()).toEqual({ sandbox: "none", ok: true });
+    const r = await t.run({ command: `cat ${hostFile}; echo; pwd` }, toolContext());
+    expect(r.stdout.split("\n")[0]).toBe("on the host");
+    expect(r.stdout.split("\n")[1]).toMatch(/kova-shell-/);
+  });
+});
