@@ -1,6 +1,5 @@
 import { spawn } from "node:child_process";
 import { createHash, randomBytes } from "node:crypto";
-import { readFileSync } from "node:fs";
 import { chmod, chown, mkdir, readdir, readFile, stat, writeFile } from "node:fs/promises";
 import { createServer, type Server } from "node:net";
 import { networkInterfaces, tmpdir } from "node:os";
@@ -11,6 +10,8 @@ import { createLogger } from "../../src/core/logger.js";
 import { isKovaError } from "../../src/core/errors.js";
 import { createShellTool, shellConfigFrom, type ShellResult } from "../../src/tools/builtin/shell.js";
 import { ShellErrorCode } from "../../src/tools/builtin/shell-errors.js";
+import { poll } from "../fixtures/poll.js";
+import { loadCorpus } from "../fixtures/security/corpus.js";
 import { tempDir, toolContext } from "../fixtures/tool-call-context.js";
 
 const silent = createLogger({ level: "silent" });
@@ -82,17 +83,6 @@ async function treeHash(dir: string): Promise<string> {
   return h.digest("hex");
 }
 
-function loadCorpus(): Array<{ name: string; command: string }> {
-  const text = readFileSync(join(import.meta.dirname, "../fixtures/security/shell-escapes.txt"), "utf8");
-  return text
-    .split("\n")
-    .filter((l) => l.trim() !== "" && !l.startsWith("#"))
-    .map((l) => {
-      const at = l.indexOf(" | ");
-      return { name: l.slice(0, at).trim(), command: l.slice(at + 3).trim() };
-    });
-}
-
 /** A non-loopback IPv4 address of this host, where a second canary listens (falls back to loopback). */
 function hostAddress(): string {
   for (const list of Object.values(networkInterfaces())) {
@@ -137,7 +127,7 @@ describe("shell_exec security corpus", () => {
     const tool = createShellTool(config, silent);
     expect(await tool.ready()).toEqual({ sandbox: "bwrap", ok: true });
 
-    const corpus = loadCorpus();
+    const corpus = loadCorpus("shell-escapes.txt");
     const violations: string[] = [];
     const report: string[] = [];
     try {
@@ -158,7 +148,7 @@ describe("shell_exec security corpus", () => {
             .replaceAll("{host_tmp}", tmpdir())
             .replaceAll("{outside_dir}", outsideDir);
         // The marker in the command line marks every shell the entry forks, for the survivor scan.
-        const command = `: ${marker}; ${fill(entry.command)}`;
+        const command = `: ${marker}; ${fill(entry.text)}`;
         const fail = (what: string) => violations.push(`${entry.name}: ${what}`);
         const t0 = performance.now();
         let result: ShellResult | undefined;
@@ -286,9 +276,7 @@ describe("shell_exec", () => {
     const ac = new AbortController();
     const running = tool.run({ command: "sleep 7272.5" }, toolContext({ signal: ac.signal }));
     // Abort once the sandboxed sleep is visibly running: a positive signal, not a guess.
-    await expect
-      .poll(async () => (await processesWith(["7272.5"])).length, { timeout: 5000, interval: 20 })
-      .toBeGreaterThan(0);
+    await poll(async () => (await processesWith(["7272.5"])).length > 0, { timeoutMs: 5000, what: "the sandboxed sleep to start" });
     ac.abort();
     await expect(running).rejects.toMatchObject({ code: ShellErrorCode.SHELL_ABORTED });
     expect(await processesWith(["7272.5"])).toEqual([]);

@@ -1,0 +1,105 @@
+import { defineErrorCodes, KovaError, type KovaErrorOptions } from "../../core/errors.js";
+
+/** db_query's failures (prefix DB_, defined next to the tool so other built-ins add theirs apart). */
+export const DbErrorCode = defineErrorCodes("tools", {
+  DB_NOT_A_QUERY: "DB_NOT_A_QUERY",
+  DB_MULTIPLE_STATEMENTS: "DB_MULTIPLE_STATEMENTS",
+  DB_QUERY_FAILED: "DB_QUERY_FAILED",
+  DB_STATEMENT_TIMEOUT: "DB_STATEMENT_TIMEOUT",
+  DB_UNAVAILABLE: "DB_UNAVAILABLE",
+  DB_PRIVILEGED_LOGIN: "DB_PRIVILEGED_LOGIN",
+  DB_ABORTED: "DB_ABORTED",
+});
+
+/** Refused before sending: the text is not one read query (SELECT, WITH … SELECT, VALUES, TABLE). */
+export class DbNotAQueryError extends KovaError {
+  constructor(keyword: string | undefined) {
+    super(
+      DbErrorCode.DB_NOT_A_QUERY,
+      `db_query runs one read-only query: SELECT, WITH … SELECT, VALUES or TABLE; ${keyword === undefined ? "no statement was given" : `${keyword.toUpperCase()} is not one`}. Nothing was sent to the database`,
+      { data: { keyword } },
+    );
+  }
+}
+
+/** Refused before sending: more than one statement in the text. */
+export class DbMultipleStatementsError extends KovaError {
+  constructor(statements: number) {
+    super(
+      DbErrorCode.DB_MULTIPLE_STATEMENTS,
+      `db_query runs exactly one statement; the text holds ${statements}. Send one query per call (without ';' between statements). Nothing was sent to the database`,
+      { data: { statements } },
+    );
+  }
+}
+
+/** What PostgreSQL said about a failed query, for the model to correct it. */
+export interface PgErrorFields {
+  sqlstate: string;
+  message: string;
+  detail?: string;
+  hint?: string;
+  /** 1-based character position in the query text the model sent. */
+  position?: number;
+}
+
+/**
+ * SQLSTATE classes worth a retry: 08 connection, 40 transaction rollback (serialization,
+ * deadlock), 53 insufficient resources, 57P0x server shutting down.
+ */
+const RETRYABLE = /^(08|40|53|57P0)/;
+
+/** PostgreSQL refused or failed the query; `data` carries SQLSTATE, message, detail, hint and position. */
+export class DbQueryError extends KovaError {
+  constructor(readonly pg: PgErrorFields, options: KovaErrorOptions = {}) {
+    const extra = [pg.detail && `detail: ${pg.detail}`, pg.hint && `hint: ${pg.hint}`, pg.position && `at character ${pg.position}`]
+      .filter(Boolean)
+      .join("; ");
+    super(DbErrorCode.DB_QUERY_FAILED, `PostgreSQL error ${pg.sqlstate}: ${pg.message}${extra ? ` (${extra})` : ""}`, {
+      retryable: RETRYABLE.test(pg.sqlstate),
+      ...options,
+      data: pg,
+    });
+  }
+}
+
+/** The query ran past statement_timeout_ms and PostgreSQL cancelled it. */
+export class DbStatementTimeoutError extends KovaError {
+  constructor(timeoutMs: number, options: KovaErrorOptions = {}) {
+    super(
+      DbErrorCode.DB_STATEMENT_TIMEOUT,
+      `the query ran longer than ${timeoutMs} ms and was cancelled; narrow it (a WHERE clause, an index, a LIMIT) and try again`,
+      { ...options, data: { sqlstate: "57014", timeoutMs } },
+    );
+  }
+}
+
+/** The call's signal fired (interrupt, kill, lease loss): the query was cancelled on the server and has no result. */
+export class DbAbortedError extends KovaError {
+  constructor(options: KovaErrorOptions = {}) {
+    super(DbErrorCode.DB_ABORTED, "db_query was aborted; the query was cancelled on the server", options);
+  }
+}
+
+/** The database cannot be reached (connect failure, pool exhausted, connection lost). */
+export class DbUnavailableError extends KovaError {
+  constructor(reason: string, options: KovaErrorOptions = {}) {
+    super(DbErrorCode.DB_UNAVAILABLE, `db_query cannot reach PostgreSQL: ${reason}`, { retryable: true, ...options, data: { reason } });
+  }
+}
+
+/**
+ * The login role can act outside the database even in a read-only transaction (a superuser
+ * runs COPY … TO PROGRAM and ends other sessions; a member of pg_execute_server_program,
+ * pg_read_server_files, pg_write_server_files or pg_signal_backend does part of that), and
+ * SET ROLE cannot narrow it: a query undoes it with set_config('role', …).
+ */
+export class DbPrivilegedLoginError extends KovaError {
+  constructor(login: string, powers: string[]) {
+    super(
+      DbErrorCode.DB_PRIVILEGED_LOGIN,
+      `db_query refuses to run as ${login} (${powers.join(", ")}): a query could reach the server's files, programs or other sessions even in a read-only transaction, and a configured role does not stop it because set_config('role', …) undoes SET ROLE. Connect as a role without these rights (CREATE ROLE kova_reader LOGIN; GRANT SELECT ON … TO kova_reader), or set [tools.db] allow_privileged_login = true if you knowingly accept it`,
+      { data: { login, powers } },
+    );
+  }
+}

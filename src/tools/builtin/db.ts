@@ -1,0 +1,322 @@
+import type { FieldDef, Pool, PoolClient, QueryArrayConfig } from "pg";
+import { InvalidArgumentError, type KovaError } from "../../core/errors.js";
+import type { Logger } from "../../core/logger.js";
+import type { Tool, ToolContext } from "../types.js";
+import type { DbConfig } from "./db-config.js";
+import {
+  DbAbortedError,
+  DbMultipleStatementsError,
+  DbNotAQueryError,
+  DbPrivilegedLoginError,
+  DbQueryError,
+  DbStatementTimeoutError,
+  DbUnavailableError,
+} from "./db-errors.js";
+import { inspectSql } from "./db-sql.js";
+
+export { dbConfigFrom, type DbConfig } from "./db-config.js";
+
+type Scalar = string | number | boolean | null;
+
+/** db_query's arguments as the model writes them. */
+export interface DbArgs {
+  sql: string;
+  /** Bound to $1, $2, … in order; never spliced into the text. */
+  params?: Array<Scalar | Scalar[]>;
+}
+
+export interface DbResult {
+  columns: Array<{ name: string; type: string }>;
+  /** One array per row, in column order (names may repeat, so not objects). */
+  rows: unknown[][];
+  rowCount: number;
+  /** The query had more than max_rows rows; only the first max_rows are here. */
+  truncated: boolean;
+  durationMs: number;
+}
+
+/** The db_query tool; `close()` ends its connection pool. */
+export interface DbTool extends Tool<DbArgs, DbResult>, AsyncDisposable {
+  run(args: DbArgs, ctx: ToolContext): Promise<DbResult>;
+  close(): Promise<void>;
+}
+
+const QUERY_KEYWORDS = new Set(["select", "with", "values", "table"]);
+const MAX_SQL_CHARS = 100_000;
+const MAX_PARAMS = 1000;
+const CURSOR_PREFIX = "DECLARE kova_query NO SCROLL CURSOR FOR ";
+/** How much longer than statement_timeout the client waits before it gives the connection up. */
+const CLIENT_GRACE_MS = 5000;
+
+/**
+ * Values the model can use directly keep their JSON type (booleans, 2- and 4-byte
+ * integers, finite floats, json/jsonb); everything else stays PostgreSQL's text form, so
+ * bigint and numeric keep their digits and timestamps are not shifted into a JS Date.
+ */
+const PARSERS: Record<number, (text: string) => unknown> = {
+  16: (v) => v === "t",
+  21: Number,
+  23: Number,
+  26: Number,
+  700: finiteOrText,
+  701: finiteOrText,
+  114: (v) => JSON.parse(v),
+  3802: (v) => JSON.parse(v),
+};
+const TYPES = { getTypeParser: ((oid: number) => PARSERS[oid] ?? ((v: string) => v)) as never };
+
+/**
+ * Creates `db_query`: one read-only query per call against PostgreSQL. Each call:
+ * refuses anything but a single SELECT / WITH / VALUES / TABLE before sending; then, on a
+ * pooled connection, `BEGIN READ ONLY`, statement and idle timeouts and the optional
+ * role as transaction-local settings, the query as a cursor (`DECLARE … CURSOR FOR`,
+ * which PostgreSQL itself only accepts for a SELECT or VALUES without data-modifying
+ * CTEs) through the extended protocol with bind parameters, `FETCH max_rows + 1`, and
+ * always `ROLLBACK; DISCARD ALL` so no session state (advisory locks, settings) reaches
+ * the next call. Before the first query the login role is checked: a superuser or a
+ * member of pg_execute_server_program / pg_read_server_files / pg_write_server_files /
+ * pg_signal_backend is refused unless `allow_privileged_login` is set, because a read-only
+ * transaction does not stop those powers and set_config('role', …) undoes a role.
+ * `pg` is imported on first use. Idempotent: it never writes.
+ */
+export function createDbTool(config: DbConfig, logger: Logger): DbTool {
+  const log = logger.child({ component: "tools.db" });
+  let pool: Promise<{ pool: Pool; pg: typeof import("pg").default }> | undefined;
+  let login: Promise<void> | undefined;
+  let closed = false;
+
+  const getPool = () => {
+    pool ??= import("pg").then(({ default: pg }) => {
+      const p = new pg.Pool({
+        connectionString: config.url,
+        max: config.poolSize,
+        connectionTimeoutMillis: config.connectTimeoutMs,
+        idleTimeoutMillis: 30_000,
+        query_timeout: config.statementTimeoutMs + CLIENT_GRACE_MS,
+        application_name: "kova-db_query",
+        allowExitOnIdle: true,
+      });
+      // An idle pooled connection that the server drops emits here; unhandled, it would end the node.
+      p.on("error", (err) => log.warn({ err: err.message }, "db_query: idle connection failed"));
+      return { pool: p, pg };
+    });
+    return pool;
+  };
+
+  const checkLogin = (p: Pool): Promise<void> => {
+    if (config.allowPrivilegedLogin) return Promise.resolve();
+    login ??= loginPowers(p).then(
+      ({ name, powers }) => {
+        if (powers.length > 0) throw new DbPrivilegedLoginError(name, powers);
+        log.info({ login: name, role: config.role }, "db_query login checked: no server-side powers");
+      },
+      (err: unknown) => {
+        login = undefined; // a connection failure is worth another try on the next call
+        throw new DbUnavailableError(errorText(err), { cause: err });
+      },
+    );
+    return login;
+  };
+
+  const run = async (args: DbArgs, ctx: ToolContext): Promise<DbResult> => {
+    if (closed) throw new DbUnavailableError("the tool was closed");
+    const sql = sqlArg(args.sql);
+    const params = paramsArg(args.params);
+    const shape = inspectSql(sql);
+    if (shape.statements > 1) throw new DbMultipleStatementsError(shape.statements);
+    if (shape.statements === 0 || !QUERY_KEYWORDS.has(shape.firstKeyword ?? "")) throw new DbNotAQueryError(shape.firstKeyword);
+
+    const { pool: p, pg } = await getPool();
+    await checkLogin(p);
+    const started = performance.now();
+    let client: PoolClient;
+    try {
+      client = await p.connect();
+    } catch (err) {
+      throw new DbUnavailableError(errorText(err), { cause: err });
+    }
+    let broken = false;
+    let backendPid: number | undefined;
+    const onAbort = () => {
+      // A backend does not notice a closed socket while it computes, so cancel the query the
+      // way psql does; the connection itself stays usable and goes back to the pool.
+      if (backendPid !== undefined) void cancelBackend(pg, config, backendPid, log);
+    };
+    ctx.signal.addEventListener("abort", onAbort, { once: true });
+    try {
+      if (ctx.signal.aborted) throw new DbAbortedError();
+      const settings = [
+        `set_config('statement_timeout', '${config.statementTimeoutMs}', true)`,
+        `set_config('idle_in_transaction_session_timeout', '${config.statementTimeoutMs + CLIENT_GRACE_MS}', true)`,
+        "pg_backend_pid() AS pid",
+      ];
+      if (config.role !== undefined) settings.push(`set_config('role', ${pg.escapeLiteral(config.role)}, true)`);
+      // Our own text only (numbers and a validated role name), so the simple protocol may carry both.
+      const begun = (await client.query(`BEGIN READ ONLY; SELECT ${settings.join(", ")}`)) as unknown as Array<{ rows: Array<{ pid: number }> }>;
+      backendPid = begun[1]?.rows[0]?.pid;
+      if (ctx.signal.aborted) throw new DbAbortedError();
+      await client.query(extended({ text: CURSOR_PREFIX + shape.body, values: params }));
+      const fetched = await client.query(extended({ text: `FETCH FORWARD ${config.maxRows + 1} FROM kova_query`, rowMode: "array", types: TYPES }));
+      const truncated = fetched.rows.length > config.maxRows;
+      const rows = truncated ? fetched.rows.slice(0, config.maxRows) : fetched.rows;
+      const result: DbResult = {
+        columns: fetched.fields.map((f: FieldDef) => ({ name: f.name, type: typeName(pg, f.dataTypeID) })),
+        rows,
+        rowCount: rows.length,
+        truncated,
+        durationMs: Math.round(performance.now() - started),
+      };
+      log.debug({ agentId: ctx.agentId, callId: ctx.callId, rows: rows.length, truncated, durationMs: result.durationMs }, "db_query done");
+      return result;
+    } catch (err) {
+      if (!(err instanceof pg.DatabaseError)) broken = true;
+      if (ctx.signal.aborted) throw new DbAbortedError({ cause: err });
+      throw queryError(err, pg, config.statementTimeoutMs);
+    } finally {
+      ctx.signal.removeEventListener("abort", onAbort);
+      if (!broken) {
+        try {
+          // Two round trips: in one simple query the pair would run as an implicit transaction, which DISCARD ALL refuses.
+          await client.query("ROLLBACK");
+          await client.query("DISCARD ALL");
+        } catch {
+          broken = true;
+        }
+      }
+      // A connection whose state we cannot vouch for is closed, never handed to the next call.
+      client.release(broken);
+    }
+  };
+
+  const close = async () => {
+    closed = true;
+    const p = pool;
+    pool = undefined;
+    if (p) await (await p).pool.end();
+  };
+
+  return {
+    name: "db_query",
+    description: [
+      "Runs one read-only SQL query (SELECT, WITH … SELECT, VALUES or TABLE) against PostgreSQL and returns columns and rows.",
+      "Pass values as params and refer to them as $1, $2, …; never put values into the SQL text.",
+      `At most ${config.maxRows} rows are returned (truncated says when there were more); a query is cancelled after ${config.statementTimeoutMs} ms.`,
+      "Errors come back with the PostgreSQL SQLSTATE, message, hint and character position.",
+    ].join(" "),
+    parameters: {
+      type: "object",
+      properties: {
+        sql: { type: "string", minLength: 1, maxLength: MAX_SQL_CHARS, description: "One query; parameters as $1, $2, …" },
+        params: {
+          type: "array",
+          maxItems: MAX_PARAMS,
+          description: "Values for $1, $2, … in order.",
+          items: {
+            anyOf: [
+              { type: ["string", "number", "boolean", "null"] },
+              { type: "array", items: { type: ["string", "number", "boolean", "null"] } },
+            ],
+          },
+        },
+      },
+      required: ["sql"],
+      additionalProperties: false,
+    },
+    idempotent: true,
+    run,
+    close,
+    [Symbol.asyncDispose]: close,
+  };
+}
+
+/** Cancels a running query from a short-lived second connection (any role may cancel its own backends). */
+async function cancelBackend(pg: typeof import("pg").default, config: DbConfig, pid: number, log: Logger): Promise<void> {
+  const c = new pg.Client({ connectionString: config.url, connectionTimeoutMillis: config.connectTimeoutMs, application_name: "kova-db_query-cancel" });
+  try {
+    await c.connect();
+    await c.query("SELECT pg_cancel_backend($1)", [pid]);
+  } catch (err) {
+    log.warn({ err: errorText(err), pid }, "db_query: could not cancel an aborted query; statement_timeout will end it");
+  } finally {
+    await c.end().catch(() => {});
+  }
+}
+
+/** The login role's name and the powers that reach beyond the database. */
+async function loginPowers(pool: Pool): Promise<{ name: string; powers: string[] }> {
+  const r = await pool.query<{ name: string; rolsuper: boolean; members: string[] }>(`
+    SELECT s.rolname AS name, s.rolsuper,
+           coalesce(array_agg(g.rolname::text) FILTER (WHERE g.rolname IS NOT NULL), '{}') AS members
+      FROM pg_roles s
+      LEFT JOIN pg_roles g
+        ON g.rolname IN ('pg_execute_server_program', 'pg_read_server_files', 'pg_write_server_files', 'pg_signal_backend')
+       AND pg_has_role(s.oid, g.oid, 'MEMBER')
+     WHERE s.rolname = session_user
+     GROUP BY s.rolname, s.rolsuper`);
+  const row = r.rows[0]!;
+  return { name: row.name, powers: [...(row.rolsuper ? ["superuser"] : []), ...row.members.map((m) => `member of ${m}`)] };
+}
+
+function extended<T extends object>(config: T): T & QueryArrayConfig {
+  // Always the extended protocol, also without parameters: it refuses a second statement.
+  return { queryMode: "extended", ...config } as unknown as T & QueryArrayConfig;
+}
+
+function queryError(err: unknown, pg: typeof import("pg").default, timeoutMs: number): KovaError {
+  if (err instanceof pg.DatabaseError) {
+    if (err.code === "57014" && /statement timeout/.test(err.message)) return new DbStatementTimeoutError(timeoutMs, { cause: err });
+    const position = err.position === undefined ? undefined : Number(err.position) - CURSOR_PREFIX.length;
+    return new DbQueryError(
+      {
+        sqlstate: err.code ?? "XX000",
+        message: err.message,
+        ...(err.detail ? { detail: err.detail } : {}),
+        ...(err.hint ? { hint: err.hint } : {}),
+        ...(position !== undefined && position > 0 ? { position } : {}),
+      },
+      { cause: err },
+    );
+  }
+  return new DbUnavailableError(errorText(err), { cause: err });
+}
+
+function sqlArg(sql: unknown): string {
+  if (typeof sql !== "string" || sql.trim() === "") throw new InvalidArgumentError("sql", "must be a non-empty string holding one query");
+  if (sql.length > MAX_SQL_CHARS) throw new InvalidArgumentError("sql", `is ${sql.length} characters; the limit is ${MAX_SQL_CHARS}`);
+  if (sql.includes("\0")) throw new InvalidArgumentError("sql", "must not contain a NUL character");
+  return sql;
+}
+
+function paramsArg(params: unknown): Array<Scalar | Scalar[]> {
+  if (params === undefined) return [];
+  if (!Array.isArray(params)) throw new InvalidArgumentError("params", "must be an array of values for $1, $2, …");
+  if (params.length > MAX_PARAMS) throw new InvalidArgumentError("params", `has ${params.length} values; the limit is ${MAX_PARAMS}`);
+  params.forEach((v, i) => {
+    const ok = isScalar(v) || (Array.isArray(v) && v.every(isScalar));
+    if (!ok) throw new InvalidArgumentError(`params[${i}]`, "must be a string, number, boolean, null or an array of those (pass JSON as a string and cast it: $1::jsonb)");
+    if ((typeof v === "string" && v.includes("\0")) || (Array.isArray(v) && v.some((x) => typeof x === "string" && x.includes("\0")))) {
+      throw new InvalidArgumentError(`params[${i}]`, "must not contain a NUL character");
+    }
+  });
+  return params as Array<Scalar | Scalar[]>;
+}
+
+function isScalar(v: unknown): v is Scalar {
+  return v === null || typeof v === "string" || typeof v === "boolean" || (typeof v === "number" && Number.isFinite(v));
+}
+
+function finiteOrText(v: string): number | string {
+  const n = Number(v);
+  return Number.isFinite(n) ? n : v;
+}
+
+let typeNames: Map<number, string> | undefined;
+function typeName(pg: typeof import("pg").default, oid: number): string {
+  typeNames ??= new Map(Object.entries(pg.types.builtins).map(([name, id]) => [id as number, name.toLowerCase()]));
+  return typeNames.get(oid) ?? `oid:${oid}`;
+}
+
+function errorText(err: unknown): string {
+  const e = err as NodeJS.ErrnoException;
+  return e?.code ? `${e.code} ${e.message}` : err instanceof Error ? err.message : String(err);
+}

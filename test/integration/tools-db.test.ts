@@ -1,0 +1,290 @@
+import { randomBytes } from "node:crypto";
+import { chmod, stat } from "node:fs/promises";
+import { createServer } from "node:net";
+import { join } from "node:path";
+import pg from "pg";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { isKovaError } from "../../src/core/errors.js";
+import { createLogger } from "../../src/core/logger.js";
+import { createDbTool, dbConfigFrom, type DbTool } from "../../src/tools/builtin/db.js";
+import { DbErrorCode } from "../../src/tools/builtin/db-errors.js";
+import { poll } from "../fixtures/poll.js";
+import { loadCorpus } from "../fixtures/security/corpus.js";
+import { tempDir, toolContext } from "../fixtures/tool-call-context.js";
+
+const silent = createLogger({ level: "silent" });
+const ADMIN_URL = "postgres://postgres@127.0.0.1:5432/test";
+
+/**
+ * A schema with a table, a sequence and SECURITY DEFINER writers, plus two roles: a login
+ * that holds write grants on all of it, and a NOLOGIN reader with SELECT only that the login
+ * may SET ROLE to. Everything is dropped on dispose.
+ */
+async function pgFixture() {
+  const sfx = randomBytes(4).toString("hex");
+  const names = { schema: `kova_t_${sfx}`, table: "items", seq: "items_seq", writer: `kova_rw_${sfx}`, reader: `kova_ro_${sfx}` };
+  const admin = new pg.Client({ connectionString: ADMIN_URL });
+  await admin.connect();
+  const { schema, table, seq, writer, reader } = names;
+  await admin.query(`
+    CREATE SCHEMA ${schema};
+    CREATE TABLE ${schema}.${table} (id int PRIMARY KEY, name text NOT NULL, born timestamp, big bigint, price numeric, doc jsonb, ok boolean);
+    INSERT INTO ${schema}.${table} VALUES
+      (1, 'one', '2024-01-02 03:04:05', 9007199254740993, 1.10, '{"a": 1}', true),
+      (2, 'two', NULL, NULL, NULL, NULL, false),
+      (3, 'three', NULL, NULL, NULL, NULL, NULL);
+    CREATE SEQUENCE ${schema}.${seq};
+    CREATE FUNCTION ${schema}.kova_writer() RETURNS int LANGUAGE plpgsql SECURITY DEFINER AS $$ BEGIN DELETE FROM ${schema}.${table}; RETURN 1; END $$;
+    CREATE PROCEDURE ${schema}.kova_writer_proc() LANGUAGE plpgsql SECURITY DEFINER AS $$ BEGIN DELETE FROM ${schema}.${table}; END $$;
+    CREATE ROLE ${writer} LOGIN;
+    CREATE ROLE ${reader} NOLOGIN;
+    GRANT ${reader} TO ${writer};
+    GRANT USAGE, CREATE ON SCHEMA ${schema} TO ${writer};
+    GRANT SELECT, INSERT, UPDATE, DELETE, TRUNCATE, REFERENCES, TRIGGER ON ${schema}.${table} TO ${writer};
+    GRANT USAGE, SELECT, UPDATE ON SEQUENCE ${schema}.${seq} TO ${writer};
+    GRANT EXECUTE ON FUNCTION ${schema}.kova_writer() TO ${writer};
+    GRANT EXECUTE ON PROCEDURE ${schema}.kova_writer_proc() TO ${writer};
+    GRANT USAGE ON SCHEMA ${schema} TO ${reader};
+    GRANT SELECT ON ${schema}.${table} TO ${reader};`);
+  const dblink = (await admin.query("SELECT 1 FROM pg_available_extensions WHERE name = 'dblink'")).rowCount === 1;
+  if (dblink) await admin.query(`CREATE EXTENSION dblink SCHEMA ${schema}; GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA ${schema} TO ${writer}`);
+  return {
+    ...names,
+    admin,
+    dblink,
+    writerUrl: `postgres://${writer}@127.0.0.1:5432/test`,
+    async [Symbol.asyncDispose]() {
+      await admin.query(`DROP SCHEMA ${schema} CASCADE`);
+      for (const role of [writer, reader]) await admin.query(`DROP OWNED BY ${role} CASCADE; DROP ROLE ${role}`);
+      await admin.end();
+    },
+  };
+}
+type PgFixture = Awaited<ReturnType<typeof pgFixture>>;
+
+function dbTool(url: string, table: Record<string, unknown> = {}): DbTool {
+  return createDbTool(dbConfigFrom({ url_env: "KOVA_TEST_DB_URL", ...table }, "tools.db", { KOVA_TEST_DB_URL: url }), silent);
+}
+
+/** Everything a write could change, read through the superuser connection. */
+async function snapshot(f: PgFixture): Promise<string> {
+  const { schema, table, seq } = f;
+  try {
+    const r = await f.admin.query(
+      `SELECT
+         (SELECT md5(coalesce(string_agg(id || ':' || name, ',' ORDER BY id), '')) FROM ${schema}.${table}) AS rows,
+         (SELECT string_agg(column_name, ',' ORDER BY ordinal_position) FROM information_schema.columns WHERE table_schema = $1 AND table_name = $2) AS cols,
+         (SELECT string_agg(relname, ',' ORDER BY relname) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE nspname = $1) AS rels,
+         (SELECT relacl::text FROM pg_class WHERE oid = '${schema}.${table}'::regclass) AS acl,
+         (SELECT last_value || '/' || is_called FROM ${schema}.${seq}) AS seq,
+         (SELECT count(*) FROM pg_largeobject_metadata) AS large_objects`,
+      [schema, table],
+    );
+    return JSON.stringify(r.rows[0]);
+  } catch (err) {
+    return `snapshot failed: ${(err as Error).message}`;
+  }
+}
+
+describe("db_query write corpus", () => {
+  it("db_query - every write in the corpus is refused or contained, checked by its effect", { timeout: 120_000 }, async () => {
+    await using f = await pgFixture();
+    await using files = await tempDir("db-canary");
+    // World-writable, so only PostgreSQL's own refusal can keep the server from writing here.
+    await chmod(files.path, 0o777);
+    const canaryFile = join(files.path, "pwned");
+    const canary = new pg.Client({ connectionString: ADMIN_URL });
+    await canary.connect();
+    const canaryPid = (await canary.query("SELECT pg_backend_pid() AS pid")).rows[0].pid as number;
+    let canarySettled = false;
+    const canarySleep = canary.query("SELECT pg_sleep(3600)").then(
+      () => void (canarySettled = true),
+      () => void (canarySettled = true),
+    );
+    const corpus = loadCorpus("sql-writes.txt");
+    const fill = (sql: string) =>
+      sql
+        .replaceAll("{schema}", f.schema)
+        .replaceAll("{table}", f.table)
+        .replaceAll("{seq}", f.seq)
+        .replaceAll("{canary_pid}", String(canaryPid))
+        .replaceAll("{canary_file}", canaryFile)
+        .replaceAll("{writer_fn}", "kova_writer")
+        .replaceAll("{writer_proc}", "kova_writer_proc");
+    const before = await snapshot(f);
+    const violations: string[] = [];
+    const report: string[] = [];
+    try {
+      // Pass A leans on the read-only transaction and the one-query rule alone (the login may
+      // write); pass B adds a role without write grants.
+      for (const pass of [
+        { label: "login with write grants", role: undefined, expectUser: f.writer },
+        { label: `and role ${f.reader}`, role: f.reader, expectUser: f.reader },
+      ]) {
+        // One connection, so whatever an entry leaves in the session meets the next call.
+        await using tool = dbTool(f.writerUrl, { pool_size: 1, statement_timeout_ms: 3000, ...(pass.role ? { role: pass.role } : {}) });
+        report.push(`-- pass: ${pass.label}`);
+        for (const entry of corpus) {
+          const sql = fill(entry.text);
+          const fail = (what: string) => violations.push(`${pass.label} / ${entry.name}: ${what}`);
+          let outcome: string;
+          let output = "";
+          try {
+            const r = await tool.run({ sql }, toolContext());
+            output = JSON.stringify(r.rows);
+            outcome = `ran: ${r.rowCount} row(s) ${output.slice(0, 60)}`;
+          } catch (err) {
+            outcome = `refused: ${isKovaError(err) ? `${err.code}${(err.data as { sqlstate?: string })?.sqlstate ? ` ${(err.data as { sqlstate: string }).sqlstate}` : ""}` : "error"} ${(err as Error).message.slice(0, 100)}`;
+          }
+          const after = await snapshot(f);
+          if (after !== before) fail(`the database changed: ${after}`);
+          if (await stat(canaryFile).then(() => true, () => false)) fail("the server wrote the canary file");
+          if (canarySettled) fail("the canary session's query was cancelled or its session ended");
+          const alive = await f.admin.query("SELECT 1 FROM pg_stat_activity WHERE pid = $1", [canaryPid]);
+          if (alive.rowCount !== 1) fail("the canary backend is gone");
+          const lock = await f.admin.query("SELECT pg_try_advisory_lock(4242) AS got");
+          if (lock.rows[0].got) await f.admin.query("SELECT pg_advisory_unlock(4242)");
+          else fail("an advisory lock outlived the call");
+          if (output.includes("root:")) fail("a server file was read");
+          const next = await tool.run({ sql: "SELECT current_user::text, current_setting('transaction_read_only')" }, toolContext());
+          if (next.rows[0]![0] !== pass.expectUser || next.rows[0]![1] !== "on") fail(`the next call ran as ${JSON.stringify(next.rows[0])}`);
+          report.push(`${violations.some((v) => v.startsWith(`${pass.label} / ${entry.name}:`)) ? "FAIL" : "ok  "} ${entry.name.padEnd(36)} ${outcome}`);
+        }
+      }
+    } finally {
+      await f.admin.query("SELECT pg_terminate_backend($1)", [canaryPid]);
+      await canarySleep;
+      await canary.end().catch(() => {});
+    }
+    console.log(`db_query corpus: ${corpus.length} entries x 2 passes${f.dblink ? "" : " (dblink not installed here)"}\n${report.join("\n")}`);
+    expect(corpus.length).toBeGreaterThanOrEqual(20);
+    expect(violations).toEqual([]);
+  });
+});
+
+describe("db_query", () => {
+  let f: PgFixture;
+  let tool: DbTool;
+  beforeAll(async () => {
+    f = await pgFixture();
+    tool = dbTool(f.writerUrl, { max_rows: 2, statement_timeout_ms: 400 });
+  });
+  afterAll(async () => {
+    await tool?.close();
+    await f?.[Symbol.asyncDispose]();
+  });
+
+  it("db_query - runs a parameterised query and returns typed columns and rows", async () => {
+    const r = await tool.run({ sql: `SELECT id, name, born, big, price, doc, ok FROM ${f.schema}.items WHERE id = $1`, params: [1] }, toolContext());
+    expect(r.columns).toEqual([
+      { name: "id", type: "int4" },
+      { name: "name", type: "text" },
+      { name: "born", type: "timestamp" },
+      { name: "big", type: "int8" },
+      { name: "price", type: "numeric" },
+      { name: "doc", type: "jsonb" },
+      { name: "ok", type: "bool" },
+    ]);
+    expect(r.rows).toEqual([[1, "one", "2024-01-02 03:04:05", "9007199254740993", "1.10", { a: 1 }, true]]);
+    expect(r).toMatchObject({ rowCount: 1, truncated: false });
+    expect(tool.idempotent).toBe(true);
+  });
+
+  it("db_query - caps rows at max_rows and reports truncated", async () => {
+    const over = await tool.run({ sql: "SELECT g FROM generate_series(1, 1000000) g" }, toolContext());
+    expect(over).toMatchObject({ rows: [[1], [2]], rowCount: 2, truncated: true });
+    const exact = await tool.run({ sql: "VALUES (1), (2)" }, toolContext());
+    expect(exact).toMatchObject({ rowCount: 2, truncated: false });
+  });
+
+  it("db_query - binds parameters as values, never as SQL", async () => {
+    const evil = `x'); DELETE FROM ${f.schema}.items; --`;
+    const r = await tool.run({ sql: "SELECT $1::text AS v, $2::int[] AS ids", params: [evil, [1, 2]] }, toolContext());
+    expect(r.rows).toEqual([[evil, "{1,2}"]]);
+    expect((await f.admin.query(`SELECT count(*)::int AS n FROM ${f.schema}.items`)).rows[0].n).toBe(3);
+  });
+
+  it("db_query - a query past statement_timeout_ms fails with DB_STATEMENT_TIMEOUT and the next call works", async () => {
+    const t0 = performance.now();
+    await expect(tool.run({ sql: "SELECT pg_sleep(30)" }, toolContext())).rejects.toMatchObject({ code: DbErrorCode.DB_STATEMENT_TIMEOUT });
+    expect(performance.now() - t0).toBeLessThan(3000);
+    expect((await tool.run({ sql: "SELECT 1" }, toolContext())).rows).toEqual([[1]]);
+  });
+
+  it("db_query - returns PostgreSQL errors with SQLSTATE, message and the position in the model's text", async () => {
+    const err = await tool.run({ sql: "SELECT nope FROM generate_series(1, 2) g" }, toolContext()).catch((e: unknown) => e);
+    expect(err).toMatchObject({ code: DbErrorCode.DB_QUERY_FAILED, retryable: false, data: { sqlstate: "42703", message: 'column "nope" does not exist', position: 8 } });
+    expect((err as Error).message).toContain("42703");
+  });
+
+  it("db_query - refuses several statements and non-queries before connecting", async () => {
+    // Nothing listens on this URL: a refusal that needed the server would fail differently.
+    const offline = dbTool("postgres://nobody@127.0.0.1:1/none");
+    try {
+      await expect(offline.run({ sql: "SELECT 1; SELECT 2" }, toolContext())).rejects.toMatchObject({ code: DbErrorCode.DB_MULTIPLE_STATEMENTS });
+      await expect(offline.run({ sql: "-- hi\nUPDATE t SET x = 1" }, toolContext())).rejects.toMatchObject({ code: DbErrorCode.DB_NOT_A_QUERY, data: { keyword: "update" } });
+      await expect(offline.run({ sql: "  ; " }, toolContext())).rejects.toMatchObject({ code: DbErrorCode.DB_NOT_A_QUERY });
+      await expect(offline.run({ sql: "SELECT 1" }, toolContext())).rejects.toMatchObject({ code: DbErrorCode.DB_UNAVAILABLE, retryable: true });
+    } finally {
+      await offline.close();
+    }
+  });
+
+  it("db_query - reports a server that drops connections as DB_UNAVAILABLE, retryable", async () => {
+    const server = createServer((s) => s.destroy());
+    await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
+    const port = (server.address() as { port: number }).port;
+    const t = dbTool(`postgres://nobody@127.0.0.1:${port}/none`);
+    try {
+      await expect(t.run({ sql: "SELECT 1" }, toolContext())).rejects.toMatchObject({ code: DbErrorCode.DB_UNAVAILABLE, retryable: true });
+    } finally {
+      await t.close();
+      await new Promise((r) => server.close(r));
+    }
+  });
+
+  it("db_query - hands its connection to the next call clean: same backend, no advisory lock, no setting kept", async () => {
+    await using t = dbTool(f.writerUrl, { pool_size: 1 });
+    const pid = (await t.run({ sql: "SELECT pg_backend_pid()" }, toolContext())).rows[0]![0];
+    await t.run({ sql: "SELECT pg_advisory_lock(4343), set_config('search_path', 'pg_catalog', false)" }, toolContext());
+    const next = await t.run({ sql: "SELECT pg_backend_pid(), current_setting('search_path')" }, toolContext());
+    expect(next.rows[0]).toEqual([pid, '"$user", public']);
+    expect((await f.admin.query("SELECT pg_try_advisory_lock(4343) AS got")).rows[0].got).toBe(true);
+    await f.admin.query("SELECT pg_advisory_unlock(4343)");
+  });
+
+  it("db_query - runs every query as the configured role", async () => {
+    await using t = dbTool(f.writerUrl, { role: f.reader });
+    expect((await t.run({ sql: "SELECT current_user::text, session_user::text" }, toolContext())).rows).toEqual([[f.reader, f.writer]]);
+    // The login may use the sequence; the role may not, so the refusal is the role's doing.
+    await expect(t.run({ sql: `SELECT last_value FROM ${f.schema}.items_seq` }, toolContext())).rejects.toMatchObject({ data: { sqlstate: "42501" } });
+  });
+
+  it("db_query - refuses a superuser login unless allow_privileged_login is set, because a query can undo the role", async () => {
+    await using strict = dbTool(ADMIN_URL, { role: f.reader });
+    const err = await strict.run({ sql: "SELECT 1" }, toolContext()).catch((e: unknown) => e);
+    expect(err).toMatchObject({ code: DbErrorCode.DB_PRIVILEGED_LOGIN, data: { login: "postgres", powers: expect.arrayContaining(["superuser"]) } });
+    expect((err as Error).message).toContain("allow_privileged_login");
+    await using lax = dbTool(ADMIN_URL, { role: f.reader, allow_privileged_login: true });
+    expect((await lax.run({ sql: "SELECT current_user::text" }, toolContext())).rows).toEqual([[f.reader]]);
+    // Why the guard exists: inside one SELECT the role is gone again.
+    const undone = await lax.run({ sql: "SELECT set_config('role', 'none', true), current_user::text" }, toolContext());
+    expect(undone.rows[0]![1]).toBe("postgres");
+  });
+
+  it("db_query - an aborted call is cancelled on the server and its connection serves the next call", async () => {
+    await using t = dbTool(f.writerUrl, { pool_size: 1, statement_timeout_ms: 60_000 });
+    const ac = new AbortController();
+    const running = t.run({ sql: "SELECT pg_sleep(30)" }, toolContext({ signal: ac.signal }));
+    const active = () =>
+      f.admin.query<{ pid: number }>("SELECT pid FROM pg_stat_activity WHERE usename = $1 AND state = 'active' AND query LIKE 'FETCH%'", [f.writer]);
+    // Abort once the server is visibly running the query: a positive signal, not a guess.
+    const pid = await poll(async () => (await active()).rows[0]?.pid, { timeoutMs: 10_000, what: "the query to start on the server" });
+    ac.abort();
+    const t0 = performance.now();
+    await expect(running).rejects.toMatchObject({ code: DbErrorCode.DB_ABORTED });
+    expect(performance.now() - t0).toBeLessThan(5000);
+    expect((await active()).rowCount).toBe(0);
+    expect((await t.run({ sql: "SELECT pg_backend_pid()" }, toolContext())).rows).toEqual([[pid]]);
+  });
+});

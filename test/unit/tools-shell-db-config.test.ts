@@ -1,0 +1,82 @@
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { describe, expect, it } from "vitest";
+import { dbConfigFrom } from "../../src/tools/builtin/db-config.js";
+import { shellConfigFrom } from "../../src/tools/builtin/shell-config.js";
+import { configError } from "../fixtures/config-error.js";
+
+describe("[tools.shell] config", () => {
+  it("shell config - defaults to the bwrap sandbox with bounded limits", () => {
+    const c = shellConfigFrom(undefined, "tools.shell", { PATH: "/nonexistent" });
+    expect(c).toMatchObject({ sandbox: "bwrap", bwrapPath: "/usr/bin/bwrap", timeoutMs: 10_000, maxOutputBytes: 65_536, maxProcesses: 64, roBinds: [] });
+    expect(c.memoryBytes).toBe(1024 * 1024 * 1024);
+    expect(c.workRoot).toBeUndefined();
+  });
+
+  it("shell config - reads snake_case keys into camelCase and resolves work_root against the config's directory", () => {
+    const c = shellConfigFrom(
+      { sandbox: "none", timeout_ms: 2000, max_output_bytes: 2048, memory_mb: 256, max_processes: 8, max_file_mb: 2, tmp_size_mb: 4, work_size_mb: 5, work_root: "shell", ro_binds: ["/opt/tools/"] },
+      "tools.shell",
+      {},
+      "/srv/kova",
+    );
+    expect(c).toMatchObject({ sandbox: "none", timeoutMs: 2000, maxOutputBytes: 2048, memoryBytes: 256 * 2 ** 20, maxProcesses: 8, maxFileBytes: 2 * 2 ** 20, tmpBytes: 4 * 2 ** 20, workBytes: 5 * 2 ** 20, workRoot: "/srv/kova/shell", roBinds: ["/opt/tools"] });
+  });
+
+  it("shell config - names the key as written in the file and the fix", () => {
+    expect(configError(() => shellConfigFrom({ sandbox: "docker" }, "tools.shell")).message).toMatch(/^tools\.shell\.sandbox: must be "bwrap".*or "none"/);
+    expect(configError(() => shellConfigFrom({ timeout_ms: 0 }, "tools.shell")).key).toBe("tools.shell.timeout_ms");
+    expect(configError(() => shellConfigFrom({ timeout_ms: "10s" }, "tools.shell")).message).toContain("must be an integer from 100 to 3600000");
+    expect(configError(() => shellConfigFrom({ ro_binds: ["/opt", "relative"] }, "tools.shell")).key).toBe("tools.shell.ro_binds[1]");
+    expect(configError(() => shellConfigFrom({ ro_binds: ["/usr/lib", "/root/.ssh"] }, "tools.shell")).message).toMatch(/ro_binds\[1\]: .*never shown to the sandbox/);
+    expect(configError(() => shellConfigFrom({ work_root: "/etc" }, "tools.shell")).key).toBe("tools.shell.work_root");
+    expect(configError(() => shellConfigFrom({ timeoutms: 5 }, "tools.shell")).message).toBe("tools.shell.timeoutms: unknown key: did you mean tools.shell.timeout_ms?");
+    expect(configError(() => shellConfigFrom({ sandbox: "none", bwrap_path: "/usr/bin/bwrap" }, "tools.shell")).key).toBe("tools.shell.bwrap_path");
+  });
+});
+
+describe("[tools.db] config", () => {
+  const env = { KOVA_DB_URL: "postgres://reader:s3cret@db:5432/app" };
+
+  it("db config - takes the URL from the environment variable url_env names, with defaults", () => {
+    expect(dbConfigFrom({ url_env: "KOVA_DB_URL" }, "tools.db", env)).toEqual({
+      url: env.KOVA_DB_URL,
+      statementTimeoutMs: 5000,
+      maxRows: 1000,
+      poolSize: 2,
+      connectTimeoutMs: 5000,
+      allowPrivilegedLogin: false,
+    });
+    const c = dbConfigFrom({ url_env: "KOVA_DB_URL", role: "kova_ro", statement_timeout_ms: 100, max_rows: 5, pool_size: 1, allow_privileged_login: true }, "tools.db", env);
+    expect(c).toMatchObject({ role: "kova_ro", statementTimeoutMs: 100, maxRows: 5, poolSize: 1, allowPrivilegedLogin: true });
+  });
+
+  it("db config - takes the URL from url_file", () => {
+    const dir = mkdtempSync(join(tmpdir(), "kova-dbcfg-"));
+    try {
+      writeFileSync(join(dir, "url"), "postgresql://r@h/db\n");
+      expect(dbConfigFrom({ url_file: join(dir, "url") }, "tools.db", {}).url).toBe("postgresql://r@h/db");
+      expect(configError(() => dbConfigFrom({ url_file: join(dir, "missing") }, "tools.db", {})).message).toMatch(/^tools\.db\.url_file: cannot read .*ENOENT/);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it("db config - refuses a URL written in the file, a missing variable and a bad role, without quoting the secret", () => {
+    const inline = configError(() => dbConfigFrom({ url: "postgres://u:pw@h/db" }, "tools.db", env));
+    expect(inline.key).toBe("tools.db.url");
+    expect(inline.message).toContain('url_env = "KOVA_DB_URL"');
+    expect(inline.message).not.toContain("pw@");
+    expect(configError(() => dbConfigFrom({}, "tools.db", env)).key).toBe("tools.db.url_env");
+    expect(configError(() => dbConfigFrom({ url_env: "NOPE" }, "tools.db", env)).message).toBe(
+      "tools.db.url_env: environment variable NOPE is not set: export NOPE=<value> before starting the node",
+    );
+    const notPg = configError(() => dbConfigFrom({ url_env: "X" }, "tools.db", { X: "mysql://u:topsecret@h/db" }));
+    expect(notPg.key).toBe("tools.db.url_env");
+    expect(notPg.message).not.toContain("topsecret");
+    expect(configError(() => dbConfigFrom({ url_env: "KOVA_DB_URL", role: "ro; drop" }, "tools.db", env)).key).toBe("tools.db.role");
+    expect(configError(() => dbConfigFrom({ url_env: "KOVA_DB_URL", max_rows: 0 }, "tools.db", env)).key).toBe("tools.db.max_rows");
+    expect(configError(() => dbConfigFrom({ url_env: "KOVA_DB_URL", allow_privileged_login: "yes" }, "tools.db", env)).key).toBe("tools.db.allow_privileged_login");
+  });
+});
