@@ -1,6 +1,6 @@
 import { spawn } from "node:child_process";
 import { createHash, randomBytes } from "node:crypto";
-import { chmod, chown, mkdir, readdir, readFile, stat, writeFile } from "node:fs/promises";
+import { chmod, mkdir, readdir, readFile, stat, writeFile } from "node:fs/promises";
 import { createServer, type Server } from "node:net";
 import { networkInterfaces, tmpdir } from "node:os";
 import { join } from "node:path";
@@ -155,7 +155,7 @@ describe("shell_exec security corpus", () => {
         let outcome: string;
         try {
           result = await tool.run({ command }, toolContext({ agentId: "corpus" }));
-          const firstLine = (result.stderr.trim().split("\n")[0] ?? "").slice(0, 90);
+          const firstLine = (result.stderr.trim().split("\n")[0] ?? "").slice(0, 90).replace(/[^\x20-\x7e]/g, "?");
           outcome = `ran: exit ${result.exitCode ?? result.signal}${result.timedOut ? ", timed out" : ""}${result.truncated ? ", truncated" : ""}${firstLine ? ` (${firstLine})` : ""}`;
         } catch (err) {
           outcome = `refused: ${isKovaError(err) ? err.code : "error"} ${String((err as Error).message).slice(0, 90)}`;
@@ -304,16 +304,20 @@ describe("shell_exec", () => {
     expect(other.stdout.trim()).toBe("0");
   });
 
-  it("shell_exec - reports a work_root the sandbox user cannot reach as SHELL_WORK_DIR", async () => {
-    if (!isRoot) return expect(isRoot).toBe(false);
+  it("shell_exec - reports a work_root it cannot create, or the sandbox user cannot reach, as SHELL_WORK_DIR", async () => {
     await using root = await tempDir("shell-private");
-    await chmod(root.path, 0o700);
-    await chown(root.path, 0, 0);
-    const t = createShellTool(shellConfigFrom({ work_root: join(root.path, "work") }, "tools.shell"), silent);
-    await expect(t.run({ command: "true" }, toolContext())).rejects.toMatchObject({
+    await writeFile(join(root.path, "a-file"), "");
+    const underFile = createShellTool(shellConfigFrom({ work_root: join(root.path, "a-file", "work") }, "tools.shell"), silent);
+    await expect(underFile.run({ command: "true" }, toolContext())).rejects.toMatchObject({
       code: ShellErrorCode.SHELL_WORK_DIR,
-      message: expect.stringContaining("chmod o+x"),
+      message: expect.stringContaining("ENOTDIR"),
     });
+    // Only a root node drops the sandbox to uid 65534, which a 0700 parent shuts out.
+    await chmod(root.path, 0o700);
+    const privateParent = createShellTool(shellConfigFrom({ work_root: join(root.path, "work") }, "tools.shell"), silent);
+    const outcome = await privateParent.run({ command: "pwd" }, toolContext()).catch((e: unknown) => e);
+    if (isRoot) expect(outcome).toMatchObject({ code: ShellErrorCode.SHELL_WORK_DIR, message: expect.stringContaining(`chmod o+x ${root.path}`) });
+    else expect(outcome).toMatchObject({ exitCode: 0, stdout: "/work\n" });
   });
 });
 
