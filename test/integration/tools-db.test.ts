@@ -97,10 +97,10 @@ describe("db_query write corpus", () => {
     await canary.connect();
     const canaryPid = (await canary.query("SELECT pg_backend_pid() AS pid")).rows[0].pid as number;
     let canarySettled = false;
-    const canarySleep = canary.query("SELECT pg_sleep(3600)").then(
-      () => void (canarySettled = true),
-      () => void (canarySettled = true),
-    );
+    const settle = () => {
+      canarySettled = true;
+    };
+    const canarySleep = canary.query("SELECT pg_sleep(3600)").then(settle, settle);
     const corpus = loadCorpus("sql-writes.txt");
     const fill = (sql: string) =>
       sql

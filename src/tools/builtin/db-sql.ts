@@ -51,9 +51,13 @@ export function inspectSql(sql: string): SqlShape {
       let depth = 1;
       i += 2;
       while (i < n && depth > 0) {
-        if (sql[i] === "/" && sql[i + 1] === "*") (depth++, (i += 2));
-        else if (sql[i] === "*" && sql[i + 1] === "/") (depth--, (i += 2));
-        else i++;
+        const pair = sql.slice(i, i + 2);
+        if (pair === "/*" || pair === "*/") {
+          depth += pair === "/*" ? 1 : -1;
+          i += 2;
+        } else {
+          i++;
+        }
       }
     } else if (c === ";") {
       inStatement = false;
