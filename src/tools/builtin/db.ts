@@ -1,5 +1,5 @@
 import type { FieldDef, Pool, PoolClient, QueryArrayConfig } from "pg";
-import { InvalidArgumentError, type KovaError } from "../../core/errors.js";
+import { ArgumentError, type KovaError } from "../../core/errors.js";
 import type { Logger } from "../../core/logger.js";
 import type { Tool, ToolContext } from "../types.js";
 import type { DbConfig } from "./db-config.js";
@@ -281,21 +281,21 @@ function queryError(err: unknown, pg: typeof import("pg").default, timeoutMs: nu
 }
 
 function sqlArg(sql: unknown): string {
-  if (typeof sql !== "string" || sql.trim() === "") throw new InvalidArgumentError("sql", "must be a non-empty string holding one query");
-  if (sql.length > MAX_SQL_CHARS) throw new InvalidArgumentError("sql", `is ${sql.length} characters; the limit is ${MAX_SQL_CHARS}`);
-  if (sql.includes("\0")) throw new InvalidArgumentError("sql", "must not contain a NUL character");
+  if (typeof sql !== "string" || sql.trim() === "") throw new ArgumentError("sql", "must be a non-empty string holding one query");
+  if (sql.length > MAX_SQL_CHARS) throw new ArgumentError("sql", `is ${sql.length} characters; the limit is ${MAX_SQL_CHARS}`);
+  if (sql.includes("\0")) throw new ArgumentError("sql", "must not contain a NUL character");
   return sql;
 }
 
 function paramsArg(params: unknown): Array<Scalar | Scalar[]> {
   if (params === undefined) return [];
-  if (!Array.isArray(params)) throw new InvalidArgumentError("params", "must be an array of values for $1, $2, …");
-  if (params.length > MAX_PARAMS) throw new InvalidArgumentError("params", `has ${params.length} values; the limit is ${MAX_PARAMS}`);
+  if (!Array.isArray(params)) throw new ArgumentError("params", "must be an array of values for $1, $2, …");
+  if (params.length > MAX_PARAMS) throw new ArgumentError("params", `has ${params.length} values; the limit is ${MAX_PARAMS}`);
   params.forEach((v, i) => {
     const ok = isScalar(v) || (Array.isArray(v) && v.every(isScalar));
-    if (!ok) throw new InvalidArgumentError(`params[${i}]`, "must be a string, number, boolean, null or an array of those (pass JSON as a string and cast it: $1::jsonb)");
+    if (!ok) throw new ArgumentError(`params[${i}]`, "must be a string, number, boolean, null or an array of those (pass JSON as a string and cast it: $1::jsonb)");
     if ((typeof v === "string" && v.includes("\0")) || (Array.isArray(v) && v.some((x) => typeof x === "string" && x.includes("\0")))) {
-      throw new InvalidArgumentError(`params[${i}]`, "must not contain a NUL character");
+      throw new ArgumentError(`params[${i}]`, "must not contain a NUL character");
     }
   });
   return params as Array<Scalar | Scalar[]>;

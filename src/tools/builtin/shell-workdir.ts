@@ -1,6 +1,6 @@
 import { mkdir, chown, realpath, stat } from "node:fs/promises";
 import { dirname, join, posix, relative, sep } from "node:path";
-import { InvalidArgumentError } from "../../core/errors.js";
+import { ArgumentError } from "../../core/errors.js";
 import { isValidId } from "../../core/ids.js";
 import { ShellWorkDirError } from "./shell-errors.js";
 import { SANDBOX_WORK_DIR } from "./shell-sandbox.js";
@@ -9,14 +9,14 @@ import { SANDBOX_WORK_DIR } from "./shell-sandbox.js";
  * The sandbox path a call's `cwd` argument names: relative to /work (or absolute under
  * it), never outside. Inside the sandbox nothing outside /work is writable anyway; this
  * gives the model a clear error instead of a bwrap failure.
- * @throws InvalidArgumentError when cwd leaves /work or holds a NUL byte
+ * @throws ArgumentError when cwd leaves /work or holds a NUL byte
  */
 export function sandboxCwd(cwd: string | undefined): { inside: string; rel: string } {
   if (cwd === undefined || cwd === "" || cwd === ".") return { inside: SANDBOX_WORK_DIR, rel: "" };
-  if (cwd.includes("\0")) throw new InvalidArgumentError("cwd", "must not contain a NUL byte");
+  if (cwd.includes("\0")) throw new ArgumentError("cwd", "must not contain a NUL byte");
   const inside = posix.normalize(posix.isAbsolute(cwd) ? cwd : posix.join(SANDBOX_WORK_DIR, cwd)).replace(/\/+$/, "");
   if (inside !== SANDBOX_WORK_DIR && !inside.startsWith(`${SANDBOX_WORK_DIR}/`)) {
-    throw new InvalidArgumentError("cwd", `${JSON.stringify(cwd)} is outside the work dir: give a path relative to ${SANDBOX_WORK_DIR}`);
+    throw new ArgumentError("cwd", `${JSON.stringify(cwd)} is outside the work dir: give a path relative to ${SANDBOX_WORK_DIR}`);
   }
   return { inside, rel: posix.relative(SANDBOX_WORK_DIR, inside) };
 }
@@ -26,10 +26,10 @@ export function sandboxCwd(cwd: string | undefined): { inside: string; rel: stri
  * that this user can reach it: bwrap binds it as that user, so a private parent (a 0700
  * temp dir) would fail every call with a bwrap error the model cannot act on.
  * @throws ShellWorkDirError when the directory cannot be made or reached
- * @throws InvalidArgumentError when the agent id is not a safe path component
+ * @throws ArgumentError when the agent id is not a safe path component
  */
 export async function agentWorkDir(workRoot: string, agentId: string, owner: { uid: number; gid: number } | undefined): Promise<string> {
-  if (!isValidId(agentId)) throw new InvalidArgumentError("agentId", "must be 1-128 characters from [A-Za-z0-9_-] to name a work dir");
+  if (!isValidId(agentId)) throw new ArgumentError("agentId", "must be 1-128 characters from [A-Za-z0-9_-] to name a work dir");
   const dir = join(workRoot, agentId);
   try {
     await mkdir(workRoot, { recursive: true, mode: 0o711 });
@@ -54,7 +54,7 @@ export async function agentWorkDir(workRoot: string, agentId: string, owner: { u
 /**
  * Checks on the host that `rel` is an existing directory inside the agent's work dir,
  * after resolving symlinks the sandbox may have planted there.
- * @throws InvalidArgumentError when it does not exist, is not a directory or resolves outside
+ * @throws ArgumentError when it does not exist, is not a directory or resolves outside
  */
 export async function checkHostCwd(hostDir: string, rel: string): Promise<void> {
   if (rel === "") return;
@@ -63,10 +63,10 @@ export async function checkHostCwd(hostDir: string, rel: string): Promise<void> 
   try {
     real = await realpath(join(hostDir, rel));
   } catch {
-    throw new InvalidArgumentError("cwd", `${JSON.stringify(rel)} does not exist in the work dir: create it first (mkdir -p ${rel})`);
+    throw new ArgumentError("cwd", `${JSON.stringify(rel)} does not exist in the work dir: create it first (mkdir -p ${rel})`);
   }
   const inner = relative(root, real);
   if (inner.startsWith(`..${sep}`) || inner === ".." || !(await stat(real)).isDirectory()) {
-    throw new InvalidArgumentError("cwd", `${JSON.stringify(rel)} is not a directory inside the work dir`);
+    throw new ArgumentError("cwd", `${JSON.stringify(rel)} is not a directory inside the work dir`);
   }
 }

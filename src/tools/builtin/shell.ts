@@ -2,7 +2,7 @@ import { accessSync, constants } from "node:fs";
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { InvalidArgumentError } from "../../core/errors.js";
+import { ArgumentError } from "../../core/errors.js";
 import type { Logger } from "../../core/logger.js";
 import type { Tool, ToolContext } from "../types.js";
 import type { ShellConfig } from "./shell-config.js";
@@ -78,7 +78,7 @@ export function createShellTool(config: ShellConfig, logger: Logger): ShellTool 
     const hostDir = config.workRoot === undefined ? undefined : await agentWorkDir(config.workRoot, ctx.agentId, identity);
     if (hostDir !== undefined) await checkHostCwd(hostDir, cwd.rel);
     else if (cwd.rel !== "") {
-      throw new InvalidArgumentError(
+      throw new ArgumentError(
         "cwd",
         `each call gets a fresh, empty ${SANDBOX_WORK_DIR} (no work_root is configured), so ${JSON.stringify(args.cwd)} does not exist: create and enter it in the command (mkdir -p x && cd x && ...)`,
       );
@@ -172,23 +172,23 @@ async function runUnconfined(
 
 function commandArgv(command: unknown): string[] {
   if (typeof command === "string") {
-    if (command.trim() === "") throw new InvalidArgumentError("command", "must not be empty");
-    if (command.includes("\0")) throw new InvalidArgumentError("command", "must not contain a NUL byte");
+    if (command.trim() === "") throw new ArgumentError("command", "must not be empty");
+    if (command.includes("\0")) throw new ArgumentError("command", "must not contain a NUL byte");
     return ["/bin/sh", "-c", command];
   }
   if (Array.isArray(command) && command.length > 0 && command.every((a) => typeof a === "string")) {
-    if (command[0] === "") throw new InvalidArgumentError("command[0]", "must name the program to run");
+    if (command[0] === "") throw new ArgumentError("command[0]", "must name the program to run");
     const nul = command.findIndex((a) => a.includes("\0"));
-    if (nul >= 0) throw new InvalidArgumentError(`command[${nul}]`, "must not contain a NUL byte");
+    if (nul >= 0) throw new ArgumentError(`command[${nul}]`, "must not contain a NUL byte");
     return [...command];
   }
-  throw new InvalidArgumentError("command", 'must be a command line ("ls -l") or a non-empty array of strings (["ls", "-l"])');
+  throw new ArgumentError("command", 'must be a command line ("ls -l") or a non-empty array of strings (["ls", "-l"])');
 }
 
 function optionalString(value: unknown, name: string, maxChars: number): string | undefined {
   if (value === undefined) return undefined;
-  if (typeof value !== "string") throw new InvalidArgumentError(name, `must be a string, not ${typeof value}`);
-  if (value.length > maxChars) throw new InvalidArgumentError(name, `is ${value.length} characters; the limit is ${maxChars}`);
+  if (typeof value !== "string") throw new ArgumentError(name, `must be a string, not ${typeof value}`);
+  if (value.length > maxChars) throw new ArgumentError(name, `is ${value.length} characters; the limit is ${maxChars}`);
   return value;
 }
 
@@ -196,7 +196,7 @@ function callTimeout(limit: number, asked: unknown, deadline: number | undefined
   let ms = limit;
   if (asked !== undefined) {
     if (typeof asked !== "number" || !Number.isInteger(asked) || asked < 1) {
-      throw new InvalidArgumentError("timeout_ms", `must be a positive integer of milliseconds, not ${JSON.stringify(asked)}`);
+      throw new ArgumentError("timeout_ms", `must be a positive integer of milliseconds, not ${JSON.stringify(asked)}`);
     }
     ms = Math.min(ms, asked);
   }
