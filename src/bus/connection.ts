@@ -1,8 +1,8 @@
-import { connect, type NatsConnection } from "@nats-io/transport-node";
+import { AuthorizationError, connect, UserAuthenticationExpiredError, type NatsConnection } from "@nats-io/transport-node";
 import { ErrorCode, KovaError } from "../core/errors.js";
 import type { Logger } from "../core/logger.js";
 import { NatsUnreachableError, BusErrorCode } from "./errors.js";
-import { redactUrl, redactUrls, securityOptions, type NatsSecurity } from "./nats-security.js";
+import { credentialsFromUrls, redactUrl, redactUrls, securityOptions, type NatsSecurity } from "./nats-security.js";
 
 export interface ConnectionOptions {
   servers: string | string[];
@@ -22,12 +22,13 @@ export interface ConnectionOptions {
  * @throws NatsUnreachableError when the first connection fails (names the URL)
  */
 export async function connectNats(opts: ConnectionOptions): Promise<NatsConnection> {
-  const servers = Array.isArray(opts.servers) ? opts.servers : opts.servers.split(",").map((s) => s.trim());
-  const shown = redactUrls(servers).join(",");
+  const given = Array.isArray(opts.servers) ? opts.servers : opts.servers.split(",").map((s) => s.trim());
+  const shown = redactUrls(given).join(",");
+  const { servers, security } = credentialsFromUrls(given, opts.security);
   let nc: NatsConnection;
   try {
     nc = await connect({
-      ...securityOptions(opts.security),
+      ...securityOptions(security),
       servers,
       name: opts.name ?? "kova",
       maxReconnectAttempts: -1,
@@ -42,12 +43,12 @@ export async function connectNats(opts: ConnectionOptions): Promise<NatsConnecti
       noAsyncTraces: true,
     });
   } catch (err) {
-    const name = (err as { name?: string }).name ?? "";
-    if (name === "AuthorizationError" || name === "UserAuthenticationExpiredError") {
-      throw new KovaError(BusErrorCode.NATS_UNREACHABLE, `NATS at ${shown} refused the credentials: ${(err as Error).message}`, {
-        cause: err,
-        data: { servers: shown },
-      });
+    if (err instanceof AuthorizationError || err instanceof UserAuthenticationExpiredError) {
+      throw new KovaError(
+        BusErrorCode.NATS_AUTH_FAILED,
+        `NATS at ${shown} refused the credentials (${err.message}): check [nats] user/password_env/token_env/nkey_seed_file/creds_file in kova.toml, or the CLI's --creds/--user flags`,
+        { cause: err, data: { servers: shown } },
+      );
     }
     throw new NatsUnreachableError(shown, { cause: err });
   }

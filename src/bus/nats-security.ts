@@ -74,6 +74,32 @@ export function redactUrl(url: string): string {
   }
 }
 
+/**
+ * Takes credentials out of server URLs (`nats://user:pass@host`, `nats://token@host`, as
+ * in NATS_URL) and into the security options, where nats.js uses them and nothing logs
+ * them. Explicit options win over URL user info.
+ */
+export function credentialsFromUrls(urls: readonly string[], sec: NatsSecurity | undefined): { servers: string[]; security: NatsSecurity | undefined } {
+  let found: { user: string; password: string } | undefined;
+  const servers = urls.map((url) => {
+    try {
+      const u = new URL(url);
+      if (u.username === "" && u.password === "") return url;
+      found ??= { user: decodeURIComponent(u.username), password: decodeURIComponent(u.password) };
+      u.username = "";
+      u.password = "";
+      return u.toString().replace(/\/$/, "");
+    } catch {
+      return url;
+    }
+  });
+  if (!found || sec?.user !== undefined || sec?.token !== undefined || sec?.nkeySeed !== undefined || sec?.credsFile !== undefined) {
+    return { servers, security: sec };
+  }
+  const fromUrl: NatsSecurity = found.password === "" ? { token: found.user } : { user: found.user, password: found.password };
+  return { servers, security: { ...sec, ...fromUrl } };
+}
+
 export function redactUrls(urls: readonly string[]): string[] {
   return urls.map(redactUrl);
 }

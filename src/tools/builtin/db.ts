@@ -264,7 +264,9 @@ function extended<T extends object>(config: T): T & QueryArrayConfig {
 
 function queryError(err: unknown, pg: typeof import("pg").default, timeoutMs: number): KovaError {
   if (err instanceof pg.DatabaseError) {
-    if (err.code === "57014" && /statement timeout/.test(err.message)) return new DbStatementTimeoutError(timeoutMs, { cause: err });
+    // 57014 query_canceled: our own cancel (an abort) was sorted out by the caller before this,
+    // so what is left is the transaction-local statement_timeout.
+    if (err.code === "57014") return new DbStatementTimeoutError(timeoutMs, { cause: err });
     const position = err.position === undefined ? undefined : Number(err.position) - CURSOR_PREFIX.length;
     return new DbQueryError(
       {
