@@ -35,6 +35,13 @@ export interface Tool<A = any, R = unknown> {
   readonly description: string;
   readonly parameters: JsonSchema;
   readonly idempotent: boolean;
+  /**
+   * For a tool whose replay safety depends on the call (http_request: GET yes, POST no):
+   * decides for one call from its validated arguments, in place of `idempotent`, which
+   * then states the conservative answer for callers that do not look here. Use
+   * `isIdempotentCall(tool, args)` rather than reading either field.
+   */
+  idempotentFor?(args: A): boolean;
   /** The call waits for a human's approval before it runs (agent config may also ask for it). */
   readonly requiresApproval?: boolean;
   /**
