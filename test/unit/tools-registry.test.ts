@@ -1,4 +1,5 @@
 import { describe, expect, it } from "vitest";
+import { configError } from "../fixtures/config-error.js";
 import { ConfigError } from "../../src/core/errors.js";
 import { defineTool } from "../../src/tools/define-tool.js";
 import { ToolNameConflictError } from "../../src/tools/errors.js";
@@ -26,16 +27,6 @@ class FakeServer implements ToolProvider {
     this.#tools = names.map((n) => tool(`${this.namespace}/${n}`));
     for (const l of this.#listeners) l();
   }
-}
-
-function configError(fn: () => unknown): ConfigError {
-  try {
-    fn();
-  } catch (err) {
-    if (err instanceof ConfigError) return err;
-    throw err;
-  }
-  throw new Error("expected a ConfigError");
 }
 
 describe("tool registry", () => {
