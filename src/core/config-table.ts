@@ -1,3 +1,4 @@
+import { closeMatches } from "./close-matches.js";
 import { ConfigError } from "./errors.js";
 
 /**
@@ -35,7 +36,7 @@ export function optionalTable(doc: ConfigTable, name: string, key = name): Confi
 export function rejectUnknown(t: ConfigTable, allowed: readonly string[], prefix: string): void {
   for (const k of Object.keys(t)) {
     if (!allowed.includes(k)) {
-      const hint = allowed.find((a) => a.replace(/_/g, "") === k.replace(/[_-]/g, "").toLowerCase());
+      const hint = allowed.find((a) => a.replace(/_/g, "") === k.replace(/[_-]/g, "").toLowerCase()) ?? closeMatches(k, allowed, 1)[0];
       throw new ConfigError(
         `${prefix}${k}`,
         `unknown key${hint ? `: did you mean ${prefix}${hint}?` : `; allowed here: ${allowed.join(", ")}`}`,

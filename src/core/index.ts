@@ -5,3 +5,4 @@ export * from "./logger.js";
 export * from "./version.js";
 export * from "./format-version.js";
 export * from "./config-table.js";
+export * from "./close-matches.js";

@@ -113,10 +113,9 @@ export class FileNotFoundError extends KovaError {
   constructor(
     readonly path: string,
     what = "file",
+    hint = "paths are relative to the file root",
   ) {
-    super(ToolsErrorCode.FILE_NOT_FOUND, `${what} ${JSON.stringify(path)} does not exist (paths are relative to the file root)`, {
-      data: { path },
-    });
+    super(ToolsErrorCode.FILE_NOT_FOUND, `${what} ${JSON.stringify(path)} does not exist (${hint})`, { data: { path } });
   }
 }
 

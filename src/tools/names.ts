@@ -59,31 +59,3 @@ export function parseToolPattern(written: string): ToolPattern | undefined {
 function escapeRegExp(s: string): string {
   return s.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
 }
-
-/**
- * The names in `candidates` closest to `name` (edit distance at most a third of its length,
- * or sharing its part before `/`), best first; for "did you mean" hints.
- */
-export function closeMatches(name: string, candidates: Iterable<string>, max = 3): string[] {
-  const limit = Math.max(2, Math.floor(name.length / 3));
-  const scored: Array<[number, string]> = [];
-  const ns = name.includes("/") ? name.slice(0, name.indexOf("/") + 1) : undefined;
-  for (const c of candidates) {
-    const d = editDistance(name.toLowerCase(), c.toLowerCase());
-    if (d <= limit || (ns !== undefined && c.startsWith(ns))) scored.push([d, c]);
-  }
-  scored.sort((a, b) => a[0] - b[0] || a[1].localeCompare(b[1]));
-  return scored.slice(0, max).map(([, c]) => c);
-}
-
-function editDistance(a: string, b: string): number {
-  let prev = Array.from({ length: b.length + 1 }, (_, j) => j);
-  for (let i = 1; i <= a.length; i++) {
-    const cur = [i];
-    for (let j = 1; j <= b.length; j++) {
-      cur[j] = Math.min(prev[j]! + 1, cur[j - 1]! + 1, prev[j - 1]! + (a[i - 1] === b[j - 1] ? 0 : 1));
-    }
-    prev = cur;
-  }
-  return prev[b.length]!;
-}

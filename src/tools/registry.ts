@@ -2,7 +2,8 @@ import { ConfigError } from "../core/errors.js";
 import type { Logger } from "../core/logger.js";
 import { ToolDefinitionError, ToolNameConflictError } from "./errors.js";
 import { idempotencyClass, type IdempotencyClass } from "./idempotency.js";
-import { closeMatches, isValidToolName, parseToolPattern, TOOL_NAME_RULE, type ToolPattern } from "./names.js";
+import { closeMatches } from "../core/close-matches.js";
+import { isValidToolName, parseToolPattern, TOOL_NAME_RULE, type ToolPattern } from "./names.js";
 import { ToolSet } from "./tool-set.js";
 import type { JsonSchema, Tool } from "./types.js";
 
