@@ -91,3 +91,9 @@ export { KovaNode, CLUSTER_EVENTS_SESSION, type StartNodeOptions } from "./node/
 export { defaultConfig, loadConfig, parseConfig, type ActorSpec, type NodeConfig, type WalConfig } from "./node/config.js";
 export { NodeErrorCode } from "./node/errors.js";
 export type { AgentStatusView, NodeStatusView, SignalReply, SpawnReply } from "./node/control.js";
+
+// Tools
+export { defineTool, type JsonSchemaToolSpec, type ZodToolSpec } from "./tools/define-tool.js";
+export { ToolRegistry, type ToolDescription, type ToolProvider } from "./tools/registry.js";
+export type { JsonSchema, Tool, ToolContext } from "./tools/types.js";
+export { ToolsErrorCode, ToolArgumentsInvalidError } from "./tools/errors.js";

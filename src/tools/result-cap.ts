@@ -76,6 +76,17 @@ function trimIncompleteTail(buf: Uint8Array, end: number): number {
   return end - (start - 1) >= need ? end : start - 1;
 }
 
+/**
+ * `text` cut to at most `maxChars` UTF-16 units with "…" at the end when cut, never
+ * between the two halves of a surrogate pair. For short excerpts in messages.
+ */
+export function shortenText(text: string, maxChars: number): string {
+  if (text.length <= maxChars) return text;
+  let end = maxChars - 1;
+  if (isHighSurrogate(text.charCodeAt(end - 1))) end--;
+  return `${text.slice(0, end)}…`;
+}
+
 function isHighSurrogate(code: number): boolean {
   return code >= 0xd800 && code <= 0xdbff;
 }

@@ -3,6 +3,7 @@ import { Ajv2019 } from "ajv/dist/2019.js";
 import { Ajv2020 } from "ajv/dist/2020.js";
 import addFormats from "ajv-formats";
 import { ToolDefinitionError } from "./errors.js";
+import { shortenText } from "./result-cap.js";
 import type { JsonSchema, Tool } from "./types.js";
 
 /**
@@ -227,10 +228,5 @@ export function describeGiven(value: unknown): string {
 }
 
 function shorten(text: string): string {
-  if (text.length <= GIVEN_MAX) return text;
-  // Cut between code points, never inside a surrogate pair.
-  let end = GIVEN_MAX - 1;
-  const code = text.charCodeAt(end - 1);
-  if (code >= 0xd800 && code <= 0xdbff) end--;
-  return `${text.slice(0, end)}…`;
+  return shortenText(text, GIVEN_MAX);
 }

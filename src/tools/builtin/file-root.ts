@@ -2,6 +2,7 @@ import { constants, type Stats } from "node:fs";
 import { lstat, open, readlink, realpath, type FileHandle } from "node:fs/promises";
 import { basename, dirname, isAbsolute, join, relative, resolve, sep } from "node:path";
 import { FileNotFoundError, FilePathRefusedError, FileTypeRefusedError } from "../errors.js";
+import { shortenText } from "../result-cap.js";
 
 /**
  * Confinement of file_read / file_write to one directory. A path is accepted only when it
@@ -135,7 +136,7 @@ function checkShape(path: string): void {
 }
 
 function shorten(path: string): string {
-  return path.length > 80 ? `${path.slice(0, 79)}…` : path;
+  return shortenText(path, 80);
 }
 
 /**

@@ -3,6 +3,7 @@ import { boolValue, intValue, rejectUnknown, stringList, type ConfigTable } from
 import { ConfigError } from "../../core/errors.js";
 import { defineTool } from "../define-tool.js";
 import { HttpRequestRefusedError, HttpTargetRefusedError, HttpTooManyRedirectsError } from "../errors.js";
+import { shortenText } from "../result-cap.js";
 import type { Tool } from "../types.js";
 import { refuseAddress, refusalText, type AddressPolicyOptions } from "./address-policy.js";
 import { deadlineSignal, exchange, type HttpReply } from "./http-client.js";
@@ -309,5 +310,5 @@ function shortUrl(text: string): string {
   } catch {
     // not a URL: show what was given, shortened
   }
-  return shown.length > 200 ? `${shown.slice(0, 199)}…` : shown;
+  return shortenText(shown, 200);
 }
