@@ -62,7 +62,10 @@ export function checkToolCall<A>(tool: Tool<A>, rawArgs: unknown, budget: Argume
  */
 export async function runTool<A>(tool: Tool<A>, args: A, ctx: ToolContext, maxResultBytes = DEFAULT_RESULT_MAX_BYTES): Promise<ToolRunOutcome> {
   try {
-    const value = await untilAborted(Promise.resolve().then(() => tool.run(args, ctx)), ctx.signal);
+    if (ctx.signal.aborted) throw interrupted(ctx.signal);
+    const pending = tool.run(args, ctx);
+    // Only a tool that returns a promise can outlive an abort; a synchronous one is done.
+    const value = isPromiseLike(pending) ? await untilAborted(Promise.resolve(pending), ctx.signal) : pending;
     const capped = capText(serializeToolResult(value), maxResultBytes);
     return { status: "ok", content: capped.text, truncated: capped.truncated, value };
   } catch (err) {
@@ -72,8 +75,11 @@ export async function runTool<A>(tool: Tool<A>, args: A, ctx: ToolContext, maxRe
   }
 }
 
+function isPromiseLike(v: unknown): v is PromiseLike<unknown> {
+  return typeof (v as { then?: unknown } | null)?.then === "function";
+}
+
 function untilAborted<T>(work: Promise<T>, signal: AbortSignal): Promise<T> {
-  if (signal.aborted) return Promise.reject(interrupted(signal));
   return new Promise<T>((resolve, reject) => {
     const onAbort = (): void => reject(interrupted(signal));
     signal.addEventListener("abort", onAbort, { once: true });

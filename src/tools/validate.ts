@@ -90,7 +90,8 @@ function ajvFor(metaSchema: string): Ajv {
  * @throws ToolDefinitionError when the tool's own schema does not compile
  */
 export function validateArguments<A = unknown>(tool: Tool<A>, raw: unknown): ArgumentCheck<A> {
-  let args: unknown = raw;
+  // The validator fills in defaults in place: never in the caller's object.
+  let args: unknown = typeof raw === "object" && raw !== null ? structuredClone(raw) : raw;
   if (typeof raw === "string") {
     if (raw.trim() === "") {
       args = {};

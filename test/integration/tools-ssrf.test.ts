@@ -291,6 +291,8 @@ describe("http_request SSRF guard", () => {
 
   it("http_request - refuses headers Kova owns and methods not enabled; GET is idempotent per call, POST is not", async () => {
     const tool = httpTool(testResolver(new Map()).resolver, { methods: ["GET", "POST"] });
+    const withBody = await callTool(tool, { url: "http://127.0.0.3/", method: "GET", body: "x" });
+    expect(withBody.error?.message).toContain("a GET request carries no body");
     const host = await callTool(tool, { url: "http://127.0.0.3/", headers: { Host: "internal" } });
     expect(host.error).toMatchObject({ code: "HTTP_REQUEST_REFUSED" });
     expect(host.error?.message).toContain("header Host is set by Kova");

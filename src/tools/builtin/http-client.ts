@@ -100,7 +100,9 @@ export function exchange(x: HttpExchange): Promise<HttpReply> {
       });
       res.on("end", finish);
       res.on("error", fail);
-      res.on("aborted", () => fail(new Error("connection closed before the response ended")));
+      res.on("close", () => {
+        if (!res.complete) fail(new Error("connection closed before the response ended"));
+      });
     });
     req.end(x.body);
   });

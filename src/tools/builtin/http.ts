@@ -166,7 +166,10 @@ async function follow(
   let method = args.method.toUpperCase();
   if (!config.methods.includes(method)) throw new HttpRequestRefusedError(`method ${method} is not enabled; use one of ${config.methods.join(", ")}`);
   let headers = requestHeaders(args);
-  let body = args.body === undefined || method === "GET" || method === "HEAD" ? undefined : Buffer.from(args.body, "utf8");
+  if (args.body !== undefined && (method === "GET" || method === "HEAD")) {
+    throw new HttpRequestRefusedError(`a ${method} request carries no body: send it with POST, PUT or PATCH, or put the data in the URL's query`);
+  }
+  let body = args.body === undefined ? undefined : Buffer.from(args.body, "utf8");
   const redirects: string[] = [];
   for (;;) {
     checkTarget(url, config, policy);
