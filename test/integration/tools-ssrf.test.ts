@@ -7,6 +7,7 @@ import { createHttpTools, httpConfigFrom } from "../../src/tools/builtin/http.js
 import { systemResolver, type Resolver } from "../../src/tools/builtin/ssrf-guard.js";
 import { isIdempotentCall } from "../../src/tools/idempotency.js";
 import type { Tool } from "../../src/tools/types.js";
+import { poll } from "../fixtures/poll.js";
 import { callTool } from "../fixtures/tool-call.js";
 
 const CORPUS = join(import.meta.dirname, "../fixtures/security/ssrf-urls.txt");
@@ -34,8 +35,11 @@ function listen(host: string, port: number, handler: Handler): Promise<Server> {
  * - the redirector on 127.0.0.3:P, the only address the tool allows (allow_cidrs), serves
  *   redirects (`/hop?n=&status=&to=`), an echo, a large body and a request that never answers.
  */
+const BIG_CHUNKS = 800;
+
 async function startServers() {
   const sinkHits: string[] = [];
+  const bigSentChunks: number[] = [];
   const sink: Handler = (req, res) => {
     sinkHits.push(`${req.socket.localAddress} ${req.method} ${req.url}`);
     res.end("sink reached");
@@ -52,15 +56,23 @@ async function startServers() {
       res.setHeader("content-type", "application/json");
       res.end(JSON.stringify({ method: req.method, url: req.url, headers: req.headers, body }));
     } else if (u.pathname === "/big") {
+      // 50 MiB offered in 64 KiB chunks of 2-byte characters, written only as fast as the
+      // client reads; how many went out before the client closed is recorded.
       res.setHeader("content-type", "text/plain; charset=utf-8");
-      const chunk = "é".repeat(32 * 1024); // 64 KiB of 2-byte characters
+      const chunk = "é".repeat(32 * 1024);
       let sent = 0;
+      let closed = false;
       const more = (): void => {
-        while (sent < 80 && res.write(chunk)) sent++;
-        if (sent < 80) res.once("drain", more);
-        else res.end();
+        while (!closed && sent < BIG_CHUNKS) {
+          sent++;
+          if (!res.write(chunk)) return void res.once("drain", more);
+        }
+        if (!closed) res.end();
       };
-      res.on("close", () => (sent = 80));
+      res.on("close", () => {
+        closed = true;
+        bigSentChunks.push(sent);
+      });
       more();
     } else if (u.pathname === "/binary") {
       res.setHeader("content-type", "application/octet-stream");
@@ -84,6 +96,7 @@ async function startServers() {
       return {
         port,
         sinkHits,
+        bigSentChunks,
         async [Symbol.asyncDispose]() {
           for (const s of servers) s.closeAllConnections();
           await Promise.all(servers.map((s) => new Promise((res) => s.close(res))));
@@ -252,6 +265,9 @@ describe("http_request SSRF guard", () => {
     expect(v.truncated).toBe(true);
     expect(v.body_encoding).toBe("utf8");
     expect(v.body).toBe("é".repeat(50_000));
+    // The client closed the connection at the cap instead of downloading the rest.
+    await poll(() => servers.bigSentChunks.length === 1, { timeoutMs: 5000, what: "the big response to close" });
+    expect(servers.bigSentChunks[0]).toBeLessThan(BIG_CHUNKS);
     const bin = await callTool(tool, { url: `http://127.0.0.3:${servers.port}/binary` });
     expect(bin.value).toMatchObject({ body: Buffer.from([0xff, 0x00, 0xfe, 0x80]).toString("base64"), body_encoding: "base64" });
   });
