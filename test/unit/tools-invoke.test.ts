@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { TimeoutError } from "../../src/core/errors.js";
+import { KovaTimeoutError } from "../../src/core/errors.js";
 import { defineTool } from "../../src/tools/define-tool.js";
 import { runTool } from "../../src/tools/invoke.js";
 import { toolContext } from "../fixtures/tool-call.js";
@@ -54,7 +54,7 @@ describe("runTool", () => {
     const controller = new AbortController();
     const pending = runTool(stuck, {}, toolContext({ signal: controller.signal }));
     await started;
-    controller.abort(new TimeoutError("tool stuck", 50));
+    controller.abort(new KovaTimeoutError("tool stuck", 50));
     const out = await pending;
     expect(out.error).toMatchObject({ code: "TIMEOUT", message: "tool stuck timed out after 50 ms", retryable: true });
   });

@@ -1,5 +1,5 @@
 import { systemClock, type Clock } from "../../core/clock.js";
-import { InvalidArgumentError } from "../../core/errors.js";
+import { ArgumentError } from "../../core/errors.js";
 import { defineTool } from "../define-tool.js";
 import type { Tool } from "../types.js";
 
@@ -38,7 +38,7 @@ export function createClockTools(clock: Clock = systemClock): Tool[] {
 
 /**
  * The time `epochMs` as clock_now reports it.
- * @throws InvalidArgumentError for a time zone the runtime does not know
+ * @throws ArgumentError for a time zone the runtime does not know
  */
 export function clockNow(epochMs: number, timezone: string): ClockNowResult {
   let parts: Record<string, string>;
@@ -57,7 +57,7 @@ export function clockNow(epochMs: number, timezone: string): ClockNowResult {
     });
     parts = Object.fromEntries(fmt.formatToParts(epochMs).map((p) => [p.type, p.value]));
   } catch {
-    throw new InvalidArgumentError("timezone", `unknown time zone ${JSON.stringify(timezone)}: use an IANA name such as "Europe/Paris" or "UTC"`);
+    throw new ArgumentError("timezone", `unknown time zone ${JSON.stringify(timezone)}: use an IANA name such as "Europe/Paris" or "UTC"`);
   }
   const offset = (parts.timeZoneName ?? "GMT").replace(/^GMT/, "") || "+00:00";
   return {

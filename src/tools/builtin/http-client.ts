@@ -1,7 +1,7 @@
 import { request as httpRequest, type IncomingMessage, type OutgoingHttpHeaders } from "node:http";
 import { request as httpsRequest } from "node:https";
 import type { LookupFunction } from "node:net";
-import { KovaError, TimeoutError } from "../../core/errors.js";
+import { KovaError, KovaTimeoutError } from "../../core/errors.js";
 import { HttpRequestFailedError } from "../errors.js";
 import { utf8Boundary } from "../result-cap.js";
 
@@ -35,7 +35,7 @@ export interface HttpReply {
 
 /**
  * Sends one request and reads the response up to the cap.
- * @throws TimeoutError when `signal` aborts with a TimeoutError reason (a deadline);
+ * @throws KovaTimeoutError when `signal` aborts with a KovaTimeoutError reason (a deadline);
  *   the lookup's own error (HttpTargetRefusedError from the SSRF guard) as it is;
  *   HttpRequestFailedError for connection, TLS and protocol failures
  */
@@ -117,12 +117,12 @@ function mapError(err: unknown, target: string, signal: AbortSignal): unknown {
 }
 
 /**
- * A signal that aborts with a TimeoutError after `ms`, or when `parent` aborts (with its
+ * A signal that aborts with a KovaTimeoutError after `ms`, or when `parent` aborts (with its
  * reason). Call `dispose` when done so the timer does not outlive the request.
  */
 export function deadlineSignal(ms: number, what: string, parent?: AbortSignal): { signal: AbortSignal; dispose(): void } {
   const controller = new AbortController();
-  const timer = setTimeout(() => controller.abort(new TimeoutError(what, ms)), ms);
+  const timer = setTimeout(() => controller.abort(new KovaTimeoutError(what, ms)), ms);
   const onParent = (): void => controller.abort(parent!.reason);
   if (parent?.aborted) onParent();
   else parent?.addEventListener("abort", onParent, { once: true });
