@@ -191,7 +191,7 @@ describe("db_query", () => {
   });
 
   it("db_query - caps rows at max_rows and reports truncated", async () => {
-    const over = await tool.run({ sql: "SELECT g FROM generate_series(1, 1000000) g" }, toolContext());
+    const over = await tool.run({ sql: "SELECT g FROM generate_series(1, 10000) g" }, toolContext());
     expect(over).toMatchObject({ rows: [[1], [2]], rowCount: 2, truncated: true });
     const exact = await tool.run({ sql: "VALUES (1), (2)" }, toolContext());
     expect(exact).toMatchObject({ rowCount: 2, truncated: false });
