@@ -1,0 +1,265 @@
+import { isAbsolute, resolve } from "node:path";
+import { ConfigError } from "../../core/errors.js";
+import { isValidId } from "../../core/ids.js";
+import { ENV_NAME, templateVariables } from "./env-template.js";
+
+/**
+ * `[[mcp.servers]]` in kova.toml, parsed. The seed's form loads as written:
+ *
+ * ```toml
+ * [[mcp.servers]]
+ * name = "everything"                  # tools appear as everything/<tool>
+ * command = "npx"
+ * args = ["-y", "@modelcontextprotocol/server-everything"]
+ * env = { API_KEY = "${EVERYTHING_KEY}", MODE = "demo" }   # ${VAR}: from the node's environment
+ * cwd = "./work"                       # relative to the config file
+ * start = "lazy"                       # or "eager" (default): spawned when the node starts
+ * timeout_ms = 30000                   # per call (default 60000)
+ * idempotent_tools = ["search"]        # safe to re-run after a crash, whatever the server says
+ *
+ * [[mcp.servers]]
+ * name = "remote"
+ * url = "https://mcp.example.com/mcp"  # streamable HTTP
+ * headers_env = { Authorization = "REMOTE_MCP_TOKEN" }   # header value from that variable
+ * ```
+ *
+ * Secrets never sit in the parsed form: env values stay templates and headers stay variable
+ * names, read from the environment when the server is started. Parsing checks that every
+ * variable named is set, so a missing secret fails the node's start, not its first call.
+ */
+export type McpStartMode = "eager" | "lazy";
+
+interface McpServerConfigBase {
+  /** `[A-Za-z0-9_-]+`: the prefix of its tools' names. */
+  name: string;
+  start: McpStartMode;
+  timeoutMs: number;
+  /** Tool names (as the server names them) to treat as idempotent whatever their annotations say. */
+  idempotentTools: string[];
+  /** Where this entry stands in the file, e.g. `mcp.servers[1]`, for messages that point at it. */
+  key: string;
+}
+
+export interface McpStdioServerConfig extends McpServerConfigBase {
+  transport: "stdio";
+  command: string;
+  args: string[];
+  /** Variable → value template; `${VAR}` is replaced from the node's environment at spawn. */
+  env: Record<string, string>;
+  /** Absolute working directory of the server process. */
+  cwd?: string;
+}
+
+export interface McpHttpServerConfig extends McpServerConfigBase {
+  transport: "http";
+  url: string;
+  /** Header name → name of the environment variable holding its value. */
+  headersEnv: Record<string, string>;
+}
+
+export type McpServerConfig = McpStdioServerConfig | McpHttpServerConfig;
+
+export interface McpConfig {
+  servers: McpServerConfig[];
+}
+
+export const DEFAULT_MCP_TIMEOUT_MS = 60_000;
+
+type Table = Record<string, unknown>;
+
+const SERVER_KEYS = ["name", "command", "args", "env", "cwd", "url", "headers_env", "start", "timeout_ms", "idempotent_tools"];
+const STDIO_ONLY = ["command", "args", "env", "cwd"];
+const HTTP_ONLY = ["url", "headers_env"];
+/** RFC 9110 token characters: what an HTTP header name may hold. */
+const HEADER_NAME = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/;
+
+export interface McpConfigOptions {
+  /** Where `${VAR}` and `headers_env` variables are checked (default process.env). */
+  env?: NodeJS.ProcessEnv;
+  /** Directory that relative `cwd` values are relative to: the config file's (default process.cwd()). */
+  baseDir?: string;
+}
+
+/**
+ * Parses the `[mcp]` table of kova.toml (the value under the `mcp` key, or undefined).
+ * @param keyPrefix how the table is named in messages (default `mcp`)
+ * @throws ConfigError naming the key as written in the file and the fix
+ */
+export function mcpConfigFrom(raw: unknown, keyPrefix = "mcp", opts: McpConfigOptions = {}): McpConfig {
+  if (raw === undefined) return { servers: [] };
+  const mcp = asTable(raw, keyPrefix);
+  refuseUnknownKeys(mcp, ["servers"], keyPrefix);
+  if (mcp.servers === undefined) return { servers: [] };
+  const list = mcp.servers;
+  if (!Array.isArray(list)) {
+    throw new ConfigError(`${keyPrefix}.servers`, "must be an array of tables: write each server as [[mcp.servers]] with a name and a command or url");
+  }
+  const env = opts.env ?? process.env;
+  const baseDir = opts.baseDir ?? process.cwd();
+  const byName = new Map<string, string>();
+  return {
+    servers: list.map((entry, i) => {
+      const server = serverFrom(entry, `${keyPrefix}.servers[${i}]`, env, baseDir);
+      const earlier = byName.get(server.name);
+      if (earlier !== undefined) {
+        throw new ConfigError(`${server.key}.name`, `"${server.name}" is already the name of ${earlier}: tool names would clash, give each server its own name`);
+      }
+      byName.set(server.name, server.key);
+      return server;
+    }),
+  };
+}
+
+function serverFrom(raw: unknown, key: string, env: NodeJS.ProcessEnv, baseDir: string): McpServerConfig {
+  const t = asTable(raw, key);
+  refuseUnknownKeys(t, SERVER_KEYS, key);
+  if (t.name === undefined) throw new ConfigError(`${key}.name`, 'is required: name the server, e.g. name = "everything" (its tools become everything/<tool>)');
+  if (!isValidId(t.name)) {
+    throw new ConfigError(`${key}.name`, `${show(t.name)} is not a valid server name: use 1-128 characters from [A-Za-z0-9_-]`);
+  }
+  const base: McpServerConfigBase = {
+    name: t.name,
+    start: startMode(t.start, `${key}.start`),
+    timeoutMs: integer(t.timeout_ms, `${key}.timeout_ms`, 1, 3_600_000) ?? DEFAULT_MCP_TIMEOUT_MS,
+    idempotentTools: stringList(t.idempotent_tools, `${key}.idempotent_tools`, t.name),
+    key,
+  };
+  const hasCommand = t.command !== undefined;
+  const hasUrl = t.url !== undefined;
+  if (hasCommand === hasUrl) {
+    throw new ConfigError(
+      key,
+      hasCommand
+        ? "has both command and url: a server is either a process spoken to over stdio (command) or a streamable HTTP endpoint (url), keep one"
+        : 'needs command (a process spoken to over stdio, e.g. command = "npx") or url (streamable HTTP, e.g. url = "https://mcp.example.com/mcp")',
+    );
+  }
+  const misplaced = Object.keys(t).find((k) => (hasCommand ? HTTP_ONLY : STDIO_ONLY).includes(k) && k !== "command" && k !== "url");
+  if (misplaced !== undefined) {
+    throw new ConfigError(`${key}.${misplaced}`, hasCommand ? "applies only to url (HTTP) servers: remove it" : "applies only to command (stdio) servers: remove it");
+  }
+  if (hasCommand) {
+    if (typeof t.command !== "string" || t.command.trim() === "") {
+      throw new ConfigError(`${key}.command`, `must be a non-empty string naming the program, e.g. command = "npx", not ${show(t.command)}`);
+    }
+    const server: McpStdioServerConfig = {
+      ...base,
+      transport: "stdio",
+      command: t.command,
+      args: argList(t.args, `${key}.args`),
+      env: envTable(t.env, `${key}.env`, env),
+    };
+    if (t.cwd !== undefined) {
+      if (typeof t.cwd !== "string" || t.cwd === "") throw new ConfigError(`${key}.cwd`, `must be a directory path, not ${show(t.cwd)}`);
+      server.cwd = isAbsolute(t.cwd) ? t.cwd : resolve(baseDir, t.cwd);
+    }
+    return server;
+  }
+  return { ...base, transport: "http", url: httpUrl(t.url, `${key}.url`), headersEnv: headersEnvTable(t.headers_env, `${key}.headers_env`, env) };
+}
+
+function startMode(value: unknown, key: string): McpStartMode {
+  if (value === undefined) return "eager";
+  if (value === "eager" || value === "lazy") return value;
+  throw new ConfigError(key, `must be "eager" (spawn when the node starts) or "lazy" (at first use), not ${show(value)}`);
+}
+
+function httpUrl(value: unknown, key: string): string {
+  let url: URL | undefined;
+  try {
+    if (typeof value === "string") url = new URL(value);
+  } catch {
+    url = undefined;
+  }
+  if (url === undefined || (url.protocol !== "http:" && url.protocol !== "https:")) {
+    throw new ConfigError(key, `${show(value)} is not an http(s) URL: write the server's streamable HTTP endpoint, e.g. url = "https://mcp.example.com/mcp"`);
+  }
+  if (url.username !== "" || url.password !== "") {
+    throw new ConfigError(key, "must not carry credentials: put the token in an environment variable and name it in headers_env, e.g. headers_env = { Authorization = \"REMOTE_MCP_TOKEN\" }");
+  }
+  return url.href;
+}
+
+function argList(value: unknown, key: string): string[] {
+  if (value === undefined) return [];
+  if (!Array.isArray(value)) throw new ConfigError(key, `must be an array of strings, e.g. args = ["-y", "some-server"], not ${show(value)}`);
+  return value.map((a, i) => {
+    if (typeof a !== "string") throw new ConfigError(`${key}[${i}]`, `must be a string, not ${show(a)}: quote it`);
+    return a;
+  });
+}
+
+function stringList(value: unknown, key: string, server: string): string[] {
+  if (value === undefined) return [];
+  if (!Array.isArray(value)) throw new ConfigError(key, `must be an array of tool names, e.g. ["search"], not ${show(value)}`);
+  return value.map((v, i) => {
+    if (typeof v !== "string" || v === "") throw new ConfigError(`${key}[${i}]`, `must be a tool name as the server lists it, not ${show(v)}`);
+    // `<server>/<tool>` is how the tool appears everywhere else, so accept it here too.
+    return v.startsWith(`${server}/`) ? v.slice(server.length + 1) : v;
+  });
+}
+
+function envTable(value: unknown, key: string, env: NodeJS.ProcessEnv): Record<string, string> {
+  const out: Record<string, string> = {};
+  if (value === undefined) return out;
+  for (const [name, template] of Object.entries(asTable(value, key))) {
+    const at = `${key}.${name}`;
+    if (!ENV_NAME.test(name)) throw new ConfigError(at, "is not an environment variable name: use letters, digits and _ (not starting with a digit)");
+    if (typeof template !== "string") throw new ConfigError(at, `must be a string (a value, or "\${VAR}" to take it from the node's environment), not ${show(template)}`);
+    let names: string[];
+    try {
+      names = templateVariables(template);
+    } catch (err) {
+      throw new ConfigError(at, (err as Error).message);
+    }
+    for (const v of names) requireEnv(env, v, at);
+    out[name] = template;
+  }
+  return out;
+}
+
+function headersEnvTable(value: unknown, key: string, env: NodeJS.ProcessEnv): Record<string, string> {
+  const out: Record<string, string> = {};
+  if (value === undefined) return out;
+  for (const [header, variable] of Object.entries(asTable(value, key))) {
+    const at = `${key}.${header}`;
+    if (!HEADER_NAME.test(header)) throw new ConfigError(at, "is not an HTTP header name: use letters, digits and -");
+    if (typeof variable !== "string" || !ENV_NAME.test(variable)) {
+      throw new ConfigError(at, `must name the environment variable that holds the header's value, e.g. ${header} = "REMOTE_MCP_TOKEN", not ${show(variable)}`);
+    }
+    requireEnv(env, variable, at);
+    out[header] = variable;
+  }
+  return out;
+}
+
+function requireEnv(env: NodeJS.ProcessEnv, name: string, key: string): void {
+  if (env[name] === undefined) throw new ConfigError(key, `environment variable ${name} is not set: export ${name}=<value> before starting the node`);
+}
+
+function integer(value: unknown, key: string, min: number, max: number): number | undefined {
+  if (value === undefined) return undefined;
+  if (typeof value === "number" && Number.isInteger(value) && value >= min && value <= max) return value;
+  throw new ConfigError(key, `must be an integer from ${min} to ${max}, not ${show(value)}`);
+}
+
+function asTable(value: unknown, key: string): Table {
+  if (typeof value === "object" && value !== null && !Array.isArray(value) && !(value instanceof Date)) return value as Table;
+  throw new ConfigError(key, `must be a table, not ${show(value)}`);
+}
+
+function refuseUnknownKeys(t: Table, known: readonly string[], key: string): void {
+  const unknown = Object.keys(t).find((k) => !known.includes(k));
+  if (unknown === undefined) return;
+  const squash = (s: string) => s.replace(/[_-]/g, "").toLowerCase();
+  const near = known.find((k) => squash(k) === squash(unknown));
+  throw new ConfigError(`${key}.${unknown}`, near ? `unknown key: did you mean ${key}.${near}?` : `unknown key; allowed here: ${known.join(", ")}`);
+}
+
+function show(value: unknown): string {
+  if (Array.isArray(value)) return "an array";
+  if (value instanceof Date) return "a date";
+  if (typeof value === "string") return JSON.stringify(value);
+  if (typeof value === "object" && value !== null) return "a table";
+  return `${typeof value} ${String(value)}`;
+}

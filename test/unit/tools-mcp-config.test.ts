@@ -1,0 +1,220 @@
+import { PassThrough } from "node:stream";
+import { parse } from "smol-toml";
+import { describe, expect, it } from "vitest";
+import { ConfigError, isKovaError } from "../../src/core/errors.js";
+import { Backoff } from "../../src/tools/mcp/backoff.js";
+import { toolOutput } from "../../src/tools/mcp/call-result.js";
+import { mcpConfigFrom, type McpHttpServerConfig, type McpStdioServerConfig } from "../../src/tools/mcp/config.js";
+import { renderTemplate, templateVariables } from "../../src/tools/mcp/env-template.js";
+import { McpErrorCode, McpToolError } from "../../src/tools/mcp/errors.js";
+import { McpManager } from "../../src/tools/mcp/manager.js";
+import { isIdempotent } from "../../src/tools/mcp/mcp-tool.js";
+import { forwardLines, MAX_LINE_CHARS } from "../../src/tools/mcp/stderr-lines.js";
+
+const SEED = `
+[[mcp.servers]]
+name = "everything"
+command = "npx"
+args = ["-y", "@modelcontextprotocol/server-everything"]
+[[mcp.servers]]
+name = "remote"
+url = "https://mcp.example.com/mcp"
+headers_env = { Authorization = "REMOTE_MCP_TOKEN" }
+`;
+
+function configOf(toml: string, env: NodeJS.ProcessEnv = {}) {
+  return mcpConfigFrom((parse(toml) as { mcp?: unknown }).mcp, "mcp", { env, baseDir: "/srv/kova" });
+}
+
+/** The ConfigError's key, or a failure naming what was thrown instead. */
+function keyOf(toml: string, env: NodeJS.ProcessEnv = {}): { key: string; message: string } {
+  try {
+    configOf(toml, env);
+  } catch (err) {
+    if (err instanceof ConfigError) return { key: err.key, message: err.message };
+    throw err;
+  }
+  throw new Error("parsed without error");
+}
+
+describe("mcp config", () => {
+  it("mcp config - loads the seed's [[mcp.servers]] form as written", () => {
+    const config = configOf(SEED, { REMOTE_MCP_TOKEN: "Bearer t0ken-value" });
+    const [everything, remote] = config.servers as [McpStdioServerConfig, McpHttpServerConfig];
+    expect(everything).toEqual({
+      name: "everything",
+      transport: "stdio",
+      command: "npx",
+      args: ["-y", "@modelcontextprotocol/server-everything"],
+      env: {},
+      start: "eager",
+      timeoutMs: 60_000,
+      idempotentTools: [],
+      key: "mcp.servers[0]",
+    });
+    expect(remote).toEqual({
+      name: "remote",
+      transport: "http",
+      url: "https://mcp.example.com/mcp",
+      headersEnv: { Authorization: "REMOTE_MCP_TOKEN" },
+      start: "eager",
+      timeoutMs: 60_000,
+      idempotentTools: [],
+      key: "mcp.servers[1]",
+    });
+  });
+
+  it("mcp config - reads env, cwd, start, timeout_ms and idempotent_tools; keeps ${VAR} templates, never the secret", () => {
+    const config = configOf(
+      `[[mcp.servers]]
+name = "tools_1"
+command = "/usr/bin/my-server"
+env = { API_KEY = "\${MY_SECRET}", MODE = "demo", URL = "https://x/\${MY_SECRET}/y" }
+cwd = "work"
+start = "lazy"
+timeout_ms = 2500
+idempotent_tools = ["search", "tools_1/lookup"]`,
+      { MY_SECRET: "s3cr3t-value" },
+    );
+    const s = config.servers[0] as McpStdioServerConfig;
+    expect(s.env).toEqual({ API_KEY: "${MY_SECRET}", MODE: "demo", URL: "https://x/${MY_SECRET}/y" });
+    expect(s.cwd).toBe("/srv/kova/work");
+    expect(s.start).toBe("lazy");
+    expect(s.timeoutMs).toBe(2500);
+    expect(s.idempotentTools).toEqual(["search", "lookup"]);
+    expect(JSON.stringify(config)).not.toContain("s3cr3t-value");
+  });
+
+  it("mcp config - no [mcp] table means no servers", () => {
+    expect(configOf("")).toEqual({ servers: [] });
+    expect(configOf("[mcp]")).toEqual({ servers: [] });
+  });
+
+  it.each([
+    ["a missing name", `[[mcp.servers]]\ncommand = "x"`, {}, "mcp.servers[0].name", "is required"],
+    ["a name with a dot", `[[mcp.servers]]\nname = "a.b"\ncommand = "x"`, {}, "mcp.servers[0].name", "[A-Za-z0-9_-]"],
+    ["neither command nor url", `[[mcp.servers]]\nname = "a"`, {}, "mcp.servers[0]", "needs command"],
+    ["both command and url", `[[mcp.servers]]\nname = "a"\ncommand = "x"\nurl = "http://h/mcp"`, {}, "mcp.servers[0]", "keep one"],
+    ["a url that is not http", `[[mcp.servers]]\nname = "a"\nurl = "ftp://h/mcp"`, {}, "mcp.servers[0].url", "http(s) URL"],
+    ["credentials inside the url", `[[mcp.servers]]\nname = "a"\nurl = "https://u:p@h/mcp"`, {}, "mcp.servers[0].url", "headers_env"],
+    ["an unset headers_env variable", SEED, {}, "mcp.servers[1].headers_env.Authorization", "REMOTE_MCP_TOKEN is not set"],
+    ["an unset ${VAR}", `[[mcp.servers]]\nname = "a"\ncommand = "x"\nenv = { API_KEY = "\${NOPE}" }`, {}, "mcp.servers[0].env.API_KEY", "NOPE is not set"],
+    ["a malformed ${", `[[mcp.servers]]\nname = "a"\ncommand = "x"\nenv = { K = "\${OOPS" }`, {}, "mcp.servers[0].env.K", "closing"],
+    ["a non-string env value", `[[mcp.servers]]\nname = "a"\ncommand = "x"\nenv = { K = 3 }`, {}, "mcp.servers[0].env.K", "must be a string"],
+    ["a non-string arg", `[[mcp.servers]]\nname = "a"\ncommand = "x"\nargs = ["ok", 2]`, {}, "mcp.servers[0].args[1]", "must be a string"],
+    ["env on an HTTP server", `[[mcp.servers]]\nname = "a"\nurl = "http://h/mcp"\nenv = { K = "v" }`, {}, "mcp.servers[0].env", "only to command"],
+    ["headers_env on a stdio server", `[[mcp.servers]]\nname = "a"\ncommand = "x"\nheaders_env = { A = "B" }`, { B: "1" }, "mcp.servers[0].headers_env", "only to url"],
+    ["a bad start mode", `[[mcp.servers]]\nname = "a"\ncommand = "x"\nstart = "later"`, {}, "mcp.servers[0].start", '"lazy"'],
+    ["a zero timeout", `[[mcp.servers]]\nname = "a"\ncommand = "x"\ntimeout_ms = 0`, {}, "mcp.servers[0].timeout_ms", "integer from 1"],
+    ["a misspelt key", `[[mcp.servers]]\nname = "a"\ncommand = "x"\ntimeoutMs = 5`, {}, "mcp.servers[0].timeoutMs", "did you mean mcp.servers[0].timeout_ms"],
+    ["a second server with the same name", `[[mcp.servers]]\nname = "a"\ncommand = "x"\n[[mcp.servers]]\nname = "a"\ncommand = "y"`, {}, "mcp.servers[1].name", "mcp.servers[0]"],
+    ["servers that is not an array", `[mcp]\nservers = "x"`, {}, "mcp.servers", "[[mcp.servers]]"],
+  ])("mcp config - refuses %s, naming the key as written", (_what, toml, env, key, hint) => {
+    const err = keyOf(toml, env as NodeJS.ProcessEnv);
+    expect(err.key).toBe(key);
+    expect(err.message).toContain(hint);
+  });
+
+  it("mcp env template - renders every ${VAR} and names the first missing one", () => {
+    expect(templateVariables("a-${X}-${Y_2}")).toEqual(["X", "Y_2"]);
+    expect(renderTemplate("a-${X}-${Y_2}", { X: "1", Y_2: "" }, () => { throw new Error("none missing"); })).toBe("a-1-");
+    expect(() => renderTemplate("${X}${Z}", { X: "1" }, (name) => { throw new Error(`missing ${name}`); })).toThrow("missing Z");
+    expect(() => templateVariables("${1X}")).toThrow("not a variable reference");
+  });
+});
+
+describe("mcp result mapping", () => {
+  it("mcp result - joins text, keeps structuredContent, summarises images and resources with MIME type and size", () => {
+    const png = Buffer.alloc(70, 7).toString("base64");
+    const out = toolOutput("s/t", {
+      content: [
+        { type: "text", text: "first" },
+        { type: "image", data: png, mimeType: "image/png" },
+        { type: "text", text: "second" },
+        { type: "resource", resource: { uri: "file:///a.gz", mimeType: "application/gzip", blob: Buffer.alloc(10).toString("base64") } },
+        { type: "resource", resource: { uri: "mem://note", text: "héllo" } },
+        { type: "resource_link", uri: "file:///big.bin", name: "big.bin", mimeType: "application/octet-stream", size: 4096 },
+      ],
+      structuredContent: { n: 1 },
+    });
+    expect(out).toEqual({
+      text: "first\nsecond",
+      structuredContent: { n: 1 },
+      attachments: [
+        { type: "image", mimeType: "image/png", bytes: 70 },
+        { type: "resource", uri: "file:///a.gz", mimeType: "application/gzip", bytes: 10 },
+        { type: "resource", uri: "mem://note", bytes: 6 },
+        { type: "resource_link", uri: "file:///big.bin", name: "big.bin", mimeType: "application/octet-stream", bytes: 4096 },
+      ],
+    });
+  });
+
+  it("mcp result - drops text that only repeats structuredContent as JSON", () => {
+    const out = toolOutput("s/t", { content: [{ type: "text", text: JSON.stringify({ a: [1, 2] }, null, 2) }], structuredContent: { a: [1, 2] } });
+    expect(out).toEqual({ structuredContent: { a: [1, 2] } });
+  });
+
+  it("mcp result - isError becomes MCP_TOOL_ERROR carrying the mapped result", () => {
+    let thrown: unknown;
+    try {
+      toolOutput("srv/tool", { content: [{ type: "text", text: "bad path" }], isError: true });
+    } catch (err) {
+      thrown = err;
+    }
+    expect(thrown).toBeInstanceOf(McpToolError);
+    const err = thrown as McpToolError;
+    expect(isKovaError(err, McpErrorCode.MCP_TOOL_ERROR)).toBe(true);
+    expect(err.retryable).toBe(false);
+    expect(err.message).toContain("srv/tool reported an error: bad path");
+    expect(err.data).toEqual({ tool: "srv/tool", result: { text: "bad path" } });
+  });
+
+  it("mcp idempotency - idempotentHint or readOnlyHint or the config list; no annotation means not idempotent", () => {
+    const def = (annotations?: Record<string, boolean>) => ({ name: "t", inputSchema: { type: "object" as const }, ...(annotations ? { annotations } : {}) });
+    const none = new Set<string>();
+    expect(isIdempotent(def({ idempotentHint: true }), none)).toBe(true);
+    expect(isIdempotent(def({ readOnlyHint: true }), none)).toBe(true);
+    expect(isIdempotent(def({ readOnlyHint: false, idempotentHint: false }), none)).toBe(false);
+    expect(isIdempotent(def(), none)).toBe(false);
+    expect(isIdempotent(def({ idempotentHint: false }), new Set(["t"]))).toBe(true);
+  });
+});
+
+describe("mcp restart backoff", () => {
+  it("mcp backoff - doubles up to the cap and starts over after a healthy period", () => {
+    const b = new Backoff({ initialDelayMs: 100, maxDelayMs: 1000, healthyAfterMs: 5000 });
+    expect([0, 0, 0, 0, 0, 0].map(() => b.next(0))).toEqual([100, 200, 400, 800, 1000, 1000]);
+    expect(b.next(4999)).toBe(1000);
+    expect(b.next(5000)).toBe(100);
+    expect(b.failures).toBe(1);
+  });
+});
+
+describe("mcp stderr lines", () => {
+  it("mcp stderr - splits lines across chunks, CRLF and split multi-byte characters; caps long lines; flushes the rest at end", async () => {
+    const stream = new PassThrough();
+    const lines: string[] = [];
+    forwardLines(stream, (l) => lines.push(l));
+    const ended = new Promise((r) => stream.on("end", r));
+    const euro = Buffer.from("€");
+    stream.write("one\r\ntw");
+    stream.write(Buffer.concat([Buffer.from("o "), euro.subarray(0, 1)]));
+    stream.write(Buffer.concat([euro.subarray(1), Buffer.from("\n")]));
+    stream.write("x".repeat(MAX_LINE_CHARS + 5));
+    stream.end("\ntail");
+    stream.resume();
+    await ended;
+    expect(lines).toEqual(["one", "two €", "x".repeat(MAX_LINE_CHARS), "xxxxx", "tail"]);
+  });
+});
+
+describe("mcp manager without servers running", () => {
+  it("mcp manager - prepare() names the unknown server and the configured ones", async () => {
+    const manager = new McpManager(configOf(`[[mcp.servers]]\nname = "known"\ncommand = "x"\nstart = "lazy"`));
+    await expect(manager.prepare(["file_read", "mcp:unknown/*"])).rejects.toMatchObject({ code: McpErrorCode.MCP_UNKNOWN_SERVER, message: expect.stringContaining("configured: known") });
+    expect(manager.status()).toMatchObject([{ name: "known", state: "idle", tools: 0 }]);
+    expect(manager.list()).toEqual([]);
+    await manager.close();
+    expect(manager.status()[0]!.state).toBe("closed");
+  });
+});
