@@ -272,7 +272,7 @@ export class McpServerConnection {
     } catch (err) {
       if (client) await this.#shutdown(client);
       if (this.#closing || this.#generation !== generation) return;
-      this.#scheduleRetry(err instanceof ConfigError ? err.message : `start failed: ${message(err)}`, 0);
+      this.#scheduleRetry(err instanceof ConfigError ? err.message : `start failed: ${this.#describe(err)}`, 0);
     }
   }
 
@@ -363,7 +363,7 @@ export class McpServerConnection {
     if (this.#closing) return new McpServerClosedError(this.name);
     const httpStatus = err instanceof sdk.StreamableHTTPError;
     if (this.#isHttp && (httpStatus || err instanceof TypeError)) {
-      const reason = `HTTP request failed: ${message(err)}`;
+      const reason = `HTTP request failed: ${this.#describe(err)}`;
       if (this.#generation === generation && this.#state === "ready") this.#dropConnection(reason);
       // An HTTP error status means the server answered without running the call; a refused
       // connection means it never saw it. Anything else may have cut a running call short.
@@ -372,6 +372,12 @@ export class McpServerConnection {
     }
     // The answer arrived but does not fit the protocol (the SDK's result schema refused it).
     return new McpRequestFailedError(tool, undefined, message(err), { cause: err });
+  }
+
+  /** The error's message, with the HTTP status when the SDK keeps it apart from the message. */
+  #describe(err: unknown): string {
+    const sdk = this.#sdk;
+    return sdk && err instanceof sdk.StreamableHTTPError && err.code !== undefined && err.code > 0 ? `HTTP status ${err.code}: ${err.message}` : message(err);
   }
 
   /** Lists all pages; a list_changed during a listing makes it list again once it is done. */
