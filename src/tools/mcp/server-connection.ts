@@ -191,25 +191,45 @@ export class McpServerConnection {
     const timeoutMs = Math.min(this.config.timeoutMs, ctx.deadline === undefined ? Infinity : Math.floor(ctx.deadline - Date.now()));
     if (ctx.signal.aborted) throw new McpCallAbortedError(full, ctx.signal.reason);
     if (timeoutMs <= 0) throw new McpCallTimeoutError(full, 0, `${this.config.key}.timeout_ms`);
+    const key = `${this.config.key}.timeout_ms`;
     // One controller per call: the SDK adds an abort listener to the signal it is given and
-    // never removes it, so it must not be the caller's long-lived signal.
+    // never removes it, so it must not be the caller's signal, which may outlive the call.
     const call = new AbortController();
     const onAbort = () => call.abort(new McpCallAbortedError(full, ctx.signal.reason));
     ctx.signal.addEventListener("abort", onAbort, { once: true });
-    const timer = setTimeout(() => call.abort(new McpCallTimeoutError(full, timeoutMs, `${this.config.key}.timeout_ms`)), timeoutMs);
     let generation = this.#generation;
+    let remaining = timeoutMs;
     try {
-      const client = await this.#readyClient(call.signal);
+      let client = this.#state === "ready" ? this.#client : undefined;
+      if (client === undefined) {
+        // Waiting for a (lazy or restarting) server counts against the call's time limit.
+        const started = Date.now();
+        const timer = setTimeout(() => call.abort(new McpCallTimeoutError(full, timeoutMs, key)), timeoutMs);
+        try {
+          client = await this.#readyClient(call.signal);
+        } finally {
+          clearTimeout(timer);
+        }
+        remaining = timeoutMs - (Date.now() - started);
+        if (remaining <= 0) throw new McpCallTimeoutError(full, timeoutMs, key);
+      }
       generation = this.#generation;
-      // The SDK's own timer is a backstop only: ours fires first and carries the better error.
-      return (await client.callTool({ name: tool, arguments: args }, undefined, { signal: call.signal, timeout: timeoutMs + 1000 })) as CallToolResult;
+      // The SDK's request timer is the call's time limit (one timer per call, not two); when
+      // it fires the SDK also sends notifications/cancelled to the server.
+      return (await client.callTool({ name: tool, arguments: args }, undefined, { signal: call.signal, timeout: remaining })) as CallToolResult;
     } catch (err) {
       if (call.signal.aborted) throw call.signal.reason;
+      if (this.#isRequestTimeout(err, remaining)) throw new McpCallTimeoutError(full, timeoutMs, key);
       throw this.#callFailure(full, err, idempotent, generation);
     } finally {
-      clearTimeout(timer);
       ctx.signal.removeEventListener("abort", onAbort);
     }
+  }
+
+  /** The SDK's own timeout for a request armed with `timeoutMs` (it says so in the error's data). */
+  #isRequestTimeout(err: unknown, timeoutMs: number): boolean {
+    const types = this.#sdk?.types;
+    return types !== undefined && err instanceof types.McpError && err.code === types.ErrorCode.RequestTimeout && (err.data as { timeout?: unknown } | undefined)?.timeout === timeoutMs;
   }
 
   /**
@@ -434,7 +454,8 @@ export class McpServerConnection {
       if (reason === undefined) kept.push(t);
       else skipped.push({ name: t.name, reason });
     }
-    for (const s of skipped) this.#log.warn({ tool: s.name, reason: s.reason }, "tool not offered");
+    const warned = new Set(this.#skipped.map((s) => s.name));
+    for (const s of skipped) if (!warned.has(s.name)) this.#log.warn({ tool: s.name, reason: s.reason }, "tool not offered");
     const unknown = this.config.idempotentTools.filter((n) => !seen.has(n));
     if (unknown.length > 0) this.#log.warn({ tools: unknown, key: `${this.config.key}.idempotent_tools` }, "idempotent_tools names tools the server does not list");
     this.#setTools(kept, skipped);
