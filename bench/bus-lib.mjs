@@ -29,6 +29,30 @@ export async function alternate(rounds, ours, base) {
   return { ours: a, base: b };
 }
 
+/**
+ * `workers` loops calling `call()` for `ms` milliseconds: calls per second, p50 and p99 in µs,
+ * and this process's CPU time per call in µs (all threads; load from other processes disturbs
+ * it far less than wall time).
+ */
+export async function drive(ms, workers, call) {
+  const lat = [];
+  const cpu0 = process.cpuUsage();
+  const end = performance.now() + ms;
+  const worker = async () => {
+    while (performance.now() < end) {
+      const t = performance.now();
+      await call();
+      lat.push(performance.now() - t);
+    }
+  };
+  const t0 = performance.now();
+  await Promise.all(Array.from({ length: workers }, worker));
+  const secs = (performance.now() - t0) / 1000;
+  const cpu = process.cpuUsage(cpu0);
+  lat.sort((a, b) => a - b);
+  return { rps: lat.length / secs, p50: percentile(lat, 50) * 1000, p99: percentile(lat, 99) * 1000, cpu: (cpu.user + cpu.system) / lat.length };
+}
+
 export function report(title, rows) {
   console.log(`\n${title}`);
   for (const r of rows) console.log(`  ${r}`);

@@ -5,30 +5,14 @@
 import { connect } from "@nats-io/transport-node";
 import { pack } from "msgpackr";
 import { Bus } from "../dist/bus/index.js";
-import { alternate, fmt, median, percentile, report, silent, withServer } from "./bus-lib.mjs";
+import { alternate, drive as driveFor, fmt, median, report, silent, withServer } from "./bus-lib.mjs";
 
 const MS = Number(process.env.BUS_BENCH_RPC_MS ?? 1500);
 const ROUNDS = Number(process.env.BUS_BENCH_ROUNDS ?? 3);
 const payload = { question: "what can you do?", detail: "capabilities" };
 const answer = { capabilities: ["search", "summarize"], load: 0.2 };
 
-/** `workers` loops calling `call()` for MS milliseconds; returns throughput and p50. */
-async function drive(workers, call) {
-  const lat = [];
-  const end = performance.now() + MS;
-  const worker = async () => {
-    while (performance.now() < end) {
-      const t = performance.now();
-      await call();
-      lat.push(performance.now() - t);
-    }
-  };
-  const t0 = performance.now();
-  await Promise.all(Array.from({ length: workers }, worker));
-  const secs = (performance.now() - t0) / 1000;
-  lat.sort((a, b) => a - b);
-  return { rps: lat.length / secs, p50: percentile(lat, 50) * 1000, p99: percentile(lat, 99) * 1000 };
-}
+const drive = (workers, call) => driveFor(MS, workers, call);
 
 await withServer(async (server) => {
   // Responder and requester on separate connections, as two services would be.

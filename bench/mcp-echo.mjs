@@ -8,7 +8,7 @@ import { dirname, join } from "node:path";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
 import { McpManager, mcpConfigFrom } from "../dist/tools/mcp/index.js";
-import { alternate, fmt, median, percentile, report, silent } from "./bus-lib.mjs";
+import { alternate, drive as driveFor, fmt, median, report, silent } from "./bus-lib.mjs";
 
 const MS = Number(process.env.MCP_BENCH_MS ?? 2000);
 const ROUNDS = Number(process.env.MCP_BENCH_ROUNDS ?? 3);
@@ -17,29 +17,8 @@ const require = createRequire(import.meta.url);
 const manifest = require.resolve("@modelcontextprotocol/server-everything/package.json");
 const everything = join(dirname(manifest), JSON.parse(readFileSync(manifest, "utf8")).bin["mcp-server-everything"]);
 
-/**
- * `workers` loops calling `call()` for MS milliseconds; returns calls/s, p50 and p99 in µs,
- * and this process's CPU time per call (µs, all threads), which load from other processes
- * disturbs far less than wall time. The servers' CPU is not in it: they are other processes.
- */
-async function drive(workers, call) {
-  const lat = [];
-  const cpu0 = process.cpuUsage();
-  const end = performance.now() + MS;
-  const worker = async () => {
-    while (performance.now() < end) {
-      const t = performance.now();
-      await call();
-      lat.push(performance.now() - t);
-    }
-  };
-  const t0 = performance.now();
-  await Promise.all(Array.from({ length: workers }, worker));
-  const secs = (performance.now() - t0) / 1000;
-  const cpu = process.cpuUsage(cpu0);
-  lat.sort((a, b) => a - b);
-  return { rps: lat.length / secs, p50: percentile(lat, 50) * 1000, p99: percentile(lat, 99) * 1000, cpu: (cpu.user + cpu.system) / lat.length };
-}
+/** Calls/s, p50 and p99 in µs, and client CPU µs per call (the servers are other processes: not in it). */
+const drive = (workers, call) => driveFor(MS, workers, call);
 
 const manager = new McpManager(mcpConfigFrom({ servers: [{ name: "everything", command: process.execPath, args: [everything, "stdio"] }] }), { logger: silent });
 await manager.start();
