@@ -1,12 +1,10 @@
 import type { Client } from "@modelcontextprotocol/sdk/client/index.js";
-import type { Transport } from "@modelcontextprotocol/sdk/shared/transport.js";
 import type { CallToolResult, Tool as McpToolDefinition } from "@modelcontextprotocol/sdk/types.js";
 import { ConfigError } from "../../core/errors.js";
 import { createLogger, type Logger } from "../../core/logger.js";
 import type { ToolContext } from "../types.js";
 import { Backoff, DEFAULT_RESTART_POLICY, type RestartPolicy } from "./backoff.js";
 import type { McpServerConfig } from "./config.js";
-import { renderTemplate, templateVariables } from "./env-template.js";
 import {
   McpCallAbortedError,
   McpCallTimeoutError,
@@ -16,7 +14,7 @@ import {
   McpServerUnavailableError,
 } from "./errors.js";
 import { loadMcpSdk, type McpSdk } from "./sdk.js";
-import { forwardLines } from "./stderr-lines.js";
+import { createTransport } from "./transport.js";
 
 export type { McpToolDefinition };
 
@@ -72,8 +70,6 @@ export interface McpConnectionOptions {
 const MAX_LIST_PAGES = 1000;
 /** What an MCP tool name may hold to become `<server>/<tool>` (the spec's SEP-986 alphabet). */
 const TOOL_NAME = /^[A-Za-z0-9_.-]{1,128}$/;
-/** Secrets shorter than this are not redacted from stderr lines: masking every "1" would make logs unreadable. */
-const MIN_REDACTED_LENGTH = 4;
 /** Errors of fetch that mean the request never reached the server. */
 const NOT_CONNECTED_CODES = new Set(["ECONNREFUSED", "ENOTFOUND", "EAI_AGAIN", "EHOSTUNREACH", "ENETUNREACH"]);
 
@@ -275,7 +271,10 @@ export class McpServerConnection {
       });
       c.onclose = () => this.#onClosed(c, generation);
       c.onerror = (err) => this.#log.debug({ err: message(err) }, "transport error");
-      const transport = this.#transport(sdk);
+      const transport = createTransport(sdk, this.config, this.#env, this.#log, (line) => {
+        this.#lastStderr = line;
+        this.#log.info({ stream: "stderr" }, line);
+      });
       await c.connect(transport, { timeout: this.#connectTimeoutMs });
       this.#pid = transport instanceof sdk.StdioClientTransport ? (transport.pid ?? undefined) : undefined;
       if (this.#closing) return;
@@ -294,36 +293,6 @@ export class McpServerConnection {
       if (this.#closing || this.#generation !== generation) return;
       this.#scheduleRetry(err instanceof ConfigError ? err.message : `start failed: ${this.#describe(err)}`, 0);
     }
-  }
-
-  #transport(sdk: McpSdk): Transport {
-    const secrets: string[] = [];
-    const missing = (key: string) => (name: string): never => {
-      throw new ConfigError(key, `environment variable ${name} is not set: export ${name}=<value> before starting the node`);
-    };
-    if (this.config.transport === "http") {
-      const headers: Record<string, string> = {};
-      for (const [header, variable] of Object.entries(this.config.headersEnv)) {
-        headers[header] = this.#env[variable] ?? missing(`${this.config.key}.headers_env.${header}`)(variable);
-      }
-      return new sdk.StreamableHTTPClientTransport(new URL(this.config.url), { requestInit: { headers } });
-    }
-    const env: Record<string, string> = {};
-    for (const [name, template] of Object.entries(this.config.env)) {
-      env[name] = renderTemplate(template, this.#env, missing(`${this.config.key}.env.${name}`));
-      for (const v of templateVariables(template)) secrets.push(this.#env[v]!);
-    }
-    const redact = redactor(secrets);
-    const params = { command: this.config.command, args: this.config.args, env, stderr: "pipe" as const, ...(this.config.cwd ? { cwd: this.config.cwd } : {}) };
-    // Names of the variables only: their values may be secrets.
-    this.#log.debug({ command: params.command, args: params.args, env: Object.keys(env), cwd: this.config.cwd }, "spawning MCP server");
-    const transport = new sdk.StdioClientTransport(params);
-    forwardLines(transport.stderr!, (line) => {
-      const clean = redact(line);
-      this.#lastStderr = clean;
-      this.#log.info({ stream: "stderr" }, clean);
-    });
-    return transport;
   }
 
   #onClosed(client: Client, generation: number): void {
@@ -489,12 +458,6 @@ export class McpServerConnection {
       this.#log.debug({ err: message(err) }, "error while closing the client");
     }
   }
-}
-
-function redactor(secrets: string[]): (line: string) => string {
-  const values = [...new Set(secrets.filter((s) => s.length >= MIN_REDACTED_LENGTH))].sort((a, b) => b.length - a.length);
-  if (values.length === 0) return (line) => line;
-  return (line) => values.reduce((text, v) => text.split(v).join("[redacted]"), line);
 }
 
 function untilAborted<T>(p: Promise<T>, signal: AbortSignal): Promise<T> {
