@@ -114,6 +114,7 @@ describe("mcp over stdio: server-everything", () => {
   it("mcp stdio - an already-passed deadline fails the call as a timeout before anything is sent", async () => {
     const err = await failure(Promise.resolve(toolNamed(manager, "everything/echo").run({ message: "x" }, toolContext({ deadline: Date.now() - 1 }))));
     expect(err.code).toBe(McpErrorCode.MCP_CALL_TIMEOUT);
+    expect(err.message).toContain("deadline passed");
   });
 });
 

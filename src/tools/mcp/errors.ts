@@ -56,15 +56,22 @@ export class McpConnectionLostError extends KovaError {
 
 /** A call ran past the server's `timeout_ms` (or the caller's deadline); the server was told to cancel it. */
 export class McpCallTimeoutError extends KovaError {
+  /**
+   * @param key the config key of the limit, e.g. `mcp.servers[0].timeout_ms`
+   * @param byDeadline the caller's deadline, not `timeout_ms`, set the limit
+   */
   constructor(
     readonly tool: string,
     readonly timeoutMs: number,
     key: string,
+    byDeadline = false,
   ) {
     super(
       McpErrorCode.MCP_CALL_TIMEOUT,
-      `MCP tool ${tool} did not answer within ${timeoutMs} ms and was cancelled: raise ${key} if it is expected to take longer`,
-      { retryable: true, data: { tool, timeoutMs } },
+      byDeadline
+        ? `MCP tool ${tool}: the caller's deadline passed (${Math.max(0, timeoutMs)} ms left at the call) before it answered; the call was cancelled`
+        : `MCP tool ${tool} did not answer within ${timeoutMs} ms and was cancelled: raise ${key} if it is expected to take longer`,
+      { retryable: true, data: { tool, timeoutMs, byDeadline } },
     );
   }
 }

@@ -184,10 +184,12 @@ export class McpServerConnection {
    */
   async callTool(tool: string, args: Record<string, unknown>, ctx: Pick<ToolContext, "signal" | "deadline">, idempotent: boolean): Promise<CallToolResult> {
     const full = `${this.name}/${tool}`;
-    const timeoutMs = Math.min(this.config.timeoutMs, ctx.deadline === undefined ? Infinity : Math.floor(ctx.deadline - Date.now()));
-    if (ctx.signal.aborted) throw new McpCallAbortedError(full, ctx.signal.reason);
-    if (timeoutMs <= 0) throw new McpCallTimeoutError(full, 0, `${this.config.key}.timeout_ms`);
     const key = `${this.config.key}.timeout_ms`;
+    const timeoutMs = Math.min(this.config.timeoutMs, ctx.deadline === undefined ? Infinity : Math.floor(ctx.deadline - Date.now()));
+    const byDeadline = timeoutMs < this.config.timeoutMs;
+    const timeout = () => new McpCallTimeoutError(full, timeoutMs, key, byDeadline);
+    if (ctx.signal.aborted) throw new McpCallAbortedError(full, ctx.signal.reason);
+    if (timeoutMs <= 0) throw timeout();
     // One controller per call: the SDK adds an abort listener to the signal it is given and
     // never removes it, so it must not be the caller's signal, which may outlive the call.
     const call = new AbortController();
@@ -200,14 +202,14 @@ export class McpServerConnection {
       if (client === undefined) {
         // Waiting for a (lazy or restarting) server counts against the call's time limit.
         const started = Date.now();
-        const timer = setTimeout(() => call.abort(new McpCallTimeoutError(full, timeoutMs, key)), timeoutMs);
+        const timer = setTimeout(() => call.abort(timeout()), timeoutMs);
         try {
           client = await this.#readyClient(call.signal);
         } finally {
           clearTimeout(timer);
         }
         remaining = timeoutMs - (Date.now() - started);
-        if (remaining <= 0) throw new McpCallTimeoutError(full, timeoutMs, key);
+        if (remaining <= 0) throw timeout();
       }
       generation = this.#generation;
       // The SDK's request timer is the call's time limit (one timer per call, not two); when
@@ -215,7 +217,7 @@ export class McpServerConnection {
       return (await client.callTool({ name: tool, arguments: args }, undefined, { signal: call.signal, timeout: remaining })) as CallToolResult;
     } catch (err) {
       if (call.signal.aborted) throw call.signal.reason;
-      if (this.#isRequestTimeout(err, remaining)) throw new McpCallTimeoutError(full, timeoutMs, key);
+      if (this.#isRequestTimeout(err, remaining)) throw timeout();
       throw this.#callFailure(full, err, idempotent, generation);
     } finally {
       ctx.signal.removeEventListener("abort", onAbort);
