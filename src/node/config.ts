@@ -15,6 +15,8 @@ import { ConfigError } from "../core/errors.js";
 import { isValidId } from "../core/ids.js";
 import { redactUrl, type NatsSecurity } from "../bus/index.js";
 import { NATS_SECURITY_KEYS, natsSecurityFrom } from "./nats-config.js";
+import { toolsConfigFrom, type ToolsConfig } from "../tools/config.js";
+import { mcpConfigFrom, type McpConfig } from "../tools/mcp/config.js";
 
 /**
  * `kova.toml`: what one node needs to join a cluster. The file uses snake_case keys
@@ -101,13 +103,17 @@ export interface NodeConfig {
   actors: ActorSpec[];
   /** Modules to import for actor types (from `[[actors]]` and top-level `modules`), absolute. */
   modules: string[];
+  /** Built-in tools and their limits (`[tools]`, see src/tools/config.ts). */
+  tools: ToolsConfig;
+  /** MCP servers whose tools agents may call (`[[mcp.servers]]`, see src/tools/mcp/config.ts). */
+  mcp: McpConfig;
   /** The file this came from, if any. */
   configPath?: string;
 }
 
 type Table = ConfigTable;
 
-const TOP_KEYS = ["node", "cluster", "nats", "wal", "mailbox", "actors", "modules"];
+const TOP_KEYS = ["node", "cluster", "nats", "wal", "mailbox", "actors", "modules", "tools", "mcp"];
 
 /** The node id used when neither the file nor KOVA_NODE_ID names one: the host name, made id-safe. */
 export function defaultNodeId(): string {
@@ -201,6 +207,8 @@ function buildConfig(doc: Table, path: string | undefined, env: NodeJS.ProcessEn
     mailbox: {},
     actors: [],
     modules: [],
+    tools: toolsConfigFrom(doc.tools, "tools", env, base),
+    mcp: mcpConfigFrom(doc.mcp, "mcp", { env, baseDir: base }),
   };
   if (path) config.configPath = path;
   const urls = natsUrls(env.NATS_URL, nats.urls);

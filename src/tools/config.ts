@@ -1,5 +1,9 @@
 import { intValue, rejectUnknown, tableAt, type ConfigTable } from "../core/config-table.js";
-import type { Logger } from "../core/logger.js";
+import { silentLogger, type Logger } from "../core/logger.js";
+import { dbConfigFrom, type DbConfig } from "./builtin/db-config.js";
+import { createDbTool } from "./builtin/db.js";
+import { shellConfigFrom, type ShellConfig } from "./builtin/shell-config.js";
+import { createShellTool } from "./builtin/shell.js";
 import { createCalculatorTools } from "./builtin/calculator.js";
 import { createClockTools } from "./builtin/clock-now.js";
 import { createFileTools, fileConfigFrom, type FileToolConfig } from "./builtin/file.js";
@@ -22,8 +26,8 @@ import type { Tool } from "./types.js";
  * [tools.file]                  # see builtin/file.ts
  * [tools.http]                  # see builtin/http.ts
  * [tools.web_search]            # see builtin/web-search.ts
- * [tools.shell]                 # builtin/shell.ts (parsed by its own file)
- * [tools.db]                    # builtin/db.ts (parsed by its own file)
+ * [tools.shell]                 # see builtin/shell-config.ts (bubblewrap sandbox)
+ * [tools.db]                    # see builtin/db-config.ts (PostgreSQL, read-only)
  * ```
  */
 export interface ToolsConfig {
@@ -32,12 +36,11 @@ export interface ToolsConfig {
   file?: FileToolConfig;
   http?: HttpToolConfig;
   webSearch?: WebSearchConfig;
-  // EXTENSION POINT (shell, db): `shell?: ShellToolConfig;` and `db?: DbToolConfig;`, their
-  // types and parsers exported by builtin/shell.ts and builtin/db.ts.
+  shell?: ShellConfig;
+  db?: DbConfig;
 }
 
-// EXTENSION POINT (shell, db): add "shell" and "db" here.
-const KEYS = ["max_result_bytes", "max_argument_repairs", "file", "http", "web_search"];
+const KEYS = ["max_result_bytes", "max_argument_repairs", "file", "http", "web_search", "shell", "db"];
 
 /**
  * Parses `[tools]`.
@@ -60,9 +63,10 @@ export function toolsConfigFrom(raw: unknown, keyPrefix = "tools", env: NodeJS.P
   if (http) config.http = httpConfigFrom(http, `${keyPrefix}.http`, env);
   const webSearch = sub("web_search");
   if (webSearch) config.webSearch = webSearchConfigFrom(webSearch, `${keyPrefix}.web_search`, env);
-  // EXTENSION POINT (shell, db):
-  //   const shell = sub("shell"); if (shell) config.shell = shellConfigFrom(shell, `${keyPrefix}.shell`, env, baseDir);
-  //   const db = sub("db"); if (db) config.db = dbConfigFrom(db, `${keyPrefix}.db`, env);
+  const shell = sub("shell");
+  if (shell) config.shell = shellConfigFrom(shell, `${keyPrefix}.shell`, env, baseDir);
+  const db = sub("db");
+  if (db) config.db = dbConfigFrom(db, `${keyPrefix}.db`, env);
   return config;
 }
 
@@ -75,9 +79,9 @@ export function builtinTools(config: ToolsConfig, logger?: Logger): Tool[] {
   if (config.file) tools.push(...createFileTools(config.file));
   if (config.http) tools.push(...createHttpTools(config.http));
   if (config.webSearch) tools.push(...createWebSearchTools(config.webSearch));
-  // EXTENSION POINT (shell, db):
-  //   if (config.shell) tools.push(...createShellTools(config.shell, logger));
-  //   if (config.db) tools.push(...createDbTools(config.db, logger));
+  const log = logger ?? silentLogger();
+  if (config.shell) tools.push(createShellTool(config.shell, log.child({ component: "tools", tool: "shell_exec" })));
+  if (config.db) tools.push(createDbTool(config.db, log.child({ component: "tools", tool: "db_query" })));
   logger?.child({ component: "tools" }).info({ tools: tools.map((t) => t.name) }, "built-in tools enabled");
   return tools;
 }
