@@ -1,4 +1,5 @@
-import { createInbox, headers as natsHeaders } from "@nats-io/transport-node";
+import { headers as natsHeaders } from "@nats-io/transport-node";
+import { newInbox } from "./inbox.js";
 import { fromWire, toWire } from "../core/errors.js";
 import { decodeEnvelope, encodeEnvelope, type Encoding } from "./codec.js";
 import type { BusContext } from "./context.js";
@@ -26,7 +27,7 @@ export const DEFAULT_ASK_TIMEOUT_MS = 120_000;
  */
 export async function ask<R>(ctx: BusContext, envelope: A2AEnvelope, opts: AskOptions = {}): Promise<A2AEnvelope<R>> {
   const timeoutMs = opts.timeoutMs ?? DEFAULT_ASK_TIMEOUT_MS;
-  const inbox = createInbox();
+  const inbox = newInbox(ctx.nc);
   const env = validateOutgoing({
     ...envelope,
     replyTo: inbox,

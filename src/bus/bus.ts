@@ -35,6 +35,8 @@ export interface BusConnectOptions {
   clientId?: string;
   /** Credentials, TLS and this connection's inbox prefix. */
   security?: NatsSecurity;
+  /** Ask the server whether JetStream is enabled at connect (default true; a least-privilege client cannot). */
+  checkJetStream?: boolean;
   /**
    * Further inbox prefixes a received message's `replyTo` may use (this connection's own
    * and `_INBOX` are always allowed): the prefixes the account grants to clients.
@@ -67,7 +69,9 @@ export class Bus {
     const nc = await connectNats({ servers: opts.servers, name: opts.name ?? "kova", logger: log, ...(opts.connectTimeoutMs ? { connectTimeoutMs: opts.connectTimeoutMs } : {}), ...(opts.security ? { security: opts.security } : {}) });
     let jsm: JetStreamManager;
     try {
-      jsm = await jetstreamManager(nc);
+      // A least-privilege client may not call $JS.API.INFO: it skips the check, and a
+      // missing JetStream shows up as the send's error instead.
+      jsm = await jetstreamManager(nc, { checkAPI: opts.checkJetStream !== false });
     } catch (err) {
       await nc.close();
       throw new JetStreamUnavailableError(redactUrl(nc.getServer()), { cause: err });
@@ -206,6 +210,11 @@ export class Bus {
   }
 
   /** Stops mailboxes (waiting for in-flight handlers), rpc services and movers, then closes. */
+  /** `await using bus = await Bus.connect(...)` closes it at the end of the scope. */
+  [Symbol.asyncDispose](): Promise<void> {
+    return this.close();
+  }
+
   async close(): Promise<void> {
     if (this.closing) return;
     this.closing = true;

@@ -49,6 +49,7 @@ export class KovaClient {
       ...(opts.id ? { clientId: opts.id } : {}),
       logger: opts.logger ?? silentLogger(),
       ...(opts.security ? { security: opts.security } : {}),
+      checkJetStream: opts.ensureStreams !== false,
     });
     if (opts.ensureStreams !== false) {
       try {
@@ -98,5 +99,10 @@ export class KovaClient {
 
   close(): Promise<void> {
     return this.bus.close();
+  }
+
+  /** `await using client = await KovaClient.connect(...)` closes it at the end of the scope. */
+  [Symbol.asyncDispose](): Promise<void> {
+    return this.close();
   }
 }

@@ -1,4 +1,5 @@
-import { createInbox, type Msg, type NatsConnection, type Subscription } from "@nats-io/transport-node";
+import { type Msg, type NatsConnection, type Subscription } from "@nats-io/transport-node";
+import { newInbox } from "./inbox.js";
 
 /** What the shared inbox calls back into: one per mailbox. */
 export interface PullTarget {
@@ -28,14 +29,16 @@ const SWEEP_MS = 1_000;
  * pull's expiry instead of nats.js's missed-heartbeat detection.
  */
 export class PullInbox {
-  readonly prefix = createInbox();
+  readonly prefix: string;
   private readonly targets = new Map<string, PullTarget>();
   private readonly byConsumer = new Map<string, PullTarget>();
   private sub: Subscription | undefined;
   private sweep: NodeJS.Timeout | undefined;
   private next = 0;
 
-  private constructor(private readonly nc: NatsConnection) {}
+  private constructor(private readonly nc: NatsConnection) {
+    this.prefix = newInbox(nc);
+  }
 
   /** The connection's shared inbox, created on first use. */
   static for(nc: NatsConnection): PullInbox {

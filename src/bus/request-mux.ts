@@ -1,4 +1,6 @@
-import { createInbox, type Msg, type MsgHdrs, type NatsConnection, type Subscription } from "@nats-io/transport-node";
+import { type Msg, type MsgHdrs, type NatsConnection, type Subscription } from "@nats-io/transport-node";
+
+import { newInbox } from "./inbox.js";
 
 export interface MuxRequestOptions {
   timeoutMs: number;
@@ -15,12 +17,14 @@ export interface MuxRequestOptions {
  * the CPU of a busy rpc path; here an error is built only when there is one.
  */
 export class RequestMux {
-  private readonly prefix = createInbox();
+  private readonly prefix: string;
   private readonly pending = new Map<string, { resolve(m: Msg): void; reject(e: Error): void; timer: NodeJS.Timeout; opts: MuxRequestOptions }>();
   private next = 0;
   private sub: Subscription | undefined;
 
-  constructor(private readonly nc: NatsConnection) {}
+  constructor(private readonly nc: NatsConnection) {
+    this.prefix = newInbox(nc);
+  }
 
   request(subject: string, data: Uint8Array, opts: MuxRequestOptions): Promise<Msg> {
     this.sub ??= this.nc.subscribe(`${this.prefix}.*`, { callback: (_err, msg) => this.dispatch(msg) });
