@@ -34,6 +34,8 @@ import { mcpConfigFrom, type McpConfig } from "../tools/mcp/config.js";
  * heartbeat_ms = 1000
  * stale_after_ms = 5000
  * drain_timeout_ms = 20000 # a move or shutdown waits this long for a running turn
+ * max_actors = 10000       # actors the cluster may register (spawns past it are refused)
+ * max_actors_per_node = 5000  # a node hosts at most this many
  *
  * [nats]
  * urls = ["nats://127.0.0.1:4222"]   # NATS_URL (comma-separated) overrides
@@ -98,6 +100,13 @@ export interface NodeConfig {
    * turn is cut at its next step and its message goes to the next host.
    */
   drainTimeoutMs: number;
+  /**
+   * Actors the cluster may have registered (`kova spawn` past it is QUOTA_EXCEEDED): every
+   * actor costs a durable consumer, about 40-60 KB of nats-server memory.
+   */
+  maxActors: number;
+  /** Actors one node hosts at most; past it the node leaves further actors unplaced and says so. */
+  maxActorsPerNode: number;
   wal: WalConfig;
   mailbox: { ackWaitMs?: number; maxDeliver?: number; backoffMs?: number[] };
   actors: ActorSpec[];
@@ -112,6 +121,10 @@ export interface NodeConfig {
 }
 
 type Table = ConfigTable;
+
+/** Default quotas: ~0.5 GB of nats-server memory in consumers, ~100 MB of node memory for idle actors. */
+export const DEFAULT_MAX_ACTORS = 10_000;
+export const DEFAULT_MAX_ACTORS_PER_NODE = 5_000;
 
 const TOP_KEYS = ["node", "cluster", "nats", "wal", "mailbox", "actors", "modules", "tools", "mcp"];
 
@@ -173,7 +186,7 @@ function buildConfig(doc: Table, path: string | undefined, env: NodeJS.ProcessEn
   const wal = table(doc, "wal");
   const mailbox = table(doc, "mailbox");
   rejectUnknown(node, ["id", "data_dir"], "node.");
-  rejectUnknown(cluster, ["name", "heartbeat_ms", "stale_after_ms", "reconcile_ms", "drain_timeout_ms"], "cluster.");
+  rejectUnknown(cluster, ["name", "heartbeat_ms", "stale_after_ms", "reconcile_ms", "drain_timeout_ms", "max_actors", "max_actors_per_node"], "cluster.");
   rejectUnknown(nats, ["urls", "replicas", ...NATS_SECURITY_KEYS], "nats.");
   rejectUnknown(wal, ["sync", "ring_bits", "encryption", "hmac"], "wal.");
   rejectUnknown(mailbox, ["ack_wait_ms", "max_deliver", "backoff_ms"], "mailbox.");
@@ -202,6 +215,8 @@ function buildConfig(doc: Table, path: string | undefined, env: NodeJS.ProcessEn
     staleAfterMs,
     reconcileMs,
     drainTimeoutMs: intValue(cluster.drain_timeout_ms, "cluster.drain_timeout_ms", 0, 3_600_000) ?? 20_000,
+    maxActors: intValue(cluster.max_actors, "cluster.max_actors", 1, 10_000_000) ?? DEFAULT_MAX_ACTORS,
+    maxActorsPerNode: intValue(cluster.max_actors_per_node, "cluster.max_actors_per_node", 1, 10_000_000) ?? DEFAULT_MAX_ACTORS_PER_NODE,
     replicas: intValue(nats.replicas, "nats.replicas", 1, 5),
     wal: walConfig(wal, env),
     mailbox: {},

@@ -5,6 +5,7 @@ import { redactUrls } from "../bus/index.js";
 import { ActorErrorCode, UnknownActorTypeError, isSignal, type ActorHost, type ActorTypeRegistry, type Signal } from "../actors/index.js";
 import type { AgentStatusView, NodeStatusView, SignalReply, SignalRequest, SpawnReply, SpawnRequest } from "./control.js";
 import type { LeaseTable } from "./lease.js";
+import { QuotaExceededError } from "./errors.js";
 import type { Membership } from "./membership.js";
 import type { ResolvedNats } from "./nats-bootstrap.js";
 import type { PlacementController } from "./placement-controller.js";
@@ -25,6 +26,8 @@ export interface ControlDeps {
   readonly types: ActorTypeRegistry;
   readonly placement: PlacementController;
   readonly recovery: NodeRecoveryReport;
+  /** `[cluster] max_actors`. */
+  readonly maxActors: number;
   stopping(): boolean;
   /** Ordered registry write for one actor (see KovaNode.writeRegistry). */
   writeRegistry(actorId: string, change: (cur: AgentRecord) => AgentRecord | undefined): Promise<unknown>;
@@ -71,13 +74,21 @@ export class NodeControl {
 
   /**
    * Declares an actor; placement hosts it on its rendezvous owner.
-   * @throws InvalidIdError; UnknownActorTypeError for a type this node does not know
+   * @throws InvalidIdError; UnknownActorTypeError for a type this node does not know; QuotaExceededError past `[cluster] max_actors`
    */
   async spawn(req: SpawnRequest): Promise<SpawnReply> {
     const d = this.d;
     const id = assertId("actor id", req?.id);
     const type = assertId("actor type", req?.type);
     if (!d.types.has(type)) throw new UnknownActorTypeError(type, d.types.types());
+    if (!d.registry.get(id)) {
+      // Every registered actor costs a durable consumer on the server: a flood of spawns
+      // stops here instead of exhausting nats-server's memory.
+      const live = d.registry.list().filter((r) => r.desired !== "killed").length;
+      if (live >= d.maxActors) {
+        throw new QuotaExceededError("[cluster] max_actors", d.maxActors, live, "kill actors you no longer need (kova signal <id> kill) or raise max_actors in kova.toml");
+      }
+    }
     const created = await d.registry.declare({ id, type, capabilities: req.capabilities ?? d.types.get(type).capabilities ?? [] });
     d.publish("agent_spawned", id, { id, type, created, via: d.nodeId });
     return { created, id, type, via: d.nodeId };

@@ -196,6 +196,8 @@ export class KovaNode {
       host: port,
       logger: this.log,
       reconcileMs: config.reconcileMs,
+      maxActors: config.maxActorsPerNode,
+      onCapped: (e) => this.publish("placement_capped", this.nodeId, { ...e, node: this.nodeId }),
       onPlacement: (e) => this.onPlacement(e),
     });
     this.placement.start();
@@ -306,6 +308,7 @@ export class KovaNode {
       types: this.types,
       placement: this.placement,
       recovery: this.recovery,
+      maxActors: this.config.maxActors,
       stopping: () => this.stopping !== undefined,
       writeRegistry: (id, change) => this.writeRegistry(id, change),
       publish: (type, runId, data) => this.publish(type, runId, data),

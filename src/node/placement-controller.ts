@@ -29,6 +29,10 @@ export interface PlacementOptions {
   reconcileMs: number;
   /** Actor starts and stops run this many at a time (default 16). */
   concurrency?: number;
+  /** This node hosts at most this many actors; further ones stay unplaced (default: no cap). */
+  maxActors?: number;
+  /** Told once per pass when the cap leaves actors this node owns unplaced. */
+  onCapped?: (event: { hosted: number; waiting: number; max: number }) => void;
   /** Told when this node acquires or gives up an actor (`moved` says who takes it next). */
   onPlacement?: (event: { actorId: string; action: "acquired" | "released" | "lost"; reason: string }) => void;
 }
@@ -181,6 +185,19 @@ export class PlacementController {
     const stop = (id: string, job: () => Promise<void>) => this.schedule(id, "stop", job);
     const start = (id: string, job: () => Promise<void>) => this.schedule(id, "start", job);
 
+    // Starts already queued count against the cap too, so one pass cannot overshoot it.
+    const cap = this.opts.maxActors ?? Number.POSITIVE_INFINITY;
+    let load = hosted.size + this.startQueue.length + this.startsRunning;
+    let capped = 0;
+    const startNew = (id: string, job: () => Promise<void>) => {
+      if (load >= cap) {
+        capped++;
+        return;
+      }
+      load++;
+      start(id, job);
+    };
+
     for (const record of registry.list()) {
       const id = record.id;
       if (this.busy.has(id)) continue;
@@ -198,18 +215,22 @@ export class PlacementController {
       }
       if (mine) {
         if (owner !== nodeId && owner !== undefined && healthy) stop(id, () => this.giveUp(id, `rebalance to ${owner}`));
-        else if (!hosted.has(id)) start(id, () => this.take(record));
+        else if (!hosted.has(id)) startNew(id, () => this.take(record));
         continue;
       }
       if (!healthy) continue;
       if (lease?.node === nodeId) {
         // Left by this node's previous life (a restart): reclaim it if it is still ours by
         // hashing, else free it so that its owner does not wait for staleness.
-        if (owner === nodeId) start(id, () => this.take(record));
+        if (owner === nodeId) startNew(id, () => this.take(record));
         else stop(id, () => this.freeOld(id));
         continue;
       }
-      if (owner === nodeId && (lease === undefined || this.mayTake(lease))) start(id, () => this.take(record));
+      if (owner === nodeId && (lease === undefined || this.mayTake(lease))) startNew(id, () => this.take(record));
+    }
+    if (capped > 0) {
+      this.log.warn({ hosted: hosted.size, waiting: capped, max: cap }, "max_actors_per_node reached: actors this node owns stay unplaced (their messages wait in their mailboxes); add a node or raise [cluster] max_actors_per_node");
+      this.opts.onCapped?.({ hosted: hosted.size, waiting: capped, max: cap });
     }
     // Leases this process holds for actors that left the registry (deleted).
     for (const id of hosted) if (!registry.get(id) && !this.busy.has(id)) stop(id, () => this.giveUp(id, "deregistered"));
