@@ -21,7 +21,7 @@ describe("quotas", () => {
     const nc = await connect({ servers: server.url });
     try {
       const events: string[] = [];
-      nc.subscribe(`kova.${cluster}.events.${CLUSTER_EVENTS_SESSION}.>`, { callback: (_e, m) => events.push((m.json() as { type: string }).type) });
+      nc.subscribe(`kova.${cluster}.events.${CLUSTER_EVENTS_SESSION}.>`, { callback: (_e, m) => void events.push((m.json() as { type: string }).type) });
       const config = parseConfig(
         `[node]\nid = "q1"\ndata_dir = "${dir}"\n[cluster]\nname = "${cluster}"\nmax_actors = 4\nmax_actors_per_node = 2\nreconcile_ms = 200\n` +
           `[nats]\nurls = ["${server.url}"]\n[wal]\nsync = "normal"\n[[actors]]\nid = "a1"\ntype = "counter"\n[[actors]]\nid = "a2"\ntype = "counter"\n[[actors]]\nid = "a3"\ntype = "counter"\n`,
