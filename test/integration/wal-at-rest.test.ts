@@ -5,7 +5,7 @@ import { createEnvelope } from "../../src/bus/index.js";
 import { ErrorCode } from "../../src/core/errors.js";
 import { defineActor } from "../../src/actors/index.js";
 import { localCheckpointKey } from "../../src/actors/memory.js";
-import { Wal, WalKvCorruptError, type CipherAlgorithm, type WalOptions } from "../../src/wal/index.js";
+import { inspectWal, verifyWal, Wal, WalKvCorruptError, type CipherAlgorithm, type WalOptions } from "../../src/wal/index.js";
 import { walInternals } from "../../src/wal/wal.js";
 import { fileServer, startRig, uniqueCluster, waitFor } from "../fixtures/actors/helpers.js";
 import { tamper, walDirs } from "./wal-helpers.js";
@@ -68,6 +68,22 @@ describe.each(["aes-256-gcm", "sm4"] as CipherAlgorithm[])("wal at rest with %s"
     }
     // Reading it back wrote nothing in the clear either (the open stores only an epoch and a salt).
     expect(filesContaining(d, MARK)).toEqual([]);
+  });
+
+  it(`wal - ${algorithm}: inspect without the key shows no kind, owner or status it cannot know; with the key, all of them`, async () => {
+    const d = dir("inspect");
+    await writeEverything(d, { encryption });
+    const blind = inspectWal(d);
+    expect(blind.unverified).toBe(true);
+    expect(blind.notes.join("\n")).toMatch(/completion batches are encrypted/);
+    expect(new Set(blind.records.map((r) => r.kind))).toEqual(new Set(["(sealed)"]));
+    expect(blind.records.every((r) => r.owner === undefined && r.status === "UNKNOWN")).toBe(true);
+    expect(JSON.stringify(blind)).not.toContain(MARK);
+    const seen = inspectWal(d, { key: KEY });
+    expect(seen.unverified).toBe(false);
+    expect(seen.records.find((r) => r.status === "PENDING")).toMatchObject({ kind: `kind-${MARK}`, owner: `owner-${MARK}` });
+    expect(seen.records.some((r) => r.status === "COMPLETE")).toBe(true);
+    expect(verifyWal(d, { key: KEY })).toMatchObject({ ok: true, corrupt: [], chainBreaks: [] });
   });
 
   it(`wal - ${algorithm}: a side-table value edited, or moved under another key, is WAL_CORRUPT on read instead of being returned`, async () => {
