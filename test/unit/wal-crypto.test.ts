@@ -5,6 +5,7 @@ import { ChainKey, RecordCipher, resolveKey } from "../../src/wal/crypto.js";
 import { encodePayload } from "../../src/wal/codec.js";
 import { parseRecord, type ParsedRecord } from "../../src/wal/record-format.js";
 import { openRecord, sealData, sealMarker, type Security } from "../../src/wal/record-seal.js";
+import { openKv, sealKv } from "../../src/wal/kv-seal.js";
 
 const salt = Buffer.alloc(16, 1);
 const master = Buffer.alloc(32, 9);
@@ -108,5 +109,26 @@ describe("wal keys and chain", () => {
     edited[30] = edited[30]! ^ 1;
     edited.writeUInt32BE(crc32(edited.subarray(0, edited.length - 4)), edited.length - 4);
     expect(openRecord(sec, parsed(edited))).toMatchObject({ ok: false, reason: expect.stringMatching(/HMAC/) });
+  });
+});
+
+describe.each(["aes-256-gcm", "sm4"] as const)("wal side table sealing %s", (algorithm) => {
+  const cipher = new RecordCipher(algorithm, master, salt);
+  const session = cipher.session(Buffer.alloc(32, 6));
+  const sessions = () => session;
+
+  it(`kv - ${algorithm}: a value round-trips under its hashed key name; under another name, or edited, it does not open`, () => {
+    const name = cipher.kvName("actors/a1/checkpoint");
+    expect(name.includes(Buffer.from("a1"))).toBe(false);
+    expect(name.equals(cipher.kvName("actors/a1/checkpoint"))).toBe(true);
+    expect(name.equals(new RecordCipher(algorithm, Buffer.alloc(32, 8), salt).kvName("actors/a1/checkpoint"))).toBe(false);
+    const sealed = sealKv(session, 3, 9, name, { state: "secret-state" });
+    expect(sealed.includes(Buffer.from("secret-state"))).toBe(false);
+    expect(openKv(sessions, name, sealed)).toEqual({ ok: true, value: { state: "secret-state" } });
+    expect(openKv(sessions, cipher.kvName("actors/a2/checkpoint"), sealed)).toMatchObject({ ok: false, reason: expect.stringMatching(/authentication failed/) });
+    const edited = Buffer.from(sealed);
+    edited[20] = edited[20]! ^ 1;
+    expect(openKv(sessions, name, edited).ok).toBe(false);
+    expect(openKv(() => undefined, name, sealed)).toMatchObject({ ok: false, reason: "no key for epoch 3" });
   });
 });
