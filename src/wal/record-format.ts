@@ -177,11 +177,27 @@ export function headerLength(kind: string, owner: string | undefined, sealed = f
   return sealed ? HEADER_FIXED : HEADER_FIXED + utf8(kind).length + (owner === undefined ? 0 : utf8(owner).length);
 }
 
+/** Identity blocks, cached for the same reason and with the same bound as `utf8`. */
+const identityCache = new Map<string, Buffer>();
+
 /**
  * The identity block at the start of a sealed record's plaintext: `K (1) ‖ O (2) ‖ kind ‖ owner`.
+ * The result is shared: copy it, never change it.
  * @throws RangeError as `writeHeader` does, for a kind or owner out of bounds
  */
 export function encodeIdentity(kind: string, owner: string | undefined): Buffer {
+  // The kind's length first makes the key unambiguous whatever characters kind and owner hold.
+  const cacheKey = `${kind.length}:${kind}${owner ?? ""}`;
+  let block = identityCache.get(cacheKey);
+  if (block === undefined) {
+    if (identityCache.size >= UTF8_CACHE_MAX) identityCache.clear();
+    block = identityBlock(kind, owner);
+    identityCache.set(cacheKey, block);
+  }
+  return block;
+}
+
+function identityBlock(kind: string, owner: string | undefined): Buffer {
   const k = utf8(kind);
   const o = owner === undefined ? undefined : utf8(owner);
   checkIdentity(k.length, o?.length ?? 0);
