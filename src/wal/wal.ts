@@ -224,7 +224,7 @@ export class Wal {
       chainBreaks: found.chainBreaks,
     };
     const wal = new Wal({ ...ctx, nextSeq: maxSeq + 1, headMac: found.headMac, overflowDigest, recovery });
-    if (security.cipher !== undefined) for (const _ of storage.kv.getKeys({ limit: 1 })) wal.#legacyKv = true;
+    wal.#legacyKv = security.cipher !== undefined && storage.kv.getKeysCount({ limit: 1 }) > 0;
     wal.#doneBatches = found.doneBatches;
     wal.#nextDoneKey = (found.doneBatches.at(-1)?.key ?? 0) + 1;
     for (const c of found.corrupt) if (c.where === "done" && c.key >= wal.#nextDoneKey) wal.#nextDoneKey = c.key + 1;
