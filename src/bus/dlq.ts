@@ -1,5 +1,5 @@
 import type { MsgRequest } from "@nats-io/jetstream";
-import { headers as natsHeaders, type MsgHdrs, type Subscription } from "@nats-io/transport-node";
+import { Match, headers as natsHeaders, type MsgHdrs, type Subscription } from "@nats-io/transport-node";
 import { toWire } from "../core/errors.js";
 import { encodeEnvelope } from "./codec.js";
 import type { BusContext } from "./context.js";
@@ -96,7 +96,8 @@ export async function publishDlq(ctx: BusContext, data: Uint8Array, info: DlqInf
   }
   if (body.length > ctx.maxPayload) throw new PayloadTooLargeError(body.length, ctx.maxPayload, subject);
   const msgId = info.msgId ?? info.headers?.get(Header.MsgId);
-  const ct = info.headers?.get(Header.ContentType);
+  // Matched as the codec matches it (encodingOf), so a JSON body keeps its type.
+  const ct = info.headers?.get(Header.ContentType, Match.IgnoreCase);
   const dedupId = info.dedupId ?? (info.stream && info.streamSeq !== undefined ? `dlq-${info.stream}-${info.streamSeq}` : undefined);
   const wanted: Array<readonly [string, string | undefined]> = [
     [Header.ContentType, ct ? headerValue(ct, 128) : undefined],
