@@ -32,7 +32,7 @@ export class WalKvCorruptError extends KovaError {
     readonly key: string,
     reason: string,
   ) {
-    super(ErrorCode.WAL_CORRUPT, `WAL side-table entry ${JSON.stringify(key)} is corrupt: ${reason}; it was edited or damaged on disk, so rebuild it from its source (for an actor: the checkpoint on NATS)`, {
+    super(WalErrorCode.WAL_CORRUPT, `WAL side-table entry ${JSON.stringify(key)} is corrupt: ${reason}; it was edited or damaged on disk, so rebuild it from its source (for an actor: the checkpoint on NATS)`, {
       data: { key, reason },
     });
   }

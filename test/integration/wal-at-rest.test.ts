@@ -9,6 +9,7 @@ import { inspectWal, verifyWal, Wal, WalKvCorruptError, type CipherAlgorithm, ty
 import { walInternals } from "../../src/wal/wal.js";
 import { fileServer, startRig, uniqueCluster, waitFor } from "../fixtures/actors/helpers.js";
 import { tamper, walDirs } from "./wal-helpers.js";
+import { WalErrorCode } from "../../src/wal/errors.js";
 
 const dir = walDirs();
 const server = fileServer();
@@ -113,7 +114,7 @@ describe.each(["aes-256-gcm", "sm4"] as CipherAlgorithm[])("wal at rest with %s"
           }
         })();
         expect(err, key).toBeInstanceOf(WalKvCorruptError);
-        expect((err as WalKvCorruptError).code).toBe(ErrorCode.WAL_CORRUPT);
+        expect((err as WalKvCorruptError).code).toBe(WalErrorCode.WAL_CORRUPT);
       }
     } finally {
       await again.close();
