@@ -1,9 +1,10 @@
 import type { MsgRequest } from "@nats-io/jetstream";
-import { headers as natsHeaders, type MsgHdrs, type Subscription } from "@nats-io/transport-node";
+import { Match, headers as natsHeaders, type MsgHdrs, type Subscription } from "@nats-io/transport-node";
 import { toWire } from "../core/errors.js";
 import { encodeEnvelope } from "./codec.js";
 import type { BusContext } from "./context.js";
 import type { A2AEnvelope } from "./envelope.js";
+import { PayloadTooLargeError } from "./errors.js";
 import { Header, type DlqReason } from "./wire.js";
 import { isMessageGone } from "./nats-errors.js";
 
@@ -56,44 +57,81 @@ function headerValue(value: string, max = 1000): string {
 }
 
 /**
+ * Bytes a header block takes on the wire, as nats.js writes it and nats-server counts it
+ * against max_payload: `NATS/1.0`, then `\r\n<name>: <value>` per header, then `\r\n\r\n`.
+ */
+function headerBytes(entries: ReadonlyArray<readonly [string, string]>): number {
+  if (entries.length === 0) return 0;
+  let n = 8 + 4;
+  for (const [k, v] of entries) n += 4 + Buffer.byteLength(k) + Buffer.byteLength(v);
+  return n;
+}
+
+// A prefix kept of a message that was never stored (see sendEnvelope) leaves this much
+// room for the headers.
+const PREFIX_HEADER_ROOM = 2048;
+
+/**
  * Stores a dead letter: the original bytes on `kova.<c>.dlq.<reason>` with reason
  * headers. Resolves after the JetStream ack, so a caller may ack the original only
  * then. When the original came from the A2A stream, its stream sequence is the
  * dedup key, so a move that is retried is stored once.
+ *
+ * The body is never cut: a message that was stored fits max_payload with its own
+ * headers, but not always with ours, so when the full set does not fit, headers are
+ * kept in order of importance (Content-Type, the dedup id, reason, stream and sequence,
+ * error code, …, the error text last) as far as they fit, and
+ * `Kova-Dlq-Headers-Trimmed: true` says so when there is room for it; the subject still
+ * names the reason, and the full error goes to the log.
+ * @throws PayloadTooLargeError when `data` alone exceeds max_payload (it was never a
+ *   stored message): nothing is published, and the caller keeps the original
  */
 export async function publishDlq(ctx: BusContext, data: Uint8Array, info: DlqInfo): Promise<number> {
-  const h = natsHeaders();
   const wire = info.error === undefined ? undefined : toWire(info.error);
-  h.set(Header.DlqReason, info.reason);
-  if (wire) {
-    h.set(Header.DlqErrorCode, wire.code);
-    h.set(Header.DlqError, headerValue(wire.message));
-  }
-  h.set(Header.DlqSubject, headerValue(info.subject, 512));
-  h.set(Header.DlqTime, new Date().toISOString());
-  if (info.stream) h.set(Header.DlqStream, info.stream);
-  if (info.streamSeq !== undefined) h.set(Header.DlqStreamSeq, String(info.streamSeq));
-  if (info.deliveries !== undefined) h.set(Header.DlqDeliveries, String(info.deliveries));
-  if (info.agentId) h.set(Header.DlqAgent, info.agentId);
-  const msgId = info.msgId ?? info.headers?.get(Header.MsgId);
-  if (msgId) h.set(Header.DlqMsgId, headerValue(msgId, 256));
-  const ct = info.headers?.get(Header.ContentType);
-  if (ct) h.set(Header.ContentType, headerValue(ct, 128));
-  // Our headers push a message that just fit max_payload over it: keep a prefix.
+  const subject = ctx.subjects.dlq(info.reason);
   let body = data;
-  const room = ctx.maxPayload - 2048;
-  if (body.length > room) {
-    h.set(Header.DlqOriginalSize, String(info.originalSize ?? body.length));
-    h.set(Header.DlqTruncated, "true");
-    body = body.subarray(0, Math.max(0, room));
-  } else if (info.originalSize !== undefined) {
-    h.set(Header.DlqOriginalSize, String(info.originalSize));
-    h.set(Header.DlqTruncated, "true");
+  // Only a prefix of a message that never fit (the send path) may be cut further.
+  if (info.originalSize !== undefined && body.length > ctx.maxPayload - PREFIX_HEADER_ROOM) {
+    body = body.subarray(0, Math.max(0, ctx.maxPayload - PREFIX_HEADER_ROOM));
   }
-  const msgID = info.dedupId ?? (info.stream && info.streamSeq !== undefined ? `dlq-${info.stream}-${info.streamSeq}` : undefined);
-  const ack = await ctx.js.publish(ctx.subjects.dlq(info.reason), body, { headers: h, ...(msgID ? { msgID } : {}) });
+  if (body.length > ctx.maxPayload) throw new PayloadTooLargeError(body.length, ctx.maxPayload, subject);
+  const msgId = info.msgId ?? info.headers?.get(Header.MsgId);
+  // Matched as the codec matches it (encodingOf), so a JSON body keeps its type.
+  const ct = info.headers?.get(Header.ContentType, Match.IgnoreCase);
+  const dedupId = info.dedupId ?? (info.stream && info.streamSeq !== undefined ? `dlq-${info.stream}-${info.streamSeq}` : undefined);
+  const wanted: Array<readonly [string, string | undefined]> = [
+    [Header.ContentType, ct ? headerValue(ct, 128) : undefined],
+    [Header.MsgId, dedupId ? headerValue(dedupId, 256) : undefined],
+    [Header.DlqReason, info.reason],
+    [Header.DlqStream, info.stream],
+    [Header.DlqStreamSeq, info.streamSeq === undefined ? undefined : String(info.streamSeq)],
+    [Header.DlqErrorCode, wire?.code],
+    [Header.DlqMsgId, msgId ? headerValue(msgId, 256) : undefined],
+    [Header.DlqAgent, info.agentId],
+    [Header.DlqOriginalSize, info.originalSize === undefined ? undefined : String(info.originalSize)],
+    [Header.DlqTruncated, info.originalSize === undefined ? undefined : "true"],
+    [Header.DlqDeliveries, info.deliveries === undefined ? undefined : String(info.deliveries)],
+    [Header.DlqSubject, headerValue(info.subject, 512)],
+    [Header.DlqTime, new Date().toISOString()],
+    [Header.DlqError, wire ? headerValue(wire.message) : undefined],
+  ];
+  const all = wanted.filter((e): e is readonly [string, string] => e[1] !== undefined && e[1] !== "");
+  const room = ctx.maxPayload - body.length;
+  let kept = all;
+  if (headerBytes(all) > room) {
+    const marker = [Header.DlqHeadersTrimmed, "true"] as const;
+    kept = [];
+    // Content-Type always fits where the original had it (ours is that header alone),
+    // and without it a JSON body would read as msgpack: it never yields to the marker.
+    for (const e of all) if (headerBytes(e[0] === Header.ContentType ? [...kept, e] : [...kept, e, marker]) <= room) kept.push(e);
+    if (headerBytes([...kept, marker]) <= room) kept.push(marker);
+  }
+  const h = natsHeaders();
+  for (const [k, v] of kept) h.set(k, v);
+  const ack = await ctx.js.publish(subject, body, kept.length > 0 ? { headers: h } : {});
+  const dropped = all.filter((e) => !kept.includes(e)).map(([k]) => k);
   ctx.log.warn(
-    { reason: info.reason, subject: info.subject, agentId: info.agentId, dlqSeq: ack.seq, error: wire?.message },
+    { reason: info.reason, subject: info.subject, agentId: info.agentId, dlqSeq: ack.seq, error: wire?.message, ...(dropped.length > 0 ? { headersDropped: dropped } : {}) },
     "message moved to the DLQ",
   );
   return ack.seq;

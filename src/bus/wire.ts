@@ -19,6 +19,8 @@ export const Header = {
   DlqTime: "Kova-Dlq-Time",
   DlqOriginalSize: "Kova-Dlq-Original-Size",
   DlqTruncated: "Kova-Dlq-Truncated",
+  /** Set when the full header set did not fit max_payload beside the whole body. */
+  DlqHeadersTrimmed: "Kova-Dlq-Headers-Trimmed",
 } as const;
 
 export const ContentType = {

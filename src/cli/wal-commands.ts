@@ -63,6 +63,7 @@ function printInspection(r: WalInspection, limit: number): void {
   const c = r.counts;
   write(`  pending ${c.pending}, complete ${c.complete}, corrupt ${c.corrupt}, quarantined ${c.quarantined}, stale ${c.stale}, overflow ${c.overflow}`);
   if (r.unverified) write("  (no key given: records were not authenticated)");
+  for (const n of r.notes) write(`  note: ${n}`);
   const shown = r.records.slice(-limit).reverse();
   if (shown.length > 0) {
     write("  SEQ\tSTATUS\tKIND\tOWNER\tEPOCH\tWHERE");

@@ -26,6 +26,18 @@ export class WalCorruptError extends KovaError {
   }
 }
 
+/** An encrypted side-table entry (`complete({ kv })`) failed authentication: edited, moved or unreadable. */
+export class WalKvCorruptError extends KovaError {
+  constructor(
+    readonly key: string,
+    reason: string,
+  ) {
+    super(WalErrorCode.WAL_CORRUPT, `WAL side-table entry ${JSON.stringify(key)} is corrupt: ${reason}; it was edited or damaged on disk, so rebuild it from its source (for an actor: the checkpoint on NATS)`, {
+      data: { key, reason },
+    });
+  }
+}
+
 /** A commit or flush failed earlier; the WAL refuses every later write. */
 export class WalFailedError extends KovaError {
   constructor(cause: unknown) {

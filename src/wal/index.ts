@@ -14,7 +14,7 @@ export type {
 } from "./types.js";
 export type { CipherAlgorithm } from "./crypto.js";
 export { keyFromEnv, resolveKey } from "./crypto.js";
-export { LockOrderError, WalBadKeyError, WalClosedError, WalCorruptError, WalFailedError, WalFullError } from "./errors.js";
+export { LockOrderError, WalBadKeyError, WalClosedError, WalCorruptError, WalFailedError, WalFullError, WalKvCorruptError } from "./errors.js";
 export { BufferLock, LockManager, QueueLock, TransactionLock } from "./locks.js";
 export { crc32 } from "./crc32.js";
 export { FORMAT_VERSION } from "./record-format.js";

@@ -31,10 +31,17 @@ export interface WalInspection {
   tail: number;
   head: number;
   counts: { pending: number; complete: number; corrupt: number; stale: number; overflow: number; quarantined: number };
-  records: Array<{ seq: number; slot: number; status: "PENDING" | "COMPLETE"; kind: string; owner?: string; epoch: number; where: "ring" | "overflow" }>;
+  /**
+   * Newest last. Without the key of an encrypted WAL, `kind` is "(sealed)", no owner is
+   * known, and a status that only an encrypted completion batch could tell is "UNKNOWN"
+   * (such records are counted as pending).
+   */
+  records: Array<{ seq: number; slot: number; status: "PENDING" | "COMPLETE" | "UNKNOWN"; kind: string; owner?: string; epoch: number; where: "ring" | "overflow" }>;
   corrupt: CorruptRecord[];
   /** True when records were read without their keys (nothing authenticated). */
   unverified: boolean;
+  /** What could not be checked or read without keys. */
+  notes: string[];
 }
 
 export interface WalVerification {
@@ -57,7 +64,7 @@ function openReadOnly(dir: string): { storage: WalStorage; meta: WalMeta } {
   return { storage, meta };
 }
 
-function securityFor(meta: WalMeta, keys: OfflineKeys): { security: Security; notes: string[] } {
+function securityFor(storage: WalStorage, meta: WalMeta, keys: OfflineKeys): { security: Security; notes: string[] } {
   const notes: string[] = [];
   const options: { encryption?: { algorithm: CipherAlgorithm; key: Buffer | string }; hmac?: { key: Buffer | string } } = {};
   if (meta.cipher !== undefined && keys.key !== undefined) {
@@ -66,11 +73,15 @@ function securityFor(meta: WalMeta, keys: OfflineKeys): { security: Security; no
   if (meta.chain !== undefined && keys.hmacKey !== undefined) options.hmac = { key: keys.hmacKey };
   else if (meta.chain !== undefined) notes.push("HMAC chain not checked (no --hmac-key)");
   // resolveSecurity throws WAL_BAD_KEY for a wrong key; a missing one only lowers what is checked.
-  const { security } = resolveSecurity(options, {
-    ...meta,
-    ...(options.encryption === undefined ? { cipher: undefined } : {}),
-    ...(options.hmac === undefined ? { chain: undefined } : {}),
-  });
+  const { security } = resolveSecurity(
+    options,
+    {
+      ...meta,
+      ...(options.encryption === undefined ? { cipher: undefined } : {}),
+      ...(options.hmac === undefined ? { chain: undefined } : {}),
+    },
+    (epoch) => storage.readOpenSalt(epoch),
+  );
   return { security: { ...security, unverified: notes.length > 0 }, notes };
 }
 
@@ -82,7 +93,7 @@ function entries(range: Iterable<{ key: unknown; value: unknown }>): Iterable<St
 function run(dir: string, keys: OfflineKeys): { meta: WalMeta; result: ScanResult; quarantined: CorruptRecord[]; notes: string[]; overflow: number } {
   const { storage, meta } = openReadOnly(dir);
   try {
-    const { security, notes } = securityFor(meta, keys);
+    const { security, notes } = securityFor(storage, meta, keys);
     const quarantined: CorruptRecord[] = [];
     for (const { value } of storage.corrupt.getRange({})) {
       quarantined.push({ seq: value.seq ?? -1, slot: value.slot ?? -1, reason: `quarantined: ${value.reason}`, where: value.where });
@@ -101,6 +112,7 @@ function run(dir: string, keys: OfflineKeys): { meta: WalMeta; result: ScanResul
       decode: false,
       collect: true,
     });
+    if (result.unreadBatches > 0) notes.push(`${result.unreadBatches} completion batches are encrypted: record statuses are unknown without --key`);
     return { meta, result, quarantined, notes, overflow };
   } finally {
     void storage.close();
@@ -114,14 +126,15 @@ function run(dir: string, keys: OfflineKeys): { meta: WalMeta; result: ScanResul
 export function inspectWal(dir: string, keys: OfflineKeys = {}): WalInspection {
   const { meta, result, quarantined, notes, overflow } = run(dir, keys);
   const records: WalInspection["records"] = [];
+  const open = result.unreadBatches > 0 ? "UNKNOWN" : "PENDING";
   for (const [seq, p] of result.present) {
-    const r: WalInspection["records"][number] = { seq, slot: p.slot, status: p.complete ? "COMPLETE" : "PENDING", kind: p.kind, epoch: p.epoch, where: "ring" };
+    const r: WalInspection["records"][number] = { seq, slot: p.slot, status: p.complete ? "COMPLETE" : open, kind: p.kind, epoch: p.epoch, where: "ring" };
     if (p.owner !== undefined) r.owner = p.owner;
     records.push(r);
   }
   for (const p of result.pending) {
     if (p.where !== "overflow") continue;
-    const r: WalInspection["records"][number] = { seq: p.record.seq, slot: -1, status: "PENDING", kind: p.record.kind, epoch: p.record.epoch, where: "overflow" };
+    const r: WalInspection["records"][number] = { seq: p.record.seq, slot: -1, status: open, kind: p.record.kind, epoch: p.record.epoch, where: "overflow" };
     if (p.record.owner !== undefined) r.owner = p.record.owner;
     records.push(r);
   }
@@ -147,6 +160,7 @@ export function inspectWal(dir: string, keys: OfflineKeys = {}): WalInspection {
     records,
     corrupt,
     unverified: notes.length > 0,
+    notes,
   };
 }
 

@@ -1,12 +1,13 @@
 import { crc32 } from "./crc32.js";
 
 /**
- * The stored form of one WAL record, format version 1 (all integers big-endian):
+ * The stored form of one WAL record (all integers big-endian). Format version 2 is
+ * written now; version 1 is read (golden files in test/fixtures/wal/v1):
  *
  * | offset | size | field                                                        |
  * | ------ | ---- | ------------------------------------------------------------ |
  * | 0      | 1    | magic 0xC7                                                   |
- * | 1      | 1    | format version (1)                                           |
+ * | 1      | 1    | format version (1 or 2)                                      |
  * | 2      | 1    | flags: bit0 COMPLETE, bit1 MARKER, bits2-3 cipher, bit4 CHAIN |
  * | 3      | 1    | kind length K (bytes, UTF-8, ≤ 255)                          |
  * | 4      | 4    | epoch (u32)                                                  |
@@ -20,12 +21,20 @@ import { crc32 } from "./crc32.js";
  * |        | 16   | marker tag (MARKER records when a key is configured)         |
  * |        | 4    | CRC-32/IEEE (unsigned) over every byte before it             |
  *
- * Bytes 0 .. 22+K+O are the "header": the AAD of AES-256-GCM. A completion marker
- * (MARKER|COMPLETE) replaces a data record in its slot; it keeps the header fields
- * and chain macs of the record it completes but carries no body.
+ * Bytes 0 .. 22+K+O are the "header": the AAD of the cipher.
+ *
+ * Version 2 differs only where a cipher is set: the kind and owner (user data: an
+ * actor id, a step name) move out of the header into the encrypted body (K = O = 0 in
+ * the header; the plaintext is `K (1) ‖ O (2) ‖ kind ‖ owner ‖ payload`), and the body
+ * is sealed under the keys of the open that wrote it (crypto.ts, SessionCipher) with
+ * nonce (RECORD, seq), not under the long-term key with nonce epoch ‖ seq. Version 2
+ * has no completion markers (COMPLETE and MARKER must be clear): completion batches
+ * replaced them. A version-1 completion marker (MARKER|COMPLETE) replaces a data record
+ * in its slot; it keeps the header fields and chain macs of the record it completes but
+ * carries no body.
  */
 export const RECORD_MAGIC = 0xc7;
-export const FORMAT_VERSION = 1;
+export const FORMAT_VERSION = 2;
 export const HEADER_FIXED = 22;
 export const TAG_LEN = 16;
 export const MAC_LEN = 16;
@@ -54,6 +63,7 @@ export interface HeaderFields {
  * records and most of them only need seq, epoch and flags.
  */
 export class ParsedRecord implements HeaderFields {
+  #revealed: { kind: string; owner: string | undefined } | undefined;
   constructor(
     /** The stored bytes. */
     readonly bytes: Buffer,
@@ -81,12 +91,23 @@ export class ParsedRecord implements HeaderFields {
   get epoch(): number {
     return this.bytes.readUInt32BE(4);
   }
+  /** True when kind and owner travel inside the encrypted body (v2 with a cipher). */
+  get sealedIdentity(): boolean {
+    return this.version >= 2 && this.cipher !== CipherId.NONE;
+  }
+  /** The kind; for a sealed identity, known once `reveal` ran (else "(sealed)"). */
   get kind(): string {
+    if (this.sealedIdentity) return this.#revealed?.kind ?? SEALED_KIND;
     return this.bytes.toString("utf8", HEADER_FIXED, HEADER_FIXED + this.bytes[3]!);
   }
   get owner(): string | undefined {
+    if (this.sealedIdentity) return this.#revealed?.owner;
     const start = HEADER_FIXED + this.bytes[3]!;
     return this.headerEnd > start ? this.bytes.toString("utf8", start, this.headerEnd) : undefined;
+  }
+  /** Records the identity read from the decrypted body of a sealed record. */
+  reveal(kind: string, owner: string | undefined): void {
+    this.#revealed = { kind, owner };
   }
   get header(): Buffer {
     return this.bytes.subarray(0, this.headerEnd);
@@ -143,9 +164,64 @@ function utf8(text: string): Buffer {
   return bytes;
 }
 
+/** What `kind` says for a sealed record whose body was not opened (no key). */
+export const SEALED_KIND = "(sealed)";
+
+/** True when the identity of a record with these fields goes in the encrypted body. */
+function identitySealed(fields: Pick<HeaderFields, "cipher">, version: number): boolean {
+  return version >= 2 && fields.cipher !== CipherId.NONE;
+}
+
 /** Size of the header for these fields. */
-export function headerLength(kind: string, owner: string | undefined): number {
-  return HEADER_FIXED + utf8(kind).length + (owner === undefined ? 0 : utf8(owner).length);
+export function headerLength(kind: string, owner: string | undefined, sealed = false): number {
+  return sealed ? HEADER_FIXED : HEADER_FIXED + utf8(kind).length + (owner === undefined ? 0 : utf8(owner).length);
+}
+
+/** Identity blocks, cached for the same reason and with the same bound as `utf8`. */
+const identityCache = new Map<string, Buffer>();
+
+/**
+ * The identity block at the start of a sealed record's plaintext: `K (1) ‖ O (2) ‖ kind ‖ owner`.
+ * The result is shared: copy it, never change it.
+ * @throws RangeError as `writeHeader` does, for a kind or owner out of bounds
+ */
+export function encodeIdentity(kind: string, owner: string | undefined): Buffer {
+  // The kind's length first makes the key unambiguous whatever characters kind and owner hold.
+  const cacheKey = `${kind.length}:${kind}${owner ?? ""}`;
+  let block = identityCache.get(cacheKey);
+  if (block === undefined) {
+    if (identityCache.size >= UTF8_CACHE_MAX) identityCache.clear();
+    block = identityBlock(kind, owner);
+    identityCache.set(cacheKey, block);
+  }
+  return block;
+}
+
+function identityBlock(kind: string, owner: string | undefined): Buffer {
+  const k = utf8(kind);
+  const o = owner === undefined ? undefined : utf8(owner);
+  checkIdentity(k.length, o?.length ?? 0);
+  const out = Buffer.allocUnsafe(3 + k.length + (o?.length ?? 0));
+  out[0] = k.length;
+  out.writeUInt16BE(o?.length ?? 0, 1);
+  out.set(k, 3);
+  if (o !== undefined) out.set(o, 3 + k.length);
+  return out;
+}
+
+/** Reads the identity block of a decrypted body; undefined when it does not fit. */
+export function decodeIdentity(plain: Buffer): { kind: string; owner: string | undefined; payloadStart: number } | undefined {
+  if (plain.length < 3) return undefined;
+  const k = plain[0]!;
+  const o = plain.readUInt16BE(1);
+  const end = 3 + k + o;
+  if (k === 0 || end > plain.length) return undefined;
+  return { kind: plain.toString("utf8", 3, 3 + k), owner: o === 0 ? undefined : plain.toString("utf8", 3 + k, end), payloadStart: end };
+}
+
+function checkIdentity(kindLen: number, ownerLen: number): void {
+  if (kindLen === 0 || kindLen > 255) throw new RangeError(`record kind must be 1-255 UTF-8 bytes, got ${kindLen}`);
+  if (ownerLen > 0xffff) throw new RangeError(`record owner must be at most 65535 UTF-8 bytes, got ${ownerLen}`);
 }
 
 function writeU32(h: Buffer, v: number, at: number): void {
@@ -157,19 +233,20 @@ function writeU32(h: Buffer, v: number, at: number): void {
 
 /**
  * Writes the header at the start of `h` (which may be longer: the plain append path
- * builds the whole record in one allocation).
+ * builds the whole record in one allocation). In version 2 with a cipher, kind and
+ * owner are checked but not written (they go in the body: `encodeIdentity`).
  * @throws RangeError when kind is empty or over 255 bytes, owner over 65535 bytes, or seq is not a safe integer
  */
-export function writeHeader(h: Buffer, fields: HeaderFields, bodyLen: number): number {
+export function writeHeader(h: Buffer, fields: HeaderFields, bodyLen: number, version: 1 | 2 = FORMAT_VERSION): number {
   const kind = utf8(fields.kind);
   const owner = fields.owner === undefined ? undefined : utf8(fields.owner);
-  const kindLen = kind.length;
-  const ownerLen = owner === undefined ? 0 : owner.length;
-  if (kindLen === 0 || kindLen > 255) throw new RangeError(`record kind must be 1-255 UTF-8 bytes, got ${kindLen}`);
-  if (ownerLen > 0xffff) throw new RangeError(`record owner must be at most 65535 UTF-8 bytes, got ${ownerLen}`);
+  checkIdentity(kind.length, owner === undefined ? 0 : owner.length);
   if (!Number.isSafeInteger(fields.seq) || fields.seq < 0) throw new RangeError(`bad seq ${fields.seq}`);
+  const sealed = identitySealed(fields, version);
+  const kindLen = sealed ? 0 : kind.length;
+  const ownerLen = sealed || owner === undefined ? 0 : owner.length;
   h[0] = RECORD_MAGIC;
-  h[1] = FORMAT_VERSION;
+  h[1] = version;
   h[2] = flagsOf(fields);
   h[3] = kindLen;
   writeU32(h, fields.epoch >>> 0, 4);
@@ -178,15 +255,17 @@ export function writeHeader(h: Buffer, fields: HeaderFields, bodyLen: number): n
   h[16] = ownerLen >>> 8;
   h[17] = ownerLen & 0xff;
   writeU32(h, bodyLen, 18);
-  h.set(kind, HEADER_FIXED);
-  if (owner !== undefined) h.set(owner, HEADER_FIXED + kindLen);
+  if (!sealed) {
+    h.set(kind, HEADER_FIXED);
+    if (owner !== undefined) h.set(owner, HEADER_FIXED + kindLen);
+  }
   return HEADER_FIXED + kindLen + ownerLen;
 }
 
 /** Builds the header (the AAD) for a record whose body will be `bodyLen` bytes. */
-export function encodeHeader(fields: HeaderFields, bodyLen: number): Buffer {
-  const h = Buffer.allocUnsafe(headerLength(fields.kind, fields.owner));
-  writeHeader(h, fields, bodyLen);
+export function encodeHeader(fields: HeaderFields, bodyLen: number, version: 1 | 2 = FORMAT_VERSION): Buffer {
+  const h = Buffer.allocUnsafe(headerLength(fields.kind, fields.owner, identitySealed(fields, version)));
+  writeHeader(h, fields, bodyLen, version);
   return h;
 }
 
@@ -237,11 +316,12 @@ export function parseRecord(buf: Buffer): ParseResult {
   const end = buf.length - CRC_LEN;
   if (buf.readUInt32BE(end) !== crc32(buf.subarray(0, end))) return fail(buf, "CRC32 mismatch");
   const version = buf[1]!;
-  if (version === 1) return parseV1(buf, end);
+  if (version === 1 || version === 2) return parseLayout(buf, end, version);
   return fail(buf, `unknown format version ${version}`);
 }
 
-function parseV1(buf: Buffer, end: number): ParseResult {
+/** Versions 1 and 2 share the layout; version 2 forbids markers and identity in the clear under a cipher. */
+function parseLayout(buf: Buffer, end: number, version: 1 | 2): ParseResult {
   const flags = buf[2]!;
   const kindLen = buf[3]!;
   const ownerLen = buf.readUInt16BE(16);
@@ -252,6 +332,8 @@ function parseV1(buf: Buffer, end: number): ParseResult {
   const cipher = ((flags >> 2) & 3) as CipherId;
   if (cipher > CipherId.SM4) return fail(buf, `unknown cipher id ${cipher}`);
   if (marker && bodyLen !== 0) return fail(buf, "marker with a body");
+  if (version === 2 && (flags & (Flag.COMPLETE | Flag.MARKER)) !== 0) return fail(buf, "a version-2 record with a COMPLETE or MARKER flag");
+  if (version === 2 && cipher !== CipherId.NONE && kindLen + ownerLen !== 0) return fail(buf, "an encrypted version-2 record with kind or owner in the clear");
   const headerEnd = HEADER_FIXED + kindLen + ownerLen;
   const bodyEnd = headerEnd + bodyLen;
   const tagEnd = bodyEnd + (cipher !== CipherId.NONE && !marker ? TAG_LEN : 0);
@@ -260,6 +342,6 @@ function parseV1(buf: Buffer, end: number): ParseResult {
   if (markerTagEnd !== end) return fail(buf, `length mismatch: layout says ${markerTagEnd + CRC_LEN}, stored ${buf.length}`);
   const seq = buf.readUInt32BE(8) * TWO_32 + buf.readUInt32BE(12);
   if (!Number.isSafeInteger(seq)) return fail(buf, "seq out of range");
-  const record = new ParsedRecord(buf, 1, seq, flags, headerEnd, bodyEnd, tagEnd, chainEnd, markerTagEnd);
+  const record = new ParsedRecord(buf, version, seq, flags, headerEnd, bodyEnd, tagEnd, chainEnd, markerTagEnd);
   return { ok: true, record };
 }

@@ -1,5 +1,17 @@
-import { ChainKey, equalTags, hmac128, RecordCipher, ZERO_MAC } from "./crypto.js";
-import { assemble, CipherId, CRC_LEN, encodeHeader, headerLength, writeCrc, writeHeader, type HeaderFields, type ParsedRecord } from "./record-format.js";
+import { ChainKey, equalTags, hmac128, NonceDomain, RecordCipher, ZERO_MAC, type SessionCipher } from "./crypto.js";
+import {
+  assemble,
+  CipherId,
+  CRC_LEN,
+  decodeIdentity,
+  encodeHeader,
+  encodeIdentity,
+  headerLength,
+  writeCrc,
+  writeHeader,
+  type HeaderFields,
+  type ParsedRecord,
+} from "./record-format.js";
 
 /**
  * Sealing and opening records: the step between the byte layout (record-format.ts)
@@ -9,6 +21,11 @@ import { assemble, CipherId, CRC_LEN, encodeHeader, headerLength, writeCrc, writ
 export interface Security {
   cipher: RecordCipher | undefined;
   chain: ChainKey | undefined;
+  /**
+   * The keys of each open, by epoch (format-v2 bodies, completion batches and side-table
+   * values are sealed under them); present whenever `cipher` is.
+   */
+  sessions?: (epoch: number) => SessionCipher | undefined;
   /**
    * When true (inspect/verify without keys), checks that need a missing key are
    * skipped instead of failing; used only by read-only tools, never by recovery.
@@ -54,7 +71,17 @@ function headerFields(sec: Security, id: RecordIdentity, marker: boolean): Heade
   };
 }
 
-/** Builds the stored bytes of a PENDING data record. */
+/** The session of `epoch`, which a writer must have. */
+function sessionFor(sec: Security, epoch: number): SessionCipher {
+  const session = sec.sessions?.(epoch);
+  if (session === undefined) throw new Error(`WAL has no session key for epoch ${epoch}`);
+  return session;
+}
+
+/**
+ * Builds the stored bytes of a PENDING data record (format v2).
+ * @throws RangeError for a kind or owner out of bounds, before anything is encrypted
+ */
 export function sealData(sec: Security, id: RecordIdentity, payload: Uint8Array, prevMac: Buffer | undefined): SealedRecord {
   if (sec.cipher === undefined && sec.chain === undefined) {
     // Hot path without keys: the whole record in one allocation.
@@ -64,10 +91,21 @@ export function sealData(sec: Security, id: RecordIdentity, payload: Uint8Array,
     buf.set(payload, hl);
     return { bytes: writeCrc(buf), mac: undefined, prevMac: undefined };
   }
-  const header = encodeHeader(headerFields(sec, id, false), payload.length);
   let body: Uint8Array = payload;
   let tag: Buffer | undefined;
-  if (sec.cipher !== undefined) ({ body, tag } = sec.cipher.seal(header, payload, id.epoch, id.seq));
+  let header: Buffer;
+  if (sec.cipher !== undefined) {
+    // Kind and owner are user data: they are encrypted with the payload (format v2).
+    // One plaintext buffer: a second cipher update per record cost more than this copy.
+    const identity = encodeIdentity(id.kind, id.owner);
+    const plain = Buffer.allocUnsafe(identity.length + payload.length);
+    plain.set(identity, 0);
+    plain.set(payload, identity.length);
+    header = encodeHeader(headerFields(sec, id, false), plain.length);
+    ({ body, tag } = sessionFor(sec, id.epoch).seal(NonceDomain.RECORD, id.seq, header, [plain]));
+  } else {
+    header = encodeHeader(headerFields(sec, id, false), payload.length);
+  }
   let mac: Buffer | undefined;
   let prev: Buffer | undefined;
   if (sec.chain !== undefined) {
@@ -78,16 +116,17 @@ export function sealData(sec: Security, id: RecordIdentity, payload: Uint8Array,
 }
 
 /**
- * Builds the completion marker that replaces a data record in its slot. It keeps the
+ * Builds a format-v1 completion marker, which replaced a data record in its slot before
+ * completion batches; kept to test that v1 WALs holding them still load. It keeps the
  * completed record's chain macs so the chain stays linked through completed records.
  */
 export function sealMarker(sec: Security, id: RecordIdentity, chain: { prevMac: Buffer; mac: Buffer } | undefined): Buffer {
   if (sec.cipher === undefined && sec.chain === undefined) {
     const buf = Buffer.allocUnsafe(headerLength(id.kind, id.owner) + CRC_LEN);
-    writeHeader(buf, headerFields(sec, id, true), 0);
+    writeHeader(buf, headerFields(sec, id, true), 0, 1);
     return writeCrc(buf);
   }
-  const header = encodeHeader(headerFields(sec, id, true), 0);
+  const header = encodeHeader(headerFields(sec, id, true), 0, 1);
   const parts: Array<Uint8Array | undefined> = [header, chain?.prevMac, chain?.mac];
   parts.push(markerTagOf(sec, id.epoch, id.seq, parts.filter((p): p is Uint8Array => p !== undefined)));
   return assemble(parts);
@@ -124,7 +163,17 @@ export function openRecord(sec: Security, rec: ParsedRecord): OpenResult {
   }
   if (rec.cipher === CipherId.NONE) return { ok: true, plaintext: rec.body };
   if (sec.cipher === undefined) return { ok: true, plaintext: undefined }; // unverified: cannot decrypt
-  const plaintext = sec.cipher.open(rec.header, rec.body, rec.tag!, rec.epoch, rec.seq);
-  if (plaintext === undefined) return { ok: false, reason: `${sec.cipher.algorithm} authentication failed (record edited or wrong key)` };
-  return { ok: true, plaintext };
+  const failed: OpenResult = { ok: false, reason: `${sec.cipher.algorithm} authentication failed (record edited or wrong key)` };
+  if (rec.version === 1) {
+    const plaintext = sec.cipher.open(rec.header, rec.body, rec.tag!, rec.epoch, rec.seq);
+    return plaintext === undefined ? failed : { ok: true, plaintext };
+  }
+  const session = sec.sessions?.(rec.epoch);
+  if (session === undefined) return { ok: false, reason: `no key for epoch ${rec.epoch}: the salt of that open is missing from the opens table` };
+  const plain = session.open(NonceDomain.RECORD, rec.seq, rec.header, rec.body, rec.tag!);
+  if (plain === undefined) return failed;
+  const identity = decodeIdentity(plain);
+  if (identity === undefined) return { ok: false, reason: "sealed kind/owner block malformed" };
+  rec.reveal(identity.kind, identity.owner);
+  return { ok: true, plaintext: plain.subarray(identity.payloadStart) };
 }

@@ -1,6 +1,6 @@
 import { decodePayload } from "./codec.js";
 import { equalTags, ZERO_MAC } from "./crypto.js";
-import { CipherId, ParsedRecord, parseRecord } from "./record-format.js";
+import { CipherId, MAC_LEN, ParsedRecord, parseRecord } from "./record-format.js";
 import { openRecord, type OpenResult, type Security } from "./record-seal.js";
 import type { Ring } from "./ring.js";
 import { isScanSummary, withDoneFilter, type ScanSummary } from "./ring-scan.js";
@@ -72,6 +72,10 @@ export interface ScanResult {
   headMac: Buffer | undefined;
   /** Valid completion batches, in key order, with the highest seq each names. */
   doneBatches: Array<{ key: number; maxSeq: number }>;
+  /** Sealed completion batches a tool without the key could not open (statuses unknown). */
+  unreadBatches: number;
+  /** With the chain: the overflow digest of every seq found in the overflow table. */
+  overflowDigest: Buffer | undefined;
   /** Per current-lap seq: kind/owner/status, for inspect (only with `collect`). */
   present: Map<number, { slot: number; kind: string; owner: string | undefined; complete: boolean; epoch: number }>;
 }
@@ -93,8 +97,13 @@ export function scan(input: ScanInput): ScanResult {
   const done = new Set<number>();
   const doneBatches: Array<{ key: number; maxSeq: number }> = [];
   const doneKey = security.cipher?.doneKey ?? security.chain?.doneKey;
+  let unreadBatches = 0;
   for (const { key, value } of input.done) {
-    const batch = openDone(doneKey, value, security.unverified === true);
+    const batch = openDone(doneKey, value, security.unverified === true, security.sessions);
+    if (batch.ok && batch.unread) {
+      unreadBatches++;
+      continue;
+    }
     if (!batch.ok) {
       const seq = batch.seqs[0] ?? -1;
       corrupt.push({ seq, slot: seq >= 0 ? layout.slotOf(seq) : -1, reason: `${batch.reason}; seqs ${batch.seqs.join(",") || "unknown"} stay PENDING`, where: "done", owner: undefined, bytes: value, key });
@@ -107,7 +116,7 @@ export function scan(input: ScanInput): ScanResult {
     }
     doneBatches.push({ key, maxSeq });
   }
-  return withDoneFilter(done, () => scanRecords(input, plain, corrupt, done, doneBatches));
+  return withDoneFilter(done, () => ({ ...scanRecords(input, plain, corrupt, done, doneBatches), unreadBatches }));
 }
 
 function scanRecords(
@@ -116,7 +125,7 @@ function scanRecords(
   corrupt: CorruptFound[],
   done: ReadonlySet<number>,
   doneBatches: Array<{ key: number; maxSeq: number }>,
-): ScanResult {
+): Omit<ScanResult, "unreadBatches"> {
   const { layout, security } = input;
   // Per valid ring record: plain number arrays, and the parsed object only when it is
   // still needed (data records, chain or inspect). A million retained objects would
@@ -130,6 +139,8 @@ function scanRecords(
   const ringPlain: Array<Buffer | undefined> = [];
   const ringDamaged: Array<{ slot: number; bytes: Buffer; reason: string; seq: number | undefined; owner: string | undefined }> = [];
   let head = 0;
+  /** A valid chained record of format v2 exists: the head must then carry its tag. */
+  let chainedV2 = false;
 
   // Authenticate before trusting any seq: a forged record with a recomputed CRC and a
   // huge seq must not make every genuine record look stale.
@@ -155,6 +166,7 @@ function scanRecords(
       continue;
     }
     const keep = keepAll || !(rec.complete || done.has(rec.seq));
+    if (rec.chained && rec.version >= 2) chainedV2 = true;
     ringSeqArr.push(rec.seq);
     ringEpochArr.push(rec.epoch);
     ringSlots.push(slot);
@@ -185,8 +197,14 @@ function scanRecords(
   const plains: Array<Buffer | undefined> = [];
   const wheres: Array<"ring" | "overflow"> = [];
 
+  const chain = security.chain;
+  let overflowDigest = chain === undefined ? undefined : Buffer.alloc(MAC_LEN);
   for (const { key: seq, value: stored } of input.overflow) {
     const value = stored as Buffer; // overflow is always read as plain bytes
+    if (overflowDigest !== undefined) {
+      const share = chain!.overflowShare(seq);
+      for (let i = 0; i < MAC_LEN; i++) overflowDigest[i]! ^= share[i]!;
+    }
     const parsed = parseRecord(value);
     const opened = parsed.ok ? authenticate(security, plain, parsed.record) : undefined;
     if (!parsed.ok || !opened!.ok || parsed.record.seq !== seq) {
@@ -196,6 +214,7 @@ function scanRecords(
       continue;
     }
     if (seq > maxSeq) maxSeq = seq;
+    if (parsed.record.chained && parsed.record.version >= 2) chainedV2 = true;
     if (parsed.record.epoch > input.epoch || layout.isCurrent(seq, layout.slotOf(seq), head)) {
       stale++; // a copy of a record the ring holds for the current lap, or from the future
       continue;
@@ -265,7 +284,10 @@ function scanRecords(
       try {
         payload = decodePayload(plaintext ?? rec.body);
       } catch (err) {
-        const reason = `payload does not decode: ${err instanceof Error ? err.message : String(err)}`;
+        // msgpackr's messages may quote the data: never for an encrypted record (the
+        // reason is stored in the clear in the quarantine and logged).
+        const detail = rec.cipher !== CipherId.NONE ? "" : `: ${err instanceof Error ? err.message : String(err)}`;
+        const reason = `payload does not decode${detail}`;
         corrupt.push({ seq: rec.seq, slot: slots[i]!, reason, where, owner: rec.owner, bytes: rec.bytes, key: where === "ring" ? slots[i]! : rec.seq });
         continue;
       }
@@ -280,12 +302,19 @@ function scanRecords(
   corrupt.sort((a, b) => a.seq - b.seq);
 
   const { kept, withheld } = applyPolicy(input.policy, pending, corrupt);
-  const chainBreaks = security.chain !== undefined ? checkChain(layout, head, chainOf, corrupt, input) : [];
+  const chainBreaks: ChainBreak[] = [];
+  // Without the chain there is nothing to authenticate the head with (it is written only with it).
+  let trustedHead = input.head;
+  if (chain !== undefined) {
+    const verdict = judgeHead(input, head, chainedV2, overflowDigest!);
+    trustedHead = verdict.trusted;
+    chainBreaks.push(...checkChain(layout, head, chainOf, corrupt, input, trustedHead), ...verdict.breaks);
+  }
   let headMac = chainOf.get(head)?.mac;
-  if (input.head !== undefined && input.head.seq >= maxSeq) headMac = Buffer.from(input.head.mac, "hex");
-  if (security.chain !== undefined && headMac === undefined) headMac = ZERO_MAC;
-  if (input.head !== undefined && input.head.seq > maxSeq) maxSeq = input.head.seq;
-  return { complete, pending: kept, withheld, corrupt, stale, chainBreaks, maxSeq, head, headMac, present, doneBatches };
+  if (trustedHead !== undefined && trustedHead.seq >= maxSeq) headMac = Buffer.from(trustedHead.mac, "hex");
+  if (chain !== undefined && headMac === undefined) headMac = ZERO_MAC;
+  if (trustedHead !== undefined && trustedHead.seq > maxSeq) maxSeq = trustedHead.seq;
+  return { complete, pending: kept, withheld, corrupt, stale, chainBreaks, maxSeq, head, headMac, present, doneBatches, overflowDigest };
 }
 
 /** `stop-owner`: an owner's PENDING records after its first corrupt record are withheld. */
@@ -314,8 +343,37 @@ function applyPolicy(
 }
 
 /**
- * Every seq of the current lap must be present and link to its predecessor; the meta
- * head (written in the same transaction as each append) catches a truncated tail.
+ * The chain head authenticates itself (ChainKey.headTag over seq, mac and overflow
+ * digest): without it, someone who deletes the newest records could write back the
+ * head of the newest survivor (its seq and mac are in the record) and the chain would
+ * look whole. A head that is missing while chained records exist, fails its tag, or
+ * has no tag while version-2 records exist (heads of v1 WALs had none) is not trusted;
+ * a trusted head's overflow digest must match the overflow table, or an overflow record
+ * (a PENDING one, by construction) was deleted or added.
+ */
+function judgeHead(input: ScanInput, head: number, chainedV2: boolean, overflowFound: Buffer): { trusted: ChainHead | undefined; breaks: ChainBreak[] } {
+  const h = input.head;
+  const chain = input.security.chain!;
+  if (h === undefined) {
+    return { trusted: undefined, breaks: head > 0 ? [{ seq: head, reason: "the chain head is missing (deleted?)" }] : [] };
+  }
+  if (h.tag === undefined) {
+    if (!chainedV2) return { trusted: h, breaks: [] }; // a head written before heads had tags
+    return { trusted: undefined, breaks: [{ seq: h.seq, reason: "the chain head has no tag (rewritten without the key?)" }] };
+  }
+  const stored = Buffer.from(h.overflow ?? "", "hex");
+  if (stored.length !== MAC_LEN || !equalTags(Buffer.from(h.tag, "hex"), chain.headTag(h.seq, Buffer.from(h.mac, "hex"), stored))) {
+    return { trusted: undefined, breaks: [{ seq: h.seq, reason: "the chain head fails authentication (rewritten, e.g. after truncating the newest records?)" }] };
+  }
+  if (!equalTags(stored, overflowFound)) {
+    return { trusted: h, breaks: [{ seq: h.seq, reason: "the overflow table does not match the chain head (an overflow record was deleted or added)" }] };
+  }
+  return { trusted: h, breaks: [] };
+}
+
+/**
+ * Every seq of the current lap must be present and link to its predecessor; the
+ * trusted head (written in the same transaction as each append) catches a truncated tail.
  */
 function checkChain(
   layout: Ring,
@@ -323,6 +381,7 @@ function checkChain(
   chainOf: Map<number, { prevMac: Buffer; mac: Buffer }>,
   corrupt: CorruptFound[],
   input: ScanInput,
+  trustedHead: ChainHead | undefined,
 ): ChainBreak[] {
   const breaks: ChainBreak[] = [];
   const damaged = new Set(corrupt.map((c) => c.seq));
@@ -337,7 +396,7 @@ function checkChain(
       breaks.push({ seq: s, reason: "chain link does not match the previous record (reordered or replaced)" });
     }
   }
-  const h = input.head;
+  const h = trustedHead;
   if (h !== undefined) {
     if (h.seq > head && !damaged.has(h.seq) && !input.quarantined.has(h.seq)) {
       breaks.push({ seq: head + 1, reason: `truncated: the chain head is seq ${h.seq} but the newest record is ${head}` });

@@ -1,6 +1,6 @@
 import { Unpackr } from "msgpackr";
 import { crc32 } from "./crc32.js";
-import { CRC_LEN, Flag, FORMAT_VERSION, HEADER_FIXED, RECORD_MAGIC } from "./record-format.js";
+import { CRC_LEN, Flag, HEADER_FIXED, RECORD_MAGIC } from "./record-format.js";
 import type { WalRecord } from "./types.js";
 
 /**
@@ -51,11 +51,13 @@ export const scanDecoder = {
   },
   decode(bytes: Buffer, size?: number): Buffer | ScanSummary {
     const n = size ?? bytes.length;
+    // Plain records of both formats share the layout; markers exist only in version 1.
+    const version = bytes[1];
     if (
       n >= HEADER_FIXED + CRC_LEN &&
       bytes[0] === RECORD_MAGIC &&
-      bytes[1] === FORMAT_VERSION &&
-      (bytes[2] === PLAIN_MARKER_FLAGS || bytes[2] === 0) &&
+      (version === 1 || version === 2) &&
+      (bytes[2] === 0 || (bytes[2] === PLAIN_MARKER_FLAGS && version === 1)) &&
       bytes.readUInt32BE(n - CRC_LEN) === crc32(bytes.subarray(0, n - CRC_LEN))
     ) {
       const seq = bytes.readUInt32BE(8) * 2 ** 32 + bytes.readUInt32BE(12);

@@ -1,4 +1,4 @@
-import { open, type Database, type RootDatabase } from "lmdb";
+import { open, type Database, type Key, type RootDatabase } from "lmdb";
 import type { LockManager, TransactionLock } from "./locks.js";
 import { scanDecoder, type ScanSummary } from "./ring-scan.js";
 
@@ -11,7 +11,10 @@ import { scanDecoder, type ScanSummary } from "./ring-scan.js";
  * - `done`: batch number → completion batch (completion.ts): the seqs made COMPLETE
  *   by one event turn;
  * - `corrupt`: [seq, where, slot] → quarantined damaged bytes and the reason;
- * - `kv`: side table written in the same transaction as a COMPLETE mark;
+ * - `kv`: side table written in the same transaction as a COMPLETE mark (without a
+ *   cipher; with one, read only: what older versions wrote in the clear);
+ * - `kvsealed`: the side table with a cipher: key name (HMAC of the key) → sealed value (kv-seal.ts);
+ * - `opens`: epoch (uint32) → the random salt of that open's keys (crypto.ts, SessionCipher);
  * - `meta`: epoch, ring size, salt, key check values, chain head.
  *
  * lmdb semantics relied on (lmdb-js 3.x): async writes issued in one event turn are
@@ -22,7 +25,8 @@ import { scanDecoder, type ScanSummary } from "./ring-scan.js";
  * was seen to hang a close).
  */
 export interface WalMeta {
-  format: 1;
+  /** The newest record format this WAL was opened with. */
+  format: 1 | 2;
   ringBits: number;
   epoch: number;
   salt: string; // hex
@@ -33,6 +37,10 @@ export interface WalMeta {
 export interface ChainHead {
   seq: number;
   mac: string; // hex
+  /** The overflow digest (hex; ChainKey.overflowShare XORed over the overflow table's seqs). Absent in v1 heads. */
+  overflow?: string;
+  /** ChainKey.headTag over seq, mac and overflow (hex). Absent in v1 heads. */
+  tag?: string;
 }
 
 export interface CorruptEntry {
@@ -53,6 +61,8 @@ export class WalStorage {
   readonly done: Database<Buffer, number>;
   readonly corrupt: Database<CorruptEntry, CorruptKey>;
   readonly kv: Database<unknown, string>;
+  readonly kvSealed: Database<Buffer, Buffer>;
+  readonly opens: Database<Buffer, number>;
   readonly meta: Database<unknown, string>;
   #last: Promise<unknown> = Promise.resolve();
 
@@ -68,6 +78,8 @@ export class WalStorage {
     this.done = env.openDB<Buffer, number>({ name: "done", encoding: "binary" });
     this.corrupt = env.openDB<CorruptEntry, CorruptKey>({ name: "corrupt" });
     this.kv = env.openDB<unknown, string>({ name: "kv" });
+    this.kvSealed = env.openDB<Buffer, Buffer>({ name: "kvsealed", keyEncoding: "binary", encoding: "binary" });
+    this.opens = env.openDB<Buffer, number>({ name: "opens", keyEncoding: "uint32", encoding: "binary" });
     this.meta = env.openDB<unknown, string>({ name: "meta" });
   }
 
@@ -75,7 +87,7 @@ export class WalStorage {
   static open(dir: string, locks: LockManager | undefined, readOnly = false): WalStorage {
     const env = open({
       path: dir,
-      maxDbs: 8,
+      maxDbs: 12,
       readOnly,
       eventTurnBatching: true,
       // Values are already compact and CRC-checked; compression would hide bit flips.
@@ -92,6 +104,17 @@ export class WalStorage {
     return this.meta.get("head") as ChainHead | undefined;
   }
 
+  /** The salt of the keys of the open in `epoch`, if that open had a cipher. */
+  readOpenSalt(epoch: number): Buffer | undefined {
+    return this.opens.get(epoch);
+  }
+
+  /** The newest epoch in the opens table (0 when empty). */
+  lastOpenEpoch(): number {
+    for (const key of this.opens.getKeys({ reverse: true, limit: 1 })) return key as number;
+    return 0;
+  }
+
   #tx(tx: TransactionLock): void {
     this.locks?.assertHeld(tx, 3);
   }
@@ -101,59 +124,72 @@ export class WalStorage {
     return p;
   }
 
+  /** Every write goes through here: it demands the Transaction token and is tracked. */
+  #put<K extends Key, V>(tx: TransactionLock, db: Database<V, K>, key: K, value: V): Promise<boolean> {
+    this.#tx(tx);
+    return this.#track(db.put(key, value));
+  }
+
+  #remove<K extends Key, V>(tx: TransactionLock, db: Database<V, K>, key: K): Promise<boolean> {
+    this.#tx(tx);
+    return this.#track(db.remove(key));
+  }
+
   /** The promise of the most recent write (all writes of one turn share a commit). */
   get lastWrite(): Promise<unknown> {
     return this.#last;
   }
 
   writeMeta(tx: TransactionLock, meta: WalMeta): Promise<boolean> {
-    this.#tx(tx);
-    return this.#track(this.meta.put("wal", meta));
+    return this.#put(tx, this.meta, "wal", meta);
   }
 
   writeHead(tx: TransactionLock, head: ChainHead): Promise<boolean> {
-    this.#tx(tx);
-    return this.#track(this.meta.put("head", head));
+    return this.#put(tx, this.meta, "head", head);
   }
 
   putSlot(tx: TransactionLock, slot: number, bytes: Buffer): Promise<boolean> {
-    this.#tx(tx);
-    return this.#track(this.ring.put(slot, bytes));
+    return this.#put(tx, this.ring, slot, bytes);
   }
 
   removeSlot(tx: TransactionLock, slot: number): Promise<boolean> {
-    this.#tx(tx);
-    return this.#track(this.ring.remove(slot));
+    return this.#remove(tx, this.ring, slot);
   }
 
   putOverflow(tx: TransactionLock, seq: number, bytes: Buffer): Promise<boolean> {
-    this.#tx(tx);
-    return this.#track(this.overflow.put(seq, bytes));
+    return this.#put(tx, this.overflow, seq, bytes);
   }
 
   removeOverflow(tx: TransactionLock, seq: number): Promise<boolean> {
-    this.#tx(tx);
-    return this.#track(this.overflow.remove(seq));
+    return this.#remove(tx, this.overflow, seq);
   }
 
   putDone(tx: TransactionLock, key: number, bytes: Buffer): Promise<boolean> {
-    this.#tx(tx);
-    return this.#track(this.done.put(key, bytes));
+    return this.#put(tx, this.done, key, bytes);
   }
 
   removeDone(tx: TransactionLock, key: number): Promise<boolean> {
-    this.#tx(tx);
-    return this.#track(this.done.remove(key));
+    return this.#remove(tx, this.done, key);
   }
 
   putCorrupt(tx: TransactionLock, entry: CorruptEntry): Promise<boolean> {
-    this.#tx(tx);
-    return this.#track(this.corrupt.put([entry.seq ?? -1, entry.where, entry.slot ?? -1], entry));
+    return this.#put(tx, this.corrupt, [entry.seq ?? -1, entry.where, entry.slot ?? -1], entry);
   }
 
   putKv(tx: TransactionLock, key: string, value: unknown): Promise<boolean> {
-    this.#tx(tx);
-    return this.#track(this.kv.put(key, value));
+    return this.#put(tx, this.kv, key, value);
+  }
+
+  removeKv(tx: TransactionLock, key: string): Promise<boolean> {
+    return this.#remove(tx, this.kv, key);
+  }
+
+  putKvSealed(tx: TransactionLock, name: Buffer, sealed: Buffer): Promise<boolean> {
+    return this.#put(tx, this.kvSealed, name, sealed);
+  }
+
+  writeOpen(tx: TransactionLock, epoch: number, salt: Buffer): Promise<boolean> {
+    return this.#put(tx, this.opens, epoch, salt);
   }
 
   /** Resolves when every commit so far is on disk; rejects if a flush failed. */

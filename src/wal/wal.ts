@@ -1,15 +1,19 @@
+import { randomBytes } from "node:crypto";
 import { mkdirSync } from "node:fs";
 import { ErrorCode, KovaError } from "../core/errors.js";
 import { defaultLogger, type Logger } from "../core/logger.js";
 import { encodePayload } from "./codec.js";
-import { WalFullError, WalErrorCode } from "./errors.js";
+import { ZERO_MAC, type SessionCipher } from "./crypto.js";
+import { WalErrorCode, WalFullError, WalKvCorruptError } from "./errors.js";
 import { resolveSecurity } from "./keys.js";
+import { openKv, sealKv } from "./kv-seal.js";
 import { LockManager, type QueueLock, type TransactionLock } from "./locks.js";
-import { sealDone } from "./completion.js";
+import { sealDone, sealDoneSealed } from "./completion.js";
+import { FORMAT_VERSION, MAC_LEN } from "./record-format.js";
 import { sealData, type Security } from "./record-seal.js";
 import { scan, type PendingFound, type StoredEntry } from "./recovery.js";
 import { Ring } from "./ring.js";
-import { WalStorage, type WalMeta } from "./storage.js";
+import { WalStorage, type ChainHead, type WalMeta } from "./storage.js";
 import { Durability } from "./sync.js";
 import type { RecoveryReport, SyncMode, WalOptions, WalRecord } from "./types.js";
 
@@ -30,6 +34,8 @@ interface OpenContext {
   locks: LockManager;
   ring: Ring;
   security: Security;
+  /** The keys of this open (with a cipher): records, completion batches and side-table values are sealed under them. */
+  session: SessionCipher | undefined;
   sync: SyncMode;
   epoch: number;
   log: Logger;
@@ -75,8 +81,15 @@ export class Wal {
   readonly #log: Logger;
   readonly #maxPending: number;
   readonly #backpressureMs: number;
+  readonly #session: SessionCipher | undefined;
   #nextSeq: number;
   #headMac: Buffer | undefined;
+  /** With the chain: XOR of ChainKey.overflowShare over the seqs in the overflow table. */
+  #overflowDigest: Buffer;
+  /** Side-table writes of this open: the nonce counter of sealed values. */
+  #kvWrites = 0;
+  /** An encrypted WAL whose plain `kv` table still holds entries an older version wrote. */
+  #legacyKv = false;
   readonly #pending = new Map<number, PendingEntry>();
   /**
    * PENDING entries per owner, in seq order. Completed entries are dropped lazily (on
@@ -92,7 +105,7 @@ export class Wal {
   #turn: { seqs: number[]; promise: Promise<void>; resolve(): void; reject(err: unknown): void } | undefined;
   #closing: Promise<void> | undefined;
 
-  private constructor(init: OpenContext & { nextSeq: number; headMac: Buffer | undefined; recovery: RecoveryReport }) {
+  private constructor(init: OpenContext & { nextSeq: number; headMac: Buffer | undefined; overflowDigest: Buffer; recovery: RecoveryReport }) {
     this.#storage = init.storage;
     this.#locks = init.locks;
     this.#ring = init.ring;
@@ -102,15 +115,18 @@ export class Wal {
     this.#log = init.log;
     this.#maxPending = init.options.maxPending ?? init.ring.size;
     this.#backpressureMs = init.options.backpressureTimeoutMs ?? 5000;
+    this.#session = init.session;
     this.#nextSeq = init.nextSeq;
     this.#headMac = init.headMac;
+    this.#overflowDigest = init.overflowDigest;
     this.recovery = init.recovery;
     internals.set(this, { storage: init.storage, locks: init.locks });
   }
 
   /**
    * Opens (or creates) the WAL in `options.dir`: checks keys, bumps and flushes the
-   * epoch, runs the recovery scan, quarantines corrupt records.
+   * epoch (with a cipher, together with this open's fresh random key salt), runs the
+   * recovery scan, quarantines corrupt records.
    * @throws WalBadKeyError when the key is wrong, missing, or given for a WAL created without one
    * @throws ConfigError on bad options (key material shorter than 16 bytes)
    * @throws RangeError when ringBits is outside 1-24
@@ -124,19 +140,28 @@ export class Wal {
     const storage = WalStorage.open(options.dir, locks);
     try {
       const stored = storage.readMeta();
-      const { security, meta } = resolveSecurity(options, stored);
+      const { security, meta, sessions } = resolveSecurity(options, stored, (epoch) => storage.readOpenSalt(epoch));
       if (stored !== undefined && options.ringBits !== undefined && options.ringBits !== stored.ringBits) {
         log.warn({ stored: stored.ringBits, requested: options.ringBits }, "WAL keeps the ring size it was created with");
       }
       const ring = new Ring(meta.ringBits);
-      // The epoch is part of every AES-GCM/SM4 nonce: it must be on disk before the
-      // first encryption of this open, so a crash can never lead to a reused nonce.
-      const epoch = meta.epoch + 1;
-      const next: WalMeta = { ...meta, epoch };
-      const { write } = locks.withLocks((tx) => ({ write: storage.writeMeta(tx, next) }));
+      // Each open encrypts under its own keys, from a fresh random salt stored (and
+      // flushed) with the new epoch before the first encryption: a nonce can then only
+      // repeat if two opens drew the same 256-bit salt, even when this directory is a
+      // restored backup (docs/wal.md, "Why nonces never repeat"). The epoch only names
+      // the open; taking the newest of meta and the opens table keeps it unique here.
+      const epoch = Math.max(meta.epoch, storage.lastOpenEpoch()) + 1;
+      const next: WalMeta = { ...meta, epoch, format: FORMAT_VERSION };
+      const salt = sessions === undefined ? undefined : randomBytes(32);
+      const { write } = locks.withLocks((tx) => {
+        storage.writeMeta(tx, next);
+        if (salt !== undefined) storage.writeOpen(tx, epoch, salt);
+        return { write: storage.lastWrite };
+      });
       await write;
       await storage.flushed();
-      return await Wal.#recover({ storage, locks, ring, security, sync, epoch, log, options });
+      const session = salt === undefined ? undefined : sessions!.add(epoch, salt);
+      return await Wal.#recover({ storage, locks, ring, security, session, sync, epoch, log, options });
     } catch (err) {
       await storage.close().catch(() => undefined);
       throw err;
@@ -161,6 +186,13 @@ export class Wal {
       policy: options.corruptPolicy ?? "skip",
       decode: true,
     });
+    // The overflow digest of what stays in the overflow table after the quarantine below.
+    let overflowDigest = found.overflowDigest ?? Buffer.alloc(MAC_LEN);
+    if (security.chain !== undefined) {
+      for (const c of found.corrupt) if (c.where === "overflow") overflowDigest = xor(overflowDigest, security.chain.overflowShare(c.key));
+    }
+    let maxSeq = found.maxSeq;
+    for (const q of quarantined) if (q > maxSeq) maxSeq = q;
     if (found.corrupt.length > 0) {
       // Quarantine: keep the damaged bytes for inspection and free the slot, so a
       // later lap can use it without ever treating the damage as data.
@@ -171,6 +203,10 @@ export class Wal {
           else if (c.where === "done") storage.removeDone(tx, c.key);
           else storage.removeOverflow(tx, c.key);
         }
+        // The overflow table changed: the head must vouch for what is left in it.
+        if (security.chain !== undefined && found.corrupt.some((c) => c.where === "overflow")) {
+          storage.writeHead(tx, chainHead(security, maxSeq, found.headMac ?? ZERO_MAC, overflowDigest));
+        }
         return { write: storage.lastWrite };
       });
       await write;
@@ -178,8 +214,6 @@ export class Wal {
       for (const c of found.corrupt) log.warn({ seq: c.seq, slot: c.slot, where: c.where, reason: c.reason }, "corrupt WAL record skipped");
     }
     for (const b of found.chainBreaks) log.warn({ seq: b.seq, reason: b.reason }, "WAL HMAC chain break");
-    let maxSeq = found.maxSeq;
-    for (const q of quarantined) if (q > maxSeq) maxSeq = q;
     const recovery: RecoveryReport = {
       complete: found.complete,
       pending: found.pending.map((p) => p.record),
@@ -189,7 +223,8 @@ export class Wal {
       withheld: found.withheld.map((p) => p.record),
       chainBreaks: found.chainBreaks,
     };
-    const wal = new Wal({ ...ctx, nextSeq: maxSeq + 1, headMac: found.headMac, recovery });
+    const wal = new Wal({ ...ctx, nextSeq: maxSeq + 1, headMac: found.headMac, overflowDigest, recovery });
+    wal.#legacyKv = security.cipher !== undefined && storage.kv.getKeysCount({ limit: 1 }) > 0;
     wal.#doneBatches = found.doneBatches;
     wal.#nextDoneKey = (found.doneBatches.at(-1)?.key ?? 0) + 1;
     for (const c of found.corrupt) if (c.where === "done" && c.key >= wal.#nextDoneKey) wal.#nextDoneKey = c.key + 1;
@@ -222,7 +257,7 @@ export class Wal {
     this.#waiters.shift()?.resolve();
   }
 
-  /** The epoch of this open (part of every nonce). */
+  /** The epoch of this open (it names the open whose keys sealed a record). */
   get epoch(): number {
     return this.#epoch;
   }
@@ -283,10 +318,15 @@ export class Wal {
       this.#durability.assertWritable();
       const entry = this.#pending.get(seq);
       if (entry === undefined) return RESOLVED;
-      const turn = this.#section(NOTHING, (tx) => {
-        if (opts?.kv !== undefined) for (const { key, value } of opts.kv) this.#storage.putKv(tx, key, value);
-        return this.#writeCompletion(tx, entry);
-      });
+      // Sealing (and encoding) comes first: a value that cannot be encoded throws here,
+      // before any write, and changes nothing.
+      const turn = this.#section(
+        () => (opts?.kv === undefined ? undefined : this.#sealKv(opts.kv)),
+        (tx, kv) => {
+          if (kv !== undefined) this.#writeKv(tx, kv);
+          return this.#writeCompletion(tx, entry);
+        },
+      );
       this.#removePending(entry);
       return turn ?? this.#durability.settle(this.#storage.lastWrite);
     } catch (err) {
@@ -320,9 +360,45 @@ export class Wal {
     return result;
   }
 
-  /** Reads the side table written by `complete({ kv })`. */
+  /**
+   * Reads the side table written by `complete({ kv })`.
+   * @throws WalKvCorruptError (WAL_CORRUPT) when an encrypted entry fails authentication
+   */
   getKv<V>(key: string): V | undefined {
+    const cipher = this.#security.cipher;
+    if (cipher !== undefined) {
+      const name = cipher.kvName(key);
+      const stored = this.#storage.kvSealed.get(name);
+      if (stored !== undefined) {
+        const opened = openKv(this.#security.sessions!, name, stored);
+        if (!opened.ok) throw new WalKvCorruptError(key, opened.reason);
+        return opened.value as V;
+      }
+      // Not rewritten since a version that stored the side table in the clear.
+    }
     return this.#storage.kv.get(key) as V | undefined;
+  }
+
+  /** Side-table entries as they will be stored: sealed with a cipher, else as given. */
+  #sealKv(kv: ReadonlyArray<{ key: string; value: unknown }>): Array<{ key: string; value: unknown; name?: Buffer; sealed?: Buffer }> {
+    const cipher = this.#security.cipher;
+    if (cipher === undefined) return [...kv];
+    return kv.map(({ key, value }) => {
+      const name = cipher.kvName(key);
+      return { key, value, name, sealed: sealKv(this.#session!, this.#epoch, this.#kvWrites++, name, value) };
+    });
+  }
+
+  #writeKv(tx: TransactionLock, kv: ReadonlyArray<{ key: string; value: unknown; name?: Buffer; sealed?: Buffer }>): void {
+    for (const e of kv) {
+      if (e.sealed === undefined) {
+        this.#storage.putKv(tx, e.key, e.value);
+        continue;
+      }
+      this.#storage.putKvSealed(tx, e.name!, e.sealed);
+      // What an older version wrote in the clear goes when the key is rewritten.
+      if (this.#legacyKv) this.#storage.removeKv(tx, e.key);
+    }
   }
 
   /** PENDING records of one owner, in seq order (withheld ones excluded). */
@@ -428,6 +504,7 @@ export class Wal {
       (tx, sealed) => {
         // Queue: the record a lap behind in this slot is kept (moved to overflow) if still PENDING.
         const evicted = this.#pending.get(seq - this.#ring.size);
+        const chain = this.#security.chain;
         const move = evicted !== undefined && evicted.where === "ring";
         // Records found by recovery may not hold their bytes: they are committed, so read them back.
         const movedBytes = move ? (evicted.bytes ?? this.#storage.ring.get(this.#ring.slotOf(evicted.record.seq))) : undefined;
@@ -440,8 +517,10 @@ export class Wal {
         // slot it names has been reused (in this transaction at the latest).
         const batches = this.#doneBatches;
         while (batches.length > 0 && batches[0]!.maxSeq + this.#ring.size <= seq) this.#storage.removeDone(tx, batches.shift()!.key);
-        if (sealed.mac !== undefined) this.#storage.writeHead(tx, { seq, mac: sealed.mac.toString("hex") });
+        const digest = move && chain !== undefined ? xor(this.#overflowDigest, chain.overflowShare(evicted.record.seq)) : this.#overflowDigest;
+        if (sealed.mac !== undefined) this.#storage.writeHead(tx, chainHead(this.#security, seq, sealed.mac, digest));
         if (move) evicted.where = "overflow";
+        this.#overflowDigest = digest;
         this.#nextSeq = seq + 1;
         this.#headMac = sealed.mac;
         if (completing !== undefined) this.#removePending(completing);
@@ -465,6 +544,13 @@ export class Wal {
   #writeCompletion(tx: TransactionLock, e: PendingEntry): Promise<void> | undefined {
     if (e.where === "overflow") {
       this.#storage.removeOverflow(tx, e.record.seq);
+      const chain = this.#security.chain;
+      if (chain !== undefined) {
+        // The head vouches for the overflow table: it changes in this transaction too.
+        const digest = xor(this.#overflowDigest, chain.overflowShare(e.record.seq));
+        this.#storage.writeHead(tx, chainHead(this.#security, this.#nextSeq - 1, this.#headMac ?? ZERO_MAC, digest));
+        this.#overflowDigest = digest;
+      }
       return undefined;
     }
     let turn = this.#turn;
@@ -493,8 +579,11 @@ export class Wal {
       // waits for them (lmdb's close waits for every issued write).
       this.#durability.assertNotFailed();
       const key = this.#nextDoneKey++;
-      const doneKey = this.#security.cipher?.doneKey ?? this.#security.chain?.doneKey;
-      this.#section(NOTHING, (tx) => this.#storage.putDone(tx, key, sealDone(doneKey, this.#epoch, turn.seqs)));
+      const bytes =
+        this.#session !== undefined
+          ? sealDoneSealed(this.#session, this.#epoch, key, turn.seqs)
+          : sealDone(this.#security.chain?.doneKey, this.#epoch, turn.seqs);
+      this.#section(NOTHING, (tx) => this.#storage.putDone(tx, key, bytes));
       let maxSeq = 0;
       for (const seq of turn.seqs) if (seq > maxSeq) maxSeq = seq;
       this.#doneBatches.push({ key, maxSeq });
@@ -523,4 +612,16 @@ export class Wal {
       this.#waiters.push(waiter);
     });
   }
+}
+
+function xor(a: Buffer, b: Buffer): Buffer {
+  const out = Buffer.allocUnsafe(a.length);
+  for (let i = 0; i < a.length; i++) out[i] = a[i]! ^ b[i]!;
+  return out;
+}
+
+/** The chain head as stored: newest seq and mac, the overflow digest, and the tag over all three. */
+function chainHead(security: Security, seq: number, mac: Buffer, overflow: Buffer): ChainHead {
+  const tag = security.chain!.headTag(seq, mac, overflow);
+  return { seq, mac: mac.toString("hex"), overflow: overflow.toString("hex"), tag: tag.toString("hex") };
 }

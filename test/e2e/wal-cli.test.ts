@@ -3,6 +3,7 @@ import { existsSync } from "node:fs";
 import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
 import { Wal } from "../../src/wal/index.js";
+import { parseRecord } from "../../src/wal/record-format.js";
 import { flipBit, tamper, tempWalDir } from "../integration/wal-helpers.js";
 
 const ROOT = join(import.meta.dirname, "../..");
@@ -57,5 +58,28 @@ describe("kova wal CLI", () => {
     const missing = kova("wal", "verify", join(t.dir, "nope"));
     expect(missing.code).not.toBe(0);
     expect(missing.stderr).toMatch(/no WAL in/);
+  });
+
+  it("cli - wal verify exits 2 when the newest records are truncated and the chain head is rewritten to the newest survivor", async () => {
+    const t = tempWalDir("cli-head");
+    cleanups.push(t.cleanup);
+    const HKEY = "hex:" + "6b".repeat(32);
+    const wal = await Wal.open({ dir: t.dir, ringBits: 4, hmac: { key: HKEY }, encryption: { algorithm: "sm4", key: KEY } });
+    for (let i = 0; i < 6; i++) await wal.append("step", { i });
+    await wal.close();
+    const keys = ["--key", KEY, "--hmac-key", HKEY];
+    expect(kova("wal", "verify", t.dir, ...keys).code).toBe(0);
+
+    await tamper(t.dir, async (raw) => {
+      const survivor = parseRecord(Buffer.from(raw.ring.get(4)!));
+      if (!survivor.ok) throw new Error(survivor.reason);
+      await raw.ring.remove(6);
+      await raw.ring.remove(5);
+      await raw.meta.put("head", { ...(raw.meta.get("head") as object), seq: 4, mac: survivor.record.mac!.toString("hex") });
+    });
+    const r = kova("wal", "verify", t.dir, ...keys);
+    expect(r.code, r.stdout + r.stderr).toBe(2);
+    expect(r.stdout).toMatch(/CHAIN BREAK at seq 4: the chain head fails authentication/);
+    expect(r.stdout).toMatch(/FAILED: 0 corrupt, 1 chain breaks/);
   });
 });

@@ -11,6 +11,7 @@ import {
   type A2AEnvelope,
   type Bus,
   type DlqEntry,
+  type MailboxOptions,
 } from "../../src/bus/index.js";
 import { startNatsServer, type NatsServerHandle } from "../../src/testing/index.js";
 import { connectBus, uniqueCluster, waitFor } from "../fixtures/bus/helpers.js";
@@ -26,6 +27,7 @@ afterAll(async () => {
 });
 
 const te = new TextEncoder();
+const decodeValueAsJson = (data: Uint8Array) => JSON.parse(new TextDecoder().decode(data)) as unknown;
 
 /** Publishes raw bytes to an agent's inbox the way any NATS client could. */
 async function publishRaw(nc: NatsConnection, subject: string, data: Uint8Array, json = false): Promise<void> {
@@ -40,6 +42,24 @@ async function dlqOf(bus: Bus, reason: string, count = 1): Promise<DlqEntry[]> {
     const entries = await bus.listDlq({ reason });
     return entries.length >= count ? entries : undefined;
   }, 10_000, `DLQ entry ${reason}`);
+}
+
+/** A mailbox whose handler always fails on the messages `poisoned` picks: delivery counts of those, ids of the rest. */
+async function poisonedMailbox(bus: Bus, agentId: string, poisoned: (env: A2AEnvelope) => boolean, opts: MailboxOptions): Promise<{ attempts: number[]; done: string[] }> {
+  const attempts: number[] = [];
+  const done: string[] = [];
+  await bus.openMailbox(
+    agentId,
+    async (env, ctx) => {
+      if (poisoned(env)) {
+        attempts.push(ctx.deliveryCount);
+        throw new Error("always fails");
+      }
+      done.push(env.id);
+    },
+    opts,
+  );
+  return { attempts, done };
 }
 
 describe("bus DLQ", () => {
@@ -144,6 +164,100 @@ describe("bus DLQ", () => {
     }
   });
 
+  /** Header bytes as counted against max_payload: `NATS/1.0`, `\r\n<k>: <v>` each, `\r\n\r\n`. */
+  const headerSize = (h: Record<string, string>) => 12 + Object.entries(h).reduce((n, [k, v]) => n + 4 + k.length + v.length, 0);
+
+  /** Stores raw bytes in an agent's inbox with exactly these headers; the total must fit max_payload. */
+  async function storeRaw(nc: NatsConnection, subject: string, data: Uint8Array, hdrs: Record<string, string>): Promise<number> {
+    const h = headers();
+    for (const [k, v] of Object.entries(hdrs)) h.set(k, v);
+    const reply = await nc.request(subject, data, { headers: h, timeout: 5_000 });
+    return reply.json<{ seq: number }>().seq;
+  }
+
+  it("dlq - a message of exactly max_payload (its own headers included) is dead-lettered whole: the body is never cut, headers yield instead", async () => {
+    const bus = await connectBus(server.url, uniqueCluster());
+    const nc = await connect({ servers: server.url });
+    try {
+      const max = bus.maxPayload;
+      const inbox = bus.subjects.a2a("bulky");
+      // msgpack: a str32 that is not an envelope (invalid_envelope), with only a Nats-Msg-Id.
+      const mpHeaders = { "Nats-Msg-Id": "whole-msgpack" };
+      const mpBody = Buffer.alloc(max - headerSize(mpHeaders), 0x78);
+      mpBody[0] = 0xdb;
+      mpBody.writeUInt32BE(mpBody.length - 5, 1);
+      // JSON: a string that is not an envelope, with its Content-Type.
+      const jsonHeaders = { "Nats-Msg-Id": "whole-json", "Content-Type": "application/json" };
+      const jsonBody = te.encode(`"${"y".repeat(max - headerSize(jsonHeaders) - 2)}"`);
+      // Malformed msgpack 200 bytes short of the limit: room for the most useful headers.
+      const nearHeaders = { "Nats-Msg-Id": "near" };
+      const nearBody = Buffer.alloc(max - headerSize(nearHeaders) - 200, 0xc1);
+      const seqs = [
+        await storeRaw(nc, inbox, mpBody, mpHeaders),
+        await storeRaw(nc, inbox, jsonBody, jsonHeaders),
+        await storeRaw(nc, inbox, nearBody, nearHeaders),
+      ];
+      expect(mpBody.length + headerSize(mpHeaders)).toBe(max);
+      expect(jsonBody.length + headerSize(jsonHeaders)).toBe(max);
+
+      const got: string[] = [];
+      await bus.openMailbox("bulky", async (env) => void got.push(env.id));
+      const good = createEnvelope({ from: "a", to: "bulky", type: "task_delegate", payload: "small" });
+      await bus.send(good);
+      await waitFor(() => got.length === 1, 10_000, "good message");
+
+      const invalid = await dlqOf(bus, "invalid_envelope", 2);
+      const mp = invalid.find((e) => e.data.length === mpBody.length && e.data[0] === 0xdb)!;
+      const json = invalid.find((e) => e.headers["Content-Type"] === "application/json")!;
+      expect(Buffer.from(mp.data).equals(mpBody)).toBe(true);
+      expect(mp.subject).toBe(bus.subjects.dlq("invalid_envelope"));
+      expect(mp.headers["Kova-Dlq-Truncated"]).toBeUndefined();
+      expect(Buffer.from(json.data).equals(Buffer.from(jsonBody))).toBe(true);
+      expect(decodeValueAsJson(json.data)).toMatch(/^y+$/);
+      const [near] = await dlqOf(bus, "malformed_msgpack");
+      expect(Buffer.from(near!.data).equals(nearBody)).toBe(true);
+      expect(near!.headers).toMatchObject({
+        "Kova-Dlq-Reason": "malformed_msgpack",
+        "Kova-Dlq-Stream": bus.subjects.streams.a2a,
+        "Kova-Dlq-Stream-Seq": String(seqs[2]),
+        "Kova-Dlq-Headers-Trimmed": "true",
+      });
+      expect(near!.headers["Kova-Dlq-Error"]).toBeUndefined(); // the long text yields first; the log has it
+      expect((await bus.jsm.streams.info(bus.subjects.streams.a2a)).state.messages).toBe(0);
+    } finally {
+      await nc.close();
+      await bus.close();
+    }
+  });
+
+  it("dlq - a valid envelope of exactly max_payload that fails max_deliver times is moved to the DLQ whole", async () => {
+    const bus = await connectBus(server.url, uniqueCluster());
+    const nc = await connect({ servers: server.url });
+    try {
+      bus.startDlqMover();
+      const max = bus.maxPayload;
+      const sized = (n: number) => createEnvelope({ id: "max-size-1", from: "a", to: "heavy", type: "task_delegate", payload: "z".repeat(n) });
+      const hdrs = { "Nats-Msg-Id": "max-size-1" };
+      // A str16 payload grows the encoding byte for byte: solve for the exact size.
+      const n = 1000 + (max - headerSize(hdrs) - encodeEnvelope(sized(1000)).length);
+      const bytes = encodeEnvelope(sized(n));
+      expect(bytes.length + headerSize(hdrs)).toBe(max);
+      await storeRaw(nc, bus.subjects.a2a("heavy"), bytes, hdrs);
+      const { attempts, done } = await poisonedMailbox(bus, "heavy", (env) => env.id === "max-size-1", { maxDeliver: 2, backoffMs: [20] });
+      const next = createEnvelope({ from: "a", to: "heavy", type: "task_delegate", payload: "fine" });
+      await bus.send(next);
+      await waitFor(() => done.length === 1, 15_000, "next message");
+      const [entry] = await dlqOf(bus, "max_deliver");
+      expect(Buffer.from(entry!.data).equals(Buffer.from(bytes))).toBe(true);
+      expect(decodeEnvelope(entry!.data)).toEqual(sized(n));
+      expect(attempts).toEqual([1, 2]);
+      await waitFor(async () => (await bus.jsm.streams.info(bus.subjects.streams.a2a)).state.messages === 0, 5_000, "removal from the WorkQueue");
+    } finally {
+      await nc.close();
+      await bus.close();
+    }
+  });
+
   it("dlq - a message failing max_deliver times is moved to the DLQ via the advisory and the next message is processed", async () => {
     const bus = await connectBus(server.url, uniqueCluster());
     try {
@@ -152,19 +266,7 @@ describe("bus DLQ", () => {
       const next = createEnvelope({ from: "a", to: "fragile", type: "task_delegate", payload: "fine" });
       await bus.send(poison);
       await bus.send(next);
-      const attempts: number[] = [];
-      const done: string[] = [];
-      await bus.openMailbox(
-        "fragile",
-        async (env, ctx) => {
-          if (env.payload === "poison") {
-            attempts.push(ctx.deliveryCount);
-            throw new Error("always fails");
-          }
-          done.push(env.id);
-        },
-        { maxDeliver: 3, backoffMs: [50] },
-      );
+      const { attempts, done } = await poisonedMailbox(bus, "fragile", (env) => env.payload === "poison", { maxDeliver: 3, backoffMs: [50] });
       await waitFor(() => done.length === 1, 15_000, "next message");
       expect(done).toEqual([next.id]);
       expect(attempts).toEqual([1, 2, 3]);

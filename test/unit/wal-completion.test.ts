@@ -1,6 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { crc32 } from "../../src/wal/crc32.js";
-import { openDone, sealDone } from "../../src/wal/completion.js";
+import { openDone, sealDone, sealDoneSealed } from "../../src/wal/completion.js";
+import { RecordCipher } from "../../src/wal/crypto.js";
 
 const key = Buffer.alloc(32, 5);
 const seqs = [3, 4, 2 ** 33 + 1, 9];
@@ -34,5 +35,30 @@ describe("wal completion batches", () => {
     expect(openDone(undefined, bytes, true).ok).toBe(true); // read-only tools without a key
     // An unkeyed batch is refused where a key is configured (a forger has no key).
     expect(openDone(key, sealDone(undefined, 1, seqs)).ok).toBe(false);
+  });
+
+  describe.each(["aes-256-gcm", "sm4"] as const)("sealed (%s)", (algorithm) => {
+    const cipher = new RecordCipher(algorithm, Buffer.alloc(32, 1), Buffer.alloc(16, 2));
+    const session = cipher.session(Buffer.alloc(32, 3));
+    const sessions = (epoch: number) => (epoch === 7 ? session : undefined);
+
+    it(`completion - a sealed batch (${algorithm}) round-trips, shows no seq in the clear, and any edit fails even with a recomputed CRC`, () => {
+      const bytes = sealDoneSealed(session, 7, 41, seqs);
+      expect(openDone(undefined, bytes, false, sessions)).toEqual({ ok: true, epoch: 7, seqs });
+      expect(bytes.includes(Buffer.from([0, 0, 0, 2, 0, 0, 0, 1]))).toBe(false); // 2^33 + 1 as a u64
+      for (let at = 0; at < bytes.length - 4; at++) {
+        const edited = Buffer.from(bytes);
+        edited[at] = edited[at]! ^ 0x10;
+        edited.writeUInt32BE(crc32(edited.subarray(0, edited.length - 4)), edited.length - 4);
+        expect(openDone(undefined, edited, false, sessions).ok, `byte ${at}`).toBe(false);
+      }
+    });
+
+    it(`completion - a sealed batch (${algorithm}) needs the keys of the open that wrote it; a tool without any key sees it as unread`, () => {
+      const bytes = sealDoneSealed(session, 7, 41, seqs);
+      expect(openDone(undefined, bytes, false, () => undefined)).toMatchObject({ ok: false, reason: expect.stringMatching(/no key for epoch 7/) });
+      expect(openDone(undefined, bytes, false, () => cipher.session(Buffer.alloc(32, 4)))).toMatchObject({ ok: false, reason: "completion batch authentication failed" });
+      expect(openDone(undefined, bytes, true)).toEqual({ ok: true, epoch: 7, seqs: [], unread: true });
+    });
   });
 });

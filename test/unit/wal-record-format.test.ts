@@ -62,4 +62,18 @@ describe("wal record format", () => {
     expect(() => sealData(plain, { ...id, kind: "" }, encodePayload(1), undefined)).toThrow(RangeError);
     expect(() => sealData(plain, { ...id, kind: "k".repeat(256) }, encodePayload(1), undefined)).toThrow(RangeError);
   });
+
+  it("record - version 2 refuses what only version 1 had: a COMPLETE or MARKER flag, and (with a cipher) kind or owner in the clear", () => {
+    const { bytes } = sealData(plain, id, encodePayload(1), undefined);
+    const flagged = Buffer.from(bytes);
+    flagged[2] = flagged[2]! | 0x01;
+    flagged.writeUInt32BE(crc32(flagged.subarray(0, flagged.length - 4)), flagged.length - 4);
+    expect(parseRecord(flagged)).toMatchObject({ ok: false, reason: expect.stringMatching(/COMPLETE or MARKER/) });
+    const claimsCipher = Buffer.from(bytes);
+    claimsCipher[2] = claimsCipher[2]! | (CipherId.AES_256_GCM << 2);
+    claimsCipher.writeUInt32BE(crc32(claimsCipher.subarray(0, claimsCipher.length - 4)), claimsCipher.length - 4);
+    expect(parseRecord(claimsCipher)).toMatchObject({ ok: false, reason: expect.stringMatching(/kind or owner in the clear/) });
+    // The same marker bytes as version 1 are fine.
+    expect(parseRecord(sealMarker(plain, id, undefined))).toMatchObject({ ok: true, record: { version: 1, marker: true } });
+  });
 });
