@@ -4,7 +4,8 @@ import { fromWire, toWire } from "../core/errors.js";
 import { decodeEnvelope, encodeEnvelope, type Encoding } from "./codec.js";
 import type { BusContext } from "./context.js";
 import { createEnvelope, validateOutgoing, type A2AEnvelope } from "./envelope.js";
-import { InvalidEnvelopeError, subjectTimeout } from "./errors.js";
+import { InvalidEnvelopeError, subjectTimeout, UnknownAgentError } from "./errors.js";
+import { registryKnows } from "./unknown-agents.js";
 import { replyToProblem } from "./reply-subject.js";
 import { sendEnvelope, type SendOptions } from "./send.js";
 import { ContentType, Header } from "./wire.js";
@@ -13,6 +14,12 @@ export interface AskOptions {
   /** How long to wait for the `result_notify` (default 120 s); also the envelope's deadline unless it has one. */
   timeoutMs?: number;
   send?: SendOptions;
+  /**
+   * Look the agent up in the registry first and fail with UNKNOWN_AGENT at once when no
+   * agent of that id is declared (default true). Skipped silently when the registry cannot
+   * be read (no node ran yet, or the account may not read it).
+   */
+  checkAgent?: boolean;
 }
 
 export const DEFAULT_ASK_TIMEOUT_MS = 120_000;
@@ -22,7 +29,8 @@ export const DEFAULT_ASK_TIMEOUT_MS = 120_000;
  * private reply inbox. The request itself is durable: if the caller gives up, the
  * agent still processes it later and its reply goes to an inbox nobody reads.
  * @returns the reply envelope
- * @throws KovaTimeoutError naming the agent's inbox subject; a RemoteError rebuilt from the
+ * @throws UnknownAgentError when the registry knows no such agent;
+ *   KovaTimeoutError naming the agent's inbox subject; a RemoteError rebuilt from the
  *   reply's `error`; anything `send` throws
  */
 export async function ask<R>(ctx: BusContext, envelope: A2AEnvelope, opts: AskOptions = {}): Promise<A2AEnvelope<R>> {
@@ -35,6 +43,8 @@ export async function ask<R>(ctx: BusContext, envelope: A2AEnvelope, opts: AskOp
     deadline: envelope.deadline ?? Date.now() + timeoutMs,
   });
   const subject = ctx.subjects.a2a(env.to);
+  // Nobody would ever answer: say so now instead of after the whole timeout.
+  if (opts.checkAgent !== false && (await registryKnows(ctx, env.to)) === false) throw new UnknownAgentError(env.to);
   // Subscribe before sending: the reply may come back faster than the send's ack.
   const sub = ctx.nc.subscribe(inbox);
   const timer = setTimeout(() => sub.unsubscribe(), timeoutMs);

@@ -6,6 +6,7 @@ import { ask, respond, type AskOptions, type RespondOptions } from "./ask.js";
 import { DEFAULT_CODEC_LIMITS, type CodecLimits } from "./codec.js";
 import { connectNats } from "./connection.js";
 import type { BusContext } from "./context.js";
+import { sweepUnknownAgents } from "./unknown-agents.js";
 import { deadLetterEnvelope, listDlq, startDlqMover, type DeadLetterOptions, type DlqEntry, type DlqMover } from "./dlq.js";
 import type { A2AEnvelope, MessageType } from "./envelope.js";
 import { BusClosedError, JetStreamUnavailableError } from "./errors.js";
@@ -194,6 +195,16 @@ export class Bus {
    * @param reason a DlqReason, or a layer's own reason (one subject token)
    * @throws InvalidIdError when `reason` or `env.to` is not a subject token; BusClosedError; JetStream errors when the DLQ stream is missing
    */
+  /**
+   * Dead-letters messages to agents that `isKnown` denies once they are older than
+   * `olderThanMs` (reason `unknown_agent`); see unknown-agents.ts.
+   * @returns how many were moved
+   */
+  sweepUnknownAgents(isKnown: (agentId: string) => boolean, olderThanMs: number): Promise<number> {
+    this.open("sweepUnknownAgents");
+    return sweepUnknownAgents(this.ctx, isKnown, olderThanMs);
+  }
+
   deadLetter(env: A2AEnvelope, reason: DlqReason | (string & {}), opts?: DeadLetterOptions): Promise<number> {
     this.open("deadLetter");
     return deadLetterEnvelope(this.ctx, env, reason, opts);

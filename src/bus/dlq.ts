@@ -263,20 +263,31 @@ export async function sweepExhausted(ctx: BusContext): Promise<number> {
 }
 
 async function moveOne(ctx: BusContext, stream: string, adv: MaxDeliveriesAdvisory): Promise<void> {
-  const stored = await ctx.jsm.streams.getMessage(stream, { seq: adv.stream_seq }).catch(() => null);
-  if (!stored) return; // acked meanwhile, or another mover took it
   const agentId = adv.consumer.startsWith("agent_") ? adv.consumer.slice("agent_".length) : undefined;
-  await publishDlq(ctx, stored.data, {
+  await moveStored(ctx, stream, adv.stream_seq, {
     reason: "max_deliver",
     error: new Error(`not acknowledged after ${adv.deliveries} deliveries to consumer ${adv.consumer}`),
-    subject: stored.subject,
-    headers: stored.header,
-    stream,
-    streamSeq: adv.stream_seq,
     deliveries: adv.deliveries,
     ...(agentId ? { agentId } : {}),
   });
-  await ctx.jsm.streams.deleteMessage(stream, adv.stream_seq, false).catch((err: unknown) => {
+}
+
+/**
+ * Moves one stored message of `stream` to the DLQ whole (original bytes and headers), then
+ * deletes it from the stream. Idempotent: several movers may race for the same message.
+ * @returns false when the message was gone already (acked, or moved by another node)
+ */
+export async function moveStored(
+  ctx: BusContext,
+  stream: string,
+  seq: number,
+  info: Pick<DlqInfo, "reason" | "error"> & Partial<Pick<DlqInfo, "deliveries" | "agentId">>,
+): Promise<boolean> {
+  const stored = await ctx.jsm.streams.getMessage(stream, { seq }).catch(() => null);
+  if (!stored) return false;
+  await publishDlq(ctx, stored.data, { ...info, subject: stored.subject, headers: stored.header, stream, streamSeq: seq });
+  await ctx.jsm.streams.deleteMessage(stream, seq, false).catch((err: unknown) => {
     if (!isMessageGone(err)) throw err;
   });
+  return true;
 }

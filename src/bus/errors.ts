@@ -12,6 +12,7 @@ export const BusErrorCode = defineErrorCodes("bus", {
   CONNECTION_CLOSED: "CONNECTION_CLOSED",
   JETSTREAM_UNAVAILABLE: "JETSTREAM_UNAVAILABLE",
   NATS_AUTH_FAILED: "NATS_AUTH_FAILED",
+  UNKNOWN_AGENT: "UNKNOWN_AGENT",
 });
 
 /**
@@ -142,6 +143,18 @@ export class JetStreamUnavailableError extends KovaError {
       retryable: true,
       data: { server },
       ...options,
+    });
+  }
+}
+
+/** A message addressed to an agent id that no configuration or spawn declared. */
+export class UnknownAgentError extends KovaError {
+  constructor(
+    readonly agentId: string,
+    detail = `no agent ${agentId} is declared in this cluster`,
+  ) {
+    super(BusErrorCode.UNKNOWN_AGENT, `${detail}: check the id with kova agents ls, or declare it ([[agents]] / [[actors]] in kova.toml, or kova spawn)`, {
+      data: { agentId },
     });
   }
 }

@@ -35,6 +35,7 @@ export type { EventStream, KovaEvent } from "./events.js";
 export type { DeadLetterOptions, DlqEntry, DlqMover } from "./dlq.js";
 export { ContentType, DlqReason, Header, defineDlqReasons, knownDlqReasons } from "./wire.js";
 export {
+  UnknownAgentError,
   BusErrorCode,
   isNoResponders,
   BusClosedError,

@@ -62,4 +62,6 @@ export const DlqReason = defineDlqReasons("bus", {
   payloadTooLarge: "payload_too_large",
   expired: "expired",
   maxDeliver: "max_deliver",
+  /** Addressed to an agent id nothing declared, for longer than the configured wait. */
+  unknownAgent: "unknown_agent",
 });

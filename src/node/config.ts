@@ -36,6 +36,7 @@ import { mcpConfigFrom, type McpConfig } from "../tools/mcp/config.js";
  * drain_timeout_ms = 20000 # a move or shutdown waits this long for a running turn
  * max_actors = 10000       # actors the cluster may register (spawns past it are refused)
  * max_actors_per_node = 5000  # a node hosts at most this many
+ * unknown_agent_after_ms = 600000  # messages to undeclared agents go to the DLQ after this
  *
  * [nats]
  * urls = ["nats://127.0.0.1:4222"]   # NATS_URL (comma-separated) overrides
@@ -107,6 +108,11 @@ export interface NodeConfig {
   maxActors: number;
   /** Actors one node hosts at most; past it the node leaves further actors unplaced and says so. */
   maxActorsPerNode: number;
+  /**
+   * A message to an agent id nothing declared waits this long (for a spawn racing the send)
+   * and then goes to the DLQ with reason `unknown_agent` (default 10 min).
+   */
+  unknownAgentAfterMs: number;
   wal: WalConfig;
   mailbox: { ackWaitMs?: number; maxDeliver?: number; backoffMs?: number[] };
   actors: ActorSpec[];
@@ -186,7 +192,7 @@ function buildConfig(doc: Table, path: string | undefined, env: NodeJS.ProcessEn
   const wal = table(doc, "wal");
   const mailbox = table(doc, "mailbox");
   rejectUnknown(node, ["id", "data_dir"], "node.");
-  rejectUnknown(cluster, ["name", "heartbeat_ms", "stale_after_ms", "reconcile_ms", "drain_timeout_ms", "max_actors", "max_actors_per_node"], "cluster.");
+  rejectUnknown(cluster, ["name", "heartbeat_ms", "stale_after_ms", "reconcile_ms", "drain_timeout_ms", "max_actors", "max_actors_per_node", "unknown_agent_after_ms"], "cluster.");
   rejectUnknown(nats, ["urls", "replicas", ...NATS_SECURITY_KEYS], "nats.");
   rejectUnknown(wal, ["sync", "ring_bits", "encryption", "hmac"], "wal.");
   rejectUnknown(mailbox, ["ack_wait_ms", "max_deliver", "backoff_ms"], "mailbox.");
@@ -217,6 +223,7 @@ function buildConfig(doc: Table, path: string | undefined, env: NodeJS.ProcessEn
     drainTimeoutMs: intValue(cluster.drain_timeout_ms, "cluster.drain_timeout_ms", 0, 3_600_000) ?? 20_000,
     maxActors: intValue(cluster.max_actors, "cluster.max_actors", 1, 10_000_000) ?? DEFAULT_MAX_ACTORS,
     maxActorsPerNode: intValue(cluster.max_actors_per_node, "cluster.max_actors_per_node", 1, 10_000_000) ?? DEFAULT_MAX_ACTORS_PER_NODE,
+    unknownAgentAfterMs: intValue(cluster.unknown_agent_after_ms, "cluster.unknown_agent_after_ms", 100, 30 * 86_400_000) ?? 600_000,
     replicas: intValue(nats.replicas, "nats.replicas", 1, 5),
     wal: walConfig(wal, env),
     mailbox: {},

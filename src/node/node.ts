@@ -58,6 +58,7 @@ export class KovaNode {
   private placement!: PlacementController;
   private micro: MicroService | undefined;
   private control!: NodeControl;
+  private unknownSweep: NodeJS.Timeout | undefined;
   private readonly log: Logger;
 
   private constructor(
@@ -201,6 +202,7 @@ export class KovaNode {
       onPlacement: (e) => this.onPlacement(e),
     });
     this.placement.start();
+    this.startUnknownAgentSweep();
     await this.whenNatsReady("announce", () => this.membership.markUp());
     await this.whenNatsReady("services", () => this.startServices());
     this.log.info({ cluster: config.cluster, nats: this.nats.source, recovery: this.recovery }, "node started");
@@ -360,8 +362,29 @@ export class KovaNode {
     await this.teardown();
   }
 
+  /**
+   * Every node sweeps the A2A stream for messages to agents nobody declared (moves are
+   * idempotent, so peers sweeping at once do no harm). The registry mirror answers "is it
+   * declared" locally.
+   */
+  private startUnknownAgentSweep(): void {
+    const after = this.config.unknownAgentAfterMs;
+    const every = Math.max(50, Math.min(60_000, Math.floor(after / 2)));
+    let sweeping = false;
+    this.unknownSweep = setInterval(() => {
+      if (sweeping) return;
+      sweeping = true;
+      this.bus
+        .sweepUnknownAgents((id) => this.registry.get(id) !== undefined, after)
+        .catch((err: unknown) => this.log.warn({ err }, "unknown-agent sweep failed; retrying on the next tick"))
+        .finally(() => (sweeping = false));
+    }, every);
+    this.unknownSweep.unref();
+  }
+
   /** Closes whatever was opened, in reverse order; used by stop and by a failed start. */
   private async teardown(): Promise<void> {
+    if (this.unknownSweep) clearInterval(this.unknownSweep);
     await this.placement?.stop().catch(() => undefined);
     await this.host?.stopAll().catch(() => undefined);
     this.membership?.stop();

@@ -1,0 +1,68 @@
+import type { MsgRequest } from "@nats-io/jetstream";
+import { isValidId } from "../core/ids.js";
+import type { BusContext } from "./context.js";
+import { moveStored } from "./dlq.js";
+import { UnknownAgentError } from "./errors.js";
+import { isMessageGone, isStreamNotFound } from "./nats-errors.js";
+import { DlqReason } from "./wire.js";
+
+/**
+ * Messages to agents nobody declared. The A2A stream captures `kova.<c>.a2a.*` whether or
+ * not an agent of that id exists, so a typo in an id would sit in the WorkQueue stream
+ * forever. A sweep (every node runs it; moves are idempotent) finds the stream's subjects
+ * whose agent `isKnown` denies, and dead-letters their messages once they are older than
+ * `olderThanMs`, with reason `unknown_agent`. The age threshold leaves room for an agent
+ * declared right after its first message (a spawn racing a send).
+ * @returns how many messages were moved
+ */
+export async function sweepUnknownAgents(ctx: BusContext, isKnown: (agentId: string) => boolean, olderThanMs: number): Promise<number> {
+  const stream = ctx.subjects.streams.a2a;
+  const prefix = `${ctx.subjects.prefix}.a2a.`;
+  let info;
+  try {
+    info = await ctx.jsm.streams.info(stream, { subjects_filter: `${prefix}*` });
+  } catch (err) {
+    if (isStreamNotFound(err)) return 0;
+    throw err;
+  }
+  const cutoff = Date.now() - olderThanMs;
+  let moved = 0;
+  for (const subject of Object.keys(info.state.subjects ?? {})) {
+    const agentId = subject.slice(prefix.length);
+    if (!isValidId(agentId) || isKnown(agentId)) continue;
+    for (let from = 1; ; ) {
+      // STREAM.MSG.GET takes next_by_subj on 2.9; nats.js 3.4 only types it for direct gets.
+      const m = await ctx.jsm.streams.getMessage(stream, { next_by_subj: subject, seq: from } as unknown as MsgRequest).catch((err: unknown) => {
+        if (isMessageGone(err)) return null;
+        throw err;
+      });
+      if (!m || m.time.getTime() > cutoff) break;
+      const ok = await moveStored(ctx, stream, m.seq, {
+        reason: DlqReason.unknownAgent,
+        error: new UnknownAgentError(agentId, `nothing declared agent ${agentId} within ${Math.round(olderThanMs / 1000)} s of this message`),
+        agentId,
+      });
+      if (ok) moved++;
+      from = m.seq + 1;
+    }
+  }
+  if (moved > 0) ctx.log.warn({ moved }, "moved messages to agents nobody declared to the DLQ (reason unknown_agent)");
+  return moved;
+}
+
+/**
+ * Whether the registry (KV `kova_<c>_agents`) knows `agentId`, read with one direct get.
+ * @returns true/false, or undefined when it cannot tell (no registry yet, no permission, a timeout)
+ */
+export async function registryKnows(ctx: BusContext, agentId: string): Promise<boolean | undefined> {
+  const bucketStream = `KV_${ctx.subjects.kv.agents}`;
+  try {
+    const m = await ctx.jsm.direct.getMessage(bucketStream, { last_by_subj: `$KV.${ctx.subjects.kv.agents}.${agentId}` });
+    if (!m) return false;
+    const op = m.header?.get("KV-Operation");
+    return op !== "DEL" && op !== "PURGE";
+  } catch (err) {
+    if (isMessageGone(err)) return false;
+    return undefined;
+  }
+}
