@@ -53,7 +53,7 @@ export class Bus {
   private readonly ctx: BusContext;
   private readonly mailboxes = new Set<Mailbox>();
   private readonly services = new Set<RpcService | DlqMover>();
-  private closing = false;
+  private closing: Promise<void> | undefined;
 
   private constructor(ctx: BusContext) {
     this.ctx = ctx;
@@ -220,15 +220,21 @@ export class Bus {
     return (await this.ctx.nc.closed()) ?? undefined;
   }
 
-  /** Stops mailboxes (waiting for in-flight handlers), rpc services and movers, then closes. */
-  /** `await using bus = await Bus.connect(...)` closes it at the end of the scope. */
+  /**
+   * Stops mailboxes (waiting for in-flight handlers), rpc services and movers, then closes.
+   * Idempotent: every call resolves when the one close is done.
+   */
+  close(): Promise<void> {
+    this.closing ??= this.shutdown();
+    return this.closing;
+  }
+
+  /** `await using bus = await Bus.connect(…)` closes the bus at the end of the scope. */
   [Symbol.asyncDispose](): Promise<void> {
     return this.close();
   }
 
-  async close(): Promise<void> {
-    if (this.closing) return;
-    this.closing = true;
+  private async shutdown(): Promise<void> {
     await Promise.all([...this.mailboxes].map((m) => m.stop().catch(() => undefined)));
     await Promise.all([...this.services].map((s) => s.stop().catch(() => undefined)));
     this.ctx.mux.close(new BusClosedError("request"));
@@ -236,6 +242,6 @@ export class Bus {
   }
 
   private open(what: string): void {
-    if (this.closing || this.ctx.nc.isClosed()) throw new BusClosedError(what);
+    if (this.closing !== undefined || this.ctx.nc.isClosed()) throw new BusClosedError(what);
   }
 }

@@ -97,11 +97,12 @@ export class KovaClient {
     return this.bus.subscribeEvents(opts);
   }
 
+  /** Closes the connection; idempotent. */
   close(): Promise<void> {
     return this.bus.close();
   }
 
-  /** `await using client = await KovaClient.connect(...)` closes it at the end of the scope. */
+  /** `await using client = await KovaClient.connect(…)` closes the client at the end of the scope. */
   [Symbol.asyncDispose](): Promise<void> {
     return this.close();
   }

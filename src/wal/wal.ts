@@ -461,6 +461,11 @@ export class Wal {
     return this.#closing;
   }
 
+  /** `await using wal = await Wal.open(…)` closes the WAL at the end of the scope. */
+  [Symbol.asyncDispose](): Promise<void> {
+    return this.close();
+  }
+
   /**
    * One synchronous write section: `prepare` runs under the Buffer lock, `write` under
    * Buffer → Queue → Transaction (taken by hand: this is the hot path). A synchronous
