@@ -3,6 +3,7 @@ import { ErrorCode, isKovaError } from "../../src/core/errors.js";
 import { Wal, type SyncMode } from "../../src/wal/index.js";
 import { walDirs } from "./wal-helpers.js";
 import { WalErrorCode } from "../../src/wal/errors.js";
+import { poll } from "../fixtures/poll.js";
 
 const dir = walDirs();
 
@@ -22,6 +23,7 @@ describe.each(["full", "normal"] as SyncMode[])("wal close (%s)", (sync) => {
         if (state === "pending") expect(wal.recovery.pending.some((p) => p.seq === seq), `seq ${seq}`).toBe(true);
       }
       let stop = false;
+      const before = resolved.size;
       const rejections: unknown[] = [];
       const writers = Array.from({ length: 32 }, async (_, w) => {
         for (let i = 0; !stop; i++) {
@@ -38,7 +40,8 @@ describe.each(["full", "normal"] as SyncMode[])("wal close (%s)", (sync) => {
           }
         }
       });
-      await new Promise((r) => setTimeout(r, 30));
+      // close under load: once the writers have resolved a good number of appends
+      await poll(() => resolved.size > before + 32, { timeoutMs: 5_000, what: "appends resolving under load" });
       await within(5_000, wal.close(), "close under load");
       stop = true;
       await within(5_000, Promise.all(writers), "writers after close");
@@ -83,5 +86,20 @@ describe("wal shutdown", () => {
     await within(5_000, burst.close(), "close after a burst");
     const settled = await Promise.allSettled(writes);
     expect(settled.filter((s) => s.status === "fulfilled").length).toBe(500); // issued before close: all committed
+  });
+});
+
+describe("wal disposal", () => {
+  it("wal - await using closes the WAL at the end of the scope: later appends reject WAL_CLOSED and the dir reopens", async () => {
+    const d = dir("dispose");
+    let disposed: Wal;
+    {
+      await using wal = await Wal.open({ dir: d });
+      await wal.append("step", { i: 0 });
+      disposed = wal;
+    }
+    expect(isKovaError(await disposed.append("step", { i: 1 }).catch((e: unknown) => e), WalErrorCode.WAL_CLOSED)).toBe(true);
+    await using again = await Wal.open({ dir: d });
+    expect(again.recovery.pending).toHaveLength(1);
   });
 });
