@@ -14,8 +14,9 @@ import {
   type MailboxOptions,
 } from "../../src/bus/index.js";
 import { startNatsServer, type NatsServerHandle } from "../../src/testing/index.js";
-import { connectBus, uniqueCluster, waitFor } from "../fixtures/bus/helpers.js";
+import { connectBus, uniqueCluster } from "../fixtures/bus/helpers.js";
 import { ActorDlqReason, ActorErrorCode } from "../../src/actors/errors.js";
+import { poll } from "../fixtures/poll.js";
 
 let server: NatsServerHandle;
 beforeAll(async () => {
@@ -38,10 +39,10 @@ async function publishRaw(nc: NatsConnection, subject: string, data: Uint8Array,
 }
 
 async function dlqOf(bus: Bus, reason: string, count = 1): Promise<DlqEntry[]> {
-  return waitFor(async () => {
+  return poll(async () => {
     const entries = await bus.listDlq({ reason });
     return entries.length >= count ? entries : undefined;
-  }, 10_000, `DLQ entry ${reason}`);
+  }, { timeoutMs: 10_000, what: `DLQ entry ${reason}` });
 }
 
 /** A mailbox whose handler always fails on the messages `poisoned` picks: delivery counts of those, ids of the rest. */
@@ -65,103 +66,90 @@ async function poisonedMailbox(bus: Bus, agentId: string, poisoned: (env: A2AEnv
 describe("bus DLQ", () => {
   it("dlq - malformed msgpack, invalid JSON, schema-invalid and unknown-type messages go to the DLQ and the next good message is processed", async () => {
     const cluster = uniqueCluster();
-    const bus = await connectBus(server.url, cluster);
-    const nc = await connect({ servers: server.url });
-    try {
-      const inbox = bus.subjects.a2a("victim");
-      const malformed = Uint8Array.from([0x93, 0x01, 0xc1, 0xff]);
-      const badJson = te.encode('{"id": "x", oops');
-      const schemaInvalid = encodeValue({ id: "bad id with spaces", from: "a", to: "victim", type: "task_delegate", payload: 1 });
-      const unknownType = encodeValue({ id: "u1", from: "a", to: "victim", type: "launch_missiles", payload: 1 });
-      const deep = encodeValue(JSON.parse("[".repeat(200) + "]".repeat(200)));
-      await publishRaw(nc, inbox, malformed);
-      await publishRaw(nc, inbox, badJson, true);
-      await publishRaw(nc, inbox, schemaInvalid);
-      await publishRaw(nc, inbox, unknownType);
-      await publishRaw(nc, inbox, deep);
-      const good = createEnvelope({ from: "a", to: "victim", type: "task_delegate", payload: "good" });
-      await bus.send(good);
+    await using bus = await connectBus(server.url, cluster);
+    await using nc = await connect({ servers: server.url });
+    const inbox = bus.subjects.a2a("victim");
+    const malformed = Uint8Array.from([0x93, 0x01, 0xc1, 0xff]);
+    const badJson = te.encode('{"id": "x", oops');
+    const schemaInvalid = encodeValue({ id: "bad id with spaces", from: "a", to: "victim", type: "task_delegate", payload: 1 });
+    const unknownType = encodeValue({ id: "u1", from: "a", to: "victim", type: "launch_missiles", payload: 1 });
+    const deep = encodeValue(JSON.parse("[".repeat(200) + "]".repeat(200)));
+    await publishRaw(nc, inbox, malformed);
+    await publishRaw(nc, inbox, badJson, true);
+    await publishRaw(nc, inbox, schemaInvalid);
+    await publishRaw(nc, inbox, unknownType);
+    await publishRaw(nc, inbox, deep);
+    const good = createEnvelope({ from: "a", to: "victim", type: "task_delegate", payload: "good" });
+    await bus.send(good);
 
-      const got: A2AEnvelope[] = [];
-      await bus.openMailbox("victim", async (env) => void got.push(env));
-      await waitFor(() => got.length === 1, 10_000, "good message");
-      expect(got[0]!.id).toBe(good.id);
+    const got: A2AEnvelope[] = [];
+    await bus.openMailbox("victim", async (env) => void got.push(env));
+    await poll(() => got.length === 1, { timeoutMs: 10_000, what: "good message" });
+    expect(got[0]!.id).toBe(good.id);
 
-      const [m] = await dlqOf(bus, "malformed_msgpack", 2);
-      expect(Buffer.from(m!.data)).toEqual(Buffer.from(deep)); // newest first: the too-deep one
-      const all = await bus.listDlq();
-      const byReason = (r: string) => all.filter((e) => e.reason === r);
-      expect(byReason("malformed_msgpack").map((e) => Buffer.from(e.data))).toContainEqual(Buffer.from(malformed));
-      expect(byReason("malformed_msgpack").some((e) => /nesting deeper/.test(e.headers["Kova-Dlq-Error"]!))).toBe(true);
-      const json = byReason("invalid_json")[0]!;
-      expect(Buffer.from(json.data)).toEqual(Buffer.from(badJson));
-      expect(json.headers["Content-Type"]).toBe("application/json");
-      expect(json.headers["Kova-Dlq-Error-Code"]).toBe("DECODE_FAILED");
-      const invalid = byReason("invalid_envelope")[0]!;
-      expect(Buffer.from(invalid.data)).toEqual(Buffer.from(schemaInvalid));
-      expect(invalid.headers["Kova-Dlq-Error"]).toContain("id");
-      expect(invalid.subject).toBe(bus.subjects.dlq("invalid_envelope"));
-      const unknown = byReason("unknown_type")[0]!;
-      expect(Buffer.from(unknown.data)).toEqual(Buffer.from(unknownType));
-      expect(unknown.headers["Kova-Dlq-Agent"]).toBe("victim");
-      expect(unknown.headers["Kova-Dlq-Subject"]).toBe(inbox);
-      expect(unknown.headers["Kova-Dlq-Error"]).toContain("launch_missiles");
-      // Nothing is left behind in the WorkQueue stream.
-      const info = await bus.jsm.streams.info(bus.subjects.streams.a2a);
-      expect(info.state.messages).toBe(0);
-    } finally {
-      await nc.close();
-      await bus.close();
-    }
+    const [m] = await dlqOf(bus, "malformed_msgpack", 2);
+    expect(Buffer.from(m!.data)).toEqual(Buffer.from(deep)); // newest first: the too-deep one
+    const all = await bus.listDlq();
+    const byReason = (r: string) => all.filter((e) => e.reason === r);
+    expect(byReason("malformed_msgpack").map((e) => Buffer.from(e.data))).toContainEqual(Buffer.from(malformed));
+    expect(byReason("malformed_msgpack").some((e) => /nesting deeper/.test(e.headers["Kova-Dlq-Error"]!))).toBe(true);
+    const json = byReason("invalid_json")[0]!;
+    expect(Buffer.from(json.data)).toEqual(Buffer.from(badJson));
+    expect(json.headers["Content-Type"]).toBe("application/json");
+    expect(json.headers["Kova-Dlq-Error-Code"]).toBe("DECODE_FAILED");
+    const invalid = byReason("invalid_envelope")[0]!;
+    expect(Buffer.from(invalid.data)).toEqual(Buffer.from(schemaInvalid));
+    expect(invalid.headers["Kova-Dlq-Error"]).toContain("id");
+    expect(invalid.subject).toBe(bus.subjects.dlq("invalid_envelope"));
+    const unknown = byReason("unknown_type")[0]!;
+    expect(Buffer.from(unknown.data)).toEqual(Buffer.from(unknownType));
+    expect(unknown.headers["Kova-Dlq-Agent"]).toBe("victim");
+    expect(unknown.headers["Kova-Dlq-Subject"]).toBe(inbox);
+    expect(unknown.headers["Kova-Dlq-Error"]).toContain("launch_missiles");
+    // Nothing is left behind in the WorkQueue stream.
+    const info = await bus.jsm.streams.info(bus.subjects.streams.a2a);
+    expect(info.state.messages).toBe(0);
   });
 
   it("dlq - a message delivered after its deadline, or addressed to another agent, goes to the DLQ instead of the handler", async () => {
-    const bus = await connectBus(server.url, uniqueCluster());
-    try {
-      const late = createEnvelope({ from: "a", to: "punctual", type: "task_delegate", payload: "late", deadline: Date.now() + 50 });
-      await bus.send(late);
-      const nc = await connect({ servers: server.url });
-      const misrouted = encodeValue({ id: "m2", from: "a", to: "someone-else", type: "task_delegate", payload: 1 });
-      await publishRaw(nc, bus.subjects.a2a("punctual"), misrouted);
-      await nc.close();
-      await new Promise((r) => setTimeout(r, 100));
-      const good = createEnvelope({ from: "a", to: "punctual", type: "task_delegate", payload: "on time" });
-      await bus.send(good);
-      const got: string[] = [];
-      await bus.openMailbox("punctual", async (env) => void got.push(env.id));
-      await waitFor(() => got.length === 1, 5_000, "good message");
-      expect(got).toEqual([good.id]);
-      const [expired] = await dlqOf(bus, "expired");
-      expect(expired!.headers["Kova-Dlq-Msg-Id"]).toBe(late.id);
-      const [wrong] = await dlqOf(bus, "invalid_envelope");
-      expect(wrong!.headers["Kova-Dlq-Error"]).toContain("someone-else");
-    } finally {
-      await bus.close();
-    }
+    await using bus = await connectBus(server.url, uniqueCluster());
+    const late = createEnvelope({ from: "a", to: "punctual", type: "task_delegate", payload: "late", deadline: Date.now() + 50 });
+    await bus.send(late);
+    const nc = await connect({ servers: server.url });
+    const misrouted = encodeValue({ id: "m2", from: "a", to: "someone-else", type: "task_delegate", payload: 1 });
+    await publishRaw(nc, bus.subjects.a2a("punctual"), misrouted);
+    await nc.close();
+    await poll(() => Date.now() > late.deadline!, { timeoutMs: 1_000, what: "the late message's deadline to pass" });
+    const good = createEnvelope({ from: "a", to: "punctual", type: "task_delegate", payload: "on time" });
+    await bus.send(good);
+    const got: string[] = [];
+    await bus.openMailbox("punctual", async (env) => void got.push(env.id));
+    await poll(() => got.length === 1, { timeoutMs: 5_000, what: "good message" });
+    expect(got).toEqual([good.id]);
+    const [expired] = await dlqOf(bus, "expired");
+    expect(expired!.headers["Kova-Dlq-Msg-Id"]).toBe(late.id);
+    const [wrong] = await dlqOf(bus, "invalid_envelope");
+    expect(wrong!.headers["Kova-Dlq-Error"]).toContain("someone-else");
   });
 
   it("dlq - an oversized payload is rejected before sending with PAYLOAD_TOO_LARGE and recorded in the DLQ", async () => {
-    const bus = await connectBus(server.url, uniqueCluster());
-    try {
-      expect(bus.maxPayload).toBe(65536);
-      const big = createEnvelope({ from: "a", to: "big", type: "task_delegate", payload: "x".repeat(70_000) });
-      const err = await bus.send(big).catch((e: unknown) => e);
-      expect(err).toBeInstanceOf(PayloadTooLargeError);
-      expect((err as PayloadTooLargeError).code).toBe("PAYLOAD_TOO_LARGE");
-      expect((err as Error).message).toContain(bus.subjects.a2a("big"));
-      const [entry] = await dlqOf(bus, "payload_too_large");
-      expect(entry!.headers["Kova-Dlq-Msg-Id"]).toBe(big.id);
-      expect(Number(entry!.headers["Kova-Dlq-Original-Size"])).toBeGreaterThan(70_000);
-      expect((await bus.jsm.streams.info(bus.subjects.streams.a2a)).state.messages).toBe(0);
-      const good = createEnvelope({ from: "a", to: "big", type: "task_delegate", payload: "small" });
-      await bus.send(good);
-      const got: string[] = [];
-      await bus.openMailbox("big", async (env) => void got.push(env.id));
-      await waitFor(() => got.length === 1, 5_000, "good message");
-      expect(got).toEqual([good.id]);
-    } finally {
-      await bus.close();
-    }
+    await using bus = await connectBus(server.url, uniqueCluster());
+    expect(bus.maxPayload).toBe(65536);
+    const big = createEnvelope({ from: "a", to: "big", type: "task_delegate", payload: "x".repeat(70_000) });
+    const err = await bus.send(big).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(PayloadTooLargeError);
+    expect((err as PayloadTooLargeError).code).toBe("PAYLOAD_TOO_LARGE");
+    expect((err as Error).message).toContain(bus.subjects.a2a("big"));
+    const [entry] = await dlqOf(bus, "payload_too_large");
+    expect(entry!.headers["Kova-Dlq-Msg-Id"]).toBe(big.id);
+    expect(Number(entry!.headers["Kova-Dlq-Original-Size"])).toBeGreaterThan(70_000);
+    expect((await bus.jsm.streams.info(bus.subjects.streams.a2a)).state.messages).toBe(0);
+    const good = createEnvelope({ from: "a", to: "big", type: "task_delegate", payload: "small" });
+    await bus.send(good);
+    const got: string[] = [];
+    await bus.openMailbox("big", async (env) => void got.push(env.id));
+    await poll(() => got.length === 1, { timeoutMs: 5_000, what: "good message" });
+    expect(got).toEqual([good.id]);
   });
 
   /** Header bytes as counted against max_payload: `NATS/1.0`, `\r\n<k>: <v>` each, `\r\n\r\n`. */
@@ -204,7 +192,7 @@ describe("bus DLQ", () => {
       await bus.openMailbox("bulky", async (env) => void got.push(env.id));
       const good = createEnvelope({ from: "a", to: "bulky", type: "task_delegate", payload: "small" });
       await bus.send(good);
-      await waitFor(() => got.length === 1, 10_000, "good message");
+      await poll(() => got.length === 1, { timeoutMs: 10_000, what: "good message" });
 
       const invalid = await dlqOf(bus, "invalid_envelope", 2);
       const mp = invalid.find((e) => e.data.length === mpBody.length && e.data[0] === 0xdb)!;
@@ -246,12 +234,12 @@ describe("bus DLQ", () => {
       const { attempts, done } = await poisonedMailbox(bus, "heavy", (env) => env.id === "max-size-1", { maxDeliver: 2, backoffMs: [20] });
       const next = createEnvelope({ from: "a", to: "heavy", type: "task_delegate", payload: "fine" });
       await bus.send(next);
-      await waitFor(() => done.length === 1, 15_000, "next message");
+      await poll(() => done.length === 1, { timeoutMs: 15_000, what: "next message" });
       const [entry] = await dlqOf(bus, "max_deliver");
       expect(Buffer.from(entry!.data).equals(Buffer.from(bytes))).toBe(true);
       expect(decodeEnvelope(entry!.data)).toEqual(sized(n));
       expect(attempts).toEqual([1, 2]);
-      await waitFor(async () => (await bus.jsm.streams.info(bus.subjects.streams.a2a)).state.messages === 0, 5_000, "removal from the WorkQueue");
+      await poll(async () => (await bus.jsm.streams.info(bus.subjects.streams.a2a)).state.messages === 0, { timeoutMs: 5_000, what: "removal from the WorkQueue" });
     } finally {
       await nc.close();
       await bus.close();
@@ -259,97 +247,85 @@ describe("bus DLQ", () => {
   });
 
   it("dlq - a message failing max_deliver times is moved to the DLQ via the advisory and the next message is processed", async () => {
-    const bus = await connectBus(server.url, uniqueCluster());
-    try {
-      bus.startDlqMover();
-      const poison = createEnvelope({ from: "a", to: "fragile", type: "task_delegate", payload: "poison" });
-      const next = createEnvelope({ from: "a", to: "fragile", type: "task_delegate", payload: "fine" });
-      await bus.send(poison);
-      await bus.send(next);
-      const { attempts, done } = await poisonedMailbox(bus, "fragile", (env) => env.payload === "poison", { maxDeliver: 3, backoffMs: [50] });
-      await waitFor(() => done.length === 1, 15_000, "next message");
-      expect(done).toEqual([next.id]);
-      expect(attempts).toEqual([1, 2, 3]);
-      const [entry] = await dlqOf(bus, "max_deliver");
-      expect(entry!.headers["Kova-Dlq-Msg-Id"]).toBe(poison.id);
-      expect(entry!.headers["Kova-Dlq-Deliveries"]).toBe("3");
-      expect(entry!.headers["Kova-Dlq-Agent"]).toBe("fragile");
-      await waitFor(async () => (await bus.jsm.streams.info(bus.subjects.streams.a2a)).state.messages === 0, 5_000, "removal from the WorkQueue");
-    } finally {
-      await bus.close();
-    }
+    await using bus = await connectBus(server.url, uniqueCluster());
+    bus.startDlqMover();
+    const poison = createEnvelope({ from: "a", to: "fragile", type: "task_delegate", payload: "poison" });
+    const next = createEnvelope({ from: "a", to: "fragile", type: "task_delegate", payload: "fine" });
+    await bus.send(poison);
+    await bus.send(next);
+    const { attempts, done } = await poisonedMailbox(bus, "fragile", (env) => env.payload === "poison", { maxDeliver: 3, backoffMs: [50] });
+    await poll(() => done.length === 1, { timeoutMs: 15_000, what: "next message" });
+    expect(done).toEqual([next.id]);
+    expect(attempts).toEqual([1, 2, 3]);
+    const [entry] = await dlqOf(bus, "max_deliver");
+    expect(entry!.headers["Kova-Dlq-Msg-Id"]).toBe(poison.id);
+    expect(entry!.headers["Kova-Dlq-Deliveries"]).toBe("3");
+    expect(entry!.headers["Kova-Dlq-Agent"]).toBe("fragile");
+    await poll(async () => (await bus.jsm.streams.info(bus.subjects.streams.a2a)).state.messages === 0, { timeoutMs: 5_000, what: "removal from the WorkQueue" });
   });
 
   it("dlq - messages that exhausted max_deliver while no mover ran are swept into the DLQ when a mover starts", async () => {
-    const bus = await connectBus(server.url, uniqueCluster());
-    try {
-      const poison = createEnvelope({ from: "a", to: "unlucky", type: "task_delegate", payload: "poison" });
-      const next = createEnvelope({ from: "a", to: "unlucky", type: "task_delegate", payload: "fine" });
-      await bus.send(poison);
-      await bus.send(next);
-      const done: string[] = [];
-      await bus.openMailbox(
-        "unlucky",
-        async (env) => {
-          if (env.payload === "poison") throw new Error("always fails");
-          done.push(env.id);
-        },
-        { maxDeliver: 2, backoffMs: [20] },
-      );
-      await waitFor(() => done.length === 1, 10_000, "next message");
-      // Nobody listened to the advisory: the poison message stays in the WorkQueue stream once
-      // the good message's ack (sent after the handler returned) has removed that one.
-      const remaining = async () => (await bus.jsm.streams.info(bus.subjects.streams.a2a)).state.messages;
-      await waitFor(async () => (await remaining()) === 1, 10_000, "only the poison message left in the stream");
-      expect(await remaining()).toBe(1);
-      expect(await bus.listDlq()).toEqual([]);
-      const mover = bus.startDlqMover();
-      expect(await mover.swept).toBe(1);
-      const [entry] = await dlqOf(bus, "max_deliver");
-      expect(entry!.headers["Kova-Dlq-Msg-Id"]).toBe(poison.id);
-      expect((await bus.jsm.streams.info(bus.subjects.streams.a2a)).state.messages).toBe(0);
-    } finally {
-      await bus.close();
-    }
+    await using bus = await connectBus(server.url, uniqueCluster());
+    const poison = createEnvelope({ from: "a", to: "unlucky", type: "task_delegate", payload: "poison" });
+    const next = createEnvelope({ from: "a", to: "unlucky", type: "task_delegate", payload: "fine" });
+    await bus.send(poison);
+    await bus.send(next);
+    const done: string[] = [];
+    await bus.openMailbox(
+      "unlucky",
+      async (env) => {
+        if (env.payload === "poison") throw new Error("always fails");
+        done.push(env.id);
+      },
+      { maxDeliver: 2, backoffMs: [20] },
+    );
+    await poll(() => done.length === 1, { timeoutMs: 10_000, what: "next message" });
+    // Nobody listened to the advisory: the poison message stays in the WorkQueue stream once
+    // the good message's ack (sent after the handler returned) has removed that one.
+    const remaining = async () => (await bus.jsm.streams.info(bus.subjects.streams.a2a)).state.messages;
+    await poll(async () => (await remaining()) === 1, { timeoutMs: 10_000, what: "only the poison message left in the stream" });
+    expect(await remaining()).toBe(1);
+    expect(await bus.listDlq()).toEqual([]);
+    const mover = bus.startDlqMover();
+    expect(await mover.swept).toBe(1);
+    const [entry] = await dlqOf(bus, "max_deliver");
+    expect(entry!.headers["Kova-Dlq-Msg-Id"]).toBe(poison.id);
+    expect((await bus.jsm.streams.info(bus.subjects.streams.a2a)).state.messages).toBe(0);
   });
 
   it("dlq - dead-lettering an envelope stores it under its reason with the error headers, once per reason and id, and listDlq shows it", async () => {
-    const bus = await connectBus(server.url, uniqueCluster());
-    try {
-      const env = createEnvelope({ from: "a", to: "picky", type: "task_delegate", payload: { n: 1 } });
-      const error = new KovaError(ActorErrorCode.ACTOR_FAILED, "handler gave up\nafter 3 attempts");
-      const seq = await bus.deadLetter(env, ActorDlqReason.handlerFailed, { error });
-      // A retry (say, after a crash before the original's ack) is deduplicated.
-      expect(await bus.deadLetter(env, ActorDlqReason.handlerFailed, { error })).toBe(seq);
+    await using bus = await connectBus(server.url, uniqueCluster());
+    const env = createEnvelope({ from: "a", to: "picky", type: "task_delegate", payload: { n: 1 } });
+    const error = new KovaError(ActorErrorCode.ACTOR_FAILED, "handler gave up\nafter 3 attempts");
+    const seq = await bus.deadLetter(env, ActorDlqReason.handlerFailed, { error });
+    // A retry (say, after a crash before the original's ack) is deduplicated.
+    expect(await bus.deadLetter(env, ActorDlqReason.handlerFailed, { error })).toBe(seq);
 
-      const entries = await bus.listDlq({ reason: "handler_failed" });
-      expect(entries.map((e) => e.seq)).toEqual([seq]);
-      const entry = entries[0]!;
-      expect(entry.subject).toBe(bus.subjects.dlq("handler_failed"));
-      expect(entry.headers["Kova-Dlq-Reason"]).toBe("handler_failed");
-      expect(entry.headers["Kova-Dlq-Error-Code"]).toBe("ACTOR_FAILED");
-      expect(entry.headers["Kova-Dlq-Error"]).toBe("handler gave up after 3 attempts");
-      expect(entry.headers["Kova-Dlq-Msg-Id"]).toBe(env.id);
-      expect(entry.headers["Kova-Dlq-Agent"]).toBe("picky");
-      expect(entry.headers["Kova-Dlq-Subject"]).toBe(bus.subjects.a2a("picky"));
-      expect(decodeEnvelope(entry.data)).toEqual(env);
+    const entries = await bus.listDlq({ reason: "handler_failed" });
+    expect(entries.map((e) => e.seq)).toEqual([seq]);
+    const entry = entries[0]!;
+    expect(entry.subject).toBe(bus.subjects.dlq("handler_failed"));
+    expect(entry.headers["Kova-Dlq-Reason"]).toBe("handler_failed");
+    expect(entry.headers["Kova-Dlq-Error-Code"]).toBe("ACTOR_FAILED");
+    expect(entry.headers["Kova-Dlq-Error"]).toBe("handler gave up after 3 attempts");
+    expect(entry.headers["Kova-Dlq-Msg-Id"]).toBe(env.id);
+    expect(entry.headers["Kova-Dlq-Agent"]).toBe("picky");
+    expect(entry.headers["Kova-Dlq-Subject"]).toBe(bus.subjects.a2a("picky"));
+    expect(decodeEnvelope(entry.data)).toEqual(env);
 
-      // Original bytes keep their Content-Type, so a JSON body stays decodable.
-      const raw = encodeEnvelope(env, "json");
-      const h = headers();
-      h.set("Content-Type", "application/json");
-      await bus.deadLetter(env, "my_layer_reason", { originalBytes: raw, headers: h });
-      const [custom] = await bus.listDlq({ reason: "my_layer_reason" });
-      expect(Buffer.from(custom!.data)).toEqual(Buffer.from(raw));
-      expect(custom!.headers["Content-Type"]).toBe("application/json");
-      expect(custom!.headers["Kova-Dlq-Error-Code"]).toBeUndefined();
-      expect(decodeEnvelope(custom!.data, h)).toEqual(env);
+    // Original bytes keep their Content-Type, so a JSON body stays decodable.
+    const raw = encodeEnvelope(env, "json");
+    const h = headers();
+    h.set("Content-Type", "application/json");
+    await bus.deadLetter(env, "my_layer_reason", { originalBytes: raw, headers: h });
+    const [custom] = await bus.listDlq({ reason: "my_layer_reason" });
+    expect(Buffer.from(custom!.data)).toEqual(Buffer.from(raw));
+    expect(custom!.headers["Content-Type"]).toBe("application/json");
+    expect(custom!.headers["Kova-Dlq-Error-Code"]).toBeUndefined();
+    expect(decodeEnvelope(custom!.data, h)).toEqual(env);
 
-      // A reason that is not one subject token is refused before anything is published.
-      await expect(bus.deadLetter(env, "bad.reason")).rejects.toBeInstanceOf(InvalidIdError);
-      expect((await bus.listDlq()).map((e) => e.reason).sort()).toEqual(["handler_failed", "my_layer_reason"]);
-    } finally {
-      await bus.close();
-    }
+    // A reason that is not one subject token is refused before anything is published.
+    await expect(bus.deadLetter(env, "bad.reason")).rejects.toBeInstanceOf(InvalidIdError);
+    expect((await bus.listDlq()).map((e) => e.reason).sort()).toEqual(["handler_failed", "my_layer_reason"]);
   });
 });

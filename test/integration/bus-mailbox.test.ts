@@ -3,7 +3,8 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { isNoResponders } from "../../src/bus/errors.js";
 import { Bus, StreamConflictError, createEnvelope, type A2AEnvelope } from "../../src/bus/index.js";
 import { startNatsServer, type NatsServerHandle } from "../../src/testing/index.js";
-import { connectBus, uniqueCluster, waitFor } from "../fixtures/bus/helpers.js";
+import { connectBus, uniqueCluster } from "../fixtures/bus/helpers.js";
+import { poll } from "../fixtures/poll.js";
 
 let server: NatsServerHandle;
 beforeAll(async () => {
@@ -15,188 +16,159 @@ afterAll(async () => {
 
 describe("bus mailbox", () => {
   it("mailbox - delivers a message sent while no consumer existed once the consumer starts", async () => {
-    const bus = await connectBus(server.url, uniqueCluster());
-    try {
-      const sent = createEnvelope({ from: "tester", to: "late", type: "task_delegate", payload: { n: 1 } });
-      const ack = await bus.send(sent);
-      expect(ack.stream).toBe(bus.subjects.streams.a2a);
-      const got: A2AEnvelope[] = [];
-      await bus.openMailbox("late", async (env) => void got.push(env));
-      await waitFor(() => got.length === 1, 5_000, "delivery");
-      expect(got[0]).toEqual(sent);
-    } finally {
-      await bus.close();
-    }
+    await using bus = await connectBus(server.url, uniqueCluster());
+    const sent = createEnvelope({ from: "tester", to: "late", type: "task_delegate", payload: { n: 1 } });
+    const ack = await bus.send(sent);
+    expect(ack.stream).toBe(bus.subjects.streams.a2a);
+    const got: A2AEnvelope[] = [];
+    await bus.openMailbox("late", async (env) => void got.push(env));
+    await poll(() => got.length === 1, { timeoutMs: 5_000, what: "delivery" });
+    expect(got[0]).toEqual(sent);
   });
 
   it("mailbox - a resend with the same id is stored once and processed once", async () => {
-    const bus = await connectBus(server.url, uniqueCluster());
-    try {
-      const env = createEnvelope({ from: "tester", to: "dedup", type: "task_delegate", payload: "once" });
-      const first = await bus.send(env);
-      const second = await bus.send(env);
-      expect(first.duplicate).toBe(false);
-      expect(second.duplicate).toBe(true);
-      const marker = createEnvelope({ from: "tester", to: "dedup", type: "task_delegate", payload: "marker" });
-      await bus.send(marker);
-      const ids: string[] = [];
-      await bus.openMailbox("dedup", async (e) => void ids.push(e.id));
-      await waitFor(() => ids.includes(marker.id), 5_000, "marker");
-      expect(ids).toEqual([env.id, marker.id]);
-    } finally {
-      await bus.close();
-    }
+    await using bus = await connectBus(server.url, uniqueCluster());
+    const env = createEnvelope({ from: "tester", to: "dedup", type: "task_delegate", payload: "once" });
+    const first = await bus.send(env);
+    const second = await bus.send(env);
+    expect(first.duplicate).toBe(false);
+    expect(second.duplicate).toBe(true);
+    const marker = createEnvelope({ from: "tester", to: "dedup", type: "task_delegate", payload: "marker" });
+    await bus.send(marker);
+    const ids: string[] = [];
+    await bus.openMailbox("dedup", async (e) => void ids.push(e.id));
+    await poll(() => ids.includes(marker.id), { timeoutMs: 5_000, what: "marker" });
+    expect(ids).toEqual([env.id, marker.id]);
   });
 
   it("mailbox - keeps strict per-agent order, also across a failed delivery that is retried", async () => {
-    const bus = await connectBus(server.url, uniqueCluster());
-    try {
-      const n = 12;
-      for (let i = 0; i < n; i++) {
-        await bus.send(createEnvelope({ from: "tester", to: "ordered", type: "task_delegate", payload: i }));
-      }
-      const seen: number[] = [];
-      let failedOnce = false;
-      let concurrent = 0;
-      let maxConcurrent = 0;
-      await bus.openMailbox(
-        "ordered",
-        async (env, ctx) => {
-          concurrent++;
-          maxConcurrent = Math.max(maxConcurrent, concurrent);
-          try {
-            await new Promise((r) => setTimeout(r, 2));
-            if (env.payload === 5 && !failedOnce) {
-              failedOnce = true;
-              expect(ctx.deliveryCount).toBe(1);
-              throw new Error("transient failure");
-            }
-            seen.push(env.payload as number);
-          } finally {
-            concurrent--;
-          }
-        },
-        { backoffMs: [100] },
-      );
-      await waitFor(() => seen.length === n, 10_000, "all messages");
-      expect(failedOnce).toBe(true);
-      expect(seen).toEqual([...Array(n).keys()]);
-      expect(maxConcurrent).toBe(1);
-    } finally {
-      await bus.close();
+    await using bus = await connectBus(server.url, uniqueCluster());
+    const n = 12;
+    for (let i = 0; i < n; i++) {
+      await bus.send(createEnvelope({ from: "tester", to: "ordered", type: "task_delegate", payload: i }));
     }
+    const seen: number[] = [];
+    let failedOnce = false;
+    let concurrent = 0;
+    let maxConcurrent = 0;
+    await bus.openMailbox(
+      "ordered",
+      async (env, ctx) => {
+        concurrent++;
+        maxConcurrent = Math.max(maxConcurrent, concurrent);
+        try {
+          await new Promise((r) => setTimeout(r, 2));
+          if (env.payload === 5 && !failedOnce) {
+            failedOnce = true;
+            expect(ctx.deliveryCount).toBe(1);
+            throw new Error("transient failure");
+          }
+          seen.push(env.payload as number);
+        } finally {
+          concurrent--;
+        }
+      },
+      { backoffMs: [100] },
+    );
+    await poll(() => seen.length === n, { timeoutMs: 10_000, what: "all messages" });
+    expect(failedOnce).toBe(true);
+    expect(seen).toEqual([...Array(n).keys()]);
+    expect(maxConcurrent).toBe(1);
   });
 
   it("mailbox - a plain @nats-io client publishing JSON reaches the mailbox", async () => {
     const cluster = uniqueCluster();
-    const bus = await connectBus(server.url, cluster);
-    const plain = await connect({ servers: server.url });
-    try {
-      const got: A2AEnvelope[] = [];
-      await bus.openMailbox("researcher", async (env) => void got.push(env));
-      const body = { id: "plain-1", from: "python-svc", to: "researcher", type: "task_delegate", payload: { topic: "nats" } };
-      // What `nats req kova.<c>.a2a.researcher '{...}' -H Content-Type:application/json` does: the reply is the stream ack.
-      const { headers } = await import("@nats-io/transport-node");
-      const h = headers();
-      h.set("Content-Type", "application/json");
-      h.set("Nats-Msg-Id", body.id);
-      const reply = await plain.request(`kova.${cluster}.a2a.researcher`, JSON.stringify(body), { headers: h, timeout: 5_000 });
-      expect(reply.json<{ stream: string; seq: number }>().stream).toBe(`KOVA_${cluster.toUpperCase()}_A2A`);
-      await waitFor(() => got.length === 1, 5_000, "delivery");
-      expect(got[0]).toEqual(body);
-    } finally {
-      await plain.close();
-      await bus.close();
-    }
+    await using bus = await connectBus(server.url, cluster);
+    await using plain = await connect({ servers: server.url });
+    const got: A2AEnvelope[] = [];
+    await bus.openMailbox("researcher", async (env) => void got.push(env));
+    const body = { id: "plain-1", from: "python-svc", to: "researcher", type: "task_delegate", payload: { topic: "nats" } };
+    // What `nats req kova.<c>.a2a.researcher '{...}' -H Content-Type:application/json` does: the reply is the stream ack.
+    const { headers } = await import("@nats-io/transport-node");
+    const h = headers();
+    h.set("Content-Type", "application/json");
+    h.set("Nats-Msg-Id", body.id);
+    const reply = await plain.request(`kova.${cluster}.a2a.researcher`, JSON.stringify(body), { headers: h, timeout: 5_000 });
+    expect(reply.json<{ stream: string; seq: number }>().stream).toBe(`KOVA_${cluster.toUpperCase()}_A2A`);
+    await poll(() => got.length === 1, { timeoutMs: 5_000, what: "delivery" });
+    expect(got[0]).toEqual(body);
   });
 
   it("send - with no stream capturing the inbox it fails with NO_RESPONDERS naming the subject", async () => {
-    const bus = await Bus.connect({ servers: server.url, cluster: uniqueCluster() }); // no ensureStreams
-    try {
-      const env = createEnvelope({ from: "tester", to: "nowhere", type: "task_delegate", payload: 1 });
-      const err = await bus.send(env, { timeoutMs: 400 }).catch((e: unknown) => e);
-      expect(isNoResponders(err)).toBe(true);
-      expect((err as Error).message).toContain(bus.subjects.a2a("nowhere"));
-      expect((err as Error).message).toContain("ensureStreams");
-    } finally {
-      await bus.close();
-    }
+    await using bus = await Bus.connect({ servers: server.url, cluster: uniqueCluster() }); // no ensureStreams
+    const env = createEnvelope({ from: "tester", to: "nowhere", type: "task_delegate", payload: 1 });
+    const err = await bus.send(env, { timeoutMs: 400 }).catch((e: unknown) => e);
+    expect(isNoResponders(err)).toBe(true);
+    expect((err as Error).message).toContain(bus.subjects.a2a("nowhere"));
+    expect((err as Error).message).toContain("ensureStreams");
   });
 
   it("streams - ensureStreams is idempotent and a conflicting stream is a STREAM_CONFLICT naming stream and field", async () => {
     const cluster = uniqueCluster();
-    const bus = await connectBus(server.url, cluster);
-    try {
-      await bus.ensureStreams();
-      await bus.ensureStreams();
-      const err = await bus.ensureStreams({ duplicateWindowMs: 5_000 }).catch((e: unknown) => e);
-      expect(err).toBeInstanceOf(StreamConflictError);
-      expect((err as StreamConflictError).code).toBe("STREAM_CONFLICT");
-      expect((err as Error).message).toContain(bus.subjects.streams.a2a);
-      expect((err as Error).message).toContain("duplicate_window");
-    } finally {
-      await bus.close();
-    }
+    await using bus = await connectBus(server.url, cluster);
+    await bus.ensureStreams();
+    await bus.ensureStreams();
+    const err = await bus.ensureStreams({ duplicateWindowMs: 5_000 }).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(StreamConflictError);
+    expect((err as StreamConflictError).code).toBe("STREAM_CONFLICT");
+    expect((err as Error).message).toContain(bus.subjects.streams.a2a);
+    expect((err as Error).message).toContain("duplicate_window");
   });
 
   it("mailbox - stop() waits for the in-flight handler and the message is acked", async () => {
-    const bus = await connectBus(server.url, uniqueCluster());
-    try {
-      let finished = false;
-      let started = false;
-      const mb = await bus.openMailbox("stopper", async (_env, ctx) => {
-        started = true;
-        await new Promise((r) => setTimeout(r, 200));
-        expect(ctx.signal.aborted).toBe(true);
-        finished = true;
-      });
-      await bus.send(createEnvelope({ from: "tester", to: "stopper", type: "task_delegate", payload: null }));
-      await waitFor(() => started, 5_000, "handler start");
-      await mb.stop();
-      expect(finished).toBe(true);
-      const info = await bus.jsm.consumers.info(bus.subjects.streams.a2a, bus.subjects.consumer("stopper"));
-      expect(info.num_ack_pending).toBe(0);
-      expect(info.num_pending).toBe(0);
-    } finally {
-      await bus.close();
-    }
+    await using bus = await connectBus(server.url, uniqueCluster());
+    let finished = false;
+    let started = false;
+    const mb = await bus.openMailbox("stopper", async (_env, ctx) => {
+      started = true;
+      await new Promise((r) => setTimeout(r, 200));
+      expect(ctx.signal.aborted).toBe(true);
+      finished = true;
+    });
+    await bus.send(createEnvelope({ from: "tester", to: "stopper", type: "task_delegate", payload: null }));
+    await poll(() => started, { timeoutMs: 5_000, what: "handler start" });
+    await mb.stop();
+    expect(finished).toBe(true);
+    const info = await bus.jsm.consumers.info(bus.subjects.streams.a2a, bus.subjects.consumer("stopper"));
+    expect(info.num_ack_pending).toBe(0);
+    expect(info.num_pending).toBe(0);
   });
   it("mailbox - a message reaching a stopped mailbox's leftover pull is handed back at once to the next host", async () => {
     const cluster = uniqueCluster();
-    const a = await connectBus(server.url, cluster);
-    const b = await connectBus(server.url, cluster);
-    try {
-      const onA: unknown[] = [];
-      const mbA = await a.openMailbox("handoff", async (env) => void onA.push(env.payload));
-      await mbA.stop(); // idle: its pull stays on the server while connection a lives
-      const got: Array<[unknown, number]> = [];
-      await b.openMailbox("handoff", async (env, ctx) => void got.push([env.payload, ctx.deliveryCount]));
-      await a.send(createEnvelope({ from: "tester", to: "handoff", type: "task_delegate", payload: "x" }));
-      // Far sooner than the 30 s ack_wait an un-acked delivery to a would cost.
-      await waitFor(() => got.length === 1, 3_000, "delivery to the second mailbox");
-      expect(onA).toEqual([]);
-      expect(got[0]![0]).toBe("x");
-      expect(got[0]![1]).toBe(2); // it reached a's leftover pull first and was handed back (nak)
-    } finally {
-      await a.close();
-      await b.close();
-    }
+    await using a = await connectBus(server.url, cluster);
+    await using b = await connectBus(server.url, cluster);
+    const onA: unknown[] = [];
+    const mbA = await a.openMailbox("handoff", async (env) => void onA.push(env.payload));
+    await mbA.stop(); // idle: its pull stays on the server while connection a lives
+    const got: Array<[unknown, number]> = [];
+    await b.openMailbox("handoff", async (env, ctx) => void got.push([env.payload, ctx.deliveryCount]));
+    await a.send(createEnvelope({ from: "tester", to: "handoff", type: "task_delegate", payload: "x" }));
+    // Far sooner than the 30 s ack_wait an un-acked delivery to a would cost.
+    await poll(() => got.length === 1, { timeoutMs: 3_000, what: "delivery to the second mailbox" });
+    expect(onA).toEqual([]);
+    expect(got[0]![0]).toBe("x");
+    expect(got[0]![1]).toBe(2); // it reached a's leftover pull first and was handed back (nak)
   });
 
   it("mailbox - an idle mailbox pulls again when its pull expires and still gets later messages, in order", async () => {
-    const bus = await connectBus(server.url, uniqueCluster());
-    try {
-      const got: unknown[] = [];
-      await bus.openMailbox("idler", async (env) => void got.push(env.payload), { pullExpiresMs: 200 });
-      await new Promise((r) => setTimeout(r, 1_000)); // several expired pulls
-      for (const n of [1, 2, 3]) await bus.send(createEnvelope({ from: "tester", to: "idler", type: "task_delegate", payload: n }));
-      await waitFor(() => got.length === 3, 3_000, "deliveries after idle pulls expired");
-      expect(got).toEqual([1, 2, 3]);
-      const info = await bus.jsm.consumers.info(bus.subjects.streams.a2a, bus.subjects.consumer("idler"));
-      expect(info.num_waiting).toBeLessThanOrEqual(2);
-    } finally {
-      await bus.close();
-    }
+    await using bus = await connectBus(server.url, uniqueCluster());
+    // Every pull request the mailbox sends, seen on the server: the positive signal that
+    // pulls expired and were renewed.
+    const pulls = bus.nc.subscribe(`$JS.API.CONSUMER.MSG.NEXT.${bus.subjects.streams.a2a}.${bus.subjects.consumer("idler")}`);
+    let pulled = 0;
+    void (async () => {
+      for await (const _ of pulls) pulled++;
+    })();
+    await bus.nc.flush();
+    const got: unknown[] = [];
+    await bus.openMailbox("idler", async (env) => void got.push(env.payload), { pullExpiresMs: 200 });
+    await poll(() => pulled >= 4, { timeoutMs: 5_000, what: () => `three pulls after the first expired (seen ${pulled})` });
+    pulls.unsubscribe();
+    for (const n of [1, 2, 3]) await bus.send(createEnvelope({ from: "tester", to: "idler", type: "task_delegate", payload: n }));
+    await poll(() => got.length === 3, { timeoutMs: 3_000, what: "deliveries after idle pulls expired" });
+    expect(got).toEqual([1, 2, 3]);
+    const info = await bus.jsm.consumers.info(bus.subjects.streams.a2a, bus.subjects.consumer("idler"));
+    expect(info.num_waiting).toBeLessThanOrEqual(2);
   });
 });
 

@@ -1,7 +1,8 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createEnvelope, type A2AEnvelope } from "../../src/bus/index.js";
 import { startNatsServer, type NatsServerHandle } from "../../src/testing/index.js";
-import { connectBus, uniqueCluster, waitFor } from "../fixtures/bus/helpers.js";
+import { connectBus, uniqueCluster } from "../fixtures/bus/helpers.js";
+import { poll } from "../fixtures/poll.js";
 
 let server: NatsServerHandle;
 beforeAll(async () => {
@@ -13,51 +14,43 @@ afterAll(async () => {
 
 describe("bus across a nats-server restart", () => {
   it("restart - a message acked before nats-server is killed is delivered after it restarts, and the client reconnects by itself", async () => {
-    const bus = await connectBus(server.url, uniqueCluster());
-    try {
-      const got: A2AEnvelope[] = [];
-      const stored = createEnvelope({ from: "a", to: "survivor", type: "task_delegate", payload: "survives" });
-      const ack = await bus.send(stored);
-      expect(ack.seq).toBeGreaterThan(0);
+    await using bus = await connectBus(server.url, uniqueCluster());
+    const got: A2AEnvelope[] = [];
+    const stored = createEnvelope({ from: "a", to: "survivor", type: "task_delegate", payload: "survives" });
+    const ack = await bus.send(stored);
+    expect(ack.seq).toBeGreaterThan(0);
 
-      const statuses: string[] = [];
-      void (async () => {
-        for await (const s of bus.nc.status()) statuses.push(s.type);
-      })();
-      await server.kill();
-      await server.restart();
-      await waitFor(() => statuses.includes("reconnect"), 15_000, "reconnect");
+    const statuses: string[] = [];
+    void (async () => {
+      for await (const s of bus.nc.status()) statuses.push(s.type);
+    })();
+    await server.kill();
+    await server.restart();
+    await poll(() => statuses.includes("reconnect"), { timeoutMs: 15_000, what: "reconnect" });
 
-      await bus.openMailbox("survivor", async (env) => void got.push(env), { ackWaitMs: 2_000 });
-      await waitFor(() => got.length === 1, 15_000, "delivery after restart");
-      expect(got[0]).toEqual(stored);
+    await bus.openMailbox("survivor", async (env) => void got.push(env), { ackWaitMs: 2_000 });
+    await poll(() => got.length === 1, { timeoutMs: 15_000, what: "delivery after restart" });
+    expect(got[0]).toEqual(stored);
 
-      // The same connection keeps working for new sends: no new Bus was made.
-      const after = createEnvelope({ from: "a", to: "survivor", type: "task_delegate", payload: "after" });
-      await bus.send(after);
-      await waitFor(() => got.length === 2, 10_000, "delivery of a new message");
-      expect(got[1]!.id).toBe(after.id);
-      expect(bus.nc.isClosed()).toBe(false);
-    } finally {
-      await bus.close();
-    }
+    // The same connection keeps working for new sends: no new Bus was made.
+    const after = createEnvelope({ from: "a", to: "survivor", type: "task_delegate", payload: "after" });
+    await bus.send(after);
+    await poll(() => got.length === 2, { timeoutMs: 10_000, what: "delivery of a new message" });
+    expect(got[1]!.id).toBe(after.id);
+    expect(bus.nc.isClosed()).toBe(false);
   });
 
   it("restart - a mailbox that stays open through the restart resumes by itself", async () => {
-    const bus = await connectBus(server.url, uniqueCluster());
-    try {
-      const got: unknown[] = [];
-      await bus.openMailbox("steady", async (env) => void got.push(env.payload), { ackWaitMs: 2_000 });
-      await bus.send(createEnvelope({ from: "a", to: "steady", type: "task_delegate", payload: 1 }));
-      await waitFor(() => got.length === 1, 5_000, "first");
-      await server.kill();
-      await server.restart();
-      // send retries until JetStream is back (safe: the id deduplicates).
-      await bus.send(createEnvelope({ from: "a", to: "steady", type: "task_delegate", payload: 2 }), { timeoutMs: 20_000 });
-      await waitFor(() => got.length === 2, 20_000, "delivery to the open mailbox");
-      expect(got).toEqual([1, 2]);
-    } finally {
-      await bus.close();
-    }
+    await using bus = await connectBus(server.url, uniqueCluster());
+    const got: unknown[] = [];
+    await bus.openMailbox("steady", async (env) => void got.push(env.payload), { ackWaitMs: 2_000 });
+    await bus.send(createEnvelope({ from: "a", to: "steady", type: "task_delegate", payload: 1 }));
+    await poll(() => got.length === 1, { timeoutMs: 5_000, what: "first" });
+    await server.kill();
+    await server.restart();
+    // send retries until JetStream is back (safe: the id deduplicates).
+    await bus.send(createEnvelope({ from: "a", to: "steady", type: "task_delegate", payload: 2 }), { timeoutMs: 20_000 });
+    await poll(() => got.length === 2, { timeoutMs: 20_000, what: "delivery to the open mailbox" });
+    expect(got).toEqual([1, 2]);
   });
 });
