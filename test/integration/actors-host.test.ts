@@ -2,8 +2,11 @@ import { describe, expect, it } from "vitest";
 import { createEnvelope, encodeEnvelope, type KovaEvent } from "../../src/bus/index.js";
 import { ErrorCode, isKovaError } from "../../src/core/errors.js";
 import { defineActor, NatsCheckpointStore, type CounterState } from "../../src/actors/index.js";
-import { fileServer, startRig, uniqueCluster, waitFor } from "../fixtures/actors/helpers.js";
+import { fileServer, startRig, uniqueCluster } from "../fixtures/actors/helpers.js";
+import { waitForConsumer } from "../fixtures/bus/helpers.js";
+import { defer } from "../fixtures/disposable.js";
 import { BusErrorCode } from "../../src/bus/errors.js";
+import { poll } from "../fixtures/poll.js";
 
 const server = fileServer();
 
@@ -11,110 +14,92 @@ const task = (to: string, payload: unknown = null) => createEnvelope({ from: "te
 
 describe("actor host", () => {
   it("counter - counts each task_delegate once, ignores a redelivered id, and answers info_request on the fast path", async () => {
-    const rig = await startRig(server.url, uniqueCluster());
-    try {
-      await rig.host.start("c1", "counter");
-      expect(rig.host.status("c1")?.state).toBe("Idle");
-      const sent = [task("c1"), task("c1"), task("c1")];
-      for (const env of sent) await rig.bus.send(env);
-      // Same envelope id under another Nats-Msg-Id: JetStream stores it, the actor must not count it.
-      await rig.bus.js.publish(rig.bus.subjects.a2a("c1"), encodeEnvelope(sent[1]!, "msgpack"), { msgID: "other-id" });
-      const last = task("c1");
-      await rig.bus.send(last);
-      const info = await waitFor(async () => {
-        const i = await rig.bus.request<CounterState>("c1", "info_request", null);
-        return i.ids.includes(last.id) ? i : undefined;
-      }, 10_000, "counter to see the last message");
-      expect(info).toEqual({ count: 4, ids: [...sent.map((e) => e.id), last.id] });
-      const caps = await rig.bus.request<{ capabilities: string[] }>("c1", "capability_query", null);
-      expect(caps.capabilities).toEqual(["count"]);
-      expect(rig.host.status("c1")).toMatchObject({ inFlight: 0, handled: 4 });
-      const turnStates = rig.states.filter(([, , info]) => (info as { turn?: boolean })?.turn).map(([, s]) => s);
-      expect(turnStates.slice(0, 2)).toEqual(["Running", "Idle"]);
-    } finally {
-      await rig.close(true);
-    }
+    await using rig = await startRig(server.url, uniqueCluster());
+    await rig.host.start("c1", "counter");
+    expect(rig.host.status("c1")?.state).toBe("Idle");
+    const sent = [task("c1"), task("c1"), task("c1")];
+    for (const env of sent) await rig.bus.send(env);
+    // Same envelope id under another Nats-Msg-Id: JetStream stores it, the actor must not count it.
+    await rig.bus.js.publish(rig.bus.subjects.a2a("c1"), encodeEnvelope(sent[1]!, "msgpack"), { msgID: "other-id" });
+    const last = task("c1");
+    await rig.bus.send(last);
+    const info = await poll(async () => {
+      const i = await rig.bus.request<CounterState>("c1", "info_request", null);
+      return i.ids.includes(last.id) ? i : undefined;
+    }, { timeoutMs: 10_000, what: "counter to see the last message", retryErrors: true });
+    expect(info).toEqual({ count: 4, ids: [...sent.map((e) => e.id), last.id] });
+    const caps = await rig.bus.request<{ capabilities: string[] }>("c1", "capability_query", null);
+    expect(caps.capabilities).toEqual(["count"]);
+    expect(rig.host.status("c1")).toMatchObject({ inFlight: 0, handled: 4 });
+    const turnStates = rig.states.filter(([, , info]) => (info as { turn?: boolean })?.turn).map(([, s]) => s);
+    expect(turnStates.slice(0, 2)).toEqual(["Running", "Idle"]);
   });
 
   it("checkpoint - state is checkpointed to NATS KV after each message and a host on another WAL resumes from it", async () => {
     const cluster = uniqueCluster();
-    const a = await startRig(server.url, cluster, [], { nodeId: "na" });
     const first = [task("c2"), task("c2")];
-    try {
+    {
+      await using a = await startRig(server.url, cluster, [], { nodeId: "na" });
       await a.host.start("c2", "counter");
       for (const env of first) await a.bus.send(env);
-      await waitFor(async () => (await a.bus.request<CounterState>("c2", "info_request", null)).count === 2, 10_000, "two counted");
+      await poll(async () => (await a.bus.request<CounterState>("c2", "info_request", null)).count === 2, { timeoutMs: 10_000, what: "two counted", retryErrors: true });
       const store = await NatsCheckpointStore.open({ js: a.bus.js, cluster });
       const cp = await store.load("c2");
       expect(cp).toMatchObject({ state: { count: 2, ids: first.map((e) => e.id) }, revision: 2, nodeId: "na" });
       expect(cp!.processed).toEqual(first.map((e) => e.id));
       await a.host.stop("c2", { reason: "moved" });
       expect(a.states.at(-1)).toEqual(["c2", "Completed", { reason: "moved" }]);
-    } finally {
-      await a.close(true);
     }
-    const b = await startRig(server.url, cluster, [], { nodeId: "nb" });
-    try {
-      await b.host.start("c2", "counter");
-      const third = task("c2");
-      await b.bus.send(third);
-      const info = await waitFor(async () => {
-        const i = await b.bus.request<CounterState>("c2", "info_request", null);
-        return i.count === 3 ? i : undefined;
-      }, 10_000, "third counted on the new host");
-      expect(info.ids).toEqual([...first.map((e) => e.id), third.id]);
-    } finally {
-      await b.close(true);
-    }
+    await using b = await startRig(server.url, cluster, [], { nodeId: "nb" });
+    await b.host.start("c2", "counter");
+    const third = task("c2");
+    await b.bus.send(third);
+    const info = await poll(async () => {
+      const i = await b.bus.request<CounterState>("c2", "info_request", null);
+      return i.count === 3 ? i : undefined;
+    }, { timeoutMs: 10_000, what: "third counted on the new host", retryErrors: true });
+    expect(info.ids).toEqual([...first.map((e) => e.id), third.id]);
   });
 
   it("checkpoint - a host whose checkpoint was written by another node meanwhile reloads it instead of overwriting it (compare-and-set)", async () => {
     const cluster = uniqueCluster();
-    const rig = await startRig(server.url, cluster);
-    try {
-      await rig.host.start("z1", "counter");
-      // Another node (one that had not yet noticed losing the actor) commits three turns.
-      const other = await NatsCheckpointStore.open({ js: rig.bus.js, cluster });
-      await other.load("z1");
-      const theirs = ["t1", "t2", "t3"];
-      await other.save("z1", { state: { count: 3, ids: theirs }, processed: theirs, revision: 3, nodeId: "other" });
-      const mine = task("z1");
-      await rig.bus.send(mine);
-      const cp = await waitFor(async () => {
-        const c = await other.load("z1");
-        return (c?.state as CounterState | undefined)?.count === 4 ? c : undefined;
-      }, 10_000, "the turn committed on top of the other node's state");
-      expect(cp.state).toEqual({ count: 4, ids: [...theirs, mine.id] });
-      expect(cp).toMatchObject({ revision: 4, nodeId: "n1" });
-      // The rpc path serves the committed memory, applied right after the checkpoint.
-      await waitFor(async () => (await rig.bus.request<CounterState>("z1", "info_request", null)).count === 4, 5_000, "memory");
-      expect(await rig.bus.request<CounterState>("z1", "info_request", null)).toEqual(cp.state);
-      expect(rig.host.status("z1")?.state).toBe("Idle");
-    } finally {
-      await rig.close(true);
-    }
+    await using rig = await startRig(server.url, cluster);
+    await rig.host.start("z1", "counter");
+    // Another node (one that had not yet noticed losing the actor) commits three turns.
+    const other = await NatsCheckpointStore.open({ js: rig.bus.js, cluster });
+    await other.load("z1");
+    const theirs = ["t1", "t2", "t3"];
+    await other.save("z1", { state: { count: 3, ids: theirs }, processed: theirs, revision: 3, nodeId: "other" });
+    const mine = task("z1");
+    await rig.bus.send(mine);
+    const cp = await poll(async () => {
+      const c = await other.load("z1");
+      return (c?.state as CounterState | undefined)?.count === 4 ? c : undefined;
+    }, { timeoutMs: 10_000, what: "the turn committed on top of the other node's state", retryErrors: true });
+    expect(cp.state).toEqual({ count: 4, ids: [...theirs, mine.id] });
+    expect(cp).toMatchObject({ revision: 4, nodeId: "n1" });
+    // The rpc path serves the committed memory, applied right after the checkpoint.
+    await poll(async () => (await rig.bus.request<CounterState>("z1", "info_request", null)).count === 4, { timeoutMs: 5_000, what: "memory", retryErrors: true });
+    expect(await rig.bus.request<CounterState>("z1", "info_request", null)).toEqual(cp.state);
+    expect(rig.host.status("z1")?.state).toBe("Idle");
   });
 
   it("unhandled - a message type without a handler goes to the DLQ with reason unhandled and an asker gets a clear error", async () => {
-    const rig = await startRig(server.url, uniqueCluster());
-    try {
-      await rig.host.start("c3", "counter");
-      const stray = createEnvelope({ from: "tester", to: "c3", type: "result_notify", payload: { x: 1 } });
-      await rig.bus.send(stray);
-      const dead = await waitFor(async () => (await rig.bus.listDlq({ reason: "unhandled" }))[0], 10_000, "dead letter");
-      expect(dead.headers["Kova-Dlq-Msg-Id"]).toBe(stray.id);
-      expect(dead.headers["Kova-Dlq-Error-Code"]).toBe(BusErrorCode.UNKNOWN_MESSAGE_TYPE);
-      const err = await rig.bus
-        .ask(createEnvelope({ from: "tester", to: "c3", type: "capability_reply", payload: null }), { timeoutMs: 5_000 })
-        .catch((e: unknown) => e);
-      expect(isKovaError(err, BusErrorCode.UNKNOWN_MESSAGE_TYPE)).toBe(true);
-      expect((err as Error).message).toContain("no handler for capability_reply");
-      // The actor goes on with the next message.
-      await rig.bus.send(task("c3"));
-      await waitFor(async () => (await rig.bus.request<CounterState>("c3", "info_request", null)).count === 1, 10_000, "count");
-    } finally {
-      await rig.close(true);
-    }
+    await using rig = await startRig(server.url, uniqueCluster());
+    await rig.host.start("c3", "counter");
+    const stray = createEnvelope({ from: "tester", to: "c3", type: "result_notify", payload: { x: 1 } });
+    await rig.bus.send(stray);
+    const dead = await poll(async () => (await rig.bus.listDlq({ reason: "unhandled" }))[0], { timeoutMs: 10_000, what: "dead letter", retryErrors: true });
+    expect(dead.headers["Kova-Dlq-Msg-Id"]).toBe(stray.id);
+    expect(dead.headers["Kova-Dlq-Error-Code"]).toBe(BusErrorCode.UNKNOWN_MESSAGE_TYPE);
+    const err = await rig.bus
+      .ask(createEnvelope({ from: "tester", to: "c3", type: "capability_reply", payload: null }), { timeoutMs: 5_000 })
+      .catch((e: unknown) => e);
+    expect(isKovaError(err, BusErrorCode.UNKNOWN_MESSAGE_TYPE)).toBe(true);
+    expect((err as Error).message).toContain("no handler for capability_reply");
+    // The actor goes on with the next message.
+    await rig.bus.send(task("c3"));
+    await poll(async () => (await rig.bus.request<CounterState>("c3", "info_request", null)).count === 1, { timeoutMs: 10_000, what: "count", retryErrors: true });
   });
 
   it("protocol - an actor takes a namespaced type its handler names; a type nobody registered goes to the DLQ as unknown_type", async () => {
@@ -129,21 +114,17 @@ describe("actor host", () => {
       },
       rpc: { info_request: (_env, state) => state },
     });
-    const rig = await startRig(server.url, uniqueCluster(), [pinger]);
-    try {
-      await rig.host.start("p1", "pinger");
-      const reply = await rig.bus.ask(createEnvelope({ from: "tester", to: "p1", type: "hosttest.ping", payload: null }), { timeoutMs: 10_000 });
-      expect(reply.payload).toEqual({ pong: 1 });
-      const stray = createEnvelope({ from: "tester", to: "p1", type: "hosttest.not_registered", payload: null });
-      await rig.bus.send(stray);
-      const dead = await waitFor(async () => (await rig.bus.listDlq({ reason: "unknown_type" })).find((d) => d.headers["Kova-Dlq-Msg-Id"] === stray.id), 10_000, "dead letter");
-      expect(dead.headers["Kova-Dlq-Error-Code"]).toBe(BusErrorCode.UNKNOWN_MESSAGE_TYPE);
-      // The actor goes on with the next message.
-      await rig.bus.send(createEnvelope({ from: "tester", to: "p1", type: "hosttest.ping", payload: null }));
-      await waitFor(async () => (await rig.bus.request<{ pings: number }>("p1", "info_request", null)).pings === 2, 10_000, "second ping");
-    } finally {
-      await rig.close(true);
-    }
+    await using rig = await startRig(server.url, uniqueCluster(), [pinger]);
+    await rig.host.start("p1", "pinger");
+    const reply = await rig.bus.ask(createEnvelope({ from: "tester", to: "p1", type: "hosttest.ping", payload: null }), { timeoutMs: 10_000 });
+    expect(reply.payload).toEqual({ pong: 1 });
+    const stray = createEnvelope({ from: "tester", to: "p1", type: "hosttest.not_registered", payload: null });
+    await rig.bus.send(stray);
+    const dead = await poll(async () => (await rig.bus.listDlq({ reason: "unknown_type" })).find((d) => d.headers["Kova-Dlq-Msg-Id"] === stray.id), { timeoutMs: 10_000, what: "dead letter", retryErrors: true });
+    expect(dead.headers["Kova-Dlq-Error-Code"]).toBe(BusErrorCode.UNKNOWN_MESSAGE_TYPE);
+    // The actor goes on with the next message.
+    await rig.bus.send(createEnvelope({ from: "tester", to: "p1", type: "hosttest.ping", payload: null }));
+    await poll(async () => (await rig.bus.request<{ pings: number }>("p1", "info_request", null)).pings === 2, { timeoutMs: 10_000, what: "second ping", retryErrors: true });
   });
 
   it("supervision - a retried turn starts from the state before it and reuses the steps its failed attempts recorded", async () => {
@@ -165,21 +146,17 @@ describe("actor host", () => {
       },
       rpc: { info_request: (_env, state) => state },
     });
-    const rig = await startRig(server.url, uniqueCluster(), [flaky]);
-    try {
-      await rig.host.start("fl", "flaky");
-      const env = task("fl");
-      await rig.bus.send(env);
-      const state = await waitFor(async () => {
-        const st = await rig.bus.request<{ notes: string[] }>("fl", "info_request", null);
-        return st.notes.length > 0 ? st : undefined;
-      }, 10_000, "third attempt committed");
-      expect(ran).toEqual([`fl.${env.id}.0`]);
-      expect(state.notes).toEqual(["attempt 3", `charged fl.${env.id}.0`]);
-      expect(rig.host.status("fl")).toMatchObject({ state: "Idle", handled: 1 });
-    } finally {
-      await rig.close(true);
-    }
+    await using rig = await startRig(server.url, uniqueCluster(), [flaky]);
+    await rig.host.start("fl", "flaky");
+    const env = task("fl");
+    await rig.bus.send(env);
+    const state = await poll(async () => {
+      const st = await rig.bus.request<{ notes: string[] }>("fl", "info_request", null);
+      return st.notes.length > 0 ? st : undefined;
+    }, { timeoutMs: 10_000, what: "third attempt committed", retryErrors: true });
+    expect(ran).toEqual([`fl.${env.id}.0`]);
+    expect(state.notes).toEqual(["attempt 3", `charged fl.${env.id}.0`]);
+    expect(rig.host.status("fl")).toMatchObject({ state: "Idle", handled: 1 });
   });
 
   it("supervision - a crashing handler is retried with backoff, then the actor is Failed, the failure is an event and the message is dead-lettered", async () => {
@@ -198,35 +175,32 @@ describe("actor host", () => {
       },
     });
     const cluster = uniqueCluster();
-    const rig = await startRig(server.url, cluster, [crashy]);
+    await using rig = await startRig(server.url, cluster, [crashy]);
     const events: KovaEvent[] = [];
     const stream = rig.bus.subscribeEvents({ sessionId: "actors" });
+    await using _events = defer(() => stream.stop());
     void (async () => {
       for await (const e of stream) events.push(e);
     })();
-    try {
-      await rig.host.start("k1", "crashy");
-      const bad = task("k1", "boom");
-      await rig.bus.send(bad);
-      await waitFor(() => rig.host.status("k1")?.state === "Failed", 10_000, "Failed");
-      expect(rig.states.filter(([id]) => id === "k1").map(([, st]) => st)).toEqual(["Idle", "Running", "Failed"]);
-      expect(calls).toBe(3);
-      const failed = await waitFor(() => events.find((e) => e.type === "actor_failed"), 5_000, "actor_failed event");
-      expect(failed).toMatchObject({ runId: "k1", data: { envelopeId: bad.id, attempts: 3, error: { message: "crash on attempt 3" } } });
-      expect(events.filter((e) => e.type === "actor_turn_retry").map((e) => (e.data as { attempt: number }).attempt)).toEqual([2, 3]);
-      const dead = await waitFor(async () => (await rig.bus.listDlq({ reason: "handler_failed" }))[0], 5_000, "dead letter");
-      expect(dead.headers["Kova-Dlq-Msg-Id"]).toBe(bad.id);
-      // Failed takes no messages until resumed.
-      const good = task("k1", "fine");
-      await rig.bus.send(good);
-      await new Promise((r) => setTimeout(r, 300));
-      expect(calls).toBe(3);
-      await rig.host.signal("k1", "resume");
-      await waitFor(() => calls === 4 && rig.host.status("k1")?.state === "Idle", 10_000, "resumed actor handles the next message");
-      expect(rig.host.status("k1")?.handled).toBe(2);
-    } finally {
-      stream.stop();
-      await rig.close(true);
-    }
+    await rig.host.start("k1", "crashy");
+    const bad = task("k1", "boom");
+    await rig.bus.send(bad);
+    await poll(() => rig.host.status("k1")?.state === "Failed", { timeoutMs: 10_000, what: "Failed" });
+    expect(rig.states.filter(([id]) => id === "k1").map(([, st]) => st)).toEqual(["Idle", "Running", "Failed"]);
+    expect(calls).toBe(3);
+    const failed = await poll(() => events.find((e) => e.type === "actor_failed"), { timeoutMs: 5_000, what: "actor_failed event" });
+    expect(failed).toMatchObject({ runId: "k1", data: { envelopeId: bad.id, attempts: 3, error: { message: "crash on attempt 3" } } });
+    expect(events.filter((e) => e.type === "actor_turn_retry").map((e) => (e.data as { attempt: number }).attempt)).toEqual([2, 3]);
+    const dead = await poll(async () => (await rig.bus.listDlq({ reason: "handler_failed" }))[0], { timeoutMs: 5_000, what: "dead letter", retryErrors: true });
+    expect(dead.headers["Kova-Dlq-Msg-Id"]).toBe(bad.id);
+    // Failed takes no messages until resumed: the server holds the next one with nobody
+    // pulling for k1, so no handler can run (a leftover pull would hand it back at once).
+    const good = task("k1", "fine");
+    await rig.bus.send(good);
+    await waitForConsumer(rig.bus, "k1", "to hold the next message with no pull waiting", (ci) => ci.num_pending + ci.num_redelivered === 1 && ci.num_ack_pending === 0 && ci.num_waiting === 0);
+    expect(calls).toBe(3);
+    await rig.host.signal("k1", "resume");
+    await poll(() => calls === 4 && rig.host.status("k1")?.state === "Idle", { timeoutMs: 10_000, what: "resumed actor handles the next message" });
+    expect(rig.host.status("k1")?.handled).toBe(2);
   });
 });

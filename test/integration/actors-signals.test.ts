@@ -2,9 +2,11 @@ import { describe, expect, it } from "vitest";
 import { createEnvelope, type KovaEvent } from "../../src/bus/index.js";
 import { ErrorCode, isKovaError } from "../../src/core/errors.js";
 import { defineActor, LeaseLostError, type CounterState } from "../../src/actors/index.js";
-import { fileServer, startRig, uniqueCluster, waitFor } from "../fixtures/actors/helpers.js";
+import { fileServer, startRig, uniqueCluster } from "../fixtures/actors/helpers.js";
+import { waitForConsumer } from "../fixtures/bus/helpers.js";
 import { BusErrorCode } from "../../src/bus/errors.js";
 import { ActorErrorCode } from "../../src/actors/errors.js";
+import { poll } from "../fixtures/poll.js";
 
 const server = fileServer();
 
@@ -13,6 +15,8 @@ const task = (to: string, payload: unknown = null) => createEnvelope({ from: "te
 /** A handler the test steers: it records its progress and waits where told. */
 function steerable() {
   const log: string[] = [];
+  /** Where turns got to past their waits: a positive signal that a turn reached its next step. */
+  const reached: string[] = [];
   let release: () => void = () => {};
   const released = new Promise<void>((r) => (release = r));
   const def = defineActor<{ done: string[] }>({
@@ -23,7 +27,11 @@ function steerable() {
         const mode = ctx.message.payload as string;
         log.push(`start:${mode}`);
         await ctx.step("first", () => log.push(`first:${mode}`), { idempotent: true });
-        if (mode === "hold") await released;
+        if (mode === "hold") {
+          await released;
+          // In the same synchronous run that asks the pause gate for the second step.
+          reached.push(`released:${mode}`);
+        }
         if (mode === "block") {
           // The signal may have fired already (between the first step and here).
           await new Promise((_, reject) => {
@@ -40,6 +48,7 @@ function steerable() {
   return {
     def,
     log,
+    reached,
     release: () => release(),
   };
 }
@@ -55,77 +64,68 @@ function collect(stream: AsyncIterable<KovaEvent>): KovaEvent[] {
 describe("actor signals", () => {
   it("pause - holds a running turn at its next step and new messages until resume", async () => {
     const s = steerable();
-    const rig = await startRig(server.url, uniqueCluster(), [s.def]);
-    try {
-      await rig.host.start("p1", "steer");
-      await rig.bus.send(task("p1", "hold"));
-      await waitFor(() => s.log.includes("first:hold"), 5_000, "first step");
-      expect(rig.host.status("p1")?.state).toBe("Running");
-      await rig.host.signal("p1", "pause");
-      expect(rig.host.status("p1")?.state).toBe("Paused");
-      await rig.bus.send(task("p1", "next"));
-      s.release();
-      await new Promise((r) => setTimeout(r, 300));
-      expect(s.log).toEqual(["start:hold", "first:hold"]);
-      expect(rig.host.status("p1")).toMatchObject({ state: "Paused", inFlight: 1 });
-      await rig.host.signal("p1", "resume");
-      await waitFor(() => s.log.includes("second:next"), 5_000, "both turns after resume");
-      expect(s.log).toEqual(["start:hold", "first:hold", "second:hold", "start:next", "first:next", "second:next"]);
-      await waitFor(() => rig.host.status("p1")?.state === "Idle", 5_000, "Idle");
-      const states = rig.states.filter(([, , info]) => !(info as { turn?: boolean })?.turn).map(([, st]) => st);
-      expect(states).toEqual(["Idle", "Paused", "Running"]);
-    } finally {
-      await rig.close(true);
-    }
+    await using rig = await startRig(server.url, uniqueCluster(), [s.def]);
+    await rig.host.start("p1", "steer");
+    await rig.bus.send(task("p1", "hold"));
+    await poll(() => s.log.includes("first:hold"), { timeoutMs: 5_000, what: "first step" });
+    expect(rig.host.status("p1")?.state).toBe("Running");
+    await rig.host.signal("p1", "pause");
+    expect(rig.host.status("p1")?.state).toBe("Paused");
+    await rig.bus.send(task("p1", "next"));
+    s.release();
+    // Positive signals: the held turn has reached the gate of its second step, and the next
+    // message waits on the server behind the unacked one (max_ack_pending 1).
+    await poll(() => s.reached.includes("released:hold"), { timeoutMs: 5_000, what: "the held turn to reach its second step" });
+    await waitForConsumer(rig.bus, "p1", "to hold the next message behind the running turn", (ci) => ci.num_pending === 1 && ci.num_ack_pending === 1);
+    expect(s.log).toEqual(["start:hold", "first:hold"]);
+    expect(rig.host.status("p1")).toMatchObject({ state: "Paused", inFlight: 1 });
+    await rig.host.signal("p1", "resume");
+    await poll(() => s.log.includes("second:next"), { timeoutMs: 5_000, what: "both turns after resume" });
+    expect(s.log).toEqual(["start:hold", "first:hold", "second:hold", "start:next", "first:next", "second:next"]);
+    await poll(() => rig.host.status("p1")?.state === "Idle", { timeoutMs: 5_000, what: "Idle" });
+    const states = rig.states.filter(([, , info]) => !(info as { turn?: boolean })?.turn).map(([, st]) => st);
+    expect(states).toEqual(["Idle", "Paused", "Running"]);
   });
 
   it("stop - a turn held by pause is cut, stays pending in the WAL and is resumed with its recorded steps when this host starts the actor again", async () => {
     const s = steerable();
-    const rig = await startRig(server.url, uniqueCluster(), [s.def]);
-    try {
-      await rig.host.start("p2", "steer");
-      await rig.bus.send(task("p2", "hold"));
-      await waitFor(() => s.log.includes("first:hold"), 5_000, "first step");
-      await rig.host.signal("p2", "pause");
-      s.release();
-      await rig.host.stop("p2", { reason: "moved" });
-      expect(rig.states.at(-1)).toEqual(["p2", "Completed", { reason: "moved" }]);
-      expect(rig.wal.pendingFor("p2")).toHaveLength(1);
-      expect(rig.host.pendingActors()).toEqual(["p2"]);
-      await rig.host.start("p2", "steer");
-      expect(rig.states.slice(-2).map(([, st]) => st)).toEqual(["Recovering", "Idle"]);
-      expect(s.log).toEqual(["start:hold", "first:hold", "start:hold", "second:hold"]);
-      expect(rig.wal.pendingFor("p2")).toEqual([]);
-      // The redelivered message finds its turn done.
-      await rig.bus.send(task("p2", "later"));
-      await waitFor(() => s.log.includes("second:later"), 5_000, "next message");
-      expect(s.log.filter((l) => l === "second:hold")).toHaveLength(1);
-    } finally {
-      await rig.close(true);
-    }
+    await using rig = await startRig(server.url, uniqueCluster(), [s.def]);
+    await rig.host.start("p2", "steer");
+    await rig.bus.send(task("p2", "hold"));
+    await poll(() => s.log.includes("first:hold"), { timeoutMs: 5_000, what: "first step" });
+    await rig.host.signal("p2", "pause");
+    s.release();
+    await rig.host.stop("p2", { reason: "moved" });
+    expect(rig.states.at(-1)).toEqual(["p2", "Completed", { reason: "moved" }]);
+    expect(rig.wal.pendingFor("p2")).toHaveLength(1);
+    expect(rig.host.pendingActors()).toEqual(["p2"]);
+    await rig.host.start("p2", "steer");
+    expect(rig.states.slice(-2).map(([, st]) => st)).toEqual(["Recovering", "Idle"]);
+    expect(s.log).toEqual(["start:hold", "first:hold", "start:hold", "second:hold"]);
+    expect(rig.wal.pendingFor("p2")).toEqual([]);
+    // The redelivered message finds its turn done.
+    await rig.bus.send(task("p2", "later"));
+    await poll(() => s.log.includes("second:later"), { timeoutMs: 5_000, what: "next message" });
+    expect(s.log.filter((l) => l === "second:hold")).toHaveLength(1);
   });
 
   it("interrupt - aborts the running turn, consumes its message without a dead letter, and the actor goes on", async () => {
     const s = steerable();
-    const rig = await startRig(server.url, uniqueCluster(), [s.def]);
+    await using rig = await startRig(server.url, uniqueCluster(), [s.def]);
     const events = collect(rig.bus.subscribeEvents({ sessionId: "actors" }));
-    try {
-      await rig.host.start("i1", "steer");
-      const blocked = task("i1", "block");
-      await rig.bus.send(blocked);
-      await waitFor(() => s.log.includes("first:block"), 5_000, "first step");
-      await rig.host.signal("i1", "interrupt");
-      await rig.bus.send(task("i1", "after"));
-      await waitFor(() => s.log.includes("second:after"), 5_000, "next message");
-      expect(s.log).not.toContain("second:block");
-      const ev = await waitFor(() => events.find((e) => e.type === "actor_turn_interrupted"), 5_000, "event");
-      expect(ev.data).toMatchObject({ envelopeId: blocked.id, by: "interrupt" });
-      expect(await rig.bus.listDlq()).toEqual([]);
-      await waitFor(() => rig.host.status("i1")?.handled === 2, 5_000, "second turn committed");
-      expect(rig.host.status("i1")).toMatchObject({ state: "Idle", handled: 2 });
-    } finally {
-      await rig.close(true);
-    }
+    await rig.host.start("i1", "steer");
+    const blocked = task("i1", "block");
+    await rig.bus.send(blocked);
+    await poll(() => s.log.includes("first:block"), { timeoutMs: 5_000, what: "first step" });
+    await rig.host.signal("i1", "interrupt");
+    await rig.bus.send(task("i1", "after"));
+    await poll(() => s.log.includes("second:after"), { timeoutMs: 5_000, what: "next message" });
+    expect(s.log).not.toContain("second:block");
+    const ev = await poll(() => events.find((e) => e.type === "actor_turn_interrupted"), { timeoutMs: 5_000, what: "event" });
+    expect(ev.data).toMatchObject({ envelopeId: blocked.id, by: "interrupt" });
+    expect(await rig.bus.listDlq()).toEqual([]);
+    await poll(() => rig.host.status("i1")?.handled === 2, { timeoutMs: 5_000, what: "second turn committed" });
+    expect(rig.host.status("i1")).toMatchObject({ state: "Idle", handled: 2 });
   });
 
   it("interrupt - a handler that catches the interruption and returns ends its turn normally, with its state", async () => {
@@ -148,74 +148,60 @@ describe("actor signals", () => {
       },
       rpc: { info_request: (_env, state) => state },
     });
-    const rig = await startRig(server.url, uniqueCluster(), [agent]);
-    try {
-      await rig.host.start("w1", "wrapper");
-      await rig.bus.send(task("w1"));
-      await waitFor(() => started && rig.host.status("w1")?.state === "Running", 5_000, "turn running");
-      await rig.host.signal("w1", "interrupt");
-      await waitFor(() => rig.host.status("w1")?.handled === 1, 5_000, "turn ended");
-      expect(await rig.bus.request("w1", "info_request", null)).toEqual({ summary: "wrapped up after TurnInterruptedError" });
-    } finally {
-      await rig.close(true);
-    }
+    await using rig = await startRig(server.url, uniqueCluster(), [agent]);
+    await rig.host.start("w1", "wrapper");
+    await rig.bus.send(task("w1"));
+    await poll(() => started && rig.host.status("w1")?.state === "Running", { timeoutMs: 5_000, what: "turn running" });
+    await rig.host.signal("w1", "interrupt");
+    await poll(() => rig.host.status("w1")?.handled === 1, { timeoutMs: 5_000, what: "turn ended" });
+    expect(await rig.bus.request("w1", "info_request", null)).toEqual({ summary: "wrapped up after TurnInterruptedError" });
   });
 
   it("kill - aborts the running turn, dead-letters its message, ends Completed and stops answering rpc", async () => {
     const s = steerable();
-    const rig = await startRig(server.url, uniqueCluster(), [s.def]);
-    try {
-      await rig.host.start("k2", "steer");
-      const blocked = task("k2", "block");
-      await rig.bus.send(blocked);
-      await waitFor(() => s.log.includes("first:block"), 5_000, "first step");
-      await rig.host.signal("k2", "kill");
-      expect(rig.host.status("k2")).toBeUndefined();
-      expect(rig.states.at(-1)).toEqual(["k2", "Completed", { reason: "killed" }]);
-      const dead = await waitFor(async () => (await rig.bus.listDlq({ reason: "killed" }))[0], 5_000, "dead letter");
-      expect(dead.headers["Kova-Dlq-Msg-Id"]).toBe(blocked.id);
-      const err = await rig.bus.request("k2", "info_request", null, { timeoutMs: 1_000 }).catch((e: unknown) => e);
-      expect(isKovaError(err, BusErrorCode.NO_RESPONDERS)).toBe(true);
-      const signalErr = await rig.host.signal("k2", "resume").catch((e: unknown) => e);
-      expect(isKovaError(signalErr, ActorErrorCode.NOT_HOSTED)).toBe(true);
-    } finally {
-      await rig.close(true);
-    }
+    await using rig = await startRig(server.url, uniqueCluster(), [s.def]);
+    await rig.host.start("k2", "steer");
+    const blocked = task("k2", "block");
+    await rig.bus.send(blocked);
+    await poll(() => s.log.includes("first:block"), { timeoutMs: 5_000, what: "first step" });
+    await rig.host.signal("k2", "kill");
+    expect(rig.host.status("k2")).toBeUndefined();
+    expect(rig.states.at(-1)).toEqual(["k2", "Completed", { reason: "killed" }]);
+    const dead = await poll(async () => (await rig.bus.listDlq({ reason: "killed" }))[0], { timeoutMs: 5_000, what: "dead letter", retryErrors: true });
+    expect(dead.headers["Kova-Dlq-Msg-Id"]).toBe(blocked.id);
+    const err = await rig.bus.request("k2", "info_request", null, { timeoutMs: 1_000 }).catch((e: unknown) => e);
+    expect(isKovaError(err, BusErrorCode.NO_RESPONDERS)).toBe(true);
+    const signalErr = await rig.host.signal("k2", "resume").catch((e: unknown) => e);
+    expect(isKovaError(signalErr, ActorErrorCode.NOT_HOSTED)).toBe(true);
   });
 
   it("fence - a node that lost the lease journals nothing more, leaves the actor, and the next host handles the message", async () => {
     const cluster = uniqueCluster();
     let leaseHeld = true;
-    const a = await startRig(server.url, cluster, [], {
-      nodeId: "na",
-      host: {
-        fence: (id) => {
-          if (!leaseHeld) throw new LeaseLostError(id);
-        },
-      },
-    });
     const env = task("f1");
-    try {
+    {
+      await using a = await startRig(server.url, cluster, [], {
+        nodeId: "na",
+        host: {
+          fence: (id) => {
+            if (!leaseHeld) throw new LeaseLostError(id);
+          },
+        },
+      });
       await a.host.start("f1", "counter");
       leaseHeld = false;
       await a.bus.send(env);
-      await waitFor(() => a.host.status("f1") === undefined, 5_000, "actor to leave");
+      await poll(() => a.host.status("f1") === undefined, { timeoutMs: 5_000, what: "actor to leave" });
       expect(a.states.at(-1)).toEqual(["f1", "Completed", { reason: "lease_lost" }]);
       expect(a.wal.pendingFor("f1")).toEqual([]);
-    } finally {
-      await a.close(true);
     }
-    const b = await startRig(server.url, cluster, [], { nodeId: "nb" });
-    try {
-      await b.host.start("f1", "counter");
-      const info = await waitFor(async () => {
-        const i = await b.bus.request<CounterState>("f1", "info_request", null);
-        return i.count === 1 ? i : undefined;
-      }, 10_000, "redelivered message on the new host");
-      expect(info.ids).toEqual([env.id]);
-    } finally {
-      await b.close(true);
-    }
+    await using b = await startRig(server.url, cluster, [], { nodeId: "nb" });
+    await b.host.start("f1", "counter");
+    const info = await poll(async () => {
+      const i = await b.bus.request<CounterState>("f1", "info_request", null);
+      return i.count === 1 ? i : undefined;
+    }, { timeoutMs: 10_000, what: "redelivered message on the new host", retryErrors: true });
+    expect(info.ids).toEqual([env.id]);
   });
 
   it("send - a handler's ctx.send reaches another actor with a recorded id; emit and stream publish events", async () => {
@@ -231,21 +217,17 @@ describe("actor signals", () => {
         },
       },
     });
-    const rig = await startRig(server.url, uniqueCluster(), [relay]);
+    await using rig = await startRig(server.url, uniqueCluster(), [relay]);
     const events = collect(rig.bus.subscribeEvents({ sessionId: "actors" }));
-    try {
-      await rig.host.start("r9", "relay");
-      await rig.host.start("c9", "counter");
-      await rig.bus.send(task("r9", "hello"));
-      const info = await waitFor(async () => {
-        const i = await rig.bus.request<CounterState>("c9", "info_request", null);
-        return i.count === 1 ? i : undefined;
-      }, 10_000, "relayed message");
-      const relayed = await waitFor(() => events.find((e) => e.type === "relayed"), 5_000, "relayed event");
-      expect(relayed).toMatchObject({ runId: "r9", data: { id: info.ids[0] } });
-      expect(events.find((e) => e.type === "token")).toMatchObject({ runId: "r9", data: { text: "hel" } });
-    } finally {
-      await rig.close(true);
-    }
+    await rig.host.start("r9", "relay");
+    await rig.host.start("c9", "counter");
+    await rig.bus.send(task("r9", "hello"));
+    const info = await poll(async () => {
+      const i = await rig.bus.request<CounterState>("c9", "info_request", null);
+      return i.count === 1 ? i : undefined;
+    }, { timeoutMs: 10_000, what: "relayed message", retryErrors: true });
+    const relayed = await poll(() => events.find((e) => e.type === "relayed"), { timeoutMs: 5_000, what: "relayed event" });
+    expect(relayed).toMatchObject({ runId: "r9", data: { id: info.ids[0] } });
+    expect(events.find((e) => e.type === "token")).toMatchObject({ runId: "r9", data: { text: "hel" } });
   });
 });
