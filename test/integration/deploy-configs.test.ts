@@ -1,14 +1,14 @@
 import { describe, expect, it } from "vitest";
 import { execFile } from "node:child_process";
 import { existsSync, readFileSync } from "node:fs";
-import { mkdtemp, rm, writeFile } from "node:fs/promises";
-import { tmpdir } from "node:os";
+import { writeFile } from "node:fs/promises";
 import { join, resolve } from "node:path";
 import { promisify } from "node:util";
 import { parse as parseYaml, parseAllDocuments } from "yaml";
 import { parseConfig, type NodeConfig } from "../../src/node/config.js";
 import { findNatsServerBinary } from "../../src/testing/index.js";
 import { prepareNatsConfig } from "../fixtures/deploy/nats-config.js";
+import { tempDir } from "../fixtures/disposable.js";
 
 const run = promisify(execFile);
 const DEPLOY = resolve(import.meta.dirname, "../../deploy");
@@ -163,18 +163,15 @@ describe("deploy configs", () => {
     // nats-server itself accepts the ConfigMap's config (`-t`: check and exit).
     const bin = findNatsServerBinary();
     expect(bin, "nats-server binary").toBeDefined();
-    const dir = await mkdtemp(join(tmpdir(), "kova-k8s-"));
-    try {
-      const conf = await prepareNatsConfig(bin!, natsConf, {
-        storeDir: join(dir, "js"),
-        replace: [["/var/run/nats/nats.pid", join(dir, "nats.pid")]],
-      });
-      await writeFile(join(dir, "nats.conf"), conf.text);
-      const out = await run(bin!, ["-t", "-c", join(dir, "nats.conf")], { env: { ...process.env, POD_NAME: "nats-0" } });
-      expect(out.stdout + out.stderr).toContain("is valid");
-    } finally {
-      await rm(dir, { recursive: true, force: true });
-    }
+    await using tmp = await tempDir("kova-k8s-");
+    const dir = tmp.path;
+    const conf = await prepareNatsConfig(bin!, natsConf, {
+      storeDir: join(dir, "js"),
+      replace: [["/var/run/nats/nats.pid", join(dir, "nats.pid")]],
+    });
+    await writeFile(join(dir, "nats.conf"), conf.text);
+    const out = await run(bin!, ["-t", "-c", join(dir, "nats.conf")], { env: { ...process.env, POD_NAME: "nats-0" } });
+    expect(out.stdout + out.stderr).toContain("is valid");
   });
 
   it("deploy - the systemd units start the node with its config and drain on SIGTERM", async () => {

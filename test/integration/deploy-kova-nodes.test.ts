@@ -6,11 +6,11 @@ import { join, resolve } from "node:path";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 import { Kvm } from "@nats-io/kv";
 import { Bus, createEnvelope } from "../../src/bus/index.js";
-import { sleep } from "../../src/core/clock.js";
 import { createLogger } from "../../src/core/logger.js";
 import type { AgentRecord } from "../../src/node/registry.js";
 import { requestMany, schemaProblems } from "../fixtures/deploy/micro-responses.js";
 import { DEPLOY, startDeployNatsCluster, type DeployNatsCluster } from "../fixtures/deploy/nats-cluster.js";
+import { poll } from "../fixtures/poll.js";
 
 /**
  * The deploy/ files together, as docker-compose wires them: the three NATS cluster
@@ -50,21 +50,6 @@ function localToml(i: number, c: DeployNatsCluster, dataDir: string): string {
   return text;
 }
 
-async function until<T>(what: string, timeoutMs: number, probe: () => Promise<T | undefined>): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  let last: unknown;
-  while (Date.now() < deadline) {
-    try {
-      const v = await probe();
-      if (v !== undefined) return v;
-    } catch (err) {
-      last = err;
-    }
-    await sleep(250);
-  }
-  throw new Error(`${what} not reached in ${timeoutMs} ms${last ? `: ${String(last)}` : ""}`);
-}
-
 describe("deploy Kova nodes", () => {
   it("deploy - three nodes from the example kova.toml files join the deploy NATS cluster and host the declared counters", async () => {
     expect(existsSync(resolve(BIN, "../../dist/cli/main.js")), "run `npm run build` first").toBe(true);
@@ -83,10 +68,10 @@ describe("deploy Kova nodes", () => {
 
     nc = await connect({ servers: c.urls });
     const conn = nc;
-    const pings = await until("3 nodes answering $SRV.PING.kova-node", 40_000, async () => {
+    const pings = await poll(async () => {
       const r = await requestMany(conn, "$SRV.PING.kova-node", 3, 1_000);
       return r.length === 3 ? r : undefined;
-    });
+    }, { timeoutMs: 40_000, everyMs: 250, retryErrors: true, what: "3 nodes answering $SRV.PING.kova-node" });
     expect(pings.map((p) => p.metadata.node_id).sort()).toEqual(["kova-1", "kova-2", "kova-3"]);
     expect(new Set(pings.map((p) => p.metadata.cluster))).toEqual(new Set(["default"]));
     // every node, at every level, with the shapes `nats micro` validates
@@ -109,7 +94,7 @@ describe("deploy Kova nodes", () => {
     }
 
     const kv = await new Kvm(conn).open("kova_default_agents");
-    const hosted = await until("counter-1..3 hosted", 40_000, async () => {
+    const hosted = await poll(async () => {
       const records: AgentRecord[] = [];
       for (const id of ["counter-1", "counter-2", "counter-3"]) {
         const e = await kv.get(id);
@@ -119,17 +104,17 @@ describe("deploy Kova nodes", () => {
         records.push(rec);
       }
       return records;
-    });
+    }, { timeoutMs: 40_000, everyMs: 250, retryErrors: true, what: "counter-1..3 hosted" });
     for (const rec of hosted) expect(["kova-1", "kova-2", "kova-3"]).toContain(rec.node);
 
     bus = await Bus.connect({ servers: c.urls, cluster: "default", logger: createLogger() });
     const b = bus;
     const env = createEnvelope({ from: "deploy-test", to: "counter-2", type: "task_delegate", payload: { n: 1 } });
     await b.send(env);
-    const state = await until("counter-2 to count the message", 20_000, async () => {
+    const state = await poll(async () => {
       const s = await b.request<{ count: number; ids: string[] }>("counter-2", "info_request", {}, { timeoutMs: 2_000 });
       return s.count === 1 ? s : undefined;
-    });
+    }, { timeoutMs: 20_000, everyMs: 250, retryErrors: true, what: "counter-2 to count the message" });
     expect(state.ids).toEqual([env.id]);
   }, 90_000);
 });

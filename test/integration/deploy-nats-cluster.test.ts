@@ -3,8 +3,8 @@ import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { connect } from "@nats-io/transport-node";
 import { jetstream, jetstreamManager } from "@nats-io/jetstream";
-import { sleep } from "../../src/core/clock.js";
 import { DEPLOY, NATS_HOSTS, startDeployNatsCluster, type DeployNatsCluster } from "../fixtures/deploy/nats-cluster.js";
+import { poll } from "../fixtures/poll.js";
 
 let cluster: DeployNatsCluster | undefined;
 
@@ -12,17 +12,8 @@ afterAll(async () => {
   await cluster?.stop();
 });
 
-/** Retries `fn` while the cluster elects leaders (meta, then stream). */
-async function eventually<T>(fn: () => Promise<T>, tries = 100): Promise<T> {
-  for (let i = 1; ; i++) {
-    try {
-      return await fn();
-    } catch (err) {
-      if (i >= tries) throw err;
-      await sleep(200);
-    }
-  }
-}
+/** Leaders are elected (meta, then stream) a moment after the servers start or one dies. */
+const ELECTION = { timeoutMs: 20_000, everyMs: 200, retryErrors: true } as const;
 
 describe("deploy NATS cluster", () => {
   it("deploy - the 3 cluster configs form a JetStream cluster on loopback and a replicated stream survives losing one server", async () => {
@@ -36,34 +27,30 @@ describe("deploy NATS cluster", () => {
 
     // all three see each other as routes
     for (const s of servers) {
-      const routes = await eventually(async () => {
+      const routes = await poll(async () => {
         const routez = (await (await fetch(`${s.monitor}/routez`)).json()) as { num_routes: number };
         if (routez.num_routes < 2) throw new Error(`${s.host}: ${routez.num_routes} routes`);
         return routez.num_routes;
-      }, 50);
+      }, { ...ELECTION, timeoutMs: 10_000, what: `${s.host} to route to both peers` });
       expect(routes).toBeGreaterThanOrEqual(2);
     }
 
-    const nc = await connect({ servers: cluster.urls, maxReconnectAttempts: -1, reconnectTimeWait: 200 });
-    try {
-      const jsm = await jetstreamManager(nc);
-      await eventually(() => jsm.streams.add({ name: "DEPLOY_R3", subjects: ["deploy.>"], num_replicas: 3 }));
-      const js = jetstream(nc);
-      for (let i = 0; i < 10; i++) await js.publish(`deploy.m${i}`, `m${i}`);
-      let info = await jsm.streams.info("DEPLOY_R3");
-      expect(info.config.num_replicas).toBe(3);
-      expect(info.cluster?.replicas?.length).toBe(2);
+    await using nc = await connect({ servers: cluster.urls, maxReconnectAttempts: -1, reconnectTimeWait: 200 });
+    const jsm = await jetstreamManager(nc);
+    await poll(() => jsm.streams.add({ name: "DEPLOY_R3", subjects: ["deploy.>"], num_replicas: 3 }), { ...ELECTION, what: "the R3 stream" });
+    const js = jetstream(nc);
+    for (let i = 0; i < 10; i++) await js.publish(`deploy.m${i}`, `m${i}`);
+    let info = await jsm.streams.info("DEPLOY_R3");
+    expect(info.config.num_replicas).toBe(3);
+    expect(info.cluster?.replicas?.length).toBe(2);
 
-      // lose the server the stream's leader is on: the other two keep a quorum
-      const leaderIndex = NATS_HOSTS.indexOf(info.cluster!.leader! as (typeof NATS_HOSTS)[number]);
-      expect(leaderIndex).toBeGreaterThanOrEqual(0);
-      servers[leaderIndex]!.child.kill("SIGKILL");
-      await eventually(() => js.publish("deploy.after", "after", { timeout: 1_000 }));
-      info = await jsm.streams.info("DEPLOY_R3");
-      expect(info.state.messages).toBe(11);
-      expect(info.cluster?.leader).not.toBe(NATS_HOSTS[leaderIndex]);
-    } finally {
-      await nc.close();
-    }
+    // lose the server the stream's leader is on: the other two keep a quorum
+    const leaderIndex = NATS_HOSTS.indexOf(info.cluster!.leader! as (typeof NATS_HOSTS)[number]);
+    expect(leaderIndex).toBeGreaterThanOrEqual(0);
+    servers[leaderIndex]!.child.kill("SIGKILL");
+    await poll(() => js.publish("deploy.after", "after", { timeout: 1_000 }), { ...ELECTION, what: "a publish after the leader died" });
+    info = await jsm.streams.info("DEPLOY_R3");
+    expect(info.state.messages).toBe(11);
+    expect(info.cluster?.leader).not.toBe(NATS_HOSTS[leaderIndex]);
   }, 60_000);
 });

@@ -5,6 +5,9 @@ import { startMicroService, type MicroService } from "../../src/node/micro-servi
 import { ConfigError, ErrorCode, KovaError } from "../../src/core/errors.js";
 import { requestMany, schemaProblems } from "../fixtures/deploy/micro-responses.js";
 import { ActorErrorCode } from "../../src/actors/errors.js";
+import { isNatsNoResponders } from "../../src/bus/nats-errors.js";
+import { defer } from "../fixtures/disposable.js";
+import { poll } from "../fixtures/poll.js";
 
 let server: NatsServerHandle;
 let nc: NatsConnection;
@@ -46,35 +49,32 @@ afterAll(async () => {
 describe("micro service", () => {
   it("micro service - every instance answers PING, INFO and STATS at all three levels with valid shapes", async () => {
     const conns = await Promise.all([0, 1, 2].map(() => connect({ servers: server.url })));
-    try {
-      const svcs = await Promise.all(conns.map((c) => service(c, "kova-node-a")));
-      const ids = new Set(svcs.map((s) => s.id));
-      expect(ids.size).toBe(3);
-      for (const verb of ["PING", "INFO", "STATS"] as const) {
-        const kind = verb.toLowerCase() as "ping" | "info" | "stats";
-        const all = (await requestMany(nc, `$SRV.${verb}`, 3)).filter((r) => ids.has(r.id));
-        const byName = await requestMany(nc, `$SRV.${verb}.kova-node-a`, 3);
-        expect(all.map((r) => r.id).sort()).toEqual([...ids].sort());
-        expect(byName.map((r) => r.id).sort()).toEqual([...ids].sort());
-        for (const svc of svcs) {
-          const one = await requestMany(nc, `$SRV.${verb}.kova-node-a.${svc.id}`, 2, 200);
-          expect(one.map((r) => r.id)).toEqual([svc.id]);
-        }
-        for (const r of [...all, ...byName]) {
-          expect(schemaProblems(kind, r)).toEqual([]);
-          expect(r.name).toBe("kova-node-a");
-          expect(r.metadata).toEqual({ node: "n1" });
-        }
+    await using _conns = defer(() => Promise.all(conns.map((c) => c.close())));
+    const svcs = await Promise.all(conns.map((c) => service(c, "kova-node-a")));
+    const ids = new Set(svcs.map((s) => s.id));
+    expect(ids.size).toBe(3);
+    for (const verb of ["PING", "INFO", "STATS"] as const) {
+      const kind = verb.toLowerCase() as "ping" | "info" | "stats";
+      const all = (await requestMany(nc, `$SRV.${verb}`, 3)).filter((r) => ids.has(r.id));
+      const byName = await requestMany(nc, `$SRV.${verb}.kova-node-a`, 3);
+      expect(all.map((r) => r.id).sort()).toEqual([...ids].sort());
+      expect(byName.map((r) => r.id).sort()).toEqual([...ids].sort());
+      for (const svc of svcs) {
+        const one = await requestMany(nc, `$SRV.${verb}.kova-node-a.${svc.id}`, 2, 200);
+        expect(one.map((r) => r.id)).toEqual([svc.id]);
       }
-      const [info] = await requestMany(nc, `$SRV.INFO.kova-node-a.${svcs[0]!.id}`, 1);
-      expect(info.description).toBe("a kova node");
-      expect(info.endpoints).toEqual([
-        { name: "status", subject: "kova-node-a.status", queue_group: "q", metadata: { kind: "read" } },
-        { name: "fail", subject: "kova-node-a.fail", queue_group: "q", metadata: {} },
-      ]);
-    } finally {
-      await Promise.all(conns.map((c) => c.close()));
+      for (const r of [...all, ...byName]) {
+        expect(schemaProblems(kind, r)).toEqual([]);
+        expect(r.name).toBe("kova-node-a");
+        expect(r.metadata).toEqual({ node: "n1" });
+      }
     }
+    const [info] = await requestMany(nc, `$SRV.INFO.kova-node-a.${svcs[0]!.id}`, 1);
+    expect(info.description).toBe("a kova node");
+    expect(info.endpoints).toEqual([
+      { name: "status", subject: "kova-node-a.status", queue_group: "q", metadata: { kind: "read" } },
+      { name: "fail", subject: "kova-node-a.fail", queue_group: "q", metadata: {} },
+    ]);
   });
 
   it("micro service - endpoint results are JSON replies and counted in stats with nanosecond times", async () => {
@@ -142,20 +142,27 @@ describe("micro service", () => {
   it("micro service - stop waits for in-flight requests and then no longer answers", async () => {
     let release!: () => void;
     const gate = new Promise<void>((r) => (release = r));
+    let entered!: () => void;
+    const handling = new Promise<void>((r) => (entered = r));
     const svc = await service(nc, "kova-node-d", {
-      endpoints: [{ name: "slow", subject: "kova-node-d.slow", handler: async () => { await gate; return "done"; } }],
+      endpoints: [{ name: "slow", subject: "kova-node-d.slow", handler: async () => { entered(); await gate; return "done"; } }],
     });
     const pending = nc.request("kova-node-d.slow", "", { timeout: 5_000 });
-    await new Promise((r) => setTimeout(r, 100));
+    await handling;
     let stopDone = false;
     const stopping = svc.stop().then(() => (stopDone = true));
-    await new Promise((r) => setTimeout(r, 100));
+    // The subscriptions are drained (the server reports no responders) while the handler
+    // still runs: stop has done all it can and waits for the request in flight.
+    await poll(() => nc.request(`$SRV.PING.kova-node-d.${svc.id}`, "", { timeout: 1_000 }).then(() => false, isNatsNoResponders), {
+      timeoutMs: 5_000,
+      what: "the service's subscriptions to be drained",
+    });
     expect(stopDone).toBe(false);
     release();
     expect((await pending).json()).toBe("done");
     await stopping;
-    expect(await requestMany(nc, "$SRV.PING.kova-node-d", 1, 300)).toEqual([]);
-    await expect(nc.request("kova-node-d.slow", "", { timeout: 500 })).rejects.toThrow();
+    expect(isNatsNoResponders(await nc.request("$SRV.PING.kova-node-d", "", { timeout: 1_000 }).catch((e: unknown) => e))).toBe(true);
+    expect(isNatsNoResponders(await nc.request("kova-node-d.slow", "", { timeout: 1_000 }).catch((e: unknown) => e))).toBe(true);
     await svc.stop(); // idempotent
   });
 

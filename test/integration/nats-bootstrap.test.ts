@@ -8,6 +8,7 @@ import { startNatsCluster, startNatsServer } from "../../src/testing/index.js";
 import { jetStreamReplicas, NatsBootstrapError, resolveNats, type ResolvedNats } from "../../src/node/nats-bootstrap.js";
 import { ErrorCode } from "../../src/core/errors.js";
 import { BusErrorCode } from "../../src/bus/errors.js";
+import { poll } from "../fixtures/poll.js";
 
 const saved = { NATS_URL: process.env.NATS_URL, NATS_SERVER_BIN: process.env.NATS_SERVER_BIN };
 const cleanups: Array<() => Promise<unknown>> = [];
@@ -128,24 +129,19 @@ describe("nats bootstrap", () => {
     cleanups.push(() => single.stop());
     const cluster = await startNatsCluster({ size: 3 });
     cleanups.push(() => cluster.stop());
-    const one = await connect({ servers: single.url });
-    const three = await connect({ servers: cluster.urls });
-    try {
-      expect(jetStreamReplicas(one)).toBe(1);
-      expect(jetStreamReplicas(three)).toBe(3);
-      // and the cluster accepts what it was told to use
-      const jsm = await jetstreamManager(three);
-      let ok = false;
-      for (let i = 0; i < 100 && !ok; i++) {
-        ok = await jsm.streams.add({ name: "REPL", subjects: ["repl.>"], num_replicas: jetStreamReplicas(three) }).then(
-          () => true,
-          () => new Promise<boolean>((r) => setTimeout(() => r(false), 200)), // meta leader not elected yet
-        );
-      }
-      expect((await jsm.streams.info("REPL")).config.num_replicas).toBe(3);
-    } finally {
-      await one.close();
-      await three.close();
-    }
+    await using one = await connect({ servers: single.url });
+    await using three = await connect({ servers: cluster.urls });
+    expect(jetStreamReplicas(one)).toBe(1);
+    expect(jetStreamReplicas(three)).toBe(3);
+    // and the cluster accepts what it was told to use
+    const jsm = await jetstreamManager(three);
+    // the meta leader is not elected yet right after the servers start
+    await poll(() => jsm.streams.add({ name: "REPL", subjects: ["repl.>"], num_replicas: jetStreamReplicas(three) }), {
+      timeoutMs: 20_000,
+      everyMs: 200,
+      retryErrors: true,
+      what: "the replicated stream",
+    });
+    expect((await jsm.streams.info("REPL")).config.num_replicas).toBe(3);
   });
 });

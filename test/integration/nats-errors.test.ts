@@ -29,8 +29,8 @@ async function failure(p: Promise<unknown>): Promise<unknown> {
 describe("nats errors", () => {
   it("nats errors - each failure Kova handles is recognised by class or API code on a real server", async () => {
     await using server = await startNatsServer({ allowExternal: false });
-    const nc = await connect({ servers: server.url });
-    try {
+    {
+      await using nc = await connect({ servers: server.url });
       const jsm = await jetstreamManager(nc);
       await jsm.streams.add({ name: "A", subjects: ["a.>"] });
       expect(isStreamNameInUse(await failure(jsm.streams.add({ name: "A", subjects: ["a.>", "x.>"] })))).toBe(true);
@@ -45,15 +45,9 @@ describe("nats errors", () => {
       expect(isNatsNoResponders(await failure(nc.request("nobody.here", new Uint8Array(), { timeout: 1000 })))).toBe(true);
       nc.subscribe("silent", { callback: () => {} });
       expect(isNatsTimeout(await failure(nc.request("silent", new Uint8Array(), { timeout: 100 })))).toBe(true);
-    } finally {
-      await nc.close();
     }
     await using plain = await startNatsServer({ allowExternal: false, jetstream: false });
-    const nc2 = await connect({ servers: plain.url });
-    try {
-      expect(isJetStreamNotEnabled(await failure(jetstreamManager(nc2)))).toBe(true);
-    } finally {
-      await nc2.close();
-    }
+    await using nc2 = await connect({ servers: plain.url });
+    expect(isJetStreamNotEnabled(await failure(jetstreamManager(nc2)))).toBe(true);
   });
 });

@@ -7,6 +7,7 @@ import { LeaseTable } from "../../src/node/lease.js";
 import { LeaseLostError } from "../../src/actors/errors.js";
 import { Membership } from "../../src/node/membership.js";
 import { AgentRegistry } from "../../src/node/registry.js";
+import { poll } from "../fixtures/poll.js";
 
 const logger = createLogger();
 let server: NatsServerHandle;
@@ -20,15 +21,6 @@ async function nc(): Promise<NatsConnection> {
 
 function cluster(): string {
   return `t${randomUUID().slice(0, 8)}`;
-}
-
-async function waitFor(cond: () => boolean, ms: number): Promise<number> {
-  const start = performance.now();
-  while (!cond()) {
-    if (performance.now() - start > ms) throw new Error(`condition not met within ${ms} ms`);
-    await new Promise((r) => setTimeout(r, 20));
-  }
-  return performance.now() - start;
 }
 
 beforeAll(async () => {
@@ -47,12 +39,12 @@ describe("cluster state in KV", () => {
     const results = await Promise.all([a.acquire("x", () => false), b.acquire("x", () => false)]);
     expect(results.filter(Boolean)).toHaveLength(1);
     const [winner, loser] = results[0] ? [a, b] : [b, a];
-    await waitFor(() => loser.get("x") !== undefined, 2000);
+    await poll(() => loser.get("x") !== undefined, { timeoutMs: 2000, what: "the loser to see the lease" });
     expect(await loser.acquire("x", () => false)).toBe(false);
     await winner.verify("x");
     await expect(loser.verify("x")).rejects.toBeInstanceOf(LeaseLostError);
     expect(await winner.release("x", "rebalance")).toBe(true);
-    await waitFor(() => loser.get("x")?.value.node === null, 2000);
+    await poll(() => loser.get("x")?.value.node === null, { timeoutMs: 2000, what: "the loser to see the release" });
     expect(await loser.acquire("x", () => false)).toBe(true);
     await expect(winner.verify("x")).rejects.toBeInstanceOf(LeaseLostError);
     expect(await winner.release("x", "late")).toBe(false);
@@ -65,12 +57,12 @@ describe("cluster state in KV", () => {
     const a = await LeaseTable.open({ nc: await nc(), cluster: c, nodeId: "a", incarnation: "ia", logger });
     const b = await LeaseTable.open({ nc: await nc(), cluster: c, nodeId: "b", incarnation: "ib", logger });
     expect(await a.acquire("y", () => true)).toBe(true);
-    await waitFor(() => b.get("y") !== undefined, 2000);
+    await poll(() => b.get("y") !== undefined, { timeoutMs: 2000, what: "b to see y" });
     const stale = b.get("y")!.revision;
     // a writes again behind b's back (a new revision); b's takeover with the old revision must fail.
     const fresh = await a.kv.put("y", JSON.stringify({ node: "a", incarnation: "ia", at: Date.now() }));
     await expect(b.kv.update("y", JSON.stringify({ node: "b" }), stale)).rejects.toThrow(/wrong last sequence/);
-    await waitFor(() => b.get("y")!.revision === fresh, 2000);
+    await poll(() => b.get("y")!.revision === fresh, { timeoutMs: 2000, what: "b to see the fresh revision of y" });
     expect(await b.acquire("y", () => false)).toBe(false);
     expect(await b.acquire("y", () => true)).toBe(true);
     a.stop();
@@ -84,19 +76,23 @@ describe("cluster state in KV", () => {
     const a = await Membership.join({ ...opts, nc: await nc(), self: self("a") });
     const b = await Membership.join({ ...opts, nc: await nc(), self: self("b") });
     const c3 = await Membership.join({ ...opts, nc: await nc(), self: self("c") });
-    await waitFor(() => a.liveNodes().join() === "a,b,c", 2000);
+    await poll(() => a.liveNodes().join() === "a,b,c", { timeoutMs: 2000, what: "a to see a, b and c live" });
     expect(a.readyNodes()).toEqual([]); // alive, but none has said it places actors yet
     await Promise.all([a.markUp(), b.markUp(), c3.markUp()]);
-    await waitFor(() => a.readyNodes().join() === "a,b,c", 2000);
+    await poll(() => a.readyNodes().join() === "a,b,c", { timeoutMs: 2000, what: "a to see a, b and c up" });
     expect(a.selfHealthy()).toBe(true);
     b.stop(); // stops beating without leaving: what a SIGKILLed node looks like
-    const detected = await waitFor(() => a.liveNodes().join() === "a,c", 3000);
+    const stoppedAt = performance.now();
+    await poll(() => a.liveNodes().join() === "a,c", { timeoutMs: 3000, what: "a to see b dead" });
+    const detected = performance.now() - stoppedAt;
     expect(detected).toBeGreaterThan(250);
     await c3.leave();
-    const left = await waitFor(() => a.liveNodes().join() === "a", 1000);
+    const leftAt = performance.now();
+    await poll(() => a.liveNodes().join() === "a", { timeoutMs: 1000, what: "a to see c gone" });
+    const left = performance.now() - leftAt;
     expect(left).toBeLessThan(400);
     // the leaving record is deleted right after: the view keeps the dead b only
-    await waitFor(() => a.view().map((v) => v.record.id).join() === "a,b", 1000);
+    await poll(() => a.view().map((v) => v.record.id).join() === "a,b", { timeoutMs: 1000, what: "a's view to hold a and b only" });
     expect(a.view().find((v) => v.record.id === "b")?.live).toBe(false);
     a.stop();
   });
@@ -107,14 +103,14 @@ describe("cluster state in KV", () => {
     const r2 = await AgentRegistry.open({ nc: await nc(), cluster: c, logger });
     expect(await r1.declare({ id: "c1", type: "counter" })).toBe(true);
     await r1.update("c1", (cur) => ({ ...cur, desired: "killed" }));
-    await waitFor(() => r2.get("c1")?.desired === "killed", 2000);
+    await poll(() => r2.get("c1")?.desired === "killed", { timeoutMs: 2000, what: "r2 to see c1 killed" });
     expect(await r2.declare({ id: "c1", type: "counter" })).toBe(false);
     await Promise.all(
       Array.from({ length: 10 }, (_, i) =>
         (i % 2 ? r1 : r2).update("c1", (cur) => ({ ...cur, capabilities: [...cur.capabilities, `k${i}`] })),
       ),
     );
-    await waitFor(() => r1.get("c1")?.capabilities.length === 10, 2000);
+    await poll(() => r1.get("c1")?.capabilities.length === 10, { timeoutMs: 2000, what: "r1 to see all ten capabilities" });
     expect(new Set(r1.get("c1")!.capabilities).size).toBe(10);
     r1.stop();
     r2.stop();
@@ -127,9 +123,9 @@ describe("cluster state in KV", () => {
     const a = await Membership.join({ ...opts, nc: await nc(), self: self("a") });
     const b = await Membership.join({ ...opts, nc: await nc(), self: self("b") });
     const gone = await Membership.join({ ...opts, nc: await nc(), self: self("gone") });
-    await waitFor(() => a.view().length === 3, 2000);
+    await poll(() => a.view().length === 3, { timeoutMs: 2000, what: "a's view to hold three nodes" });
     gone.stop();
-    await waitFor(() => a.view().map((v) => v.record.id).join() === "a,b", 3000);
+    await poll(() => a.view().map((v) => v.record.id).join() === "a,b", { timeoutMs: 3000, what: "a's view to hold a and b only" });
     expect(await a.kv.get("gone").then((e) => e?.operation)).not.toBe("PUT");
     expect(b.view().map((v) => v.record.id)).toEqual(["a", "b"]);
     a.stop();

@@ -7,6 +7,8 @@ import { LeaseTable } from "../../src/node/lease.js";
 import { Membership } from "../../src/node/membership.js";
 import { AgentRegistry } from "../../src/node/registry.js";
 import { PlacementController, type HostPort } from "../../src/node/placement-controller.js";
+import { defer } from "../fixtures/disposable.js";
+import { poll } from "../fixtures/poll.js";
 
 const logger = createLogger();
 let server: NatsServerHandle;
@@ -74,15 +76,6 @@ async function startNode(cluster: string, id: string, running: Map<string, strin
   return { id, membership, leases, registry, host, placement };
 }
 
-async function waitFor(cond: () => boolean, ms: number, what: string): Promise<number> {
-  const start = performance.now();
-  while (!cond()) {
-    if (performance.now() - start > ms) throw new Error(`${what}: not within ${ms} ms`);
-    await new Promise((r) => setTimeout(r, 25));
-  }
-  return performance.now() - start;
-}
-
 function hostedOnce(nodes: TestNode[], ids: string[]): boolean {
   const count = new Map<string, number>();
   for (const n of nodes) for (const a of n.host.hosted()) count.set(a, (count.get(a) ?? 0) + 1);
@@ -101,7 +94,7 @@ describe("placement over live nodes", () => {
     ];
     const ids = Array.from({ length: 60 }, (_, i) => `a${i}`);
     for (const id of ids) await nodes[0]!.registry.declare({ id, type: "counter" });
-    await waitFor(() => hostedOnce(nodes, ids), 5000, "all actors hosted once");
+    await poll(() => hostedOnce(nodes, ids), { timeoutMs: 5000, what: "all actors hosted once" });
     for (const n of nodes) expect(n.host.hosted().length).toBeGreaterThan(5);
     // leases agree with hosting
     for (const n of nodes) for (const a of n.host.hosted()) expect(nodes[0]!.leases.get(a)?.value.node ?? n.id).toBe(n.id);
@@ -114,7 +107,9 @@ describe("placement over live nodes", () => {
     dead.host.actors.clear();
     for (const a of orphaned) running.delete(a);
     const survivors = [nodes[0]!, nodes[2]!];
-    const took = await waitFor(() => hostedOnce(survivors, ids), 5000, "takeover");
+    const diedAt = performance.now();
+    await poll(() => hostedOnce(survivors, ids), { timeoutMs: 5000, what: "takeover" });
+    const took = performance.now() - diedAt;
     expect(took).toBeLessThan(3000);
     // the dead node's actors are taken over (their consumers get reset), none was a first start
     const takeovers = [...nodes[0]!.host.takeovers, ...nodes[2]!.host.takeovers];
@@ -124,14 +119,14 @@ describe("placement over live nodes", () => {
     // n4 joins: rebalance moves about a third of the actors to it, each still hosted once
     const n4 = await startNode(cluster, "n4", running, doubles);
     const all = [...survivors, n4];
-    await waitFor(() => n4.host.hosted().length > 5 && hostedOnce(all, ids), 5000, "rebalance to n4");
+    await poll(() => n4.host.hosted().length > 5 && hostedOnce(all, ids), { timeoutMs: 5000, what: "rebalance to n4" });
     expect(doubles).toEqual([]);
 
     // graceful release: n1 gives up everything, the others take it at once
     await nodes[0]!.placement.stop();
     await nodes[0]!.placement.releaseAll("shutdown");
     await nodes[0]!.membership.leave();
-    await waitFor(() => hostedOnce([nodes[2]!, n4], ids), 3000, "graceful move");
+    await poll(() => hostedOnce([nodes[2]!, n4], ids), { timeoutMs: 3000, what: "graceful move" });
     expect(doubles).toEqual([]);
     for (const n of [nodes[2]!, n4]) {
       await n.placement.stop();
@@ -147,7 +142,7 @@ describe("placement over live nodes", () => {
     const gpu = await startNode(cluster, "gpu", running, doubles, ["counter", "llm"]);
     const ids = Array.from({ length: 20 }, (_, i) => `m${i}`);
     for (const id of ids) await plain.registry.declare({ id, type: "llm" });
-    await waitFor(() => gpu.host.hosted().length === 20, 5000, "llm actors on the gpu node");
+    await poll(() => gpu.host.hosted().length === 20, { timeoutMs: 5000, what: "llm actors on the gpu node" });
     expect(plain.host.hosted()).toEqual([]);
     for (const n of [plain, gpu]) {
       await n.placement.stop();
@@ -162,18 +157,20 @@ describe("placement over live nodes", () => {
     const [n1, n2] = [await startNode(cluster, "n1", running, doubles), await startNode(cluster, "n2", running, doubles)];
     const ids = Array.from({ length: 40 }, (_, i) => `d${i}`);
     for (const id of ids) await n1.registry.declare({ id, type: "counter" });
-    await waitFor(() => hostedOnce([n1, n2], ids), 5000, "initial placement");
+    await poll(() => hostedOnce([n1, n2], ids), { timeoutMs: 5000, what: "initial placement" });
     // every actor of n1 takes 20 s to drain, so the rebalance to n3 hangs on them
     for (const id of n1.host.hosted()) n1.host.slowDrain.set(id, 20_000);
     const n3 = await startNode(cluster, "n3", running, doubles);
-    await waitFor(() => n3.host.hosted().length > 0, 5000, "n3 gets n2's share");
+    await poll(() => n3.host.hosted().length > 0, { timeoutMs: 5000, what: "n3 gets n2's share" });
     // now n2 dies: n1 must take its actors although its own drains are still running
     const orphaned = n2.host.hosted();
     await n2.placement.stop();
     n2.membership.stop();
     n2.host.actors.clear();
     for (const a of orphaned) running.delete(a);
-    const took = await waitFor(() => orphaned.every((a) => n1.host.hosted().includes(a) || n3.host.hosted().includes(a)), 5000, "takeover during drains");
+    const diedAt = performance.now();
+    await poll(() => orphaned.every((a) => n1.host.hosted().includes(a) || n3.host.hosted().includes(a)), { timeoutMs: 5000, what: "takeover during drains" });
+    const took = performance.now() - diedAt;
     expect(took).toBeLessThan(4000);
     for (const n of [n1, n3]) {
       n.host.slowDrain.clear();
@@ -182,38 +179,36 @@ describe("placement over live nodes", () => {
   }, 60000);
 
   it("placement - a NATS server restart longer than the staleness window moves no actor", async () => {
-    const own = await startNatsServer({ allowExternal: false });
+    await using own = await startNatsServer({ allowExternal: false });
     const saved = server;
     server = own; // startNode connects to `server`
-    try {
-      const cluster = `p${randomUUID().slice(0, 8)}`;
-      const running = new Map<string, string>();
-      const doubles: string[] = [];
-      const [a, b] = [await startNode(cluster, "a", running, doubles), await startNode(cluster, "b", running, doubles)];
-      const ids = Array.from({ length: 20 }, (_, i) => `r${i}`);
-      for (const id of ids) await a.registry.declare({ id, type: "counter" });
-      await waitFor(() => hostedOnce([a, b], ids) && a.host.hosted().length > 0 && b.host.hosted().length > 0, 5000, "placed");
-      const before = new Map(ids.map((id) => [id, a.leases.get(id)!.revision]));
-      await own.kill();
-      await new Promise((r) => setTimeout(r, 2500)); // > staleAfterMs (1.2 s)
-      await own.restart();
-      await waitFor(() => a.membership.selfHealthy() && b.membership.selfHealthy(), 15_000, "heartbeats resume");
-      await new Promise((r) => setTimeout(r, 2000));
-      const moved = ids.filter((id) => a.leases.get(id)?.revision !== before.get(id));
-      expect(moved).toEqual([]);
-      expect(hostedOnce([a, b], ids)).toBe(true);
-      expect(doubles).toEqual([]);
-      // the KV watches came back with the server: a new actor is seen and placed
-      const fresh = Array.from({ length: 6 }, (_, i) => `new${i}`);
-      for (const id of fresh) await b.registry.declare({ id, type: "counter" });
-      await waitFor(() => hostedOnce([a, b], [...ids, ...fresh]), 10_000, "placement after the restart");
-      for (const n of [a, b]) {
-        await n.placement.stop();
-        n.membership.stop();
-      }
-    } finally {
-      server = saved;
-      await own.stop();
+    await using _restore = defer(() => (server = saved));
+    const cluster = `p${randomUUID().slice(0, 8)}`;
+    const running = new Map<string, string>();
+    const doubles: string[] = [];
+    const [a, b] = [await startNode(cluster, "a", running, doubles), await startNode(cluster, "b", running, doubles)];
+    const ids = Array.from({ length: 20 }, (_, i) => `r${i}`);
+    for (const id of ids) await a.registry.declare({ id, type: "counter" });
+    await poll(() => hostedOnce([a, b], ids) && a.host.hosted().length > 0 && b.host.hosted().length > 0, { timeoutMs: 5000, what: "placed" });
+    const before = new Map(ids.map((id) => [id, a.leases.get(id)!.revision]));
+    await own.kill();
+    await new Promise((r) => setTimeout(r, 2500)); // an outage longer than staleAfterMs (1.2 s)
+    await own.restart();
+    await poll(() => a.membership.selfHealthy() && b.membership.selfHealthy(), { timeoutMs: 15_000, what: "heartbeats resume" });
+    // Placement has had its chance to move actors once both nodes see each other live again
+    // and the actors declared after the restart are placed (the KV watches came back too).
+    const fresh = Array.from({ length: 6 }, (_, i) => `new${i}`);
+    for (const id of fresh) await b.registry.declare({ id, type: "counter" });
+    await poll(
+      () => a.membership.liveNodes().join() === "a,b" && b.membership.liveNodes().join() === "a,b" && hostedOnce([a, b], [...ids, ...fresh]),
+      { timeoutMs: 10_000, what: "placement after the restart" },
+    );
+    const moved = ids.filter((id) => a.leases.get(id)?.revision !== before.get(id));
+    expect(moved).toEqual([]);
+    expect(doubles).toEqual([]);
+    for (const n of [a, b]) {
+      await n.placement.stop();
+      n.membership.stop();
     }
   }, 60000);
 });

@@ -31,12 +31,10 @@ describe("wal corruption", () => {
         original = raw.ring.get(target % 16)!;
         return raw.ring.put(target % 16, flipBit(original, bit));
       });
-      const wal = await Wal.open({ dir: d });
-      try {
+      {
+        await using wal = await Wal.open({ dir: d });
         expect(wal.recovery.corrupt.map((c) => c.seq), `bit ${bit}`).toEqual([target]);
         expect(wal.recovery.pending.map((p) => p.seq)).toEqual(seqs.filter((s) => s !== target));
-      } finally {
-        await wal.close();
       }
       // Put the good bytes back (the open quarantined the damaged ones).
       await tamper(d, (raw) => raw.ring.put(target % 16, original!));
@@ -51,8 +49,8 @@ describe("wal corruption", () => {
     await tamper(d, (raw) => (original = raw.ring.get(target % 16)!));
     for (const keep of [original.length - 1, original.length - 5, 30, 22, 10, 1, 0]) {
       await tamper(d, (raw) => raw.ring.put(target % 16, original.subarray(0, keep)));
-      const wal = await Wal.open({ dir: d });
-      try {
+      {
+        await using wal = await Wal.open({ dir: d });
         const reported = wal.recovery.corrupt.map((c) => c.seq);
         // With the header gone, the seq a slot must hold is inferred from the ring; for the
         // newest record that is the previous lap (slot 4 → seq 4 - 16 < 1 → 0) unless the
@@ -60,8 +58,6 @@ describe("wal corruption", () => {
         if (keep >= 16) expect(reported).toEqual([target]);
         else expect(reported).toHaveLength(1);
         expect(wal.recovery.pending.map((p) => p.seq)).toEqual(seqs.slice(0, 3));
-      } finally {
-        await wal.close();
       }
       await tamper(d, (raw) => raw.ring.put(target % 16, original));
     }
@@ -94,15 +90,11 @@ describe("wal corruption", () => {
         edited[b.length - 30] = edited[b.length - 30]! ^ 0x01; // inside the body/tag/macs
         return raw.ring.put(target % 16, recomputeCrc(edited));
       });
-      const wal = await Wal.open({ dir: d, ...opts });
-      try {
-        expect(wal.recovery.corrupt).toHaveLength(1);
-        expect(wal.recovery.corrupt[0]).toMatchObject({ seq: target });
-        expect(wal.recovery.corrupt[0]!.reason).toMatch(/authentication|HMAC/);
-        expect(wal.recovery.pending.map((p) => p.seq)).toEqual([seqs[0], seqs[2]]);
-      } finally {
-        await wal.close();
-      }
+      await using wal = await Wal.open({ dir: d, ...opts });
+      expect(wal.recovery.corrupt).toHaveLength(1);
+      expect(wal.recovery.corrupt[0]).toMatchObject({ seq: target });
+      expect(wal.recovery.corrupt[0]!.reason).toMatch(/authentication|HMAC/);
+      expect(wal.recovery.pending.map((p) => p.seq)).toEqual([seqs[0], seqs[2]]);
     });
 
     it(`wal - a forged COMPLETE flag with a recomputed CRC is caught by ${mode}`, async () => {
@@ -143,24 +135,20 @@ describe("wal corruption", () => {
         // With a key, recompute the CRC (a forger can); without, leave it (a disk error).
         await done.put(first!.key, "encryption" in opts || "hmac" in opts ? recomputeCrc(bytes) : bytes);
       });
-      const again = await Wal.open({ dir: d, ...opts });
-      try {
-        const damaged = again.recovery.corrupt.filter((x) => x.where === "done");
-        if (Object.keys(opts).length === 0) {
-          expect(damaged).toHaveLength(1);
-          expect(damaged[0]!.reason).toMatch(/CRC32 mismatch/);
-        } else {
-          expect(damaged).toHaveLength(1);
-          expect(damaged[0]!.reason).toMatch(/authentication failed/);
-        }
-        // a's completion is lost with the batch (b's batch is separate or the same): what
-        // is not provably COMPLETE is handed back; nothing is lost.
-        const pending = again.recovery.pending.map((p) => p.seq);
-        expect(pending).toContain(a);
-        expect(pending).toContain(c);
-      } finally {
-        await again.close();
+      await using again = await Wal.open({ dir: d, ...opts });
+      const damaged = again.recovery.corrupt.filter((x) => x.where === "done");
+      if (Object.keys(opts).length === 0) {
+        expect(damaged).toHaveLength(1);
+        expect(damaged[0]!.reason).toMatch(/CRC32 mismatch/);
+      } else {
+        expect(damaged).toHaveLength(1);
+        expect(damaged[0]!.reason).toMatch(/authentication failed/);
       }
+      // a's completion is lost with the batch (b's batch is separate or the same): what
+      // is not provably COMPLETE is handed back; nothing is lost.
+      const pending = again.recovery.pending.map((p) => p.seq);
+      expect(pending).toContain(a);
+      expect(pending).toContain(c);
     });
   }
 
