@@ -36,10 +36,11 @@ describe("pause gate", () => {
     const held = gate.wait().then(() => (passed = true));
     const ac = new AbortController();
     const aborted = gate.wait(ac.signal).catch((e: unknown) => e);
-    await new Promise((r) => setTimeout(r, 10));
-    expect(passed).toBe(false);
+    // The aborted waiter settles only after the gate has had every chance to release the
+    // held one (both are promise chains on the same gate): then the held one must still wait.
     ac.abort(new Error("interrupted"));
     expect(((await aborted) as Error).message).toBe("interrupted");
+    expect(passed).toBe(false);
     gate.resume();
     await held;
     expect(passed).toBe(true);

@@ -63,8 +63,14 @@ describe("turn journal (deterministic replay)", () => {
     const first = harness();
     const journal = new TurnJournal("a", newTurnRecord("a", "t", env), first.io);
     let charged = 0;
-    const pending = journal.step("charge-card", () => new Promise<never>(() => void charged++));
-    await new Promise((r) => setTimeout(r, 5));
+    let entered!: () => void;
+    const charging = new Promise<void>((r) => (entered = r));
+    const pending = journal.step("charge-card", () => {
+      charged++;
+      entered();
+      return new Promise<never>(() => undefined);
+    });
+    await charging;
     expect(charged).toBe(1);
     void pending;
     const crashRecord = first.writes.at(-1)!;

@@ -1,6 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { createLogger } from "../../src/core/logger.js";
 import { installShutdown } from "../../src/node/shutdown.js";
+import { poll } from "../fixtures/poll.js";
 
 const logger = createLogger();
 const raise = () => process.emit("SIGUSR2", "SIGUSR2");
@@ -23,7 +24,7 @@ describe("node shutdown", () => {
     expect(reasons).toEqual(["SIGUSR2"]);
     expect(exits).toEqual([]);
     finish();
-    await new Promise((r) => setTimeout(r, 10));
+    await poll(() => exits.length > 0, { timeoutMs: 1_000, what: "the exit after the graceful stop" });
     expect(exits).toEqual([0]);
     uninstall();
   });
@@ -57,7 +58,7 @@ describe("node shutdown", () => {
       stop: () => new Promise<void>(() => undefined),
     });
     raise();
-    await new Promise((r) => setTimeout(r, 80));
+    await poll(() => exits.length > 0, { timeoutMs: 1_000, what: "the exit after the grace period" });
     expect(exits).toEqual([1]);
     uninstall();
   });

@@ -1,8 +1,8 @@
 import { execFileSync } from "node:child_process";
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
+import { tempDir } from "../fixtures/disposable.js";
 
 const root = join(import.meta.dirname, "../..");
 const tsc = join(root, "node_modules/typescript/bin/tsc");
@@ -17,7 +17,7 @@ function runTsc(project: string): { ok: boolean; output: string } {
 }
 
 describe("wal lock order at compile time", () => {
-  it("typecheck - every lock-order misuse line is a type error, and only those lines", () => {
+  it("typecheck - every lock-order misuse line is a type error, and only those lines", async () => {
     const source = readFileSync(misuse, "utf8");
     const marked = source.split("\n").filter((l) => l.trim().startsWith("// @ts-expect-error")).length;
     expect(marked).toBeGreaterThanOrEqual(8);
@@ -30,20 +30,17 @@ describe("wal lock order at compile time", () => {
     // 2. Directives stripped: exactly one error per marked line (so the file cannot pass
     //    by accident, e.g. because every line fails for an unrelated reason).
     // (In the OS temp dir, not the repo: the repo's own `tsc --noEmit` must never see it.)
-    const dir = mkdtempSync(join(tmpdir(), "kova-wal-typecheck-"));
-    try {
-      const src = join(root, "src/");
-      writeFileSync(join(dir, "wal-lock-misuse.ts"), source.replaceAll("// @ts-expect-error", "// (stripped)").replaceAll("../../src/", src));
-      const base = JSON.parse(readFileSync(join(root, "tsconfig.json"), "utf8")) as { compilerOptions: Record<string, unknown> };
-      const compilerOptions = { ...base.compilerOptions, noEmit: true, rootDir: "/", typeRoots: [join(root, "node_modules/@types")] };
-      writeFileSync(join(dir, "tsconfig.json"), JSON.stringify({ compilerOptions, include: ["./*.ts"] }));
-      const stripped = runTsc(join(dir, "tsconfig.json"));
-      expect(stripped.ok).toBe(false);
-      const errors = stripped.output.split("\n").filter((l) => /error TS\d+/.test(l));
-      expect(errors.every((l) => l.includes("wal-lock-misuse.ts")), stripped.output).toBe(true);
-      expect(errors.length, stripped.output).toBe(marked);
-    } finally {
-      rmSync(dir, { recursive: true, force: true });
-    }
+    await using tmp = await tempDir("kova-wal-typecheck-");
+    const dir = tmp.path;
+    const src = join(root, "src/");
+    writeFileSync(join(dir, "wal-lock-misuse.ts"), source.replaceAll("// @ts-expect-error", "// (stripped)").replaceAll("../../src/", src));
+    const base = JSON.parse(readFileSync(join(root, "tsconfig.json"), "utf8")) as { compilerOptions: Record<string, unknown> };
+    const compilerOptions = { ...base.compilerOptions, noEmit: true, rootDir: "/", typeRoots: [join(root, "node_modules/@types")] };
+    writeFileSync(join(dir, "tsconfig.json"), JSON.stringify({ compilerOptions, include: ["./*.ts"] }));
+    const stripped = runTsc(join(dir, "tsconfig.json"));
+    expect(stripped.ok).toBe(false);
+    const errors = stripped.output.split("\n").filter((l) => /error TS\d+/.test(l));
+    expect(errors.every((l) => l.includes("wal-lock-misuse.ts")), stripped.output).toBe(true);
+    expect(errors.length, stripped.output).toBe(marked);
   }, 60_000);
 });
