@@ -6,7 +6,8 @@ import { connect } from "@nats-io/transport-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { A2AEnvelope } from "../../src/bus/index.js";
 import { freePort, startNatsServer, type NatsServerHandle } from "../../src/testing/index.js";
-import { connectBus, uniqueCluster, waitFor } from "../fixtures/bus/helpers.js";
+import { connectBus, uniqueCluster } from "../fixtures/bus/helpers.js";
+import { poll } from "../fixtures/poll.js";
 
 const run = promisify(execFile);
 const kova = join(import.meta.dirname, "../../bin/kova.js");
@@ -27,55 +28,47 @@ function cli(args: string[]) {
 describe("kova CLI bus commands", () => {
   it("cli - kova send delivers to the mailbox and kova ask prints the agent's reply", async () => {
     const cluster = uniqueCluster();
-    const bus = await connectBus(server.url, cluster);
-    try {
-      const got: A2AEnvelope[] = [];
-      await bus.openMailbox("researcher", async (env) => {
-        got.push(env);
-        if (env.replyTo) await bus.respond(env, { answer: 42, asked: env.payload });
-      });
-      const sent = await cli(["send", "researcher", "--type", "task_delegate", "--payload", '{"topic":"nats"}', "-s", server.url, "--cluster", cluster, "--id", "cli-1"]);
-      expect(sent.stdout).toContain(`sent cli-1 to kova.${cluster}.a2a.researcher`);
-      await waitFor(() => got.length === 1, 5_000, "delivery");
-      expect(got[0]).toMatchObject({ id: "cli-1", from: "kova-cli", to: "researcher", type: "task_delegate", payload: { topic: "nats" } });
+    await using bus = await connectBus(server.url, cluster);
+    const got: A2AEnvelope[] = [];
+    await bus.openMailbox("researcher", async (env) => {
+      got.push(env);
+      if (env.replyTo) await bus.respond(env, { answer: 42, asked: env.payload });
+    });
+    const sent = await cli(["send", "researcher", "--type", "task_delegate", "--payload", '{"topic":"nats"}', "-s", server.url, "--cluster", cluster, "--id", "cli-1"]);
+    expect(sent.stdout).toContain(`sent cli-1 to kova.${cluster}.a2a.researcher`);
+    await poll(() => got.length === 1, { timeoutMs: 5_000, what: "delivery" });
+    expect(got[0]).toMatchObject({ id: "cli-1", from: "kova-cli", to: "researcher", type: "task_delegate", payload: { topic: "nats" } });
 
-      const again = await cli(["send", "researcher", "--type", "task_delegate", "-s", server.url, "--cluster", cluster, "--id", "cli-1"]);
-      expect(again.stdout).toContain("duplicate");
+    const again = await cli(["send", "researcher", "--type", "task_delegate", "-s", server.url, "--cluster", cluster, "--id", "cli-1"]);
+    expect(again.stdout).toContain("duplicate");
 
-      const asked = await cli(["ask", "researcher", "--type", "task_delegate", "--payload", '"why?"', "-s", server.url, "--cluster", cluster, "--timeout", "5000"]);
-      expect(JSON.parse(asked.stdout)).toEqual({ answer: 42, asked: "why?" });
-    } finally {
-      await bus.close();
-    }
+    const asked = await cli(["ask", "researcher", "--type", "task_delegate", "--payload", '"why?"', "-s", server.url, "--cluster", cluster, "--timeout", "5000"]);
+    expect(JSON.parse(asked.stdout)).toEqual({ answer: 42, asked: "why?" });
   });
 
   it("cli - kova events tail prints a session's events and kova dlq ls lists dead letters", async () => {
     const cluster = uniqueCluster();
-    const bus = await connectBus(server.url, cluster);
-    try {
-      const tail = spawn(process.execPath, [kova, "events", "tail", "--session", "s1", "--max", "1", "-s", server.url, "--cluster", cluster], { stdio: ["ignore", "pipe", "pipe"] });
-      let out = "";
-      let err = "";
-      tail.stdout.on("data", (c: Buffer) => (out += c.toString()));
-      tail.stderr.on("data", (c: Buffer) => (err += c.toString()));
-      const exited = new Promise<number | null>((r) => tail.once("exit", r));
-      await waitFor(() => err.includes("tailing"), 10_000, "tail to subscribe");
-      const event = { type: "run_started", sessionId: "s1", runId: "r1", ts: 1 };
-      await bus.publishEvent(event);
-      expect(await exited).toBe(0);
-      expect(JSON.parse(out.trim())).toEqual(event);
+    await using bus = await connectBus(server.url, cluster);
+    const tail = spawn(process.execPath, [kova, "events", "tail", "--session", "s1", "--max", "1", "-s", server.url, "--cluster", cluster], { stdio: ["ignore", "pipe", "pipe"] });
+    let out = "";
+    let err = "";
+    tail.stdout.on("data", (c: Buffer) => (out += c.toString()));
+    tail.stderr.on("data", (c: Buffer) => (err += c.toString()));
+    const exited = new Promise<number | null>((r) => tail.once("exit", r));
+    await poll(() => err.includes("tailing"), { timeoutMs: 10_000, what: "tail to subscribe" });
+    const event = { type: "run_started", sessionId: "s1", runId: "r1", ts: 1 };
+    await bus.publishEvent(event);
+    expect(await exited).toBe(0);
+    expect(JSON.parse(out.trim())).toEqual(event);
 
-      const nc = await connect({ servers: server.url });
-      await nc.request(bus.subjects.a2a("victim"), new TextEncoder().encode("not msgpack \xc1"), { timeout: 5_000 });
-      await nc.close();
-      await bus.openMailbox("victim", async () => {});
-      await waitFor(async () => (await bus.listDlq()).length === 1, 5_000, "dead letter");
-      const ls = await cli(["dlq", "ls", "-s", server.url, "--cluster", cluster]);
-      expect(ls.stdout).toMatch(/SEQ\s+TIME\s+REASON/);
-      expect(ls.stdout).toMatch(/malformed_msgpack\s+victim/);
-    } finally {
-      await bus.close();
-    }
+    const nc = await connect({ servers: server.url });
+    await nc.request(bus.subjects.a2a("victim"), new TextEncoder().encode("not msgpack \xc1"), { timeout: 5_000 });
+    await nc.close();
+    await bus.openMailbox("victim", async () => {});
+    await poll(async () => (await bus.listDlq()).length === 1, { timeoutMs: 5_000, what: "dead letter" });
+    const ls = await cli(["dlq", "ls", "-s", server.url, "--cluster", cluster]);
+    expect(ls.stdout).toMatch(/SEQ\s+TIME\s+REASON/);
+    expect(ls.stdout).toMatch(/malformed_msgpack\s+victim/);
   });
 
   it("cli - an unreachable server and bad input give errors that say what to do", async () => {

@@ -1,15 +1,17 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createEnvelope } from "../../src/bus/index.js";
-import { TestCluster, sleep, waitUntil, type ProbeState } from "../fixtures/node/cluster-harness.js";
+import { waitForConsumer } from "../fixtures/bus/helpers.js";
+import { TestCluster, type ProbeState } from "../fixtures/node/cluster-harness.js";
+import { poll } from "../fixtures/poll.js";
 
 let tc: TestCluster;
 
 beforeAll(async () => {
   tc = await TestCluster.create({ nodes: ["a1", "a2"], actors: 4, logLevel: process.env.KOVA_LOG_LEVEL ?? "warn" });
-  await waitUntil(async () => {
+  await poll(async () => {
     const a = await tc.agents();
     return a.size === 4 && [...a.values()].every((r) => r.state === "Idle");
-  }, 20_000, "initial placement");
+  }, { timeoutMs: 20_000, what: "initial placement", everyMs: 100, retryErrors: true });
 }, 60_000);
 afterAll(async () => {
   await tc?.stop();
@@ -23,31 +25,31 @@ describe("cluster control (CLI against 2 node processes)", () => {
     let r = await tc.cli(["signal", actor, "pause"]);
     expect(r.stderr).toBe("");
     expect(r.stdout).toMatch(/pause delivered to p-1/);
-    await waitUntil(async () => {
+    await poll(async () => {
       const rec = (await tc.agents()).get(actor);
       return rec?.state === "Paused" && rec.desired === "paused";
-    }, 5000, "registry shows Paused");
+    }, { timeoutMs: 5000, what: "registry shows Paused", everyMs: 100, retryErrors: true });
     expect(events("agent_signal", actor).length).toBe(1);
-    await waitUntil(async () => events("agent_state", actor).some((e) => (e.data as { state: string }).state === "Paused"), 3000, "Paused event");
+    await poll(async () => events("agent_state", actor).some((e) => (e.data as { state: string }).state === "Paused"), { timeoutMs: 3000, what: "Paused event", everyMs: 100, retryErrors: true });
 
-    // a paused actor takes no message
+    // a paused actor takes no message: its node has it (delivered, unacked) and holds it
     const env = createEnvelope({ from: "tester", to: actor, type: "task_delegate", payload: {} });
-    await tc.bus.send(env);
-    await sleep(700);
+    const sent = await tc.bus.send(env);
+    await waitForConsumer(tc.bus, actor, "to hold the message at its node", (ci) => ci.delivered.stream_seq >= sent.seq && ci.num_ack_pending === 1);
     expect((await tc.info<ProbeState>(actor)).count).toBe(0);
 
     r = await tc.cli(["signal", actor, "resume"]);
     expect(r.code).toBe(0);
-    await waitUntil(async () => ((await tc.info<ProbeState>(actor)).count === 1 ? true : undefined), 5000, "message handled after resume");
+    await poll(async () => ((await tc.info<ProbeState>(actor)).count === 1 ? true : undefined), { timeoutMs: 5000, what: "message handled after resume", everyMs: 100, retryErrors: true });
     expect((await tc.agents()).get(actor)?.desired).toBe("running");
 
     r = await tc.cli(["signal", actor, "kill"]);
     expect(r.code).toBe(0);
-    await waitUntil(async () => {
+    await poll(async () => {
       const rec = (await tc.agents()).get(actor);
       const lease = (await tc.leases()).get(actor);
       return rec?.desired === "killed" && rec.node === null && lease?.node === null;
-    }, 5000, "killed actor unplaced and its lease released");
+    }, { timeoutMs: 5000, what: "killed actor unplaced and its lease released", everyMs: 100, retryErrors: true });
     for (const n of ["a1", "a2"]) {
       const list = JSON.parse((await tc.cli(["node-agents", n, "--json"])).stdout) as Array<{ id: string }>;
       expect(list.map((a) => a.id)).not.toContain(actor);
@@ -58,9 +60,9 @@ describe("cluster control (CLI against 2 node processes)", () => {
   it("cluster - kova spawn places a new actor; nodes ls, agents ls and status show the cluster", async () => {
     const r = await tc.cli(["spawn", "extra-1", "--type", "probe"]);
     expect(r.stdout).toMatch(/spawned extra-1 \(probe\) via node a[12]/);
-    await waitUntil(async () => ((await tc.agents()).get("extra-1")?.state === "Idle" ? true : undefined), 5000, "spawned actor Idle");
+    await poll(async () => ((await tc.agents()).get("extra-1")?.state === "Idle" ? true : undefined), { timeoutMs: 5000, what: "spawned actor Idle", everyMs: 100, retryErrors: true });
     await tc.bus.send(createEnvelope({ from: "tester", to: "extra-1", type: "task_delegate", payload: {} }));
-    await waitUntil(async () => ((await tc.info<ProbeState>("extra-1")).count === 1 ? true : undefined), 5000, "spawned actor handles a message");
+    await poll(async () => ((await tc.info<ProbeState>("extra-1")).count === 1 ? true : undefined), { timeoutMs: 5000, what: "spawned actor handles a message", everyMs: 100, retryErrors: true });
 
     const nodes = await tc.cli(["nodes", "ls"]);
     expect(nodes.stdout).toMatch(/^NODE\s+STATE/m);
@@ -86,7 +88,7 @@ describe("cluster control (CLI against 2 node processes)", () => {
       for await (const m of sub) replies.push(m.json());
     })();
     tc.nc.publish("$SRV.PING.kova-node", new Uint8Array(), { reply: inbox });
-    await waitUntil(async () => (replies.length >= 2 ? true : undefined), 3000, "two pings");
+    await poll(async () => (replies.length >= 2 ? true : undefined), { timeoutMs: 3000, what: "two pings", everyMs: 100, retryErrors: true });
     sub.unsubscribe();
     expect(replies.every((p) => p.name === "kova-node" && p.type === "io.nats.micro.v1.ping_response")).toBe(true);
     expect(replies.map((p) => p.metadata?.node_id).sort()).toEqual(["a1", "a2"]);
@@ -97,15 +99,15 @@ describe("cluster control (CLI against 2 node processes)", () => {
     const onA1 = [...agents.values()].find((r) => r.node === "a1" && r.desired === "running")!.id;
     const long = createEnvelope({ from: "tester", to: onA1, type: "task_delegate", payload: { sleepMs: 5000 } });
     await tc.bus.send(long);
-    await waitUntil(async () => tc.events.some((e) => e.type === "probe_start" && (e.data as { id: string }).id === long.id), 5000, "long turn started");
+    await poll(async () => tc.events.some((e) => e.type === "probe_start" && (e.data as { id: string }).id === long.id), { timeoutMs: 5000, what: "long turn started", everyMs: 100, retryErrors: true });
     const t0 = performance.now();
     const exit = await tc.term("a1");
     expect(exit.code).toBe(0);
     expect(performance.now() - t0).toBeLessThan(4000); // drain_timeout_ms 1 s, not the 5 s turn
-    const s = await waitUntil(async () => {
+    const s = await poll(async () => {
       const st = await tc.info<ProbeState>(onA1);
       return st.ids.includes(long.id) ? st : undefined;
-    }, 30_000, "long message completed on a2");
+    }, { timeoutMs: 30_000, what: "long message completed on a2", everyMs: 100, retryErrors: true });
     expect(s.ids.filter((id) => id === long.id)).toHaveLength(1);
     const ends = tc.events.filter((e) => e.type === "probe_end" && (e.data as { id: string }).id === long.id);
     expect(ends.map((e) => (e.data as { node: string }).node)).toEqual(["a2"]);

@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createEnvelope } from "../../src/bus/index.js";
-import { TestCluster, waitUntil, type ProbeState } from "../fixtures/node/cluster-harness.js";
+import { TestCluster, type ProbeState } from "../fixtures/node/cluster-harness.js";
+import { poll } from "../fixtures/poll.js";
 
 /**
  * One 3-node cluster through a life: SIGKILL of a node while messages flow, its restart
@@ -13,10 +14,10 @@ const NODES = ["n1", "n2", "n3"];
 
 beforeAll(async () => {
   tc = await TestCluster.create({ nodes: NODES, actors: 100, ackWaitMs: 3000, logLevel: process.env.KOVA_LOG_LEVEL ?? "warn" });
-  await waitUntil(async () => {
+  await poll(async () => {
     const a = await tc.agents();
     return a.size === 100 && [...a.values()].every((r) => r.node !== null && r.state === "Idle");
-  }, 30_000, "initial placement");
+  }, { timeoutMs: 30_000, what: "initial placement", everyMs: 100, retryErrors: true });
 }, 60_000);
 afterAll(async () => {
   await tc?.stop();
@@ -36,11 +37,11 @@ async function round(sleepMs: number): Promise<void> {
 /** Every acknowledged message processed, none twice, never two at once per process. */
 async function expectAllProcessedOnce(timeoutMs: number): Promise<void> {
   let last: Array<readonly [string, ProbeState]> = [];
-  const states = await waitUntil(async () => {
+  const states = await poll(async () => {
     const all = await Promise.all(tc.actorIds.map(async (a) => [a, await tc.info<ProbeState>(a)] as const));
     last = all;
     return all.every(([a, s]) => s.count >= (sent.get(a)?.length ?? 0)) ? all : undefined;
-  }, timeoutMs, "every acknowledged message processed", 250).catch(async (err: unknown) => {
+  }, { timeoutMs, what: "every acknowledged message processed", everyMs: 250, retryErrors: true }).catch(async (err: unknown) => {
     const behind = last.filter(([a, s]) => s.count < (sent.get(a)?.length ?? 0));
     const agents = await tc.agents();
     for (const [a, s] of behind.slice(0, 5)) {
@@ -92,7 +93,7 @@ describe("cluster failover (3 node processes, 100 actors)", () => {
     expect(victimActors.length).toBeGreaterThan(10);
     slowActor = victimActors[0]!;
     const slowId = await send(slowActor, { sleepMs: 4000 });
-    await waitUntil(async () => tc.events.some((e) => e.type === "probe_start" && (e.data as { id: string }).id === slowId), 10_000, "slow turn started");
+    await poll(async () => tc.events.some((e) => e.type === "probe_start" && (e.data as { id: string }).id === slowId), { timeoutMs: 10_000, what: "slow turn started", everyMs: 100, retryErrors: true });
     const more = round(5); // in flight while the node dies
     tc.kill("n2");
     const t0 = performance.now();
@@ -100,7 +101,7 @@ describe("cluster failover (3 node processes, 100 actors)", () => {
     await more;
     await round(5);
 
-    const takeoverMs = await waitUntil(async () => {
+    const takeoverMs = await poll(async () => {
       const a = await tc.agents();
       const l = await tc.leases();
       const done = victimActors.every((id) => {
@@ -108,7 +109,7 @@ describe("cluster failover (3 node processes, 100 actors)", () => {
         return r && r.node !== "n2" && r.node !== null && l.get(id)?.node === r.node && (r.state === "Idle" || r.state === "Running");
       });
       return done ? performance.now() - t0 : undefined;
-    }, 15_000, "takeover of the killed node's actors");
+    }, { timeoutMs: 15_000, what: "takeover of the killed node's actors", everyMs: 100, retryErrors: true });
     console.info(`takeover after SIGKILL: ${Math.round(takeoverMs)} ms for ${victimActors.length} actors`);
     expect(takeoverMs).toBeLessThan(10_000);
 
@@ -131,11 +132,11 @@ describe("cluster failover (3 node processes, 100 actors)", () => {
     expect(status.recovery.pendingRecords).toBeGreaterThan(0);
     expect(status.recovery.abandoned).toContain(slowActor);
     expect(status.recovery.finished).toEqual([]);
-    await waitUntil(async () => {
+    await poll(async () => {
       const a = await tc.agents();
       const onN2 = [...a.values()].filter((r) => r.node === "n2" && r.state === "Idle").length;
       return onN2 > 10 && [...a.values()].every((r) => r.node !== null && (r.state === "Idle" || r.state === "Running"));
-    }, 20_000, "rebalance onto the restarted node");
+    }, { timeoutMs: 20_000, what: "rebalance onto the restarted node", everyMs: 100, retryErrors: true });
     flowing = false;
     await traffic;
     await expectAllProcessedOnce(30_000);
@@ -156,14 +157,15 @@ describe("cluster failover (3 node processes, 100 actors)", () => {
     const flowing = (async () => {
       for (let i = 0; i < 3; i++) await round(20);
     })();
-    await new Promise((r) => setTimeout(r, 150));
+    // stop n3 while messages flow: once turns of this phase have started
+    await poll(() => tc.events.slice(before).some((e) => e.type === "probe_start"), { timeoutMs: 10_000, everyMs: 25, what: "the first turn of this phase" });
     const exit = await tc.term("n3");
     await flowing;
     expect(exit.code).toBe(0);
-    await waitUntil(async () => {
+    await poll(async () => {
       const a = await tc.agents();
       return [...a.values()].every((r) => (r.node === "n1" || r.node === "n2") && r.state === "Idle");
-    }, 15_000, "actors moved off the stopped node");
+    }, { timeoutMs: 15_000, what: "actors moved off the stopped node", everyMs: 100, retryErrors: true });
     await expectAllProcessedOnce(20_000);
     // after a graceful hand-over every message has exactly one turn start
     const starts = new Map<string, number>();

@@ -1,16 +1,17 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createEnvelope } from "../../src/bus/index.js";
-import { TestCluster, sleep, waitUntil, type ProbeState } from "../fixtures/node/cluster-harness.js";
+import { TestCluster, type ProbeState } from "../fixtures/node/cluster-harness.js";
+import { poll } from "../fixtures/poll.js";
 
 let tc: TestCluster;
 const sent = new Map<string, string[]>();
 
 beforeAll(async () => {
   tc = await TestCluster.create({ nodes: ["n1", "n2"], actors: 8, natsCluster: true, staleAfterMs: 6000, logLevel: process.env.KOVA_LOG_LEVEL ?? "warn" });
-  await waitUntil(async () => {
+  await poll(async () => {
     const a = await tc.agents();
     return a.size === 8 && [...a.values()].every((r) => r.node !== null && r.state === "Idle");
-  }, 60_000, "initial placement");
+  }, { timeoutMs: 60_000, what: "initial placement", everyMs: 100, retryErrors: true });
 }, 120_000);
 afterAll(async () => {
   await tc?.stop();
@@ -21,16 +22,8 @@ async function round(): Promise<void> {
   await Promise.all(
     tc.actorIds.map(async (a) => {
       const env = createEnvelope({ from: "tester", to: a, type: "task_delegate", payload: {} });
-      for (let attempt = 1; ; attempt++) {
-        try {
-          await tc.bus.send(env);
-          sent.set(a, [...(sent.get(a) ?? []), env.id]);
-          return;
-        } catch (err) {
-          if (attempt >= 20) throw err;
-          await sleep(500);
-        }
-      }
+      await poll(() => tc.bus.send(env), { timeoutMs: 30_000, everyMs: 500, retryErrors: true, what: `the send of ${env.id} to ${a}` });
+      sent.set(a, [...(sent.get(a) ?? []), env.id]);
     }),
   );
 }
@@ -43,12 +36,12 @@ describe("cluster on a 3-server NATS cluster (2 node processes)", () => {
     const t0 = performance.now();
     for (let i = 0; i < 3; i++) await round();
     const tSent = performance.now();
-    const states = await waitUntil(async () => {
+    const states = await poll(async () => {
       const all = await Promise.all(tc.actorIds.map(async (a) => [a, await tc.info<ProbeState>(a)] as const));
       return all.every(([a, s]) => s.count >= (sent.get(a)?.length ?? 0)) ? all : undefined;
       // a mailbox whose connection moved to another server resumes after the client's
       // missed-heartbeat detection of its pull (~30 s with the default 30 s expiry)
-    }, 100_000, "every acknowledged message processed", 500);
+    }, { timeoutMs: 100_000, what: "every acknowledged message processed", everyMs: 500, retryErrors: true });
     console.info(`NATS server down: sends acked after ${Math.round(tSent - t0)} ms, all processed after ${Math.round(performance.now() - t0)} ms`);
     for (const [a, s] of states) {
       expect(new Set(s.ids).size).toBe(s.ids.length);

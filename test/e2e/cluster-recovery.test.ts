@@ -1,15 +1,19 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createEnvelope } from "../../src/bus/index.js";
-import { TestCluster, waitUntil, type ProbeState } from "../fixtures/node/cluster-harness.js";
+import { BusErrorCode } from "../../src/bus/errors.js";
+import { isKovaError } from "../../src/core/errors.js";
+import { waitForConsumer } from "../fixtures/bus/helpers.js";
+import { TestCluster, type ProbeState } from "../fixtures/node/cluster-harness.js";
+import { poll } from "../fixtures/poll.js";
 
 let tc: TestCluster;
 
 beforeAll(async () => {
   tc = await TestCluster.create({ nodes: ["solo"], actors: 2, ackWaitMs: 2000, logLevel: process.env.KOVA_LOG_LEVEL ?? "warn" });
-  await waitUntil(async () => {
+  await poll(async () => {
     const a = await tc.agents();
     return a.size === 2 && [...a.values()].every((r) => r.state === "Idle");
-  }, 20_000, "initial placement");
+  }, { timeoutMs: 20_000, what: "initial placement", everyMs: 100, retryErrors: true });
 }, 60_000);
 afterAll(async () => {
   await tc?.stop();
@@ -20,10 +24,10 @@ describe("node restart after SIGKILL", () => {
     const actor = "p-0";
     const first = createEnvelope({ from: "tester", to: actor, type: "task_delegate", payload: {} });
     await tc.bus.send(first);
-    await waitUntil(async () => ((await tc.info<ProbeState>(actor)).count === 1 ? true : undefined), 5000, "first message");
+    await poll(async () => ((await tc.info<ProbeState>(actor)).count === 1 ? true : undefined), { timeoutMs: 5000, what: "first message", everyMs: 100, retryErrors: true });
     const slow = createEnvelope({ from: "tester", to: actor, type: "task_delegate", payload: { sleepMs: 1500 } });
-    await tc.bus.send(slow);
-    await waitUntil(async () => tc.events.some((e) => e.type === "probe_start" && (e.data as { id: string }).id === slow.id), 5000, "slow turn started");
+    const slowSent = await tc.bus.send(slow);
+    await poll(async () => tc.events.some((e) => e.type === "probe_start" && (e.data as { id: string }).id === slow.id), { timeoutMs: 5000, what: "slow turn started", everyMs: 100, retryErrors: true });
     tc.kill("solo");
     await tc.procs.get("solo")!.exited;
 
@@ -31,13 +35,14 @@ describe("node restart after SIGKILL", () => {
     const status = await tc.status("solo");
     expect(status.recovery.finished).toEqual([actor]);
     expect(status.recovery.abandoned).toEqual([]);
-    const state = await waitUntil(async () => {
+    const state = await poll(async () => {
       const s = await tc.info<ProbeState>(actor);
       return s.count === 2 ? s : undefined;
-    }, 10_000, "interrupted turn finished");
+    }, { timeoutMs: 10_000, what: "interrupted turn finished", everyMs: 100, retryErrors: true });
     expect(state.ids).toEqual([first.id, slow.id]);
-    // the redelivered copy of the slow message (ack_wait 2 s) must not start another turn
-    await new Promise((r) => setTimeout(r, 2500));
+    // the redelivered copy of the slow message must not start another turn: wait until the
+    // server counts it acked by the restarted node, then look
+    await waitForConsumer(tc.bus, actor, "to ack the slow message's redelivery", (ci) => ci.ack_floor.stream_seq >= slowSent.seq && ci.num_ack_pending === 0);
     const after = await tc.info<ProbeState>(actor);
     expect(after.ids).toEqual([first.id, slow.id]);
     expect(after.dupHandled).toBe(0);
@@ -50,21 +55,28 @@ describe("node restart after SIGKILL", () => {
     const actor = "p-1";
     const long = createEnvelope({ from: "tester", to: actor, type: "task_delegate", payload: { sleepMs: 4000 } });
     await tc.bus.send(long);
-    await waitUntil(async () => tc.events.some((e) => e.type === "probe_start" && (e.data as { id: string }).id === long.id), 5000, "long turn started");
+    await poll(async () => tc.events.some((e) => e.type === "probe_start" && (e.data as { id: string }).id === long.id), { timeoutMs: 5000, what: "long turn started", everyMs: 100, retryErrors: true });
     const proc = tc.procs.get("solo")!;
     const t0 = performance.now();
     proc.child.kill("SIGTERM");
-    await new Promise((r) => setTimeout(r, 100));
+    // the graceful stop is under way once the node no longer answers control requests
+    await poll(
+      () => tc.status("solo", 500).then(
+        () => false,
+        (err: unknown) => isKovaError(err, BusErrorCode.NO_RESPONDERS),
+      ),
+      { timeoutMs: 1_500, what: "the node to stop answering status" },
+    );
     proc.child.kill("SIGTERM");
     const exit = await proc.exited;
     expect(exit.code).toBe(130);
     expect(performance.now() - t0).toBeLessThan(1500);
 
     await tc.startNode("solo");
-    const s = await waitUntil(async () => {
+    const s = await poll(async () => {
       const st = await tc.info<ProbeState>(actor);
       return st.ids.includes(long.id) ? st : undefined;
-    }, 20_000, "cut turn finished after the restart");
+    }, { timeoutMs: 20_000, what: "cut turn finished after the restart", everyMs: 100, retryErrors: true });
     expect(s.ids.filter((id) => id === long.id)).toHaveLength(1);
     expect(s.dupHandled).toBe(0);
   }, 60000);

@@ -80,33 +80,29 @@ describe("wal kill -9 harness", () => {
         for (const seq of facts.completed) everCompleted.add(seq);
         appendedTotal += facts.appended.size;
 
-        const wal = await Wal.open({ dir: t.dir, sync: "full" });
-        try {
-          const r = wal.recovery;
-          expect(r.corrupt).toEqual([]);
-          expect(r.stale).toBe(0);
-          const pending = new Map(r.pending.map((p) => [p.seq, p]));
-          expect([...pending.keys()]).toEqual([...pending.keys()].sort((a, b) => a - b));
-          for (const [seq, n] of facts.appended) {
-            if (facts.completed.has(seq)) {
-              expect(pending.has(seq), `seq ${seq} completed (resolved) but handed back`).toBe(false);
-            } else if (!facts.completeIssued.has(seq)) {
-              // Resolved in full mode and never completed: must be PENDING, with its payload.
-              expect(pending.get(seq)?.payload, `seq ${seq} resolved but lost`).toMatchObject({ n });
-            }
+        await using wal = await Wal.open({ dir: t.dir, sync: "full" });
+        const r = wal.recovery;
+        expect(r.corrupt).toEqual([]);
+        expect(r.stale).toBe(0);
+        const pending = new Map(r.pending.map((p) => [p.seq, p]));
+        expect([...pending.keys()]).toEqual([...pending.keys()].sort((a, b) => a - b));
+        for (const [seq, n] of facts.appended) {
+          if (facts.completed.has(seq)) {
+            expect(pending.has(seq), `seq ${seq} completed (resolved) but handed back`).toBe(false);
+          } else if (!facts.completeIssued.has(seq)) {
+            // Resolved in full mode and never completed: must be PENDING, with its payload.
+            expect(pending.get(seq)?.payload, `seq ${seq} resolved but lost`).toMatchObject({ n });
           }
-          // Nothing handed back was completed earlier; everything handed back is a real append
-          // (appends whose report was cut by the kill are allowed, with a well-formed payload).
-          for (const p of r.pending) {
-            expect(everCompleted.has(p.seq), `seq ${p.seq} is COMPLETE but handed back`).toBe(false);
-            expect(p.kind).toBe("step");
-            const known = everAppended.get(p.seq);
-            if (known !== undefined) expect(p.payload).toMatchObject({ n: known });
-          }
-          recoveredTotal += r.pending.length;
-        } finally {
-          await wal.close();
         }
+        // Nothing handed back was completed earlier; everything handed back is a real append
+        // (appends whose report was cut by the kill are allowed, with a well-formed payload).
+        for (const p of r.pending) {
+          expect(everCompleted.has(p.seq), `seq ${p.seq} is COMPLETE but handed back`).toBe(false);
+          expect(p.kind).toBe("step");
+          const known = everAppended.get(p.seq);
+          if (known !== undefined) expect(p.payload).toMatchObject({ n: known });
+        }
+        recoveredTotal += r.pending.length;
       }
       expect(appendedTotal).toBeGreaterThan(ITERATIONS); // the kills landed while appends were flowing
       expect(recoveredTotal).toBeGreaterThan(0);
