@@ -1,4 +1,4 @@
-import { ErrorCode, KovaError } from "../core/errors.js";
+import { KovaError } from "../core/errors.js";
 import { assertId } from "../core/ids.js";
 import { defaultLogger, type Logger } from "../core/logger.js";
 import type { Bus, MailboxOptions } from "../bus/index.js";

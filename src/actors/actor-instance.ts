@@ -1,6 +1,6 @@
 import { ErrorCode, KovaError } from "../core/errors.js";
 import type { Logger } from "../core/logger.js";
-import { type A2AEnvelope, type Mailbox, type MailboxContext, type RpcService } from "../bus/index.js";
+import type { A2AEnvelope, Mailbox, MailboxContext, RpcService } from "../bus/index.js";
 import { readCheckpoint, type Checkpoint } from "./checkpoint-store.js";
 import { ActorDlqReason, TurnInterruptedError, ActorErrorCode } from "./errors.js";
 import { ActorLifecycle, type ActorState } from "./lifecycle.js";
@@ -39,6 +39,7 @@ export class ActorInstance implements TurnActor {
   readonly lifecycle: ActorLifecycle;
   readonly gate = new PauseGate();
   readonly log: Logger;
+  // biome-ignore lint/suspicious/noExplicitAny: actors of every state type share this code; handlers take ActorContext<S>, so only any accepts them all
   memory!: ActorMemory<any>;
   #mailbox: Mailbox | undefined;
   #mailboxStopping: Promise<void> | undefined;
@@ -56,6 +57,7 @@ export class ActorInstance implements TurnActor {
 
   constructor(
     readonly id: string,
+    // biome-ignore lint/suspicious/noExplicitAny: actors of every state type share this code; handlers take ActorContext<S>, so only any accepts them all
     readonly def: ActorDefinition<any>,
     readonly deps: HostDeps,
     private readonly onGone: (actor: ActorInstance) => void,

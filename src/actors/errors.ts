@@ -1,5 +1,5 @@
 import { defineDlqReasons } from "../bus/wire.js";
-import { defineErrorCodes, ErrorCode, KovaError, type KovaErrorOptions } from "../core/errors.js";
+import { defineErrorCodes, KovaError, type KovaErrorOptions } from "../core/errors.js";
 
 /** The actors layer's error codes (stable: they travel over NATS and scripts match on them). */
 export const ActorErrorCode = defineErrorCodes("actors", {

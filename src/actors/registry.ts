@@ -7,8 +7,10 @@ import type { ActorDefinition } from "./types.js";
  * the runtime registers nothing by itself (`kova node start` adds the example `counter`).
  */
 export class ActorTypeRegistry {
+  // biome-ignore lint/suspicious/noExplicitAny: actors of every state type share this code; handlers take ActorContext<S>, so only any accepts them all
   readonly #defs = new Map<string, ActorDefinition<any>>();
 
+  // biome-ignore lint/suspicious/noExplicitAny: actors of every state type share this code; handlers take ActorContext<S>, so only any accepts them all
   constructor(defs: Iterable<ActorDefinition<any>> = []) {
     for (const def of defs) this.register(def);
   }

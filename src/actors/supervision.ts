@@ -6,6 +6,7 @@ export type SupervisionPolicy = Required<SupervisionOptions>;
 export const DEFAULT_SUPERVISION: SupervisionPolicy = { maxAttempts: 3, baseBackoffMs: 200, maxBackoffMs: 10_000 };
 
 /** The policy of a type: its `supervision`, then `maxAttempts`, then the defaults; `overrides` win (host-wide settings). */
+// biome-ignore lint/suspicious/noExplicitAny: actors of every state type share this code; handlers take ActorContext<S>, so only any accepts them all
 export function supervisionFor(def: ActorDefinition<any>, overrides: SupervisionOptions = {}): SupervisionPolicy {
   return {
     maxAttempts: overrides.maxAttempts ?? def.supervision?.maxAttempts ?? def.maxAttempts ?? DEFAULT_SUPERVISION.maxAttempts,

@@ -1,5 +1,5 @@
 import { sleep } from "../core/clock.js";
-import { ErrorCode, isKovaError, toWire } from "../core/errors.js";
+import { isKovaError, toWire } from "../core/errors.js";
 import { newId } from "../core/ids.js";
 import type { Logger } from "../core/logger.js";
 import type { A2AEnvelope, MailboxContext } from "../bus/index.js";
@@ -18,8 +18,10 @@ import { BusErrorCode } from "../bus/errors.js";
 /** What a turn needs from its actor. */
 export interface TurnActor {
   readonly id: string;
+  // biome-ignore lint/suspicious/noExplicitAny: actors of every state type share this code; handlers take ActorContext<S>, so only any accepts them all
   readonly def: ActorDefinition<any>;
   readonly deps: HostDeps;
+  // biome-ignore lint/suspicious/noExplicitAny: actors of every state type share this code; handlers take ActorContext<S>, so only any accepts them all
   readonly memory: ActorMemory<any>;
   readonly gate: PauseGate;
   readonly log: Logger;

@@ -27,7 +27,7 @@ const utf8Encoder = new TextEncoder();
 /** The encoding a message declares: JSON only when `Content-Type: application/json`. */
 export function encodingOf(headers: MsgHdrs | undefined): Encoding {
   const ct = headers?.get(Header.ContentType, Match.IgnoreCase);
-  return ct && ct.toLowerCase().startsWith(ContentType.json) ? "json" : "msgpack";
+  return ct?.toLowerCase().startsWith(ContentType.json) ? "json" : "msgpack";
 }
 
 export function encodeValue(value: unknown, encoding: Encoding = "msgpack"): Uint8Array {

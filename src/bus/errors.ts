@@ -1,4 +1,4 @@
-import { defineErrorCodes, ErrorCode, isKovaError, KovaError, KovaTimeoutError, type KovaErrorOptions } from "../core/errors.js";
+import { defineErrorCodes, isKovaError, KovaError, KovaTimeoutError, type KovaErrorOptions } from "../core/errors.js";
 
 /** The bus layer's error codes (stable: they travel over NATS and scripts match on them). */
 export const BusErrorCode = defineErrorCodes("bus", {

@@ -1,5 +1,5 @@
 import { headers as natsHeaders } from "@nats-io/transport-node";
-import { ErrorCode, KovaError } from "../core/errors.js";
+import { KovaError } from "../core/errors.js";
 import { isValidId } from "../core/ids.js";
 import type { BusContext } from "./context.js";
 import { ContentType, Header } from "./wire.js";

@@ -1,7 +1,7 @@
 import { AckPolicy, DeliverPolicy, type ConsumerConfig } from "@nats-io/jetstream";
 import { JetStreamStatus } from "@nats-io/jetstream/internal";
 import { nanos, type Msg } from "@nats-io/transport-node";
-import { ErrorCode, isKovaError } from "../core/errors.js";
+import { isKovaError } from "../core/errors.js";
 import type { Logger } from "../core/logger.js";
 import { assertId } from "../core/ids.js";
 import { decodeValue, encodingOf, type Encoding } from "./codec.js";
@@ -197,7 +197,10 @@ class MailboxImpl implements Mailbox, PullTarget {
   /** Called by the shared sweep every second and on reconnect. */
   repull(now: number, force: boolean): void {
     if (this.stopping || this.busy > 0) return;
-    if (force) return this.pull();
+    if (force) {
+      this.pull();
+      return;
+    }
     if (this.pulling ? now - this.pulledAt > this.expiresMs + PULL_GRACE_MS : now - this.pulledAt >= RETRY_MS) this.pull();
   }
 
@@ -206,7 +209,10 @@ class MailboxImpl implements Mailbox, PullTarget {
     // delivered it instead, the current one still waits and expires unused.
     this.pulling = false;
     this.noResponders = 0;
-    if (this.stopping) return nakNow(this.ctx.nc, msg.reply!);
+    if (this.stopping) {
+      nakNow(this.ctx.nc, msg.reply!);
+      return;
+    }
     const m = new PulledMsg(this.ctx.nc, msg);
     this.busy++;
     this.chain = this.chain

@@ -251,7 +251,7 @@ function buildConfig(doc: Table, path: string | undefined, env: NodeJS.ProcessEn
   const modules = new Set<string>();
   if (doc.modules !== undefined) {
     if (!Array.isArray(doc.modules)) throw new ConfigError("modules", 'must be an array of paths, e.g. modules = ["./actors.js"]');
-    doc.modules.forEach((m, i) => modules.add(modulePath(m, `modules[${i}]`, base)));
+    for (const [i, m] of doc.modules.entries()) modules.add(modulePath(m, `modules[${i}]`, base));
   }
   config.actors = actorSpecs(doc.actors, base);
   for (const a of config.actors) if (a.module) modules.add(a.module);

@@ -1,4 +1,4 @@
-import type { NatsConnection } from "@nats-io/transport-node";
+import type { Msg, NatsConnection } from "@nats-io/transport-node";
 import { ErrorCode, KovaError, fromWire } from "../core/errors.js";
 import { BusErrorCode } from "../bus/errors.js";
 import { isNatsNoResponders, isNatsTimeout } from "../bus/nats-errors.js";
@@ -81,7 +81,7 @@ const utf8 = new TextEncoder();
  * @throws KovaError NO_RESPONDERS / TIMEOUT naming the subject, RemoteError from the node
  */
 export async function controlRequest<R>(nc: NatsConnection, subject: string, body: unknown, timeoutMs = 5000): Promise<R> {
-  let msg;
+  let msg: Msg;
   try {
     msg = await nc.request(subject, utf8.encode(JSON.stringify(body ?? {})), { timeout: timeoutMs });
   } catch (err) {

@@ -186,7 +186,7 @@ export async function startMicroService(nc: NatsConnection, options: MicroServic
       if (!nc.isClosed()) {
         await Promise.allSettled(subs.map((s) => s.drain()));
       } else {
-        subs.forEach((s) => s.unsubscribe());
+        for (const s of subs) s.unsubscribe();
       }
       await Promise.allSettled([...inFlight]);
       log.info({ id }, "micro service stopped");

@@ -1,10 +1,10 @@
 import { readdir, readFile, rm, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
-import { ErrorCode, KovaError } from "../core/errors.js";
+import { KovaError } from "../core/errors.js";
 import { sleep } from "../core/clock.js";
 import { defaultLogger, type Logger } from "../core/logger.js";
-import { findNatsServerBinary, launchNatsServer } from "./nats-launcher.js";
+import { findNatsServerBinary, launchNatsServer, type NatsServerProcess } from "./nats-launcher.js";
 import { BusErrorCode } from "../bus/errors.js";
 import { redactUrls } from "../bus/nats-security.js";
 
@@ -128,7 +128,7 @@ async function startLocal(dataDir: string, probeMs: number, log: Logger): Promis
     );
   }
   await removeStalePortsDirs(baseDir);
-  let server;
+  let server: NatsServerProcess;
   try {
     server = await launchNatsServer(bin, {
       jetstream: true,

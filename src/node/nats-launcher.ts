@@ -4,7 +4,7 @@ import { mkdir, mkdtemp, readdir, readFile, rm, writeFile } from "node:fs/promis
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { delimiter, join } from "node:path";
-import { ErrorCode, KovaError } from "../core/errors.js";
+import { KovaError } from "../core/errors.js";
 import { sleep } from "../core/clock.js";
 import { NodeErrorCode } from "./errors.js";
 
@@ -145,7 +145,7 @@ export class NatsServerProcess implements NatsServerHandle {
       lines.push(`cluster { name: ${JSON.stringify(o.cluster.name)}, listen: "127.0.0.1:${o.cluster.port}", routes: [${routes}] }`);
     }
     if (o.extraConfig) lines.push(o.extraConfig);
-    return lines.join("\n") + "\n";
+    return `${lines.join("\n")}\n`;
   }
 
   private async launch(): Promise<void> {

@@ -1,5 +1,5 @@
 import { existsSync } from "node:fs";
-import { ErrorCode, KovaError } from "../core/errors.js";
+import { KovaError } from "../core/errors.js";
 import {
   findNatsServerBinary,
   freePort,
@@ -108,6 +108,7 @@ async function dockerEngineAvailable(): Promise<boolean> {
  */
 async function startContainer(options: StartNatsServerOptions): Promise<NatsServerHandle> {
   const moduleName = "@testcontainers/nats";
+  // biome-ignore lint/suspicious/noExplicitAny: an optional dependency, not installed here, so its types are not either
   let mod: { NatsContainer: new (image?: string) => any };
   try {
     mod = (await import(moduleName)) as typeof mod;

@@ -29,6 +29,7 @@ export interface ToolContext {
  * before a crash and recorded no result runs again only if it is idempotent, otherwise the
  * model gets an "outcome unknown" result.
  */
+// biome-ignore lint/suspicious/noExplicitAny: a list of tools holds every argument type; `run` takes A, so only any accepts them all
 export interface Tool<A = any, R = unknown> {
   /** `[A-Za-z0-9_-]+`, or `<server>/<tool>` for MCP tools, `agent:<id>` for agents as tools. */
   readonly name: string;

@@ -326,7 +326,6 @@ function parseLayout(buf: Buffer, end: number, version: 1 | 2): ParseResult {
   const kindLen = buf[3]!;
   const ownerLen = buf.readUInt16BE(16);
   const bodyLen = buf.readUInt32BE(18);
-  const complete = (flags & Flag.COMPLETE) !== 0;
   const marker = (flags & Flag.MARKER) !== 0;
   const chained = (flags & Flag.CHAIN) !== 0;
   const cipher = ((flags >> 2) & 3) as CipherId;

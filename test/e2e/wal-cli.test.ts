@@ -19,7 +19,7 @@ afterEach(() => {
   for (const c of cleanups.splice(0)) c();
 });
 
-const KEY = "hex:" + "5a".repeat(32);
+const KEY = `hex:${"5a".repeat(32)}`;
 
 describe("kova wal CLI", () => {
   it("cli - wal inspect shows records, status, head/tail and epoch; wal verify exits 0 on a clean WAL and 2 on corruption", async () => {
@@ -45,7 +45,7 @@ describe("kova wal CLI", () => {
     expect(clean.code, clean.stdout + clean.stderr).toBe(0);
     expect(clean.stdout).toMatch(/^ok: 5 records checked/m);
 
-    const wrong = kova("wal", "verify", t.dir, "--key", "hex:" + "00".repeat(32));
+    const wrong = kova("wal", "verify", t.dir, "--key", `hex:${"00".repeat(32)}`);
     expect(wrong.code).not.toBe(0);
     expect(wrong.stderr).toMatch(/WAL_BAD_KEY/);
 

@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { createEnvelope, encodeEnvelope, type KovaEvent } from "../../src/bus/index.js";
-import { ErrorCode, isKovaError } from "../../src/core/errors.js";
+import { isKovaError } from "../../src/core/errors.js";
 import { defineActor, NatsCheckpointStore, type CounterState } from "../../src/actors/index.js";
 import { fileServer, startRig, uniqueCluster } from "../fixtures/actors/helpers.js";
 import { waitForConsumer } from "../fixtures/bus/helpers.js";

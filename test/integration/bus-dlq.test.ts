@@ -1,8 +1,7 @@
 import { connect, headers, type NatsConnection } from "@nats-io/transport-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { ErrorCode, InvalidIdError, KovaError } from "../../src/core/errors.js";
+import { InvalidIdError, KovaError } from "../../src/core/errors.js";
 import {
-  DlqReason,
   PayloadTooLargeError,
   createEnvelope,
   decodeEnvelope,

@@ -6,7 +6,6 @@ import { connect } from "@nats-io/transport-node";
 import { jetstreamManager } from "@nats-io/jetstream";
 import { startNatsCluster, startNatsServer } from "../../src/testing/index.js";
 import { jetStreamReplicas, NatsBootstrapError, resolveNats, type ResolvedNats } from "../../src/node/nats-bootstrap.js";
-import { ErrorCode } from "../../src/core/errors.js";
 import { BusErrorCode } from "../../src/bus/errors.js";
 import { poll } from "../fixtures/poll.js";
 

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { ErrorCode, isKovaError } from "../../src/core/errors.js";
+import { isKovaError } from "../../src/core/errors.js";
 import { Wal, type SyncMode } from "../../src/wal/index.js";
 import { walDirs } from "./wal-helpers.js";
 import { WalErrorCode } from "../../src/wal/errors.js";

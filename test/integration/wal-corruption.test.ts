@@ -5,7 +5,7 @@ import { flipBit, recomputeCrc, tamper, walDirs } from "./wal-helpers.js";
 
 const dir = walDirs();
 
-const KEY = "hex:" + "11".repeat(32);
+const KEY = `hex:${"11".repeat(32)}`;
 
 /** Writes `count` PENDING records ({ i }) with ringBits 4 and closes; returns their seqs. */
 async function seed(d: string, count: number, extra: Partial<WalOptions> = {}): Promise<number[]> {

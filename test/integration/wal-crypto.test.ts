@@ -10,7 +10,7 @@ import { WalErrorCode } from "../../src/wal/errors.js";
 
 const dir = walDirs();
 
-const KEY = "base64:" + Buffer.alloc(32, 7).toString("base64");
+const KEY = `base64:${Buffer.alloc(32, 7).toString("base64")}`;
 const SECRET = "the-secret-plan-9f2c";
 
 describe.each(["aes-256-gcm", "sm4"] as CipherAlgorithm[])("wal encryption %s", (algorithm) => {

@@ -2,7 +2,6 @@ import { execFileSync } from "node:child_process";
 import { existsSync } from "node:fs";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
-import { ErrorCode } from "../../src/core/errors.js";
 import { Wal } from "../../src/wal/index.js";
 import { walInternals } from "../../src/wal/wal.js";
 import { walDirs } from "./wal-helpers.js";

@@ -7,7 +7,7 @@ import { tamper, walDirs, type RawWal } from "./wal-helpers.js";
 
 const dir = walDirs();
 
-const HKEY = "hex:" + "ab".repeat(32);
+const HKEY = `hex:${"ab".repeat(32)}`;
 
 /** Ten records, ring of 16, every other one COMPLETE; returns the seqs. */
 async function seed(d: string): Promise<number[]> {
@@ -129,7 +129,7 @@ describe("wal hmac chain", () => {
   it("wal - a wrong hmac key is WAL_BAD_KEY; without a key, verify says the chain was not checked", async () => {
     const d = dir("key");
     await seed(d);
-    expect(() => verifyWal(d, { hmacKey: "hex:" + "cd".repeat(32) })).toThrow(/wrong WAL hmac key/);
+    expect(() => verifyWal(d, { hmacKey: `hex:${"cd".repeat(32)}` })).toThrow(/wrong WAL hmac key/);
     await expect(Wal.open({ dir: d })).rejects.toMatchObject({ code: "WAL_BAD_KEY" });
     const v = verifyWal(d);
     expect(v.ok).toBe(true);

@@ -2,7 +2,7 @@
 // which runs `tsc --noEmit` on this file: every `@ts-expect-error` line must be a type
 // error (tsc fails on an unused directive), and without the directives tsc must report
 // exactly one error per marked line.
-import { BufferLock, LockManager, QueueLock, TransactionLock } from "../../src/wal/locks.js";
+import { BufferLock, type LockManager, type QueueLock, TransactionLock } from "../../src/wal/locks.js";
 import type { WalStorage } from "../../src/wal/storage.js";
 
 declare const m: LockManager;

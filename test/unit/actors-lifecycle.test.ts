@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { ErrorCode, isKovaError } from "../../src/core/errors.js";
+import { isKovaError } from "../../src/core/errors.js";
 import { ActorLifecycle, ActorStates, canTransition, type ActorState } from "../../src/actors/lifecycle.js";
 import { ActorErrorCode } from "../../src/actors/errors.js";
 

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { ErrorCode, isKovaError } from "../../src/core/errors.js";
+import { isKovaError } from "../../src/core/errors.js";
 import { TurnJournal, type JournalIo } from "../../src/actors/turn-journal.js";
 import { newTurnRecord, parseTurnRecord, type TurnRecord } from "../../src/actors/turn-record.js";
 import { ActorErrorCode } from "../../src/actors/errors.js";

@@ -82,8 +82,8 @@ describe.each(["aes-256-gcm", "sm4"] as const)("wal crypto %s", (algorithm) => {
 
 describe("wal keys and chain", () => {
   it("resolveKey - accepts hex:, base64: and passphrases; refuses short material", () => {
-    expect(resolveKey("hex:" + "ab".repeat(16))).toEqual(Buffer.alloc(16, 0xab));
-    expect(resolveKey("base64:" + Buffer.alloc(20, 3).toString("base64"))).toEqual(Buffer.alloc(20, 3));
+    expect(resolveKey(`hex:${"ab".repeat(16)}`)).toEqual(Buffer.alloc(16, 0xab));
+    expect(resolveKey(`base64:${Buffer.alloc(20, 3).toString("base64")}`)).toEqual(Buffer.alloc(20, 3));
     expect(resolveKey("a long enough passphrase").toString()).toBe("a long enough passphrase");
     expect(() => resolveKey("short")).toThrow(expect.objectContaining({ code: ErrorCode.INVALID_CONFIG }));
   });

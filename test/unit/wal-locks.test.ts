@@ -1,5 +1,4 @@
 import { describe, expect, it } from "vitest";
-import { ErrorCode } from "../../src/core/errors.js";
 import { LockManager, type BufferLock, type QueueLock } from "../../src/wal/locks.js";
 import { WalErrorCode } from "../../src/wal/errors.js";
 
