@@ -36,7 +36,7 @@ export async function startCluster({ nodes, heartbeatMs = 1000, staleAfterMs = 5
       `[wal]`, `sync = "${walSync}"`,
     ];
     for (const a of actors) lines.push(`[[actors]]`, `id = "${a.id}"`, `type = "${a.type}"`);
-    writeFileSync(file, lines.join("\n") + "\n");
+    writeFileSync(file, `${lines.join("\n")}\n`);
     return file;
   };
   const status = (id, timeoutMs = 2000) => controlRequest(nc, nodeSubject(cluster, id, "status"), {}, timeoutMs);

@@ -2,7 +2,7 @@
 // writers and normal mode pipelined. Target: aes-256-gcm ≥ 0.5 × unencrypted.
 import { PAYLOAD, RING_BITS, Wal, interleaved, pipelined, rate, report, reportCpu, tempDir } from "./wal-bench-lib.mjs";
 
-const KEY = "hex:" + "7e".repeat(32);
+const KEY = `hex:${"7e".repeat(32)}`;
 const writers = Number(process.env.KOVA_BENCH_WRITERS ?? 256);
 const window = Number(process.env.KOVA_BENCH_WINDOW ?? 1000);
 
