@@ -1,7 +1,7 @@
 import { spawnSync } from "node:child_process";
 import { existsSync } from "node:fs";
 import { join } from "node:path";
-import { afterEach, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { Wal } from "../../src/wal/index.js";
 import { parseRecord } from "../../src/wal/record-format.js";
 import { flipBit, tamper, tempWalDir } from "../integration/wal-helpers.js";
@@ -14,18 +14,12 @@ function kova(...args: string[]): { code: number | null; stdout: string; stderr:
   return { code: r.status, stdout: r.stdout, stderr: r.stderr };
 }
 
-const cleanups: Array<() => void> = [];
-afterEach(() => {
-  for (const c of cleanups.splice(0)) c();
-});
-
 const KEY = `hex:${"5a".repeat(32)}`;
 
 describe("kova wal CLI", () => {
   it("cli - wal inspect shows records, status, head/tail and epoch; wal verify exits 0 on a clean WAL and 2 on corruption", async () => {
     expect(existsSync(join(ROOT, "dist/cli/main.js")), "run `npm run build` first").toBe(true);
-    const t = tempWalDir("cli");
-    cleanups.push(t.cleanup);
+    using t = tempWalDir("cli");
     const wal = await Wal.open({ dir: t.dir, ringBits: 4, encryption: { algorithm: "aes-256-gcm", key: KEY } });
     const seqs: number[] = [];
     for (let i = 0; i < 5; i++) seqs.push(await wal.append(i % 2 ? "llm" : "tool", { i }, { owner: "agent-7" }));

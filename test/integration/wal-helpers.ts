@@ -5,10 +5,11 @@ import { crc32 } from "../../src/wal/crc32.js";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 
-/** A fresh temp directory per test, removed by the returned disposer. */
-export function tempWalDir(label: string): { dir: string; cleanup(): void } {
+/** A fresh temp directory for a WAL (`dir`, not yet created), removed by `cleanup` or at the end of a `using` scope. */
+export function tempWalDir(label: string): { dir: string; cleanup(): void } & Disposable {
   const base = mkdtempSync(join(tmpdir(), `kova-wal-${label}-`));
-  return { dir: join(base, "wal"), cleanup: () => rmSync(base, { recursive: true, force: true }) };
+  const cleanup = () => rmSync(base, { recursive: true, force: true });
+  return { dir: join(base, "wal"), cleanup, [Symbol.dispose]: cleanup };
 }
 
 /** Registers cleanup after each test and returns a maker of fresh WAL directories. */
