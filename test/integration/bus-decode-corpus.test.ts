@@ -3,7 +3,8 @@ import { describe, expect, it } from "vitest";
 import { createEnvelope, decodeEnvelope, type A2AEnvelope } from "../../src/bus/index.js";
 import { startNatsServer } from "../../src/testing/index.js";
 import { loadCorpus, reasonOf } from "../fixtures/bus/decode-corpus.js";
-import { connectBus, uniqueCluster, waitFor } from "../fixtures/bus/helpers.js";
+import { connectBus, uniqueCluster } from "../fixtures/bus/helpers.js";
+import { poll } from "../fixtures/poll.js";
 
 const corpus = loadCorpus();
 
@@ -38,7 +39,7 @@ describe("bus decode corpus against a live mailbox", () => {
 
       const handled: A2AEnvelope[] = [];
       await bus.openMailbox("victim", async (env) => void handled.push(env));
-      await waitFor(() => handled.length === 1, 60_000, "the good message after the corpus");
+      await poll(() => handled.length === 1, { timeoutMs: 60_000, what: "the good message after the corpus", retryErrors: true });
       expect(handled.map((e) => e.id)).toEqual([good.id]);
 
       const entries = await bus.listDlq({ limit: corpus.length + 10 });

@@ -7,7 +7,8 @@ import { defineActor } from "../../src/actors/index.js";
 import { localCheckpointKey } from "../../src/actors/memory.js";
 import { inspectWal, verifyWal, Wal, WalKvCorruptError, type CipherAlgorithm, type WalOptions } from "../../src/wal/index.js";
 import { walInternals } from "../../src/wal/wal.js";
-import { fileServer, startRig, uniqueCluster, waitFor } from "../fixtures/actors/helpers.js";
+import { fileServer, startRig, uniqueCluster } from "../fixtures/actors/helpers.js";
+import { poll } from "../fixtures/poll.js";
 import { tamper, walDirs } from "./wal-helpers.js";
 import { WalErrorCode } from "../../src/wal/errors.js";
 
@@ -161,7 +162,7 @@ describe("wal at rest", () => {
     try {
       await rig.host.start(actorId, "keeper");
       await rig.bus.send(createEnvelope({ from: "tester", to: actorId, type: "task_delegate", payload: { note: `${MARK} in a message` } }));
-      await waitFor(() => rig.host.status(actorId)?.handled === 1, 10_000, "the turn");
+      await poll(() => rig.host.status(actorId)?.handled === 1, { timeoutMs: 10_000, what: "the turn", retryErrors: true });
     } finally {
       await rig.close();
     }
