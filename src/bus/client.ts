@@ -1,4 +1,4 @@
-import type { PubAck } from "@nats-io/jetstream";
+
 import { silentLogger, type Logger } from "../core/logger.js";
 import type { AskOptions } from "./ask.js";
 import { Bus } from "./bus.js";

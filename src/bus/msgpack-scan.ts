@@ -53,6 +53,11 @@ export function scanMsgpack(buf: Uint8Array, maxDepth: number): string | undefin
     return undefined;
   };
   const need = (n: number): string | undefined => (pos + n > len ? `truncated at byte ${pos}` : undefined);
+  /** Moves past an n-byte length field and returns where it starts. */
+  const take = (n: number): number => {
+    pos += n;
+    return pos - n;
+  };
   /** An extension starting at byte `at` whose data is `size` bytes after its type byte (at `pos`). */
   const ext = (size: number, at: number): string | undefined => {
     const t = need(1 + size);
@@ -104,13 +109,13 @@ export function scanMsgpack(buf: Uint8Array, maxDepth: number): string | undefin
           err = need(4) ?? skip(4 + view.getUint32(pos));
           break;
         case 0xc7:
-          err = need(1) ?? ((pos += 1), ext(buf[pos - 1]!, start));
+          err = need(1) ?? ext(buf[take(1)]!, start);
           break;
         case 0xc8:
-          err = need(2) ?? ((pos += 2), ext(view.getUint16(pos - 2), start));
+          err = need(2) ?? ext(view.getUint16(take(2)), start);
           break;
         case 0xc9:
-          err = need(4) ?? ((pos += 4), ext(view.getUint32(pos - 4), start));
+          err = need(4) ?? ext(view.getUint32(take(4)), start);
           break;
         case 0xca: case 0xce: case 0xd2:
           err = skip(4);
@@ -130,16 +135,16 @@ export function scanMsgpack(buf: Uint8Array, maxDepth: number): string | undefin
         case 0xd7: err = ext(8, start); break;
         case 0xd8: err = ext(16, start); break;
         case 0xdc:
-          err = need(2) ?? ((pos += 2), open(view.getUint16(pos - 2), false));
+          err = need(2) ?? open(view.getUint16(take(2)), false);
           break;
         case 0xdd:
-          err = need(4) ?? ((pos += 4), open(view.getUint32(pos - 4), false));
+          err = need(4) ?? open(view.getUint32(take(4)), false);
           break;
         case 0xde:
-          err = need(2) ?? ((pos += 2), open(view.getUint16(pos - 2) * 2, true));
+          err = need(2) ?? open(view.getUint16(take(2)) * 2, true);
           break;
         case 0xdf:
-          err = need(4) ?? ((pos += 4), open(view.getUint32(pos - 4) * 2, true));
+          err = need(4) ?? open(view.getUint32(take(4)) * 2, true);
           break;
         default:
           return `invalid byte 0x${b.toString(16)} at ${pos - 1}`;

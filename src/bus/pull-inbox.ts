@@ -1,4 +1,4 @@
-import { type Msg, type NatsConnection, type Subscription } from "@nats-io/transport-node";
+import type { Msg, NatsConnection, Subscription } from "@nats-io/transport-node";
 import { newInbox } from "./inbox.js";
 
 /** What the shared inbox calls back into: one per mailbox. */

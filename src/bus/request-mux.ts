@@ -1,4 +1,4 @@
-import { type Msg, type MsgHdrs, type NatsConnection, type Subscription } from "@nats-io/transport-node";
+import type { Msg, MsgHdrs, NatsConnection, Subscription } from "@nats-io/transport-node";
 
 import { newInbox } from "./inbox.js";
 

@@ -18,7 +18,7 @@ import { DlqReason } from "./wire.js";
 export async function sweepUnknownAgents(ctx: BusContext, isKnown: (agentId: string) => boolean, olderThanMs: number): Promise<number> {
   const stream = ctx.subjects.streams.a2a;
   const prefix = `${ctx.subjects.prefix}.a2a.`;
-  let info;
+  let info: Awaited<ReturnType<typeof ctx.jsm.streams.info>>;
   try {
     info = await ctx.jsm.streams.info(stream, { subjects_filter: `${prefix}*` });
   } catch (err) {

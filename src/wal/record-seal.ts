@@ -1,4 +1,4 @@
-import { ChainKey, equalTags, hmac128, NonceDomain, RecordCipher, ZERO_MAC, type SessionCipher } from "./crypto.js";
+import { type ChainKey, equalTags, hmac128, NonceDomain, type RecordCipher, ZERO_MAC, type SessionCipher } from "./crypto.js";
 import {
   assemble,
   CipherId,

@@ -198,7 +198,7 @@ function scanRecords(
   const wheres: Array<"ring" | "overflow"> = [];
 
   const chain = security.chain;
-  let overflowDigest = chain === undefined ? undefined : Buffer.alloc(MAC_LEN);
+  const overflowDigest = chain === undefined ? undefined : Buffer.alloc(MAC_LEN);
   for (const { key: seq, value: stored } of input.overflow) {
     const value = stored as Buffer; // overflow is always read as plain bytes
     if (overflowDigest !== undefined) {

@@ -56,7 +56,7 @@ describe("kova wal CLI", () => {
 
   it("cli - wal verify exits 2 when the newest records are truncated and the chain head is rewritten to the newest survivor", async () => {
     using t = tempWalDir("cli-head");
-    const HKEY = "hex:" + "6b".repeat(32);
+    const HKEY = `hex:${"6b".repeat(32)}`;
     const wal = await Wal.open({ dir: t.dir, ringBits: 4, hmac: { key: HKEY }, encryption: { algorithm: "sm4", key: KEY } });
     for (let i = 0; i < 6; i++) await wal.append("step", { i });
     await wal.close();

@@ -7,7 +7,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 import { AckPolicy, jetstreamManager } from "@nats-io/jetstream";
 import { Kvm } from "@nats-io/kv";
-import { KovaClient, createEnvelope, securityOptions, type NatsSecurity } from "../../src/bus/index.js";
+import { KovaClient, securityOptions, type NatsSecurity } from "../../src/bus/index.js";
 import { ActorTypeRegistry, counterActor, type CounterState } from "../../src/actors/index.js";
 import { controlRequest, nodeSubject, spawnSubject, type NodeStatusView } from "../../src/node/control.js";
 import { parseConfig } from "../../src/node/config.js";

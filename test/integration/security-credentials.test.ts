@@ -29,7 +29,12 @@ async function connects(url: string, security?: NatsSecurity): Promise<true | st
 /** A pino logger whose output the test can search. */
 function capturedLogger(): { logger: Logger; text: () => string } {
   const chunks: string[] = [];
-  const sink = new Writable({ write: (c, _e, cb) => (chunks.push(String(c)), cb()) });
+  const sink = new Writable({
+    write: (c, _e, cb) => {
+      chunks.push(String(c));
+      cb();
+    },
+  });
   return { logger: pino({ level: "trace" }, sink) as unknown as Logger, text: () => chunks.join("") };
 }
 

@@ -84,7 +84,7 @@ describe("file tools confinement", () => {
         .replaceAll("{outside}", outside)
         .replaceAll("{nul}", "\0")
         .replaceAll("{long}", "a".repeat(256))
-        .replaceAll("{deep}", "d/".repeat(2100) + "f");
+        .replaceAll("{deep}", `${"d/".repeat(2100)}f`);
     const lines: string[] = [];
     const failures: string[] = [];
     let count = 0;

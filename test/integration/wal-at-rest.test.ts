@@ -2,7 +2,6 @@ import { readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { createEnvelope } from "../../src/bus/index.js";
-import { ErrorCode } from "../../src/core/errors.js";
 import { defineActor } from "../../src/actors/index.js";
 import { localCheckpointKey } from "../../src/actors/memory.js";
 import { inspectWal, verifyWal, Wal, WalKvCorruptError, type CipherAlgorithm, type WalOptions } from "../../src/wal/index.js";
@@ -14,7 +13,7 @@ import { WalErrorCode } from "../../src/wal/errors.js";
 
 const dir = walDirs();
 const server = fileServer();
-const KEY = "hex:" + "3c".repeat(32);
+const KEY = `hex:${"3c".repeat(32)}`;
 const MARK = "MARKER-5e1f-at-rest";
 
 /** The files of the data dir (data.mdb, lock.mdb, whatever else) that contain `needle`. */

@@ -5,7 +5,7 @@ import { parseRecord, type ParsedRecord } from "../../src/wal/record-format.js";
 import { tamper, walDirs } from "./wal-helpers.js";
 
 const dir = walDirs();
-const KEY = "hex:" + "9d".repeat(32);
+const KEY = `hex:${"9d".repeat(32)}`;
 const PAYLOAD = { text: "the same plaintext in both copies" };
 
 /** The stored records of `seqs` (ring of 2^4) and the salts of the opens table, read without WAL code. */

@@ -1,6 +1,5 @@
 import { describe, expect, it } from "vitest";
 import { configError } from "../fixtures/config-error.js";
-import { ConfigError } from "../../src/core/errors.js";
 import { defineTool } from "../../src/tools/define-tool.js";
 import { ToolNameConflictError } from "../../src/tools/errors.js";
 import { isIdempotentCall } from "../../src/tools/idempotency.js";

@@ -1,7 +1,7 @@
 import { randomBytes } from "node:crypto";
 import { constants, realpathSync, statSync } from "node:fs";
 import { link, lstat, mkdir, open, rename, unlink } from "node:fs/promises";
-import { basename, dirname, isAbsolute, join, relative, resolve } from "node:path";
+import { basename, dirname, isAbsolute, join, resolve } from "node:path";
 import { boolValue, intValue, rejectUnknown, stringValue, type ConfigTable } from "../../core/config-table.js";
 import { ConfigError } from "../../core/errors.js";
 import { defineTool } from "../define-tool.js";
