@@ -107,6 +107,9 @@ describe("wal kill -9 harness", () => {
       expect(appendedTotal).toBeGreaterThan(ITERATIONS); // the kills landed while appends were flowing
       expect(recoveredTotal).toBeGreaterThan(0);
     },
-    Math.max(60_000, ITERATIONS * 1_000),
+    // A child process start (Node + lmdb) takes 0.3 s on an idle machine and 1-2 s when the
+    // other test worker keeps both cores busy: the budget is per kill, so the test measures
+    // what it claims (no acknowledged append lost) rather than the machine's load.
+    Math.max(60_000, ITERATIONS * 3_000),
   );
 });
