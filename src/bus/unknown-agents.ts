@@ -51,18 +51,28 @@ export async function sweepUnknownAgents(ctx: BusContext, isKnown: (agentId: str
 }
 
 /**
- * Whether the registry (KV `kova_<c>_agents`) knows `agentId`, read with one direct get.
+ * Whether the registry (KV `kova_<c>_agents`) knows `agentId`, read with one direct get
+ * over the connection's request mux: a missing bucket answers "no responders" at once
+ * (nats.js's own direct get would wait out its timeout), and the wait is bounded.
  * @returns true/false, or undefined when it cannot tell (no registry yet, no permission, a timeout)
  */
-export async function registryKnows(ctx: BusContext, agentId: string): Promise<boolean | undefined> {
-  const bucketStream = `KV_${ctx.subjects.kv.agents}`;
+export async function registryKnows(ctx: BusContext, agentId: string, timeoutMs = 1000): Promise<boolean | undefined> {
+  const bucket = ctx.subjects.kv.agents;
+  const body = new TextEncoder().encode(JSON.stringify({ last_by_subj: `$KV.${bucket}.${agentId}` }));
+  let reply;
   try {
-    const m = await ctx.jsm.direct.getMessage(bucketStream, { last_by_subj: `$KV.${ctx.subjects.kv.agents}.${agentId}` });
-    if (!m) return false;
-    const op = m.header?.get("KV-Operation");
-    return op !== "DEL" && op !== "PURGE";
-  } catch (err) {
-    if (isMessageGone(err)) return false;
+    reply = await ctx.mux.request(`$JS.API.DIRECT.GET.KV_${bucket}`, body, {
+      timeoutMs,
+      noResponders: () => new Error("no registry"),
+      timedOut: () => new Error("registry lookup timed out"),
+    });
+  } catch {
     return undefined;
   }
+  // A direct get answers a missing key with a status message (404) and no body.
+  const status = reply.headers?.code ?? 0;
+  if (status === 404) return false;
+  if (status !== 0 && reply.data.length === 0) return undefined;
+  const op = reply.headers?.get("KV-Operation");
+  return op !== "DEL" && op !== "PURGE";
 }
