@@ -1,4 +1,5 @@
 import type { MsgRequest } from "@nats-io/jetstream";
+import type { Msg } from "@nats-io/transport-node";
 import { isValidId } from "../core/ids.js";
 import type { BusContext } from "./context.js";
 import { moveStored } from "./dlq.js";
@@ -59,7 +60,7 @@ export async function sweepUnknownAgents(ctx: BusContext, isKnown: (agentId: str
 export async function registryKnows(ctx: BusContext, agentId: string, timeoutMs = 1000): Promise<boolean | undefined> {
   const bucket = ctx.subjects.kv.agents;
   const body = new TextEncoder().encode(JSON.stringify({ last_by_subj: `$KV.${bucket}.${agentId}` }));
-  let reply;
+  let reply: Msg;
   try {
     reply = await ctx.mux.request(`$JS.API.DIRECT.GET.KV_${bucket}`, body, {
       timeoutMs,
