@@ -1,5 +1,5 @@
 import type { Command } from "commander";
-import { createLogger } from "../core/logger.js";
+import { createTerminalLogger } from "../core/logger.js";
 import { defaultConfig, loadConfig } from "../node/config.js";
 import { KovaNode } from "../node/node.js";
 import { ActorTypeRegistry, counterActor } from "../actors/index.js";
@@ -18,7 +18,7 @@ export function register(program: Command): void {
     .option("--grace-ms <ms>", "how long a graceful stop may take before the process exits anyway", "30000")
     .action(async (opts: { config?: string; graceMs: string }) => {
       const config = opts.config ? await loadConfig(opts.config) : defaultConfig();
-      const logger = createLogger();
+      const logger = createTerminalLogger();
       // A stray rejection in a long-running node is logged, not fatal: everything that
       // matters is journaled or fenced, and killing the node would move all its actors.
       process.on("unhandledRejection", (err) => logger.error({ err }, "unhandled rejection"));
