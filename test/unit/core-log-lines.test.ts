@@ -21,6 +21,6 @@ describe("terminal log lines", () => {
     await new Promise((r) => setImmediate(r));
     const text = chunks.join("");
     expect(text).toMatch(/ERROR connect failed err="\[NATS_AUTH_FAILED\] refused \(at .+\)"\n/);
-    expect(text).toMatch(/INFO  second\n$/);
+    expect(text).toMatch(/INFO {2}second\n$/);
   });
 });
