@@ -19,6 +19,7 @@ import { agentsBucket, readAgentRecord, type AgentRecord } from "../node/registr
 import { ActorErrorCode } from "../actors/errors.js";
 import { BusErrorCode } from "../bus/errors.js";
 import { NodeErrorCode } from "../node/errors.js";
+import { print, table } from "./output.js";
 
 type ClusterOpts = TargetOpts;
 
@@ -130,7 +131,7 @@ export function register(program: Command): void {
   );
 }
 
-async function withCluster(o: ClusterOpts, fn: (nc: NatsConnection, cluster: string) => Promise<void>): Promise<void> {
+export async function withCluster(o: TargetOpts, fn: (nc: NatsConnection, cluster: string) => Promise<void>): Promise<void> {
   const { urls, cluster, security } = await resolveTarget(o);
   let nc: NatsConnection;
   try {
@@ -168,12 +169,4 @@ async function readBucket<T>(nc: NatsConnection, bucket: string, cluster: string
   return out.sort((a, b) => String((a as { id?: string }).id).localeCompare(String((b as { id?: string }).id)));
 }
 
-function print(value: unknown): void {
-  process.stdout.write(`${JSON.stringify(value, null, 2)}\n`);
-}
 
-function table(head: string[], rows: string[][]): void {
-  const widths = head.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? "").length)));
-  const line = (cells: string[]) => cells.map((c, i) => c.padEnd(widths[i] ?? 0)).join("  ").trimEnd();
-  process.stdout.write(`${[line(head), ...rows.map(line)].join("\n")}\n`);
-}

@@ -14,6 +14,7 @@ const groups: Array<() => Promise<{ register: Register }>> = [
   () => import("./node-commands.js"),
   () => import("./cluster-commands.js"),
   () => import("./bus-commands.js"),
+  () => import("./schedule-commands.js"),
 ];
 
 export async function buildProgram(): Promise<Command> {

@@ -16,6 +16,7 @@ import { isValidId } from "../core/ids.js";
 import { redactUrl, type NatsSecurity } from "../bus/index.js";
 import { NATS_SECURITY_KEYS, natsSecurityFrom } from "./nats-config.js";
 import { toolsConfigFrom, type ToolsConfig } from "../tools/config.js";
+import { parseSchedule, type ScheduleSpec } from "./schedule-spec.js";
 import { mcpConfigFrom, type McpConfig } from "../tools/mcp/config.js";
 
 /**
@@ -122,6 +123,8 @@ export interface NodeConfig {
   tools: ToolsConfig;
   /** MCP servers whose tools agents may call (`[[mcp.servers]]`, see src/tools/mcp/config.ts). */
   mcp: McpConfig;
+  /** Messages sent on a cron expression or an interval (`[[schedules]]`, see schedule-spec.ts). */
+  schedules: ScheduleSpec[];
   /** The file this came from, if any. */
   configPath?: string;
 }
@@ -132,7 +135,7 @@ type Table = ConfigTable;
 export const DEFAULT_MAX_ACTORS = 10_000;
 export const DEFAULT_MAX_ACTORS_PER_NODE = 5_000;
 
-const TOP_KEYS = ["node", "cluster", "nats", "wal", "mailbox", "actors", "modules", "tools", "mcp"];
+const TOP_KEYS = ["node", "cluster", "nats", "wal", "mailbox", "actors", "modules", "tools", "mcp", "schedules"];
 
 /** The node id used when neither the file nor KOVA_NODE_ID names one: the host name, made id-safe. */
 export function defaultNodeId(): string {
@@ -231,6 +234,7 @@ function buildConfig(doc: Table, path: string | undefined, env: NodeJS.ProcessEn
     modules: [],
     tools: toolsConfigFrom(doc.tools, "tools", env, base),
     mcp: mcpConfigFrom(doc.mcp, "mcp", { env, baseDir: base }),
+    schedules: schedulesFrom(doc.schedules),
   };
   if (path) config.configPath = path;
   const urls = natsUrls(env.NATS_URL, nats.urls);
@@ -284,6 +288,18 @@ function walConfig(wal: Table, env: NodeJS.ProcessEnv): WalConfig {
     out.hmac = { key: secretFromEnv(h.key_env, "wal.hmac.key_env", env) };
   }
   return out;
+}
+
+function schedulesFrom(raw: unknown): ScheduleSpec[] {
+  if (raw === undefined) return [];
+  if (!Array.isArray(raw)) throw new ConfigError("schedules", "must be an array of tables: write each as [[schedules]] with id, cron or every, and to");
+  const seen = new Set<string>();
+  return raw.map((t, i) => {
+    const spec = parseSchedule(t, `schedules[${i}]`);
+    if (seen.has(spec.id)) throw new ConfigError(`schedules[${i}].id`, `${JSON.stringify(spec.id)} is used twice`);
+    seen.add(spec.id);
+    return spec;
+  });
 }
 
 function actorSpecs(raw: unknown, base: string): ActorSpec[] {

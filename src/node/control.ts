@@ -17,6 +17,16 @@ export function nodeSubject(cluster: string, nodeId: string, endpoint: NodeEndpo
   return `kova.${cluster}.node.${nodeId}.${endpoint}`;
 }
 
+/**
+ * Schedules are cluster-wide like spawn (any node answers): `{ op: "add", schedule }`,
+ * `{ op: "rm", id }`, `{ op: "ls" }`.
+ */
+export function schedulesSubject(cluster: string): string {
+  return `kova.${cluster}.control.schedules`;
+}
+
+export type SchedulesRequest = { op: "add"; schedule: Record<string, unknown> } | { op: "rm"; id: string } | { op: "ls" };
+
 export function spawnSubject(cluster: string): string {
   return `kova.${cluster}.control.spawn`;
 }

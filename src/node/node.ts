@@ -1,9 +1,9 @@
 import { hostname } from "node:os";
 import { join } from "node:path";
 import { mkdir } from "node:fs/promises";
-import { ErrorCode, isKovaError } from "../core/errors.js";
+import { ArgumentError, ErrorCode, isKovaError } from "../core/errors.js";
 import { sleep } from "../core/clock.js";
-import { newId } from "../core/ids.js";
+import { assertId, newId } from "../core/ids.js";
 import { createLogger, type Logger } from "../core/logger.js";
 import { KOVA_VERSION } from "../core/version.js";
 import { Bus, BusErrorCode, isConsumerNotFound, isTransientNatsError } from "../bus/index.js";
@@ -11,7 +11,7 @@ import { Wal } from "../wal/index.js";
 import { ActorHost, ActorTypeRegistry, LeaseLostError, type ActorState } from "../actors/index.js";
 import type { NodeConfig } from "./config.js";
 import { loadActorModules } from "./actor-modules.js";
-import { nodeSubject, spawnSubject, type AgentStatusView, type NodeStatusView, type SignalRequest, type SpawnRequest } from "./control.js";
+import { nodeSubject, schedulesSubject, spawnSubject, type SchedulesRequest, type AgentStatusView, type NodeStatusView, type SignalRequest, type SpawnRequest } from "./control.js";
 import { NodeControl } from "./control-handlers.js";
 import { LeaseTable } from "./lease.js";
 import { Membership } from "./membership.js";
@@ -20,6 +20,8 @@ import { jetStreamReplicas, resolveNats, type ResolvedNats, type ResolveNatsOpti
 import { PlacementController, type HostPort } from "./placement-controller.js";
 import { recoverPendingTurns, type NodeRecoveryReport } from "./recovery-policy.js";
 import { AgentRegistry, type AgentRecord } from "./registry.js";
+import { parseSchedule } from "./schedule-spec.js";
+import { ScheduleService } from "./schedules.js";
 
 export { KOVA_VERSION };
 
@@ -59,6 +61,7 @@ export class KovaNode {
   private micro: MicroService | undefined;
   private control!: NodeControl;
   private unknownSweep: NodeJS.Timeout | undefined;
+  private schedules: ScheduleService | undefined;
   private readonly log: Logger;
 
   private constructor(
@@ -204,6 +207,19 @@ export class KovaNode {
     this.placement.start();
     this.startUnknownAgentSweep();
     await this.whenNatsReady("announce", () => this.membership.markUp());
+    this.schedules = await this.whenNatsReady("schedules", () =>
+      ScheduleService.start({
+        nc: this.bus.nc,
+        bus: this.bus,
+        cluster,
+        replicas,
+        logger: this.log,
+        nodeId: this.nodeId,
+        onFired: (e) => this.publish("schedule_fired", e.id, { ...e, node: this.nodeId }),
+        onSkipped: (e) => this.publish("schedule_skipped", e.id, { ...e, node: this.nodeId }),
+      }),
+    );
+    for (const spec of config.schedules) await this.whenNatsReady("schedules", () => this.schedules!.upsert(spec, "config"));
     await this.whenNatsReady("services", () => this.startServices());
     this.log.info({ cluster: config.cluster, nats: this.nats.source, recovery: this.recovery }, "node started");
   }
@@ -327,9 +343,28 @@ export class KovaNode {
         { name: "status", subject: nodeSubject(cluster, nodeId, "status"), handler: async () => control.status() },
         { name: "agents", subject: nodeSubject(cluster, nodeId, "agents"), handler: async () => control.agents() },
         { name: "spawn", subject: spawnSubject(cluster), handler: async (d) => control.spawn(json(d) as SpawnRequest) },
+        { name: "schedules", subject: schedulesSubject(cluster), handler: async (d) => this.scheduleRequest(json(d) as SchedulesRequest) },
         { name: "signal", subject: nodeSubject(cluster, nodeId, "signal"), handler: async (d) => control.signal(json(d) as SignalRequest) },
       ],
     });
+  }
+
+  /**
+   * `kova schedules add|rm|ls` (the `schedules` endpoint).
+   * @throws ConfigError for an invalid schedule; ArgumentError for an unknown op
+   */
+  private async scheduleRequest(req: SchedulesRequest): Promise<unknown> {
+    const svc = this.schedules!;
+    switch (req?.op) {
+      case "add":
+        return svc.upsert(parseSchedule(req.schedule, "schedule"), "api");
+      case "rm":
+        return { removed: await svc.remove(assertId("schedule id", req.id)) };
+      case "ls":
+        return svc.list();
+      default:
+        throw new ArgumentError("op", `unknown schedules operation ${JSON.stringify((req as { op?: unknown })?.op)}: use add, rm or ls`);
+    }
   }
 
   /** This node's status (what the `status` endpoint answers). */
@@ -385,6 +420,7 @@ export class KovaNode {
   /** Closes whatever was opened, in reverse order; used by stop and by a failed start. */
   private async teardown(): Promise<void> {
     if (this.unknownSweep) clearInterval(this.unknownSweep);
+    this.schedules?.stop();
     await this.placement?.stop().catch(() => undefined);
     await this.host?.stopAll().catch(() => undefined);
     this.membership?.stop();

@@ -1,0 +1,201 @@
+import type { NatsConnection } from "@nats-io/transport-node";
+import type { KV } from "@nats-io/kv";
+import { checkFormatVersion } from "../core/format-version.js";
+import type { Logger } from "../core/logger.js";
+import { createEnvelope, isWrongLastSequence, type Bus } from "../bus/index.js";
+import { KvMirror, encodeJson, openBucket } from "./kv-mirror.js";
+import { dueTick, nextTick, type ScheduleSpec } from "./schedule-spec.js";
+
+export const SCHEDULE_RECORD_VERSION = 1;
+const READABLE: readonly number[] = [1];
+
+/** A schedule as stored in KV `kova_<c>_schedules`: its spec and the last tick handled. */
+export interface ScheduleRecord {
+  v?: number;
+  spec: ScheduleSpec;
+  /** Ticks of interval schedules are `anchor + k × every`; cron ignores it. */
+  anchor: number;
+  /** Scheduled time (epoch ms) of the last tick handled, fired or skipped. */
+  lastTick: number;
+  /** `config` (kova.toml, re-applied at every node start) or `api` (kova schedules add). */
+  source: "config" | "api";
+  updatedAt: number;
+  /** A tick a node claimed and has not confirmed sending yet (it may have died in between). */
+  pending?: { tick: number; node: string; at: number; missed: number };
+}
+
+export interface ScheduleView extends ScheduleRecord {
+  /** The next fire times, for `kova schedules ls`. */
+  next: number[];
+}
+
+export function schedulesBucket(cluster: string): string {
+  return `kova_${cluster}_schedules`;
+}
+
+function readRecord(id: string, value: unknown): ScheduleRecord {
+  const r = value as ScheduleRecord;
+  checkFormatVersion(`schedule ${id}`, r?.v, READABLE);
+  return r;
+}
+
+export interface ScheduleServiceOptions {
+  nc: NatsConnection;
+  bus: Bus;
+  cluster: string;
+  replicas?: number;
+  logger: Logger;
+  /** How often due ticks are looked for (default 250 ms). */
+  checkMs?: number;
+  /** This node's id, recorded with a claim. */
+  nodeId: string;
+  /** How long a claim may stay unconfirmed before another node sends for it (default 5 s). */
+  reclaimMs?: number;
+  /** Told after each fired tick (for events); `missed` > 0 for a run_once catch-up. */
+  onFired?: (e: { id: string; tick: number; to: string; missed: number }) => void;
+  /** Told when missed ticks were let pass (catch_up = "skip"). */
+  onSkipped?: (e: { id: string; tick: number; missed: number }) => void;
+}
+
+/**
+ * Fires schedules exactly once per tick across the cluster. Every node runs one. For a due
+ * tick a node first claims it: a compare-and-set that moves `lastTick` to the tick and
+ * records the claim as `pending`; only the winner sends, under the message id
+ * `sched-<id>-<tick>`, then clears `pending`. A claimer that dies between claim and clear
+ * leaves `pending` behind; after `reclaimMs` another node sends the same message again
+ * (the A2A stream's duplicate window stores it once) and clears it. So three nodes never
+ * fire a tick three times, and a node killed mid-tick loses no tick.
+ */
+export class ScheduleService {
+  private timer: NodeJS.Timeout | undefined;
+  private running = false;
+  private readonly log: Logger;
+
+  private constructor(
+    private readonly opts: ScheduleServiceOptions,
+    readonly kv: KV,
+    private readonly mirror: KvMirror<ScheduleRecord>,
+  ) {
+    this.log = opts.logger.child({ component: "schedules" });
+  }
+
+  static async start(opts: ScheduleServiceOptions): Promise<ScheduleService> {
+    const kv = await openBucket(opts.nc, schedulesBucket(opts.cluster), opts.replicas);
+    const mirror = await KvMirror.start<ScheduleRecord>(kv, opts.logger.child({ component: "schedules" }), readRecord);
+    const svc = new ScheduleService(opts, kv, mirror);
+    svc.timer = setInterval(() => void svc.check(), opts.checkMs ?? 250);
+    svc.timer.unref();
+    return svc;
+  }
+
+  /**
+   * Creates or updates a schedule. An update keeps `lastTick` (a restart with the same
+   * kova.toml does not re-fire anything); a new one starts counting now.
+   */
+  async upsert(spec: ScheduleSpec, source: ScheduleRecord["source"]): Promise<{ created: boolean }> {
+    for (let attempt = 0; attempt < 10; attempt++) {
+      const cur = await this.kv.get(spec.id);
+      const now = Date.now();
+      try {
+        if (!cur || cur.operation !== "PUT") {
+          const record: ScheduleRecord = { v: SCHEDULE_RECORD_VERSION, spec, anchor: now, lastTick: now, source, updatedAt: now };
+          if (cur) await this.kv.update(spec.id, encodeJson(record), cur.revision);
+          else await this.kv.create(spec.id, encodeJson(record));
+          return { created: true };
+        }
+        const old = readRecord(spec.id, cur.json<unknown>());
+        if (JSON.stringify(old.spec) === JSON.stringify(spec) && old.source === source) return { created: false };
+        const record: ScheduleRecord = { ...old, v: SCHEDULE_RECORD_VERSION, spec, source, updatedAt: now };
+        await this.kv.update(spec.id, encodeJson(record), cur.revision);
+        return { created: false };
+      } catch (err) {
+        if (!isWrongLastSequence(err)) throw err;
+      }
+    }
+    throw new Error(`schedule ${spec.id} kept changing under this update; try again`);
+  }
+
+  /** @returns whether there was a schedule to remove */
+  async remove(id: string): Promise<boolean> {
+    const cur = await this.kv.get(id);
+    if (!cur || cur.operation !== "PUT") return false;
+    await this.kv.delete(id);
+    return true;
+  }
+
+  list(now = Date.now(), count = 3): ScheduleView[] {
+    const out: ScheduleView[] = [];
+    for (const [, e] of this.mirror.entries()) {
+      const next: number[] = [];
+      let t = Math.max(e.value.lastTick, now);
+      for (let i = 0; i < count; i++) next.push((t = nextTick(e.value.spec, t, e.value.anchor)));
+      out.push({ ...e.value, next });
+    }
+    return out.sort((a, b) => a.spec.id.localeCompare(b.spec.id));
+  }
+
+  /** One pass over every schedule: fire what is due. Passes never overlap. */
+  async check(now = Date.now()): Promise<void> {
+    if (this.running) return;
+    this.running = true;
+    try {
+      const grace = Math.max(5_000, 3 * (this.opts.checkMs ?? 250));
+      const reclaimMs = this.opts.reclaimMs ?? 5_000;
+      for (const [id, e] of [...this.mirror.entries()]) {
+        const rec = e.value;
+        const work = rec.pending
+          ? rec.pending.at + reclaimMs <= now
+            ? this.send(id, rec, e.revision, rec.pending, "reclaimed")
+            : undefined
+          : this.claim(id, rec, e.revision, dueTick(rec.spec, rec.lastTick, rec.anchor, now, grace));
+        await work?.catch((err: unknown) => this.log.warn({ err, schedule: id }, "schedule tick failed; retrying on the next pass"));
+      }
+    } finally {
+      this.running = false;
+    }
+  }
+
+  /** Claims a due tick (compare-and-set); the winner sends. */
+  private async claim(id: string, rec: ScheduleRecord, revision: number, due: { latest: number; fire: boolean; missed: number } | undefined): Promise<void> {
+    if (!due) return;
+    const pending = due.fire ? { tick: due.latest, node: this.opts.nodeId, at: Date.now(), missed: due.missed } : undefined;
+    const claimed: ScheduleRecord = { ...rec, lastTick: due.latest, updatedAt: Date.now(), ...(pending ? { pending } : {}) };
+    if (!pending) delete claimed.pending;
+    const rev = await this.cas(id, claimed, revision);
+    if (rev === undefined) return; // another node claimed it
+    if (!pending) {
+      this.log.warn({ schedule: id, missed: due.missed }, 'schedule skipped ticks missed while no node ran (catch_up = "skip")');
+      this.opts.onSkipped?.({ id, tick: due.latest, missed: due.missed });
+      return;
+    }
+    await this.send(id, claimed, rev, pending, "claimed");
+  }
+
+  /** Sends the message of a claimed tick, then clears the claim. */
+  private async send(id: string, rec: ScheduleRecord, revision: number, p: NonNullable<ScheduleRecord["pending"]>, how: "claimed" | "reclaimed"): Promise<void> {
+    const { spec } = rec;
+    await this.opts.bus.send(createEnvelope({ id: `sched-${id}-${p.tick}`, from: "kova-scheduler", to: spec.to, type: spec.type, payload: spec.payload ?? null }));
+    const done: ScheduleRecord = { ...rec, updatedAt: Date.now() };
+    delete done.pending;
+    if ((await this.cas(id, done, revision)) === undefined) return;
+    this.log.info({ schedule: id, tick: new Date(p.tick).toISOString(), to: spec.to, missed: p.missed, how }, "schedule fired");
+    this.opts.onFired?.({ id, tick: p.tick, to: spec.to, missed: p.missed });
+  }
+
+  /** Writes `rec` if the schedule is still at `revision`; undefined when another node changed it first. */
+  private async cas(id: string, rec: ScheduleRecord, revision: number): Promise<number | undefined> {
+    try {
+      const rev = await this.kv.update(id, encodeJson(rec), revision);
+      this.mirror.note(id, rec, rev);
+      return rev;
+    } catch (err) {
+      if (isWrongLastSequence(err)) return undefined;
+      throw err;
+    }
+  }
+
+  stop(): void {
+    if (this.timer) clearInterval(this.timer);
+    this.mirror.stop();
+  }
+}
