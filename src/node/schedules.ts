@@ -97,7 +97,7 @@ export class ScheduleService {
       const cur = await this.kv.get(spec.id);
       const now = Date.now();
       try {
-        if (!cur || cur.operation !== "PUT") {
+        if (cur?.operation !== "PUT") {
           const record: ScheduleRecord = { v: SCHEDULE_RECORD_VERSION, spec, anchor: now, lastTick: now, source, updatedAt: now };
           if (cur) await this.kv.update(spec.id, encodeJson(record), cur.revision);
           else await this.kv.create(spec.id, encodeJson(record));
@@ -118,7 +118,7 @@ export class ScheduleService {
   /** @returns whether there was a schedule to remove */
   async remove(id: string): Promise<boolean> {
     const cur = await this.kv.get(id);
-    if (!cur || cur.operation !== "PUT") return false;
+    if (cur?.operation !== "PUT") return false;
     await this.kv.delete(id);
     return true;
   }
