@@ -169,8 +169,12 @@ export class Bus {
     return respond(this.ctx, original, result, opts);
   }
 
-  /** @throws KovaError INVALID_ENVELOPE for a malformed event */
-  publishEvent(event: KovaEvent, opts?: { durable?: boolean }): Promise<void> {
+  /**
+   * Publishes an event (durable by default: retried through a NATS server loss for up to
+   * `timeoutMs`, default 30 s).
+   * @throws KovaError INVALID_ENVELOPE for a malformed event; KovaTimeoutError when not stored in time
+   */
+  publishEvent(event: KovaEvent, opts?: { durable?: boolean; timeoutMs?: number }): Promise<void> {
     this.open("publishEvent");
     return publishEvent(this.ctx, event, opts);
   }

@@ -1,6 +1,7 @@
 import { headers as natsHeaders } from "@nats-io/transport-node";
 import { KovaError } from "../core/errors.js";
-import { isValidId } from "../core/ids.js";
+import { isValidId, newId } from "../core/ids.js";
+import { publishAcked } from "./acked-publish.js";
 import type { BusContext } from "./context.js";
 import { ContentType, Header } from "./wire.js";
 import { BusErrorCode } from "./errors.js";
@@ -34,10 +35,13 @@ function check(event: KovaEvent): void {
 
 /**
  * Publishes an event as JSON. Durable by default (resolves after the EVENTS stream
- * stored it); `durable: false` is a plain publish for high-rate streams such as tokens.
- * @throws KovaError INVALID_ENVELOPE for a malformed event, before anything is sent
+ * stored it, retrying through a NATS server loss or leader election for up to
+ * `timeoutMs`, default 30 s); `durable: false` is a plain publish for high-rate streams
+ * such as tokens.
+ * @throws KovaError INVALID_ENVELOPE for a malformed event, before anything is sent;
+ *   KovaTimeoutError when the stream did not store it in time
  */
-export async function publishEvent(ctx: BusContext, event: KovaEvent, opts: { durable?: boolean } = {}): Promise<void> {
+export async function publishEvent(ctx: BusContext, event: KovaEvent, opts: { durable?: boolean; timeoutMs?: number } = {}): Promise<void> {
   check(event);
   const subject = ctx.subjects.events(event.sessionId, event.runId);
   const h = natsHeaders();
@@ -47,7 +51,11 @@ export async function publishEvent(ctx: BusContext, event: KovaEvent, opts: { du
     ctx.nc.publish(subject, data, { headers: h });
     return;
   }
-  await ctx.js.publish(subject, data, { headers: h });
+  // An actor's turn waits for this ack (ctx.emit is a journaled step): failing it on
+  // the first timeout of a leader election used to fail the turn and dead-letter its
+  // message. A retry whose first try was stored is dropped by the stream (Nats-Msg-Id).
+  h.set(Header.MsgId, newId());
+  await publishAcked(ctx, subject, data, h, { timeoutMs: opts.timeoutMs ?? 30_000, what: "event publish" });
 }
 
 /**

@@ -1,0 +1,85 @@
+import type { PubAck } from "@nats-io/jetstream";
+import type { MsgHdrs } from "@nats-io/transport-node";
+import { sleep } from "../core/clock.js";
+import { ErrorCode, KovaError } from "../core/errors.js";
+import type { BusContext } from "./context.js";
+import { KovaNoRespondersError, subjectTimeout } from "./errors.js";
+
+// JetStream answers "no responders" while it starts up after a restart; past this
+// window the stream is really missing.
+const NO_RESPONDERS_GRACE_MS = 5_000;
+const ATTEMPT_TIMEOUT_MS = 2_000;
+
+export interface AckedPublishOptions {
+  /** Total time to get the JetStream ack, retries included. */
+  timeoutMs: number;
+  /** Named in the timeout error ("durable send", "event publish"). */
+  what: string;
+}
+
+/**
+ * Publishes to a JetStream subject and resolves with the stream's ack, retrying while
+ * NATS is away: a server restart, a leader election after a server loss. The caller
+ * sets `Nats-Msg-Id` in `headers`, which makes a retry of a publish that was stored but
+ * whose ack was lost a duplicate that the stream stores once.
+ * @throws KovaNoRespondersError when no stream captures the subject, KovaTimeoutError
+ *   when no ack came within `timeoutMs`, KovaError REMOTE_ERROR when JetStream refused it
+ */
+export async function publishAcked(ctx: BusContext, subject: string, data: Uint8Array, headers: MsgHdrs, opts: AckedPublishOptions): Promise<PubAck> {
+  const { timeoutMs } = opts;
+  const started = Date.now();
+  for (let attempt = 1; ; attempt++) {
+    const left = timeoutMs - (Date.now() - started);
+    let outcome: PubAck | "no_responders" | "timeout";
+    try {
+      // A JetStream publish is a request whose reply is the stream's ack; through our
+      // mux rather than js.publish, which builds an Error per call (see request-mux.ts).
+      // Short attempts: a publish that reaches a server still loading its streams gets
+      // no answer at all, and a retry is harmless (same Nats-Msg-Id).
+      const reply = await ctx.mux.request(subject, data, {
+        timeoutMs: Math.max(100, Math.min(left, ATTEMPT_TIMEOUT_MS)),
+        headers,
+        noResponders: () => new NoResponse("no_responders"),
+        timedOut: () => new NoResponse("timeout"),
+      });
+      outcome = parsePubAck(reply.data, subject);
+    } catch (err) {
+      if (!(err instanceof NoResponse)) throw err;
+      outcome = err.kind;
+    }
+    if (typeof outcome === "object") return outcome;
+    const elapsed = Date.now() - started;
+    if (outcome === "no_responders" && elapsed >= Math.min(NO_RESPONDERS_GRACE_MS, timeoutMs)) {
+      throw new KovaNoRespondersError(subject, "no JetStream stream captures it: start a Kova node or call bus.ensureStreams()");
+    }
+    if (elapsed >= timeoutMs) throw subjectTimeout(opts.what, subject, timeoutMs);
+    ctx.log.debug({ subject, attempt, outcome }, "publish not acknowledged yet; retrying");
+    await sleep(Math.min(50 * 2 ** Math.min(attempt, 5), Math.max(0, timeoutMs - elapsed)));
+  }
+}
+
+class NoResponse extends Error {
+  constructor(readonly kind: "no_responders" | "timeout") {
+    super(kind);
+  }
+}
+
+const utf8 = new TextDecoder();
+
+/** `{"stream":"S","seq":1,"duplicate":true}` or `{"error":{"code":…,"description":…}}`. */
+function parsePubAck(data: Uint8Array, subject: string): PubAck {
+  let body: { stream?: string; seq?: number; duplicate?: boolean; domain?: string; error?: { code?: number; err_code?: number; description?: string } };
+  try {
+    body = JSON.parse(utf8.decode(data)) as typeof body;
+  } catch {
+    throw new KovaError(ErrorCode.REMOTE_ERROR, `publish on ${subject}: the reply is not a JetStream ack`, { data: { subject } });
+  }
+  if (body.error || typeof body.stream !== "string" || typeof body.seq !== "number") {
+    const e = body.error ?? {};
+    throw new KovaError(ErrorCode.REMOTE_ERROR, `publish on ${subject} refused by JetStream: ${e.description ?? "invalid ack"} (${e.err_code ?? e.code ?? "?"})`, {
+      retryable: e.code === 503,
+      data: { subject, ...e },
+    });
+  }
+  return { stream: body.stream, seq: body.seq, duplicate: body.duplicate === true, ...(body.domain ? { domain: body.domain } : {}) };
+}
