@@ -1,6 +1,7 @@
 import { AckPolicy, DeliverPolicy, type ConsumerConfig } from "@nats-io/jetstream";
 import { JetStreamStatus } from "@nats-io/jetstream/internal";
 import { nanos, type Msg } from "@nats-io/transport-node";
+import { backoffMs, sleep } from "../core/clock.js";
 import { isKovaError } from "../core/errors.js";
 import type { Logger } from "../core/logger.js";
 import { assertId } from "../core/ids.js";
@@ -13,7 +14,7 @@ import { replyToProblem } from "./reply-subject.js";
 import { DlqReason } from "./wire.js";
 import { nakNow, PullInbox, type PullTarget } from "./pull-inbox.js";
 import { PulledMsg } from "./pulled-msg.js";
-import { isConsumerExists, isConsumerNotFound } from "./nats-errors.js";
+import { isConsumerExists, isConsumerNotFound, isTransientNatsError } from "./nats-errors.js";
 
 /** What a handler gets besides the envelope. */
 export interface MailboxContext {
@@ -29,7 +30,11 @@ export interface MailboxContext {
   encoding: Encoding;
 }
 
-/** Resolve → the message is acked. Throw → nak with backoff, redelivered in order. */
+/**
+ * Resolve → the message is acked. Throw → nak with backoff, redelivered in order; except
+ * a transient NATS failure (see `transientRetryMs`), after which the handler runs again
+ * in place.
+ */
 export type MailboxHandler = (env: A2AEnvelope, ctx: MailboxContext) => Promise<void>;
 
 export interface MailboxOptions {
@@ -50,6 +55,15 @@ export interface MailboxOptions {
    * (clustered NATS failover) is re-issued at most this + 2 s later; on a reconnect at once.
    */
   pullExpiresMs?: number;
+  /**
+   * How long a handler that fails because NATS is briefly unavailable (a timeout, no
+   * responders, JetStream not ready or answering 503: a server restart or a leader
+   * election) is run again in place, the message kept by heartbeats, before it is nak'd
+   * (default 60 s). A nak spends one of the message's `maxDeliver` deliveries: an
+   * election of a few seconds would otherwise push messages into the DLQ that nothing
+   * is wrong with.
+   */
+  transientRetryMs?: number;
 }
 
 export interface Mailbox {
@@ -278,7 +292,7 @@ class MailboxImpl implements Mailbox, PullTarget {
     const heartbeat = this.heartbeatMs > 0 ? setInterval(() => m.working(), this.heartbeatMs) : undefined;
     heartbeat?.unref();
     try {
-      await this.handler(env, {
+      await this.runHandler(env, {
         deliveryCount,
         working: () => m.working(),
         signal: this.signal,
@@ -296,6 +310,26 @@ class MailboxImpl implements Mailbox, PullTarget {
     this.remember(env.id);
     if (this.stopping) await this.ack(m);
     else m.ack(); // the common case, without another await on the hot path
+  }
+
+  /** The handler, run again after a transient NATS failure while the budget lasts and the mailbox is open. */
+  private async runHandler(env: A2AEnvelope, ctx: MailboxContext): Promise<void> {
+    const started = performance.now();
+    const budget = this.opts.transientRetryMs ?? 60_000;
+    for (let attempt = 1; ; attempt++) {
+      try {
+        await this.handler(env, ctx);
+        return;
+      } catch (err) {
+        const transient = isTransientNatsError(err) || isKovaError(err, BusErrorCode.NATS_UNREACHABLE) || isKovaError(err, BusErrorCode.JETSTREAM_UNAVAILABLE);
+        if (!transient || this.stopping || performance.now() - started > budget) throw err;
+        const delay = backoffMs(attempt, 100, 2_000);
+        this.log.info({ err, id: env.id, attempt, retryInMs: delay }, "handler hit a NATS outage; running it again in place (the message keeps its deliveries)");
+        await sleep(delay, this.signal).catch(() => {
+          throw err;
+        });
+      }
+    }
   }
 
   /**

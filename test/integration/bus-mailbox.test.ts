@@ -1,4 +1,4 @@
-import { connect } from "@nats-io/transport-node";
+import { connect, TimeoutError } from "@nats-io/transport-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { isNoResponders } from "../../src/bus/errors.js";
 import { Bus, StreamConflictError, createEnvelope, type A2AEnvelope } from "../../src/bus/index.js";
@@ -74,6 +74,33 @@ describe("bus mailbox", () => {
     expect(failedOnce).toBe(true);
     expect(seen).toEqual([...Array(n).keys()]);
     expect(maxConcurrent).toBe(1);
+  });
+
+  it("mailbox - a handler failing on a NATS outage runs again in place: the message spends no delivery and never nears max_deliver", async () => {
+    const bus = await connectBus(server.url, uniqueCluster());
+    try {
+      const calls: number[] = [];
+      let done = false;
+      await bus.openMailbox(
+        "flaky",
+        async (_env, ctx) => {
+          calls.push(ctx.deliveryCount);
+          // What a checkpoint save throws while JetStream elects a leader.
+          if (calls.length <= 3) throw new TimeoutError();
+          done = true;
+        },
+        { maxDeliver: 2, backoffMs: [100] },
+      );
+      await bus.send(createEnvelope({ from: "tester", to: "flaky", type: "task_delegate", payload: 1 }));
+      await waitFor(() => done, 10_000, "the handler succeeding");
+      expect(calls).toEqual([1, 1, 1, 1]);
+      const info = await bus.jsm.consumers.info(bus.subjects.streams.a2a, bus.subjects.consumer("flaky"));
+      expect(info.num_redelivered).toBe(0);
+      const dlq = await bus.jsm.streams.info(bus.subjects.streams.dlq);
+      expect(dlq.state.messages).toBe(0);
+    } finally {
+      await bus.close();
+    }
   });
 
   it("mailbox - a plain @nats-io client publishing JSON reaches the mailbox", async () => {
