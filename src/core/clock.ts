@@ -28,3 +28,29 @@ export function backoffMs(attempt: number, baseMs = 100, maxMs = 30_000, random 
   const ceiling = Math.min(maxMs, baseMs * 2 ** Math.max(0, attempt - 1));
   return Math.round(ceiling / 2 + (random() * ceiling) / 2);
 }
+
+/**
+ * A point in time read from two clocks, for measuring intervals that must count time
+ * the machine spent suspended. `performance.now()` (CLOCK_MONOTONIC on Linux, the same
+ * on macOS through mach_absolute_time) does not advance while a VM or laptop sleeps;
+ * `Date.now()` (the wall clock) does, but an NTP step or an operator can move it either
+ * way. See {@link elapsedSince}.
+ */
+export interface TimeMark {
+  readonly mono: number;
+  readonly wall: number;
+}
+
+export function markTime(): TimeMark {
+  return { mono: performance.now(), wall: Date.now() };
+}
+
+/**
+ * Milliseconds since `mark`, never less than what either clock measured: a suspend
+ * shows through the wall clock, a wall clock set back is outweighed by the monotonic
+ * one. A wall clock stepped forward overstates the interval, which for a deadline means
+ * expiring early: the safe side for a lease fence, never the unsafe one.
+ */
+export function elapsedSince(mark: TimeMark, now: TimeMark = markTime()): number {
+  return Math.max(now.mono - mark.mono, now.wall - mark.wall);
+}

@@ -2,7 +2,7 @@ import type { NatsConnection } from "@nats-io/transport-node";
 import type { KV } from "@nats-io/kv";
 import { LeaseLostError } from "../actors/errors.js";
 import type { Logger } from "../core/logger.js";
-import { KvMirror, encodeJson, openBucket, type MirrorEntry } from "./kv-mirror.js";
+import { KvMirror, encodeJson, openBucket, type MirrorEntry, type MirrorTiming } from "./kv-mirror.js";
 import { isWrongLastSequence } from "../bus/nats-errors.js";
 import { checkFormatVersion } from "../core/format-version.js";
 
@@ -61,10 +61,12 @@ export class LeaseTable {
     incarnation: string;
     replicas?: number;
     logger: Logger;
+    /** How the lease mirror checks its watch (default: a 1 s heartbeat's). */
+    timing?: MirrorTiming;
   }): Promise<LeaseTable> {
     const kv = await openBucket(opts.nc, leasesBucket(opts.cluster), opts.replicas);
     const logger = opts.logger.child({ component: "lease" });
-    const mirror = await KvMirror.start<LeaseRecord>(kv, logger, readLeaseRecord);
+    const mirror = await KvMirror.start<LeaseRecord>(kv, logger, { decode: readLeaseRecord, nc: opts.nc, ...opts.timing });
     return new LeaseTable(kv, mirror, opts.nodeId, opts.incarnation, logger);
   }
 
@@ -72,10 +74,39 @@ export class LeaseTable {
     return this.mirror.get(actorId);
   }
 
-  /** True when the mirror says this very process holds the lease. */
+  /**
+   * True when the mirror says this very process holds the lease, and the mirror is
+   * current (see {@link healthy}): a frozen view must not vouch for a lease.
+   */
   holds(actorId: string): boolean {
+    if (!this.mirror.healthy()) return false;
     const e = this.mirror.get(actorId);
     return e?.value.node === this.nodeId && e.value.incarnation === this.incarnation;
+  }
+
+  /**
+   * Whether the lease mirror is current: its watch runs and nothing says it is behind
+   * (no restart, reconnect or process freeze since it was last checked against the
+   * server). While it is not, `holds()` is false for every actor.
+   */
+  healthy(): boolean {
+    return this.mirror.healthy();
+  }
+
+  /** Resolves true once the lease mirror is healthy, false after `timeoutMs`. */
+  whenHealthy(timeoutMs: number): Promise<boolean> {
+    return this.mirror.whenHealthy(timeoutMs);
+  }
+
+  onHealth(listener: (healthy: boolean) => void): () => void {
+    return this.mirror.onHealth(listener);
+  }
+
+  /** Actor ids whose lease, as last seen, names this very process (whatever the mirror's health). */
+  heldHere(): string[] {
+    const out: string[] = [];
+    for (const [id, e] of this.mirror.entries()) if (e.value.node === this.nodeId && e.value.incarnation === this.incarnation) out.push(id);
+    return out;
   }
 
   /** Actor ids whose lease names `nodeId` (any incarnation). */

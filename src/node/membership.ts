@@ -1,7 +1,8 @@
 import type { NatsConnection } from "@nats-io/transport-node";
 import type { KV } from "@nats-io/kv";
+import { elapsedSince, markTime, type TimeMark } from "../core/clock.js";
 import type { Logger } from "../core/logger.js";
-import { KvMirror, encodeJson, openBucket, type MirrorEntry } from "./kv-mirror.js";
+import { KvMirror, encodeJson, openBucket, type MirrorEntry, type MirrorTiming } from "./kv-mirror.js";
 
 /** What a node writes into `kova_<cluster>_nodes` at every heartbeat. */
 export interface NodeRecord {
@@ -46,6 +47,8 @@ export interface MembershipOptions {
    * 60 s), so `kova nodes ls` does not list every node that ever ran.
    */
   pruneAfterMs?: number;
+  /** How the nodes mirror checks its watch (default: a 1 s heartbeat's). */
+  timing?: MirrorTiming;
 }
 
 export function nodesBucket(cluster: string): string {
@@ -63,9 +66,16 @@ export class Membership {
   private readonly listeners = new Set<() => void>();
   private timer: NodeJS.Timeout | undefined;
   private stopped = false;
-  private lastOkStart = 0;
-  /** When our last heartbeat write completed: the bucket was writable up to then. */
-  private lastOkEnd = 0;
+  /** When our last successful heartbeat write started, on both clocks (see selfHealthy). */
+  private lastOkStart: TimeMark | undefined;
+  /** Our heartbeat writes whose echo the watch has not delivered yet: revision and start. */
+  private readonly unechoed: Array<{ revision: number; start: number }> = [];
+  /**
+   * Start of our newest heartbeat write that the watch has delivered back. Every write to
+   * the bucket before it was delivered before it (one stream, in order), so a peer's
+   * silence up to this moment is real, not a frozen or broken watch of ours.
+   */
+  private freshUntil = 0;
   private readonly inFlight = new Set<Promise<void>>();
   private liveKey = "";
   private state: NodeRecord["state"] = "starting";
@@ -82,7 +92,7 @@ export class Membership {
    */
   static async join(opts: MembershipOptions): Promise<Membership> {
     const kv = await openBucket(opts.nc, nodesBucket(opts.cluster), opts.replicas);
-    const mirror = await KvMirror.start<NodeRecord>(kv, opts.logger.child({ bucket: "nodes" }));
+    const mirror = await KvMirror.start<NodeRecord>(kv, opts.logger.child({ bucket: "nodes" }), { nc: opts.nc, ...opts.timing });
     const m = new Membership(opts, kv, mirror);
     // Entries present at start count as just seen: a node that really is dead is found
     // out staleAfterMs later, and a live one is never mistaken for dead on our start.
@@ -135,7 +145,7 @@ export class Membership {
 
 
   private async beat(state: NodeRecord["state"]): Promise<void> {
-    const start = performance.now();
+    const start = markTime();
     const record: NodeRecord = {
       ...this.opts.self,
       state,
@@ -143,26 +153,43 @@ export class Membership {
       actors: this.opts.actorCount?.() ?? 0,
     };
     const revision = await this.kv.put(this.opts.self.id, encodeJson(record));
-    if (this.lastOkStart > 0 && start - this.lastOkStart > this.opts.staleAfterMs) {
-      // This node could not write (NATS down, process frozen), so it could not watch
-      // either: silence it saw from peers meanwhile says nothing about them. Give every
-      // peer a fresh window instead of taking over all their actors on the way back.
-      const now = performance.now();
-      for (const id of this.lastSeen.keys()) this.lastSeen.set(id, now);
-      this.opts.logger.warn({ gapMs: Math.round(start - this.lastOkStart) }, "heartbeats resumed after a gap; peers get a fresh staleness window");
-    }
-    this.lastOkStart = Math.max(this.lastOkStart, start);
-    this.lastOkEnd = performance.now();
+    if (this.lastOkStart === undefined || start.mono > this.lastOkStart.mono) this.lastOkStart = start;
+    this.unechoed.push({ revision, start: start.mono });
+    this.unechoed.sort((a, b) => a.revision - b.revision);
+    // A watch that never delivers is restarted by the mirror; meanwhile keep the newest.
+    if (this.unechoed.length > 64) this.unechoed.shift();
     this.mirror.note(this.opts.self.id, record, revision);
     await this.prune();
     // Staleness of peers is re-evaluated on our own beat too: a silent peer changes no key.
     this.notifyIfChanged();
   }
 
+  /**
+   * Advances `freshUntil` to the newest heartbeat of ours the watch delivered back.
+   * After a gap longer than the staleness window (NATS down, this process frozen, the
+   * watch stuck) this node could not see its peers, so silence it noted meanwhile says
+   * nothing about them: every peer gets a fresh window instead of being declared dead
+   * and having its actors taken on the way back.
+   */
+  private fresh(): number {
+    const delivered = this.mirror.watchedRevision;
+    let echoed: { revision: number; start: number } | undefined;
+    while (this.unechoed.length > 0 && this.unechoed[0]!.revision <= delivered) echoed = this.unechoed.shift();
+    if (echoed !== undefined && echoed.start > this.freshUntil) {
+      if (this.freshUntil > 0 && echoed.start - this.freshUntil > this.opts.staleAfterMs) {
+        const now = performance.now();
+        for (const id of this.lastSeen.keys()) this.lastSeen.set(id, now);
+        this.opts.logger.warn({ gapMs: Math.round(echoed.start - this.freshUntil) }, "the nodes view resumed after a gap; peers get a fresh staleness window");
+      }
+      this.freshUntil = echoed.start;
+    }
+    return this.freshUntil;
+  }
+
   /** Deletes long-dead records, by compare-and-set so that a node that came back is kept. */
   private async prune(): Promise<void> {
     const after = this.opts.pruneAfterMs ?? Math.max(60_000, 10 * this.opts.staleAfterMs);
-    const now = performance.now();
+    const now = this.fresh();
     for (const [id, e] of this.mirror.entries()) {
       const seen = this.lastSeen.get(id);
       if (id === this.opts.self.id || seen === undefined || now - seen < after) continue;
@@ -179,9 +206,24 @@ export class Membership {
    * `lastOkStart + staleAfterMs`; one heartbeat interval is kept as margin. Used as the
    * fence: a node that was frozen or cut off that long runs no journaled step until a
    * heartbeat succeeds again (by then its lease mirror has caught up, see docs/cluster.md).
+   *
+   * The interval is measured on the monotonic and the wall clock and the larger is
+   * taken: the monotonic clock stops while the machine is suspended (a VM paused, a
+   * laptop asleep), and a node that wakes after its peers took over must not take
+   * that pause for no time at all (core/clock.ts, elapsedSince).
    */
   selfHealthy(): boolean {
-    return !this.stopped && performance.now() - this.lastOkStart < this.opts.staleAfterMs - this.opts.heartbeatMs;
+    if (this.stopped || this.lastOkStart === undefined) return false;
+    return elapsedSince(this.lastOkStart) < this.opts.staleAfterMs - this.opts.heartbeatMs;
+  }
+
+  /** Whether the nodes mirror is current (see KvMirror.healthy). */
+  viewHealthy(): boolean {
+    return this.mirror.healthy();
+  }
+
+  onViewHealth(listener: (healthy: boolean) => void): () => void {
+    return this.mirror.onHealth(listener);
   }
 
   /** Whether `nodeId` is live as seen from here (its own node is live while healthy). */
@@ -191,10 +233,11 @@ export class Membership {
     if (!entry || entry.value.state === "leaving") return false;
     const seen = this.lastSeen.get(nodeId);
     if (seen === undefined) return false;
-    // Silence counts only while the bucket was demonstrably writable, i.e. up to our own
-    // last successful write: when a NATS leader election stalls every heartbeat, nobody's
+    // Silence counts only as far as this node demonstrably saw the bucket: up to the
+    // start of its last heartbeat that its own watch delivered back. When a NATS leader
+    // election stalls every write, or this node's watch is stuck on a dead server, nobody's
     // silence grows and nothing is taken over. This only ever delays a verdict.
-    return Math.max(this.lastOkEnd, seen) - seen < this.opts.staleAfterMs;
+    return Math.max(this.fresh(), seen) - seen < this.opts.staleAfterMs;
   }
 
   /**

@@ -69,6 +69,9 @@ export class PlacementController {
 
   start(): void {
     const kick = () => this.kick();
+    const kickWhenHealthy = (healthy: boolean) => {
+      if (healthy) this.kick();
+    };
     this.unsubscribe.push(
       this.opts.membership.onChange(kick),
       this.opts.registry.onChange((id, e) => {
@@ -85,6 +88,10 @@ export class PlacementController {
         // a lease of an actor hosted here that names someone else means it was lost.
         if (!e || e.value.node === null || this.hostedSnapshot.has(id) || this.opts.leases.holds(id)) kick();
       }),
+      // Passes are skipped while a view is stale (below): catch up as soon as it is current.
+      this.opts.leases.onHealth(kickWhenHealthy),
+      this.opts.registry.onHealth(kickWhenHealthy),
+      this.opts.membership.onViewHealth(kickWhenHealthy),
     );
     const loop = () => {
       if (this.stopped) return;
@@ -144,6 +151,7 @@ export class PlacementController {
    */
   private schedule(id: string, kind: "start" | "stop", job: () => Promise<void>): void {
     this.busy.add(id);
+    this.log.debug({ actorId: id, kind }, "placement job scheduled");
     const run = () => {
       const p = this.guard(id, job).finally(() => {
         this.jobs.delete(p);
@@ -174,6 +182,14 @@ export class PlacementController {
 
   private async reconcile(): Promise<void> {
     const { membership, leases, registry, host, nodeId } = this.opts;
+    // Never decide from a view known to be stale (a KV watch restarting after its NATS
+    // server died, or not yet re-checked after a reconnect): it would miss a lease this
+    // node won by a write whose reply was lost, or a peer's release, and strand the actor;
+    // with the lease view stale, holds() is false everywhere and every actor would be dropped.
+    if (!leases.healthy() || !registry.healthy() || !membership.viewHealthy()) {
+      this.log.debug({ leases: leases.healthy(), registry: registry.healthy(), nodes: membership.viewHealthy() }, "placement pass skipped: a cluster view is not current");
+      return;
+    }
     // Rank only nodes that place actors: a node still recovering its WAL is alive (its
     // leases hold) but must not be handed actors it would leave unserved for a while.
     const live = membership.readyNodes();
@@ -246,6 +262,7 @@ export class PlacementController {
     this.busy.add(id);
     try {
       await fn();
+      this.log.debug({ actorId: id }, "placement job done");
     } catch (err) {
       this.log.warn({ err, actorId: id }, "placement step failed; will retry");
     } finally {

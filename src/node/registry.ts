@@ -4,7 +4,7 @@ import { backoffMs, sleep } from "../core/clock.js";
 import type { Logger } from "../core/logger.js";
 import { checkFormatVersion } from "../core/format-version.js";
 import { isCasConflict } from "./lease.js";
-import { KvMirror, encodeJson, openBucket, type MirrorEntry } from "./kv-mirror.js";
+import { KvMirror, encodeJson, openBucket, type MirrorEntry, type MirrorTiming } from "./kv-mirror.js";
 
 /**
  * The agents registry, KV `kova_<cluster>_agents`: actor id → where it runs, its
@@ -53,10 +53,19 @@ export class AgentRegistry {
   ) {}
 
   /** @throws when the bucket cannot be opened */
-  static async open(opts: { nc: NatsConnection; cluster: string; replicas?: number; logger: Logger }): Promise<AgentRegistry> {
+  static async open(opts: { nc: NatsConnection; cluster: string; replicas?: number; logger: Logger; timing?: MirrorTiming }): Promise<AgentRegistry> {
     const kv = await openBucket(opts.nc, agentsBucket(opts.cluster), opts.replicas);
     const logger = opts.logger.child({ component: "registry" });
-    return new AgentRegistry(kv, await KvMirror.start<AgentRecord>(kv, logger, readAgentRecord), logger);
+    return new AgentRegistry(kv, await KvMirror.start<AgentRecord>(kv, logger, { decode: readAgentRecord, nc: opts.nc, ...opts.timing }), logger);
+  }
+
+  /** Whether the registry mirror is current (see KvMirror.healthy). */
+  healthy(): boolean {
+    return this.mirror.healthy();
+  }
+
+  onHealth(listener: (healthy: boolean) => void): () => void {
+    return this.mirror.onHealth(listener);
   }
 
   get(id: string): AgentRecord | undefined {

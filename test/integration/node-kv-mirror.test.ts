@@ -1,0 +1,107 @@
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { connect, type NatsConnection } from "@nats-io/transport-node";
+import { jetstreamManager } from "@nats-io/jetstream";
+import { Kvm, type KV } from "@nats-io/kv";
+import { randomUUID } from "node:crypto";
+import { startNatsCluster, startNatsServer, type NatsClusterHandle } from "../../src/testing/index.js";
+import { createLogger } from "../../src/core/logger.js";
+import { LEASE_RECORD_VERSION, LeaseTable, leasesBucket } from "../../src/node/lease.js";
+import { poll } from "../fixtures/poll.js";
+
+const logger = createLogger();
+const timing = { checkMs: 200, stallMs: 1000, idleCheckMs: 500 };
+const conns: NatsConnection[] = [];
+
+async function nc(servers: string | string[]): Promise<NatsConnection> {
+  const c = await connect({ servers, maxReconnectAttempts: -1, reconnectTimeWait: 250 });
+  conns.push(c);
+  return c;
+}
+
+/** A lease written by "someone else", straight into the bucket (no mirror of its own). */
+async function writeLease(kv: KV, actorId: string, node: string | null): Promise<number> {
+  const value = JSON.stringify({ v: LEASE_RECORD_VERSION, node, incarnation: node ? `i-${node}` : null, at: Date.now() });
+  // A write can time out while the bucket's stream elects a leader: retried, like a node would.
+  return poll(() => kv.put(actorId, value), { timeoutMs: 20_000, what: `lease write of ${actorId}`, everyMs: 250, retryErrors: true });
+}
+
+afterAll(async () => {
+  for (const c of conns) await c.close().catch(() => undefined);
+});
+
+describe("kv mirror watch", () => {
+  let cluster: NatsClusterHandle;
+  beforeAll(async () => {
+    cluster = await startNatsCluster({ size: 3 });
+  }, 60_000);
+  afterAll(async () => {
+    await cluster?.stop();
+  });
+
+  it("kv mirror - a watch whose consumer dies with its NATS server is restarted, and later lease changes are seen", async () => {
+    const c = `m${randomUUID().slice(0, 8)}`;
+    const reader = await nc(cluster.urls);
+    // The bucket may take a moment to be creatable on a fresh cluster.
+    const leases = await poll(
+      () => LeaseTable.open({ nc: reader, cluster: c, nodeId: "a", incarnation: "ia", replicas: 3, logger, timing }),
+      { timeoutMs: 30_000, what: "lease bucket", everyMs: 500, retryErrors: true },
+    );
+    try {
+      // The watch's consumer has one replica, on one server: that is the one to kill.
+      const jsm = await jetstreamManager(reader);
+      const stream = `KV_${leasesBucket(c)}`;
+      const consumers = await jsm.consumers.list(stream).next();
+      expect(consumers).toHaveLength(1);
+      const host = consumers[0]!.cluster?.leader;
+      const victim = cluster.servers.find((s) => s.serverName === host);
+      expect(victim, `server ${host} holding the watch`).toBeDefined();
+      const survivors = cluster.servers.filter((s) => s !== victim).map((s) => s.url);
+      const writer = await new Kvm(await nc(survivors)).open(leasesBucket(c));
+
+      await writeLease(writer, "before", "b");
+      await poll(() => leases.get("before")?.value.node === "b", { timeoutMs: 5000, what: "a change before the kill" });
+
+      await victim!.kill();
+      await writeLease(writer, "x", "b");
+      const t0 = performance.now();
+      await poll(() => leases.get("x")?.value.node === "b", { timeoutMs: 8000, what: "a lease change after the watch's server died" });
+      const seenAfterMs = Math.round(performance.now() - t0);
+      await poll(() => leases.healthy(), { timeoutMs: 5000, what: "the mirror healthy again" });
+
+      await victim!.restart();
+      await writeLease(writer, "x", null);
+      await poll(() => leases.get("x")?.value.node === null, { timeoutMs: 8000, what: "a lease change after the server came back" });
+      console.info(`lease change seen ${seenAfterMs} ms after its write, with the watch's server dead`);
+    } finally {
+      leases.stop();
+    }
+  }, 90_000);
+});
+
+describe("kv mirror health", () => {
+  it("kv mirror - while NATS is down the lease view is unhealthy and vouches for no lease; after a restart it is current again", async () => {
+    const server = await startNatsServer({ allowExternal: false });
+    try {
+      const c = `h${randomUUID().slice(0, 8)}`;
+      const a = await LeaseTable.open({ nc: await nc(server.url), cluster: c, nodeId: "a", incarnation: "ia", logger, timing });
+      const writer = await new Kvm(await nc(server.url)).open(leasesBucket(c));
+      try {
+        expect(await a.acquire("mine", () => false)).toBe(true);
+        expect(a.holds("mine")).toBe(true);
+        await server.kill();
+        await poll(() => !a.healthy(), { timeoutMs: 10_000, what: "the lease view reported unhealthy after the disconnect" });
+        expect(a.holds("mine")).toBe(false);
+        await server.restart();
+        await poll(() => a.healthy(), { timeoutMs: 15_000, what: "the lease view healthy after the restart" });
+        expect(a.holds("mine")).toBe(true);
+        await writeLease(writer, "mine", "b");
+        await poll(() => a.get("mine")?.value.node === "b", { timeoutMs: 5000, what: "a takeover seen after the restart" });
+        expect(a.holds("mine")).toBe(false);
+      } finally {
+        a.stop();
+      }
+    } finally {
+      await server.stop();
+    }
+  }, 60_000);
+});
