@@ -26,6 +26,13 @@ export function register(program: Command): void {
       const types = new ActorTypeRegistry([counterActor]);
       const kova = await KovaNode.start({ config, logger, types });
       installShutdown({ stop: (reason) => kova.stop(reason), logger, graceMs: Number(opts.graceMs) || 30_000 });
-      // The process now lives on its connections and timers; exit comes from the shutdown handler.
+      // The process now lives on its connections and timers; exit comes from the shutdown
+      // handler, or from here when the node failed over (its WAL failed): non-zero, so a
+      // supervisor notices and restarts it once the disk is repaired.
+      void kova.closed().then((err) => {
+        if (!err) return;
+        logger.fatal({ err }, "node stopped after a failure; its actors moved to its peers");
+        process.exit(1);
+      });
     });
 }

@@ -77,7 +77,8 @@ export interface NodeStatusView {
   liveNodes: string[];
   healthy: boolean;
   actors: { hosted: number; byState: Record<string, number> };
-  recovery: { finished: string[]; abandoned: string[]; corrupt: number; pendingRecords: number };
+  /** WAL recovery at start: actors whose pending turns were finished, are being finished now, or were abandoned (moved). */
+  recovery: { finished: string[]; recovering: string[]; abandoned: string[]; corrupt: number; pendingRecords: number };
   stopping: boolean;
   /** process.memoryUsage() of the node, bytes. */
   memory: { rss: number; heapUsed: number; external: number };

@@ -7,12 +7,13 @@ import { assertId, newId } from "../core/ids.js";
 import { createLogger, type Logger } from "../core/logger.js";
 import { KOVA_VERSION } from "../core/version.js";
 import { Bus, BusErrorCode, isConsumerNotFound, isTransientNatsError } from "../bus/index.js";
-import { Wal } from "../wal/index.js";
+import { Wal, type WalFailedError } from "../wal/index.js";
 import { ActorHost, ActorTypeRegistry, LeaseLostError, type ActorState } from "../actors/index.js";
 import type { NodeConfig } from "./config.js";
 import { loadActorModules } from "./actor-modules.js";
 import { nodeSubject, schedulesSubject, spawnSubject, type SchedulesRequest, type AgentStatusView, type NodeStatusView, type SignalRequest, type SpawnRequest } from "./control.js";
 import { NodeControl } from "./control-handlers.js";
+import { mirrorTiming } from "./kv-mirror.js";
 import { LeaseTable } from "./lease.js";
 import { Membership } from "./membership.js";
 import { startMicroService, type MicroService } from "./micro-service.js";
@@ -47,7 +48,11 @@ export class KovaNode {
   readonly incarnation = newId();
   readonly startedAt = Date.now();
   private stopping: Promise<void> | undefined;
-  private readonly recovery: NodeRecoveryReport = { finished: [], abandoned: [], corrupt: 0, pendingRecords: 0 };
+  /** Set when the WAL failed: the node stops taking turns and hands its actors over. */
+  private failure: WalFailedError | undefined;
+  private markEnded!: (reason: Error | null) => void;
+  private readonly ended = new Promise<Error | null>((resolve) => (this.markEnded = resolve));
+  private readonly recovery: NodeRecoveryReport = { finished: [], recovering: [], abandoned: [], corrupt: 0, pendingRecords: 0 };
   private readonly registryWrites = new Map<string, Promise<unknown>>();
   private bus!: Bus;
   private wal!: Wal;
@@ -137,9 +142,10 @@ export class KovaNode {
     this.recovery.pendingRecords = this.wal.recovery.pending.length;
 
     const nc = this.bus.nc;
-    this.registry = await this.whenNatsReady("registry", () => AgentRegistry.open({ nc, cluster, replicas, logger: this.log }));
+    const timing = mirrorTiming(config.heartbeatMs);
+    this.registry = await this.whenNatsReady("registry", () => AgentRegistry.open({ nc, cluster, replicas, logger: this.log, timing }));
     this.leases = await this.whenNatsReady("leases", () =>
-      LeaseTable.open({ nc, cluster, nodeId, incarnation: this.incarnation, replicas, logger: this.log }),
+      LeaseTable.open({ nc, cluster, nodeId, incarnation: this.incarnation, replicas, logger: this.log, timing }),
     );
     // Heartbeat before any lease is touched: peers must see this incarnation live before
     // it reclaims a lease of its previous life, or they would count it dead and take over.
@@ -149,6 +155,7 @@ export class KovaNode {
       heartbeatMs: config.heartbeatMs,
       staleAfterMs: config.staleAfterMs,
       replicas,
+      timing,
       logger: this.log.child({ component: "membership" }),
       actorCount: () => this.host?.list().length ?? 0,
       self: {
@@ -170,10 +177,12 @@ export class KovaNode {
       logger: this.log,
       mailbox: config.mailbox,
       checkpointReplicas: replicas,
-      fence: async (actorId: string) => this.fence(actorId),
+      fence: (actorId: string) => this.fence(actorId),
       onStateChange: (actorId: string, state: ActorState, info?: unknown) => this.onStateChange(actorId, state, info),
     });
 
+    // Decided now, finished in the background: each recovered actor replays its turns
+    // while placement starts and serves the node's other actors (recovery-policy.ts).
     await recoverPendingTurns(
       { nodeId, wal: this.wal, host: this.host, leases: this.leases, registry: this.registry, types: this.types, log: this.log },
       this.recovery,
@@ -221,6 +230,7 @@ export class KovaNode {
     );
     for (const spec of config.schedules) await this.whenNatsReady("schedules", () => this.schedules!.upsert(spec, "config"));
     await this.whenNatsReady("services", () => this.startServices());
+    void this.wal.failure.then((err) => this.failOver(err));
     this.log.info({ cluster: config.cluster, nats: this.nats.source, recovery: this.recovery }, "node started");
   }
 
@@ -247,12 +257,29 @@ export class KovaNode {
 
   /**
    * The fence checked before every journaled step and acknowledgement: a node whose own
-   * heartbeat is stale (frozen, cut off) or whose lease view says the actor moved must
-   * not touch it. Both checks are local, so the fence costs no round trip per step.
+   * heartbeat is stale (frozen, cut off), whose lease view says the actor moved, or whose
+   * WAL failed must not touch it. The checks are local, so the fence costs no round trip
+   * per step; only while the lease view is being re-checked (a reconnect, a process
+   * freeze, a KV watch restarting) does a step wait, for at most the staleness window
+   * less one heartbeat, and then give the actor up rather than trust a stale view.
    */
-  private fence(actorId: string): void {
+  private fence(actorId: string): void | Promise<void> {
+    if (!this.failure && !this.leases.healthy()) {
+      const waitMs = Math.max(this.config.heartbeatMs, this.config.staleAfterMs - this.config.heartbeatMs);
+      return this.leases.whenHealthy(waitMs).then(() => this.fenceNow(actorId));
+    }
+    this.fenceNow(actorId);
+  }
+
+  private fenceNow(actorId: string): void {
+    if (this.failure) {
+      throw new LeaseLostError(actorId, { data: { reason: "this node's WAL failed; its actors move to its peers" } });
+    }
     if (!this.membership.selfHealthy()) {
       throw new LeaseLostError(actorId, { data: { reason: "this node's heartbeat is stale; peers may have taken over" } });
+    }
+    if (!this.leases.healthy()) {
+      throw new LeaseLostError(actorId, { data: { reason: "this node's lease view is not current (its KV watch is being restarted)" } });
     }
     if (!this.leases.holds(actorId)) {
       throw new LeaseLostError(actorId, { data: { holder: this.leases.get(actorId)?.value.node ?? null } });
@@ -383,8 +410,17 @@ export class KovaNode {
    * leave the membership, flush and close the WAL, disconnect. Idempotent.
    */
   stop(reason = "stop"): Promise<void> {
-    this.stopping ??= this.gracefulStop(reason);
+    this.stopping ??= this.gracefulStop(reason).finally(() => this.markEnded(this.failure ?? null));
     return this.stopping;
+  }
+
+  /**
+   * Resolves once the node has stopped: with null after a graceful stop, with the error
+   * that made it hand its actors over otherwise (a failed WAL: WalFailedError). `kova node
+   * start` exits non-zero on an error, so a supervisor restarts it on a repaired disk.
+   */
+  closed(): Promise<Error | null> {
+    return this.ended;
   }
 
   private async gracefulStop(reason: string): Promise<void> {
@@ -417,12 +453,47 @@ export class KovaNode {
     this.unknownSweep.unref();
   }
 
-  /** Closes whatever was opened, in reverse order; used by stop and by a failed start. */
-  private async teardown(): Promise<void> {
+  /**
+   * The WAL failed (a commit or flush error, a full disk): no turn can be journaled here
+   * any more, and a node that went on heartbeating would keep its actors and nak each of
+   * their messages until `max_deliver` sent it to the DLQ. So the node fails over instead:
+   * the fence refuses every step from now on, running turns are cut (their messages go
+   * back to the mailbox unacknowledged), every lease is released and the node leaves, so
+   * peers take its actors at once, and `closed()` resolves with the error.
+   */
+  private failOver(err: WalFailedError): void {
+    if (this.failure) return;
+    this.failure = err;
+    this.log.fatal({ err }, "the WAL failed: this node stops taking turns, hands its actors to its peers and stops");
+    if (this.stopping) return; // a graceful stop is under way; the fence now cuts its turns short
+    this.stopping = this.failStop().finally(() => this.markEnded(err));
+  }
+
+  private async failStop(): Promise<void> {
+    // Each step is bounded: a turn stuck in a step that ignores its abort signal, or a
+    // NATS that does not answer, must not keep a node that cannot journal from exiting.
+    const bounded = (p: Promise<unknown>) => Promise.race([p.catch(() => undefined), delay(this.config.drainTimeoutMs)]);
+    await bounded(this.micro?.stop() ?? Promise.resolve());
+    await bounded(this.placement.stop());
+    await bounded(this.host.stopAll({ reason: "wal-failed", drainTimeoutMs: 0 }));
+    const held = this.leases.heldHere();
+    const released = await Promise.all(held.map((id) => this.leases.release(id, "wal-failed").catch(() => false)));
+    this.log.warn({ released: released.filter(Boolean).length, held: held.length }, "leases released after the WAL failure");
+    await bounded(Promise.all([...this.registryWrites.values()]));
+    await this.membership.leave().catch((e: unknown) => this.log.warn({ err: e }, "leave failed; peers will notice by staleness"));
+    await this.teardown({ hostStopMs: 0 });
+  }
+
+  /**
+   * Closes whatever was opened, in reverse order; used by stop and by a failed start.
+   * `hostStopMs` bounds the wait for the actors (a failover has cut them already).
+   */
+  private async teardown(opts: { hostStopMs?: number } = {}): Promise<void> {
     if (this.unknownSweep) clearInterval(this.unknownSweep);
     this.schedules?.stop();
     await this.placement?.stop().catch(() => undefined);
-    await this.host?.stopAll().catch(() => undefined);
+    const hostStopped = this.host?.stopAll().catch(() => undefined);
+    await (opts.hostStopMs === undefined ? hostStopped : Promise.race([hostStopped, delay(opts.hostStopMs)]));
     this.membership?.stop();
     this.leases?.stop();
     this.registry?.stop();
@@ -431,4 +502,9 @@ export class KovaNode {
     await this.bus?.close().catch(() => undefined);
     await this.nats?.stop().catch(() => undefined);
   }
+}
+
+/** A wait that does not keep the process alive (bounds on a failing node's clean-up). */
+function delay(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms).unref());
 }

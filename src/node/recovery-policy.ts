@@ -6,7 +6,11 @@ import type { AgentRegistry } from "./registry.js";
 
 /** What a node found in its WAL at start and what it did with it (part of `status`). */
 export interface NodeRecoveryReport {
+  /** Actors whose pending turns were finished here. */
   finished: string[];
+  /** Actors whose pending turns are being finished now (each on its own actor). */
+  recovering: string[];
+  /** Actors whose pending turns were dropped: the actor had moved to another node. */
   abandoned: string[];
   corrupt: number;
   pendingRecords: number;
@@ -27,36 +31,48 @@ export interface RecoveryDeps {
  * node's (any incarnation: ours before the crash) or free; abandon those of actors now
  * held by another node, which resumed them from the last checkpoint and the redelivered
  * message, so running them here too would run a turn twice.
+ *
+ * The decisions (one lease compare-and-set per actor) are made before this resolves;
+ * the turns themselves are not waited for. Each recovered actor replays its own turns
+ * (one at a time) while the node goes on to place and serve its other actors, so a turn
+ * that takes a minute, or hangs, holds only its own actor: the host counts it as hosted
+ * from the start, so placement leaves it alone until it opens its mailbox.
+ * @returns a promise that settles when every recovered actor has started (or failed to)
  */
-export async function recoverPendingTurns(d: RecoveryDeps, report: NodeRecoveryReport): Promise<void> {
+export async function recoverPendingTurns(d: RecoveryDeps, report: NodeRecoveryReport): Promise<{ settled: Promise<void> }> {
   const owners = new Set<string>();
   for (const r of d.wal.recovery.pending) if (r.owner) owners.add(r.owner);
+  const starts: Array<Promise<void>> = [];
   for (const actorId of owners) {
     const lease = d.leases.get(actorId)?.value;
     const record = d.registry.get(actorId);
     const ours = lease === undefined || lease.node === null || lease.node === d.nodeId;
-    if (!ours || !record || record.desired === "killed" || !d.types.has(record.type)) {
+    const won = ours && record !== undefined && record.desired !== "killed" && d.types.has(record.type)
+      && (await d.leases.acquire(actorId, (l) => l.node === d.nodeId || l.node === null));
+    if (!won || !record) {
       await d.host.abandon(actorId);
       report.abandoned.push(actorId);
       d.log.info({ actorId, holder: lease?.node }, "recovery: abandoned a pending turn of an actor that moved");
       continue;
     }
-    const won = await d.leases.acquire(actorId, (l) => l.node === d.nodeId || l.node === null);
-    if (!won) {
-      await d.host.abandon(actorId);
-      report.abandoned.push(actorId);
-      continue;
-    }
-    try {
-      await d.host.start(actorId, record.type);
-      report.finished.push(actorId);
-      d.log.info({ actorId }, "recovery: finished a pending turn this node still owns");
-    } catch (err) {
-      // One actor that cannot recover must not keep the node (and its other actors) down:
-      // free the lease so placement retries it, here or elsewhere.
-      d.log.error({ err, actorId }, "recovery: the actor did not start; its lease is released for placement to retry");
-      await d.host.stop(actorId, { reason: "recovery-failed" }).catch(() => undefined);
-      await d.leases.release(actorId, "recovery-failed").catch(() => false);
-    }
+    report.recovering.push(actorId);
+    starts.push(finish(d, report, actorId, record.type));
+  }
+  return { settled: Promise.all(starts).then(() => undefined) };
+}
+
+async function finish(d: RecoveryDeps, report: NodeRecoveryReport, actorId: string, type: string): Promise<void> {
+  try {
+    await d.host.start(actorId, type);
+    report.finished.push(actorId);
+    d.log.info({ actorId }, "recovery: finished a pending turn this node still owns");
+  } catch (err) {
+    // One actor that cannot recover must not keep the node (and its other actors) down:
+    // free the lease so placement retries it, here or elsewhere.
+    d.log.error({ err, actorId }, "recovery: the actor did not start; its lease is released for placement to retry");
+    await d.host.stop(actorId, { reason: "recovery-failed" }).catch(() => undefined);
+    await d.leases.release(actorId, "recovery-failed").catch(() => false);
+  } finally {
+    report.recovering.splice(report.recovering.indexOf(actorId), 1);
   }
 }

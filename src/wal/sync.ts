@@ -19,6 +19,9 @@ export class Durability {
   #failure: unknown;
   #failed = false;
   #closed = false;
+  #onFailure!: (err: WalFailedError) => void;
+  /** Resolves at the first failure (never on a healthy WAL). */
+  readonly failure = new Promise<WalFailedError>((resolve) => (this.#onFailure = resolve));
 
   constructor(
     private readonly storage: WalStorage,
@@ -56,6 +59,7 @@ export class Durability {
     if (!this.#failed) {
       this.#failed = true;
       this.#failure = err;
+      this.#onFailure(new WalFailedError(err));
     }
     return new WalFailedError(this.#failure);
   }

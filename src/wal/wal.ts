@@ -4,7 +4,7 @@ import { ErrorCode, KovaError } from "../core/errors.js";
 import { defaultLogger, type Logger } from "../core/logger.js";
 import { encodePayload } from "./codec.js";
 import { ZERO_MAC, type SessionCipher } from "./crypto.js";
-import { WalErrorCode, WalFullError, WalKvCorruptError } from "./errors.js";
+import { WalErrorCode, WalFullError, WalKvCorruptError, type WalFailedError } from "./errors.js";
 import { resolveSecurity } from "./keys.js";
 import { openKv, sealKv } from "./kv-seal.js";
 import { LockManager, type QueueLock, type TransactionLock } from "./locks.js";
@@ -274,6 +274,15 @@ export class Wal {
 
   get syncMode(): SyncMode {
     return this.#durability.mode;
+  }
+
+  /**
+   * Resolves with the WalFailedError of the first failed commit or flush (never, on a
+   * healthy WAL). From then on every write is refused, so whatever depends on the WAL
+   * must stop using it: a node gives its actors to its peers and exits.
+   */
+  get failure(): Promise<WalFailedError> {
+    return this.#durability.failure;
   }
 
   /**

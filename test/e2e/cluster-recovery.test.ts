@@ -32,7 +32,11 @@ describe("node restart after SIGKILL", () => {
     await tc.procs.get("solo")!.exited;
 
     await tc.startNode("solo");
-    const status = await tc.status("solo");
+    // The interrupted turn is finished in the background, on its own actor.
+    const status = await waitUntil(async () => {
+      const st = await tc.status("solo");
+      return st.recovery.recovering.length === 0 ? st : undefined;
+    }, 10_000, "recovery of the interrupted turn");
     expect(status.recovery.finished).toEqual([actor]);
     expect(status.recovery.abandoned).toEqual([]);
     const state = await poll(async () => {

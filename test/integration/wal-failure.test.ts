@@ -70,7 +70,9 @@ describe("wal faults", () => {
       timeout: 20_000,
       stdio: ["ignore", "pipe", "pipe"],
     });
-    const lines = out.trim().split("\n").map((l) => JSON.parse(l) as { ok?: boolean; seq?: number; code?: string; done?: boolean });
+    const lines = out.trim().split("\n").map((l) => JSON.parse(l) as { ok?: boolean; seq?: number; code?: string; done?: boolean; failure?: string });
+    // wal.failure resolved once, with the first failure (what a node fails over on).
+    expect(lines.filter((l) => l.failure !== undefined)).toEqual([{ failure: WalErrorCode.WAL_FAILED }]);
     const oks = lines.filter((l) => l.ok === true);
     const failures = lines.filter((l) => l.ok === false);
     expect(oks.length).toBeGreaterThan(0);
