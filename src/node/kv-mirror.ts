@@ -83,9 +83,9 @@ export interface KvMirrorOptions<T> {
  * reply was lost, or a release by a peer. So the mirror checks its watch itself:
  * every write this node makes (`note`) and, when the watch is idle, the stream's last
  * sequence tell it a revision the watch must deliver; one that does not come within
- * `stallMs` restarts the watch (with backoff) from a fresh snapshot. After a reconnect,
- * or a gap in its own timer (the process was frozen or the machine suspended), the
- * mirror is unhealthy until a check against the server shows it current again.
+ * `stallMs` restarts the watch (with backoff) from a fresh snapshot. After a disconnect
+ * or reconnect, or a gap in its own timer (the process was frozen or the machine
+ * suspended), the mirror is unhealthy until a check against the server shows it current.
  */
 export class KvMirror<T> {
   private readonly map = new Map<string, MirrorEntry<T>>();
@@ -121,7 +121,6 @@ export class KvMirror<T> {
   private lastHealthy = false;
   private timer: NodeJS.Timeout | undefined;
   private stopped = false;
-  private restarts = 0;
 
   private constructor(
     private readonly kv: KV,
@@ -155,11 +154,6 @@ export class KvMirror<T> {
   /** Highest revision the watch has delivered (writes noted by this node do not count). */
   get watchedRevision(): number {
     return this.applied;
-  }
-
-  /** How many times the watch was restarted (for tests and status). */
-  get restartCount(): number {
-    return this.restarts;
   }
 
   /**
@@ -284,7 +278,6 @@ export class KvMirror<T> {
       for (let attempt = 1; !this.stopped; attempt++) {
         try {
           await this.watch();
-          this.restarts++;
           this.logger.info({ bucket: this.bucket, reason, attempt }, "kv watch restarted");
           break;
         } catch (err) {
@@ -304,9 +297,15 @@ export class KvMirror<T> {
     if (elapsedSince(this.lastTick) > this.gapMs) this.markSuspect("timer gap: the process was frozen or the machine suspended");
     this.lastTick = markTime();
     if (this.restarting) return;
-    const overdue = this.expected && this.applied < this.expected.revision && elapsedSince(this.expected.since) > this.stallMs;
+    // A watch that delivers nothing at all while it owes a revision is stuck (its consumer
+    // died with its server); one that is still working through a backlog is not.
+    const overdue =
+      this.expected !== undefined &&
+      this.applied < this.expected.revision &&
+      elapsedSince(this.expected.since) > this.stallMs &&
+      elapsedSince(this.lastDelivery) > this.stallMs;
     if (overdue) {
-      this.logger.warn({ bucket: this.bucket, delivered: this.applied, expected: this.expected!.revision }, "kv watch is stuck (a known revision was not delivered); restarting it");
+      this.logger.warn({ bucket: this.bucket, delivered: this.applied, expected: this.expected?.revision }, "kv watch is stuck (a known revision was not delivered); restarting it");
       this.expected = undefined;
       void this.restart("stalled");
       return;

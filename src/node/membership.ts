@@ -205,7 +205,8 @@ export class Membership {
    * heartbeat, which is after the write started here, so no peer can act before
    * `lastOkStart + staleAfterMs`; one heartbeat interval is kept as margin. Used as the
    * fence: a node that was frozen or cut off that long runs no journaled step until a
-   * heartbeat succeeds again (by then its lease mirror has caught up, see docs/cluster.md).
+   * heartbeat succeeds again (and, the fence's other rule, its lease view has been
+   * re-checked against the server; see docs/cluster.md, Fencing).
    *
    * The interval is measured on the monotonic and the wall clock and the larger is
    * taken: the monotonic clock stops while the machine is suspended (a VM paused, a
