@@ -40,12 +40,14 @@ describe("a node whose WAL fails", () => {
     const onN1 = tc.actorIds.filter((a) => agents.get(a)?.node === "n1");
     expect(onN1.length).toBeGreaterThan(0);
     // Big turn records grow n1's WAL past its file size limit within a few turns.
+    const t0 = performance.now();
     for (let i = 1; i <= 4; i++) for (const a of tc.actorIds) await send(a, { n: i, big: BIG });
 
     const exit = await Promise.race([
       tc.procs.get("n1")!.exited,
       new Promise<never>((_, reject) => setTimeout(() => reject(new Error("n1 did not exit after its WAL failed")), 60_000)),
     ]);
+    const exitedMs = Math.round(performance.now() - t0);
     expect(exit.signal).toBeNull();
     expect(exit.code).not.toBe(0);
 
@@ -53,6 +55,7 @@ describe("a node whose WAL fails", () => {
       const a = await tc.agents();
       return tc.actorIds.every((id) => a.get(id)?.node === "n2") ? true : undefined;
     }, 20_000, "every actor hosted by n2");
+    console.info(`WAL failure: n1 exited ${exitedMs} ms after the big messages began, its actors were on n2 ${Math.round(performance.now() - t0)} ms after`);
     const states = await tc.processed(sent, 60_000);
     for (const [a, s] of states) {
       expect(new Set(s.ids).size, `${a} counted an id twice`).toBe(s.ids.length);
