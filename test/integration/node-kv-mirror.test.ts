@@ -77,9 +77,11 @@ describe("kv mirror watch", () => {
       await poll(() => lt.get("before")?.value.node === "b", { timeoutMs: 5000, what: "a change before the kill" });
 
       await victim!.kill();
+      // The stock watch notices after two missed 5 s idle heartbeats: 10-15 s after the
+      // kill. Ours: a check (idle) → overdue for `stallMs` → a new watch; 1.4-6.4 s measured.
       await writeLease(writer, "x", "b");
       const t0 = performance.now();
-      await poll(() => lt.get("x")?.value.node === "b", { timeoutMs: 7000, what: "a lease change after the watch's server died" });
+      await poll(() => lt.get("x")?.value.node === "b", { timeoutMs: 8000, what: "a lease change after the watch's server died" });
       const seenAfterMs = Math.round(performance.now() - t0);
       await poll(() => lt.healthy(), { timeoutMs: 5000, what: "the mirror healthy again" });
 
