@@ -81,7 +81,7 @@ export class ScheduleService {
 
   static async start(opts: ScheduleServiceOptions): Promise<ScheduleService> {
     const kv = await openBucket(opts.nc, schedulesBucket(opts.cluster), opts.replicas);
-    const mirror = await KvMirror.start<ScheduleRecord>(kv, opts.logger.child({ component: "schedules" }), readRecord);
+    const mirror = await KvMirror.start<ScheduleRecord>(kv, opts.logger.child({ component: "schedules" }), { decode: readRecord, nc: opts.nc });
     const svc = new ScheduleService(opts, kv, mirror);
     svc.timer = setInterval(() => void svc.check(), opts.checkMs ?? 250);
     svc.timer.unref();

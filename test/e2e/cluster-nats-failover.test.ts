@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createEnvelope } from "../../src/bus/index.js";
-import { TestCluster, sleep, waitUntil } from "../fixtures/node/cluster-harness.js";
+import { TestCluster } from "../fixtures/node/cluster-harness.js";
+import { poll } from "../fixtures/poll.js";
 
 let tc: TestCluster;
 const sent = new Map<string, string[]>();
@@ -9,10 +10,10 @@ const ACTORS = 9;
 
 beforeAll(async () => {
   tc = await TestCluster.create({ nodes: ["n1", "n2", "n3"], actors: ACTORS, natsCluster: true, staleAfterMs: 6000, logLevel: process.env.KOVA_LOG_LEVEL ?? "warn" });
-  await waitUntil(async () => {
+  await poll(async () => {
     const a = await tc.agents();
     return a.size === ACTORS && [...a.values()].every((r) => r.node !== null && r.state === "Idle");
-  }, 60_000, "initial placement");
+  }, { timeoutMs: 60_000, what: "initial placement", everyMs: 100, retryErrors: true });
 }, 120_000);
 afterAll(async () => {
   await tc?.stop();
@@ -51,7 +52,7 @@ function watchHosting(): { stop(): Promise<number> } {
           }
         }),
       );
-      await sleep(250);
+      await new Promise((r) => setTimeout(r, 250));
     }
   })();
   return {

@@ -33,10 +33,10 @@ describe("node restart after SIGKILL", () => {
 
     await tc.startNode("solo");
     // The interrupted turn is finished in the background, on its own actor.
-    const status = await waitUntil(async () => {
+    const status = await poll(async () => {
       const st = await tc.status("solo");
       return st.recovery.recovering.length === 0 ? st : undefined;
-    }, 10_000, "recovery of the interrupted turn");
+    }, { timeoutMs: 10_000, what: "recovery of the interrupted turn", everyMs: 100, retryErrors: true });
     expect(status.recovery.finished).toEqual([actor]);
     expect(status.recovery.abandoned).toEqual([]);
     const state = await poll(async () => {

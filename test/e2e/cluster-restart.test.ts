@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createEnvelope } from "../../src/bus/index.js";
-import { TestCluster, waitUntil, type ProbeState } from "../fixtures/node/cluster-harness.js";
+import { TestCluster, type ProbeState } from "../fixtures/node/cluster-harness.js";
+import { poll } from "../fixtures/poll.js";
 
 /**
  * A node restarted with pending turns keeps serving: each recovered turn runs on its own
@@ -10,17 +11,17 @@ let tc: TestCluster;
 
 beforeAll(async () => {
   tc = await TestCluster.create({ nodes: ["solo"], actors: 6, ackWaitMs: 3000, logLevel: process.env.KOVA_LOG_LEVEL ?? "warn" });
-  await waitUntil(async () => {
+  await poll(async () => {
     const a = await tc.agents();
     return a.size === 6 && [...a.values()].every((r) => r.state === "Idle");
-  }, 30_000, "initial placement");
+  }, { timeoutMs: 30_000, what: "initial placement", everyMs: 100, retryErrors: true });
 }, 60_000);
 afterAll(async () => {
   await tc?.stop();
 });
 
 async function started(id: string): Promise<void> {
-  await waitUntil(async () => tc.events.some((e) => e.type === "probe_start" && (e.data as { id: string }).id === id), 10_000, `turn ${id} started`);
+  await poll(async () => tc.events.some((e) => e.type === "probe_start" && (e.data as { id: string }).id === id), { timeoutMs: 10_000, what: `turn ${id} started`, everyMs: 100, retryErrors: true });
 }
 
 describe("node restart with pending turns", () => {
@@ -41,17 +42,17 @@ describe("node restart with pending turns", () => {
     // Every other actor takes a new message and answers for it: hosted and serving.
     const fresh = new Map(others.map((a) => [a, createEnvelope({ from: "tester", to: a, type: "task_delegate", payload: {} })]));
     await Promise.all([...fresh.values()].map((env) => tc.bus.send(env)));
-    await waitUntil(async () => {
+    await poll(async () => {
       const states = await Promise.all(others.map((a) => tc.info<ProbeState>(a)));
       return states.every((s, i) => s.ids.includes(fresh.get(others[i]!)!.id)) ? true : undefined;
-    }, 10_000, "the node's other actors serving after the restart", 100);
+    }, { timeoutMs: 10_000, what: "the node's other actors serving after the restart", everyMs: 100, retryErrors: true });
     const servingMs = performance.now() - t0;
 
     // The short recovered turn finished although the long one, recovered too, still runs.
-    const s = await waitUntil(async () => {
+    const s = await poll(async () => {
       const st = await tc.info<ProbeState>(short);
       return st.ids.includes(brief.id) ? st : undefined;
-    }, 10_000, "the second recovered turn finished", 100);
+    }, { timeoutMs: 10_000, what: "the second recovered turn finished", everyMs: 100, retryErrors: true });
     expect(s.ids.filter((id) => id === brief.id)).toHaveLength(1);
     const status = await tc.status("solo");
     expect(status.recovery.recovering).toEqual([hung]);

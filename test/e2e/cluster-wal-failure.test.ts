@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createEnvelope } from "../../src/bus/index.js";
-import { TestCluster, waitUntil } from "../fixtures/node/cluster-harness.js";
+import { TestCluster } from "../fixtures/node/cluster-harness.js";
+import { poll } from "../fixtures/poll.js";
 
 /**
  * A node whose WAL fails for real (its process runs under RLIMIT_FSIZE, so LMDB's commit
@@ -17,11 +18,11 @@ beforeAll(async () => {
   tc = await TestCluster.create({ nodes: ["n1", "n2"], actors: 8, start: false, logLevel: process.env.KOVA_LOG_LEVEL ?? "warn" });
   await tc.startNode("n1", 20_000, { fileSizeLimitBytes: FILE_SIZE_LIMIT });
   await tc.startNode("n2");
-  await waitUntil(async () => {
+  await poll(async () => {
     const a = await tc.agents();
     const nodes = new Set([...a.values()].map((r) => r.node));
     return a.size === 8 && nodes.has("n1") && nodes.has("n2") && [...a.values()].every((r) => r.state === "Idle");
-  }, 30_000, "initial placement on both nodes");
+  }, { timeoutMs: 30_000, what: "initial placement on both nodes", everyMs: 100, retryErrors: true });
 }, 60_000);
 afterAll(async () => {
   await tc?.stop();
@@ -51,10 +52,10 @@ describe("a node whose WAL fails", () => {
     expect(exit.signal).toBeNull();
     expect(exit.code).not.toBe(0);
 
-    await waitUntil(async () => {
+    await poll(async () => {
       const a = await tc.agents();
       return tc.actorIds.every((id) => a.get(id)?.node === "n2") ? true : undefined;
-    }, 20_000, "every actor hosted by n2");
+    }, { timeoutMs: 20_000, what: "every actor hosted by n2", everyMs: 100, retryErrors: true });
     console.info(`WAL failure: n1 exited ${exitedMs} ms after the big messages began, its actors were on n2 ${Math.round(performance.now() - t0)} ms after`);
     const states = await tc.processed(sent, 60_000);
     for (const [a, s] of states) {

@@ -92,7 +92,7 @@ describe("bus mailbox", () => {
         { maxDeliver: 2, backoffMs: [100] },
       );
       await bus.send(createEnvelope({ from: "tester", to: "flaky", type: "task_delegate", payload: 1 }));
-      await waitFor(() => done, 10_000, "the handler succeeding");
+      await poll(() => done, { timeoutMs: 10_000, what: "the handler succeeding" });
       expect(calls).toEqual([1, 1, 1, 1]);
       const info = await bus.jsm.consumers.info(bus.subjects.streams.a2a, bus.subjects.consumer("flaky"));
       expect(info.num_redelivered).toBe(0);
