@@ -49,6 +49,12 @@ import { mcpConfigFrom, type McpConfig } from "../tools/mcp/config.js";
  * encryption = { algorithm = "aes-256-gcm", key_env = "KOVA_WAL_KEY" }
  * hmac = { key_env = "KOVA_WAL_HMAC_KEY" }
  *
+ * [checkpoint]
+ * processed_window = 1000 # envelope ids each actor's checkpoint keeps to recognise a redelivery
+ *
+ * [journal]
+ * nats = true              # also journal each step on NATS, so a takeover resumes the turn exactly
+ *
  * [mailbox]
  * ack_wait_ms = 30000
  * max_deliver = 5
@@ -116,6 +122,17 @@ export interface NodeConfig {
   unknownAgentAfterMs: number;
   wal: WalConfig;
   mailbox: { ackWaitMs?: number; maxDeliver?: number; backoffMs?: number[] };
+  /**
+   * Envelope ids each actor's checkpoint keeps for deduplication (`[checkpoint]
+   * processed_window`, default 1000): a redelivery or resend of one of them starts no turn.
+   */
+  processedWindow: number;
+  /**
+   * Journal each step on NATS too (`[journal] nats`, default true), so the node that takes
+   * an actor over resumes its turn with every recorded result; false keeps journals in the
+   * local WAL only (one node, or a cluster that accepts re-run steps after a takeover).
+   */
+  natsJournal: boolean;
   actors: ActorSpec[];
   /** Modules to import for actor types (from `[[actors]]` and top-level `modules`), absolute. */
   modules: string[];
@@ -135,7 +152,7 @@ type Table = ConfigTable;
 export const DEFAULT_MAX_ACTORS = 10_000;
 export const DEFAULT_MAX_ACTORS_PER_NODE = 5_000;
 
-const TOP_KEYS = ["node", "cluster", "nats", "wal", "mailbox", "actors", "modules", "tools", "mcp", "schedules"];
+const TOP_KEYS = ["node", "cluster", "nats", "wal", "checkpoint", "journal", "mailbox", "actors", "modules", "tools", "mcp", "schedules"];
 
 /** The node id used when neither the file nor KOVA_NODE_ID names one: the host name, made id-safe. */
 export function defaultNodeId(): string {
@@ -194,6 +211,13 @@ function buildConfig(doc: Table, path: string | undefined, env: NodeJS.ProcessEn
   const nats = table(doc, "nats");
   const wal = table(doc, "wal");
   const mailbox = table(doc, "mailbox");
+  const checkpoint = table(doc, "checkpoint");
+  const journal = table(doc, "journal");
+  rejectUnknown(checkpoint, ["processed_window"], "checkpoint.");
+  rejectUnknown(journal, ["nats"], "journal.");
+  if (journal.nats !== undefined && typeof journal.nats !== "boolean") {
+    throw new ConfigError("journal.nats", `must be true or false, not ${JSON.stringify(journal.nats)}`);
+  }
   rejectUnknown(node, ["id", "data_dir"], "node.");
   rejectUnknown(cluster, ["name", "heartbeat_ms", "stale_after_ms", "reconcile_ms", "drain_timeout_ms", "max_actors", "max_actors_per_node", "unknown_agent_after_ms"], "cluster.");
   rejectUnknown(nats, ["urls", "replicas", ...NATS_SECURITY_KEYS], "nats.");
@@ -230,6 +254,8 @@ function buildConfig(doc: Table, path: string | undefined, env: NodeJS.ProcessEn
     replicas: intValue(nats.replicas, "nats.replicas", 1, 5),
     wal: walConfig(wal, env),
     mailbox: {},
+    processedWindow: intValue(checkpoint.processed_window, "checkpoint.processed_window", 1, 1_000_000) ?? 1000,
+    natsJournal: journal.nats !== false,
     actors: [],
     modules: [],
     tools: toolsConfigFrom(doc.tools, "tools", env, base),

@@ -177,6 +177,8 @@ export class KovaNode {
       logger: this.log,
       mailbox: config.mailbox,
       checkpointReplicas: replicas,
+      processedWindow: config.processedWindow,
+      stepJournal: config.natsJournal ? "nats" : "local",
       fence: (actorId: string) => this.fence(actorId),
       onStateChange: (actorId: string, state: ActorState, info?: unknown) => this.onStateChange(actorId, state, info),
     });

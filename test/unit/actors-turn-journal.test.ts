@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { isKovaError } from "../../src/core/errors.js";
 import { TurnJournal, type JournalIo } from "../../src/actors/turn-journal.js";
-import { newTurnRecord, parseTurnRecord, type TurnRecord } from "../../src/actors/turn-record.js";
+import { mergeTurn, newTurnRecord, parseTurnRecord, type TurnRecord } from "../../src/actors/turn-record.js";
 import { ActorErrorCode } from "../../src/actors/errors.js";
 
 const env = { id: "m1", from: "t", to: "a", type: "task_delegate" as const, payload: { n: 1 } };
@@ -148,5 +148,25 @@ describe("turn journal (deterministic replay)", () => {
     const old = parseTurnRecord({ actorId: "a", envelope: env });
     expect(old).toMatchObject({ attempt: 1, steps: [], clock: [], random: [], ids: [] });
     expect(parseTurnRecord("garbage")).toBeUndefined();
+  });
+});
+
+describe("merging the local and the NATS journal of a turn", () => {
+  it("merge - per step a recorded outcome beats a bare start, the longer value lists win, and a hole ends what can be replayed", () => {
+    const local = newTurnRecord("a", "t", env);
+    local.steps.push({ name: "llm", status: "done", idempotent: false, result: 1 }, { name: "tool", status: "started", idempotent: false });
+    local.clock.push(5);
+    const remoteSteps: TurnRecord["steps"] = [];
+    remoteSteps[0] = { name: "llm", status: "done", idempotent: false, result: 1 };
+    remoteSteps[1] = { name: "tool", status: "done", idempotent: false, result: "ok" };
+    remoteSteps[3] = { name: "later", status: "done", idempotent: true, result: "never reached the local side, step 2 missing" };
+    const merged = mergeTurn(local, { steps: remoteSteps, clock: [5, 6], random: [], ids: ["x"], attempt: 2 });
+    expect(merged.steps).toEqual([
+      { name: "llm", status: "done", idempotent: false, result: 1 },
+      { name: "tool", status: "done", idempotent: false, result: "ok" },
+    ]);
+    expect([merged.clock, merged.ids, merged.attempt]).toEqual([[5, 6], ["x"], 2]);
+    // The local record is not changed in place.
+    expect(local.steps[1]?.status).toBe("started");
   });
 });
