@@ -22,6 +22,8 @@ export interface AskAgentOptions {
   messageId?: string;
   /** Sender id (default the client's id). */
   from?: string;
+  /** Look the agent up in the registry first (default true; see AskOptions.checkAgent). */
+  checkAgent?: boolean;
 }
 
 /** Where the run's events and reply arrive, and how long to wait for the last events. */
@@ -80,7 +82,7 @@ export async function askAgent(client: Bus | { bus: Bus }, agentId: string, inpu
       payload,
       ...(opts.messageId ? { id: opts.messageId } : {}),
     });
-    const reply = await bus.ask<AgentResult>(env, { timeoutMs: opts.timeoutMs ?? 600_000 });
+    const reply = await bus.ask<AgentResult>(env, { timeoutMs: opts.timeoutMs ?? 600_000, ...(opts.checkAgent === false ? { checkAgent: false } : {}) });
     // The reply is sent after the run's last event is stored; live delivery may still be on its way.
     if (opts.onEvent) await Promise.race([streamEnded, new Promise((r) => setTimeout(r, STREAM_END_GRACE_MS).unref())]);
     return reply.payload;
