@@ -35,6 +35,8 @@ export class TurnJournal {
   #ids = 0;
   #step = 0;
   #dirty = false;
+  /** Writes run one after another: concurrent steps (an agent's parallel tool calls) each persist the record. */
+  #writing: Promise<void> = Promise.resolve();
 
   constructor(
     readonly actorId: string,
@@ -81,7 +83,9 @@ export class TurnJournal {
   async step<R>(name: string, fn: (info: StepInfo) => Promise<R> | R, opts: StepOptions = {}): Promise<R> {
     const index = this.#step++;
     const idempotent = opts.idempotent === true;
-    const recorded = this.record.steps[index];
+    // A hole (null once through the WAL's encoding) is a step with nothing recorded: an
+    // idempotent step still running when its turn was cut, next to concurrent ones.
+    const recorded = this.record.steps[index] ?? undefined;
     if (recorded !== undefined) {
       if (recorded.name !== name) throw new ReplayMismatchError(this.actorId, index, recorded.name, name);
       if (recorded.status === "done") return recorded.result as R;
@@ -126,8 +130,15 @@ export class TurnJournal {
     if (this.#dirty) await this.#write();
   }
 
-  async #write(step?: number): Promise<void> {
-    this.#dirty = false;
-    await this.io.persist(this.record, step === undefined ? undefined : { step });
+  #write(step?: number): Promise<void> {
+    // Steps may run concurrently (their indices are drawn in call order, so replay is
+    // exact), but the host's persist replaces one WAL record by sequence: two at once
+    // would both name the same old sequence. Each write persists the latest record.
+    const next = this.#writing.then(() => {
+      this.#dirty = false;
+      return this.io.persist(this.record, step === undefined ? undefined : { step });
+    });
+    this.#writing = next.catch(() => undefined);
+    return next;
   }
 }

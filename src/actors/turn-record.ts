@@ -88,20 +88,19 @@ const RANK: Record<StepStatus, number> = { started: 1, done: 2, failed: 2, unkno
  * The union of two partial journals of the same turn (the local WAL's and the NATS one's):
  * each was written step by step from one deterministic run, so each value list is a prefix
  * of the same sequence (the longer wins), and per step a recorded outcome beats a bare start.
+ * A step neither side recorded stays a hole: an idempotent step (it writes no intent) that
+ * was running when the turn was cut, maybe beside concurrent steps that did record; replay
+ * runs it again and reuses the others.
  */
 export function mergeTurn(into: TurnRecord, other: Pick<TurnRecord, "steps" | "clock" | "random" | "ids" | "attempt">): TurnRecord {
   const longer = <T>(a: T[], b: T[]): T[] => (b.length > a.length ? [...b] : a);
   const steps = [...into.steps];
   for (let i = 0; i < other.steps.length; i++) {
     const theirs = other.steps[i];
-    if (theirs === undefined) continue;
+    if (theirs == null) continue;
     const ours = steps[i];
-    if (ours === undefined || RANK[theirs.status] > RANK[ours.status]) steps[i] = theirs;
+    if (ours == null || RANK[theirs.status] > RANK[ours.status]) steps[i] = theirs;
   }
-  // A hole (a step whose record never reached one side) ends what can be replayed.
-  let replayable = 0;
-  while (replayable < steps.length && steps[replayable] !== undefined) replayable++;
-  steps.length = replayable;
   return {
     ...into,
     attempt: Math.max(into.attempt, other.attempt),
