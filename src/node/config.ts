@@ -125,6 +125,11 @@ export interface NodeConfig {
   mcp: McpConfig;
   /** Messages sent on a cron expression or an interval (`[[schedules]]`, see schedule-spec.ts). */
   schedules: ScheduleSpec[];
+  /**
+   * The `[gateway]` table as written: the gateway layer (above this one) parses and
+   * validates it (src/gateway/config.ts); `kova node start` then serves HTTP as well.
+   */
+  gateway?: Record<string, unknown>;
   /** The file this came from, if any. */
   configPath?: string;
 }
@@ -135,7 +140,7 @@ type Table = ConfigTable;
 export const DEFAULT_MAX_ACTORS = 10_000;
 export const DEFAULT_MAX_ACTORS_PER_NODE = 5_000;
 
-const TOP_KEYS = ["node", "cluster", "nats", "wal", "mailbox", "actors", "modules", "tools", "mcp", "schedules"];
+const TOP_KEYS = ["node", "cluster", "nats", "wal", "mailbox", "actors", "modules", "tools", "mcp", "schedules", "gateway"];
 
 /** The node id used when neither the file nor KOVA_NODE_ID names one: the host name, made id-safe. */
 export function defaultNodeId(): string {
@@ -237,6 +242,7 @@ function buildConfig(doc: Table, path: string | undefined, env: NodeJS.ProcessEn
     schedules: schedulesFrom(doc.schedules),
   };
   if (path) config.configPath = path;
+  if (doc.gateway !== undefined) config.gateway = table(doc, "gateway");
   const urls = natsUrls(env.NATS_URL, nats.urls);
   if (urls) config.natsUrls = urls;
   Object.assign(config, natsSecurityFrom(nats, base, env));
