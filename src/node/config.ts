@@ -138,6 +138,11 @@ export interface NodeConfig {
   agents: AgentDefinition[];
   /** `[budget_groups.<name>]`: token budgets shared by the agents that name them. */
   budgetGroups: Map<string, BudgetGroupConfig>;
+  /**
+   * The `[gateway]` table as written: the gateway layer (above this one) parses and
+   * validates it (src/gateway/config.ts); `kova node start` then serves HTTP as well.
+   */
+  gateway?: Record<string, unknown>;
   /** The file this came from, if any. */
   configPath?: string;
 }
@@ -148,7 +153,7 @@ type Table = ConfigTable;
 export const DEFAULT_MAX_ACTORS = 10_000;
 export const DEFAULT_MAX_ACTORS_PER_NODE = 5_000;
 
-const TOP_KEYS = ["node", "cluster", "nats", "wal", "mailbox", "actors", "modules", "tools", "mcp", "schedules", "models", "agents", "budget_groups"];
+const TOP_KEYS = ["node", "cluster", "nats", "wal", "mailbox", "actors", "modules", "tools", "mcp", "schedules", "models", "agents", "budget_groups", "gateway"];
 
 /** The node id used when neither the file nor KOVA_NODE_ID names one: the host name, made id-safe. */
 export function defaultNodeId(): string {
@@ -255,6 +260,7 @@ function buildConfig(doc: Table, path: string | undefined, env: NodeJS.ProcessEn
   config.agents = agentsConfigFrom(doc.agents, new Set(config.models.keys()));
   checkBudgetGroups(config.agents, config.budgetGroups);
   if (path) config.configPath = path;
+  if (doc.gateway !== undefined) config.gateway = table(doc, "gateway");
   const urls = natsUrls(env.NATS_URL, nats.urls);
   if (urls) config.natsUrls = urls;
   Object.assign(config, natsSecurityFrom(nats, base, env));
