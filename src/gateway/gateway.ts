@@ -1,6 +1,7 @@
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import express, { type NextFunction, type Request, type Response, type Router } from "express";
+import { A2A_VERSION_HEADER, AgentCard } from "@a2a-js/sdk";
 import { agentCardHandler, jsonRpcHandler, type UserBuilder } from "@a2a-js/sdk/server/express";
 import { isValidId } from "../core/ids.js";
 import { silentLogger, type Logger } from "../core/logger.js";
@@ -27,6 +28,31 @@ export interface GatewayOptions {
   /** Replicas of the gateway's buckets (tasks, keys); default 1. */
   replicas?: number;
   logger?: Logger;
+}
+
+/**
+ * Serves an Agent Card. A v1.0 client (`A2A-Version: 1.0`) gets the card in A2A's JSON
+ * form (`AgentCard.toJSON`): the SDK's agentCardHandler writes `JSON.stringify` of its
+ * in-memory form, whose oneof fields (`securitySchemes`) come out as `{ $case, value }`
+ * and are lost by every client (SDK 1.3.0). v0.3 clients (no header) go through the SDK's
+ * handler, which translates the card for them.
+ */
+function cardRoute(provider: () => Promise<AgentCard>) {
+  const legacy = agentCardHandler({ agentCardProvider: provider, legacyCompat: { enabled: true }, cache: { maxAge: 60 } });
+  return (req: Request, res: Response, next: NextFunction) => {
+    const version = req.header(A2A_VERSION_HEADER);
+    if (!version || version.startsWith("0.")) {
+      legacy(req, res, next);
+      return;
+    }
+    provider()
+      .then((card) => {
+        res.setHeader("Cache-Control", "public, max-age=60");
+        res.setHeader("Vary", A2A_VERSION_HEADER);
+        res.json(AgentCard.toJSON(card));
+      })
+      .catch(next);
+  };
 }
 
 /**
@@ -130,7 +156,7 @@ export class Gateway {
     if (r) return r;
     const card = async () => agentCard(this.runs.agent(agentId), this.cardOptions());
     r = express.Router();
-    r.use("/.well-known/agent-card.json", agentCardHandler({ agentCardProvider: card, legacyCompat: { enabled: true }, cache: { maxAge: 60 } }));
+    r.use("/.well-known/agent-card.json", cardRoute(card));
     r.use("/a2a/jsonrpc", jsonRpcHandler({ requestHandler: new KovaA2AHandler(this.handlerDeps(card), agentId), userBuilder: this.userBuilder, legacyCompat: { enabled: true } }));
     this.agentRouters.set(agentId, r);
     return r;
@@ -160,7 +186,7 @@ export class Gateway {
     });
     app.use("/.well-known/agent-card.json", (req, res, next) => {
       const records = this.liveAgents().filter((r) => req.principal?.agents === undefined || req.principal.agents.includes(r.id));
-      agentCardHandler({ agentCardProvider: async () => directoryCard(records, this.cardOptions()), legacyCompat: { enabled: true }, cache: { maxAge: 60 } })(req, res, next);
+      cardRoute(async () => directoryCard(records, this.cardOptions()))(req, res, next);
     });
     const directory = async () => directoryCard(this.liveAgents(), this.cardOptions());
     app.use("/a2a/jsonrpc", jsonRpcHandler({ requestHandler: new KovaA2AHandler(this.handlerDeps(directory)), userBuilder: this.userBuilder, legacyCompat: { enabled: true } }));
