@@ -22,7 +22,9 @@ import { mountWebView } from "./web.js";
 export interface GatewayOptions {
   config: GatewayConfig;
   /** The cluster's NATS: URLs and the credentials of the gateway's account. */
-  servers: string | string[];
+  servers?: string | string[];
+  /** A connection to share (a node serving `[gateway]` passes its own); the gateway does not close it. */
+  bus?: Bus;
   cluster: string;
   security?: NatsSecurity;
   /** Replicas of the gateway's buckets (tasks, keys); default 1. */
@@ -69,6 +71,7 @@ export class Gateway {
   private constructor(
     readonly config: GatewayConfig,
     private readonly bus: Bus,
+    private readonly ownBus: boolean,
     private readonly registry: AgentRegistry,
     private readonly keys: KeyRing,
     readonly store: NatsTaskStore,
@@ -84,13 +87,16 @@ export class Gateway {
    */
   static async start(opts: GatewayOptions): Promise<Gateway> {
     const log = (opts.logger ?? silentLogger()).child({ component: "gateway" });
-    const bus = await Bus.connect({
-      servers: opts.servers,
-      cluster: opts.cluster,
-      name: "kova-gateway",
-      logger: log,
-      ...(opts.security ? { security: opts.security } : {}),
-    });
+    const ownBus = opts.bus === undefined;
+    const bus =
+      opts.bus ??
+      (await Bus.connect({
+        servers: opts.servers ?? "nats://127.0.0.1:4222",
+        cluster: opts.cluster,
+        name: "kova-gateway",
+        logger: log,
+        ...(opts.security ? { security: opts.security } : {}),
+      }));
     const opened: Array<{ stop(): void }> = [];
     try {
       const registry = await AgentRegistry.open({ nc: bus.nc, cluster: opts.cluster, logger: log, ...(opts.replicas ? { replicas: opts.replicas } : {}) });
@@ -107,7 +113,7 @@ export class Gateway {
       const runs = new RunClient(bus, registry, log);
       const tracker = new TaskTracker(runs, store, log);
       const server = createServer();
-      const gw = new Gateway(opts.config, bus, registry, keys, store, tracker, runs, server, log);
+      const gw = new Gateway(opts.config, bus, ownBus, registry, keys, store, tracker, runs, server, log);
       server.on("request", gw.app());
       await new Promise<void>((resolve, reject) => {
         server.once("error", reject);
@@ -120,7 +126,7 @@ export class Gateway {
       return gw;
     } catch (err) {
       for (const o of opened) o.stop();
-      await bus.close().catch(() => undefined);
+      if (ownBus) await bus.close().catch(() => undefined);
       throw err;
     }
   }
@@ -256,7 +262,7 @@ export class Gateway {
       await this.tracker.stop();
       this.keys.stop();
       this.registry.stop();
-      await this.bus.close().catch(() => undefined);
+      if (this.ownBus) await this.bus.close().catch(() => undefined);
     })();
     return this.closing;
   }
