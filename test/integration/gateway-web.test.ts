@@ -32,8 +32,8 @@ describe("gateway: web view", () => {
     // the cluster tables fill from /ui/api/cluster
     await page.locator("#nodes tbody tr", { hasText: "n1" }).waitFor({ timeout: 15_000 });
     await page.locator("#agents tbody tr", { hasText: "researcher" }).waitFor();
-    expect(await page.locator("#nodes tbody tr").first().innerText()).toContain("up");
-    expect(await page.locator("#dlq tbody").innerText()).toContain("none");
+    expect(await page.locator("#nodes tbody tr").first().textContent()).toContain("up");
+    expect(await page.locator("#dlq tbody").textContent()).toContain("none");
 
     // a swarm: the coordinator starts one child run per agent in the session the page watches
     await using client = await KovaClient.connect({ servers: rig.nats.url, cluster: rig.cluster });
@@ -49,13 +49,13 @@ describe("gateway: web view", () => {
       "writer:completed",
     ]);
     const researcher = page.locator('.run[data-agent="researcher"]');
-    expect(await researcher.innerText()).toMatch(/tools: add ✓/);
-    expect(await researcher.innerText()).toMatch(/tokens 65 in \/ 13 out/);
-    expect(await page.locator('.run[data-agent="writer"]').innerText()).toContain("model scripted-model");
+    expect(await researcher.textContent()).toMatch(/tools: add ✓/);
+    expect(await researcher.textContent()).toMatch(/tokens 65 in \/ 13 out/);
+    expect(await page.locator('.run[data-agent="writer"]').textContent()).toContain("model scripted-model");
     expect(await root.getAttribute("data-status")).toBe("completed");
     await page.locator("#session-status", { hasText: "(live)" }).waitFor();
     // usage per agent shows in the agents table (from the agents' info_request)
-    await expect.poll(async () => page.locator("#agents tbody tr", { hasText: "researcher" }).innerText(), { timeout: 10_000 }).toMatch(/65 \/ 13/);
+    await expect.poll(async () => page.locator("#agents tbody tr", { hasText: "researcher" }).textContent(), { timeout: 10_000 }).toMatch(/65 \/ 13/);
 
     const dir = await mkdtemp(join(tmpdir(), "kova-web-"));
     await using _dir = defer(() => rm(dir, { recursive: true, force: true }));
