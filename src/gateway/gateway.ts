@@ -18,6 +18,7 @@ import { RunClient } from "./runs.js";
 import { NatsTaskStore } from "./task-store.js";
 import { TaskTracker } from "./task-tracker.js";
 import { mountWebView } from "./web.js";
+import type { RunTraceExporter } from "./otel.js";
 
 export interface GatewayOptions {
   config: GatewayConfig;
@@ -67,6 +68,7 @@ function cardRoute(provider: () => Promise<AgentCard>) {
 export class Gateway {
   private closing: Promise<void> | undefined;
   private readonly agentRouters = new Map<string, Router>();
+  private traces: RunTraceExporter | undefined;
 
   private constructor(
     readonly config: GatewayConfig,
@@ -114,6 +116,10 @@ export class Gateway {
       const tracker = new TaskTracker(runs, store, log);
       const server = createServer();
       const gw = new Gateway(opts.config, bus, ownBus, registry, keys, store, tracker, runs, server, log);
+      if (opts.config.otel) {
+        const { startRunTraceExporter } = await import("./otel.js");
+        gw.traces = await startRunTraceExporter(bus, opts.config.otel, log);
+      }
       server.on("request", gw.app());
       await new Promise<void>((resolve, reject) => {
         server.once("error", reject);
@@ -260,6 +266,7 @@ export class Gateway {
       this.server.closeAllConnections();
       await closed;
       await this.tracker.stop();
+      await this.traces?.stop();
       this.keys.stop();
       this.registry.stop();
       if (this.ownBus) await this.bus.close().catch(() => undefined);
