@@ -18,6 +18,8 @@ import { NATS_SECURITY_KEYS, natsSecurityFrom } from "./nats-config.js";
 import { toolsConfigFrom, type ToolsConfig } from "../tools/config.js";
 import { parseSchedule, type ScheduleSpec } from "./schedule-spec.js";
 import { mcpConfigFrom, type McpConfig } from "../tools/mcp/config.js";
+import { parseModelsConfig, type ModelConfig } from "../agents/model/config.js";
+import { swarmActorType, swarmsConfigFrom, type SwarmSpec } from "../swarm/config.js";
 
 /**
  * `kova.toml`: what one node needs to join a cluster. The file uses snake_case keys
@@ -125,6 +127,10 @@ export interface NodeConfig {
   mcp: McpConfig;
   /** Messages sent on a cron expression or an interval (`[[schedules]]`, see schedule-spec.ts). */
   schedules: ScheduleSpec[];
+  /** Model endpoints by name (`[models.<name>]`, docs/models.md). */
+  models: Map<string, ModelConfig>;
+  /** Swarm coordinators (`[[swarms]]`, docs/swarm.md); each is also in `actors`, type `swarm-<id>`. */
+  swarms: SwarmSpec[];
   /** The file this came from, if any. */
   configPath?: string;
 }
@@ -135,7 +141,7 @@ type Table = ConfigTable;
 export const DEFAULT_MAX_ACTORS = 10_000;
 export const DEFAULT_MAX_ACTORS_PER_NODE = 5_000;
 
-const TOP_KEYS = ["node", "cluster", "nats", "wal", "mailbox", "actors", "modules", "tools", "mcp", "schedules"];
+const TOP_KEYS = ["node", "cluster", "nats", "wal", "mailbox", "actors", "modules", "tools", "mcp", "schedules", "models", "swarms"];
 
 /** The node id used when neither the file nor KOVA_NODE_ID names one: the host name, made id-safe. */
 export function defaultNodeId(): string {
@@ -235,7 +241,10 @@ function buildConfig(doc: Table, path: string | undefined, env: NodeJS.ProcessEn
     tools: toolsConfigFrom(doc.tools, "tools", env, base),
     mcp: mcpConfigFrom(doc.mcp, "mcp", { env, baseDir: base }),
     schedules: schedulesFrom(doc.schedules),
+    models: parseModelsConfig(doc.models, { env, baseDir: base }),
+    swarms: [],
   };
+  config.swarms = swarmsConfigFrom(doc.swarms, new Set(config.models.keys()));
   if (path) config.configPath = path;
   const urls = natsUrls(env.NATS_URL, nats.urls);
   if (urls) config.natsUrls = urls;
@@ -259,6 +268,10 @@ function buildConfig(doc: Table, path: string | undefined, env: NodeJS.ProcessEn
   }
   config.actors = actorSpecs(doc.actors, base);
   for (const a of config.actors) if (a.module) modules.add(a.module);
+  config.swarms.forEach((sw, i) => {
+    if (config.actors.some((a) => a.id === sw.id)) throw new ConfigError(`swarms[${i}].id`, `"${sw.id}" is also an [[actors]] id: a coordinator is an actor, give it its own id`);
+    config.actors.push({ id: sw.id, type: swarmActorType(sw.id) });
+  });
   config.modules = [...modules];
   return config;
 }

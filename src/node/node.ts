@@ -23,6 +23,7 @@ import { recoverPendingTurns, type NodeRecoveryReport } from "./recovery-policy.
 import { AgentRegistry, type AgentRecord } from "./registry.js";
 import { parseSchedule } from "./schedule-spec.js";
 import { ScheduleService } from "./schedules.js";
+import { registerSwarms } from "./swarms.js";
 
 export { KOVA_VERSION };
 
@@ -67,6 +68,7 @@ export class KovaNode {
   private control!: NodeControl;
   private unknownSweep: NodeJS.Timeout | undefined;
   private schedules: ScheduleService | undefined;
+  private swarmScheduler: { close(): void } | undefined;
   private readonly log: Logger;
 
   private constructor(
@@ -98,8 +100,12 @@ export class KovaNode {
   static async start(opts: StartNodeOptions): Promise<KovaNode> {
     const logger = opts.logger ?? createLogger();
     const types = opts.types ?? new ActorTypeRegistry();
+    // Coordinators reach the bus through the node, which connects after types are known.
+    let node: KovaNode | undefined;
+    const swarmScheduler = registerSwarms(opts.config, types, () => node!.busClient, logger);
     await loadActorModules(opts.config, types);
-    const node = new KovaNode(opts.config, types, logger);
+    node = new KovaNode(opts.config, types, logger);
+    node.swarmScheduler = swarmScheduler;
     try {
       await node.boot(opts);
     } catch (err) {
@@ -494,6 +500,7 @@ export class KovaNode {
     await this.placement?.stop().catch(() => undefined);
     const hostStopped = this.host?.stopAll().catch(() => undefined);
     await (opts.hostStopMs === undefined ? hostStopped : Promise.race([hostStopped, delay(opts.hostStopMs)]));
+    this.swarmScheduler?.close();
     this.membership?.stop();
     this.leases?.stop();
     this.registry?.stop();
