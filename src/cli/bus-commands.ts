@@ -137,7 +137,7 @@ export function register(program: Command): void {
     );
 }
 
-async function withClient(o: BusOpts, fn: (client: KovaClient) => Promise<void>): Promise<void> {
+export async function withClient(o: BusOpts, fn: (client: KovaClient) => Promise<void>): Promise<void> {
   const { urls, cluster, security } = await resolveTarget(o);
   // Logs go to stderr so stdout stays machine-readable.
   const logger = pino({ level: process.env.KOVA_LOG_LEVEL ?? "warn" }, pino.destination(2));

@@ -21,6 +21,7 @@ import { mcpConfigFrom, type McpConfig } from "../tools/mcp/config.js";
 import { parseModelsConfig, type ModelConfig } from "../agents/model/config.js";
 import { agentsConfigFrom, budgetGroupsFrom, checkBudgetGroups, type BudgetGroupConfig } from "../agents/config.js";
 import type { AgentDefinition } from "../agents/definition.js";
+import { swarmActorType, swarmsConfigFrom, type SwarmSpec } from "../swarm/config.js";
 
 /**
  * `kova.toml`: what one node needs to join a cluster. The file uses snake_case keys
@@ -160,6 +161,8 @@ export interface NodeConfig {
    * validates it (src/gateway/config.ts); `kova node start` then serves HTTP as well.
    */
   gateway?: Record<string, unknown>;
+  /** Swarm coordinators (`[[swarms]]`, docs/swarm.md); each is also in `actors`, type `swarm-<id>`. */
+  swarms: SwarmSpec[];
   /** The file this came from, if any. */
   configPath?: string;
 }
@@ -170,7 +173,7 @@ type Table = ConfigTable;
 export const DEFAULT_MAX_ACTORS = 10_000;
 export const DEFAULT_MAX_ACTORS_PER_NODE = 5_000;
 
-const TOP_KEYS = ["node", "cluster", "nats", "wal", "checkpoint", "journal", "mailbox", "actors", "modules", "tools", "mcp", "schedules", "models", "agents", "budget_groups", "gateway"];
+const TOP_KEYS = ["node", "cluster", "nats", "wal", "checkpoint", "journal", "mailbox", "actors", "modules", "tools", "mcp", "schedules", "models", "agents", "budget_groups", "swarms", "gateway"];
 
 /** The node id used when neither the file nor KOVA_NODE_ID names one: the host name, made id-safe. */
 export function defaultNodeId(): string {
@@ -282,9 +285,11 @@ function buildConfig(doc: Table, path: string | undefined, env: NodeJS.ProcessEn
     models: parseModelsConfig(doc.models, { env, baseDir: base }),
     agents: [],
     budgetGroups: budgetGroupsFrom(doc.budget_groups),
+    swarms: [],
   };
   config.agents = agentsConfigFrom(doc.agents, new Set(config.models.keys()));
   checkBudgetGroups(config.agents, config.budgetGroups);
+  config.swarms = swarmsConfigFrom(doc.swarms, new Set(config.models.keys()));
   if (path) config.configPath = path;
   if (doc.gateway !== undefined) config.gateway = table(doc, "gateway");
   const urls = natsUrls(env.NATS_URL, nats.urls);
@@ -313,6 +318,10 @@ function buildConfig(doc: Table, path: string | undefined, env: NodeJS.ProcessEn
     if (agentIds.has(a.id)) throw new ConfigError(`actors[${i}].id`, `"${a.id}" is also an [[agents]] id: an id names one actor; rename one of them`);
   });
   for (const a of config.actors) if (a.module) modules.add(a.module);
+  config.swarms.forEach((sw, i) => {
+    if (config.actors.some((a) => a.id === sw.id)) throw new ConfigError(`swarms[${i}].id`, `"${sw.id}" is also an [[actors]] id: a coordinator is an actor, give it its own id`);
+    config.actors.push({ id: sw.id, type: swarmActorType(sw.id) });
+  });
   config.modules = [...modules];
   return config;
 }
