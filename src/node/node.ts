@@ -25,6 +25,9 @@ import { recoverPendingTurns, type NodeRecoveryReport } from "./recovery-policy.
 import { AgentRegistry, type AgentRecord } from "./registry.js";
 import { parseSchedule } from "./schedule-spec.js";
 import { ScheduleService } from "./schedules.js";
+import { startAgentServices, type AgentServices } from "./agent-services.js";
+import type { AgentDefinition } from "../agents/definition.js";
+import { registerSwarms } from "./swarms.js";
 
 export { KOVA_VERSION };
 
@@ -38,6 +41,8 @@ export interface StartNodeOptions {
   types?: ActorTypeRegistry;
   /** Passed to resolveNats (tests point the default-URL probe elsewhere). */
   nats?: Pick<ResolveNatsOptions, "probeDefault" | "defaultUrl">;
+  /** Agents defined in code (`defineAgent`); `[[agents]]` and config modules add to them. */
+  agents?: AgentDefinition[];
 }
 
 /**
@@ -69,14 +74,17 @@ export class KovaNode {
   private control!: NodeControl;
   private unknownSweep: NodeJS.Timeout | undefined;
   private schedules: ScheduleService | undefined;
+  private agentServices: AgentServices | undefined;
   private workflowTimers: Promise<WorkflowTimers> | undefined;
   private timerService: TimerService | undefined;
+  private swarmScheduler: { close(): void } | undefined;
   private readonly log: Logger;
 
   private constructor(
     readonly config: NodeConfig,
     private readonly types: ActorTypeRegistry,
     logger: Logger,
+    private readonly agentDefs: AgentDefinition[] = [],
   ) {
     this.log = logger.child({ component: "node", nodeId: config.nodeId });
   }
@@ -102,12 +110,17 @@ export class KovaNode {
   static async start(opts: StartNodeOptions): Promise<KovaNode> {
     const logger = opts.logger ?? createLogger();
     const types = opts.types ?? new ActorTypeRegistry();
-    await loadActorModules(opts.config, types);
-    const node = new KovaNode(opts.config, types, logger);
+    // Coordinators reach the bus through the node, which connects after types are known.
+    let node: KovaNode | undefined;
+    const swarmScheduler = registerSwarms(opts.config, types, () => node!.busClient, logger);
+    const moduleAgents = await loadActorModules(opts.config, types);
+    node = new KovaNode(opts.config, types, logger, [...(opts.agents ?? []), ...opts.config.agents, ...moduleAgents]);
+    node.swarmScheduler = swarmScheduler;
     // Every node can host workflow runs (docs/workflows.md), unless the application
     // registered its own type of that name.
     if (!types.has(WORKFLOW_ACTOR_TYPE)) {
-      types.register(workflowActor({ timers: () => node.timers(), retire: (runId) => node.retireRun(runId), inbox: (runId) => node.bus.subjects.a2a(runId) }));
+      const n = node;
+      types.register(workflowActor({ timers: () => n.timers(), retire: (runId) => n.retireRun(runId), inbox: (runId) => n.bus.subjects.a2a(runId) }));
     }
     try {
       await node.boot(opts);
@@ -148,6 +161,8 @@ export class KovaNode {
       logger: this.log,
     });
     this.recovery.corrupt = this.wal.recovery.corrupt.length;
+    // Agent types are registered before recovery: a recovered turn may be an agent's.
+    this.agentServices = await startAgentServices(config, this.agentDefs, { bus: this.bus, types: this.types, logger: this.log, replicas });
     this.recovery.pendingRecords = this.wal.recovery.pending.length;
 
     const nc = this.bus.nc;
@@ -186,6 +201,8 @@ export class KovaNode {
       logger: this.log,
       mailbox: config.mailbox,
       checkpointReplicas: replicas,
+      processedWindow: config.processedWindow,
+      stepJournal: config.natsJournal ? "nats" : "local",
       fence: (actorId: string) => this.fence(actorId),
       onStateChange: (actorId: string, state: ActorState, info?: unknown) => this.onStateChange(actorId, state, info),
     });
@@ -211,6 +228,9 @@ export class KovaNode {
     for (const a of config.actors) {
       const capabilities = this.types.get(a.type).capabilities ?? [];
       await this.whenNatsReady("declare", () => this.registry.declare({ id: a.id, type: a.type, capabilities }));
+    }
+    for (const a of this.agentDefs) {
+      await this.whenNatsReady("declare", () => this.registry.declare({ id: a.id, type: a.id, capabilities: [...a.capabilities] }));
     }
 
     const port: HostPort = {
@@ -403,6 +423,7 @@ export class KovaNode {
       maxActors: this.config.maxActors,
       stopping: () => this.stopping !== undefined,
       writeRegistry: (id, change) => this.writeRegistry(id, change),
+      switchModel: (id: string, model: string) => this.switchModel(id, model),
       publish: (type, runId, data) => this.publish(type, runId, data),
     });
     const control = this.control;
@@ -421,6 +442,19 @@ export class KovaNode {
         { name: "signal", subject: nodeSubject(cluster, nodeId, "signal"), handler: async (d) => control.signal(json(d) as SignalRequest) },
       ],
     });
+  }
+
+  /**
+   * The `model=<name>` signal: switches an agent hosted here from its next model call on.
+   * @throws ArgumentError when the actor is not an agent; UnknownModelError for an unknown model
+   */
+  private async switchModel(actorId: string, model: string): Promise<void> {
+    const type = this.host.status(actorId)?.type;
+    const services = this.agentServices;
+    if (!services?.agents.some((a) => a.id === type)) {
+      throw new ArgumentError("signal", `actor ${actorId} (type ${type ?? "unknown"}) is not an agent: only agents take model=<name>`);
+    }
+    await services.runtime.switchModel(actorId, model);
   }
 
   /**
@@ -542,6 +576,8 @@ export class KovaNode {
     await this.placement?.stop().catch(() => undefined);
     const hostStopped = this.host?.stopAll().catch(() => undefined);
     await (opts.hostStopMs === undefined ? hostStopped : Promise.race([hostStopped, delay(opts.hostStopMs)]));
+    await this.agentServices?.close().catch(() => undefined);
+    this.swarmScheduler?.close();
     this.membership?.stop();
     this.leases?.stop();
     this.registry?.stop();
