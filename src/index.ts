@@ -112,3 +112,13 @@ export { defineTool, type JsonSchemaToolSpec, type ZodToolSpec } from "./tools/d
 export { ToolRegistry, type ToolDescription, type ToolProvider } from "./tools/registry.js";
 export type { JsonSchema, Tool, ToolContext } from "./tools/types.js";
 export { ToolsErrorCode, ToolArgumentsInvalidError } from "./tools/errors.js";
+
+// Agents
+export { defineAgent } from "./agents/definition.js";
+export type { AgentDefinition, AgentSpec, AgentHooks, HookContext, HookResult, MemoryPolicy, BudgetPolicy, RunPolicy } from "./agents/definition.js";
+export { askAgent, type AskAgentOptions } from "./agents/client.js";
+export { AGENT_CHAT } from "./agents/protocol.js";
+export type { AgentChatPayload, AgentInfo, AgentResult, AgentTaskPayload, AgentUsageTotals, RunStatus, RunUsage, TaskConstraints } from "./agents/protocol.js";
+export { EventProfiles, inProfile, type EventProfile } from "./agents/events.js";
+export { AgentErrorCode, BudgetExceededError, RunLimitExceededError } from "./agents/errors.js";
+export { ModelErrorCode, ModelCallError } from "./agents/model/errors.js";
