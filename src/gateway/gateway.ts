@@ -113,7 +113,8 @@ export class Gateway {
       opened.push(keys);
       const store = await NatsTaskStore.open(bus.nc, opts.cluster, { ...(opts.replicas ? { replicas: opts.replicas } : {}) });
       const runs = new RunClient(bus, registry, log);
-      const tracker = new TaskTracker(runs, store, log);
+      // Watching outlives the run's own timeout a little: its reply or last events still land.
+      const tracker = new TaskTracker(runs, store, log, opts.config.taskTimeoutMs + 60_000);
       const server = createServer();
       const gw = new Gateway(opts.config, bus, ownBus, registry, keys, store, tracker, runs, server, log);
       if (opts.config.otel) {
