@@ -69,6 +69,7 @@ export class Gateway {
   private closing: Promise<void> | undefined;
   private readonly agentRouters = new Map<string, Router>();
   private traces: RunTraceExporter | undefined;
+  private webView: { stop(): void } | undefined;
 
   private constructor(
     readonly config: GatewayConfig,
@@ -214,7 +215,7 @@ export class Gateway {
         next(err);
       }
     });
-    if (this.config.ui) mountWebView(app, { bus: this.bus, registry: this.registry, log: this.log });
+    if (this.config.ui) this.webView = mountWebView(app, { bus: this.bus, registry: this.registry, log: this.log });
     app.use((req, _res, next) => next(new GatewayHttpError(404, "NOT_FOUND", `no route ${req.method} ${req.path}: see docs/gateway.md`)));
     app.use((err: unknown, req: Request, res: Response, _next: NextFunction) => this.sendError(err, req, res));
     return app;
@@ -268,6 +269,7 @@ export class Gateway {
       await closed;
       await this.tracker.stop();
       await this.traces?.stop();
+      this.webView?.stop();
       this.keys.stop();
       this.registry.stop();
       if (this.ownBus) await this.bus.close().catch(() => undefined);

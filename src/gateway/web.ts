@@ -1,10 +1,10 @@
-import { Kvm } from "@nats-io/kv";
 import type { Express, Request, Response } from "express";
 import { isValidId } from "../core/ids.js";
 import type { Logger } from "../core/logger.js";
 import type { Bus, KovaEvent } from "../bus/index.js";
 import { nodesBucket, type NodeRecord } from "../node/membership.js";
 import type { AgentRegistry } from "../node/registry.js";
+import { KvMirror, openBucket } from "../node/kv-mirror.js";
 import { mayUse } from "./auth.js";
 import { GatewayErrorCode, GatewayHttpError } from "./errors.js";
 import { LOGIN_HTML, WEB_VIEW_HTML } from "./web-page.js";
@@ -36,7 +36,19 @@ function bounded<T>(p: Promise<T>, ms: number): Promise<T | null> {
 /** A node silent this long shows as not live (the page does not know each cluster's setting). */
 const NODE_STALE_MS = 10_000;
 
-export function mountWebView(app: Express, deps: WebViewDeps): void {
+/**
+ * Mounts the page and its endpoints. The nodes bucket is read through a KV mirror (a watch,
+ * opened on first use): listing its keys instead would chase heartbeats that land faster
+ * than a loaded server lists them.
+ * @returns stop, for the gateway's close
+ */
+export function mountWebView(app: Express, deps: WebViewDeps): { stop(): void } {
+  let nodes: Promise<KvMirror<NodeRecord>> | undefined;
+  const nodesMirror = () => {
+    nodes ??= openBucket(deps.bus.nc, nodesBucket(deps.bus.cluster)).then((kv) => KvMirror.start<NodeRecord>(kv, deps.log.child({ bucket: "nodes" }), { nc: deps.bus.nc }));
+    nodes.catch(() => (nodes = undefined));
+    return nodes;
+  };
   app.get("/ui", (_req, res) => {
     res.setHeader("Content-Type", "text/html; charset=utf-8");
     res.setHeader("Content-Security-Policy", "default-src 'self'; script-src 'unsafe-inline'; style-src 'unsafe-inline'");
@@ -48,32 +60,29 @@ export function mountWebView(app: Express, deps: WebViewDeps): void {
     res.send(LOGIN_HTML);
   });
   app.get("/ui/api/cluster", (req, res, next) => {
-    clusterView(deps, req)
+    clusterView(deps, req, nodesMirror)
       .then((v) => res.json(v))
       .catch(next);
   });
   app.get("/ui/api/sessions/:sessionId/events", (req, res, next) => {
     sessionEvents(deps, req, res).catch(next);
   });
+  return {
+    stop() {
+      void nodes?.then((m) => m.stop()).catch(() => undefined);
+    },
+  };
 }
 
-async function clusterView(deps: WebViewDeps, req: Request) {
+async function clusterView(deps: WebViewDeps, req: Request, nodesMirror: () => Promise<KvMirror<NodeRecord>>) {
   const { bus, registry } = deps;
   const now = Date.now();
   const nodes: Array<Record<string, unknown>> = [];
-  try {
-    const kv = await new Kvm(bus.nc).open(nodesBucket(bus.cluster));
-    const names = new Set<string>();
-    for await (const k of await kv.keys()) names.add(k);
-    for (const name of [...names].sort()) {
-      const e = await kv.get(name);
-      if (e?.operation !== "PUT") continue;
-      const r = e.json<NodeRecord>();
-      const age = Math.max(0, now - r.heartbeatAt);
-      nodes.push({ id: r.id, state: r.state, live: r.state !== "leaving" && age < NODE_STALE_MS, heartbeatAgeMs: age, actors: r.actors, version: r.version, host: r.host, startedAt: r.startedAt });
-    }
-  } catch (err) {
-    deps.log.debug({ err }, "nodes bucket not readable");
+  const mirror = await bounded(nodesMirror(), DETAIL_MS);
+  for (const [, e] of [...(mirror?.entries() ?? [])].sort(([a], [b]) => a.localeCompare(b))) {
+    const r = e.value;
+    const age = Math.max(0, now - r.heartbeatAt);
+    nodes.push({ id: r.id, state: r.state, live: r.state !== "leaving" && age < NODE_STALE_MS, heartbeatAgeMs: age, actors: r.actors, version: r.version, host: r.host, startedAt: r.startedAt });
   }
   const records = registry
     .list()
