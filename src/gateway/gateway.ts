@@ -69,6 +69,7 @@ export class Gateway {
   private closing: Promise<void> | undefined;
   private readonly agentRouters = new Map<string, Router>();
   private traces: RunTraceExporter | undefined;
+  private webView: { stop(): void } | undefined;
 
   private constructor(
     readonly config: GatewayConfig,
@@ -113,7 +114,8 @@ export class Gateway {
       opened.push(keys);
       const store = await NatsTaskStore.open(bus.nc, opts.cluster, { ...(opts.replicas ? { replicas: opts.replicas } : {}) });
       const runs = new RunClient(bus, registry, log);
-      const tracker = new TaskTracker(runs, store, log);
+      // Watching outlives the run's own timeout a little: its reply or last events still land.
+      const tracker = new TaskTracker(runs, store, log, opts.config.taskTimeoutMs + 60_000);
       const server = createServer();
       const gw = new Gateway(opts.config, bus, ownBus, registry, keys, store, tracker, runs, server, log);
       if (opts.config.otel) {
@@ -213,7 +215,7 @@ export class Gateway {
         next(err);
       }
     });
-    if (this.config.ui) mountWebView(app, { bus: this.bus, registry: this.registry, log: this.log });
+    if (this.config.ui) this.webView = mountWebView(app, { bus: this.bus, registry: this.registry, log: this.log });
     app.use((req, _res, next) => next(new GatewayHttpError(404, "NOT_FOUND", `no route ${req.method} ${req.path}: see docs/gateway.md`)));
     app.use((err: unknown, req: Request, res: Response, _next: NextFunction) => this.sendError(err, req, res));
     return app;
@@ -267,6 +269,7 @@ export class Gateway {
       await closed;
       await this.tracker.stop();
       await this.traces?.stop();
+      this.webView?.stop();
       this.keys.stop();
       this.registry.stop();
       if (this.ownBus) await this.bus.close().catch(() => undefined);

@@ -54,13 +54,15 @@ export async function startRunTraceExporter(bus: Bus, config: OtelConfig, log: L
   });
   const tracer: Tracer = provider.getTracer("kova-gateway");
   const runs = new Map<string, OpenRun>();
+  // Contexts of ended runs: a delegated child often starts after its parent ended (a
+  // coordinator that sends and completes); it still belongs in the parent's trace.
+  const ended = new Map<string, Context>();
   const events: EventStream = bus.subscribeEvents();
 
   const open = (e: KovaEvent): OpenRun => {
     let r = runs.get(e.runId);
     if (r) return r;
-    const parent = e.parentRunId ? runs.get(e.parentRunId) : undefined;
-    const parentCtx = parent ? parent.ctx : api.ROOT_CONTEXT;
+    const parentCtx = (e.parentRunId ? (runs.get(e.parentRunId)?.ctx ?? ended.get(e.parentRunId)) : undefined) ?? api.ROOT_CONTEXT;
     const data = (e.data ?? {}) as Record<string, unknown>;
     const span = tracer.startSpan(
       `run ${typeof data.agentId === "string" ? data.agentId : e.runId}`,
@@ -88,6 +90,11 @@ export async function startRunTraceExporter(bus: Bus, config: OtelConfig, log: L
     const r = runs.get(runId);
     if (!r) return;
     runs.delete(runId);
+    ended.set(runId, r.ctx);
+    if (ended.size > MAX_OPEN_RUNS) {
+      const [oldest] = ended.keys();
+      if (oldest) ended.delete(oldest);
+    }
     for (const t of r.tools.values()) t.end(ts);
     r.span.setAttributes({
       "kova.status": status,

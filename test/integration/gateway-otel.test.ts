@@ -2,6 +2,7 @@ import { describe, expect, it } from "vitest";
 import { createServer, type IncomingMessage } from "node:http";
 import type { AddressInfo } from "node:net";
 import { KovaClient } from "../../src/bus/index.js";
+import { controlRequest, nodeSubject } from "../../src/node/control.js";
 import { scriptedReply, type ScriptedHandler } from "../../src/testing/index.js";
 import { defer } from "../fixtures/disposable.js";
 import { startGatewayRig } from "../fixtures/gateway/rig.js";
@@ -56,7 +57,15 @@ describe("gateway: OpenTelemetry export", () => {
     await using _receiver = defer(() => receiver.close());
     await using rig = await startGatewayRig({ handler, agents: ["researcher", "writer"], gateway: { otel: { endpoint: receiver.url, service_name: "kova-test" } } });
     await using client = await KovaClient.connect({ servers: rig.nats.url, cluster: rig.cluster });
+    // The children start only after the coordinator's run ended (it delegates and
+    // completes, as a fire-and-forget coordinator does): their spans still join its trace.
+    const signal = (actorId: string, s: "pause" | "resume") => controlRequest(client.bus.nc, nodeSubject(rig.cluster, "n1", "signal"), { actorId, signal: s });
+    for (const a of ["researcher", "writer"]) await signal(a, "pause");
+    const events = client.events({ sessionId: "otel-1" });
+    await using _events = defer(() => events.stop());
     await client.send("coordinator", "task_delegate", { input: "write about NATS", sessionId: "otel-1", runId: "root-run", children: ["researcher", "writer"] });
+    for await (const e of events) if (e.runId === "root-run" && e.type === "run_stream_end") break;
+    for (const a of ["researcher", "writer"]) await signal(a, "resume");
 
     const spans = await poll(() => {
       const byName = (n: string) => receiver.spans.filter((s) => s.name === n);

@@ -30,7 +30,12 @@ describe("gateway: web view", () => {
     const session = "swarm-1";
     await page.goto(`${rig.url}/ui#${session}`);
     // the cluster tables fill from /ui/api/cluster
-    await page.locator("#nodes tbody tr", { hasText: "n1" }).waitFor({ timeout: 15_000 });
+    await page
+      .locator("#nodes tbody tr", { hasText: "n1" })
+      .waitFor({ timeout: 20_000 })
+      .catch(async (err: unknown) => {
+        throw new Error(`nodes table empty; status ${await page.locator("#status").textContent()}; api: ${await page.evaluate(() => fetch("/ui/api/cluster").then(async (r) => `${r.status} ${(await r.text()).slice(0, 300)}`))}`, { cause: err });
+      });
     await page.locator("#agents tbody tr", { hasText: "researcher" }).waitFor();
     expect(await page.locator("#nodes tbody tr").first().textContent()).toContain("up");
     expect(await page.locator("#dlq tbody").textContent()).toContain("none");
@@ -64,5 +69,19 @@ describe("gateway: web view", () => {
     const png = await readFile(shot);
     expect(png.subarray(1, 4).toString()).toBe("PNG");
     if (process.env.KOVA_SCREENSHOT) await copyFile(shot, process.env.KOVA_SCREENSHOT);
+
+    // a browser without the header is sent to the login page, whose cookie opens the view
+    const plain = await browser.newContext();
+    const p2 = await plain.newPage();
+    await p2.goto(`${rig.url}/ui`);
+    expect(new URL(p2.url()).pathname).toBe("/ui/login");
+    await p2.fill("#k", rig.key);
+    await p2.click("button");
+    await p2.locator("#nodes tbody tr", { hasText: "n1" }).waitFor({ timeout: 20_000 });
+    // the cookie is not a key for anything but the view's GETs
+    const cookie = (await plain.cookies()).find((c) => c.name === "kova_key");
+    expect(cookie?.sameSite).toBe("Strict");
+    const viaCookie = await fetch(`${rig.url}/v1/models`, { headers: { cookie: `kova_key=${encodeURIComponent(rig.key)}` } });
+    expect(viaCookie.status).toBe(401);
   }, 90_000);
 });
