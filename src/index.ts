@@ -97,3 +97,16 @@ export { defineTool, type JsonSchemaToolSpec, type ZodToolSpec } from "./tools/d
 export { ToolRegistry, type ToolDescription, type ToolProvider } from "./tools/registry.js";
 export type { JsonSchema, Tool, ToolContext } from "./tools/types.js";
 export { ToolsErrorCode, ToolArgumentsInvalidError } from "./tools/errors.js";
+
+// Agents as tools, and the agent protocol as callers see it
+export { agentTool, type AgentToolArgs, type AgentToolOptions, type AgentToolResult } from "./agents/agent-tool.js";
+export { RunEventType, type AgentInfo, type ResultNotifyPayload, type RunStatus, type RunUsage, type TaskConstraints, type TaskDelegatePayload } from "./agents/run-protocol.js";
+export { DelegatedRunCancelledError, DelegatedRunFailedError, DelegatedRunTimeoutError, DelegationErrorCode } from "./agents/delegation-errors.js";
+
+// Swarms
+export { defineCoordinator, SwarmEventType, type CoordinatorOptions, type PlannedSubtask, type SwarmRequest, type SwarmResult } from "./swarm/coordinator.js";
+export { runSwarm, type RunSwarmOptions } from "./swarm/run-swarm.js";
+export { natsAgentDirectory, staticAgentDirectory, type AgentCandidate, type AgentDirectory } from "./swarm/directory.js";
+export type { MissingSubtask } from "./swarm/synthesize.js";
+export type { StaticSubtask } from "./swarm/plan.js";
+export { SwarmErrorCode, SwarmNoAgentError, SwarmNoResultsError, SwarmPlanInvalidError, SwarmRunFailedError } from "./swarm/errors.js";
