@@ -83,6 +83,21 @@ export {
   isLeaseLost,
 } from "./actors/errors.js";
 
+// Workflows (docs/workflows.md)
+export {
+  defineWorkflow,
+  loadWorkflowFile,
+  parseWorkflow,
+  parseWorkflowText,
+  checkInput,
+  type WorkflowDefinition,
+  type StepDef,
+  type ErrorStrategy,
+} from "./workflow/definition.js";
+export { workflowActor, runSummary, type RunSummary, type WorkflowActorPorts } from "./workflow/run-actor.js";
+export { WorkflowMessageType, WORKFLOW_ACTOR_TYPE, newRunId } from "./workflow/protocol.js";
+export { WorkflowErrorCode, WorkflowDefinitionError, WorkflowInputError, TemplateError } from "./workflow/errors.js";
+
 // WAL errors a node can surface at start (wrong key, corrupt records)
 export { WalBadKeyError, WalCorruptError, WalErrorCode, WalFailedError } from "./wal/errors.js";
 

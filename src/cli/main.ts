@@ -16,6 +16,8 @@ const groups: Array<() => Promise<{ register: Register }>> = [
   () => import("./bus-commands.js"),
   () => import("./schedule-commands.js"),
   () => import("./swarm-commands.js"),
+  () => import("./workflow-commands.js"),
+  () => import("./gateway-commands.js"),
 ];
 
 export async function buildProgram(): Promise<Command> {
