@@ -101,6 +101,7 @@ describe("swarm on 3 nodes", () => {
     const before = await delegatedMessages(13);
     plan = Array.from({ length: 9 }, (_, i) => ({ task: `item ${i} [sleep 2500]`, capability: i % 3 === 0 ? "write" : "research" }));
     const victim = await coordinatorNode();
+    const victimAgents = [...(await tc.agents()).values()].filter((r) => r.node === victim && r.id !== "planner").map((r) => r.id);
     const planRequests = model.requests.filter(isPlanRequest).length;
     const answer = runSwarm(tc.bus, "planner", "Nine items", { sessionId: "s-kill" });
     // Mid-swarm: the plan is out and the first children are linked, their agents at work.
@@ -119,6 +120,12 @@ describe("swarm on 3 nodes", () => {
     const fresh = after.filter((m) => !before.includes(m));
     expect(fresh).toHaveLength(9);
     expect(new Set(fresh).size).toBe(9);
+    // The killed node's agents had subtasks too: they moved and their runs finished elsewhere.
+    const states = await counts();
+    const movedWork = victimAgents.filter((id) => states.get(id)!.messages.some((m) => fresh.includes(m)));
+    expect(movedWork.length).toBeGreaterThan(0);
+    const now = await tc.agents();
+    for (const id of movedWork) expect(now.get(id)!.node).not.toBe(victim);
     expect(model.requests.filter(isPlanRequest).length - planRequests).toBe(1);
     const root = sessionEvents(tc, "s-kill").filter((e) => e.runId === result.runId);
     expect(root.filter((e) => e.type === "swarm_planned")).toHaveLength(1);
