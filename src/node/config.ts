@@ -19,9 +19,9 @@ import { toolsConfigFrom, type ToolsConfig } from "../tools/config.js";
 import { parseSchedule, type ScheduleSpec } from "./schedule-spec.js";
 import { mcpConfigFrom, type McpConfig } from "../tools/mcp/config.js";
 import { parseModelsConfig, type ModelConfig } from "../agents/model/config.js";
-import { swarmActorType, swarmsConfigFrom, type SwarmSpec } from "../swarm/config.js";
 import { agentsConfigFrom, budgetGroupsFrom, checkBudgetGroups, type BudgetGroupConfig } from "../agents/config.js";
 import type { AgentDefinition } from "../agents/definition.js";
+import { swarmActorType, swarmsConfigFrom, type SwarmSpec } from "../swarm/config.js";
 
 /**
  * `kova.toml`: what one node needs to join a cluster. The file uses snake_case keys
@@ -173,7 +173,7 @@ type Table = ConfigTable;
 export const DEFAULT_MAX_ACTORS = 10_000;
 export const DEFAULT_MAX_ACTORS_PER_NODE = 5_000;
 
-const TOP_KEYS = ["node", "cluster", "nats", "wal", "checkpoint", "journal", "mailbox", "actors", "modules", "tools", "mcp", "schedules", "models", "agents", "budget_groups", "gateway", "swarms"];
+const TOP_KEYS = ["node", "cluster", "nats", "wal", "checkpoint", "journal", "mailbox", "actors", "modules", "tools", "mcp", "schedules", "models", "agents", "budget_groups", "swarms", "gateway"];
 
 /** The node id used when neither the file nor KOVA_NODE_ID names one: the host name, made id-safe. */
 export function defaultNodeId(): string {

@@ -25,9 +25,9 @@ import { recoverPendingTurns, type NodeRecoveryReport } from "./recovery-policy.
 import { AgentRegistry, type AgentRecord } from "./registry.js";
 import { parseSchedule } from "./schedule-spec.js";
 import { ScheduleService } from "./schedules.js";
-import { registerSwarms } from "./swarms.js";
 import { startAgentServices, type AgentServices } from "./agent-services.js";
 import type { AgentDefinition } from "../agents/definition.js";
+import { registerSwarms } from "./swarms.js";
 
 export { KOVA_VERSION };
 
@@ -74,10 +74,10 @@ export class KovaNode {
   private control!: NodeControl;
   private unknownSweep: NodeJS.Timeout | undefined;
   private schedules: ScheduleService | undefined;
-  private swarmScheduler: { close(): void } | undefined;
   private agentServices: AgentServices | undefined;
   private workflowTimers: Promise<WorkflowTimers> | undefined;
   private timerService: TimerService | undefined;
+  private swarmScheduler: { close(): void } | undefined;
   private readonly log: Logger;
 
   private constructor(
@@ -111,16 +111,16 @@ export class KovaNode {
     const logger = opts.logger ?? createLogger();
     const types = opts.types ?? new ActorTypeRegistry();
     // Coordinators reach the bus through the node, which connects after types are known.
-    let swarmNode: KovaNode | undefined;
-    const swarmScheduler = registerSwarms(opts.config, types, () => swarmNode!.busClient, logger);
+    let node: KovaNode | undefined;
+    const swarmScheduler = registerSwarms(opts.config, types, () => node!.busClient, logger);
     const moduleAgents = await loadActorModules(opts.config, types);
-    const node = new KovaNode(opts.config, types, logger, [...(opts.agents ?? []), ...opts.config.agents, ...moduleAgents]);
-    swarmNode = node;
+    node = new KovaNode(opts.config, types, logger, [...(opts.agents ?? []), ...opts.config.agents, ...moduleAgents]);
     node.swarmScheduler = swarmScheduler;
     // Every node can host workflow runs (docs/workflows.md), unless the application
     // registered its own type of that name.
     if (!types.has(WORKFLOW_ACTOR_TYPE)) {
-      types.register(workflowActor({ timers: () => node.timers(), retire: (runId) => node.retireRun(runId), inbox: (runId) => node.bus.subjects.a2a(runId) }));
+      const n = node;
+      types.register(workflowActor({ timers: () => n.timers(), retire: (runId) => n.retireRun(runId), inbox: (runId) => n.bus.subjects.a2a(runId) }));
     }
     try {
       await node.boot(opts);
@@ -576,8 +576,8 @@ export class KovaNode {
     await this.placement?.stop().catch(() => undefined);
     const hostStopped = this.host?.stopAll().catch(() => undefined);
     await (opts.hostStopMs === undefined ? hostStopped : Promise.race([hostStopped, delay(opts.hostStopMs)]));
-    this.swarmScheduler?.close();
     await this.agentServices?.close().catch(() => undefined);
+    this.swarmScheduler?.close();
     this.membership?.stop();
     this.leases?.stop();
     this.registry?.stop();
