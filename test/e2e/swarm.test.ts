@@ -96,9 +96,22 @@ describe("swarm on 3 nodes", () => {
     expect(partial?.data).toMatchObject({ missing: [{ index: 2 }] });
   }, 60_000);
 
+  it("cli - kova swarm run --follow prints the run tree live, then the answer", async () => {
+    const plan = JSON.stringify([{ task: "first half", capability: "research" }, { task: "second half", capability: "write" }]);
+    const r = await tc.cli(["swarm", "run", "Two halves", "--coordinator", "planner", "--follow", "--session", "s-cli", "--plan", plan]);
+    expect(r.stderr).toMatch(/run \S+ \(session s-cli\)/);
+    expect(r.code).toBe(0);
+    const lines = r.stdout.split("\n");
+    expect(lines.some((l) => /^ +\d+\.\ds run_started \S+ planner: Two halves$/.test(l))).toBe(true);
+    expect(lines.filter((l) => /child_run_linked .* → (r|w)-\d/.test(l))).toHaveLength(2);
+    // The children's lines sit one level deeper than the swarm's.
+    expect(lines.some((l) => /^ +\d+\.\ds {3}run_completed /.test(l))).toBe(true);
+    expect(lines.at(-2)).toBe("ANSWER from 2 results");
+  }, 60_000);
+
   it("swarm - SIGKILL of the coordinator's node mid-swarm: the takeover delegates nothing twice and the answer arrives", async () => {
     // Let the slow agent of the previous test finish first, so every agent starts free.
-    const before = await delegatedMessages(13);
+    const before = await delegatedMessages(15);
     plan = Array.from({ length: 9 }, (_, i) => ({ task: `item ${i} [sleep 2500]`, capability: i % 3 === 0 ? "write" : "research" }));
     const victim = await coordinatorNode();
     const victimAgents = [...(await tc.agents()).values()].filter((r) => r.node === victim && r.id !== "planner").map((r) => r.id);
