@@ -122,3 +122,16 @@ export type { AgentChatPayload, AgentInfo, AgentResult, AgentTaskPayload, AgentU
 export { EventProfiles, inProfile, type EventProfile } from "./agents/events.js";
 export { AgentErrorCode, BudgetExceededError, RunLimitExceededError } from "./agents/errors.js";
 export { ModelErrorCode, ModelCallError } from "./agents/model/errors.js";
+
+// Agents as tools, and the agent protocol as callers see it
+export { agentTool, type AgentToolArgs, type AgentToolOptions, type AgentToolResult } from "./agents/agent-tool.js";
+export { RunEventType, type ResultNotifyPayload, type TaskDelegatePayload } from "./agents/run-protocol.js";
+export { DelegatedRunCancelledError, DelegatedRunFailedError, DelegatedRunTimeoutError, DelegationErrorCode } from "./agents/delegation-errors.js";
+
+// Swarms
+export { defineCoordinator, SwarmEventType, type CoordinatorOptions, type PlannedSubtask, type SwarmRequest, type SwarmResult } from "./swarm/coordinator.js";
+export { runSwarm, type RunSwarmOptions } from "./swarm/run-swarm.js";
+export { natsAgentDirectory, staticAgentDirectory, type AgentCandidate, type AgentDirectory } from "./swarm/directory.js";
+export type { MissingSubtask } from "./swarm/synthesize.js";
+export type { StaticSubtask } from "./swarm/plan.js";
+export { SwarmErrorCode, SwarmNoAgentError, SwarmNoResultsError, SwarmPlanInvalidError, SwarmRunFailedError } from "./swarm/errors.js";

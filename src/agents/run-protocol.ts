@@ -1,6 +1,7 @@
 import { createHash } from "node:crypto";
 import { ArgumentError } from "../core/errors.js";
 import { isValidId } from "../core/ids.js";
+import type { AgentResult, AgentTaskPayload, RunUsage, TaskConstraints } from "./protocol.js";
 
 /**
  * The agent protocol contract (docs/protocol.md, "Agents"), as its callers see it: what a
@@ -9,57 +10,13 @@ import { isValidId } from "../core/ids.js";
  * the agent loop's internals, so any actor that speaks it can be delegated to.
  */
 
-export const RUN_STATUSES = ["completed", "failed", "cancelled"] as const;
-export type RunStatus = (typeof RUN_STATUSES)[number];
-
-/** Token usage of a run as its `result_notify` / `run_completed` reports it. */
-export interface RunUsage {
-  inputTokens: number;
-  outputTokens: number;
-  costUsd?: number;
-}
+export type { AgentInfo, RunStatus, RunUsage, TaskConstraints } from "./protocol.js";
+/** Payload of `task_delegate` (the seed's `{ task, constraints }` is read as `input`). */
+export type TaskDelegatePayload = AgentTaskPayload;
+/** Payload of the `result_notify` that answers a `task_delegate`. */
+export type ResultNotifyPayload = AgentResult;
 
 export const ZERO_USAGE: Readonly<RunUsage> = Object.freeze({ inputTokens: 0, outputTokens: 0 });
-
-/**
- * Limits a delegator sets on a run. `max_tokens` and `deadline` are the seed's; `deadline`
- * is a duration (`"5min"`, `"30s"`, milliseconds). `budget_group` names the budget group
- * the run's usage is charged to (the delegator's, so a swarm's children count against the
- * swarm's requester).
- */
-export interface TaskConstraints {
-  max_tokens?: number;
-  deadline?: string | number;
-  budget_group?: string;
-}
-
-/** Payload of `task_delegate` (the seed's `{ task, constraints }` is read as `input`). */
-export interface TaskDelegatePayload {
-  input: string;
-  sessionId?: string;
-  runId?: string;
-  parentRunId?: string;
-  constraints?: TaskConstraints;
-}
-
-/** Payload of the `result_notify` that answers a `task_delegate`. */
-export interface ResultNotifyPayload {
-  output: string;
-  usage: RunUsage;
-  runId: string;
-  sessionId: string;
-  status: RunStatus;
-  error?: { code: string; message: string };
-}
-
-/** What `capability_query` / `info_request` on an agent's rpc path answer. */
-export interface AgentInfo {
-  agentId: string;
-  model?: string;
-  capabilities: string[];
-  state?: string;
-  usage?: RunUsage;
-}
 
 /** Event types of a run (`kova.<c>.events.<sessionId>.<runId>`). */
 export const RunEventType = {

@@ -320,6 +320,7 @@ function buildConfig(doc: Table, path: string | undefined, env: NodeJS.ProcessEn
   for (const a of config.actors) if (a.module) modules.add(a.module);
   config.swarms.forEach((sw, i) => {
     if (config.actors.some((a) => a.id === sw.id)) throw new ConfigError(`swarms[${i}].id`, `"${sw.id}" is also an [[actors]] id: a coordinator is an actor, give it its own id`);
+    if (agentIds.has(sw.id)) throw new ConfigError(`swarms[${i}].id`, `"${sw.id}" is also an [[agents]] id: a coordinator is an actor, give it its own id`);
     config.actors.push({ id: sw.id, type: swarmActorType(sw.id) });
   });
   config.modules = [...modules];

@@ -96,11 +96,25 @@ describe("swarm on 3 nodes", () => {
     expect(partial?.data).toMatchObject({ missing: [{ index: 2 }] });
   }, 60_000);
 
+  it("cli - kova swarm run --follow prints the run tree live, then the answer", async () => {
+    const plan = JSON.stringify([{ task: "first half", capability: "research" }, { task: "second half", capability: "write" }]);
+    const r = await tc.cli(["swarm", "run", "Two halves", "--coordinator", "planner", "--follow", "--session", "s-cli", "--plan", plan]);
+    expect(r.stderr).toMatch(/run \S+ \(session s-cli\)/);
+    expect(r.code).toBe(0);
+    const lines = r.stdout.split("\n");
+    expect(lines.some((l) => /^ +\d+\.\ds run_started \S+ planner: Two halves$/.test(l))).toBe(true);
+    expect(lines.filter((l) => /child_run_linked .* → (r|w)-\d/.test(l))).toHaveLength(2);
+    // The children's lines sit one level deeper than the swarm's.
+    expect(lines.some((l) => /^ +\d+\.\ds {3}run_completed /.test(l))).toBe(true);
+    expect(lines.at(-2)).toBe("ANSWER from 2 results");
+  }, 60_000);
+
   it("swarm - SIGKILL of the coordinator's node mid-swarm: the takeover delegates nothing twice and the answer arrives", async () => {
     // Let the slow agent of the previous test finish first, so every agent starts free.
-    const before = await delegatedMessages(13);
+    const before = await delegatedMessages(15);
     plan = Array.from({ length: 9 }, (_, i) => ({ task: `item ${i} [sleep 2500]`, capability: i % 3 === 0 ? "write" : "research" }));
     const victim = await coordinatorNode();
+    const victimAgents = [...(await tc.agents()).values()].filter((r) => r.node === victim && r.id !== "planner").map((r) => r.id);
     const planRequests = model.requests.filter(isPlanRequest).length;
     const answer = runSwarm(tc.bus, "planner", "Nine items", { sessionId: "s-kill" });
     // Mid-swarm: the plan is out and the first children are linked, their agents at work.
@@ -119,6 +133,12 @@ describe("swarm on 3 nodes", () => {
     const fresh = after.filter((m) => !before.includes(m));
     expect(fresh).toHaveLength(9);
     expect(new Set(fresh).size).toBe(9);
+    // The killed node's agents had subtasks too: they moved and their runs finished elsewhere.
+    const states = await counts();
+    const movedWork = victimAgents.filter((id) => states.get(id)!.messages.some((m) => fresh.includes(m)));
+    expect(movedWork.length).toBeGreaterThan(0);
+    const now = await tc.agents();
+    for (const id of movedWork) expect(now.get(id)!.node).not.toBe(victim);
     expect(model.requests.filter(isPlanRequest).length - planRequests).toBe(1);
     const root = sessionEvents(tc, "s-kill").filter((e) => e.runId === result.runId);
     expect(root.filter((e) => e.type === "swarm_planned")).toHaveLength(1);

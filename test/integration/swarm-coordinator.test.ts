@@ -130,6 +130,23 @@ describe("swarm coordinator", () => {
     await rig.host.signal("r-1", "interrupt"); // end the slow turn, so the rig stops at once
   });
 
+  it("swarm - agents that are Paused, Failed or not hosted get no subtask", async () => {
+    await using model = await startScriptedModelServer({ handler: swarmModel({ plan: [] }) });
+    await using rig = await swarmRig(model.url);
+    await declareAgents(rig.bus, [
+      { id: "r-paused", type: "swarm_researcher", capabilities: ["research"], state: "Paused" },
+      { id: "r-failed", type: "swarm_researcher", capabilities: ["research"], state: "Failed" },
+      { id: "r-ghost", type: "swarm_researcher", capabilities: ["research"], node: "n9" }, // declared, hosted nowhere
+    ]);
+    const result = await runSwarm(rig.bus, "planner", "four", { plan: Array.from({ length: 4 }, (_, i) => ({ task: `t${i}`, capability: "research" })) });
+    expect(result.missing).toEqual([]);
+    const counts = await settledCounts(rig.bus, 4);
+    expect(counts).toEqual({ "r-1": 2, "r-2": 2, "w-1": 0 });
+    const stored = await readRunEvents(rig.bus, result.sessionId, result.runId);
+    const planned = stored.find((e) => e.type === SwarmEventType.planned)!.data as { subtasks: Array<{ agentId: string }> };
+    expect(new Set(planned.subtasks.map((s) => s.agentId))).toEqual(new Set(["r-1", "r-2"]));
+  });
+
   it("swarm - a bad static plan ends the run failed with an error naming the field", async () => {
     await using model = await startScriptedModelServer({ handler: swarmModel({ plan: [] }) });
     await using rig = await swarmRig(model.url);

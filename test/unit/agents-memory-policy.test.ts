@@ -3,7 +3,7 @@ import { fitContext, hasNoOrphans, toUnits, withSummary, SUMMARY_PREFIX, type Ch
 
 const user = (n: number): ChatMessage => ({ role: "user", content: `u${n}` });
 const answer = (n: number): ChatMessage => ({ role: "assistant", content: `a${n}` });
-const calls = (n: number, ids: string[]): ChatMessage => ({ role: "assistant", content: null, toolCalls: ids.map((id) => ({ id, name: "t", arguments: "{}" })) });
+const calls = (_n: number, ids: string[]): ChatMessage => ({ role: "assistant", content: null, toolCalls: ids.map((id) => ({ id, name: "t", arguments: "{}" })) });
 const result = (id: string): ChatMessage => ({ role: "tool", toolCallId: id, content: `r-${id}` });
 /** Every message costs 10 tokens: budgets below read as message counts × 10. */
 const ten = () => 10;
