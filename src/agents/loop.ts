@@ -69,10 +69,12 @@ async function loop(s: RunScope): Promise<AgentResult> {
   const { ctx, def } = s;
   // A task without a sessionId is a conversation of one run: nothing to load or keep.
   const keeps = s.request.sessionId !== undefined;
-  s.history = await ctx.step("run:start", async () => {
+  const loaded = await ctx.step("run:start", async () => {
     await publish(s, "run_started", { agentId: s.agentId, input: s.request.input, kind: s.request.kind });
     return keeps ? (await s.runtime.memory()).load(s.agentId, s.sessionId) : [];
   }, { idempotent: true });
+  // A copy: the journal keeps the step's result by reference and writes it again with every later step.
+  s.history = [...loaded];
   s.tools = await s.runtime.toolsFor(def, s.agentId);
   let input = s.request.input;
   const before = await hook(s, "beforeUserMessage", () => def.hooks.beforeUserMessage?.(input, hookContext(s)));

@@ -12,7 +12,7 @@ import type { A2AEnvelope, MessageType } from "./envelope.js";
 import { BusClosedError, JetStreamUnavailableError } from "./errors.js";
 import { redactUrl, type NatsSecurity } from "./nats-security.js";
 import { DEFAULT_INBOX_PREFIX } from "./reply-subject.js";
-import { publishEvent, subscribeEvents, type EventStream, type KovaEvent } from "./events.js";
+import { publishEvent, subscribeEvents, type EventStream, type KovaEvent, type PublishEventOptions } from "./events.js";
 import { openMailbox, type Mailbox, type MailboxHandler, type MailboxOptions } from "./mailbox.js";
 import { RequestMux } from "./request-mux.js";
 import { request, serveRpc, type RequestOptions, type RpcHandler, type RpcService } from "./rpc.js";
@@ -172,10 +172,10 @@ export class Bus {
 
   /**
    * Publishes an event (durable by default: retried through a NATS server loss for up to
-   * `timeoutMs`, default 30 s).
+   * `timeoutMs`, default 30 s; `msgId` makes a re-publish a duplicate the stream drops).
    * @throws KovaError INVALID_ENVELOPE for a malformed event; KovaTimeoutError when not stored in time
    */
-  publishEvent(event: KovaEvent, opts?: { durable?: boolean; timeoutMs?: number }): Promise<void> {
+  publishEvent(event: KovaEvent, opts?: PublishEventOptions): Promise<void> {
     this.open("publishEvent");
     return publishEvent(this.ctx, event, opts);
   }

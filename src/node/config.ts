@@ -18,6 +18,10 @@ import { NATS_SECURITY_KEYS, natsSecurityFrom } from "./nats-config.js";
 import { toolsConfigFrom, type ToolsConfig } from "../tools/config.js";
 import { parseSchedule, type ScheduleSpec } from "./schedule-spec.js";
 import { mcpConfigFrom, type McpConfig } from "../tools/mcp/config.js";
+import { parseModelsConfig, type ModelConfig } from "../agents/model/config.js";
+import { agentsConfigFrom, budgetGroupsFrom, checkBudgetGroups, type BudgetGroupConfig } from "../agents/config.js";
+import type { AgentDefinition } from "../agents/definition.js";
+import { swarmActorType, swarmsConfigFrom, type SwarmSpec } from "../swarm/config.js";
 
 /**
  * `kova.toml`: what one node needs to join a cluster. The file uses snake_case keys
@@ -59,6 +63,10 @@ import { mcpConfigFrom, type McpConfig } from "../tools/mcp/config.js";
  * ack_wait_ms = 30000
  * max_deliver = 5
  * backoff_ms = [1000, 5000, 15000, 30000]   # redelivery delays after a failed attempt
+ *
+ * [models.fast]            # OpenAI-compatible endpoints (src/agents/model/config.ts)
+ * [[agents]]               # LLM agents (src/agents/config.ts), hosted as actors
+ * [budget_groups.team-a]   # token budgets shared by agents, cluster-wide
  *
  * [[actors]]
  * id = "counter-1"
@@ -142,11 +150,19 @@ export interface NodeConfig {
   mcp: McpConfig;
   /** Messages sent on a cron expression or an interval (`[[schedules]]`, see schedule-spec.ts). */
   schedules: ScheduleSpec[];
+  /** `[models.<name>]`: the OpenAI-compatible endpoints agents call. */
+  models: Map<string, ModelConfig>;
+  /** `[[agents]]`: LLM agents this cluster declares (see src/agents/config.ts). */
+  agents: AgentDefinition[];
+  /** `[budget_groups.<name>]`: token budgets shared by the agents that name them. */
+  budgetGroups: Map<string, BudgetGroupConfig>;
   /**
    * The `[gateway]` table as written: the gateway layer (above this one) parses and
    * validates it (src/gateway/config.ts); `kova node start` then serves HTTP as well.
    */
   gateway?: Record<string, unknown>;
+  /** Swarm coordinators (`[[swarms]]`, docs/swarm.md); each is also in `actors`, type `swarm-<id>`. */
+  swarms: SwarmSpec[];
   /** The file this came from, if any. */
   configPath?: string;
 }
@@ -157,7 +173,7 @@ type Table = ConfigTable;
 export const DEFAULT_MAX_ACTORS = 10_000;
 export const DEFAULT_MAX_ACTORS_PER_NODE = 5_000;
 
-const TOP_KEYS = ["node", "cluster", "nats", "wal", "checkpoint", "journal", "mailbox", "actors", "modules", "tools", "mcp", "schedules", "gateway"];
+const TOP_KEYS = ["node", "cluster", "nats", "wal", "checkpoint", "journal", "mailbox", "actors", "modules", "tools", "mcp", "schedules", "models", "agents", "budget_groups", "swarms", "gateway"];
 
 /** The node id used when neither the file nor KOVA_NODE_ID names one: the host name, made id-safe. */
 export function defaultNodeId(): string {
@@ -266,7 +282,14 @@ function buildConfig(doc: Table, path: string | undefined, env: NodeJS.ProcessEn
     tools: toolsConfigFrom(doc.tools, "tools", env, base),
     mcp: mcpConfigFrom(doc.mcp, "mcp", { env, baseDir: base }),
     schedules: schedulesFrom(doc.schedules),
+    models: parseModelsConfig(doc.models, { env, baseDir: base }),
+    agents: [],
+    budgetGroups: budgetGroupsFrom(doc.budget_groups),
+    swarms: [],
   };
+  config.agents = agentsConfigFrom(doc.agents, new Set(config.models.keys()));
+  checkBudgetGroups(config.agents, config.budgetGroups);
+  config.swarms = swarmsConfigFrom(doc.swarms, new Set(config.models.keys()));
   if (path) config.configPath = path;
   if (doc.gateway !== undefined) config.gateway = table(doc, "gateway");
   const urls = natsUrls(env.NATS_URL, nats.urls);
@@ -290,7 +313,16 @@ function buildConfig(doc: Table, path: string | undefined, env: NodeJS.ProcessEn
     for (const [i, m] of doc.modules.entries()) modules.add(modulePath(m, `modules[${i}]`, base));
   }
   config.actors = actorSpecs(doc.actors, base);
+  const agentIds = new Set(config.agents.map((a) => a.id));
+  config.actors.forEach((a, i) => {
+    if (agentIds.has(a.id)) throw new ConfigError(`actors[${i}].id`, `"${a.id}" is also an [[agents]] id: an id names one actor; rename one of them`);
+  });
   for (const a of config.actors) if (a.module) modules.add(a.module);
+  config.swarms.forEach((sw, i) => {
+    if (config.actors.some((a) => a.id === sw.id)) throw new ConfigError(`swarms[${i}].id`, `"${sw.id}" is also an [[actors]] id: a coordinator is an actor, give it its own id`);
+    if (agentIds.has(sw.id)) throw new ConfigError(`swarms[${i}].id`, `"${sw.id}" is also an [[agents]] id: a coordinator is an actor, give it its own id`);
+    config.actors.push({ id: sw.id, type: swarmActorType(sw.id) });
+  });
   config.modules = [...modules];
   return config;
 }

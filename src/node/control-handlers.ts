@@ -33,6 +33,11 @@ export interface ControlDeps {
   writeRegistry(actorId: string, change: (cur: AgentRecord) => AgentRecord | undefined): Promise<unknown>;
   /** A best-effort cluster event. */
   publish(type: string, runId: string, data: unknown): void;
+  /**
+   * Switches an agent's model (the `model=<name>` signal).
+   * @throws ArgumentError when the actor is not an agent
+   */
+  switchModel(agentId: string, model: string): Promise<void>;
 }
 
 /**
@@ -103,12 +108,18 @@ export class NodeControl {
     const d = this.d;
     const actorId = assertId("actor id", req?.actorId);
     const sig = req?.signal;
-    if (!isSignal(sig)) {
-      throw new ArgumentError("signal", `unknown signal ${JSON.stringify(sig)}: use pause, resume, interrupt or kill`);
+    const model = typeof sig === "string" && sig.startsWith("model=") ? sig.slice("model=".length) : undefined;
+    if (!isSignal(sig) && model === undefined) {
+      throw new ArgumentError("signal", `unknown signal ${JSON.stringify(sig)}: use pause, resume, interrupt, kill or model=<name>`);
     }
     if (!d.host.status(actorId)) {
       const holder = d.leases.get(actorId)?.value.node ?? null;
       throw new KovaError(ActorErrorCode.NOT_HOSTED, `actor ${actorId} is not hosted on node ${d.nodeId} (lease holder: ${holder ?? "none"}); send the signal to that node`, { data: { actorId, holder } });
+    }
+    if (model !== undefined) {
+      await d.switchModel(actorId, model);
+      d.publish("agent_signal", actorId, { actorId, signal: sig, node: d.nodeId });
+      return { actorId, signal: sig, node: d.nodeId, state: d.host.status(actorId)?.state ?? "Completed" };
     }
     const desired = sig === "pause" ? "paused" : sig === "resume" ? "running" : sig === "kill" ? "killed" : undefined;
     if (desired) await d.writeRegistry(actorId, (cur) => ({ ...cur, desired }));

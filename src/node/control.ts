@@ -47,7 +47,8 @@ export interface SpawnReply {
 
 export interface SignalRequest {
   actorId: string;
-  signal: "pause" | "resume" | "interrupt" | "kill";
+  /** An actor signal, or `model=<name>` to switch an agent's model from its next model call. */
+  signal: "pause" | "resume" | "interrupt" | "kill" | `model=${string}`;
 }
 
 export interface SignalReply {
