@@ -83,6 +83,21 @@ export {
   isLeaseLost,
 } from "./actors/errors.js";
 
+// Workflows (docs/workflows.md)
+export {
+  defineWorkflow,
+  loadWorkflowFile,
+  parseWorkflow,
+  parseWorkflowText,
+  checkInput,
+  type WorkflowDefinition,
+  type StepDef,
+  type ErrorStrategy,
+} from "./workflow/definition.js";
+export { workflowActor, runSummary, type RunSummary, type WorkflowActorPorts } from "./workflow/run-actor.js";
+export { WorkflowMessageType, WORKFLOW_ACTOR_TYPE, newRunId } from "./workflow/protocol.js";
+export { WorkflowErrorCode, WorkflowDefinitionError, WorkflowInputError, TemplateError } from "./workflow/errors.js";
+
 // WAL errors a node can surface at start (wrong key, corrupt records)
 export { WalBadKeyError, WalCorruptError, WalErrorCode, WalFailedError } from "./wal/errors.js";
 
@@ -107,3 +122,16 @@ export type { AgentChatPayload, AgentInfo, AgentResult, AgentTaskPayload, AgentU
 export { EventProfiles, inProfile, type EventProfile } from "./agents/events.js";
 export { AgentErrorCode, BudgetExceededError, RunLimitExceededError } from "./agents/errors.js";
 export { ModelErrorCode, ModelCallError } from "./agents/model/errors.js";
+
+// Agents as tools, and the agent protocol as callers see it
+export { agentTool, type AgentToolArgs, type AgentToolOptions, type AgentToolResult } from "./agents/agent-tool.js";
+export { RunEventType, type ResultNotifyPayload, type TaskDelegatePayload } from "./agents/run-protocol.js";
+export { DelegatedRunCancelledError, DelegatedRunFailedError, DelegatedRunTimeoutError, DelegationErrorCode } from "./agents/delegation-errors.js";
+
+// Swarms
+export { defineCoordinator, SwarmEventType, type CoordinatorOptions, type PlannedSubtask, type SwarmRequest, type SwarmResult } from "./swarm/coordinator.js";
+export { runSwarm, type RunSwarmOptions } from "./swarm/run-swarm.js";
+export { natsAgentDirectory, staticAgentDirectory, type AgentCandidate, type AgentDirectory } from "./swarm/directory.js";
+export type { MissingSubtask } from "./swarm/synthesize.js";
+export type { StaticSubtask } from "./swarm/plan.js";
+export { SwarmErrorCode, SwarmNoAgentError, SwarmNoResultsError, SwarmPlanInvalidError, SwarmRunFailedError } from "./swarm/errors.js";

@@ -7,6 +7,7 @@ import { ActorLifecycle, type ActorState } from "./lifecycle.js";
 import { ActorMemory, localCheckpointKey } from "./memory.js";
 import { PauseGate } from "./pause-gate.js";
 import type { HostDeps } from "./ports.js";
+import type { ActorJournal } from "./step-journal.js";
 import { runTurn, type TurnActor, type TurnOutcome, type TurnSource } from "./turn-runner.js";
 import { parseTurnRecord, TURN_KIND, type TurnRecord } from "./turn-record.js";
 import type { ActorDefinition, Signal } from "./types.js";
@@ -52,6 +53,7 @@ export class ActorInstance implements TurnActor {
   #leaving = false;
   #left: Promise<void> | undefined;
   #events: Promise<void> = Promise.resolve();
+  #journal: Promise<ActorJournal> | undefined;
   /** Turns whose journaling failed (NATS or WAL trouble): the redelivery resumes the same record. */
   readonly #parked = new Map<string, { seq: number; record: TurnRecord }>();
 
@@ -110,6 +112,15 @@ export class ActorInstance implements TurnActor {
         await this.deps.wal.complete(r.seq);
         continue;
       }
+      if (await this.#messageGone(record)) {
+        // Its message left the mailbox without being processed (moved to the DLQ after
+        // max_deliver, swept): nothing will redeliver it, and running it now would act on
+        // a message the cluster already gave up on.
+        this.log.warn({ seq: r.seq, envelopeId: record.envelope.id, streamSeq: record.streamSeq }, "pending turn dropped: its message is no longer in the mailbox");
+        this.event("actor_turn_dropped", { envelopeId: record.envelope.id, reason: "message_gone" });
+        await this.deps.wal.complete(r.seq);
+        continue;
+      }
       if (this.def.handlers[record.envelope.type] === undefined) {
         // The type lost this handler since the crash (a new version): same path as a new message.
         await this.#unhandled(record.envelope);
@@ -128,12 +139,32 @@ export class ActorInstance implements TurnActor {
     return true;
   }
 
+  /** True when a pending turn's message is neither processed nor still in the actor's mailbox stream. */
+  async #messageGone(record: TurnRecord): Promise<boolean> {
+    if (record.streamSeq === undefined || this.memory.has(record.envelope.id)) return false;
+    return !(await this.deps.bus.inboxHolds(this.id, record.streamSeq, record.envelope.id));
+  }
+
   async reload(): Promise<void> {
     const store = await this.deps.checkpoints();
     const shared = await store.load(this.id);
     const stored = this.deps.wal.getKv<Checkpoint>(localCheckpointKey(this.id));
     const local = stored === undefined ? undefined : readCheckpoint(`local checkpoint of actor ${this.id} in the WAL`, stored);
-    this.memory = ActorMemory.from(shared, local, () => this.def.initialState());
+    this.memory = ActorMemory.from(shared, local, () => this.def.initialState(), this.deps.processedWindow);
+  }
+
+  journal(): Promise<ActorJournal | undefined> {
+    const store = this.deps.stepJournal;
+    if (!store) return Promise.resolve(undefined);
+    if (!this.#journal) {
+      // Fenced first: a node that lost the actor must not claim its journal from the new host.
+      const opening = this.deps.fence(this.id).then(() => store.open(this.id));
+      this.#journal = opening;
+      opening.catch(() => {
+        if (this.#journal === opening) this.#journal = undefined;
+      });
+    }
+    return this.#journal;
   }
 
   async #open(): Promise<void> {
@@ -179,8 +210,9 @@ export class ActorInstance implements TurnActor {
     this.#inFlight++;
     if (!recovering) this.lifecycle.transition("Running", { turn: true, envelopeId: env.id });
     let outcome: TurnOutcome | undefined;
+    const source: TurnSource = { ...src, abort };
     try {
-      outcome = await runTurn(this, env, { ...src, abort });
+      outcome = await runTurn(this, env, source);
       this.#parked.delete(env.id);
       if (outcome.kind !== "duplicate" && outcome.kind !== "lease_lost") this.#handled++;
       return outcome;
@@ -188,7 +220,12 @@ export class ActorInstance implements TurnActor {
       // Journaling failed (not the handler): keep the record for the redelivery.
       const pending = this.deps.wal.pendingFor(this.id).find((r) => r.kind === TURN_KIND && parseTurnRecord(r.payload)?.envelope.id === env.id);
       const record = pending && parseTurnRecord(pending.payload);
-      if (pending && record) this.#parked.set(env.id, { seq: pending.seq, record });
+      if (pending && record) {
+        // Committed (checkpoint saved) but not completed: recognised as processed when the
+        // message comes back, however far the checkpoint's processed window has moved on.
+        if (source.record?.committed) record.committed = true;
+        this.#parked.set(env.id, { seq: pending.seq, record });
+      }
       this.log.warn({ err, envelopeId: env.id }, "turn could not be journaled; the message will be redelivered");
       throw err;
     } finally {

@@ -81,8 +81,14 @@ export function register(program: Command): void {
     .option("--session <id>", "only this session's events")
     .option("--max <n>", "exit after this many events")
     .option("--profile <profile>", "chat (tokens and answers), debug (everything) or metrics (usage only)")
-    .action((o: BusOpts & { session?: string; max?: string; profile?: string }) =>
+    .option("--tree", "render the session's run tree (parent and child runs, status, tokens, cost, duration) live instead of JSON lines; with --session it starts from the session's first event")
+    .option("--until-done", "with --tree: exit once every run of the tree has ended")
+    .action((o: BusOpts & { session?: string; max?: string; profile?: string; tree?: boolean; untilDone?: boolean }) =>
       withClient(o, async (client) => {
+        if (o.tree) {
+          const { tailTree } = await import("./workflow-commands.js");
+          return tailTree(client, o.session, { ...(o.max === undefined ? {} : { max: positive(o.max, "--max") }), untilDone: o.untilDone === true });
+        }
         const max = o.max === undefined ? Infinity : positive(o.max, "--max");
         const profile = eventProfile(o.profile);
         const stream = client.events(o.session ? { sessionId: o.session } : {});
@@ -131,7 +137,7 @@ export function register(program: Command): void {
     );
 }
 
-async function withClient(o: BusOpts, fn: (client: KovaClient) => Promise<void>): Promise<void> {
+export async function withClient(o: BusOpts, fn: (client: KovaClient) => Promise<void>): Promise<void> {
   const { urls, cluster, security } = await resolveTarget(o);
   // Logs go to stderr so stdout stays machine-readable.
   const logger = pino({ level: process.env.KOVA_LOG_LEVEL ?? "warn" }, pino.destination(2));

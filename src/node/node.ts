@@ -9,6 +9,8 @@ import { KOVA_VERSION } from "../core/version.js";
 import { Bus, BusErrorCode, isConsumerNotFound, isTransientNatsError } from "../bus/index.js";
 import { Wal, type WalFailedError } from "../wal/index.js";
 import { ActorHost, ActorTypeRegistry, LeaseLostError, type ActorState } from "../actors/index.js";
+import { createEnvelope } from "../bus/index.js";
+import { TimerService, WORKFLOW_ACTOR_TYPE, WorkflowMessageType, WorkflowTimers, workflowActor } from "../workflow/index.js";
 import type { NodeConfig } from "./config.js";
 import { loadActorModules } from "./actor-modules.js";
 import { nodeSubject, schedulesSubject, spawnSubject, type SchedulesRequest, type AgentStatusView, type NodeStatusView, type SignalRequest, type SpawnRequest } from "./control.js";
@@ -25,6 +27,7 @@ import { parseSchedule } from "./schedule-spec.js";
 import { ScheduleService } from "./schedules.js";
 import { startAgentServices, type AgentServices } from "./agent-services.js";
 import type { AgentDefinition } from "../agents/definition.js";
+import { registerSwarms } from "./swarms.js";
 
 export { KOVA_VERSION };
 
@@ -72,6 +75,9 @@ export class KovaNode {
   private unknownSweep: NodeJS.Timeout | undefined;
   private schedules: ScheduleService | undefined;
   private agentServices: AgentServices | undefined;
+  private workflowTimers: Promise<WorkflowTimers> | undefined;
+  private timerService: TimerService | undefined;
+  private swarmScheduler: { close(): void } | undefined;
   private readonly log: Logger;
 
   private constructor(
@@ -104,8 +110,18 @@ export class KovaNode {
   static async start(opts: StartNodeOptions): Promise<KovaNode> {
     const logger = opts.logger ?? createLogger();
     const types = opts.types ?? new ActorTypeRegistry();
+    // Coordinators reach the bus through the node, which connects after types are known.
+    let node: KovaNode | undefined;
+    const swarmScheduler = registerSwarms(opts.config, types, () => node!.busClient, logger);
     const moduleAgents = await loadActorModules(opts.config, types);
-    const node = new KovaNode(opts.config, types, logger, [...(opts.agents ?? []), ...opts.config.agents, ...moduleAgents]);
+    node = new KovaNode(opts.config, types, logger, [...(opts.agents ?? []), ...opts.config.agents, ...moduleAgents]);
+    node.swarmScheduler = swarmScheduler;
+    // Every node can host workflow runs (docs/workflows.md), unless the application
+    // registered its own type of that name.
+    if (!types.has(WORKFLOW_ACTOR_TYPE)) {
+      const n = node;
+      types.register(workflowActor({ timers: () => n.timers(), retire: (runId) => n.retireRun(runId), inbox: (runId) => n.bus.subjects.a2a(runId) }));
+    }
     try {
       await node.boot(opts);
     } catch (err) {
@@ -185,9 +201,23 @@ export class KovaNode {
       logger: this.log,
       mailbox: config.mailbox,
       checkpointReplicas: replicas,
+      processedWindow: config.processedWindow,
+      stepJournal: config.natsJournal ? "nats" : "local",
       fence: (actorId: string) => this.fence(actorId),
       onStateChange: (actorId: string, state: ActorState, info?: unknown) => this.onStateChange(actorId, state, info),
     });
+
+    this.timerService = await this.whenNatsReady("workflow timers", async () =>
+      TimerService.start({
+        timers: await this.timers(),
+        fire: async (t) => {
+          await this.bus.send(createEnvelope({ id: t.timerId, from: "kova-timers", to: t.runId, type: WorkflowMessageType.timer, payload: { timerId: t.timerId } }));
+        },
+        isLocal: (runId) => this.host.status(runId) !== undefined,
+        graceMs: config.staleAfterMs,
+        logger: this.log,
+      }),
+    );
 
     // Decided now, finished in the background: each recovered actor replays its turns
     // while placement starts and serves the node's other actors (recovery-policy.ts).
@@ -243,6 +273,32 @@ export class KovaNode {
     await this.whenNatsReady("services", () => this.startServices());
     void this.wal.failure.then((err) => this.failOver(err));
     this.log.info({ cluster: config.cluster, nats: this.nats.source, recovery: this.recovery }, "node started");
+  }
+
+  /** The workflow timers bucket, opened once (also by the first run that needs it). */
+  private timers(): Promise<WorkflowTimers> {
+    this.workflowTimers ??= WorkflowTimers.open({ js: this.bus.js, cluster: this.cluster, replicas: this.config.replicas ?? jetStreamReplicas(this.bus.nc) }).catch((err: unknown) => {
+      this.workflowTimers = undefined;
+      throw err;
+    });
+    return this.workflowTimers;
+  }
+
+  /**
+   * Takes a finished workflow run off placement: its registry entry becomes `killed`, so
+   * placement stops it (after the turn that asked for this ends) and never places it
+   * again, and its durable consumer is deleted once it stopped. Its checkpoint stays in
+   * KV, so `kova workflow status` still reads the run. Called from the run's own turn,
+   * so it must not wait for the stop.
+   */
+  private async retireRun(runId: string): Promise<void> {
+    await this.writeRegistry(runId, (cur) => (cur.desired === "killed" ? undefined : { ...cur, desired: "killed" }));
+    this.placement.kick();
+    void (async () => {
+      const deadline = performance.now() + 2 * this.config.drainTimeoutMs + 10_000;
+      while (this.host.status(runId) !== undefined && performance.now() < deadline) await sleep(100);
+      if (this.host.status(runId) === undefined) await this.resetMailbox(runId);
+    })().catch((err: unknown) => this.log.debug({ err, runId }, "consumer of a retired run not deleted"));
   }
 
   /**
@@ -516,10 +572,12 @@ export class KovaNode {
   private async teardown(opts: { hostStopMs?: number } = {}): Promise<void> {
     if (this.unknownSweep) clearInterval(this.unknownSweep);
     this.schedules?.stop();
+    this.timerService?.stop();
     await this.placement?.stop().catch(() => undefined);
     const hostStopped = this.host?.stopAll().catch(() => undefined);
     await (opts.hostStopMs === undefined ? hostStopped : Promise.race([hostStopped, delay(opts.hostStopMs)]));
     await this.agentServices?.close().catch(() => undefined);
+    this.swarmScheduler?.close();
     this.membership?.stop();
     this.leases?.stop();
     this.registry?.stop();

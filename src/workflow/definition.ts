@@ -37,7 +37,7 @@ export interface AgentStep extends StepBase {
   /** No result within this time fails the attempt (STEP_TIMEOUT). */
   timeoutMs?: number;
   /** Passed to the agent as task_delegate `constraints`. */
-  constraints?: { max_tokens?: number; deadline?: string | number };
+  constraints?: { max_tokens?: number; deadline?: string | number; budget_group?: string };
 }
 
 export interface ParallelStep extends StepBase {
@@ -232,7 +232,7 @@ function parseStep(c: Checker, raw: unknown, path: string, generatedId: string |
       if (t.timeout !== undefined) step.timeoutMs = c.duration(t.timeout, id, "timeout");
       if (t.constraints !== undefined) {
         const k = c.table(t.constraints, id, "constraints");
-        c.known(k, ["max_tokens", "deadline"], id, "constraints.");
+        c.known(k, ["max_tokens", "deadline", "budget_group"], id, "constraints.");
         if (k.max_tokens !== undefined && (typeof k.max_tokens !== "number" || !Number.isInteger(k.max_tokens) || k.max_tokens < 1)) {
           c.fail(id, "constraints.max_tokens", "must be a positive integer");
         }

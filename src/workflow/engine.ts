@@ -116,7 +116,7 @@ export interface TaskDelegatePayload {
   sessionId: string;
   runId: string;
   parentRunId: string;
-  constraints?: { max_tokens?: number; deadline?: string | number };
+  constraints?: { max_tokens?: number; deadline?: string | number; budget_group?: string };
 }
 
 export interface StartPayload {

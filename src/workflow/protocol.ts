@@ -15,8 +15,8 @@ import type { SignalPayload } from "./engine.js";
  * | `workflow.cancel` | `{ reason?, by? }` | `kova workflow cancel` |
  * | `workflow.timer` | `{ timerId }` | the nodes' timer services |
  *
- * Agents answer the run's `task_delegate`s with `result_notify` to the run's inbox (the
- * run sends without `replyTo`, so the reply is a durable send to its `from`).
+ * Agents answer the run's `task_delegate`s with `result_notify` to its `replyTo`, the
+ * run's own inbox (the A2A stream captures it, so the reply waits there for the run).
  */
 export const WorkflowMessageType = {
   start: "workflow.start",

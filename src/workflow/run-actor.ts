@@ -22,6 +22,8 @@ export interface WorkflowActorPorts {
   timers: () => Promise<WorkflowTimers>;
   /** Takes a finished run off placement (the node marks it killed and frees its consumer). */
   retire?: (runId: string) => Promise<void>;
+  /** The run's own A2A inbox subject (`kova.<c>.a2a.<runId>`): agents send their result_notify there. */
+  inbox: (runId: string) => string;
 }
 
 /** What `kova workflow status` shows (the run's rpc `info_request` answer). */
@@ -102,8 +104,8 @@ async function perform(ctx: Ctx, effects: readonly Effect[], ports: WorkflowActo
   for (const e of effects) {
     switch (e.kind) {
       case "send":
-        // No replyTo: the agent's result_notify is a durable send back to this run's inbox.
-        await ctx.send({ id: e.id, to: e.to, type: "task_delegate", payload: e.payload, correlationId: e.id });
+        // The agent's result_notify goes to this run's inbox, which the A2A stream captures.
+        await ctx.send({ id: e.id, to: e.to, type: "task_delegate", payload: e.payload, correlationId: e.id, replyTo: ports.inbox(s.runId) });
         break;
       case "event":
         await ctx.emit(e.type, { ...e.data, workflowRunId: s.runId }, where);

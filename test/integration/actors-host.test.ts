@@ -156,6 +156,8 @@ describe("actor host", () => {
     }, { timeoutMs: 10_000, what: "third attempt committed", retryErrors: true });
     expect(ran).toEqual([`fl.${env.id}.0`]);
     expect(state.notes).toEqual(["attempt 3", `charged fl.${env.id}.0`]);
+    // The state is readable once the checkpoint is saved; the turn ends after its reply and WAL completion.
+    await poll(() => rig.host.status("fl")?.state === "Idle", { timeoutMs: 5_000, what: "turn ended" });
     expect(rig.host.status("fl")).toMatchObject({ state: "Idle", handled: 1 });
   });
 
