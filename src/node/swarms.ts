@@ -1,5 +1,6 @@
 import type { Logger } from "../core/logger.js";
 import type { Bus } from "../bus/index.js";
+import type { InterruptDelegation } from "../agents/delegate.js";
 import type { ActorTypeRegistry } from "../actors/registry.js";
 import { createOpenAiModel, ModelCallScheduler } from "../agents/model/index.js";
 import { defineCoordinator, swarmActorType } from "../swarm/index.js";
@@ -12,7 +13,12 @@ import type { NodeConfig } from "./config.js";
  * slot of that model on this node's scheduler.
  * @returns the scheduler, for the node to close on stop (undefined without swarms)
  */
-export function registerSwarms(config: NodeConfig, types: ActorTypeRegistry, bus: () => Bus, logger: Logger): ModelCallScheduler | undefined {
+export function registerSwarms(
+  config: NodeConfig,
+  types: ActorTypeRegistry,
+  ports: { bus: () => Bus; interrupt: InterruptDelegation },
+  logger: Logger,
+): ModelCallScheduler | undefined {
   if (config.swarms.length === 0) return undefined;
   const used = new Set(config.swarms.map((s) => s.model));
   const scheduler = new ModelCallScheduler(
@@ -29,7 +35,8 @@ export function registerSwarms(config: NodeConfig, types: ActorTypeRegistry, bus
         type: swarmActorType(spec.id),
         model: () => createOpenAiModel(modelConfig, { logger }),
         scheduler,
-        bus,
+        bus: ports.bus,
+        interrupt: ports.interrupt,
         capabilities: spec.capabilities,
         maxSubtasks: spec.maxSubtasks,
         deadlineMs: spec.deadlineMs,
