@@ -36,6 +36,12 @@ export interface AgentRuntimeOptions {
   /** `[tools] max_argument_repairs` and `max_result_bytes`. */
   maxArgumentRepairs?: number;
   maxResultBytes?: number;
+  /**
+   * The node's model-call scheduler, shared with whatever else on the node calls models
+   * (swarm coordinators), so that `max_concurrency` bounds the node's calls to a model, not
+   * each caller's. Default: one of its own, closed by `close()`.
+   */
+  scheduler?: ModelCallScheduler;
   /** Stores; defaults are NATS KV buckets opened on first use (tests pass their own). */
   memory?: MemoryStore;
   ledger?: GroupLedger;
@@ -58,16 +64,15 @@ export class AgentRuntime {
   readonly #overrides = new Map<string, string | null>();
   readonly #running = new Map<string, string>();
   readonly #prepared = new Map<string, Promise<void>>();
+  readonly #ownsScheduler: boolean;
   #memory: Promise<MemoryStore> | undefined;
   #ledger: Promise<GroupLedger> | undefined;
   #settings: Promise<SettingsStore> | undefined;
 
   constructor(readonly opts: AgentRuntimeOptions) {
     this.log = (opts.logger ?? silentLogger()).child({ component: "agents" });
-    this.scheduler = new ModelCallScheduler(
-      [...opts.models].map(([name, m]) => [name, { maxConcurrency: m.maxConcurrency, policy: m.scheduling }]),
-      { logger: this.log },
-    );
+    this.#ownsScheduler = opts.scheduler === undefined;
+    this.scheduler = opts.scheduler ?? modelScheduler(opts.models, this.log);
     this.budgetGroups = opts.budgetGroups ?? new Map();
     this.maxArgumentRepairs = opts.maxArgumentRepairs ?? DEFAULT_ARGUMENT_REPAIRS;
     this.maxResultBytes = opts.maxResultBytes ?? DEFAULT_RESULT_MAX_BYTES;
@@ -199,8 +204,16 @@ export class AgentRuntime {
     return this.bus.publishEvent(event, { durable });
   }
 
-  /** Stops the scheduler (waiting calls fail with MODEL_SCHEDULER_CLOSED). */
+  /** Stops the scheduler if it is this runtime's own (waiting calls fail with MODEL_SCHEDULER_CLOSED). */
   close(): void {
-    this.scheduler.close();
+    if (this.#ownsScheduler) this.scheduler.close();
   }
+}
+
+/** A scheduler with one lane per configured model (`max_concurrency`, `scheduling`). */
+export function modelScheduler(models: ReadonlyMap<string, ModelConfig>, logger?: Logger): ModelCallScheduler {
+  return new ModelCallScheduler(
+    [...models].map(([name, m]) => [name, { maxConcurrency: m.maxConcurrency, policy: m.scheduling }]),
+    logger ? { logger } : {},
+  );
 }

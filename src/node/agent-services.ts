@@ -8,6 +8,7 @@ import type { McpManager } from "../tools/mcp/manager.js";
 import { agentActor } from "../agents/agent-actor.js";
 import type { AgentDefinition } from "../agents/definition.js";
 import { AgentRuntime } from "../agents/runtime.js";
+import type { ModelCallScheduler } from "../agents/model/scheduler.js";
 import type { NodeConfig } from "./config.js";
 
 /** The agent level of a node: its runtime, tool registry and MCP servers. */
@@ -30,7 +31,7 @@ export interface AgentServices {
 export async function startAgentServices(
   config: NodeConfig,
   agents: readonly AgentDefinition[],
-  deps: { bus: Bus; types: ActorTypeRegistry; logger: Logger; replicas: number },
+  deps: { bus: Bus; types: ActorTypeRegistry; logger: Logger; replicas: number; scheduler: ModelCallScheduler },
 ): Promise<AgentServices | undefined> {
   if (agents.length === 0) return undefined;
   const seen = new Set<string>();
@@ -61,6 +62,7 @@ export async function startAgentServices(
     budgetGroups: config.budgetGroups,
     replicas: deps.replicas,
     logger: deps.logger,
+    scheduler: deps.scheduler,
     maxArgumentRepairs: config.tools.maxArgumentRepairs,
     maxResultBytes: config.tools.maxResultBytes,
     ...(mcp ? { prepareTools: (patterns: readonly string[]) => mcp.prepare(patterns) } : {}),

@@ -28,6 +28,8 @@ import { ScheduleService } from "./schedules.js";
 import { startAgentServices, type AgentServices } from "./agent-services.js";
 import type { AgentDefinition } from "../agents/definition.js";
 import { registerSwarms } from "./swarms.js";
+import { modelScheduler } from "../agents/runtime.js";
+import type { ModelCallScheduler } from "../agents/model/scheduler.js";
 
 export { KOVA_VERSION };
 
@@ -77,7 +79,7 @@ export class KovaNode {
   private agentServices: AgentServices | undefined;
   private workflowTimers: Promise<WorkflowTimers> | undefined;
   private timerService: TimerService | undefined;
-  private swarmScheduler: { close(): void } | undefined;
+  private scheduler: ModelCallScheduler | undefined;
   private readonly log: Logger;
 
   private constructor(
@@ -112,10 +114,12 @@ export class KovaNode {
     const types = opts.types ?? new ActorTypeRegistry();
     // Coordinators reach the bus through the node, which connects after types are known.
     let node: KovaNode | undefined;
-    const swarmScheduler = registerSwarms(opts.config, types, () => node!.busClient, logger);
+    // One scheduler per node: agents and coordinators calling one model share its slots.
+    const scheduler = modelScheduler(opts.config.models, logger.child({ component: "agents" }));
+    registerSwarms(opts.config, types, () => node!.busClient, scheduler, logger);
     const moduleAgents = await loadActorModules(opts.config, types);
     node = new KovaNode(opts.config, types, logger, [...(opts.agents ?? []), ...opts.config.agents, ...moduleAgents]);
-    node.swarmScheduler = swarmScheduler;
+    node.scheduler = scheduler;
     // Every node can host workflow runs (docs/workflows.md), unless the application
     // registered its own type of that name.
     if (!types.has(WORKFLOW_ACTOR_TYPE)) {
@@ -162,7 +166,7 @@ export class KovaNode {
     });
     this.recovery.corrupt = this.wal.recovery.corrupt.length;
     // Agent types are registered before recovery: a recovered turn may be an agent's.
-    this.agentServices = await startAgentServices(config, this.agentDefs, { bus: this.bus, types: this.types, logger: this.log, replicas });
+    this.agentServices = await startAgentServices(config, this.agentDefs, { bus: this.bus, types: this.types, logger: this.log, replicas, scheduler: this.scheduler! });
     this.recovery.pendingRecords = this.wal.recovery.pending.length;
 
     const nc = this.bus.nc;
@@ -577,7 +581,7 @@ export class KovaNode {
     const hostStopped = this.host?.stopAll().catch(() => undefined);
     await (opts.hostStopMs === undefined ? hostStopped : Promise.race([hostStopped, delay(opts.hostStopMs)]));
     await this.agentServices?.close().catch(() => undefined);
-    this.swarmScheduler?.close();
+    this.scheduler?.close();
     this.membership?.stop();
     this.leases?.stop();
     this.registry?.stop();
