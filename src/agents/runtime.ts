@@ -15,6 +15,7 @@ import type { BudgetGroupConfig } from "./config.js";
 import type { AgentDefinition } from "./definition.js";
 import { UnknownModelError } from "./errors.js";
 import { NatsMemoryStore, type MemoryStore } from "./memory/store.js";
+import { NatsApprovalStore, type ApprovalStore } from "./approvals.js";
 import { NatsSettingsStore, type SettingsStore } from "./settings.js";
 import { TokenBucket } from "./token-bucket.js";
 
@@ -44,6 +45,7 @@ export interface AgentRuntimeOptions {
   scheduler?: ModelCallScheduler;
   /** Stores; defaults are NATS KV buckets opened on first use (tests pass their own). */
   memory?: MemoryStore;
+  approvals?: ApprovalStore;
   ledger?: GroupLedger;
   settings?: SettingsStore;
 }
@@ -65,7 +67,9 @@ export class AgentRuntime {
   readonly #running = new Map<string, string>();
   readonly #prepared = new Map<string, Promise<void>>();
   readonly #ownsScheduler: boolean;
+  readonly #awaitingApproval = new Set<string>();
   #memory: Promise<MemoryStore> | undefined;
+  #approvals: Promise<ApprovalStore> | undefined;
   #ledger: Promise<GroupLedger> | undefined;
   #settings: Promise<SettingsStore> | undefined;
 
@@ -78,6 +82,7 @@ export class AgentRuntime {
     this.maxResultBytes = opts.maxResultBytes ?? DEFAULT_RESULT_MAX_BYTES;
     if (opts.memory) this.#memory = Promise.resolve(opts.memory);
     if (opts.ledger) this.#ledger = Promise.resolve(opts.ledger);
+    if (opts.approvals) this.#approvals = Promise.resolve(opts.approvals);
     if (opts.settings) this.#settings = Promise.resolve(opts.settings);
   }
 
@@ -131,6 +136,12 @@ export class AgentRuntime {
   memory(): Promise<MemoryStore> {
     this.#memory ??= this.#open(() => NatsMemoryStore.open({ js: this.bus.js, cluster: this.bus.cluster, replicas: this.opts.replicas ?? 1, maxBytes: this.bus.maxPayload }), () => (this.#memory = undefined));
     return this.#memory;
+  }
+
+  /** Pending and decided tool-call approvals (KV `kova_<c>_approvals`). */
+  approvals(): Promise<ApprovalStore> {
+    this.#approvals ??= this.#open(() => NatsApprovalStore.open({ js: this.bus.js, cluster: this.bus.cluster, replicas: this.opts.replicas ?? 1 }), () => (this.#approvals = undefined));
+    return this.#approvals;
   }
 
   ledger(): Promise<GroupLedger> {
@@ -192,6 +203,19 @@ export class AgentRuntime {
 
   runEnded(agentId: string): void {
     this.#running.delete(agentId);
+    this.#awaitingApproval.delete(agentId);
+  }
+
+  /** Marks an agent's run as waiting for a human's approval (or not any more). */
+  awaitingApproval(agentId: string, waiting: boolean): void {
+    if (waiting) this.#awaitingApproval.add(agentId);
+    else this.#awaitingApproval.delete(agentId);
+  }
+
+  /** `waiting_approval` while the run waits for a decision, `Running` during the rest of a run, else `Idle`. */
+  runState(agentId: string): "Idle" | "Running" | "waiting_approval" {
+    if (!this.#running.has(agentId)) return "Idle";
+    return this.#awaitingApproval.has(agentId) ? "waiting_approval" : "Running";
   }
 
   /** The run in progress for an agent hosted here, if any. */
