@@ -4,8 +4,8 @@ import type { KovaEvent } from "../bus/events.js";
  * The events of an agent run, on `kova.<c>.events.<sessionId>.<runId>` (docs/protocol.md):
  * the one list of their names, for the agent loop, its callers (swarm coordinators,
  * agents as tools, workflows) and the CLI. `token` and `model_request` are plain NATS
- * publishes (not stored: high rate, and a replay must not stream them twice); every other
- * type is stored in the EVENTS stream.
+ * publishes, not awaited (high rate); every other type waits for the EVENTS stream's ack.
+ * The stream captures all of them.
  */
 export const RunEventType = {
   started: "run_started",
