@@ -119,13 +119,13 @@ export type { AgentDefinition, AgentSpec, AgentHooks, HookContext, HookResult, M
 export { askAgent, type AskAgentOptions } from "./agents/client.js";
 export { AGENT_CHAT } from "./agents/protocol.js";
 export type { AgentChatPayload, AgentInfo, AgentResult, AgentTaskPayload, AgentUsageTotals, RunStatus, RunUsage, TaskConstraints } from "./agents/protocol.js";
-export { EventProfiles, inProfile, type EventProfile } from "./agents/events.js";
+export { EventProfiles, inProfile, RunEventType, type EventProfile } from "./agents/events.js";
 export { AgentErrorCode, BudgetExceededError, RunLimitExceededError } from "./agents/errors.js";
 export { ModelErrorCode, ModelCallError } from "./agents/model/errors.js";
 
 // Agents as tools, and the agent protocol as callers see it
 export { agentTool, type AgentToolArgs, type AgentToolOptions, type AgentToolResult } from "./agents/agent-tool.js";
-export { RunEventType, type ResultNotifyPayload, type TaskDelegatePayload } from "./agents/run-protocol.js";
+export type { ResultNotifyPayload, TaskDelegatePayload } from "./agents/run-protocol.js";
 export { DelegatedRunCancelledError, DelegatedRunFailedError, DelegatedRunTimeoutError, DelegationErrorCode } from "./agents/delegation-errors.js";
 
 // Swarms

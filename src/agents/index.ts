@@ -38,7 +38,7 @@ export {
   type RunUsage,
   type TaskConstraints,
 } from "./protocol.js";
-export { EventProfiles, forProfile, inProfile, isEventProfile, RunEventTypes, type EventProfile, type RunEventType } from "./events.js";
+export { EventProfiles, forProfile, inProfile, isEventProfile, RunEventType, RunEventTypes, type EventProfile } from "./events.js";
 export { fitContext, summaryRequest, withSummary, SUMMARY_PREFIX, type FitResult } from "./memory/policy.js";
 export { hasNoOrphans, toUnits } from "./memory/units.js";
 export { NatsMemoryStore, MEMORY_VERSION, type MemoryStore } from "./memory/store.js";

@@ -18,20 +18,8 @@ export type ResultNotifyPayload = AgentResult;
 
 export const ZERO_USAGE: Readonly<RunUsage> = Object.freeze({ inputTokens: 0, outputTokens: 0 });
 
-/** Event types of a run (`kova.<c>.events.<sessionId>.<runId>`). */
-export const RunEventType = {
-  started: "run_started",
-  token: "token",
-  modelCall: "model_call",
-  toolCall: "tool_call",
-  toolResult: "tool_result",
-  childLinked: "child_run_linked",
-  approvalRequested: "approval_requested",
-  completed: "run_completed",
-  failed: "run_failed",
-  cancelled: "run_cancelled",
-  streamEnd: "run_stream_end",
-} as const;
+/** Event types of a run (`kova.<c>.events.<sessionId>.<runId>`): one list, kept in events.ts. */
+export { RunEventType } from "./events.js";
 
 /**
  * Reads a `task_delegate` payload in either form (`input` or the seed's `task`).

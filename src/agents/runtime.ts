@@ -15,6 +15,7 @@ import type { BudgetGroupConfig } from "./config.js";
 import type { AgentDefinition } from "./definition.js";
 import { UnknownModelError } from "./errors.js";
 import { NatsMemoryStore, type MemoryStore } from "./memory/store.js";
+import { NatsApprovalStore, type ApprovalStore } from "./approvals.js";
 import { NatsSettingsStore, type SettingsStore } from "./settings.js";
 import { TokenBucket } from "./token-bucket.js";
 
@@ -36,8 +37,15 @@ export interface AgentRuntimeOptions {
   /** `[tools] max_argument_repairs` and `max_result_bytes`. */
   maxArgumentRepairs?: number;
   maxResultBytes?: number;
+  /**
+   * The node's model-call scheduler, shared with whatever else on the node calls models
+   * (swarm coordinators), so that `max_concurrency` bounds the node's calls to a model, not
+   * each caller's. Default: one of its own, closed by `close()`.
+   */
+  scheduler?: ModelCallScheduler;
   /** Stores; defaults are NATS KV buckets opened on first use (tests pass their own). */
   memory?: MemoryStore;
+  approvals?: ApprovalStore;
   ledger?: GroupLedger;
   settings?: SettingsStore;
 }
@@ -58,21 +66,23 @@ export class AgentRuntime {
   readonly #overrides = new Map<string, string | null>();
   readonly #running = new Map<string, string>();
   readonly #prepared = new Map<string, Promise<void>>();
+  readonly #ownsScheduler: boolean;
+  readonly #awaitingApproval = new Set<string>();
   #memory: Promise<MemoryStore> | undefined;
+  #approvals: Promise<ApprovalStore> | undefined;
   #ledger: Promise<GroupLedger> | undefined;
   #settings: Promise<SettingsStore> | undefined;
 
   constructor(readonly opts: AgentRuntimeOptions) {
     this.log = (opts.logger ?? silentLogger()).child({ component: "agents" });
-    this.scheduler = new ModelCallScheduler(
-      [...opts.models].map(([name, m]) => [name, { maxConcurrency: m.maxConcurrency, policy: m.scheduling }]),
-      { logger: this.log },
-    );
+    this.#ownsScheduler = opts.scheduler === undefined;
+    this.scheduler = opts.scheduler ?? modelScheduler(opts.models, this.log);
     this.budgetGroups = opts.budgetGroups ?? new Map();
     this.maxArgumentRepairs = opts.maxArgumentRepairs ?? DEFAULT_ARGUMENT_REPAIRS;
     this.maxResultBytes = opts.maxResultBytes ?? DEFAULT_RESULT_MAX_BYTES;
     if (opts.memory) this.#memory = Promise.resolve(opts.memory);
     if (opts.ledger) this.#ledger = Promise.resolve(opts.ledger);
+    if (opts.approvals) this.#approvals = Promise.resolve(opts.approvals);
     if (opts.settings) this.#settings = Promise.resolve(opts.settings);
   }
 
@@ -126,6 +136,12 @@ export class AgentRuntime {
   memory(): Promise<MemoryStore> {
     this.#memory ??= this.#open(() => NatsMemoryStore.open({ js: this.bus.js, cluster: this.bus.cluster, replicas: this.opts.replicas ?? 1, maxBytes: this.bus.maxPayload }), () => (this.#memory = undefined));
     return this.#memory;
+  }
+
+  /** Pending and decided tool-call approvals (KV `kova_<c>_approvals`). */
+  approvals(): Promise<ApprovalStore> {
+    this.#approvals ??= this.#open(() => NatsApprovalStore.open({ js: this.bus.js, cluster: this.bus.cluster, replicas: this.opts.replicas ?? 1 }), () => (this.#approvals = undefined));
+    return this.#approvals;
   }
 
   ledger(): Promise<GroupLedger> {
@@ -187,6 +203,19 @@ export class AgentRuntime {
 
   runEnded(agentId: string): void {
     this.#running.delete(agentId);
+    this.#awaitingApproval.delete(agentId);
+  }
+
+  /** Marks an agent's run as waiting for a human's approval (or not any more). */
+  awaitingApproval(agentId: string, waiting: boolean): void {
+    if (waiting) this.#awaitingApproval.add(agentId);
+    else this.#awaitingApproval.delete(agentId);
+  }
+
+  /** `waiting_approval` while the run waits for a decision, `Running` during the rest of a run, else `Idle`. */
+  runState(agentId: string): "Idle" | "Running" | "waiting_approval" {
+    if (!this.#running.has(agentId)) return "Idle";
+    return this.#awaitingApproval.has(agentId) ? "waiting_approval" : "Running";
   }
 
   /** The run in progress for an agent hosted here, if any. */
@@ -199,8 +228,16 @@ export class AgentRuntime {
     return this.bus.publishEvent(event, { durable });
   }
 
-  /** Stops the scheduler (waiting calls fail with MODEL_SCHEDULER_CLOSED). */
+  /** Stops the scheduler if it is this runtime's own (waiting calls fail with MODEL_SCHEDULER_CLOSED). */
   close(): void {
-    this.scheduler.close();
+    if (this.#ownsScheduler) this.scheduler.close();
   }
+}
+
+/** A scheduler with one lane per configured model (`max_concurrency`, `scheduling`). */
+export function modelScheduler(models: ReadonlyMap<string, ModelConfig>, logger?: Logger): ModelCallScheduler {
+  return new ModelCallScheduler(
+    [...models].map(([name, m]) => [name, { maxConcurrency: m.maxConcurrency, policy: m.scheduling }]),
+    logger ? { logger } : {},
+  );
 }

@@ -3,6 +3,7 @@ import { ActorErrorCode } from "../actors/errors.js";
 import { isIdempotentCall } from "../tools/idempotency.js";
 import { checkToolCall, runTool } from "../tools/invoke.js";
 import type { Tool } from "../tools/types.js";
+import { awaitApprovals, rejectionError } from "./approval-gate.js";
 import { DEFAULT_MAX_TOOL_CALLS } from "./definition.js";
 import { RunLimitExceededError } from "./errors.js";
 import type { ToolCall, ToolMessage } from "./model/types.js";
@@ -35,7 +36,16 @@ export async function runToolCalls(s: RunScope, calls: readonly ToolCall[]): Pro
     throw new RunLimitExceededError("max_tool_calls", max, `the model asked for ${s.tally.toolCalls + calls.length} tool calls; raise run.max_tool_calls of agent ${s.agentId} or narrow its task`);
   }
   const planned = calls.map((call) => plan(s, call));
-  const exec = (p: Planned) => (p.kind === "run" ? runCall(s, p.call, p.tool, p.args) : refuse(s, p.call, p.content, p.error));
+  const decisions = await awaitApprovals(s, planned.filter((p) => p.kind === "run"));
+  const exec = (p: Planned): Promise<ToolCallRecord> => {
+    if (p.kind === "refused") return refuse(s, p.call, p.call.name, p.call.arguments, p.content, p.error);
+    const decision = decisions.get(p.call.id);
+    if (decision && decision.status !== "approved") {
+      const error = rejectionError(decision);
+      return refuse(s, p.call, p.tool.name, p.args, JSON.stringify({ error: { code: error.code, message: error.message, ...(error.data.comment !== undefined ? { comment: error.data.comment } : {}) } }), error);
+    }
+    return runCall(s, p.call, p.tool, p.args);
+  };
   let records: ToolCallRecord[];
   if (s.def.run.parallelToolCalls === false) {
     records = [];
@@ -56,6 +66,16 @@ function plan(s: RunScope, call: ToolCall): Planned {
     const verdict = s.repairs.onInvalid(call.name, issues);
     if (verdict.action === "fail") throw verdict.error;
     const error = { code: "TOOL_UNKNOWN", message: `there is no tool ${JSON.stringify(call.name)}: call one of the offered tools`, retryable: false, data: { issues } };
+    return { call, kind: "refused", content: JSON.stringify({ error }), error };
+  }
+  if (tool.requiresApproval) {
+    // Never run what a human must approve without that approval: the approval flow for
+    // agent tool calls (issue 11) is not on this build, so the model hears why instead.
+    const error = {
+      code: "TOOL_APPROVAL_UNAVAILABLE",
+      message: `${tool.name} needs a human's approval before it runs, and this node cannot ask for one: the call was not made; do without it or tell the user`,
+      retryable: false,
+    };
     return { call, kind: "refused", content: JSON.stringify({ error }), error };
   }
   const check = checkToolCall(tool, call.arguments, s.repairs);
@@ -105,10 +125,11 @@ async function runCall(s: RunScope, call: ToolCall, tool: Tool, args: unknown): 
   }
 }
 
-function refuse(s: RunScope, call: ToolCall, content: string, error: WireError): Promise<ToolCallRecord> {
+/** A call that does not run (unknown tool, invalid arguments, rejected by a human): its result is the error. */
+function refuse(s: RunScope, call: ToolCall, tool: string, args: unknown, content: string, error: WireError): Promise<ToolCallRecord> {
   return s.ctx.step(`tool:${call.id}`, async () => {
-    await publish(s, "tool_call", { agentId: s.agentId, callId: call.id, tool: call.name, args: call.arguments });
-    await publish(s, "tool_result", { agentId: s.agentId, callId: call.id, tool: call.name, ok: false, error: { code: error.code, message: error.message } });
+    await publish(s, "tool_call", { agentId: s.agentId, callId: call.id, tool, args });
+    await publish(s, "tool_result", { agentId: s.agentId, callId: call.id, tool, ok: false, error: { code: error.code, message: error.message } });
     return { content, ok: false, ms: 0, error };
   }, { idempotent: true });
 }

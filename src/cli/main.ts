@@ -16,6 +16,7 @@ const groups: Array<() => Promise<{ register: Register }>> = [
   () => import("./bus-commands.js"),
   () => import("./schedule-commands.js"),
   () => import("./workflow-commands.js"),
+  () => import("./approval-commands.js"),
   () => import("./gateway-commands.js"),
   () => import("./swarm-commands.js"),
 ];

@@ -24,8 +24,8 @@ import { LiveRunTree } from "./run-tree.js";
 import { resolveTarget, targetOptions, type TargetOpts } from "./target.js";
 
 /**
- * `kova workflow run|status|cancel|ls|signal` and `kova approve|reject`: workflow runs
- * from the command line (docs/workflows.md). A run is started by declaring its actor
+ * `kova workflow run|status|cancel|ls|signal`: workflow runs from the command line
+ * (docs/workflows.md); `kova approve|reject` (approval-commands.ts) decide their approval waits too. A run is started by declaring its actor
  * (`spawn`, type `workflow`, id = run id) and sending it `workflow.start` with the
  * workflow as written in the file; everything else is a message to the run's inbox or a
  * read of its state.
@@ -126,7 +126,7 @@ export function progressLine(e: KovaEvent): string | undefined {
   }
 }
 
-async function withClient(o: TargetOpts, fn: (client: KovaClient) => Promise<void>): Promise<void> {
+export async function withClient(o: TargetOpts, fn: (client: KovaClient) => Promise<void>): Promise<void> {
   const { urls, cluster, security } = await resolveTarget(o);
   const logger = pino({ level: process.env.KOVA_LOG_LEVEL ?? "warn" }, pino.destination(2));
   const client = await KovaClient.connect({ servers: urls, cluster, id: "kova-cli", name: "kova-cli", logger, ...(security ? { security } : {}) });
@@ -147,7 +147,7 @@ function jsonArg(value: string | undefined, flag: string): unknown {
 }
 
 /** Sends a signal and says what the run did with it (it answers: delivered, kept or ignored). */
-async function sendSignal(client: KovaClient, runId: string, payload: Record<string, unknown>): Promise<string> {
+export async function sendSignal(client: KovaClient, runId: string, payload: Record<string, unknown>): Promise<string> {
   const run = await readRun(client, runId);
   if (run.status !== "running" && run.status !== "new") throw new KovaError(WorkflowErrorCode.RUN_NOT_FOUND, `run ${runId} has ended (${run.status}); it takes no signals`);
   const reply = await client.ask<{ outcome: unknown }>(runId, WorkflowMessageType.signal, payload, { timeoutMs: 30_000 });
@@ -268,19 +268,6 @@ export function register(program: Command): void {
         process.stdout.write(outcome === "delivered" ? `event ${event} ended a wait of ${runId}\n` : `event ${event} kept by ${runId} until a step waits for it\n`);
       }),
     );
-
-  for (const [name, approved] of [["approve", true], ["reject", false]] as const) {
-    targetOptions(program.command(`${name} <runId> <approvalId>`).description(`${name} a workflow run's approval wait`))
-      .option("--comment <text>", "recorded with the decision")
-      .option("--by <name>", "who decides (default: $USER)")
-      .action((runId: string, approvalId: string, o: TargetOpts & { comment?: string; by?: string }) =>
-        withClient(o, async (client) => {
-          const by = o.by ?? process.env.USER;
-          const outcome = await sendSignal(client, runId, { approvalId, approved, ...(by ? { by } : {}), ...(o.comment ? { comment: o.comment } : {}) });
-          process.stdout.write(outcome === "delivered" ? `${approved ? "approved" : "rejected"} ${approvalId} of ${runId}\n` : `run ${runId} has no open approval ${approvalId} yet; the decision is kept until it asks\n`);
-        }),
-      );
-  }
 }
 
 /** Renders a session's run tree (history from the EVENTS stream, then live) until `done`. */

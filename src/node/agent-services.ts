@@ -5,9 +5,11 @@ import type { ActorTypeRegistry } from "../actors/registry.js";
 import { builtinTools } from "../tools/config.js";
 import { ToolRegistry } from "../tools/registry.js";
 import type { McpManager } from "../tools/mcp/manager.js";
+import type { Tool } from "../tools/types.js";
 import { agentActor } from "../agents/agent-actor.js";
 import type { AgentDefinition } from "../agents/definition.js";
 import { AgentRuntime } from "../agents/runtime.js";
+import type { ModelCallScheduler } from "../agents/model/scheduler.js";
 import type { NodeConfig } from "./config.js";
 
 /** The agent level of a node: its runtime, tool registry and MCP servers. */
@@ -20,7 +22,7 @@ export interface AgentServices {
 
 /**
  * Builds the agent level when the node has agents (from `[[agents]]`, modules or code):
- * the tool registry (built-ins from `[tools]`, MCP servers from `[[mcp.servers]]`, loaded
+ * the tool registry (built-ins from `[tools]`, tools defined in code, MCP servers from `[[mcp.servers]]`, loaded
  * by dynamic import only when configured), the AgentRuntime over the node's bus, and one
  * actor type per agent, registered in `types`. Every agent's tool list is resolved here,
  * so a typo fails the start, not the first run.
@@ -30,7 +32,7 @@ export interface AgentServices {
 export async function startAgentServices(
   config: NodeConfig,
   agents: readonly AgentDefinition[],
-  deps: { bus: Bus; types: ActorTypeRegistry; logger: Logger; replicas: number },
+  deps: { bus: Bus; types: ActorTypeRegistry; logger: Logger; replicas: number; scheduler: ModelCallScheduler; tools?: readonly Tool[] },
 ): Promise<AgentServices | undefined> {
   if (agents.length === 0) return undefined;
   const seen = new Set<string>();
@@ -39,7 +41,7 @@ export async function startAgentServices(
     seen.add(a.id);
     if (deps.types.has(a.id)) throw new ConfigError(`agents.${a.id}`, `"${a.id}" is also an actor type: an agent's id is its actor type; rename one of them`);
   }
-  const tools = new ToolRegistry({ logger: deps.logger }).register(...builtinTools(config.tools, deps.logger));
+  const tools = new ToolRegistry({ logger: deps.logger }).register(...builtinTools(config.tools, deps.logger), ...(deps.tools ?? []));
   let mcp: McpManager | undefined;
   if (config.mcp.servers.length > 0) {
     const { McpManager } = await import("../tools/mcp/manager.js");
@@ -61,6 +63,7 @@ export async function startAgentServices(
     budgetGroups: config.budgetGroups,
     replicas: deps.replicas,
     logger: deps.logger,
+    scheduler: deps.scheduler,
     maxArgumentRepairs: config.tools.maxArgumentRepairs,
     maxResultBytes: config.tools.maxResultBytes,
     ...(mcp ? { prepareTools: (patterns: readonly string[]) => mcp.prepare(patterns) } : {}),

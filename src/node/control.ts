@@ -27,6 +27,35 @@ export function schedulesSubject(cluster: string): string {
 
 export type SchedulesRequest = { op: "add"; schedule: Record<string, unknown> } | { op: "rm"; id: string } | { op: "ls" };
 
+/**
+ * Decisions on agents' tool-call approvals are cluster-wide like spawn: any node writes
+ * them to KV `kova_<c>_approvals`, where the waiting run (on whatever node hosts it now,
+ * or later) finds them. Body `ApproveRequest`, reply `ApproveReply`.
+ */
+export function approveSubject(cluster: string): string {
+  return `kova.${cluster}.control.approve`;
+}
+
+export interface ApproveRequest {
+  runId: string;
+  approvalId: string;
+  approved: boolean;
+  by?: string;
+  comment?: string;
+}
+
+export interface ApproveReply {
+  runId: string;
+  approvalId: string;
+  status: "approved" | "rejected";
+  /** False when the same decision was already recorded (a repeated request). */
+  changed: boolean;
+  agentId: string;
+  tool: string;
+  /** The node that recorded it. */
+  via: string;
+}
+
 export function spawnSubject(cluster: string): string {
   return `kova.${cluster}.control.spawn`;
 }

@@ -13,7 +13,7 @@ import { createEnvelope } from "../bus/index.js";
 import { SubjectWaitService, SubjectWaits, TimerService, WORKFLOW_ACTOR_TYPE, WorkflowMessageType, WorkflowTimers, workflowActor } from "../workflow/index.js";
 import type { NodeConfig } from "./config.js";
 import { loadActorModules } from "./actor-modules.js";
-import { controlRequest, nodeSubject, schedulesSubject, spawnSubject, type SchedulesRequest, type AgentStatusView, type NodeStatusView, type SignalRequest, type SpawnRequest } from "./control.js";
+import { approveSubject, controlRequest, nodeSubject, schedulesSubject, type ApproveReply, spawnSubject, type SchedulesRequest, type AgentStatusView, type NodeStatusView, type SignalRequest, type SpawnRequest } from "./control.js";
 import { NodeControl } from "./control-handlers.js";
 import { mirrorTiming } from "./kv-mirror.js";
 import { LeaseTable } from "./lease.js";
@@ -27,7 +27,11 @@ import { parseSchedule } from "./schedule-spec.js";
 import { ScheduleService } from "./schedules.js";
 import { startAgentServices, type AgentServices } from "./agent-services.js";
 import type { AgentDefinition } from "../agents/definition.js";
+import type { Tool } from "../tools/types.js";
 import { registerSwarms } from "./swarms.js";
+import { modelScheduler } from "../agents/runtime.js";
+import type { ModelCallScheduler } from "../agents/model/scheduler.js";
+import { NatsApprovalStore, readDecision } from "../agents/approvals.js";
 
 export { KOVA_VERSION };
 
@@ -43,6 +47,8 @@ export interface StartNodeOptions {
   nats?: Pick<ResolveNatsOptions, "probeDefault" | "defaultUrl">;
   /** Agents defined in code (`defineAgent`); `[[agents]]` and config modules add to them. */
   agents?: AgentDefinition[];
+  /** Tools defined in code (`defineTool`), offered to the agents whose `tools` lists name them. */
+  tools?: Tool[];
 }
 
 /**
@@ -79,7 +85,8 @@ export class KovaNode {
   private timerService: TimerService | undefined;
   private subjectWaits: Promise<SubjectWaits> | undefined;
   private waitService: SubjectWaitService | undefined;
-  private swarmScheduler: { close(): void } | undefined;
+  private scheduler: ModelCallScheduler | undefined;
+  private approvalStore: Promise<NatsApprovalStore> | undefined;
   private readonly log: Logger;
 
   private constructor(
@@ -114,10 +121,12 @@ export class KovaNode {
     const types = opts.types ?? new ActorTypeRegistry();
     // Coordinators reach the bus through the node, which connects after types are known.
     let node: KovaNode | undefined;
-    const swarmScheduler = registerSwarms(opts.config, types, { bus: () => node!.busClient, interrupt: (agentId, messageId) => node!.interruptDelegation(agentId, messageId) }, logger);
+    // One scheduler per node: agents and coordinators calling one model share its slots.
+    const scheduler = modelScheduler(opts.config.models, logger.child({ component: "agents" }));
+    registerSwarms(opts.config, types, { bus: () => node!.busClient, interrupt: (agentId, messageId) => node!.interruptDelegation(agentId, messageId) }, scheduler, logger);
     const moduleAgents = await loadActorModules(opts.config, types);
     node = new KovaNode(opts.config, types, logger, [...(opts.agents ?? []), ...opts.config.agents, ...moduleAgents]);
-    node.swarmScheduler = swarmScheduler;
+    node.scheduler = scheduler;
     // Every node can host workflow runs (docs/workflows.md), unless the application
     // registered its own type of that name.
     if (!types.has(WORKFLOW_ACTOR_TYPE)) {
@@ -172,7 +181,7 @@ export class KovaNode {
     });
     this.recovery.corrupt = this.wal.recovery.corrupt.length;
     // Agent types are registered before recovery: a recovered turn may be an agent's.
-    this.agentServices = await startAgentServices(config, this.agentDefs, { bus: this.bus, types: this.types, logger: this.log, replicas });
+    this.agentServices = await startAgentServices(config, this.agentDefs, { bus: this.bus, types: this.types, logger: this.log, replicas, scheduler: this.scheduler!, tools: opts.tools ?? [] });
     this.recovery.pendingRecords = this.wal.recovery.pending.length;
 
     const nc = this.bus.nc;
@@ -500,6 +509,7 @@ export class KovaNode {
         { name: "spawn", subject: spawnSubject(cluster), handler: async (d) => control.spawn(json(d) as SpawnRequest) },
         { name: "schedules", subject: schedulesSubject(cluster), handler: async (d) => this.scheduleRequest(json(d) as SchedulesRequest) },
         { name: "signal", subject: nodeSubject(cluster, nodeId, "signal"), handler: async (d) => control.signal(json(d) as SignalRequest) },
+        { name: "approve", subject: approveSubject(cluster), handler: async (d) => this.approve(json(d)) },
       ],
     });
   }
@@ -515,6 +525,22 @@ export class KovaNode {
       throw new ArgumentError("signal", `actor ${actorId} (type ${type ?? "unknown"}) is not an agent: only agents take model=<name>`);
     }
     await services.runtime.switchModel(actorId, model);
+  }
+
+  /**
+   * `kova approve|reject` for an agent's tool call (the `approve` endpoint): records the
+   * decision in the approvals bucket, whichever node hosts the run (or none, while it moves).
+   * @throws ArgumentError for a malformed request; ApprovalNotFoundError; ApprovalAlreadyDecidedError
+   */
+  private async approve(body: unknown): Promise<ApproveReply> {
+    const { runId, approvalId, decision } = readDecision(body);
+    this.approvalStore ??= NatsApprovalStore.open({ js: this.bus.js, cluster: this.cluster, replicas: this.config.replicas ?? jetStreamReplicas(this.bus.nc) }).catch((err: unknown) => {
+      this.approvalStore = undefined;
+      throw err;
+    });
+    const { record, changed } = await (await this.approvalStore).decide(runId, approvalId, decision);
+    this.log.info({ runId, approvalId, agentId: record.agentId, tool: record.tool, status: record.status, by: record.by, changed }, "tool call approval decided");
+    return { runId, approvalId, status: record.status as ApproveReply["status"], changed, agentId: record.agentId, tool: record.tool, via: this.nodeId };
   }
 
   /**
@@ -638,7 +664,7 @@ export class KovaNode {
     const hostStopped = this.host?.stopAll().catch(() => undefined);
     await (opts.hostStopMs === undefined ? hostStopped : Promise.race([hostStopped, delay(opts.hostStopMs)]));
     await this.agentServices?.close().catch(() => undefined);
-    this.swarmScheduler?.close();
+    this.scheduler?.close();
     this.membership?.stop();
     this.leases?.stop();
     this.registry?.stop();

@@ -2,7 +2,7 @@ import type { Logger } from "../core/logger.js";
 import type { Bus } from "../bus/index.js";
 import type { InterruptDelegation } from "../agents/delegate.js";
 import type { ActorTypeRegistry } from "../actors/registry.js";
-import { createOpenAiModel, ModelCallScheduler } from "../agents/model/index.js";
+import { createOpenAiModel, type ModelCallScheduler } from "../agents/model/index.js";
 import { defineCoordinator, swarmActorType } from "../swarm/index.js";
 import type { NodeConfig } from "./config.js";
 
@@ -10,24 +10,16 @@ import type { NodeConfig } from "./config.js";
  * Registers one coordinator actor type per `[[swarms]]` entry (type `swarm-<id>`; the
  * config already lists the coordinator among its actors). Each coordinator's model is
  * created on its first call (the `openai` SDK loads only then), and every call takes a
- * slot of that model on this node's scheduler.
- * @returns the scheduler, for the node to close on stop (undefined without swarms)
+ * slot of that model on the node's one scheduler, the one its agents use too: a model's
+ * `max_concurrency` bounds the node's calls to it, whoever makes them.
  */
 export function registerSwarms(
   config: NodeConfig,
   types: ActorTypeRegistry,
   ports: { bus: () => Bus; interrupt: InterruptDelegation },
+  scheduler: ModelCallScheduler,
   logger: Logger,
-): ModelCallScheduler | undefined {
-  if (config.swarms.length === 0) return undefined;
-  const used = new Set(config.swarms.map((s) => s.model));
-  const scheduler = new ModelCallScheduler(
-    [...used].map((name) => {
-      const m = config.models.get(name)!;
-      return [name, { maxConcurrency: m.maxConcurrency, policy: m.scheduling }] as const;
-    }),
-    { logger },
-  );
+): void {
   for (const spec of config.swarms) {
     const modelConfig = config.models.get(spec.model)!;
     types.register(
@@ -47,5 +39,4 @@ export function registerSwarms(
       }),
     );
   }
-  return scheduler;
 }

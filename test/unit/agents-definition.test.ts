@@ -64,6 +64,26 @@ describe("agent definitions, config, protocol and budgets (pure)", () => {
     expectConfigError(() => parseConfig(`[[actors]]\nid = "a"\ntype = "counter"\n[models.m]\nmodel = "x"\nbase_url = "http://127.0.0.1:1/v1"\n[[agents]]\nid = "a"\nmodel = "m"`, { env: {} }), "actors[0].id", /also an \[\[agents\]\] id/);
   });
 
+  it("approval - a list of tool names or patterns, or a table with a timeout; defaults to none and 1 h; bad entries name their key", () => {
+    expect(defineAgent({ id: "a", model: "m" }).approval).toEqual({ tools: [], timeoutMs: 3_600_000 });
+    expect(defineAgent({ id: "a", model: "m", approval: ["shell_exec", "db_*"] }).approval).toEqual({ tools: ["shell_exec", "db_*"], timeoutMs: 3_600_000 });
+    expect(() => defineAgent({ id: "a", model: "m", approval: ["bad name"] })).toThrow(/approval\.tools\[0\]/);
+    expect(() => defineAgent({ id: "a", model: "m", approval: { tools: [], timeoutMs: 8 * 86_400_000 } })).toThrow(/1 ms to 7 days/);
+    const models = new Set(["m"]);
+    const [list, table] = agentsConfigFrom(
+      [
+        { id: "a", model: "m", approval: ["shell_exec", "everything/*"] },
+        { id: "b", model: "m", approval: { tools: ["db_*"], timeout: "30min" } },
+      ],
+      models,
+    );
+    expect(list!.approval).toEqual({ tools: ["shell_exec", "everything/*"], timeoutMs: 3_600_000 });
+    expect(table!.approval).toEqual({ tools: ["db_*"], timeoutMs: 1_800_000 });
+    expectConfigError(() => agentsConfigFrom([{ id: "a", model: "m", approval: { tools: ["x"], timout: "1h" } }], models), "agents[0].approval.timout", /unknown key/);
+    expectConfigError(() => agentsConfigFrom([{ id: "a", model: "m", approval: { timeout: "1h" } }], models), "agents[0].approval.tools", /is required/);
+    expectConfigError(() => agentsConfigFrom([{ id: "a", model: "m", approval: { tools: ["x"], timeout: "soon" } }], models), "agents[0].approval.timeout", /duration/);
+  });
+
   it("protocol - task_delegate (and the seed form), agent.chat, constraints and deadlines", () => {
     const now = 1_700_000_000_000;
     expect(parseRunRequest("task_delegate", { input: "hi", sessionId: "s", runId: "r", parentRunId: "p" }, now)).toEqual({ kind: "task", input: "hi", sessionId: "s", runId: "r", parentRunId: "p" });
