@@ -1,5 +1,6 @@
 import type { JetStreamClient } from "@nats-io/jetstream";
-import { Kvm, type KV } from "@nats-io/kv";
+import type { KV } from "@nats-io/kv";
+import { openOrCreateBucket } from "../bus/kv-buckets.js";
 import type { WireError } from "../core/errors.js";
 import { CheckpointConflictError } from "./errors.js";
 import { checkFormatVersion } from "../core/format-version.js";
@@ -86,7 +87,7 @@ export class NatsCheckpointStore implements CheckpointStore {
    * @throws JetStream errors when JetStream is unavailable or the bucket exists with other settings
    */
   static async open(opts: NatsCheckpointStoreOptions): Promise<NatsCheckpointStore> {
-    const kv = await new Kvm(opts.js).create(NatsCheckpointStore.bucketName(opts.cluster), {
+    const kv = await openOrCreateBucket(opts.js, NatsCheckpointStore.bucketName(opts.cluster), {
       history: 1,
       replicas: opts.replicas ?? 1,
     });

@@ -48,6 +48,7 @@ export {
   StreamConflictError,
   UnknownMessageTypeError,
 } from "./errors.js";
+export { openOrCreateBucket } from "./kv-buckets.js";
 export {
   JsApiCode,
   isConsumerNotFound,
