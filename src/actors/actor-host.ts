@@ -156,6 +156,16 @@ export class ActorHost {
     await actor.signal(sig);
   }
 
+  /**
+   * Interrupts the turn of one message of an actor hosted here: now if it runs, else when it starts.
+   * @throws NotHostedError when the actor is not hosted here
+   */
+  interruptMessage(actorId: string, messageId: string): "interrupted" | "when_started" {
+    const actor = this.#actors.get(actorId);
+    if (!actor) throw new NotHostedError(actorId);
+    return actor.interruptMessage(messageId);
+  }
+
   status(actorId: string): ActorStatus | undefined {
     return this.#actors.get(actorId)?.status();
   }

@@ -25,6 +25,9 @@ export interface ActorStatus {
 }
 
 const EVENT_FLUSH_MS = 2_000;
+/** How long, and for how many messages, an interrupt waits for a queued message's turn. */
+const INTERRUPT_MEMORY_MS = 10 * 60_000;
+const INTERRUPT_MEMORY = 1000;
 
 interface CurrentTurn {
   env: A2AEnvelope;
@@ -54,6 +57,11 @@ export class ActorInstance implements TurnActor {
   #left: Promise<void> | undefined;
   #events: Promise<void> = Promise.resolve();
   #journal: Promise<ActorJournal> | undefined;
+  /**
+   * Messages to interrupt as soon as their turn starts here (message id → expiry): an
+   * interrupt aimed at one message that is still queued behind others.
+   */
+  readonly #interruptOnStart = new Map<string, number>();
   /** Turns whose journaling failed (NATS or WAL trouble): the redelivery resumes the same record. */
   readonly #parked = new Map<string, { seq: number; record: TurnRecord }>();
 
@@ -206,6 +214,7 @@ export class ActorInstance implements TurnActor {
       throw new KovaError(ErrorCode.INTERNAL, `actor ${this.id}: a second turn started while one is running`);
     }
     const abort = new AbortController();
+    if (this.#interruptOnStart.delete(env.id)) abort.abort(new TurnInterruptedError(this.id, "interrupt"));
     this.#turn = { env, abort, recovering };
     this.#inFlight++;
     if (!recovering) this.lifecycle.transition("Running", { turn: true, envelopeId: env.id });
@@ -309,6 +318,23 @@ export class ActorInstance implements TurnActor {
         await this.leave("killed");
         return;
     }
+  }
+
+  /**
+   * Interrupts the turn of one message: now if it is running, else when it starts on this
+   * host (remembered for `INTERRUPT_MEMORY_MS`, at most `INTERRUPT_MEMORY` messages). Unlike
+   * the plain `interrupt` signal it never cuts another message's turn, so a delegator can
+   * cancel the work it asked for without ending whatever else the actor is doing.
+   */
+  interruptMessage(messageId: string): "interrupted" | "when_started" {
+    if (this.#turn?.env.id === messageId) {
+      this.#turn.abort.abort(new TurnInterruptedError(this.id, "interrupt"));
+      return "interrupted";
+    }
+    const now = Date.now();
+    for (const [id, until] of this.#interruptOnStart) if (until < now || this.#interruptOnStart.size >= INTERRUPT_MEMORY) this.#interruptOnStart.delete(id);
+    this.#interruptOnStart.set(messageId, now + INTERRUPT_MEMORY_MS);
+    return "when_started";
   }
 
   /**

@@ -207,13 +207,14 @@ export async function runTurn(actor: TurnActor, env: A2AEnvelope, src: TurnSourc
     throw err;
   }
   crashPoint("after-checkpoint", actor.id);
-  // The turn is committed: the journal entries on NATS are spent (closed alongside the reply).
-  const closing = closeJournal(actor, remote, env.id, record.attempt);
+  // The turn is committed: its journal entries on NATS are spent. The close is not waited
+  // for (the actor's next append queues behind it): if it is lost, any reader still finds
+  // the turn's id in the checkpoint and treats the open turn as done.
+  void closeJournal(actor, remote, env.id, record.attempt);
   // A reply that cannot be sent keeps the record PENDING (the caller naks; the redelivery
   // is a duplicate that sends the saved reply), so an asker is never left without one.
   if (answer) await sendReply(actor, env, answer);
   crashPoint("after-reply", actor.id);
-  await closing;
   await deps.wal.complete(slot.seq, { kv: [{ key: localCheckpointKey(actor.id), value: cp }] });
   crashPoint("after-wal-complete", actor.id);
   return outcome;

@@ -1,6 +1,16 @@
 import { createEnvelope, type Bus } from "../bus/index.js";
 import type { TaskConstraints, TaskDelegatePayload } from "./run-protocol.js";
 
+/**
+ * Interrupts the agent's turn on one delegated message (the node's `interrupt` signal for
+ * that message only, through the `signal` endpoint of the node hosting the agent), so a
+ * delegator that no longer wants a result — a cancelled workflow, a swarm past its deadline —
+ * ends the child run `cancelled` instead of letting it spend tokens for nothing. A message
+ * still queued is interrupted when its turn starts on that node. Resolves false when the
+ * agent could not be reached; it never throws (the delegator carries on either way).
+ */
+export type InterruptDelegation = (agentId: string, messageId: string) => Promise<boolean>;
+
 /** One `task_delegate` to an agent, with every id chosen by the delegator. */
 export interface Delegation {
   /**

@@ -140,8 +140,19 @@ async function hook(s: RunScope, name: HookName, call: () => HookResult | undefi
 async function finish(s: RunScope, output: string, status: RunStatus, error?: { code: string; message: string }): Promise<AgentResult> {
   let result: AgentResult = { output, usage: runUsage(s.tally), runId: s.runId, sessionId: s.sessionId, status, ...(error ? { error } : {}) };
   if (status === "completed") {
+    // The answer the conversation keeps: the model's final message, or the output a hook
+    // stopped with; replaced (never mutated: it is a recorded step result) when they differ.
+    const last = s.history.at(-1);
+    const answerAt = last?.role === "assistant" && !last.toolCalls?.length ? s.history.length - 1 : s.history.push({ role: "assistant", content: output }) - 1;
+    const keep = (text: string) => {
+      if (s.history[answerAt]?.content !== text) s.history[answerAt] = { role: "assistant", content: text };
+    };
+    keep(output);
     const after = await hook(s, "afterLoop", () => s.def.hooks.afterLoop?.(result, hookContext(s)));
-    if (after?.output !== undefined) result = { ...result, output: after.output };
+    if (after?.output !== undefined) {
+      result = { ...result, output: after.output };
+      keep(after.output);
+    }
     addToMemory(s, after);
   }
   const final = result;
@@ -155,9 +166,7 @@ async function finish(s: RunScope, output: string, status: RunStatus, error?: { 
   }
   await s.ctx.step("run:end", async () => {
     if (status === "completed") {
-      const last = s.history.at(-1);
-      const conversation = last?.role === "assistant" && last.content === final.output ? s.history : [...s.history, { role: "assistant" as const, content: final.output }];
-      if (s.request.sessionId !== undefined) await (await s.runtime.memory()).save(s.agentId, s.sessionId, conversation);
+      if (s.request.sessionId !== undefined) await (await s.runtime.memory()).save(s.agentId, s.sessionId, s.history);
       await publish(s, "run_completed", { agentId: s.agentId, output: final.output, usage: final.usage });
     } else {
       await publish(s, "run_failed", { agentId: s.agentId, error, usage: final.usage });

@@ -55,6 +55,8 @@ export {
   isMessageGone,
   isNatsNoResponders,
   isNatsTimeout,
+  isStreamNotFound,
+  isSubjectOverlap,
   isTransientNatsError,
   isWrongLastSequence,
   jsApiCode,

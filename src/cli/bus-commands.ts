@@ -53,15 +53,15 @@ export function register(program: Command): void {
     .option("--deadline <when>", 'constraints.deadline: "5min", milliseconds or an ISO date')
     .option("-v, --verbose", "show tool calls on stderr")
     .option("--json", "print JSON")
-    .option("--timeout <ms>", "how long to wait for the reply", "120000")
+    .option("--timeout <ms>", "how long to wait for the reply (default 600000 for a question to an agent, 120000 with --type)")
     .action((agentId: string, text: string[], o: MessageOpts & AgentAskOpts) =>
       withClient(o, async (client) => {
         if (o.type === undefined) {
           if (text.length === 0) throw new KovaError(ErrorCode.INVALID_CONFIG, 'say what to ask: kova ask <agent> "your question" (or give --type and --payload for a raw message)');
-          return askAgentCommand(client, agentId, text.join(" "), { ...o, timeout: o.timeout === "120000" ? "600000" : o.timeout });
+          return askAgentCommand(client, agentId, text.join(" "), { ...o, timeout: String(positive(o.timeout ?? "600000", "--timeout")) });
         }
         const reply = await client.ask(agentId, messageType(o.type), payload(o.payload), {
-          timeoutMs: positive(o.timeout, "--timeout"),
+          timeoutMs: positive(o.timeout ?? "120000", "--timeout"),
           ...(o.id ? { id: o.id } : {}),
         });
         print(o.json ? reply : reply.payload);

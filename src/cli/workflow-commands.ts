@@ -215,6 +215,7 @@ export function register(program: Command): void {
         }
         for (const a of run.approvals) process.stdout.write(`waiting for approval ${a.approvalId}: kova approve ${run.runId} ${a.approvalId}  |  kova reject ${run.runId} ${a.approvalId}\n`);
         for (const ev of run.events) process.stdout.write(`waiting for event ${ev}: kova workflow signal ${run.runId} ${ev}\n`);
+        for (const w of run.subjects ?? []) process.stdout.write(`${w.stepId}: waiting for a message on ${w.subject}\n`);
         if (run.output !== undefined) process.stdout.write(`output: ${typeof run.output === "string" ? run.output : JSON.stringify(run.output)}\n`);
         if (run.error) process.stdout.write(`error: ${run.error.message} [${run.error.code}]\n`);
       }),

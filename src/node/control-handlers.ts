@@ -116,6 +116,13 @@ export class NodeControl {
       const holder = d.leases.get(actorId)?.value.node ?? null;
       throw new KovaError(ActorErrorCode.NOT_HOSTED, `actor ${actorId} is not hosted on node ${d.nodeId} (lease holder: ${holder ?? "none"}); send the signal to that node`, { data: { actorId, holder } });
     }
+    if (req.messageId !== undefined) {
+      if (sig !== "interrupt") throw new ArgumentError("messageId", "only an interrupt names a message");
+      const messageId = assertId("message id", req.messageId);
+      const interrupted = d.host.interruptMessage(actorId, messageId);
+      d.publish("agent_signal", actorId, { actorId, signal: sig, messageId, interrupted, node: d.nodeId });
+      return { actorId, signal: sig, node: d.nodeId, state: d.host.status(actorId)?.state ?? "Completed", interrupted };
+    }
     if (model !== undefined) {
       await d.switchModel(actorId, model);
       d.publish("agent_signal", actorId, { actorId, signal: sig, node: d.nodeId });

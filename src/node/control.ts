@@ -78,6 +78,11 @@ export interface SignalRequest {
   actorId: string;
   /** An actor signal, or `model=<name>` to switch an agent's model from its next model call. */
   signal: "pause" | "resume" | "interrupt" | "kill" | `model=${string}`;
+  /**
+   * With `interrupt`: interrupt only the turn of this message (an envelope id), now if it
+   * runs, else when it starts on this node; another message's turn is never cut.
+   */
+  messageId?: string;
 }
 
 export interface SignalReply {
@@ -85,6 +90,8 @@ export interface SignalReply {
   signal: string;
   node: string;
   state: string;
+  /** With `messageId`: whether its turn was cut now or will be when it starts. */
+  interrupted?: "interrupted" | "when_started";
 }
 
 export interface AgentStatusView {

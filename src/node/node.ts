@@ -1,19 +1,19 @@
 import { hostname } from "node:os";
 import { join } from "node:path";
 import { mkdir } from "node:fs/promises";
-import { ArgumentError, ErrorCode, isKovaError } from "../core/errors.js";
+import { ArgumentError, ErrorCode, isKovaError, KovaError } from "../core/errors.js";
 import { sleep } from "../core/clock.js";
 import { assertId, newId } from "../core/ids.js";
 import { createLogger, type Logger } from "../core/logger.js";
 import { KOVA_VERSION } from "../core/version.js";
 import { Bus, BusErrorCode, isConsumerNotFound, isTransientNatsError } from "../bus/index.js";
 import { Wal, type WalFailedError } from "../wal/index.js";
-import { ActorHost, ActorTypeRegistry, LeaseLostError, type ActorState } from "../actors/index.js";
+import { ActorErrorCode, ActorHost, ActorTypeRegistry, LeaseLostError, type ActorState } from "../actors/index.js";
 import { createEnvelope } from "../bus/index.js";
-import { TimerService, WORKFLOW_ACTOR_TYPE, WorkflowMessageType, WorkflowTimers, workflowActor } from "../workflow/index.js";
+import { SubjectWaitService, SubjectWaits, TimerService, WORKFLOW_ACTOR_TYPE, WorkflowMessageType, WorkflowTimers, workflowActor } from "../workflow/index.js";
 import type { NodeConfig } from "./config.js";
 import { loadActorModules } from "./actor-modules.js";
-import { approveSubject, nodeSubject, schedulesSubject, type ApproveReply, spawnSubject, type SchedulesRequest, type AgentStatusView, type NodeStatusView, type SignalRequest, type SpawnRequest } from "./control.js";
+import { approveSubject, controlRequest, nodeSubject, schedulesSubject, type ApproveReply, spawnSubject, type SchedulesRequest, type AgentStatusView, type NodeStatusView, type SignalRequest, type SpawnRequest } from "./control.js";
 import { NodeControl } from "./control-handlers.js";
 import { mirrorTiming } from "./kv-mirror.js";
 import { LeaseTable } from "./lease.js";
@@ -83,6 +83,8 @@ export class KovaNode {
   private agentServices: AgentServices | undefined;
   private workflowTimers: Promise<WorkflowTimers> | undefined;
   private timerService: TimerService | undefined;
+  private subjectWaits: Promise<SubjectWaits> | undefined;
+  private waitService: SubjectWaitService | undefined;
   private scheduler: ModelCallScheduler | undefined;
   private approvalStore: Promise<NatsApprovalStore> | undefined;
   private readonly log: Logger;
@@ -121,7 +123,7 @@ export class KovaNode {
     let node: KovaNode | undefined;
     // One scheduler per node: agents and coordinators calling one model share its slots.
     const scheduler = modelScheduler(opts.config.models, logger.child({ component: "agents" }));
-    registerSwarms(opts.config, types, () => node!.busClient, scheduler, logger);
+    registerSwarms(opts.config, types, { bus: () => node!.busClient, interrupt: (agentId, messageId) => node!.interruptDelegation(agentId, messageId) }, scheduler, logger);
     const moduleAgents = await loadActorModules(opts.config, types);
     node = new KovaNode(opts.config, types, logger, [...(opts.agents ?? []), ...opts.config.agents, ...moduleAgents]);
     node.scheduler = scheduler;
@@ -129,7 +131,15 @@ export class KovaNode {
     // registered its own type of that name.
     if (!types.has(WORKFLOW_ACTOR_TYPE)) {
       const n = node;
-      types.register(workflowActor({ timers: () => n.timers(), retire: (runId) => n.retireRun(runId), inbox: (runId) => n.bus.subjects.a2a(runId) }));
+      types.register(
+        workflowActor({
+          timers: () => n.timers(),
+          waits: () => n.waits(),
+          retire: (runId) => n.retireRun(runId),
+          inbox: (runId) => n.bus.subjects.a2a(runId),
+          interrupt: (agentId, messageId) => n.interruptDelegation(agentId, messageId),
+        }),
+      );
     }
     try {
       await node.boot(opts);
@@ -228,6 +238,18 @@ export class KovaNode {
       }),
     );
 
+    this.waitService = await this.whenNatsReady("workflow waits", async () =>
+      SubjectWaitService.start({
+        waits: await this.waits(),
+        fire: async (w, data, seq) => {
+          const payload = { waitId: w.waitId, subject: w.subject, data, seq };
+          await this.bus.send(createEnvelope({ id: `${w.waitId}-m`, from: "kova-waits", to: w.runId, type: WorkflowMessageType.signal, payload }));
+        },
+        isLocal: (runId) => this.host.status(runId) !== undefined,
+        logger: this.log,
+      }),
+    );
+
     // Decided now, finished in the background: each recovered actor replays its turns
     // while placement starts and serves the node's other actors (recovery-policy.ts).
     await recoverPendingTurns(
@@ -291,6 +313,44 @@ export class KovaNode {
       throw err;
     });
     return this.workflowTimers;
+  }
+
+  /** The workflow subject waits (bucket and capture stream), opened once. */
+  private waits(): Promise<SubjectWaits> {
+    this.subjectWaits ??= SubjectWaits.open({
+      js: this.bus.js,
+      jsm: this.bus.jsm,
+      cluster: this.cluster,
+      replicas: this.config.replicas ?? jetStreamReplicas(this.bus.nc),
+      owner: `${this.nodeId}/${this.incarnation}`,
+    }).catch((err: unknown) => {
+      this.subjectWaits = undefined;
+      throw err;
+    });
+    return this.subjectWaits;
+  }
+
+  /**
+   * Interrupts an agent's turn on one delegated message through the `signal` endpoint of
+   * the node that hosts the agent (this one included). An agent between nodes is looked up
+   * again once; one that cannot be reached is logged and left (its result is ignored).
+   */
+  private async interruptDelegation(agentId: string, messageId: string): Promise<boolean> {
+    for (let attempt = 1; attempt <= 3; attempt++) {
+      const node = this.registry.get(agentId)?.node ?? this.leases.get(agentId)?.value.node;
+      try {
+        if (!node) throw new KovaError(ActorErrorCode.NOT_HOSTED, `agent ${agentId} is not hosted now`);
+        await controlRequest(this.bus.nc, nodeSubject(this.cluster, node, "signal"), { actorId: agentId, signal: "interrupt", messageId }, 5000);
+        return true;
+      } catch (err) {
+        if (attempt === 3) {
+          this.log.warn({ err, agentId, messageId }, "could not interrupt a delegated turn; its result will be ignored");
+          return false;
+        }
+        await sleep(250 * attempt);
+      }
+    }
+    return false;
   }
 
   /**
@@ -599,6 +659,7 @@ export class KovaNode {
     if (this.unknownSweep) clearInterval(this.unknownSweep);
     this.schedules?.stop();
     this.timerService?.stop();
+    this.waitService?.stop();
     await this.placement?.stop().catch(() => undefined);
     const hostStopped = this.host?.stopAll().catch(() => undefined);
     await (opts.hostStopMs === undefined ? hostStopped : Promise.race([hostStopped, delay(opts.hostStopMs)]));

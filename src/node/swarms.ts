@@ -1,5 +1,6 @@
 import type { Logger } from "../core/logger.js";
 import type { Bus } from "../bus/index.js";
+import type { InterruptDelegation } from "../agents/delegate.js";
 import type { ActorTypeRegistry } from "../actors/registry.js";
 import { createOpenAiModel, type ModelCallScheduler } from "../agents/model/index.js";
 import { defineCoordinator, swarmActorType } from "../swarm/index.js";
@@ -12,14 +13,22 @@ import type { NodeConfig } from "./config.js";
  * slot of that model on the node's one scheduler, the one its agents use too: a model's
  * `max_concurrency` bounds the node's calls to it, whoever makes them.
  */
-export function registerSwarms(config: NodeConfig, types: ActorTypeRegistry, bus: () => Bus, scheduler: ModelCallScheduler, logger: Logger): void {  for (const spec of config.swarms) {
+export function registerSwarms(
+  config: NodeConfig,
+  types: ActorTypeRegistry,
+  ports: { bus: () => Bus; interrupt: InterruptDelegation },
+  scheduler: ModelCallScheduler,
+  logger: Logger,
+): void {
+  for (const spec of config.swarms) {
     const modelConfig = config.models.get(spec.model)!;
     types.register(
       defineCoordinator({
         type: swarmActorType(spec.id),
         model: () => createOpenAiModel(modelConfig, { logger }),
         scheduler,
-        bus,
+        bus: ports.bus,
+        interrupt: ports.interrupt,
         capabilities: spec.capabilities,
         maxSubtasks: spec.maxSubtasks,
         deadlineMs: spec.deadlineMs,

@@ -5,7 +5,7 @@ import { defineActor } from "../actors/definition.js";
 import { isLeaseLost, TurnInterruptedError } from "../actors/errors.js";
 import type { ActorContext, ActorDefinition } from "../actors/types.js";
 import type { ModelCallScheduler, ModelClient } from "../agents/model/index.js";
-import { delegateTask } from "../agents/delegate.js";
+import { delegateTask, type InterruptDelegation } from "../agents/delegate.js";
 import {
   addUsage,
   derivedId,
@@ -69,6 +69,13 @@ export interface CoordinatorOptions {
    * its actor types.
    */
   bus: () => Bus;
+  /**
+   * Interrupts a child still running at the deadline (the node's `interrupt` signal for
+   * that subtask's message): it ends `cancelled` instead of working on for an answer that
+   * no longer waits for it. A KovaNode passes its own; without it a late child runs on and
+   * its outcome is ignored.
+   */
+  interrupt?: InterruptDelegation;
   /** Where agents are found (default: the registry and `capability_query`, natsAgentDirectory). */
   directory?: (bus: Bus, self: string) => AgentDirectory;
   /** Capabilities the coordinator itself offers (default none: nobody delegates to it by capability). */
@@ -182,10 +189,14 @@ async function runSwarmTurn(ctx: ActorContext<Record<string, never>>, deps: Turn
   try {
     req = readSwarmRequest(env.payload);
   } catch (err) {
-    const p = (env.payload ?? {}) as Record<string, unknown>;
+    // Unreadable: the run still ends visibly on its subject (run_failed, run_stream_end),
+    // so a follower of the session sees why, not only the requester.
+    const p = (typeof env.payload === "object" && env.payload !== null ? env.payload : {}) as Record<string, unknown>;
     const pick = (v: unknown) => (typeof v === "string" && /^[A-Za-z0-9_-]{1,128}$/.test(v) ? v : undefined);
     const runId = pick(p.runId) ?? fallbackRun;
-    return failedResult(runId, pick(p.sessionId) ?? runId, ZERO_USAGE, err);
+    const parentRunId = pick(p.parentRunId);
+    const unread: SwarmRequest = { input: "", ...(parentRunId ? { parentRunId } : {}) };
+    return new SwarmRun(ctx, deps, unread, runId, pick(p.sessionId) ?? runId).finishUnanswered("failed", err);
   }
   const runId = req.runId ?? fallbackRun;
   const sessionId = req.sessionId ?? runId;
@@ -268,6 +279,12 @@ class SwarmRun {
       },
       { idempotent: true },
     );
+    // Children still running at the cutoff are interrupted: the answer goes without them.
+    const late = sent.filter((p) => !outcomes.some((o) => o.runId === p.childRunId));
+    const interrupt = deps.opts.interrupt;
+    if (late.length > 0 && interrupt) {
+      await ctx.step("interrupt-late", () => Promise.all(late.map((p) => interrupt(p.agentId!, p.messageId))), { idempotent: true });
+    }
     return this.answer(planned, outcomes);
   }
 

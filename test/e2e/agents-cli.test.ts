@@ -83,4 +83,22 @@ describe("agents from kova.toml, driven by the kova CLI (node processes, scripte
     expect(bad.stderr).toContain("UNKNOWN_MODEL");
     tail.kill();
   }, 90_000);
+
+  it("e2e - kova signal <agent> interrupt aborts the model call in flight: kova ask ends cancelled (exit 1) and the agent takes its next message", async () => {
+    await using model = await startScriptedModelServer({
+      handler: (req) => (req.lastMessage?.content === "hang" ? scriptedReply.text("never", { latencyMs: 60_000 }) : scriptedReply.text("here")),
+    });
+    await using tc = await TestCluster.create({ nodes: ["n1"], extraToml: agentToml(model.url) });
+    await poll(async () => (await tc.agents()).get("helper")?.node === "n1", { timeoutMs: 20_000, what: "helper hosted on n1" });
+    const asking = tc.cli(["ask", "helper", "hang"]);
+    await model.waitForRequests(1, 20_000);
+    const sig = await tc.cli(["signal", "helper", "interrupt"]);
+    expect(sig.code, sig.stderr).toBe(0);
+    const asked = await asking;
+    expect(asked.code).toBe(1);
+    expect(asked.stderr).toMatch(/\[cancelled · run /);
+    await poll(() => model.requests[0]!.clientClosed, { timeoutMs: 10_000, what: "the provider request aborted" });
+    const next = await tc.cli(["ask", "helper", "again"]);
+    expect(next.stdout).toBe("here\n");
+  }, 90_000);
 });

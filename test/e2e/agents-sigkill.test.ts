@@ -1,6 +1,5 @@
 import { describe, expect, it } from "vitest";
 import { askAgent, type AgentResult } from "../../src/agents/index.js";
-import { isStreamNotFound } from "../../src/bus/nats-errors.js";
 import { scriptedReply, startScriptedModelServer, type ScriptedModelServer } from "../../src/testing/index.js";
 import { TestCluster } from "../fixtures/node/cluster-harness.js";
 import { poll } from "../fixtures/poll.js";
@@ -37,17 +36,6 @@ async function hostOf(tc: TestCluster, id: string): Promise<string> {
   return poll(async () => (await tc.agents()).get(id)?.node ?? undefined, { timeoutMs: 20_000, what: `${id} hosted` });
 }
 
-/** Whether the cross-node step journal (issue 8: stream KOVA_<C>_JOURNAL) is on this build's nodes. */
-async function hasCrossNodeJournal(tc: TestCluster): Promise<boolean> {
-  try {
-    await tc.bus.jsm.streams.info(`KOVA_${tc.cluster.toUpperCase()}_JOURNAL`);
-    return true;
-  } catch (err) {
-    if (isStreamNotFound(err)) return false;
-    throw err;
-  }
-}
-
 describe("agent runs across SIGKILL (node processes, scripted model over HTTP)", () => {
   it("sigkill - a node killed after the 2nd model response of a tool loop finishes the run on restart, with exactly the remaining model request and no tool re-run", async () => {
     await using model = await loopModel();
@@ -71,7 +59,7 @@ describe("agent runs across SIGKILL (node processes, scripted model over HTTP)",
     expect(info.usage).toMatchObject({ runs: 1, modelCalls: 3 });
   }, 90_000);
 
-  it("takeover - when the killed node does not come back, another node finishes the run (from the cross-node journal once issue 8 is on main)", async () => {
+  it("takeover - when the killed node does not come back, another node finishes the run from the step journal on NATS, with exactly the remaining model request", async () => {
     await using model = await loopModel();
     await using tc = await TestCluster.create({ nodes: ["n1", "n2"], extraToml: modelToml(model.url) });
     const first = await hostOf(tc, "worker");
@@ -82,14 +70,11 @@ describe("agent runs across SIGKILL (node processes, scripted model over HTTP)",
     expect(result).toMatchObject({ status: "completed", output: "It is 42.", runId: "takeover-run" });
     const after = await poll(async () => ((await tc.agents()).get("worker")?.node !== first ? (await tc.agents()).get("worker")?.node : undefined), { timeoutMs: 20_000, what: "worker moved" });
     expect(after).not.toBe(first);
-    if (await hasCrossNodeJournal(tc)) {
-      // With the step journal on NATS, the new host replays the recorded model responses too.
-      expect(model.requests).toHaveLength(4);
-      expect(model.requests[3]!.messages).toEqual(model.requests[2]!.messages);
-    } else {
-      // Until then the new host redoes the turn from its message: every model call again.
-      expect(model.requests).toHaveLength(6);
-      console.warn("takeover: no cross-node step journal on this build; the run was redone from its message (6 model requests, 4 with issue 8)");
-    }
+    // The new host replays the recorded model responses and tool results from the step
+    // journal on NATS (stream KOVA_<C>_JOURNAL): only the call in flight is made again.
+    expect(model.requests).toHaveLength(4);
+    expect(model.requests[3]!.messages).toEqual(model.requests[2]!.messages);
+    const runEvents = tc.events.filter((e) => e.runId === "takeover-run");
+    expect(runEvents.filter((e) => e.type === "tool_call")).toHaveLength(2);
   }, 90_000);
 });

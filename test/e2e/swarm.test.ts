@@ -94,6 +94,13 @@ describe("swarm on 3 nodes", () => {
     expect(result.output).toMatch(/Missing results \(1\):\n- subtask 3 \(agent r-\d\): slow one \[sleep 8000\] — no result before the deadline/);
     const partial = sessionEvents(tc, "s-deadline").find((e) => e.type === "swarm_partial");
     expect(partial?.data).toMatchObject({ missing: [{ index: 2 }] });
+    // The slow child was interrupted at the cutoff through its node's signal endpoint: it
+    // ends cancelled well before its 8 s of work would have.
+    const slow = sessionEvents(tc, "s-deadline").find((e) => e.type === "child_run_linked" && (e.data as { stepId: string }).stepId === "subtask-2")!;
+    const slowRun = (slow.data as { childRunId: string }).childRunId;
+    const end = await poll(() => sessionEvents(tc, "s-deadline").find((e) => e.runId === slowRun && e.type === "run_stream_end"), { timeoutMs: 10_000, what: "the slow child's run to end" });
+    expect(end.data).toEqual({ status: "cancelled" });
+    expect(Date.now() - t0).toBeLessThan(8000);
   }, 60_000);
 
   it("cli - kova swarm run --follow prints the run tree live, then the answer", async () => {

@@ -96,10 +96,14 @@ describe("step journal on NATS (takeover by another node)", () => {
     expect(calls.sort()).toEqual(["A:act", "A:act", "A:fetch", "A:fetch", "B:act"]);
     // The turns are closed: each actor's journal subject holds only the turn_done rollup.
     for (const id of ["w1", "w2"]) {
+      const last = await poll(async () => {
+        const m = await b.bus.jsm.streams.getMessage(b.bus.subjects.streams.journal, { last_by_subj: b.bus.subjects.journal(id) });
+        const e = m && (decodeValue(m.data, "msgpack") as JournalEntry);
+        return e?.k === "turn_done" ? e : undefined;
+      }, { timeoutMs: 5_000, what: `${id}'s turn_done` });
+      expect(last).toMatchObject({ k: "turn_done", node: "B" });
       const info = await b.bus.jsm.streams.info(b.bus.subjects.streams.journal, { subjects_filter: b.bus.subjects.journal(id) });
       expect(info.state.subjects?.[b.bus.subjects.journal(id)]).toBe(1);
-      const last = await b.bus.jsm.streams.getMessage(b.bus.subjects.streams.journal, { last_by_subj: b.bus.subjects.journal(id) });
-      expect(decodeValue(last!.data, "msgpack")).toMatchObject({ k: "turn_done", node: "B" });
     }
   }, 60_000);
 

@@ -24,15 +24,19 @@ const AGENTS = [
 
 /** A rig hosting the contract agents and a coordinator `planner` whose model is the scripted server at `modelUrl`. */
 async function swarmRig(modelUrl: string): Promise<HostRig> {
-  let bus: Bus | undefined;
+  let rig: HostRig | undefined;
   const coordinator = defineCoordinator({
     type: "coordinator",
     model: () => createOpenAiModel({ name: "planner", baseUrl: modelUrl, model: "scripted-model", apiKey: "k" }, { retry: { maxRetries: 0 } as never }),
-    bus: () => bus!,
+    bus: () => rig!.bus,
+    // In one process the host is the node: interrupt the subtask's turn there (a KovaNode goes through its signal endpoint).
+    interrupt: async (agentId, messageId) => {
+      rig!.host.interruptMessage(agentId, messageId);
+      return true;
+    },
     deadlineMs: 20_000,
   });
-  const rig = await startRig(server.url, uniqueCluster("sw"), [...agentDefs, coordinator]);
-  bus = rig.bus;
+  rig = await startRig(server.url, uniqueCluster("sw"), [...agentDefs, coordinator]);
   await declareAgents(rig.bus, AGENTS);
   for (const a of AGENTS) await rig.host.start(a.id, a.type);
   await rig.host.start("planner", "coordinator");
@@ -127,7 +131,25 @@ describe("swarm coordinator", () => {
     expect(elapsed).toBeGreaterThanOrEqual(2300);
     expect(elapsed).toBeLessThan(3000 + 1500);
     expect(model.requests.filter(isPlanRequest)).toHaveLength(0); // a static plan asks the model nothing
-    await rig.host.signal("r-1", "interrupt"); // end the slow turn, so the rig stops at once
+    // The slow child was interrupted at the cutoff: its run ends cancelled, not 60 s later.
+    const planned = (await readRunEvents(rig.bus, result.sessionId, result.runId)).find((e) => e.type === SwarmEventType.planned)!.data as { subtasks: Array<{ childRunId: string }> };
+    const slow = planned.subtasks[1]!.childRunId;
+    const end = await poll(async () => (await readRunEvents(rig.bus, result.sessionId, slow)).find((e) => e.type === "run_stream_end"), { timeoutMs: 10_000, what: "the slow child's run to end" });
+    expect(end.data).toEqual({ status: "cancelled" });
+  });
+
+  it("swarm - a request whose payload cannot be read ends its run failed, with run_failed and run_stream_end", async () => {
+    await using model = await startScriptedModelServer({ handler: swarmModel({ plan: [] }) });
+    await using rig = await swarmRig(model.url);
+    const err = await runSwarm(rig.bus, "planner", "x", { sessionId: "s-bad", runId: "r-bad", constraints: { max_tokens: 0 } }).catch((e: unknown) => e);
+    expect(isKovaError(err, SwarmErrorCode.SWARM_RUN_FAILED)).toBe(true);
+    const events = await poll(async () => {
+      const got = await readRunEvents(rig.bus, "s-bad", "r-bad");
+      return got.some((e) => e.type === "run_stream_end") ? got : undefined;
+    }, { timeoutMs: 10_000, what: "the failed run's end events" });
+    expect(events.map((e) => e.type)).toEqual(["run_failed", "run_stream_end"]);
+    expect(events[0]!.data).toMatchObject({ error: { code: ErrorCode.INVALID_ARGUMENT, message: expect.stringContaining("max_tokens") } });
+    expect(events[1]!.data).toEqual({ status: "failed" });
   });
 
   it("swarm - agents that are Paused, Failed or not hosted get no subtask", async () => {

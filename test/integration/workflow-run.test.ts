@@ -4,6 +4,8 @@ import { loadWorkflowFile } from "../../src/workflow/index.js";
 import { WorkflowErrorCode } from "../../src/workflow/errors.js";
 import { readRun, startRun } from "../../src/cli/workflow-commands.js";
 import { RunTree } from "../../src/cli/run-tree.js";
+import { waitsStream } from "../../src/workflow/subject-waits.js";
+import { isStreamNotFound } from "../../src/bus/index.js";
 import { poll } from "../fixtures/poll.js";
 import { WORKFLOW_FIXTURES, WorkflowRig } from "../fixtures/workflow/rig.js";
 
@@ -85,5 +87,82 @@ describe("workflow runs on real nodes", () => {
 
     const bad = await startRun(rig.client, { raw: { workflow: { id: "x" }, steps: [{ id: "a", agent: "w" }] }, input: {} });
     expect((await rig.finished(bad.runId)).error).toMatchObject({ code: WorkflowErrorCode.WORKFLOW_INVALID });
+  }, 60_000);
+
+  it("workflow - a wait on a subject ends on the first message published after it began, its data as the output; the capture is released", async () => {
+    await using rig = await WorkflowRig.start(2);
+    const nc = rig.client.bus.nc;
+    const raw = {
+      workflow: { id: "orders", input: { id: "string" } },
+      steps: [
+        { id: "paid", type: "wait", for: "event", subject: "orders.{{input.id}}.paid", timeout: "60s" },
+        { id: "ship", agent: "writer", task: "ship {{input.id}} for {{steps.paid.output.amount}}" },
+      ],
+    };
+    const waiting = async (runId: string) =>
+      poll(async () => ((await readRun(rig.client, runId)).subjects.length > 0 ? true : undefined), { timeoutMs: 20_000, retryErrors: true, what: `${runId} to wait on its subject` });
+    const first = await startRun(rig.client, { raw, input: { id: "o-1" } });
+    await waiting(first.runId);
+    expect((await readRun(rig.client, first.runId)).subjects).toEqual([{ stepId: "paid", subject: "orders.o-1.paid" }]);
+    nc.publish("orders.o-1.paid", JSON.stringify({ amount: 12 }));
+    expect((await rig.finished(first.runId)).output).toBe("writer(ship o-1 for 12)");
+    expect(rig.runEvents(first.runId, "signal_received")[0]?.data).toMatchObject({ subject: "orders.o-1.paid", stepId: "paid" });
+
+    // A second run on the same subject starts after that message: only a newer one ends its wait.
+    const second = await startRun(rig.client, { raw, input: { id: "o-1" } });
+    await waiting(second.runId);
+    nc.publish("orders.o-1.paid", JSON.stringify({ amount: 30 }));
+    expect((await rig.finished(second.runId)).output).toBe("writer(ship o-1 for 30)");
+    // No wait names the subject any more: it left the capture stream (deleted with its last subject).
+    const jsm = rig.client.bus.jsm;
+    await poll(() => jsm.streams.info(waitsStream(rig.cluster)).then(() => false, (err: unknown) => isStreamNotFound(err)), { timeoutMs: 10_000, what: "the waits stream to be released" });
+
+    // Kova's own events are read from the EVENTS stream, which stores them already.
+    const watch = {
+      workflow: { id: "watch" },
+      steps: [{ id: "done", type: "wait", for: "event", subject: `kova.${rig.cluster}.events.s-ext.r-ext` }, { id: "say", agent: "writer", task: "saw {{steps.done.output.type}}" }],
+    };
+    const third = await startRun(rig.client, { raw: watch, input: {} });
+    await waiting(third.runId);
+    await rig.client.bus.publishEvent({ type: "deploy_done", sessionId: "s-ext", runId: "r-ext", ts: Date.now(), data: {} });
+    expect((await rig.finished(third.runId)).output).toBe("writer(saw deploy_done)");
+    await expect(jsm.streams.info(waitsStream(rig.cluster))).rejects.toSatisfy(isStreamNotFound);
+  }, 60_000);
+
+  it("workflow - cancel interrupts the agent turns the run started, running or still queued: its children end cancelled", async () => {
+    await using rig = await WorkflowRig.start(2);
+    const raw = {
+      workflow: { id: "long" },
+      steps: [
+        {
+          id: "all",
+          type: "parallel",
+          branches: [
+            { agent: "researcher", task: "[sleep-60000] one" },
+            { agent: "researcher", task: "[sleep-60000] two" },
+            { agent: "writer", task: "[sleep-60000] three" },
+          ],
+        },
+      ],
+    };
+    const { runId } = await startRun(rig.client, { raw, input: {} });
+    const children = await poll(() => {
+      const linked = rig.runEvents(runId, "child_run_linked").map((e) => (e.data as { childRunId: string }).childRunId);
+      return linked.length === 3 ? linked : undefined;
+    }, { timeoutMs: 20_000, what: "three child runs" });
+    // one researcher turn and the writer's run; the second researcher task waits in its mailbox
+    await poll(() => rig.events.filter((e) => e.parentRunId === runId && e.type === "run_started").length === 2, { timeoutMs: 20_000, what: "two children running" });
+    await rig.client.send(runId, "workflow.cancel", { reason: "no longer needed" });
+    expect(await rig.ended(runId)).toBe("cancelled");
+    const statuses = await poll(() => {
+      const ends = children.map((c) => rig.events.find((e) => e.runId === c && e.type === "run_stream_end"));
+      return ends.every(Boolean) ? ends.map((e) => (e!.data as { status: string }).status) : undefined;
+    }, { timeoutMs: 15_000, what: () => `every child run to end; ended: ${rig.events.filter((e) => e.parentRunId === runId && e.type === "run_stream_end").map((e) => e.runId).join(", ")}` });
+    expect(statuses).toEqual(["cancelled", "cancelled", "cancelled"]);
+    const researcher = await poll(async () => {
+      const c = await rig.counts("researcher");
+      return (c as { interrupted?: string[] }).interrupted?.length === 2 ? c : undefined;
+    }, { timeoutMs: 10_000, what: "both researcher turns counted as interrupted" });
+    expect(researcher.calls).toBe(2);
   }, 60_000);
 });

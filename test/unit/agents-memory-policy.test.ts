@@ -3,24 +3,24 @@ import { fitContext, hasNoOrphans, toUnits, withSummary, SUMMARY_PREFIX, type Ch
 
 const user = (n: number): ChatMessage => ({ role: "user", content: `u${n}` });
 const answer = (n: number): ChatMessage => ({ role: "assistant", content: `a${n}` });
-const calls = (_n: number, ids: string[]): ChatMessage => ({ role: "assistant", content: null, toolCalls: ids.map((id) => ({ id, name: "t", arguments: "{}" })) });
+const calls = (ids: string[]): ChatMessage => ({ role: "assistant", content: null, toolCalls: ids.map((id) => ({ id, name: "t", arguments: "{}" })) });
 const result = (id: string): ChatMessage => ({ role: "tool", toolCallId: id, content: `r-${id}` });
 /** Every message costs 10 tokens: budgets below read as message counts × 10. */
 const ten = () => 10;
 
 function conversation(turns: number): ChatMessage[] {
   const out: ChatMessage[] = [];
-  for (let i = 0; i < turns; i++) out.push(user(i), calls(i, [`c${i}a`, `c${i}b`]), result(`c${i}a`), result(`c${i}b`), answer(i));
+  for (let i = 0; i < turns; i++) out.push(user(i), calls([`c${i}a`, `c${i}b`]), result(`c${i}a`), result(`c${i}b`), answer(i));
   return out;
 }
 
 describe("memory policies (pure)", () => {
   it("units - an assistant message and its tool results form one unit; an orphaned result is dropped", () => {
-    const units = toUnits([user(0), calls(0, ["x", "y"]), result("x"), result("y"), answer(0), result("ghost")]);
+    const units = toUnits([user(0), calls(["x", "y"]), result("x"), result("y"), answer(0), result("ghost")]);
     expect(units.map((u) => u.length)).toEqual([1, 3, 1]);
     expect(hasNoOrphans(units.flat())).toBe(true);
     expect(hasNoOrphans([user(0), result("x")])).toBe(false);
-    expect(hasNoOrphans([calls(0, ["x"]), user(1), result("x")])).toBe(false);
+    expect(hasNoOrphans([calls(["x"]), user(1), result("x")])).toBe(false);
   });
 
   it("fifo - drops whole units from the front until the rest fits, never leaving an orphaned tool result", () => {
@@ -33,14 +33,14 @@ describe("memory policies (pure)", () => {
       expect(fit.kept.at(-1)).toEqual(answer(3));
     }
     // The newest unit stays even when it alone is over budget.
-    const big = fitContext([user(0), calls(0, ["a", "b", "c"]), result("a"), result("b"), result("c")], { policy: "fifo", maxTokens: 1000 }, 5, ten);
+    const big = fitContext([user(0), calls(["a", "b", "c"]), result("a"), result("b"), result("c")], { policy: "fifo", maxTokens: 1000 }, 5, ten);
     expect(big.kept).toHaveLength(4);
   });
 
   it("sliding_window - keeps at most `window` messages (whole units), then fits the token budget", () => {
     const history = conversation(4);
     const fit = fitContext(history, { policy: "sliding_window", maxTokens: 1000, window: 6 }, 1000, ten);
-    expect(fit.kept).toEqual([answer(2), user(3), calls(3, ["c3a", "c3b"]), result("c3a"), result("c3b"), answer(3)]);
+    expect(fit.kept).toEqual([answer(2), user(3), calls(["c3a", "c3b"]), result("c3a"), result("c3b"), answer(3)]);
     expect(hasNoOrphans(fit.kept)).toBe(true);
     const tight = fitContext(history, { policy: "sliding_window", maxTokens: 1000, window: 6 }, 30, ten);
     expect(tight.kept).toEqual([answer(3)]);
@@ -52,7 +52,7 @@ describe("memory policies (pure)", () => {
     expect(under.summarize).toBeUndefined();
     expect(under.kept).toEqual(history);
     const fit = fitContext(history, { policy: "summary_first", maxTokens: 1000, keepLast: 4 }, 100, ten);
-    expect(fit.kept).toEqual([calls(2, ["c2a", "c2b"]), result("c2a"), result("c2b"), answer(2)]);
+    expect(fit.kept).toEqual([calls(["c2a", "c2b"]), result("c2a"), result("c2b"), answer(2)]);
     expect(fit.summarize).toEqual(history.slice(0, 11));
     const next = withSummary("they talked", fit.kept);
     expect(next[0]).toEqual({ role: "system", content: `${SUMMARY_PREFIX}they talked` });
