@@ -68,16 +68,6 @@ function plan(s: RunScope, call: ToolCall): Planned {
     const error = { code: "TOOL_UNKNOWN", message: `there is no tool ${JSON.stringify(call.name)}: call one of the offered tools`, retryable: false, data: { issues } };
     return { call, kind: "refused", content: JSON.stringify({ error }), error };
   }
-  if (tool.requiresApproval) {
-    // Never run what a human must approve without that approval: the approval flow for
-    // agent tool calls (issue 11) is not on this build, so the model hears why instead.
-    const error = {
-      code: "TOOL_APPROVAL_UNAVAILABLE",
-      message: `${tool.name} needs a human's approval before it runs, and this node cannot ask for one: the call was not made; do without it or tell the user`,
-      retryable: false,
-    };
-    return { call, kind: "refused", content: JSON.stringify({ error }), error };
-  }
   const check = checkToolCall(tool, call.arguments, s.repairs);
   if (check.status === "valid") return { call, kind: "run", tool, args: check.args };
   if (check.verdict.action === "fail") throw check.verdict.error;
