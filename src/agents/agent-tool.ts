@@ -28,7 +28,10 @@ export interface AgentToolOptions {
   timeoutMs?: number;
   /** `max_tokens` for the child run. */
   maxTokens?: number;
-  /** The budget group the child's usage is charged to (default: none sent; the child uses its own). */
+  /**
+   * The budget group the child's usage is charged to (default: the calling run's group,
+   * `ctx.budgetGroup`, so a child draws from its parent's; none when the caller has none).
+   */
   budgetGroup?: string | ((ctx: ToolContext) => string | undefined);
   /**
    * Called once per finished call with the child's usage, for the caller's budget group.
@@ -38,6 +41,9 @@ export interface AgentToolOptions {
 }
 
 export const DEFAULT_AGENT_TOOL_TIMEOUT_MS = 5 * 60_000;
+
+/** Agents offered as tools are named `agent:<id>`. */
+export const AGENT_TOOL_PREFIX = "agent:";
 
 /**
  * Offers an agent as a tool named `agent:<agentId>` (issue 12, "agents as tools"). A call
@@ -62,7 +68,7 @@ export function agentTool(via: Bus | KovaClient, agentId: string, opts: AgentToo
   if (!Number.isInteger(timeoutMs) || timeoutMs <= 0) throw new ArgumentError("timeoutMs", "must be a positive integer of milliseconds");
   const bus = "bus" in via ? via.bus : via;
   return defineTool<AgentToolArgs, AgentToolResult>({
-    name: `agent:${agentId}`,
+    name: `${AGENT_TOOL_PREFIX}${agentId}`,
     description: opts.description ?? `Delegates a task to the agent ${agentId} and returns its answer. Give the whole task as text: the agent sees nothing else.`,
     idempotent: true,
     parameters: {
@@ -88,7 +94,7 @@ async function callAgent(bus: Bus, agentId: string, args: AgentToolArgs, ctx: To
   watcher.expect(messageId, childRunId);
   const constraints: TaskConstraints = { deadline: Math.max(1, Math.round(until - Date.now())) };
   if (opts.maxTokens) constraints.max_tokens = opts.maxTokens;
-  const group = typeof opts.budgetGroup === "function" ? opts.budgetGroup(ctx) : opts.budgetGroup;
+  const group = typeof opts.budgetGroup === "function" ? opts.budgetGroup(ctx) : (opts.budgetGroup ?? ctx.budgetGroup);
   if (group) constraints.budget_group = group;
   await delegateTask(bus, {
     id: messageId,

@@ -54,6 +54,16 @@ export function needsApproval(def: AgentDefinition, tool: Tool): boolean {
 export async function awaitApprovals(s: RunScope, calls: readonly GatedCall[]): Promise<Map<string, ApprovalRecord>> {
   const gated = calls.filter((c) => needsApproval(s.def, c.tool));
   if (gated.length === 0) return new Map();
+  // Set before the request is published: whoever reads the event then sees the state.
+  s.runtime.awaitingApproval(s.agentId, true);
+  try {
+    return await requestAndWait(s, gated);
+  } finally {
+    s.runtime.awaitingApproval(s.agentId, false);
+  }
+}
+
+async function requestAndWait(s: RunScope, gated: readonly GatedCall[]): Promise<Map<string, ApprovalRecord>> {
   const asked = await s.ctx.step(
     "approval:request",
     async (info): Promise<Asked[]> => {
@@ -76,49 +86,51 @@ export async function awaitApprovals(s: RunScope, calls: readonly GatedCall[]): 
           expiresAt,
           status: "pending",
         });
-        await publish(s, RunEventType.approvalRequested, { agentId: s.agentId, approvalId, callId: c.call.id, tool: c.tool.name, args: c.args, expiresAt: rec.expiresAt });
+        await publish(s, RunEventType.approvalRequested, {
+          agentId: s.agentId,
+          approvalId,
+          callId: c.call.id,
+          tool: c.tool.name,
+          args: c.args,
+          expiresAt: rec.expiresAt,
+        });
         out.push({ callId: c.call.id, approvalId });
       }
       return out;
     },
     { idempotent: true },
   );
-  s.runtime.awaitingApproval(s.agentId, true);
-  try {
-    const decided = await s.ctx.step(
-      "approval:wait",
-      async (): Promise<ApprovalRecord[]> => {
-        const store = await s.runtime.approvals();
-        // One failed wait (its key gone, NATS trouble) ends the others too: the step fails whole.
-        const stop = new AbortController();
-        const forward = () => stop.abort(s.ctx.signal.reason);
-        s.ctx.signal.addEventListener("abort", forward, { once: true });
-        if (s.ctx.signal.aborted) forward();
-        return Promise.all(
-          asked.map(async (a) => {
-            const rec = await store.waitForDecision(s.runId, a.approvalId, stop.signal).catch((err: unknown) => {
-              stop.abort(err);
-              throw err;
-            });
-            await publish(s, rec.status === "approved" ? RunEventType.approvalGranted : RunEventType.approvalRejected, {
-              agentId: s.agentId,
-              approvalId: a.approvalId,
-              callId: a.callId,
-              tool: rec.tool,
-              ...(rec.by !== undefined ? { by: rec.by } : {}),
-              ...(rec.comment !== undefined ? { comment: rec.comment } : {}),
-              ...(rec.timedOut ? { timedOut: true } : {}),
-            });
-            return rec;
-          }),
-        ).finally(() => s.ctx.signal.removeEventListener("abort", forward));
-      },
-      { idempotent: true },
-    );
-    return new Map(decided.map((r) => [r.callId, r]));
-  } finally {
-    s.runtime.awaitingApproval(s.agentId, false);
-  }
+  const decided = await s.ctx.step(
+    "approval:wait",
+    async (): Promise<ApprovalRecord[]> => {
+      const store = await s.runtime.approvals();
+      // One failed wait (its key gone, NATS trouble) ends the others too: the step fails whole.
+      const stop = new AbortController();
+      const forward = () => stop.abort(s.ctx.signal.reason);
+      s.ctx.signal.addEventListener("abort", forward, { once: true });
+      if (s.ctx.signal.aborted) forward();
+      return Promise.all(
+        asked.map(async (a) => {
+          const rec = await store.waitForDecision(s.runId, a.approvalId, stop.signal).catch((err: unknown) => {
+            stop.abort(err);
+            throw err;
+          });
+          await publish(s, rec.status === "approved" ? RunEventType.approvalGranted : RunEventType.approvalRejected, {
+            agentId: s.agentId,
+            approvalId: a.approvalId,
+            callId: a.callId,
+            tool: rec.tool,
+            ...(rec.by !== undefined ? { by: rec.by } : {}),
+            ...(rec.comment !== undefined ? { comment: rec.comment } : {}),
+            ...(rec.timedOut ? { timedOut: true } : {}),
+          });
+          return rec;
+        }),
+      ).finally(() => s.ctx.signal.removeEventListener("abort", forward));
+    },
+    { idempotent: true },
+  );
+  return new Map(decided.map((r) => [r.callId, r]));
 }
 
 /**

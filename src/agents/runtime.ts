@@ -2,7 +2,7 @@ import { silentLogger, type Logger } from "../core/logger.js";
 import type { Bus } from "../bus/bus.js";
 import type { KovaEvent } from "../bus/events.js";
 import type { ToolRegistry } from "../tools/registry.js";
-import type { ToolSet } from "../tools/tool-set.js";
+import { ToolSet } from "../tools/tool-set.js";
 import { DEFAULT_ARGUMENT_REPAIRS } from "../tools/repair-budget.js";
 import { DEFAULT_RESULT_MAX_BYTES } from "../tools/result-cap.js";
 import type { ModelConfig } from "./model/config.js";
@@ -130,7 +130,10 @@ export class AgentRuntime {
       }
       await p;
     }
-    return this.opts.tools.resolve(def.tools, `agent ${agentId} tools`);
+    const set = this.opts.tools.resolve(def.tools, `agent ${agentId} tools`);
+    // `agent:*` must not offer an agent itself: the call would wait for its own turn.
+    const self = new Set([`agent:${agentId}`, `agent:${def.id}`]);
+    return set.tools.some((t) => self.has(t.name)) ? new ToolSet(set.tools.filter((t) => !self.has(t.name))) : set;
   }
 
   memory(): Promise<MemoryStore> {

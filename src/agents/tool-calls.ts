@@ -77,6 +77,7 @@ function plan(s: RunScope, call: ToolCall): Planned {
 
 async function runCall(s: RunScope, call: ToolCall, tool: Tool, args: unknown): Promise<ToolCallRecord> {
   const idempotent = isIdempotentCall(tool, args);
+  const budgetGroup = s.request.budgetGroup ?? s.def.budget.group;
   try {
     return await s.ctx.step(`tool:${call.id}`, async (info) => {
       await publish(s, "tool_call", { agentId: s.agentId, callId: call.id, tool: tool.name, args });
@@ -90,6 +91,7 @@ async function runCall(s: RunScope, call: ToolCall, tool: Tool, args: unknown): 
         signal: s.ctx.signal,
         logger: s.runtime.log.child({ agentId: s.agentId, runId: s.runId, tool: tool.name }),
         ...(s.request.deadline !== undefined ? { deadline: s.request.deadline } : {}),
+        ...(budgetGroup !== undefined ? { budgetGroup } : {}),
       }, s.runtime.maxResultBytes);
       const rec: ToolCallRecord = { content: outcome.content, ok: outcome.status === "ok", ms: Math.round(performance.now() - started), ...(outcome.error ? { error: outcome.error } : {}) };
       // A stop or an interrupt is not the tool's failure: the step fails, so a redelivered turn runs it again.

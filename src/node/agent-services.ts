@@ -6,7 +6,9 @@ import { builtinTools } from "../tools/config.js";
 import { ToolRegistry } from "../tools/registry.js";
 import type { McpManager } from "../tools/mcp/manager.js";
 import type { Tool } from "../tools/types.js";
+import { isValidId } from "../core/ids.js";
 import { agentActor } from "../agents/agent-actor.js";
+import { AGENT_TOOL_PREFIX, agentTool } from "../agents/agent-tool.js";
 import type { AgentDefinition } from "../agents/definition.js";
 import { AgentRuntime } from "../agents/runtime.js";
 import type { ModelCallScheduler } from "../agents/model/scheduler.js";
@@ -42,6 +44,8 @@ export async function startAgentServices(
     if (deps.types.has(a.id)) throw new ConfigError(`agents.${a.id}`, `"${a.id}" is also an actor type: an agent's id is its actor type; rename one of them`);
   }
   const tools = new ToolRegistry({ logger: deps.logger }).register(...builtinTools(config.tools, deps.logger), ...(deps.tools ?? []));
+  const agentTools = agentsAsTools(agents, deps.bus);
+  tools.addProvider("agents", { list: () => agentTools });
   let mcp: McpManager | undefined;
   if (config.mcp.servers.length > 0) {
     const { McpManager } = await import("../tools/mcp/manager.js");
@@ -70,6 +74,8 @@ export async function startAgentServices(
   });
   agents.forEach((a, i) => {
     for (const m of [a.model]) runtime.modelConfig(m, `agent ${a.id}`);
+    const self = a.tools.indexOf(`agent:${a.id}`);
+    if (self >= 0) throw new ConfigError(`agents[${i}].tools[${self}]`, `agent ${a.id} cannot call itself: an agent runs one turn at a time, so the call would wait for its own turn; offer another agent`);
     tools.resolve(a.tools, `agents[${i}].tools`);
     deps.types.register(agentActor(a, runtime));
   });
@@ -86,4 +92,19 @@ export async function startAgentServices(
       await mcp?.close();
     },
   };
+}
+
+/**
+ * The `agent:<id>` tools (docs/swarm.md, "Agents as tools"): one per agent this node
+ * defines (so `agent:*` offers them all), and one per `agent:<id>` an agent's list names
+ * explicitly (that agent may be defined on other nodes only). A call is a child run of the
+ * calling run, drawing from the caller's budget group; an agent never gets itself (a
+ * pattern skips it, see AgentRuntime.toolsFor).
+ */
+function agentsAsTools(agents: readonly AgentDefinition[], bus: Bus): Tool[] {
+  const ids = new Set(agents.map((a) => a.id));
+  for (const a of agents) {
+    for (const t of a.tools) if (t.startsWith(AGENT_TOOL_PREFIX) && !t.includes("*")) ids.add(t.slice(AGENT_TOOL_PREFIX.length));
+  }
+  return [...ids].filter((id) => isValidId(id)).map((id) => agentTool(bus, id));
 }
