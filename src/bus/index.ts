@@ -56,6 +56,7 @@ export {
   isMessageGone,
   isNatsNoResponders,
   isNatsTimeout,
+  isPermissionDenied,
   isStreamNotFound,
   isSubjectOverlap,
   isTransientNatsError,

@@ -3,7 +3,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import OpenAI from "openai";
-import { PermissionViolationError, type NatsConnection } from "@nats-io/transport-node";
+import type { NatsConnection } from "@nats-io/transport-node";
 import { AckPolicy, jetstreamManager } from "@nats-io/jetstream";
 import { Kvm } from "@nats-io/kv";
 import { ActorTypeRegistry } from "../../src/actors/index.js";
@@ -16,7 +16,7 @@ import { parseConfig } from "../../src/node/config.js";
 import { KovaNode } from "../../src/node/node.js";
 import { scriptedReply, startScriptedModelServer, type NatsServerHandle, type ScriptedModelServer } from "../../src/testing/index.js";
 import { poll } from "../fixtures/poll.js";
-import { connectAs, kovaAs, natsToml, refused, startAccountsServer } from "../fixtures/security/accounts.js";
+import { connectAs, expectPermissionDenied, expectSubscriptionsRefused, kovaAs, natsToml, nodeTomlAs, startAccountsServer } from "../fixtures/security/accounts.js";
 
 // A gateway under the `gateway` role of deploy/nats/accounts.conf as shipped, in front of a
 // node (role `node`) hosting a real LLM agent on a scripted model: everything the gateway
@@ -45,13 +45,9 @@ beforeAll(async () => {
     },
   });
   const nodeConfig = parseConfig(
-    [
-      `[node]\nid = "n1"\ndata_dir = "${join(dir, "node")}"`,
-      `[nats]\nurls = ["${server.url}"]\n${natsToml("node")}`,
-      `[wal]\nsync = "normal"`,
-      `[models.main]\nbase_url = "${model.url}"\nmodel = "m"`,
+    nodeTomlAs(server, join(dir, "node"), model.url, [
       `[[agents]]\nid = "helper"\nmodel = "main"\ncapabilities = ["chat"]`,
-    ].join("\n"),
+    ]),
     { env: process.env },
   );
   node = await KovaNode.start({ config: nodeConfig, logger: logger(), types: new ActorTypeRegistry() });
@@ -157,32 +153,18 @@ describe("security: the gateway role (deploy/nats/accounts.conf)", () => {
 
   it("gateway role - cannot write the registry or checkpoints, spawn, read a mailbox, or read another role's inbox", async () => {
     const nc = await connectAs(server, "gateway");
-    const subErrors: string[] = [];
-    // Refused by the server's permissions, not merely unanswered.
-    const denied = async (p: Promise<unknown>) => {
-      const err = await refused(p);
-      const chain = [err, (err as { cause?: unknown })?.cause];
-      expect(chain.some((e) => e instanceof PermissionViolationError), String(err)).toBe(true);
-    };
     try {
       const enc = new TextEncoder();
-      await denied(nc.request("$KV.kova_default_agents.helper", enc.encode(JSON.stringify({ id: "helper", desired: "killed" })), { timeout: 2000 }));
-      await denied(nc.request("$KV.kova_default_checkpoints.helper", enc.encode("{}"), { timeout: 2000 }));
-      await denied(nc.request("$KV.kova_default_leases.helper", enc.encode("{}"), { timeout: 2000 }));
-      await denied(controlRequest(nc, spawnSubject("default"), { id: "evil", type: "counter" }, 2000));
+      await expectPermissionDenied(nc.request("$KV.kova_default_agents.helper", enc.encode(JSON.stringify({ id: "helper", desired: "killed" })), { timeout: 2000 }));
+      await expectPermissionDenied(nc.request("$KV.kova_default_checkpoints.helper", enc.encode("{}"), { timeout: 2000 }));
+      await expectPermissionDenied(nc.request("$KV.kova_default_leases.helper", enc.encode("{}"), { timeout: 2000 }));
+      await expectPermissionDenied(controlRequest(nc, spawnSubject("default"), { id: "evil", type: "counter" }, 2000));
       const jsm = await jetstreamManager(nc, { timeout: 2000 });
-      await denied(jsm.consumers.add("KOVA_DEFAULT_A2A", { durable_name: "steal", filter_subject: "kova.default.a2a.helper", ack_policy: AckPolicy.Explicit }));
-      await denied(jsm.streams.delete("KOVA_DEFAULT_EVENTS"));
-      await denied(jsm.streams.purge("KV_kova_default_gateway_keys"));
-      for (const subject of ["_INBOX_client.>", "_INBOX_operator.>", "_INBOX.>", "kova.default.a2a.>"]) {
-        nc.subscribe(subject, {
-          callback: (err) => {
-            if (err instanceof PermissionViolationError) subErrors.push(subject);
-          },
-        });
-      }
-      await nc.flush();
-      await poll(() => subErrors.length === 4, { timeoutMs: 5000, what: "every forbidden subscription refused" });
+      await expectPermissionDenied(jsm.consumers.add("KOVA_DEFAULT_A2A", { durable_name: "steal", filter_subject: "kova.default.a2a.helper", ack_policy: AckPolicy.Explicit }));
+      await expectPermissionDenied(jsm.consumers.add("KOVA_DEFAULT_EVENTS", { durable_name: "keep", ack_policy: AckPolicy.Explicit }));
+      await expectPermissionDenied(jsm.streams.delete("KOVA_DEFAULT_EVENTS"));
+      await expectPermissionDenied(jsm.streams.purge("KV_kova_default_gateway_keys"));
+      await expectSubscriptionsRefused(nc, ["_INBOX_client.>", "_INBOX_operator.>", "_INBOX.>", "kova.default.a2a.>"]);
     } finally {
       await nc.close();
     }
