@@ -1,5 +1,5 @@
 import type { JetStreamClient } from "@nats-io/jetstream";
-import { Kvm, type KV, type KvEntry } from "@nats-io/kv";
+import type { KV, KvEntry } from "@nats-io/kv";
 import { openOrCreateBucket } from "../bus/kv-buckets.js";
 import { ArgumentError, defineErrorCodes, KovaError } from "../core/errors.js";
 import { assertId } from "../core/ids.js";
