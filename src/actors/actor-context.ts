@@ -2,12 +2,14 @@ import type { Logger } from "../core/logger.js";
 import { createEnvelope, type A2AEnvelope, type KovaEvent, type MailboxContext } from "../bus/index.js";
 import type { HostDeps } from "./ports.js";
 import type { TurnJournal } from "./turn-journal.js";
+import type { TemplateBinding } from "./templates.js";
 import type { ActorContext, EmitOptions } from "./types.js";
 
 /** The actor a context speaks for. */
 export interface ContextActor {
   readonly id: string;
   readonly def: { readonly type: string };
+  readonly template?: TemplateBinding | undefined;
   readonly deps: HostDeps;
   readonly log: Logger;
 }
@@ -41,6 +43,7 @@ export function makeContext(
     actorId: actor.id,
     type: actor.def.type,
     nodeId: deps.nodeId,
+    ...(actor.template ? { template: actor.template } : {}),
     state,
     message: env,
     get replaying() {

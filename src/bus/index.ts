@@ -33,6 +33,8 @@ export { DEFAULT_RPC_TIMEOUT_MS, type RequestOptions, type RpcHandler, type RpcR
 export { DEFAULT_ASK_TIMEOUT_MS, type AskOptions, type RespondOptions } from "./ask.js";
 export type { EventStream, KovaEvent } from "./events.js";
 export type { DeadLetterOptions, DlqEntry, DlqMover } from "./dlq.js";
+export type { ActivationReply } from "./activation.js";
+export type { UnknownAgentSweep } from "./unknown-agents.js";
 export { ContentType, DlqReason, Header, defineDlqReasons, knownDlqReasons } from "./wire.js";
 export {
   UnknownAgentError,

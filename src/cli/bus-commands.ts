@@ -1,6 +1,7 @@
 import type { Command } from "commander";
 import { pino } from "pino";
 import { ErrorCode, KovaError } from "../core/errors.js";
+import { instanceId } from "../core/ids.js";
 import { CORE_MESSAGE_TYPES, KovaClient, isWellFormedType, type MessageType } from "../bus/index.js";
 import { resolveTarget, targetOptions, type TargetOpts } from "./target.js";
 import { BusErrorCode } from "../bus/errors.js";
@@ -14,6 +15,7 @@ interface MessageOpts extends BusOpts {
   from?: string;
   id?: string;
   timeout?: string;
+  key?: string;
 }
 
 /**
@@ -29,11 +31,13 @@ export function register(program: Command): void {
       .option("-p, --payload <json>", "payload as JSON", "null")
       .option("--from <id>", "sender id (default: kova-cli)")
       .option("--id <id>", "message id (default: a new UUID); resending the same id is stored once")
+      .option("--key <key>", "address the instance <agentId>--<key> of template <agentId> (a virtual actor, activated on first use)")
       .option("--json", "print JSON");
 
   message(program.command("send <agentId>").description("durably send an A2A message to an agent's mailbox")).action(
-    (agentId: string, o: MessageOpts) =>
+    (target: string, o: MessageOpts) =>
       withClient(o, async (client) => {
+        const agentId = address(target, o.key);
         const r = await client.send(agentId, messageType(o.type), payload(o.payload), { ...(o.id ? { id: o.id } : {}) });
         const subject = client.bus.subjects.a2a(agentId);
         if (o.json) return print({ ...r, subject });
@@ -43,8 +47,9 @@ export function register(program: Command): void {
 
   message(program.command("ask <agentId>").description("durably send and wait for the agent's result_notify"))
     .option("--timeout <ms>", "how long to wait for the reply", "120000")
-    .action((agentId: string, o: MessageOpts) =>
+    .action((target: string, o: MessageOpts) =>
       withClient(o, async (client) => {
+        const agentId = address(target, o.key);
         const reply = await client.ask(agentId, messageType(o.type), payload(o.payload), {
           timeoutMs: positive(o.timeout, "--timeout"),
           ...(o.id ? { id: o.id } : {}),
@@ -55,9 +60,9 @@ export function register(program: Command): void {
 
   message(program.command("request <agentId>").description("fast request/reply to the node hosting the agent (info_request, capability_query)"))
     .option("--timeout <ms>", "how long to wait for the reply", "10000")
-    .action((agentId: string, o: MessageOpts) =>
+    .action((target: string, o: MessageOpts) =>
       withClient(o, async (client) => {
-        print(await client.request(agentId, messageType(o.type), payload(o.payload), { timeoutMs: positive(o.timeout, "--timeout") }));
+        print(await client.request(address(target, o.key), messageType(o.type), payload(o.payload), { timeoutMs: positive(o.timeout, "--timeout") }));
       }),
     );
 
@@ -126,6 +131,11 @@ async function withClient(o: BusOpts, fn: (client: KovaClient) => Promise<void>)
   } finally {
     await client.close();
   }
+}
+
+/** `<template> --key <k>` names the instance `<template>--<k>`; without --key the id as given. */
+function address(target: string, key: string | undefined): string {
+  return key === undefined ? target : instanceId(target, key);
 }
 
 function messageType(value: string): MessageType {
