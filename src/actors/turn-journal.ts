@@ -28,6 +28,8 @@ export class TurnJournal {
   #ids = 0;
   #step = 0;
   #dirty = false;
+  /** Writes run one after another: concurrent steps (an agent's parallel tool calls) each persist the record. */
+  #writing: Promise<void> = Promise.resolve();
 
   constructor(
     readonly actorId: string,
@@ -114,8 +116,15 @@ export class TurnJournal {
     if (this.#dirty) await this.#write();
   }
 
-  async #write(): Promise<void> {
-    this.#dirty = false;
-    await this.io.persist(this.record);
+  #write(): Promise<void> {
+    // Steps may run concurrently (their indices are drawn in call order, so replay is
+    // exact), but the host's persist replaces one WAL record by sequence: two at once
+    // would both name the same old sequence. Each write persists the latest record.
+    const next = this.#writing.then(() => {
+      this.#dirty = false;
+      return this.io.persist(this.record);
+    });
+    this.#writing = next.catch(() => undefined);
+    return next;
   }
 }

@@ -19,7 +19,8 @@ import { validateTemplate, type ActorTemplate } from "../actors/templates.js";
 import { redactUrl, type NatsSecurity } from "../bus/index.js";
 import { NATS_SECURITY_KEYS, natsSecurityFrom } from "./nats-config.js";
 import { toolsConfigFrom, type ToolsConfig } from "../tools/config.js";
-import { durationMs, parseSchedule, type ScheduleSpec } from "./schedule-spec.js";
+import { parseSchedule, type ScheduleSpec } from "./schedule-spec.js";
+import { durationMs } from "../core/duration.js";
 import { mcpConfigFrom, type McpConfig } from "../tools/mcp/config.js";
 
 /**
@@ -148,6 +149,11 @@ export interface NodeConfig {
   mcp: McpConfig;
   /** Messages sent on a cron expression or an interval (`[[schedules]]`, see schedule-spec.ts). */
   schedules: ScheduleSpec[];
+  /**
+   * The `[gateway]` table as written: the gateway layer (above this one) parses and
+   * validates it (src/gateway/config.ts); `kova node start` then serves HTTP as well.
+   */
+  gateway?: Record<string, unknown>;
   /** The file this came from, if any. */
   configPath?: string;
 }
@@ -158,7 +164,7 @@ type Table = ConfigTable;
 export const DEFAULT_MAX_ACTORS = 10_000;
 export const DEFAULT_MAX_ACTORS_PER_NODE = 5_000;
 
-const TOP_KEYS = ["node", "cluster", "nats", "wal", "mailbox", "actors", "actor_templates", "modules", "tools", "mcp", "schedules"];
+const TOP_KEYS = ["node", "cluster", "nats", "wal", "mailbox", "actors", "actor_templates", "modules", "tools", "mcp", "schedules", "gateway"];
 
 /** The node id used when neither the file nor KOVA_NODE_ID names one: the host name, made id-safe. */
 export function defaultNodeId(): string {
@@ -267,6 +273,7 @@ function buildConfig(doc: Table, path: string | undefined, env: NodeJS.ProcessEn
     schedules: schedulesFrom(doc.schedules),
   };
   if (path) config.configPath = path;
+  if (doc.gateway !== undefined) config.gateway = table(doc, "gateway");
   const urls = natsUrls(env.NATS_URL, nats.urls);
   if (urls) config.natsUrls = urls;
   Object.assign(config, natsSecurityFrom(nats, base, env));

@@ -149,4 +149,37 @@ describe("turn journal (deterministic replay)", () => {
     expect(old).toMatchObject({ attempt: 1, steps: [], clock: [], random: [], ids: [] });
     expect(parseTurnRecord("garbage")).toBeUndefined();
   });
+  it("concurrent steps - steps started together persist one after another and replay by their call order", async () => {
+    const h = harness(0);
+    let inPersist = 0;
+    let overlapped = false;
+    const io: JournalIo = {
+      ...h.io,
+      persist: async (r) => {
+        inPersist++;
+        if (inPersist > 1) overlapped = true;
+        await new Promise((res) => setTimeout(res, 2));
+        h.writes.push(structuredClone(r));
+        inPersist--;
+      },
+    };
+    const journal = new TurnJournal("a", newTurnRecord("a", "t", env), io);
+    const slowFirst = (ms: number, v: string) => () => new Promise<string>((res) => setTimeout(() => res(v), ms));
+    const results = await Promise.all([
+      journal.step("tool:a", slowFirst(15, "A")),
+      journal.step("tool:b", slowFirst(1, "B")),
+      journal.step("tool:c", slowFirst(5, "C")),
+    ]);
+    expect(results).toEqual(["A", "B", "C"]);
+    expect(overlapped).toBe(false);
+    const last = parseTurnRecord(h.writes.at(-1))!;
+    expect(last.steps.map((s) => [s.name, s.status, s.result])).toEqual([
+      ["tool:a", "done", "A"],
+      ["tool:b", "done", "B"],
+      ["tool:c", "done", "C"],
+    ]);
+    const replay = new TurnJournal("a", last, harness(9).io);
+    const again = await Promise.all(["tool:a", "tool:b", "tool:c"].map((n) => replay.step(n, () => "re-run")));
+    expect(again).toEqual(["A", "B", "C"]);
+  });
 });

@@ -1,0 +1,163 @@
+import { intValue, rejectUnknown, stringList, stringValue, tableAt, type ConfigTable } from "../core/config-table.js";
+import { ConfigError } from "../core/errors.js";
+import { isValidId } from "../core/ids.js";
+import { defineAgent, type AgentDefinition, type AgentSpec } from "./definition.js";
+
+/**
+ * `[[agents]]` and `[budget_groups.<name>]` of kova.toml:
+ *
+ * ```toml
+ * [[agents]]
+ * id = "researcher"
+ * model = "fast"                             # a [models.<name>] table
+ * system = "You research and cite sources."
+ * tools = ["http_request", "mcp:everything/*"]
+ * memory = { policy = "summary_first", keep_last = 20, max_tokens = 60000 }   # or fifo, sliding_window (window = 40)
+ * budget = { tokens_per_minute = 200000, max_tokens_per_run = 50000, group = "team-a" }
+ * run = { max_turns = 20, max_tool_calls = 50, time_budget_ms = 300000, parallel_tool_calls = true }
+ * capabilities = ["research"]
+ * temperature = 0.2
+ * max_output_tokens = 4096
+ *
+ * [budget_groups.team-a]
+ * max_tokens = 1000000                       # shared by every agent naming the group, cluster-wide
+ * ```
+ */
+export interface BudgetGroupConfig {
+  maxTokens: number;
+}
+
+const AGENT_KEYS = ["id", "model", "system", "tools", "memory", "budget", "run", "capabilities", "temperature", "max_output_tokens"];
+const MEMORY_KEYS = ["policy", "max_tokens", "keep_last", "window"];
+const BUDGET_KEYS = ["tokens_per_minute", "max_tokens_per_run", "max_tokens_total", "group", "session_max_tokens", "user_max_tokens"];
+const RUN_KEYS = ["max_turns", "max_tool_calls", "time_budget_ms", "parallel_tool_calls"];
+const MAX_INT = 1_000_000_000_000;
+
+/**
+ * Parses `[[agents]]`.
+ * @param models the configured model names, to check each agent's `model` here rather than at its first call
+ * @throws ConfigError naming the key as written (`agents[0].memory.keep_last`) and the fix
+ */
+export function agentsConfigFrom(raw: unknown, models: ReadonlySet<string>): AgentDefinition[] {
+  if (raw === undefined) return [];
+  if (!Array.isArray(raw)) throw new ConfigError("agents", "must be an array of tables: write each agent as [[agents]] with id and model");
+  const seen = new Set<string>();
+  return raw.map((entry, i) => {
+    const key = `agents[${i}]`;
+    const t = tableAt(entry, key);
+    rejectUnknown(t, AGENT_KEYS, `${key}.`);
+    const id = stringValue(t.id, `${key}.id`);
+    if (id === undefined) throw new ConfigError(`${key}.id`, 'is required: the agent id, e.g. id = "researcher"');
+    if (seen.has(id)) throw new ConfigError(`${key}.id`, `duplicate agent id "${id}": each [[agents]] entry needs its own id`);
+    seen.add(id);
+    const model = stringValue(t.model, `${key}.model`);
+    if (model === undefined) throw new ConfigError(`${key}.model`, 'is required: name a [models.<name>] table, e.g. model = "fast"');
+    if (!models.has(model)) {
+      throw new ConfigError(`${key}.model`, `no [models.${model}] table: configured models are ${[...models].join(", ") || "(none)"}`);
+    }
+    const spec: AgentSpec = { id, model };
+    const system = stringValue(t.system, `${key}.system`);
+    if (system !== undefined) spec.system = system;
+    const tools = stringList(t.tools, `${key}.tools`, '["clock_now", "mcp:everything/*"]');
+    if (tools) spec.tools = tools;
+    const caps = stringList(t.capabilities, `${key}.capabilities`, '["research"]', (c, k) => {
+      if (!isValidId(c)) throw new ConfigError(k, "a capability is an id token of [A-Za-z0-9_-]");
+      return c;
+    });
+    if (caps) spec.capabilities = caps;
+    if (t.memory !== undefined) spec.memory = memoryFrom(tableAt(t.memory, `${key}.memory`), `${key}.memory`);
+    if (t.budget !== undefined) spec.budget = budgetFrom(tableAt(t.budget, `${key}.budget`), `${key}.budget`);
+    if (t.run !== undefined) spec.run = runFrom(tableAt(t.run, `${key}.run`), `${key}.run`);
+    if (t.temperature !== undefined) {
+      if (typeof t.temperature !== "number") throw new ConfigError(`${key}.temperature`, "must be a number from 0 to 2");
+      spec.temperature = t.temperature;
+    }
+    const maxOut = intValue(t.max_output_tokens, `${key}.max_output_tokens`, 1, 10_000_000);
+    if (maxOut !== undefined) spec.maxOutputTokens = maxOut;
+    return defineAgent(spec, key);
+  });
+}
+
+/**
+ * Parses `[budget_groups.<name>]`.
+ * @throws ConfigError naming the key and the fix
+ */
+export function budgetGroupsFrom(raw: unknown): Map<string, BudgetGroupConfig> {
+  const out = new Map<string, BudgetGroupConfig>();
+  if (raw === undefined) return out;
+  const t = tableAt(raw, "budget_groups");
+  for (const name of Object.keys(t)) {
+    const key = `budget_groups.${name}`;
+    if (!isValidId(name)) throw new ConfigError(key, "a group name may use only A-Z, a-z, 0-9, _ and -: rename the table");
+    const g = tableAt(t[name], key);
+    rejectUnknown(g, ["max_tokens"], `${key}.`);
+    const maxTokens = intValue(g.max_tokens, `${key}.max_tokens`, 1, MAX_INT);
+    if (maxTokens === undefined) throw new ConfigError(`${key}.max_tokens`, "is required: the tokens the group's agents may use together, e.g. max_tokens = 1000000");
+    out.set(name, { maxTokens });
+  }
+  return out;
+}
+
+/**
+ * Checks that every agent's `budget.group` names a `[budget_groups.<name>]` table.
+ * @throws ConfigError naming the agent's key
+ */
+export function checkBudgetGroups(agents: readonly AgentDefinition[], groups: ReadonlyMap<string, BudgetGroupConfig>): void {
+  agents.forEach((a, i) => {
+    const g = a.budget.group;
+    if (g !== undefined && !groups.has(g)) {
+      throw new ConfigError(`agents[${i}].budget.group`, `no [budget_groups.${g}] table: add one with max_tokens, e.g. [budget_groups.${g}] max_tokens = 1000000`);
+    }
+  });
+}
+
+function memoryFrom(t: ConfigTable, key: string): AgentSpec["memory"] {
+  rejectUnknown(t, MEMORY_KEYS, `${key}.`);
+  const out: NonNullable<AgentSpec["memory"]> = {};
+  const policy = stringValue(t.policy, `${key}.policy`);
+  if (policy !== undefined) {
+    if (policy !== "fifo" && policy !== "summary_first" && policy !== "sliding_window") {
+      throw new ConfigError(`${key}.policy`, `must be "fifo", "summary_first" or "sliding_window", not ${JSON.stringify(policy)}`);
+    }
+    out.policy = policy;
+  }
+  const maxTokens = intValue(t.max_tokens, `${key}.max_tokens`, 256, MAX_INT);
+  if (maxTokens !== undefined) out.maxTokens = maxTokens;
+  const keepLast = intValue(t.keep_last, `${key}.keep_last`, 1, 100_000);
+  if (keepLast !== undefined) out.keepLast = keepLast;
+  const window = intValue(t.window, `${key}.window`, 1, 100_000);
+  if (window !== undefined) out.window = window;
+  return out;
+}
+
+function budgetFrom(t: ConfigTable, key: string): NonNullable<AgentSpec["budget"]> {
+  rejectUnknown(t, BUDGET_KEYS, `${key}.`);
+  const out: NonNullable<AgentSpec["budget"]> = {};
+  const num = (k: string) => intValue(t[k], `${key}.${k}`, 1, MAX_INT);
+  const set = <K extends keyof typeof out>(field: K, v: (typeof out)[K] | undefined) => {
+    if (v !== undefined) out[field] = v;
+  };
+  set("tokensPerMinute", num("tokens_per_minute"));
+  set("maxTokensPerRun", num("max_tokens_per_run"));
+  set("maxTokensTotal", num("max_tokens_total"));
+  set("sessionMaxTokens", num("session_max_tokens"));
+  set("userMaxTokens", num("user_max_tokens"));
+  set("group", stringValue(t.group, `${key}.group`));
+  return out;
+}
+
+function runFrom(t: ConfigTable, key: string): NonNullable<AgentSpec["run"]> {
+  rejectUnknown(t, RUN_KEYS, `${key}.`);
+  const out: NonNullable<AgentSpec["run"]> = {};
+  const maxTurns = intValue(t.max_turns, `${key}.max_turns`, 1, 10_000);
+  if (maxTurns !== undefined) out.maxTurns = maxTurns;
+  const maxToolCalls = intValue(t.max_tool_calls, `${key}.max_tool_calls`, 1, 100_000);
+  if (maxToolCalls !== undefined) out.maxToolCalls = maxToolCalls;
+  const time = intValue(t.time_budget_ms, `${key}.time_budget_ms`, 1, 7 * 86_400_000);
+  if (time !== undefined) out.timeBudgetMs = time;
+  if (t.parallel_tool_calls !== undefined) {
+    if (typeof t.parallel_tool_calls !== "boolean") throw new ConfigError(`${key}.parallel_tool_calls`, "must be true or false");
+    out.parallelToolCalls = t.parallel_tool_calls;
+  }
+  return out;
+}

@@ -1,0 +1,65 @@
+import type { KovaEvent } from "../bus/events.js";
+
+/**
+ * The events of an agent run, on `kova.<c>.events.<sessionId>.<runId>` (docs/protocol.md).
+ * `token` and `model_request` are plain NATS publishes (not stored: high rate, and a
+ * replay must not stream them twice); every other type is stored in the EVENTS stream.
+ */
+export const RunEventTypes = [
+  "run_started",
+  "model_request",
+  "token",
+  "model_call",
+  "tool_call",
+  "tool_result",
+  "child_run_linked",
+  "approval_requested",
+  "budget_wait",
+  "run_completed",
+  "run_failed",
+  "run_cancelled",
+  "run_stream_end",
+] as const;
+export type RunEventType = (typeof RunEventTypes)[number];
+
+/** Who reads a stream of events, and so what they see. */
+export const EventProfiles = ["chat", "debug", "metrics"] as const;
+export type EventProfile = (typeof EventProfiles)[number];
+
+const CHAT: ReadonlySet<string> = new Set([
+  "run_started",
+  "token",
+  "approval_requested",
+  "run_completed",
+  "run_failed",
+  "run_cancelled",
+  "run_stream_end",
+]);
+const METRICS: ReadonlySet<string> = new Set(["model_call", "tool_result", "budget_wait", "run_completed", "run_failed", "run_cancelled"]);
+
+/**
+ * Whether an event belongs in a profile: `chat` (the answer as it streams, and how the run
+ * ended), `metrics` (usage: model calls, tool results, run totals), `debug` (everything,
+ * cluster and actor events included).
+ */
+export function inProfile(event: Pick<KovaEvent, "type">, profile: EventProfile): boolean {
+  if (profile === "debug") return true;
+  return (profile === "chat" ? CHAT : METRICS).has(event.type);
+}
+
+/**
+ * What an event shows to a profile: `metrics` keeps only numbers and names (no prompt or
+ * answer text), the others the whole event.
+ */
+export function forProfile(event: KovaEvent, profile: EventProfile): KovaEvent {
+  if (profile !== "metrics") return event;
+  const d = (event.data ?? {}) as Record<string, unknown>;
+  const keep: Record<string, unknown> = {};
+  for (const k of ["agentId", "model", "usage", "tool", "ok", "ms", "status", "waitMs", "budget"]) if (d[k] !== undefined) keep[k] = d[k];
+  if (d.error !== undefined) keep.error = { code: (d.error as { code?: unknown }).code };
+  return { ...event, data: keep };
+}
+
+export function isEventProfile(value: unknown): value is EventProfile {
+  return typeof value === "string" && (EventProfiles as readonly string[]).includes(value);
+}

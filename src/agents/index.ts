@@ -1,0 +1,57 @@
+/**
+ * Kova's agents layer: an agent is an actor with a prompt, a model, tools and memory,
+ * running a journaled decision loop. `defineAgent` / `[[agents]]` declare one;
+ * `agentActor` turns a definition into the actor type a node hosts; `askAgent` runs one
+ * from any service; the model layer (./model) talks to OpenAI-compatible endpoints.
+ */
+export * from "./model/index.js";
+export {
+  defineAgent,
+  isAgentDefinition,
+  DEFAULT_MAX_TOOL_CALLS,
+  DEFAULT_MAX_TURNS,
+  DEFAULT_MEMORY,
+  type AgentDefinition,
+  type AgentHooks,
+  type AgentSpec,
+  type BudgetPolicy,
+  type HookContext,
+  type HookResult,
+  type MemoryPolicy,
+  type RunPolicy,
+} from "./definition.js";
+export { agentsConfigFrom, budgetGroupsFrom, checkBudgetGroups, type BudgetGroupConfig } from "./config.js";
+export { agentActor } from "./agent-actor.js";
+export { AgentRuntime, type AgentRuntimeOptions } from "./runtime.js";
+export { askAgent, type AskAgentOptions } from "./client.js";
+export {
+  AGENT_CHAT,
+  parseDeadline,
+  parseRunRequest,
+  type AgentChatPayload,
+  type AgentInfo,
+  type AgentResult,
+  type AgentTaskPayload,
+  type AgentUsageTotals,
+  type RunRequest,
+  type RunStatus,
+  type RunUsage,
+  type TaskConstraints,
+} from "./protocol.js";
+export { EventProfiles, forProfile, inProfile, isEventProfile, RunEventTypes, type EventProfile, type RunEventType } from "./events.js";
+export { fitContext, summaryRequest, withSummary, SUMMARY_PREFIX, type FitResult } from "./memory/policy.js";
+export { hasNoOrphans, toUnits } from "./memory/units.js";
+export { NatsMemoryStore, MEMORY_VERSION, type MemoryStore } from "./memory/store.js";
+export { NatsGroupLedger, type GroupLedger } from "./budget-groups.js";
+export { NatsSettingsStore, type AgentSettings, type SettingsStore } from "./settings.js";
+export { TokenBucket } from "./token-bucket.js";
+export type { AgentState } from "./run-scope.js";
+export {
+  AgentErrorCode,
+  AgentHookFailedError,
+  AgentInputInvalidError,
+  BudgetExceededError,
+  RunLimitExceededError,
+  UnknownModelError,
+  type BudgetName,
+} from "./errors.js";

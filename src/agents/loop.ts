@@ -1,0 +1,193 @@
+import { ErrorCode, KovaError } from "../core/errors.js";
+import { ActorErrorCode, TurnInterruptedError } from "../actors/errors.js";
+import type { ActorContext } from "../actors/types.js";
+import { BusErrorCode } from "../bus/errors.js";
+import { isTransientNatsError } from "../bus/nats-errors.js";
+import { ArgumentRepairBudget } from "../tools/repair-budget.js";
+import { ToolSet } from "../tools/tool-set.js";
+import { groupsOf } from "./budget.js";
+import { DEFAULT_MAX_TURNS, type AgentDefinition, type HookResult } from "./definition.js";
+import { AgentHookFailedError, RunLimitExceededError } from "./errors.js";
+import { applyFit, modelTurn } from "./model-turn.js";
+import { parseRunRequest, type AgentResult, type RunRequest, type RunStatus } from "./protocol.js";
+import { hookContext, publish, type AgentState, type RunScope } from "./run-scope.js";
+import type { AgentRuntime } from "./runtime.js";
+import { runToolCalls } from "./tool-calls.js";
+import { addRun, newTally, runUsage, tallyModel } from "./usage.js";
+
+/**
+ * The decision loop of one run: reason → tool calls → results → reason … → final answer,
+ * each model response and each tool result a journaled step, so that a run resumed after
+ * a crash (same node, from the WAL; or a takeover, from the step journal) continues from
+ * its last recorded step without calling the model again for the recorded ones.
+ *
+ * A run always ends with a result (`completed`, `failed` or `cancelled`) and the events
+ * `run_completed` / `run_failed` / `run_cancelled` then `run_stream_end`, except when the
+ * node itself cannot go on (lease lost, WAL or NATS failure, a stop): then the error
+ * propagates and the turn resumes where the actor goes next.
+ */
+export async function runAgentTurn(def: AgentDefinition, runtime: AgentRuntime, ctx: ActorContext<AgentState>): Promise<AgentResult> {
+  const startedAt = ctx.now();
+  let request: RunRequest;
+  let requestError: unknown;
+  try {
+    request = parseRunRequest(ctx.message.type, ctx.message.payload, startedAt);
+  } catch (err) {
+    requestError = err;
+    request = { kind: "task", input: "" };
+  }
+  const runId = request.runId ?? ctx.newId();
+  const sessionId = request.sessionId ?? runId;
+  const s: RunScope = {
+    ctx,
+    def,
+    runtime,
+    agentId: ctx.actorId,
+    runId,
+    sessionId,
+    ...(request.parentRunId ? { parentRunId: request.parentRunId } : {}),
+    request,
+    startedAt,
+    tally: newTally(),
+    tools: new ToolSet([]),
+    repairs: new ArgumentRepairBudget(runtime.maxArgumentRepairs),
+    groups: groupsOf(def.budget, { sessionId, from: ctx.message.from, ...(request.budgetGroup ? { budgetGroup: request.budgetGroup } : {}) }, runtime.budgetGroups),
+    history: [],
+  };
+  runtime.runStarted(s.agentId, runId);
+  try {
+    if (requestError) throw requestError;
+    return await loop(s);
+  } catch (err) {
+    return await endAbnormally(s, err);
+  } finally {
+    runtime.runEnded(s.agentId);
+  }
+}
+
+async function loop(s: RunScope): Promise<AgentResult> {
+  const { ctx, def } = s;
+  // A task without a sessionId is a conversation of one run: nothing to load or keep.
+  const keeps = s.request.sessionId !== undefined;
+  s.history = await ctx.step("run:start", async () => {
+    await publish(s, "run_started", { agentId: s.agentId, input: s.request.input, kind: s.request.kind });
+    return keeps ? (await s.runtime.memory()).load(s.agentId, s.sessionId) : [];
+  }, { idempotent: true });
+  s.tools = await s.runtime.toolsFor(def, s.agentId);
+  let input = s.request.input;
+  const before = await hook(s, "beforeUserMessage", () => def.hooks.beforeUserMessage?.(input, hookContext(s)));
+  if (before?.message !== undefined) input = before.message;
+  addToMemory(s, before);
+  s.history.push({ role: "user", content: input });
+  if (before?.stop) return finish(s, before.output ?? "", "completed");
+
+  const maxTurns = def.run.maxTurns ?? DEFAULT_MAX_TURNS;
+  let output = "";
+  for (let turn = 0; ; turn++) {
+    checkTime(s);
+    if (turn >= maxTurns) {
+      throw new RunLimitExceededError("max_turns", maxTurns, `no final answer after ${maxTurns} model calls; raise run.max_turns of agent ${s.agentId} or give it a narrower task`);
+    }
+    const rec = await modelTurn(s, turn);
+    s.history = applyFit(s.history, rec);
+    if (rec.summary) tallyModel(s.tally, rec.summary.model, rec.summary.usage, rec.summary.costUsd);
+    tallyModel(s.tally, rec.model, rec.usage, rec.costUsd);
+    s.history.push(rec.message);
+    const calls = rec.message.toolCalls ?? [];
+    output = rec.message.content ?? "";
+    if (calls.length > 0) s.history.push(...(await runToolCalls(s, calls)));
+    const after = await hook(s, "afterTurn", () => def.hooks.afterTurn?.({ index: turn, content: rec.message.content, toolCalls: calls.length }, hookContext(s)));
+    addToMemory(s, after);
+    if (after?.stop) return finish(s, after.output ?? output, "completed");
+    if (calls.length === 0) break;
+  }
+  return finish(s, output, "completed");
+}
+
+function checkTime(s: RunScope): void {
+  const now = s.ctx.now();
+  const budget = s.def.run.timeBudgetMs;
+  if (budget !== undefined && now - s.startedAt > budget) {
+    throw new RunLimitExceededError("time_budget_ms", budget, `the run took ${now - s.startedAt} ms; raise run.time_budget_ms of agent ${s.agentId}`);
+  }
+  if (s.request.deadline !== undefined && now > s.request.deadline) {
+    throw new RunLimitExceededError("deadline", s.request.deadline, `the task's deadline ${new Date(s.request.deadline).toISOString()} has passed`);
+  }
+}
+
+function addToMemory(s: RunScope, r: HookResult | undefined): void {
+  for (const m of r?.addToMemory ?? []) s.history.push(m.role === "assistant" ? { role: "assistant", content: m.content } : { role: m.role, content: m.content });
+}
+
+type HookName = "beforeUserMessage" | "afterTurn" | "afterLoop";
+
+/** Runs a hook as a step: its result is recorded, so replay neither re-runs it nor sees a different answer. */
+async function hook(s: RunScope, name: HookName, call: () => HookResult | undefined | Promise<HookResult | undefined>): Promise<HookResult | undefined> {
+  if (!s.def.hooks[name]) return undefined;
+  const r = await s.ctx.step(`hook:${name}`, async () => {
+    try {
+      return (await call()) ?? null;
+    } catch (err) {
+      throw new AgentHookFailedError(name, s.agentId, err);
+    }
+  }, { idempotent: true });
+  return r ?? undefined;
+}
+
+/** The last step of a run: save the conversation, publish the end events, add the usage to the agent's totals. */
+async function finish(s: RunScope, output: string, status: RunStatus, error?: { code: string; message: string }): Promise<AgentResult> {
+  let result: AgentResult = { output, usage: runUsage(s.tally), runId: s.runId, sessionId: s.sessionId, status, ...(error ? { error } : {}) };
+  if (status === "completed") {
+    const after = await hook(s, "afterLoop", () => s.def.hooks.afterLoop?.(result, hookContext(s)));
+    if (after?.output !== undefined) result = { ...result, output: after.output };
+    addToMemory(s, after);
+  }
+  const final = result;
+  if (status === "cancelled") {
+    // No step can start once the turn is interrupted (the journal refuses): the end events
+    // go out directly, best effort. A crash now replays the turn, which then runs on.
+    await publish(s, "run_cancelled", { agentId: s.agentId, usage: final.usage }).catch(() => undefined);
+    await publish(s, "run_stream_end", { status }).catch(() => undefined);
+    s.ctx.state.usage = addRun(s.ctx.state.usage, s.tally);
+    return final;
+  }
+  await s.ctx.step("run:end", async () => {
+    if (status === "completed") {
+      const last = s.history.at(-1);
+      const conversation = last?.role === "assistant" && last.content === final.output ? s.history : [...s.history, { role: "assistant" as const, content: final.output }];
+      if (s.request.sessionId !== undefined) await (await s.runtime.memory()).save(s.agentId, s.sessionId, conversation);
+      await publish(s, "run_completed", { agentId: s.agentId, output: final.output, usage: final.usage });
+    } else {
+      await publish(s, "run_failed", { agentId: s.agentId, error, usage: final.usage });
+    }
+    await publish(s, "run_stream_end", { status });
+    return true;
+  }, { idempotent: true });
+  s.ctx.state.usage = addRun(s.ctx.state.usage, s.tally);
+  return final;
+}
+
+/**
+ * Ends a run that threw: an interrupt is `cancelled`, a failure of the run itself (model,
+ * budget, run policy, tools, hooks, bad input) is `failed`; what the node must handle
+ * (a stop, a kill, a lost lease, WAL or NATS trouble, a journal mismatch) propagates.
+ */
+async function endAbnormally(s: RunScope, err: unknown): Promise<AgentResult> {
+  const signal = s.ctx.signal;
+  if (signal.aborted) {
+    const reason = signal.reason;
+    if (reason instanceof TurnInterruptedError && reason.by === "interrupt") return finish(s, "", "cancelled", { code: reason.code, message: "the run was interrupted" });
+    throw reason ?? err;
+  }
+  if (!isRunFailure(err)) throw err;
+  const e = err as KovaError;
+  s.runtime.log.info({ agentId: s.agentId, runId: s.runId, code: e.code, err: e.message }, "run failed");
+  return finish(s, "", "failed", { code: e.code, message: e.message });
+}
+
+function isRunFailure(err: unknown): boolean {
+  if (!(err instanceof KovaError) || err instanceof TurnInterruptedError || isTransientNatsError(err)) return false;
+  const code: string = err.code;
+  if (code === ActorErrorCode.LEASE_LOST || code.startsWith("WAL_") || code === BusErrorCode.NATS_UNREACHABLE || code === BusErrorCode.CONNECTION_CLOSED || code === ErrorCode.TIMEOUT) return false;
+  return code !== ActorErrorCode.REPLAY_MISMATCH && code !== ErrorCode.INTERNAL;
+}

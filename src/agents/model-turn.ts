@@ -1,0 +1,132 @@
+import { sleep } from "../core/clock.js";
+import { checkBudgets } from "./budget.js";
+import { costOf } from "./model/cost.js";
+import type { AssistantMessage, ChatMessage, ModelClient, ModelRequest, Usage } from "./model/types.js";
+import { fitContext, summaryRequest, withSummary } from "./memory/policy.js";
+import { toUnits } from "./memory/units.js";
+import { publish, stream, type RunScope } from "./run-scope.js";
+
+/**
+ * One model call of a run, as its journaled step records it. The step also fits the
+ * context (and may ask the model for a summary first), so a replay rebuilds the same
+ * conversation from `dropFirst` and `summary` without calling anything.
+ */
+export interface ModelTurnRecord {
+  model: string;
+  message: AssistantMessage;
+  finishReason: string;
+  usage: Usage;
+  /** True when the provider sent no usage and it was counted here. */
+  usageEstimated?: boolean;
+  costUsd?: number;
+  /** Messages evicted from the front of the history before this call. */
+  dropFirst: number;
+  /** The summary that replaced older messages (summary_first). */
+  summary?: { text: string; model: string; usage: Usage; costUsd?: number };
+  attempts: number;
+}
+
+/**
+ * The step of model call `turn`: select the model, check budgets (waiting for the token
+ * bucket), fit the context, call the provider (streaming tokens), charge budgets, publish
+ * `model_call`. Idempotent: after a crash mid-call the call is made again.
+ */
+export function modelTurn(s: RunScope, turn: number): Promise<ModelTurnRecord> {
+  return s.ctx.step(`model:${turn}`, () => callModel(s, turn), { idempotent: true });
+}
+
+/** Applies a recorded turn's eviction to the history (the same on first run and on replay). */
+export function applyFit(history: readonly ChatMessage[], rec: Pick<ModelTurnRecord, "dropFirst" | "summary">): ChatMessage[] {
+  const kept = toUnits(history.slice(rec.dropFirst)).flat();
+  return rec.summary ? withSummary(rec.summary.text, kept) : kept;
+}
+
+async function callModel(s: RunScope, turn: number): Promise<ModelTurnRecord> {
+  const { def, runtime, agentId } = s;
+  const name = await runtime.currentModel(agentId, def, turn === 0);
+  const config = runtime.modelConfig(name, `agent ${agentId}`);
+  await waitForBucket(s);
+  const used = s.tally.inputTokens + s.tally.outputTokens;
+  await checkBudgets(def.budget, { run: used, agentTotal: s.ctx.state.usage.inputTokens + s.ctx.state.usage.outputTokens + used }, s.request.maxTokens, s.groups, await runtime.ledger());
+
+  const client = await runtime.model(name);
+  const counter = await runtime.counter(name);
+  const system: ChatMessage[] = def.system ? [{ role: "system", content: def.system }] : [];
+  const tools = s.tools.modelTools().map((t) => ({ name: t.function.name, description: t.function.description, parameters: t.function.parameters }));
+  const window = Math.min(def.memory.maxTokens, (config.contextWindow ?? Number.POSITIVE_INFINITY) - (def.maxOutputTokens ?? 0));
+  const budget = Math.max(1, window - counter.countRequest(system, tools));
+  const fit = fitContext(s.history, def.memory, budget, (m) => counter.countMessage(m));
+  const dropFirst = fit.kept.length === 0 ? s.history.length : s.history.indexOf(fit.kept[0]!);
+  let summary: ModelTurnRecord["summary"];
+  if (fit.summarize) {
+    const r = await complete(s, client, name, { messages: summaryRequest(fit.summarize) }, false);
+    const usage = r.usage ?? { inputTokens: counter.countRequest(summaryRequest(fit.summarize)), outputTokens: counter.countText(r.message.content ?? "") };
+    summary = { text: r.message.content ?? "", model: name, usage, ...(config.price ? { costUsd: costOf(usage, config.price).total } : {}) };
+    await charge(s, usage.inputTokens + usage.outputTokens);
+  }
+  const context = applyFit(s.history, { dropFirst, ...(summary ? { summary } : {}) });
+  const messages = [...system, ...context];
+  stream(s, "model_request", { agentId, model: name, turn, messages: messages.length, tools: tools.length });
+  const res = await complete(s, client, name, {
+    messages,
+    ...(tools.length > 0 ? { tools } : {}),
+    ...(def.maxOutputTokens !== undefined ? { maxTokens: def.maxOutputTokens } : {}),
+    ...(def.temperature !== undefined ? { temperature: def.temperature } : {}),
+  }, true);
+  const usage = res.usage ?? { inputTokens: counter.countRequest(messages, tools), outputTokens: counter.countMessage(res.message) };
+  const costUsd = config.price ? costOf(usage, config.price).total : undefined;
+  await charge(s, usage.inputTokens + usage.outputTokens);
+  await publish(s, "model_call", { agentId, model: name, turn, usage, ...(costUsd !== undefined ? { costUsd } : {}), finishReason: res.finishReason, attempts: res.attempts, toolCalls: res.message.toolCalls?.length ?? 0 });
+  return {
+    model: name,
+    message: res.message,
+    finishReason: res.finishReason,
+    usage,
+    ...(res.usage ? {} : { usageEstimated: true }),
+    ...(costUsd !== undefined ? { costUsd } : {}),
+    dropFirst,
+    ...(summary ? { summary } : {}),
+    attempts: res.attempts,
+  };
+}
+
+function complete(s: RunScope, client: ModelClient, model: string, req: Omit<ModelRequest, "signal" | "acquireSlot">, streamTokens: boolean) {
+  const { runtime, agentId, ctx } = s;
+  return client.complete({
+    ...req,
+    signal: ctx.signal,
+    acquireSlot: runtime.scheduler.slotFor({
+      model,
+      agentId,
+      signal: ctx.signal,
+      ...(s.groups[0] ? { shareKey: s.groups[0].key } : {}),
+      ...(s.request.deadline !== undefined ? { deadline: s.request.deadline } : {}),
+    }),
+    headers: { "x-kova-agent": agentId, "x-kova-run": s.runId },
+    onDelta: (d) => {
+      ctx.working();
+      if (!streamTokens) return;
+      if (d.type === "text") stream(s, "token", { text: d.text });
+      else if (d.type === "restart") stream(s, "token", { text: "", restart: d.attempt });
+    },
+    onRetry: (info) => runtime.log.warn({ agentId, runId: s.runId, model, ...info }, "model call failed; retrying"),
+  });
+}
+
+async function waitForBucket(s: RunScope): Promise<void> {
+  const tpm = s.def.budget.tokensPerMinute;
+  if (tpm === undefined) return;
+  const bucket = s.runtime.bucket(s.agentId, tpm);
+  const waitMs = bucket.waitMs(Date.now());
+  if (waitMs <= 0) return;
+  await publish(s, "budget_wait", { agentId: s.agentId, budget: "tokens_per_minute", waitMs });
+  await sleep(waitMs, s.ctx.signal);
+}
+
+async function charge(s: RunScope, tokens: number): Promise<void> {
+  const tpm = s.def.budget.tokensPerMinute;
+  if (tpm !== undefined) s.runtime.bucket(s.agentId, tpm).charge(tokens, Date.now());
+  if (s.groups.length === 0) return;
+  const ledger = await s.runtime.ledger();
+  await Promise.all(s.groups.map((g) => ledger.charge(g.key, tokens)));
+}

@@ -1,0 +1,164 @@
+import { isValidId } from "../core/ids.js";
+import { registerMessageTypes } from "../bus/message-types.js";
+import { AgentInputInvalidError } from "./errors.js";
+
+/**
+ * The agent protocol (docs/protocol.md, "Agents"): what an agent takes, what it replies,
+ * and the events of a run. Shared by every caller: the CLI, workflows, the swarm
+ * coordinator, the gateway, and plain NATS clients in any language.
+ */
+
+/** The chat message type: one turn of a conversation kept by `sessionId`. */
+export const AGENT_CHAT = "agent.chat";
+registerMessageTypes("agents", AGENT_CHAT);
+
+/** `constraints` of a task (the seed's form): a token cap and a deadline for this run. */
+export interface TaskConstraints {
+  max_tokens?: number;
+  /** Epoch ms, an ISO date, or a duration from receipt: `"5min"`, `"30s"`, `"2h"`, `"500ms"`, or milliseconds. */
+  deadline?: string | number;
+  /** The budget group a child run draws from (its parent's); see docs/agents.md. */
+  budget_group?: string;
+}
+
+/** `task_delegate` payload. The seed form `{ task, constraints }` is accepted too (`task` = `input`). */
+export interface AgentTaskPayload {
+  input: string;
+  sessionId?: string;
+  runId?: string;
+  parentRunId?: string;
+  constraints?: TaskConstraints;
+}
+
+/** `agent.chat` payload: conversation memory is keyed by `sessionId`. */
+export interface AgentChatPayload {
+  message: string;
+  sessionId: string;
+  runId?: string;
+  parentRunId?: string;
+}
+
+export type RunStatus = "completed" | "failed" | "cancelled";
+
+export interface RunUsage {
+  inputTokens: number;
+  outputTokens: number;
+  costUsd?: number;
+}
+
+/** The `result_notify` payload an agent replies with (what `ask` resolves to). */
+export interface AgentResult {
+  output: string;
+  usage: RunUsage;
+  runId: string;
+  sessionId: string;
+  status: RunStatus;
+  error?: { code: string; message: string };
+}
+
+/** What `info_request` and `capability_query` answer on an agent's fast path. */
+export interface AgentInfo {
+  agentId: string;
+  model: string;
+  capabilities: string[];
+  /** `Running` while a run is in progress on the hosting node, else `Idle`. */
+  state: string;
+  usage: AgentUsageTotals;
+}
+
+/** Totals an agent keeps across runs (checkpointed with the actor). */
+export interface AgentUsageTotals {
+  runs: number;
+  inputTokens: number;
+  outputTokens: number;
+  costUsd: number;
+  modelCalls: number;
+  toolCalls: number;
+  toolMs: number;
+  byModel: Record<string, { calls: number; inputTokens: number; outputTokens: number; costUsd: number }>;
+  byTool: Record<string, { calls: number; errors: number; ms: number }>;
+}
+
+/** A run's request, normalised from either message type. */
+export interface RunRequest {
+  kind: "task" | "chat";
+  input: string;
+  sessionId?: string;
+  runId?: string;
+  parentRunId?: string;
+  maxTokens?: number;
+  /** Epoch ms. */
+  deadline?: number;
+  budgetGroup?: string;
+}
+
+/**
+ * Reads a `task_delegate` or `agent.chat` payload.
+ * @param receivedAt epoch ms the run started, for relative deadlines (`"5min"`)
+ * @throws AgentInputInvalidError naming the field and the expected form
+ */
+export function parseRunRequest(type: string, payload: unknown, receivedAt: number): RunRequest {
+  if (typeof payload === "string" && type === "task_delegate") return { kind: "task", input: payload };
+  if (typeof payload !== "object" || payload === null || Array.isArray(payload)) {
+    throw new AgentInputInvalidError("payload", type === AGENT_CHAT ? "must be { message, sessionId }" : "must be { input } (or the seed form { task })");
+  }
+  const p = payload as Record<string, unknown>;
+  const out: RunRequest =
+    type === AGENT_CHAT
+      ? { kind: "chat", input: text(p.message, "message"), sessionId: id(p.sessionId, "sessionId", true)! }
+      : { kind: "task", input: text(p.input ?? p.task, p.input === undefined ? "task" : "input") };
+  const sessionId = out.sessionId ?? id(p.sessionId, "sessionId", false);
+  if (sessionId) out.sessionId = sessionId;
+  const runId = id(p.runId, "runId", false);
+  if (runId) out.runId = runId;
+  const parentRunId = id(p.parentRunId, "parentRunId", false);
+  if (parentRunId) out.parentRunId = parentRunId;
+  if (p.constraints !== undefined) {
+    if (typeof p.constraints !== "object" || p.constraints === null) throw new AgentInputInvalidError("constraints", "must be an object");
+    const c = p.constraints as Record<string, unknown>;
+    if (c.max_tokens !== undefined) {
+      if (typeof c.max_tokens !== "number" || !Number.isInteger(c.max_tokens) || c.max_tokens < 1) {
+        throw new AgentInputInvalidError("constraints.max_tokens", "must be a positive integer");
+      }
+      out.maxTokens = c.max_tokens;
+    }
+    if (c.deadline !== undefined) out.deadline = parseDeadline(c.deadline, receivedAt);
+    const group = id(c.budget_group, "constraints.budget_group", false);
+    if (group) out.budgetGroup = group;
+  }
+  return out;
+}
+
+const UNITS: Record<string, number> = { ms: 1, s: 1000, sec: 1000, m: 60_000, min: 60_000, h: 3_600_000, hr: 3_600_000, d: 86_400_000 };
+// Anything below this is a duration in ms, above it an epoch timestamp (2001-09-09).
+const EPOCH_FLOOR = 1_000_000_000_000;
+
+/**
+ * A deadline as epoch ms: an epoch timestamp, a duration in ms, a duration string
+ * (`"5min"`, `"30s"`), or an ISO date.
+ * @throws AgentInputInvalidError for anything else
+ */
+export function parseDeadline(value: unknown, from: number): number {
+  if (typeof value === "number" && Number.isFinite(value) && value > 0) return value >= EPOCH_FLOOR ? value : from + value;
+  if (typeof value === "string") {
+    const m = /^\s*(\d+(?:\.\d+)?)\s*([a-z]+)?\s*$/i.exec(value);
+    if (m) {
+      const unit = UNITS[(m[2] ?? "ms").toLowerCase()];
+      if (unit !== undefined) return from + Math.round(Number(m[1]) * unit);
+    }
+    const date = Date.parse(value);
+    if (!Number.isNaN(date)) return date;
+  }
+  throw new AgentInputInvalidError("constraints.deadline", `${JSON.stringify(value)} is not a deadline: use epoch ms, a duration such as "5min" or 30000, or an ISO date`);
+}
+
+function text(value: unknown, field: string): string {
+  if (typeof value !== "string" || value.length === 0) throw new AgentInputInvalidError(field, "must be a non-empty string");
+  return value;
+}
+
+function id(value: unknown, field: string, required: boolean): string | undefined {
+  if (value === undefined && !required) return undefined;
+  if (!isValidId(value)) throw new AgentInputInvalidError(field, "must be an id of 1-128 characters from [A-Za-z0-9_-]");
+  return value;
+}

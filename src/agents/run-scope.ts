@@ -1,0 +1,61 @@
+import type { ActorContext } from "../actors/types.js";
+import type { KovaEvent } from "../bus/events.js";
+import type { ArgumentRepairBudget } from "../tools/repair-budget.js";
+import type { ToolSet } from "../tools/tool-set.js";
+import type { GroupLimit } from "./budget.js";
+import type { AgentDefinition, HookContext } from "./definition.js";
+import type { ChatMessage } from "./model/types.js";
+import type { AgentUsageTotals, RunRequest } from "./protocol.js";
+import type { AgentRuntime } from "./runtime.js";
+import type { RunTally } from "./usage.js";
+
+/** What an agent actor keeps in its checkpoint: usage totals only (conversations live in NATS KV). */
+export interface AgentState {
+  usage: AgentUsageTotals;
+}
+
+/** Everything one run works with. Rebuilt identically on replay from the journal. */
+export interface RunScope {
+  readonly ctx: ActorContext<AgentState>;
+  readonly def: AgentDefinition;
+  readonly runtime: AgentRuntime;
+  readonly agentId: string;
+  readonly runId: string;
+  readonly sessionId: string;
+  readonly parentRunId?: string;
+  readonly request: RunRequest;
+  /** Journaled clock reading at the start of the run. */
+  readonly startedAt: number;
+  readonly tally: RunTally;
+  /** Resolved at the start of the run (an MCP server's tools may change between runs). */
+  tools: ToolSet;
+  readonly repairs: ArgumentRepairBudget;
+  readonly groups: readonly GroupLimit[];
+  /** The session's conversation plus this run's messages, without the system prompt. */
+  history: ChatMessage[];
+}
+
+/** An event of this run (ts now: events are published inside the steps that produce them). */
+export function runEvent(s: Pick<RunScope, "runId" | "sessionId" | "parentRunId">, type: string, data: unknown): KovaEvent {
+  return { type, sessionId: s.sessionId, runId: s.runId, ...(s.parentRunId ? { parentRunId: s.parentRunId } : {}), ts: Date.now(), data };
+}
+
+/** Publishes a stored event of the run; call it only inside a step, so a replay does not repeat it. */
+export function publish(s: RunScope, type: string, data: unknown): Promise<void> {
+  return s.runtime.publish(runEvent(s, type, data));
+}
+
+/** Publishes a live-only event (tokens, model_request): never fails the run. */
+export function stream(s: RunScope, type: string, data: unknown): void {
+  s.runtime.publish(runEvent(s, type, data), false).catch((err: unknown) => s.runtime.log.debug({ err, type }, "stream event not published"));
+}
+
+export function hookContext(s: RunScope): HookContext {
+  return {
+    agentId: s.agentId,
+    runId: s.runId,
+    sessionId: s.sessionId,
+    ...(s.parentRunId ? { parentRunId: s.parentRunId } : {}),
+    messages: structuredClone(s.history),
+  };
+}

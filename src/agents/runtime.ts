@@ -1,0 +1,215 @@
+import { silentLogger, type Logger } from "../core/logger.js";
+import type { Bus } from "../bus/bus.js";
+import type { KovaEvent } from "../bus/events.js";
+import type { ToolRegistry } from "../tools/registry.js";
+import type { ToolSet } from "../tools/tool-set.js";
+import { DEFAULT_ARGUMENT_REPAIRS } from "../tools/repair-budget.js";
+import { DEFAULT_RESULT_MAX_BYTES } from "../tools/result-cap.js";
+import type { ModelConfig } from "./model/config.js";
+import { createOpenAiModel } from "./model/openai-model.js";
+import { ModelCallScheduler, type ModelSlots } from "./model/scheduler.js";
+import { loadTokenCounter, type TokenCounter } from "./model/tokens.js";
+import type { ModelClient } from "./model/types.js";
+import { NatsGroupLedger, type GroupLedger } from "./budget-groups.js";
+import type { BudgetGroupConfig } from "./config.js";
+import type { AgentDefinition } from "./definition.js";
+import { UnknownModelError } from "./errors.js";
+import { NatsMemoryStore, type MemoryStore } from "./memory/store.js";
+import { NatsSettingsStore, type SettingsStore } from "./settings.js";
+import { TokenBucket } from "./token-bucket.js";
+
+export interface AgentRuntimeOptions {
+  /** The node's bus: events, and the KV buckets of memory, budgets and settings. */
+  bus: Bus;
+  /** `[models.<name>]`. */
+  models: ReadonlyMap<string, ModelConfig>;
+  tools: ToolRegistry;
+  /** `[budget_groups.<name>]`. */
+  budgetGroups?: ReadonlyMap<string, BudgetGroupConfig>;
+  /** Replicas of the buckets this runtime creates (default 1). */
+  replicas?: number;
+  logger?: Logger;
+  /** Builds a model client (default: the `openai` package, imported on first use). */
+  modelFactory?: (config: ModelConfig, logger: Logger) => Promise<ModelClient>;
+  /** Starts lazy MCP servers an agent's tool patterns name, before they are resolved. */
+  prepareTools?: (patterns: readonly string[]) => Promise<void>;
+  /** `[tools] max_argument_repairs` and `max_result_bytes`. */
+  maxArgumentRepairs?: number;
+  maxResultBytes?: number;
+  /**
+   * The node's provider-call scheduler (`KovaNode.modelScheduler`), so that its queues and
+   * waits show in the node's status and `$SRV.STATS`; the runtime adds its models to it.
+   * Default: a scheduler of the runtime's own.
+   */
+  scheduler?: ModelCallScheduler;
+  /** Stores; defaults are NATS KV buckets opened on first use (tests pass their own). */
+  memory?: MemoryStore;
+  ledger?: GroupLedger;
+  settings?: SettingsStore;
+}
+
+/**
+ * What the agents of one node share: model clients and their call scheduler (only the
+ * provider call holds a slot), the tool registry, conversation memory, budget ledgers,
+ * per-agent token buckets and model switches, and the event publisher.
+ */
+export class AgentRuntime {
+  readonly scheduler: ModelCallScheduler;
+  readonly log: Logger;
+  readonly budgetGroups: ReadonlyMap<string, BudgetGroupConfig>;
+  readonly maxArgumentRepairs: number;
+  readonly maxResultBytes: number;
+  readonly #models = new Map<string, Promise<ModelClient>>();
+  readonly #buckets = new Map<string, TokenBucket>();
+  readonly #overrides = new Map<string, string | null>();
+  readonly #running = new Map<string, string>();
+  readonly #prepared = new Map<string, Promise<void>>();
+  #memory: Promise<MemoryStore> | undefined;
+  #ledger: Promise<GroupLedger> | undefined;
+  #settings: Promise<SettingsStore> | undefined;
+
+  constructor(readonly opts: AgentRuntimeOptions) {
+    this.log = (opts.logger ?? silentLogger()).child({ component: "agents" });
+    const slots = [...opts.models].map(([name, m]): [string, ModelSlots] => [name, { maxConcurrency: m.maxConcurrency, policy: m.scheduling }]);
+    if (opts.scheduler) {
+      this.scheduler = opts.scheduler;
+      for (const [name, s] of slots) this.scheduler.setModel(name, s);
+    } else {
+      this.scheduler = new ModelCallScheduler(slots, { logger: this.log });
+    }
+    this.budgetGroups = opts.budgetGroups ?? new Map();
+    this.maxArgumentRepairs = opts.maxArgumentRepairs ?? DEFAULT_ARGUMENT_REPAIRS;
+    this.maxResultBytes = opts.maxResultBytes ?? DEFAULT_RESULT_MAX_BYTES;
+    if (opts.memory) this.#memory = Promise.resolve(opts.memory);
+    if (opts.ledger) this.#ledger = Promise.resolve(opts.ledger);
+    if (opts.settings) this.#settings = Promise.resolve(opts.settings);
+  }
+
+  get bus(): Bus {
+    return this.opts.bus;
+  }
+
+  modelNames(): string[] {
+    return [...this.opts.models.keys()];
+  }
+
+  /** @throws UnknownModelError */
+  modelConfig(name: string, where = "model"): ModelConfig {
+    const c = this.opts.models.get(name);
+    if (!c) throw new UnknownModelError(name, this.modelNames(), where);
+    return c;
+  }
+
+  /** The client of a configured model, built once. @throws UnknownModelError */
+  model(name: string): Promise<ModelClient> {
+    let m = this.#models.get(name);
+    if (!m) {
+      const config = this.modelConfig(name);
+      const factory = this.opts.modelFactory ?? ((c: ModelConfig, log: Logger) => createOpenAiModel(c, { logger: log }));
+      m = factory(config, this.log);
+      m.catch(() => this.#models.delete(name));
+      this.#models.set(name, m);
+    }
+    return m;
+  }
+
+  /** The token counter of a model's encoding (loaded on first use). */
+  counter(name: string): Promise<TokenCounter> {
+    return loadTokenCounter(this.modelConfig(name).model);
+  }
+
+  /** The agent's tools, resolved now (an MCP server's tools may come and go). @throws ConfigError for an unknown tool */
+  async toolsFor(def: AgentDefinition, agentId: string): Promise<ToolSet> {
+    if (def.tools.length > 0 && this.opts.prepareTools) {
+      let p = this.#prepared.get(def.id);
+      if (!p) {
+        p = this.opts.prepareTools(def.tools);
+        p.catch(() => this.#prepared.delete(def.id));
+        this.#prepared.set(def.id, p);
+      }
+      await p;
+    }
+    return this.opts.tools.resolve(def.tools, `agent ${agentId} tools`);
+  }
+
+  memory(): Promise<MemoryStore> {
+    this.#memory ??= this.#open(() => NatsMemoryStore.open({ js: this.bus.js, cluster: this.bus.cluster, replicas: this.opts.replicas ?? 1, maxBytes: this.bus.maxPayload }), () => (this.#memory = undefined));
+    return this.#memory;
+  }
+
+  ledger(): Promise<GroupLedger> {
+    this.#ledger ??= this.#open(() => NatsGroupLedger.open({ js: this.bus.js, cluster: this.bus.cluster, replicas: this.opts.replicas ?? 1 }), () => (this.#ledger = undefined));
+    return this.#ledger;
+  }
+
+  settings(): Promise<SettingsStore> {
+    this.#settings ??= this.#open(() => NatsSettingsStore.open({ js: this.bus.js, cluster: this.bus.cluster, replicas: this.opts.replicas ?? 1 }), () => (this.#settings = undefined));
+    return this.#settings;
+  }
+
+  #open<T>(open: () => Promise<T>, reset: () => void): Promise<T> {
+    const p = open();
+    p.catch(() => reset());
+    return p;
+  }
+
+  /**
+   * The model an agent calls now: its definition's, unless switched. The switch is read
+   * from NATS once per run (`refresh`), so a node that took the agent over uses it too.
+   */
+  async currentModel(agentId: string, def: AgentDefinition, refresh = false): Promise<string> {
+    if (refresh || !this.#overrides.has(agentId)) {
+      const s = await (await this.settings()).get(agentId);
+      this.#overrides.set(agentId, s.model && this.opts.models.has(s.model) ? s.model : null);
+    }
+    return this.#overrides.get(agentId) ?? def.model;
+  }
+
+  /** The model last known for an agent, without a round trip (for info replies). */
+  knownModel(agentId: string, def: AgentDefinition): string {
+    return this.#overrides.get(agentId) ?? def.model;
+  }
+
+  /**
+   * Switches an agent's model from its next model call on (and on any node that hosts it later).
+   * @throws UnknownModelError for a name no `[models.<name>]` defines
+   */
+  async switchModel(agentId: string, name: string): Promise<void> {
+    this.modelConfig(name, `model switch of ${agentId}`);
+    await (await this.settings()).set(agentId, { model: name });
+    this.#overrides.set(agentId, name);
+  }
+
+  /** The agent's token bucket (`tokens_per_minute`), kept per node: one node hosts an agent at a time. */
+  bucket(agentId: string, tokensPerMinute: number): TokenBucket {
+    let b = this.#buckets.get(agentId);
+    if (!b || b.tokensPerMinute !== tokensPerMinute) {
+      b = new TokenBucket(tokensPerMinute, Date.now());
+      this.#buckets.set(agentId, b);
+    }
+    return b;
+  }
+
+  runStarted(agentId: string, runId: string): void {
+    this.#running.set(agentId, runId);
+  }
+
+  runEnded(agentId: string): void {
+    this.#running.delete(agentId);
+  }
+
+  /** The run in progress for an agent hosted here, if any. */
+  runningRun(agentId: string): string | undefined {
+    return this.#running.get(agentId);
+  }
+
+  /** Publishes a run event: durable (stored, retried) unless `durable` is false. */
+  publish(event: KovaEvent, durable = true): Promise<void> {
+    return this.bus.publishEvent(event, { durable });
+  }
+
+  /** Stops the scheduler (waiting calls fail with MODEL_SCHEDULER_CLOSED). */
+  close(): void {
+    this.scheduler.close();
+  }
+}

@@ -1,0 +1,41 @@
+import type { JetStreamClient } from "@nats-io/jetstream";
+import { Kvm, type KV } from "@nats-io/kv";
+
+/** Run-time settings of an agent that outlive its host: the model it was switched to. */
+export interface AgentSettings {
+  model?: string;
+}
+
+export interface SettingsStore {
+  get(agentId: string): Promise<AgentSettings>;
+  set(agentId: string, settings: AgentSettings): Promise<void>;
+}
+
+const enc = new TextEncoder();
+
+/**
+ * Settings in NATS KV `kova_<cluster>_agent_settings`, key = agent id, JSON. A model
+ * switch is written here before it is applied, so the node that takes an agent over
+ * keeps using the model it was switched to.
+ */
+export class NatsSettingsStore implements SettingsStore {
+  private constructor(readonly kv: KV) {}
+
+  static bucketName(cluster: string): string {
+    return `kova_${cluster}_agent_settings`;
+  }
+
+  /** @throws JetStream errors when JetStream is unavailable */
+  static async open(opts: { js: JetStreamClient; cluster: string; replicas?: number }): Promise<NatsSettingsStore> {
+    return new NatsSettingsStore(await new Kvm(opts.js).create(NatsSettingsStore.bucketName(opts.cluster), { history: 1, replicas: opts.replicas ?? 1 }));
+  }
+
+  async get(agentId: string): Promise<AgentSettings> {
+    const e = await this.kv.get(agentId);
+    return e === null || e.operation !== "PUT" ? {} : e.json<AgentSettings>();
+  }
+
+  async set(agentId: string, settings: AgentSettings): Promise<void> {
+    await this.kv.put(agentId, enc.encode(JSON.stringify(settings)));
+  }
+}

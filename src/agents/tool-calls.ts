@@ -1,0 +1,114 @@
+import { isKovaError, toWire, type WireError } from "../core/errors.js";
+import { ActorErrorCode } from "../actors/errors.js";
+import { isIdempotentCall } from "../tools/idempotency.js";
+import { checkToolCall, runTool } from "../tools/invoke.js";
+import type { Tool } from "../tools/types.js";
+import { DEFAULT_MAX_TOOL_CALLS } from "./definition.js";
+import { RunLimitExceededError } from "./errors.js";
+import type { ToolCall, ToolMessage } from "./model/types.js";
+import { publish, type RunScope } from "./run-scope.js";
+import { tallyTool } from "./usage.js";
+
+/** What a tool call's step records: the message for the model and what events report. */
+export interface ToolCallRecord {
+  content: string;
+  ok: boolean;
+  ms: number;
+  error?: WireError;
+}
+
+type Planned =
+  | { call: ToolCall; kind: "run"; tool: Tool; args: unknown }
+  | { call: ToolCall; kind: "refused"; content: string; error: WireError };
+
+/**
+ * Runs the tool calls of one model response and returns their messages in call order.
+ * Arguments are validated first, in order and outside any step (validation is pure, so
+ * the repair budget is rebuilt identically on replay); each valid call is then a step of
+ * its own, idempotent or not as its tool declares, and the calls run concurrently unless
+ * `run.parallel_tool_calls` is false.
+ * @throws RunLimitExceededError past `max_tool_calls`; ToolArgumentsInvalidError when the repair budget is spent
+ */
+export async function runToolCalls(s: RunScope, calls: readonly ToolCall[]): Promise<ToolMessage[]> {
+  const max = s.def.run.maxToolCalls ?? DEFAULT_MAX_TOOL_CALLS;
+  if (s.tally.toolCalls + calls.length > max) {
+    throw new RunLimitExceededError("max_tool_calls", max, `the model asked for ${s.tally.toolCalls + calls.length} tool calls; raise run.max_tool_calls of agent ${s.agentId} or narrow its task`);
+  }
+  const planned = calls.map((call) => plan(s, call));
+  const exec = (p: Planned) => (p.kind === "run" ? runCall(s, p.call, p.tool, p.args) : refuse(s, p.call, p.content, p.error));
+  let records: ToolCallRecord[];
+  if (s.def.run.parallelToolCalls === false) {
+    records = [];
+    for (const p of planned) records.push(await exec(p));
+  } else {
+    records = await Promise.all(planned.map(exec));
+  }
+  return planned.map((p, i) => {
+    tallyTool(s.tally, p.kind === "run" ? p.tool.name : p.call.name, records[i]!.ok, records[i]!.ms);
+    return { role: "tool", toolCallId: p.call.id, content: records[i]!.content };
+  });
+}
+
+function plan(s: RunScope, call: ToolCall): Planned {
+  const tool = s.tools.byModelName(call.name);
+  if (!tool) {
+    const issues = [{ path: "$", expected: `one of the offered tools (${s.tools.tools.map((t) => s.tools.modelName(t.name)).join(", ") || "none"})`, given: call.name }];
+    const verdict = s.repairs.onInvalid(call.name, issues);
+    if (verdict.action === "fail") throw verdict.error;
+    const error = { code: "TOOL_UNKNOWN", message: `there is no tool ${JSON.stringify(call.name)}: call one of the offered tools`, retryable: false, data: { issues } };
+    return { call, kind: "refused", content: JSON.stringify({ error }), error };
+  }
+  const check = checkToolCall(tool, call.arguments, s.repairs);
+  if (check.status === "valid") return { call, kind: "run", tool, args: check.args };
+  if (check.verdict.action === "fail") throw check.verdict.error;
+  const error = { code: "TOOL_ARGUMENTS_INVALID", message: "invalid arguments", retryable: true, data: { issues: check.issues } };
+  return { call, kind: "refused", content: check.content, error };
+}
+
+async function runCall(s: RunScope, call: ToolCall, tool: Tool, args: unknown): Promise<ToolCallRecord> {
+  const idempotent = isIdempotentCall(tool, args);
+  try {
+    return await s.ctx.step(`tool:${call.id}`, async (info) => {
+      await publish(s, "tool_call", { agentId: s.agentId, callId: call.id, tool: tool.name, args });
+      const started = performance.now();
+      const outcome = await runTool(tool, args, {
+        agentId: s.agentId,
+        sessionId: s.sessionId,
+        runId: s.runId,
+        callId: call.id,
+        idempotencyKey: info.key,
+        signal: s.ctx.signal,
+        logger: s.runtime.log.child({ agentId: s.agentId, runId: s.runId, tool: tool.name }),
+        ...(s.request.deadline !== undefined ? { deadline: s.request.deadline } : {}),
+      }, s.runtime.maxResultBytes);
+      const rec: ToolCallRecord = { content: outcome.content, ok: outcome.status === "ok", ms: Math.round(performance.now() - started), ...(outcome.error ? { error: outcome.error } : {}) };
+      // A stop or an interrupt is not the tool's failure: the step fails, so a redelivered turn runs it again.
+      if (s.ctx.signal.aborted) throw s.ctx.signal.reason;
+      await publish(s, "tool_result", { agentId: s.agentId, callId: call.id, tool: tool.name, ok: rec.ok, ms: rec.ms, ...(rec.error ? { error: { code: rec.error.code, message: rec.error.message } } : {}) });
+      return rec;
+    }, { idempotent });
+  } catch (err) {
+    if (!isKovaError(err, ActorErrorCode.STEP_OUTCOME_UNKNOWN)) throw err;
+    // Started before a crash, no result recorded, not safe to run again: the model decides.
+    const error = toWire(err);
+    return {
+      content: JSON.stringify({
+        error: {
+          code: "TOOL_OUTCOME_UNKNOWN",
+          message: `the call of ${tool.name} started before a crash and its outcome is unknown: it may or may not have taken effect. Check before calling it again.`,
+        },
+      }),
+      ok: false,
+      ms: 0,
+      error,
+    };
+  }
+}
+
+function refuse(s: RunScope, call: ToolCall, content: string, error: WireError): Promise<ToolCallRecord> {
+  return s.ctx.step(`tool:${call.id}`, async () => {
+    await publish(s, "tool_call", { agentId: s.agentId, callId: call.id, tool: call.name, args: call.arguments });
+    await publish(s, "tool_result", { agentId: s.agentId, callId: call.id, tool: call.name, ok: false, error: { code: error.code, message: error.message } });
+    return { content, ok: false, ms: 0, error };
+  }, { idempotent: true });
+}

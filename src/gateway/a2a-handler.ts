@@ -1,0 +1,264 @@
+import { createHash } from "node:crypto";
+import type {
+  AgentCard,
+  CancelTaskRequest,
+  DeleteTaskPushNotificationConfigRequest,
+  GetExtendedAgentCardRequest,
+  GetTaskPushNotificationConfigRequest,
+  GetTaskRequest,
+  ListTaskPushNotificationConfigsRequest,
+  ListTaskPushNotificationConfigsResponse,
+  ListTasksRequest,
+  ListTasksResponse,
+  Message,
+  SendMessageRequest,
+  StreamResponse,
+  SubscribeToTaskRequest,
+  Task,
+  TaskPushNotificationConfig,
+} from "@a2a-js/sdk";
+import { TaskState } from "@a2a-js/sdk";
+import type { A2ARequestHandler, ServerCallContext, User } from "@a2a-js/sdk/server";
+import {
+  ContentTypeNotSupportedError,
+  PushNotificationNotSupportedError,
+  RequestMalformedError,
+  TaskNotCancelableError,
+  TaskNotFoundError,
+  UnsupportedOperationError,
+} from "@a2a-js/sdk/errors";
+import { isValidId, newId } from "../core/ids.js";
+import type { Logger } from "../core/logger.js";
+import { mayUse, type Principal } from "./auth.js";
+import type { GatewayHttpError } from "./errors.js";
+import type { RunClient } from "./runs.js";
+import type { NatsTaskStore } from "./task-store.js";
+import { ownerOf } from "./task-store.js";
+import { isTerminal, kovaMeta, messageText, newTask, type KovaTaskMeta } from "./task-projection.js";
+import type { LiveTask, TaskTracker } from "./task-tracker.js";
+
+/** The A2A `User` of a request: the API key that authenticated it. */
+export class KeyUser implements User {
+  constructor(readonly principal: Principal, private readonly authenticated: boolean) {}
+  get isAuthenticated(): boolean {
+    return this.authenticated;
+  }
+  get userName(): string {
+    return this.principal.name;
+  }
+}
+
+export interface A2AHandlerDeps {
+  runs: RunClient;
+  store: NatsTaskStore;
+  tracker: TaskTracker;
+  taskTimeoutMs: number;
+  log: Logger;
+  /** The card this handler serves. */
+  card: () => Promise<AgentCard>;
+}
+
+/** How long a get or subscribe waits for a replica to replay a running task's events. */
+const CATCH_UP_MS = 3000;
+/** How long a cancel waits for the interrupted run to end. */
+const CANCEL_WAIT_MS = 10_000;
+
+/**
+ * Kova's A2A request handler, behind the SDK's JSON-RPC transport (which parses, validates,
+ * answers v0.3 method names and streams SSE). It replaces the SDK's DefaultRequestHandler
+ * because that one keeps a task's live state in the process that runs its executor: here
+ * a task is a Kova run, whose events live on NATS, so any replica can stream, get or
+ * cancel any task, and a task outlives the gateway that started it.
+ *
+ * `agentId` fixes the agent (`/agents/<id>/a2a/jsonrpc`); without it (`/a2a/jsonrpc`)
+ * a message names its agent in `metadata.agent`.
+ */
+export class KovaA2AHandler implements A2ARequestHandler {
+  constructor(
+    private readonly deps: A2AHandlerDeps,
+    private readonly agentId?: string,
+  ) {}
+
+  getAgentCard(): Promise<AgentCard> {
+    return this.deps.card();
+  }
+
+  async getAuthenticatedExtendedAgentCard(_params: GetExtendedAgentCardRequest, _context: ServerCallContext): Promise<AgentCard> {
+    throw new UnsupportedOperationError("Kova agents have no extended agent card: the public card is complete");
+  }
+
+  async sendMessage(params: SendMessageRequest, context: ServerCallContext): Promise<Message | Task> {
+    const live = await this.start(params, context);
+    if (params.configuration?.returnImmediately === true) return withHistory(structuredClone(live.task), params.configuration.historyLength);
+    await settled(live);
+    return withHistory(structuredClone(live.task), params.configuration?.historyLength);
+  }
+
+  async *sendMessageStream(params: SendMessageRequest, context: ServerCallContext): AsyncGenerator<StreamResponse, void, undefined> {
+    const live = await this.start(params, context);
+    // Listen before yielding the snapshot: nothing that happens meanwhile is lost.
+    const updates = live.updates();
+    yield { payload: { $case: "task", value: structuredClone(live.task) } };
+    yield* updates;
+  }
+
+  async getTask(params: GetTaskRequest, context: ServerCallContext): Promise<Task> {
+    const task = await this.current(params.id, context);
+    return withHistory(task, params.historyLength);
+  }
+
+  listTasks(params: ListTasksRequest, context: ServerCallContext): Promise<ListTasksResponse> {
+    const pageSize = params.pageSize ?? 50;
+    if (!Number.isInteger(pageSize) || pageSize < 1 || pageSize > 100) throw new RequestMalformedError("pageSize must be between 1 and 100");
+    return this.deps.store.list({ ...params, pageSize }, context).then((r) => ({ ...r, tasks: r.tasks.map((t) => withHistory(t, params.historyLength)) }));
+  }
+
+  /**
+   * Interrupts the task's run (the node's `interrupt` signal) and waits for it to end.
+   * A run still queued behind the agent's other messages cannot be interrupted yet: the
+   * signal would stop whatever the agent is running now.
+   */
+  async cancelTask(params: CancelTaskRequest, context: ServerCallContext): Promise<Task> {
+    const stored = await this.load(params.id, context);
+    if (stored.status?.state === TaskState.TASK_STATE_CANCELED) return stored;
+    if (isTerminal(stored.status?.state)) throw new TaskNotCancelableError(`task ${params.id} has already ended (${TaskState[stored.status!.state]})`);
+    const live = this.deps.tracker.watch(stored);
+    await live.whenCaughtUp(CATCH_UP_MS);
+    if (live.projection.state === TaskState.TASK_STATE_SUBMITTED) {
+      throw new TaskNotCancelableError(`task ${params.id} has not started: its message waits behind the agent's other work; cancel it once it is working`);
+    }
+    if (!live.projection.terminal) {
+      try {
+        await this.deps.runs.interrupt(kovaMeta(stored).agentId);
+      } catch (err) {
+        throw new TaskNotCancelableError({ message: `could not interrupt agent ${kovaMeta(stored).agentId}: ${err instanceof Error ? err.message : String(err)}`, cause: err });
+      }
+      await Promise.race([live.done, new Promise((r) => setTimeout(r, CANCEL_WAIT_MS))]);
+    }
+    if (live.projection.state !== TaskState.TASK_STATE_CANCELED) {
+      throw new TaskNotCancelableError(`task ${params.id} ended ${TaskState[live.projection.state]} before the interrupt took effect`);
+    }
+    return structuredClone(live.task);
+  }
+
+  async *resubscribe(params: SubscribeToTaskRequest, context: ServerCallContext): AsyncGenerator<StreamResponse, void, undefined> {
+    const stored = await this.load(params.id, context);
+    if (isTerminal(stored.status?.state)) throw new UnsupportedOperationError(`task ${params.id} has ended (${TaskState[stored.status!.state]}): get it with GetTask`);
+    const live = this.deps.tracker.watch(stored);
+    await live.whenCaughtUp(CATCH_UP_MS);
+    const updates = live.updates();
+    yield { payload: { $case: "task", value: structuredClone(live.task) } };
+    if (live.projection.terminal) return;
+    yield* updates;
+  }
+
+  async createTaskPushNotificationConfig(_p: TaskPushNotificationConfig, _c: ServerCallContext): Promise<TaskPushNotificationConfig> {
+    throw new PushNotificationNotSupportedError();
+  }
+  async getTaskPushNotificationConfig(_p: GetTaskPushNotificationConfigRequest, _c: ServerCallContext): Promise<TaskPushNotificationConfig> {
+    throw new PushNotificationNotSupportedError();
+  }
+  async listTaskPushNotificationConfigs(_p: ListTaskPushNotificationConfigsRequest, _c: ServerCallContext): Promise<ListTaskPushNotificationConfigsResponse> {
+    throw new PushNotificationNotSupportedError();
+  }
+  async deleteTaskPushNotificationConfig(_p: DeleteTaskPushNotificationConfigRequest, _c: ServerCallContext): Promise<void> {
+    throw new PushNotificationNotSupportedError();
+  }
+
+  /** The stored task, or (while it runs) the watched one, replayed up to now. */
+  private async current(taskId: string, context: ServerCallContext): Promise<Task> {
+    const stored = await this.load(taskId, context);
+    if (isTerminal(stored.status?.state)) return stored;
+    const live = this.deps.tracker.watch(stored);
+    await live.whenCaughtUp(CATCH_UP_MS);
+    return structuredClone(live.task);
+  }
+
+  /** @throws TaskNotFoundError for an unknown task or one another key created */
+  private async load(taskId: string, context: ServerCallContext): Promise<Task> {
+    if (typeof taskId !== "string" || taskId.trim() === "") throw new RequestMalformedError("the task id is required");
+    const t = await this.deps.store.load(taskId, context);
+    if (!t) throw new TaskNotFoundError(`task not found: ${taskId}`);
+    return t;
+  }
+
+  private async start(params: SendMessageRequest, context: ServerCallContext): Promise<LiveTask> {
+    const message = params.message;
+    if (!message?.messageId) throw new RequestMalformedError("message.messageId is required");
+    if (message.taskId) {
+      const existing = await this.deps.store.load(message.taskId, context);
+      if (!existing) throw new TaskNotFoundError(`task not found: ${message.taskId}`);
+      throw new UnsupportedOperationError(
+        `task ${message.taskId} takes no further messages: a Kova run takes one input. Send a new message with contextId ${existing.contextId} to continue the conversation`,
+      );
+    }
+    for (const p of message.parts ?? []) {
+      if (p.content?.$case !== "text" && p.content?.$case !== "data") {
+        throw new ContentTypeNotSupportedError("Kova agents take text and data parts; send files as URLs in text");
+      }
+    }
+    const input = messageText(message);
+    if (input.trim() === "") throw new RequestMalformedError("the message has no text: send at least one text part");
+    const principal = (context.user as KeyUser | undefined)?.principal;
+    const agentId = this.agentId ?? agentFromMetadata(message, params);
+    if (!mayUse(principal, agentId)) {
+      // The SDK maps A2A errors only; a 403 is answered before the JSON-RPC layer for
+      // /agents/<id>, and here (the shared endpoint) as an invalid request naming the key.
+      throw new RequestMalformedError(`key ${principal?.name ?? "?"} may not use agent ${agentId}`);
+    }
+    try {
+      this.deps.runs.agent(agentId);
+    } catch (err) {
+      throw new RequestMalformedError({ message: (err as GatewayHttpError).message, cause: err });
+    }
+    const contextId = message.contextId || newId();
+    const runId = newId();
+    const meta: KovaTaskMeta = { agentId, sessionId: sessionIdFor(contextId), runId, owner: ownerOf(context) };
+    const task = newTask({ taskId: runId, contextId, message, meta });
+    await this.deps.store.save(task, context);
+    this.deps.log.debug({ taskId: runId, agentId }, "a2a task started");
+    return this.deps.tracker.start(task, {
+      agentId,
+      // A client-chosen context is a conversation: the agent keeps its memory per session.
+      kind: message.contextId ? "agent.chat" : "task_delegate",
+      input,
+      sessionId: meta.sessionId,
+      runId,
+      timeoutMs: this.deps.taskTimeoutMs,
+    });
+  }
+}
+
+function agentFromMetadata(message: Message, params: SendMessageRequest): string {
+  const a = message.metadata?.agent ?? params.metadata?.agent;
+  if (!isValidId(a)) throw new RequestMalformedError('name the agent in message.metadata.agent (e.g. {"agent": "researcher"}), or use the agent\'s own endpoint /agents/<id>/a2a/jsonrpc');
+  return a;
+}
+
+/**
+ * A2A context ids are free-form; Kova session ids are subject tokens. An id that is one
+ * already is used as is; any other maps to a stable token derived from it.
+ */
+export function sessionIdFor(contextId: string): string {
+  return isValidId(contextId) ? contextId : `ctx_${createHash("sha256").update(contextId).digest("base64url").slice(0, 32)}`;
+}
+
+function settled(live: LiveTask): Promise<void> {
+  if (live.projection.settled) return Promise.resolve();
+  return new Promise((resolve) => {
+    const off = live.listen((u) => {
+      if (u === undefined || live.projection.settled) {
+        off();
+        resolve();
+      }
+    });
+  });
+}
+
+/** A2A's historyLength: undefined keeps all, 0 none, N the newest N. */
+function withHistory(task: Task, historyLength: number | undefined): Task {
+  if (historyLength === undefined || historyLength === null) return task;
+  task.history = historyLength <= 0 ? [] : task.history.slice(-historyLength);
+  return task;
+}
+

@@ -1,0 +1,29 @@
+import { defineErrorCodes, KovaError, type KovaErrorOptions } from "../core/errors.js";
+
+/** The gateway layer's error codes (stable: HTTP bodies carry them and scripts match on them). */
+export const GatewayErrorCode = defineErrorCodes("gateway", {
+  /** No API key, or one the gateway does not know. HTTP 401. */
+  UNAUTHORIZED: "UNAUTHORIZED",
+  /** A known key that may not use this agent or endpoint. HTTP 403. */
+  FORBIDDEN: "FORBIDDEN",
+  /** The key sent more requests than its rate allows. HTTP 429. */
+  RATE_LIMITED: "RATE_LIMITED",
+  /** The request body is larger than `[gateway] max_body_bytes`. HTTP 413. */
+  BODY_TOO_LARGE: "BODY_TOO_LARGE",
+  /** The request is not what the endpoint takes (bad JSON, missing fields). HTTP 400. */
+  BAD_REQUEST: "BAD_REQUEST",
+  /** The agent's run ended failed or cancelled, or gave no answer in time. */
+  RUN_FAILED: "RUN_FAILED",
+});
+
+/** An HTTP-facing failure: the status to answer with, and a code and message for the body. */
+export class GatewayHttpError extends KovaError {
+  constructor(
+    readonly status: number,
+    code: string,
+    message: string,
+    options: KovaErrorOptions = {},
+  ) {
+    super(code, message, options);
+  }
+}

@@ -1,0 +1,241 @@
+import { createServer, type Server } from "node:http";
+import type { AddressInfo } from "node:net";
+import express, { type NextFunction, type Request, type Response, type Router } from "express";
+import { agentCardHandler, jsonRpcHandler, type UserBuilder } from "@a2a-js/sdk/server/express";
+import { isValidId } from "../core/ids.js";
+import { silentLogger, type Logger } from "../core/logger.js";
+import { Bus, type NatsSecurity } from "../bus/index.js";
+import { AgentRegistry } from "../node/registry.js";
+import { KovaA2AHandler, KeyUser, type A2AHandlerDeps } from "./a2a-handler.js";
+import { authenticate, RateLimiter, requireAgent } from "./auth.js";
+import { agentCard, directoryCard, type CardOptions } from "./cards.js";
+import type { GatewayConfig } from "./config.js";
+import { GatewayErrorCode, GatewayHttpError } from "./errors.js";
+import { KeyRing } from "./keys.js";
+import { chatCompletions, listModels } from "./openai.js";
+import { RunClient } from "./runs.js";
+import { NatsTaskStore } from "./task-store.js";
+import { TaskTracker } from "./task-tracker.js";
+import { mountWebView } from "./web.js";
+
+export interface GatewayOptions {
+  config: GatewayConfig;
+  /** The cluster's NATS: URLs and the credentials of the gateway's account. */
+  servers: string | string[];
+  cluster: string;
+  security?: NatsSecurity;
+  /** Replicas of the gateway's buckets (tasks, keys); default 1. */
+  replicas?: number;
+  logger?: Logger;
+}
+
+/**
+ * Kova's HTTP gateway: A2A v1.0 (JSON-RPC through @a2a-js/sdk, v0.3 method names too),
+ * an OpenAI-compatible `/v1/chat/completions`, and the web view. It keeps no state of
+ * its own: agents come from the registry, tasks and keys live in KV buckets and runs in
+ * the EVENTS stream, so any number of replicas serve the same cluster and a restarted one
+ * answers for every task. Every endpoint needs an API key unless `auth = "none"` (loopback only).
+ */
+export class Gateway {
+  private closing: Promise<void> | undefined;
+  private readonly agentRouters = new Map<string, Router>();
+
+  private constructor(
+    readonly config: GatewayConfig,
+    private readonly bus: Bus,
+    private readonly registry: AgentRegistry,
+    private readonly keys: KeyRing,
+    readonly store: NatsTaskStore,
+    private readonly tracker: TaskTracker,
+    private readonly runs: RunClient,
+    private readonly server: Server,
+    private readonly log: Logger,
+  ) {}
+
+  /**
+   * Connects to NATS, opens the registry mirror and the gateway's buckets, and listens.
+   * @throws NatsUnreachableError; the listen error (EADDRINUSE) naming the address
+   */
+  static async start(opts: GatewayOptions): Promise<Gateway> {
+    const log = (opts.logger ?? silentLogger()).child({ component: "gateway" });
+    const bus = await Bus.connect({
+      servers: opts.servers,
+      cluster: opts.cluster,
+      name: "kova-gateway",
+      logger: log,
+      ...(opts.security ? { security: opts.security } : {}),
+    });
+    const opened: Array<{ stop(): void }> = [];
+    try {
+      const registry = await AgentRegistry.open({ nc: bus.nc, cluster: opts.cluster, logger: log, ...(opts.replicas ? { replicas: opts.replicas } : {}) });
+      opened.push(registry);
+      const keys = await KeyRing.open({
+        configured: opts.config.keys,
+        cluster: opts.cluster,
+        logger: log,
+        ...(opts.config.auth === "keys" && opts.config.keysBucket ? { nc: bus.nc } : {}),
+        ...(opts.replicas ? { replicas: opts.replicas } : {}),
+      });
+      opened.push(keys);
+      const store = await NatsTaskStore.open(bus.nc, opts.cluster, { ...(opts.replicas ? { replicas: opts.replicas } : {}) });
+      const runs = new RunClient(bus, registry, log);
+      const tracker = new TaskTracker(runs, store, log);
+      const server = createServer();
+      const gw = new Gateway(opts.config, bus, registry, keys, store, tracker, runs, server, log);
+      server.on("request", gw.app());
+      await new Promise<void>((resolve, reject) => {
+        server.once("error", reject);
+        server.listen(opts.config.port, opts.config.host, () => {
+          server.off("error", reject);
+          resolve();
+        });
+      });
+      log.info({ url: gw.url, auth: opts.config.auth, keys: keys.size }, "gateway listening");
+      return gw;
+    } catch (err) {
+      for (const o of opened) o.stop();
+      await bus.close().catch(() => undefined);
+      throw err;
+    }
+  }
+
+  /** Where the gateway listens (`http://host:port`, the port resolved when 0 was asked). */
+  get url(): string {
+    const a = this.server.address() as AddressInfo;
+    const host = a.family === "IPv6" ? `[${a.address}]` : a.address;
+    return `http://${host === "0.0.0.0" || host === "[::]" ? "127.0.0.1" : host}:${a.port}`;
+  }
+
+  /** The base URL written into Agent Cards. */
+  get publicUrl(): string {
+    return this.config.publicUrl ?? this.url;
+  }
+
+  private cardOptions(): CardOptions {
+    return { baseUrl: this.publicUrl, auth: this.config.auth };
+  }
+
+  private handlerDeps(card: A2AHandlerDeps["card"]): A2AHandlerDeps {
+    return { runs: this.runs, store: this.store, tracker: this.tracker, taskTimeoutMs: this.config.taskTimeoutMs, log: this.log, card };
+  }
+
+  private userBuilder: UserBuilder = async (req) => new KeyUser(req.principal ?? { name: "anonymous" }, this.config.auth === "keys");
+
+  private liveAgents() {
+    return this.registry.list().filter((r) => r.desired !== "killed");
+  }
+
+  private agentRouter(agentId: string): Router {
+    let r = this.agentRouters.get(agentId);
+    if (r) return r;
+    const card = async () => agentCard(this.runs.agent(agentId), this.cardOptions());
+    r = express.Router();
+    r.use("/.well-known/agent-card.json", agentCardHandler({ agentCardProvider: card, legacyCompat: { enabled: true }, cache: { maxAge: 60 } }));
+    r.use("/a2a/jsonrpc", jsonRpcHandler({ requestHandler: new KovaA2AHandler(this.handlerDeps(card), agentId), userBuilder: this.userBuilder, legacyCompat: { enabled: true } }));
+    this.agentRouters.set(agentId, r);
+    return r;
+  }
+
+  private app(): express.Express {
+    const app = express();
+    app.disable("x-powered-by");
+    app.set("etag", false);
+    const limiter = new RateLimiter(this.config.ratePerMinute);
+    app.use(authenticate({ mode: this.config.auth, keys: this.keys, limiter }));
+    // One parser for every route, with the configured limit: the SDK's own (100 kB) then
+    // sees a parsed body and skips.
+    app.use(express.json({ limit: this.config.maxBodyBytes, type: ["application/json", "application/*+json"] }));
+
+    app.get("/v1/models", (req, res) => listModels({ registry: this.registry }, req, res));
+    app.post("/v1/chat/completions", (req, res, next) => {
+      chatCompletions({ runs: this.runs, registry: this.registry, tracker: this.tracker, taskTimeoutMs: this.config.taskTimeoutMs }, req, res).catch(next);
+    });
+
+    app.get("/agents", (req, res) => {
+      const base = this.publicUrl;
+      const agents = this.liveAgents()
+        .filter((r) => req.principal && (req.principal.agents === undefined || req.principal.agents.includes(r.id)))
+        .map((r) => ({ id: r.id, type: r.type, capabilities: r.capabilities, state: r.state, node: r.node, card: `${base}/agents/${r.id}/.well-known/agent-card.json` }));
+      res.json({ agents });
+    });
+    app.use("/.well-known/agent-card.json", (req, res, next) => {
+      const records = this.liveAgents().filter((r) => req.principal?.agents === undefined || req.principal.agents.includes(r.id));
+      agentCardHandler({ agentCardProvider: async () => directoryCard(records, this.cardOptions()), legacyCompat: { enabled: true }, cache: { maxAge: 60 } })(req, res, next);
+    });
+    const directory = async () => directoryCard(this.liveAgents(), this.cardOptions());
+    app.use("/a2a/jsonrpc", jsonRpcHandler({ requestHandler: new KovaA2AHandler(this.handlerDeps(directory)), userBuilder: this.userBuilder, legacyCompat: { enabled: true } }));
+    app.use("/agents/:agentId", (req, res, next) => {
+      try {
+        const agentId = req.params.agentId as string;
+        if (!isValidId(agentId)) throw new GatewayHttpError(404, GatewayErrorCode.BAD_REQUEST, `${JSON.stringify(agentId)} is not an agent id`);
+        requireAgent(req.principal, agentId);
+        this.runs.agent(agentId);
+        this.agentRouter(agentId)(req, res, next);
+      } catch (err) {
+        next(err);
+      }
+    });
+    if (this.config.ui) mountWebView(app, { bus: this.bus, registry: this.registry, log: this.log });
+    app.use((req, _res, next) => next(new GatewayHttpError(404, "NOT_FOUND", `no route ${req.method} ${req.path}: see docs/gateway.md`)));
+    app.use((err: unknown, req: Request, res: Response, _next: NextFunction) => this.sendError(err, req, res));
+    return app;
+  }
+
+  private sendError(err: unknown, req: Request, res: Response): void {
+    if (res.headersSent) {
+      res.end();
+      return;
+    }
+    let status = 500;
+    let code: string = "INTERNAL";
+    let message = "internal error: the gateway's log has the details";
+    let data: unknown;
+    const bodyError = err as { type?: string; status?: number; limit?: number };
+    if (err instanceof GatewayHttpError) {
+      status = err.status;
+      code = err.code;
+      message = err.message;
+      data = err.data;
+    } else if (bodyError?.type === "entity.too.large") {
+      status = 413;
+      code = GatewayErrorCode.BODY_TOO_LARGE;
+      message = `the request body is larger than ${this.config.maxBodyBytes} bytes ([gateway] max_body_bytes)`;
+    } else if (bodyError?.type === "entity.parse.failed") {
+      status = 400;
+      code = GatewayErrorCode.BAD_REQUEST;
+      message = "the request body is not valid JSON";
+    } else if (typeof bodyError?.status === "number" && bodyError.status >= 400 && bodyError.status < 500) {
+      status = bodyError.status;
+      code = GatewayErrorCode.BAD_REQUEST;
+      message = err instanceof Error ? err.message : String(err);
+    } else {
+      this.log.error({ err, path: req.path }, "request failed");
+    }
+    if (status === 401) res.setHeader("WWW-Authenticate", 'Bearer realm="kova"');
+    if (status === 429) res.setHeader("Retry-After", String((data as { retryAfterS?: number })?.retryAfterS ?? 1));
+    // A JSON-RPC caller gets a JSON-RPC error envelope for what it can fix in its request.
+    if (req.path.endsWith("/a2a/jsonrpc") && (status === 400 || status === 413)) {
+      res.status(status === 400 ? 200 : 413).json({ jsonrpc: "2.0", id: null, error: { code: status === 400 ? -32700 : -32600, message } });
+      return;
+    }
+    res.status(status).json({ error: { code, message, type: status === 401 || status === 403 ? "authentication_error" : status >= 500 ? "server_error" : "invalid_request_error", ...(data !== undefined ? { data } : {}) } });
+  }
+
+  /** Stops listening, closes streams in progress, stops watching tasks (they stay saved), disconnects. Idempotent. */
+  close(): Promise<void> {
+    this.closing ??= (async () => {
+      const closed = new Promise<void>((r) => this.server.close(() => r()));
+      this.server.closeAllConnections();
+      await closed;
+      await this.tracker.stop();
+      this.keys.stop();
+      this.registry.stop();
+      await this.bus.close().catch(() => undefined);
+    })();
+    return this.closing;
+  }
+
+  [Symbol.asyncDispose](): Promise<void> {
+    return this.close();
+  }
+}

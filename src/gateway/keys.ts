@@ -1,0 +1,157 @@
+import { createHash, randomBytes } from "node:crypto";
+import type { NatsConnection } from "@nats-io/transport-node";
+import type { KV } from "@nats-io/kv";
+import { isValidId } from "../core/ids.js";
+import type { Logger } from "../core/logger.js";
+import { checkFormatVersion } from "../core/format-version.js";
+import { ArgumentError } from "../core/errors.js";
+import { KvMirror, encodeJson, openBucket } from "../node/kv-mirror.js";
+import { isCasConflict } from "../node/lease.js";
+import type { ConfiguredKey } from "./config.js";
+
+/**
+ * API keys. A key is 32 random bytes (`kova_` + base64url); only its SHA-256 is stored,
+ * in kova.toml (`[[gateway.keys]] hash`) or in the KV bucket `kova_<cluster>_gateway_keys`
+ * (`kova gateway keys add`). A fast hash is right here: the key has 256 bits of entropy,
+ * so there is nothing to brute-force, and a request pays one hash, not a KDF. Neither
+ * the key nor its hash is ever logged or returned.
+ */
+export interface ApiKey {
+  name: string;
+  hash: string;
+  /** Agents the key may use; undefined: every agent. */
+  agents?: string[];
+  ratePerMinute?: number;
+}
+
+/** What the bucket holds per key name. */
+export interface StoredKey extends ApiKey {
+  v: number;
+  createdAt: number;
+}
+
+export const STORED_KEY_VERSION = 1;
+
+export function keysBucket(cluster: string): string {
+  return `kova_${cluster}_gateway_keys`;
+}
+
+/** `sha256:<hex>` of a key. */
+export function hashKey(key: string): string {
+  return `sha256:${createHash("sha256").update(key, "utf8").digest("hex")}`;
+}
+
+export function isKeyHash(value: unknown): value is string {
+  return typeof value === "string" && /^sha256:[0-9a-f]{64}$/.test(value);
+}
+
+/** A new random key, shown once to whoever creates it. */
+export function generateKey(): string {
+  return `kova_${randomBytes(32).toString("base64url")}`;
+}
+
+function readStoredKey(name: string, value: unknown): StoredKey {
+  const k = value as StoredKey;
+  checkFormatVersion(`gateway key ${name}`, k?.v, [STORED_KEY_VERSION]);
+  if (!isKeyHash(k.hash)) throw new Error(`gateway key ${name} has no valid hash`);
+  return k;
+}
+
+/**
+ * The keys a gateway accepts: those of its config, and (unless `keys_bucket = false`)
+ * those of the cluster's bucket, mirrored live so `kova gateway keys add` takes effect on
+ * every replica within a watch round trip.
+ */
+export class KeyRing {
+  private byHash = new Map<string, ApiKey>();
+  private constructor(
+    private readonly configured: ConfiguredKey[],
+    private readonly mirror: KvMirror<StoredKey> | undefined,
+  ) {
+    this.rebuild();
+    mirror?.onChange(() => this.rebuild());
+  }
+
+  /** @throws when the bucket cannot be opened (NATS permissions, JetStream down) */
+  static async open(opts: { configured: ConfiguredKey[]; nc?: NatsConnection; cluster: string; replicas?: number; logger: Logger }): Promise<KeyRing> {
+    if (!opts.nc) return new KeyRing(opts.configured, undefined);
+    const kv = await openBucket(opts.nc, keysBucket(opts.cluster), opts.replicas);
+    const mirror = await KvMirror.start<StoredKey>(kv, opts.logger.child({ bucket: "gateway_keys" }), { decode: readStoredKey, nc: opts.nc });
+    return new KeyRing(opts.configured, mirror);
+  }
+
+  private rebuild(): void {
+    const next = new Map<string, ApiKey>();
+    for (const [, e] of this.mirror?.entries() ?? []) next.set(e.value.hash, e.value);
+    // Config wins over the bucket: the file is what an operator reviewed.
+    for (const k of this.configured) next.set(k.hash, k);
+    this.byHash = next;
+  }
+
+  /** The key a bearer token stands for, or undefined. */
+  authenticate(token: string): ApiKey | undefined {
+    if (token.length === 0 || token.length > 512) return undefined;
+    return this.byHash.get(hashKey(token));
+  }
+
+  get size(): number {
+    return this.byHash.size;
+  }
+
+  stop(): void {
+    this.mirror?.stop();
+  }
+}
+
+/**
+ * The bucket side of `kova gateway keys add|ls|rm`: the CLI writes, gateways watch.
+ */
+export class KeyAdmin {
+  private constructor(private readonly kv: KV) {}
+
+  static async open(nc: NatsConnection, cluster: string, replicas?: number): Promise<KeyAdmin> {
+    return new KeyAdmin(await openBucket(nc, keysBucket(cluster), replicas));
+  }
+
+  /**
+   * Creates a key and stores its hash; returns the key itself (shown once, never stored).
+   * @throws ArgumentError for a bad name or agent id, or a name already in use
+   */
+  async add(name: string, opts: { agents?: string[]; ratePerMinute?: number } = {}): Promise<{ key: string; record: StoredKey }> {
+    if (!isValidId(name)) throw new ArgumentError("name", `${JSON.stringify(name)} is not a valid key name: use 1-128 characters of [A-Za-z0-9_-]`);
+    for (const a of opts.agents ?? []) if (!isValidId(a)) throw new ArgumentError("--agents", `${JSON.stringify(a)} is not an agent id`);
+    const key = generateKey();
+    const record: StoredKey = { v: STORED_KEY_VERSION, name, hash: hashKey(key), createdAt: Date.now() };
+    if (opts.agents && opts.agents.length > 0) record.agents = opts.agents;
+    if (opts.ratePerMinute !== undefined) record.ratePerMinute = opts.ratePerMinute;
+    try {
+      await this.kv.create(name, encodeJson(record));
+    } catch (err) {
+      if (isCasConflict(err)) throw new ArgumentError("name", `a key named ${name} exists: remove it first (kova gateway keys rm ${name}) or pick another name`);
+      throw err;
+    }
+    return { key, record };
+  }
+
+  /** Key names with their limits (never their hashes). */
+  async list(): Promise<Array<Omit<StoredKey, "hash">>> {
+    const out: Array<Omit<StoredKey, "hash">> = [];
+    const names = new Set<string>();
+    for await (const k of await this.kv.keys()) names.add(k);
+    for (const name of [...names].sort()) {
+      const e = await this.kv.get(name);
+      if (e?.operation !== "PUT") continue;
+      const { hash: _hash, ...rest } = e.json<StoredKey>();
+      out.push(rest);
+    }
+    return out;
+  }
+
+  /** @returns false when no key had that name */
+  async remove(name: string): Promise<boolean> {
+    const e = await this.kv.get(name);
+    if (e?.operation !== "PUT") return false;
+    await this.kv.delete(name);
+    return true;
+  }
+}

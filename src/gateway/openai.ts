@@ -1,0 +1,181 @@
+import { randomUUID } from "node:crypto";
+import type { Request, Response } from "express";
+import { Role, TaskState } from "@a2a-js/sdk";
+import { isValidId, newId } from "../core/ids.js";
+import type { AgentRegistry } from "../node/registry.js";
+import { mayUse, requireAgent } from "./auth.js";
+import { GatewayErrorCode, GatewayHttpError } from "./errors.js";
+import { sessionIdFor } from "./a2a-handler.js";
+import type { RunClient, RunRequest } from "./runs.js";
+import { kovaMeta, newTask, textPart, type RunUsage } from "./task-projection.js";
+import type { TaskTracker } from "./task-tracker.js";
+
+/**
+ * The OpenAI-compatible endpoint: every agent is a model. `POST /v1/chat/completions`
+ * runs the agent (its tools, memory and budgets stay inside Kova; the client sees the
+ * answer) and `GET /v1/models` lists the agents the key may use.
+ *
+ * Sessions: a request names one with the `X-Kova-Session` header or the `user` field.
+ * With a session, the last user message goes to the agent as `agent.chat` and the agent's
+ * memory of that session holds the earlier turns; without one, the whole conversation is
+ * one `task_delegate` input (a stateless call, as an OpenAI model would see it).
+ */
+export interface OpenAiDeps {
+  runs: RunClient;
+  registry: AgentRegistry;
+  tracker: TaskTracker;
+  taskTimeoutMs: number;
+}
+
+interface ChatMessage {
+  role: string;
+  content?: unknown;
+}
+
+const SESSION_HEADER = "x-kova-session";
+
+function bad(message: string, param?: string): GatewayHttpError {
+  return new GatewayHttpError(400, GatewayErrorCode.BAD_REQUEST, message, { data: param ? { param } : undefined });
+}
+
+function contentText(content: unknown, i: number): string {
+  if (typeof content === "string") return content;
+  if (content === null || content === undefined) return "";
+  if (Array.isArray(content)) {
+    return content
+      .map((p, j) => {
+        if (p && typeof p === "object" && (p as { type?: unknown }).type === "text" && typeof (p as { text?: unknown }).text === "string") return (p as { text: string }).text;
+        throw bad(`messages[${i}].content[${j}]: only text parts are accepted`, `messages[${i}].content`);
+      })
+      .join("");
+  }
+  throw bad(`messages[${i}].content must be a string or an array of text parts`, `messages[${i}].content`);
+}
+
+/** The run a chat request stands for, or a 400 naming the field at fault. */
+export function chatRun(req: Request, timeoutMs: number): RunRequest & { stream: boolean; includeUsage: boolean } {
+  const body = req.body as Record<string, unknown> | undefined;
+  if (!body || typeof body !== "object" || Array.isArray(body)) throw bad("the body must be a JSON object (a chat completion request)");
+  const model = body.model;
+  if (typeof model !== "string" || model.length === 0) throw bad("model is required: the id of the Kova agent to talk to (GET /v1/models lists them)", "model");
+  if (!isValidId(model)) throw new GatewayHttpError(404, "model_not_found", `the model ${JSON.stringify(model)} does not exist: models are Kova agent ids`, { data: { param: "model" } });
+  const messages = body.messages;
+  if (!Array.isArray(messages) || messages.length === 0) throw bad("messages must be a non-empty array", "messages");
+  const turns = (messages as ChatMessage[]).map((m, i) => {
+    if (!m || typeof m !== "object" || typeof m.role !== "string") throw bad(`messages[${i}].role is required`, `messages[${i}].role`);
+    return { role: m.role, text: contentText(m.content, i) };
+  });
+  const lastUser = [...turns].reverse().find((t) => t.role === "user");
+  if (!lastUser || lastUser.text.trim() === "") throw bad("messages needs a user message with text", "messages");
+  const named = req.header(SESSION_HEADER) ?? (typeof body.user === "string" && body.user.length > 0 ? body.user : undefined);
+  const maxTokens = typeof body.max_completion_tokens === "number" ? body.max_completion_tokens : typeof body.max_tokens === "number" ? body.max_tokens : undefined;
+  const runId = newId();
+  const streamOptions = body.stream_options as { include_usage?: unknown } | undefined;
+  const run: RunRequest & { stream: boolean; includeUsage: boolean } = {
+    agentId: model,
+    kind: named ? "agent.chat" : "task_delegate",
+    input: named || turns.length === 1 ? lastUser.text : turns.map((t) => `${t.role}: ${t.text}`).join("\n\n"),
+    sessionId: named ? sessionIdFor(named) : newId(),
+    runId,
+    timeoutMs,
+    stream: body.stream === true,
+    includeUsage: streamOptions?.include_usage === true,
+  };
+  if (maxTokens !== undefined) run.constraints = { max_tokens: maxTokens };
+  return run;
+}
+
+function usageBody(u: RunUsage) {
+  return { prompt_tokens: u.inputTokens, completion_tokens: u.outputTokens, total_tokens: u.inputTokens + u.outputTokens, ...(u.costUsd !== undefined ? { cost_usd: u.costUsd } : {}) };
+}
+
+export function listModels(deps: Pick<OpenAiDeps, "registry">, req: Request, res: Response): void {
+  const data = deps.registry
+    .list()
+    .filter((r) => r.desired !== "killed" && mayUse(req.principal, r.id))
+    .sort((a, b) => a.id.localeCompare(b.id))
+    .map((r) => ({ id: r.id, object: "model", created: Math.floor(r.updatedAt / 1000), owned_by: "kova", kova: { type: r.type, capabilities: r.capabilities, state: r.state, node: r.node } }));
+  res.json({ object: "list", data });
+}
+
+export async function chatCompletions(deps: OpenAiDeps, req: Request, res: Response): Promise<void> {
+  const run = chatRun(req, deps.taskTimeoutMs);
+  requireAgent(req.principal, run.agentId);
+  try {
+    deps.runs.agent(run.agentId);
+  } catch (err) {
+    if (err instanceof GatewayHttpError) throw new GatewayHttpError(404, "model_not_found", err.message, { data: { param: "model" } });
+    throw err;
+  }
+  const id = `chatcmpl-${run.runId}`;
+  const created = Math.floor(Date.now() / 1000);
+  res.setHeader("X-Kova-Run-Id", run.runId);
+  res.setHeader("X-Kova-Session-Id", run.sessionId);
+  if (!run.stream) {
+    const outcome = await deps.runs.run(run);
+    if (outcome.status !== "completed") {
+      throw new GatewayHttpError(502, outcome.error?.code ?? (outcome.status === "cancelled" ? "RUN_CANCELLED" : GatewayErrorCode.RUN_FAILED), `agent ${run.agentId}: the run ended ${outcome.status}${outcome.error ? `: ${outcome.error.message}` : ""}`, { data: { runId: run.runId } });
+    }
+    res.json({
+      id,
+      object: "chat.completion",
+      created,
+      model: run.agentId,
+      choices: [{ index: 0, message: { role: "assistant", content: outcome.output, refusal: null }, logprobs: null, finish_reason: "stop" }],
+      usage: usageBody(outcome.usage),
+    });
+    return;
+  }
+  await streamChat(deps, run, { id, created }, req, res);
+}
+
+async function streamChat(deps: OpenAiDeps, run: RunRequest & { includeUsage: boolean }, ids: { id: string; created: number }, req: Request, res: Response): Promise<void> {
+  const task = newTask({
+    taskId: run.runId,
+    contextId: run.sessionId,
+    message: { messageId: randomUUID(), contextId: run.sessionId, taskId: run.runId, role: Role.ROLE_USER, parts: [textPart(run.input)], metadata: {}, extensions: [], referenceTaskIds: [] },
+    meta: { agentId: run.agentId, sessionId: run.sessionId, runId: run.runId, owner: req.principal?.name ?? "anonymous" },
+  });
+  const live = deps.tracker.start(task, run, { persist: false });
+  // An approval wait is part of the run here: the stream goes on until the answer.
+  const updates = live.updates("terminal");
+  res.status(200);
+  res.setHeader("Content-Type", "text/event-stream");
+  res.setHeader("Cache-Control", "no-cache");
+  res.setHeader("X-Accel-Buffering", "no");
+  res.flushHeaders();
+  const chunk = (delta: Record<string, unknown>, finish: string | null, extra: Record<string, unknown> = {}) =>
+    `data: ${JSON.stringify({ id: ids.id, object: "chat.completion.chunk", created: ids.created, model: run.agentId, choices: [{ index: 0, delta, logprobs: null, finish_reason: finish }], ...extra })}\n\n`;
+  let closed = false;
+  res.on("close", () => {
+    closed = true;
+    void updates.return(undefined);
+  });
+  res.write(chunk({ role: "assistant", content: "" }, null));
+  let streamed = "";
+  for await (const u of updates) {
+    if (closed) break;
+    const p = u.payload;
+    if (p?.$case === "artifactUpdate") {
+      const text = p.value.artifact?.parts.map((x) => (x.content?.$case === "text" ? x.content.value : "")).join("") ?? "";
+      // The last chunk carries the whole answer: send what the tokens did not.
+      const delta = p.value.lastChunk ? (text.startsWith(streamed) ? text.slice(streamed.length) : "") : text;
+      if (!p.value.lastChunk) streamed += text;
+      if (delta.length > 0) res.write(chunk({ content: delta }, null));
+    }
+  }
+  if (closed) return;
+  const state = live.projection;
+  const meta = kovaMeta(state.task);
+  if (!state.terminal || state.task.status?.state !== TaskState.TASK_STATE_COMPLETED) {
+    const err = meta.error ?? { code: GatewayErrorCode.RUN_FAILED, message: state.terminal ? "the run did not complete" : "the run stopped without an answer" };
+    res.write(`data: ${JSON.stringify({ error: { message: `agent ${run.agentId}: ${err.message}`, type: "server_error", code: err.code } })}\n\n`);
+  } else {
+    res.write(chunk({}, "stop"));
+    if (run.includeUsage) {
+      res.write(`data: ${JSON.stringify({ id: ids.id, object: "chat.completion.chunk", created: ids.created, model: run.agentId, choices: [], usage: usageBody(meta.usage ?? { inputTokens: 0, outputTokens: 0 }) })}\n\n`);
+    }
+  }
+  res.write("data: [DONE]\n\n");
+  res.end();
+}

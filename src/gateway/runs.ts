@@ -1,0 +1,159 @@
+import { DeliverPolicy, type ConsumerMessages } from "@nats-io/jetstream";
+import { isKovaError, KovaError } from "../core/errors.js";
+import { newId } from "../core/ids.js";
+import type { Logger } from "../core/logger.js";
+import { ActorErrorCode } from "../actors/errors.js";
+import { BusErrorCode, createEnvelope, type Bus, type KovaEvent } from "../bus/index.js";
+import { controlRequest, nodeSubject, type SignalReply } from "../node/control.js";
+import type { AgentRegistry } from "../node/registry.js";
+import { GatewayErrorCode, GatewayHttpError } from "./errors.js";
+import { usageOf, zeroUsage, type RunOutcome } from "./task-projection.js";
+
+/** What the gateway asks an agent to do: one run, under ids the gateway chose. */
+export interface RunRequest {
+  agentId: string;
+  /** `task_delegate` for a one-shot task; `agent.chat` continues the session's conversation. */
+  kind: "task_delegate" | "agent.chat";
+  input: string;
+  sessionId: string;
+  runId: string;
+  /** How long the run may take (the message's deadline too). */
+  timeoutMs: number;
+  constraints?: { max_tokens?: number };
+  traceId?: string;
+}
+
+/** One event of a run with its position in the events stream. */
+export interface RunEvent {
+  seq: number;
+  event: KovaEvent;
+  /** Events of the run stored after this one (0: this is the newest). */
+  pending: number;
+}
+
+export interface FollowOptions {
+  /** Stream sequence to start after (0: from the run's first event). */
+  afterSeq?: number;
+  signal?: AbortSignal;
+}
+
+/**
+ * The gateway's side of the agent protocol (docs/protocol.md, "Agent runs"): send the
+ * message that starts a run, read the run's events from the EVENTS stream, interrupt it.
+ * It knows nothing of HTTP; the A2A, OpenAI and web front ends share it.
+ */
+export class RunClient {
+  constructor(
+    private readonly bus: Bus,
+    private readonly registry: AgentRegistry,
+    private readonly log: Logger,
+  ) {}
+
+  /**
+   * The agent's record, checked before anything is sent.
+   * @throws GatewayHttpError 404 naming the agent when the cluster has no such agent (or it was killed)
+   */
+  agent(agentId: string) {
+    const record = this.registry.get(agentId);
+    if (!record || record.desired === "killed") {
+      throw new GatewayHttpError(404, BusErrorCode.UNKNOWN_AGENT, `no agent ${JSON.stringify(agentId)} in cluster ${this.bus.cluster}: GET /v1/models or /agents lists the agents`, { data: { agentId } });
+    }
+    return record;
+  }
+
+  /**
+   * Sends the message that starts the run (durable: it is processed even if this gateway
+   * goes away) and resolves with the agent's reply. Never rejects: a failure to send, an
+   * error reply or a timeout become a failed (or cancelled) outcome.
+   */
+  run(req: RunRequest): Promise<RunOutcome> {
+    const payload =
+      req.kind === "agent.chat"
+        ? { message: req.input, sessionId: req.sessionId, runId: req.runId }
+        : { input: req.input, sessionId: req.sessionId, runId: req.runId, ...(req.constraints ? { constraints: req.constraints } : {}) };
+    const env = createEnvelope({
+      id: newId(),
+      from: this.bus.clientId,
+      to: req.agentId,
+      type: req.kind,
+      payload,
+      ...(req.traceId ? { traceId: req.traceId } : {}),
+    });
+    return this.bus.ask<unknown>(env, { timeoutMs: req.timeoutMs, checkAgent: false }).then(
+      (reply) => outcomeOf(reply.payload),
+      (err: unknown) => failureOf(err),
+    );
+  }
+
+  /**
+   * A run's events, in order, from the EVENTS stream (so a follower that starts late, on
+   * another replica or after a restart, misses nothing); ends when the run's
+   * `run_stream_end` arrives or `signal` aborts.
+   */
+  async *follow(sessionId: string, runId: string, opts: FollowOptions = {}): AsyncGenerator<RunEvent> {
+    const subject = this.bus.subjects.events(sessionId, runId);
+    const consumer = await this.bus.js.consumers.get(this.bus.subjects.streams.events, {
+      filter_subjects: subject,
+      ...(opts.afterSeq ? { deliver_policy: DeliverPolicy.StartSequence, opt_start_seq: opts.afterSeq + 1 } : {}),
+    });
+    const messages: ConsumerMessages = await consumer.consume({ max_messages: 256 });
+    const stop = () => messages.stop();
+    opts.signal?.addEventListener("abort", stop, { once: true });
+    try {
+      if (opts.signal?.aborted) return;
+      for await (const m of messages) {
+        let event: KovaEvent;
+        try {
+          event = m.json<KovaEvent>();
+        } catch {
+          this.log.debug({ subject }, "skipped a message that is not a Kova event");
+          continue;
+        }
+        yield { seq: m.seq, event, pending: m.info.pending };
+        if (event.type === "run_stream_end") return;
+      }
+    } finally {
+      opts.signal?.removeEventListener("abort", stop);
+      stop();
+    }
+  }
+
+  /** Stream sequence of the run's newest stored event (0: none yet). */
+  async lastSeq(sessionId: string, runId: string): Promise<number> {
+    const m = await this.bus.jsm.streams.getMessage(this.bus.subjects.streams.events, { last_by_subj: this.bus.subjects.events(sessionId, runId) });
+    return m?.seq ?? 0;
+  }
+
+  /**
+   * Interrupts the agent's current run (the node's `interrupt` signal): its model call is
+   * aborted and the run ends `cancelled`.
+   * @throws KovaError NOT_HOSTED when the agent is not placed on a node right now
+   */
+  async interrupt(agentId: string): Promise<SignalReply> {
+    const record = this.agent(agentId);
+    if (!record.node) throw new KovaError(ActorErrorCode.NOT_HOSTED, `agent ${agentId} is not hosted on any node right now; retry when it is placed`, { retryable: true });
+    return controlRequest<SignalReply>(this.bus.nc, nodeSubject(this.bus.cluster, record.node, "signal"), { actorId: agentId, signal: "interrupt" });
+  }
+}
+
+/** Reads an agent's `result_notify` payload; a plain actor's reply becomes its JSON text. */
+export function outcomeOf(payload: unknown): RunOutcome {
+  const p = (payload ?? {}) as Record<string, unknown>;
+  if (p.status === "completed" || p.status === "failed" || p.status === "cancelled") {
+    const out: RunOutcome = {
+      status: p.status,
+      output: typeof p.output === "string" ? p.output : JSON.stringify(p.output ?? ""),
+      usage: usageOf(p.usage) ?? zeroUsage(),
+    };
+    const e = p.error as { code?: unknown; message?: unknown } | undefined;
+    if (e && typeof e === "object") out.error = { code: String(e.code ?? "RUN_FAILED"), message: String(e.message ?? "") };
+    return out;
+  }
+  return { status: "completed", output: typeof payload === "string" ? payload : JSON.stringify(payload ?? null), usage: zeroUsage() };
+}
+
+function failureOf(err: unknown): RunOutcome {
+  if (isKovaError(err, ActorErrorCode.INTERRUPTED)) return { status: "cancelled", output: "", usage: zeroUsage() };
+  const code = isKovaError(err) ? err.code : GatewayErrorCode.RUN_FAILED;
+  return { status: "failed", output: "", usage: zeroUsage(), error: { code, message: err instanceof Error ? err.message : String(err) } };
+}

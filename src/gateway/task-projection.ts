@@ -1,0 +1,245 @@
+import { randomUUID } from "node:crypto";
+import { Role, TaskState, type Message, type Part, type StreamResponse, type Task } from "@a2a-js/sdk";
+import type { KovaEvent } from "../bus/index.js";
+
+/**
+ * A Kova run seen as an A2A task. The run's events on NATS are the source of truth; this
+ * folds them, one at a time, into the task and the stream updates A2A clients see. Every
+ * gateway replica folds the same events into the same task, which is why any replica can
+ * answer for any task, and why one that restarts picks a running task up again.
+ *
+ * | Kova event | A2A |
+ * | --- | --- |
+ * | (message stored) | `submitted` |
+ * | `run_started`, `tool_call`, `tool_result`, anything after an approval | `working` (tool steps as status messages) |
+ * | `token` | artifact update, appended to the `answer` artifact |
+ * | `approval_requested` | `input_required` |
+ * | `run_completed` | `answer` artifact (whole) + `completed` |
+ * | `run_failed` | `failed` |
+ * | `run_cancelled` | `canceled` |
+ * | `run_stream_end {status}` | the terminal state of `status` when none came before |
+ */
+
+/** What the gateway keeps in `task.metadata.kova`. */
+export interface KovaTaskMeta {
+  agentId: string;
+  sessionId: string;
+  runId: string;
+  owner: string;
+  usage?: RunUsage;
+  error?: { code: string; message: string };
+}
+
+export interface RunUsage {
+  inputTokens: number;
+  outputTokens: number;
+  costUsd?: number;
+}
+
+/** The agent's reply to the message that started the run (`result_notify`), as the gateway reads it. */
+export interface RunOutcome {
+  status: "completed" | "failed" | "cancelled";
+  output: string;
+  usage: RunUsage;
+  error?: { code: string; message: string };
+}
+
+export const TERMINAL_STATES: readonly TaskState[] = [
+  TaskState.TASK_STATE_COMPLETED,
+  TaskState.TASK_STATE_FAILED,
+  TaskState.TASK_STATE_CANCELED,
+  TaskState.TASK_STATE_REJECTED,
+];
+
+export function isTerminal(state: TaskState | undefined): boolean {
+  return state !== undefined && TERMINAL_STATES.includes(state);
+}
+
+export function textPart(text: string): Part {
+  return { content: { $case: "text", value: text }, mediaType: "text/plain", filename: "", metadata: {} };
+}
+
+export function dataPart(value: unknown): Part {
+  return { content: { $case: "data", value }, mediaType: "application/json", filename: "", metadata: {} };
+}
+
+/** The text of a message's text parts (data parts as JSON), joined by newlines. */
+export function messageText(m: Message | undefined): string {
+  const out: string[] = [];
+  for (const p of m?.parts ?? []) {
+    if (p.content?.$case === "text") out.push(p.content.value);
+    else if (p.content?.$case === "data") out.push(JSON.stringify(p.content.value));
+  }
+  return out.join("\n");
+}
+
+export function agentMessage(task: Pick<Task, "id" | "contextId">, parts: Part[]): Message {
+  return { messageId: randomUUID(), contextId: task.contextId, taskId: task.id, role: Role.ROLE_AGENT, parts, metadata: {}, extensions: [], referenceTaskIds: [] };
+}
+
+export function kovaMeta(task: Task): KovaTaskMeta {
+  return (task.metadata?.kova ?? {}) as KovaTaskMeta;
+}
+
+/** A new task for a run, `submitted`, with the caller's message as its history. */
+export function newTask(opts: { taskId: string; contextId: string; message: Message; meta: KovaTaskMeta }): Task {
+  return {
+    id: opts.taskId,
+    contextId: opts.contextId,
+    status: { state: TaskState.TASK_STATE_SUBMITTED, message: undefined, timestamp: new Date().toISOString() },
+    artifacts: [],
+    history: [{ ...opts.message, taskId: opts.taskId, contextId: opts.contextId }],
+    metadata: { kova: opts.meta },
+  };
+}
+
+export function answerArtifactId(task: Task): string {
+  return `${task.id}-answer`;
+}
+
+/** Folds a run's events into its task; each call returns the stream updates it caused. */
+export class TaskProjection {
+  /** Text streamed so far (tokens), replaced by the final output. */
+  private streamed = "";
+  /** Set by a state change not yet saved to the store. */
+  dirty = false;
+
+  constructor(readonly task: Task) {}
+
+  get state(): TaskState {
+    return this.task.status?.state ?? TaskState.TASK_STATE_UNSPECIFIED;
+  }
+
+  get terminal(): boolean {
+    return isTerminal(this.state);
+  }
+
+  /** An A2A client stops listening here: a final state, or one that waits for the user. */
+  get settled(): boolean {
+    return this.terminal || this.state === TaskState.TASK_STATE_INPUT_REQUIRED;
+  }
+
+  private setState(state: TaskState, message?: Message): StreamResponse {
+    this.task.status = { state, message, timestamp: new Date().toISOString() };
+    this.dirty = true;
+    return { payload: { $case: "statusUpdate", value: { taskId: this.task.id, contextId: this.task.contextId, status: this.task.status, metadata: {} } } };
+  }
+
+  private meta(): KovaTaskMeta {
+    const m = kovaMeta(this.task);
+    this.task.metadata = { ...this.task.metadata, kova: m };
+    return m;
+  }
+
+  /** Applies one event of the run; events after a terminal state change nothing. */
+  apply(event: KovaEvent): StreamResponse[] {
+    if (this.terminal) return [];
+    const data = (event.data ?? {}) as Record<string, unknown>;
+    const out: StreamResponse[] = [];
+    const working = () => {
+      if (this.state !== TaskState.TASK_STATE_WORKING) out.push(this.setState(TaskState.TASK_STATE_WORKING));
+    };
+    switch (event.type) {
+      case "run_started":
+        working();
+        break;
+      case "token": {
+        working();
+        const text = typeof data.text === "string" ? data.text : "";
+        if (text.length === 0) break;
+        const first = this.streamed.length === 0;
+        this.streamed += text;
+        out.push({
+          payload: {
+            $case: "artifactUpdate",
+            value: {
+              taskId: this.task.id,
+              contextId: this.task.contextId,
+              artifact: { artifactId: answerArtifactId(this.task), name: "answer", description: "", parts: [textPart(text)], metadata: {}, extensions: [] },
+              append: !first,
+              lastChunk: false,
+              metadata: {},
+            },
+          },
+        });
+        break;
+      }
+      case "model_call": {
+        const usage = data.usage as Partial<RunUsage> | undefined;
+        if (usage) {
+          const m = this.meta();
+          m.usage = addUsage(m.usage, usage);
+        }
+        break;
+      }
+      case "tool_call":
+      case "tool_result": {
+        const what = event.type === "tool_call" ? `calling tool ${String(data.tool)}` : `tool ${String(data.tool)} ${data.ok === false ? "failed" : "returned"}`;
+        out.push(this.setState(TaskState.TASK_STATE_WORKING, agentMessage(this.task, [textPart(what), dataPart({ kovaEvent: event.type, ...data })])));
+        break;
+      }
+      case "approval_requested":
+        out.push(this.setState(TaskState.TASK_STATE_INPUT_REQUIRED, agentMessage(this.task, [textPart(`approval needed${data.tool ? ` for tool ${String(data.tool)}` : ""}`), dataPart({ kovaEvent: event.type, ...data })])));
+        break;
+      case "run_completed":
+        out.push(...this.finish({ status: "completed", output: typeof data.output === "string" ? data.output : JSON.stringify(data.output ?? ""), usage: usageOf(data.usage) ?? this.meta().usage ?? zeroUsage() }));
+        break;
+      case "run_failed": {
+        const err = (data.error ?? {}) as { code?: string; message?: string };
+        out.push(...this.finish({ status: "failed", output: "", usage: this.meta().usage ?? zeroUsage(), error: { code: err.code ?? "RUN_FAILED", message: err.message ?? "the run failed" } }));
+        break;
+      }
+      case "run_cancelled":
+        out.push(...this.finish({ status: "cancelled", output: "", usage: this.meta().usage ?? zeroUsage() }));
+        break;
+      case "run_stream_end": {
+        const status = data.status === "completed" || data.status === "failed" || data.status === "cancelled" ? data.status : "failed";
+        out.push(...this.finish({ status, output: this.streamed, usage: this.meta().usage ?? zeroUsage() }));
+        break;
+      }
+      default:
+        // child_run_linked and events of newer agents: recorded by the run tree, not the task.
+        if (this.state === TaskState.TASK_STATE_INPUT_REQUIRED) working();
+    }
+    return out;
+  }
+
+  /** Ends the task from the agent's reply (or the events' terminal event). */
+  finish(outcome: RunOutcome): StreamResponse[] {
+    if (this.terminal) return [];
+    const m = this.meta();
+    m.usage = outcome.usage;
+    const out: StreamResponse[] = [];
+    if (outcome.status === "completed") {
+      const artifact = { artifactId: answerArtifactId(this.task), name: "answer", description: "", parts: [textPart(outcome.output)], metadata: {}, extensions: [] };
+      this.task.artifacts = [artifact];
+      out.push({ payload: { $case: "artifactUpdate", value: { taskId: this.task.id, contextId: this.task.contextId, artifact, append: false, lastChunk: true, metadata: {} } } });
+      out.push(this.setState(TaskState.TASK_STATE_COMPLETED, agentMessage(this.task, [textPart(outcome.output)])));
+    } else if (outcome.status === "cancelled") {
+      out.push(this.setState(TaskState.TASK_STATE_CANCELED, agentMessage(this.task, [textPart("the run was cancelled")])));
+    } else {
+      m.error = outcome.error ?? { code: "RUN_FAILED", message: "the run failed" };
+      out.push(this.setState(TaskState.TASK_STATE_FAILED, agentMessage(this.task, [textPart(`${m.error.code}: ${m.error.message}`)])));
+    }
+    return out;
+  }
+}
+
+export function zeroUsage(): RunUsage {
+  return { inputTokens: 0, outputTokens: 0 };
+}
+
+export function usageOf(raw: unknown): RunUsage | undefined {
+  if (typeof raw !== "object" || raw === null) return undefined;
+  const u = raw as Record<string, unknown>;
+  const n = (v: unknown) => (typeof v === "number" && Number.isFinite(v) ? v : 0);
+  const out: RunUsage = { inputTokens: n(u.inputTokens), outputTokens: n(u.outputTokens) };
+  if (typeof u.costUsd === "number") out.costUsd = u.costUsd;
+  return out;
+}
+
+function addUsage(a: RunUsage | undefined, b: Partial<RunUsage>): RunUsage {
+  const out: RunUsage = { inputTokens: (a?.inputTokens ?? 0) + (b.inputTokens ?? 0), outputTokens: (a?.outputTokens ?? 0) + (b.outputTokens ?? 0) };
+  if (a?.costUsd !== undefined || b.costUsd !== undefined) out.costUsd = (a?.costUsd ?? 0) + (b.costUsd ?? 0);
+  return out;
+}

@@ -1,0 +1,211 @@
+import type { StreamResponse, Task } from "@a2a-js/sdk";
+import type { Logger } from "../core/logger.js";
+import type { RunClient, RunRequest } from "./runs.js";
+import { kovaMeta, TaskProjection, type RunOutcome } from "./task-projection.js";
+import type { NatsTaskStore } from "./task-store.js";
+
+type Listener = (update: StreamResponse | undefined) => void;
+
+/**
+ * One task this gateway replica is watching: it folds the run's events (read from the
+ * EVENTS stream) into the task, saves each state change to the task store, and hands the
+ * updates to the clients streaming it. A task is watched by the replica that started it,
+ * and by any replica a client asks about a task that is still running (a subscribe, a
+ * get): those replay the run's events from its first one, so they reach the same task.
+ */
+export class LiveTask {
+  readonly projection: TaskProjection;
+  private readonly listeners = new Set<Listener>();
+  private readonly abort = new AbortController();
+  private caughtUp = false;
+  private readonly caughtUpWaiters = new Set<() => void>();
+  private lastSeq = 0;
+  /** Resolves when the task is terminal (or the tracker stopped). */
+  readonly done: Promise<void>;
+
+  constructor(
+    initial: Task,
+    private readonly runs: RunClient,
+    private readonly store: NatsTaskStore | undefined,
+    private readonly log: Logger,
+    private readonly onEnd: () => void,
+  ) {
+    this.projection = new TaskProjection(initial);
+    this.done = this.followEvents().finally(() => {
+      this.markCaughtUp();
+      for (const l of this.listeners) l(undefined);
+      this.listeners.clear();
+      this.onEnd();
+    });
+  }
+
+  get task(): Task {
+    return this.projection.task;
+  }
+
+  private async followEvents(): Promise<void> {
+    const m = kovaMeta(this.projection.task);
+    try {
+      for await (const { seq, event, pending } of this.runs.follow(m.sessionId, m.runId, { signal: this.abort.signal })) {
+        this.lastSeq = seq;
+        this.emit(this.projection.apply(event));
+        if (pending === 0) this.markCaughtUp();
+        if (this.caughtUp) await this.save();
+        if (this.projection.terminal) return;
+      }
+    } catch (err) {
+      if (!this.abort.signal.aborted) this.log.warn({ err, taskId: this.task.id }, "stopped following a run's events");
+    }
+  }
+
+  private markCaughtUp(): void {
+    if (this.caughtUp) return;
+    this.caughtUp = true;
+    for (const w of this.caughtUpWaiters) w();
+    this.caughtUpWaiters.clear();
+  }
+
+  /** Resolves once the replay reached the stream's end (or after `timeoutMs`). */
+  whenCaughtUp(timeoutMs: number): Promise<void> {
+    if (this.caughtUp) return Promise.resolve();
+    return new Promise((resolve) => {
+      const t = setTimeout(done, timeoutMs);
+      function done() {
+        clearTimeout(t);
+        resolve();
+      }
+      this.caughtUpWaiters.add(done);
+    });
+  }
+
+  private async save(): Promise<void> {
+    const store = this.store;
+    if (!this.projection.dirty || !store) return;
+    this.projection.dirty = false;
+    await store.saveProgress(this.projection.task).catch((err: unknown) => {
+      this.projection.dirty = true;
+      this.log.warn({ err, taskId: this.task.id }, "could not save the task; the next change retries");
+    });
+  }
+
+  private emit(updates: StreamResponse[]): void {
+    for (const u of updates) for (const l of this.listeners) l(u);
+  }
+
+  /**
+   * The agent's reply to the run's message arrived. Its events normally came first (the
+   * agent emits `run_completed` before it replies); when they have not been read yet, the
+   * reply ends the task after a short grace, so an actor that emits no events at all
+   * still completes its task.
+   */
+  async settle(outcome: RunOutcome, lastSeq: number, graceMs: number): Promise<void> {
+    const deadline = performance.now() + graceMs;
+    while (!this.projection.terminal && this.lastSeq < lastSeq && performance.now() < deadline) {
+      await new Promise((r) => setTimeout(r, 10));
+    }
+    if (!this.projection.terminal) {
+      this.emit(this.projection.finish(outcome));
+      this.abort.abort();
+    }
+    await this.save();
+  }
+
+  /** Updates from now on; `undefined` marks the end (terminal, or the tracker stopped). */
+  listen(listener: Listener): () => void {
+    if (this.projection.terminal) {
+      listener(undefined);
+      return () => undefined;
+    }
+    this.listeners.add(listener);
+    return () => this.listeners.delete(listener);
+  }
+
+  /**
+   * The updates from this call on, until the task settles (terminal or waiting for input)
+   * or the caller stops iterating. It listens at once, before the caller iterates, so a
+   * snapshot sent first misses nothing that happens meanwhile.
+   */
+  updates(until: "settled" | "terminal" = "settled"): AsyncGenerator<StreamResponse> {
+    const queue: Array<StreamResponse | undefined> = [];
+    let wake: (() => void) | undefined;
+    const off = this.listen((u) => {
+      queue.push(u);
+      wake?.();
+    });
+    const projection = this.projection;
+    return (async function* () {
+      try {
+        for (;;) {
+          while (queue.length === 0) await new Promise<void>((r) => (wake = r));
+          wake = undefined;
+          const u = queue.shift();
+          if (u === undefined) return;
+          yield u;
+          if ((until === "settled" ? projection.settled : projection.terminal) && queue.length === 0) return;
+        }
+      } finally {
+        off();
+      }
+    })();
+  }
+
+  /** The stream position of the last event folded in (for tests and diagnostics). */
+  get position(): number {
+    return this.lastSeq;
+  }
+
+  stop(): void {
+    this.abort.abort();
+  }
+}
+
+/** The tasks this replica watches, by task id. */
+export class TaskTracker {
+  private readonly live = new Map<string, LiveTask>();
+  constructor(
+    private readonly runs: RunClient,
+    private readonly store: NatsTaskStore,
+    private readonly log: Logger,
+  ) {}
+
+  get(taskId: string): LiveTask | undefined {
+    return this.live.get(taskId);
+  }
+
+  /** Watches a task (a new one, or one another replica started), unless already watched. */
+  watch(task: Task): LiveTask {
+    const existing = this.live.get(task.id);
+    if (existing) return existing;
+    const lt = new LiveTask(task, this.runs, this.store, this.log, () => {
+      if (this.live.get(task.id) === lt) this.live.delete(task.id);
+    });
+    this.live.set(task.id, lt);
+    return lt;
+  }
+
+  /**
+   * Starts a run for a new (already saved) task and watches it: the run's message is sent
+   * durably, and the agent's reply settles the task if its events did not.
+   */
+  start(task: Task, req: RunRequest, opts: { graceMs?: number; persist?: boolean } = {}): LiveTask {
+    // An OpenAI-style call keeps no task: it is watched for its stream only.
+    const lt = opts.persist === false ? new LiveTask(task, this.runs, undefined, this.log, () => undefined) : this.watch(task);
+    const m = kovaMeta(task);
+    void this.runs
+      .run(req)
+      .then(async (outcome) => lt.settle(outcome, await this.runs.lastSeq(m.sessionId, m.runId).catch(() => Number.MAX_SAFE_INTEGER), opts.graceMs ?? 2000))
+      .catch((err: unknown) => this.log.warn({ err, taskId: task.id }, "could not settle a task from its reply"));
+    return lt;
+  }
+
+  get size(): number {
+    return this.live.size;
+  }
+
+  /** Stops watching everything (a gateway stop): tasks stay as saved, and any replica resumes them. */
+  async stop(): Promise<void> {
+    const all = [...this.live.values()];
+    for (const lt of all) lt.stop();
+    await Promise.all(all.map((lt) => lt.done));
+  }
+}

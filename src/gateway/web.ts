@@ -1,0 +1,132 @@
+import { Kvm } from "@nats-io/kv";
+import type { Express, Request, Response } from "express";
+import { isValidId } from "../core/ids.js";
+import type { Logger } from "../core/logger.js";
+import type { Bus, KovaEvent } from "../bus/index.js";
+import { nodesBucket, type NodeRecord } from "../node/membership.js";
+import type { AgentRegistry } from "../node/registry.js";
+import { mayUse } from "./auth.js";
+import { GatewayErrorCode, GatewayHttpError } from "./errors.js";
+import { WEB_VIEW_HTML } from "./web-page.js";
+
+/**
+ * The web view: one page (`/ui`, no build step: HTML and a little JavaScript served from
+ * here) over three JSON/SSE endpoints that read NATS directly, so any replica serves it.
+ *
+ * - `GET /ui/api/cluster`: nodes (state, heartbeat age, actors), agents (state, node,
+ *   backlog from their mailbox consumer, usage from their `info_request`), DLQ counts.
+ * - `GET /ui/api/sessions/<id>/events`: SSE of a session's events from its first one,
+ *   then live; the page folds them into the run tree.
+ */
+export interface WebViewDeps {
+  bus: Bus;
+  registry: AgentRegistry;
+  log: Logger;
+}
+
+/** Agents whose backlog and usage the cluster view asks for (the rest show the registry only). */
+const DETAIL_LIMIT = 200;
+/** A node silent this long shows as not live (the page does not know each cluster's setting). */
+const NODE_STALE_MS = 10_000;
+
+export function mountWebView(app: Express, deps: WebViewDeps): void {
+  app.get("/ui", (_req, res) => {
+    res.setHeader("Content-Type", "text/html; charset=utf-8");
+    res.setHeader("Content-Security-Policy", "default-src 'self'; script-src 'unsafe-inline'; style-src 'unsafe-inline'");
+    res.send(WEB_VIEW_HTML);
+  });
+  app.get("/ui/api/cluster", (req, res, next) => {
+    clusterView(deps, req)
+      .then((v) => res.json(v))
+      .catch(next);
+  });
+  app.get("/ui/api/sessions/:sessionId/events", (req, res, next) => {
+    sessionEvents(deps, req, res).catch(next);
+  });
+}
+
+async function clusterView(deps: WebViewDeps, req: Request) {
+  const { bus, registry } = deps;
+  const now = Date.now();
+  const nodes: Array<Record<string, unknown>> = [];
+  try {
+    const kv = await new Kvm(bus.nc).open(nodesBucket(bus.cluster));
+    const names = new Set<string>();
+    for await (const k of await kv.keys()) names.add(k);
+    for (const name of [...names].sort()) {
+      const e = await kv.get(name);
+      if (e?.operation !== "PUT") continue;
+      const r = e.json<NodeRecord>();
+      const age = Math.max(0, now - r.heartbeatAt);
+      nodes.push({ id: r.id, state: r.state, live: r.state !== "leaving" && age < NODE_STALE_MS, heartbeatAgeMs: age, actors: r.actors, version: r.version, host: r.host, startedAt: r.startedAt });
+    }
+  } catch (err) {
+    deps.log.debug({ err }, "nodes bucket not readable");
+  }
+  const records = registry
+    .list()
+    .filter((r) => r.desired !== "killed" && mayUse(req.principal, r.id))
+    .sort((a, b) => a.id.localeCompare(b.id));
+  const agents = await Promise.all(
+    records.map(async (r, i) => {
+      const out: Record<string, unknown> = { id: r.id, type: r.type, state: r.state, node: r.node, desired: r.desired, capabilities: r.capabilities };
+      if (i >= DETAIL_LIMIT) return out;
+      const [backlog, info] = await Promise.all([
+        bus.jsm.consumers.info(bus.subjects.streams.a2a, bus.subjects.consumer(r.id)).then(
+          (c) => c.num_pending + c.num_ack_pending,
+          () => null,
+        ),
+        r.node ? bus.request<Record<string, unknown>>(r.id, "info_request", {}, { timeoutMs: 500 }).catch(() => null) : Promise.resolve(null),
+      ]);
+      out.backlog = backlog;
+      if (info && typeof info === "object") {
+        if (info.usage !== undefined) out.usage = info.usage;
+        if (typeof info.model === "string") out.model = info.model;
+      }
+      return out;
+    }),
+  );
+  const dlq: Record<string, number> = {};
+  try {
+    const info = await bus.jsm.streams.info(bus.subjects.streams.dlq, { subjects_filter: ">" });
+    for (const [subject, n] of Object.entries(info.state.subjects ?? {})) dlq[subject.split(".").pop()!] = n;
+  } catch (err) {
+    deps.log.debug({ err }, "DLQ stream not readable");
+  }
+  return { cluster: bus.cluster, at: now, nodes, agents, dlq };
+}
+
+async function sessionEvents(deps: WebViewDeps, req: Request, res: Response): Promise<void> {
+  const sessionId = req.params.sessionId as string;
+  if (!isValidId(sessionId)) throw new GatewayHttpError(400, GatewayErrorCode.BAD_REQUEST, `${JSON.stringify(sessionId)} is not a session id`);
+  const { bus } = deps;
+  const consumer = await bus.js.consumers.get(bus.subjects.streams.events, { filter_subjects: `${bus.subjects.sessionEvents(sessionId)}` });
+  const messages = await consumer.consume({ max_messages: 512 });
+  res.status(200);
+  res.setHeader("Content-Type", "text/event-stream");
+  res.setHeader("Cache-Control", "no-cache");
+  res.setHeader("X-Accel-Buffering", "no");
+  res.flushHeaders();
+  // A comment line per 15 s keeps proxies from closing an idle stream.
+  const keepAlive = setInterval(() => res.write(": keep-alive\n\n"), 15_000);
+  res.on("close", () => {
+    clearInterval(keepAlive);
+    void messages.stop();
+  });
+  let caughtUp = false;
+  for await (const m of messages) {
+    let event: KovaEvent;
+    try {
+      event = m.json<KovaEvent>();
+    } catch {
+      continue;
+    }
+    // Tokens are many and the tree needs only their count: send their size, not their text.
+    const sent = event.type === "token" ? { ...event, data: { chars: String((event.data as { text?: unknown })?.text ?? "").length } } : event;
+    res.write(`data: ${JSON.stringify(sent)}\n\n`);
+    if (!caughtUp && m.info.pending === 0) {
+      caughtUp = true;
+      res.write("event: caught_up\ndata: {}\n\n");
+    }
+  }
+}

@@ -1,0 +1,45 @@
+/**
+ * Declarative workflows: definitions (TOML, JSON or code), templates and conditions, the
+ * interpreter, the run actor and its durable timers. docs/workflows.md describes them.
+ */
+export {
+  allSteps,
+  checkInput,
+  defineWorkflow,
+  loadWorkflowFile,
+  parseWorkflow,
+  parseWorkflowText,
+  WORKFLOW_DEFINITION_VERSION,
+  type AgentStep,
+  type BranchStep,
+  type ErrorStrategy,
+  type FailStep,
+  type InputSpec,
+  type InputType,
+  type LoopStep,
+  type ParallelStep,
+  type StepDef,
+  type StepType,
+  type WaitStep,
+  type WorkflowDefinition,
+} from "./definition.js";
+export { parseTemplate, renderTemplate, templateValue, type PathResolver } from "./template.js";
+export { evaluateCondition, parseCondition, truthy, type Condition } from "./condition.js";
+export {
+  emptyRunState,
+  RUN_STATE_VERSION,
+  RunEngine,
+  stepMetadata,
+  type Effect,
+  type RunState,
+  type RunStatus,
+  type SignalPayload,
+  type StartPayload,
+  type StepRecord,
+  type TaskDelegatePayload,
+  type Usage,
+} from "./engine.js";
+export { runSummary, workflowActor, type RunSummary, type WorkflowActorPorts } from "./run-actor.js";
+export { TimerService, WorkflowTimers, timersBucket, type TimerEntry, type TimerServiceOptions } from "./timers.js";
+export { assertRunId, MAX_RUN_ID, newRunId, parseSignal, WORKFLOW_ACTOR_TYPE, WorkflowMessageType } from "./protocol.js";
+export { TemplateError, WorkflowDefinitionError, WorkflowErrorCode, WorkflowInputError } from "./errors.js";

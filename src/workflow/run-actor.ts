@@ -1,0 +1,195 @@
+import { toWire, type WireError } from "../core/errors.js";
+import { isValidId } from "../core/ids.js";
+import { defineActor, type ActorContext, type ActorDefinition } from "../actors/index.js";
+import { checkInput, parseWorkflow } from "./definition.js";
+import { emptyRunState, RunEngine, stepMetadata, type Effect, type RunState, type Usage } from "./engine.js";
+import { parseSignal, WORKFLOW_ACTOR_TYPE, WorkflowMessageType } from "./protocol.js";
+import type { WorkflowTimers } from "./timers.js";
+
+/**
+ * A workflow run is an actor (one per run, id = run id, type `workflow`). Every message
+ * it gets — its start, each agent's `result_notify`, signals, timers, a cancel — is one
+ * turn: the engine applies it to the run's state and starts what became ready, and the
+ * turn performs the engine's effects as journaled steps (`ctx.send` with the engine's
+ * deterministic message ids, `ctx.emit`, timer writes). The state, with every finished
+ * step's output, is the actor's checkpoint: a node killed at any point resumes the turn
+ * from its WAL, or a peer re-runs it from the last checkpoint, and in both cases the
+ * re-sent task_delegates carry the ids of the first try, so no agent runs a step twice
+ * and no finished step is started again.
+ */
+export interface WorkflowActorPorts {
+  /** The cluster's timer bucket (the node opens it once). */
+  timers: () => Promise<WorkflowTimers>;
+  /** Takes a finished run off placement (the node marks it killed and frees its consumer). */
+  retire?: (runId: string) => Promise<void>;
+}
+
+/** What `kova workflow status` shows (the run's rpc `info_request` answer). */
+export interface RunSummary {
+  runId: string;
+  workflowId: string | null;
+  sessionId: string;
+  parentRunId?: string;
+  status: RunState["status"];
+  createdAt: number;
+  endedAt?: number;
+  input: Record<string, unknown>;
+  output?: unknown;
+  error?: WireError;
+  usage: Usage;
+  steps: Array<{ key: string; id: string; type: string; status: string; attempts: number; agent?: string; durationMs?: number; error?: WireError; childRunId?: string }>;
+  /** Approval waits open now: `kova approve <runId> <approvalId>`. */
+  approvals: Array<{ approvalId: string; stepId: string }>;
+  /** Event waits open now: `kova workflow signal <runId> <event>`. */
+  events: string[];
+}
+
+export function runSummary(s: RunState): RunSummary {
+  const steps = Object.values(s.steps).map((r) => {
+    const m = stepMetadata(r);
+    return {
+      key: r.key,
+      id: r.id,
+      type: r.type,
+      status: r.status,
+      attempts: r.attempt,
+      ...(r.agent ? { agent: r.agent } : {}),
+      ...(typeof m.durationMs === "number" ? { durationMs: m.durationMs } : {}),
+      ...(r.error && r.status !== "completed" ? { error: r.error } : {}),
+      ...(r.childRunId ? { childRunId: r.childRunId } : {}),
+    };
+  });
+  const open = Object.values(s.steps).filter((r) => r.waiting && r.status === "running");
+  return {
+    runId: s.runId,
+    workflowId: s.workflow?.id ?? null,
+    sessionId: s.sessionId,
+    ...(s.parentRunId ? { parentRunId: s.parentRunId } : {}),
+    status: s.status,
+    createdAt: s.createdAt,
+    ...(s.endedAt === undefined ? {} : { endedAt: s.endedAt }),
+    input: s.input,
+    ...(s.output === undefined ? {} : { output: s.output }),
+    ...(s.error ? { error: s.error } : {}),
+    usage: s.usage,
+    steps,
+    approvals: open.filter((r) => r.approvalId).map((r) => ({ approvalId: r.approvalId!, stepId: r.id })),
+    events: open.flatMap((r) => {
+      const e = findEvent(s, r.id);
+      return e ? [e] : [];
+    }),
+  };
+}
+
+function findEvent(s: RunState, stepId: string): string | undefined {
+  const stack = [...(s.workflow?.steps ?? [])];
+  while (stack.length > 0) {
+    const d = stack.pop()!;
+    if (d.id === stepId) return d.type === "wait" && d.for === "event" ? d.event : undefined;
+    if (d.type === "parallel") stack.push(...d.branches);
+    if (d.type === "branch") stack.push(...d.whenTrue, ...d.whenFalse);
+    if (d.type === "loop") stack.push(...d.steps);
+    if (d.onError?.strategy === "fallback") stack.push(d.onError.step);
+  }
+  return undefined;
+}
+
+type Ctx = ActorContext<RunState>;
+
+async function perform(ctx: Ctx, effects: readonly Effect[], ports: WorkflowActorPorts): Promise<void> {
+  const s = ctx.state;
+  const where = { sessionId: s.sessionId, runId: s.runId, ...(s.parentRunId ? { parentRunId: s.parentRunId } : {}) };
+  for (const e of effects) {
+    switch (e.kind) {
+      case "send":
+        // No replyTo: the agent's result_notify is a durable send back to this run's inbox.
+        await ctx.send({ id: e.id, to: e.to, type: "task_delegate", payload: e.payload, correlationId: e.id });
+        break;
+      case "event":
+        await ctx.emit(e.type, { ...e.data, workflowRunId: s.runId }, where);
+        break;
+      case "timer": {
+        const timers = await ports.timers();
+        await ctx.step(`timer:${e.timerId}`, () => timers.set({ runId: s.runId, timerId: e.timerId, due: e.due }), { idempotent: true });
+        break;
+      }
+      case "clear_timers": {
+        const timers = await ports.timers();
+        await ctx.step("timers:clear", () => timers.clear(s.runId), { idempotent: true });
+        break;
+      }
+      case "retire":
+        if (ports.retire) await ctx.step("retire", () => ports.retire!(s.runId), { idempotent: true });
+        break;
+    }
+  }
+}
+
+function field(payload: unknown, name: string): unknown {
+  return typeof payload === "object" && payload !== null ? (payload as Record<string, unknown>)[name] : undefined;
+}
+
+/**
+ * The `workflow` actor type. Register it on every node that may host runs (a KovaNode
+ * does so by itself).
+ */
+export function workflowActor(ports: WorkflowActorPorts): ActorDefinition<RunState> {
+  const turn = async (ctx: Ctx, apply: (engine: RunEngine) => unknown): Promise<unknown> => {
+    if (!ctx.state.runId) ctx.state.runId = ctx.actorId;
+    const engine = new RunEngine(ctx.state, ctx.now());
+    const outcome = apply(engine);
+    engine.advance();
+    await perform(ctx, engine.effects, ports);
+    return { ...(outcome === undefined ? {} : { outcome }), run: runSummary(ctx.state) };
+  };
+
+  const start = (ctx: Ctx, engine: RunEngine): unknown => {
+    const p = ctx.message.payload;
+    const sessionId = field(p, "sessionId");
+    const parentRunId = field(p, "parentRunId");
+    const where = {
+      sessionId: isValidId(sessionId) ? sessionId : ctx.actorId,
+      ...(isValidId(parentRunId) ? { parentRunId } : {}),
+    };
+    const rawWorkflow = field(p, "workflow");
+    const workflowId = field(field(rawWorkflow, "workflow"), "id");
+    try {
+      const workflow = parseWorkflow(rawWorkflow, "workflow.start payload");
+      const input = checkInput(workflow, field(p, "input"));
+      return engine.start({ workflow, input, ...where }) ? "started" : "already started";
+    } catch (err) {
+      // A bad definition or input fails the run visibly (events, status); it is not a
+      // handler failure to retry.
+      return engine.reject({ ...where, ...(typeof workflowId === "string" ? { workflowId } : {}) }, toWire(err)) ? "rejected" : "already started";
+    }
+  };
+
+  return defineActor<RunState>({
+    type: WORKFLOW_ACTOR_TYPE,
+    capabilities: ["workflow"],
+    initialState: () => emptyRunState(""),
+    handlers: {
+      [WorkflowMessageType.start]: (ctx) => turn(ctx, (e) => start(ctx, e)),
+      result_notify: (ctx) => turn(ctx, (e) => (e.result(ctx.message.correlationId, ctx.message.payload, ctx.message.error) ? "accepted" : "ignored")),
+      [WorkflowMessageType.timer]: (ctx) => turn(ctx, (e) => {
+        const id = field(ctx.message.payload, "timerId");
+        return typeof id === "string" && e.fired(id) ? "fired" : "ignored";
+      }),
+      [WorkflowMessageType.signal]: (ctx) =>
+        turn(ctx, (e) => {
+          try {
+            return e.signal(parseSignal(ctx.message.payload), ctx.message.from);
+          } catch (err) {
+            // Bad input must not fail the run's actor: the sender hears why.
+            return { ignored: toWire(err) };
+          }
+        }),
+      [WorkflowMessageType.cancel]: (ctx) =>
+        turn(ctx, (e) => {
+          const reason = field(ctx.message.payload, "reason");
+          return e.cancel(typeof reason === "string" ? reason : undefined, ctx.message.from) ? "cancelled" : "not running";
+        }),
+    },
+    rpc: { info_request: (_env, state) => runSummary(state as RunState) },
+  });
+}

@@ -1,0 +1,183 @@
+import { describe, expect, it } from "vitest";
+import { hasNoOrphans } from "../../src/agents/index.js";
+import { defineTool } from "../../src/tools/define-tool.js";
+import { scriptedReply, startScriptedModelServer, type RecordedRequest } from "../../src/testing/index.js";
+import { startAgentRig } from "../fixtures/agents/rig.js";
+import { fileServer, uniqueCluster } from "../fixtures/bus/helpers.js";
+import { poll } from "../fixtures/poll.js";
+
+const nats = fileServer();
+
+/** The wire messages of a request in the shape hasNoOrphans reads. */
+function wireMessages(r: RecordedRequest) {
+  return r.messages.map((m) =>
+    m.role === "tool"
+      ? { role: "tool" as const, toolCallId: m.tool_call_id!, content: String(m.content) }
+      : m.role === "assistant"
+        ? { role: "assistant" as const, content: (m.content as string | null) ?? null, ...(m.tool_calls ? { toolCalls: m.tool_calls.map((c) => ({ id: c.id, name: c.function.name, arguments: c.function.arguments })) } : {}) }
+        : { role: m.role as "user", content: String(m.content) },
+  );
+}
+
+describe("agent decision loop (real NATS, WAL, openai client, scripted server)", () => {
+  it("loop - a tool loop of 3 calls (two of them in one response, run concurrently) completes with output, usage, ids and events in order", async () => {
+    await using model = await startScriptedModelServer({
+      replies: [
+        scriptedReply.toolCalls([{ name: "calculator", arguments: { expression: "2+3" } }], { usage: { inputTokens: 50, outputTokens: 10 } }),
+        scriptedReply.toolCalls(
+          [
+            { name: "calculator", arguments: { expression: "6*7" } },
+            { name: "clock_now", arguments: {} },
+          ],
+          { usage: { inputTokens: 80, outputTokens: 12 } },
+        ),
+        scriptedReply.text("The answers are 5 and 42.", { chunks: ["The answers ", "are 5 ", "and 42."], usage: { inputTokens: 120, outputTokens: 8 } }),
+      ],
+    });
+    await using rig = await startAgentRig(nats.url, uniqueCluster("al"), {
+      modelUrl: model.url,
+      agents: [{ id: "calc", model: "main", system: "You compute.", tools: ["calculator", "clock_now"], capabilities: ["math"] }],
+    });
+    const events: string[] = [];
+    const tokens: string[] = [];
+    const result = await rig.ask("calc", "What are 2+3 and 6*7?", {
+      runId: "run-1",
+      onEvent: (e) => {
+        events.push(e.type);
+        if (e.type === "token") tokens.push((e.data as { text: string }).text);
+      },
+    });
+    expect(result).toMatchObject({ output: "The answers are 5 and 42.", status: "completed", runId: "run-1", sessionId: "run-1" });
+    expect(result.usage).toEqual({ inputTokens: 250, outputTokens: 30, costUsd: expect.closeTo((250 * 1 + 30 * 2) / 1e6, 9) });
+    expect(tokens.join("")).toBe("The answers are 5 and 42.");
+    const stored = events.filter((t) => t !== "token" && t !== "model_request");
+    expect(stored[0]).toBe("run_started");
+    expect(stored.slice(-2)).toEqual(["run_completed", "run_stream_end"]);
+    expect(stored.filter((t) => t === "model_call")).toHaveLength(3);
+    expect(stored.filter((t) => t === "tool_call")).toHaveLength(3);
+    expect(stored.filter((t) => t === "tool_result")).toHaveLength(3);
+    // The model saw each tool's result, in call order, after the assistant message that asked for it.
+    const last = model.requests[2]!;
+    const toolMsgs = last.messages.filter((m) => m.role === "tool");
+    expect(toolMsgs.map((m) => JSON.parse(String(m.content)) as Record<string, unknown>)).toEqual([
+      { expression: "2+3", result: 5 },
+      { expression: "6*7", result: 42 },
+      expect.objectContaining({ timezone: "UTC" }),
+    ]);
+    expect(last.messages[0]).toMatchObject({ role: "system", content: "You compute." });
+    expect(last.tools.map((t) => t.function.name)).toEqual(["calculator", "clock_now"]);
+    for (const r of model.requests) expect(r.headers["x-kova-agent"]).toBe("calc");
+    const info = await rig.client.request<{ agentId: string; model: string; capabilities: string[]; state: string; usage: { runs: number; toolCalls: number; byTool: Record<string, { calls: number }> } }>("calc", "info_request", null);
+    expect(info).toMatchObject({ agentId: "calc", model: "main", capabilities: ["math"], state: "Idle" });
+    expect(info.usage).toMatchObject({ runs: 1, toolCalls: 3, modelCalls: 3, inputTokens: 250, outputTokens: 30 });
+    expect(info.usage.byTool.calculator!.calls).toBe(2);
+    const cap = await rig.client.request<{ capabilities: string[] }>("calc", "capability_query", null);
+    expect(cap.capabilities).toEqual(["math"]);
+  }, 30_000);
+
+  it("retries - a 429 with Retry-After and a stream cut mid-answer are retried and the run succeeds; 5 consecutive 500s end it failed with a clear error event and result", async () => {
+    await using model = await startScriptedModelServer({
+      replies: [
+        scriptedReply.error(429, { retryAfter: 1 }),
+        scriptedReply.drop(2, scriptedReply.text("never whole")),
+        scriptedReply.text("recovered"),
+        ...Array.from({ length: 5 }, () => scriptedReply.error(500, { message: "upstream broke" })),
+      ],
+    });
+    await using rig = await startAgentRig(nats.url, uniqueCluster("ar"), {
+      modelUrl: model.url,
+      models: { flaky: { model: "gpt-4o-mini", max_retries: 4 } },
+      agents: [{ id: "retrier", model: "flaky" }],
+    });
+    const t0 = performance.now();
+    const ok = await rig.ask("retrier", "hello");
+    expect(ok).toMatchObject({ status: "completed", output: "recovered" });
+    expect(performance.now() - t0).toBeGreaterThanOrEqual(950); // Retry-After: 1 was honoured
+    expect(model.requests.slice(0, 3).map((r) => r.outcome)).toEqual(["error", "drop", "completion"]);
+
+    const failed = await rig.ask("retrier", "again", { runId: "run-fail" });
+    expect(failed.status).toBe("failed");
+    expect(failed.error?.code).toBe("MODEL_CALL_FAILED");
+    expect(failed.error?.message).toContain("5 attempt(s)");
+    expect(failed.error?.message).toContain("HTTP 500");
+    expect(model.requests).toHaveLength(8);
+    const ev = await poll(() => {
+      const e = rig.eventsOf("run-fail");
+      return e.some((x) => x.type === "run_stream_end") ? e : undefined;
+    }, { timeoutMs: 5000, what: "run-fail events" });
+    const runFailed = ev.find((e) => e.type === "run_failed")!;
+    expect((runFailed.data as { error: { code: string } }).error.code).toBe("MODEL_CALL_FAILED");
+    expect(ev.at(-1)).toMatchObject({ type: "run_stream_end", data: { status: "failed" } });
+    // The agent is not Failed: the next run works.
+    model.enqueue(scriptedReply.text("fine again"));
+    expect(await rig.ask("retrier", "once more")).toMatchObject({ status: "completed", output: "fine again" });
+  }, 40_000);
+
+  it("policies - max_turns ends a run that never answers; invalid arguments are sent back for repair, then the run fails with TOOL_ARGUMENTS_INVALID", async () => {
+    await using model = await startScriptedModelServer({
+      handler: (req) => {
+        if (req.headers["x-kova-agent"] === "looper") return scriptedReply.toolCalls([{ name: "clock_now", arguments: {} }]);
+        return scriptedReply.toolCalls([{ name: "calculator", arguments: { expr: "1+1" } }]);
+      },
+    });
+    await using rig = await startAgentRig(nats.url, uniqueCluster("ap"), {
+      modelUrl: model.url,
+      agents: [
+        { id: "looper", model: "main", tools: ["clock_now"], run: { maxTurns: 3 } },
+        { id: "sloppy", model: "main", tools: ["calculator"] },
+      ],
+    });
+    const loop = await rig.ask("looper", "go");
+    expect(loop).toMatchObject({ status: "failed", error: { code: "RUN_LIMIT_EXCEEDED" } });
+    expect(loop.error!.message).toContain("max_turns");
+    expect(model.requests.filter((r) => r.headers["x-kova-agent"] === "looper")).toHaveLength(3);
+
+    const sloppy = await rig.ask("sloppy", "add");
+    expect(sloppy).toMatchObject({ status: "failed", error: { code: "TOOL_ARGUMENTS_INVALID" } });
+    const calls = model.requests.filter((r) => r.headers["x-kova-agent"] === "sloppy");
+    expect(calls).toHaveLength(3); // the first call, then two repair turns (the default budget)
+    const repair = calls[1]!.messages.at(-1)!;
+    expect(repair.role).toBe("tool");
+    expect(String(repair.content)).toContain("TOOL_ARGUMENTS_INVALID");
+    expect(String(repair.content)).toContain("$.expression");
+  }, 30_000);
+
+  it("cancel - an interrupt aborts the model call in flight and the run ends cancelled", async () => {
+    await using model = await startScriptedModelServer({ replies: [scriptedReply.text("slow answer", { latencyMs: 20_000 }), scriptedReply.text("next")] });
+    await using rig = await startAgentRig(nats.url, uniqueCluster("ac"), { modelUrl: model.url, agents: [{ id: "slow", model: "main" }] });
+    const pending = rig.ask("slow", "take your time", { runId: "run-c" });
+    await model.waitForRequests(1);
+    await rig.host.host.signal("slow", "interrupt");
+    const r = await pending;
+    expect(r).toMatchObject({ status: "cancelled", runId: "run-c", output: "" });
+    await poll(() => model.requests[0]!.clientClosed, { timeoutMs: 5000, what: "the provider request to be aborted" });
+    await poll(() => rig.eventsOf("run-c").some((e) => e.type === "run_cancelled"), { timeoutMs: 5000, what: "run_cancelled" });
+    expect(await rig.ask("slow", "again")).toMatchObject({ status: "completed", output: "next" });
+  }, 30_000);
+
+  it("tools - a tool defined in code gets the run's ids and an idempotency key; its failure goes back to the model as a structured error", async () => {
+    const seen: Array<{ runId: string; key: string }> = [];
+    const flaky = defineTool({
+      name: "lookup",
+      description: "looks things up",
+      parameters: { type: "object", properties: { q: { type: "string" } }, required: ["q"] },
+      idempotent: true,
+      run: (args: { q: string }, ctx) => {
+        seen.push({ runId: ctx.runId, key: ctx.idempotencyKey });
+        if (args.q === "bad") throw new Error("backend down");
+        return { hit: args.q };
+      },
+    });
+    await using model = await startScriptedModelServer({
+      replies: [scriptedReply.toolCalls([{ name: "lookup", arguments: { q: "bad" } }, { name: "lookup", arguments: { q: "good" } }]), scriptedReply.text("ok")],
+    });
+    await using rig = await startAgentRig(nats.url, uniqueCluster("at"), { modelUrl: model.url, tools: [flaky], agents: [{ id: "looker", model: "main", tools: ["lookup"] }] });
+    expect(await rig.ask("looker", "find", { runId: "run-t" })).toMatchObject({ status: "completed", output: "ok" });
+    expect(seen.map((s) => s.runId)).toEqual(["run-t", "run-t"]);
+    expect(new Set(seen.map((s) => s.key)).size).toBe(2);
+    const results = model.requests[1]!.messages.filter((m) => m.role === "tool").map((m) => String(m.content));
+    expect(JSON.parse(results[0]!)).toMatchObject({ error: { code: "TOOL_FAILED" } });
+    expect(JSON.parse(results[1]!)).toEqual({ hit: "good" });
+    expect(hasNoOrphans(wireMessages(model.requests[1]!))).toBe(true);
+  }, 30_000);
+});

@@ -1,0 +1,124 @@
+import { describe, expect, it } from "vitest";
+import OpenAI from "openai";
+import { scriptedReply, type ScriptedHandler } from "../../src/testing/index.js";
+import { startGatewayRig } from "../fixtures/gateway/rig.js";
+
+// The model: a user message asking to add calls the `add` tool, a tool result is
+// answered with the sum, anything else is echoed.
+const handler: ScriptedHandler = (r) => {
+  const last = r.lastMessage;
+  if (last?.role === "tool") return scriptedReply.text(`The sum is ${String(last.content)}.`, { usage: { inputTokens: 30, outputTokens: 6 } });
+  const text = String(last?.content ?? "");
+  if (text.includes("add")) return scriptedReply.toolCalls([{ name: "add", arguments: { a: 2, b: 3 } }], { usage: { inputTokens: 20, outputTokens: 4 } });
+  return scriptedReply.text(`echo: ${text} (history ${r.messages.length - 1})`, { usage: { inputTokens: 10, outputTokens: 5 } });
+};
+
+describe("gateway: OpenAI-compatible endpoint", () => {
+  it("openai - the openai client lists agents as models and chats with one that uses a tool, with and without streaming", async () => {
+    await using rig = await startGatewayRig({ handler, agents: ["helper"] });
+    const client = new OpenAI({ baseURL: `${rig.url}/v1`, apiKey: rig.key, maxRetries: 0 });
+
+    const models = await client.models.list();
+    expect(models.data.map((m) => m.id).sort()).toEqual(["coordinator", "helper"]);
+
+    const done = await client.chat.completions.create({ model: "helper", messages: [{ role: "user", content: "please add 2 and 3" }] });
+    expect(done.choices[0]?.message.content).toBe("The sum is 5.");
+    expect(done.choices[0]?.finish_reason).toBe("stop");
+    // usage is the agent's: both model calls of the run (the tool call and the answer)
+    expect(done.usage).toMatchObject({ prompt_tokens: 50, completion_tokens: 10, total_tokens: 60 });
+    // the tool call stayed inside Kova: the model saw the tool result, the client only the answer
+    const toolTurn = rig.model.requests.find((q) => q.lastMessage?.role === "tool");
+    expect(toolTurn?.lastMessage?.content).toBe("5");
+
+    const stream = await client.chat.completions.create({ model: "helper", messages: [{ role: "user", content: "add them again" }], stream: true, stream_options: { include_usage: true } });
+    const pieces: string[] = [];
+    let usage: OpenAI.CompletionUsage | undefined;
+    let finish: string | null | undefined;
+    for await (const chunk of stream) {
+      const c = chunk.choices[0];
+      if (c?.delta.content) pieces.push(c.delta.content);
+      if (c?.finish_reason) finish = c.finish_reason;
+      if (chunk.usage) usage = chunk.usage;
+    }
+    expect(pieces.join("")).toBe("The sum is 5.");
+    // tokens arrive as the model streams them: more than one piece
+    expect(pieces.length).toBeGreaterThan(1);
+    expect(finish).toBe("stop");
+    expect(usage).toMatchObject({ prompt_tokens: 50, completion_tokens: 10 });
+  }, 60_000);
+
+  it("openai - a session named by the user field keeps the conversation in the agent's memory", async () => {
+    await using rig = await startGatewayRig({ handler });
+    const client = new OpenAI({ baseURL: `${rig.url}/v1`, apiKey: rig.key, maxRetries: 0 });
+    const first = await client.chat.completions.create({ model: "helper", user: "conv-1", messages: [{ role: "user", content: "hello" }] });
+    expect(first.choices[0]?.message.content).toBe("echo: hello (history 0)");
+    const second = await client.chat.completions.create({
+      model: "helper",
+      user: "conv-1",
+      messages: [
+        { role: "user", content: "hello" },
+        { role: "assistant", content: first.choices[0]!.message.content },
+        { role: "user", content: "again" },
+      ],
+    });
+    // the agent sent its memory of the session (2 messages) and the new message
+    expect(second.choices[0]?.message.content).toBe("echo: again (history 2)");
+    const raw = await fetch(`${rig.url}/v1/chat/completions`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${rig.key}`, "content-type": "application/json", "x-kova-session": "conv-1" },
+      body: JSON.stringify({ model: "helper", messages: [{ role: "user", content: "third" }] }),
+    });
+    expect(raw.status).toBe(200);
+    expect(raw.headers.get("x-kova-session-id")).toBe("conv-1");
+    expect(((await raw.json()) as { choices: Array<{ message: { content: string } }> }).choices[0]?.message.content).toBe("echo: third (history 4)");
+  }, 60_000);
+
+  it("openai - refuses bad input and bad keys with clear errors: unknown model, no key, wrong key, forbidden agent, malformed and oversized bodies, over the rate", async () => {
+    await using rig = await startGatewayRig({ handler, keys: { narrow: ["coordinator"] }, gateway: { max_body_bytes: 4096 } });
+    const client = new OpenAI({ baseURL: `${rig.url}/v1`, apiKey: rig.key, maxRetries: 0 });
+    const unknown = await client.chat.completions.create({ model: "nobody", messages: [{ role: "user", content: "hi" }] }).catch((e: unknown) => e);
+    expect(unknown).toBeInstanceOf(OpenAI.NotFoundError);
+    expect((unknown as InstanceType<typeof OpenAI.NotFoundError>).message).toContain("nobody");
+
+    const post = (body: string, headers: Record<string, string> = {}) =>
+      fetch(`${rig.url}/v1/chat/completions`, { method: "POST", headers: { "content-type": "application/json", ...headers }, body });
+    const good = JSON.stringify({ model: "helper", messages: [{ role: "user", content: "hi" }] });
+
+    const noKey = await post(good);
+    expect(noKey.status).toBe(401);
+    expect(noKey.headers.get("www-authenticate")).toContain("Bearer");
+    expect(await noKey.json()).toMatchObject({ error: { code: "UNAUTHORIZED" } });
+
+    const wrong = await post(good, { authorization: "Bearer kova_not-a-key" });
+    expect(wrong.status).toBe(401);
+    const wrongBody = await wrong.text();
+    expect(wrongBody).not.toContain("kova_not-a-key");
+
+    const narrow = new OpenAI({ baseURL: `${rig.url}/v1`, apiKey: rig.keys.narrow!, maxRetries: 0 });
+    expect((await narrow.models.list()).data.map((m) => m.id)).toEqual(["coordinator"]);
+    const forbidden = await narrow.chat.completions.create({ model: "helper", messages: [{ role: "user", content: "hi" }] }).catch((e: unknown) => e);
+    expect(forbidden).toBeInstanceOf(OpenAI.PermissionDeniedError);
+
+    const auth = { authorization: `Bearer ${rig.key}` };
+    const malformed = await post("{not json", auth);
+    expect(malformed.status).toBe(400);
+    expect(await malformed.json()).toMatchObject({ error: { code: "BAD_REQUEST" } });
+    const noMessages = await post(JSON.stringify({ model: "helper", messages: [] }), auth);
+    expect(noMessages.status).toBe(400);
+    expect(await noMessages.json()).toMatchObject({ error: { message: expect.stringContaining("messages") } });
+    const big = await post(JSON.stringify({ model: "helper", messages: [{ role: "user", content: "x".repeat(10_000) }] }), auth);
+    expect(big.status).toBe(413);
+    expect(await big.json()).toMatchObject({ error: { code: "BODY_TOO_LARGE" } });
+  }, 60_000);
+
+  it("openai - a key over its rate gets 429 with Retry-After", async () => {
+    await using rig = await startGatewayRig({ handler, gateway: { rate_per_minute: 3 } });
+    const get = () => fetch(`${rig.url}/v1/models`, { headers: { authorization: `Bearer ${rig.key}` } });
+    const statuses = [];
+    for (let i = 0; i < 4; i++) statuses.push((await get()).status);
+    expect(statuses).toEqual([200, 200, 200, 429]);
+    const limited = await get();
+    expect(limited.headers.get("retry-after")).toMatch(/^\d+$/);
+    expect(await limited.json()).toMatchObject({ error: { code: "RATE_LIMITED" } });
+  }, 60_000);
+});
