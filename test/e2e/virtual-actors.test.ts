@@ -38,6 +38,14 @@ describe("virtual actors across node processes", () => {
     for (const n of ["n1", "n2", "n3"]) expect(perNode(n), `instances on ${n}`).toBeGreaterThan(250);
     console.log(`1,000 asks to never-seen instances: ${Math.round(askAllMs)} ms; per node ${["n1", "n2", "n3"].map(perNode).join("/")}`);
 
+    // The CLI addresses an instance by template and key, and shows the templates.
+    const cli = await tc.cli(["ask", "inst", "--key", "cli-1", "--type", "task_delegate", "--payload", "{}", "--timeout", "30000"]);
+    expect(cli.code, cli.stderr).toBe(0);
+    expect(JSON.parse(cli.stdout)).toMatchObject({ count: 1 });
+    const status = await tc.cli(["status"]);
+    expect(status.stdout).toContain("templates (virtual actors)");
+    expect(status.stdout).toMatch(/n1\s+inst\s+probe\s+\d+\s+never/);
+
     const moved = ids.filter((id) => where.get(id) === "n3");
     const killedAt = performance.now();
     tc.kill("n3");
