@@ -30,8 +30,9 @@ export async function startCluster({ nodes, heartbeatMs = 1000, staleAfterMs = 5
   const configFor = (id) => {
     const file = join(dir, `${id}.toml`);
     const lines = [
-      `[node]`, `id = "${id}"`, `data_dir = "${join(dir, id)}"`,
+      // `modules` is a top-level key: it must precede every table header.
       ...(modules.length > 0 ? [`modules = ${JSON.stringify(modules)}`] : []),
+      `[node]`, `id = "${id}"`, `data_dir = "${join(dir, id)}"`,
       `[cluster]`, `name = "${cluster}"`, `heartbeat_ms = ${heartbeatMs}`, `stale_after_ms = ${staleAfterMs}`, ...clusterToml,
       `[nats]`, `urls = ["${server.url}"]`,
       `[wal]`, `sync = "${walSync}"`,

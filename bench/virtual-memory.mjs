@@ -1,7 +1,7 @@
 // Memory of template instances (virtual actors) on 3 node processes: per active instance
 // and per registered-but-passive one, node processes and nats-server.
 //   1. activate KOVA_BENCH_ACTIVE (default 1,000) never-seen instances of a counter template
-//      (idle_after 4 s): memory with them active;
+//      (idle_after 20 s): memory with them active;
 //   2. wait until all are passivated: what a passive instance leaves (its checkpoint in KV,
 //      purge markers in the registry and lease buckets);
 //   3. register KOVA_BENCH_PASSIVE (default 100,000) more passive instances the way a
@@ -15,7 +15,7 @@ import { createEnvelope, fmt, machine, sleep, startCluster, waitFor } from "./ac
 const ACTIVE = Number(process.env.KOVA_BENCH_ACTIVE ?? 1000);
 const PASSIVE = Number(process.env.KOVA_BENCH_PASSIVE ?? 100_000);
 const nodes = ["n1", "n2", "n3"];
-const template = `[[actor_templates]]\nname = "mem"\ntype = "counter"\nidle_after = "4s"\n`;
+const template = `[[actor_templates]]\nname = "mem"\ntype = "counter"\nidle_after = "20s"\n`;
 const c = await startCluster({ nodes, walSync: "normal", extraToml: template, clusterToml: ["max_actors = 200000"] });
 const anon = (pid) => Number(/^RssAnon:\s+(\d+)/m.exec(readFileSync(`/proc/${pid}/status`, "utf8"))?.[1] ?? 0) * 1024;
 const snapshot = async () => {

@@ -143,7 +143,15 @@ export class Bus {
     this.open("serveRpc");
     const svc = serveRpc(this.ctx, agentId, handler);
     this.services.add(svc);
-    return svc;
+    // Forgotten once stopped: a node that hosts actors for a while (passivated template
+    // instances, moves) must not keep every service it ever served.
+    const stop = svc.stop.bind(svc);
+    return Object.assign(svc, {
+      stop: async () => {
+        this.services.delete(svc);
+        await stop();
+      },
+    });
   }
 
   /**
