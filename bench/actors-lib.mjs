@@ -37,7 +37,7 @@ export async function startCluster({ nodes, heartbeatMs = 1000, staleAfterMs = 5
       `[nats]`, `urls = ["${server.url}"]`,
       `[wal]`, `sync = "${walSync}"`,
     ];
-    for (const a of actors) lines.push(`[[actors]]`, `id = "${a.id}"`, `type = "${a.type}"`);
+    for (const a of actors) lines.push(`[[actors]]`, `id = "${a.id}"`, `type = "${a.type}"`, ...(a.module ? [`module = "${a.module}"`] : []));
     if (extraToml) lines.push(extraToml);
     writeFileSync(file, `${lines.join("\n")}\n`);
     return file;

@@ -86,6 +86,21 @@ export {
   isLeaseLost,
 } from "./actors/errors.js";
 
+// Workflows (docs/workflows.md)
+export {
+  defineWorkflow,
+  loadWorkflowFile,
+  parseWorkflow,
+  parseWorkflowText,
+  checkInput,
+  type WorkflowDefinition,
+  type StepDef,
+  type ErrorStrategy,
+} from "./workflow/definition.js";
+export { workflowActor, runSummary, type RunSummary, type WorkflowActorPorts } from "./workflow/run-actor.js";
+export { WorkflowMessageType, WORKFLOW_ACTOR_TYPE, newRunId } from "./workflow/protocol.js";
+export { WorkflowErrorCode, WorkflowDefinitionError, WorkflowInputError, TemplateError } from "./workflow/errors.js";
+
 // WAL errors a node can surface at start (wrong key, corrupt records)
 export { WalBadKeyError, WalCorruptError, WalErrorCode, WalFailedError } from "./wal/errors.js";
 
@@ -100,3 +115,26 @@ export { defineTool, type JsonSchemaToolSpec, type ZodToolSpec } from "./tools/d
 export { ToolRegistry, type ToolDescription, type ToolProvider } from "./tools/registry.js";
 export type { JsonSchema, Tool, ToolContext } from "./tools/types.js";
 export { ToolsErrorCode, ToolArgumentsInvalidError } from "./tools/errors.js";
+
+// Agents
+export { defineAgent } from "./agents/definition.js";
+export type { AgentDefinition, AgentSpec, AgentHooks, HookContext, HookResult, MemoryPolicy, BudgetPolicy, RunPolicy } from "./agents/definition.js";
+export { askAgent, type AskAgentOptions } from "./agents/client.js";
+export { AGENT_CHAT } from "./agents/protocol.js";
+export type { AgentChatPayload, AgentInfo, AgentResult, AgentTaskPayload, AgentUsageTotals, RunStatus, RunUsage, TaskConstraints } from "./agents/protocol.js";
+export { EventProfiles, inProfile, RunEventType, type EventProfile } from "./agents/events.js";
+export { AgentErrorCode, BudgetExceededError, RunLimitExceededError } from "./agents/errors.js";
+export { ModelErrorCode, ModelCallError } from "./agents/model/errors.js";
+
+// Agents as tools, and the agent protocol as callers see it
+export { agentTool, type AgentToolArgs, type AgentToolOptions, type AgentToolResult } from "./agents/agent-tool.js";
+export type { ResultNotifyPayload, TaskDelegatePayload } from "./agents/run-protocol.js";
+export { DelegatedRunCancelledError, DelegatedRunFailedError, DelegatedRunTimeoutError, DelegationErrorCode } from "./agents/delegation-errors.js";
+
+// Swarms
+export { defineCoordinator, SwarmEventType, type CoordinatorOptions, type PlannedSubtask, type SwarmRequest, type SwarmResult } from "./swarm/coordinator.js";
+export { runSwarm, type RunSwarmOptions } from "./swarm/run-swarm.js";
+export { natsAgentDirectory, staticAgentDirectory, type AgentCandidate, type AgentDirectory } from "./swarm/directory.js";
+export type { MissingSubtask } from "./swarm/synthesize.js";
+export type { StaticSubtask } from "./swarm/plan.js";
+export { SwarmErrorCode, SwarmNoAgentError, SwarmNoResultsError, SwarmPlanInvalidError, SwarmRunFailedError } from "./swarm/errors.js";

@@ -1,8 +1,10 @@
 import type { Logger } from "../core/logger.js";
 import { createEnvelope, type A2AEnvelope, type KovaEvent, type MailboxContext } from "../bus/index.js";
 import type { HostDeps } from "./ports.js";
+import { crashPoint } from "./crash-points.js";
 import type { TurnJournal } from "./turn-journal.js";
 import type { TemplateBinding } from "./templates.js";
+import { derivedId } from "./turn-record.js";
 import type { ActorContext, EmitOptions } from "./types.js";
 
 /** The actor a context speaks for. */
@@ -55,13 +57,16 @@ export function makeContext(
     newId: () => journal.newId(),
     step: (name, fn, opts) => journal.step(name, fn, opts),
     send: async (fields) => {
-      // The id is drawn (and recorded) outside the step, so a re-run sends the same id
-      // and JetStream's duplicate window stores it once.
-      const id = fields.id ?? journal.newId();
+      // The id is fixed before the publish by what the journal already holds (actor,
+      // message, step index), so a replay on any node sends the same id and JetStream's
+      // duplicate window (or the receiver's processed ids) drops the repeat. A v1 record
+      // (written before this rule) drew it from ctx.newId(), and replays that way.
+      const id = fields.id ?? (journal.record.v >= 2 ? derivedId(actor.id, env.id, `send:${journal.nextStep}`) : journal.newId());
       return journal.step(
         `send:${fields.type}:${fields.to}`,
         async () => {
           await deps.bus.send(createEnvelope({ ...fields, id, from: actor.id }));
+          crashPoint("after-publish-ack", actor.id);
           return id;
         },
         { idempotent: true },

@@ -3,7 +3,8 @@ import { assertId } from "../core/ids.js";
 import { defaultLogger, type Logger } from "../core/logger.js";
 import type { Bus, MailboxOptions } from "../bus/index.js";
 import { ActorInstance, type ActorStatus } from "./actor-instance.js";
-import { NatsCheckpointStore, type CheckpointStore } from "./checkpoint-store.js";
+import { NatsCheckpointStore, PROCESSED_LIMIT, type CheckpointStore } from "./checkpoint-store.js";
+import { NatsStepJournal } from "./step-journal.js";
 import { NotHostedError, ActorErrorCode } from "./errors.js";
 import type { ActorState } from "./lifecycle.js";
 import type { ActorWal, HostDeps } from "./ports.js";
@@ -38,6 +39,15 @@ export interface ActorHostOptions {
   supervision?: SupervisionOptions;
   /** Also publish per-turn Idle⇄Running changes as `actor_state` events (default false). */
   turnEvents?: boolean;
+  /**
+   * Where turns are journaled besides the local WAL: `"nats"` (default) also appends each
+   * step to the actor's subject in stream `KOVA_<C>_JOURNAL`, so the node that takes an
+   * actor over resumes its turn with every recorded result; `"local"` keeps journals in the
+   * WAL only (a takeover then re-runs the turn's steps).
+   */
+  stepJournal?: "nats" | "local";
+  /** Processed envelope ids each checkpoint keeps for deduplication (default 1000). */
+  processedWindow?: number;
 }
 
 /**
@@ -76,6 +86,8 @@ export class ActorHost {
       fence: async (actorId) => {
         if (fence) await fence(actorId);
       },
+      stepJournal: opts.stepJournal === "local" ? undefined : new NatsStepJournal({ bus: opts.bus, nodeId: opts.nodeId, log: this.#log }),
+      processedWindow: opts.processedWindow ?? PROCESSED_LIMIT,
       supervision: opts.supervision ?? {},
       mailbox: opts.mailbox ?? {},
       turnEvents: opts.turnEvents ?? false,
@@ -161,6 +173,16 @@ export class ActorHost {
     const actor = this.#actors.get(actorId);
     if (!actor) throw new NotHostedError(actorId);
     await actor.signal(sig);
+  }
+
+  /**
+   * Interrupts the turn of one message of an actor hosted here: now if it runs, else when it starts.
+   * @throws NotHostedError when the actor is not hosted here
+   */
+  interruptMessage(actorId: string, messageId: string): "interrupted" | "when_started" {
+    const actor = this.#actors.get(actorId);
+    if (!actor) throw new NotHostedError(actorId);
+    return actor.interruptMessage(messageId);
   }
 
   status(actorId: string): ActorStatus | undefined {

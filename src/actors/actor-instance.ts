@@ -7,6 +7,7 @@ import { ActorLifecycle, type ActorState } from "./lifecycle.js";
 import { ActorMemory, localCheckpointKey } from "./memory.js";
 import { PauseGate } from "./pause-gate.js";
 import type { HostDeps } from "./ports.js";
+import type { ActorJournal } from "./step-journal.js";
 import { runTurn, type TurnActor, type TurnOutcome, type TurnSource } from "./turn-runner.js";
 import { parseTurnRecord, TURN_KIND, type TurnRecord } from "./turn-record.js";
 import type { TemplateBinding } from "./templates.js";
@@ -29,6 +30,9 @@ export interface ActorStatus {
 }
 
 const EVENT_FLUSH_MS = 2_000;
+/** How long, and for how many messages, an interrupt waits for a queued message's turn. */
+const INTERRUPT_MEMORY_MS = 10 * 60_000;
+const INTERRUPT_MEMORY = 1000;
 
 interface CurrentTurn {
   env: A2AEnvelope;
@@ -58,6 +62,12 @@ export class ActorInstance implements TurnActor {
   #lastActiveAt = Date.now();
   #left: Promise<void> | undefined;
   #events: Promise<void> = Promise.resolve();
+  #journal: Promise<ActorJournal> | undefined;
+  /**
+   * Messages to interrupt as soon as their turn starts here (message id → expiry): an
+   * interrupt aimed at one message that is still queued behind others.
+   */
+  readonly #interruptOnStart = new Map<string, number>();
   /** Turns whose journaling failed (NATS or WAL trouble): the redelivery resumes the same record. */
   readonly #parked = new Map<string, { seq: number; record: TurnRecord }>();
 
@@ -119,6 +129,15 @@ export class ActorInstance implements TurnActor {
         await this.deps.wal.complete(r.seq);
         continue;
       }
+      if (await this.#messageGone(record)) {
+        // Its message left the mailbox without being processed (moved to the DLQ after
+        // max_deliver, swept): nothing will redeliver it, and running it now would act on
+        // a message the cluster already gave up on.
+        this.log.warn({ seq: r.seq, envelopeId: record.envelope.id, streamSeq: record.streamSeq }, "pending turn dropped: its message is no longer in the mailbox");
+        this.event("actor_turn_dropped", { envelopeId: record.envelope.id, reason: "message_gone" });
+        await this.deps.wal.complete(r.seq);
+        continue;
+      }
       if (this.def.handlers[record.envelope.type] === undefined) {
         // The type lost this handler since the crash (a new version): same path as a new message.
         await this.#unhandled(record.envelope);
@@ -137,12 +156,32 @@ export class ActorInstance implements TurnActor {
     return true;
   }
 
+  /** True when a pending turn's message is neither processed nor still in the actor's mailbox stream. */
+  async #messageGone(record: TurnRecord): Promise<boolean> {
+    if (record.streamSeq === undefined || this.memory.has(record.envelope.id)) return false;
+    return !(await this.deps.bus.inboxHolds(this.id, record.streamSeq, record.envelope.id));
+  }
+
   async reload(): Promise<void> {
     const store = await this.deps.checkpoints();
     const shared = await store.load(this.id);
     const stored = this.deps.wal.getKv<Checkpoint>(localCheckpointKey(this.id));
     const local = stored === undefined ? undefined : readCheckpoint(`local checkpoint of actor ${this.id} in the WAL`, stored);
-    this.memory = ActorMemory.from(shared, local, () => this.def.initialState(this.template));
+    this.memory = ActorMemory.from(shared, local, () => this.def.initialState(this.template), this.deps.processedWindow);
+  }
+
+  journal(): Promise<ActorJournal | undefined> {
+    const store = this.deps.stepJournal;
+    if (!store) return Promise.resolve(undefined);
+    if (!this.#journal) {
+      // Fenced first: a node that lost the actor must not claim its journal from the new host.
+      const opening = this.deps.fence(this.id).then(() => store.open(this.id));
+      this.#journal = opening;
+      opening.catch(() => {
+        if (this.#journal === opening) this.#journal = undefined;
+      });
+    }
+    return this.#journal;
   }
 
   async #open(): Promise<void> {
@@ -184,13 +223,15 @@ export class ActorInstance implements TurnActor {
       throw new KovaError(ErrorCode.INTERNAL, `actor ${this.id}: a second turn started while one is running`);
     }
     const abort = new AbortController();
+    if (this.#interruptOnStart.delete(env.id)) abort.abort(new TurnInterruptedError(this.id, "interrupt"));
     this.#turn = { env, abort, recovering };
     this.#inFlight++;
     this.#lastActiveAt = Date.now();
     if (!recovering) this.lifecycle.transition("Running", { turn: true, envelopeId: env.id });
     let outcome: TurnOutcome | undefined;
+    const source: TurnSource = { ...src, abort };
     try {
-      outcome = await runTurn(this, env, { ...src, abort });
+      outcome = await runTurn(this, env, source);
       this.#parked.delete(env.id);
       if (outcome.kind !== "duplicate" && outcome.kind !== "lease_lost") this.#handled++;
       return outcome;
@@ -198,7 +239,12 @@ export class ActorInstance implements TurnActor {
       // Journaling failed (not the handler): keep the record for the redelivery.
       const pending = this.deps.wal.pendingFor(this.id).find((r) => r.kind === TURN_KIND && parseTurnRecord(r.payload)?.envelope.id === env.id);
       const record = pending && parseTurnRecord(pending.payload);
-      if (pending && record) this.#parked.set(env.id, { seq: pending.seq, record });
+      if (pending && record) {
+        // Committed (checkpoint saved) but not completed: recognised as processed when the
+        // message comes back, however far the checkpoint's processed window has moved on.
+        if (source.record?.committed) record.committed = true;
+        this.#parked.set(env.id, { seq: pending.seq, record });
+      }
       this.log.warn({ err, envelopeId: env.id }, "turn could not be journaled; the message will be redelivered");
       throw err;
     } finally {
@@ -283,6 +329,23 @@ export class ActorInstance implements TurnActor {
         await this.leave("killed");
         return;
     }
+  }
+
+  /**
+   * Interrupts the turn of one message: now if it is running, else when it starts on this
+   * host (remembered for `INTERRUPT_MEMORY_MS`, at most `INTERRUPT_MEMORY` messages). Unlike
+   * the plain `interrupt` signal it never cuts another message's turn, so a delegator can
+   * cancel the work it asked for without ending whatever else the actor is doing.
+   */
+  interruptMessage(messageId: string): "interrupted" | "when_started" {
+    if (this.#turn?.env.id === messageId) {
+      this.#turn.abort.abort(new TurnInterruptedError(this.id, "interrupt"));
+      return "interrupted";
+    }
+    const now = Date.now();
+    for (const [id, until] of this.#interruptOnStart) if (until < now || this.#interruptOnStart.size >= INTERRUPT_MEMORY) this.#interruptOnStart.delete(id);
+    this.#interruptOnStart.set(messageId, now + INTERRUPT_MEMORY_MS);
+    return "when_started";
   }
 
   /**

@@ -1,5 +1,7 @@
 import type { JetStreamClient } from "@nats-io/jetstream";
-import { Kvm, type KV } from "@nats-io/kv";
+import type { KV } from "@nats-io/kv";
+import { openOrCreateBucket } from "../bus/kv-buckets.js";
+import type { WireError } from "../core/errors.js";
 import { CheckpointConflictError } from "./errors.js";
 import { checkFormatVersion } from "../core/format-version.js";
 import { isWrongLastSequence } from "../bus/nats-errors.js";
@@ -8,15 +10,31 @@ import { isWrongLastSequence } from "../bus/nats-errors.js";
 export const CHECKPOINT_VERSION = 1;
 /** Checkpoint versions this build reads. */
 export const CHECKPOINT_READABLE: readonly number[] = [1];
-/** How many handled envelope ids a checkpoint keeps for deduplication. */
+/** How many handled envelope ids a checkpoint keeps for deduplication by default (`[checkpoint] processed_window`). */
 export const PROCESSED_LIMIT = 1000;
+
+/** The answer to an asked message, kept with the checkpoint that ends its turn. */
+export interface CheckpointReply {
+  /** Envelope id of the message answered. */
+  for: string;
+  result?: unknown;
+  error?: WireError;
+  /** The asker wrote JSON, so the reply is JSON too. */
+  encoding?: "json";
+}
 
 /** An actor's memory at the end of a handled message. */
 export interface Checkpoint {
   v?: number;
   state: unknown;
-  /** Ids of the last handled envelopes (newest last, at most PROCESSED_LIMIT): a redelivery starts no second turn. */
+  /** Ids of the last handled envelopes (newest last, at most the processed window): a redelivery starts no second turn. */
   processed: string[];
+  /**
+   * The reply of the last turn when its message asked for one: saved with the turn, so a
+   * crash before the reply went out (on this node or any other) resends it instead of
+   * leaving the asker waiting.
+   */
+  reply?: CheckpointReply;
   /** Counts handled messages; the newer of the NATS and local (WAL) copies wins. */
   revision: number;
   type?: string;
@@ -71,7 +89,7 @@ export class NatsCheckpointStore implements CheckpointStore {
    * @throws JetStream errors when JetStream is unavailable or the bucket exists with other settings
    */
   static async open(opts: NatsCheckpointStoreOptions): Promise<NatsCheckpointStore> {
-    const kv = await new Kvm(opts.js).create(NatsCheckpointStore.bucketName(opts.cluster), {
+    const kv = await openOrCreateBucket(opts.js, NatsCheckpointStore.bucketName(opts.cluster), {
       history: 1,
       replicas: opts.replicas ?? 1,
     });

@@ -11,6 +11,7 @@ export const ActorErrorCode = defineErrorCodes("actors", {
   STEP_OUTCOME_UNKNOWN: "STEP_OUTCOME_UNKNOWN",
   REPLAY_MISMATCH: "REPLAY_MISMATCH",
   INTERRUPTED: "INTERRUPTED",
+  JOURNAL_UNAVAILABLE: "JOURNAL_UNAVAILABLE",
 });
 
 /** The actor runtime's DLQ reasons. */
@@ -65,6 +66,31 @@ export class LeaseLostError extends KovaError {
 export class CheckpointConflictError extends LeaseLostError {
   constructor(actorId: string, cause: unknown) {
     super(actorId, { cause, data: { checkpoint: "revision changed by another writer" } });
+  }
+}
+
+/**
+ * The actor's step journal on NATS has a record this host did not write or read: another
+ * node took the actor over and claimed its journal, so this host's turn is stopped before
+ * it records anything more (storage-level fencing: `Nats-Expected-Last-Subject-Sequence`).
+ */
+export class JournalFencedError extends LeaseLostError {
+  constructor(actorId: string, expected: number, cause: unknown) {
+    super(actorId, { cause, data: { journal: "another host wrote the actor's step journal", expectedSeq: expected } });
+  }
+}
+
+/**
+ * The step journal on NATS could not be written or read in time (NATS away, no JetStream
+ * leader). Not the handler's fault: the message is redelivered and the turn resumes.
+ */
+export class JournalUnavailableError extends KovaError {
+  constructor(actorId: string, what: string, cause: unknown) {
+    super(
+      ActorErrorCode.JOURNAL_UNAVAILABLE,
+      `actor ${actorId}: the step journal on NATS could not be ${what}; the turn resumes when NATS answers (check \`nats stream info\` for the JOURNAL stream)`,
+      { cause, retryable: true, data: { actorId } },
+    );
   }
 }
 

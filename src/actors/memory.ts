@@ -1,4 +1,4 @@
-import { CHECKPOINT_VERSION, PROCESSED_LIMIT, type Checkpoint } from "./checkpoint-store.js";
+import { CHECKPOINT_VERSION, PROCESSED_LIMIT, type Checkpoint, type CheckpointReply } from "./checkpoint-store.js";
 
 /** Key of an actor's local checkpoint in the WAL's side table (written with the turn's completion). */
 export function localCheckpointKey(actorId: string): string {
@@ -12,21 +12,33 @@ export function localCheckpointKey(actorId: string): string {
 export class ActorMemory<S = unknown> {
   #processed: string[];
   #seen: Set<string>;
+  #reply: CheckpointReply | undefined;
 
   private constructor(
     public state: S,
     processed: string[],
     public revision: number,
+    reply: CheckpointReply | undefined,
+    private readonly window: number,
   ) {
-    this.#processed = processed.slice(-PROCESSED_LIMIT);
+    this.#processed = processed.slice(-window);
     this.#seen = new Set(this.#processed);
+    this.#reply = reply;
   }
 
-  /** The newer (by revision) of the shared and the local checkpoint, else the initial state. */
-  static from<S>(shared: Checkpoint | undefined, local: Checkpoint | undefined, initial: () => S): ActorMemory<S> {
+  /**
+   * The newer (by revision) of the shared and the local checkpoint, else the initial state.
+   * `window`: how many processed ids to keep (`[checkpoint] processed_window`).
+   */
+  static from<S>(shared: Checkpoint | undefined, local: Checkpoint | undefined, initial: () => S, window = PROCESSED_LIMIT): ActorMemory<S> {
     const best = !local ? shared : !shared ? local : local.revision > shared.revision ? local : shared;
-    if (!best) return new ActorMemory(initial(), [], 0);
-    return new ActorMemory(best.state as S, best.processed ?? [], best.revision ?? 0);
+    if (!best) return new ActorMemory(initial(), [], 0, undefined, window);
+    return new ActorMemory(best.state as S, best.processed ?? [], best.revision ?? 0, best.reply, window);
+  }
+
+  /** The saved reply to `envelopeId` when it was the last message handled and asked for one. */
+  replyFor(envelopeId: string): CheckpointReply | undefined {
+    return this.#reply?.for === envelopeId ? this.#reply : undefined;
   }
 
   has(envelopeId: string): boolean {
@@ -37,21 +49,22 @@ export class ActorMemory<S = unknown> {
     return this.#processed;
   }
 
-  /** The checkpoint that ending a turn on `envelopeId` with `state` produces (not applied yet). */
-  next(state: S, envelopeId: string, meta: { type: string; nodeId: string; ts: number }): Checkpoint {
-    const processed = [...this.#processed, envelopeId].slice(-PROCESSED_LIMIT);
-    return { v: CHECKPOINT_VERSION, state, processed, revision: this.revision + 1, ...meta };
+  /** The checkpoint that ending a turn on `envelopeId` with `state` (and `reply`, if asked) produces (not applied yet). */
+  next(state: S, envelopeId: string, meta: { type: string; nodeId: string; ts: number }, reply?: CheckpointReply): Checkpoint {
+    const processed = [...this.#processed, envelopeId].slice(-this.window);
+    return { v: CHECKPOINT_VERSION, state, processed, revision: this.revision + 1, ...meta, ...(reply ? { reply } : {}) };
   }
 
   /** Makes a saved checkpoint the committed memory. */
   apply(cp: Checkpoint): void {
     this.state = cp.state as S;
     this.revision = cp.revision;
+    this.#reply = cp.reply;
     const id = cp.processed.at(-1);
     if (id !== undefined && !this.#seen.has(id)) {
       this.#processed.push(id);
       this.#seen.add(id);
-      if (this.#processed.length > PROCESSED_LIMIT) this.#seen.delete(this.#processed.shift()!);
+      if (this.#processed.length > this.window) this.#seen.delete(this.#processed.shift()!);
     }
   }
 }

@@ -1,6 +1,7 @@
 import type { Logger } from "../core/logger.js";
 import type { Bus, MailboxOptions } from "../bus/index.js";
 import type { CheckpointStore } from "./checkpoint-store.js";
+import type { NatsStepJournal } from "./step-journal.js";
 import type { ActorState } from "./lifecycle.js";
 import type { SupervisionOptions } from "./types.js";
 
@@ -25,6 +26,10 @@ export interface HostDeps {
   readonly nodeId: string;
   readonly log: Logger;
   readonly checkpoints: () => Promise<CheckpointStore>;
+  /** The step journal on NATS that another node reads on takeover; undefined: journals stay in the local WAL. */
+  readonly stepJournal: NatsStepJournal | undefined;
+  /** How many processed envelope ids a checkpoint keeps (`[checkpoint] processed_window`). */
+  readonly processedWindow: number;
   fence(actorId: string): Promise<void>;
   readonly supervision: SupervisionOptions;
   readonly mailbox: MailboxOptions;

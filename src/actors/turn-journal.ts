@@ -3,10 +3,17 @@ import { ReplayMismatchError, StepOutcomeUnknownError } from "./errors.js";
 import type { StepRecord, TurnRecord } from "./turn-record.js";
 import type { StepInfo, StepOptions } from "./types.js";
 
+/** What a write changed: one step's record (its intent or outcome), or the turn was cut by a stop. */
+export type JournalChange = { step: number } | { yielded: true };
+
 /** What a journal needs from its host: durable writes, the lease check and the pause gate. */
 export interface JournalIo {
-  /** Makes the record durable (the host does `wal.replace`). */
-  persist(record: TurnRecord): Promise<void>;
+  /**
+   * Makes the record durable (the host does `wal.replace`, and appends `change` to the
+   * step journal on NATS when it keeps one). No `change`: only values handed out since
+   * the last write, which the local record keeps.
+   */
+  persist(record: TurnRecord, change?: JournalChange): Promise<void>;
   /** @throws LeaseLostError when this node may no longer journal for the actor */
   fence(): Promise<void>;
   /** Resolves when the actor is not paused. */
@@ -60,6 +67,11 @@ export class TurnJournal {
     return this.#next(this.record.ids, this.#ids++, () => this.io.newId());
   }
 
+  /** Index the next `step` call gets. */
+  get nextStep(): number {
+    return this.#step;
+  }
+
   #next<T>(recorded: T[], index: number, make: () => T): T {
     if (index < recorded.length) return recorded[index]!;
     const value = make();
@@ -71,7 +83,9 @@ export class TurnJournal {
   async step<R>(name: string, fn: (info: StepInfo) => Promise<R> | R, opts: StepOptions = {}): Promise<R> {
     const index = this.#step++;
     const idempotent = opts.idempotent === true;
-    const recorded = this.record.steps[index];
+    // A hole (null once through the WAL's encoding) is a step with nothing recorded: an
+    // idempotent step still running when its turn was cut, next to concurrent ones.
+    const recorded = this.record.steps[index] ?? undefined;
     if (recorded !== undefined) {
       if (recorded.name !== name) throw new ReplayMismatchError(this.actorId, index, recorded.name, name);
       if (recorded.status === "done") return recorded.result as R;
@@ -84,7 +98,7 @@ export class TurnJournal {
         // Recorded as unknown, so every later replay of this turn gives the same answer.
         if (recorded.status !== "unknown") {
           recorded.status = "unknown";
-          await this.#write();
+          await this.#write(index);
         }
         throw new StepOutcomeUnknownError(this.actorId, name, index);
       }
@@ -95,19 +109,19 @@ export class TurnJournal {
     const entry: StepRecord = { name, status: "started", idempotent };
     this.record.steps[index] = entry;
     // An idempotent step needs no "started" mark: without a result it simply runs again.
-    if (!idempotent) await this.#write();
+    if (!idempotent) await this.#write(index);
     let result: R;
     try {
       result = await fn({ key: `${this.actorId}.${this.record.envelope.id}.${index}`, index, attempt: this.record.attempt });
     } catch (err) {
       entry.status = "failed";
       entry.error = toWire(err);
-      await this.#write();
+      await this.#write(index);
       throw err;
     }
     entry.status = "done";
     entry.result = result;
-    await this.#write();
+    await this.#write(index);
     return result;
   }
 
@@ -116,13 +130,13 @@ export class TurnJournal {
     if (this.#dirty) await this.#write();
   }
 
-  #write(): Promise<void> {
+  #write(step?: number): Promise<void> {
     // Steps may run concurrently (their indices are drawn in call order, so replay is
     // exact), but the host's persist replaces one WAL record by sequence: two at once
     // would both name the same old sequence. Each write persists the latest record.
     const next = this.#writing.then(() => {
       this.#dirty = false;
-      return this.io.persist(this.record);
+      return this.io.persist(this.record, step === undefined ? undefined : { step });
     });
     this.#writing = next.catch(() => undefined);
     return next;

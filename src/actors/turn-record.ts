@@ -1,11 +1,16 @@
+import { createHash } from "node:crypto";
 import type { WireError } from "../core/errors.js";
 import { checkFormatVersion } from "../core/format-version.js";
 import type { A2AEnvelope } from "./types.js";
 
-/** Format version of the turn record kept in the WAL; old versions keep loading. */
-export const TURN_RECORD_VERSION = 1;
+/**
+ * Format version of the turn record kept in the WAL; old versions keep loading.
+ * 2: a send's envelope id is derived from the turn and the step (`derivedId`) instead of
+ * being drawn from `ids`, so a replay of a v1 record keeps drawing it from `ids`.
+ */
+export const TURN_RECORD_VERSION = 2;
 /** Turn record versions this build reads. */
-export const TURN_RECORD_READABLE: readonly number[] = [1];
+export const TURN_RECORD_READABLE: readonly number[] = [1, 2];
 /** WAL record kind of an actor turn. */
 export const TURN_KIND = "actor.turn";
 
@@ -37,10 +42,73 @@ export interface TurnRecord {
   clock: number[];
   random: number[];
   ids: string[];
+  /**
+   * The message's sequence in the A2A stream: a turn found PENDING whose message left the
+   * stream unprocessed (dead-lettered) is dropped instead of run again.
+   */
+  streamSeq?: number;
+  /**
+   * Set (in memory, never written) once the checkpoint listing this turn is saved: a turn
+   * parked after that point is recognised as processed when its message comes back, however
+   * many ids the checkpoint's processed window has seen since.
+   */
+  committed?: boolean;
 }
 
-export function newTurnRecord(actorId: string, type: string, envelope: A2AEnvelope): TurnRecord {
-  return { v: TURN_RECORD_VERSION, actorId, type, envelope, attempt: 1, steps: [], clock: [], random: [], ids: [] };
+export function newTurnRecord(actorId: string, type: string, envelope: A2AEnvelope, streamSeq?: number): TurnRecord {
+  return {
+    v: TURN_RECORD_VERSION,
+    actorId,
+    type,
+    envelope,
+    attempt: 1,
+    steps: [],
+    clock: [],
+    random: [],
+    ids: [],
+    ...(streamSeq === undefined ? {} : { streamSeq }),
+  };
+}
+
+/**
+ * An envelope id that every replay of a turn computes alike: what a turn sends is named by
+ * the actor, the message it handles, what it is (a send at step `index`, the reply) — all
+ * fixed in the journal before the publish. A replayed publish therefore carries the same
+ * `Nats-Msg-Id` on any node, and JetStream (or the receiver's processed ids) drops it.
+ * UUID-shaped (hex, version nibble 8: "custom"), inside the id alphabet.
+ */
+export function derivedId(actorId: string, envelopeId: string, what: string): string {
+  const h = createHash("sha256").update(`${actorId}\u0000${envelopeId}\u0000${what}`).digest("hex");
+  return `${h.slice(0, 8)}-${h.slice(8, 12)}-8${h.slice(13, 16)}-${h.slice(16, 20)}-${h.slice(20, 32)}`;
+}
+
+const RANK: Record<StepStatus, number> = { started: 1, done: 2, failed: 2, unknown: 2 };
+
+/**
+ * The union of two partial journals of the same turn (the local WAL's and the NATS one's):
+ * each was written step by step from one deterministic run, so each value list is a prefix
+ * of the same sequence (the longer wins), and per step a recorded outcome beats a bare start.
+ * A step neither side recorded stays a hole: an idempotent step (it writes no intent) that
+ * was running when the turn was cut, maybe beside concurrent steps that did record; replay
+ * runs it again and reuses the others.
+ */
+export function mergeTurn(into: TurnRecord, other: Pick<TurnRecord, "steps" | "clock" | "random" | "ids" | "attempt">): TurnRecord {
+  const longer = <T>(a: T[], b: T[]): T[] => (b.length > a.length ? [...b] : a);
+  const steps = [...into.steps];
+  for (let i = 0; i < other.steps.length; i++) {
+    const theirs = other.steps[i];
+    if (theirs == null) continue;
+    const ours = steps[i];
+    if (ours == null || RANK[theirs.status] > RANK[ours.status]) steps[i] = theirs;
+  }
+  return {
+    ...into,
+    attempt: Math.max(into.attempt, other.attempt),
+    steps,
+    clock: longer(into.clock, other.clock),
+    random: longer(into.random, other.random),
+    ids: longer(into.ids, other.ids),
+  };
 }
 
 /**
@@ -63,5 +131,6 @@ export function parseTurnRecord(payload: unknown): TurnRecord | undefined {
     clock: Array.isArray(p.clock) ? p.clock : [],
     random: Array.isArray(p.random) ? p.random : [],
     ids: Array.isArray(p.ids) ? p.ids : [],
+    ...(typeof p.streamSeq === "number" ? { streamSeq: p.streamSeq } : {}),
   };
 }

@@ -1,17 +1,19 @@
 import { sleep } from "../core/clock.js";
-import { isKovaError, toWire } from "../core/errors.js";
+import { fromWire, isKovaError, toWire } from "../core/errors.js";
 import { newId } from "../core/ids.js";
 import type { Logger } from "../core/logger.js";
 import type { A2AEnvelope, MailboxContext } from "../bus/index.js";
 import { makeContext } from "./actor-context.js";
-import type { Checkpoint } from "./checkpoint-store.js";
+import type { Checkpoint, CheckpointReply } from "./checkpoint-store.js";
+import { crashPoint } from "./crash-points.js";
 import { ActorDlqReason, ActorFailedError, CheckpointConflictError, isLeaseLost, TurnInterruptedError, ActorErrorCode } from "./errors.js";
 import { localCheckpointKey, type ActorMemory } from "./memory.js";
 import type { PauseGate } from "./pause-gate.js";
 import type { HostDeps } from "./ports.js";
 import { supervise, supervisionFor, type SupervisionPolicy } from "./supervision.js";
 import { TurnJournal, type JournalIo } from "./turn-journal.js";
-import { newTurnRecord, TURN_KIND, type TurnRecord } from "./turn-record.js";
+import type { ActorJournal } from "./step-journal.js";
+import { derivedId, mergeTurn, newTurnRecord, TURN_KIND, type TurnRecord } from "./turn-record.js";
 import type { ActorDefinition, ActorHandler } from "./types.js";
 import { BusErrorCode } from "../bus/errors.js";
 
@@ -27,6 +29,12 @@ export interface TurnActor {
   readonly log: Logger;
   /** Reloads the committed memory from the checkpoints (after a conflict). */
   reload(): Promise<void>;
+  /**
+   * The actor's step journal on NATS, claimed for this host on first use (after the fence);
+   * undefined when the host keeps journals in its WAL only.
+   * @throws LeaseLostError when the fence fails; JournalUnavailableError when NATS does not answer
+   */
+  journal(): Promise<ActorJournal | undefined>;
   /** Retry and failure events (state events come from the lifecycle). */
   event(type: string, data: Record<string, unknown>): void;
 }
@@ -40,6 +48,8 @@ export interface TurnSource {
   mailbox?: MailboxContext;
   /** Aborted by interrupt, kill or a stop while paused; the reason is a TurnInterruptedError. */
   abort: AbortController;
+  /** Set by runTurn to the turn's record as soon as it has one (the caller parks it if journaling fails). */
+  record?: TurnRecord;
 }
 
 export type TurnOutcome =
@@ -51,24 +61,38 @@ export type TurnOutcome =
 
 /**
  * Runs one message as a journaled, supervised turn (docs/actors.md, "Turn protocol"):
- * WAL append (or the recovered record) → handler, each step a `wal.replace` → checkpoint
- * to NATS KV → `wal.complete` with the local checkpoint → reply. The caller acks the
- * mailbox message when this resolves, and naks it when this throws (an infrastructure
- * failure: the record stays PENDING and the redelivery resumes it).
+ * WAL append (or the recovered record, merged with what the step journal on NATS holds)
+ * → handler, each step a `wal.replace` and (with the NATS journal) an append there → reply
+ * saved with the checkpoint to NATS KV → `turn_done` on the journal and the reply → `wal.complete`
+ * with the local checkpoint. The caller acks the mailbox message when this resolves, and
+ * naks it when this throws (an infrastructure failure: the record stays PENDING and the
+ * redelivery resumes it).
  */
 export async function runTurn(actor: TurnActor, env: A2AEnvelope, src: TurnSource): Promise<TurnOutcome> {
   const { deps, memory } = actor;
-  if (memory.has(env.id)) {
-    if (src.recovered) await deps.wal.complete(src.recovered.seq);
+  let remote: ActorJournal | undefined;
+  try {
+    remote = await actor.journal();
+  } catch (err) {
+    if (!isLeaseLost(err)) throw err;
+    const outcome: TurnOutcome = { kind: "lease_lost", error: err };
+    return src.recovered ? abandon(actor, src.recovered.seq, outcome) : outcome;
+  }
+  if (memory.has(env.id) || src.recovered?.record.committed) {
+    await settleDuplicate(actor, env, src, remote);
     return { kind: "duplicate" };
   }
   const handler = actor.def.handlers[env.type] as ActorHandler<unknown> | undefined;
   if (handler === undefined) throw new Error(`no handler for ${env.type}: the caller routes unhandled types`);
 
+  // The turn's previous host (another node, or this one before a restart) left it open on NATS.
+  const open = remote?.openTurn(env.id);
+  let afterCrash = src.afterCrash === true;
   let record: TurnRecord;
   let seq: number;
   if (src.recovered) {
-    ({ record, seq } = src.recovered);
+    ({ seq } = src.recovered);
+    record = open ? mergeTurn(src.recovered.record, open) : src.recovered.record;
   } else {
     try {
       await deps.fence(actor.id);
@@ -76,14 +100,39 @@ export async function runTurn(actor: TurnActor, env: A2AEnvelope, src: TurnSourc
       if (isLeaseLost(err)) return { kind: "lease_lost", error: err };
       throw err;
     }
-    record = newTurnRecord(actor.id, actor.def.type, env);
+    record = newTurnRecord(actor.id, actor.def.type, env, src.mailbox?.seq);
+    if (open) {
+      // Taken over mid-turn: resumed like a crash recovery, from what the old host recorded.
+      record = mergeTurn(record, open);
+      if (open.yielded) record.yielded = true;
+      afterCrash = true;
+      actor.event("actor_turn_taken_over", { envelopeId: env.id, steps: open.steps.length, from: open.nodes });
+    }
     seq = await deps.wal.append(TURN_KIND, record, { owner: actor.id });
   }
+  remote?.begin(env.id);
+  src.record = record;
   const slot = { seq };
   const signal = src.abort.signal;
   const io: JournalIo = {
-    persist: async (r) => {
-      slot.seq = await deps.wal.replace(slot.seq, r);
+    persist: async (r, change) => {
+      const local = deps.wal.replace(slot.seq, r).then((s) => {
+        slot.seq = s;
+      });
+      let shared: Promise<void> | undefined;
+      if (remote && change) {
+        shared = "step" in change
+          ? remote.step(r, change.step)
+          : remote.yielded(r).catch((err: unknown) => actor.log.warn({ err }, "could not mark the turn yielded in the step journal"));
+      }
+      const [a, b] = await Promise.allSettled([local, shared]);
+      if (a.status === "rejected") throw a.reason;
+      if (b.status === "rejected") {
+        // Deposed (another host claimed the journal): the turn is over here, even if the
+        // handler catches this and carries on.
+        if (isLeaseLost(b.reason) && !src.abort.signal.aborted) src.abort.abort(b.reason);
+        throw b.reason;
+      }
     },
     fence: () => deps.fence(actor.id),
     gate: () => actor.gate.wait(signal),
@@ -105,7 +154,7 @@ export async function runTurn(actor: TurnActor, env: A2AEnvelope, src: TurnSourc
 
   const policy = supervisionFor(actor.def, deps.supervision);
   let outcome: TurnOutcome | undefined;
-  if (src.afterCrash) {
+  if (afterCrash) {
     // A crash during an attempt counts as a failed attempt, so a handler that brings its
     // process down still ends Failed instead of crash-looping every node it lands on.
     if (record.yielded) record.yielded = false;
@@ -118,14 +167,16 @@ export async function runTurn(actor: TurnActor, env: A2AEnvelope, src: TurnSourc
     }
   }
   outcome ??= await supervised(actor, env, record, policy, run, io, signal);
+  if (signal.aborted && isLeaseLost(signal.reason)) outcome = { kind: "lease_lost", error: signal.reason };
 
   if (outcome.kind === "lease_lost") return abandon(actor, slot.seq, outcome);
   // A stop that could not wait: the record stays PENDING, so if this node hosts the actor
-  // again it resumes the turn with its recorded steps; if another node takes the actor,
-  // the node abandons the record at its next start (ActorHost.abandon).
+  // again it resumes the turn with its recorded steps; if another node takes the actor, it
+  // resumes from the step journal on NATS, and this node abandons the record at its next
+  // start (ActorHost.abandon).
   if (outcome.kind === "interrupted" && outcome.by === "stop") {
     record.yielded = true;
-    await io.persist(record);
+    await io.persist(record, { yielded: true });
     return outcome;
   }
   if (outcome.kind === "failed" && isInfrastructure(outcome.error)) throw outcome.error;
@@ -139,9 +190,10 @@ export async function runTurn(actor: TurnActor, env: A2AEnvelope, src: TurnSourc
   // Only a finished handler changes the state; the message's id is recorded either way.
   if (outcome.kind !== "done") finalState = base;
 
-  const cp = memory.next(finalState, env.id, { type: actor.def.type, nodeId: deps.nodeId, ts: Date.now() });
+  const answer = env.replyTo ? replyOf(actor.id, env, outcome, src.mailbox) : undefined;
+  const cp = memory.next(finalState, env.id, { type: actor.def.type, nodeId: deps.nodeId, ts: Date.now() }, answer);
   try {
-    await commit(actor, slot.seq, cp);
+    await commit(actor, record, cp);
   } catch (err) {
     if (err instanceof CheckpointConflictError && (await fenceHolds(actor))) {
       // Still ours, but another node wrote the checkpoint (it had not noticed losing the
@@ -154,8 +206,35 @@ export async function runTurn(actor: TurnActor, env: A2AEnvelope, src: TurnSourc
     if (isLeaseLost(err)) return abandon(actor, slot.seq, { kind: "lease_lost", error: err });
     throw err;
   }
-  await reply(actor, env, outcome, src.mailbox);
+  crashPoint("after-checkpoint", actor.id);
+  // The turn is committed: its journal entries on NATS are spent. The close is not waited
+  // for (the actor's next append queues behind it): if it is lost, any reader still finds
+  // the turn's id in the checkpoint and treats the open turn as done.
+  void closeJournal(actor, remote, env.id, record.attempt);
+  // A reply that cannot be sent keeps the record PENDING (the caller naks; the redelivery
+  // is a duplicate that sends the saved reply), so an asker is never left without one.
+  if (answer) await sendReply(actor, env, answer);
+  crashPoint("after-reply", actor.id);
+  await deps.wal.complete(slot.seq, { kv: [{ key: localCheckpointKey(actor.id), value: cp }] });
+  crashPoint("after-wal-complete", actor.id);
   return outcome;
+}
+
+/**
+ * A message whose turn is already committed (its id is in the checkpoint, or its parked
+ * record was committed): send the saved reply again if it was not confirmed, close the
+ * turn on the step journal, complete a recovered record. Never runs the handler.
+ */
+async function settleDuplicate(actor: TurnActor, env: A2AEnvelope, src: TurnSource, remote: ActorJournal | undefined): Promise<void> {
+  const saved = actor.memory.replyFor(env.id);
+  if (saved && env.replyTo) await sendReply(actor, env, saved);
+  if (remote?.openTurn(env.id)) await closeJournal(actor, remote, env.id, src.recovered?.record.attempt ?? 1);
+  if (src.recovered) await actor.deps.wal.complete(src.recovered.seq);
+}
+
+/** Best effort: a turn left open on NATS after its checkpoint is recognised as done by any reader. */
+async function closeJournal(actor: TurnActor, remote: ActorJournal | undefined, envelopeId: string, attempt: number): Promise<void> {
+  await remote?.done(envelopeId, attempt).catch((err: unknown) => actor.log.warn({ err, envelopeId }, "could not close the turn in the step journal"));
 }
 
 /** Runs the attempts of a turn under the supervision policy; never throws. */
@@ -198,29 +277,37 @@ async function fenceHolds(actor: TurnActor): Promise<boolean> {
   );
 }
 
-/** Checkpoint to NATS (compare-and-set), then complete the WAL record with the local copy, then apply. */
-async function commit(actor: TurnActor, seq: number, cp: Checkpoint): Promise<void> {
+/**
+ * Checkpoint to NATS (compare-and-set), then apply it: from here the turn is processed.
+ * The WAL record is completed by the caller once the reply is out.
+ */
+async function commit(actor: TurnActor, record: TurnRecord, cp: Checkpoint): Promise<void> {
   const { deps } = actor;
   await deps.fence(actor.id);
   const store = await deps.checkpoints();
   await store.save(actor.id, cp);
-  await deps.wal.complete(seq, { kv: [{ key: localCheckpointKey(actor.id), value: cp }] });
+  record.committed = true;
   actor.memory.apply(cp);
 }
 
-async function reply(actor: TurnActor, env: A2AEnvelope, outcome: TurnOutcome, mb: MailboxContext | undefined): Promise<void> {
-  if (!env.replyTo) return;
-  const opts = mb ? { encoding: mb.encoding } : {};
-  try {
-    if (outcome.kind === "done") await actor.deps.bus.respond(env, outcome.result, opts);
-    else if (outcome.kind === "failed") await actor.deps.bus.respond(env, null, { ...opts, error: outcome.error });
-    else if (outcome.kind === "interrupted") {
-      await actor.deps.bus.respond(env, null, { ...opts, error: new TurnInterruptedError(actor.id, outcome.by) });
-    }
-  } catch (err) {
-    // The turn is committed; a lost reply only makes the asker time out.
-    actor.log.warn({ err, envelopeId: env.id }, "could not send the reply");
-  }
+/** What an asked message's turn answers, saved with its checkpoint. */
+function replyOf(actorId: string, env: A2AEnvelope, outcome: TurnOutcome, mb: MailboxContext | undefined): CheckpointReply | undefined {
+  const json = mb?.encoding === "json" ? { encoding: "json" as const } : {};
+  if (outcome.kind === "done") return { for: env.id, result: outcome.result ?? null, ...json };
+  if (outcome.kind === "failed") return { for: env.id, error: toWire(outcome.error), ...json };
+  if (outcome.kind === "interrupted") return { for: env.id, error: toWire(new TurnInterruptedError(actorId, outcome.by)), ...json };
+  return undefined;
+}
+
+/**
+ * Sends the `result_notify` to the asker's inbox under an id derived from the message, so
+ * a resend after a crash is the same reply (an asker takes the first; a reader can drop the repeat).
+ * @throws the bus's error when it cannot be published: the caller keeps the record PENDING
+ */
+async function sendReply(actor: TurnActor, env: A2AEnvelope, answer: CheckpointReply): Promise<void> {
+  const opts = { id: derivedId(actor.id, env.id, "reply"), ...(answer.encoding === "json" ? { encoding: "json" as const } : {}) };
+  if (answer.error !== undefined) await actor.deps.bus.respond(env, null, { ...opts, error: fromWire(answer.error) ?? new Error(String(answer.error)) });
+  else await actor.deps.bus.respond(env, answer.result, opts);
 }
 
 function classify(err: unknown, signal: AbortSignal, attempts: number): TurnOutcome {
@@ -238,5 +325,8 @@ function retryable(err: unknown): boolean {
 // Failures of the runtime's own journaling (WAL, NATS) are not the handler's fault: the
 // message is redelivered and the PENDING record resumes, instead of a dead letter.
 function isInfrastructure(err: unknown): boolean {
-  return isKovaError(err) && (err.code.startsWith("WAL_") || err.code === BusErrorCode.NATS_UNREACHABLE || err.code === BusErrorCode.CONNECTION_CLOSED);
+  return (
+    isKovaError(err) &&
+    (err.code.startsWith("WAL_") || err.code === BusErrorCode.NATS_UNREACHABLE || err.code === BusErrorCode.CONNECTION_CLOSED || err.code === ActorErrorCode.JOURNAL_UNAVAILABLE)
+  );
 }

@@ -19,7 +19,7 @@ export function agentActor(def: AgentDefinition, runtime: AgentRuntime): ActorDe
     agentId,
     model: runtime.knownModel(agentId, def),
     capabilities: [...def.capabilities],
-    state: runtime.runningRun(agentId) ? "Running" : "Idle",
+    state: runtime.runState(agentId),
     usage: state.usage,
   });
   return defineActor<AgentState>({

@@ -1,5 +1,6 @@
 import { intValue, rejectUnknown, stringList, stringValue, tableAt, type ConfigTable } from "../core/config-table.js";
 import { ConfigError } from "../core/errors.js";
+import { durationMs } from "../core/duration.js";
 import { isValidId } from "../core/ids.js";
 import { defineAgent, type AgentDefinition, type AgentSpec } from "./definition.js";
 
@@ -12,6 +13,7 @@ import { defineAgent, type AgentDefinition, type AgentSpec } from "./definition.
  * model = "fast"                             # a [models.<name>] table
  * system = "You research and cite sources."
  * tools = ["http_request", "mcp:everything/*"]
+ * approval = ["http_request"]               # calls that wait for kova approve; or { tools = [...], timeout = "30min" } (default 1h)
  * memory = { policy = "summary_first", keep_last = 20, max_tokens = 60000 }   # or fifo, sliding_window (window = 40)
  * budget = { tokens_per_minute = 200000, max_tokens_per_run = 50000, group = "team-a" }
  * run = { max_turns = 20, max_tool_calls = 50, time_budget_ms = 300000, parallel_tool_calls = true }
@@ -27,7 +29,7 @@ export interface BudgetGroupConfig {
   maxTokens: number;
 }
 
-const AGENT_KEYS = ["id", "model", "system", "tools", "memory", "budget", "run", "capabilities", "temperature", "max_output_tokens"];
+const AGENT_KEYS = ["id", "model", "system", "tools", "approval", "memory", "budget", "run", "capabilities", "temperature", "max_output_tokens"];
 const MEMORY_KEYS = ["policy", "max_tokens", "keep_last", "window"];
 const BUDGET_KEYS = ["tokens_per_minute", "max_tokens_per_run", "max_tokens_total", "group", "session_max_tokens", "user_max_tokens"];
 const RUN_KEYS = ["max_turns", "max_tool_calls", "time_budget_ms", "parallel_tool_calls"];
@@ -60,6 +62,7 @@ export function agentsConfigFrom(raw: unknown, models: ReadonlySet<string>): Age
     if (system !== undefined) spec.system = system;
     const tools = stringList(t.tools, `${key}.tools`, '["clock_now", "mcp:everything/*"]');
     if (tools) spec.tools = tools;
+    if (t.approval !== undefined) spec.approval = approvalFrom(t.approval, `${key}.approval`);
     const caps = stringList(t.capabilities, `${key}.capabilities`, '["research"]', (c, k) => {
       if (!isValidId(c)) throw new ConfigError(k, "a capability is an id token of [A-Za-z0-9_-]");
       return c;
@@ -109,6 +112,16 @@ export function checkBudgetGroups(agents: readonly AgentDefinition[], groups: Re
       throw new ConfigError(`agents[${i}].budget.group`, `no [budget_groups.${g}] table: add one with max_tokens, e.g. [budget_groups.${g}] max_tokens = 1000000`);
     }
   });
+}
+
+function approvalFrom(raw: unknown, key: string): NonNullable<AgentSpec["approval"]> {
+  const example = '["shell_exec", "db_*"]';
+  if (Array.isArray(raw)) return stringList(raw, key, example) ?? [];
+  const t = tableAt(raw, key);
+  rejectUnknown(t, ["tools", "timeout"], `${key}.`);
+  const tools = stringList(t.tools, `${key}.tools`, example);
+  if (!tools) throw new ConfigError(`${key}.tools`, `is required: the tools whose calls wait for approval, e.g. tools = ${example}`);
+  return { tools, ...(t.timeout !== undefined ? { timeoutMs: durationMs(t.timeout, `${key}.timeout`) } : {}) };
 }
 
 function memoryFrom(t: ConfigTable, key: string): AgentSpec["memory"] {

@@ -1,5 +1,7 @@
 import { ConfigError } from "../core/errors.js";
 import { isValidId } from "../core/ids.js";
+import { parseToolPattern, TOOL_NAME_RULE } from "../tools/names.js";
+import { DEFAULT_APPROVAL_TIMEOUT_MS, MAX_APPROVAL_TIMEOUT_MS } from "./approvals.js";
 import type { ChatMessage } from "./model/types.js";
 import type { AgentResult } from "./protocol.js";
 
@@ -79,6 +81,16 @@ export interface AgentHooks {
   afterLoop?(result: AgentResult, ctx: HookContext): HookResult | undefined | Promise<HookResult | undefined>;
 }
 
+/**
+ * Which tool calls wait for a human (docs/tools.md, "Approval"): the tools matching
+ * `tools` (names or patterns, as in the agent's `tools` list), besides every tool that
+ * declares `requiresApproval`. No decision within `timeoutMs` rejects the call.
+ */
+export interface ApprovalPolicy {
+  readonly tools: readonly string[];
+  readonly timeoutMs: number;
+}
+
 /** An agent: a prompt, a model, tools, memory, budgets, run policies, hooks and capabilities. */
 export interface AgentDefinition {
   /** The agent's id (its actor id and inbox); for a template, the template name. */
@@ -88,6 +100,8 @@ export interface AgentDefinition {
   readonly system: string;
   /** Tool names and patterns (`http_request`, `everything/*`, `mcp:server/tool`). */
   readonly tools: readonly string[];
+  /** Tool calls that wait for a human's approval before they run. */
+  readonly approval: ApprovalPolicy;
   readonly memory: MemoryPolicy;
   readonly budget: BudgetPolicy;
   readonly run: RunPolicy;
@@ -102,6 +116,8 @@ export interface AgentDefinition {
 export type AgentSpec = Pick<AgentDefinition, "id" | "model"> & {
   system?: string;
   tools?: readonly string[];
+  /** Tool names or patterns needing approval (`["shell_exec", "db_*"]`), or the whole policy. */
+  approval?: readonly string[] | { tools: readonly string[]; timeoutMs?: number };
   memory?: Partial<MemoryPolicy>;
   budget?: BudgetPolicy;
   run?: RunPolicy;
@@ -149,6 +165,7 @@ export function defineAgent(spec: AgentSpec, key = spec.id ?? "agent"): AgentDef
     if (typeof fn !== "function") throw new ConfigError(`${key}.hooks.${name}`, "must be a function");
   }
   if (spec.maxOutputTokens !== undefined) positive(spec.maxOutputTokens, `${key}.max_output_tokens`, 1);
+  const approval = approvalPolicy(spec.approval, `${key}.approval`);
   if (spec.temperature !== undefined && !(spec.temperature >= 0 && spec.temperature <= 2)) {
     throw new ConfigError(`${key}.temperature`, "must be a number from 0 to 2");
   }
@@ -157,6 +174,7 @@ export function defineAgent(spec: AgentSpec, key = spec.id ?? "agent"): AgentDef
     model: spec.model,
     system: spec.system ?? "",
     tools: Object.freeze([...(spec.tools ?? [])]),
+    approval,
     memory: Object.freeze(memory),
     budget: Object.freeze(budget),
     run: Object.freeze(run),
@@ -172,6 +190,20 @@ export function defineAgent(spec: AgentSpec, key = spec.id ?? "agent"): AgentDef
 /** True for what `defineAgent` returned (a module may export agents next to actor types). */
 export function isAgentDefinition(value: unknown): value is AgentDefinition {
   return typeof value === "object" && value !== null && (value as Record<symbol, unknown>)[MARK] === true;
+}
+
+function approvalPolicy(raw: AgentSpec["approval"], key: string): ApprovalPolicy {
+  if (raw === undefined) return Object.freeze({ tools: Object.freeze([]), timeoutMs: DEFAULT_APPROVAL_TIMEOUT_MS });
+  const spec = Array.isArray(raw) ? { tools: raw as readonly string[] } : (raw as { tools: readonly string[]; timeoutMs?: number });
+  if (!Array.isArray(spec.tools)) throw new ConfigError(`${key}.tools`, 'must be a list of tool names or patterns, e.g. ["shell_exec", "db_*"]');
+  spec.tools.forEach((t, i) => {
+    if (typeof t !== "string" || !parseToolPattern(t)) throw new ConfigError(`${key}.tools[${i}]`, `${JSON.stringify(t)} is not a tool name or pattern: ${TOOL_NAME_RULE}`);
+  });
+  const timeoutMs = spec.timeoutMs ?? DEFAULT_APPROVAL_TIMEOUT_MS;
+  if (!Number.isInteger(timeoutMs) || timeoutMs < 1 || timeoutMs > MAX_APPROVAL_TIMEOUT_MS) {
+    throw new ConfigError(`${key}.timeout`, `must be a duration from 1 ms to 7 days, not ${JSON.stringify(timeoutMs)}`);
+  }
+  return Object.freeze({ tools: Object.freeze([...spec.tools]), timeoutMs });
 }
 
 function positive(v: number, key: string, min: number): void {

@@ -1,26 +1,33 @@
 import type { KovaEvent } from "../bus/events.js";
 
 /**
- * The events of an agent run, on `kova.<c>.events.<sessionId>.<runId>` (docs/protocol.md).
- * `token` and `model_request` are plain NATS publishes (not stored: high rate, and a
- * replay must not stream them twice); every other type is stored in the EVENTS stream.
+ * The events of an agent run, on `kova.<c>.events.<sessionId>.<runId>` (docs/protocol.md):
+ * the one list of their names, for the agent loop, its callers (swarm coordinators,
+ * agents as tools, workflows) and the CLI. `token` and `model_request` are plain NATS
+ * publishes, not awaited (high rate); every other type waits for the EVENTS stream's ack.
+ * The stream captures all of them.
  */
-export const RunEventTypes = [
-  "run_started",
-  "model_request",
-  "token",
-  "model_call",
-  "tool_call",
-  "tool_result",
-  "child_run_linked",
-  "approval_requested",
-  "budget_wait",
-  "run_completed",
-  "run_failed",
-  "run_cancelled",
-  "run_stream_end",
-] as const;
-export type RunEventType = (typeof RunEventTypes)[number];
+export const RunEventType = {
+  started: "run_started",
+  modelRequest: "model_request",
+  token: "token",
+  modelCall: "model_call",
+  toolCall: "tool_call",
+  toolResult: "tool_result",
+  childLinked: "child_run_linked",
+  approvalRequested: "approval_requested",
+  approvalGranted: "approval_granted",
+  approvalRejected: "approval_rejected",
+  budgetWait: "budget_wait",
+  completed: "run_completed",
+  failed: "run_failed",
+  cancelled: "run_cancelled",
+  streamEnd: "run_stream_end",
+} as const;
+/** One of the run event names (`"run_started"`, …). */
+export type RunEventType = (typeof RunEventType)[keyof typeof RunEventType];
+/** Every run event name, in the order a run can emit them. */
+export const RunEventTypes: readonly RunEventType[] = Object.freeze(Object.values(RunEventType));
 
 /** Who reads a stream of events, and so what they see. */
 export const EventProfiles = ["chat", "debug", "metrics"] as const;
@@ -30,6 +37,8 @@ const CHAT: ReadonlySet<string> = new Set([
   "run_started",
   "token",
   "approval_requested",
+  "approval_granted",
+  "approval_rejected",
   "run_completed",
   "run_failed",
   "run_cancelled",

@@ -4,7 +4,24 @@
  * `agentActor` turns a definition into the actor type a node hosts; `askAgent` runs one
  * from any service; the model layer (./model) talks to OpenAI-compatible endpoints.
  */
-export * from "./model/index.js";
+export {
+  createOpenAiModel,
+  costOf,
+  loadTokenCounter,
+  ModelCallAbortedError,
+  ModelCallError,
+  ModelCallScheduler,
+  ModelErrorCode,
+  parseModelsConfig,
+  type ChatMessage,
+  type ModelClient,
+  type ModelConfig,
+  type ModelRequest,
+  type ModelResponse,
+  type TokenCounter,
+  type ToolCall,
+  type Usage,
+} from "./model/index.js";
 export {
   defineAgent,
   isAgentDefinition,
@@ -38,7 +55,7 @@ export {
   type RunUsage,
   type TaskConstraints,
 } from "./protocol.js";
-export { EventProfiles, forProfile, inProfile, isEventProfile, RunEventTypes, type EventProfile, type RunEventType } from "./events.js";
+export { EventProfiles, forProfile, inProfile, isEventProfile, RunEventType, RunEventTypes, type EventProfile } from "./events.js";
 export { fitContext, summaryRequest, withSummary, SUMMARY_PREFIX, type FitResult } from "./memory/policy.js";
 export { hasNoOrphans, toUnits } from "./memory/units.js";
 export { NatsMemoryStore, MEMORY_VERSION, type MemoryStore } from "./memory/store.js";

@@ -10,7 +10,7 @@ import { DEFAULT_MAX_TURNS, type AgentDefinition, type HookResult } from "./defi
 import { AgentHookFailedError, RunLimitExceededError } from "./errors.js";
 import { applyFit, modelTurn } from "./model-turn.js";
 import { parseRunRequest, type AgentResult, type RunRequest, type RunStatus } from "./protocol.js";
-import { hookContext, publish, type AgentState, type RunScope } from "./run-scope.js";
+import { hookContext, publish, publishStarted, type AgentState, type RunScope } from "./run-scope.js";
 import type { AgentRuntime } from "./runtime.js";
 import { runToolCalls } from "./tool-calls.js";
 import { addRun, newTally, runUsage, tallyModel } from "./usage.js";
@@ -53,6 +53,7 @@ export async function runAgentTurn(def: AgentDefinition, runtime: AgentRuntime, 
     repairs: new ArgumentRepairBudget(runtime.maxArgumentRepairs),
     groups: groupsOf(def.budget, { sessionId, from: ctx.message.from, ...(request.budgetGroup ? { budgetGroup: request.budgetGroup } : {}) }, runtime.budgetGroups),
     history: [],
+    modelSteps: 0,
   };
   runtime.runStarted(s.agentId, runId);
   try {
@@ -68,11 +69,18 @@ export async function runAgentTurn(def: AgentDefinition, runtime: AgentRuntime, 
 async function loop(s: RunScope): Promise<AgentResult> {
   const { ctx, def } = s;
   // A task without a sessionId is a conversation of one run: nothing to load or keep.
-  const keeps = s.request.sessionId !== undefined;
-  s.history = await ctx.step("run:start", async () => {
-    await publish(s, "run_started", { agentId: s.agentId, input: s.request.input, kind: s.request.kind });
-    return keeps ? (await s.runtime.memory()).load(s.agentId, s.sessionId) : [];
-  }, { idempotent: true });
+  if (s.request.sessionId !== undefined || def.hooks.beforeUserMessage) {
+    const loaded = await ctx.step("run:start", async () => {
+      await publishStarted(s);
+      return s.request.sessionId !== undefined ? (await s.runtime.memory()).load(s.agentId, s.sessionId) : [];
+    }, { idempotent: true });
+    // A copy: the journal keeps the step's result by reference and writes it again with every later step.
+    s.history = [...loaded];
+  } else {
+    // A task of its own with nothing to load: `run_started` goes out with the first model
+    // call's step instead, one journal write less per run.
+    s.startedInStep = "model";
+  }
   s.tools = await s.runtime.toolsFor(def, s.agentId);
   let input = s.request.input;
   const before = await hook(s, "beforeUserMessage", () => def.hooks.beforeUserMessage?.(input, hookContext(s)));
@@ -88,6 +96,7 @@ async function loop(s: RunScope): Promise<AgentResult> {
     if (turn >= maxTurns) {
       throw new RunLimitExceededError("max_turns", maxTurns, `no final answer after ${maxTurns} model calls; raise run.max_turns of agent ${s.agentId} or give it a narrower task`);
     }
+    s.modelSteps++;
     const rec = await modelTurn(s, turn);
     s.history = applyFit(s.history, rec);
     if (rec.summary) tallyModel(s.tally, rec.summary.model, rec.summary.usage, rec.summary.costUsd);
@@ -138,8 +147,19 @@ async function hook(s: RunScope, name: HookName, call: () => HookResult | undefi
 async function finish(s: RunScope, output: string, status: RunStatus, error?: { code: string; message: string }): Promise<AgentResult> {
   let result: AgentResult = { output, usage: runUsage(s.tally), runId: s.runId, sessionId: s.sessionId, status, ...(error ? { error } : {}) };
   if (status === "completed") {
+    // The answer the conversation keeps: the model's final message, or the output a hook
+    // stopped with; replaced (never mutated: it is a recorded step result) when they differ.
+    const last = s.history.at(-1);
+    const answerAt = last?.role === "assistant" && !last.toolCalls?.length ? s.history.length - 1 : s.history.push({ role: "assistant", content: output }) - 1;
+    const keep = (text: string) => {
+      if (s.history[answerAt]?.content !== text) s.history[answerAt] = { role: "assistant", content: text };
+    };
+    keep(output);
     const after = await hook(s, "afterLoop", () => s.def.hooks.afterLoop?.(result, hookContext(s)));
-    if (after?.output !== undefined) result = { ...result, output: after.output };
+    if (after?.output !== undefined) {
+      result = { ...result, output: after.output };
+      keep(after.output);
+    }
     addToMemory(s, after);
   }
   const final = result;
@@ -152,10 +172,10 @@ async function finish(s: RunScope, output: string, status: RunStatus, error?: { 
     return final;
   }
   await s.ctx.step("run:end", async () => {
+    // A run that ended before its first model step never said it started.
+    if (s.startedInStep === "model" && s.modelSteps === 0) await publishStarted(s);
     if (status === "completed") {
-      const last = s.history.at(-1);
-      const conversation = last?.role === "assistant" && last.content === final.output ? s.history : [...s.history, { role: "assistant" as const, content: final.output }];
-      if (s.request.sessionId !== undefined) await (await s.runtime.memory()).save(s.agentId, s.sessionId, conversation);
+      if (s.request.sessionId !== undefined) await (await s.runtime.memory()).save(s.agentId, s.sessionId, s.history);
       await publish(s, "run_completed", { agentId: s.agentId, output: final.output, usage: final.usage });
     } else {
       await publish(s, "run_failed", { agentId: s.agentId, error, usage: final.usage });

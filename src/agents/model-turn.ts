@@ -4,7 +4,7 @@ import { costOf } from "./model/cost.js";
 import type { AssistantMessage, ChatMessage, ModelClient, ModelRequest, Usage } from "./model/types.js";
 import { fitContext, summaryRequest, withSummary } from "./memory/policy.js";
 import { toUnits } from "./memory/units.js";
-import { publish, stream, type RunScope } from "./run-scope.js";
+import { publish, publishStarted, stream, type RunScope } from "./run-scope.js";
 
 /**
  * One model call of a run, as its journaled step records it. The step also fits the
@@ -43,6 +43,7 @@ export function applyFit(history: readonly ChatMessage[], rec: Pick<ModelTurnRec
 
 async function callModel(s: RunScope, turn: number): Promise<ModelTurnRecord> {
   const { def, runtime, agentId } = s;
+  if (turn === 0 && s.startedInStep === "model") await publishStarted(s);
   const name = await runtime.currentModel(agentId, def, turn === 0);
   const config = runtime.modelConfig(name, `agent ${agentId}`);
   await waitForBucket(s);

@@ -61,7 +61,7 @@ export interface AgentInfo {
   agentId: string;
   model: string;
   capabilities: string[];
-  /** `Running` while a run is in progress on the hosting node, else `Idle`. */
+  /** `Running` while a run is in progress on the hosting node (`waiting_approval` while it waits for a human), else `Idle`. */
   state: string;
   usage: AgentUsageTotals;
 }

@@ -2,12 +2,12 @@ import { silentLogger, type Logger } from "../core/logger.js";
 import type { Bus } from "../bus/bus.js";
 import type { KovaEvent } from "../bus/events.js";
 import type { ToolRegistry } from "../tools/registry.js";
-import type { ToolSet } from "../tools/tool-set.js";
+import { ToolSet } from "../tools/tool-set.js";
 import { DEFAULT_ARGUMENT_REPAIRS } from "../tools/repair-budget.js";
 import { DEFAULT_RESULT_MAX_BYTES } from "../tools/result-cap.js";
 import type { ModelConfig } from "./model/config.js";
 import { createOpenAiModel } from "./model/openai-model.js";
-import { ModelCallScheduler, type ModelSlots } from "./model/scheduler.js";
+import { ModelCallScheduler } from "./model/scheduler.js";
 import { loadTokenCounter, type TokenCounter } from "./model/tokens.js";
 import type { ModelClient } from "./model/types.js";
 import { NatsGroupLedger, type GroupLedger } from "./budget-groups.js";
@@ -15,6 +15,7 @@ import type { BudgetGroupConfig } from "./config.js";
 import type { AgentDefinition } from "./definition.js";
 import { UnknownModelError } from "./errors.js";
 import { NatsMemoryStore, type MemoryStore } from "./memory/store.js";
+import { NatsApprovalStore, type ApprovalStore } from "./approvals.js";
 import { NatsSettingsStore, type SettingsStore } from "./settings.js";
 import { TokenBucket } from "./token-bucket.js";
 
@@ -37,13 +38,15 @@ export interface AgentRuntimeOptions {
   maxArgumentRepairs?: number;
   maxResultBytes?: number;
   /**
-   * The node's provider-call scheduler (`KovaNode.modelScheduler`), so that its queues and
-   * waits show in the node's status and `$SRV.STATS`; the runtime adds its models to it.
-   * Default: a scheduler of the runtime's own.
+   * The node's model-call scheduler (`KovaNode.modelScheduler`), shared with whatever else on
+   * the node calls models (swarm coordinators), so that `max_concurrency` bounds the node's
+   * calls to a model, not each caller's, and its queues and waits show in the node's status
+   * and `$SRV.STATS`. Default: one of its own, closed by `close()`.
    */
   scheduler?: ModelCallScheduler;
   /** Stores; defaults are NATS KV buckets opened on first use (tests pass their own). */
   memory?: MemoryStore;
+  approvals?: ApprovalStore;
   ledger?: GroupLedger;
   settings?: SettingsStore;
 }
@@ -64,24 +67,23 @@ export class AgentRuntime {
   readonly #overrides = new Map<string, string | null>();
   readonly #running = new Map<string, string>();
   readonly #prepared = new Map<string, Promise<void>>();
+  readonly #ownsScheduler: boolean;
+  readonly #awaitingApproval = new Set<string>();
   #memory: Promise<MemoryStore> | undefined;
+  #approvals: Promise<ApprovalStore> | undefined;
   #ledger: Promise<GroupLedger> | undefined;
   #settings: Promise<SettingsStore> | undefined;
 
   constructor(readonly opts: AgentRuntimeOptions) {
     this.log = (opts.logger ?? silentLogger()).child({ component: "agents" });
-    const slots = [...opts.models].map(([name, m]): [string, ModelSlots] => [name, { maxConcurrency: m.maxConcurrency, policy: m.scheduling }]);
-    if (opts.scheduler) {
-      this.scheduler = opts.scheduler;
-      for (const [name, s] of slots) this.scheduler.setModel(name, s);
-    } else {
-      this.scheduler = new ModelCallScheduler(slots, { logger: this.log });
-    }
+    this.#ownsScheduler = opts.scheduler === undefined;
+    this.scheduler = opts.scheduler ?? modelScheduler(opts.models, this.log);
     this.budgetGroups = opts.budgetGroups ?? new Map();
     this.maxArgumentRepairs = opts.maxArgumentRepairs ?? DEFAULT_ARGUMENT_REPAIRS;
     this.maxResultBytes = opts.maxResultBytes ?? DEFAULT_RESULT_MAX_BYTES;
     if (opts.memory) this.#memory = Promise.resolve(opts.memory);
     if (opts.ledger) this.#ledger = Promise.resolve(opts.ledger);
+    if (opts.approvals) this.#approvals = Promise.resolve(opts.approvals);
     if (opts.settings) this.#settings = Promise.resolve(opts.settings);
   }
 
@@ -129,12 +131,21 @@ export class AgentRuntime {
       }
       await p;
     }
-    return this.opts.tools.resolve(def.tools, `agent ${agentId} tools`);
+    const set = this.opts.tools.resolve(def.tools, `agent ${agentId} tools`);
+    // `agent:*` must not offer an agent itself: the call would wait for its own turn.
+    const self = new Set([`agent:${agentId}`, `agent:${def.id}`]);
+    return set.tools.some((t) => self.has(t.name)) ? new ToolSet(set.tools.filter((t) => !self.has(t.name))) : set;
   }
 
   memory(): Promise<MemoryStore> {
     this.#memory ??= this.#open(() => NatsMemoryStore.open({ js: this.bus.js, cluster: this.bus.cluster, replicas: this.opts.replicas ?? 1, maxBytes: this.bus.maxPayload }), () => (this.#memory = undefined));
     return this.#memory;
+  }
+
+  /** Pending and decided tool-call approvals (KV `kova_<c>_approvals`). */
+  approvals(): Promise<ApprovalStore> {
+    this.#approvals ??= this.#open(() => NatsApprovalStore.open({ js: this.bus.js, cluster: this.bus.cluster, replicas: this.opts.replicas ?? 1 }), () => (this.#approvals = undefined));
+    return this.#approvals;
   }
 
   ledger(): Promise<GroupLedger> {
@@ -196,6 +207,19 @@ export class AgentRuntime {
 
   runEnded(agentId: string): void {
     this.#running.delete(agentId);
+    this.#awaitingApproval.delete(agentId);
+  }
+
+  /** Marks an agent's run as waiting for a human's approval (or not any more). */
+  awaitingApproval(agentId: string, waiting: boolean): void {
+    if (waiting) this.#awaitingApproval.add(agentId);
+    else this.#awaitingApproval.delete(agentId);
+  }
+
+  /** `waiting_approval` while the run waits for a decision, `Running` during the rest of a run, else `Idle`. */
+  runState(agentId: string): "Idle" | "Running" | "waiting_approval" {
+    if (!this.#running.has(agentId)) return "Idle";
+    return this.#awaitingApproval.has(agentId) ? "waiting_approval" : "Running";
   }
 
   /** The run in progress for an agent hosted here, if any. */
@@ -208,8 +232,16 @@ export class AgentRuntime {
     return this.bus.publishEvent(event, { durable });
   }
 
-  /** Stops the scheduler (waiting calls fail with MODEL_SCHEDULER_CLOSED). */
+  /** Stops the scheduler if it is this runtime's own (waiting calls fail with MODEL_SCHEDULER_CLOSED). */
   close(): void {
-    this.scheduler.close();
+    if (this.#ownsScheduler) this.scheduler.close();
   }
+}
+
+/** A scheduler with one lane per configured model (`max_concurrency`, `scheduling`). */
+export function modelScheduler(models: ReadonlyMap<string, ModelConfig>, logger?: Logger): ModelCallScheduler {
+  return new ModelCallScheduler(
+    [...models].map(([name, m]) => [name, { maxConcurrency: m.maxConcurrency, policy: m.scheduling }]),
+    logger ? { logger } : {},
+  );
 }

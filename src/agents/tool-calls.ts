@@ -3,6 +3,7 @@ import { ActorErrorCode } from "../actors/errors.js";
 import { isIdempotentCall } from "../tools/idempotency.js";
 import { checkToolCall, runTool } from "../tools/invoke.js";
 import type { Tool } from "../tools/types.js";
+import { awaitApprovals, rejectionError } from "./approval-gate.js";
 import { DEFAULT_MAX_TOOL_CALLS } from "./definition.js";
 import { RunLimitExceededError } from "./errors.js";
 import type { ToolCall, ToolMessage } from "./model/types.js";
@@ -35,7 +36,16 @@ export async function runToolCalls(s: RunScope, calls: readonly ToolCall[]): Pro
     throw new RunLimitExceededError("max_tool_calls", max, `the model asked for ${s.tally.toolCalls + calls.length} tool calls; raise run.max_tool_calls of agent ${s.agentId} or narrow its task`);
   }
   const planned = calls.map((call) => plan(s, call));
-  const exec = (p: Planned) => (p.kind === "run" ? runCall(s, p.call, p.tool, p.args) : refuse(s, p.call, p.content, p.error));
+  const decisions = await awaitApprovals(s, planned.filter((p) => p.kind === "run"));
+  const exec = (p: Planned): Promise<ToolCallRecord> => {
+    if (p.kind === "refused") return refuse(s, p.call, p.call.name, p.call.arguments, p.content, p.error);
+    const decision = decisions.get(p.call.id);
+    if (decision && decision.status !== "approved") {
+      const error = rejectionError(decision);
+      return refuse(s, p.call, p.tool.name, p.args, JSON.stringify({ error: { code: error.code, message: error.message, ...(error.data.comment !== undefined ? { comment: error.data.comment } : {}) } }), error);
+    }
+    return runCall(s, p.call, p.tool, p.args);
+  };
   let records: ToolCallRecord[];
   if (s.def.run.parallelToolCalls === false) {
     records = [];
@@ -67,6 +77,7 @@ function plan(s: RunScope, call: ToolCall): Planned {
 
 async function runCall(s: RunScope, call: ToolCall, tool: Tool, args: unknown): Promise<ToolCallRecord> {
   const idempotent = isIdempotentCall(tool, args);
+  const budgetGroup = s.request.budgetGroup ?? s.def.budget.group;
   try {
     return await s.ctx.step(`tool:${call.id}`, async (info) => {
       await publish(s, "tool_call", { agentId: s.agentId, callId: call.id, tool: tool.name, args });
@@ -80,6 +91,7 @@ async function runCall(s: RunScope, call: ToolCall, tool: Tool, args: unknown): 
         signal: s.ctx.signal,
         logger: s.runtime.log.child({ agentId: s.agentId, runId: s.runId, tool: tool.name }),
         ...(s.request.deadline !== undefined ? { deadline: s.request.deadline } : {}),
+        ...(budgetGroup !== undefined ? { budgetGroup } : {}),
       }, s.runtime.maxResultBytes);
       const rec: ToolCallRecord = { content: outcome.content, ok: outcome.status === "ok", ms: Math.round(performance.now() - started), ...(outcome.error ? { error: outcome.error } : {}) };
       // A stop or an interrupt is not the tool's failure: the step fails, so a redelivered turn runs it again.
@@ -105,10 +117,11 @@ async function runCall(s: RunScope, call: ToolCall, tool: Tool, args: unknown): 
   }
 }
 
-function refuse(s: RunScope, call: ToolCall, content: string, error: WireError): Promise<ToolCallRecord> {
+/** A call that does not run (unknown tool, invalid arguments, rejected by a human): its result is the error. */
+function refuse(s: RunScope, call: ToolCall, tool: string, args: unknown, content: string, error: WireError): Promise<ToolCallRecord> {
   return s.ctx.step(`tool:${call.id}`, async () => {
-    await publish(s, "tool_call", { agentId: s.agentId, callId: call.id, tool: call.name, args: call.arguments });
-    await publish(s, "tool_result", { agentId: s.agentId, callId: call.id, tool: call.name, ok: false, error: { code: error.code, message: error.message } });
+    await publish(s, "tool_call", { agentId: s.agentId, callId: call.id, tool, args });
+    await publish(s, "tool_result", { agentId: s.agentId, callId: call.id, tool, ok: false, error: { code: error.code, message: error.message } });
     return { content, ok: false, ms: 0, error };
   }, { idempotent: true });
 }

@@ -82,6 +82,12 @@ export interface RespondOptions {
   error?: unknown;
   /** Encoding of an inbox reply (default msgpack; pass the request's to mirror a JSON asker). */
   encoding?: Encoding;
+  /**
+   * The reply's envelope id (default: a new one). A responder that may answer the same
+   * message again after a crash passes the same id each time, so a durable reply is
+   * stored once (`Nats-Msg-Id`) and an inbox reader can recognise the repeat.
+   */
+  id?: string;
 }
 
 /**
@@ -91,6 +97,7 @@ export interface RespondOptions {
  */
 export async function respond(ctx: BusContext, original: A2AEnvelope, result: unknown, opts: RespondOptions = {}): Promise<A2AEnvelope> {
   const reply = createEnvelope({
+    ...(opts.id === undefined ? {} : { id: opts.id }),
     from: original.to,
     to: original.from,
     type: "result_notify",

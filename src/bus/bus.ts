@@ -13,14 +13,15 @@ import type { A2AEnvelope, MessageType } from "./envelope.js";
 import { BusClosedError, JetStreamUnavailableError } from "./errors.js";
 import { redactUrl, type NatsSecurity } from "./nats-security.js";
 import { DEFAULT_INBOX_PREFIX } from "./reply-subject.js";
-import { publishEvent, subscribeEvents, type EventStream, type KovaEvent } from "./events.js";
+import { publishEvent, subscribeEvents, type EventStream, type KovaEvent, type PublishEventOptions } from "./events.js";
 import { openMailbox, type Mailbox, type MailboxHandler, type MailboxOptions } from "./mailbox.js";
 import { RequestMux } from "./request-mux.js";
 import { request, serveRpc, type RequestOptions, type RpcHandler, type RpcService } from "./rpc.js";
 import { sendEnvelope, type SendOptions } from "./send.js";
 import { ensureStreams, type StreamOptions } from "./streams.js";
 import { subjectsFor, type Subjects } from "./subjects.js";
-import type { DlqReason } from "./wire.js";
+import { Header, type DlqReason } from "./wire.js";
+import { isMessageGone } from "./nats-errors.js";
 
 export interface BusConnectOptions {
   /** One URL, a comma-separated list or an array (a client fails over between them). */
@@ -105,7 +106,7 @@ export class Bus {
   get clientId(): string { return this.ctx.clientId; }
 
   /**
-   * Creates the A2A (WorkQueue), EVENTS and DLQ streams, or checks existing ones.
+   * Creates the A2A (WorkQueue), EVENTS, DLQ and JOURNAL streams, or checks existing ones.
    * @throws StreamConflictError naming the stream and the differing field
    */
   ensureStreams(opts?: StreamOptions): Promise<void> {
@@ -191,10 +192,10 @@ export class Bus {
 
   /**
    * Publishes an event (durable by default: retried through a NATS server loss for up to
-   * `timeoutMs`, default 30 s).
+   * `timeoutMs`, default 30 s; `msgId` makes a re-publish a duplicate the stream drops).
    * @throws KovaError INVALID_ENVELOPE for a malformed event; KovaTimeoutError when not stored in time
    */
-  publishEvent(event: KovaEvent, opts?: { durable?: boolean; timeoutMs?: number }): Promise<void> {
+  publishEvent(event: KovaEvent, opts?: PublishEventOptions): Promise<void> {
     this.open("publishEvent");
     return publishEvent(this.ctx, event, opts);
   }
@@ -233,6 +234,23 @@ export class Bus {
   deadLetter(env: A2AEnvelope, reason: DlqReason | (string & {}), opts?: DeadLetterOptions): Promise<number> {
     this.open("deadLetter");
     return deadLetterEnvelope(this.ctx, env, reason, opts);
+  }
+
+  /**
+   * Whether `agentId`'s mailbox stream still holds the message stored at `seq` with envelope
+   * id `envelopeId` (not acknowledged, not moved to the DLQ). A work queue deletes a message
+   * when it is acked or dead-lettered, so "no" means nothing will deliver it again.
+   * @throws JetStream errors other than "no message at that sequence"
+   */
+  async inboxHolds(agentId: string, seq: number, envelopeId: string): Promise<boolean> {
+    this.open("inboxHolds");
+    try {
+      const m = await this.ctx.jsm.streams.getMessage(this.ctx.subjects.streams.a2a, { seq });
+      return m !== null && m.subject === this.ctx.subjects.a2a(agentId) && m.header?.get(Header.MsgId) === envelopeId;
+    } catch (err) {
+      if (isMessageGone(err)) return false;
+      throw err;
+    }
   }
 
   /** The newest dead letters, newest first. */

@@ -33,6 +33,19 @@ function check(event: KovaEvent): void {
   if (typeof event.ts !== "number" || !Number.isFinite(event.ts)) throw bad("ts", "must be epoch milliseconds");
 }
 
+export interface PublishEventOptions {
+  /** false: a plain publish, not stored (tokens and other high-rate events). Default true. */
+  durable?: boolean;
+  /** How long a durable publish may retry (default 30 s). */
+  timeoutMs?: number;
+  /**
+   * The `Nats-Msg-Id` of a durable event (default: a new id). A caller that may publish the
+   * same event again (a run re-run after a takeover) derives it from the event's identity,
+   * so the stream stores it once within its duplicate window.
+   */
+  msgId?: string;
+}
+
 /**
  * Publishes an event as JSON. Durable by default (resolves after the EVENTS stream
  * stored it, retrying through a NATS server loss or leader election for up to
@@ -41,7 +54,7 @@ function check(event: KovaEvent): void {
  * @throws KovaError INVALID_ENVELOPE for a malformed event, before anything is sent;
  *   KovaTimeoutError when the stream did not store it in time
  */
-export async function publishEvent(ctx: BusContext, event: KovaEvent, opts: { durable?: boolean; timeoutMs?: number } = {}): Promise<void> {
+export async function publishEvent(ctx: BusContext, event: KovaEvent, opts: PublishEventOptions = {}): Promise<void> {
   check(event);
   const subject = ctx.subjects.events(event.sessionId, event.runId);
   const h = natsHeaders();
@@ -54,7 +67,7 @@ export async function publishEvent(ctx: BusContext, event: KovaEvent, opts: { du
   // An actor's turn waits for this ack (ctx.emit is a journaled step): failing it on
   // the first timeout of a leader election used to fail the turn and dead-letter its
   // message. A retry whose first try was stored is dropped by the stream (Nats-Msg-Id).
-  h.set(Header.MsgId, newId());
+  h.set(Header.MsgId, opts.msgId ?? newId());
   await publishAcked(ctx, subject, data, h, { timeoutMs: opts.timeoutMs ?? 30_000, what: "event publish" });
 }
 

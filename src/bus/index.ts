@@ -31,7 +31,8 @@ export type { SendOptions } from "./send.js";
 export type { Mailbox, MailboxContext, MailboxHandler, MailboxOptions } from "./mailbox.js";
 export { DEFAULT_RPC_TIMEOUT_MS, type RequestOptions, type RpcHandler, type RpcReply, type RpcService } from "./rpc.js";
 export { DEFAULT_ASK_TIMEOUT_MS, type AskOptions, type RespondOptions } from "./ask.js";
-export type { EventStream, KovaEvent } from "./events.js";
+export type { EventStream, KovaEvent, PublishEventOptions } from "./events.js";
+export { newInbox } from "./inbox.js";
 export type { DeadLetterOptions, DlqEntry, DlqMover } from "./dlq.js";
 export type { ActivationReply } from "./activation.js";
 export type { UnknownAgentSweep } from "./unknown-agents.js";
@@ -49,12 +50,16 @@ export {
   StreamConflictError,
   UnknownMessageTypeError,
 } from "./errors.js";
+export { openOrCreateBucket } from "./kv-buckets.js";
 export {
   JsApiCode,
   isConsumerNotFound,
   isJetStreamNotEnabled,
+  isMessageGone,
   isNatsNoResponders,
   isNatsTimeout,
+  isStreamNotFound,
+  isSubjectOverlap,
   isTransientNatsError,
   isWrongLastSequence,
   jsApiCode,

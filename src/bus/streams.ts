@@ -26,9 +26,10 @@ export interface StreamOptions {
 
 const DAY = 24 * 60 * 60 * 1000;
 
-type Wanted = Pick<StreamConfig, "name" | "subjects" | "retention" | "storage" | "num_replicas" | "max_age" | "duplicate_window" | "discard">;
+type Wanted = Pick<StreamConfig, "name" | "subjects" | "retention" | "storage" | "num_replicas" | "max_age" | "duplicate_window" | "discard"> &
+  Partial<Pick<StreamConfig, "allow_rollup_hdrs">>;
 
-/** The three stream configurations Kova needs (docs/protocol.md lists them). */
+/** The four stream configurations Kova needs (docs/protocol.md lists them). */
 export function kovaStreamConfigs(subjects: Subjects, opts: StreamOptions = {}): Wanted[] {
   const replicas = opts.replicas ?? 1;
   const dup = nanos(opts.duplicateWindowMs ?? 120_000);
@@ -58,6 +59,21 @@ export function kovaStreamConfigs(subjects: Subjects, opts: StreamOptions = {}):
     },
     limitsStream(subjects.streams.events, subjects.eventsWildcard, opts.eventsMaxAgeMs ?? 7 * DAY),
     limitsStream(subjects.streams.dlq, subjects.dlqWildcard, opts.dlqMaxAgeMs ?? 30 * DAY),
+    {
+      // The actors' step journal (src/actors/step-journal.ts): a subject per actor holding
+      // its open turn's records. The record that ends a turn is a rollup (`Nats-Rollup:
+      // sub`), which purges the subject down to itself in the same write, so the stream
+      // holds about one message per actor plus the steps of turns in progress.
+      name: subjects.streams.journal,
+      subjects: [subjects.journalWildcard],
+      retention: RetentionPolicy.Limits,
+      storage: StorageType.File,
+      num_replicas: replicas,
+      max_age: 0,
+      duplicate_window: dup,
+      discard: DiscardPolicy.Old,
+      allow_rollup_hdrs: true,
+    },
   ];
 }
 
@@ -84,7 +100,9 @@ async function ensureStream(jsm: JetStreamManager, want: Wanted, log?: Logger): 
       return;
     } catch (err) {
       // Another node created it between our info and add: compare against theirs.
-      if (isStreamNameInUse(err) && attempt === 0) continue;
+      // Another node created it between our info and add (nats-server 2.9 may answer the
+      // loser of two concurrent creates with a subject overlap): compare against theirs.
+      if ((isStreamNameInUse(err) || isSubjectOverlap(err)) && attempt === 0) continue;
       if (isSubjectOverlap(err)) {
         const msg = err instanceof Error ? err.message : String(err);
         throw new StreamConflictError(want.name, "subjects", want.subjects, `captured by another stream (${msg})`, { cause: err });
@@ -101,4 +119,5 @@ function compare(want: Wanted, have: StreamConfig): void {
   for (const field of ["retention", "storage", "num_replicas", "max_age", "duplicate_window", "discard"] as const) {
     if (have[field] !== want[field]) throw new StreamConflictError(want.name, field, want[field], have[field]);
   }
+  if (want.allow_rollup_hdrs && !have.allow_rollup_hdrs) throw new StreamConflictError(want.name, "allow_rollup_hdrs", true, have.allow_rollup_hdrs ?? false);
 }

@@ -22,7 +22,10 @@ export interface Subjects {
   readonly dlqWildcard: string;
   /** The JetStream advisory sent when a message of the A2A stream exhausts max_deliver. */
   readonly maxDeliveriesAdvisory: string;
-  readonly streams: { readonly a2a: string; readonly events: string; readonly dlq: string };
+  /** An actor's step journal, read by the node that takes the actor over: `kova.<c>.journal.<actorId>`. */
+  journal(actorId: string): string;
+  readonly journalWildcard: string;
+  readonly streams: { readonly a2a: string; readonly events: string; readonly dlq: string; readonly journal: string };
   readonly kv: { readonly agents: string; readonly nodes: string };
   /** The durable consumer name of an agent's mailbox. */
   consumer(agentId: string): string;
@@ -43,7 +46,7 @@ export function subjectsFor(cluster: string): Subjects {
   // Stream names are upper case by convention (KOVA_DEFAULT_A2A); KV bucket names
   // keep the cluster's case because `nats kv` users type them.
   const upper = cluster.toUpperCase();
-  const streams = { a2a: `KOVA_${upper}_A2A`, events: `KOVA_${upper}_EVENTS`, dlq: `KOVA_${upper}_DLQ` };
+  const streams = { a2a: `KOVA_${upper}_A2A`, events: `KOVA_${upper}_EVENTS`, dlq: `KOVA_${upper}_DLQ`, journal: `KOVA_${upper}_JOURNAL` };
   return {
     prefix,
     a2a: (agentId) => `${prefix}.a2a.${assertId("agent id", agentId)}`,
@@ -55,6 +58,8 @@ export function subjectsFor(cluster: string): Subjects {
     dlq: (reason) => `${prefix}.dlq.${assertId("DLQ reason", reason)}`,
     dlqWildcard: `${prefix}.dlq.*`,
     maxDeliveriesAdvisory: `$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.${streams.a2a}.*`,
+    journal: (actorId) => `${prefix}.journal.${assertId("actor id", actorId)}`,
+    journalWildcard: `${prefix}.journal.*`,
     streams,
     kv: { agents: `kova_${cluster}_agents`, nodes: `kova_${cluster}_nodes` },
     consumer: (agentId) => `agent_${assertId("agent id", agentId)}`,

@@ -6,11 +6,12 @@ import { CORE_MESSAGE_TYPES, KovaClient, isWellFormedType, type MessageType } fr
 import { resolveTarget, targetOptions, type TargetOpts } from "./target.js";
 import { BusErrorCode } from "../bus/errors.js";
 import { print, table } from "./output.js";
+import { askAgentCommand, eventProfile, profiled, registerUsage, type AgentAskOpts } from "./agent-commands.js";
 
 type BusOpts = TargetOpts;
 
 interface MessageOpts extends BusOpts {
-  type: string;
+  type?: string;
   payload?: string;
   from?: string;
   id?: string;
@@ -38,20 +39,35 @@ export function register(program: Command): void {
     (target: string, o: MessageOpts) =>
       withClient(o, async (client) => {
         const agentId = address(target, o.key);
-        const r = await client.send(agentId, messageType(o.type), payload(o.payload), { ...(o.id ? { id: o.id } : {}) });
+        const r = await client.send(agentId, messageType(o.type ?? ""), payload(o.payload), { ...(o.id ? { id: o.id } : {}) });
         const subject = client.bus.subjects.a2a(agentId);
         if (o.json) return print({ ...r, subject });
         process.stdout.write(`sent ${r.id} to ${subject} (stream seq ${r.seq}${r.duplicate ? ", duplicate: already stored" : ""})\n`);
       }),
   );
 
-  message(program.command("ask <agentId>").description("durably send and wait for the agent's result_notify"))
-    .option("--timeout <ms>", "how long to wait for the reply", "120000")
-    .action((target: string, o: MessageOpts) =>
+  common(program.command("ask <agentId> [text...]").description('ask an agent: `kova ask researcher "What changed?"` streams the answer; with --type, send any message and print the result_notify'))
+    .option("-t, --type <type>", `message type (${CORE_MESSAGE_TYPES.join(", ")}, or a namespaced one) for the raw form; omit it to ask an LLM agent`)
+    .option("-p, --payload <json>", "payload as JSON (raw form)", "null")
+    .option("--from <id>", "sender id (default: kova-cli)")
+    .option("--id <id>", "message id (default: a new UUID); resending the same id is stored once")
+    .option("--key <key>", "ask the instance <agentId>--<key> of template <agentId> (a virtual actor, activated on first use)")
+    .option("--session <id>", "continue (and keep) this conversation")
+    .option("--chat", "send agent.chat (needs --session) instead of task_delegate")
+    .option("--max-tokens <n>", "constraints.max_tokens of the task")
+    .option("--deadline <when>", 'constraints.deadline: "5min", milliseconds or an ISO date')
+    .option("-v, --verbose", "show tool calls on stderr")
+    .option("--json", "print JSON")
+    .option("--timeout <ms>", "how long to wait for the reply (default 600000 for a question to an agent, 120000 with --type)")
+    .action((target: string, text: string[], o: MessageOpts & AgentAskOpts) =>
       withClient(o, async (client) => {
         const agentId = address(target, o.key);
+        if (o.type === undefined) {
+          if (text.length === 0) throw new KovaError(ErrorCode.INVALID_CONFIG, 'say what to ask: kova ask <agent> "your question" (or give --type and --payload for a raw message)');
+          return askAgentCommand(client, agentId, text.join(" "), { ...o, timeout: String(positive(o.timeout ?? "600000", "--timeout")) });
+        }
         const reply = await client.ask(agentId, messageType(o.type), payload(o.payload), {
-          timeoutMs: positive(o.timeout, "--timeout"),
+          timeoutMs: positive(o.timeout ?? "120000", "--timeout"),
           ...(o.id ? { id: o.id } : {}),
         });
         print(o.json ? reply : reply.payload);
@@ -62,7 +78,7 @@ export function register(program: Command): void {
     .option("--timeout <ms>", "how long to wait for the reply", "10000")
     .action((target: string, o: MessageOpts) =>
       withClient(o, async (client) => {
-        print(await client.request(address(target, o.key), messageType(o.type), payload(o.payload), { timeoutMs: positive(o.timeout, "--timeout") }));
+        print(await client.request(address(target, o.key), messageType(o.type ?? ""), payload(o.payload), { timeoutMs: positive(o.timeout, "--timeout") }));
       }),
     );
 
@@ -70,9 +86,17 @@ export function register(program: Command): void {
   common(events.command("tail").description("print live events as JSON lines until interrupted"))
     .option("--session <id>", "only this session's events")
     .option("--max <n>", "exit after this many events")
-    .action((o: BusOpts & { session?: string; max?: string }) =>
+    .option("--profile <profile>", "chat (tokens and answers), debug (everything) or metrics (usage only)")
+    .option("--tree", "render the session's run tree (parent and child runs, status, tokens, cost, duration) live instead of JSON lines; with --session it starts from the session's first event")
+    .option("--until-done", "with --tree: exit once every run of the tree has ended")
+    .action((o: BusOpts & { session?: string; max?: string; profile?: string; tree?: boolean; untilDone?: boolean }) =>
       withClient(o, async (client) => {
+        if (o.tree) {
+          const { tailTree } = await import("./workflow-commands.js");
+          return tailTree(client, o.session, { ...(o.max === undefined ? {} : { max: positive(o.max, "--max") }), untilDone: o.untilDone === true });
+        }
         const max = o.max === undefined ? Infinity : positive(o.max, "--max");
+        const profile = eventProfile(o.profile);
         const stream = client.events(o.session ? { sessionId: o.session } : {});
         const stop = () => stream.stop();
         process.once("SIGINT", stop);
@@ -80,13 +104,18 @@ export function register(program: Command): void {
         await client.bus.nc.flush();
         process.stderr.write(`tailing ${o.session ? client.bus.subjects.sessionEvents(o.session) : client.bus.subjects.eventsWildcard}\n`);
         let n = 0;
-        for await (const e of stream) {
+        for await (const raw of stream) {
+          const e = profiled(raw, profile);
+          if (!e) continue;
           process.stdout.write(`${JSON.stringify(e)}\n`);
           if (++n >= max) break;
         }
         stream.stop();
       }),
     );
+
+  const agents = program.commands.find((c) => c.name() === "agents") ?? program.command("agents").description("actors (agents) in the cluster");
+  registerUsage(agents, (c) => common(c).option("--json", "print JSON"), withClient);
 
   const dlq = program.command("dlq").description("dead letters");
   common(dlq.command("ls").description("list the newest dead letters"))
@@ -114,7 +143,7 @@ export function register(program: Command): void {
     );
 }
 
-async function withClient(o: BusOpts, fn: (client: KovaClient) => Promise<void>): Promise<void> {
+export async function withClient(o: BusOpts, fn: (client: KovaClient) => Promise<void>): Promise<void> {
   const { urls, cluster, security } = await resolveTarget(o);
   // Logs go to stderr so stdout stays machine-readable.
   const logger = pino({ level: process.env.KOVA_LOG_LEVEL ?? "warn" }, pino.destination(2));

@@ -121,11 +121,11 @@ export function register(program: Command): void {
     }),
   );
 
-  common(program.command("signal <agent> <signal>").description("pause, resume, interrupt or kill an actor")).action(
+  common(program.command("signal <agent> <signal>").description("pause, resume, interrupt or kill an actor; model=<name> switches an agent's model")).action(
     (agent: string, signal: string, o: ClusterOpts) =>
       withCluster(o, async (nc, cluster) => {
-        if (!["pause", "resume", "interrupt", "kill"].includes(signal)) {
-          throw new KovaError(ErrorCode.INVALID_CONFIG, `unknown signal "${signal}": use pause, resume, interrupt or kill`);
+        if (!["pause", "resume", "interrupt", "kill"].includes(signal) && !/^model=[A-Za-z0-9_-]+$/.test(signal)) {
+          throw new KovaError(ErrorCode.INVALID_CONFIG, `unknown signal "${signal}": use pause, resume, interrupt, kill or model=<name>`);
         }
         const kv = await openExisting(nc, agentsBucket(cluster), cluster);
         const entry = await kv.get(agent);

@@ -15,6 +15,10 @@ const groups: Array<() => Promise<{ register: Register }>> = [
   () => import("./cluster-commands.js"),
   () => import("./bus-commands.js"),
   () => import("./schedule-commands.js"),
+  () => import("./workflow-commands.js"),
+  () => import("./approval-commands.js"),
+  () => import("./gateway-commands.js"),
+  () => import("./swarm-commands.js"),
 ];
 
 export async function buildProgram(): Promise<Command> {

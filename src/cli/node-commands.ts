@@ -25,7 +25,18 @@ export function register(program: Command): void {
       // The quick start's example actor; applications add their types through config modules.
       const types = new ActorTypeRegistry([counterActor]);
       const kova = await KovaNode.start({ config, logger, types });
-      installShutdown({ stop: (reason) => kova.stop(reason), logger, graceMs: Number(opts.graceMs) || 30_000 });
+      // `[gateway]` in the node's config: the node serves HTTP too, on its own connection.
+      // Loaded only then, so a node without it does not load express and the A2A SDK.
+      const gateway = config.gateway ? await (await import("./gateway-commands.js")).startGatewayFor(config, logger, { bus: kova.busClient }) : undefined;
+      if (gateway) logger.info({ url: gateway.url }, "gateway serving");
+      installShutdown({
+        stop: async (reason) => {
+          await gateway?.close();
+          await kova.stop(reason);
+        },
+        logger,
+        graceMs: Number(opts.graceMs) || 30_000,
+      });
       // The process now lives on its connections and timers; exit comes from the shutdown
       // handler, or from here when the node failed over (its WAL failed): non-zero, so a
       // supervisor notices and restarts it once the disk is repaired.

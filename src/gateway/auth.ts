@@ -69,12 +69,21 @@ function bearer(req: Request): string | undefined {
  * keys past their rate 429. The key is never logged, echoed or stored.
  */
 export function authenticate(opts: { mode: "keys" | "none"; keys: KeyRing; limiter: RateLimiter }) {
-  return (req: Request, _res: Response, next: NextFunction): void => {
+  return (req: Request, res: Response, next: NextFunction): void => {
+    // The web view's login page is static (no cluster data): it puts a key in the cookie.
+    if (req.method === "GET" && req.path === "/ui/login") {
+      next();
+      return;
+    }
     let principal: Principal;
     if (opts.mode === "none") {
       principal = ANONYMOUS;
     } else {
       const token = bearer(req);
+      if (token === undefined && req.method === "GET" && req.path === "/ui" && req.accepts(["json", "html"]) === "html") {
+        res.redirect(302, "/ui/login");
+        return;
+      }
       if (token === undefined) {
         next(new GatewayHttpError(401, GatewayErrorCode.UNAUTHORIZED, "this endpoint needs an API key: send Authorization: Bearer <key> (create one with kova gateway keys add <name>)"));
         return;

@@ -1,6 +1,7 @@
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import express, { type NextFunction, type Request, type Response, type Router } from "express";
+import { A2A_VERSION_HEADER, AgentCard } from "@a2a-js/sdk";
 import { agentCardHandler, jsonRpcHandler, type UserBuilder } from "@a2a-js/sdk/server/express";
 import { isValidId } from "../core/ids.js";
 import { silentLogger, type Logger } from "../core/logger.js";
@@ -17,16 +18,44 @@ import { RunClient } from "./runs.js";
 import { NatsTaskStore } from "./task-store.js";
 import { TaskTracker } from "./task-tracker.js";
 import { mountWebView } from "./web.js";
+import type { RunTraceExporter } from "./otel.js";
 
 export interface GatewayOptions {
   config: GatewayConfig;
   /** The cluster's NATS: URLs and the credentials of the gateway's account. */
-  servers: string | string[];
+  servers?: string | string[];
+  /** A connection to share (a node serving `[gateway]` passes its own); the gateway does not close it. */
+  bus?: Bus;
   cluster: string;
   security?: NatsSecurity;
   /** Replicas of the gateway's buckets (tasks, keys); default 1. */
   replicas?: number;
   logger?: Logger;
+}
+
+/**
+ * Serves an Agent Card. A v1.0 client (`A2A-Version: 1.0`) gets the card in A2A's JSON
+ * form (`AgentCard.toJSON`): the SDK's agentCardHandler writes `JSON.stringify` of its
+ * in-memory form, whose oneof fields (`securitySchemes`) come out as `{ $case, value }`
+ * and are lost by every client (SDK 1.3.0). v0.3 clients (no header) go through the SDK's
+ * handler, which translates the card for them.
+ */
+function cardRoute(provider: () => Promise<AgentCard>) {
+  const legacy = agentCardHandler({ agentCardProvider: provider, legacyCompat: { enabled: true }, cache: { maxAge: 60 } });
+  return (req: Request, res: Response, next: NextFunction) => {
+    const version = req.header(A2A_VERSION_HEADER);
+    if (!version || version.startsWith("0.")) {
+      legacy(req, res, next);
+      return;
+    }
+    provider()
+      .then((card) => {
+        res.setHeader("Cache-Control", "public, max-age=60");
+        res.setHeader("Vary", A2A_VERSION_HEADER);
+        res.json(AgentCard.toJSON(card));
+      })
+      .catch(next);
+  };
 }
 
 /**
@@ -39,10 +68,13 @@ export interface GatewayOptions {
 export class Gateway {
   private closing: Promise<void> | undefined;
   private readonly agentRouters = new Map<string, Router>();
+  private traces: RunTraceExporter | undefined;
+  private webView: { stop(): void } | undefined;
 
   private constructor(
     readonly config: GatewayConfig,
     private readonly bus: Bus,
+    private readonly ownBus: boolean,
     private readonly registry: AgentRegistry,
     private readonly keys: KeyRing,
     readonly store: NatsTaskStore,
@@ -58,13 +90,16 @@ export class Gateway {
    */
   static async start(opts: GatewayOptions): Promise<Gateway> {
     const log = (opts.logger ?? silentLogger()).child({ component: "gateway" });
-    const bus = await Bus.connect({
-      servers: opts.servers,
-      cluster: opts.cluster,
-      name: "kova-gateway",
-      logger: log,
-      ...(opts.security ? { security: opts.security } : {}),
-    });
+    const ownBus = opts.bus === undefined;
+    const bus =
+      opts.bus ??
+      (await Bus.connect({
+        servers: opts.servers ?? "nats://127.0.0.1:4222",
+        cluster: opts.cluster,
+        name: "kova-gateway",
+        logger: log,
+        ...(opts.security ? { security: opts.security } : {}),
+      }));
     const opened: Array<{ stop(): void }> = [];
     try {
       const registry = await AgentRegistry.open({ nc: bus.nc, cluster: opts.cluster, logger: log, ...(opts.replicas ? { replicas: opts.replicas } : {}) });
@@ -79,9 +114,14 @@ export class Gateway {
       opened.push(keys);
       const store = await NatsTaskStore.open(bus.nc, opts.cluster, { ...(opts.replicas ? { replicas: opts.replicas } : {}) });
       const runs = new RunClient(bus, registry, log);
-      const tracker = new TaskTracker(runs, store, log);
+      // Watching outlives the run's own timeout a little: its reply or last events still land.
+      const tracker = new TaskTracker(runs, store, log, opts.config.taskTimeoutMs + 60_000);
       const server = createServer();
-      const gw = new Gateway(opts.config, bus, registry, keys, store, tracker, runs, server, log);
+      const gw = new Gateway(opts.config, bus, ownBus, registry, keys, store, tracker, runs, server, log);
+      if (opts.config.otel) {
+        const { startRunTraceExporter } = await import("./otel.js");
+        gw.traces = await startRunTraceExporter(bus, opts.config.otel, log);
+      }
       server.on("request", gw.app());
       await new Promise<void>((resolve, reject) => {
         server.once("error", reject);
@@ -94,7 +134,7 @@ export class Gateway {
       return gw;
     } catch (err) {
       for (const o of opened) o.stop();
-      await bus.close().catch(() => undefined);
+      if (ownBus) await bus.close().catch(() => undefined);
       throw err;
     }
   }
@@ -130,7 +170,7 @@ export class Gateway {
     if (r) return r;
     const card = async () => agentCard(this.runs.agent(agentId), this.cardOptions());
     r = express.Router();
-    r.use("/.well-known/agent-card.json", agentCardHandler({ agentCardProvider: card, legacyCompat: { enabled: true }, cache: { maxAge: 60 } }));
+    r.use("/.well-known/agent-card.json", cardRoute(card));
     r.use("/a2a/jsonrpc", jsonRpcHandler({ requestHandler: new KovaA2AHandler(this.handlerDeps(card), agentId), userBuilder: this.userBuilder, legacyCompat: { enabled: true } }));
     this.agentRouters.set(agentId, r);
     return r;
@@ -160,7 +200,7 @@ export class Gateway {
     });
     app.use("/.well-known/agent-card.json", (req, res, next) => {
       const records = this.liveAgents().filter((r) => req.principal?.agents === undefined || req.principal.agents.includes(r.id));
-      agentCardHandler({ agentCardProvider: async () => directoryCard(records, this.cardOptions()), legacyCompat: { enabled: true }, cache: { maxAge: 60 } })(req, res, next);
+      cardRoute(async () => directoryCard(records, this.cardOptions()))(req, res, next);
     });
     const directory = async () => directoryCard(this.liveAgents(), this.cardOptions());
     app.use("/a2a/jsonrpc", jsonRpcHandler({ requestHandler: new KovaA2AHandler(this.handlerDeps(directory)), userBuilder: this.userBuilder, legacyCompat: { enabled: true } }));
@@ -175,7 +215,7 @@ export class Gateway {
         next(err);
       }
     });
-    if (this.config.ui) mountWebView(app, { bus: this.bus, registry: this.registry, log: this.log });
+    if (this.config.ui) this.webView = mountWebView(app, { bus: this.bus, registry: this.registry, log: this.log });
     app.use((req, _res, next) => next(new GatewayHttpError(404, "NOT_FOUND", `no route ${req.method} ${req.path}: see docs/gateway.md`)));
     app.use((err: unknown, req: Request, res: Response, _next: NextFunction) => this.sendError(err, req, res));
     return app;
@@ -228,9 +268,11 @@ export class Gateway {
       this.server.closeAllConnections();
       await closed;
       await this.tracker.stop();
+      await this.traces?.stop();
+      this.webView?.stop();
       this.keys.stop();
       this.registry.stop();
-      await this.bus.close().catch(() => undefined);
+      if (this.ownBus) await this.bus.close().catch(() => undefined);
     })();
     return this.closing;
   }

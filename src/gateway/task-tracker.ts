@@ -166,6 +166,8 @@ export class TaskTracker {
     private readonly runs: RunClient,
     private readonly store: NatsTaskStore,
     private readonly log: Logger,
+    /** A task is watched at most this long (a run that never ends must not hold a consumer forever). */
+    private readonly maxWatchMs = 3_600_000,
   ) {}
 
   get(taskId: string): LiveTask | undefined {
@@ -176,7 +178,10 @@ export class TaskTracker {
   watch(task: Task): LiveTask {
     const existing = this.live.get(task.id);
     if (existing) return existing;
-    const lt = new LiveTask(task, this.runs, this.store, this.log, () => {
+    const timer = setTimeout(() => lt.stop(), this.maxWatchMs);
+    timer.unref();
+    const lt: LiveTask = new LiveTask(task, this.runs, this.store, this.log, () => {
+      clearTimeout(timer);
       if (this.live.get(task.id) === lt) this.live.delete(task.id);
     });
     this.live.set(task.id, lt);

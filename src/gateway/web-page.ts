@@ -122,3 +122,28 @@ if (location.hash.length > 1) { $("#session-id").value = decodeURIComponent(loca
 </body>
 </html>
 `;
+
+/**
+ * The login page: stores the key in a cookie for the web view's own GETs (the only
+ * requests that accept it; SameSite=Strict). It shows no cluster data.
+ */
+export const LOGIN_HTML = `<!doctype html>
+<html lang="en">
+<head><meta charset="utf-8"><title>Kova: sign in</title>
+<style>body { font: 14px/1.4 system-ui, sans-serif; margin: 3rem; } input { font: inherit; width: 28rem; padding: .3rem; }</style></head>
+<body>
+<h1>Kova web view</h1>
+<form id="f"><label>API key <input id="k" type="password" autocomplete="off"></label> <button>open</button></form>
+<p>Create a key with <code>kova gateway keys add &lt;name&gt;</code>. It is kept in a cookie for this page only.</p>
+<script>
+"use strict";
+document.getElementById("f").addEventListener("submit", (e) => {
+  e.preventDefault();
+  const key = document.getElementById("k").value.trim();
+  document.cookie = "kova_key=" + encodeURIComponent(key) + "; Path=/ui; SameSite=Strict" + (location.protocol === "https:" ? "; Secure" : "");
+  location.href = "/ui";
+});
+</script>
+</body>
+</html>
+`;

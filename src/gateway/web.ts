@@ -1,13 +1,13 @@
-import { Kvm } from "@nats-io/kv";
 import type { Express, Request, Response } from "express";
 import { isValidId } from "../core/ids.js";
 import type { Logger } from "../core/logger.js";
 import type { Bus, KovaEvent } from "../bus/index.js";
 import { nodesBucket, type NodeRecord } from "../node/membership.js";
 import type { AgentRegistry } from "../node/registry.js";
+import { KvMirror, openBucket } from "../node/kv-mirror.js";
 import { mayUse } from "./auth.js";
 import { GatewayErrorCode, GatewayHttpError } from "./errors.js";
-import { WEB_VIEW_HTML } from "./web-page.js";
+import { LOGIN_HTML, WEB_VIEW_HTML } from "./web-page.js";
 
 /**
  * The web view: one page (`/ui`, no build step: HTML and a little JavaScript served from
@@ -26,42 +26,63 @@ export interface WebViewDeps {
 
 /** Agents whose backlog and usage the cluster view asks for (the rest show the registry only). */
 const DETAIL_LIMIT = 200;
+/** How long the cluster view waits for one agent's backlog or usage. */
+const DETAIL_MS = 1500;
+
+function bounded<T>(p: Promise<T>, ms: number): Promise<T | null> {
+  return Promise.race([p.catch(() => null), new Promise<null>((r) => setTimeout(() => r(null), ms).unref())]);
+}
+
 /** A node silent this long shows as not live (the page does not know each cluster's setting). */
 const NODE_STALE_MS = 10_000;
 
-export function mountWebView(app: Express, deps: WebViewDeps): void {
+/**
+ * Mounts the page and its endpoints. The nodes bucket is read through a KV mirror (a watch,
+ * opened on first use): listing its keys instead would chase heartbeats that land faster
+ * than a loaded server lists them.
+ * @returns stop, for the gateway's close
+ */
+export function mountWebView(app: Express, deps: WebViewDeps): { stop(): void } {
+  let nodes: Promise<KvMirror<NodeRecord>> | undefined;
+  const nodesMirror = () => {
+    nodes ??= openBucket(deps.bus.nc, nodesBucket(deps.bus.cluster)).then((kv) => KvMirror.start<NodeRecord>(kv, deps.log.child({ bucket: "nodes" }), { nc: deps.bus.nc }));
+    nodes.catch(() => (nodes = undefined));
+    return nodes;
+  };
   app.get("/ui", (_req, res) => {
     res.setHeader("Content-Type", "text/html; charset=utf-8");
     res.setHeader("Content-Security-Policy", "default-src 'self'; script-src 'unsafe-inline'; style-src 'unsafe-inline'");
     res.send(WEB_VIEW_HTML);
   });
+  app.get("/ui/login", (_req, res) => {
+    res.setHeader("Content-Type", "text/html; charset=utf-8");
+    res.setHeader("Content-Security-Policy", "default-src 'self'; script-src 'unsafe-inline'; style-src 'unsafe-inline'");
+    res.send(LOGIN_HTML);
+  });
   app.get("/ui/api/cluster", (req, res, next) => {
-    clusterView(deps, req)
+    clusterView(deps, req, nodesMirror)
       .then((v) => res.json(v))
       .catch(next);
   });
   app.get("/ui/api/sessions/:sessionId/events", (req, res, next) => {
     sessionEvents(deps, req, res).catch(next);
   });
+  return {
+    stop() {
+      void nodes?.then((m) => m.stop()).catch(() => undefined);
+    },
+  };
 }
 
-async function clusterView(deps: WebViewDeps, req: Request) {
+async function clusterView(deps: WebViewDeps, req: Request, nodesMirror: () => Promise<KvMirror<NodeRecord>>) {
   const { bus, registry } = deps;
   const now = Date.now();
   const nodes: Array<Record<string, unknown>> = [];
-  try {
-    const kv = await new Kvm(bus.nc).open(nodesBucket(bus.cluster));
-    const names = new Set<string>();
-    for await (const k of await kv.keys()) names.add(k);
-    for (const name of [...names].sort()) {
-      const e = await kv.get(name);
-      if (e?.operation !== "PUT") continue;
-      const r = e.json<NodeRecord>();
-      const age = Math.max(0, now - r.heartbeatAt);
-      nodes.push({ id: r.id, state: r.state, live: r.state !== "leaving" && age < NODE_STALE_MS, heartbeatAgeMs: age, actors: r.actors, version: r.version, host: r.host, startedAt: r.startedAt });
-    }
-  } catch (err) {
-    deps.log.debug({ err }, "nodes bucket not readable");
+  const mirror = await bounded(nodesMirror(), DETAIL_MS);
+  for (const [, e] of [...(mirror?.entries() ?? [])].sort(([a], [b]) => a.localeCompare(b))) {
+    const r = e.value;
+    const age = Math.max(0, now - r.heartbeatAt);
+    nodes.push({ id: r.id, state: r.state, live: r.state !== "leaving" && age < NODE_STALE_MS, heartbeatAgeMs: age, actors: r.actors, version: r.version, host: r.host, startedAt: r.startedAt });
   }
   const records = registry
     .list()
@@ -71,12 +92,13 @@ async function clusterView(deps: WebViewDeps, req: Request) {
     records.map(async (r, i) => {
       const out: Record<string, unknown> = { id: r.id, type: r.type, state: r.state, node: r.node, desired: r.desired, capabilities: r.capabilities };
       if (i >= DETAIL_LIMIT) return out;
+      // Each detail is bounded: a slow server shows a blank cell, not a stalled page.
       const [backlog, info] = await Promise.all([
-        bus.jsm.consumers.info(bus.subjects.streams.a2a, bus.subjects.consumer(r.id)).then(
-          (c) => c.num_pending + c.num_ack_pending,
-          () => null,
+        bounded(
+          bus.jsm.consumers.info(bus.subjects.streams.a2a, bus.subjects.consumer(r.id)).then((c) => c.num_pending + c.num_ack_pending),
+          DETAIL_MS,
         ),
-        r.node ? bus.request<Record<string, unknown>>(r.id, "info_request", {}, { timeoutMs: 500 }).catch(() => null) : Promise.resolve(null),
+        r.node ? bounded(bus.request<Record<string, unknown>>(r.id, "info_request", {}, { timeoutMs: 500 }), DETAIL_MS) : Promise.resolve(null),
       ]);
       out.backlog = backlog;
       if (info && typeof info === "object") {
@@ -88,8 +110,8 @@ async function clusterView(deps: WebViewDeps, req: Request) {
   );
   const dlq: Record<string, number> = {};
   try {
-    const info = await bus.jsm.streams.info(bus.subjects.streams.dlq, { subjects_filter: ">" });
-    for (const [subject, n] of Object.entries(info.state.subjects ?? {})) dlq[subject.split(".").pop()!] = n;
+    const info = await bounded(bus.jsm.streams.info(bus.subjects.streams.dlq, { subjects_filter: ">" }), DETAIL_MS);
+    for (const [subject, n] of Object.entries(info?.state.subjects ?? {})) dlq[subject.split(".").pop()!] = n;
   } catch (err) {
     deps.log.debug({ err }, "DLQ stream not readable");
   }

@@ -3,11 +3,13 @@ import { ConfigError } from "../core/errors.js";
 import type { ActorTypeRegistry } from "../actors/registry.js";
 import type { ActorDefinition } from "../actors/types.js";
 import type { NodeConfig } from "./config.js";
+import { isAgentDefinition, type AgentDefinition } from "../agents/definition.js";
 
 /**
  * User actor types come from modules named in kova.toml. A module exports actor
- * definitions (made with `defineActor` from the `kova` package) as named exports, as a
- * default export, or as an array of them; every such export is registered.
+ * definitions (made with `defineActor` from the `kova` package) and agent definitions
+ * (made with `defineAgent`) as named exports, as a default export, or as an array of
+ * them; every actor definition is registered, every agent definition returned.
  */
 function isDefinition(value: unknown): value is ActorDefinition<unknown> {
   if (typeof value !== "object" || value === null) return false;
@@ -16,11 +18,13 @@ function isDefinition(value: unknown): value is ActorDefinition<unknown> {
 }
 
 /**
- * Imports each module of the config and registers its definitions, then checks that
+ * Imports each module of the config and registers its actor definitions, then checks that
  * every `[[actors]]` and `[[actor_templates]]` type is known.
+ * @returns the agent definitions the modules export (the node hosts them as agents)
  * @throws ConfigError naming the module or the `actors[i].type` / `actor_templates[i].type` key
  */
-export async function loadActorModules(config: NodeConfig, types: ActorTypeRegistry): Promise<void> {
+export async function loadActorModules(config: NodeConfig, types: ActorTypeRegistry): Promise<AgentDefinition[]> {
+  const agents: AgentDefinition[] = [];
   for (const path of config.modules) {
     let mod: Record<string, unknown>;
     try {
@@ -31,14 +35,17 @@ export async function loadActorModules(config: NodeConfig, types: ActorTypeRegis
     let found = 0;
     for (const value of Object.values(mod)) {
       for (const candidate of Array.isArray(value) ? value : [value]) {
-        if (isDefinition(candidate)) {
+        if (isAgentDefinition(candidate)) {
+          agents.push(candidate);
+          found++;
+        } else if (isDefinition(candidate)) {
           types.register(candidate);
           found++;
         }
       }
     }
     if (found === 0) {
-      throw new ConfigError("actors.module", `${path} exports no actor definition: export one made with defineActor({ type, initialState, handlers })`);
+      throw new ConfigError("actors.module", `${path} exports no actor or agent definition: export one made with defineActor({ type, initialState, handlers }) or defineAgent({ id, model })`);
     }
   }
   config.actors.forEach((a, i) => {
@@ -51,4 +58,5 @@ export async function loadActorModules(config: NodeConfig, types: ActorTypeRegis
       throw new ConfigError(`actor_templates[${i}].type`, `unknown actor type "${t.type}": known types are ${types.types().join(", ")}; name the module that defines it with module = "./file.js"`);
     }
   });
+  return agents;
 }

@@ -22,6 +22,10 @@ import { toolsConfigFrom, type ToolsConfig } from "../tools/config.js";
 import { parseSchedule, type ScheduleSpec } from "./schedule-spec.js";
 import { durationMs } from "../core/duration.js";
 import { mcpConfigFrom, type McpConfig } from "../tools/mcp/config.js";
+import { parseModelsConfig, type ModelConfig } from "../agents/model/config.js";
+import { agentsConfigFrom, budgetGroupsFrom, checkBudgetGroups, type BudgetGroupConfig } from "../agents/config.js";
+import type { AgentDefinition } from "../agents/definition.js";
+import { swarmActorType, swarmsConfigFrom, type SwarmSpec } from "../swarm/config.js";
 
 /**
  * `kova.toml`: what one node needs to join a cluster. The file uses snake_case keys
@@ -53,10 +57,20 @@ import { mcpConfigFrom, type McpConfig } from "../tools/mcp/config.js";
  * encryption = { algorithm = "aes-256-gcm", key_env = "KOVA_WAL_KEY" }
  * hmac = { key_env = "KOVA_WAL_HMAC_KEY" }
  *
+ * [checkpoint]
+ * processed_window = 1000 # envelope ids each actor's checkpoint keeps to recognise a redelivery
+ *
+ * [journal]
+ * nats = true              # also journal each step on NATS, so a takeover resumes the turn exactly
+ *
  * [mailbox]
  * ack_wait_ms = 30000
  * max_deliver = 5
  * backoff_ms = [1000, 5000, 15000, 30000]   # redelivery delays after a failed attempt
+ *
+ * [models.fast]            # OpenAI-compatible endpoints (src/agents/model/config.ts)
+ * [[agents]]               # LLM agents (src/agents/config.ts), hosted as actors
+ * [budget_groups.team-a]   # token budgets shared by agents, cluster-wide
  *
  * [[actors]]
  * id = "counter-1"
@@ -127,6 +141,17 @@ export interface NodeConfig {
   unknownAgentAfterMs: number;
   wal: WalConfig;
   mailbox: { ackWaitMs?: number; maxDeliver?: number; backoffMs?: number[] };
+  /**
+   * Envelope ids each actor's checkpoint keeps for deduplication (`[checkpoint]
+   * processed_window`, default 1000): a redelivery or resend of one of them starts no turn.
+   */
+  processedWindow: number;
+  /**
+   * Journal each step on NATS too (`[journal] nats`, default true), so the node that takes
+   * an actor over resumes its turn with every recorded result; false keeps journals in the
+   * local WAL only (one node, or a cluster that accepts re-run steps after a takeover).
+   */
+  natsJournal: boolean;
   actors: ActorSpec[];
   /** `[[actor_templates]]`: templates of virtual actors (see docs/virtual-actors.md). */
   templates: ActorTemplate[];
@@ -149,11 +174,19 @@ export interface NodeConfig {
   mcp: McpConfig;
   /** Messages sent on a cron expression or an interval (`[[schedules]]`, see schedule-spec.ts). */
   schedules: ScheduleSpec[];
+  /** `[models.<name>]`: the OpenAI-compatible endpoints agents call. */
+  models: Map<string, ModelConfig>;
+  /** `[[agents]]`: LLM agents this cluster declares (see src/agents/config.ts). */
+  agents: AgentDefinition[];
+  /** `[budget_groups.<name>]`: token budgets shared by the agents that name them. */
+  budgetGroups: Map<string, BudgetGroupConfig>;
   /**
    * The `[gateway]` table as written: the gateway layer (above this one) parses and
    * validates it (src/gateway/config.ts); `kova node start` then serves HTTP as well.
    */
   gateway?: Record<string, unknown>;
+  /** Swarm coordinators (`[[swarms]]`, docs/swarm.md); each is also in `actors`, type `swarm-<id>`. */
+  swarms: SwarmSpec[];
   /** The file this came from, if any. */
   configPath?: string;
 }
@@ -164,7 +197,7 @@ type Table = ConfigTable;
 export const DEFAULT_MAX_ACTORS = 10_000;
 export const DEFAULT_MAX_ACTORS_PER_NODE = 5_000;
 
-const TOP_KEYS = ["node", "cluster", "nats", "wal", "mailbox", "actors", "actor_templates", "modules", "tools", "mcp", "schedules", "gateway"];
+const TOP_KEYS = ["node", "cluster", "nats", "wal", "checkpoint", "journal", "mailbox", "actors", "actor_templates", "modules", "tools", "mcp", "schedules", "models", "agents", "budget_groups", "swarms", "gateway"];
 
 /** The node id used when neither the file nor KOVA_NODE_ID names one: the host name, made id-safe. */
 export function defaultNodeId(): string {
@@ -223,6 +256,13 @@ function buildConfig(doc: Table, path: string | undefined, env: NodeJS.ProcessEn
   const nats = table(doc, "nats");
   const wal = table(doc, "wal");
   const mailbox = table(doc, "mailbox");
+  const checkpoint = table(doc, "checkpoint");
+  const journal = table(doc, "journal");
+  rejectUnknown(checkpoint, ["processed_window"], "checkpoint.");
+  rejectUnknown(journal, ["nats"], "journal.");
+  if (journal.nats !== undefined && typeof journal.nats !== "boolean") {
+    throw new ConfigError("journal.nats", `must be true or false, not ${JSON.stringify(journal.nats)}`);
+  }
   rejectUnknown(node, ["id", "data_dir"], "node.");
   rejectUnknown(
     cluster,
@@ -265,13 +305,22 @@ function buildConfig(doc: Table, path: string | undefined, env: NodeJS.ProcessEn
     replicas: intValue(nats.replicas, "nats.replicas", 1, 5),
     wal: walConfig(wal, env),
     mailbox: {},
+    processedWindow: intValue(checkpoint.processed_window, "checkpoint.processed_window", 1, 1_000_000) ?? 1000,
+    natsJournal: journal.nats !== false,
     actors: [],
     templates: [],
     modules: [],
     tools: toolsConfigFrom(doc.tools, "tools", env, base),
     mcp: mcpConfigFrom(doc.mcp, "mcp", { env, baseDir: base }),
     schedules: schedulesFrom(doc.schedules),
+    models: parseModelsConfig(doc.models, { env, baseDir: base }),
+    agents: [],
+    budgetGroups: budgetGroupsFrom(doc.budget_groups),
+    swarms: [],
   };
+  config.agents = agentsConfigFrom(doc.agents, new Set(config.models.keys()));
+  checkBudgetGroups(config.agents, config.budgetGroups);
+  config.swarms = swarmsConfigFrom(doc.swarms, new Set(config.models.keys()));
   if (path) config.configPath = path;
   if (doc.gateway !== undefined) config.gateway = table(doc, "gateway");
   const urls = natsUrls(env.NATS_URL, nats.urls);
@@ -295,6 +344,10 @@ function buildConfig(doc: Table, path: string | undefined, env: NodeJS.ProcessEn
     for (const [i, m] of doc.modules.entries()) modules.add(modulePath(m, `modules[${i}]`, base));
   }
   config.actors = actorSpecs(doc.actors, base);
+  const agentIds = new Set(config.agents.map((a) => a.id));
+  config.actors.forEach((a, i) => {
+    if (agentIds.has(a.id)) throw new ConfigError(`actors[${i}].id`, `"${a.id}" is also an [[agents]] id: an id names one actor; rename one of them`);
+  });
   for (const a of config.actors) if (a.module) modules.add(a.module);
   const templates = templateSpecs(doc.actor_templates, base);
   config.templates = templates.map((t) => t.template);
@@ -304,6 +357,11 @@ function buildConfig(doc: Table, path: string | undefined, env: NodeJS.ProcessEn
     if (inst && config.templates.some((t) => t.name === inst.template)) {
       throw new ConfigError(`actors[${i}].id`, `"${a.id}" has the form of an instance of template "${inst.template}" (<template>--<key>): instances exist by being addressed; rename the actor or drop the [[actors]] entry`);
     }
+  });
+  config.swarms.forEach((sw, i) => {
+    if (config.actors.some((a) => a.id === sw.id)) throw new ConfigError(`swarms[${i}].id`, `"${sw.id}" is also an [[actors]] id: a coordinator is an actor, give it its own id`);
+    if (agentIds.has(sw.id)) throw new ConfigError(`swarms[${i}].id`, `"${sw.id}" is also an [[agents]] id: a coordinator is an actor, give it its own id`);
+    config.actors.push({ id: sw.id, type: swarmActorType(sw.id) });
   });
   config.modules = [...modules];
   return config;

@@ -39,6 +39,11 @@ export interface ControlDeps {
   virtual(): VirtualActorsView;
   /** The provider-call scheduler's slots and waits per model. */
   models(): ModelSlotStats[];
+  /**
+   * Switches an agent's model (the `model=<name>` signal).
+   * @throws ArgumentError when the actor is not an agent
+   */
+  switchModel(agentId: string, model: string): Promise<void>;
 }
 
 /**
@@ -118,12 +123,25 @@ export class NodeControl {
     const d = this.d;
     const actorId = assertId("actor id", req?.actorId);
     const sig = req?.signal;
-    if (!isSignal(sig)) {
-      throw new ArgumentError("signal", `unknown signal ${JSON.stringify(sig)}: use pause, resume, interrupt or kill`);
+    const model = typeof sig === "string" && sig.startsWith("model=") ? sig.slice("model=".length) : undefined;
+    if (!isSignal(sig) && model === undefined) {
+      throw new ArgumentError("signal", `unknown signal ${JSON.stringify(sig)}: use pause, resume, interrupt, kill or model=<name>`);
     }
     if (!d.host.status(actorId)) {
       const holder = d.leases.get(actorId)?.value.node ?? null;
       throw new KovaError(ActorErrorCode.NOT_HOSTED, `actor ${actorId} is not hosted on node ${d.nodeId} (lease holder: ${holder ?? "none"}); send the signal to that node`, { data: { actorId, holder } });
+    }
+    if (req.messageId !== undefined) {
+      if (sig !== "interrupt") throw new ArgumentError("messageId", "only an interrupt names a message");
+      const messageId = assertId("message id", req.messageId);
+      const interrupted = d.host.interruptMessage(actorId, messageId);
+      d.publish("agent_signal", actorId, { actorId, signal: sig, messageId, interrupted, node: d.nodeId });
+      return { actorId, signal: sig, node: d.nodeId, state: d.host.status(actorId)?.state ?? "Completed", interrupted };
+    }
+    if (model !== undefined) {
+      await d.switchModel(actorId, model);
+      d.publish("agent_signal", actorId, { actorId, signal: sig, node: d.nodeId });
+      return { actorId, signal: sig, node: d.nodeId, state: d.host.status(actorId)?.state ?? "Completed" };
     }
     const desired = sig === "pause" ? "paused" : sig === "resume" ? "running" : sig === "kill" ? "killed" : undefined;
     if (desired) await d.writeRegistry(actorId, (cur) => ({ ...cur, desired }));

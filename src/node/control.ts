@@ -29,6 +29,35 @@ export function schedulesSubject(cluster: string): string {
 
 export type SchedulesRequest = { op: "add"; schedule: Record<string, unknown> } | { op: "rm"; id: string } | { op: "ls" };
 
+/**
+ * Decisions on agents' tool-call approvals are cluster-wide like spawn: any node writes
+ * them to KV `kova_<c>_approvals`, where the waiting run (on whatever node hosts it now,
+ * or later) finds them. Body `ApproveRequest`, reply `ApproveReply`.
+ */
+export function approveSubject(cluster: string): string {
+  return `kova.${cluster}.control.approve`;
+}
+
+export interface ApproveRequest {
+  runId: string;
+  approvalId: string;
+  approved: boolean;
+  by?: string;
+  comment?: string;
+}
+
+export interface ApproveReply {
+  runId: string;
+  approvalId: string;
+  status: "approved" | "rejected";
+  /** False when the same decision was already recorded (a repeated request). */
+  changed: boolean;
+  agentId: string;
+  tool: string;
+  /** The node that recorded it. */
+  via: string;
+}
+
 export function spawnSubject(cluster: string): string {
   return `kova.${cluster}.control.spawn`;
 }
@@ -49,7 +78,13 @@ export interface SpawnReply {
 
 export interface SignalRequest {
   actorId: string;
-  signal: "pause" | "resume" | "interrupt" | "kill";
+  /** An actor signal, or `model=<name>` to switch an agent's model from its next model call. */
+  signal: "pause" | "resume" | "interrupt" | "kill" | `model=${string}`;
+  /**
+   * With `interrupt`: interrupt only the turn of this message (an envelope id), now if it
+   * runs, else when it starts on this node; another message's turn is never cut.
+   */
+  messageId?: string;
 }
 
 export interface SignalReply {
@@ -57,6 +92,8 @@ export interface SignalReply {
   signal: string;
   node: string;
   state: string;
+  /** With `messageId`: whether its turn was cut now or will be when it starts. */
+  interrupted?: "interrupted" | "when_started";
 }
 
 export interface AgentStatusView {

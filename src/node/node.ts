@@ -1,7 +1,7 @@
 import { hostname } from "node:os";
 import { join } from "node:path";
 import { mkdir } from "node:fs/promises";
-import { ArgumentError, ErrorCode, isKovaError } from "../core/errors.js";
+import { ArgumentError, ErrorCode, isKovaError, KovaError } from "../core/errors.js";
 import { sleep } from "../core/clock.js";
 import { assertId, newId } from "../core/ids.js";
 import { createLogger, type Logger } from "../core/logger.js";
@@ -9,6 +9,7 @@ import { KOVA_VERSION } from "../core/version.js";
 import { Bus, BusErrorCode, isConsumerNotFound, isTransientNatsError, UnknownAgentError } from "../bus/index.js";
 import { Wal, type WalFailedError } from "../wal/index.js";
 import {
+  ActorErrorCode,
   ActorHost,
   ActorTemplateRegistry,
   ActorTypeRegistry,
@@ -18,10 +19,11 @@ import {
   type ActorTemplate,
   type RegisteredTemplate,
 } from "../actors/index.js";
-import { ModelCallScheduler } from "../agents/model/index.js";
+import { createEnvelope } from "../bus/index.js";
+import { SubjectWaitService, SubjectWaits, TimerService, WORKFLOW_ACTOR_TYPE, WorkflowMessageType, WorkflowTimers, workflowActor } from "../workflow/index.js";
 import type { NodeConfig } from "./config.js";
 import { loadActorModules } from "./actor-modules.js";
-import { nodeSubject, schedulesSubject, spawnSubject, type SchedulesRequest, type AgentStatusView, type NodeStatusView, type SignalRequest, type SpawnRequest } from "./control.js";
+import { approveSubject, controlRequest, nodeSubject, schedulesSubject, type ApproveReply, spawnSubject, type SchedulesRequest, type AgentStatusView, type NodeStatusView, type SignalRequest, type SpawnRequest } from "./control.js";
 import { NodeControl } from "./control-handlers.js";
 import { mirrorTiming } from "./kv-mirror.js";
 import { LeaseTable } from "./lease.js";
@@ -34,6 +36,13 @@ import { AgentRegistry, type AgentRecord } from "./registry.js";
 import { parseSchedule } from "./schedule-spec.js";
 import { ScheduleService } from "./schedules.js";
 import { VirtualActors } from "./virtual-actors.js";
+import { startAgentServices, type AgentServices } from "./agent-services.js";
+import type { AgentDefinition } from "../agents/definition.js";
+import type { Tool } from "../tools/types.js";
+import { registerSwarms } from "./swarms.js";
+import { modelScheduler } from "../agents/runtime.js";
+import type { ModelCallScheduler } from "../agents/model/scheduler.js";
+import { NatsApprovalStore, readDecision } from "../agents/approvals.js";
 
 export { KOVA_VERSION };
 
@@ -57,6 +66,10 @@ export interface StartNodeOptions {
   modelScheduler?: ModelCallScheduler;
   /** Passed to resolveNats (tests point the default-URL probe elsewhere). */
   nats?: Pick<ResolveNatsOptions, "probeDefault" | "defaultUrl">;
+  /** Agents defined in code (`defineAgent`); `[[agents]]` and config modules add to them. */
+  agents?: AgentDefinition[];
+  /** Tools defined in code (`defineTool`), offered to the agents whose `tools` lists name them. */
+  tools?: Tool[];
 }
 
 /**
@@ -89,6 +102,12 @@ export class KovaNode {
   private unknownSweep: NodeJS.Timeout | undefined;
   private schedules: ScheduleService | undefined;
   private virtual!: VirtualActors;
+  private agentServices: AgentServices | undefined;
+  private workflowTimers: Promise<WorkflowTimers> | undefined;
+  private timerService: TimerService | undefined;
+  private subjectWaits: Promise<SubjectWaits> | undefined;
+  private waitService: SubjectWaitService | undefined;
+  private approvalStore: Promise<NatsApprovalStore> | undefined;
   private readonly log: Logger;
 
   private constructor(
@@ -98,6 +117,7 @@ export class KovaNode {
     /** The per-node provider-call scheduler: agents take model-call slots from it. */
     readonly modelScheduler: ModelCallScheduler,
     logger: Logger,
+    private readonly agentDefs: AgentDefinition[] = [],
   ) {
     this.log = logger.child({ component: "node", nodeId: config.nodeId });
   }
@@ -124,12 +144,31 @@ export class KovaNode {
   static async start(opts: StartNodeOptions): Promise<KovaNode> {
     const logger = opts.logger ?? createLogger();
     const types = opts.types ?? new ActorTypeRegistry();
-    await loadActorModules(opts.config, types);
+    // Coordinators reach the bus through the node, which connects after types are known.
+    let node: KovaNode | undefined;
+    // One scheduler per node: agents and coordinators calling one model share its slots.
+    const scheduler = opts.modelScheduler ?? modelScheduler(opts.config.models, logger.child({ component: "agents" }));
+    if (opts.modelScheduler) for (const [name, m] of opts.config.models) scheduler.setModel(name, { maxConcurrency: m.maxConcurrency, policy: m.scheduling });
+    registerSwarms(opts.config, types, { bus: () => node!.busClient, interrupt: (agentId, messageId) => node!.interruptDelegation(agentId, messageId) }, scheduler, logger);
+    const moduleAgents = await loadActorModules(opts.config, types);
     const templates = opts.templates instanceof ActorTemplateRegistry ? opts.templates : new ActorTemplateRegistry(opts.templates ?? []);
     for (const [i, t] of opts.config.templates.entries()) templates.register(t, `actor_templates[${i}]`);
     for (const t of templates.list()) if (!types.has(t.type)) throw new UnknownActorTypeError(t.type, types.types());
-    const scheduler = opts.modelScheduler ?? new ModelCallScheduler([], { logger });
-    const node = new KovaNode(opts.config, types, templates, scheduler, logger);
+    node = new KovaNode(opts.config, types, templates, scheduler, logger, [...(opts.agents ?? []), ...opts.config.agents, ...moduleAgents]);
+    // Every node can host workflow runs (docs/workflows.md), unless the application
+    // registered its own type of that name.
+    if (!types.has(WORKFLOW_ACTOR_TYPE)) {
+      const n = node;
+      types.register(
+        workflowActor({
+          timers: () => n.timers(),
+          waits: () => n.waits(),
+          retire: (runId) => n.retireRun(runId),
+          inbox: (runId) => n.bus.subjects.a2a(runId),
+          interrupt: (agentId, messageId) => n.interruptDelegation(agentId, messageId),
+        }),
+      );
+    }
     try {
       await node.boot(opts);
     } catch (err) {
@@ -169,6 +208,8 @@ export class KovaNode {
       logger: this.log,
     });
     this.recovery.corrupt = this.wal.recovery.corrupt.length;
+    // Agent types are registered before recovery: a recovered turn may be an agent's.
+    this.agentServices = await startAgentServices(config, this.agentDefs, { bus: this.bus, types: this.types, logger: this.log, replicas, scheduler: this.modelScheduler, tools: opts.tools ?? [] });
     this.recovery.pendingRecords = this.wal.recovery.pending.length;
 
     const nc = this.bus.nc;
@@ -207,9 +248,35 @@ export class KovaNode {
       logger: this.log,
       mailbox: config.mailbox,
       checkpointReplicas: replicas,
+      processedWindow: config.processedWindow,
+      stepJournal: config.natsJournal ? "nats" : "local",
       fence: (actorId: string) => this.fence(actorId),
       onStateChange: (actorId: string, state: ActorState, info?: unknown) => this.onStateChange(actorId, state, info),
     });
+
+    this.timerService = await this.whenNatsReady("workflow timers", async () =>
+      TimerService.start({
+        timers: await this.timers(),
+        fire: async (t) => {
+          await this.bus.send(createEnvelope({ id: t.timerId, from: "kova-timers", to: t.runId, type: WorkflowMessageType.timer, payload: { timerId: t.timerId } }));
+        },
+        isLocal: (runId) => this.host.status(runId) !== undefined,
+        graceMs: config.staleAfterMs,
+        logger: this.log,
+      }),
+    );
+
+    this.waitService = await this.whenNatsReady("workflow waits", async () =>
+      SubjectWaitService.start({
+        waits: await this.waits(),
+        fire: async (w, data, seq) => {
+          const payload = { waitId: w.waitId, subject: w.subject, data, seq };
+          await this.bus.send(createEnvelope({ id: `${w.waitId}-m`, from: "kova-waits", to: w.runId, type: WorkflowMessageType.signal, payload }));
+        },
+        isLocal: (runId) => this.host.status(runId) !== undefined,
+        logger: this.log,
+      }),
+    );
 
     // Decided now, finished in the background: each recovered actor replays its turns
     // while placement starts and serves the node's other actors (recovery-policy.ts).
@@ -220,6 +287,9 @@ export class KovaNode {
     for (const a of config.actors) {
       const capabilities = this.types.get(a.type).capabilities ?? [];
       await this.whenNatsReady("declare", () => this.registry.declare({ id: a.id, type: a.type, capabilities }));
+    }
+    for (const a of this.agentDefs) {
+      await this.whenNatsReady("declare", () => this.registry.declare({ id: a.id, type: a.id, capabilities: [...a.capabilities] }));
     }
 
     const port: HostPort = {
@@ -283,6 +353,70 @@ export class KovaNode {
     await this.whenNatsReady("services", () => this.startServices());
     void this.wal.failure.then((err) => this.failOver(err));
     this.log.info({ cluster: config.cluster, nats: this.nats.source, recovery: this.recovery }, "node started");
+  }
+
+  /** The workflow timers bucket, opened once (also by the first run that needs it). */
+  private timers(): Promise<WorkflowTimers> {
+    this.workflowTimers ??= WorkflowTimers.open({ js: this.bus.js, cluster: this.cluster, replicas: this.config.replicas ?? jetStreamReplicas(this.bus.nc) }).catch((err: unknown) => {
+      this.workflowTimers = undefined;
+      throw err;
+    });
+    return this.workflowTimers;
+  }
+
+  /** The workflow subject waits (bucket and capture stream), opened once. */
+  private waits(): Promise<SubjectWaits> {
+    this.subjectWaits ??= SubjectWaits.open({
+      js: this.bus.js,
+      jsm: this.bus.jsm,
+      cluster: this.cluster,
+      replicas: this.config.replicas ?? jetStreamReplicas(this.bus.nc),
+      owner: `${this.nodeId}/${this.incarnation}`,
+    }).catch((err: unknown) => {
+      this.subjectWaits = undefined;
+      throw err;
+    });
+    return this.subjectWaits;
+  }
+
+  /**
+   * Interrupts an agent's turn on one delegated message through the `signal` endpoint of
+   * the node that hosts the agent (this one included). An agent between nodes is looked up
+   * again once; one that cannot be reached is logged and left (its result is ignored).
+   */
+  private async interruptDelegation(agentId: string, messageId: string): Promise<boolean> {
+    for (let attempt = 1; attempt <= 3; attempt++) {
+      const node = this.registry.get(agentId)?.node ?? this.leases.get(agentId)?.value.node;
+      try {
+        if (!node) throw new KovaError(ActorErrorCode.NOT_HOSTED, `agent ${agentId} is not hosted now`);
+        await controlRequest(this.bus.nc, nodeSubject(this.cluster, node, "signal"), { actorId: agentId, signal: "interrupt", messageId }, 5000);
+        return true;
+      } catch (err) {
+        if (attempt === 3) {
+          this.log.warn({ err, agentId, messageId }, "could not interrupt a delegated turn; its result will be ignored");
+          return false;
+        }
+        await sleep(250 * attempt);
+      }
+    }
+    return false;
+  }
+
+  /**
+   * Takes a finished workflow run off placement: its registry entry becomes `killed`, so
+   * placement stops it (after the turn that asked for this ends) and never places it
+   * again, and its durable consumer is deleted once it stopped. Its checkpoint stays in
+   * KV, so `kova workflow status` still reads the run. Called from the run's own turn,
+   * so it must not wait for the stop.
+   */
+  private async retireRun(runId: string): Promise<void> {
+    await this.writeRegistry(runId, (cur) => (cur.desired === "killed" ? undefined : { ...cur, desired: "killed" }));
+    this.placement.kick();
+    void (async () => {
+      const deadline = performance.now() + 2 * this.config.drainTimeoutMs + 10_000;
+      while (this.host.status(runId) !== undefined && performance.now() < deadline) await sleep(100);
+      if (this.host.status(runId) === undefined) await this.resetMailbox(runId);
+    })().catch((err: unknown) => this.log.debug({ err, runId }, "consumer of a retired run not deleted"));
   }
 
   /**
@@ -417,6 +551,7 @@ export class KovaNode {
       maxActors: this.config.maxActors,
       stopping: () => this.stopping !== undefined,
       writeRegistry: (id, change) => this.writeRegistry(id, change),
+      switchModel: (id: string, model: string) => this.switchModel(id, model),
       publish: (type, runId, data) => this.publish(type, runId, data),
       virtual: () => this.virtual.view(),
       models: () => this.modelScheduler.stats(),
@@ -442,8 +577,38 @@ export class KovaNode {
         { name: "activate", subject: this.bus.subjects.activate, handler: async (d) => this.virtual.activate((json(d) as { id?: unknown }).id as string, "request") },
         { name: "schedules", subject: schedulesSubject(cluster), handler: async (d) => this.scheduleRequest(json(d) as SchedulesRequest) },
         { name: "signal", subject: nodeSubject(cluster, nodeId, "signal"), handler: async (d) => control.signal(json(d) as SignalRequest) },
+        { name: "approve", subject: approveSubject(cluster), handler: async (d) => this.approve(json(d)) },
       ],
     });
+  }
+
+  /**
+   * The `model=<name>` signal: switches an agent hosted here from its next model call on.
+   * @throws ArgumentError when the actor is not an agent; UnknownModelError for an unknown model
+   */
+  private async switchModel(actorId: string, model: string): Promise<void> {
+    const type = this.host.status(actorId)?.type;
+    const services = this.agentServices;
+    if (!services?.agents.some((a) => a.id === type)) {
+      throw new ArgumentError("signal", `actor ${actorId} (type ${type ?? "unknown"}) is not an agent: only agents take model=<name>`);
+    }
+    await services.runtime.switchModel(actorId, model);
+  }
+
+  /**
+   * `kova approve|reject` for an agent's tool call (the `approve` endpoint): records the
+   * decision in the approvals bucket, whichever node hosts the run (or none, while it moves).
+   * @throws ArgumentError for a malformed request; ApprovalNotFoundError; ApprovalAlreadyDecidedError
+   */
+  private async approve(body: unknown): Promise<ApproveReply> {
+    const { runId, approvalId, decision } = readDecision(body);
+    this.approvalStore ??= NatsApprovalStore.open({ js: this.bus.js, cluster: this.cluster, replicas: this.config.replicas ?? jetStreamReplicas(this.bus.nc) }).catch((err: unknown) => {
+      this.approvalStore = undefined;
+      throw err;
+    });
+    const { record, changed } = await (await this.approvalStore).decide(runId, approvalId, decision);
+    this.log.info({ runId, approvalId, agentId: record.agentId, tool: record.tool, status: record.status, by: record.by, changed }, "tool call approval decided");
+    return { runId, approvalId, status: record.status as ApproveReply["status"], changed, agentId: record.agentId, tool: record.tool, via: this.nodeId };
   }
 
   /**
@@ -585,9 +750,12 @@ export class KovaNode {
     this.virtual?.stop();
     this.modelScheduler.close();
     this.schedules?.stop();
+    this.timerService?.stop();
+    this.waitService?.stop();
     await this.placement?.stop().catch(() => undefined);
     const hostStopped = this.host?.stopAll().catch(() => undefined);
     await (opts.hostStopMs === undefined ? hostStopped : Promise.race([hostStopped, delay(opts.hostStopMs)]));
+    await this.agentServices?.close().catch(() => undefined);
     this.membership?.stop();
     this.leases?.stop();
     this.registry?.stop();

@@ -21,6 +21,12 @@ export interface ToolContext {
   readonly logger: Logger;
   /** Epoch milliseconds after which nobody waits for the result. */
   readonly deadline?: number;
+  /**
+   * The named budget group the calling run draws from (its task's `budget_group`, else its
+   * agent's `budget.group`): a tool that starts child runs passes it on, so that they draw
+   * from their parent's group.
+   */
+  readonly budgetGroup?: string;
 }
 
 /**

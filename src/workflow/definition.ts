@@ -37,7 +37,7 @@ export interface AgentStep extends StepBase {
   /** No result within this time fails the attempt (STEP_TIMEOUT). */
   timeoutMs?: number;
   /** Passed to the agent as task_delegate `constraints`. */
-  constraints?: { max_tokens?: number; deadline?: string | number };
+  constraints?: { max_tokens?: number; deadline?: string | number; budget_group?: string };
 }
 
 export interface ParallelStep extends StepBase {
@@ -57,8 +57,14 @@ export interface BranchStep extends StepBase {
 export interface WaitStep extends StepBase {
   type: "wait";
   for: "approval" | "event" | "timer";
-  /** `for = "event"`: the signal name that ends the wait. */
+  /** `for = "event"`: the signal name that ends the wait (`kova workflow signal`). */
   event?: string;
+  /**
+   * `for = "event"`: a NATS subject (a template) whose next message ends the wait; its data
+   * is the step's output. Captured by a stream from the moment the wait begins
+   * (subject-waits.ts), so a message published while no node hosts the run is not missed.
+   */
+  subject?: string;
   /** approval and event: fail with WAIT_TIMEOUT after this long. */
   timeoutMs?: number;
   /** `for = "timer"`: how long to wait. */
@@ -115,7 +121,7 @@ const STEP_KEYS: Record<StepType, readonly string[]> = {
   agent: ["id", "type", "agent", "task", "input", "timeout", "constraints", "on_error"],
   parallel: ["id", "type", "branches", "on_error"],
   branch: ["id", "type", "if", "then", "else", "on_error"],
-  wait: ["id", "type", "for", "event", "timeout", "duration", "message", "on_error"],
+  wait: ["id", "type", "for", "event", "subject", "timeout", "duration", "message", "on_error"],
   loop: ["id", "type", "steps", "while", "until", "max_iterations", "on_error"],
   fail: ["id", "type", "fail", "on_error"],
 };
@@ -232,7 +238,7 @@ function parseStep(c: Checker, raw: unknown, path: string, generatedId: string |
       if (t.timeout !== undefined) step.timeoutMs = c.duration(t.timeout, id, "timeout");
       if (t.constraints !== undefined) {
         const k = c.table(t.constraints, id, "constraints");
-        c.known(k, ["max_tokens", "deadline"], id, "constraints.");
+        c.known(k, ["max_tokens", "deadline", "budget_group"], id, "constraints.");
         if (k.max_tokens !== undefined && (typeof k.max_tokens !== "number" || !Number.isInteger(k.max_tokens) || k.max_tokens < 1)) {
           c.fail(id, "constraints.max_tokens", "must be a positive integer");
         }
@@ -263,10 +269,24 @@ function parseStep(c: Checker, raw: unknown, path: string, generatedId: string |
       if (kind !== "approval" && kind !== "event" && kind !== "timer") c.fail(id, "for", `must be "approval", "event" or "timer", not ${describe(kind)}`);
       step = { id, type: "wait", for: kind as WaitStep["for"] };
       if (kind === "event") {
-        const ev = c.string(t.event, id, "event");
-        if (!isValidId(ev)) c.fail(id, "event", `must be a name of [A-Za-z0-9_-] (what kova workflow signal sends), not ${describe(ev)}`);
-        step.event = ev;
-      } else if (t.event !== undefined) c.fail(id, "event", `only a wait for "event" names an event`);
+        if (t.event === undefined && t.subject === undefined) c.fail(id, "event", 'a wait for "event" names an event (event = "paid", ended by kova workflow signal) or a NATS subject (subject = "orders.{{input.id}}.paid")');
+        if (t.event !== undefined) {
+          const ev = c.string(t.event, id, "event");
+          if (!isValidId(ev)) c.fail(id, "event", `must be a name of [A-Za-z0-9_-] (what kova workflow signal sends), not ${describe(ev)}`);
+          step.event = ev;
+        }
+        if (t.subject !== undefined) {
+          const subject = c.string(t.subject, id, "subject");
+          const parts = c.template(subject, id, "subject");
+          // Checked with every placeholder standing for one token; the rendered subject is checked again when the wait begins.
+          const problem = waitSubjectProblem(parts.map((p) => (typeof p === "string" ? p : "x")).join(""));
+          if (problem) c.fail(id, "subject", `${describe(subject)}: ${problem}`);
+          step.subject = subject;
+        }
+      } else {
+        if (t.event !== undefined) c.fail(id, "event", `only a wait for "event" names an event`);
+        if (t.subject !== undefined) c.fail(id, "subject", `only a wait for "event" names a subject`);
+      }
       if (kind === "timer") {
         if (t.duration === undefined) c.fail(id, "duration", 'is required for a timer wait, e.g. duration = "10m"');
         step.durationMs = c.duration(t.duration, id, "duration");
@@ -313,6 +333,28 @@ function parseStep(c: Checker, raw: unknown, path: string, generatedId: string |
     if (step!.type !== "parallel" || onError.strategy !== "retry") step!.onError = onError;
   }
   return step!;
+}
+
+/**
+ * Why a subject cannot end a wait, or undefined when it can. A wait's subject is captured
+ * by a stream (subject-waits.ts), so it must be one concrete subject that is neither a
+ * server API nor a private reply: no `$`-prefixed system subject (`$JS`, `$KV`, `$SYS`,
+ * `$SRV`, …), no `_INBOX`, and none of Kova's own subjects (mailboxes, rpc, dlq, journal)
+ * except its events (`kova.<cluster>.events.…`, already stored by the EVENTS stream). No
+ * wildcards: a wait ends on one event, a per-run subject is made with a template
+ * (`orders.{{input.id}}.paid`), and wildcard captures of different runs would overlap,
+ * which JetStream refuses within and across streams.
+ */
+export function waitSubjectProblem(subject: string): string | undefined {
+  if (subject.length > 255) return "is longer than 255 characters";
+  if (/\s/.test(subject)) return "has white space; a NATS subject is tokens separated by dots";
+  const tokens = subject.split(".");
+  if (tokens.some((t) => t.length === 0)) return "has an empty token (a leading, trailing or double dot)";
+  if (tokens.some((t) => t.includes("*") || t.includes(">"))) return "has a wildcard (* or >): a wait ends on one subject; make it per run with a template, e.g. orders.{{input.id}}.paid";
+  if (tokens[0]!.startsWith("$")) return "is a NATS system subject ($JS, $KV, $SYS, $SRV, …): a workflow cannot wait on those";
+  if (tokens[0] === "_INBOX") return "is a reply inbox: those are private to their requester";
+  if (tokens[0] === "kova" && !(tokens.length >= 4 && tokens[2] === "events")) return "is one of Kova's own subjects: of those a wait may only name events (kova.<cluster>.events.<session>.<run>)";
+  return undefined;
 }
 
 function parseArm(c: Checker, raw: unknown, id: string, arm: "then" | "else"): StepDef[] {

@@ -1,6 +1,6 @@
 import { toWire, type WireError } from "../core/errors.js";
 import { evaluateCondition, parseCondition, truthy } from "./condition.js";
-import type { AgentStep, BranchStep, LoopStep, ParallelStep, StepDef, WaitStep, WorkflowDefinition } from "./definition.js";
+import { waitSubjectProblem, type AgentStep, type BranchStep, type LoopStep, type ParallelStep, type StepDef, type WaitStep, type WorkflowDefinition } from "./definition.js";
 import { TemplateError, WorkflowErrorCode } from "./errors.js";
 import { renderTemplate, walk, type PathResolver } from "./template.js";
 
@@ -59,6 +59,9 @@ export interface StepRecord {
   /** wait steps */
   waiting?: boolean;
   approvalId?: string;
+  /** a wait on a NATS subject: its id (`<runId>-w<n>`) and the rendered subject */
+  waitId?: string;
+  subject?: string;
 }
 
 export interface TimerRecord {
@@ -73,6 +76,10 @@ export interface SignalRecord {
   approved?: boolean;
   event?: string;
   data?: unknown;
+  /** a message on a waited subject (never kept: it names the wait it ends) */
+  waitId?: string;
+  subject?: string;
+  seq?: number;
   by?: string;
   comment?: string;
   at: number;
@@ -108,6 +115,12 @@ export type Effect =
   | { kind: "event"; type: string; data: Record<string, unknown> }
   | { kind: "timer"; timerId: string; due: number }
   | { kind: "clear_timers" }
+  /** Capture `subject` for this run from now on (subject-waits.ts); its next message ends the wait. */
+  | { kind: "subject_wait"; waitId: string; subject: string }
+  | { kind: "end_subject_wait"; waitId: string; subject: string }
+  | { kind: "clear_subject_waits" }
+  /** The run ended with this agent turn open: interrupt it (the node's `interrupt` signal, for this message only). */
+  | { kind: "interrupt"; agent: string; messageId: string; childRunId: string }
   | { kind: "retire" };
 
 /** The agent protocol's task_delegate payload (docs/protocol.md). */
@@ -116,7 +129,7 @@ export interface TaskDelegatePayload {
   sessionId: string;
   runId: string;
   parentRunId: string;
-  constraints?: { max_tokens?: number; deadline?: string | number };
+  constraints?: { max_tokens?: number; deadline?: string | number; budget_group?: string };
 }
 
 export interface StartPayload {
@@ -128,7 +141,9 @@ export interface StartPayload {
 
 export type SignalPayload =
   | { approvalId: string; approved: boolean; by?: string; comment?: string }
-  | { event: string; data?: unknown };
+  | { event: string; data?: unknown }
+  /** A message on the subject of a wait (sent by the node that read it, subject-waits.ts). */
+  | { waitId: string; subject: string; data?: unknown; seq?: number };
 
 type Outcome = { kind: "done"; output: unknown } | { kind: "pending" } | { kind: "failed"; error: WireError; retryable: boolean };
 
@@ -311,6 +326,8 @@ export class RunEngine {
     if (this.s.status !== "running" && this.s.status !== "new") return "ignored";
     const sig: SignalRecord = { at: this.now, ...p, ...(by && !("by" in p && p.by) ? { by } : {}) };
     const rec = Object.values(this.s.steps).find((r) => r.waiting && !r.result && matches(r, sig, this.s.workflow));
+    // A message for a wait that is over (a repeat, or it timed out) is stale: not kept.
+    if (!rec && sig.waitId !== undefined) return "ignored";
     if (rec) {
       this.deliver(rec, sig);
       return "delivered";
@@ -323,6 +340,12 @@ export class RunEngine {
   /** `workflow.cancel`. */
   cancel(reason?: string, by?: string): boolean {
     if (this.s.status !== "running") return false;
+    // The agent turns this run started and still waits for are interrupted, not only
+    // ignored: each child run then ends `cancelled` instead of spending tokens for nothing.
+    for (const [messageId, key] of Object.entries(this.s.dispatches)) {
+      const rec = this.s.steps[key];
+      if (rec?.agent && rec.childRunId) this.effects.push({ kind: "interrupt", agent: rec.agent, messageId, childRunId: rec.childRunId });
+    }
     this.finish("cancelled", undefined, failure(WorkflowErrorCode.WORKFLOW_CANCELLED, `run cancelled${by ? ` by ${by}` : ""}${reason ? `: ${reason}` : ""}`));
     return true;
   }
@@ -332,6 +355,9 @@ export class RunEngine {
     if (sig.approvalId !== undefined) {
       rec.result = { ok: true, output: { approved: sig.approved === true, by: sig.by ?? null, comment: sig.comment ?? null, at: sig.at } };
       this.event(sig.approved ? "approval_granted" : "approval_rejected", { approvalId: sig.approvalId, stepId: rec.id, by: sig.by ?? null, comment: sig.comment ?? null });
+    } else if (sig.waitId !== undefined) {
+      rec.result = { ok: true, output: sig.data ?? null };
+      this.event("signal_received", { subject: sig.subject, seq: sig.seq ?? null, stepId: rec.id });
     } else {
       rec.result = { ok: true, output: sig.data ?? null };
       this.event("signal_received", { event: sig.event, stepId: rec.id });
@@ -367,6 +393,7 @@ export class RunEngine {
     else this.event("run_cancelled", { error, durationMs });
     this.event("run_stream_end", { status });
     this.effects.push({ kind: "clear_timers" });
+    if (Object.values(this.s.steps).some((r) => r.waitId !== undefined)) this.effects.push({ kind: "clear_subject_waits" });
     this.timer("retire", this.now);
   }
 
@@ -543,10 +570,24 @@ export class RunEngine {
       const r = rec.result;
       delete rec.result;
       rec.waiting = false;
+      if (rec.waitId !== undefined) this.effects.push({ kind: "end_subject_wait", waitId: rec.waitId, subject: rec.subject! });
       return r.ok ? { kind: "done", output: r.output } : { kind: "failed", error: r.error, retryable: r.retryable };
     }
     if (rec.waiting) return PENDING;
+    // Rendered and checked before the wait begins: a bad subject fails the step, nothing is captured.
+    const subject = step.subject === undefined ? undefined : renderTemplate(step.subject, this.resolver(scope), step.id);
+    if (subject !== undefined) {
+      const problem = waitSubjectProblem(subject);
+      if (problem) {
+        return { kind: "failed", retryable: false, error: failure(WorkflowErrorCode.WAIT_SUBJECT_INVALID, `step ${step.id}: subject ${JSON.stringify(subject)} (from ${JSON.stringify(step.subject)}) ${problem}`, { stepId: step.id, subject }) };
+      }
+    }
     rec.waiting = true;
+    if (subject !== undefined) {
+      rec.waitId = this.nextId("w");
+      rec.subject = subject;
+      this.effects.push({ kind: "subject_wait", waitId: rec.waitId, subject });
+    }
     if (step.for === "timer") {
       this.timer("timer", this.now + step.durationMs!, rec.key);
       return PENDING;
@@ -647,6 +688,7 @@ function pick(fb: StepRecord): Partial<StepRecord> {
 
 function matches(rec: StepRecord, sig: SignalRecord, wf: WorkflowDefinition | undefined): boolean {
   if (sig.approvalId !== undefined) return rec.approvalId === sig.approvalId;
+  if (sig.waitId !== undefined) return rec.waitId === sig.waitId;
   if (sig.event === undefined || rec.type !== "wait") return false;
   const def = wf ? findStep(wf.steps, rec.id) : undefined;
   return def?.type === "wait" && def.for === "event" && def.event === sig.event;

@@ -14,6 +14,8 @@ export const WorkflowErrorCode = defineErrorCodes("workflow", {
   STEP_TIMEOUT: "STEP_TIMEOUT",
   /** A wait step (approval or event) reached its `timeout`. */
   WAIT_TIMEOUT: "WAIT_TIMEOUT",
+  /** A wait's subject, once its template is rendered, is not one a wait may capture. */
+  WAIT_SUBJECT_INVALID: "WAIT_SUBJECT_INVALID",
   /** A `fail` step ran (e.g. `else = { fail = "not approved" }`). */
   WORKFLOW_FAILED: "WORKFLOW_FAILED",
   /** Some branches of a parallel step failed. */

@@ -11,12 +11,12 @@ import type { SignalPayload } from "./engine.js";
  * | type | payload | sent by |
  * | --- | --- | --- |
  * | `workflow.start` | `{ workflow, input, sessionId?, parentRunId? }` (workflow as written in the file) | `kova workflow run`, an application |
- * | `workflow.signal` | `{ approvalId, approved, by?, comment? }` or `{ event, data? }` | `kova approve/reject`, `kova workflow signal`, any service |
+ * | `workflow.signal` | `{ approvalId, approved, by?, comment? }` or `{ event, data? }`, or `{ waitId, subject, data, seq }` | `kova approve/reject`, `kova workflow signal`, any service; the node that read a waited subject's message |
  * | `workflow.cancel` | `{ reason?, by? }` | `kova workflow cancel` |
  * | `workflow.timer` | `{ timerId }` | the nodes' timer services |
  *
- * Agents answer the run's `task_delegate`s with `result_notify` to the run's inbox (the
- * run sends without `replyTo`, so the reply is a durable send to its `from`).
+ * Agents answer the run's `task_delegate`s with `result_notify` to its `replyTo`, the
+ * run's own inbox (the A2A stream captures it, so the reply waits there for the run).
  */
 export const WorkflowMessageType = {
   start: "workflow.start",
@@ -60,6 +60,11 @@ export function parseSignal(p: unknown): SignalPayload {
     if (typeof v.approvalId !== "string" || v.approvalId.length === 0) throw new ArgumentError("approvalId", "must be the approval id named by approval_requested");
     if (typeof v.approved !== "boolean") throw new ArgumentError("approved", "must be true (approve) or false (reject)");
     return { approvalId: v.approvalId, approved: v.approved, ...opt("by"), ...opt("comment") };
+  }
+  if (v.waitId !== undefined) {
+    if (!isValidId(v.waitId)) throw new ArgumentError("waitId", "must be the id of a subject wait");
+    if (typeof v.subject !== "string") throw new ArgumentError("subject", "must be the subject the message came on");
+    return { waitId: v.waitId, subject: v.subject, ...(v.data === undefined ? {} : { data: v.data }), ...(typeof v.seq === "number" ? { seq: v.seq } : {}) };
   }
   if (typeof v.event === "string" && isValidId(v.event)) return { event: v.event, ...(v.data === undefined ? {} : { data: v.data }) };
   throw new ArgumentError("payload", 'a workflow.signal is { approvalId, approved, by?, comment? } or { event, data? } (event a name of [A-Za-z0-9_-])');

@@ -1,10 +1,12 @@
-import { toWire, type WireError } from "../core/errors.js";
+import { ErrorCode, KovaError, toWire, type WireError } from "../core/errors.js";
 import { isValidId } from "../core/ids.js";
 import { defineActor, type ActorContext, type ActorDefinition } from "../actors/index.js";
 import { checkInput, parseWorkflow } from "./definition.js";
 import { emptyRunState, RunEngine, stepMetadata, type Effect, type RunState, type Usage } from "./engine.js";
 import { parseSignal, WORKFLOW_ACTOR_TYPE, WorkflowMessageType } from "./protocol.js";
 import type { WorkflowTimers } from "./timers.js";
+import type { SubjectWaits } from "./subject-waits.js";
+import type { InterruptDelegation } from "../agents/delegate.js";
 
 /**
  * A workflow run is an actor (one per run, id = run id, type `workflow`). Every message
@@ -22,6 +24,12 @@ export interface WorkflowActorPorts {
   timers: () => Promise<WorkflowTimers>;
   /** Takes a finished run off placement (the node marks it killed and frees its consumer). */
   retire?: (runId: string) => Promise<void>;
+  /** The run's own A2A inbox subject (`kova.<c>.a2a.<runId>`): agents send their result_notify there. */
+  inbox: (runId: string) => string;
+  /** The cluster's subject waits (the node opens them once); needed by runs that wait on a subject. */
+  waits?: () => Promise<SubjectWaits>;
+  /** Interrupts the agent turns a cancelled run still waits for (they end `cancelled`). */
+  interrupt?: InterruptDelegation;
 }
 
 /** What `kova workflow status` shows (the run's rpc `info_request` answer). */
@@ -42,6 +50,8 @@ export interface RunSummary {
   approvals: Array<{ approvalId: string; stepId: string }>;
   /** Event waits open now: `kova workflow signal <runId> <event>`. */
   events: string[];
+  /** Subject waits open now: a message published on the subject ends the wait. */
+  subjects: Array<{ stepId: string; subject: string }>;
 }
 
 export function runSummary(s: RunState): RunSummary {
@@ -78,6 +88,7 @@ export function runSummary(s: RunState): RunSummary {
       const e = findEvent(s, r.id);
       return e ? [e] : [];
     }),
+    subjects: open.flatMap((r) => (r.subject ? [{ stepId: r.id, subject: r.subject }] : [])),
   };
 }
 
@@ -102,8 +113,8 @@ async function perform(ctx: Ctx, effects: readonly Effect[], ports: WorkflowActo
   for (const e of effects) {
     switch (e.kind) {
       case "send":
-        // No replyTo: the agent's result_notify is a durable send back to this run's inbox.
-        await ctx.send({ id: e.id, to: e.to, type: "task_delegate", payload: e.payload, correlationId: e.id });
+        // The agent's result_notify goes to this run's inbox, which the A2A stream captures.
+        await ctx.send({ id: e.id, to: e.to, type: "task_delegate", payload: e.payload, correlationId: e.id, replyTo: ports.inbox(s.runId) });
         break;
       case "event":
         await ctx.emit(e.type, { ...e.data, workflowRunId: s.runId }, where);
@@ -118,11 +129,34 @@ async function perform(ctx: Ctx, effects: readonly Effect[], ports: WorkflowActo
         await ctx.step("timers:clear", () => timers.clear(s.runId), { idempotent: true });
         break;
       }
+      case "subject_wait": {
+        const waits = await subjectWaits(ports);
+        await ctx.step(`wait:${e.waitId}`, () => waits.begin({ runId: s.runId, waitId: e.waitId, subject: e.subject }), { idempotent: true });
+        break;
+      }
+      case "end_subject_wait": {
+        const waits = await subjectWaits(ports);
+        await ctx.step(`wait-end:${e.waitId}`, () => waits.end({ runId: s.runId, waitId: e.waitId, subject: e.subject }), { idempotent: true });
+        break;
+      }
+      case "clear_subject_waits": {
+        const waits = await subjectWaits(ports);
+        await ctx.step("waits:clear", () => waits.clear(s.runId), { idempotent: true });
+        break;
+      }
+      case "interrupt":
+        if (ports.interrupt) await ctx.step(`interrupt:${e.messageId}`, () => ports.interrupt!(e.agent, e.messageId), { idempotent: true });
+        break;
       case "retire":
         if (ports.retire) await ctx.step("retire", () => ports.retire!(s.runId), { idempotent: true });
         break;
     }
   }
+}
+
+function subjectWaits(ports: WorkflowActorPorts): Promise<SubjectWaits> {
+  if (!ports.waits) throw new KovaError(ErrorCode.INTERNAL, "this node cannot capture subjects for workflow waits (the workflow actor was registered without a waits port)");
+  return ports.waits();
 }
 
 function field(payload: unknown, name: string): unknown {

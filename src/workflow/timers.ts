@@ -1,6 +1,8 @@
 import type { JetStreamClient } from "@nats-io/jetstream";
-import { Kvm, type KV } from "@nats-io/kv";
+import type { KV } from "@nats-io/kv";
+import { openOrCreateBucket } from "../bus/kv-buckets.js";
 import { silentLogger, type Logger } from "../core/logger.js";
+import { followBucket } from "./kv-watch.js";
 
 /**
  * Durable timers of workflow runs: retry backoffs, step and wait timeouts, timer waits.
@@ -34,7 +36,7 @@ export class WorkflowTimers {
    * @throws JetStream errors when JetStream is unavailable
    */
   static async open(opts: { js: JetStreamClient; cluster: string; replicas?: number }): Promise<WorkflowTimers> {
-    const kv = await new Kvm(opts.js).create(timersBucket(opts.cluster), { history: 1, replicas: opts.replicas ?? 1, storage: "file" });
+    const kv = await openOrCreateBucket(opts.js, timersBucket(opts.cluster), { history: 1, replicas: opts.replicas ?? 1, storage: "file" });
     return new WorkflowTimers(kv);
   }
 
@@ -101,34 +103,8 @@ export class TimerService {
   static async start(o: TimerServiceOptions): Promise<TimerService> {
     const svc = new TimerService(o);
     svc.#unlisten = o.timers.onLocalSet((e) => svc.#add(e));
-    await svc.#startWatch();
+    svc.#watch = await followBucket<TimerEntry>(o.timers.kv, ">", { onPut: (_key, e) => svc.#add(e), onDelete: (key) => svc.#entries.delete(key) }, svc.#log);
     return svc;
-  }
-
-  async #startWatch(): Promise<void> {
-    const iter = await this.o.timers.kv.watch({ key: ">" });
-    this.#watch = iter;
-    void (async () => {
-      try {
-        for await (const e of iter) {
-          if (e.operation === "PUT") {
-            try {
-              this.#add(e.json<TimerEntry>());
-            } catch (err) {
-              this.#log.warn({ err, key: e.key }, "unreadable timer entry skipped");
-            }
-          } else {
-            this.#entries.delete(e.key);
-          }
-        }
-      } catch (err) {
-        this.#log.warn({ err }, "timer watch ended");
-      }
-      // A watch that ends (its server went away) is restarted: timers must not be missed.
-      if (!this.#stopped) {
-        setTimeout(() => void this.#startWatch().catch((err: unknown) => this.#log.warn({ err }, "timer watch restart failed")), 1000).unref();
-      }
-    })();
   }
 
   /** Timers this service knows and has not fired. */

@@ -30,6 +30,8 @@ describe("actor host", () => {
     expect(info).toEqual({ count: 4, ids: [...sent.map((e) => e.id), last.id] });
     const caps = await rig.bus.request<{ capabilities: string[] }>("c1", "capability_query", null);
     expect(caps.capabilities).toEqual(["count"]);
+    // The state is readable once the checkpoint is saved; the turn ends after its WAL completion.
+    await poll(() => rig.host.status("c1")?.handled === 4, { timeoutMs: 5_000, what: "the last turn ended" });
     expect(rig.host.status("c1")).toMatchObject({ inFlight: 0, handled: 4 });
     const turnStates = rig.states.filter(([, , info]) => (info as { turn?: boolean })?.turn).map(([, s]) => s);
     expect(turnStates.slice(0, 2)).toEqual(["Running", "Idle"]);
@@ -156,6 +158,8 @@ describe("actor host", () => {
     }, { timeoutMs: 10_000, what: "third attempt committed", retryErrors: true });
     expect(ran).toEqual([`fl.${env.id}.0`]);
     expect(state.notes).toEqual(["attempt 3", `charged fl.${env.id}.0`]);
+    // The state is readable once the checkpoint is saved; the turn ends after its reply and WAL completion.
+    await poll(() => rig.host.status("fl")?.state === "Idle", { timeoutMs: 5_000, what: "turn ended" });
     expect(rig.host.status("fl")).toMatchObject({ state: "Idle", handled: 1 });
   });
 

@@ -220,8 +220,8 @@ describe("actor turns across a NATS outage", () => {
       initialState: () => ({ paid: 0 }),
       handlers: {
         task_delegate: async (ctx) => {
-          await released;
           await ctx.step("pay", () => ++charged);
+          await released;
           ctx.state.paid++;
         },
       },
@@ -230,11 +230,11 @@ describe("actor turns across a NATS outage", () => {
     await using rig = await startRig(own.url, uniqueCluster(), [payer]);
     await rig.host.start("pay1", "payer");
     await rig.bus.send(task1("pay1"));
-    await poll(() => rig.host.status("pay1")?.state === "Running", { timeoutMs: 5_000, what: "turn running" });
-    await own.kill();
-    release();
-    // The step is recorded locally; the checkpoint to NATS fails while the server is down.
+    // The step is recorded (in the WAL and the step journal on NATS) before the server goes.
     await poll(() => charged === 1 && rig.wal.pendingFor("pay1").length === 1, { timeoutMs: 5_000, what: "step recorded" });
+    await own.kill();
+    // The checkpoint to NATS fails while the server is down.
+    release();
     await own.restart();
     const state = await poll(async () => {
       const s = await rig.bus.request<{ paid: number }>("pay1", "info_request", null);
@@ -242,6 +242,8 @@ describe("actor turns across a NATS outage", () => {
     }, { timeoutMs: 30_000, what: "turn committed after the outage", retryErrors: true });
     expect(state).toEqual({ paid: 1 });
     expect(charged).toBe(1);
+    // The state is readable once the checkpoint is saved; the turn ends after its WAL completion.
+    await poll(() => rig.host.status("pay1")?.handled === 1, { timeoutMs: 5_000, what: "the turn ended" });
     expect(rig.wal.pendingFor("pay1")).toEqual([]);
     expect(rig.host.status("pay1")).toMatchObject({ state: "Idle", handled: 1 });
   }, 60_000);

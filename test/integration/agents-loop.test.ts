@@ -180,4 +180,22 @@ describe("agent decision loop (real NATS, WAL, openai client, scripted server)",
     expect(JSON.parse(results[1]!)).toEqual({ hit: "good" });
     expect(hasNoOrphans(wireMessages(model.requests[1]!))).toBe(true);
   }, 30_000);
+
+  it("tools - a tool that requires approval is never run without it: no decision in time, the model is told why", async () => {
+    let ran = 0;
+    const guarded = defineTool({
+      name: "wire_money",
+      description: "moves money",
+      parameters: { type: "object", properties: { amount: { type: "number" } }, required: ["amount"] },
+      idempotent: false,
+      requiresApproval: true,
+      run: () => ++ran,
+    });
+    await using model = await startScriptedModelServer({ replies: [scriptedReply.toolCalls([{ name: "wire_money", arguments: { amount: 5 } }]), scriptedReply.text("I could not send it.")] });
+    await using rig = await startAgentRig(nats.url, uniqueCluster("aa"), { modelUrl: model.url, tools: [guarded], agents: [{ id: "payer", model: "main", tools: ["wire_money"], approval: { tools: [], timeoutMs: 300 } }] });
+    expect(await rig.ask("payer", "send 5")).toMatchObject({ status: "completed", output: "I could not send it." });
+    expect(ran).toBe(0);
+    const toolMsg = model.requests[1]!.messages.at(-1)!;
+    expect(JSON.parse(String(toolMsg.content))).toMatchObject({ error: { code: "TOOL_APPROVAL_TIMEOUT" } });
+  }, 30_000);
 });

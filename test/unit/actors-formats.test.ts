@@ -3,7 +3,11 @@ import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { ErrorCode, isKovaError } from "../../src/core/errors.js";
 import { TurnJournal, type JournalIo } from "../../src/actors/turn-journal.js";
-import { parseTurnRecord, TURN_RECORD_VERSION } from "../../src/actors/turn-record.js";
+import { derivedId, parseTurnRecord, TURN_RECORD_VERSION } from "../../src/actors/turn-record.js";
+import { makeContext } from "../../src/actors/actor-context.js";
+import type { HostDeps } from "../../src/actors/ports.js";
+import type { A2AEnvelope } from "../../src/bus/index.js";
+import { createLogger } from "../../src/core/logger.js";
 import { ActorMemory } from "../../src/actors/memory.js";
 import { CHECKPOINT_VERSION, type Checkpoint } from "../../src/actors/checkpoint-store.js";
 import { ActorErrorCode } from "../../src/actors/errors.js";
@@ -35,7 +39,7 @@ const io: JournalIo = {
 
 describe("persisted formats (golden files)", () => {
   it("formats - a version 1 turn record still loads and replays: results, errors, values and the unknown outcome", async () => {
-    expect(TURN_RECORD_VERSION).toBe(1);
+    expect(TURN_RECORD_VERSION).toBe(2);
     const record = parseTurnRecord(fixture("turn-record-v1.json"))!;
     expect(record).toMatchObject({ v: 1, actorId: "agent-7", attempt: 2, envelope: { id: "m-0001" } });
     const j = new TurnJournal("agent-7", record, io);
@@ -46,6 +50,31 @@ describe("persisted formats (golden files)", () => {
     expect(await j.step("llm", async () => ({ text: "new" }))).toEqual({ text: "answer from memory" });
     const unknown = await j.step("send:result_notify:coordinator", async () => "sent").catch((e: unknown) => e);
     expect(isKovaError(unknown, ActorErrorCode.STEP_OUTCOME_UNKNOWN)).toBe(true);
+  });
+
+  it("formats - a send replayed from a version 1 record takes its id from the recorded ids, from version 2 on it is derived from the turn and the step", async () => {
+    const sent: A2AEnvelope[] = [];
+    const deps = { nodeId: "n1", bus: { send: async (e: A2AEnvelope) => void sent.push(e) } } as unknown as HostDeps;
+    const actor = { id: "agent-7", def: { type: "researcher" }, deps, log: createLogger({ level: "silent" }) };
+    const replay = async (name: string) => {
+      const record = parseTurnRecord(fixture(name))!;
+      const j = new TurnJournal("agent-7", record, io);
+      const ctx = makeContext(actor, record.envelope, j, 1, {}, undefined, new AbortController().signal);
+      await j.step("llm", async () => ({ text: "new" }));
+      return { record, id: await ctx.send({ to: "coordinator", type: "result_notify", payload: "x" }) };
+    };
+    const v1 = parseTurnRecord({ ...(fixture("turn-record-v1.json") as object), steps: [{ name: "llm", status: "done", idempotent: false, result: {} }] })!;
+    expect(v1.v).toBe(1);
+    const j1 = new TurnJournal("agent-7", v1, io);
+    const ctx1 = makeContext(actor, v1.envelope, j1, 1, {}, undefined, new AbortController().signal);
+    await j1.step("llm", async () => ({}));
+    expect(await ctx1.send({ to: "coordinator", type: "result_notify", payload: "x" })).toBe("4b7c1a52-0000-4000-8000-000000000001");
+
+    const { record, id } = await replay("turn-record-v2.json");
+    expect(record).toMatchObject({ v: 2, streamSeq: 42 });
+    expect(id).toBe(derivedId("agent-7", "m-0002", "send:1"));
+    expect(id).toBe((await replay("turn-record-v2.json")).id);
+    expect(sent.map((e) => e.id)).toEqual(["4b7c1a52-0000-4000-8000-000000000001", id, id]);
   });
 
   it("formats - a version 1 checkpoint still loads as the actor's memory", () => {
@@ -63,8 +92,10 @@ describe("persisted formats (golden files)", () => {
   });
 
   it("formats - a record of an unknown version is refused with an error naming the record and the versions this build reads", () => {
+    const turn = refused(() => parseTurnRecord({ ...(fixture("turn-record-v1.json") as object), v: 3 }));
+    expect(turn.message).toContain("turn record of actor agent-7");
+    expect(turn.data).toMatchObject({ readable: [1, 2] });
     const cases: Array<[string, () => unknown]> = [
-      ["turn record of actor agent-7", () => parseTurnRecord({ ...(fixture("turn-record-v1.json") as object), v: 2 })],
       ["checkpoint of actor c1", () => readCheckpoint("checkpoint of actor c1", { ...(fixture("checkpoint-v1.json") as Checkpoint), v: 2 })],
       ["registry record of agent researcher", () => readAgentRecord("researcher", { ...(fixture("agent-record-v1.json", "node") as object), v: 2 })],
       ["lease of actor researcher", () => readLeaseRecord("researcher", { ...(fixture("lease-record-v1.json", "node") as object), v: "2" })],

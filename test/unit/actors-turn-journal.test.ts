@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { isKovaError } from "../../src/core/errors.js";
 import { TurnJournal, type JournalIo } from "../../src/actors/turn-journal.js";
-import { newTurnRecord, parseTurnRecord, type TurnRecord } from "../../src/actors/turn-record.js";
+import { mergeTurn, newTurnRecord, parseTurnRecord, type TurnRecord } from "../../src/actors/turn-record.js";
 import { ActorErrorCode } from "../../src/actors/errors.js";
 
 const env = { id: "m1", from: "t", to: "a", type: "task_delegate" as const, payload: { n: 1 } };
@@ -181,5 +181,40 @@ describe("turn journal (deterministic replay)", () => {
     const replay = new TurnJournal("a", last, harness(9).io);
     const again = await Promise.all(["tool:a", "tool:b", "tool:c"].map((n) => replay.step(n, () => "re-run")));
     expect(again).toEqual(["A", "B", "C"]);
+  });
+});
+
+describe("merging the local and the NATS journal of a turn", () => {
+  it("merge - per step a recorded outcome beats a bare start, the longer value lists win, and a step neither side recorded stays a hole that replay runs", async () => {
+    const local = newTurnRecord("a", "t", env);
+    local.steps.push({ name: "llm", status: "done", idempotent: false, result: 1 }, { name: "tool", status: "started", idempotent: false });
+    local.clock.push(5);
+    const remoteSteps: TurnRecord["steps"] = [];
+    remoteSteps[0] = { name: "llm", status: "done", idempotent: false, result: 1 };
+    remoteSteps[1] = { name: "tool", status: "done", idempotent: false, result: "ok" };
+    remoteSteps[3] = { name: "later", status: "done", idempotent: false, result: "recorded beside the running step 2" };
+    const merged = mergeTurn(local, { steps: remoteSteps, clock: [5, 6], random: [], ids: ["x"], attempt: 2 });
+    expect(merged.steps[0]).toEqual({ name: "llm", status: "done", idempotent: false, result: 1 });
+    expect(merged.steps[1]).toEqual({ name: "tool", status: "done", idempotent: false, result: "ok" });
+    expect(merged.steps[2]).toBeUndefined();
+    expect(merged.steps[3]?.result).toBe("recorded beside the running step 2");
+    // Through the WAL's encoding the hole becomes null: replay runs that step and reuses the rest.
+    const replayed = parseTurnRecord(JSON.parse(JSON.stringify(merged)))!;
+    const ran: string[] = [];
+    const j = new TurnJournal("a", replayed, harness().io);
+    const results = await Promise.all([
+      j.step("llm", () => ran.push("llm")),
+      j.step("tool", () => ran.push("tool")),
+      j.step("search", () => {
+        ran.push("search");
+        return "searched";
+      }, { idempotent: true }),
+      j.step("later", () => ran.push("later")),
+    ]);
+    expect(ran).toEqual(["search"]);
+    expect(results).toEqual([1, "ok", "searched", "recorded beside the running step 2"]);
+    expect([merged.clock, merged.ids, merged.attempt]).toEqual([[5, 6], ["x"], 2]);
+    // The local record is not changed in place.
+    expect(local.steps[1]?.status).toBe("started");
   });
 });

@@ -77,7 +77,9 @@ describe("bus envelope", () => {
     expect(s.events("s1", "r1")).toBe("kova.prod-1.events.s1.r1");
     expect(s.sessionEvents("s1")).toBe("kova.prod-1.events.s1.*");
     expect(s.dlq("max_deliver")).toBe("kova.prod-1.dlq.max_deliver");
-    expect(s.streams).toEqual({ a2a: "KOVA_PROD-1_A2A", events: "KOVA_PROD-1_EVENTS", dlq: "KOVA_PROD-1_DLQ" });
+    expect(s.journal("researcher")).toBe("kova.prod-1.journal.researcher");
+    expect(s.journalWildcard).toBe("kova.prod-1.journal.*");
+    expect(s.streams).toEqual({ a2a: "KOVA_PROD-1_A2A", events: "KOVA_PROD-1_EVENTS", dlq: "KOVA_PROD-1_DLQ", journal: "KOVA_PROD-1_JOURNAL" });
     expect(s.kv).toEqual({ agents: "kova_prod-1_agents", nodes: "kova_prod-1_nodes" });
     expect(s.consumer("researcher")).toBe("agent_researcher");
     expect(s.maxDeliveriesAdvisory).toBe("$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.KOVA_PROD-1_A2A.*");

@@ -73,6 +73,21 @@ describe("workflow definitions", () => {
     expect(d.steps[1]!.onError).toEqual({ strategy: "fallback", step: { id: "f.fallback", type: "agent", agent: "backup", task: "again {{steps.p.output}}" } });
   });
 
+  it("definition - a subject wait names one concrete subject that is not a system, inbox or internal Kova subject", () => {
+    const ok = defineWorkflow(wf([{ id: "paid", type: "wait", for: "event", subject: "orders.{{input.id}}.paid", timeout: "1h" }], { id: "w", input: { id: "string" } }));
+    expect(ok.steps[0]).toMatchObject({ type: "wait", for: "event", subject: "orders.{{input.id}}.paid", timeoutMs: 3_600_000 });
+    expect(defineWorkflow(wf([{ id: "e", for: "event", subject: "kova.default.events.s1.run-1" }])).steps[0]).toMatchObject({ subject: "kova.default.events.s1.run-1" });
+    expectInvalid(() => defineWorkflow(wf([{ id: "e", for: "event" }])), "step e", "event", "or a NATS subject");
+    expectInvalid(() => defineWorkflow(wf([{ id: "e", for: "event", subject: "orders.*.paid" }])), "step e", "subject", "wildcard");
+    expectInvalid(() => defineWorkflow(wf([{ id: "e", for: "event", subject: "orders.>" }])), "step e", "subject", "wildcard");
+    expectInvalid(() => defineWorkflow(wf([{ id: "e", for: "event", subject: "$KV.kova_default_agents.x" }])), "step e", "subject", "system subject");
+    expectInvalid(() => defineWorkflow(wf([{ id: "e", for: "event", subject: "_INBOX.abc" }])), "step e", "subject", "reply inbox");
+    expectInvalid(() => defineWorkflow(wf([{ id: "e", for: "event", subject: "kova.default.a2a.researcher" }])), "step e", "subject", "Kova's own subjects");
+    expectInvalid(() => defineWorkflow(wf([{ id: "e", for: "event", subject: "orders..paid" }])), "step e", "subject", "empty token");
+    expectInvalid(() => defineWorkflow(wf([{ id: "e", for: "event", subject: "orders paid" }])), "step e", "subject", "white space");
+    expectInvalid(() => defineWorkflow(wf([{ id: "e", for: "approval", subject: "orders.paid" }])), "step e", "subject", 'only a wait for "event"');
+  });
+
   it("input - checked against the declaration, text converted for numbers and booleans, defaults filled", () => {
     const d = defineWorkflow(wf([{ id: "a", agent: "x", task: "{{input.topic}} {{input.n}}" }], { id: "w", input: { topic: "string", n: "integer?", flag: { type: "boolean", default: false } } }));
     expect(checkInput(d, { topic: "t", n: "3" })).toEqual({ topic: "t", n: 3, flag: false });

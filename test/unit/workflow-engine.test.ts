@@ -204,6 +204,36 @@ describe("workflow engine", () => {
     expect(timeout.state.error).toMatchObject({ code: WorkflowErrorCode.WAIT_TIMEOUT });
   });
 
+  it("subject wait - renders its subject, captures it, ends on the message for its wait id only, then releases the capture", () => {
+    const sim = new Sim();
+    const effects = sim.start(one([{ id: "paid", type: "wait", for: "event", subject: "orders.{{input.id}}.paid", timeout: "1h" }, { id: "x", agent: "a", task: "{{steps.paid.output.amount}}" }], { id: "string" }), { id: "o-7" });
+    const wait = effects.find((e) => e.kind === "subject_wait");
+    expect(wait).toEqual({ kind: "subject_wait", waitId: "wf-1-w0", subject: "orders.o-7.paid" });
+    // a name signal does not end a subject-only wait, and a message for another wait is stale, not kept
+    expect(sim.turn((e) => expect(e.signal({ event: "paid" })).toBe("kept"))).toEqual([]);
+    expect(sim.turn((e) => expect(e.signal({ waitId: "wf-1-w9", subject: "orders.o-7.paid", data: {} })).toBe("ignored"))).toEqual([]);
+    const ended = sim.turn((e) => expect(e.signal({ waitId: "wf-1-w0", subject: "orders.o-7.paid", data: { amount: 12 }, seq: 5 })).toBe("delivered"));
+    expect(ended).toContainEqual({ kind: "end_subject_wait", waitId: "wf-1-w0", subject: "orders.o-7.paid" });
+    expect(sim.events("signal_received")).toEqual([{ type: "signal_received", subject: "orders.o-7.paid", seq: 5, stepId: "paid" }]);
+    expect(sim.open("a").payload.input).toBe("12");
+    expect(sim.state.timers).toEqual({}); // its timeout was dropped
+    sim.reply("a", "done");
+    expect(sim.effects.filter((e) => e.kind === "clear_subject_waits")).toHaveLength(1);
+
+    // a subject that renders into something a wait may not capture fails the step, captures nothing
+    const bad = new Sim();
+    bad.start(one([{ id: "paid", type: "wait", for: "event", subject: "orders.{{input.id}}.paid" }], { id: "string" }), { id: "a.*" });
+    expect(bad.state).toMatchObject({ status: "failed", error: { code: WorkflowErrorCode.WAIT_SUBJECT_INVALID } });
+    expect(bad.state.error!.message).toContain('"orders.a.*.paid"');
+    expect(bad.effects.some((e) => e.kind === "subject_wait")).toBe(false);
+
+    // a timeout releases the capture too
+    const late = new Sim();
+    late.start(one([{ id: "w", type: "wait", for: "event", subject: "x.y", timeout: "1s" }]));
+    expect(late.fire("timeout")).toContainEqual({ kind: "end_subject_wait", waitId: "wf-1-w0", subject: "x.y" });
+    expect(late.state.error).toMatchObject({ code: WorkflowErrorCode.WAIT_TIMEOUT });
+  });
+
   it("agent timeout - a step without a result in time is retried, and the late result is ignored", () => {
     const sim = new Sim();
     sim.start(one([{ id: "a", agent: "x", task: "t", timeout: "2s", on_error: { strategy: "retry", attempts: 2, backoff: "10ms" } }]));
@@ -220,7 +250,9 @@ describe("workflow engine", () => {
     const sim = new Sim();
     sim.start(one([{ id: "a", agent: "x", task: "t" }]));
     const d = sim.open("x");
-    sim.turn((e) => expect(e.cancel("changed my mind", "ops")).toBe(true));
+    const cancelled = sim.turn((e) => expect(e.cancel("changed my mind", "ops")).toBe(true));
+    // the agent turn the run still waited for is interrupted (that message only)
+    expect(cancelled.filter((e) => e.kind === "interrupt")).toEqual([{ kind: "interrupt", agent: "x", messageId: d.id, childRunId: d.payload.runId }]);
     expect(sim.state).toMatchObject({ status: "cancelled", error: { code: WorkflowErrorCode.WORKFLOW_CANCELLED } });
     expect(sim.events().map((e) => e.type).slice(-2)).toEqual(["run_cancelled", "run_stream_end"]);
     expect(new RunEngine(sim.state, sim.now).result(d.id, { output: "x" }, undefined)).toBe(false);

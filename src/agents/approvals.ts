@@ -1,0 +1,252 @@
+import type { JetStreamClient } from "@nats-io/jetstream";
+import { Kvm, type KV, type KvEntry } from "@nats-io/kv";
+import { ArgumentError, defineErrorCodes, KovaError } from "../core/errors.js";
+import { assertId } from "../core/ids.js";
+import { isWrongLastSequence } from "../bus/nats-errors.js";
+
+/**
+ * Human approval of tool calls (docs/tools.md, "Approval"). A call that needs approval is
+ * a record in NATS KV `kova_<cluster>_approvals`, key `<runId>.<approvalId>`, written by
+ * the node that runs the call (`pending`, with its deadline), decided by any node's
+ * `approve` control endpoint (`approved` / `rejected`), or by the waiting node when the
+ * deadline passes (`rejected`, `timedOut`). Every transition out of `pending` is a
+ * compare-and-set on the key's revision, so a human's decision and the timeout cannot
+ * both win, and a decision made while the agent's node is down waits in the bucket for
+ * the node that resumes the run.
+ */
+export const ApprovalErrorCode = defineErrorCodes("agents", {
+  APPROVAL_NOT_FOUND: "APPROVAL_NOT_FOUND",
+  APPROVAL_ALREADY_DECIDED: "APPROVAL_ALREADY_DECIDED",
+  TOOL_CALL_REJECTED: "TOOL_CALL_REJECTED",
+  TOOL_APPROVAL_TIMEOUT: "TOOL_APPROVAL_TIMEOUT",
+});
+
+export type ApprovalStatus = "pending" | "approved" | "rejected";
+
+/** One approval, as stored (JSON, format version `v`). */
+export interface ApprovalRecord {
+  v: 1;
+  runId: string;
+  approvalId: string;
+  sessionId: string;
+  agentId: string;
+  callId: string;
+  /** The tool's Kova name (`shell_exec`, `everything/echo`). */
+  tool: string;
+  args: unknown;
+  requestedAt: number;
+  /** Epoch ms: no decision by then rejects the call. */
+  expiresAt: number;
+  status: ApprovalStatus;
+  decidedAt?: number;
+  by?: string;
+  comment?: string;
+  /** Rejected by the deadline, not by a person. */
+  timedOut?: boolean;
+}
+
+/** A decision as a person (or a service) gives it. */
+export interface ApprovalDecision {
+  approved: boolean;
+  by?: string;
+  comment?: string;
+}
+
+/** Upper bound of `approval.timeout`: the bucket keeps records twice as long. */
+export const MAX_APPROVAL_TIMEOUT_MS = 7 * 86_400_000;
+export const DEFAULT_APPROVAL_TIMEOUT_MS = 3_600_000;
+
+const enc = new TextEncoder();
+const BY_MAX = 128;
+const COMMENT_MAX = 2_000;
+
+/** No such approval (wrong ids, or the run never asked). */
+export class ApprovalNotFoundError extends KovaError {
+  constructor(runId: string, approvalId: string) {
+    super(ApprovalErrorCode.APPROVAL_NOT_FOUND, `run ${runId} has no approval ${approvalId}: take both ids from the approval_requested event (or kova events tail --session <s>)`, {
+      data: { runId, approvalId },
+    });
+  }
+}
+
+/** A second, different decision for an approval that is decided already. */
+export class ApprovalAlreadyDecidedError extends KovaError {
+  constructor(readonly record: ApprovalRecord) {
+    super(
+      ApprovalErrorCode.APPROVAL_ALREADY_DECIDED,
+      `approval ${record.approvalId} of run ${record.runId} was ${record.timedOut ? "rejected by its timeout" : `${record.status}${record.by ? ` by ${record.by}` : ""}`} already; a decision cannot be changed`,
+      { data: { runId: record.runId, approvalId: record.approvalId, status: record.status, timedOut: record.timedOut === true } },
+    );
+  }
+}
+
+/**
+ * Reads a decision sent by a remote caller.
+ * @throws ArgumentError naming the field
+ */
+export function readDecision(raw: unknown): { runId: string; approvalId: string; decision: ApprovalDecision } {
+  if (typeof raw !== "object" || raw === null) throw new ArgumentError("body", 'must be { "runId", "approvalId", "approved": true|false, "by"?, "comment"? }');
+  const r = raw as Record<string, unknown>;
+  const runId = assertId("runId", r.runId);
+  const approvalId = assertId("approvalId", r.approvalId);
+  if (typeof r.approved !== "boolean") throw new ArgumentError("approved", "must be true (approve) or false (reject)");
+  const decision: ApprovalDecision = { approved: r.approved };
+  if (r.by !== undefined) {
+    if (typeof r.by !== "string" || r.by.length === 0 || r.by.length > BY_MAX) throw new ArgumentError("by", `must be a string of 1-${BY_MAX} characters`);
+    decision.by = r.by;
+  }
+  if (r.comment !== undefined) {
+    if (typeof r.comment !== "string" || r.comment.length > COMMENT_MAX) throw new ArgumentError("comment", `must be a string of at most ${COMMENT_MAX} characters`);
+    decision.comment = r.comment;
+  }
+  return { runId, approvalId, decision };
+}
+
+export interface ApprovalStore {
+  /** Writes a pending record unless one exists; resolves with the stored one (its deadline wins). */
+  request(record: ApprovalRecord): Promise<ApprovalRecord>;
+  get(runId: string, approvalId: string): Promise<ApprovalRecord | undefined>;
+  /**
+   * Decides a pending approval. Repeating the same decision is accepted (a retried request).
+   * @throws ApprovalNotFoundError; ApprovalAlreadyDecidedError for a different decision
+   */
+  decide(runId: string, approvalId: string, decision: ApprovalDecision): Promise<{ record: ApprovalRecord; changed: boolean }>;
+  /**
+   * Resolves with the record once it is decided; at `expiresAt` it rejects it as timed out
+   * (unless a decision won the race). Aborting `signal` rejects with its reason.
+   */
+  waitForDecision(runId: string, approvalId: string, signal: AbortSignal): Promise<ApprovalRecord>;
+}
+
+export class NatsApprovalStore implements ApprovalStore {
+  private constructor(
+    readonly kv: KV,
+    private readonly recheckMs: number,
+  ) {}
+
+  static bucketName(cluster: string): string {
+    return `kova_${cluster}_approvals`;
+  }
+
+  /**
+   * Opens (creating) the bucket. Records are kept twice the longest timeout, for audit and
+   * for a run that resumes late; a record has history 1 (the decision replaces the request).
+   * @param recheckMs how often a waiter reads its key besides watching it (a watch can miss
+   *   an update across a reconnect; default 5 s)
+   * @throws JetStream errors when JetStream is unavailable
+   */
+  static async open(opts: { js: JetStreamClient; cluster: string; replicas?: number; recheckMs?: number }): Promise<NatsApprovalStore> {
+    const kv = await new Kvm(opts.js).create(NatsApprovalStore.bucketName(opts.cluster), { history: 1, replicas: opts.replicas ?? 1, ttl: 2 * MAX_APPROVAL_TIMEOUT_MS });
+    return new NatsApprovalStore(kv, opts.recheckMs ?? 5_000);
+  }
+
+  async request(record: ApprovalRecord): Promise<ApprovalRecord> {
+    const key = keyOf(record.runId, record.approvalId);
+    try {
+      await this.kv.create(key, enc.encode(JSON.stringify(record)));
+      return record;
+    } catch (err) {
+      // Written before a crash (the step runs again): keep that record and its deadline.
+      if (!isWrongLastSequence(err)) throw err;
+      const existing = await this.get(record.runId, record.approvalId);
+      if (!existing) throw err;
+      return existing;
+    }
+  }
+
+  async get(runId: string, approvalId: string): Promise<ApprovalRecord | undefined> {
+    return (await this.#entry(runId, approvalId))?.record;
+  }
+
+  async decide(runId: string, approvalId: string, decision: ApprovalDecision): Promise<{ record: ApprovalRecord; changed: boolean }> {
+    const status: ApprovalStatus = decision.approved ? "approved" : "rejected";
+    for (;;) {
+      const cur = await this.#entry(runId, approvalId);
+      if (!cur) throw new ApprovalNotFoundError(runId, approvalId);
+      if (cur.record.status !== "pending") {
+        if (cur.record.status === status && !cur.record.timedOut) return { record: cur.record, changed: false };
+        throw new ApprovalAlreadyDecidedError(cur.record);
+      }
+      const next: ApprovalRecord = {
+        ...cur.record,
+        status,
+        decidedAt: Date.now(),
+        ...(decision.by !== undefined ? { by: decision.by } : {}),
+        ...(decision.comment !== undefined ? { comment: decision.comment } : {}),
+      };
+      if (await this.#swap(runId, approvalId, next, cur.revision)) return { record: next, changed: true };
+    }
+  }
+
+  async waitForDecision(runId: string, approvalId: string, signal: AbortSignal): Promise<ApprovalRecord> {
+    signal.throwIfAborted();
+    const watch = await this.kv.watch({ key: keyOf(runId, approvalId) });
+    let timer: NodeJS.Timeout | undefined;
+    let recheck: NodeJS.Timeout | undefined;
+    let onAbort: (() => void) | undefined;
+    try {
+      return await new Promise<ApprovalRecord>((resolve, reject) => {
+        const settle = (r: ApprovalRecord | undefined) => {
+          if (r && r.status !== "pending") resolve(r);
+        };
+        onAbort = () => reject(signal.reason);
+        signal.addEventListener("abort", onAbort, { once: true });
+        const check = () => this.get(runId, approvalId).then(settle, reject);
+        recheck = setInterval(check, this.recheckMs);
+        recheck.unref();
+        void (async () => {
+          for await (const e of watch) if (e.operation === "PUT") settle(parse(e));
+        })().catch(reject);
+        void (async () => {
+          const first = await this.get(runId, approvalId);
+          if (!first) throw new ApprovalNotFoundError(runId, approvalId);
+          settle(first);
+          if (first.status !== "pending") return;
+          // At the deadline (fixed when the call asked), the waiting node rejects the call,
+          // unless someone decided first; then that decision stands.
+          timer = setTimeout(() => this.#expire(runId, approvalId).then(resolve, reject), Math.max(0, first.expiresAt - Date.now()));
+        })().catch(reject);
+      });
+    } finally {
+      clearTimeout(timer);
+      clearInterval(recheck);
+      if (onAbort) signal.removeEventListener("abort", onAbort);
+      watch.stop();
+    }
+  }
+
+  async #expire(runId: string, approvalId: string): Promise<ApprovalRecord> {
+    for (;;) {
+      const cur = await this.#entry(runId, approvalId);
+      if (!cur) throw new ApprovalNotFoundError(runId, approvalId);
+      if (cur.record.status !== "pending") return cur.record;
+      const next: ApprovalRecord = { ...cur.record, status: "rejected", decidedAt: Date.now(), timedOut: true };
+      if (await this.#swap(runId, approvalId, next, cur.revision)) return next;
+    }
+  }
+
+  async #entry(runId: string, approvalId: string): Promise<{ record: ApprovalRecord; revision: number } | undefined> {
+    const e = await this.kv.get(keyOf(runId, approvalId));
+    if (e === null || e.operation !== "PUT") return undefined;
+    return { record: parse(e), revision: e.revision };
+  }
+
+  /** Compare-and-set; false when another writer changed the key first. */
+  async #swap(runId: string, approvalId: string, next: ApprovalRecord, revision: number): Promise<boolean> {
+    try {
+      await this.kv.update(keyOf(runId, approvalId), enc.encode(JSON.stringify(next)), revision);
+      return true;
+    } catch (err) {
+      if (isWrongLastSequence(err)) return false;
+      throw err;
+    }
+  }
+}
+
+function keyOf(runId: string, approvalId: string): string {
+  return `${runId}.${approvalId}`;
+}
+
+function parse(e: KvEntry): ApprovalRecord {
+  return e.json<ApprovalRecord>();
+}

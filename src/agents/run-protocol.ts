@@ -1,0 +1,122 @@
+import { createHash } from "node:crypto";
+import { ArgumentError } from "../core/errors.js";
+import { isValidId } from "../core/ids.js";
+import type { AgentResult, AgentTaskPayload, RunUsage, TaskConstraints } from "./protocol.js";
+
+/**
+ * The agent protocol contract (docs/protocol.md, "Agents"), as its callers see it: what a
+ * `task_delegate` carries, what the `result_notify` answer and the run's events say. The
+ * swarm coordinator and agents-as-tools talk to agents through this alone, never through
+ * the agent loop's internals, so any actor that speaks it can be delegated to.
+ */
+
+export type { AgentInfo, RunStatus, RunUsage, TaskConstraints } from "./protocol.js";
+/** Payload of `task_delegate` (the seed's `{ task, constraints }` is read as `input`). */
+export type TaskDelegatePayload = AgentTaskPayload;
+/** Payload of the `result_notify` that answers a `task_delegate`. */
+export type ResultNotifyPayload = AgentResult;
+
+export const ZERO_USAGE: Readonly<RunUsage> = Object.freeze({ inputTokens: 0, outputTokens: 0 });
+
+/** Event types of a run (`kova.<c>.events.<sessionId>.<runId>`): one list, kept in events.ts. */
+export { RunEventType } from "./events.js";
+
+/**
+ * Reads a `task_delegate` payload in either form (`input` or the seed's `task`).
+ * @throws ArgumentError naming the field at fault
+ */
+export function readTaskPayload(payload: unknown): TaskDelegatePayload {
+  if (typeof payload !== "object" || payload === null || Array.isArray(payload)) {
+    throw new ArgumentError("payload", 'a task_delegate payload is an object: { "input": "...", "constraints": { ... } }');
+  }
+  const p = payload as Record<string, unknown>;
+  const input = p.input ?? p.task;
+  if (typeof input !== "string" || input.trim() === "") {
+    throw new ArgumentError("payload.input", 'is required: the task as text, e.g. { "input": "Compare the three biggest vector databases" }');
+  }
+  const out: TaskDelegatePayload = { input };
+  for (const key of ["sessionId", "runId", "parentRunId"] as const) {
+    const v = p[key];
+    if (v === undefined || v === null) continue;
+    if (!isValidId(v)) throw new ArgumentError(`payload.${key}`, `must be an id of 1-128 characters of [A-Za-z0-9_-], got ${JSON.stringify(v)}`);
+    out[key] = v;
+  }
+  if (p.constraints !== undefined && p.constraints !== null) out.constraints = readConstraints(p.constraints);
+  return out;
+}
+
+function readConstraints(raw: unknown): TaskConstraints {
+  if (typeof raw !== "object" || raw === null || Array.isArray(raw)) {
+    throw new ArgumentError("payload.constraints", 'must be an object, e.g. { "max_tokens": 2000, "deadline": "5min" }');
+  }
+  const c = raw as Record<string, unknown>;
+  const out: TaskConstraints = {};
+  if (c.max_tokens !== undefined) {
+    if (!Number.isInteger(c.max_tokens) || (c.max_tokens as number) < 1) {
+      throw new ArgumentError("payload.constraints.max_tokens", `must be a positive integer, got ${JSON.stringify(c.max_tokens)}`);
+    }
+    out.max_tokens = c.max_tokens as number;
+  }
+  if (c.deadline !== undefined) {
+    durationMs(c.deadline, "payload.constraints.deadline");
+    out.deadline = c.deadline as string | number;
+  }
+  if (c.budget_group !== undefined) {
+    if (typeof c.budget_group !== "string" || c.budget_group === "" || c.budget_group.length > 256) {
+      throw new ArgumentError("payload.constraints.budget_group", "must be a string of 1-256 characters");
+    }
+    out.budget_group = c.budget_group;
+  }
+  return out;
+}
+
+const DURATION = /^(\d+(?:\.\d+)?)\s*(ms|s|sec|secs|m|min|mins|h|hr|hrs|d)$/;
+const UNIT_MS: Record<string, number> = { ms: 1, s: 1000, sec: 1000, secs: 1000, m: 60_000, min: 60_000, mins: 60_000, h: 3_600_000, hr: 3_600_000, hrs: 3_600_000, d: 86_400_000 };
+
+/**
+ * A duration in milliseconds: a positive number of milliseconds, or a string such as
+ * `"500ms"`, `"30s"`, `"5min"`, `"2h"`, `"1d"` (the seed writes `"5min"`).
+ * @throws ArgumentError naming `field`
+ */
+export function durationMs(value: unknown, field: string): number {
+  if (typeof value === "number" && Number.isFinite(value) && value > 0) return Math.round(value);
+  if (typeof value === "string") {
+    const m = DURATION.exec(value.trim());
+    if (m) {
+      const ms = Math.round(Number(m[1]) * UNIT_MS[m[2]!]!);
+      if (ms > 0) return ms;
+    }
+  }
+  throw new ArgumentError(field, `must be a duration: milliseconds, or a string like "30s", "5min", "2h", not ${JSON.stringify(value)}`);
+}
+
+/** Sums usages (cost only when some part has one). */
+export function addUsage(a: RunUsage, b: RunUsage | undefined): RunUsage {
+  if (!b) return a;
+  const out: RunUsage = { inputTokens: a.inputTokens + (b.inputTokens || 0), outputTokens: a.outputTokens + (b.outputTokens || 0) };
+  if (a.costUsd !== undefined || b.costUsd !== undefined) out.costUsd = Math.round(((a.costUsd ?? 0) + (b.costUsd ?? 0)) * 1e9) / 1e9;
+  return out;
+}
+
+/** Reads a usage a remote party reported, treating anything malformed as zero. */
+export function readUsage(raw: unknown): RunUsage {
+  const u = (raw ?? {}) as Record<string, unknown>;
+  const num = (v: unknown) => (typeof v === "number" && Number.isFinite(v) && v >= 0 ? v : 0);
+  const out: RunUsage = { inputTokens: num(u.inputTokens), outputTokens: num(u.outputTokens) };
+  if (typeof u.costUsd === "number" && Number.isFinite(u.costUsd)) out.costUsd = u.costUsd;
+  return out;
+}
+
+/**
+ * A deterministic id token: `<prefix>-<hash of parts>` (22 base64url characters of
+ * SHA-256). Delegators derive message and run ids with it from what they already have
+ * recorded (their run id, a subtask's index, a tool call's idempotency key), so that a
+ * re-run after a crash or a takeover sends the same ids and the stream and the agent drop
+ * the repeat.
+ * @throws ArgumentError when `prefix` is not an id token of at most 64 characters
+ */
+export function derivedId(prefix: string, ...parts: string[]): string {
+  if (!isValidId(prefix) || prefix.length > 64) throw new ArgumentError("prefix", "must be an id token of at most 64 characters");
+  const hash = createHash("sha256").update(parts.join("\u0000")).digest("base64url").slice(0, 22);
+  return `${prefix}-${hash}`;
+}

@@ -1,0 +1,117 @@
+import type { Command } from "commander";
+import { ErrorCode, KovaError } from "../core/errors.js";
+import type { KovaClient, KovaEvent } from "../bus/index.js";
+import { askAgent } from "../agents/client.js";
+import { forProfile, inProfile, isEventProfile, type EventProfile } from "../agents/events.js";
+import type { AgentInfo, AgentResult } from "../agents/protocol.js";
+import { agentsBucket, type AgentRecord } from "../node/registry.js";
+import { print, table } from "./output.js";
+
+/**
+ * `kova ask <agent> "…"` (the agent form of ask: streams the answer as it is written),
+ * the `--profile` filter of `kova events tail`, and `kova agents usage [agent]`.
+ */
+
+export interface AgentAskOpts {
+  session?: string;
+  chat?: boolean;
+  json?: boolean;
+  timeout?: string;
+  maxTokens?: string;
+  deadline?: string;
+  verbose?: boolean;
+}
+
+/** Runs `kova ask <agent> <text…>`: tokens to stdout as they stream, a usage line to stderr. */
+export async function askAgentCommand(client: KovaClient, agentId: string, text: string, o: AgentAskOpts): Promise<void> {
+  if (o.chat && !o.session) throw new KovaError(ErrorCode.INVALID_ARGUMENT, "--chat needs --session <id>: a chat message continues a session");
+  const stdout = process.stdout;
+  let streamed = false;
+  const onEvent = (e: KovaEvent) => {
+    if (o.json) return;
+    const d = (e.data ?? {}) as Record<string, unknown>;
+    if (e.type === "token") {
+      if (typeof d.restart === "number") stdout.write("\n[the model call is retried; the answer restarts]\n");
+      else if (typeof d.text === "string") {
+        stdout.write(d.text);
+        streamed ||= d.text.length > 0;
+      }
+    } else if (o.verbose && e.type === "tool_call") {
+      process.stderr.write(`[tool ${String(d.tool)} ${JSON.stringify(d.args)}]\n`);
+    } else if (o.verbose && e.type === "tool_result") {
+      process.stderr.write(`[tool ${String(d.tool)} ${d.ok ? "ok" : "failed"}]\n`);
+    }
+  };
+  const constraints: Record<string, unknown> = {};
+  if (o.maxTokens !== undefined) constraints.max_tokens = Number(o.maxTokens);
+  if (o.deadline !== undefined) constraints.deadline = /^\d+$/.test(o.deadline) ? Number(o.deadline) : o.deadline;
+  const result: AgentResult = await askAgent(client, agentId, text, {
+    ...(o.session ? { sessionId: o.session } : {}),
+    ...(o.chat ? { chat: true } : {}),
+    ...(Object.keys(constraints).length > 0 ? { constraints } : {}),
+    timeoutMs: o.timeout ? Number(o.timeout) : 600_000,
+    onEvent,
+  });
+  if (o.json) return print(result);
+  // Whatever did not stream (a non-streaming model, a hook's output) is printed whole.
+  if (!streamed && result.output) stdout.write(result.output);
+  if (streamed || result.output) stdout.write("\n");
+  const u = result.usage;
+  const cost = u.costUsd !== undefined ? `, $${u.costUsd.toFixed(6)}` : "";
+  process.stderr.write(`[${result.status} · run ${result.runId} · session ${result.sessionId} · ${u.inputTokens} in / ${u.outputTokens} out${cost}]\n`);
+  if (result.status !== "completed") {
+    const err = new KovaError(result.error?.code ?? ErrorCode.REMOTE_ERROR, result.error?.message ?? `run ${result.status}`);
+    throw err;
+  }
+}
+
+/** Parses `--profile`. @throws KovaError naming the allowed values */
+export function eventProfile(value: string | undefined): EventProfile | undefined {
+  if (value === undefined) return undefined;
+  if (!isEventProfile(value)) throw new KovaError(ErrorCode.INVALID_ARGUMENT, `--profile ${JSON.stringify(value)}: use chat, debug or metrics`);
+  return value;
+}
+
+/** An event as a profile shows it, or undefined when the profile leaves it out. */
+export function profiled(e: KovaEvent, profile: EventProfile | undefined): KovaEvent | undefined {
+  if (profile === undefined) return e;
+  return inProfile(e, profile) ? forProfile(e, profile) : undefined;
+}
+
+/** `kova agents usage [agent]`: asks each agent's host over the fast path. */
+export function registerUsage(agents: Command, common: (c: Command) => Command, withClient: (o: object, fn: (c: KovaClient) => Promise<void>) => Promise<void>): void {
+  common(agents.command("usage [agent]").description("tokens, cost, model and tool calls per agent (from the hosting node)")).action(
+    (agent: string | undefined, o: { json?: boolean }) =>
+      withClient(o, async (client) => {
+        const ids = agent ? [agent] : await agentIds(client);
+        const rows: Array<AgentInfo | { agentId: string; error: string }> = await Promise.all(
+          ids.map((id) => client.request<AgentInfo>(id, "info_request", null, { timeoutMs: 3000 }).catch((err: Error) => ({ agentId: id, error: err.message }))),
+        );
+        const infos = rows.filter((r): r is AgentInfo => "usage" in r && typeof (r as AgentInfo).usage?.runs === "number");
+        if (agent && infos.length === 0) throw new KovaError(ErrorCode.REMOTE_ERROR, `agent ${agent} did not answer with usage: ${(rows[0] as { error?: string }).error ?? "it is not an LLM agent"}`);
+        if (o.json) return print(agent ? infos[0] : infos);
+        table(
+          ["AGENT", "MODEL", "RUNS", "MODEL CALLS", "IN", "OUT", "COST USD", "TOOL CALLS", "TOOL MS"],
+          infos.map((i) => [i.agentId, i.model, String(i.usage.runs), String(i.usage.modelCalls), String(i.usage.inputTokens), String(i.usage.outputTokens), i.usage.costUsd.toFixed(6), String(i.usage.toolCalls), String(i.usage.toolMs)]),
+        );
+        if (agent) {
+          for (const [m, u] of Object.entries(infos[0]!.usage.byModel)) process.stdout.write(`  model ${m}: ${u.calls} calls, ${u.inputTokens} in / ${u.outputTokens} out, $${u.costUsd.toFixed(6)}\n`);
+          for (const [t, u] of Object.entries(infos[0]!.usage.byTool)) process.stdout.write(`  tool ${t}: ${u.calls} calls (${u.errors} failed), ${u.ms} ms\n`);
+        }
+      }),
+  );
+}
+
+async function agentIds(client: KovaClient): Promise<string[]> {
+  const { Kvm } = await import("@nats-io/kv");
+  let kv: Awaited<ReturnType<InstanceType<typeof Kvm>["open"]>>;
+  try {
+    kv = await new Kvm(client.bus.nc).open(agentsBucket(client.bus.cluster));
+  } catch (err) {
+    throw new KovaError(ErrorCode.REMOTE_ERROR, `cannot read the agent registry of cluster ${client.bus.cluster}: is a node running?`, { cause: err });
+  }
+  const ids: string[] = [];
+  for await (const k of await kv.keys()) ids.push(k);
+  const records = await Promise.all(ids.map(async (id) => (await kv.get(id))?.json<AgentRecord>()));
+  return records.filter((r): r is AgentRecord => r !== undefined && r.desired !== "killed").map((r) => r.id).sort();
+}

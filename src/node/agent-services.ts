@@ -1,0 +1,110 @@
+import { ConfigError } from "../core/errors.js";
+import type { Logger } from "../core/logger.js";
+import type { Bus } from "../bus/bus.js";
+import type { ActorTypeRegistry } from "../actors/registry.js";
+import { builtinTools } from "../tools/config.js";
+import { ToolRegistry } from "../tools/registry.js";
+import type { McpManager } from "../tools/mcp/manager.js";
+import type { Tool } from "../tools/types.js";
+import { isValidId } from "../core/ids.js";
+import { agentActor } from "../agents/agent-actor.js";
+import { AGENT_TOOL_PREFIX, agentTool } from "../agents/agent-tool.js";
+import type { AgentDefinition } from "../agents/definition.js";
+import { AgentRuntime } from "../agents/runtime.js";
+import type { ModelCallScheduler } from "../agents/model/scheduler.js";
+import type { NodeConfig } from "./config.js";
+
+/** The agent level of a node: its runtime, tool registry and MCP servers. */
+export interface AgentServices {
+  readonly runtime: AgentRuntime;
+  readonly tools: ToolRegistry;
+  readonly agents: readonly AgentDefinition[];
+  close(): Promise<void>;
+}
+
+/**
+ * Builds the agent level when the node has agents (from `[[agents]]`, modules or code):
+ * the tool registry (built-ins from `[tools]`, tools defined in code, MCP servers from `[[mcp.servers]]`, loaded
+ * by dynamic import only when configured), the AgentRuntime over the node's bus, and one
+ * actor type per agent, registered in `types`. Every agent's tool list is resolved here,
+ * so a typo fails the start, not the first run.
+ * @returns undefined when there are no agents (a node of plain actors loads none of this)
+ * @throws ConfigError for an agent id clashing with an actor type, or an unknown tool
+ */
+export async function startAgentServices(
+  config: NodeConfig,
+  agents: readonly AgentDefinition[],
+  deps: { bus: Bus; types: ActorTypeRegistry; logger: Logger; replicas: number; scheduler: ModelCallScheduler; tools?: readonly Tool[] },
+): Promise<AgentServices | undefined> {
+  if (agents.length === 0) return undefined;
+  const seen = new Set<string>();
+  for (const a of agents) {
+    if (seen.has(a.id)) throw new ConfigError(`agents.${a.id}`, `agent ${a.id} is defined twice (in [[agents]] and a module, or twice in code): keep one`);
+    seen.add(a.id);
+    if (deps.types.has(a.id)) throw new ConfigError(`agents.${a.id}`, `"${a.id}" is also an actor type: an agent's id is its actor type; rename one of them`);
+  }
+  const tools = new ToolRegistry({ logger: deps.logger }).register(...builtinTools(config.tools, deps.logger), ...(deps.tools ?? []));
+  const agentTools = agentsAsTools(agents, deps.bus);
+  tools.addProvider("agents", { list: () => agentTools });
+  let mcp: McpManager | undefined;
+  if (config.mcp.servers.length > 0) {
+    const { McpManager } = await import("../tools/mcp/manager.js");
+    const manager = new McpManager(config.mcp, { logger: deps.logger });
+    mcp = manager;
+    for (const name of manager.servers) {
+      tools.addProvider(`mcp:${name}`, {
+        namespace: name,
+        list: () => manager.list().filter((t) => t.name.startsWith(`${name}/`)),
+        onChange: (listener) => manager.onChange(() => listener()),
+      });
+    }
+    await manager.start();
+  }
+  const runtime = new AgentRuntime({
+    bus: deps.bus,
+    models: config.models,
+    tools,
+    budgetGroups: config.budgetGroups,
+    replicas: deps.replicas,
+    logger: deps.logger,
+    scheduler: deps.scheduler,
+    maxArgumentRepairs: config.tools.maxArgumentRepairs,
+    maxResultBytes: config.tools.maxResultBytes,
+    ...(mcp ? { prepareTools: (patterns: readonly string[]) => mcp.prepare(patterns) } : {}),
+  });
+  agents.forEach((a, i) => {
+    for (const m of [a.model]) runtime.modelConfig(m, `agent ${a.id}`);
+    const self = a.tools.indexOf(`agent:${a.id}`);
+    if (self >= 0) throw new ConfigError(`agents[${i}].tools[${self}]`, `agent ${a.id} cannot call itself: an agent runs one turn at a time, so the call would wait for its own turn; offer another agent`);
+    tools.resolve(a.tools, `agents[${i}].tools`);
+    deps.types.register(agentActor(a, runtime));
+  });
+  deps.logger.child({ component: "agents" }).info(
+    { agents: agents.map((a) => a.id), models: runtime.modelNames(), mcp: mcp?.servers ?? [] },
+    "agent level loaded",
+  );
+  return {
+    runtime,
+    tools,
+    agents,
+    close: async () => {
+      runtime.close();
+      await mcp?.close();
+    },
+  };
+}
+
+/**
+ * The `agent:<id>` tools (docs/swarm.md, "Agents as tools"): one per agent this node
+ * defines (so `agent:*` offers them all), and one per `agent:<id>` an agent's list names
+ * explicitly (that agent may be defined on other nodes only). A call is a child run of the
+ * calling run, drawing from the caller's budget group; an agent never gets itself (a
+ * pattern skips it, see AgentRuntime.toolsFor).
+ */
+function agentsAsTools(agents: readonly AgentDefinition[], bus: Bus): Tool[] {
+  const ids = new Set(agents.map((a) => a.id));
+  for (const a of agents) {
+    for (const t of a.tools) if (t.startsWith(AGENT_TOOL_PREFIX) && !t.includes("*")) ids.add(t.slice(AGENT_TOOL_PREFIX.length));
+  }
+  return [...ids].filter((id) => isValidId(id)).map((id) => agentTool(bus, id));
+}

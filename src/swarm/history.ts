@@ -1,0 +1,46 @@
+import { DeliverPolicy } from "@nats-io/jetstream";
+import { KovaTimeoutError } from "../core/errors.js";
+import { isMessageGone, type Bus, type KovaEvent } from "../bus/index.js";
+
+/**
+ * Every stored event of one run, oldest first: the run's own subject
+ * (`kova.<c>.events.<sessionId>.<runId>`) read with an ordered consumer up to the last
+ * message it held when the read began. A coordinator reads its run's events before it
+ * does anything, so that a re-run (a takeover on another node, before the cross-node step
+ * journal) continues from what the first run published — its plan, the children it
+ * linked, its answer — instead of planning anew.
+ * @throws KovaTimeoutError when the events cannot be read within `timeoutMs`
+ */
+export async function readRunEvents(bus: Bus, sessionId: string, runId: string, timeoutMs = 10_000): Promise<KovaEvent[]> {
+  const stream = bus.subjects.streams.events;
+  const subject = bus.subjects.events(sessionId, runId);
+  const last = await bus.jsm.streams.getMessage(stream, { last_by_subj: subject }).catch((err: unknown) => {
+    if (isMessageGone(err)) return null;
+    throw err;
+  });
+  if (!last) return [];
+  const lastSeq = last.seq;
+  const consumer = await bus.js.consumers.get(stream, { filter_subjects: subject, deliver_policy: DeliverPolicy.All });
+  const messages = await consumer.consume();
+  const timer = setTimeout(() => messages.stop(), timeoutMs);
+  const out: KovaEvent[] = [];
+  let reached = false;
+  try {
+    for await (const m of messages) {
+      try {
+        out.push(m.json<KovaEvent>());
+      } catch {
+        // not an event: skipped, as every reader of the events stream does
+      }
+      if (m.seq >= lastSeq) {
+        reached = true;
+        break;
+      }
+    }
+  } finally {
+    clearTimeout(timer);
+    messages.stop();
+  }
+  if (!reached) throw new KovaTimeoutError(`reading the events of run ${runId}`, timeoutMs, { data: { subject } });
+  return out;
+}

@@ -1,0 +1,47 @@
+import { describe, expect, it } from "vitest";
+import { askAgent, type AgentResult } from "../../src/agents/index.js";
+import { scriptedReply, startScriptedModelServer } from "../../src/testing/index.js";
+import { TestCluster } from "../fixtures/node/cluster-harness.js";
+import { poll } from "../fixtures/poll.js";
+
+const AGENT = [`[[agents]]`, `id = "worker"`, `model = "main"`, `tools = ["calculator"]`, `approval = ["calculator"]`].join("\n");
+
+describe("tool-call approval across a SIGKILL (node processes, scripted model over HTTP, the CLI)", () => {
+  it("approval - the agent's node is SIGKILLed while a call waits; kova approve is recorded by the other node; the restarted run finds the decision and runs the call once", async () => {
+    await using model = await startScriptedModelServer({
+      handler: (req) => {
+        const result = req.messages.find((m) => m.role === "tool");
+        if (!result) return scriptedReply.toolCalls([{ name: "calculator", arguments: { expression: "6*7" } }]);
+        return scriptedReply.text(`The answer is ${(JSON.parse(String(result.content)) as { result: number }).result}.`);
+      },
+    });
+    await using tc = await TestCluster.create({ nodes: ["n1", "n2"], extraToml: [`[models.main]`, `base_url = "${model.url}"`, `model = "gpt-4o-mini"`, AGENT].join("\n") });
+    const host = await poll(async () => (await tc.agents()).get("worker")?.node ?? undefined, { timeoutMs: 20_000, what: "worker hosted" });
+    const pending: Promise<AgentResult> = askAgent(tc.bus, "worker", "What is 6*7?", { runId: "appr-run", timeoutMs: 90_000 });
+    const asked = await poll(() => tc.events.find((e) => e.runId === "appr-run" && e.type === "approval_requested"), { timeoutMs: 20_000, what: "approval_requested" });
+    const { approvalId } = asked.data as { approvalId: string };
+    expect(asked.data).toMatchObject({ tool: "calculator", args: { expression: "6*7" } });
+    expect((await tc.info<{ state: string }>("worker")).state).toBe("waiting_approval");
+
+    tc.kill(host);
+    await tc.procs.get(host)!.exited;
+    // The agent's node is down: the other node records the decision.
+    const approve = await tc.cli(["approve", "appr-run", approvalId, "--by", "ann", "--comment", "fine"]);
+    expect(approve.code, approve.stderr).toBe(0);
+    expect(approve.stdout).toContain(`approved ${approvalId} of appr-run (agent worker, tool calculator)`);
+    await tc.startNode(host);
+
+    const result = await pending;
+    expect(result).toMatchObject({ status: "completed", output: "The answer is 42.", runId: "appr-run" });
+    // No model call repeated, the approval asked once, the call run once after the decision.
+    expect(model.requests).toHaveLength(2);
+    const events = tc.events.filter((e) => e.runId === "appr-run");
+    expect(events.filter((e) => e.type === "approval_requested")).toHaveLength(1);
+    expect(events.filter((e) => e.type === "tool_call")).toHaveLength(1);
+    expect(events.find((e) => e.type === "approval_granted")?.data).toMatchObject({ approvalId, by: "ann", comment: "fine" });
+    // A second decision is refused with its reason, through the same command.
+    const again = await tc.cli(["reject", "appr-run", approvalId]);
+    expect(again.code).toBe(1);
+    expect(again.stderr).toContain("APPROVAL_ALREADY_DECIDED");
+  }, 120_000);
+});

@@ -1,0 +1,80 @@
+import { describe, expect, it } from "vitest";
+import { askAgent, type AgentResult } from "../../src/agents/index.js";
+import { scriptedReply, startScriptedModelServer, type ScriptedModelServer } from "../../src/testing/index.js";
+import { TestCluster } from "../fixtures/node/cluster-harness.js";
+import { poll } from "../fixtures/poll.js";
+
+const AGENT = [`[[agents]]`, `id = "worker"`, `model = "main"`, `system = "Work it out."`, `tools = ["calculator"]`].join("\n");
+
+/**
+ * A model that answers a 3-call tool loop: two tool calls, then the final answer. The first
+ * request for the final answer hangs (the node is killed while it is in flight), so the
+ * kill lands after the 2nd model response and both tool results are recorded.
+ */
+async function loopModel(): Promise<ScriptedModelServer & { hung: () => boolean }> {
+  let hung = false;
+  const server = await startScriptedModelServer({
+    handler: (req) => {
+      const results = req.messages.filter((m) => m.role === "tool").length;
+      if (results === 0) return scriptedReply.toolCalls([{ name: "calculator", arguments: { expression: "20+1" } }]);
+      if (results === 1) return scriptedReply.toolCalls([{ name: "calculator", arguments: { expression: "21*2" } }]);
+      if (!hung) {
+        hung = true;
+        return scriptedReply.text("too late", { latencyMs: 120_000 });
+      }
+      return scriptedReply.text("It is 42.");
+    },
+  });
+  return Object.assign(server, { hung: () => hung });
+}
+
+function modelToml(url: string): string {
+  return [`[models.main]`, `base_url = "${url}"`, `model = "gpt-4o-mini"`, AGENT].join("\n");
+}
+
+async function hostOf(tc: TestCluster, id: string): Promise<string> {
+  return poll(async () => (await tc.agents()).get(id)?.node ?? undefined, { timeoutMs: 20_000, what: `${id} hosted` });
+}
+
+describe("agent runs across SIGKILL (node processes, scripted model over HTTP)", () => {
+  it("sigkill - a node killed after the 2nd model response of a tool loop finishes the run on restart, with exactly the remaining model request and no tool re-run", async () => {
+    await using model = await loopModel();
+    await using tc = await TestCluster.create({ nodes: ["n1"], extraToml: modelToml(model.url) });
+    await hostOf(tc, "worker");
+    const pending: Promise<AgentResult> = askAgent(tc.bus, "worker", "What is (20+1)*2?", { runId: "kill-run", timeoutMs: 60_000 });
+    await poll(() => model.hung() && model.requests.length === 3, { timeoutMs: 20_000, what: "the 3rd model request in flight" });
+    tc.kill("n1");
+    await tc.procs.get("n1")!.exited;
+    await tc.startNode("n1");
+    const result = await pending;
+    expect(result).toMatchObject({ status: "completed", output: "It is 42.", runId: "kill-run" });
+    expect(model.requests).toHaveLength(4);
+    // The context of the repeated call is rebuilt from the journal: the same messages, the tool results reused.
+    expect(model.requests[3]!.messages).toEqual(model.requests[2]!.messages);
+    const runEvents = tc.events.filter((e) => e.runId === "kill-run");
+    expect(runEvents.filter((e) => e.type === "tool_call")).toHaveLength(2);
+    expect(runEvents.filter((e) => e.type === "run_started")).toHaveLength(1);
+    expect(runEvents.filter((e) => e.type === "run_completed")).toHaveLength(1);
+    const info = await poll(() => tc.info<{ usage: { runs: number; modelCalls: number } }>("worker").catch(() => undefined), { timeoutMs: 10_000, what: "worker info" });
+    expect(info.usage).toMatchObject({ runs: 1, modelCalls: 3 });
+  }, 90_000);
+
+  it("takeover - when the killed node does not come back, another node finishes the run from the step journal on NATS, with exactly the remaining model request", async () => {
+    await using model = await loopModel();
+    await using tc = await TestCluster.create({ nodes: ["n1", "n2"], extraToml: modelToml(model.url) });
+    const first = await hostOf(tc, "worker");
+    const pending = askAgent(tc.bus, "worker", "What is (20+1)*2?", { runId: "takeover-run", timeoutMs: 60_000 });
+    await poll(() => model.hung() && model.requests.length === 3, { timeoutMs: 20_000, what: "the 3rd model request in flight" });
+    tc.kill(first);
+    const result = await pending;
+    expect(result).toMatchObject({ status: "completed", output: "It is 42.", runId: "takeover-run" });
+    const after = await poll(async () => ((await tc.agents()).get("worker")?.node !== first ? (await tc.agents()).get("worker")?.node : undefined), { timeoutMs: 20_000, what: "worker moved" });
+    expect(after).not.toBe(first);
+    // The new host replays the recorded model responses and tool results from the step
+    // journal on NATS (stream KOVA_<C>_JOURNAL): only the call in flight is made again.
+    expect(model.requests).toHaveLength(4);
+    expect(model.requests[3]!.messages).toEqual(model.requests[2]!.messages);
+    const runEvents = tc.events.filter((e) => e.runId === "takeover-run");
+    expect(runEvents.filter((e) => e.type === "tool_call")).toHaveLength(2);
+  }, 90_000);
+});

@@ -1,0 +1,67 @@
+import { describe, expect, it } from "vitest";
+import { spawn } from "node:child_process";
+import { createServer } from "node:net";
+import { join } from "node:path";
+import { REPO, TestCluster } from "../fixtures/node/cluster-harness.js";
+import { defer } from "../fixtures/disposable.js";
+import { poll } from "../fixtures/poll.js";
+
+function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const s = createServer();
+    s.once("error", reject);
+    s.listen(0, "127.0.0.1", () => {
+      const port = (s.address() as { port: number }).port;
+      s.close(() => resolve(port));
+    });
+  });
+}
+
+describe("gateway from the CLI", () => {
+  it("gateway cli - a node with [gateway] serves HTTP, keys added with kova gateway keys add work on it and on a separate kova gateway start, and rm revokes them", async () => {
+    const port = await freePort();
+    await using tc = await TestCluster.create({ nodes: ["n1"], actors: 1, extraToml: `[gateway]\nlisten = "127.0.0.1:${port}"` });
+    const url = `http://127.0.0.1:${port}`;
+    await poll(() => fetch(`${url}/v1/models`).then((r) => r.status === 401, () => false), { timeoutMs: 15_000, what: "the node's gateway to answer (401 without a key)" });
+
+    const added = await tc.cli(["gateway", "keys", "add", "ci", "--agents", "p-0"]);
+    expect(added.code, added.stderr).toBe(0);
+    const key = added.stdout.trim();
+    expect(key).toMatch(/^kova_[A-Za-z0-9_-]{40,}$/);
+    expect(added.stderr).toContain("only time it is shown");
+    const ls = await tc.cli(["gateway", "keys", "ls", "--json"]);
+    expect(JSON.parse(ls.stdout)).toEqual([expect.objectContaining({ name: "ci", agents: ["p-0"] })]);
+    expect(ls.stdout).not.toContain("sha256");
+
+    const auth = { authorization: `Bearer ${key}` };
+    const models = await poll(async () => {
+      const r = await fetch(`${url}/v1/models`, { headers: auth });
+      return r.status === 200 ? ((await r.json()) as { data: Array<{ id: string }> }) : undefined;
+    }, { timeoutMs: 10_000, what: "the new key to be accepted" });
+    expect(models.data.map((m) => m.id)).toEqual(["p-0"]);
+    // a plain actor (the probe) answers too: its reply is the content
+    const chat = await fetch(`${url}/v1/chat/completions`, { method: "POST", headers: { ...auth, "content-type": "application/json" }, body: JSON.stringify({ model: "p-0", messages: [{ role: "user", content: "count" }] }) });
+    expect(chat.status).toBe(200);
+    expect(((await chat.json()) as { choices: Array<{ message: { content: string } }> }).choices[0]?.message.content).toBe('{"count":1}');
+
+    // a separate gateway process for the same cluster accepts the same key
+    const port2 = await freePort();
+    const child = spawn(process.execPath, [join(REPO, "bin/kova.js"), "gateway", "start", "--config", tc.configPath("n1"), "--listen", `127.0.0.1:${port2}`], { stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, KOVA_LOG_LEVEL: "warn" } });
+    await using _child = defer(() => child.kill("SIGKILL"));
+    let out = "";
+    child.stdout.on("data", (d: Buffer) => (out += d.toString()));
+    await poll(() => out.includes("listening on"), { timeoutMs: 15_000, what: () => `kova gateway start to listen (output: ${out})` });
+    const url2 = `http://127.0.0.1:${port2}`;
+    expect((await fetch(`${url2}/v1/models`, { headers: auth })).status).toBe(200);
+    expect((await fetch(`${url2}/v1/models`)).status).toBe(401);
+
+    const rm = await tc.cli(["gateway", "keys", "rm", "ci"]);
+    expect(rm.code, rm.stderr).toBe(0);
+    await poll(async () => (await fetch(`${url2}/v1/models`, { headers: auth })).status === 401 && (await fetch(`${url}/v1/models`, { headers: auth })).status === 401, {
+      timeoutMs: 10_000,
+      what: "both gateways to refuse the removed key",
+    });
+    child.kill("SIGTERM");
+    await new Promise((r) => child.once("exit", r));
+  }, 90_000);
+});

@@ -1,0 +1,120 @@
+import { describe, expect, it } from "vitest";
+import { agentsConfigFrom, budgetGroupsFrom, checkBudgetGroups, defineAgent, forProfile, inProfile, isAgentDefinition, parseRunRequest, TokenBucket } from "../../src/agents/index.js";
+import { parseConfig } from "../../src/node/config.js";
+import { configError } from "../fixtures/config-error.js";
+
+function expectConfigError(fn: () => unknown, key: string, message: RegExp): void {
+  const err = configError(fn);
+  expect(err.key).toBe(key);
+  expect(err.message).toMatch(message);
+}
+
+describe("agent definitions, config, protocol and budgets (pure)", () => {
+  it("define - fills defaults, freezes, marks the definition, and refuses bad fields before anything runs", () => {
+    const a = defineAgent({ id: "r", model: "fast" });
+    expect(a).toMatchObject({ id: "r", model: "fast", system: "", tools: [], memory: { policy: "fifo", maxTokens: 60_000 }, capabilities: [] });
+    expect(isAgentDefinition(a)).toBe(true);
+    expect(isAgentDefinition({ ...a })).toBe(false);
+    expect(Object.isFrozen(a)).toBe(true);
+    expect(() => defineAgent({ id: "a.b", model: "m" })).toThrow(/agent id/);
+    expect(() => defineAgent({ id: "tpl--k", model: "m" })).toThrow(/reserved for template instances/);
+    expect(() => defineAgent({ id: "a", model: "m", memory: { policy: "lru" as "fifo" } })).toThrow(/fifo, summary_first or sliding_window/);
+    expect(() => defineAgent({ id: "a", model: "m", budget: { maxTokensPerRun: 0 } })).toThrow(/max_tokens_per_run/);
+    expect(() => defineAgent({ id: "a", model: "m", hooks: { onStart: () => undefined } as never })).toThrow(/unknown hook/);
+  });
+
+  it("config - [[agents]] as in the issue parses; errors name the key as written", () => {
+    const cfg = parseConfig(
+      [
+        `[models.fast]`,
+        `base_url = "http://127.0.0.1:11434/v1"`,
+        `api_key_env = "OPENAI_API_KEY"`,
+        `model = "gpt-4.1-mini"`,
+        `max_concurrency = 8`,
+        `price = { input_per_mtok = 0.4, output_per_mtok = 1.6 }`,
+        `[[agents]]`,
+        `id = "researcher"`,
+        `model = "fast"`,
+        `system = "You research and cite sources."`,
+        `tools = ["http_request", "mcp:everything/*"]`,
+        `memory = { policy = "summary_first", keep_last = 20, max_tokens = 60000 }`,
+        `budget = { tokens_per_minute = 200000, max_tokens_per_run = 50000, group = "team-a" }`,
+        `capabilities = ["research"]`,
+        `[budget_groups.team-a]`,
+        `max_tokens = 1000000`,
+      ].join("\n"),
+      { env: {} },
+    );
+    expect(cfg.agents).toHaveLength(1);
+    expect(cfg.agents[0]).toMatchObject({
+      id: "researcher",
+      model: "fast",
+      tools: ["http_request", "mcp:everything/*"],
+      memory: { policy: "summary_first", keepLast: 20, maxTokens: 60000 },
+      budget: { tokensPerMinute: 200000, maxTokensPerRun: 50000, group: "team-a" },
+      capabilities: ["research"],
+    });
+    expect(cfg.budgetGroups.get("team-a")).toEqual({ maxTokens: 1_000_000 });
+    expect(cfg.models.get("fast")?.model).toBe("gpt-4.1-mini");
+    const models = new Set(["fast"]);
+    expectConfigError(() => agentsConfigFrom([{ id: "x", model: "slow" }], models), "agents[0].model", /no \[models.slow\] table/);
+    expectConfigError(() => agentsConfigFrom([{ id: "x", model: "fast", memory: { keep_lst: 3 } }], models), "agents[0].memory.keep_lst", /did you mean agents\[0\].memory.keep_last/);
+    expectConfigError(() => agentsConfigFrom([{ id: "x", model: "fast" }, { id: "x", model: "fast" }], models), "agents[1].id", /duplicate/);
+    expectConfigError(() => checkBudgetGroups(agentsConfigFrom([{ id: "x", model: "fast", budget: { group: "g" } }], models), budgetGroupsFrom(undefined)), "agents[0].budget.group", /\[budget_groups.g\]/);
+    expectConfigError(() => parseConfig(`[[actors]]\nid = "a"\ntype = "counter"\n[models.m]\nmodel = "x"\nbase_url = "http://127.0.0.1:1/v1"\n[[agents]]\nid = "a"\nmodel = "m"`, { env: {} }), "actors[0].id", /also an \[\[agents\]\] id/);
+  });
+
+  it("approval - a list of tool names or patterns, or a table with a timeout; defaults to none and 1 h; bad entries name their key", () => {
+    expect(defineAgent({ id: "a", model: "m" }).approval).toEqual({ tools: [], timeoutMs: 3_600_000 });
+    expect(defineAgent({ id: "a", model: "m", approval: ["shell_exec", "db_*"] }).approval).toEqual({ tools: ["shell_exec", "db_*"], timeoutMs: 3_600_000 });
+    expect(() => defineAgent({ id: "a", model: "m", approval: ["bad name"] })).toThrow(/approval\.tools\[0\]/);
+    expect(() => defineAgent({ id: "a", model: "m", approval: { tools: [], timeoutMs: 8 * 86_400_000 } })).toThrow(/1 ms to 7 days/);
+    const models = new Set(["m"]);
+    const [list, table] = agentsConfigFrom(
+      [
+        { id: "a", model: "m", approval: ["shell_exec", "everything/*"] },
+        { id: "b", model: "m", approval: { tools: ["db_*"], timeout: "30min" } },
+      ],
+      models,
+    );
+    expect(list!.approval).toEqual({ tools: ["shell_exec", "everything/*"], timeoutMs: 3_600_000 });
+    expect(table!.approval).toEqual({ tools: ["db_*"], timeoutMs: 1_800_000 });
+    expectConfigError(() => agentsConfigFrom([{ id: "a", model: "m", approval: { tools: ["x"], timout: "1h" } }], models), "agents[0].approval.timout", /unknown key/);
+    expectConfigError(() => agentsConfigFrom([{ id: "a", model: "m", approval: { timeout: "1h" } }], models), "agents[0].approval.tools", /is required/);
+    expectConfigError(() => agentsConfigFrom([{ id: "a", model: "m", approval: { tools: ["x"], timeout: "soon" } }], models), "agents[0].approval.timeout", /duration/);
+  });
+
+  it("protocol - task_delegate (and the seed form), agent.chat, constraints and deadlines", () => {
+    const now = 1_700_000_000_000;
+    expect(parseRunRequest("task_delegate", { input: "hi", sessionId: "s", runId: "r", parentRunId: "p" }, now)).toEqual({ kind: "task", input: "hi", sessionId: "s", runId: "r", parentRunId: "p" });
+    expect(parseRunRequest("task_delegate", { task: "seed", constraints: { max_tokens: 2000, deadline: "5min" } }, now)).toEqual({ kind: "task", input: "seed", maxTokens: 2000, deadline: now + 300_000 });
+    expect(parseRunRequest("task_delegate", "plain text", now)).toEqual({ kind: "task", input: "plain text" });
+    expect(parseRunRequest("agent.chat", { message: "yo", sessionId: "s1" }, now)).toEqual({ kind: "chat", input: "yo", sessionId: "s1" });
+    expect(parseRunRequest("task_delegate", { input: "x", constraints: { deadline: 30_000 } }, now).deadline).toBe(now + 30_000);
+    expect(parseRunRequest("task_delegate", { input: "x", constraints: { deadline: "2030-01-01T00:00:00Z" } }, now).deadline).toBe(Date.parse("2030-01-01T00:00:00Z"));
+    expect(() => parseRunRequest("agent.chat", { message: "yo" }, now)).toThrow(/sessionId/);
+    expect(() => parseRunRequest("task_delegate", { input: "x", runId: "a.b" }, now)).toThrow(/runId/);
+    expect(() => parseRunRequest("task_delegate", { input: "x", constraints: { deadline: "soon" } }, now)).toThrow(/not a deadline/);
+    expect(() => parseRunRequest("task_delegate", { input: "" }, now)).toThrow(/input/);
+  });
+
+  it("token bucket - a call charged after the fact can drive it negative; the next waits until it refills", () => {
+    const b = new TokenBucket(600, 0); // 10 tokens per second
+    expect(b.waitMs(0)).toBe(0);
+    b.charge(650, 0);
+    expect(b.level(0)).toBe(-50);
+    expect(b.waitMs(0)).toBe(5100);
+    expect(b.waitMs(5100)).toBe(0);
+    expect(b.level(600_000)).toBe(600); // capped at one minute's worth
+  });
+
+  it("profiles - chat sees tokens and endings, metrics sees usage without text, debug sees all", () => {
+    const ev = (type: string, data: unknown) => ({ type, sessionId: "s", runId: "r", ts: 1, data });
+    expect(inProfile(ev("token", { text: "a" }), "chat")).toBe(true);
+    expect(inProfile(ev("tool_call", {}), "chat")).toBe(false);
+    expect(inProfile(ev("token", {}), "metrics")).toBe(false);
+    expect(inProfile(ev("agent_state", {}), "debug")).toBe(true);
+    const m = forProfile(ev("run_completed", { agentId: "a", output: "secret answer", usage: { inputTokens: 1, outputTokens: 2 } }), "metrics");
+    expect(m.data).toEqual({ agentId: "a", usage: { inputTokens: 1, outputTokens: 2 } });
+  });
+});
