@@ -7,7 +7,7 @@ import { poll } from "../fixtures/poll.js";
 const AGENT = [`[[agents]]`, `id = "worker"`, `model = "main"`, `tools = ["calculator"]`, `approval = ["calculator"]`].join("\n");
 
 describe("tool-call approval across a SIGKILL (node processes, scripted model over HTTP, the CLI)", () => {
-  it("approval - the agent's node is SIGKILLed while a call waits; kova approve is recorded by the other node; the restarted run finds the decision and runs the call once", async () => {
+  it("approval - kova tools ls shows the call needs approval; the agent's node is SIGKILLed while a call waits; kova approve is recorded by the other node; the restarted run finds the decision and runs the call once", async () => {
     await using model = await startScriptedModelServer({
       handler: (req) => {
         const result = req.messages.find((m) => m.role === "tool");
@@ -22,6 +22,17 @@ describe("tool-call approval across a SIGKILL (node processes, scripted model ov
     const { approvalId } = asked.data as { approvalId: string };
     expect(asked.data).toMatchObject({ tool: "calculator", args: { expression: "6*7" } });
     expect((await tc.info<{ state: string }>("worker")).state).toBe("waiting_approval");
+
+    // kova tools ls: what the agent can call, asked of its host while the run waits.
+    const ls = await tc.cli(["tools", "ls", "worker"]);
+    expect(ls.code, ls.stderr).toBe(0);
+    expect(ls.stdout).toMatch(/^TOOL\s+ARGUMENTS\s+IDEMPOTENCY\s+APPROVAL\s+SOURCE\s+DESCRIPTION$/m);
+    expect(ls.stdout).toMatch(/^calculator\s+\{expression: string\}\s+idempotent\s+required\s+code\s+\S/m);
+    const lsJson = JSON.parse((await tc.cli(["tools", "ls", "worker", "--json"])).stdout) as { node: string; tools: Array<{ name: string; parameters: { type: string } }> };
+    expect(lsJson).toMatchObject({ node: host, agent: "worker", tools: [{ name: "calculator", parameters: { type: "object" } }] });
+    const registry = await tc.cli(["tools", "ls"]);
+    expect(registry.stdout).toMatch(/^clock_now\s/m);
+    expect(registry.stdout).toMatch(/^agent:worker\s+\{task: string\}\s+idempotent\s+-\s+agents/m);
 
     tc.kill(host);
     await tc.procs.get(host)!.exited;
