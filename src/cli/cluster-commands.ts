@@ -165,7 +165,7 @@ export async function withCluster(o: TargetOpts, fn: (nc: NatsConnection, cluste
   }
 }
 
-async function openExisting(nc: NatsConnection, bucket: string, cluster: string) {
+export async function openExisting(nc: NatsConnection, bucket: string, cluster: string) {
   try {
     return await new Kvm(nc).open(bucket, { bindOnly: false });
   } catch (err) {
@@ -174,7 +174,7 @@ async function openExisting(nc: NatsConnection, bucket: string, cluster: string)
 }
 
 /** Every live value of a bucket, read key by key (a one-shot read needs no watch). */
-async function readBucket<T>(nc: NatsConnection, bucket: string, cluster: string): Promise<T[]> {
+export async function readBucket<T>(nc: NatsConnection, bucket: string, cluster: string): Promise<T[]> {
   const kv = await openExisting(nc, bucket, cluster);
   // A key written again while the listing runs (a heartbeat) is listed twice: dedupe.
   const unique = new Set<string>();

@@ -12,7 +12,7 @@ import type { VirtualActorsView } from "./virtual-actors.js";
  * of the queue group answers) because any node can declare an actor. Replies are JSON;
  * failures carry the `Nats-Service-Error*` headers and `{ code, message, ... }`.
  */
-export const NODE_ENDPOINTS = ["status", "agents", "signal"] as const;
+export const NODE_ENDPOINTS = ["status", "agents", "signal", "tools"] as const;
 export type NodeEndpoint = (typeof NODE_ENDPOINTS)[number];
 
 export function nodeSubject(cluster: string, nodeId: string, endpoint: NodeEndpoint): string {
@@ -74,6 +74,28 @@ export interface SpawnReply {
   type: string;
   /** The node that took the request (placement then chooses the host). */
   via: string;
+}
+
+/** `tools` endpoint: what an agent of this node can call, or the node's whole registry. */
+export interface ToolsRequest {
+  agent?: string;
+}
+
+/** One tool as `kova tools ls` shows it (ToolDescription, with the agent's approval list applied). */
+export interface ToolView {
+  name: string;
+  description: string;
+  parameters: Record<string, unknown>;
+  idempotency: "idempotent" | "not_idempotent" | "per_call";
+  requiresApproval: boolean;
+  /** `code` (built-in or defined in code), `mcp:<server>`, `agents`. */
+  source: string;
+}
+
+export interface ToolsReply {
+  node: string;
+  agent?: string;
+  tools: ToolView[];
 }
 
 export interface SignalRequest {

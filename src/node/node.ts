@@ -23,7 +23,7 @@ import { createEnvelope } from "../bus/index.js";
 import { SubjectWaitService, SubjectWaits, TimerService, WORKFLOW_ACTOR_TYPE, WorkflowMessageType, WorkflowTimers, workflowActor } from "../workflow/index.js";
 import type { NodeConfig } from "./config.js";
 import { loadActorModules } from "./actor-modules.js";
-import { approveSubject, controlRequest, nodeSubject, schedulesSubject, type ApproveReply, spawnSubject, type SchedulesRequest, type AgentStatusView, type NodeStatusView, type SignalRequest, type SpawnRequest } from "./control.js";
+import { approveSubject, controlRequest, nodeSubject, schedulesSubject, type ApproveReply, type ToolsReply, type ToolsRequest, spawnSubject, type SchedulesRequest, type AgentStatusView, type NodeStatusView, type SignalRequest, type SpawnRequest } from "./control.js";
 import { NodeControl } from "./control-handlers.js";
 import { mirrorTiming } from "./kv-mirror.js";
 import { LeaseTable } from "./lease.js";
@@ -578,6 +578,7 @@ export class KovaNode {
         { name: "schedules", subject: schedulesSubject(cluster), handler: async (d) => this.scheduleRequest(json(d) as SchedulesRequest) },
         { name: "signal", subject: nodeSubject(cluster, nodeId, "signal"), handler: async (d) => control.signal(json(d) as SignalRequest) },
         { name: "approve", subject: approveSubject(cluster), handler: async (d) => this.approve(json(d)) },
+        { name: "tools", subject: nodeSubject(cluster, nodeId, "tools"), handler: async (d) => this.toolsRequest(json(d) as ToolsRequest) },
       ],
     });
   }
@@ -593,6 +594,21 @@ export class KovaNode {
       throw new ArgumentError("signal", `actor ${actorId} (type ${type ?? "unknown"}) is not an agent: only agents take model=<name>`);
     }
     await services.runtime.switchModel(actorId, model);
+  }
+
+  /**
+   * `kova tools ls [agent]` (the `tools` endpoint): what an agent of this node can call, or
+   * the node's whole registry (empty on a node without agents: it loads no tools).
+   * @throws InvalidIdError; KovaError UNKNOWN_AGENT for an agent this node does not define
+   */
+  private async toolsRequest(req: ToolsRequest): Promise<ToolsReply> {
+    const agent = req?.agent === undefined ? undefined : assertId("agent", req.agent);
+    const services = this.agentServices;
+    if (!services) {
+      if (agent !== undefined) throw new KovaError(BusErrorCode.UNKNOWN_AGENT, `node ${this.nodeId} defines no agents, so not ${agent}`, { data: { agentId: agent } });
+      return { node: this.nodeId, tools: [] };
+    }
+    return { node: this.nodeId, ...(agent !== undefined ? { agent } : {}), tools: await services.describeTools(agent) };
   }
 
   /**
