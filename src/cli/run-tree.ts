@@ -59,12 +59,12 @@ export class RunTree {
         if (typeof d.agentId === "string") child.label ??= d.agentId;
         break;
       }
-      case "model_call":
+      case "model_response":
       case "run_completed":
       case "run_failed": {
         const u = d.usage as Record<string, unknown> | undefined;
-        // A run's final usage is its total; model_call usages add up until then.
-        if (u && e.type === "model_call") {
+        // A run's final usage is its total; model_response usages add up until then.
+        if (u && e.type === "model_response") {
           n.inputTokens += num(u.inputTokens);
           n.outputTokens += num(u.outputTokens);
           n.costUsd += num(u.costUsd);
@@ -73,7 +73,7 @@ export class RunTree {
           n.outputTokens = Math.max(n.outputTokens, num(u.outputTokens));
           n.costUsd = Math.max(n.costUsd, num(u.costUsd));
         }
-        if (e.type !== "model_call") {
+        if (e.type !== "model_response") {
           n.status = e.type === "run_completed" ? "completed" : "failed";
           n.endTs = e.ts;
         }
@@ -84,7 +84,8 @@ export class RunTree {
         n.endTs = e.ts;
         break;
       case "approval_requested":
-        n.waiting.set(String(d.approvalId), String(d.stepId ?? d.approvalId));
+        // A workflow's wait step, or an agent's tool call.
+        n.waiting.set(String(d.approvalId), String(d.stepId ?? (d.tool !== undefined ? `tool ${String(d.tool)}` : d.approvalId)));
         break;
       case "approval_granted":
       case "approval_rejected":

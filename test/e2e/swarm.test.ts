@@ -68,7 +68,7 @@ describe("swarm on 3 nodes", () => {
     await poll(() => sessionEvents(tc, "s-ten").filter((e) => e.type === "run_stream_end").length === 11, { timeoutMs: 10_000, what: "11 run_stream_end events" });
     const tree = sessionEvents(tc, "s-ten");
     const root = tree.filter((e) => e.runId === result.runId);
-    expect(root.map((e) => e.type)).toEqual(expect.arrayContaining(["run_started", "swarm_planned", "model_call", "run_completed", "run_stream_end"]));
+    expect(root.map((e) => e.type)).toEqual(expect.arrayContaining(["run_started", "swarm_planned", "model_response", "run_completed", "run_stream_end"]));
     expect(root.every((e) => e.parentRunId === undefined)).toBe(true);
     const linked = new Set(root.filter((e) => e.type === "child_run_linked").map((e) => (e.data as { childRunId: string }).childRunId));
     expect(linked.size).toBe(10);

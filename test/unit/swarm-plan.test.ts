@@ -135,10 +135,10 @@ describe("swarm follow", () => {
     ev("root", "run_started", 0, { agentId: "planner", input: "task" });
     ev("root", "child_run_linked", 100, { childRunId: "kid", stepId: "subtask-0", agentId: "r-1", task: "part" });
     ev("kid", "run_started", 150, { agentId: "r-1", input: "part" }, "root");
-    ev("kid", "token", 160, { text: "x" }, "root");
+    ev("kid", "model_delta", 160, { text: "x" }, "root");
     expect(ev("kid", "run_completed", 200, { output: "done", usage: { inputTokens: 3, outputTokens: 4 } }, "root")).toBe(false);
     expect(ev("kid", "run_stream_end", 200, { status: "completed" }, "root")).toBe(true);
-    ev("root", "model_call", 250, { usage: { inputTokens: 10, outputTokens: 2 }, purpose: "synthesize" });
+    ev("root", "model_response", 250, { usage: { inputTokens: 10, outputTokens: 2 }, purpose: "synthesize" });
     ev("root", "run_completed", 300, { output: "answer", usage: { inputTokens: 13, outputTokens: 6 } });
     ev("root", "run_stream_end", 300, { status: "completed" });
     view.finish();
