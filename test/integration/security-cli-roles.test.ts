@@ -122,7 +122,7 @@ describe("security: the CLI under the roles of deploy/nats/accounts.conf", () =>
     expect(runs.map((r) => [r.runId, r.status]).sort()).toEqual([[runId, "completed"], [cancelId, "cancelled"]].sort());
   }, 120_000);
 
-  it("operator cli - an agent's tool call approved and rejected, schedules, swarm run, events tail and agents usage", async () => {
+  it("operator cli - an agent's tool call approved and rejected, schedules, swarm run, events tail, tools ls and agents usage", async () => {
     const pending: Promise<AgentResult> = askAgent(admin, "worker", "What is 6*7?", { runId: "appr-1", timeoutMs: 60_000 });
     const asked = await poll(() => events.find((e) => e.runId === "appr-1" && e.type === "approval_requested"), { timeoutMs: 20_000, what: "approval_requested" });
     const { approvalId } = asked.data as { approvalId: string };
@@ -150,6 +150,9 @@ describe("security: the CLI under the roles of deploy/nats/accounts.conf", () =>
     await askAgent(admin, "helper", "hello tail", { sessionId: "tail-s", timeoutMs: 30_000 });
     expect(await exited).toBe(0);
     expect((JSON.parse(out.trim()) as KovaEvent).sessionId).toBe("tail-s");
+
+    const tools = JSON.parse(await kova("operator", ["tools", "ls", "worker", "--json"])) as { tools: Array<{ name: string; requiresApproval: boolean }> };
+    expect(tools.tools).toContainEqual(expect.objectContaining({ name: "calculator", requiresApproval: true }));
 
     const usage = JSON.parse(await kova("operator", ["agents", "usage", "--json"])) as Array<{ agentId: string; usage: { runs: number } }>;
     expect(usage.find((u) => u.agentId === "worker")?.usage.runs).toBe(1);
