@@ -47,7 +47,7 @@ export interface StartNodeOptions {
   nats?: Pick<ResolveNatsOptions, "probeDefault" | "defaultUrl">;
   /** Agents defined in code (`defineAgent`); `[[agents]]` and config modules add to them. */
   agents?: AgentDefinition[];
-  /** Tools defined in code (`defineTool`), offered to the agents whose `tools` lists name them. */
+  /** Tools defined in code (`defineTool`), offered to the agents whose `tools` lists name them; config modules add to them. */
   tools?: Tool[];
 }
 
@@ -94,6 +94,7 @@ export class KovaNode {
     private readonly types: ActorTypeRegistry,
     logger: Logger,
     private readonly agentDefs: AgentDefinition[] = [],
+    private readonly codeTools: Tool[] = [],
   ) {
     this.log = logger.child({ component: "node", nodeId: config.nodeId });
   }
@@ -124,8 +125,8 @@ export class KovaNode {
     // One scheduler per node: agents and coordinators calling one model share its slots.
     const scheduler = modelScheduler(opts.config.models, logger.child({ component: "agents" }));
     registerSwarms(opts.config, types, { bus: () => node!.busClient, interrupt: (agentId, messageId) => node!.interruptDelegation(agentId, messageId) }, scheduler, logger);
-    const moduleAgents = await loadActorModules(opts.config, types);
-    node = new KovaNode(opts.config, types, logger, [...(opts.agents ?? []), ...opts.config.agents, ...moduleAgents]);
+    const fromModules = await loadActorModules(opts.config, types);
+    node = new KovaNode(opts.config, types, logger, [...(opts.agents ?? []), ...opts.config.agents, ...fromModules.agents], [...(opts.tools ?? []), ...fromModules.tools]);
     node.scheduler = scheduler;
     // Every node can host workflow runs (docs/workflows.md), unless the application
     // registered its own type of that name.
@@ -181,7 +182,7 @@ export class KovaNode {
     });
     this.recovery.corrupt = this.wal.recovery.corrupt.length;
     // Agent types are registered before recovery: a recovered turn may be an agent's.
-    this.agentServices = await startAgentServices(config, this.agentDefs, { bus: this.bus, types: this.types, logger: this.log, replicas, scheduler: this.scheduler!, tools: opts.tools ?? [] });
+    this.agentServices = await startAgentServices(config, this.agentDefs, { bus: this.bus, types: this.types, logger: this.log, replicas, scheduler: this.scheduler!, tools: this.codeTools });
     this.recovery.pendingRecords = this.wal.recovery.pending.length;
 
     const nc = this.bus.nc;
