@@ -39,7 +39,7 @@ function contractAgent(baseURL) {
             const d = c.choices[0]?.delta?.content;
             if (d) {
               text += d;
-              ctx.stream("token", { text: d }, ev);
+              ctx.stream("model_delta", { text: d }, ev);
             }
             if (c.usage) usage = { inputTokens: c.usage.prompt_tokens, outputTokens: c.usage.completion_tokens };
           }

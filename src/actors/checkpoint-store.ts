@@ -1,5 +1,6 @@
 import type { JetStreamClient } from "@nats-io/jetstream";
-import { Kvm, type KV } from "@nats-io/kv";
+import type { KV } from "@nats-io/kv";
+import { openOrCreateBucket } from "../bus/kv-buckets.js";
 import type { WireError } from "../core/errors.js";
 import { CheckpointConflictError } from "./errors.js";
 import { checkFormatVersion } from "../core/format-version.js";
@@ -55,6 +56,8 @@ export interface CheckpointStore {
   load(actorId: string): Promise<Checkpoint | undefined>;
   /** @throws CheckpointConflictError (a LeaseLostError) when another writer saved since this store last loaded or saved the actor */
   save(actorId: string, cp: Checkpoint): Promise<void>;
+  /** Drops what the store caches for an actor this node no longer hosts (a passivated instance); the next load reads it again. */
+  forget?(actorId: string): void;
 }
 
 export interface NatsCheckpointStoreOptions {
@@ -86,7 +89,7 @@ export class NatsCheckpointStore implements CheckpointStore {
    * @throws JetStream errors when JetStream is unavailable or the bucket exists with other settings
    */
   static async open(opts: NatsCheckpointStoreOptions): Promise<NatsCheckpointStore> {
-    const kv = await new Kvm(opts.js).create(NatsCheckpointStore.bucketName(opts.cluster), {
+    const kv = await openOrCreateBucket(opts.js, NatsCheckpointStore.bucketName(opts.cluster), {
       history: 1,
       replicas: opts.replicas ?? 1,
     });
@@ -117,6 +120,10 @@ export class NatsCheckpointStore implements CheckpointStore {
       }
       throw err;
     }
+  }
+
+  forget(actorId: string): void {
+    this.#revisions.delete(actorId);
   }
 
   /** Removes an actor's checkpoint (a deleted actor). */

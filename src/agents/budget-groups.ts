@@ -1,5 +1,6 @@
 import type { JetStreamClient } from "@nats-io/jetstream";
-import { Kvm, type KV } from "@nats-io/kv";
+import type { KV } from "@nats-io/kv";
+import { openOrCreateBucket } from "../bus/kv-buckets.js";
 import { isWrongLastSequence } from "../bus/nats-errors.js";
 
 /** Token use of budget groups shared across the cluster. */
@@ -27,7 +28,7 @@ export class NatsGroupLedger implements GroupLedger {
 
   /** @throws JetStream errors when JetStream is unavailable */
   static async open(opts: { js: JetStreamClient; cluster: string; replicas?: number }): Promise<NatsGroupLedger> {
-    const kv = await new Kvm(opts.js).create(NatsGroupLedger.bucketName(opts.cluster), { history: 1, replicas: opts.replicas ?? 1 });
+    const kv = await openOrCreateBucket(opts.js, NatsGroupLedger.bucketName(opts.cluster), { history: 1, replicas: opts.replicas ?? 1 });
     return new NatsGroupLedger(kv);
   }
 

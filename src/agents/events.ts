@@ -3,15 +3,15 @@ import type { KovaEvent } from "../bus/events.js";
 /**
  * The events of an agent run, on `kova.<c>.events.<sessionId>.<runId>` (docs/protocol.md):
  * the one list of their names, for the agent loop, its callers (swarm coordinators,
- * agents as tools, workflows) and the CLI. `token` and `model_request` are plain NATS
- * publishes (not stored: high rate, and a replay must not stream them twice); every other
- * type is stored in the EVENTS stream.
+ * agents as tools, workflows) and the CLI. `model_delta` and `model_request` are plain NATS
+ * publishes, not awaited (high rate); every other type waits for the EVENTS stream's ack.
+ * The stream captures all of them.
  */
 export const RunEventType = {
   started: "run_started",
   modelRequest: "model_request",
-  token: "token",
-  modelCall: "model_call",
+  modelDelta: "model_delta",
+  modelResponse: "model_response",
   toolCall: "tool_call",
   toolResult: "tool_result",
   childLinked: "child_run_linked",
@@ -35,7 +35,7 @@ export type EventProfile = (typeof EventProfiles)[number];
 
 const CHAT: ReadonlySet<string> = new Set([
   "run_started",
-  "token",
+  "model_delta",
   "approval_requested",
   "approval_granted",
   "approval_rejected",
@@ -44,7 +44,7 @@ const CHAT: ReadonlySet<string> = new Set([
   "run_cancelled",
   "run_stream_end",
 ]);
-const METRICS: ReadonlySet<string> = new Set(["model_call", "tool_result", "budget_wait", "run_completed", "run_failed", "run_cancelled"]);
+const METRICS: ReadonlySet<string> = new Set(["model_response", "tool_result", "budget_wait", "run_completed", "run_failed", "run_cancelled"]);
 
 /**
  * Whether an event belongs in a profile: `chat` (the answer as it streams, and how the run

@@ -4,7 +4,24 @@
  * `agentActor` turns a definition into the actor type a node hosts; `askAgent` runs one
  * from any service; the model layer (./model) talks to OpenAI-compatible endpoints.
  */
-export * from "./model/index.js";
+export {
+  createOpenAiModel,
+  costOf,
+  loadTokenCounter,
+  ModelCallAbortedError,
+  ModelCallError,
+  ModelCallScheduler,
+  ModelErrorCode,
+  parseModelsConfig,
+  type ChatMessage,
+  type ModelClient,
+  type ModelConfig,
+  type ModelRequest,
+  type ModelResponse,
+  type TokenCounter,
+  type ToolCall,
+  type Usage,
+} from "./model/index.js";
 export {
   defineAgent,
   isAgentDefinition,

@@ -10,7 +10,7 @@ import { DEFAULT_MAX_TURNS, type AgentDefinition, type HookResult } from "./defi
 import { AgentHookFailedError, RunLimitExceededError } from "./errors.js";
 import { applyFit, modelTurn } from "./model-turn.js";
 import { parseRunRequest, type AgentResult, type RunRequest, type RunStatus } from "./protocol.js";
-import { hookContext, publish, type AgentState, type RunScope } from "./run-scope.js";
+import { hookContext, publish, publishStarted, type AgentState, type RunScope } from "./run-scope.js";
 import type { AgentRuntime } from "./runtime.js";
 import { runToolCalls } from "./tool-calls.js";
 import { addRun, newTally, runUsage, tallyModel } from "./usage.js";
@@ -53,6 +53,7 @@ export async function runAgentTurn(def: AgentDefinition, runtime: AgentRuntime, 
     repairs: new ArgumentRepairBudget(runtime.maxArgumentRepairs),
     groups: groupsOf(def.budget, { sessionId, from: ctx.message.from, ...(request.budgetGroup ? { budgetGroup: request.budgetGroup } : {}) }, runtime.budgetGroups),
     history: [],
+    modelSteps: 0,
   };
   runtime.runStarted(s.agentId, runId);
   try {
@@ -68,13 +69,18 @@ export async function runAgentTurn(def: AgentDefinition, runtime: AgentRuntime, 
 async function loop(s: RunScope): Promise<AgentResult> {
   const { ctx, def } = s;
   // A task without a sessionId is a conversation of one run: nothing to load or keep.
-  const keeps = s.request.sessionId !== undefined;
-  const loaded = await ctx.step("run:start", async () => {
-    await publish(s, "run_started", { agentId: s.agentId, input: s.request.input, kind: s.request.kind });
-    return keeps ? (await s.runtime.memory()).load(s.agentId, s.sessionId) : [];
-  }, { idempotent: true });
-  // A copy: the journal keeps the step's result by reference and writes it again with every later step.
-  s.history = [...loaded];
+  if (s.request.sessionId !== undefined || def.hooks.beforeUserMessage) {
+    const loaded = await ctx.step("run:start", async () => {
+      await publishStarted(s);
+      return s.request.sessionId !== undefined ? (await s.runtime.memory()).load(s.agentId, s.sessionId) : [];
+    }, { idempotent: true });
+    // A copy: the journal keeps the step's result by reference and writes it again with every later step.
+    s.history = [...loaded];
+  } else {
+    // A task of its own with nothing to load: `run_started` goes out with the first model
+    // call's step instead, one journal write less per run.
+    s.startedInStep = "model";
+  }
   s.tools = await s.runtime.toolsFor(def, s.agentId);
   let input = s.request.input;
   const before = await hook(s, "beforeUserMessage", () => def.hooks.beforeUserMessage?.(input, hookContext(s)));
@@ -90,6 +96,7 @@ async function loop(s: RunScope): Promise<AgentResult> {
     if (turn >= maxTurns) {
       throw new RunLimitExceededError("max_turns", maxTurns, `no final answer after ${maxTurns} model calls; raise run.max_turns of agent ${s.agentId} or give it a narrower task`);
     }
+    s.modelSteps++;
     const rec = await modelTurn(s, turn);
     s.history = applyFit(s.history, rec);
     if (rec.summary) tallyModel(s.tally, rec.summary.model, rec.summary.usage, rec.summary.costUsd);
@@ -165,6 +172,8 @@ async function finish(s: RunScope, output: string, status: RunStatus, error?: { 
     return final;
   }
   await s.ctx.step("run:end", async () => {
+    // A run that ended before its first model step never said it started.
+    if (s.startedInStep === "model" && s.modelSteps === 0) await publishStarted(s);
     if (status === "completed") {
       if (s.request.sessionId !== undefined) await (await s.runtime.memory()).save(s.agentId, s.sessionId, s.history);
       await publish(s, "run_completed", { agentId: s.agentId, output: final.output, usage: final.usage });

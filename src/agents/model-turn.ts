@@ -1,10 +1,11 @@
 import { sleep } from "../core/clock.js";
 import { checkBudgets } from "./budget.js";
+import { RunEventType } from "./events.js";
 import { costOf } from "./model/cost.js";
 import type { AssistantMessage, ChatMessage, ModelClient, ModelRequest, Usage } from "./model/types.js";
 import { fitContext, summaryRequest, withSummary } from "./memory/policy.js";
 import { toUnits } from "./memory/units.js";
-import { publish, stream, type RunScope } from "./run-scope.js";
+import { publish, publishStarted, stream, type RunScope } from "./run-scope.js";
 
 /**
  * One model call of a run, as its journaled step records it. The step also fits the
@@ -29,7 +30,7 @@ export interface ModelTurnRecord {
 /**
  * The step of model call `turn`: select the model, check budgets (waiting for the token
  * bucket), fit the context, call the provider (streaming tokens), charge budgets, publish
- * `model_call`. Idempotent: after a crash mid-call the call is made again.
+ * `model_response`. Idempotent: after a crash mid-call the call is made again.
  */
 export function modelTurn(s: RunScope, turn: number): Promise<ModelTurnRecord> {
   return s.ctx.step(`model:${turn}`, () => callModel(s, turn), { idempotent: true });
@@ -43,6 +44,7 @@ export function applyFit(history: readonly ChatMessage[], rec: Pick<ModelTurnRec
 
 async function callModel(s: RunScope, turn: number): Promise<ModelTurnRecord> {
   const { def, runtime, agentId } = s;
+  if (turn === 0 && s.startedInStep === "model") await publishStarted(s);
   const name = await runtime.currentModel(agentId, def, turn === 0);
   const config = runtime.modelConfig(name, `agent ${agentId}`);
   await waitForBucket(s);
@@ -66,7 +68,7 @@ async function callModel(s: RunScope, turn: number): Promise<ModelTurnRecord> {
   }
   const context = applyFit(s.history, { dropFirst, ...(summary ? { summary } : {}) });
   const messages = [...system, ...context];
-  stream(s, "model_request", { agentId, model: name, turn, messages: messages.length, tools: tools.length });
+  stream(s, RunEventType.modelRequest, { agentId, model: name, turn, messages: messages.length, tools: tools.length });
   const res = await complete(s, client, name, {
     messages,
     ...(tools.length > 0 ? { tools } : {}),
@@ -76,7 +78,7 @@ async function callModel(s: RunScope, turn: number): Promise<ModelTurnRecord> {
   const usage = res.usage ?? { inputTokens: counter.countRequest(messages, tools), outputTokens: counter.countMessage(res.message) };
   const costUsd = config.price ? costOf(usage, config.price).total : undefined;
   await charge(s, usage.inputTokens + usage.outputTokens);
-  await publish(s, "model_call", { agentId, model: name, turn, usage, ...(costUsd !== undefined ? { costUsd } : {}), finishReason: res.finishReason, attempts: res.attempts, toolCalls: res.message.toolCalls?.length ?? 0 });
+  await publish(s, RunEventType.modelResponse, { agentId, model: name, turn, usage, ...(costUsd !== undefined ? { costUsd } : {}), finishReason: res.finishReason, attempts: res.attempts, toolCalls: res.message.toolCalls?.length ?? 0 });
   return {
     model: name,
     message: res.message,
@@ -106,8 +108,8 @@ function complete(s: RunScope, client: ModelClient, model: string, req: Omit<Mod
     onDelta: (d) => {
       ctx.working();
       if (!streamTokens) return;
-      if (d.type === "text") stream(s, "token", { text: d.text });
-      else if (d.type === "restart") stream(s, "token", { text: "", restart: d.attempt });
+      if (d.type === "text") stream(s, RunEventType.modelDelta, { text: d.text });
+      else if (d.type === "restart") stream(s, RunEventType.modelDelta, { text: "", restart: d.attempt });
     },
     onRetry: (info) => runtime.log.warn({ agentId, runId: s.runId, model, ...info }, "model call failed; retrying"),
   });
@@ -119,7 +121,7 @@ async function waitForBucket(s: RunScope): Promise<void> {
   const bucket = s.runtime.bucket(s.agentId, tpm);
   const waitMs = bucket.waitMs(Date.now());
   if (waitMs <= 0) return;
-  await publish(s, "budget_wait", { agentId: s.agentId, budget: "tokens_per_minute", waitMs });
+  await publish(s, RunEventType.budgetWait, { agentId: s.agentId, budget: "tokens_per_minute", waitMs });
   await sleep(waitMs, s.ctx.signal);
 }
 

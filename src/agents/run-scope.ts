@@ -33,6 +33,10 @@ export interface RunScope {
   readonly groups: readonly GroupLimit[];
   /** The session's conversation plus this run's messages, without the system prompt. */
   history: ChatMessage[];
+  /** `model`: `run_started` is published by the first model call's step (no `run:start` step). */
+  startedInStep?: "model";
+  /** Model steps entered so far (counted before each, so replay counts the same). */
+  modelSteps: number;
 }
 
 /** An event of this run (ts now: events are published inside the steps that produce them). */
@@ -43,6 +47,11 @@ export function runEvent(s: Pick<RunScope, "runId" | "sessionId" | "parentRunId"
 /** Publishes a stored event of the run; call it only inside a step, so a replay does not repeat it. */
 export function publish(s: RunScope, type: string, data: unknown): Promise<void> {
   return s.runtime.publish(runEvent(s, type, data));
+}
+
+/** `run_started`, from inside the step that starts the run (`run:start`, or the first model call's). */
+export function publishStarted(s: RunScope): Promise<void> {
+  return publish(s, "run_started", { agentId: s.agentId, input: s.request.input, kind: s.request.kind });
 }
 
 /** Publishes a live-only event (tokens, model_request): never fails the run. */

@@ -1,5 +1,6 @@
 import type { JetStreamClient } from "@nats-io/jetstream";
-import { Kvm, type KV } from "@nats-io/kv";
+import type { KV } from "@nats-io/kv";
+import { openOrCreateBucket } from "../bus/kv-buckets.js";
 
 /** Run-time settings of an agent that outlive its host: the model it was switched to. */
 export interface AgentSettings {
@@ -27,7 +28,7 @@ export class NatsSettingsStore implements SettingsStore {
 
   /** @throws JetStream errors when JetStream is unavailable */
   static async open(opts: { js: JetStreamClient; cluster: string; replicas?: number }): Promise<NatsSettingsStore> {
-    return new NatsSettingsStore(await new Kvm(opts.js).create(NatsSettingsStore.bucketName(opts.cluster), { history: 1, replicas: opts.replicas ?? 1 }));
+    return new NatsSettingsStore(await openOrCreateBucket(opts.js, NatsSettingsStore.bucketName(opts.cluster), { history: 1, replicas: opts.replicas ?? 1 }));
   }
 
   async get(agentId: string): Promise<AgentSettings> {

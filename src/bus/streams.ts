@@ -100,7 +100,9 @@ async function ensureStream(jsm: JetStreamManager, want: Wanted, log?: Logger): 
       return;
     } catch (err) {
       // Another node created it between our info and add: compare against theirs.
-      if (isStreamNameInUse(err) && attempt === 0) continue;
+      // Another node created it between our info and add (nats-server 2.9 may answer the
+      // loser of two concurrent creates with a subject overlap): compare against theirs.
+      if ((isStreamNameInUse(err) || isSubjectOverlap(err)) && attempt === 0) continue;
       if (isSubjectOverlap(err)) {
         const msg = err instanceof Error ? err.message : String(err);
         throw new StreamConflictError(want.name, "subjects", want.subjects, `captured by another stream (${msg})`, { cause: err });

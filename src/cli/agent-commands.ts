@@ -30,7 +30,7 @@ export async function askAgentCommand(client: KovaClient, agentId: string, text:
   const onEvent = (e: KovaEvent) => {
     if (o.json) return;
     const d = (e.data ?? {}) as Record<string, unknown>;
-    if (e.type === "token") {
+    if (e.type === "model_delta") {
       if (typeof d.restart === "number") stdout.write("\n[the model call is retried; the answer restarts]\n");
       else if (typeof d.text === "string") {
         stdout.write(d.text);

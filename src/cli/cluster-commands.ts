@@ -85,6 +85,25 @@ export function register(program: Command): void {
             : [s.nodeId, String(s.healthy), String(s.actors.hosted), `${Math.round(s.uptimeMs / 1000)}s`, s.nats.source, String(s.recovery.finished.length), String(s.recovery.abandoned.length)],
         ),
       );
+      const answered = statuses.filter((s): s is NodeStatusView => !("error" in s));
+      const templateRows = answered.flatMap((s) =>
+        (s.virtual?.templates ?? []).map((t) => [s.nodeId, t.name, t.type, String(t.hosted), t.idleAfterMs === 0 ? "never" : `${t.idleAfterMs / 1000}s`, String(s.virtual.activations), String(s.virtual.passivations), String(s.virtual.refused)]),
+      );
+      if (templateRows.length > 0) {
+        process.stdout.write("\ntemplates (virtual actors):\n");
+        table(["NODE", "TEMPLATE", "TYPE", "ACTIVE", "IDLE_AFTER", "ACTIVATED", "PASSIVATED", "REFUSED"], templateRows);
+      }
+      const modelRows = answered.flatMap((s) =>
+        (s.models ?? []).flatMap((m) =>
+          Object.keys(m.classes).length === 0
+            ? [[s.nodeId, m.model, m.policy, `${m.inFlight}/${m.maxConcurrency}`, String(m.queued), "-", "0", "0", "-", "-"]]
+            : Object.entries(m.classes).map(([cls, w]) => [s.nodeId, m.model, m.policy, `${m.inFlight}/${m.maxConcurrency}`, String(m.queued), cls, String(w.queued), String(w.granted), `${w.waitMs.p50}`, `${w.waitMs.p99}`]),
+        ),
+      );
+      if (modelRows.length > 0) {
+        process.stdout.write("\nmodel-call scheduling (per node, model and class; waits in ms):\n");
+        table(["NODE", "MODEL", "POLICY", "IN_FLIGHT", "QUEUED", "CLASS", "CLASS_QUEUED", "GRANTED", "WAIT_P50", "WAIT_P99"], modelRows);
+      }
     }),
   );
 

@@ -1,9 +1,10 @@
 import type { KovaEvent } from "../bus/index.js";
 
 /**
- * The run tree of a session, built from its events (`kova events tail --tree`): every run
- * (a workflow, an agent run, a child run of a tool call or a workflow step) is a node
- * under its `parentRunId`, with its status, tokens, cost and duration.
+ * The run tree of a session, built from its events: every run (a workflow, a swarm, an
+ * agent run, a child run of a tool call, a workflow step or a subtask) is a node under its
+ * `parentRunId`, with its status, tokens, cost and duration. The CLI's one live renderer:
+ * `kova events tail --tree` and `kova swarm run --follow` draw it through LiveRunTree.
  */
 interface RunNode {
   runId: string;
@@ -58,12 +59,12 @@ export class RunTree {
         if (typeof d.agentId === "string") child.label ??= d.agentId;
         break;
       }
-      case "model_call":
+      case "model_response":
       case "run_completed":
       case "run_failed": {
         const u = d.usage as Record<string, unknown> | undefined;
-        // A run's final usage is its total; model_call usages add up until then.
-        if (u && e.type === "model_call") {
+        // A run's final usage is its total; model_response usages add up until then.
+        if (u && e.type === "model_response") {
           n.inputTokens += num(u.inputTokens);
           n.outputTokens += num(u.outputTokens);
           n.costUsd += num(u.costUsd);
@@ -72,7 +73,7 @@ export class RunTree {
           n.outputTokens = Math.max(n.outputTokens, num(u.outputTokens));
           n.costUsd = Math.max(n.costUsd, num(u.costUsd));
         }
-        if (e.type !== "model_call") {
+        if (e.type !== "model_response") {
           n.status = e.type === "run_completed" ? "completed" : "failed";
           n.endTs = e.ts;
         }
@@ -152,5 +153,44 @@ export class RunTree {
     };
     for (const r of roots) line(r, "", "", "");
     return lines;
+  }
+}
+
+/**
+ * Draws a RunTree as events arrive: on a terminal the tree is redrawn in place (and every
+ * second, so durations move); piped, a snapshot is printed each time a run ends, and once
+ * more at `finish`, separated by blank lines (the last one is the final tree).
+ */
+export class LiveRunTree {
+  readonly tree = new RunTree();
+  private readonly live: boolean;
+  private drawn = 0;
+  private readonly timer: NodeJS.Timeout | undefined;
+
+  constructor(private readonly out: { write(text: string): unknown; isTTY?: boolean }) {
+    this.live = out.isTTY === true;
+    this.timer = this.live ? setInterval(() => this.draw(), 1000) : undefined;
+    this.timer?.unref();
+  }
+
+  /** Folds one event in and draws; returns true when a run ended with it. */
+  apply(e: KovaEvent): boolean {
+    const ended = this.tree.apply(e);
+    if (this.live || ended) this.draw();
+    return ended;
+  }
+
+  private draw(): void {
+    const lines = this.tree.render();
+    if (lines.length === 0) return;
+    if (this.live) this.out.write(`${this.drawn > 0 ? `\x1b[${this.drawn}A\x1b[J` : ""}${lines.join("\n")}\n`);
+    else this.out.write(`${lines.join("\n")}\n\n`);
+    this.drawn = lines.length;
+  }
+
+  /** Stops redrawing; piped, prints the final tree. */
+  finish(): void {
+    if (this.timer) clearInterval(this.timer);
+    if (!this.live) this.draw();
   }
 }

@@ -4,7 +4,7 @@ import { durationMs } from "../agents/run-protocol.js";
 import { runSwarm, type StaticSubtask } from "../swarm/index.js";
 import { withClient } from "./bus-commands.js";
 import { print } from "./output.js";
-import { FollowPrinter } from "./swarm-follow.js";
+import { LiveRunTree } from "./run-tree.js";
 import { targetOptions, type TargetOpts } from "./target.js";
 
 interface SwarmRunOpts extends TargetOpts {
@@ -22,7 +22,7 @@ export function register(program: Command): void {
   const swarm = program.command("swarm").description("swarms: a coordinator splits a task over agents and writes one answer");
   targetOptions(swarm.command("run <task>").description("run a swarm and print its answer"))
     .requiredOption("--coordinator <id>", "the coordinator's agent id (a [[swarms]] id)")
-    .option("-f, --follow", "print the run's events live, indented by the run tree")
+    .option("-f, --follow", "draw the run tree live (the coordinator, its subtasks' runs and theirs), as kova events tail --tree does")
     .option("--session <id>", "session id of the run tree (default: the run id)")
     .option("--deadline <duration>", 'swarm deadline, e.g. "90s" or "5min" (default: the coordinator\'s)')
     .option("--max-tokens <n>", "max_tokens of the coordinator's own model calls")
@@ -42,15 +42,14 @@ export function register(program: Command): void {
           constraints.max_tokens = n;
         }
         if (o.budgetGroup) constraints.budget_group = o.budgetGroup;
-        const printer = o.follow ? new FollowPrinter((line) => process.stdout.write(`${line}\n`)) : undefined;
+        const view = o.follow ? new LiveRunTree(process.stdout) : undefined;
         const result = await runSwarm(client, o.coordinator, task, {
           ...(o.session ? { sessionId: o.session } : {}),
           ...(Object.keys(constraints).length ? { constraints } : {}),
           ...(o.plan ? { plan: parsePlan(o.plan) } : {}),
-          ...(printer ? { onEvent: (e) => printer.print(e) } : {}),
-        });
+          ...(view ? { onEvent: (e) => void view.apply(e) } : {}),
+        }).finally(() => view?.finish());
         if (o.json) return print(result);
-        if (printer) process.stdout.write("\n");
         process.stdout.write(`${result.output}\n`);
         process.stderr.write(`run ${result.runId} (session ${result.sessionId}): ${result.usage.inputTokens} in / ${result.usage.outputTokens} out tokens\n`);
       }),

@@ -20,7 +20,7 @@ import {
   type RunSummary,
 } from "../workflow/index.js";
 import { print, table } from "./output.js";
-import { RunTree } from "./run-tree.js";
+import { LiveRunTree } from "./run-tree.js";
 import { resolveTarget, targetOptions, type TargetOpts } from "./target.js";
 
 /**
@@ -272,34 +272,22 @@ export function register(program: Command): void {
 
 /** Renders a session's run tree (history from the EVENTS stream, then live) until `done`. */
 export async function tailTree(client: KovaClient, sessionId: string | undefined, opts: { max?: number; untilDone?: boolean; out?: NodeJS.WriteStream }): Promise<void> {
-  const out = opts.out ?? process.stdout;
-  const tree = new RunTree();
-  const live = out.isTTY === true;
-  let drawn = 0;
-  const draw = () => {
-    const lines = tree.render();
-    if (live) out.write(`${drawn > 0 ? `\x1b[${drawn}A\x1b[J` : ""}${lines.join("\n")}\n`);
-    else out.write(`${lines.join("\n")}\n\n`);
-    drawn = lines.length;
-  };
+  const view = new LiveRunTree(opts.out ?? process.stdout);
   const events = await sessionEvents(client, sessionId);
   const stop = () => events.stop();
   process.once("SIGINT", stop);
   process.once("SIGTERM", stop);
-  const timer = live ? setInterval(draw, 1000) : undefined;
   let n = 0;
   try {
     for await (const e of events) {
-      const ended = tree.apply(e);
+      const ended = view.apply(e);
       n++;
-      if (live || ended) draw();
-      if ((opts.max !== undefined && n >= opts.max) || (opts.untilDone && ended && tree.done())) break;
+      if ((opts.max !== undefined && n >= opts.max) || (opts.untilDone && ended && view.tree.done())) break;
     }
   } finally {
-    if (timer) clearInterval(timer);
     events.stop();
+    view.finish();
   }
-  if (!live) draw();
 }
 
 /** A session's events from the start of the EVENTS stream, then live; or all live events without a session. */

@@ -113,13 +113,13 @@ export async function startRunTraceExporter(bus: Bus, config: OtelConfig, log: L
       case "run_started":
         open(e);
         return;
-      case "token":
+      case "model_delta":
         return;
-      case "model_call": {
+      case "model_response": {
         const r = open(e);
         const u = d.usage ?? {};
         // The event marks the end of the call; the call began after the run's previous step.
-        const s = tracer.startSpan(`model_call ${String(d.model ?? "")}`, { startTime: r.lastTs, attributes: { "gen_ai.request.model": String(d.model ?? ""), "gen_ai.usage.input_tokens": u.inputTokens ?? 0, "gen_ai.usage.output_tokens": u.outputTokens ?? 0, ...(typeof u.costUsd === "number" ? { "kova.cost_usd": u.costUsd } : {}) } }, r.ctx);
+        const s = tracer.startSpan(`chat ${String(d.model ?? "")}`, { startTime: r.lastTs, attributes: { "gen_ai.operation.name": "chat", "gen_ai.request.model": String(d.model ?? ""), "gen_ai.usage.input_tokens": u.inputTokens ?? 0, "gen_ai.usage.output_tokens": u.outputTokens ?? 0, ...(typeof u.costUsd === "number" ? { "kova.cost_usd": u.costUsd } : {}) } }, r.ctx);
         s.end(e.ts);
         r.usage.in += u.inputTokens ?? 0;
         r.usage.out += u.outputTokens ?? 0;

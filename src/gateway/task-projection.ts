@@ -12,7 +12,7 @@ import type { KovaEvent } from "../bus/index.js";
  * | --- | --- |
  * | (message stored) | `submitted` |
  * | `run_started`, `tool_call`, `tool_result`, anything after an approval | `working` (tool steps as status messages) |
- * | `token` | artifact update, appended to the `answer` artifact |
+ * | `model_delta` | artifact update, appended to the `answer` artifact |
  * | `approval_requested` | `input_required` |
  * | `run_completed` | `answer` artifact (whole) + `completed` |
  * | `run_failed` | `failed` |
@@ -143,7 +143,7 @@ export class TaskProjection {
       case "run_started":
         working();
         break;
-      case "token": {
+      case "model_delta": {
         working();
         const text = typeof data.text === "string" ? data.text : "";
         if (text.length === 0) break;
@@ -164,7 +164,7 @@ export class TaskProjection {
         });
         break;
       }
-      case "model_call": {
+      case "model_response": {
         const usage = data.usage as Partial<RunUsage> | undefined;
         if (usage) {
           const m = this.meta();

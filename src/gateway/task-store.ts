@@ -1,4 +1,5 @@
-import { Kvm, type KV } from "@nats-io/kv";
+import type { KV } from "@nats-io/kv";
+import { openOrCreateBucket } from "../bus/kv-buckets.js";
 import type { NatsConnection } from "@nats-io/transport-node";
 import { Task, TaskState, type ListTasksRequest, type ListTasksResponse } from "@a2a-js/sdk";
 import type { ServerCallContext, TaskStore } from "@a2a-js/sdk/server";
@@ -45,7 +46,7 @@ export class NatsTaskStore implements TaskStore {
 
   /** Opens (creating when missing) the bucket. */
   static async open(nc: NatsConnection, cluster: string, opts: { replicas?: number; maxAgeMs?: number } = {}): Promise<NatsTaskStore> {
-    const kv = await new Kvm(nc).create(tasksBucket(cluster), {
+    const kv = await openOrCreateBucket(nc, tasksBucket(cluster), {
       history: 1,
       replicas: opts.replicas ?? 1,
       storage: "file",

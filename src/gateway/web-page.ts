@@ -78,8 +78,8 @@ function fold(e) {
   if (e.parentRunId) link(e.runId, e.parentRunId);
   switch (e.type) {
     case "run_started": r.status = "running"; r.agentId = d.agentId; r.start = e.ts; r.input = d.input; break;
-    case "token": r.tokens += d.chars || 0; break;
-    case "model_call": r.model = d.model; if (d.usage) { r.inputTokens += d.usage.inputTokens || 0; r.outputTokens += d.usage.outputTokens || 0; if (typeof d.usage.costUsd === "number") r.cost = (r.cost || 0) + d.usage.costUsd; } break;
+    case "model_delta": r.tokens += d.chars || 0; break;
+    case "model_response": r.model = d.model; if (d.usage) { r.inputTokens += d.usage.inputTokens || 0; r.outputTokens += d.usage.outputTokens || 0; if (typeof d.usage.costUsd === "number") r.cost = (r.cost || 0) + d.usage.costUsd; } break;
     case "tool_call": r.tools.push({ callId: d.callId, tool: d.tool, ok: undefined }); break;
     case "tool_result": { const t = r.tools.find((x) => x.callId === d.callId); if (t) t.ok = d.ok; else r.tools.push({ callId: d.callId, tool: d.tool, ok: d.ok }); break; }
     case "child_run_linked": link(d.childRunId, e.runId); break;

@@ -144,7 +144,7 @@ async function sessionEvents(deps: WebViewDeps, req: Request, res: Response): Pr
       continue;
     }
     // Tokens are many and the tree needs only their count: send their size, not their text.
-    const sent = event.type === "token" ? { ...event, data: { chars: String((event.data as { text?: unknown })?.text ?? "").length } } : event;
+    const sent = event.type === "model_delta" ? { ...event, data: { chars: String((event.data as { text?: unknown })?.text ?? "").length } } : event;
     res.write(`data: ${JSON.stringify(sent)}\n\n`);
     if (!caughtUp && m.info.pending === 0) {
       caughtUp = true;

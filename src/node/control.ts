@@ -2,6 +2,8 @@ import type { Msg, NatsConnection } from "@nats-io/transport-node";
 import { ErrorCode, KovaError, fromWire } from "../core/errors.js";
 import { BusErrorCode } from "../bus/errors.js";
 import { isNatsNoResponders, isNatsTimeout } from "../bus/nats-errors.js";
+import type { ModelSlotStats } from "../agents/model/index.js";
+import type { VirtualActorsView } from "./virtual-actors.js";
 
 /**
  * The node control protocol: endpoints of the `kova-node` micro service. Per-node
@@ -122,6 +124,9 @@ export interface AgentStatusView {
   state: string;
   inFlight: number;
   handled: number;
+  /** For a template instance: its template, and how long it has had no turn. */
+  template?: string;
+  idleMs?: number;
 }
 
 export interface NodeStatusView {
@@ -141,6 +146,10 @@ export interface NodeStatusView {
   stopping: boolean;
   /** process.memoryUsage() of the node, bytes. */
   memory: { rss: number; heapUsed: number; external: number };
+  /** Templates of virtual actors, and the activations, passivations and refusals of this node. */
+  virtual: VirtualActorsView;
+  /** The provider-call scheduler per model: policy, slots in use, queued calls, wait times per class. */
+  models: ModelSlotStats[];
 }
 
 const utf8 = new TextEncoder();

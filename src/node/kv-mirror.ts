@@ -1,6 +1,7 @@
 import type { NatsConnection } from "@nats-io/transport-node";
 import { jetstream } from "@nats-io/jetstream";
 import { Kvm, type KV, type KvEntry } from "@nats-io/kv";
+import { openOrCreateBucket } from "../bus/kv-buckets.js";
 import { backoffMs, elapsedSince, markTime, sleep, type TimeMark } from "../core/clock.js";
 import { KovaTimeoutError } from "../core/errors.js";
 import type { Logger } from "../core/logger.js";
@@ -25,7 +26,7 @@ export type MirrorListener<T> = (key: string, entry: MirrorEntry<T> | undefined)
  * `replicas` must match the NATS cluster size for the bucket to survive a server loss.
  */
 export async function openBucket(nc: NatsConnection, name: string, replicas = 1): Promise<KV> {
-  return new Kvm(nc).create(name, { history: 1, replicas, storage: "file" });
+  return openOrCreateBucket(nc, name, { history: 1, replicas, storage: "file" });
 }
 
 /**
@@ -423,6 +424,15 @@ export class KvMirror<T> {
         this.logger.error({ err, bucket: this.bucket }, "kv mirror health listener threw");
       }
     }
+  }
+
+  /**
+   * Drops a key this node just deleted or purged on the server, so that its own next
+   * decisions do not wait for the watch (which then delivers the deletion as a no-op).
+   */
+  forget(key: string): void {
+    if (!this.map.delete(key)) return;
+    this.emit(key, undefined);
   }
 
   /**

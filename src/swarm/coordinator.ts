@@ -315,7 +315,7 @@ class SwarmRun {
       );
       subtasks = d.subtasks;
       this.usage = addUsage(this.usage, d.usage);
-      await this.emit(RunEventType.modelCall, { model: d.model, usage: d.usage, purpose: "plan", calls: d.calls }, "plan");
+      await this.emit(RunEventType.modelResponse, { model: d.model, usage: d.usage, purpose: "plan", calls: d.calls }, "plan");
     }
     const planned = this.place(subtasks, agents);
     await this.emit(SwarmEventType.planned, { subtasks: planned, usage: this.usage });
@@ -398,7 +398,7 @@ class SwarmRun {
       { idempotent: true },
     );
     this.usage = addUsage(this.usage, s.usage);
-    await this.emit(RunEventType.modelCall, { model: s.model, usage: s.usage, purpose: "synthesize" }, "synthesize");
+    await this.emit(RunEventType.modelResponse, { model: s.model, usage: s.usage, purpose: "synthesize" }, "synthesize");
     const usage = addUsage(this.usage, childUsage);
     const result: SwarmResult = {
       output: s.output + missingNote(missing),

@@ -1,7 +1,8 @@
 import { createHash } from "node:crypto";
 import { DeliverPolicy, DiscardPolicy, RetentionPolicy, StorageType, type JetStreamClient, type JetStreamManager } from "@nats-io/jetstream";
 import { nanos } from "@nats-io/transport-node";
-import { Kvm, type KV } from "@nats-io/kv";
+import type { KV } from "@nats-io/kv";
+import { openOrCreateBucket } from "../bus/kv-buckets.js";
 import { KovaTimeoutError } from "../core/errors.js";
 import { silentLogger, type Logger } from "../core/logger.js";
 import { isStreamNotFound, isSubjectOverlap, isWrongLastSequence } from "../bus/index.js";
@@ -95,7 +96,7 @@ export class SubjectWaits {
    * @throws JetStream errors when JetStream is unavailable
    */
   static async open(opts: { js: JetStreamClient; jsm: JetStreamManager; cluster: string; replicas?: number; owner: string }): Promise<SubjectWaits> {
-    const kv = await new Kvm(opts.js).create(waitsBucket(opts.cluster), { history: 1, replicas: opts.replicas ?? 1, storage: "file" });
+    const kv = await openOrCreateBucket(opts.js, waitsBucket(opts.cluster), { history: 1, replicas: opts.replicas ?? 1, storage: "file" });
     return new SubjectWaits(kv, opts.jsm, opts.js, waitsStream(opts.cluster), opts.replicas ?? 1, opts.owner);
   }
 

@@ -1,5 +1,6 @@
 import type { JetStreamClient } from "@nats-io/jetstream";
-import { Kvm, type KV } from "@nats-io/kv";
+import type { KV } from "@nats-io/kv";
+import { openOrCreateBucket } from "../bus/kv-buckets.js";
 import { silentLogger, type Logger } from "../core/logger.js";
 import { followBucket } from "./kv-watch.js";
 
@@ -35,7 +36,7 @@ export class WorkflowTimers {
    * @throws JetStream errors when JetStream is unavailable
    */
   static async open(opts: { js: JetStreamClient; cluster: string; replicas?: number }): Promise<WorkflowTimers> {
-    const kv = await new Kvm(opts.js).create(timersBucket(opts.cluster), { history: 1, replicas: opts.replicas ?? 1, storage: "file" });
+    const kv = await openOrCreateBucket(opts.js, timersBucket(opts.cluster), { history: 1, replicas: opts.replicas ?? 1, storage: "file" });
     return new WorkflowTimers(kv);
   }
 

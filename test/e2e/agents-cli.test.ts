@@ -58,7 +58,7 @@ describe("agents from kova.toml, driven by the kova CLI (node processes, scripte
     await poll(() => tailed.trim().split("\n").length >= 7, { timeoutMs: 10_000, what: () => `7 chat events (got ${tailed})` });
     const types = tailed.trim().split("\n").map((l) => (JSON.parse(l) as { type: string }).type);
     expect(types[0]).toBe("run_started");
-    expect(types.filter((t) => t === "token")).toHaveLength(4);
+    expect(types.filter((t) => t === "model_delta")).toHaveLength(4);
     expect(types.slice(-2)).toEqual(["run_completed", "run_stream_end"]);
     expect(types).not.toContain("tool_call"); // the chat profile leaves tools out
 

@@ -30,6 +30,8 @@ describe("actor host", () => {
     expect(info).toEqual({ count: 4, ids: [...sent.map((e) => e.id), last.id] });
     const caps = await rig.bus.request<{ capabilities: string[] }>("c1", "capability_query", null);
     expect(caps.capabilities).toEqual(["count"]);
+    // The state is readable once the checkpoint is saved; the turn ends after its WAL completion.
+    await poll(() => rig.host.status("c1")?.handled === 4, { timeoutMs: 5_000, what: "the last turn ended" });
     expect(rig.host.status("c1")).toMatchObject({ inFlight: 0, handled: 4 });
     const turnStates = rig.states.filter(([, , info]) => (info as { turn?: boolean })?.turn).map(([, s]) => s);
     expect(turnStates.slice(0, 2)).toEqual(["Running", "Idle"]);

@@ -242,6 +242,8 @@ describe("actor turns across a NATS outage", () => {
     }, { timeoutMs: 30_000, what: "turn committed after the outage", retryErrors: true });
     expect(state).toEqual({ paid: 1 });
     expect(charged).toBe(1);
+    // The state is readable once the checkpoint is saved; the turn ends after its WAL completion.
+    await poll(() => rig.host.status("pay1")?.handled === 1, { timeoutMs: 5_000, what: "the turn ended" });
     expect(rig.wal.pendingFor("pay1")).toEqual([]);
     expect(rig.host.status("pay1")).toMatchObject({ state: "Idle", handled: 1 });
   }, 60_000);

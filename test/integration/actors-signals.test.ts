@@ -210,7 +210,7 @@ describe("actor signals", () => {
       initialState: () => ({ sent: [] }),
       handlers: {
         task_delegate: async (ctx) => {
-          await ctx.step("think", () => ctx.stream("token", { text: "hel" }));
+          await ctx.step("think", () => ctx.stream("model_delta", { text: "hel" }));
           const id = await ctx.send({ to: "c9", type: "task_delegate", payload: ctx.message.payload });
           ctx.state.sent.push(id);
           await ctx.emit("relayed", { id });
@@ -228,6 +228,6 @@ describe("actor signals", () => {
     }, { timeoutMs: 10_000, what: "relayed message", retryErrors: true });
     const relayed = await poll(() => events.find((e) => e.type === "relayed"), { timeoutMs: 5_000, what: "relayed event" });
     expect(relayed).toMatchObject({ runId: "r9", data: { id: info.ids[0] } });
-    expect(events.find((e) => e.type === "token")).toMatchObject({ runId: "r9", data: { text: "hel" } });
+    expect(events.find((e) => e.type === "model_delta")).toMatchObject({ runId: "r9", data: { text: "hel" } });
   });
 });

@@ -78,7 +78,7 @@ describe("human approval of tool calls (KovaNode in process, real NATS KV, scrip
     const result = await pending;
     expect(result).toMatchObject({ status: "completed", runId: "run-a", output: 'tool said: {"done":"prod"}' });
     expect(deploy.runs).toEqual([{ target: "prod" }]);
-    const types = rig.eventsOf("run-a").map((e) => e.type).filter((t) => t !== "token" && t !== "model_request");
+    const types = rig.eventsOf("run-a").map((e) => e.type).filter((t) => t !== "model_delta" && t !== "model_request");
     expect(types.indexOf("approval_requested")).toBeLessThan(types.indexOf("approval_granted"));
     expect(types.indexOf("approval_granted")).toBeLessThan(types.indexOf("tool_call"));
     expect(rig.eventsOf("run-a").find((e) => e.type === "approval_granted")!.data).toMatchObject({ approvalId: asked.data.approvalId, by: "ann", tool: "deploy" });

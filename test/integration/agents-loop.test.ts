@@ -44,16 +44,16 @@ describe("agent decision loop (real NATS, WAL, openai client, scripted server)",
       runId: "run-1",
       onEvent: (e) => {
         events.push(e.type);
-        if (e.type === "token") tokens.push((e.data as { text: string }).text);
+        if (e.type === "model_delta") tokens.push((e.data as { text: string }).text);
       },
     });
     expect(result).toMatchObject({ output: "The answers are 5 and 42.", status: "completed", runId: "run-1", sessionId: "run-1" });
     expect(result.usage).toEqual({ inputTokens: 250, outputTokens: 30, costUsd: expect.closeTo((250 * 1 + 30 * 2) / 1e6, 9) });
     expect(tokens.join("")).toBe("The answers are 5 and 42.");
-    const stored = events.filter((t) => t !== "token" && t !== "model_request");
+    const stored = events.filter((t) => t !== "model_delta" && t !== "model_request");
     expect(stored[0]).toBe("run_started");
     expect(stored.slice(-2)).toEqual(["run_completed", "run_stream_end"]);
-    expect(stored.filter((t) => t === "model_call")).toHaveLength(3);
+    expect(stored.filter((t) => t === "model_response")).toHaveLength(3);
     expect(stored.filter((t) => t === "tool_call")).toHaveLength(3);
     expect(stored.filter((t) => t === "tool_result")).toHaveLength(3);
     // The model saw each tool's result, in call order, after the assistant message that asked for it.

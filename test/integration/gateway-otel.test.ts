@@ -89,8 +89,9 @@ describe("gateway: OpenTelemetry export", () => {
     expect(Number(attr(researcher, "kova.cost_usd"))).toBeGreaterThan(0);
     // model calls and the tool call hang under the researcher's run span
     const underResearcher = spans.filter((s) => s.parentSpanId === researcher.spanId).map((s) => s.name).sort();
-    expect(underResearcher).toEqual(["model_call scripted-model", "model_call scripted-model", "tool add"]);
+    expect(underResearcher).toEqual(["chat scripted-model", "chat scripted-model", "tool add"]);
     const modelCall = spans.find((s) => s.parentSpanId === writer.spanId);
+    expect(attr(modelCall, "gen_ai.operation.name")).toBe("chat");
     expect(attr(modelCall, "gen_ai.request.model")).toBe("scripted-model");
     expect(attr(modelCall, "gen_ai.usage.input_tokens")).toBe(12);
   }, 60_000);

@@ -110,9 +110,9 @@ describe("agent definitions, config, protocol and budgets (pure)", () => {
 
   it("profiles - chat sees tokens and endings, metrics sees usage without text, debug sees all", () => {
     const ev = (type: string, data: unknown) => ({ type, sessionId: "s", runId: "r", ts: 1, data });
-    expect(inProfile(ev("token", { text: "a" }), "chat")).toBe(true);
+    expect(inProfile(ev("model_delta", { text: "a" }), "chat")).toBe(true);
     expect(inProfile(ev("tool_call", {}), "chat")).toBe(false);
-    expect(inProfile(ev("token", {}), "metrics")).toBe(false);
+    expect(inProfile(ev("model_delta", {}), "metrics")).toBe(false);
     expect(inProfile(ev("agent_state", {}), "debug")).toBe(true);
     const m = forProfile(ev("run_completed", { agentId: "a", output: "secret answer", usage: { inputTokens: 1, outputTokens: 2 } }), "metrics");
     expect(m.data).toEqual({ agentId: "a", usage: { inputTokens: 1, outputTokens: 2 } });

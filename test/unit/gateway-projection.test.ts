@@ -17,12 +17,12 @@ describe("gateway task projection", () => {
     expect(p.state).toBe(TaskState.TASK_STATE_SUBMITTED);
     expect(p.apply(ev("run_started"))[0]?.payload?.$case).toBe("statusUpdate");
     expect(p.state).toBe(TaskState.TASK_STATE_WORKING);
-    const t1 = p.apply(ev("token", { text: "Hel" }));
-    const t2 = p.apply(ev("token", { text: "lo" }));
+    const t1 = p.apply(ev("model_delta", { text: "Hel" }));
+    const t2 = p.apply(ev("model_delta", { text: "lo" }));
     expect(t1.map((u) => u.payload?.$case)).toEqual(["artifactUpdate"]);
     expect(t1[0]?.payload?.value).toMatchObject({ append: false, lastChunk: false });
     expect(t2[0]?.payload?.value).toMatchObject({ append: true, lastChunk: false });
-    p.apply(ev("model_call", { model: "m", usage: { inputTokens: 3, outputTokens: 2, costUsd: 0.5 } }));
+    p.apply(ev("model_response", { model: "m", usage: { inputTokens: 3, outputTokens: 2, costUsd: 0.5 } }));
     p.apply(ev("approval_requested", { approvalId: "ap1", tool: "deploy" }));
     expect(p.state).toBe(TaskState.TASK_STATE_INPUT_REQUIRED);
     expect(p.settled).toBe(true);

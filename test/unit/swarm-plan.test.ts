@@ -3,7 +3,7 @@ import type { ModelRequest, ModelResponse } from "../../src/agents/model/index.j
 import { derivedId, durationMs, readTaskPayload } from "../../src/agents/run-protocol.js";
 import { ErrorCode, isKovaError } from "../../src/core/errors.js";
 import { parseConfig } from "../../src/node/config.js";
-import { FollowPrinter } from "../../src/cli/swarm-follow.js";
+import { LiveRunTree } from "../../src/cli/run-tree.js";
 import { assignSubtasks, decompose, missingNote, readStaticPlan, SwarmErrorCode, type AgentCandidate } from "../../src/swarm/index.js";
 
 const agent = (agentId: string, node: string, capabilities: string[], backlog = 0): AgentCandidate => ({ agentId, node, state: "Idle", capabilities, backlog });
@@ -127,17 +127,25 @@ describe("swarm config", () => {
 });
 
 describe("swarm follow", () => {
-  it("follow - prints one line per event, children indented under the run that linked them", () => {
-    const lines: string[] = [];
-    const p = new FollowPrinter((l) => lines.push(l), 0);
-    p.print({ type: "run_started", sessionId: "s", runId: "root", ts: 0, data: { agentId: "planner", input: "task" } });
-    p.print({ type: "child_run_linked", sessionId: "s", runId: "root", ts: 100, data: { childRunId: "kid", agentId: "r-1", task: "part" } });
-    p.print({ type: "token", sessionId: "s", runId: "kid", parentRunId: "root", ts: 150, data: { text: "x" } });
-    p.print({ type: "run_completed", sessionId: "s", runId: "kid", parentRunId: "root", ts: 200, data: { output: "done", usage: { inputTokens: 3, outputTokens: 4 } } });
-    expect(lines).toEqual([
-      "   0.0s run_started root planner: task",
-      "   0.1s child_run_linked root → r-1 kid: part",
-      "   0.2s   run_completed kid (3 in / 4 out tokens): done",
-    ]);
+  it("follow - kova swarm run --follow draws the run tree: subtasks under the coordinator, a snapshot per ended run when piped", () => {
+    let text = "";
+    const view = new LiveRunTree({ write: (t: string) => (text += t) });
+    const ev = (runId: string, type: string, ts: number, data: Record<string, unknown>, parentRunId?: string) =>
+      view.apply({ type, sessionId: "s", runId, ts, data, ...(parentRunId ? { parentRunId } : {}) });
+    ev("root", "run_started", 0, { agentId: "planner", input: "task" });
+    ev("root", "child_run_linked", 100, { childRunId: "kid", stepId: "subtask-0", agentId: "r-1", task: "part" });
+    ev("kid", "run_started", 150, { agentId: "r-1", input: "part" }, "root");
+    ev("kid", "model_delta", 160, { text: "x" }, "root");
+    expect(ev("kid", "run_completed", 200, { output: "done", usage: { inputTokens: 3, outputTokens: 4 } }, "root")).toBe(false);
+    expect(ev("kid", "run_stream_end", 200, { status: "completed" }, "root")).toBe(true);
+    ev("root", "model_response", 250, { usage: { inputTokens: 10, outputTokens: 2 }, purpose: "synthesize" });
+    ev("root", "run_completed", 300, { output: "answer", usage: { inputTokens: 13, outputTokens: 6 } });
+    ev("root", "run_stream_end", 300, { status: "completed" });
+    view.finish();
+    const snapshots = text.trim().split("\n\n");
+    expect(snapshots).toHaveLength(3); // the child's end, the root's end, the final tree
+    // a running run's duration runs to now; its tokens are its subtree's so far
+    expect(snapshots[0]!.split("\n")).toEqual([expect.stringMatching(/^planner {2}root {2}running {2}\d+\.\ds {2}tokens 3\/4$/), "└─ subtask-0 → r-1  kid  completed  0.1s  tokens 3/4"]);
+    expect(snapshots.at(-1)!.split("\n")).toEqual(["planner  root  completed  0.3s  tokens 13/6", "└─ subtask-0 → r-1  kid  completed  0.1s  tokens 3/4"]);
   });
 });

@@ -1,5 +1,6 @@
 import type { JetStreamClient } from "@nats-io/jetstream";
-import { Kvm, type KV } from "@nats-io/kv";
+import type { KV } from "@nats-io/kv";
+import { openOrCreateBucket } from "../../bus/kv-buckets.js";
 import { checkFormatVersion } from "../../core/format-version.js";
 import type { ChatMessage } from "../model/types.js";
 import { toUnits } from "./units.js";
@@ -46,7 +47,7 @@ export class NatsMemoryStore implements MemoryStore {
    * @throws JetStream errors when JetStream is unavailable
    */
   static async open(opts: { js: JetStreamClient; cluster: string; replicas?: number; maxBytes?: number }): Promise<NatsMemoryStore> {
-    const kv = await new Kvm(opts.js).create(NatsMemoryStore.bucketName(opts.cluster), { history: 1, replicas: opts.replicas ?? 1 });
+    const kv = await openOrCreateBucket(opts.js, NatsMemoryStore.bucketName(opts.cluster), { history: 1, replicas: opts.replicas ?? 1 });
     return new NatsMemoryStore(kv, (opts.maxBytes ?? 1024 * 1024) - 4096);
   }
 
