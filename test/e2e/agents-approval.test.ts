@@ -64,4 +64,28 @@ describe("tool-call approval across a SIGKILL (node processes, scripted model ov
     expect(again.code).toBe(1);
     expect(again.stderr).toContain("APPROVAL_ALREADY_DECIDED");
   }, 120_000);
+
+  it("approval - takeover: the agent's node is SIGKILLed while a call waits and never returns; the node that takes the agent over finds the decision and runs the call once", async () => {
+    await using model = await startScriptedModelServer({
+      handler: (req) =>
+        req.messages.some((m) => m.role === "tool") ? scriptedReply.text("done") : scriptedReply.toolCalls([{ name: "calculator", arguments: { expression: "1+1" } }]),
+    });
+    await using tc = await TestCluster.create({ nodes: ["n1", "n2"], modules: [TOOLS_MODULE], extraToml: [`[models.main]`, `base_url = "${model.url}"`, `model = "gpt-4o-mini"`, AGENT].join("\n") });
+    const host = await poll(async () => (await tc.agents()).get("worker")?.node ?? undefined, { timeoutMs: 20_000, what: "worker hosted" });
+    const asking = tc.cli(["ask", "worker", "add", "--session", "take-s"]);
+    const asked = await poll(() => tc.events.find((e) => e.sessionId === "take-s" && e.type === "approval_requested"), { timeoutMs: 20_000, what: "approval_requested" });
+    const { approvalId } = asked.data as { approvalId: string };
+    tc.kill(host);
+    const approve = await tc.cli(["approve", asked.runId, approvalId]);
+    expect(approve.code, approve.stderr).toBe(0);
+    const result = await asking;
+    expect(result.code, result.stderr).toBe(0);
+    expect(result.stdout).toContain("done");
+    const moved = (await tc.agents()).get("worker")?.node;
+    expect(moved).not.toBe(host);
+    expect(model.requests).toHaveLength(2);
+    const events = tc.events.filter((e) => e.runId === asked.runId);
+    expect(events.filter((e) => e.type === "approval_requested")).toHaveLength(1);
+    expect(events.filter((e) => e.type === "tool_call")).toHaveLength(1);
+  }, 120_000);
 });
