@@ -181,4 +181,17 @@ describe("human approval of tool calls (KovaNode in process, real NATS KV, scrip
     expect(await next).toMatchObject({ status: "completed" });
     expect(deploy.runs).toHaveLength(1);
   }, 60_000);
+
+  it("deadline - an approval never outlives the task's deadline: the wait ends with it, the call does not run, the run fails on the deadline", async () => {
+    const deploy = countingTool("deploy");
+    await using model = await oneCallModel("deploy");
+    await using rig = await startAgentNode(nats.url, uniqueCluster("apd"), { toml: agentToml(model.url, `tools = ["deploy"]\napproval = ["deploy"]`), tools: [deploy.tool], ready: ["ops"] });
+    const result = await askAgent(rig.client, "ops", "ship it", { runId: "run-d", timeoutMs: 30_000, constraints: { deadline: "1500ms" } });
+    expect(result).toMatchObject({ status: "failed", error: { code: "RUN_LIMIT_EXCEEDED" } });
+    expect(deploy.runs).toEqual([]);
+    const asked = await requested(rig, "run-d");
+    const started = rig.eventsOf("run-d").find((e) => e.type === "run_started")!;
+    expect(asked.data.expiresAt - started.ts).toBeLessThanOrEqual(1600);
+    expect(rig.eventsOf("run-d").find((e) => e.type === "approval_rejected")!.data).toMatchObject({ timedOut: true });
+  }, 60_000);
 });
