@@ -68,7 +68,7 @@ export interface StartNodeOptions {
   nats?: Pick<ResolveNatsOptions, "probeDefault" | "defaultUrl">;
   /** Agents defined in code (`defineAgent`); `[[agents]]` and config modules add to them. */
   agents?: AgentDefinition[];
-  /** Tools defined in code (`defineTool`), offered to the agents whose `tools` lists name them. */
+  /** Tools defined in code (`defineTool`), offered to the agents whose `tools` lists name them; config modules add to them. */
   tools?: Tool[];
 }
 
@@ -118,6 +118,7 @@ export class KovaNode {
     readonly modelScheduler: ModelCallScheduler,
     logger: Logger,
     private readonly agentDefs: AgentDefinition[] = [],
+    private readonly codeTools: Tool[] = [],
   ) {
     this.log = logger.child({ component: "node", nodeId: config.nodeId });
   }
@@ -150,11 +151,11 @@ export class KovaNode {
     const scheduler = opts.modelScheduler ?? modelScheduler(opts.config.models, logger.child({ component: "agents" }));
     if (opts.modelScheduler) for (const [name, m] of opts.config.models) scheduler.setModel(name, { maxConcurrency: m.maxConcurrency, policy: m.scheduling });
     registerSwarms(opts.config, types, { bus: () => node!.busClient, interrupt: (agentId, messageId) => node!.interruptDelegation(agentId, messageId) }, scheduler, logger);
-    const moduleAgents = await loadActorModules(opts.config, types);
+    const fromModules = await loadActorModules(opts.config, types);
     const templates = opts.templates instanceof ActorTemplateRegistry ? opts.templates : new ActorTemplateRegistry(opts.templates ?? []);
     for (const [i, t] of opts.config.templates.entries()) templates.register(t, `actor_templates[${i}]`);
     for (const t of templates.list()) if (!types.has(t.type)) throw new UnknownActorTypeError(t.type, types.types());
-    node = new KovaNode(opts.config, types, templates, scheduler, logger, [...(opts.agents ?? []), ...opts.config.agents, ...moduleAgents]);
+    node = new KovaNode(opts.config, types, templates, scheduler, logger, [...(opts.agents ?? []), ...opts.config.agents, ...fromModules.agents], [...(opts.tools ?? []), ...fromModules.tools]);
     // Every node can host workflow runs (docs/workflows.md), unless the application
     // registered its own type of that name.
     if (!types.has(WORKFLOW_ACTOR_TYPE)) {
@@ -209,7 +210,7 @@ export class KovaNode {
     });
     this.recovery.corrupt = this.wal.recovery.corrupt.length;
     // Agent types are registered before recovery: a recovered turn may be an agent's.
-    this.agentServices = await startAgentServices(config, this.agentDefs, { bus: this.bus, types: this.types, logger: this.log, replicas, scheduler: this.modelScheduler, tools: opts.tools ?? [] });
+    this.agentServices = await startAgentServices(config, this.agentDefs, { bus: this.bus, types: this.types, logger: this.log, replicas, scheduler: this.modelScheduler, tools: this.codeTools });
     this.recovery.pendingRecords = this.wal.recovery.pending.length;
 
     const nc = this.bus.nc;
