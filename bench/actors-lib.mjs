@@ -19,7 +19,7 @@ export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 export const fmt = (n) => Math.round(n).toLocaleString("en-US");
 
 /** A cluster of node processes on its own nats-server. */
-export async function startCluster({ nodes, heartbeatMs = 1000, staleAfterMs = 5000, walSync = "full", actors = [], extraToml = "" }) {
+export async function startCluster({ nodes, heartbeatMs = 1000, staleAfterMs = 5000, walSync = "full", actors = [], clusterToml = [], extraToml = "", modules = [] }) {
   const server = await startNatsServer({ allowExternal: false });
   const dir = mkdtempSync(join(process.env.KOVA_BENCH_DIR ?? tmpdir(), "kova-bench-actors-"));
   const cluster = `b${Math.random().toString(36).slice(2, 10)}`;
@@ -30,8 +30,10 @@ export async function startCluster({ nodes, heartbeatMs = 1000, staleAfterMs = 5
   const configFor = (id) => {
     const file = join(dir, `${id}.toml`);
     const lines = [
+      // `modules` is a top-level key: it must precede every table header.
+      ...(modules.length > 0 ? [`modules = ${JSON.stringify(modules)}`] : []),
       `[node]`, `id = "${id}"`, `data_dir = "${join(dir, id)}"`,
-      `[cluster]`, `name = "${cluster}"`, `heartbeat_ms = ${heartbeatMs}`, `stale_after_ms = ${staleAfterMs}`,
+      `[cluster]`, `name = "${cluster}"`, `heartbeat_ms = ${heartbeatMs}`, `stale_after_ms = ${staleAfterMs}`, ...clusterToml,
       `[nats]`, `urls = ["${server.url}"]`,
       `[wal]`, `sync = "${walSync}"`,
     ];

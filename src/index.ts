@@ -37,6 +37,7 @@ export type { AskOptions } from "./bus/ask.js";
 export type { RequestOptions } from "./bus/rpc.js";
 export type { SendOptions } from "./bus/send.js";
 export type { DlqEntry } from "./bus/dlq.js";
+export type { ActivationReply } from "./bus/activation.js";
 export { ContentType, DlqReason, Header } from "./bus/wire.js";
 export {
   BusClosedError,
@@ -55,6 +56,8 @@ export {
 // Actors
 export { defineActor } from "./actors/definition.js";
 export { ActorTypeRegistry } from "./actors/registry.js";
+export { ActorTemplateRegistry, type ActorTemplate, type RegisteredTemplate, type TemplateBinding } from "./actors/templates.js";
+export { instanceId, parseInstanceId } from "./core/ids.js";
 export { counterActor, type CounterState } from "./actors/counter.js";
 export { ActorStates, type ActorState } from "./actors/lifecycle.js";
 export { Signals, isSignal } from "./actors/types.js";

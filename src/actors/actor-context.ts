@@ -3,6 +3,7 @@ import { createEnvelope, type A2AEnvelope, type KovaEvent, type MailboxContext }
 import type { HostDeps } from "./ports.js";
 import { crashPoint } from "./crash-points.js";
 import type { TurnJournal } from "./turn-journal.js";
+import type { TemplateBinding } from "./templates.js";
 import { derivedId } from "./turn-record.js";
 import type { ActorContext, EmitOptions } from "./types.js";
 
@@ -10,6 +11,7 @@ import type { ActorContext, EmitOptions } from "./types.js";
 export interface ContextActor {
   readonly id: string;
   readonly def: { readonly type: string };
+  readonly template?: TemplateBinding | undefined;
   readonly deps: HostDeps;
   readonly log: Logger;
 }
@@ -43,6 +45,7 @@ export function makeContext(
     actorId: actor.id,
     type: actor.def.type,
     nodeId: deps.nodeId,
+    ...(actor.template ? { template: actor.template } : {}),
     state,
     message: env,
     get replaying() {

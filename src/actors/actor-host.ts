@@ -10,6 +10,7 @@ import type { ActorState } from "./lifecycle.js";
 import type { ActorWal, HostDeps } from "./ports.js";
 import type { ActorTypeRegistry } from "./registry.js";
 import { TURN_KIND } from "./turn-record.js";
+import type { TemplateBinding } from "./templates.js";
 import type { Signal, SupervisionOptions } from "./types.js";
 
 export type { ActorStatus };
@@ -97,11 +98,13 @@ export class ActorHost {
   /**
    * Starts hosting `actorId` as `type`: loads its checkpoint, finishes its PENDING WAL
    * turns (state Recovering, recorded steps reused), opens its mailbox and rpc → Idle.
+   * `template` makes it an instance of a template (virtual actor): its handlers see the
+   * binding as `ctx.template`, and a new instance's `initialState` gets it.
    * Starting a hosted actor again is a no-op.
    * @throws InvalidIdError, UnknownActorTypeError before anything else; LeaseLostError when
    *   the fence fails during recovery; NATS errors when the checkpoint cannot be loaded
    */
-  async start(actorId: string, type: string): Promise<void> {
+  async start(actorId: string, type: string, opts: { template?: TemplateBinding } = {}): Promise<void> {
     assertId("actor id", actorId);
     const def = this.#types.get(type);
     const starting = this.#starting.get(actorId);
@@ -114,9 +117,15 @@ export class ActorHost {
       if (racing) return racing;
     } else if (existing) return;
     if (this.#actors.has(actorId)) return;
-    const actor = new ActorInstance(actorId, def, this.#deps, (a) => {
-      if (this.#actors.get(a.id) === a) this.#actors.delete(a.id);
-    });
+    const actor = new ActorInstance(
+      actorId,
+      def,
+      this.#deps,
+      (a) => {
+        if (this.#actors.get(a.id) === a) this.#actors.delete(a.id);
+      },
+      opts.template,
+    );
     this.#actors.set(actorId, actor);
     const p = actor.start().catch(async (err: unknown) => {
       this.#log.error({ err, actorId }, "actor did not start");
@@ -144,6 +153,16 @@ export class ActorHost {
     await this.#starting.get(actorId)?.catch(() => undefined);
     const actor = this.#actors.get(actorId);
     if (actor) await actor.leave(opts.reason ?? "stopped", opts.drainTimeoutMs);
+  }
+
+  /**
+   * Drops what the host caches for an actor it stopped hosting for good (a passivated
+   * template instance), so that the host's memory follows its active actors only.
+   * No-op while the actor is hosted.
+   */
+  async forget(actorId: string): Promise<void> {
+    if (this.#actors.has(actorId) || this.#starting.has(actorId)) return;
+    (await this.#deps.checkpoints()).forget?.(actorId);
   }
 
   /**

@@ -10,6 +10,7 @@ import type { HostDeps } from "./ports.js";
 import type { ActorJournal } from "./step-journal.js";
 import { runTurn, type TurnActor, type TurnOutcome, type TurnSource } from "./turn-runner.js";
 import { parseTurnRecord, TURN_KIND, type TurnRecord } from "./turn-record.js";
+import type { TemplateBinding } from "./templates.js";
 import type { ActorDefinition, Signal } from "./types.js";
 import { BusErrorCode } from "../bus/errors.js";
 
@@ -22,6 +23,10 @@ export interface ActorStatus {
   /** Messages whose turn ended here (done, interrupted or failed), recovered turns included. */
   handled: number;
   paused: boolean;
+  /** Epoch ms of the last turn's start or end, or of the start of hosting: what passivation measures idleness from. */
+  lastActiveAt: number;
+  /** The template of a template instance (virtual actor). */
+  template?: string;
 }
 
 const EVENT_FLUSH_MS = 2_000;
@@ -54,6 +59,7 @@ export class ActorInstance implements TurnActor {
   #inFlight = 0;
   #handled = 0;
   #leaving = false;
+  #lastActiveAt = Date.now();
   #left: Promise<void> | undefined;
   #events: Promise<void> = Promise.resolve();
   #journal: Promise<ActorJournal> | undefined;
@@ -71,6 +77,7 @@ export class ActorInstance implements TurnActor {
     readonly def: ActorDefinition<any>,
     readonly deps: HostDeps,
     private readonly onGone: (actor: ActorInstance) => void,
+    readonly template?: TemplateBinding,
   ) {
     this.log = deps.log.child({ actorId: id, actorType: def.type });
     this.lifecycle = new ActorLifecycle(id, (state, previous, info) => this.#reportState(state, previous, info));
@@ -84,6 +91,8 @@ export class ActorInstance implements TurnActor {
       inFlight: this.#inFlight,
       handled: this.#handled,
       paused: this.gate.paused,
+      lastActiveAt: this.#lastActiveAt,
+      ...(this.template ? { template: this.template.name } : {}),
     };
   }
 
@@ -158,7 +167,7 @@ export class ActorInstance implements TurnActor {
     const shared = await store.load(this.id);
     const stored = this.deps.wal.getKv<Checkpoint>(localCheckpointKey(this.id));
     const local = stored === undefined ? undefined : readCheckpoint(`local checkpoint of actor ${this.id} in the WAL`, stored);
-    this.memory = ActorMemory.from(shared, local, () => this.def.initialState(), this.deps.processedWindow);
+    this.memory = ActorMemory.from(shared, local, () => this.def.initialState(this.template), this.deps.processedWindow);
   }
 
   journal(): Promise<ActorJournal | undefined> {
@@ -217,6 +226,7 @@ export class ActorInstance implements TurnActor {
     if (this.#interruptOnStart.delete(env.id)) abort.abort(new TurnInterruptedError(this.id, "interrupt"));
     this.#turn = { env, abort, recovering };
     this.#inFlight++;
+    this.#lastActiveAt = Date.now();
     if (!recovering) this.lifecycle.transition("Running", { turn: true, envelopeId: env.id });
     let outcome: TurnOutcome | undefined;
     const source: TurnSource = { ...src, abort };
@@ -240,6 +250,7 @@ export class ActorInstance implements TurnActor {
     } finally {
       this.#inFlight--;
       this.#turn = undefined;
+      this.#lastActiveAt = Date.now();
       // A failed turn goes Running → Failed (in #fail), every other end back to Idle.
       if (!recovering && this.lifecycle.state === "Running" && outcome?.kind !== "failed") {
         this.lifecycle.transition("Idle", { turn: true, envelopeId: env.id });

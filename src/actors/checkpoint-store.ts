@@ -56,6 +56,8 @@ export interface CheckpointStore {
   load(actorId: string): Promise<Checkpoint | undefined>;
   /** @throws CheckpointConflictError (a LeaseLostError) when another writer saved since this store last loaded or saved the actor */
   save(actorId: string, cp: Checkpoint): Promise<void>;
+  /** Drops what the store caches for an actor this node no longer hosts (a passivated instance); the next load reads it again. */
+  forget?(actorId: string): void;
 }
 
 export interface NatsCheckpointStoreOptions {
@@ -118,6 +120,10 @@ export class NatsCheckpointStore implements CheckpointStore {
       }
       throw err;
     }
+  }
+
+  forget(actorId: string): void {
+    this.#revisions.delete(actorId);
   }
 
   /** Removes an actor's checkpoint (a deleted actor). */

@@ -5,6 +5,14 @@
 export { ActorHost, type ActorHostOptions, type ActorStatus } from "./actor-host.js";
 export { defineActor } from "./definition.js";
 export { ActorTypeRegistry } from "./registry.js";
+export {
+  ActorTemplateRegistry,
+  DEFAULT_IDLE_AFTER_MS,
+  validateTemplate,
+  type ActorTemplate,
+  type RegisteredTemplate,
+  type TemplateBinding,
+} from "./templates.js";
 export { counterActor, type CounterState } from "./counter.js";
 export { ActorLifecycle, ActorStates, canTransition, type ActorState } from "./lifecycle.js";
 export { Signals, isSignal } from "./types.js";

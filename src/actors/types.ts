@@ -1,4 +1,5 @@
 import type { A2AEnvelope, MessageType } from "../bus/index.js";
+import type { TemplateBinding } from "./templates.js";
 
 export type { A2AEnvelope, MessageType };
 
@@ -50,6 +51,8 @@ export interface ActorContext<S> {
   readonly actorId: string;
   readonly type: string;
   readonly nodeId: string;
+  /** Set for an instance of a template (virtual actor): its template name, key and shared config. */
+  readonly template?: TemplateBinding;
   /** Mutable; checkpointed after each handled message. Must be JSON-serializable. */
   state: S;
   /** The message being handled. */
@@ -108,7 +111,8 @@ export interface ActorDefinition<S = unknown> {
   /** Type name, an id token ([A-Za-z0-9_-]). */
   type: string;
   capabilities?: string[];
-  initialState(): S;
+  /** State of a new actor; a template instance gets its binding (template name, key, config). */
+  initialState(template?: TemplateBinding): S;
   /** Durable mailbox path. A type without a handler goes to the DLQ with reason `unhandled`. */
   handlers: Partial<Record<MessageType, ActorHandler<S>>>;
   /** Fast request path (core NATS request/reply); not journaled, reads state only. */

@@ -1,5 +1,6 @@
 import type { JetStreamClient } from "@nats-io/jetstream";
-import { Kvm, type KV, type KvEntry } from "@nats-io/kv";
+import type { KV, KvEntry } from "@nats-io/kv";
+import { openOrCreateBucket } from "../bus/kv-buckets.js";
 import { ArgumentError, defineErrorCodes, KovaError } from "../core/errors.js";
 import { assertId } from "../core/ids.js";
 import { isWrongLastSequence } from "../bus/nats-errors.js";
@@ -136,7 +137,7 @@ export class NatsApprovalStore implements ApprovalStore {
    * @throws JetStream errors when JetStream is unavailable
    */
   static async open(opts: { js: JetStreamClient; cluster: string; replicas?: number; recheckMs?: number }): Promise<NatsApprovalStore> {
-    const kv = await new Kvm(opts.js).create(NatsApprovalStore.bucketName(opts.cluster), { history: 1, replicas: opts.replicas ?? 1, ttl: 2 * MAX_APPROVAL_TIMEOUT_MS });
+    const kv = await openOrCreateBucket(opts.js, NatsApprovalStore.bucketName(opts.cluster), { history: 1, replicas: opts.replicas ?? 1, ttl: 2 * MAX_APPROVAL_TIMEOUT_MS });
     return new NatsApprovalStore(kv, opts.recheckMs ?? 5_000);
   }
 

@@ -39,9 +39,10 @@ export interface AgentRuntimeOptions {
   maxArgumentRepairs?: number;
   maxResultBytes?: number;
   /**
-   * The node's model-call scheduler, shared with whatever else on the node calls models
-   * (swarm coordinators), so that `max_concurrency` bounds the node's calls to a model, not
-   * each caller's. Default: one of its own, closed by `close()`.
+   * The node's model-call scheduler (`KovaNode.modelScheduler`), shared with whatever else on
+   * the node calls models (swarm coordinators), so that `max_concurrency` bounds the node's
+   * calls to a model, not each caller's, and its queues and waits show in the node's status
+   * and `$SRV.STATS`. Default: one of its own, closed by `close()`.
    */
   scheduler?: ModelCallScheduler;
   /** Stores; defaults are NATS KV buckets opened on first use (tests pass their own). */

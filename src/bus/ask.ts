@@ -7,6 +7,8 @@ import type { BusContext } from "./context.js";
 import { createEnvelope, validateOutgoing, type A2AEnvelope } from "./envelope.js";
 import { InvalidEnvelopeError, subjectTimeout, UnknownAgentError } from "./errors.js";
 import { registryKnows } from "./unknown-agents.js";
+import { requestActivation } from "./activation.js";
+import { parseInstanceId } from "../core/ids.js";
 import { replyToProblem } from "./reply-subject.js";
 import { sendEnvelope, type SendOptions } from "./send.js";
 import { ContentType, Header } from "./wire.js";
@@ -30,7 +32,8 @@ export const DEFAULT_ASK_TIMEOUT_MS = 120_000;
  * private reply inbox. The request itself is durable: if the caller gives up, the
  * agent still processes it later and its reply goes to an inbox nobody reads.
  * @returns the reply envelope
- * @throws UnknownAgentError when the registry knows no such agent;
+ * @throws UnknownAgentError when the registry knows no such agent (and, for an id of the
+ *   instance form `<template>--<key>`, the nodes know no such template: RemoteError UNKNOWN_AGENT);
  *   KovaTimeoutError naming the agent's inbox subject; a RemoteError rebuilt from the
  *   reply's `error`; anything `send` throws
  */
@@ -44,8 +47,13 @@ export async function ask<R>(ctx: BusContext, envelope: A2AEnvelope, opts: AskOp
     deadline: envelope.deadline ?? Date.now() + timeoutMs,
   });
   const subject = ctx.subjects.a2a(env.to);
-  // Nobody would ever answer: say so now instead of after the whole timeout.
-  if (opts.checkAgent !== false && (await registryKnows(ctx, env.to)) === false) throw new UnknownAgentError(env.to);
+  // Nobody would ever answer: say so now instead of after the whole timeout. An id of
+  // the instance form is activated first (a node says UNKNOWN_AGENT when no template
+  // matches): its mailbox is then opening when the message lands.
+  if (opts.checkAgent !== false && (await registryKnows(ctx, env.to)) === false) {
+    if (parseInstanceId(env.to) === undefined) throw new UnknownAgentError(env.to);
+    await requestActivation(ctx, env.to);
+  }
   // Subscribe before sending: the reply may come back faster than the send's ack.
   const sub = ctx.nc.subscribe(inbox);
   const timer = setTimeout(() => sub.unsubscribe(), timeoutMs);

@@ -6,7 +6,8 @@ import { ask, respond, type AskOptions, type RespondOptions } from "./ask.js";
 import { DEFAULT_CODEC_LIMITS, type CodecLimits } from "./codec.js";
 import { connectNats } from "./connection.js";
 import type { BusContext } from "./context.js";
-import { sweepUnknownAgents } from "./unknown-agents.js";
+import { sweepUnknownAgents, type UnknownAgentSweep } from "./unknown-agents.js";
+import { requestActivation, type ActivationReply } from "./activation.js";
 import { deadLetterEnvelope, listDlq, startDlqMover, type DeadLetterOptions, type DlqEntry, type DlqMover } from "./dlq.js";
 import type { A2AEnvelope, MessageType } from "./envelope.js";
 import { BusClosedError, JetStreamUnavailableError } from "./errors.js";
@@ -143,7 +144,15 @@ export class Bus {
     this.open("serveRpc");
     const svc = serveRpc(this.ctx, agentId, handler);
     this.services.add(svc);
-    return svc;
+    // Forgotten once stopped: a node that hosts actors for a while (passivated template
+    // instances, moves) must not keep every service it ever served.
+    const stop = svc.stop.bind(svc);
+    return Object.assign(svc, {
+      stop: async () => {
+        this.services.delete(svc);
+        await stop();
+      },
+    });
   }
 
   /**
@@ -153,6 +162,17 @@ export class Bus {
   request<R>(to: string, type: MessageType, payload: unknown, opts?: RequestOptions): Promise<R> {
     this.open("request");
     return request<R>(this.ctx, to, type, payload, opts);
+  }
+
+  /**
+   * Asks the nodes to activate a template instance (`<template>--<key>`) now; `ask` does
+   * this by itself for an id the registry does not know. See activation.ts.
+   * @returns the node's reply, or undefined when no node answered within `timeoutMs`
+   * @throws RemoteError UNKNOWN_AGENT (no such template), QUOTA_EXCEEDED; BusClosedError
+   */
+  activate(id: string, timeoutMs?: number): Promise<ActivationReply | undefined> {
+    this.open("activate");
+    return requestActivation(this.ctx, id, timeoutMs);
   }
 
   /**
@@ -194,22 +214,23 @@ export class Bus {
   }
 
   /**
+   * Hands ids with waiting messages that `isKnown` denies to `activate` (template
+   * instances), and dead-letters the messages of the rest once they are older than
+   * `olderThanMs` (reason `unknown_agent`); see unknown-agents.ts.
+   * @returns how many were moved
+   */
+  sweepUnknownAgents(sweep: UnknownAgentSweep): Promise<number> {
+    this.open("sweepUnknownAgents");
+    return sweepUnknownAgents(this.ctx, sweep);
+  }
+
+  /**
    * Stores an envelope that will not be handled on `kova.<c>.dlq.<reason>`, with the same
    * headers as the bus's own dead letters (docs/protocol.md), and resolves with its DLQ
    * sequence after the JetStream ack, so the caller may ack the original only then.
    * @param reason a DlqReason, or a layer's own reason (one subject token)
    * @throws InvalidIdError when `reason` or `env.to` is not a subject token; BusClosedError; JetStream errors when the DLQ stream is missing
    */
-  /**
-   * Dead-letters messages to agents that `isKnown` denies once they are older than
-   * `olderThanMs` (reason `unknown_agent`); see unknown-agents.ts.
-   * @returns how many were moved
-   */
-  sweepUnknownAgents(isKnown: (agentId: string) => boolean, olderThanMs: number): Promise<number> {
-    this.open("sweepUnknownAgents");
-    return sweepUnknownAgents(this.ctx, isKnown, olderThanMs);
-  }
-
   deadLetter(env: A2AEnvelope, reason: DlqReason | (string & {}), opts?: DeadLetterOptions): Promise<number> {
     this.open("deadLetter");
     return deadLetterEnvelope(this.ctx, env, reason, opts);

@@ -1,5 +1,6 @@
 
 import { silentLogger, type Logger } from "../core/logger.js";
+import type { ActivationReply } from "./activation.js";
 import type { AskOptions } from "./ask.js";
 import { Bus } from "./bus.js";
 import { createEnvelope, type A2AEnvelope, type MessageType } from "./envelope.js";
@@ -85,6 +86,16 @@ export class KovaClient {
   ask<R>(to: string, type: MessageType, payload: unknown, opts: MessageOptions & AskOptions = {}): Promise<A2AEnvelope<R>> {
     const { timeoutMs, send, ...m } = opts;
     return this.bus.ask<R>(this.envelope(to, type, payload, m), { ...(timeoutMs ? { timeoutMs } : {}), ...(send ? { send } : {}) });
+  }
+
+  /**
+   * Activates a template instance (`<template>--<key>`) before its first message; optional,
+   * since `ask` does it by itself and the nodes activate an instance they see a message for.
+   * @returns the node's reply, or undefined when no node answered in time
+   * @throws RemoteError UNKNOWN_AGENT when no node knows the template, QUOTA_EXCEEDED
+   */
+  activate(id: string): Promise<ActivationReply | undefined> {
+    return this.bus.activate(id);
   }
 
   /** Fast request to the node hosting `to`. @throws KovaNoRespondersError, KovaTimeoutError, RemoteError */

@@ -34,6 +34,8 @@ export { DEFAULT_ASK_TIMEOUT_MS, type AskOptions, type RespondOptions } from "./
 export type { EventStream, KovaEvent, PublishEventOptions } from "./events.js";
 export { newInbox } from "./inbox.js";
 export type { DeadLetterOptions, DlqEntry, DlqMover } from "./dlq.js";
+export type { ActivationReply } from "./activation.js";
+export type { UnknownAgentSweep } from "./unknown-agents.js";
 export { ContentType, DlqReason, Header, defineDlqReasons, knownDlqReasons } from "./wire.js";
 export {
   UnknownAgentError,

@@ -29,6 +29,11 @@ export interface Subjects {
   readonly kv: { readonly agents: string; readonly nodes: string };
   /** The durable consumer name of an agent's mailbox. */
   consumer(agentId: string): string;
+  /**
+   * Activation requests for template instances (virtual actors): `kova.<c>.control.activate`,
+   * JSON `{ id }`, answered by any node (a micro service endpoint in a queue group).
+   */
+  readonly activate: string;
 }
 
 /**
@@ -58,5 +63,6 @@ export function subjectsFor(cluster: string): Subjects {
     streams,
     kv: { agents: `kova_${cluster}_agents`, nodes: `kova_${cluster}_nodes` },
     consumer: (agentId) => `agent_${assertId("agent id", agentId)}`,
+    activate: `${prefix}.control.activate`,
   };
 }

@@ -7,16 +7,31 @@ import { UnknownAgentError } from "./errors.js";
 import { isMessageGone, isStreamNotFound } from "./nats-errors.js";
 import { DlqReason } from "./wire.js";
 
+/** What a sweep asks about each agent id with messages waiting in the A2A stream. */
+export interface UnknownAgentSweep {
+  /** Declared (registered): its mailbox takes the messages; the sweep leaves them alone. */
+  isKnown(agentId: string): boolean;
+  /** Messages to an id neither known nor activated go to the DLQ once older than this. */
+  olderThanMs: number;
+  /**
+   * Claims an unknown id that can be brought to life (a template instance): the node
+   * activates it, and its messages wait for its mailbox instead of going to the DLQ.
+   */
+  activate?(agentId: string): boolean;
+}
+
 /**
  * Messages to agents nobody declared. The A2A stream captures `kova.<c>.a2a.*` whether or
  * not an agent of that id exists, so a typo in an id would sit in the WorkQueue stream
  * forever. A sweep (every node runs it; moves are idempotent) finds the stream's subjects
- * whose agent `isKnown` denies, and dead-letters their messages once they are older than
- * `olderThanMs`, with reason `unknown_agent`. The age threshold leaves room for an agent
- * declared right after its first message (a spawn racing a send).
+ * whose agent `isKnown` denies, hands each to `activate` (template instances), and
+ * dead-letters the messages of the rest once they are older than `olderThanMs`, with
+ * reason `unknown_agent`. The age threshold leaves room for an agent declared right after
+ * its first message (a spawn racing a send).
  * @returns how many messages were moved
  */
-export async function sweepUnknownAgents(ctx: BusContext, isKnown: (agentId: string) => boolean, olderThanMs: number): Promise<number> {
+export async function sweepUnknownAgents(ctx: BusContext, sweep: UnknownAgentSweep): Promise<number> {
+  const { isKnown, olderThanMs } = sweep;
   const stream = ctx.subjects.streams.a2a;
   const prefix = `${ctx.subjects.prefix}.a2a.`;
   let info: Awaited<ReturnType<typeof ctx.jsm.streams.info>>;
@@ -30,7 +45,7 @@ export async function sweepUnknownAgents(ctx: BusContext, isKnown: (agentId: str
   let moved = 0;
   for (const subject of Object.keys(info.state.subjects ?? {})) {
     const agentId = subject.slice(prefix.length);
-    if (!isValidId(agentId) || isKnown(agentId)) continue;
+    if (!isValidId(agentId) || isKnown(agentId) || sweep.activate?.(agentId) === true) continue;
     for (let from = 1; ; ) {
       // STREAM.MSG.GET takes next_by_subj on 2.9; nats.js 3.4 only types it for direct gets.
       const m = await ctx.jsm.streams.getMessage(stream, { next_by_subj: subject, seq: from } as unknown as MsgRequest).catch((err: unknown) => {

@@ -36,6 +36,10 @@ export async function askAgentCommand(client: KovaClient, agentId: string, text:
         stdout.write(d.text);
         streamed ||= d.text.length > 0;
       }
+    } else if (e.type === "approval_requested") {
+      process.stderr.write(`[${String(d.tool)} ${JSON.stringify(d.args)} waits for approval: kova approve ${e.runId} ${String(d.approvalId)}  |  kova reject ${e.runId} ${String(d.approvalId)}]\n`);
+    } else if (e.type === "approval_granted" || e.type === "approval_rejected") {
+      process.stderr.write(`[${String(d.tool)} ${e.type === "approval_granted" ? "approved" : d.timedOut ? "rejected: no decision in time" : "rejected"}${d.by ? ` by ${String(d.by)}` : ""}]\n`);
     } else if (o.verbose && e.type === "tool_call") {
       process.stderr.write(`[tool ${String(d.tool)} ${JSON.stringify(d.args)}]\n`);
     } else if (o.verbose && e.type === "tool_result") {

@@ -1,6 +1,7 @@
 import type { Command } from "commander";
 import { pino } from "pino";
 import { ErrorCode, KovaError } from "../core/errors.js";
+import { instanceId } from "../core/ids.js";
 import { CORE_MESSAGE_TYPES, KovaClient, isWellFormedType, type MessageType } from "../bus/index.js";
 import { resolveTarget, targetOptions, type TargetOpts } from "./target.js";
 import { BusErrorCode } from "../bus/errors.js";
@@ -15,6 +16,7 @@ interface MessageOpts extends BusOpts {
   from?: string;
   id?: string;
   timeout?: string;
+  key?: string;
 }
 
 /**
@@ -30,11 +32,13 @@ export function register(program: Command): void {
       .option("-p, --payload <json>", "payload as JSON", "null")
       .option("--from <id>", "sender id (default: kova-cli)")
       .option("--id <id>", "message id (default: a new UUID); resending the same id is stored once")
+      .option("--key <key>", "address the instance <agentId>--<key> of template <agentId> (a virtual actor, activated on first use)")
       .option("--json", "print JSON");
 
   message(program.command("send <agentId>").description("durably send an A2A message to an agent's mailbox")).action(
-    (agentId: string, o: MessageOpts) =>
+    (target: string, o: MessageOpts) =>
       withClient(o, async (client) => {
+        const agentId = address(target, o.key);
         const r = await client.send(agentId, messageType(o.type ?? ""), payload(o.payload), { ...(o.id ? { id: o.id } : {}) });
         const subject = client.bus.subjects.a2a(agentId);
         if (o.json) return print({ ...r, subject });
@@ -47,6 +51,7 @@ export function register(program: Command): void {
     .option("-p, --payload <json>", "payload as JSON (raw form)", "null")
     .option("--from <id>", "sender id (default: kova-cli)")
     .option("--id <id>", "message id (default: a new UUID); resending the same id is stored once")
+    .option("--key <key>", "ask the instance <agentId>--<key> of template <agentId> (a virtual actor, activated on first use)")
     .option("--session <id>", "continue (and keep) this conversation")
     .option("--chat", "send agent.chat (needs --session) instead of task_delegate")
     .option("--max-tokens <n>", "constraints.max_tokens of the task")
@@ -54,8 +59,9 @@ export function register(program: Command): void {
     .option("-v, --verbose", "show tool calls on stderr")
     .option("--json", "print JSON")
     .option("--timeout <ms>", "how long to wait for the reply (default 600000 for a question to an agent, 120000 with --type)")
-    .action((agentId: string, text: string[], o: MessageOpts & AgentAskOpts) =>
+    .action((target: string, text: string[], o: MessageOpts & AgentAskOpts) =>
       withClient(o, async (client) => {
+        const agentId = address(target, o.key);
         if (o.type === undefined) {
           if (text.length === 0) throw new KovaError(ErrorCode.INVALID_CONFIG, 'say what to ask: kova ask <agent> "your question" (or give --type and --payload for a raw message)');
           return askAgentCommand(client, agentId, text.join(" "), { ...o, timeout: String(positive(o.timeout ?? "600000", "--timeout")) });
@@ -70,9 +76,9 @@ export function register(program: Command): void {
 
   message(program.command("request <agentId>").description("fast request/reply to the node hosting the agent (info_request, capability_query)"))
     .option("--timeout <ms>", "how long to wait for the reply", "10000")
-    .action((agentId: string, o: MessageOpts) =>
+    .action((target: string, o: MessageOpts) =>
       withClient(o, async (client) => {
-        print(await client.request(agentId, messageType(o.type ?? ""), payload(o.payload), { timeoutMs: positive(o.timeout, "--timeout") }));
+        print(await client.request(address(target, o.key), messageType(o.type ?? ""), payload(o.payload), { timeoutMs: positive(o.timeout, "--timeout") }));
       }),
     );
 
@@ -154,6 +160,11 @@ export async function withClient(o: BusOpts, fn: (client: KovaClient) => Promise
   } finally {
     await client.close();
   }
+}
+
+/** `<template> --key <k>` names the instance `<template>--<k>`; without --key the id as given. */
+function address(target: string, key: string | undefined): string {
+  return key === undefined ? target : instanceId(target, key);
 }
 
 function messageType(value: string): MessageType {

@@ -85,6 +85,25 @@ export function register(program: Command): void {
             : [s.nodeId, String(s.healthy), String(s.actors.hosted), `${Math.round(s.uptimeMs / 1000)}s`, s.nats.source, String(s.recovery.finished.length), String(s.recovery.abandoned.length)],
         ),
       );
+      const answered = statuses.filter((s): s is NodeStatusView => !("error" in s));
+      const templateRows = answered.flatMap((s) =>
+        (s.virtual?.templates ?? []).map((t) => [s.nodeId, t.name, t.type, String(t.hosted), t.idleAfterMs === 0 ? "never" : `${t.idleAfterMs / 1000}s`, String(s.virtual.activations), String(s.virtual.passivations), String(s.virtual.refused)]),
+      );
+      if (templateRows.length > 0) {
+        process.stdout.write("\ntemplates (virtual actors):\n");
+        table(["NODE", "TEMPLATE", "TYPE", "ACTIVE", "IDLE_AFTER", "ACTIVATED", "PASSIVATED", "REFUSED"], templateRows);
+      }
+      const modelRows = answered.flatMap((s) =>
+        (s.models ?? []).flatMap((m) =>
+          Object.keys(m.classes).length === 0
+            ? [[s.nodeId, m.model, m.policy, `${m.inFlight}/${m.maxConcurrency}`, String(m.queued), "-", "0", "0", "-", "-"]]
+            : Object.entries(m.classes).map(([cls, w]) => [s.nodeId, m.model, m.policy, `${m.inFlight}/${m.maxConcurrency}`, String(m.queued), cls, String(w.queued), String(w.granted), `${w.waitMs.p50}`, `${w.waitMs.p99}`]),
+        ),
+      );
+      if (modelRows.length > 0) {
+        process.stdout.write("\nmodel-call scheduling (per node, model and class; waits in ms):\n");
+        table(["NODE", "MODEL", "POLICY", "IN_FLIGHT", "QUEUED", "CLASS", "CLASS_QUEUED", "GRANTED", "WAIT_P50", "WAIT_P99"], modelRows);
+      }
     }),
   );
 
@@ -146,7 +165,7 @@ export async function withCluster(o: TargetOpts, fn: (nc: NatsConnection, cluste
   }
 }
 
-async function openExisting(nc: NatsConnection, bucket: string, cluster: string) {
+export async function openExisting(nc: NatsConnection, bucket: string, cluster: string) {
   try {
     return await new Kvm(nc).open(bucket, { bindOnly: false });
   } catch (err) {
@@ -155,7 +174,7 @@ async function openExisting(nc: NatsConnection, bucket: string, cluster: string)
 }
 
 /** Every live value of a bucket, read key by key (a one-shot read needs no watch). */
-async function readBucket<T>(nc: NatsConnection, bucket: string, cluster: string): Promise<T[]> {
+export async function readBucket<T>(nc: NatsConnection, bucket: string, cluster: string): Promise<T[]> {
   const kv = await openExisting(nc, bucket, cluster);
   // A key written again while the listing runs (a heartbeat) is listed twice: dedupe.
   const unique = new Set<string>();

@@ -17,6 +17,7 @@ const groups: Array<() => Promise<{ register: Register }>> = [
   () => import("./schedule-commands.js"),
   () => import("./workflow-commands.js"),
   () => import("./approval-commands.js"),
+  () => import("./tools-commands.js"),
   () => import("./gateway-commands.js"),
   () => import("./swarm-commands.js"),
 ];

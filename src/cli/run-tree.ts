@@ -84,7 +84,8 @@ export class RunTree {
         n.endTs = e.ts;
         break;
       case "approval_requested":
-        n.waiting.set(String(d.approvalId), String(d.stepId ?? d.approvalId));
+        // A workflow's wait step, or an agent's tool call.
+        n.waiting.set(String(d.approvalId), String(d.stepId ?? (d.tool !== undefined ? `tool ${String(d.tool)}` : d.approvalId)));
         break;
       case "approval_granted":
       case "approval_rejected":

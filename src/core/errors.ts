@@ -96,10 +96,10 @@ export class ConfigError extends KovaError {
 }
 
 export class InvalidIdError extends KovaError {
-  constructor(kind: string, value: unknown) {
+  constructor(kind: string, value: unknown, fix = "use 1-128 characters from [A-Za-z0-9_-] (no dots, spaces or wildcards)") {
     super(
       ErrorCode.INVALID_ID,
-      `invalid ${kind} ${JSON.stringify(value)}: use 1-128 characters from [A-Za-z0-9_-] (no dots, spaces or wildcards)`,
+      `invalid ${kind} ${JSON.stringify(value)}: ${fix}`,
       { data: { kind, value: String(value) } },
     );
   }

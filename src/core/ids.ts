@@ -21,3 +21,47 @@ export function assertId(kind: string, value: unknown): string {
 export function newId(): string {
   return randomUUID();
 }
+
+/**
+ * Virtual actors: an instance of template `support` for key `user-42` has the id
+ * `support--user-42`. It stays one subject token (an ordinary id), so its inbox, rpc
+ * subject, consumer, lease and checkpoint are those of any actor. The first `--` splits
+ * the id, so a template name never contains `--` and does not end in `-`; the key may.
+ */
+export const INSTANCE_SEPARATOR = "--";
+/** A template name: 1-64 id characters, no `--`, not ending in `-` (see INSTANCE_SEPARATOR). */
+export const TEMPLATE_NAME_MAX = 64;
+
+export function isValidTemplateName(value: unknown): value is string {
+  return (
+    typeof value === "string" &&
+    value.length <= TEMPLATE_NAME_MAX &&
+    ID_PATTERN.test(value) &&
+    !value.includes(INSTANCE_SEPARATOR) &&
+    !value.endsWith("-")
+  );
+}
+
+/**
+ * The id of `template`'s instance for `key`.
+ * @throws InvalidIdError naming the template or the key (and how long the key may be)
+ */
+export function instanceId(template: string, key: string): string {
+  if (!isValidTemplateName(template)) {
+    throw new InvalidIdError("template name", template, `use 1-${TEMPLATE_NAME_MAX} characters from [A-Za-z0-9_-], without "--" and not ending in "-"`);
+  }
+  const max = 128 - template.length - INSTANCE_SEPARATOR.length;
+  if (typeof key !== "string" || key.length > max || !ID_PATTERN.test(key)) {
+    throw new InvalidIdError(`key of template ${template}`, key, `use 1-${max} characters from [A-Za-z0-9_-] (the whole id ${template}--<key> is at most 128)`);
+  }
+  return `${template}${INSTANCE_SEPARATOR}${key}`;
+}
+
+/** Splits an instance id into template and key; undefined when `id` has no instance form. */
+export function parseInstanceId(id: string): { template: string; key: string } | undefined {
+  const at = id.indexOf(INSTANCE_SEPARATOR);
+  if (at <= 0 || at + INSTANCE_SEPARATOR.length >= id.length || !isValidId(id)) return undefined;
+  const template = id.slice(0, at);
+  if (!isValidTemplateName(template)) return undefined;
+  return { template, key: id.slice(at + INSTANCE_SEPARATOR.length) };
+}

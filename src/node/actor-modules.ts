@@ -19,9 +19,9 @@ function isDefinition(value: unknown): value is ActorDefinition<unknown> {
 
 /**
  * Imports each module of the config and registers its actor definitions, then checks that
- * every `[[actors]]` type is known.
+ * every `[[actors]]` and `[[actor_templates]]` type is known.
  * @returns the agent definitions the modules export (the node hosts them as agents)
- * @throws ConfigError naming the module or the `actors[i].type` key
+ * @throws ConfigError naming the module or the `actors[i].type` / `actor_templates[i].type` key
  */
 export async function loadActorModules(config: NodeConfig, types: ActorTypeRegistry): Promise<AgentDefinition[]> {
   const agents: AgentDefinition[] = [];
@@ -51,6 +51,11 @@ export async function loadActorModules(config: NodeConfig, types: ActorTypeRegis
   config.actors.forEach((a, i) => {
     if (!types.has(a.type)) {
       throw new ConfigError(`actors[${i}].type`, `unknown actor type "${a.type}": known types are ${types.types().join(", ")}; name the module that defines it with module = "./file.js"`);
+    }
+  });
+  config.templates.forEach((t, i) => {
+    if (!types.has(t.type)) {
+      throw new ConfigError(`actor_templates[${i}].type`, `unknown actor type "${t.type}": known types are ${types.types().join(", ")}; name the module that defines it with module = "./file.js"`);
     }
   });
   return agents;

@@ -1,4 +1,8 @@
-import { ConfigError } from "../core/errors.js";
+import { ConfigError, KovaError } from "../core/errors.js";
+import { BusErrorCode } from "../bus/errors.js";
+import { idempotencyClass } from "../tools/idempotency.js";
+import { needsApproval } from "../agents/approval-gate.js";
+import type { ToolView } from "./control.js";
 import type { Logger } from "../core/logger.js";
 import type { Bus } from "../bus/bus.js";
 import type { ActorTypeRegistry } from "../actors/registry.js";
@@ -19,6 +23,13 @@ export interface AgentServices {
   readonly runtime: AgentRuntime;
   readonly tools: ToolRegistry;
   readonly agents: readonly AgentDefinition[];
+  /**
+   * What `kova tools ls [agent]` shows: the tools an agent can call now (its list resolved,
+   * itself left out, approval from the tool or the agent's `approval` list), or every tool
+   * of the node's registry.
+   * @throws KovaError UNKNOWN_AGENT when this node defines no such agent; ConfigError as resolve does
+   */
+  describeTools(agentId?: string): Promise<ToolView[]>;
   close(): Promise<void>;
 }
 
@@ -87,6 +98,25 @@ export async function startAgentServices(
     runtime,
     tools,
     agents,
+    describeTools: async (agentId) => {
+      if (agentId === undefined) {
+        // Lazy MCP servers list their tools once started: start every one for the whole view.
+        if (mcp) await mcp.prepare(mcp.servers.map((n) => `${n}/*`));
+        return tools.describe();
+      }
+      const def = agents.find((a) => a.id === agentId || agentId.startsWith(`${a.id}--`));
+      if (!def) throw new KovaError(BusErrorCode.UNKNOWN_AGENT, `no agent ${agentId} on this node: its agents are ${agents.map((a) => a.id).join(", ")}`, { data: { agentId } });
+      const set = await runtime.toolsFor(def, agentId);
+      const sources = new Map(tools.describe().map((d) => [d.name, d.source]));
+      return set.tools.map((t) => ({
+        name: t.name,
+        description: t.description,
+        parameters: t.parameters,
+        idempotency: idempotencyClass(t),
+        requiresApproval: needsApproval(def, t),
+        source: sources.get(t.name) ?? "code",
+      }));
+    },
     close: async () => {
       runtime.close();
       await mcp?.close();

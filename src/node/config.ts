@@ -6,17 +6,21 @@ import {
   type ConfigTable,
   intValue,
   optionalTable as table,
+  boolValue,
   rejectUnknown,
   secretFromEnv,
+  stringList,
   stringValue,
   tableAt,
 } from "../core/config-table.js";
 import { ConfigError } from "../core/errors.js";
-import { isValidId } from "../core/ids.js";
+import { isValidId, parseInstanceId } from "../core/ids.js";
+import { validateTemplate, type ActorTemplate } from "../actors/templates.js";
 import { redactUrl, type NatsSecurity } from "../bus/index.js";
 import { NATS_SECURITY_KEYS, natsSecurityFrom } from "./nats-config.js";
 import { toolsConfigFrom, type ToolsConfig } from "../tools/config.js";
 import { parseSchedule, type ScheduleSpec } from "./schedule-spec.js";
+import { durationMs } from "../core/duration.js";
 import { mcpConfigFrom, type McpConfig } from "../tools/mcp/config.js";
 import { parseModelsConfig, type ModelConfig } from "../agents/model/config.js";
 import { agentsConfigFrom, budgetGroupsFrom, checkBudgetGroups, type BudgetGroupConfig } from "../agents/config.js";
@@ -72,6 +76,13 @@ import { swarmActorType, swarmsConfigFrom, type SwarmSpec } from "../swarm/confi
  * id = "counter-1"
  * type = "counter"
  * module = "./my-actors.js"   # optional: exports actor definitions to register
+ *
+ * [[actor_templates]]          # virtual actors: support--<key> exists once addressed
+ * name = "support"
+ * type = "counter"
+ * idle_after = "10m"           # passivated after this long without a turn ("0" never)
+ * config = { greeting = "hi" } # shared by every instance (ctx.template.config)
+ * module = "./my-actors.js"    # optional, as for [[actors]]
  * ```
  */
 export interface ActorSpec {
@@ -142,6 +153,19 @@ export interface NodeConfig {
    */
   natsJournal: boolean;
   actors: ActorSpec[];
+  /** `[[actor_templates]]`: templates of virtual actors (see docs/virtual-actors.md). */
+  templates: ActorTemplate[];
+  /**
+   * How often each node sweeps the A2A stream for messages to instances nobody activated
+   * yet (raw NATS sends while no node listened; default 1 s).
+   */
+  activationSweepMs: number;
+  /**
+   * Each node also listens (core NATS, one queue group) on `kova.<c>.a2a.*` so that a
+   * plain NATS send to a never-seen instance activates it within milliseconds; this
+   * delivers every A2A message once more, to one node (default true).
+   */
+  activationListener: boolean;
   /** Modules to import for actor types (from `[[actors]]` and top-level `modules`), absolute. */
   modules: string[];
   /** Built-in tools and their limits (`[tools]`, see src/tools/config.ts). */
@@ -173,7 +197,7 @@ type Table = ConfigTable;
 export const DEFAULT_MAX_ACTORS = 10_000;
 export const DEFAULT_MAX_ACTORS_PER_NODE = 5_000;
 
-const TOP_KEYS = ["node", "cluster", "nats", "wal", "checkpoint", "journal", "mailbox", "actors", "modules", "tools", "mcp", "schedules", "models", "agents", "budget_groups", "swarms", "gateway"];
+const TOP_KEYS = ["node", "cluster", "nats", "wal", "checkpoint", "journal", "mailbox", "actors", "actor_templates", "modules", "tools", "mcp", "schedules", "models", "agents", "budget_groups", "swarms", "gateway"];
 
 /** The node id used when neither the file nor KOVA_NODE_ID names one: the host name, made id-safe. */
 export function defaultNodeId(): string {
@@ -240,7 +264,11 @@ function buildConfig(doc: Table, path: string | undefined, env: NodeJS.ProcessEn
     throw new ConfigError("journal.nats", `must be true or false, not ${JSON.stringify(journal.nats)}`);
   }
   rejectUnknown(node, ["id", "data_dir"], "node.");
-  rejectUnknown(cluster, ["name", "heartbeat_ms", "stale_after_ms", "reconcile_ms", "drain_timeout_ms", "max_actors", "max_actors_per_node", "unknown_agent_after_ms"], "cluster.");
+  rejectUnknown(
+    cluster,
+    ["name", "heartbeat_ms", "stale_after_ms", "reconcile_ms", "drain_timeout_ms", "max_actors", "max_actors_per_node", "unknown_agent_after_ms", "activation_sweep_ms", "activation_listener"],
+    "cluster.",
+  );
   rejectUnknown(nats, ["urls", "replicas", ...NATS_SECURITY_KEYS], "nats.");
   rejectUnknown(wal, ["sync", "ring_bits", "encryption", "hmac"], "wal.");
   rejectUnknown(mailbox, ["ack_wait_ms", "max_deliver", "backoff_ms"], "mailbox.");
@@ -272,12 +300,15 @@ function buildConfig(doc: Table, path: string | undefined, env: NodeJS.ProcessEn
     maxActors: intValue(cluster.max_actors, "cluster.max_actors", 1, 10_000_000) ?? DEFAULT_MAX_ACTORS,
     maxActorsPerNode: intValue(cluster.max_actors_per_node, "cluster.max_actors_per_node", 1, 10_000_000) ?? DEFAULT_MAX_ACTORS_PER_NODE,
     unknownAgentAfterMs: intValue(cluster.unknown_agent_after_ms, "cluster.unknown_agent_after_ms", 100, 30 * 86_400_000) ?? 600_000,
+    activationSweepMs: intValue(cluster.activation_sweep_ms, "cluster.activation_sweep_ms", 50, 600_000) ?? 1000,
+    activationListener: boolValue(cluster.activation_listener, "cluster.activation_listener") ?? true,
     replicas: intValue(nats.replicas, "nats.replicas", 1, 5),
     wal: walConfig(wal, env),
     mailbox: {},
     processedWindow: intValue(checkpoint.processed_window, "checkpoint.processed_window", 1, 1_000_000) ?? 1000,
     natsJournal: journal.nats !== false,
     actors: [],
+    templates: [],
     modules: [],
     tools: toolsConfigFrom(doc.tools, "tools", env, base),
     mcp: mcpConfigFrom(doc.mcp, "mcp", { env, baseDir: base }),
@@ -318,6 +349,15 @@ function buildConfig(doc: Table, path: string | undefined, env: NodeJS.ProcessEn
     if (agentIds.has(a.id)) throw new ConfigError(`actors[${i}].id`, `"${a.id}" is also an [[agents]] id: an id names one actor; rename one of them`);
   });
   for (const a of config.actors) if (a.module) modules.add(a.module);
+  const templates = templateSpecs(doc.actor_templates, base);
+  config.templates = templates.map((t) => t.template);
+  for (const t of templates) if (t.module) modules.add(t.module);
+  config.actors.forEach((a, i) => {
+    const inst = parseInstanceId(a.id);
+    if (inst && config.templates.some((t) => t.name === inst.template)) {
+      throw new ConfigError(`actors[${i}].id`, `"${a.id}" has the form of an instance of template "${inst.template}" (<template>--<key>): instances exist by being addressed; rename the actor or drop the [[actors]] entry`);
+    }
+  });
   config.swarms.forEach((sw, i) => {
     if (config.actors.some((a) => a.id === sw.id)) throw new ConfigError(`swarms[${i}].id`, `"${sw.id}" is also an [[actors]] id: a coordinator is an actor, give it its own id`);
     if (agentIds.has(sw.id)) throw new ConfigError(`swarms[${i}].id`, `"${sw.id}" is also an [[agents]] id: a coordinator is an actor, give it its own id`);
@@ -383,6 +423,35 @@ function actorSpecs(raw: unknown, base: string): ActorSpec[] {
     const spec: ActorSpec = { id, type };
     if (t.module !== undefined) spec.module = modulePath(t.module, `${key}.module`, base);
     return spec;
+  });
+}
+
+function templateSpecs(raw: unknown, base: string): Array<{ template: ActorTemplate; module?: string }> {
+  if (raw === undefined) return [];
+  if (!Array.isArray(raw)) throw new ConfigError("actor_templates", "must be an array of tables: write each as [[actor_templates]] with name and type");
+  const seen = new Set<string>();
+  return raw.map((entry, i) => {
+    const key = `actor_templates[${i}]`;
+    const t = tableAt(entry, key);
+    rejectUnknown(t, ["name", "type", "config", "idle_after", "idle_timeout", "capabilities", "module"], `${key}.`);
+    if (t.idle_after !== undefined && t.idle_timeout !== undefined) {
+      throw new ConfigError(`${key}.idle_timeout`, "is another name for idle_after: give one of them");
+    }
+    const idleKey = t.idle_timeout !== undefined ? "idle_timeout" : "idle_after";
+    const idleRaw = t[idleKey];
+    const idleAfterMs = idleRaw === undefined ? undefined : idleRaw === 0 || idleRaw === "0" ? 0 : durationMs(idleRaw, `${key}.${idleKey}`);
+    const capabilities = stringList(t.capabilities, `${key}.capabilities`, '["support"]');
+    const template: ActorTemplate = {
+      name: t.name as string,
+      type: t.type as string,
+      ...(t.config !== undefined ? { config: tableAt(t.config, `${key}.config`) } : {}),
+      ...(idleAfterMs !== undefined ? { idleAfterMs } : {}),
+      ...(capabilities ? { capabilities } : {}),
+    };
+    const valid = validateTemplate(template, key);
+    if (seen.has(valid.name)) throw new ConfigError(`${key}.name`, `duplicate template "${valid.name}": each [[actor_templates]] entry needs its own name`);
+    seen.add(valid.name);
+    return { template, ...(t.module !== undefined ? { module: modulePath(t.module, `${key}.module`, base) } : {}) };
   });
 }
 

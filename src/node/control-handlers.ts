@@ -11,6 +11,8 @@ import type { ResolvedNats } from "./nats-bootstrap.js";
 import type { PlacementController } from "./placement-controller.js";
 import type { NodeRecoveryReport } from "./recovery-policy.js";
 import type { AgentRecord, AgentRegistry } from "./registry.js";
+import type { VirtualActorsView } from "./virtual-actors.js";
+import type { ModelSlotStats } from "../agents/model/index.js";
 
 /** What the control endpoints read and change: the node's parts, once it has booted. */
 export interface ControlDeps {
@@ -33,6 +35,10 @@ export interface ControlDeps {
   writeRegistry(actorId: string, change: (cur: AgentRecord) => AgentRecord | undefined): Promise<unknown>;
   /** A best-effort cluster event. */
   publish(type: string, runId: string, data: unknown): void;
+  /** Templates, activations and passivations (virtual-actors.ts). */
+  virtual(): VirtualActorsView;
+  /** The provider-call scheduler's slots and waits per model. */
+  models(): ModelSlotStats[];
   /**
    * Switches an agent's model (the `model=<name>` signal).
    * @throws ArgumentError when the actor is not an agent
@@ -69,12 +75,21 @@ export class NodeControl {
       recovery: { ...d.recovery },
       stopping: d.stopping(),
       memory: (({ rss, heapUsed, external }) => ({ rss, heapUsed, external }))(process.memoryUsage()),
+      virtual: d.virtual(),
+      models: d.models(),
     };
   }
 
   /** Actors hosted here (the `agents` endpoint). */
   agents(): AgentStatusView[] {
-    return this.d.host.list().map((a) => ({ id: a.id, type: a.type, state: a.state, inFlight: a.inFlight, handled: a.handled }));
+    return this.d.host.list().map((a) => ({
+      id: a.id,
+      type: a.type,
+      state: a.state,
+      inFlight: a.inFlight,
+      handled: a.handled,
+      ...(a.template ? { template: a.template, idleMs: Date.now() - a.lastActiveAt } : {}),
+    }));
   }
 
   /**

@@ -2,6 +2,8 @@ import type { Msg, NatsConnection } from "@nats-io/transport-node";
 import { ErrorCode, KovaError, fromWire } from "../core/errors.js";
 import { BusErrorCode } from "../bus/errors.js";
 import { isNatsNoResponders, isNatsTimeout } from "../bus/nats-errors.js";
+import type { ModelSlotStats } from "../agents/model/index.js";
+import type { VirtualActorsView } from "./virtual-actors.js";
 
 /**
  * The node control protocol: endpoints of the `kova-node` micro service. Per-node
@@ -10,7 +12,7 @@ import { isNatsNoResponders, isNatsTimeout } from "../bus/nats-errors.js";
  * of the queue group answers) because any node can declare an actor. Replies are JSON;
  * failures carry the `Nats-Service-Error*` headers and `{ code, message, ... }`.
  */
-export const NODE_ENDPOINTS = ["status", "agents", "signal"] as const;
+export const NODE_ENDPOINTS = ["status", "agents", "signal", "tools"] as const;
 export type NodeEndpoint = (typeof NODE_ENDPOINTS)[number];
 
 export function nodeSubject(cluster: string, nodeId: string, endpoint: NodeEndpoint): string {
@@ -74,6 +76,28 @@ export interface SpawnReply {
   via: string;
 }
 
+/** `tools` endpoint: what an agent of this node can call, or the node's whole registry. */
+export interface ToolsRequest {
+  agent?: string;
+}
+
+/** One tool as `kova tools ls` shows it (ToolDescription, with the agent's approval list applied). */
+export interface ToolView {
+  name: string;
+  description: string;
+  parameters: Record<string, unknown>;
+  idempotency: "idempotent" | "not_idempotent" | "per_call";
+  requiresApproval: boolean;
+  /** `code` (built-in or defined in code), `mcp:<server>`, `agents`. */
+  source: string;
+}
+
+export interface ToolsReply {
+  node: string;
+  agent?: string;
+  tools: ToolView[];
+}
+
 export interface SignalRequest {
   actorId: string;
   /** An actor signal, or `model=<name>` to switch an agent's model from its next model call. */
@@ -100,6 +124,9 @@ export interface AgentStatusView {
   state: string;
   inFlight: number;
   handled: number;
+  /** For a template instance: its template, and how long it has had no turn. */
+  template?: string;
+  idleMs?: number;
 }
 
 export interface NodeStatusView {
@@ -119,6 +146,10 @@ export interface NodeStatusView {
   stopping: boolean;
   /** process.memoryUsage() of the node, bytes. */
   memory: { rss: number; heapUsed: number; external: number };
+  /** Templates of virtual actors, and the activations, passivations and refusals of this node. */
+  virtual: VirtualActorsView;
+  /** The provider-call scheduler per model: policy, slots in use, queued calls, wait times per class. */
+  models: ModelSlotStats[];
 }
 
 const utf8 = new TextEncoder();

@@ -427,6 +427,15 @@ export class KvMirror<T> {
   }
 
   /**
+   * Drops a key this node just deleted or purged on the server, so that its own next
+   * decisions do not wait for the watch (which then delivers the deletion as a no-op).
+   */
+  forget(key: string): void {
+    if (!this.map.delete(key)) return;
+    this.emit(key, undefined);
+  }
+
+  /**
    * Records a write this node just made, so its own next CAS does not wait for the
    * watch to catch up. The watch must deliver the same revision (or a newer one) within
    * `stallMs`, or it is restarted.

@@ -166,6 +166,24 @@ export class LeaseTable {
   }
 
   /**
+   * Deletes the lease of an actor that stops existing here for good (a passivated
+   * instance), CAS against our revision, so that the lease table (and every node's mirror
+   * of it) holds active actors only. Returns false when it was not ours any more.
+   */
+  async remove(actorId: string): Promise<boolean> {
+    const current = this.mirror.get(actorId);
+    if (!current || current.value.node !== this.nodeId || current.value.incarnation !== this.incarnation) return false;
+    try {
+      await this.kv.purge(actorId, { previousSeq: current.revision });
+      this.mirror.forget(actorId);
+      return true;
+    } catch (err) {
+      if (isCasConflict(err)) return false;
+      throw err;
+    }
+  }
+
+  /**
    * Reads the lease from the server (not the mirror) and throws unless this process
    * holds it: the authoritative check used before recovery decisions.
    * @throws LeaseLostError

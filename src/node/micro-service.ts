@@ -41,6 +41,8 @@ export interface MicroEndpoint {
    * `Nats-Service-Error*` headers and a JSON body `{ code, message, retryable, data }`.
    */
   handler: (data: Uint8Array, headers?: MsgHdrs) => Promise<unknown>;
+  /** Custom statistics, the endpoint's `data` in `$SRV.STATS` (what the official libraries' stats handler gives). */
+  stats?: () => unknown;
 }
 
 export interface MicroServiceOptions {
@@ -81,6 +83,7 @@ interface EndpointStats {
   processing_time: number;
   /** processing_time / num_requests, nanoseconds (integer). */
   average_processing_time: number;
+  data?: unknown;
 }
 
 interface EndpointState {
@@ -89,6 +92,7 @@ interface EndpointState {
   numErrors: number;
   lastError: string;
   processingNs: bigint;
+  stats?: () => unknown;
 }
 
 const NAME_PATTERN = /^[A-Za-z0-9_-]+$/;
@@ -119,6 +123,7 @@ export async function startMicroService(nc: NatsConnection, options: MicroServic
     numErrors: 0,
     lastError: "",
     processingNs: 0n,
+    ...(e.stats ? { stats: e.stats } : {}),
   }));
 
   const identity = () => ({ name: options.name, id, version: options.version, metadata });
@@ -274,6 +279,7 @@ function endpointStats(e: EndpointState): EndpointStats {
     last_error: e.lastError,
     processing_time: total,
     average_processing_time: e.numRequests === 0 ? 0 : Math.round(total / e.numRequests),
+    ...(e.stats ? { data: e.stats() } : {}),
   };
 }
 

@@ -6,14 +6,24 @@ import { sleep } from "../core/clock.js";
 import { assertId, newId } from "../core/ids.js";
 import { createLogger, type Logger } from "../core/logger.js";
 import { KOVA_VERSION } from "../core/version.js";
-import { Bus, BusErrorCode, isConsumerNotFound, isTransientNatsError } from "../bus/index.js";
+import { Bus, BusErrorCode, isConsumerNotFound, isTransientNatsError, UnknownAgentError } from "../bus/index.js";
 import { Wal, type WalFailedError } from "../wal/index.js";
-import { ActorErrorCode, ActorHost, ActorTypeRegistry, LeaseLostError, type ActorState } from "../actors/index.js";
+import {
+  ActorErrorCode,
+  ActorHost,
+  ActorTemplateRegistry,
+  ActorTypeRegistry,
+  LeaseLostError,
+  UnknownActorTypeError,
+  type ActorState,
+  type ActorTemplate,
+  type RegisteredTemplate,
+} from "../actors/index.js";
 import { createEnvelope } from "../bus/index.js";
 import { SubjectWaitService, SubjectWaits, TimerService, WORKFLOW_ACTOR_TYPE, WorkflowMessageType, WorkflowTimers, workflowActor } from "../workflow/index.js";
 import type { NodeConfig } from "./config.js";
 import { loadActorModules } from "./actor-modules.js";
-import { approveSubject, controlRequest, nodeSubject, schedulesSubject, type ApproveReply, spawnSubject, type SchedulesRequest, type AgentStatusView, type NodeStatusView, type SignalRequest, type SpawnRequest } from "./control.js";
+import { approveSubject, controlRequest, nodeSubject, schedulesSubject, type ApproveReply, type ToolsReply, type ToolsRequest, spawnSubject, type SchedulesRequest, type AgentStatusView, type NodeStatusView, type SignalRequest, type SpawnRequest } from "./control.js";
 import { NodeControl } from "./control-handlers.js";
 import { mirrorTiming } from "./kv-mirror.js";
 import { LeaseTable } from "./lease.js";
@@ -25,6 +35,7 @@ import { recoverPendingTurns, type NodeRecoveryReport } from "./recovery-policy.
 import { AgentRegistry, type AgentRecord } from "./registry.js";
 import { parseSchedule } from "./schedule-spec.js";
 import { ScheduleService } from "./schedules.js";
+import { VirtualActors } from "./virtual-actors.js";
 import { startAgentServices, type AgentServices } from "./agent-services.js";
 import type { AgentDefinition } from "../agents/definition.js";
 import type { Tool } from "../tools/types.js";
@@ -43,6 +54,16 @@ export interface StartNodeOptions {
   logger?: Logger;
   /** Actor types registered in code (the package API); config modules add to them. */
   types?: ActorTypeRegistry;
+  /**
+   * Templates of virtual actors registered in code; `[[actor_templates]]` add to them, and
+   * `KovaNode.registerTemplate` adds more after the start (see docs/virtual-actors.md).
+   */
+  templates?: ActorTemplateRegistry | Iterable<ActorTemplate>;
+  /**
+   * The node's provider-call scheduler (default: a new one with no models). Agents take
+   * model-call slots from it; its stats are in the node's status and `$SRV.STATS`.
+   */
+  modelScheduler?: ModelCallScheduler;
   /** Passed to resolveNats (tests point the default-URL probe elsewhere). */
   nats?: Pick<ResolveNatsOptions, "probeDefault" | "defaultUrl">;
   /** Agents defined in code (`defineAgent`); `[[agents]]` and config modules add to them. */
@@ -80,18 +101,21 @@ export class KovaNode {
   private control!: NodeControl;
   private unknownSweep: NodeJS.Timeout | undefined;
   private schedules: ScheduleService | undefined;
+  private virtual!: VirtualActors;
   private agentServices: AgentServices | undefined;
   private workflowTimers: Promise<WorkflowTimers> | undefined;
   private timerService: TimerService | undefined;
   private subjectWaits: Promise<SubjectWaits> | undefined;
   private waitService: SubjectWaitService | undefined;
-  private scheduler: ModelCallScheduler | undefined;
   private approvalStore: Promise<NatsApprovalStore> | undefined;
   private readonly log: Logger;
 
   private constructor(
     readonly config: NodeConfig,
     private readonly types: ActorTypeRegistry,
+    private readonly templates: ActorTemplateRegistry,
+    /** The per-node provider-call scheduler: agents take model-call slots from it. */
+    readonly modelScheduler: ModelCallScheduler,
     logger: Logger,
     private readonly agentDefs: AgentDefinition[] = [],
   ) {
@@ -113,7 +137,8 @@ export class KovaNode {
 
   /**
    * Starts a node and joins the cluster.
-   * @throws ConfigError for an unknown actor type or module; NatsBootstrapError / NatsUnreachableError
+   * @throws ConfigError for an unknown actor type or module, or an invalid template; UnknownActorTypeError
+   *   for a template whose type is not registered; NatsBootstrapError / NatsUnreachableError
    *   when NATS cannot be found; WAL errors (WAL_BAD_KEY for a wrong key)
    */
   static async start(opts: StartNodeOptions): Promise<KovaNode> {
@@ -122,11 +147,14 @@ export class KovaNode {
     // Coordinators reach the bus through the node, which connects after types are known.
     let node: KovaNode | undefined;
     // One scheduler per node: agents and coordinators calling one model share its slots.
-    const scheduler = modelScheduler(opts.config.models, logger.child({ component: "agents" }));
+    const scheduler = opts.modelScheduler ?? modelScheduler(opts.config.models, logger.child({ component: "agents" }));
+    if (opts.modelScheduler) for (const [name, m] of opts.config.models) scheduler.setModel(name, { maxConcurrency: m.maxConcurrency, policy: m.scheduling });
     registerSwarms(opts.config, types, { bus: () => node!.busClient, interrupt: (agentId, messageId) => node!.interruptDelegation(agentId, messageId) }, scheduler, logger);
     const moduleAgents = await loadActorModules(opts.config, types);
-    node = new KovaNode(opts.config, types, logger, [...(opts.agents ?? []), ...opts.config.agents, ...moduleAgents]);
-    node.scheduler = scheduler;
+    const templates = opts.templates instanceof ActorTemplateRegistry ? opts.templates : new ActorTemplateRegistry(opts.templates ?? []);
+    for (const [i, t] of opts.config.templates.entries()) templates.register(t, `actor_templates[${i}]`);
+    for (const t of templates.list()) if (!types.has(t.type)) throw new UnknownActorTypeError(t.type, types.types());
+    node = new KovaNode(opts.config, types, templates, scheduler, logger, [...(opts.agents ?? []), ...opts.config.agents, ...moduleAgents]);
     // Every node can host workflow runs (docs/workflows.md), unless the application
     // registered its own type of that name.
     if (!types.has(WORKFLOW_ACTOR_TYPE)) {
@@ -181,7 +209,7 @@ export class KovaNode {
     });
     this.recovery.corrupt = this.wal.recovery.corrupt.length;
     // Agent types are registered before recovery: a recovered turn may be an agent's.
-    this.agentServices = await startAgentServices(config, this.agentDefs, { bus: this.bus, types: this.types, logger: this.log, replicas, scheduler: this.scheduler!, tools: opts.tools ?? [] });
+    this.agentServices = await startAgentServices(config, this.agentDefs, { bus: this.bus, types: this.types, logger: this.log, replicas, scheduler: this.modelScheduler, tools: opts.tools ?? [] });
     this.recovery.pendingRecords = this.wal.recovery.pending.length;
 
     const nc = this.bus.nc;
@@ -253,7 +281,7 @@ export class KovaNode {
     // Decided now, finished in the background: each recovered actor replays its turns
     // while placement starts and serves the node's other actors (recovery-policy.ts).
     await recoverPendingTurns(
-      { nodeId, wal: this.wal, host: this.host, leases: this.leases, registry: this.registry, types: this.types, log: this.log },
+      { nodeId, wal: this.wal, host: this.host, leases: this.leases, registry: this.registry, types: this.types, templates: this.templates, log: this.log },
       this.recovery,
     );
     for (const a of config.actors) {
@@ -266,8 +294,12 @@ export class KovaNode {
 
     const port: HostPort = {
       start: async (id, type, record, { takeover }) => {
+        const template = record.template === undefined ? undefined : this.templates.resolve(id);
+        if (record.template !== undefined && !template) {
+          throw new UnknownAgentError(id, `template ${record.template} of instance ${id} is not registered on node ${this.nodeId}: register the same templates on every node`);
+        }
         if (takeover) await this.resetMailbox(id);
-        await this.host.start(id, type);
+        await this.host.start(id, type, template ? { template: template.binding } : {});
         if (record.desired === "paused") await this.host.signal(id, "pause");
       },
       stop: (id, reason) => this.host.stop(id, { reason, drainTimeoutMs: config.drainTimeoutMs }),
@@ -286,6 +318,23 @@ export class KovaNode {
       onPlacement: (e) => this.onPlacement(e),
     });
     this.placement.start();
+    this.virtual = new VirtualActors({
+      nodeId,
+      bus: this.bus,
+      registry: this.registry,
+      leases: this.leases,
+      host: this.host,
+      placement: this.placement,
+      templates: this.templates,
+      types: this.types,
+      maxActors: config.maxActors,
+      drainTimeoutMs: config.drainTimeoutMs,
+      listen: config.activationListener,
+      logger: this.log,
+      removeRecord: (id, mayRemove) => this.removeRegistry(id, mayRemove),
+      publish: (type, runId, data) => this.publish(type, runId, data),
+    });
+    this.virtual.start();
     this.startUnknownAgentSweep();
     await this.whenNatsReady("announce", () => this.membership.markUp());
     this.schedules = await this.whenNatsReady("schedules", () =>
@@ -455,6 +504,16 @@ export class KovaNode {
     this.publish(`agent_${e.action}`, e.actorId, { ...e, node: this.nodeId });
   }
 
+  /** Removes a registry entry after the writes queued for it (a passivation). */
+  private removeRegistry(actorId: string, mayRemove: (cur: AgentRecord) => boolean): Promise<boolean> {
+    let removed = false;
+    return this.writeRegistry(actorId, () => undefined)
+      .then(async () => {
+        removed = await this.registry.remove(actorId, mayRemove);
+      })
+      .then(() => removed);
+  }
+
   /** Registry writes of one actor are applied in order (a later state never loses to an earlier one). */
   private writeRegistry(actorId: string, change: (cur: AgentRecord) => AgentRecord | undefined): Promise<unknown> {
     const prev = this.registryWrites.get(actorId) ?? Promise.resolve();
@@ -494,6 +553,8 @@ export class KovaNode {
       writeRegistry: (id, change) => this.writeRegistry(id, change),
       switchModel: (id: string, model: string) => this.switchModel(id, model),
       publish: (type, runId, data) => this.publish(type, runId, data),
+      virtual: () => this.virtual.view(),
+      models: () => this.modelScheduler.stats(),
     });
     const control = this.control;
     const json = (data: Uint8Array): unknown => (data.length === 0 ? {} : JSON.parse(new TextDecoder().decode(data)));
@@ -504,12 +565,20 @@ export class KovaNode {
       metadata: { node_id: nodeId, cluster },
       logger: this.log,
       endpoints: [
-        { name: "status", subject: nodeSubject(cluster, nodeId, "status"), handler: async () => control.status() },
+        {
+          name: "status",
+          subject: nodeSubject(cluster, nodeId, "status"),
+          handler: async () => control.status(),
+          // `nats micro stats kova-node`: model-call queues and waits, and virtual actors.
+          stats: () => ({ models: this.modelScheduler.stats(), virtual: this.virtual.view() }),
+        },
         { name: "agents", subject: nodeSubject(cluster, nodeId, "agents"), handler: async () => control.agents() },
         { name: "spawn", subject: spawnSubject(cluster), handler: async (d) => control.spawn(json(d) as SpawnRequest) },
+        { name: "activate", subject: this.bus.subjects.activate, handler: async (d) => this.virtual.activate((json(d) as { id?: unknown }).id as string, "request") },
         { name: "schedules", subject: schedulesSubject(cluster), handler: async (d) => this.scheduleRequest(json(d) as SchedulesRequest) },
         { name: "signal", subject: nodeSubject(cluster, nodeId, "signal"), handler: async (d) => control.signal(json(d) as SignalRequest) },
         { name: "approve", subject: approveSubject(cluster), handler: async (d) => this.approve(json(d)) },
+        { name: "tools", subject: nodeSubject(cluster, nodeId, "tools"), handler: async (d) => this.toolsRequest(json(d) as ToolsRequest) },
       ],
     });
   }
@@ -525,6 +594,21 @@ export class KovaNode {
       throw new ArgumentError("signal", `actor ${actorId} (type ${type ?? "unknown"}) is not an agent: only agents take model=<name>`);
     }
     await services.runtime.switchModel(actorId, model);
+  }
+
+  /**
+   * `kova tools ls [agent]` (the `tools` endpoint): what an agent of this node can call, or
+   * the node's whole registry (empty on a node without agents: it loads no tools).
+   * @throws InvalidIdError; KovaError UNKNOWN_AGENT for an agent this node does not define
+   */
+  private async toolsRequest(req: ToolsRequest): Promise<ToolsReply> {
+    const agent = req?.agent === undefined ? undefined : assertId("agent", req.agent);
+    const services = this.agentServices;
+    if (!services) {
+      if (agent !== undefined) throw new KovaError(BusErrorCode.UNKNOWN_AGENT, `node ${this.nodeId} defines no agents, so not ${agent}`, { data: { agentId: agent } });
+      return { node: this.nodeId, tools: [] };
+    }
+    return { node: this.nodeId, ...(agent !== undefined ? { agent } : {}), tools: await services.describeTools(agent) };
   }
 
   /**
@@ -564,6 +648,23 @@ export class KovaNode {
   /** This node's status (what the `status` endpoint answers). */
   status(): NodeStatusView {
     return this.control.status();
+  }
+
+  /**
+   * Registers a template of virtual actors (also after the start): a message to
+   * `kova.<c>.a2a.<name>--<key>` then activates an instance. Register the same templates
+   * on every node of the cluster.
+   * @throws ConfigError for an invalid template or another one under the same name;
+   *   UnknownActorTypeError when its type is not registered on this node
+   */
+  registerTemplate(template: ActorTemplate): RegisteredTemplate {
+    if (!this.types.has(template.type)) throw new UnknownActorTypeError(template.type, this.types.types());
+    return this.templates.register(template);
+  }
+
+  /** The templates this node instantiates. */
+  listTemplates(): RegisteredTemplate[] {
+    return this.templates.list();
   }
 
   /** Actors hosted here (what the `agents` endpoint answers). */
@@ -607,16 +708,20 @@ export class KovaNode {
    */
   private startUnknownAgentSweep(): void {
     const after = this.config.unknownAgentAfterMs;
-    const every = Math.max(50, Math.min(60_000, Math.floor(after / 2)));
-    let sweeping = false;
-    this.unknownSweep = setInterval(() => {
-      if (sweeping) return;
-      sweeping = true;
+    // With templates, the sweep is also the activation backstop: as often as activation_sweep_ms.
+    const every = () =>
+      Math.max(50, Math.min(60_000, Math.floor(after / 2), this.templates.list().length > 0 ? this.config.activationSweepMs : Number.POSITIVE_INFINITY));
+    const tick = () => {
       this.bus
-        .sweepUnknownAgents((id) => this.registry.get(id) !== undefined, after)
+        .sweepUnknownAgents({ isKnown: (id) => this.registry.get(id) !== undefined, olderThanMs: after, activate: (id) => this.virtual.claim(id) })
         .catch((err: unknown) => this.log.warn({ err }, "unknown-agent sweep failed; retrying on the next tick"))
-        .finally(() => (sweeping = false));
-    }, every);
+        .finally(() => {
+          if (this.unknownSweep === undefined) return;
+          this.unknownSweep = setTimeout(tick, every());
+          this.unknownSweep.unref();
+        });
+    };
+    this.unknownSweep = setTimeout(tick, every());
     this.unknownSweep.unref();
   }
 
@@ -656,7 +761,10 @@ export class KovaNode {
    * `hostStopMs` bounds the wait for the actors (a failover has cut them already).
    */
   private async teardown(opts: { hostStopMs?: number } = {}): Promise<void> {
-    if (this.unknownSweep) clearInterval(this.unknownSweep);
+    clearTimeout(this.unknownSweep);
+    this.unknownSweep = undefined;
+    this.virtual?.stop();
+    this.modelScheduler.close();
     this.schedules?.stop();
     this.timerService?.stop();
     this.waitService?.stop();
@@ -664,7 +772,6 @@ export class KovaNode {
     const hostStopped = this.host?.stopAll().catch(() => undefined);
     await (opts.hostStopMs === undefined ? hostStopped : Promise.race([hostStopped, delay(opts.hostStopMs)]));
     await this.agentServices?.close().catch(() => undefined);
-    this.scheduler?.close();
     this.membership?.stop();
     this.leases?.stop();
     this.registry?.stop();

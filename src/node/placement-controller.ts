@@ -79,8 +79,11 @@ export class PlacementController {
         // desired state. Hosts write state changes (Idle, Running, ...) all the time.
         const key = e ? `${e.value.type}/${e.value.desired}` : undefined;
         if (this.seen.get(id) === key) return;
-        if (key === undefined) this.seen.delete(id);
-        else this.seen.set(id, key);
+        if (key === undefined) {
+          // Removed (a passivated instance): forget it, so this node's memory follows the registry.
+          this.seen.delete(id);
+          this.owners.delete(id);
+        } else this.seen.set(id, key);
         kick();
       }),
       this.opts.leases.onChange((id, e) => {
@@ -134,6 +137,17 @@ export class PlacementController {
           this.kick();
         }
       });
+  }
+
+  /**
+   * Runs `job` for one actor while no other placement job touches it (passivation): the
+   * actor counts as busy until the job ends, so no pass starts or stops it meanwhile.
+   * @returns false (and runs nothing) when a job for the actor is queued or running, or the controller stopped
+   */
+  exclusive(id: string, job: () => Promise<void>): boolean {
+    if (this.stopped || this.busy.has(id)) return false;
+    this.schedule(id, "stop", job);
+    return true;
   }
 
   /** Resolves when no reconcile pass and no placement job is running (tests and shutdown). */

@@ -1,5 +1,5 @@
 import type { Logger } from "../core/logger.js";
-import type { ActorHost, ActorTypeRegistry } from "../actors/index.js";
+import type { ActorHost, ActorTemplateRegistry, ActorTypeRegistry, TemplateBinding } from "../actors/index.js";
 import type { Wal } from "../wal/index.js";
 import type { LeaseTable } from "./lease.js";
 import type { AgentRegistry } from "./registry.js";
@@ -23,6 +23,8 @@ export interface RecoveryDeps {
   readonly leases: LeaseTable;
   readonly registry: AgentRegistry;
   readonly types: ActorTypeRegistry;
+  /** Binds recovered template instances to their template. */
+  readonly templates?: ActorTemplateRegistry;
   readonly log: Logger;
 }
 
@@ -56,14 +58,14 @@ export async function recoverPendingTurns(d: RecoveryDeps, report: NodeRecoveryR
       continue;
     }
     report.recovering.push(actorId);
-    starts.push(finish(d, report, actorId, record.type));
+    starts.push(finish(d, report, actorId, record.type, record.template === undefined ? undefined : d.templates?.resolve(actorId)?.binding));
   }
   return { settled: Promise.all(starts).then(() => undefined) };
 }
 
-async function finish(d: RecoveryDeps, report: NodeRecoveryReport, actorId: string, type: string): Promise<void> {
+async function finish(d: RecoveryDeps, report: NodeRecoveryReport, actorId: string, type: string, template: TemplateBinding | undefined): Promise<void> {
   try {
-    await d.host.start(actorId, type);
+    await d.host.start(actorId, type, template ? { template } : {});
     report.finished.push(actorId);
     d.log.info({ actorId }, "recovery: finished a pending turn this node still owns");
   } catch (err) {

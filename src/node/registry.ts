@@ -24,6 +24,11 @@ export interface AgentRecord {
   capabilities: string[];
   /** What the cluster should do with it: run it, keep it paused, or never start it again. */
   desired: "running" | "paused" | "killed";
+  /**
+   * Set for an instance of a template (virtual actor): activated by its first message,
+   * removed from the registry again when passivated (its checkpoint stays).
+   */
+  template?: string;
   updatedAt: number;
 }
 
@@ -89,7 +94,7 @@ export class AgentRegistry {
    * restart never resets state or revives an actor that was killed.
    * @returns true when the entry was created now
    */
-  async declare(spec: { id: string; type: string; capabilities?: string[] }): Promise<boolean> {
+  async declare(spec: { id: string; type: string; capabilities?: string[]; template?: string }): Promise<boolean> {
     if (this.mirror.get(spec.id)) return false;
     const record: AgentRecord = {
       v: AGENT_RECORD_VERSION,
@@ -100,6 +105,7 @@ export class AgentRegistry {
       capabilities: spec.capabilities ?? [],
       desired: "running",
       updatedAt: Date.now(),
+      ...(spec.template ? { template: spec.template } : {}),
     };
     try {
       const revision = await this.kv.create(spec.id, encodeJson(record));
@@ -116,28 +122,56 @@ export class AgentRegistry {
    * new record, or undefined to leave the entry as it is.
    */
   async update(id: string, change: (current: AgentRecord) => AgentRecord | undefined): Promise<AgentRecord | undefined> {
-    for (let attempt = 0; attempt < 20; attempt++) {
-      if (attempt > 0) await sleep(backoffMs(attempt, 5, 200));
+    const out = await this.casLoop(id, "update", async (current) => {
+      const next = change(current.value);
+      if (!next) return { done: current.value };
+      next.v = AGENT_RECORD_VERSION;
+      next.updatedAt = Date.now();
+      const revision = await this.kv.update(id, encodeJson(next), current.revision);
+      this.mirror.note(id, next, revision);
+      return { done: next };
+    });
+    return out ?? undefined;
+  }
+
+  /**
+   * Removes an entry (a passivated instance) by compare-and-set, retried on conflict while
+   * `mayRemove` still agrees with the current record.
+   * @returns true when this call removed it
+   */
+  async remove(id: string, mayRemove: (current: AgentRecord) => boolean): Promise<boolean> {
+    const out = await this.casLoop(id, "removal", async (current) => {
+      if (!mayRemove(current.value)) return { done: false };
+      // A purge leaves one marker per key instead of keeping the last value as history.
+      await this.kv.purge(id, { previousSeq: current.revision });
+      this.mirror.forget(id);
+      return { done: true };
+    });
+    return out === true;
+  }
+
+  /**
+   * Runs `attempt` against the current entry (the mirror's first, then the server's),
+   * again after a CAS conflict, up to 20 times with backoff.
+   * @returns what `attempt` settled on; null when the entry does not exist or the conflicts never ended
+   */
+  private async casLoop<R>(id: string, what: string, attempt: (current: MirrorEntry<AgentRecord>) => Promise<{ done: R }>): Promise<R | null> {
+    for (let n = 0; n < 20; n++) {
+      if (n > 0) await sleep(backoffMs(n, 5, 200));
       let current = this.mirror.get(id);
-      if (attempt > 0 || !current) {
+      if (n > 0 || !current) {
         const e = await this.kv.get(id);
         current = e && e.operation === "PUT" ? { value: readAgentRecord(id, e.json<unknown>()), revision: e.revision, created: e.created } : undefined;
       }
-      if (!current) return undefined;
-      const next = change(current.value);
-      if (!next) return current.value;
-      next.v = AGENT_RECORD_VERSION;
-      next.updatedAt = Date.now();
+      if (!current) return null;
       try {
-        const revision = await this.kv.update(id, encodeJson(next), current.revision);
-        this.mirror.note(id, next, revision);
-        return next;
+        return (await attempt(current)).done;
       } catch (err) {
         if (!isCasConflict(err)) throw err;
       }
     }
-    this.logger.warn({ id }, "registry update kept conflicting; giving up this change");
-    return undefined;
+    this.logger.warn({ id }, `registry ${what} kept conflicting; giving up this change`);
+    return null;
   }
 
   stop(): void {

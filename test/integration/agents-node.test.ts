@@ -6,6 +6,10 @@ import { startAgentNode } from "../fixtures/agents/node-rig.js";
 import { fileServer, uniqueCluster } from "../fixtures/bus/helpers.js";
 import { isPlanRequest, swarmModel } from "../fixtures/swarm/helpers.js";
 import { poll } from "../fixtures/poll.js";
+import { EVERYTHING } from "../fixtures/mcp/helpers.js";
+import { controlRequest, nodeSubject, type ToolsReply } from "../../src/node/control.js";
+import { defineTool } from "../../src/tools/define-tool.js";
+import { isKovaError } from "../../src/core/errors.js";
 
 const nats = fileServer();
 
@@ -92,4 +96,49 @@ describe("agent services of a node (KovaNode in process, real NATS, scripted mod
     expect(err).toMatchObject({ code: "INVALID_CONFIG", key: "agents[0].tools[1]" });
     expect((err as Error).message).toContain("cannot call itself");
   }, 30_000);
+
+  it("tools ls - the node's tools endpoint lists what an agent can call (built-in, code, MCP <server>/<tool>, agent:<id>) with schema, idempotency, approval and source; without an agent, the whole registry", async () => {
+    const deploy = defineTool<{ target: string }>({
+      name: "deploy",
+      description: "Deploys a target",
+      idempotent: false,
+      requiresApproval: true,
+      parameters: { type: "object", properties: { target: { type: "string" } }, required: ["target"] },
+      run: () => "ok",
+    });
+    const toml = [
+      `[models.main]`,
+      `base_url = "http://127.0.0.1:9/v1"`,
+      `model = "m"`,
+      `[[mcp.servers]]`,
+      `name = "everything"`,
+      `command = ${JSON.stringify(process.execPath)}`,
+      `args = [${JSON.stringify(EVERYTHING)}, "stdio"]`,
+      `[[agents]]`,
+      `id = "ops"`,
+      `model = "main"`,
+      `tools = ["calculator", "everything/echo", "agent:*", "deploy"]`,
+      `approval = ["everything/*"]`,
+      `[[agents]]`,
+      `id = "critic"`,
+      `model = "main"`,
+    ].join("\n");
+    await using rig = await startAgentNode(nats.url, uniqueCluster("tl"), { toml, tools: [deploy], ready: ["ops"] });
+    const ls = (body: object) => controlRequest<ToolsReply>(rig.client.nc, nodeSubject(rig.cluster, "n1", "tools"), body, 30_000);
+    const ops = await ls({ agent: "ops" });
+    expect(ops.node).toBe("n1");
+    const view = Object.fromEntries(ops.tools.map((t) => [t.name, t]));
+    expect(Object.keys(view)).toEqual(["calculator", "everything/echo", "agent:critic", "deploy"]);
+    expect(view.calculator).toMatchObject({ idempotency: "idempotent", requiresApproval: false, source: "code", parameters: { type: "object", required: ["expression"] } });
+    expect(view["everything/echo"]).toMatchObject({ requiresApproval: true, source: "mcp:everything", parameters: { properties: { message: expect.any(Object) } } });
+    expect(view["agent:critic"]).toMatchObject({ idempotency: "idempotent", requiresApproval: false, source: "agents", parameters: { required: ["task"] } });
+    expect(view.deploy).toMatchObject({ idempotency: "not_idempotent", requiresApproval: true, source: "code" });
+    const all = await ls({});
+    const names = all.tools.map((t) => t.name);
+    expect(names).toEqual(expect.arrayContaining(["clock_now", "calculator", "deploy", "agent:ops", "agent:critic", "everything/echo"]));
+    // The whole registry shows tools' own approval flags; agents' lists apply per agent.
+    expect(all.tools.find((t) => t.name === "everything/echo")!.requiresApproval).toBe(false);
+    const unknown = await ls({ agent: "nobody" }).catch((e: unknown) => e);
+    expect(isKovaError(unknown, "UNKNOWN_AGENT")).toBe(true);
+  }, 60_000);
 });

@@ -1,0 +1,108 @@
+import { describe, expect, it } from "vitest";
+import { ActorTypeRegistry, defineActor } from "../../src/actors/index.js";
+import { createOpenAiModel, ModelCallScheduler, type SchedulePolicy } from "../../src/agents/model/index.js";
+import { KovaClient } from "../../src/bus/index.js";
+import { scriptedReply, startScriptedModelServer } from "../../src/testing/index.js";
+import { inProcessNode } from "../fixtures/node/in-process-node.js";
+import { poll } from "../fixtures/poll.js";
+
+interface Done {
+  id: string;
+  user: string;
+  at: number;
+  deadline?: number;
+}
+
+/**
+ * A node whose `job` template instances each make one call to a scripted model through the
+ * node's scheduler, the way an agent's model step does: the user is the fair-share key,
+ * the task's deadline the deadline policy's.
+ */
+async function schedulingRig(policy: SchedulePolicy, maxConcurrency: number, latencyMs: number) {
+  const server = await startScriptedModelServer({ handler: () => scriptedReply.text("ok"), latencyMs });
+  const model = await createOpenAiModel({ name: "fast", baseUrl: server.url, model: "scripted-model", apiKey: "test", maxRetries: 0 });
+  const scheduler = new ModelCallScheduler([["fast", { maxConcurrency, policy }]]);
+  const done: Done[] = [];
+  const jobActor = defineActor<{ calls: number }>({
+    type: "job",
+    initialState: () => ({ calls: 0 }),
+    handlers: {
+      task_delegate: async (ctx) => {
+        const p = ctx.message.payload as { user: string; deadline?: number };
+        await ctx.step(
+          "model",
+          async () => {
+            const res = await model.complete({
+              messages: [{ role: "user", content: "go" }],
+              signal: ctx.signal,
+              acquireSlot: scheduler.slotFor({ model: "fast", agentId: ctx.actorId, shareKey: p.user, signal: ctx.signal, ...(p.deadline ? { deadline: p.deadline } : {}) }),
+            });
+            return res.message.content;
+          },
+          { idempotent: true },
+        );
+        ctx.state.calls += 1;
+        done.push({ id: ctx.actorId, user: p.user, at: performance.now(), ...(p.deadline ? { deadline: p.deadline } : {}) });
+        return null;
+      },
+    },
+  });
+  const rig = await inProcessNode({
+    types: new ActorTypeRegistry([jobActor]),
+    templates: [{ name: "job", type: "job", idleAfterMs: 0 }],
+    modelScheduler: scheduler,
+    cluster: ["max_actors_per_node = 1000"],
+  });
+  const client = await KovaClient.connect({ servers: rig.server.url, cluster: rig.cluster });
+  return {
+    rig,
+    client,
+    scheduler,
+    done,
+    queued: () => scheduler.stats()[0]?.queued ?? 0,
+    [Symbol.asyncDispose]: async () => {
+      await client.close();
+      await rig[Symbol.asyncDispose]();
+      await server[Symbol.asyncDispose]();
+    },
+  };
+}
+
+describe("model-call scheduling on a node", () => {
+  it("fair share - one user's 200 tasks do not starve another's 5: they finish while most of the first user's queue still waits", async () => {
+    await using r = await schedulingRig("fair_share", 4, 100);
+    await Promise.all(Array.from({ length: 200 }, (_, i) => r.client.send(`job--a-${i}`, "task_delegate", { user: "alice" })));
+    // Alice's backlog is in the scheduler's queue before Bob sends anything.
+    await poll(() => r.queued() >= 60, { timeoutMs: 30_000, what: () => `alice's calls queued (queued ${r.queued()}, done ${r.done.length})` });
+    await Promise.all(Array.from({ length: 5 }, (_, i) => r.client.send(`job--b-${i}`, "task_delegate", { user: "bob" })));
+    await poll(() => r.done.filter((d) => d.user === "bob").length === 5, { timeoutMs: 30_000, what: "bob's five tasks" });
+    const aliceDoneWhenBobFinished = r.done.filter((d) => d.user === "alice").length;
+    await poll(() => r.done.length === 205, { timeoutMs: 60_000, what: () => `all 205 tasks (done ${r.done.length})` });
+    const bobLast = Math.max(...r.done.filter((d) => d.user === "bob").map((d) => d.at));
+    const aliceLast = Math.max(...r.done.filter((d) => d.user === "alice").map((d) => d.at));
+    // ~5 s of alice's work at 4 × 100 ms; bob's finish within a few rounds of being queued.
+    expect(aliceDoneWhenBobFinished).toBeLessThan(150);
+    expect(aliceLast - bobLast).toBeGreaterThan(1000);
+    // The queues were visible in the node's status while they ran, and are empty now.
+    const lane = r.rig.node.status().models.find((m) => m.model === "fast");
+    expect(lane).toMatchObject({ policy: "fair_share", maxConcurrency: 4, queued: 0, granted: 205 });
+    expect(lane!.classes.default!.waitMs.max).toBeGreaterThan(1000);
+  });
+
+  it("deadline - calls with a deadline go before a backlog without one and meet it", async () => {
+    await using r = await schedulingRig("deadline", 2, 100);
+    await Promise.all(Array.from({ length: 40 }, (_, i) => r.client.send(`job--n-${i}`, "task_delegate", { user: "batch" })));
+    await poll(() => r.queued() >= 20, { timeoutMs: 30_000, what: () => `the backlog queued (queued ${r.queued()}, done ${r.done.length})` });
+    const deadline = Date.now() + 1500;
+    await Promise.all(Array.from({ length: 4 }, (_, i) => r.client.send(`job--d-${i}`, "task_delegate", { user: "urgent", deadline })));
+    await poll(() => r.done.filter((d) => d.user === "urgent").length === 4, { timeoutMs: 30_000, what: "the four urgent tasks" });
+    const wallDone = Date.now();
+    const backlogLeft = 40 - r.done.filter((d) => d.user === "batch").length;
+    expect(wallDone).toBeLessThanOrEqual(deadline);
+    expect(backlogLeft).toBeGreaterThanOrEqual(10);
+    const classes = r.rig.node.status().models[0]!.classes;
+    expect(classes.deadline!.granted).toBe(4);
+    expect(classes.no_deadline!.queued).toBeGreaterThan(0);
+    await poll(() => r.done.length === 44, { timeoutMs: 60_000, what: () => `all 44 tasks (done ${r.done.length})` });
+  });
+});

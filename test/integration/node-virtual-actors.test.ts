@@ -1,0 +1,132 @@
+import { Kvm } from "@nats-io/kv";
+import { headers as natsHeaders } from "@nats-io/transport-node";
+import { describe, expect, it } from "vitest";
+import { ActorTypeRegistry, defineActor, type TemplateBinding } from "../../src/actors/index.js";
+import { createEnvelope, encodeEnvelope, KovaClient } from "../../src/bus/index.js";
+import { isKovaError } from "../../src/core/errors.js";
+import { poll } from "../fixtures/poll.js";
+import { inProcessNode } from "../fixtures/node/in-process-node.js";
+
+interface SessionState {
+  template: string | null;
+  key: string | null;
+  greeting: string | null;
+  count: number;
+  history: string[];
+}
+
+/** A conversation-like actor: remembers every line it was told, in order. */
+const sessionActor = defineActor<SessionState>({
+  type: "session",
+  initialState: (t?: TemplateBinding) => ({
+    template: t?.name ?? null,
+    key: t?.key ?? null,
+    greeting: typeof t?.config.greeting === "string" ? t.config.greeting : null,
+    count: 0,
+    history: [],
+  }),
+  handlers: {
+    task_delegate: async (ctx) => {
+      const line = String((ctx.message.payload as { line?: unknown } | null)?.line ?? "");
+      ctx.state.history.push(line);
+      ctx.state.count += 1;
+      return { count: ctx.state.count, history: ctx.state.history, key: ctx.template?.key, greeting: ctx.template?.config.greeting };
+    },
+  },
+  rpc: { info_request: (_env, state) => state },
+});
+
+const TEMPLATE = { name: "support", type: "session", config: { greeting: "hello" } };
+const task = (line: string) => ({ line });
+
+describe("virtual actors (templates, activation, passivation)", () => {
+  it("virtual actors - a plain NATS publish to a never-seen instance activates it; ask --key style addressing activates before sending; the template's config and key reach the instance", async () => {
+    await using rig = await inProcessNode({ types: new ActorTypeRegistry([sessionActor]), templates: [{ ...TEMPLATE, idleAfterMs: 0 }] });
+    await using client = await KovaClient.connect({ servers: rig.server.url, cluster: rig.cluster });
+
+    // Raw NATS, as `nats pub kova.<c>.a2a.support--raw-1 '{...}' -H Content-Type:application/json` would.
+    const env = createEnvelope({ from: "raw", to: "support--raw-1", type: "task_delegate", payload: task("first") });
+    const h = natsHeaders();
+    h.set("Content-Type", "application/json");
+    const t0 = performance.now();
+    rig.nc.publish(client.bus.subjects.a2a("support--raw-1"), encodeEnvelope(env, "json"), { headers: h });
+    const state = await poll(
+      async () => {
+        const s = await client.request<SessionState>("support--raw-1", "info_request", {}, { timeoutMs: 500 });
+        return s.count === 1 ? s : undefined;
+      },
+      { timeoutMs: 15_000, retryErrors: true, what: "the raw-NATS message handled by the activated instance" },
+    );
+    const activationMs = performance.now() - t0;
+    expect(state).toEqual({ template: "support", key: "raw-1", greeting: "hello", count: 1, history: ["first"] });
+    expect(rig.events.some((e) => e.type === "agent_activated" && (e.data as { id: string }).id === "support--raw-1")).toBe(true);
+    // Through the core-NATS listener, not the 1 s sweep.
+    expect(activationMs).toBeLessThan(5_000);
+
+    // ask: the registry does not know the id, so the client activates it first.
+    const reply = await client.ask<{ count: number; key: string; greeting: string }>("support--user-42", "task_delegate", task("hi"), { timeoutMs: 15_000 });
+    expect(reply.payload).toMatchObject({ count: 1, key: "user-42", greeting: "hello" });
+    expect(rig.node.agents().find((a) => a.id === "support--user-42")).toMatchObject({ template: "support", type: "session" });
+    expect(rig.node.status().virtual.templates).toEqual([{ name: "support", type: "session", idleAfterMs: 0, hosted: 2 }]);
+    expect(rig.node.status().virtual.activations).toBe(2);
+
+    // A template nobody registered: ask fails at once, naming the templates there are.
+    const t1 = Date.now();
+    const err = await client.ask("nosuch--x", "task_delegate", null, { timeoutMs: 30_000 }).catch((e: unknown) => e);
+    expect(isKovaError(err, "UNKNOWN_AGENT")).toBe(true);
+    expect((err as Error).message).toContain("templates: support");
+    expect(Date.now() - t1).toBeLessThan(5_000);
+    // An invalid key never reaches NATS.
+    const bad = await client.activate("support--has.dot").catch((e: unknown) => e);
+    expect(isKovaError(bad, "INVALID_ID")).toBe(true);
+  });
+
+  it("virtual actors - an idle instance is passivated (consumer, lease and registry entry gone, checkpoint kept) and its next message re-activates it with its memory intact", async () => {
+    await using rig = await inProcessNode({ types: new ActorTypeRegistry([sessionActor]), templates: [{ ...TEMPLATE, idleAfterMs: 600 }] });
+    await using client = await KovaClient.connect({ servers: rig.server.url, cluster: rig.cluster });
+    const id = "support--s-1";
+    for (const line of ["one", "two", "three"]) await client.ask(id, "task_delegate", task(line), { timeoutMs: 15_000 });
+
+    await poll(() => rig.events.some((e) => e.type === "agent_passivated" && (e.data as { id: string }).id === id), { timeoutMs: 15_000, what: "agent_passivated" });
+    const { jsm, subjects } = client.bus;
+    expect(rig.node.agents().find((a) => a.id === id)).toBeUndefined();
+    expect(await jsm.consumers.info(subjects.streams.a2a, subjects.consumer(id)).catch((e: unknown) => e)).toBeInstanceOf(Error);
+    const kv = (name: string) => new Kvm(client.bus.js).open(`kova_${rig.cluster}_${name}`);
+    expect(await (await kv("agents")).get(id)).toMatchObject({ operation: "PURGE" });
+    expect(await (await kv("leases")).get(id)).toMatchObject({ operation: "PURGE" });
+    const cp = await (await kv("checkpoints")).get(id);
+    expect(cp?.json<{ state: SessionState }>().state.history).toEqual(["one", "two", "three"]);
+    expect(rig.node.status().virtual.passivations).toBe(1);
+
+    // Addressed again: activated, with the conversation so far.
+    const reply = await client.ask<{ count: number; history: string[] }>(id, "task_delegate", task("four"), { timeoutMs: 15_000 });
+    expect(reply.payload).toMatchObject({ count: 4, history: ["one", "two", "three", "four"] });
+    expect(rig.node.status().virtual.activations).toBe(2);
+  });
+
+  it("virtual actors - activations respect [cluster] max_actors: past it ask fails with QUOTA_EXCEEDED, and a message sent meanwhile waits until a passivation frees room", async () => {
+    await using rig = await inProcessNode({
+      types: new ActorTypeRegistry([sessionActor]),
+      templates: [{ ...TEMPLATE, idleAfterMs: 1500 }],
+      cluster: ["max_actors = 2"],
+    });
+    await using client = await KovaClient.connect({ servers: rig.server.url, cluster: rig.cluster });
+    await client.ask("support--q1", "task_delegate", task("a"), { timeoutMs: 15_000 });
+    await client.ask("support--q2", "task_delegate", task("b"), { timeoutMs: 15_000 });
+    const refused = await client.ask("support--q3", "task_delegate", task("c"), { timeoutMs: 15_000 }).catch((e: unknown) => e);
+    expect(isKovaError(refused, "QUOTA_EXCEEDED")).toBe(true);
+    expect((refused as Error).message).toContain("[cluster] max_actors is 2");
+    // A plain send is stored all the same; the instance is activated once q1 and q2 are passivated.
+    await client.send("support--q3", "task_delegate", task("c"));
+    const done = await poll(
+      async () => {
+        const s = await client.request<SessionState>("support--q3", "info_request", {}, { timeoutMs: 500 }).catch(() => undefined);
+        return s?.count === 1 ? s : undefined;
+      },
+      { timeoutMs: 20_000, what: () => `q3 activated after the others were passivated ${JSON.stringify(rig.events.map((e) => [e.type, (e.data as { id?: string; actorId?: string }).id ?? (e.data as { actorId?: string }).actorId, (e.data as { via?: string }).via]))}` },
+    );
+    expect(done.history).toEqual(["c"]);
+    expect(rig.events.some((e) => e.type === "activation_refused")).toBe(true);
+    expect(rig.node.status().virtual.refused).toBeGreaterThan(0);
+  });
+});
