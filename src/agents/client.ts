@@ -53,28 +53,32 @@ export async function askAgent(client: Bus | { bus: Bus }, agentId: string, inpu
         ...(opts.parentRunId ? { parentRunId: opts.parentRunId } : {}),
         ...(opts.constraints ? { constraints: opts.constraints } : {}),
       };
-  const events = bus.nc.subscribe(bus.subjects.events(sessionId, runId));
+  // Only a caller that reads the events subscribes to them (before the send, so that none
+  // is missed); the result itself comes back on the ask's reply inbox.
+  const events = opts.onEvent ? bus.nc.subscribe(bus.subjects.events(sessionId, runId)) : undefined;
   let ended!: () => void;
   const streamEnded = new Promise<void>((r) => (ended = r));
-  void (async () => {
-    for await (const m of events) {
-      let e: KovaEvent;
-      try {
-        e = JSON.parse(utf8.decode(m.data)) as KovaEvent;
-      } catch {
-        continue;
+  if (events) {
+    void (async () => {
+      for await (const m of events) {
+        let e: KovaEvent;
+        try {
+          e = JSON.parse(utf8.decode(m.data)) as KovaEvent;
+        } catch {
+          continue;
+        }
+        try {
+          opts.onEvent?.(e);
+        } catch {
+          // the caller's callback must not stop the stream
+        }
+        if (e.type === "run_stream_end") ended();
       }
-      try {
-        opts.onEvent?.(e);
-      } catch {
-        // the caller's callback must not stop the stream
-      }
-      if (e.type === "run_stream_end") ended();
-    }
-    ended();
-  })();
+      ended();
+    })();
+  }
   try {
-    await bus.nc.flush();
+    if (events) await bus.nc.flush();
     const env = createEnvelope({
       from: opts.from ?? bus.clientId,
       to: agentId,
@@ -84,9 +88,9 @@ export async function askAgent(client: Bus | { bus: Bus }, agentId: string, inpu
     });
     const reply = await bus.ask<AgentResult>(env, { timeoutMs: opts.timeoutMs ?? 600_000, ...(opts.checkAgent === false ? { checkAgent: false } : {}) });
     // The reply is sent after the run's last event is stored; live delivery may still be on its way.
-    if (opts.onEvent) await Promise.race([streamEnded, new Promise((r) => setTimeout(r, STREAM_END_GRACE_MS).unref())]);
+    if (events) await Promise.race([streamEnded, new Promise((r) => setTimeout(r, STREAM_END_GRACE_MS).unref())]);
     return reply.payload;
   } finally {
-    events.unsubscribe();
+    events?.unsubscribe();
   }
 }
