@@ -47,6 +47,7 @@ beforeAll(async () => {
   const nodeConfig = parseConfig(
     nodeTomlAs(server, join(dir, "node"), model.url, [
       `[[agents]]\nid = "helper"\nmodel = "main"\ncapabilities = ["chat"]`,
+      `[[agent_templates]]\nname = "support"\nmodel = "main"`,
     ]),
     { env: process.env },
   );
@@ -98,6 +99,10 @@ describe("security: the gateway role (deploy/nats/accounts.conf)", () => {
     const pieces: string[] = [];
     for await (const chunk of stream) if (chunk.choices[0]?.delta.content) pieces.push(chunk.choices[0].delta.content);
     expect(pieces.join("")).toBe("echo: stream me");
+
+    // A template instance is activated through the nodes' control endpoint before its run.
+    const instance = await openai.chat.completions.create({ model: "support--user-7", messages: [{ role: "user", content: "hello instance" }] });
+    expect(instance.choices[0]?.message.content).toBe("echo: hello instance");
 
     // Cancel: the task is interrupted through the node's signal endpoint.
     const slow = await a2a("SendMessage", { message: { messageId: "m2", role: "ROLE_USER", parts: [{ text: "slow please" }] }, configuration: { returnImmediately: true } });
