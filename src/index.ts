@@ -118,12 +118,13 @@ export { ToolsErrorCode, ToolArgumentsInvalidError } from "./tools/errors.js";
 
 // Agents
 export { defineAgent } from "./agents/definition.js";
-export type { AgentDefinition, AgentSpec, AgentHooks, HookContext, HookResult, MemoryPolicy, BudgetPolicy, RunPolicy } from "./agents/definition.js";
+export type { AgentDefinition, AgentSpec, AgentTemplatePolicy, AgentHooks, HookContext, HookResult, MemoryPolicy, BudgetPolicy, RunPolicy } from "./agents/definition.js";
 export { askAgent, type AskAgentOptions } from "./agents/client.js";
 export { AGENT_CHAT } from "./agents/protocol.js";
 export type { AgentChatPayload, AgentInfo, AgentResult, AgentTaskPayload, AgentUsageTotals, RunStatus, RunUsage, TaskConstraints } from "./agents/protocol.js";
 export { EventProfiles, inProfile, RunEventType, type EventProfile } from "./agents/events.js";
 export { AgentErrorCode, BudgetExceededError, RunLimitExceededError } from "./agents/errors.js";
+export { ApprovalErrorCode, type ApprovalDecision, type ApprovalRecord } from "./agents/approvals.js";
 export { ModelErrorCode, ModelCallError } from "./agents/model/errors.js";
 
 // Agents as tools, and the agent protocol as callers see it

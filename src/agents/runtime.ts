@@ -203,6 +203,30 @@ export class AgentRuntime {
     return b;
   }
 
+  /**
+   * Releases what the runtime keeps for one agent outside its actor (a passivated template
+   * instance, so a node's memory follows its active instances): the model-switch cache
+   * (read from NATS again at its next run) and its token bucket once refilled. A new bucket
+   * starts full, so dropping a full one changes nothing; one still in debt is kept until it
+   * has refilled, so passivating does not reset `tokens_per_minute`.
+   */
+  forget(agentId: string): void {
+    this.#overrides.delete(agentId);
+    const bucket = this.#buckets.get(agentId);
+    if (!bucket) return;
+    const drop = () => {
+      if (this.#buckets.get(agentId) === bucket && !this.#running.has(agentId) && bucket.msUntilFull(Date.now()) === 0) this.#buckets.delete(agentId);
+    };
+    const ms = bucket.msUntilFull(Date.now());
+    if (ms === 0) drop();
+    else setTimeout(drop, ms).unref();
+  }
+
+  /** Agents with a token bucket on this node (what `forget` releases). */
+  get bucketCount(): number {
+    return this.#buckets.size;
+  }
+
   runStarted(agentId: string, runId: string): void {
     this.#running.set(agentId, runId);
   }
