@@ -127,7 +127,8 @@ export async function startAgentServices(
 /**
  * The `agent:<id>` tools (docs/swarm.md, "Agents as tools"): one per agent this node
  * defines (so `agent:*` offers them all), and one per `agent:<id>` an agent's list names
- * explicitly (that agent may be defined on other nodes only). A call is a child run of the
+ * explicitly (that agent may be defined on other nodes only). They share one argument
+ * schema, compiled once, so a node of a thousand agents pays for one. A call is a child run of the
  * calling run, drawing from the caller's budget group; an agent never gets itself (a
  * pattern skips it, see AgentRuntime.toolsFor).
  */
