@@ -1,7 +1,7 @@
 import { intValue, rejectUnknown, stringList, stringValue, tableAt, type ConfigTable } from "../core/config-table.js";
 import { ConfigError } from "../core/errors.js";
 import { durationMs } from "../core/duration.js";
-import { isValidId } from "../core/ids.js";
+import { isValidId, isValidTemplateName, TEMPLATE_NAME_MAX } from "../core/ids.js";
 import { defineAgent, type AgentDefinition, type AgentSpec } from "./definition.js";
 
 /**
@@ -35,6 +35,9 @@ const BUDGET_KEYS = ["tokens_per_minute", "max_tokens_per_run", "max_tokens_tota
 const RUN_KEYS = ["max_turns", "max_tool_calls", "time_budget_ms", "parallel_tool_calls"];
 const MAX_INT = 1_000_000_000_000;
 
+/** Keys of `[[agent_templates]]`: those of `[[agents]]` with `name` for `id`, plus the idle time. */
+const TEMPLATE_KEYS = ["name", ...AGENT_KEYS.filter((k) => k !== "id"), "idle_after", "idle_timeout"];
+
 /**
  * Parses `[[agents]]`.
  * @param models the configured model names, to check each agent's `model` here rather than at its first call
@@ -52,33 +55,87 @@ export function agentsConfigFrom(raw: unknown, models: ReadonlySet<string>): Age
     if (id === undefined) throw new ConfigError(`${key}.id`, 'is required: the agent id, e.g. id = "researcher"');
     if (seen.has(id)) throw new ConfigError(`${key}.id`, `duplicate agent id "${id}": each [[agents]] entry needs its own id`);
     seen.add(id);
-    const model = stringValue(t.model, `${key}.model`);
-    if (model === undefined) throw new ConfigError(`${key}.model`, 'is required: name a [models.<name>] table, e.g. model = "fast"');
-    if (!models.has(model)) {
-      throw new ConfigError(`${key}.model`, `no [models.${model}] table: configured models are ${[...models].join(", ") || "(none)"}`);
+    return defineAgent(agentSpecFrom(t, id, key, models), key);
+  });
+}
+
+/**
+ * Parses `[[agent_templates]]`: an agent declared once and instantiated per key
+ * (`support--user-42`) on its first message, passivated after `idle_after` (alias
+ * `idle_timeout`; default 10 min, `0` never) without a run.
+ *
+ * ```toml
+ * [[agent_templates]]
+ * name = "support"          # instances are support--<key>
+ * model = "fast"
+ * system = "You help customers."
+ * idle_after = "10m"
+ * budget = { tokens_per_minute = 20000 }   # per instance; a group stays shared by name
+ * ```
+ * @throws ConfigError naming the key as written (`agent_templates[0].name`) and the fix
+ */
+export function agentTemplatesConfigFrom(raw: unknown, models: ReadonlySet<string>): AgentDefinition[] {
+  if (raw === undefined) return [];
+  if (!Array.isArray(raw)) throw new ConfigError("agent_templates", "must be an array of tables: write each as [[agent_templates]] with name and model");
+  const seen = new Set<string>();
+  return raw.map((entry, i) => {
+    const key = `agent_templates[${i}]`;
+    const t = tableAt(entry, key);
+    rejectUnknown(t, TEMPLATE_KEYS, `${key}.`);
+    const name = stringValue(t.name, `${key}.name`);
+    if (name === undefined) throw new ConfigError(`${key}.name`, 'is required: the template name, instances are <name>--<key>, e.g. name = "support"');
+    if (!isValidTemplateName(name)) {
+      throw new ConfigError(`${key}.name`, `${JSON.stringify(name)} is not a template name: use 1-${TEMPLATE_NAME_MAX} characters from [A-Za-z0-9_-], without "--" (it separates the key in <name>--<key>) and not ending in "-"`);
     }
-    const spec: AgentSpec = { id, model };
-    const system = stringValue(t.system, `${key}.system`);
-    if (system !== undefined) spec.system = system;
-    const tools = stringList(t.tools, `${key}.tools`, '["clock_now", "mcp:everything/*"]');
-    if (tools) spec.tools = tools;
-    if (t.approval !== undefined) spec.approval = approvalFrom(t.approval, `${key}.approval`);
-    const caps = stringList(t.capabilities, `${key}.capabilities`, '["research"]', (c, k) => {
-      if (!isValidId(c)) throw new ConfigError(k, "a capability is an id token of [A-Za-z0-9_-]");
-      return c;
-    });
-    if (caps) spec.capabilities = caps;
-    if (t.memory !== undefined) spec.memory = memoryFrom(tableAt(t.memory, `${key}.memory`), `${key}.memory`);
-    if (t.budget !== undefined) spec.budget = budgetFrom(tableAt(t.budget, `${key}.budget`), `${key}.budget`);
-    if (t.run !== undefined) spec.run = runFrom(tableAt(t.run, `${key}.run`), `${key}.run`);
-    if (t.temperature !== undefined) {
-      if (typeof t.temperature !== "number") throw new ConfigError(`${key}.temperature`, "must be a number from 0 to 2");
-      spec.temperature = t.temperature;
-    }
-    const maxOut = intValue(t.max_output_tokens, `${key}.max_output_tokens`, 1, 10_000_000);
-    if (maxOut !== undefined) spec.maxOutputTokens = maxOut;
+    if (seen.has(name)) throw new ConfigError(`${key}.name`, `duplicate template "${name}": each [[agent_templates]] entry needs its own name`);
+    seen.add(name);
+    const idleAfterMs = idleAfterOf(t, key);
+    const spec = agentSpecFrom(t, name, key, models);
+    spec.template = idleAfterMs === undefined ? true : { idleAfterMs };
     return defineAgent(spec, key);
   });
+}
+
+/**
+ * A template's `idle_after` (alias `idle_timeout`): a duration (`"10m"`, milliseconds), or 0 for never.
+ * @throws ConfigError when both are given or the value is no duration
+ */
+export function idleAfterOf(t: ConfigTable, key: string): number | undefined {
+  if (t.idle_after !== undefined && t.idle_timeout !== undefined) throw new ConfigError(`${key}.idle_timeout`, "is another name for idle_after: give one of them");
+  const idleKey = t.idle_timeout !== undefined ? "idle_timeout" : "idle_after";
+  const raw = t[idleKey];
+  if (raw === undefined) return undefined;
+  return raw === 0 || raw === "0" ? 0 : durationMs(raw, `${key}.${idleKey}`);
+}
+
+/** The keys `[[agents]]` and `[[agent_templates]]` share, as a defineAgent spec. */
+function agentSpecFrom(t: ConfigTable, id: string, key: string, models: ReadonlySet<string>): AgentSpec {
+  const model = stringValue(t.model, `${key}.model`);
+  if (model === undefined) throw new ConfigError(`${key}.model`, 'is required: name a [models.<name>] table, e.g. model = "fast"');
+  if (!models.has(model)) {
+    throw new ConfigError(`${key}.model`, `no [models.${model}] table: configured models are ${[...models].join(", ") || "(none)"}`);
+  }
+  const spec: AgentSpec = { id, model };
+  const system = stringValue(t.system, `${key}.system`);
+  if (system !== undefined) spec.system = system;
+  const tools = stringList(t.tools, `${key}.tools`, '["clock_now", "mcp:everything/*"]');
+  if (tools) spec.tools = tools;
+  if (t.approval !== undefined) spec.approval = approvalFrom(t.approval, `${key}.approval`);
+  const caps = stringList(t.capabilities, `${key}.capabilities`, '["research"]', (c, k) => {
+    if (!isValidId(c)) throw new ConfigError(k, "a capability is an id token of [A-Za-z0-9_-]");
+    return c;
+  });
+  if (caps) spec.capabilities = caps;
+  if (t.memory !== undefined) spec.memory = memoryFrom(tableAt(t.memory, `${key}.memory`), `${key}.memory`);
+  if (t.budget !== undefined) spec.budget = budgetFrom(tableAt(t.budget, `${key}.budget`), `${key}.budget`);
+  if (t.run !== undefined) spec.run = runFrom(tableAt(t.run, `${key}.run`), `${key}.run`);
+  if (t.temperature !== undefined) {
+    if (typeof t.temperature !== "number") throw new ConfigError(`${key}.temperature`, "must be a number from 0 to 2");
+    spec.temperature = t.temperature;
+  }
+  const maxOut = intValue(t.max_output_tokens, `${key}.max_output_tokens`, 1, 10_000_000);
+  if (maxOut !== undefined) spec.maxOutputTokens = maxOut;
+  return spec;
 }
 
 /**
@@ -105,11 +162,11 @@ export function budgetGroupsFrom(raw: unknown): Map<string, BudgetGroupConfig> {
  * Checks that every agent's `budget.group` names a `[budget_groups.<name>]` table.
  * @throws ConfigError naming the agent's key
  */
-export function checkBudgetGroups(agents: readonly AgentDefinition[], groups: ReadonlyMap<string, BudgetGroupConfig>): void {
+export function checkBudgetGroups(agents: readonly AgentDefinition[], groups: ReadonlyMap<string, BudgetGroupConfig>, section = "agents"): void {
   agents.forEach((a, i) => {
     const g = a.budget.group;
     if (g !== undefined && !groups.has(g)) {
-      throw new ConfigError(`agents[${i}].budget.group`, `no [budget_groups.${g}] table: add one with max_tokens, e.g. [budget_groups.${g}] max_tokens = 1000000`);
+      throw new ConfigError(`${section}[${i}].budget.group`, `no [budget_groups.${g}] table: add one with max_tokens, e.g. [budget_groups.${g}] max_tokens = 1000000`);
     }
   });
 }

@@ -1,5 +1,6 @@
 import { ConfigError } from "../core/errors.js";
-import { isValidId } from "../core/ids.js";
+import { INSTANCE_SEPARATOR, isValidId, isValidTemplateName, TEMPLATE_NAME_MAX } from "../core/ids.js";
+import { DEFAULT_IDLE_AFTER_MS } from "../actors/templates.js";
 import { parseToolPattern, TOOL_NAME_RULE } from "../tools/names.js";
 import { DEFAULT_APPROVAL_TIMEOUT_MS, MAX_APPROVAL_TIMEOUT_MS } from "./approvals.js";
 import type { ChatMessage } from "./model/types.js";
@@ -91,10 +92,22 @@ export interface ApprovalPolicy {
   readonly timeoutMs: number;
 }
 
+/**
+ * What makes a definition an agent template (docs/agents.md, "Agent templates"): an instance
+ * `<id>--<key>` exists as soon as it is addressed, shares the definition and has its own
+ * memory, state, usage and token bucket; it is passivated after `idleAfterMs` without a run.
+ */
+export interface AgentTemplatePolicy {
+  /** An instance with no run for this long is passivated (default 10 min; 0 never). */
+  readonly idleAfterMs: number;
+}
+
 /** An agent: a prompt, a model, tools, memory, budgets, run policies, hooks and capabilities. */
 export interface AgentDefinition {
   /** The agent's id (its actor id and inbox); for a template, the template name. */
   readonly id: string;
+  /** Set for an agent template: the node declares no agent `id`, it instantiates `id--<key>` on demand. */
+  readonly template?: AgentTemplatePolicy;
   /** A `[models.<name>]` name; switchable at run time (`kova signal <id> model=<name>`). */
   readonly model: string;
   readonly system: string;
@@ -125,6 +138,11 @@ export type AgentSpec = Pick<AgentDefinition, "id" | "model"> & {
   capabilities?: readonly string[];
   temperature?: number;
   maxOutputTokens?: number;
+  /**
+   * Make this an agent template: `true` (passivate after 10 min idle) or `{ idleAfterMs }`
+   * (0 never). `id` is then the template's name.
+   */
+  template?: boolean | { idleAfterMs?: number };
 };
 
 export const DEFAULT_MEMORY: MemoryPolicy = Object.freeze({ policy: "fifo", maxTokens: 60_000 });
@@ -141,7 +159,8 @@ const MARK = Symbol.for("kova.agentDefinition");
  */
 export function defineAgent(spec: AgentSpec, key = spec.id ?? "agent"): AgentDefinition {
   if (!isValidId(spec.id)) throw new ConfigError(`${key}.id`, `${JSON.stringify(spec.id)} is not an agent id: use 1-128 characters from [A-Za-z0-9_-]`);
-  if (spec.id.includes("--")) throw new ConfigError(`${key}.id`, `"--" is reserved for template instances (<template>--<key>): rename ${spec.id}`);
+  if (spec.id.includes(INSTANCE_SEPARATOR)) throw new ConfigError(`${key}.id`, `"${INSTANCE_SEPARATOR}" is reserved for template instances (<template>--<key>): rename ${spec.id}`);
+  const template = templatePolicy(spec, key);
   if (!isValidId(spec.model)) throw new ConfigError(`${key}.model`, 'must name a [models.<name>] table, e.g. model = "fast"');
   const memory: MemoryPolicy = { ...DEFAULT_MEMORY, ...spec.memory };
   if (!["fifo", "summary_first", "sliding_window"].includes(memory.policy)) {
@@ -171,6 +190,7 @@ export function defineAgent(spec: AgentSpec, key = spec.id ?? "agent"): AgentDef
   }
   const def: AgentDefinition = {
     id: spec.id,
+    ...(template ? { template } : {}),
     model: spec.model,
     system: spec.system ?? "",
     tools: Object.freeze([...(spec.tools ?? [])]),
@@ -204,6 +224,18 @@ function approvalPolicy(raw: AgentSpec["approval"], key: string): ApprovalPolicy
     throw new ConfigError(`${key}.timeout`, `must be a duration from 1 ms to 7 days, not ${JSON.stringify(timeoutMs)}`);
   }
   return Object.freeze({ tools: Object.freeze([...spec.tools]), timeoutMs });
+}
+
+function templatePolicy(spec: AgentSpec, key: string): AgentTemplatePolicy | undefined {
+  if (spec.template === undefined || spec.template === false) return undefined;
+  if (!isValidTemplateName(spec.id)) {
+    throw new ConfigError(`${key}.id`, `${JSON.stringify(spec.id)} is not a template name: use 1-${TEMPLATE_NAME_MAX} characters from [A-Za-z0-9_-], not ending in "-" (instances are <name>${INSTANCE_SEPARATOR}<key>)`);
+  }
+  const idleAfterMs = spec.template === true ? DEFAULT_IDLE_AFTER_MS : (spec.template.idleAfterMs ?? DEFAULT_IDLE_AFTER_MS);
+  if (!Number.isInteger(idleAfterMs) || idleAfterMs < 0) {
+    throw new ConfigError(`${key}.idle_after`, `must be a duration (0 = never passivate), not ${JSON.stringify(idleAfterMs)}`);
+  }
+  return Object.freeze({ idleAfterMs });
 }
 
 function positive(v: number, key: string, min: number): void {

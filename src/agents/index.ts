@@ -31,13 +31,14 @@ export {
   type AgentDefinition,
   type AgentHooks,
   type AgentSpec,
+  type AgentTemplatePolicy,
   type BudgetPolicy,
   type HookContext,
   type HookResult,
   type MemoryPolicy,
   type RunPolicy,
 } from "./definition.js";
-export { agentsConfigFrom, budgetGroupsFrom, checkBudgetGroups, type BudgetGroupConfig } from "./config.js";
+export { agentsConfigFrom, agentTemplatesConfigFrom, budgetGroupsFrom, checkBudgetGroups, type BudgetGroupConfig } from "./config.js";
 export { agentActor } from "./agent-actor.js";
 export { AgentRuntime, type AgentRuntimeOptions } from "./runtime.js";
 export { askAgent, type AskAgentOptions } from "./client.js";

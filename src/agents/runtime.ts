@@ -1,4 +1,5 @@
 import { silentLogger, type Logger } from "../core/logger.js";
+import { timedPhase } from "../core/phases.js";
 import type { Bus } from "../bus/bus.js";
 import type { KovaEvent } from "../bus/events.js";
 import type { ToolRegistry } from "../tools/registry.js";
@@ -170,7 +171,8 @@ export class AgentRuntime {
    */
   async currentModel(agentId: string, def: AgentDefinition, refresh = false): Promise<string> {
     if (refresh || !this.#overrides.has(agentId)) {
-      const s = await (await this.settings()).get(agentId);
+      const settings = await this.settings();
+      const s = await timedPhase("kv.settings", agentId, () => settings.get(agentId));
       this.#overrides.set(agentId, s.model && this.opts.models.has(s.model) ? s.model : null);
     }
     return this.#overrides.get(agentId) ?? def.model;
@@ -201,6 +203,30 @@ export class AgentRuntime {
     return b;
   }
 
+  /**
+   * Releases what the runtime keeps for one agent outside its actor (a passivated template
+   * instance, so a node's memory follows its active instances): the model-switch cache
+   * (read from NATS again at its next run) and its token bucket once refilled. A new bucket
+   * starts full, so dropping a full one changes nothing; one still in debt is kept until it
+   * has refilled, so passivating does not reset `tokens_per_minute`.
+   */
+  forget(agentId: string): void {
+    this.#overrides.delete(agentId);
+    const bucket = this.#buckets.get(agentId);
+    if (!bucket) return;
+    const drop = () => {
+      if (this.#buckets.get(agentId) === bucket && !this.#running.has(agentId) && bucket.msUntilFull(Date.now()) === 0) this.#buckets.delete(agentId);
+    };
+    const ms = bucket.msUntilFull(Date.now());
+    if (ms === 0) drop();
+    else setTimeout(drop, ms).unref();
+  }
+
+  /** Agents with a token bucket on this node (what `forget` releases). */
+  get bucketCount(): number {
+    return this.#buckets.size;
+  }
+
   runStarted(agentId: string, runId: string): void {
     this.#running.set(agentId, runId);
   }
@@ -229,7 +255,8 @@ export class AgentRuntime {
 
   /** Publishes a run event: durable (stored, retried) unless `durable` is false. */
   publish(event: KovaEvent, durable = true): Promise<void> {
-    return this.bus.publishEvent(event, { durable });
+    if (!durable) return this.bus.publishEvent(event, { durable });
+    return timedPhase(`event:${event.type}`, undefined, () => this.bus.publishEvent(event));
   }
 
   /** Stops the scheduler if it is this runtime's own (waiting calls fail with MODEL_SCHEDULER_CLOSED). */

@@ -28,6 +28,12 @@ export class TokenBucket {
     return this.#level > 0 ? 0 : Math.ceil((1 - this.#level) / this.#perMs);
   }
 
+  /** Milliseconds until the bucket is full again (0: it is). */
+  msUntilFull(now: number): number {
+    this.#refill(now);
+    return this.#level >= this.tokensPerMinute ? 0 : Math.ceil((this.tokensPerMinute - this.#level) / this.#perMs);
+  }
+
   charge(tokens: number, now: number): void {
     this.#refill(now);
     this.#level -= tokens;

@@ -207,7 +207,7 @@ export class KovaA2AHandler implements A2ARequestHandler {
       throw new RequestMalformedError(`key ${principal?.name ?? "?"} may not use agent ${agentId}`);
     }
     try {
-      this.deps.runs.agent(agentId);
+      await this.deps.runs.ready(agentId);
     } catch (err) {
       throw new RequestMalformedError({ message: (err as GatewayHttpError).message, cause: err });
     }

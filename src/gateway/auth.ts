@@ -1,6 +1,7 @@
 import type { NextFunction, Request, Response } from "express";
 import { GatewayErrorCode, GatewayHttpError } from "./errors.js";
 import type { ApiKey, KeyRing } from "./keys.js";
+import { parseInstanceId } from "../core/ids.js";
 
 /** Who is calling: the key's name and what it may use. */
 export interface Principal {
@@ -105,9 +106,12 @@ export function authenticate(opts: { mode: "keys" | "none"; keys: KeyRing; limit
   };
 }
 
-/** Whether the caller may use this agent. */
+/** Whether the caller may use this agent: a key listing a template's name may use all its instances. */
 export function mayUse(p: Principal | undefined, agentId: string): boolean {
-  return p !== undefined && (p.agents === undefined || p.agents.includes(agentId));
+  if (p === undefined) return false;
+  if (p.agents === undefined || p.agents.includes(agentId)) return true;
+  const inst = parseInstanceId(agentId);
+  return inst !== undefined && p.agents.includes(inst.template);
 }
 
 /** @throws GatewayHttpError 403 when the key may not use the agent */

@@ -12,6 +12,8 @@ export const GatewayErrorCode = defineErrorCodes("gateway", {
   BODY_TOO_LARGE: "BODY_TOO_LARGE",
   /** The request is not what the endpoint takes (bad JSON, missing fields). HTTP 400. */
   BAD_REQUEST: "BAD_REQUEST",
+  /** No Kova node answered (e.g. the activation of a template instance). HTTP 503. */
+  NO_NODE: "NO_NODE",
   /** The agent's run ended failed or cancelled, or gave no answer in time. */
   RUN_FAILED: "RUN_FAILED",
 });

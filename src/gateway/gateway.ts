@@ -8,7 +8,7 @@ import { silentLogger, type Logger } from "../core/logger.js";
 import { Bus, type NatsSecurity } from "../bus/index.js";
 import { AgentRegistry } from "../node/registry.js";
 import { KovaA2AHandler, KeyUser, type A2AHandlerDeps } from "./a2a-handler.js";
-import { authenticate, RateLimiter, requireAgent } from "./auth.js";
+import { authenticate, mayUse, RateLimiter, requireAgent } from "./auth.js";
 import { agentCard, directoryCard, type CardOptions } from "./cards.js";
 import type { GatewayConfig } from "./config.js";
 import { GatewayErrorCode, GatewayHttpError } from "./errors.js";
@@ -18,6 +18,9 @@ import { RunClient } from "./runs.js";
 import { NatsTaskStore } from "./task-store.js";
 import { TaskTracker } from "./task-tracker.js";
 import { mountWebView } from "./web.js";
+
+/** Per-agent routers kept (each is a JSON-RPC handler; rebuilding one is cheap). */
+const MAX_AGENT_ROUTERS = 1024;
 import type { RunTraceExporter } from "./otel.js";
 
 export interface GatewayOptions {
@@ -67,6 +70,7 @@ function cardRoute(provider: () => Promise<AgentCard>) {
  */
 export class Gateway {
   private closing: Promise<void> | undefined;
+  /** Per-agent routers (card + JSON-RPC endpoint), built on first use, oldest dropped past MAX_AGENT_ROUTERS. */
   private readonly agentRouters = new Map<string, Router>();
   private traces: RunTraceExporter | undefined;
   private webView: { stop(): void } | undefined;
@@ -168,11 +172,13 @@ export class Gateway {
   private agentRouter(agentId: string): Router {
     let r = this.agentRouters.get(agentId);
     if (r) return r;
-    const card = async () => agentCard(this.runs.agent(agentId), this.cardOptions());
+    const card = async () => agentCard(await this.runs.ready(agentId), this.cardOptions());
     r = express.Router();
     r.use("/.well-known/agent-card.json", cardRoute(card));
     r.use("/a2a/jsonrpc", jsonRpcHandler({ requestHandler: new KovaA2AHandler(this.handlerDeps(card), agentId), userBuilder: this.userBuilder, legacyCompat: { enabled: true } }));
     this.agentRouters.set(agentId, r);
+    // Template instances are unbounded in number: keep the most recently built routers only.
+    if (this.agentRouters.size > MAX_AGENT_ROUTERS) this.agentRouters.delete(this.agentRouters.keys().next().value!);
     return r;
   }
 
@@ -194,12 +200,12 @@ export class Gateway {
     app.get("/agents", (req, res) => {
       const base = this.publicUrl;
       const agents = this.liveAgents()
-        .filter((r) => req.principal && (req.principal.agents === undefined || req.principal.agents.includes(r.id)))
+        .filter((r) => mayUse(req.principal, r.id))
         .map((r) => ({ id: r.id, type: r.type, capabilities: r.capabilities, state: r.state, node: r.node, card: `${base}/agents/${r.id}/.well-known/agent-card.json` }));
       res.json({ agents });
     });
     app.use("/.well-known/agent-card.json", (req, res, next) => {
-      const records = this.liveAgents().filter((r) => req.principal?.agents === undefined || req.principal.agents.includes(r.id));
+      const records = this.liveAgents().filter((r) => req.principal === undefined || mayUse(req.principal, r.id));
       cardRoute(async () => directoryCard(records, this.cardOptions()))(req, res, next);
     });
     const directory = async () => directoryCard(this.liveAgents(), this.cardOptions());
@@ -209,8 +215,8 @@ export class Gateway {
         const agentId = req.params.agentId as string;
         if (!isValidId(agentId)) throw new GatewayHttpError(404, GatewayErrorCode.BAD_REQUEST, `${JSON.stringify(agentId)} is not an agent id`);
         requireAgent(req.principal, agentId);
-        this.runs.agent(agentId);
-        this.agentRouter(agentId)(req, res, next);
+        // A template instance is activated here (its card and its endpoint then work).
+        this.runs.ready(agentId).then(() => this.agentRouter(agentId)(req, res, next), next);
       } catch (err) {
         next(err);
       }

@@ -1,7 +1,7 @@
 import { randomUUID } from "node:crypto";
 import type { Request, Response } from "express";
 import { Role, TaskState } from "@a2a-js/sdk";
-import { isValidId, newId } from "../core/ids.js";
+import { INSTANCE_SEPARATOR, isValidId, isValidTemplateName, newId, parseInstanceId } from "../core/ids.js";
 import type { AgentRegistry } from "../node/registry.js";
 import { mayUse, requireAgent } from "./auth.js";
 import { GatewayErrorCode, GatewayHttpError } from "./errors.js";
@@ -19,6 +19,10 @@ import type { TaskTracker } from "./task-tracker.js";
  * With a session, the last user message goes to the agent as `agent.chat` and the agent's
  * memory of that session holds the earlier turns; without one, the whole conversation is
  * one `task_delegate` input (a stateless call, as an OpenAI model would see it).
+ *
+ * Agent templates: `model = "support--user-42"` talks to that instance (activated on first
+ * use); `model = "support"` with a session, when no agent is named `support`, talks to the
+ * template's instance of that session, `support--<session>` (see `addressed`).
  */
 export interface OpenAiDeps {
   runs: RunClient;
@@ -53,7 +57,7 @@ function contentText(content: unknown, i: number): string {
 }
 
 /** The run a chat request stands for, or a 400 naming the field at fault. */
-export function chatRun(req: Request, timeoutMs: number): RunRequest & { stream: boolean; includeUsage: boolean } {
+export function chatRun(req: Request, timeoutMs: number): RunRequest & { stream: boolean; includeUsage: boolean; named: boolean } {
   const body = req.body as Record<string, unknown> | undefined;
   if (!body || typeof body !== "object" || Array.isArray(body)) throw bad("the body must be a JSON object (a chat completion request)");
   const model = body.model;
@@ -71,8 +75,9 @@ export function chatRun(req: Request, timeoutMs: number): RunRequest & { stream:
   const maxTokens = typeof body.max_completion_tokens === "number" ? body.max_completion_tokens : typeof body.max_tokens === "number" ? body.max_tokens : undefined;
   const runId = newId();
   const streamOptions = body.stream_options as { include_usage?: unknown } | undefined;
-  const run: RunRequest & { stream: boolean; includeUsage: boolean } = {
+  const run: RunRequest & { stream: boolean; includeUsage: boolean; named: boolean } = {
     agentId: model,
+    named: named !== undefined,
     kind: named ? "agent.chat" : "task_delegate",
     input: named || turns.length === 1 ? lastUser.text : turns.map((t) => `${t.role}: ${t.text}`).join("\n\n"),
     sessionId: named ? sessionIdFor(named) : newId(),
@@ -98,13 +103,27 @@ export function listModels(deps: Pick<OpenAiDeps, "registry">, req: Request, res
   res.json({ object: "list", data });
 }
 
+/**
+ * Which agent a chat request reaches: `model` as given (an agent, or a template instance
+ * `support--user-42`, activated if need be), or, for a `model` that names no agent but a
+ * template, with a session named (`user` or `X-Kova-Session`), that template's instance
+ * for the session: `support` + `user = "user-42"` → `support--user-42`.
+ */
+function addressed(deps: Pick<OpenAiDeps, "registry">, run: RunRequest & { named: boolean }): string {
+  const record = deps.registry.get(run.agentId);
+  if ((record && record.desired !== "killed") || !run.named || parseInstanceId(run.agentId) !== undefined || !isValidTemplateName(run.agentId)) return run.agentId;
+  const key = `${run.agentId}${INSTANCE_SEPARATOR}${run.sessionId}`;
+  return isValidId(key) ? key : run.agentId;
+}
+
 export async function chatCompletions(deps: OpenAiDeps, req: Request, res: Response): Promise<void> {
   const run = chatRun(req, deps.taskTimeoutMs);
+  run.agentId = addressed(deps, run);
   requireAgent(req.principal, run.agentId);
   try {
-    deps.runs.agent(run.agentId);
+    await deps.runs.ready(run.agentId);
   } catch (err) {
-    if (err instanceof GatewayHttpError) throw new GatewayHttpError(404, "model_not_found", err.message, { data: { param: "model" } });
+    if (err instanceof GatewayHttpError && err.status === 404) throw new GatewayHttpError(404, "model_not_found", err.message, { data: { param: "model" } });
     throw err;
   }
   const id = `chatcmpl-${run.runId}`;

@@ -1,11 +1,12 @@
 import { DeliverPolicy, type ConsumerMessages } from "@nats-io/jetstream";
 import { isKovaError, KovaError } from "../core/errors.js";
-import { newId } from "../core/ids.js";
+import { newId, parseInstanceId } from "../core/ids.js";
 import type { Logger } from "../core/logger.js";
 import { ActorErrorCode } from "../actors/errors.js";
-import { BusErrorCode, createEnvelope, type Bus, type KovaEvent } from "../bus/index.js";
+import { BusErrorCode, createEnvelope, type ActivationReply, type Bus, type KovaEvent } from "../bus/index.js";
 import { controlRequest, nodeSubject, type SignalReply } from "../node/control.js";
-import type { AgentRegistry } from "../node/registry.js";
+import { NodeErrorCode } from "../node/errors.js";
+import type { AgentRecord, AgentRegistry } from "../node/registry.js";
 import { GatewayErrorCode, GatewayHttpError } from "./errors.js";
 import { usageOf, zeroUsage, type RunOutcome } from "./task-projection.js";
 
@@ -59,6 +60,29 @@ export class RunClient {
       throw new GatewayHttpError(404, BusErrorCode.UNKNOWN_AGENT, `no agent ${JSON.stringify(agentId)} in cluster ${this.bus.cluster}: GET /v1/models or /agents lists the agents`, { data: { agentId } });
     }
     return record;
+  }
+
+  /**
+   * The agent's record, activating a template instance (`<template>--<key>`) the registry
+   * does not list (never addressed, or passivated) as `ask` does, before anything is sent.
+   * An instance just activated may not be in this gateway's registry mirror yet: it is then
+   * described from the activation reply.
+   * @throws GatewayHttpError 404 when there is no such agent and no template matches the id;
+   *   429 QUOTA_EXCEEDED past the cluster's `max_actors`; 503 when no node answers
+   */
+  async ready(agentId: string): Promise<AgentRecord> {
+    const record = this.registry.get(agentId);
+    if ((record && record.desired !== "killed") || parseInstanceId(agentId) === undefined) return this.agent(agentId);
+    let reply: ActivationReply | undefined;
+    try {
+      reply = await this.bus.activate(agentId);
+    } catch (err) {
+      if (isKovaError(err, BusErrorCode.UNKNOWN_AGENT)) throw new GatewayHttpError(404, BusErrorCode.UNKNOWN_AGENT, err.message, { data: { agentId }, cause: err });
+      if (isKovaError(err, NodeErrorCode.QUOTA_EXCEEDED)) throw new GatewayHttpError(429, NodeErrorCode.QUOTA_EXCEEDED, err.message, { data: { agentId }, cause: err });
+      throw err;
+    }
+    if (!reply) throw new GatewayHttpError(503, GatewayErrorCode.NO_NODE, `no Kova node answered the activation of ${agentId} in cluster ${this.bus.cluster}; retry when a node is up`, { data: { agentId } });
+    return this.registry.get(agentId) ?? { id: agentId, type: reply.template, template: reply.template, node: null, state: "Created", capabilities: [], desired: "running", updatedAt: Date.now() };
   }
 
   /**

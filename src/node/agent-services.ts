@@ -10,7 +10,7 @@ import { builtinTools } from "../tools/config.js";
 import { ToolRegistry } from "../tools/registry.js";
 import type { McpManager } from "../tools/mcp/manager.js";
 import type { Tool } from "../tools/types.js";
-import { isValidId } from "../core/ids.js";
+import { isValidId, parseInstanceId } from "../core/ids.js";
 import { agentActor } from "../agents/agent-actor.js";
 import { AGENT_TOOL_PREFIX, agentTool } from "../agents/agent-tool.js";
 import type { AgentDefinition } from "../agents/definition.js";
@@ -91,7 +91,7 @@ export async function startAgentServices(
     deps.types.register(agentActor(a, runtime));
   });
   deps.logger.child({ component: "agents" }).info(
-    { agents: agents.map((a) => a.id), models: runtime.modelNames(), mcp: mcp?.servers ?? [] },
+    { agents: agents.filter((a) => !a.template).map((a) => a.id), templates: agents.filter((a) => a.template).map((a) => a.id), models: runtime.modelNames(), mcp: mcp?.servers ?? [] },
     "agent level loaded",
   );
   return {
@@ -104,7 +104,7 @@ export async function startAgentServices(
         if (mcp) await mcp.prepare(mcp.servers.map((n) => `${n}/*`));
         return tools.describe();
       }
-      const def = agents.find((a) => a.id === agentId || agentId.startsWith(`${a.id}--`));
+      const def = agentDefinitionOf(agents, agentId);
       if (!def) throw new KovaError(BusErrorCode.UNKNOWN_AGENT, `no agent ${agentId} on this node: its agents are ${agents.map((a) => a.id).join(", ")}`, { data: { agentId } });
       const set = await runtime.toolsFor(def, agentId);
       const sources = new Map(tools.describe().map((d) => [d.name, d.source]));
@@ -124,16 +124,24 @@ export async function startAgentServices(
   };
 }
 
+/** The definition an agent id runs: a declared agent's own, or its template's for an instance `<template>--<key>`. */
+export function agentDefinitionOf(agents: readonly AgentDefinition[], agentId: string): AgentDefinition | undefined {
+  const inst = parseInstanceId(agentId);
+  return agents.find((a) => (a.template ? a.id === inst?.template : a.id === agentId));
+}
+
 /**
  * The `agent:<id>` tools (docs/swarm.md, "Agents as tools"): one per agent this node
  * defines (so `agent:*` offers them all), and one per `agent:<id>` an agent's list names
  * explicitly (that agent may be defined on other nodes only). They share one argument
  * schema, compiled once, so a node of a thousand agents pays for one. A call is a child run of the
  * calling run, drawing from the caller's budget group; an agent never gets itself (a
- * pattern skips it, see AgentRuntime.toolsFor).
+ * pattern skips it, see AgentRuntime.toolsFor). An instance of a template is offered only
+ * when named (`agent:support--triage`).
  */
 function agentsAsTools(agents: readonly AgentDefinition[], bus: Bus): Tool[] {
-  const ids = new Set(agents.map((a) => a.id));
+  // A template is no agent of its own (its instances are): `agent:*` leaves it out.
+  const ids = new Set(agents.filter((a) => !a.template).map((a) => a.id));
   for (const a of agents) {
     for (const t of a.tools) if (t.startsWith(AGENT_TOOL_PREFIX) && !t.includes("*")) ids.add(t.slice(AGENT_TOOL_PREFIX.length));
   }

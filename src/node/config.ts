@@ -20,10 +20,9 @@ import { redactUrl, type NatsSecurity } from "../bus/index.js";
 import { NATS_SECURITY_KEYS, natsSecurityFrom } from "./nats-config.js";
 import { toolsConfigFrom, type ToolsConfig } from "../tools/config.js";
 import { parseSchedule, type ScheduleSpec } from "./schedule-spec.js";
-import { durationMs } from "../core/duration.js";
 import { mcpConfigFrom, type McpConfig } from "../tools/mcp/config.js";
 import { parseModelsConfig, type ModelConfig } from "../agents/model/config.js";
-import { agentsConfigFrom, budgetGroupsFrom, checkBudgetGroups, type BudgetGroupConfig } from "../agents/config.js";
+import { agentsConfigFrom, agentTemplatesConfigFrom, budgetGroupsFrom, checkBudgetGroups, idleAfterOf, type BudgetGroupConfig } from "../agents/config.js";
 import type { AgentDefinition } from "../agents/definition.js";
 import { swarmActorType, swarmsConfigFrom, type SwarmSpec } from "../swarm/config.js";
 
@@ -70,6 +69,7 @@ import { swarmActorType, swarmsConfigFrom, type SwarmSpec } from "../swarm/confi
  *
  * [models.fast]            # OpenAI-compatible endpoints (src/agents/model/config.ts)
  * [[agents]]               # LLM agents (src/agents/config.ts), hosted as actors
+ * [[agent_templates]]      # LLM agents per key: support--<key> exists once addressed
  * [budget_groups.team-a]   # token budgets shared by agents, cluster-wide
  *
  * [[actors]]
@@ -178,6 +178,8 @@ export interface NodeConfig {
   models: Map<string, ModelConfig>;
   /** `[[agents]]`: LLM agents this cluster declares (see src/agents/config.ts). */
   agents: AgentDefinition[];
+  /** `[[agent_templates]]`: LLM agents instantiated per key (`template` set; docs/agents.md). */
+  agentTemplates: AgentDefinition[];
   /** `[budget_groups.<name>]`: token budgets shared by the agents that name them. */
   budgetGroups: Map<string, BudgetGroupConfig>;
   /**
@@ -197,7 +199,7 @@ type Table = ConfigTable;
 export const DEFAULT_MAX_ACTORS = 10_000;
 export const DEFAULT_MAX_ACTORS_PER_NODE = 5_000;
 
-const TOP_KEYS = ["node", "cluster", "nats", "wal", "checkpoint", "journal", "mailbox", "actors", "actor_templates", "modules", "tools", "mcp", "schedules", "models", "agents", "budget_groups", "swarms", "gateway"];
+const TOP_KEYS = ["node", "cluster", "nats", "wal", "checkpoint", "journal", "mailbox", "actors", "actor_templates", "modules", "tools", "mcp", "schedules", "models", "agents", "agent_templates", "budget_groups", "swarms", "gateway"];
 
 /** The node id used when neither the file nor KOVA_NODE_ID names one: the host name, made id-safe. */
 export function defaultNodeId(): string {
@@ -315,11 +317,14 @@ function buildConfig(doc: Table, path: string | undefined, env: NodeJS.ProcessEn
     schedules: schedulesFrom(doc.schedules),
     models: parseModelsConfig(doc.models, { env, baseDir: base }),
     agents: [],
+    agentTemplates: [],
     budgetGroups: budgetGroupsFrom(doc.budget_groups),
     swarms: [],
   };
   config.agents = agentsConfigFrom(doc.agents, new Set(config.models.keys()));
   checkBudgetGroups(config.agents, config.budgetGroups);
+  config.agentTemplates = agentTemplatesConfigFrom(doc.agent_templates, new Set(config.models.keys()));
+  checkBudgetGroups(config.agentTemplates, config.budgetGroups, "agent_templates");
   config.swarms = swarmsConfigFrom(doc.swarms, new Set(config.models.keys()));
   if (path) config.configPath = path;
   if (doc.gateway !== undefined) config.gateway = table(doc, "gateway");
@@ -352,15 +357,21 @@ function buildConfig(doc: Table, path: string | undefined, env: NodeJS.ProcessEn
   const templates = templateSpecs(doc.actor_templates, base);
   config.templates = templates.map((t) => t.template);
   for (const t of templates) if (t.module) modules.add(t.module);
+  config.agentTemplates.forEach((a, i) => {
+    const clash = agentIds.has(a.id) ? "an [[agents]] id" : config.templates.some((t) => t.name === a.id) ? "an [[actor_templates]] name" : config.actors.some((x) => x.id === a.id) ? "an [[actors]] id" : undefined;
+    if (clash) throw new ConfigError(`agent_templates[${i}].name`, `"${a.id}" is also ${clash}: a name is one actor type; rename one of them`);
+  });
+  const templateNames = new Set([...config.templates.map((t) => t.name), ...config.agentTemplates.map((a) => a.id)]);
   config.actors.forEach((a, i) => {
     const inst = parseInstanceId(a.id);
-    if (inst && config.templates.some((t) => t.name === inst.template)) {
+    if (inst && templateNames.has(inst.template)) {
       throw new ConfigError(`actors[${i}].id`, `"${a.id}" has the form of an instance of template "${inst.template}" (<template>--<key>): instances exist by being addressed; rename the actor or drop the [[actors]] entry`);
     }
   });
   config.swarms.forEach((sw, i) => {
     if (config.actors.some((a) => a.id === sw.id)) throw new ConfigError(`swarms[${i}].id`, `"${sw.id}" is also an [[actors]] id: a coordinator is an actor, give it its own id`);
     if (agentIds.has(sw.id)) throw new ConfigError(`swarms[${i}].id`, `"${sw.id}" is also an [[agents]] id: a coordinator is an actor, give it its own id`);
+    if (templateNames.has(sw.id)) throw new ConfigError(`swarms[${i}].id`, `"${sw.id}" is also a template name: a coordinator is an actor, give it its own id`);
     config.actors.push({ id: sw.id, type: swarmActorType(sw.id) });
   });
   config.modules = [...modules];
@@ -434,12 +445,7 @@ function templateSpecs(raw: unknown, base: string): Array<{ template: ActorTempl
     const key = `actor_templates[${i}]`;
     const t = tableAt(entry, key);
     rejectUnknown(t, ["name", "type", "config", "idle_after", "idle_timeout", "capabilities", "module"], `${key}.`);
-    if (t.idle_after !== undefined && t.idle_timeout !== undefined) {
-      throw new ConfigError(`${key}.idle_timeout`, "is another name for idle_after: give one of them");
-    }
-    const idleKey = t.idle_timeout !== undefined ? "idle_timeout" : "idle_after";
-    const idleRaw = t[idleKey];
-    const idleAfterMs = idleRaw === undefined ? undefined : idleRaw === 0 || idleRaw === "0" ? 0 : durationMs(idleRaw, `${key}.${idleKey}`);
+    const idleAfterMs = idleAfterOf(t, key);
     const capabilities = stringList(t.capabilities, `${key}.capabilities`, '["support"]');
     const template: ActorTemplate = {
       name: t.name as string,

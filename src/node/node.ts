@@ -66,7 +66,11 @@ export interface StartNodeOptions {
   modelScheduler?: ModelCallScheduler;
   /** Passed to resolveNats (tests point the default-URL probe elsewhere). */
   nats?: Pick<ResolveNatsOptions, "probeDefault" | "defaultUrl">;
-  /** Agents defined in code (`defineAgent`); `[[agents]]` and config modules add to them. */
+  /**
+   * Agents defined in code (`defineAgent`); `[[agents]]`, `[[agent_templates]]` and config
+   * modules add to them. A definition with `template` set is an agent template: its
+   * instances `<id>--<key>` are activated by their first message (docs/agents.md).
+   */
   agents?: AgentDefinition[];
   /** Tools defined in code (`defineTool`), offered to the agents whose `tools` lists name them; config modules add to them. */
   tools?: Tool[];
@@ -155,7 +159,7 @@ export class KovaNode {
     const templates = opts.templates instanceof ActorTemplateRegistry ? opts.templates : new ActorTemplateRegistry(opts.templates ?? []);
     for (const [i, t] of opts.config.templates.entries()) templates.register(t, `actor_templates[${i}]`);
     for (const t of templates.list()) if (!types.has(t.type)) throw new UnknownActorTypeError(t.type, types.types());
-    node = new KovaNode(opts.config, types, templates, scheduler, logger, [...(opts.agents ?? []), ...opts.config.agents, ...fromModules.agents], [...(opts.tools ?? []), ...fromModules.tools]);
+    node = new KovaNode(opts.config, types, templates, scheduler, logger, [...(opts.agents ?? []), ...opts.config.agents, ...opts.config.agentTemplates, ...fromModules.agents], [...(opts.tools ?? []), ...fromModules.tools]);
     // Every node can host workflow runs (docs/workflows.md), unless the application
     // registered its own type of that name.
     if (!types.has(WORKFLOW_ACTOR_TYPE)) {
@@ -211,6 +215,10 @@ export class KovaNode {
     this.recovery.corrupt = this.wal.recovery.corrupt.length;
     // Agent types are registered before recovery: a recovered turn may be an agent's.
     this.agentServices = await startAgentServices(config, this.agentDefs, { bus: this.bus, types: this.types, logger: this.log, replicas, scheduler: this.modelScheduler, tools: this.codeTools });
+    // An agent template is a template of virtual actors whose type is the agent's actor type.
+    for (const a of this.agentDefs) {
+      if (a.template) this.templates.register({ name: a.id, type: a.id, idleAfterMs: a.template.idleAfterMs, capabilities: [...a.capabilities] }, `agent_templates.${a.id}`);
+    }
     this.recovery.pendingRecords = this.wal.recovery.pending.length;
 
     const nc = this.bus.nc;
@@ -290,6 +298,7 @@ export class KovaNode {
       await this.whenNatsReady("declare", () => this.registry.declare({ id: a.id, type: a.type, capabilities }));
     }
     for (const a of this.agentDefs) {
+      if (a.template) continue; // instances are registered when they are activated
       await this.whenNatsReady("declare", () => this.registry.declare({ id: a.id, type: a.id, capabilities: [...a.capabilities] }));
     }
 
@@ -334,6 +343,7 @@ export class KovaNode {
       logger: this.log,
       removeRecord: (id, mayRemove) => this.removeRegistry(id, mayRemove),
       publish: (type, runId, data) => this.publish(type, runId, data),
+      onPassivated: (id) => this.agentServices?.runtime.forget(id),
     });
     this.virtual.start();
     this.startUnknownAgentSweep();

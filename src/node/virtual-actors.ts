@@ -29,6 +29,8 @@ export interface VirtualActorsOptions {
   removeRecord(id: string, mayRemove: (current: AgentRecord) => boolean): Promise<boolean>;
   /** A best-effort cluster event. */
   publish(type: string, runId: string, data: unknown): void;
+  /** An instance hosted here was passivated: release what the node keeps for it outside the actor. */
+  onPassivated?(id: string): void;
 }
 
 /** Part of the node's status: templates and what activation and passivation did here. */
@@ -225,6 +227,7 @@ export class VirtualActors {
     if (!removed) return;
     await leases.remove(id);
     this.counts.passivations++;
+    this.o.onPassivated?.(id);
     this.o.publish("agent_passivated", id, { id, template: t.name, idleAfterMs: t.idleAfterMs, node: nodeId });
     this.log.debug({ actorId: id }, "instance passivated");
     // A message stored while the instance was stopping found it registered, so nothing

@@ -111,6 +111,41 @@ describe("gateway: OpenAI-compatible endpoint", () => {
     expect(await big.json()).toMatchObject({ error: { code: "BODY_TOO_LARGE" } });
   }, 60_000);
 
+  it("openai - template instances: model = support--<key> activates the instance; model = support with a user addresses support--<user>; a key scoped to the template may use its instances; the instance's A2A card is served", async () => {
+    await using rig = await startGatewayRig({ handler, agents: [], templates: ["support"], keys: { scoped: ["support"] } });
+    const client = new OpenAI({ baseURL: `${rig.url}/v1`, apiKey: rig.key, maxRetries: 0 });
+    const chat = (model: string, content: string, user?: string) =>
+      client.chat.completions.create({ model, messages: [{ role: "user", content }], ...(user ? { user } : {}) }).then((r) => r.choices[0]?.message.content);
+
+    // The template name and a session: that session's instance (activated on first use).
+    expect(await chat("support", "hello", "user-42")).toBe("echo: hello (history 0)");
+    expect(rig.node.agents().map((a) => a.id)).toContain("support--user-42");
+    expect(await chat("support", "again", "user-42")).toBe("echo: again (history 2)");
+    // The instance by its id, same session: the same memory; another instance: its own.
+    expect(await chat("support--user-42", "third", "user-42")).toBe("echo: third (history 4)");
+    expect(await chat("support--user-7", "hi", "user-42")).toBe("echo: hi (history 0)");
+    // Without a session, "support" is no agent: 404, as for any unknown model.
+    const bare = await chat("support", "hi").catch((e: unknown) => e);
+    expect(bare).toBeInstanceOf(OpenAI.NotFoundError);
+    const nosuch = await chat("nosuch--x", "hi").catch((e: unknown) => e);
+    expect(nosuch).toBeInstanceOf(OpenAI.NotFoundError);
+    expect((nosuch as Error).message).toContain("templates: support");
+
+    const scoped = new OpenAI({ baseURL: `${rig.url}/v1`, apiKey: rig.keys.scoped!, maxRetries: 0 });
+    const viaScoped = await scoped.chat.completions.create({ model: "support--user-9", messages: [{ role: "user", content: "yo" }] });
+    expect(viaScoped.choices[0]?.message.content).toBe("echo: yo (history 0)");
+    expect((await scoped.models.list()).data.map((m) => m.id).sort()).toEqual(["support--user-42", "support--user-7", "support--user-9"]);
+    const denied = await scoped.chat.completions.create({ model: "coordinator", messages: [{ role: "user", content: "hi" }] }).catch((e: unknown) => e);
+    expect(denied).toBeInstanceOf(OpenAI.PermissionDeniedError);
+
+    // The A2A card of a never-addressed instance: activated, then described.
+    const card = await fetch(`${rig.url}/agents/support--card-1/.well-known/agent-card.json`, { headers: { authorization: `Bearer ${rig.key}` } });
+    expect(card.status).toBe(200);
+    expect(await card.json()).toMatchObject({ name: "support--card-1" });
+    const noCard = await fetch(`${rig.url}/agents/nosuch--x/.well-known/agent-card.json`, { headers: { authorization: `Bearer ${rig.key}` } });
+    expect(noCard.status).toBe(404);
+  }, 60_000);
+
   it("openai - a key over its rate gets 429 with Retry-After", async () => {
     await using rig = await startGatewayRig({ handler, gateway: { rate_per_minute: 3 } });
     const get = () => fetch(`${rig.url}/v1/models`, { headers: { authorization: `Bearer ${rig.key}` } });

@@ -1,7 +1,10 @@
 import { describe, expect, it } from "vitest";
-import { agentsConfigFrom, budgetGroupsFrom, checkBudgetGroups, defineAgent, forProfile, inProfile, isAgentDefinition, parseRunRequest, TokenBucket } from "../../src/agents/index.js";
+import { agentsConfigFrom, agentTemplatesConfigFrom, budgetGroupsFrom, checkBudgetGroups, defineAgent, forProfile, inProfile, isAgentDefinition, parseRunRequest, TokenBucket } from "../../src/agents/index.js";
 import { parseConfig } from "../../src/node/config.js";
 import { configError } from "../fixtures/config-error.js";
+import { poll } from "../fixtures/poll.js";
+import { AgentRuntime } from "../../src/agents/runtime.js";
+import { ToolRegistry } from "../../src/tools/registry.js";
 
 function expectConfigError(fn: () => unknown, key: string, message: RegExp): void {
   const err = configError(fn);
@@ -64,6 +67,34 @@ describe("agent definitions, config, protocol and budgets (pure)", () => {
     expectConfigError(() => parseConfig(`[[actors]]\nid = "a"\ntype = "counter"\n[models.m]\nmodel = "x"\nbase_url = "http://127.0.0.1:1/v1"\n[[agents]]\nid = "a"\nmodel = "m"`, { env: {} }), "actors[0].id", /also an \[\[agents\]\] id/);
   });
 
+  it("templates - defineAgent({ template }) and [[agent_templates]] (the keys of [[agents]] with name, plus idle_after/idle_timeout); clashes and bad names name their key", () => {
+    expect(defineAgent({ id: "support", model: "m", template: true }).template).toEqual({ idleAfterMs: 600_000 });
+    expect(defineAgent({ id: "support", model: "m", template: { idleAfterMs: 0 } }).template).toEqual({ idleAfterMs: 0 });
+    expect(defineAgent({ id: "support", model: "m", template: false }).template).toBeUndefined();
+    expect(() => defineAgent({ id: "support-", model: "m", template: true })).toThrow(/not a template name/);
+    expect(() => defineAgent({ id: "support", model: "m", template: { idleAfterMs: -1 } })).toThrow(/idle_after/);
+    const models = `[models.fast]\nbase_url = "http://127.0.0.1:1/v1"\nmodel = "gpt-4o-mini"\n[budget_groups.team]\nmax_tokens = 1000\n`;
+    const cfg = parseConfig(
+      `${models}[[agent_templates]]\nname = "support"\nmodel = "fast"\nsystem = "You help."\nidle_after = "90s"\nbudget = { tokens_per_minute = 5000, group = "team" }\ncapabilities = ["support"]\n[[agent_templates]]\nname = "triage"\nmodel = "fast"\nidle_timeout = 0`,
+      { env: {} },
+    );
+    expect(cfg.agents).toEqual([]);
+    expect(cfg.agentTemplates).toHaveLength(2);
+    expect(cfg.agentTemplates[0]).toMatchObject({ id: "support", model: "fast", system: "You help.", template: { idleAfterMs: 90_000 }, budget: { tokensPerMinute: 5000, group: "team" }, capabilities: ["support"] });
+    expect(cfg.agentTemplates[1]!.template).toEqual({ idleAfterMs: 0 });
+    const m = new Set(["fast"]);
+    expectConfigError(() => agentTemplatesConfigFrom([{ id: "x", model: "fast" }], m), "agent_templates[0].id", /did you mean|not a known key|unknown/);
+    expectConfigError(() => agentTemplatesConfigFrom([{ model: "fast" }], m), "agent_templates[0].name", /is required/);
+    expectConfigError(() => agentTemplatesConfigFrom([{ name: "a--b", model: "fast" }], m), "agent_templates[0].name", /not a template name/);
+    expectConfigError(() => agentTemplatesConfigFrom([{ name: "a", model: "fast" }, { name: "a", model: "fast" }], m), "agent_templates[1].name", /duplicate/);
+    expectConfigError(() => agentTemplatesConfigFrom([{ name: "a", model: "fast", idle_after: "1m", idle_timeout: "1m" }], m), "agent_templates[0].idle_timeout", /another name/);
+    expectConfigError(() => agentTemplatesConfigFrom([{ name: "a", model: "slow" }], m), "agent_templates[0].model", /no \[models.slow\] table/);
+    expectConfigError(() => parseConfig(`${models}[[agent_templates]]\nname = "a"\nmodel = "fast"\nbudget = { group = "nope" }`, { env: {} }), "agent_templates[0].budget.group", /\[budget_groups.nope\]/);
+    expectConfigError(() => parseConfig(`${models}[[agents]]\nid = "a"\nmodel = "fast"\n[[agent_templates]]\nname = "a"\nmodel = "fast"`, { env: {} }), "agent_templates[0].name", /also an \[\[agents\]\] id/);
+    expectConfigError(() => parseConfig(`${models}[[actor_templates]]\nname = "a"\ntype = "counter"\n[[agent_templates]]\nname = "a"\nmodel = "fast"`, { env: {} }), "agent_templates[0].name", /also an \[\[actor_templates\]\] name/);
+    expectConfigError(() => parseConfig(`${models}[[actors]]\nid = "a--1"\ntype = "counter"\n[[agent_templates]]\nname = "a"\nmodel = "fast"`, { env: {} }), "actors[0].id", /form of an instance of template "a"/);
+  });
+
   it("approval - a list of tool names or patterns, or a table with a timeout; defaults to none and 1 h; bad entries name their key", () => {
     expect(defineAgent({ id: "a", model: "m" }).approval).toEqual({ tools: [], timeoutMs: 3_600_000 });
     expect(defineAgent({ id: "a", model: "m", approval: ["shell_exec", "db_*"] }).approval).toEqual({ tools: ["shell_exec", "db_*"], timeoutMs: 3_600_000 });
@@ -106,6 +137,17 @@ describe("agent definitions, config, protocol and budgets (pure)", () => {
     expect(b.waitMs(0)).toBe(5100);
     expect(b.waitMs(5100)).toBe(0);
     expect(b.level(600_000)).toBe(600); // capped at one minute's worth
+  });
+
+  it("runtime forget - a passivated agent's token bucket is dropped once full again (a new one starts full), not before", async () => {
+    const runtime = new AgentRuntime({ bus: undefined as never, models: new Map(), tools: new ToolRegistry() });
+    runtime.bucket("support--a", 60_000); // full
+    runtime.bucket("support--b", 60_000).charge(50, Date.now()); // 1 token per ms: full again in 50 ms
+    runtime.forget("support--a");
+    runtime.forget("support--b");
+    expect(runtime.bucketCount).toBe(1);
+    await poll(() => runtime.bucketCount === 0, { timeoutMs: 5_000, what: "the refilled bucket dropped" });
+    runtime.close();
   });
 
   it("profiles - chat sees tokens and endings, metrics sees usage without text, debug sees all", () => {
