@@ -17,6 +17,36 @@ export const pct = (xs, q) => [...xs].sort((a, b) => a - b)[Math.min(xs.length -
 export const mb = (bytes) => (bytes / 1024 / 1024).toFixed(1);
 
 /**
+ * Lines of a phase timeline from traced runs ({ t0, t1, spans: PhaseSpan[] }): each phase
+ * (the n-th occurrence of a name in a run is its own row, `wal.replace#2`) with the p50 of
+ * its start and end relative to t0 and of its duration, in start order; then the reply.
+ */
+export function phaseTable(runs) {
+  const rows = new Map();
+  for (const { t0, spans } of runs) {
+    const seen = new Map();
+    for (const s of [...spans].sort((a, b) => a.start - b.start)) {
+      const n = (seen.get(s.phase) ?? 0) + 1;
+      seen.set(s.phase, n);
+      const key = n === 1 ? s.phase : `${s.phase}#${n}`;
+      let r = rows.get(key);
+      if (!r) rows.set(key, (r = { key, start: [], end: [], took: [] }));
+      r.start.push(s.start - t0);
+      r.end.push(s.end - t0);
+      r.took.push(s.end - s.start);
+    }
+  }
+  const f = (x) => x.toFixed(2).padStart(6);
+  const out = [`${"phase".padEnd(28)} ${"start".padStart(6)} ${"end".padStart(6)} ${"took".padStart(6)}  runs`];
+  // The runs that were the median: a row's start, end and duration are p50s of their own.
+  for (const r of [...rows.values()].sort((a, b) => median(a.start) - median(b.start))) {
+    out.push(`${r.key.padEnd(28)} ${f(median(r.start))} ${f(median(r.end))} ${f(median(r.took))}  ${r.took.length}`);
+  }
+  out.push(`${"reply received".padEnd(28)} ${f(median(runs.map((r) => r.t1 - r.t0)))}`);
+  return out;
+}
+
+/**
  * Starts nats-server, a scripted model server and one in-process host with `agents`
  * (AgentSpec list). `walSync` defaults to `full`, the production default.
  */

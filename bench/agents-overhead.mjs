@@ -2,8 +2,8 @@
 // the scripted server with zero latency, vs the `openai` client calling the same server
 // directly (streaming, as the agent does). Alternating windows, so load from other
 // processes hits both alike. Target: p50 ≤ 1.5× the direct call plus the journal write.
-// Also splits a turn into before the provider call, the call, and after it, from the
-// scripted server's timestamps. AGENTS_BENCH_RUNS per window (default 100), _ROUNDS (5),
+// Then one traced window (the `kova:phase` diagnostics channel) says where a run's time
+// goes, phase by phase. AGENTS_BENCH_RUNS per window (default 100), _ROUNDS (5),
 // AGENTS_BENCH_WAL (full | normal, default full).
 import OpenAI from "openai";
 import { askAgent } from "../dist/agents/index.js";
@@ -11,7 +11,9 @@ import { counterActor } from "../dist/actors/index.js";
 import { createEnvelope } from "../dist/bus/index.js";
 import { scriptedReply } from "../dist/testing/index.js";
 import { machine } from "./actors-lib.mjs";
-import { median, pct, startAgentBench } from "./agents-lib.mjs";
+import { median, pct, phaseTable, startAgentBench } from "./agents-lib.mjs";
+import { subscribe, unsubscribe } from "node:diagnostics_channel";
+import { PHASE_CHANNEL } from "../dist/core/index.js";
 
 const RUNS = Number(process.env.AGENTS_BENCH_RUNS ?? 100);
 const ROUNDS = Number(process.env.AGENTS_BENCH_ROUNDS ?? 5);
@@ -29,22 +31,7 @@ try {
     const s = await openai.chat.completions.create({ model: "gpt-4o-mini", messages: [{ role: "system", content: "Be brief." }, { role: "user", content: "question" }], stream: true, stream_options: { include_usage: true } });
     for await (const _ of s);
   };
-  // Phases from the events' timestamps and the scripted server's log (Date.now, 1 ms resolution).
-  const phases = { "send → run_started": [], "run_started → provider request": [], "provider call": [], "response → run_stream_end": [], "run_stream_end → reply": [] };
-  const viaKova = async () => {
-    const ev = {};
-    const t0 = Date.now();
-    const n = b.model.requests.length;
-    await askAgent(b.client, "bench", "question", { checkAgent: false, onEvent: (e) => (ev[e.type] ??= e.ts) });
-    const t1 = Date.now();
-    const r = b.model.requests[n];
-    const end = r.endedAt ?? r.at;
-    phases["send → run_started"].push(ev.run_started - t0);
-    phases["run_started → provider request"].push(r.at - ev.run_started);
-    phases["provider call"].push(end - r.at);
-    phases["response → run_stream_end"].push(ev.run_stream_end - end);
-    phases["run_stream_end → reply"].push(t1 - ev.run_stream_end);
-  };
+  const viaKova = () => askAgent(b.client, "bench", "question", { checkAgent: false });
   const sample = async (fn) => {
     const xs = [];
     for (let i = 0; i < RUNS; i++) {
@@ -57,7 +44,6 @@ try {
   for (let i = 0; i < 20; i++) await viaKova(); // warm-up: SDK import, tokenizer, KV buckets, consumer
   for (let i = 0; i < 20; i++) await direct();
   for (let i = 0; i < 20; i++) await actorTurn();
-  for (const k of Object.keys(phases)) phases[k] = [];
   const kova = [];
   const base = [];
   const actor = [];
@@ -72,8 +58,34 @@ try {
   console.log(`  agent turn via Kova  : p50 ${f(median(kova))} ms, p99 ${f(pct(kova, 0.99))} ms`);
   console.log(`  ratio p50            : ${(median(kova) / median(base)).toFixed(2)}×`);
   console.log(`  plain actor turn     : p50 ${f(median(actor))} ms (counter, no model: the journaled turn an agent run is built on)`);
-  console.log("  where a turn's time goes (p50, ms):");
-  for (const [k, xs] of Object.entries(phases)) console.log(`    ${k.padEnd(32)} ${median(xs)}`);
+  // Where a run's time goes: one more window with the kova:phase channel subscribed (so the
+  // timed windows above ran without it), every phase's start and duration relative to the
+  // moment askAgent was called, p50 over the window. Concurrent phases overlap.
+  const spans = [];
+  const onSpan = (s) => spans.push(s);
+  subscribe(PHASE_CHANNEL, onSpan);
+  const runs = [];
+  for (let i = 0; i < RUNS; i++) {
+    const t0 = performance.now();
+    await viaKova();
+    runs.push({ t0, t1: performance.now(), spans: [] });
+  }
+  unsubscribe(PHASE_CHANNEL, onSpan);
+  // A span belongs to the run whose turn had started last when it began (runs are
+  // sequential, and a run's tail — WAL complete, ack — may overlap the next ask); the
+  // caller's own send belongs to the run it was asked for.
+  const starts = spans.filter((sp) => sp.phase === "turn.start").map((sp) => sp.start);
+  for (const sp of spans) {
+    const i = sp.phase === "a2a.send" || sp.phase === "mailbox.delivered" ? runs.findLastIndex((r) => r.t0 <= sp.start) : starts.findLastIndex((t) => t <= sp.start);
+    runs[i]?.spans.push(sp);
+  }
+  console.log(`  where a run's time goes (p50 over ${RUNS} traced runs, ms after askAgent is called; phases that overlap ran concurrently):`);
+  for (const line of phaseTable(runs)) console.log(`    ${line}`);
+  if (process.env.AGENTS_BENCH_SHOW_RUN) {
+    const mid = [...runs].sort((a, b) => a.t1 - a.t0 - (b.t1 - b.t0))[runs.length >> 1];
+    console.log(`  the median run (${f(mid.t1 - mid.t0)} ms):`);
+    for (const sp of mid.spans.sort((a, b) => a.start - b.start)) console.log(`    ${sp.phase.padEnd(28)} ${f(sp.start - mid.t0).padStart(6)} ${f(sp.end - mid.t0).padStart(6)}`);
+  }
 } finally {
   await b.close();
 }

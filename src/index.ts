@@ -124,6 +124,7 @@ export { AGENT_CHAT } from "./agents/protocol.js";
 export type { AgentChatPayload, AgentInfo, AgentResult, AgentTaskPayload, AgentUsageTotals, RunStatus, RunUsage, TaskConstraints } from "./agents/protocol.js";
 export { EventProfiles, inProfile, RunEventType, type EventProfile } from "./agents/events.js";
 export { AgentErrorCode, BudgetExceededError, RunLimitExceededError } from "./agents/errors.js";
+export { ApprovalErrorCode, type ApprovalDecision, type ApprovalRecord } from "./agents/approvals.js";
 export { ModelErrorCode, ModelCallError } from "./agents/model/errors.js";
 
 // Agents as tools, and the agent protocol as callers see it

@@ -1,4 +1,5 @@
 import { fromWire, toWire } from "../core/errors.js";
+import { timedPhase } from "../core/phases.js";
 import { ReplayMismatchError, StepOutcomeUnknownError } from "./errors.js";
 import type { StepRecord, TurnRecord } from "./turn-record.js";
 import type { StepInfo, StepOptions } from "./types.js";
@@ -112,7 +113,7 @@ export class TurnJournal {
     if (!idempotent) await this.#write(index);
     let result: R;
     try {
-      result = await fn({ key: `${this.actorId}.${this.record.envelope.id}.${index}`, index, attempt: this.record.attempt });
+      result = await timedPhase(`step:${name}`, this.actorId, async () => fn({ key: `${this.actorId}.${this.record.envelope.id}.${index}`, index, attempt: this.record.attempt }));
     } catch (err) {
       entry.status = "failed";
       entry.error = toWire(err);

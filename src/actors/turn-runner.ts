@@ -2,6 +2,7 @@ import { sleep } from "../core/clock.js";
 import { fromWire, isKovaError, toWire } from "../core/errors.js";
 import { newId } from "../core/ids.js";
 import type { Logger } from "../core/logger.js";
+import { markPhase, timedPhase } from "../core/phases.js";
 import type { A2AEnvelope, MailboxContext } from "../bus/index.js";
 import { makeContext } from "./actor-context.js";
 import type { Checkpoint, CheckpointReply } from "./checkpoint-store.js";
@@ -70,9 +71,10 @@ export type TurnOutcome =
  */
 export async function runTurn(actor: TurnActor, env: A2AEnvelope, src: TurnSource): Promise<TurnOutcome> {
   const { deps, memory } = actor;
+  markPhase("turn.start", actor.id);
   let remote: ActorJournal | undefined;
   try {
-    remote = await actor.journal();
+    remote = await timedPhase("journal.open", actor.id, () => actor.journal());
   } catch (err) {
     if (!isLeaseLost(err)) throw err;
     const outcome: TurnOutcome = { kind: "lease_lost", error: err };
@@ -89,13 +91,13 @@ export async function runTurn(actor: TurnActor, env: A2AEnvelope, src: TurnSourc
   const open = remote?.openTurn(env.id);
   let afterCrash = src.afterCrash === true;
   let record: TurnRecord;
-  let seq: number;
+  let appended: Promise<number>;
   if (src.recovered) {
-    ({ seq } = src.recovered);
+    appended = Promise.resolve(src.recovered.seq);
     record = open ? mergeTurn(src.recovered.record, open) : src.recovered.record;
   } else {
     try {
-      await deps.fence(actor.id);
+      await fenced(actor);
     } catch (err) {
       if (isLeaseLost(err)) return { kind: "lease_lost", error: err };
       throw err;
@@ -108,21 +110,31 @@ export async function runTurn(actor: TurnActor, env: A2AEnvelope, src: TurnSourc
       afterCrash = true;
       actor.event("actor_turn_taken_over", { envelopeId: env.id, steps: open.steps.length, from: open.nodes });
     }
-    seq = await deps.wal.append(TURN_KIND, record, { owner: actor.id });
+    // Not awaited here: the handler starts while the record is written. No step's outcome
+    // exists before the record, and every write of the turn (a step's intent or outcome,
+    // the commit) waits for it, so what the turn records, and any effect of a step that
+    // follows a recorded one, still comes after it (docs/actors.md, "Turn protocol").
+    appended = timedPhase("wal.append", actor.id, () => deps.wal.append(TURN_KIND, record, { owner: actor.id }));
   }
   remote?.begin(env.id);
   src.record = record;
-  const slot = { seq };
+  const slot = { seq: -1 };
+  const written = appended.then((seq) => {
+    slot.seq = seq;
+  });
+  // Awaited by every write; a failure seen only here (a handler that made no write) is
+  // awaited again before the commit.
+  written.catch(() => undefined);
   const signal = src.abort.signal;
   const io: JournalIo = {
     persist: async (r, change) => {
-      const local = deps.wal.replace(slot.seq, r).then((s) => {
+      const local = written.then(() => timedPhase("wal.replace", actor.id, () => deps.wal.replace(slot.seq, r))).then((s) => {
         slot.seq = s;
       });
       let shared: Promise<void> | undefined;
       if (remote && change) {
         shared = "step" in change
-          ? remote.step(r, change.step)
+          ? timedPhase("journal.append", actor.id, () => remote.step(r, change.step))
           : remote.yielded(r).catch((err: unknown) => actor.log.warn({ err }, "could not mark the turn yielded in the step journal"));
       }
       const [a, b] = await Promise.allSettled([local, shared]);
@@ -134,7 +146,7 @@ export async function runTurn(actor: TurnActor, env: A2AEnvelope, src: TurnSourc
         throw b.reason;
       }
     },
-    fence: () => deps.fence(actor.id),
+    fence: () => fenced(actor),
     gate: () => actor.gate.wait(signal),
     now: Date.now,
     random: Math.random,
@@ -167,6 +179,8 @@ export async function runTurn(actor: TurnActor, env: A2AEnvelope, src: TurnSourc
     }
   }
   outcome ??= await supervised(actor, env, record, policy, run, io, signal);
+  // The turn's record is in the WAL before anything below (abandon, commit, complete) names it.
+  await written;
   if (signal.aborted && isLeaseLost(signal.reason)) outcome = { kind: "lease_lost", error: signal.reason };
 
   if (outcome.kind === "lease_lost") return abandon(actor, slot.seq, outcome);
@@ -213,9 +227,9 @@ export async function runTurn(actor: TurnActor, env: A2AEnvelope, src: TurnSourc
   void closeJournal(actor, remote, env.id, record.attempt);
   // A reply that cannot be sent keeps the record PENDING (the caller naks; the redelivery
   // is a duplicate that sends the saved reply), so an asker is never left without one.
-  if (answer) await sendReply(actor, env, answer);
+  if (answer) await timedPhase("reply", actor.id, () => sendReply(actor, env, answer));
   crashPoint("after-reply", actor.id);
-  await deps.wal.complete(slot.seq, { kv: [{ key: localCheckpointKey(actor.id), value: cp }] });
+  await timedPhase("wal.complete", actor.id, () => deps.wal.complete(slot.seq, { kv: [{ key: localCheckpointKey(actor.id), value: cp }] }));
   crashPoint("after-wal-complete", actor.id);
   return outcome;
 }
@@ -234,7 +248,8 @@ async function settleDuplicate(actor: TurnActor, env: A2AEnvelope, src: TurnSour
 
 /** Best effort: a turn left open on NATS after its checkpoint is recognised as done by any reader. */
 async function closeJournal(actor: TurnActor, remote: ActorJournal | undefined, envelopeId: string, attempt: number): Promise<void> {
-  await remote?.done(envelopeId, attempt).catch((err: unknown) => actor.log.warn({ err, envelopeId }, "could not close the turn in the step journal"));
+  if (!remote) return;
+  await timedPhase("journal.turn_done", actor.id, () => remote.done(envelopeId, attempt)).catch((err: unknown) => actor.log.warn({ err, envelopeId }, "could not close the turn in the step journal"));
 }
 
 /** Runs the attempts of a turn under the supervision policy; never throws. */
@@ -270,6 +285,10 @@ async function abandon(actor: TurnActor, seq: number, outcome: TurnOutcome): Pro
   return outcome;
 }
 
+function fenced(actor: TurnActor): Promise<void> {
+  return timedPhase("fence", actor.id, () => actor.deps.fence(actor.id));
+}
+
 async function fenceHolds(actor: TurnActor): Promise<boolean> {
   return actor.deps.fence(actor.id).then(
     () => true,
@@ -282,10 +301,9 @@ async function fenceHolds(actor: TurnActor): Promise<boolean> {
  * The WAL record is completed by the caller once the reply is out.
  */
 async function commit(actor: TurnActor, record: TurnRecord, cp: Checkpoint): Promise<void> {
-  const { deps } = actor;
-  await deps.fence(actor.id);
-  const store = await deps.checkpoints();
-  await store.save(actor.id, cp);
+  await fenced(actor);
+  const store = await actor.deps.checkpoints();
+  await timedPhase("kv.checkpoint", actor.id, () => store.save(actor.id, cp));
   record.committed = true;
   actor.memory.apply(cp);
 }

@@ -38,8 +38,9 @@ export function needsApproval(def: AgentDefinition, tool: Tool): boolean {
  * (docs/tools.md, "Approval"), as two journaled steps, in the same order on every replay:
  *
  * 1. `approval:request`: fixes each approval's id (from the step's key, so a turn redone
- *    from its message asks under the same ids) and deadline, writes the pending records to
- *    KV and publishes `approval_requested`. Its result is recorded: a replay keeps the
+ *    from its message asks under the same ids) and deadline (the approval timeout, cut to
+ *    the task's deadline and the run's time budget), writes the pending records to KV and
+ *    publishes `approval_requested`. Its result is recorded: a replay keeps the
  *    deadline, and a re-run after a crash inside it finds the records already written
  *    and keeps their deadlines.
  * 2. `approval:wait`: waits for every decision (watching the keys). A replay after a
@@ -69,7 +70,9 @@ async function requestAndWait(s: RunScope, gated: readonly GatedCall[]): Promise
     async (info): Promise<Asked[]> => {
       const store = await s.runtime.approvals();
       const now = Date.now();
-      const expiresAt = Math.min(now + s.def.approval.timeoutMs, s.request.deadline ?? Number.POSITIVE_INFINITY);
+      // Never past what the run may take anyway: its task's deadline, its time budget.
+      const budgetEnd = s.def.run.timeBudgetMs !== undefined ? s.startedAt + s.def.run.timeBudgetMs : Number.POSITIVE_INFINITY;
+      const expiresAt = Math.min(now + s.def.approval.timeoutMs, s.request.deadline ?? Number.POSITIVE_INFINITY, budgetEnd);
       const out: Asked[] = [];
       for (const [i, c] of gated.entries()) {
         const approvalId = approvalIdOf(info.key, i);

@@ -1,4 +1,6 @@
 import { newId } from "../core/ids.js";
+import { KovaError } from "../core/errors.js";
+import { BusErrorCode } from "../bus/errors.js";
 import { createEnvelope } from "../bus/envelope.js";
 import type { Bus } from "../bus/bus.js";
 import type { KovaEvent } from "../bus/events.js";
@@ -38,7 +40,9 @@ const utf8 = new TextDecoder();
  * event subscription is in place before the message is sent.
  * @returns the `result_notify` payload; a failed or cancelled run resolves too (see `status`)
  * @throws UnknownAgentError when no agent of that id is declared; KovaTimeoutError when no
- *   result comes in time; RemoteError when the agent's node failed the message itself
+ *   result comes in time; RemoteError when the agent's node failed the message itself;
+ *   KovaError PERMISSION_DENIED, before anything is sent, when `onEvent` is given and the
+ *   NATS user may not read the run's events
  */
 export async function askAgent(client: Bus | { bus: Bus }, agentId: string, input: string, opts: AskAgentOptions = {}): Promise<AgentResult> {
   const bus = "bus" in client ? client.bus : client;
@@ -53,28 +57,42 @@ export async function askAgent(client: Bus | { bus: Bus }, agentId: string, inpu
         ...(opts.parentRunId ? { parentRunId: opts.parentRunId } : {}),
         ...(opts.constraints ? { constraints: opts.constraints } : {}),
       };
-  const events = bus.nc.subscribe(bus.subjects.events(sessionId, runId));
+  // Only a caller that follows the run subscribes to its events: a NATS user with the
+  // `client` role of deploy/nats/accounts.conf may ask, but not read events.
   let ended!: () => void;
   const streamEnded = new Promise<void>((r) => (ended = r));
-  void (async () => {
-    for await (const m of events) {
-      let e: KovaEvent;
-      try {
-        e = JSON.parse(utf8.decode(m.data)) as KovaEvent;
-      } catch {
-        continue;
-      }
-      try {
-        opts.onEvent?.(e);
-      } catch {
-        // the caller's callback must not stop the stream
-      }
-      if (e.type === "run_stream_end") ended();
-    }
-    ended();
-  })();
+  let refused: unknown;
+  const onEvent = opts.onEvent;
+  const subject = bus.subjects.events(sessionId, runId);
+  const events = onEvent
+    ? bus.nc.subscribe(subject, {
+        callback: (err, m) => {
+          if (err) {
+            refused = err;
+            ended();
+            return;
+          }
+          let e: KovaEvent;
+          try {
+            e = JSON.parse(utf8.decode(m.data)) as KovaEvent;
+          } catch {
+            return;
+          }
+          try {
+            onEvent(e);
+          } catch {
+            // the caller's callback must not stop the stream
+          }
+          if (e.type === "run_stream_end") ended();
+        },
+      })
+    : undefined;
   try {
     await bus.nc.flush();
+    // The server refuses a subscription before it answers the flush: nothing is sent yet.
+    if (refused !== undefined) {
+      throw new KovaError(BusErrorCode.PERMISSION_DENIED, `this NATS user may not subscribe to ${subject} (the run's events): ask without onEvent, or connect as a user that may read events (the operator role of deploy/nats/accounts.conf)`, { cause: refused, data: { subject } });
+    }
     const env = createEnvelope({
       from: opts.from ?? bus.clientId,
       to: agentId,
@@ -84,9 +102,9 @@ export async function askAgent(client: Bus | { bus: Bus }, agentId: string, inpu
     });
     const reply = await bus.ask<AgentResult>(env, { timeoutMs: opts.timeoutMs ?? 600_000, ...(opts.checkAgent === false ? { checkAgent: false } : {}) });
     // The reply is sent after the run's last event is stored; live delivery may still be on its way.
-    if (opts.onEvent) await Promise.race([streamEnded, new Promise((r) => setTimeout(r, STREAM_END_GRACE_MS).unref())]);
+    if (events) await Promise.race([streamEnded, new Promise((r) => setTimeout(r, STREAM_END_GRACE_MS).unref())]);
     return reply.payload;
   } finally {
-    events.unsubscribe();
+    events?.unsubscribe();
   }
 }

@@ -1,4 +1,5 @@
 import { ErrorCode, KovaError } from "../core/errors.js";
+import { timedPhase } from "../core/phases.js";
 import { ActorErrorCode, TurnInterruptedError } from "../actors/errors.js";
 import type { ActorContext } from "../actors/types.js";
 import { BusErrorCode } from "../bus/errors.js";
@@ -9,6 +10,7 @@ import { groupsOf } from "./budget.js";
 import { DEFAULT_MAX_TURNS, type AgentDefinition, type HookResult } from "./definition.js";
 import { AgentHookFailedError, RunLimitExceededError } from "./errors.js";
 import { applyFit, modelTurn } from "./model-turn.js";
+import type { ChatMessage } from "./model/types.js";
 import { parseRunRequest, type AgentResult, type RunRequest, type RunStatus } from "./protocol.js";
 import { hookContext, publish, publishStarted, type AgentState, type RunScope } from "./run-scope.js";
 import type { AgentRuntime } from "./runtime.js";
@@ -71,8 +73,9 @@ async function loop(s: RunScope): Promise<AgentResult> {
   // A task without a sessionId is a conversation of one run: nothing to load or keep.
   if (s.request.sessionId !== undefined || def.hooks.beforeUserMessage) {
     const loaded = await ctx.step("run:start", async () => {
-      await publishStarted(s);
-      return s.request.sessionId !== undefined ? (await s.runtime.memory()).load(s.agentId, s.sessionId) : [];
+      // The event's ack and the conversation's read, in one round trip's time.
+      const [, history] = await Promise.all([publishStarted(s), loadHistory(s)]);
+      return history;
     }, { idempotent: true });
     // A copy: the journal keeps the step's result by reference and writes it again with every later step.
     s.history = [...loaded];
@@ -111,6 +114,12 @@ async function loop(s: RunScope): Promise<AgentResult> {
     if (calls.length === 0) break;
   }
   return finish(s, output, "completed");
+}
+
+async function loadHistory(s: RunScope): Promise<ChatMessage[]> {
+  if (s.request.sessionId === undefined) return [];
+  const memory = await s.runtime.memory();
+  return timedPhase("kv.memory.load", s.agentId, () => memory.load(s.agentId, s.sessionId));
 }
 
 function checkTime(s: RunScope): void {
@@ -175,7 +184,10 @@ async function finish(s: RunScope, output: string, status: RunStatus, error?: { 
     // A run that ended before its first model step never said it started.
     if (s.startedInStep === "model" && s.modelSteps === 0) await publishStarted(s);
     if (status === "completed") {
-      if (s.request.sessionId !== undefined) await (await s.runtime.memory()).save(s.agentId, s.sessionId, s.history);
+      if (s.request.sessionId !== undefined) {
+        const memory = await s.runtime.memory();
+        await timedPhase("kv.memory.save", s.agentId, () => memory.save(s.agentId, s.sessionId, s.history));
+      }
       await publish(s, "run_completed", { agentId: s.agentId, output: final.output, usage: final.usage });
     } else {
       await publish(s, "run_failed", { agentId: s.agentId, error, usage: final.usage });

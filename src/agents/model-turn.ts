@@ -1,4 +1,5 @@
 import { sleep } from "../core/clock.js";
+import { timedPhase } from "../core/phases.js";
 import { checkBudgets } from "./budget.js";
 import { RunEventType } from "./events.js";
 import { costOf } from "./model/cost.js";
@@ -43,13 +44,28 @@ export function applyFit(history: readonly ChatMessage[], rec: Pick<ModelTurnRec
 }
 
 async function callModel(s: RunScope, turn: number): Promise<ModelTurnRecord> {
+  // `run_started` is stored while the model is chosen and called, one JetStream round trip
+  // off the run's path: it is published before any later event of the run (one connection
+  // keeps their order) and its ack is awaited before the step ends.
+  const started = turn === 0 && s.startedInStep === "model" ? publishStarted(s) : undefined;
+  try {
+    const rec = await chooseAndCall(s, turn);
+    await started;
+    return rec;
+  } catch (err) {
+    await started?.catch(() => undefined);
+    throw err;
+  }
+}
+
+async function chooseAndCall(s: RunScope, turn: number): Promise<ModelTurnRecord> {
   const { def, runtime, agentId } = s;
-  if (turn === 0 && s.startedInStep === "model") await publishStarted(s);
   const name = await runtime.currentModel(agentId, def, turn === 0);
   const config = runtime.modelConfig(name, `agent ${agentId}`);
   await waitForBucket(s);
   const used = s.tally.inputTokens + s.tally.outputTokens;
-  await checkBudgets(def.budget, { run: used, agentTotal: s.ctx.state.usage.inputTokens + s.ctx.state.usage.outputTokens + used }, s.request.maxTokens, s.groups, await runtime.ledger());
+  const ledger = await runtime.ledger();
+  await timedPhase("budget.check", agentId, () => checkBudgets(def.budget, { run: used, agentTotal: s.ctx.state.usage.inputTokens + s.ctx.state.usage.outputTokens + used }, s.request.maxTokens, s.groups, ledger));
 
   const client = await runtime.model(name);
   const counter = await runtime.counter(name);
@@ -94,7 +110,7 @@ async function callModel(s: RunScope, turn: number): Promise<ModelTurnRecord> {
 
 function complete(s: RunScope, client: ModelClient, model: string, req: Omit<ModelRequest, "signal" | "acquireSlot">, streamTokens: boolean) {
   const { runtime, agentId, ctx } = s;
-  return client.complete({
+  return timedPhase("model.call", agentId, () => client.complete({
     ...req,
     signal: ctx.signal,
     acquireSlot: runtime.scheduler.slotFor({
@@ -112,7 +128,7 @@ function complete(s: RunScope, client: ModelClient, model: string, req: Omit<Mod
       else if (d.type === "restart") stream(s, RunEventType.modelDelta, { text: "", restart: d.attempt });
     },
     onRetry: (info) => runtime.log.warn({ agentId, runId: s.runId, model, ...info }, "model call failed; retrying"),
-  });
+  }));
 }
 
 async function waitForBucket(s: RunScope): Promise<void> {

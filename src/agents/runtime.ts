@@ -1,4 +1,5 @@
 import { silentLogger, type Logger } from "../core/logger.js";
+import { timedPhase } from "../core/phases.js";
 import type { Bus } from "../bus/bus.js";
 import type { KovaEvent } from "../bus/events.js";
 import type { ToolRegistry } from "../tools/registry.js";
@@ -170,7 +171,8 @@ export class AgentRuntime {
    */
   async currentModel(agentId: string, def: AgentDefinition, refresh = false): Promise<string> {
     if (refresh || !this.#overrides.has(agentId)) {
-      const s = await (await this.settings()).get(agentId);
+      const settings = await this.settings();
+      const s = await timedPhase("kv.settings", agentId, () => settings.get(agentId));
       this.#overrides.set(agentId, s.model && this.opts.models.has(s.model) ? s.model : null);
     }
     return this.#overrides.get(agentId) ?? def.model;
@@ -253,7 +255,8 @@ export class AgentRuntime {
 
   /** Publishes a run event: durable (stored, retried) unless `durable` is false. */
   publish(event: KovaEvent, durable = true): Promise<void> {
-    return this.bus.publishEvent(event, { durable });
+    if (!durable) return this.bus.publishEvent(event, { durable });
+    return timedPhase(`event:${event.type}`, undefined, () => this.bus.publishEvent(event));
   }
 
   /** Stops the scheduler if it is this runtime's own (waiting calls fail with MODEL_SCHEDULER_CLOSED). */

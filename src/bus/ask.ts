@@ -1,6 +1,7 @@
 import { headers as natsHeaders } from "@nats-io/transport-node";
 import { newInbox } from "./inbox.js";
 import { fromWire, toWire } from "../core/errors.js";
+import { timedPhase } from "../core/phases.js";
 import { decodeEnvelope, encodeEnvelope, type Encoding } from "./codec.js";
 import type { BusContext } from "./context.js";
 import { createEnvelope, validateOutgoing, type A2AEnvelope } from "./envelope.js";
@@ -57,7 +58,7 @@ export async function ask<R>(ctx: BusContext, envelope: A2AEnvelope, opts: AskOp
   const sub = ctx.nc.subscribe(inbox);
   const timer = setTimeout(() => sub.unsubscribe(), timeoutMs);
   try {
-    await sendEnvelope(ctx, env, opts.send);
+    await timedPhase("a2a.send", undefined, () => sendEnvelope(ctx, env, opts.send));
     for await (const msg of sub) {
       let reply: A2AEnvelope;
       try {

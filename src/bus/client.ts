@@ -7,7 +7,9 @@ import { createEnvelope, type A2AEnvelope, type MessageType } from "./envelope.j
 import type { EventStream } from "./events.js";
 import type { RequestOptions } from "./rpc.js";
 import type { SendOptions } from "./send.js";
-import type { NatsSecurity } from "./nats-security.js";
+import { redactUrl, type NatsSecurity } from "./nats-security.js";
+import { JetStreamUnavailableError } from "./errors.js";
+import { isPermissionDenied } from "./nats-errors.js";
 
 export interface KovaClientOptions {
   servers: string | string[];
@@ -19,11 +21,34 @@ export interface KovaClientOptions {
   logger?: Logger;
   /**
    * Create or check the streams on connect, so a send works before any node ran (default
-   * true). Pass false under the least-privilege `client` role, which may not manage streams.
+   * true). Pass false under the least-privilege `client` role, which may not manage streams;
+   * `"if-allowed"` does it when the NATS user may, and skips it when the server refuses
+   * (what the CLI does, so one command works under every role of deploy/nats/accounts.conf).
    */
-  ensureStreams?: boolean;
+  ensureStreams?: boolean | "if-allowed";
   /** Credentials, TLS and the inbox prefix (see docs/security.md). */
   security?: NatsSecurity;
+}
+
+/**
+ * Checks JetStream and the streams as far as this NATS user may: a refusal (a `client` role
+ * may not call the JetStream API, an `operator` may not read the mailbox stream) ends the
+ * check quietly; any other failure is thrown as `ensureStreams` would.
+ * @throws JetStreamUnavailableError; StreamConflictError
+ */
+async function ensureIfAllowed(bus: Bus, logger: Logger): Promise<void> {
+  try {
+    await bus.jsm.getAccountInfo();
+  } catch (err) {
+    if (isPermissionDenied(err)) return logger.debug({ err }, "this NATS user may not use the JetStream API: streams not checked");
+    throw new JetStreamUnavailableError(redactUrl(bus.nc.getServer()), { cause: err });
+  }
+  try {
+    await bus.ensureStreams();
+  } catch (err) {
+    if (!isPermissionDenied(err)) throw err;
+    logger.debug({ err }, "this NATS user may not manage Kova's streams: streams not checked");
+  }
 }
 
 /** Extra envelope fields a client may set on send/ask. */
@@ -43,22 +68,23 @@ export class KovaClient {
 
   /** @throws NatsUnreachableError naming the URL; StreamConflictError from ensureStreams */
   static async connect(opts: KovaClientOptions): Promise<KovaClient> {
+    const ensure = opts.ensureStreams ?? true;
+    const logger = opts.logger ?? silentLogger();
     const bus = await Bus.connect({
       servers: opts.servers,
       name: opts.name ?? "kova-client",
       ...(opts.cluster ? { cluster: opts.cluster } : {}),
       ...(opts.id ? { clientId: opts.id } : {}),
-      logger: opts.logger ?? silentLogger(),
+      logger,
       ...(opts.security ? { security: opts.security } : {}),
-      checkJetStream: opts.ensureStreams !== false,
+      checkJetStream: ensure === true,
     });
-    if (opts.ensureStreams !== false) {
-      try {
-        await bus.ensureStreams();
-      } catch (err) {
-        await bus.close();
-        throw err;
-      }
+    try {
+      if (ensure === true) await bus.ensureStreams();
+      else if (ensure === "if-allowed") await ensureIfAllowed(bus, logger);
+    } catch (err) {
+      await bus.close();
+      throw err;
     }
     return new KovaClient(bus);
   }

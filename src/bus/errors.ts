@@ -12,6 +12,8 @@ export const BusErrorCode = defineErrorCodes("bus", {
   CONNECTION_CLOSED: "CONNECTION_CLOSED",
   JETSTREAM_UNAVAILABLE: "JETSTREAM_UNAVAILABLE",
   NATS_AUTH_FAILED: "NATS_AUTH_FAILED",
+  /** The NATS server refused a publish or subscription to this user (its account's permissions). */
+  PERMISSION_DENIED: "PERMISSION_DENIED",
   UNKNOWN_AGENT: "UNKNOWN_AGENT",
 });
 

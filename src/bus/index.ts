@@ -58,6 +58,7 @@ export {
   isMessageGone,
   isNatsNoResponders,
   isNatsTimeout,
+  isPermissionDenied,
   isStreamNotFound,
   isSubjectOverlap,
   isTransientNatsError,

@@ -5,6 +5,7 @@ import { backoffMs, sleep } from "../core/clock.js";
 import { isKovaError } from "../core/errors.js";
 import type { Logger } from "../core/logger.js";
 import { assertId } from "../core/ids.js";
+import { markPhase } from "../core/phases.js";
 import { decodeValue, encodingOf, type Encoding } from "./codec.js";
 import type { BusContext } from "./context.js";
 import { validateEnvelope, type A2AEnvelope } from "./envelope.js";
@@ -227,6 +228,7 @@ class MailboxImpl implements Mailbox, PullTarget {
       nakNow(this.ctx.nc, msg.reply!);
       return;
     }
+    markPhase("mailbox.delivered", this.agentId);
     const m = new PulledMsg(this.ctx.nc, msg);
     this.busy++;
     this.chain = this.chain
@@ -310,6 +312,7 @@ class MailboxImpl implements Mailbox, PullTarget {
     this.remember(env.id);
     if (this.stopping) await this.ack(m);
     else m.ack(); // the common case, without another await on the hot path
+    markPhase("mailbox.ack", this.agentId);
   }
 
   /** The handler, run again after a transient NATS failure while the budget lasts and the mailbox is open. */

@@ -1,6 +1,6 @@
 import { JetStreamApiCodes, JetStreamApiError } from "@nats-io/jetstream";
 import { jserrors } from "@nats-io/jetstream/internal";
-import { RequestError, NoRespondersError as NatsNoResponders, TimeoutError as NatsTimeout } from "@nats-io/transport-node";
+import { PermissionViolationError, RequestError, NoRespondersError as NatsNoResponders, TimeoutError as NatsTimeout } from "@nats-io/transport-node";
 
 /**
  * Recognises NATS failures by nats.js's error classes and JetStream API codes, never by
@@ -71,6 +71,18 @@ export function isNatsNoResponders(err: unknown): boolean {
 
 export function isNatsTimeout(err: unknown): boolean {
   return err instanceof NatsTimeout || (err instanceof RequestError && err.cause instanceof NatsTimeout);
+}
+
+/**
+ * The server refused a publish or subscription this NATS user has no permission for (the
+ * roles of deploy/nats/accounts.conf). nats.js rejects a request to a refused subject with
+ * it, JetStream API calls as its cause, and closes a refused subscription with it.
+ */
+export function isPermissionDenied(err: unknown): boolean {
+  for (let e = err, depth = 0; e !== undefined && e !== null && depth < 4; e = (e as { cause?: unknown }).cause, depth++) {
+    if (e instanceof PermissionViolationError) return true;
+  }
+  return false;
 }
 
 /** The account or server has no JetStream (not enabled, or not yet ready). */

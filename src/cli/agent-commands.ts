@@ -1,5 +1,6 @@
 import type { Command } from "commander";
-import { ErrorCode, KovaError } from "../core/errors.js";
+import { ErrorCode, KovaError, isKovaError } from "../core/errors.js";
+import { BusErrorCode } from "../bus/errors.js";
 import type { KovaClient, KovaEvent } from "../bus/index.js";
 import { askAgent } from "../agents/client.js";
 import { forProfile, inProfile, isEventProfile, type EventProfile } from "../agents/events.js";
@@ -49,13 +50,24 @@ export async function askAgentCommand(client: KovaClient, agentId: string, text:
   const constraints: Record<string, unknown> = {};
   if (o.maxTokens !== undefined) constraints.max_tokens = Number(o.maxTokens);
   if (o.deadline !== undefined) constraints.deadline = /^\d+$/.test(o.deadline) ? Number(o.deadline) : o.deadline;
-  const result: AgentResult = await askAgent(client, agentId, text, {
-    ...(o.session ? { sessionId: o.session } : {}),
-    ...(o.chat ? { chat: true } : {}),
-    ...(Object.keys(constraints).length > 0 ? { constraints } : {}),
-    timeoutMs: o.timeout ? Number(o.timeout) : 600_000,
-    onEvent,
-  });
+  const ask = (follow: boolean) =>
+    askAgent(client, agentId, text, {
+      ...(o.session ? { sessionId: o.session } : {}),
+      ...(o.chat ? { chat: true } : {}),
+      ...(Object.keys(constraints).length > 0 ? { constraints } : {}),
+      timeoutMs: o.timeout ? Number(o.timeout) : 600_000,
+      ...(follow ? { onEvent } : {}),
+    });
+  let result: AgentResult;
+  try {
+    result = await ask(true);
+  } catch (err) {
+    // A user that may ask but not read events (the client role): nothing was sent yet, so
+    // ask again without following, and print the answer when it is done.
+    if (!isKovaError(err, BusErrorCode.PERMISSION_DENIED)) throw err;
+    if (o.verbose) process.stderr.write("[this NATS user may not read events: the answer comes when the run is done]\n");
+    result = await ask(false);
+  }
   if (o.json) return print(result);
   // Whatever did not stream (a non-streaming model, a hook's output) is printed whole.
   if (!streamed && result.output) stdout.write(result.output);

@@ -153,6 +153,9 @@ export async function withClient(o: BusOpts, fn: (client: KovaClient) => Promise
     id: "kova-cli",
     name: "kova-cli",
     logger,
+    // Every role of deploy/nats/accounts.conf runs the CLI: a client or an operator may
+    // not manage streams, and needs not (a node creates them).
+    ensureStreams: "if-allowed",
     ...(security ? { security } : {}),
   });
   try {

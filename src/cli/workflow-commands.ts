@@ -1,9 +1,8 @@
 import type { Command } from "commander";
-import { pino } from "pino";
 import { Kvm } from "@nats-io/kv";
 import { ArgumentError, KovaError } from "../core/errors.js";
 import { isValidId } from "../core/ids.js";
-import { KovaClient, isNoResponders, type KovaEvent } from "../bus/index.js";
+import { type KovaClient, isNoResponders, type KovaEvent } from "../bus/index.js";
 import { NatsCheckpointStore } from "../actors/index.js";
 import { controlRequest, spawnSubject, type SpawnReply } from "../node/control.js";
 import { agentsBucket, readAgentRecord, type AgentRecord } from "../node/registry.js";
@@ -21,7 +20,10 @@ import {
 } from "../workflow/index.js";
 import { print, table } from "./output.js";
 import { LiveRunTree } from "./run-tree.js";
-import { resolveTarget, targetOptions, type TargetOpts } from "./target.js";
+import { targetOptions, type TargetOpts } from "./target.js";
+import { withClient } from "./bus-commands.js";
+
+export { withClient };
 
 /**
  * `kova workflow run|status|cancel|ls|signal`: workflow runs from the command line
@@ -123,17 +125,6 @@ export function progressLine(e: KovaEvent): string | undefined {
       return `run ${e.runId} cancelled`;
     default:
       return undefined;
-  }
-}
-
-export async function withClient(o: TargetOpts, fn: (client: KovaClient) => Promise<void>): Promise<void> {
-  const { urls, cluster, security } = await resolveTarget(o);
-  const logger = pino({ level: process.env.KOVA_LOG_LEVEL ?? "warn" }, pino.destination(2));
-  const client = await KovaClient.connect({ servers: urls, cluster, id: "kova-cli", name: "kova-cli", logger, ...(security ? { security } : {}) });
-  try {
-    await fn(client);
-  } finally {
-    await client.close();
   }
 }
 

@@ -6,3 +6,4 @@ export * from "./version.js";
 export * from "./format-version.js";
 export * from "./config-table.js";
 export * from "./close-matches.js";
+export * from "./phases.js";

@@ -4,12 +4,15 @@ import type { ActorTypeRegistry } from "../actors/registry.js";
 import type { ActorDefinition } from "../actors/types.js";
 import type { NodeConfig } from "./config.js";
 import { isAgentDefinition, type AgentDefinition } from "../agents/definition.js";
+import { isToolDefinition } from "../tools/define-tool.js";
+import type { Tool } from "../tools/types.js";
 
 /**
  * User actor types come from modules named in kova.toml. A module exports actor
- * definitions (made with `defineActor` from the `kova` package) and agent definitions
- * (made with `defineAgent`) as named exports, as a default export, or as an array of
- * them; every actor definition is registered, every agent definition returned.
+ * definitions (made with `defineActor` from the `kova` package), agent definitions (made
+ * with `defineAgent`) and tools (made with `defineTool`) as named exports, as a default
+ * export, or as an array of them; every actor definition is registered, every agent
+ * definition and tool returned.
  */
 function isDefinition(value: unknown): value is ActorDefinition<unknown> {
   if (typeof value !== "object" || value === null) return false;
@@ -20,11 +23,13 @@ function isDefinition(value: unknown): value is ActorDefinition<unknown> {
 /**
  * Imports each module of the config and registers its actor definitions, then checks that
  * every `[[actors]]` and `[[actor_templates]]` type is known.
- * @returns the agent definitions the modules export (the node hosts them as agents)
+ * @returns the agent definitions the modules export (the node hosts them as agents) and
+ *   their tools (offered to agents whose `tools` lists name them)
  * @throws ConfigError naming the module or the `actors[i].type` / `actor_templates[i].type` key
  */
-export async function loadActorModules(config: NodeConfig, types: ActorTypeRegistry): Promise<AgentDefinition[]> {
+export async function loadActorModules(config: NodeConfig, types: ActorTypeRegistry): Promise<{ agents: AgentDefinition[]; tools: Tool[] }> {
   const agents: AgentDefinition[] = [];
+  const tools: Tool[] = [];
   for (const path of config.modules) {
     let mod: Record<string, unknown>;
     try {
@@ -38,6 +43,9 @@ export async function loadActorModules(config: NodeConfig, types: ActorTypeRegis
         if (isAgentDefinition(candidate)) {
           agents.push(candidate);
           found++;
+        } else if (isToolDefinition(candidate)) {
+          tools.push(candidate);
+          found++;
         } else if (isDefinition(candidate)) {
           types.register(candidate);
           found++;
@@ -45,7 +53,7 @@ export async function loadActorModules(config: NodeConfig, types: ActorTypeRegis
       }
     }
     if (found === 0) {
-      throw new ConfigError("actors.module", `${path} exports no actor or agent definition: export one made with defineActor({ type, initialState, handlers }) or defineAgent({ id, model })`);
+      throw new ConfigError("actors.module", `${path} exports no actor, agent or tool definition: export one made with defineActor({ type, initialState, handlers }), defineAgent({ id, model }) or defineTool({ name, ... })`);
     }
   }
   config.actors.forEach((a, i) => {
@@ -58,5 +66,5 @@ export async function loadActorModules(config: NodeConfig, types: ActorTypeRegis
       throw new ConfigError(`actor_templates[${i}].type`, `unknown actor type "${t.type}": known types are ${types.types().join(", ")}; name the module that defines it with module = "./file.js"`);
     }
   });
-  return agents;
+  return { agents, tools };
 }

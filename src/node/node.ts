@@ -72,7 +72,7 @@ export interface StartNodeOptions {
    * instances `<id>--<key>` are activated by their first message (docs/agents.md).
    */
   agents?: AgentDefinition[];
-  /** Tools defined in code (`defineTool`), offered to the agents whose `tools` lists name them. */
+  /** Tools defined in code (`defineTool`), offered to the agents whose `tools` lists name them; config modules add to them. */
   tools?: Tool[];
 }
 
@@ -122,6 +122,7 @@ export class KovaNode {
     readonly modelScheduler: ModelCallScheduler,
     logger: Logger,
     private readonly agentDefs: AgentDefinition[] = [],
+    private readonly codeTools: Tool[] = [],
   ) {
     this.log = logger.child({ component: "node", nodeId: config.nodeId });
   }
@@ -154,11 +155,11 @@ export class KovaNode {
     const scheduler = opts.modelScheduler ?? modelScheduler(opts.config.models, logger.child({ component: "agents" }));
     if (opts.modelScheduler) for (const [name, m] of opts.config.models) scheduler.setModel(name, { maxConcurrency: m.maxConcurrency, policy: m.scheduling });
     registerSwarms(opts.config, types, { bus: () => node!.busClient, interrupt: (agentId, messageId) => node!.interruptDelegation(agentId, messageId) }, scheduler, logger);
-    const moduleAgents = await loadActorModules(opts.config, types);
+    const fromModules = await loadActorModules(opts.config, types);
     const templates = opts.templates instanceof ActorTemplateRegistry ? opts.templates : new ActorTemplateRegistry(opts.templates ?? []);
     for (const [i, t] of opts.config.templates.entries()) templates.register(t, `actor_templates[${i}]`);
     for (const t of templates.list()) if (!types.has(t.type)) throw new UnknownActorTypeError(t.type, types.types());
-    node = new KovaNode(opts.config, types, templates, scheduler, logger, [...(opts.agents ?? []), ...opts.config.agents, ...opts.config.agentTemplates, ...moduleAgents]);
+    node = new KovaNode(opts.config, types, templates, scheduler, logger, [...(opts.agents ?? []), ...opts.config.agents, ...opts.config.agentTemplates, ...fromModules.agents], [...(opts.tools ?? []), ...fromModules.tools]);
     // Every node can host workflow runs (docs/workflows.md), unless the application
     // registered its own type of that name.
     if (!types.has(WORKFLOW_ACTOR_TYPE)) {
@@ -213,7 +214,7 @@ export class KovaNode {
     });
     this.recovery.corrupt = this.wal.recovery.corrupt.length;
     // Agent types are registered before recovery: a recovered turn may be an agent's.
-    this.agentServices = await startAgentServices(config, this.agentDefs, { bus: this.bus, types: this.types, logger: this.log, replicas, scheduler: this.modelScheduler, tools: opts.tools ?? [] });
+    this.agentServices = await startAgentServices(config, this.agentDefs, { bus: this.bus, types: this.types, logger: this.log, replicas, scheduler: this.modelScheduler, tools: this.codeTools });
     // An agent template is a template of virtual actors whose type is the agent's actor type.
     for (const a of this.agentDefs) {
       if (a.template) this.templates.register({ name: a.id, type: a.id, idleAfterMs: a.template.idleAfterMs, capabilities: [...a.capabilities] }, `agent_templates.${a.id}`);

@@ -42,6 +42,14 @@ export interface ZodToolSpec<S extends z.ZodType, R> extends ToolSpecBase<z.outp
  * ```
  * @throws ToolDefinitionError naming the tool and what to fix
  */
+// A global symbol: a module that imports `kova` from its own install still marks its tools.
+const TOOL_MARK = Symbol.for("kova.toolDefinition");
+
+/** True for what `defineTool` returned (a module may export tools next to actors and agents). */
+export function isToolDefinition(value: unknown): value is Tool {
+  return typeof value === "object" && value !== null && (value as Record<symbol, unknown>)[TOOL_MARK] === true;
+}
+
 export function defineTool<S extends z.ZodType, R>(spec: ZodToolSpec<S, R>): Tool<z.output<S>, R>;
 export function defineTool<A = Record<string, unknown>, R = unknown>(spec: JsonSchemaToolSpec<A, R>): Tool<A, R>;
 export function defineTool(spec: JsonSchemaToolSpec<unknown, unknown> | ZodToolSpec<z.ZodType, unknown>): Tool {
@@ -72,6 +80,7 @@ export function defineTool(spec: JsonSchemaToolSpec<unknown, unknown> | ZodToolS
     ...(spec.requiresApproval !== undefined ? { requiresApproval: spec.requiresApproval } : {}),
     run: spec.run,
   };
+  Object.defineProperty(tool, TOOL_MARK, { value: true });
   Object.freeze(tool);
   if (spec.schema !== undefined) attachZodParser(tool, spec.schema);
   return tool;

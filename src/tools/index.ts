@@ -4,7 +4,7 @@
  * built-in tools and their `[tools]` config.
  */
 export type { JsonSchema, Tool, ToolContext } from "./types.js";
-export { defineTool, type JsonSchemaToolSpec, type ZodToolSpec } from "./define-tool.js";
+export { defineTool, isToolDefinition, type JsonSchemaToolSpec, type ZodToolSpec } from "./define-tool.js";
 export { ToolRegistry, type ToolDescription, type ToolProvider } from "./registry.js";
 export { ToolSet, type ModelToolSpec } from "./tool-set.js";
 export { isValidToolName, MCP_PREFIX, TOOL_NAME_RULE } from "./names.js";

@@ -4,7 +4,7 @@ import { askAgent, type AgentResult } from "../../src/agents/index.js";
 import { NatsApprovalStore, type ApprovalRecord } from "../../src/agents/approvals.js";
 import type { KovaEvent } from "../../src/bus/index.js";
 import { isKovaError } from "../../src/core/errors.js";
-import { approveSubject, controlRequest, type ApproveReply, type ApproveRequest } from "../../src/node/control.js";
+import { approveSubject, controlRequest, nodeSubject, type ApproveReply, type ApproveRequest } from "../../src/node/control.js";
 import { defineTool } from "../../src/tools/define-tool.js";
 import { scriptedReply, startScriptedModelServer, type ScriptedModelServer } from "../../src/testing/index.js";
 import { startAgentNode, type AgentNode } from "../fixtures/agents/node-rig.js";
@@ -163,4 +163,35 @@ describe("human approval of tool calls (KovaNode in process, real NATS KV, scrip
     expect(all.find((e) => e.type === "approval_granted")!.data).toMatchObject({ by: "carol" });
     expect((await store.get("run-s", asked.data.approvalId))!.expiresAt).toBe(asked.data.expiresAt);
   }, 90_000);
+
+  it("interrupt - kova signal <agent> interrupt ends a run that waits for approval cancelled; the call never runs and the agent takes its next message", async () => {
+    const deploy = countingTool("deploy");
+    await using model = await oneCallModel("deploy");
+    await using rig = await startAgentNode(nats.url, uniqueCluster("api"), { toml: agentToml(model.url, `tools = ["deploy"]\napproval = ["deploy"]`), tools: [deploy.tool], ready: ["ops"] });
+    const pending = askAgent(rig.client, "ops", "ship it", { runId: "run-i", timeoutMs: 30_000 });
+    await requested(rig, "run-i");
+    await controlRequest(rig.client.nc, nodeSubject(rig.cluster, "n1", "signal"), { actorId: "ops", signal: "interrupt" });
+    expect(await pending).toMatchObject({ status: "cancelled", runId: "run-i" });
+    expect(deploy.runs).toEqual([]);
+    expect(rig.eventsOf("run-i").map((e) => e.type)).toContain("run_cancelled");
+    // The agent is free again: the next run asks for its own approval.
+    const next = askAgent(rig.client, "ops", "ship it again", { runId: "run-i2", timeoutMs: 30_000 });
+    const asked = await requested(rig, "run-i2");
+    await decide(rig, { runId: "run-i2", approvalId: asked.data.approvalId, approved: true });
+    expect(await next).toMatchObject({ status: "completed" });
+    expect(deploy.runs).toHaveLength(1);
+  }, 60_000);
+
+  it("deadline - an approval never outlives the task's deadline: the wait ends with it, the call does not run, the run fails on the deadline", async () => {
+    const deploy = countingTool("deploy");
+    await using model = await oneCallModel("deploy");
+    await using rig = await startAgentNode(nats.url, uniqueCluster("apd"), { toml: agentToml(model.url, `tools = ["deploy"]\napproval = ["deploy"]`), tools: [deploy.tool], ready: ["ops"] });
+    const result = await askAgent(rig.client, "ops", "ship it", { runId: "run-d", timeoutMs: 30_000, constraints: { deadline: "1500ms" } });
+    expect(result).toMatchObject({ status: "failed", error: { code: "RUN_LIMIT_EXCEEDED" } });
+    expect(deploy.runs).toEqual([]);
+    const asked = await requested(rig, "run-d");
+    const started = rig.eventsOf("run-d").find((e) => e.type === "run_started")!;
+    expect(asked.data.expiresAt - started.ts).toBeLessThanOrEqual(1600);
+    expect(rig.eventsOf("run-d").find((e) => e.type === "approval_rejected")!.data).toMatchObject({ timedOut: true });
+  }, 60_000);
 });

@@ -167,6 +167,12 @@ describe("bus mailbox", () => {
     const onA: unknown[] = [];
     const mbA = await a.openMailbox("handoff", async (env) => void onA.push(env.payload));
     await mbA.stop(); // idle: its pull stays on the server while connection a lives
+    // a's pull must be queued on the server before b's, or b is simply served first.
+    await a.nc.flush();
+    await poll(async () => (await a.jsm.consumers.info(a.subjects.streams.a2a, a.subjects.consumer("handoff"))).num_waiting === 1, {
+      timeoutMs: 5_000,
+      what: "a's leftover pull waiting on the server",
+    });
     const got: Array<[unknown, number]> = [];
     await b.openMailbox("handoff", async (env, ctx) => void got.push([env.payload, ctx.deliveryCount]));
     await a.send(createEnvelope({ from: "tester", to: "handoff", type: "task_delegate", payload: "x" }));

@@ -89,7 +89,7 @@ describe("deploy Kova nodes", () => {
       }
       for (const r of [...all, ...byName]) expect(schemaProblems(kind, r)).toEqual([]);
       if (verb === "INFO") {
-        for (const r of byName) expect(r.endpoints.map((e: { name: string }) => e.name).sort()).toEqual(["agents", "approve", "schedules", "signal", "spawn", "status"]);
+        for (const r of byName) expect(r.endpoints.map((e: { name: string }) => e.name).sort()).toEqual(["activate", "agents", "approve", "schedules", "signal", "spawn", "status", "tools"]);
       }
     }
 

@@ -1,62 +1,38 @@
-import { execFile } from "node:child_process";
-import { promisify } from "node:util";
-import { copyFile, mkdir, mkdtemp, rm } from "node:fs/promises";
+import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
-import { join, resolve } from "node:path";
+import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { connect, type NatsConnection } from "@nats-io/transport-node";
+import type { NatsConnection } from "@nats-io/transport-node";
 import { AckPolicy, jetstreamManager } from "@nats-io/jetstream";
 import { Kvm } from "@nats-io/kv";
-import { KovaClient, securityOptions, type NatsSecurity } from "../../src/bus/index.js";
+import { KovaClient } from "../../src/bus/index.js";
 import { ActorTypeRegistry, counterActor, type CounterState } from "../../src/actors/index.js";
 import { controlRequest, nodeSubject, spawnSubject, type NodeStatusView } from "../../src/node/control.js";
 import { parseConfig } from "../../src/node/config.js";
 import { KovaNode } from "../../src/node/node.js";
 import { createLogger } from "../../src/core/logger.js";
-import { startNatsServer, type NatsServerHandle } from "../../src/testing/index.js";
+import type { NatsServerHandle } from "../../src/testing/index.js";
 import { poll } from "../fixtures/poll.js";
+import { connectAs, kovaAs, natsToml, passwords, refused, role, startAccountsServer } from "../fixtures/security/accounts.js";
 
-// deploy/nats/accounts.conf as shipped, with the three passwords from the environment.
-const ACCOUNTS = resolve(import.meta.dirname, "../../deploy/nats/accounts.conf");
-const BIN = resolve(import.meta.dirname, "../../bin/kova.js");
-const run = promisify(execFile);
-const passwords = { node: `node-${process.pid}`, operator: `op-${process.pid}`, client: `cl-${process.pid}` };
-const client: NatsSecurity = { user: "kova-client", password: passwords.client, inboxPrefix: "_INBOX_client" };
-const operator: NatsSecurity = { user: "kova-operator", password: passwords.operator, inboxPrefix: "_INBOX_operator" };
+// deploy/nats/accounts.conf as shipped, with the roles' passwords from the environment.
+const client = role("client");
 
 let server: NatsServerHandle;
 let node: KovaNode;
 let dir: string;
 let admin: NatsConnection;
 
-async function as(sec: NatsSecurity): Promise<NatsConnection> {
-  return connect({ servers: server.url, ...securityOptions(sec) });
-}
-
-/** Resolves with the error a request fails with (a permission violation, a timeout), or throws if it succeeds. */
-async function refused(p: Promise<unknown>): Promise<unknown> {
-  try {
-    await p;
-  } catch (err) {
-    return err;
-  }
-  throw new Error("expected the request to be refused");
-}
-
 beforeAll(async () => {
-  Object.assign(process.env, { KOVA_NODE_PASSWORD: passwords.node, KOVA_OPERATOR_PASSWORD: passwords.operator, KOVA_CLIENT_PASSWORD: passwords.client });
   dir = await mkdtemp(join(tmpdir(), "kova-acc-"));
-  // nats-server resolves an include relative to the including file.
-  await mkdir(join(dir, "nats"));
-  await copyFile(ACCOUNTS, join(dir, "nats", "accounts.conf"));
-  server = await startNatsServer({ allowExternal: false, baseDir: join(dir, "nats"), extraConfig: `include "accounts.conf"` });
+  server = await startAccountsServer(dir);
   const config = parseConfig(
-    `[node]\nid = "n1"\ndata_dir = "${join(dir, "node")}"\n[nats]\nurls = ["${server.url}"]\nuser = "kova-node"\npassword_env = "KOVA_NODE_PASSWORD"\n` +
-      `reply_prefixes = ["_INBOX_client", "_INBOX_operator"]\n[wal]\nsync = "normal"\n[[actors]]\nid = "c1"\ntype = "counter"\n[[actors]]\nid = "c2"\ntype = "counter"\n`,
+    `[node]\nid = "n1"\ndata_dir = "${join(dir, "node")}"\n[nats]\nurls = ["${server.url}"]\n${natsToml("node")}\n` +
+      `[wal]\nsync = "normal"\n[[actors]]\nid = "c1"\ntype = "counter"\n[[actors]]\nid = "c2"\ntype = "counter"\n`,
     { env: process.env },
   );
   node = await KovaNode.start({ config, logger: createLogger({ level: "silent" }), types: new ActorTypeRegistry([counterActor]) });
-  admin = await as({ user: "kova-node", password: passwords.node });
+  admin = await connectAs(server, "node");
   await poll(async () => node.agents().length === 2, { timeoutMs: 20_000, what: "both actors hosted" });
 }, 60_000);
 
@@ -81,7 +57,7 @@ describe("security: least-privilege accounts (deploy/nats/accounts.conf)", () =>
   });
 
   it("accounts - a client cannot spawn or signal, write a kova_* bucket, or read any mailbox", async () => {
-    const nc = await as(client);
+    const nc = await connectAs(server, "client");
     try {
       expect(await refused(controlRequest(nc, spawnSubject("default"), { id: "evil", type: "counter" }, 2000))).toBeDefined();
       expect(await refused(controlRequest(nc, nodeSubject("default", "n1", "signal"), { actorId: "c2", signal: "kill" }, 2000))).toBeDefined();
@@ -120,7 +96,7 @@ describe("security: least-privilege accounts (deploy/nats/accounts.conf)", () =>
   });
 
   it("accounts - an operator can spawn, signal and read status", async () => {
-    const nc = await as(operator);
+    const nc = await connectAs(server, "operator");
     try {
       const spawned = await controlRequest<{ created: boolean }>(nc, spawnSubject("default"), { id: "c3", type: "counter" });
       expect(spawned.created).toBe(true);
@@ -134,13 +110,10 @@ describe("security: least-privilege accounts (deploy/nats/accounts.conf)", () =>
       await nc.close();
     }
     // The CLI as an operator: read-only registry listing through the JetStream API it is granted.
-    const cli = await run(process.execPath, [BIN, "agents", "ls", "--json", "--server", server.url, "--user", "kova-operator", "--password-env", "KOVA_OPERATOR_PASSWORD", "--inbox-prefix", "_INBOX_operator"], {
-      env: { ...process.env, KOVA_LOG_LEVEL: "warn" },
-    });
+    const cli = await kovaAs(server, "operator", ["agents", "ls", "--json"]);
+    expect(cli.code, cli.stderr).toBe(0);
     expect((JSON.parse(cli.stdout) as Array<{ id: string }>).map((a) => a.id).sort()).toEqual(["c1", "c2", "c3"]);
-    const denied = await run(process.execPath, [BIN, "agents", "ls", "--server", server.url, "--user", "kova-client", "--password-env", "KOVA_CLIENT_PASSWORD", "--inbox-prefix", "_INBOX_client"], {
-      env: { ...process.env, KOVA_LOG_LEVEL: "warn" },
-    }).catch((err: { code?: number; stderr?: string }) => err);
-    expect((denied as { code?: number }).code).not.toBe(0);
+    const denied = await kovaAs(server, "client", ["agents", "ls"]);
+    expect(denied.code).not.toBe(0);
   }, 60_000);
 });

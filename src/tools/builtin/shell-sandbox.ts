@@ -7,9 +7,9 @@ import type { ShellConfig } from "./shell-config.js";
  * - Namespaces: `--unshare-all` plus a user namespace (no network but its own loopback,
  *   own PID/IPC/UTS/cgroup namespaces); `--disable-userns` so the command cannot nest
  *   another one (less kernel surface); `--new-session` (no TIOCSTI into our terminal);
- *   `--die-with-parent` so a dead node leaves no sandbox behind. bwrap's own PID 1 exits
- *   when the command exits, and the kernel then kills every process left in the
- *   namespace: background jobs, `setsid`, `nohup` and double forks cannot outlive a call.
+ *   `--die-with-parent` so a dead node leaves no sandbox behind; `--as-pid-1`: the command is PID 1, and when it exits
+ *   the kernel kills every process left in the namespace before bwrap sees the exit, so
+ *   background jobs, `setsid`, `nohup` and double forks cannot outlive a call.
  * - Files: an allow-list, not `--ro-bind / /` with holes, so a node data dir, a WAL, a
  *   mounted secret or another tenant's directory is invisible wherever it lives. Visible:
  *   /usr (read-only; /bin, /lib, /sbin as on the host), the loader cache and Debian
@@ -80,6 +80,12 @@ export function bwrapArgs(config: ShellConfig, work: SandboxWork, cwd: string, a
     "--unshare-user",
     "--disable-userns",
     "--die-with-parent",
+    // The command is the namespace's PID 1: when it exits, the kernel kills what is left
+    // in the namespace before its parent (bwrap) learns of the exit, so the call ends
+    // with nothing alive. With bwrap's own reaper as PID 1, bwrap reports the command's
+    // exit at once and the reaper dies later (by --die-with-parent), which left a window
+    // where a backgrounded process outlived the call.
+    "--as-pid-1",
     "--new-session",
     "--hostname",
     "sandbox",
