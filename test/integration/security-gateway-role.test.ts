@@ -117,15 +117,15 @@ describe("security: the gateway role (deploy/nats/accounts.conf)", () => {
     const listed = await a2a("ListTasks", {});
     expect((listed.result!.tasks as Array<{ id: string }>).map((t) => t.id).sort()).toEqual([String(task.id), slowId].sort());
 
-    // The web view reads nodes, the agent's backlog (its mailbox consumer) and usage (fast path).
-    const view = (await (await fetch(`${gateway.url}/ui/api/cluster`, { headers: { authorization: `Bearer ${key}` } })).json()) as {
-      nodes: Array<{ id: string; live: boolean }>;
-      agents: Array<{ id: string; backlog: number | null; usage?: { runs: number } }>;
-    };
+    // The web view reads nodes, the agent's backlog (its mailbox consumer) and usage (fast
+    // path). The cancelled turn may still be settling its message: wait for the view to agree.
+    type ClusterView = { nodes: Array<{ id: string; live: boolean }>; agents: Array<{ id: string; backlog: number | null; usage?: { runs: number } }> };
+    const view = await poll(async () => {
+      const v = (await (await fetch(`${gateway.url}/ui/api/cluster`, { headers: { authorization: `Bearer ${key}` } })).json()) as ClusterView;
+      const h = v.agents.find((a) => a.id === "helper");
+      return h?.backlog === 0 && h.usage?.runs === 3 ? v : undefined;
+    }, { timeoutMs: 10_000, what: "the web view to show helper with backlog 0 and 3 runs" });
     expect(view.nodes.map((n) => [n.id, n.live])).toEqual([["n1", true]]);
-    const helper = view.agents.find((a) => a.id === "helper");
-    expect(helper?.backlog).toBe(0);
-    expect(helper?.usage?.runs).toBe(3);
   }, 90_000);
 
   it("gateway role - keys added, listed and removed by an operator work on the gateway at once; the gateway and a client cannot manage keys", async () => {
