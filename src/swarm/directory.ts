@@ -39,13 +39,16 @@ interface RegistryEntry {
   state: string;
   capabilities: string[];
   desired: string;
+  /** Set for a template instance (`support--user-42`). */
+  template?: string;
 }
 
 /**
  * The cluster's agents, from two sources:
  * - the registry (KV `kova_<c>_agents`, read with one watch of its last values): every
  *   declared agent, its node, its lifecycle state and its type's capabilities; agents that
- *   are unplaced, killed, Failed, Paused or declare no capability are left out;
+ *   are unplaced, killed, Failed, Paused, declare no capability or are template instances
+ *   are left out;
  * - the agents themselves, over the fast path (`capability_query` on `kova.<c>.rpc.<id>`,
  *   answered by the node hosting the agent): no responders means nobody hosts it right now
  *   (it is moving), so it is left out; an answer's capabilities and state win over the
@@ -104,7 +107,9 @@ export function natsAgentDirectory(bus: Bus, opts: NatsDirectoryOptions = {}): A
       throw err;
     }
     const eligible = entries.filter(
-      (r) => !exclude.has(r.id) && r.desired !== "killed" && r.node !== null && !UNAVAILABLE.has(r.state) && (r.capabilities?.length ?? 0) > 0,
+      // A template instance belongs to its key (a user's, a session's): work is delegated to
+      // declared agents only, and a thousand active instances are not probed per listing.
+      (r) => r.template === undefined && !exclude.has(r.id) && r.desired !== "killed" && r.node !== null && !UNAVAILABLE.has(r.state) && (r.capabilities?.length ?? 0) > 0,
     );
     const probed = await Promise.all(eligible.map(probe));
     const out = probed.filter((c): c is AgentCandidate => c !== undefined).sort((a, b) => (a.agentId < b.agentId ? -1 : 1));

@@ -3,6 +3,7 @@ import { describe, expect, it } from "vitest";
 import { askAgent, defineAgent, type AgentInfo } from "../../src/agents/index.js";
 import { createEnvelope, encodeEnvelope } from "../../src/bus/index.js";
 import { isKovaError } from "../../src/core/errors.js";
+import { natsAgentDirectory } from "../../src/swarm/index.js";
 import { scriptedReply, startScriptedModelServer, type ScriptedRequest } from "../../src/testing/index.js";
 import { startAgentNode } from "../fixtures/agents/node-rig.js";
 import { fileServer, uniqueCluster } from "../fixtures/bus/helpers.js";
@@ -32,7 +33,8 @@ describe("agent templates (KovaNode in process, real NATS, scripted model over H
     // alice's first call costs more than a minute's tokens: her next call waits, bob's does not.
     await using model = await startScriptedModelServer({ handler: echoModel((agent) => (agent === "support--alice" ? 61_000 : 10)) });
     await using rig = await startAgentNode(nats.url, uniqueCluster("atpl"), {
-      toml: templateToml(model.url, [`idle_after = "10m"`, `budget = { tokens_per_minute = 60000 }`, `capabilities = ["help"]`, `memory = { policy = "fifo", max_tokens = 8000 }`]),
+      toml: templateToml(model.url, [`idle_after = "10m"`, `budget = { tokens_per_minute = 60000 }`, `capabilities = ["help"]`, `memory = { policy = "fifo", max_tokens = 8000 }`, `[[agents]]`, `id = "helper"`, `model = "main"`, `capabilities = ["help"]`]),
+      ready: ["helper"],
     });
     const ask = (id: string, input: string) => askAgent(rig.client, id, input, { sessionId: "s1", timeoutMs: 30_000 });
 
@@ -60,6 +62,8 @@ describe("agent templates (KovaNode in process, real NATS, scripted model over H
     // The template is not an agent anyone can address.
     const none = await askAgent(rig.client, "support", "hi", { timeoutMs: 10_000 }).catch((e: unknown) => e);
     expect(isKovaError(none, "UNKNOWN_AGENT")).toBe(true);
+    // A swarm's directory offers declared agents, not users' instances of the same capability.
+    expect((await natsAgentDirectory(rig.client).list()).map((c) => c.agentId)).toEqual(["helper"]);
 
     // A plain NATS publish of task_delegate (JSON), as `nats pub kova.<c>.a2a.support--carol` would send it.
     const env = createEnvelope({ from: "raw", to: "support--carol", type: "task_delegate", payload: { input: "from raw NATS", sessionId: "raw-s", runId: "raw-run" } });
