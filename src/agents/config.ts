@@ -1,6 +1,6 @@
 import { intValue, rejectUnknown, stringList, stringValue, tableAt, type ConfigTable } from "../core/config-table.js";
 import { ConfigError } from "../core/errors.js";
-import { durationMs } from "../core/duration.js";
+import { durationMs, durationOrNever } from "../core/duration.js";
 import { isValidId, isValidTemplateName, TEMPLATE_NAME_MAX } from "../core/ids.js";
 import { defineAgent, type AgentDefinition, type AgentSpec } from "./definition.js";
 
@@ -103,9 +103,7 @@ export function agentTemplatesConfigFrom(raw: unknown, models: ReadonlySet<strin
 export function idleAfterOf(t: ConfigTable, key: string): number | undefined {
   if (t.idle_after !== undefined && t.idle_timeout !== undefined) throw new ConfigError(`${key}.idle_timeout`, "is another name for idle_after: give one of them");
   const idleKey = t.idle_timeout !== undefined ? "idle_timeout" : "idle_after";
-  const raw = t[idleKey];
-  if (raw === undefined) return undefined;
-  return raw === 0 || raw === "0" ? 0 : durationMs(raw, `${key}.${idleKey}`);
+  return durationOrNever(t[idleKey], `${key}.${idleKey}`);
 }
 
 /** The keys `[[agents]]` and `[[agent_templates]]` share, as a defineAgent spec. */

@@ -15,3 +15,13 @@ export function durationMs(value: unknown, key: string): number {
   }
   throw new ConfigError(key, `must be a duration: milliseconds, or a string like "30s", "15m", "2h", not ${JSON.stringify(value)}`);
 }
+
+/**
+ * A duration where 0 (or "0") means "never": `idle_after`, `marker_compaction`.
+ * @returns undefined when the key is absent
+ * @throws ConfigError naming the key, as durationMs
+ */
+export function durationOrNever(value: unknown, key: string): number | undefined {
+  if (value === undefined) return undefined;
+  return value === 0 || value === "0" ? 0 : durationMs(value, key);
+}

@@ -14,6 +14,7 @@ import {
   tableAt,
 } from "../core/config-table.js";
 import { ConfigError } from "../core/errors.js";
+import { durationOrNever } from "../core/duration.js";
 import { isValidId, parseInstanceId } from "../core/ids.js";
 import { validateTemplate, type ActorTemplate } from "../actors/templates.js";
 import { redactUrl, type NatsSecurity } from "../bus/index.js";
@@ -45,6 +46,7 @@ import { swarmActorType, swarmsConfigFrom, type SwarmSpec } from "../swarm/confi
  * max_actors = 10000       # actors the cluster may register (spawns past it are refused)
  * max_actors_per_node = 5000  # a node hosts at most this many
  * unknown_agent_after_ms = 600000  # messages to undeclared agents go to the DLQ after this
+ * marker_compaction = "10m" # remove passivated instances' KV delete markers this old, this often ("0" never)
  *
  * [nats]
  * urls = ["nats://127.0.0.1:4222"]   # NATS_URL (comma-separated) overrides
@@ -166,6 +168,12 @@ export interface NodeConfig {
    * delivers every A2A message once more, to one node (default true).
    */
   activationListener: boolean;
+  /**
+   * Every this long, the first live node (by id) removes the KV delete markers older than
+   * this from the registry and lease buckets (passivations leave one per instance); 0 never
+   * (default 10 min). See docs/virtual-actors.md, "Purge markers".
+   */
+  markerCompactionMs: number;
   /** Modules to import for actor types (from `[[actors]]` and top-level `modules`), absolute. */
   modules: string[];
   /** Built-in tools and their limits (`[tools]`, see src/tools/config.ts). */
@@ -268,7 +276,7 @@ function buildConfig(doc: Table, path: string | undefined, env: NodeJS.ProcessEn
   rejectUnknown(node, ["id", "data_dir"], "node.");
   rejectUnknown(
     cluster,
-    ["name", "heartbeat_ms", "stale_after_ms", "reconcile_ms", "drain_timeout_ms", "max_actors", "max_actors_per_node", "unknown_agent_after_ms", "activation_sweep_ms", "activation_listener"],
+    ["name", "heartbeat_ms", "stale_after_ms", "reconcile_ms", "drain_timeout_ms", "max_actors", "max_actors_per_node", "unknown_agent_after_ms", "activation_sweep_ms", "activation_listener", "marker_compaction"],
     "cluster.",
   );
   rejectUnknown(nats, ["urls", "replicas", ...NATS_SECURITY_KEYS], "nats.");
@@ -304,6 +312,7 @@ function buildConfig(doc: Table, path: string | undefined, env: NodeJS.ProcessEn
     unknownAgentAfterMs: intValue(cluster.unknown_agent_after_ms, "cluster.unknown_agent_after_ms", 100, 30 * 86_400_000) ?? 600_000,
     activationSweepMs: intValue(cluster.activation_sweep_ms, "cluster.activation_sweep_ms", 50, 600_000) ?? 1000,
     activationListener: boolValue(cluster.activation_listener, "cluster.activation_listener") ?? true,
+    markerCompactionMs: durationOrNever(cluster.marker_compaction, "cluster.marker_compaction") ?? 600_000,
     replicas: intValue(nats.replicas, "nats.replicas", 1, 5),
     wal: walConfig(wal, env),
     mailbox: {},

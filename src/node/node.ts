@@ -36,6 +36,7 @@ import { AgentRegistry, type AgentRecord } from "./registry.js";
 import { parseSchedule } from "./schedule-spec.js";
 import { ScheduleService } from "./schedules.js";
 import { VirtualActors } from "./virtual-actors.js";
+import { compactMarkers } from "./marker-compaction.js";
 import { startAgentServices, type AgentServices } from "./agent-services.js";
 import type { AgentDefinition } from "../agents/definition.js";
 import type { Tool } from "../tools/types.js";
@@ -104,6 +105,7 @@ export class KovaNode {
   private micro: MicroService | undefined;
   private control!: NodeControl;
   private unknownSweep: NodeJS.Timeout | undefined;
+  private compactionTimer: NodeJS.Timeout | undefined;
   private schedules: ScheduleService | undefined;
   private virtual!: VirtualActors;
   private agentServices: AgentServices | undefined;
@@ -347,6 +349,7 @@ export class KovaNode {
     });
     this.virtual.start();
     this.startUnknownAgentSweep();
+    this.startMarkerCompaction();
     await this.whenNatsReady("announce", () => this.membership.markUp());
     this.schedules = await this.whenNatsReady("schedules", () =>
       ScheduleService.start({
@@ -737,6 +740,37 @@ export class KovaNode {
   }
 
   /**
+   * `[cluster] marker_compaction`: every interval, the first live node by id removes the
+   * registry's and the leases' delete markers older than one interval (each passivation
+   * leaves one per bucket; docs/virtual-actors.md, "Purge markers"). Peers disagreeing for
+   * a moment on who is first both compact, which is harmless (compactMarkers is idempotent).
+   */
+  private startMarkerCompaction(): void {
+    const every = this.config.markerCompactionMs;
+    if (every === 0) return;
+    const tick = async () => {
+      if (this.membership.liveNodes()[0] !== this.nodeId) return;
+      for (const kv of [this.registry.kv, this.leases.kv]) {
+        const r = await compactMarkers(kv, this.bus.jsm, { olderThanMs: every });
+        if (r.removed === 0) continue;
+        this.log.info(r, "delete markers of passivated instances compacted");
+        this.publish("markers_compacted", r.bucket, { ...r, node: this.nodeId });
+      }
+    };
+    const schedule = () => {
+      this.compactionTimer = setTimeout(() => {
+        tick()
+          .catch((err: unknown) => this.log.warn({ err }, "marker compaction failed; retrying at the next interval"))
+          .finally(() => {
+            if (this.compactionTimer !== undefined) schedule();
+          });
+      }, every);
+      this.compactionTimer.unref();
+    };
+    schedule();
+  }
+
+  /**
    * The WAL failed (a commit or flush error, a full disk): no turn can be journaled here
    * any more, and a node that went on heartbeating would keep its actors and nak each of
    * their messages until `max_deliver` sent it to the DLQ. So the node fails over instead:
@@ -774,6 +808,8 @@ export class KovaNode {
   private async teardown(opts: { hostStopMs?: number } = {}): Promise<void> {
     clearTimeout(this.unknownSweep);
     this.unknownSweep = undefined;
+    clearTimeout(this.compactionTimer);
+    this.compactionTimer = undefined;
     this.virtual?.stop();
     this.modelScheduler.close();
     this.schedules?.stop();

@@ -74,6 +74,13 @@ module = "./probe.mjs"
     expect(cfg.dataDir.endsWith(join(".kova-data", "solo"))).toBe(true);
   });
 
+  it("config - marker_compaction is a duration (default 10 min), 0 turns it off", () => {
+    expect(defaultConfig({ KOVA_NODE_ID: "solo" }).markerCompactionMs).toBe(600_000);
+    expect(parseConfig(`[cluster]\nmarker_compaction = "1h"`, { env: {} }).markerCompactionMs).toBe(3_600_000);
+    expect(parseConfig(`[cluster]\nmarker_compaction = "0"`, { env: {} }).markerCompactionMs).toBe(0);
+    expect(configError(() => parseConfig(`[cluster]\nmarker_compaction = "soon"`, { env: {} })).key).toBe("cluster.marker_compaction");
+  });
+
   it("config - an unknown key is named with a suggestion", () => {
     const err = configError(() => parseConfig(`[cluster]\nheartbeat-ms = 10`, { env: {} }));
     expect(err.key).toBe("cluster.heartbeat-ms");
