@@ -3,8 +3,9 @@
 // directly (streaming, as the agent does). Alternating windows, so load from other
 // processes hits both alike. Target: p50 ≤ 1.5× the direct call plus the journal write.
 // Then one traced window (the `kova:phase` diagnostics channel) says where a run's time
-// goes, phase by phase. AGENTS_BENCH_RUNS per window (default 100), _ROUNDS (5),
-// AGENTS_BENCH_WAL (full | normal, default full).
+// goes, phase by phase (AGENTS_BENCH_SHOW_RUN=1 also lists the median run). AGENTS_BENCH_RUNS
+// per window (default 100), _ROUNDS (5), AGENTS_BENCH_WAL (full | normal, default full);
+// KOVA_BENCH_DIR puts the WAL elsewhere (/dev/shm: without the disk's flush time).
 import OpenAI from "openai";
 import { askAgent } from "../dist/agents/index.js";
 import { counterActor } from "../dist/actors/index.js";
@@ -13,7 +14,7 @@ import { scriptedReply } from "../dist/testing/index.js";
 import { machine } from "./actors-lib.mjs";
 import { median, pct, phaseTable, startAgentBench } from "./agents-lib.mjs";
 import { subscribe, unsubscribe } from "node:diagnostics_channel";
-import { PHASE_CHANNEL } from "../dist/core/index.js";
+import * as core from "../dist/core/index.js";
 
 const RUNS = Number(process.env.AGENTS_BENCH_RUNS ?? 100);
 const ROUNDS = Number(process.env.AGENTS_BENCH_ROUNDS ?? 5);
@@ -58,33 +59,37 @@ try {
   console.log(`  agent turn via Kova  : p50 ${f(median(kova))} ms, p99 ${f(pct(kova, 0.99))} ms`);
   console.log(`  ratio p50            : ${(median(kova) / median(base)).toFixed(2)}×`);
   console.log(`  plain actor turn     : p50 ${f(median(actor))} ms (counter, no model: the journaled turn an agent run is built on)`);
-  // Where a run's time goes: one more window with the kova:phase channel subscribed (so the
-  // timed windows above ran without it), every phase's start and duration relative to the
-  // moment askAgent was called, p50 over the window. Concurrent phases overlap.
-  const spans = [];
-  const onSpan = (s) => spans.push(s);
-  subscribe(PHASE_CHANNEL, onSpan);
-  const runs = [];
-  for (let i = 0; i < RUNS; i++) {
-    const t0 = performance.now();
-    await viaKova();
-    runs.push({ t0, t1: performance.now(), spans: [] });
-  }
-  unsubscribe(PHASE_CHANNEL, onSpan);
-  // A span belongs to the run whose turn had started last when it began (runs are
-  // sequential, and a run's tail — WAL complete, ack — may overlap the next ask); the
-  // caller's own send belongs to the run it was asked for.
-  const starts = spans.filter((sp) => sp.phase === "turn.start").map((sp) => sp.start);
-  for (const sp of spans) {
-    const i = sp.phase === "a2a.send" || sp.phase === "mailbox.delivered" ? runs.findLastIndex((r) => r.t0 <= sp.start) : starts.findLastIndex((t) => t <= sp.start);
-    runs[i]?.spans.push(sp);
-  }
-  console.log(`  where a run's time goes (p50 over ${RUNS} traced runs, ms after askAgent is called; phases that overlap ran concurrently):`);
-  for (const line of phaseTable(runs)) console.log(`    ${line}`);
-  if (process.env.AGENTS_BENCH_SHOW_RUN) {
-    const mid = [...runs].sort((a, b) => a.t1 - a.t0 - (b.t1 - b.t0))[runs.length >> 1];
-    console.log(`  the median run (${f(mid.t1 - mid.t0)} ms):`);
-    for (const sp of mid.spans.sort((a, b) => a.start - b.start)) console.log(`    ${sp.phase.padEnd(28)} ${f(sp.start - mid.t0).padStart(6)} ${f(sp.end - mid.t0).padStart(6)}`);
+  // A build without the channel (an older one, compared under the same load) skips this.
+  const { PHASE_CHANNEL } = core;
+  if (PHASE_CHANNEL !== undefined) {
+    // Where a run's time goes: one more window with the kova:phase channel subscribed (so the
+    // timed windows above ran without it), every phase's start and duration relative to the
+    // moment askAgent was called, p50 over the window. Concurrent phases overlap.
+    const spans = [];
+    const onSpan = (s) => spans.push(s);
+    subscribe(PHASE_CHANNEL, onSpan);
+    const runs = [];
+    for (let i = 0; i < RUNS; i++) {
+      const t0 = performance.now();
+      await viaKova();
+      runs.push({ t0, t1: performance.now(), spans: [] });
+    }
+    unsubscribe(PHASE_CHANNEL, onSpan);
+    // A span belongs to the run whose turn had started last when it began (runs are
+    // sequential, and a run's tail — WAL complete, ack — may overlap the next ask); the
+    // caller's own send belongs to the run it was asked for.
+    const starts = spans.filter((sp) => sp.phase === "turn.start").map((sp) => sp.start);
+    for (const sp of spans) {
+      const i = sp.phase === "a2a.send" || sp.phase === "mailbox.delivered" ? runs.findLastIndex((r) => r.t0 <= sp.start) : starts.findLastIndex((t) => t <= sp.start);
+      runs[i]?.spans.push(sp);
+    }
+    console.log(`  where a run's time goes (p50 over ${RUNS} traced runs, ms after askAgent is called; phases that overlap ran concurrently):`);
+    for (const line of phaseTable(runs)) console.log(`    ${line}`);
+    if (process.env.AGENTS_BENCH_SHOW_RUN) {
+      const mid = [...runs].sort((a, b) => a.t1 - a.t0 - (b.t1 - b.t0))[runs.length >> 1];
+      console.log(`  the median run (${f(mid.t1 - mid.t0)} ms):`);
+      for (const sp of mid.spans.sort((a, b) => a.start - b.start)) console.log(`    ${sp.phase.padEnd(28)} ${f(sp.start - mid.t0).padStart(6)} ${f(sp.end - mid.t0).padStart(6)}`);
+    }
   }
 } finally {
   await b.close();

@@ -19,6 +19,10 @@ export const RunEventType = {
   approvalGranted: "approval_granted",
   approvalRejected: "approval_rejected",
   budgetWait: "budget_wait",
+  /** The model call waits in the node's scheduler queue (all of the model's slots are taken). */
+  scheduleBlocked: "schedule_blocked",
+  /** The provider answered 429; the call is retried after the wait it asked for. */
+  rateLimited: "rate_limited",
   completed: "run_completed",
   failed: "run_failed",
   cancelled: "run_cancelled",
@@ -44,7 +48,7 @@ const CHAT: ReadonlySet<string> = new Set([
   "run_cancelled",
   "run_stream_end",
 ]);
-const METRICS: ReadonlySet<string> = new Set(["model_response", "tool_result", "budget_wait", "run_completed", "run_failed", "run_cancelled"]);
+const METRICS: ReadonlySet<string> = new Set(["model_response", "tool_result", "budget_wait", "schedule_blocked", "rate_limited", "run_completed", "run_failed", "run_cancelled"]);
 
 /**
  * Whether an event belongs in a profile: `chat` (the answer as it streams, and how the run

@@ -119,6 +119,8 @@ function complete(s: RunScope, client: ModelClient, model: string, req: Omit<Mod
       signal: ctx.signal,
       ...(s.groups[0] ? { shareKey: s.groups[0].key } : {}),
       ...(s.request.deadline !== undefined ? { deadline: s.request.deadline } : {}),
+      // Live only (not awaited): a dashboard sees a run stuck behind a full model, per policy class.
+      onQueued: (q) => stream(s, RunEventType.scheduleBlocked, { agentId, model, policy: q.policy, statsClass: q.statsClass, queued: q.queued, inFlight: q.inFlight }),
     }),
     headers: { "x-kova-agent": agentId, "x-kova-run": s.runId },
     onDelta: (d) => {
@@ -127,7 +129,12 @@ function complete(s: RunScope, client: ModelClient, model: string, req: Omit<Mod
       if (d.type === "text") stream(s, RunEventType.modelDelta, { text: d.text });
       else if (d.type === "restart") stream(s, RunEventType.modelDelta, { text: "", restart: d.attempt });
     },
-    onRetry: (info) => runtime.log.warn({ agentId, runId: s.runId, model, ...info }, "model call failed; retrying"),
+    onRetry: (info) => {
+      runtime.log.warn({ agentId, runId: s.runId, model, ...info }, "model call failed; retrying");
+      if (info.reason === "rate_limited") {
+        stream(s, RunEventType.rateLimited, { agentId, model, attempt: info.attempt, delayMs: info.delayMs, ...(info.status !== undefined ? { status: info.status } : {}), ...(info.retryAfterMs !== undefined ? { retryAfterMs: info.retryAfterMs } : {}) });
+      }
+    },
   }));
 }
 

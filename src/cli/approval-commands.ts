@@ -1,5 +1,7 @@
 import type { Command } from "commander";
+import type { NatsConnection } from "@nats-io/transport-node";
 import { KovaError, isKovaError } from "../core/errors.js";
+import { isValidId } from "../core/ids.js";
 import { BusErrorCode } from "../bus/index.js";
 import { ApprovalErrorCode } from "../agents/approvals.js";
 import { approveSubject, controlRequest, type ApproveReply } from "../node/control.js";
@@ -15,7 +17,10 @@ import { sendSignal, withClient } from "./workflow-commands.js";
  * run's approval wait (a `workflow.signal` to the run).
  */
 export function register(program: Command): void {
-  for (const [name, approved] of [["approve", true], ["reject", false]] as const) {
+  for (const [name, approved] of [
+    ["approve", true],
+    ["reject", false],
+  ] as const) {
     targetOptions(program.command(`${name} <runId> <approvalId>`).description(`${name} an agent's tool call, or a workflow run's approval wait`))
       .option("--comment <text>", "recorded with the decision (a rejected call's comment reaches the model)")
       .option("--by <name>", "who decides (default: $USER)")
@@ -23,33 +28,48 @@ export function register(program: Command): void {
         withClient(o, async (client) => {
           const by = o.by ?? process.env.USER;
           const verb = approved ? "approved" : "rejected";
-          let agentMiss: unknown;
-          try {
-            const reply = await controlRequest<ApproveReply>(client.bus.nc, approveSubject(client.bus.cluster), {
-              runId,
-              approvalId,
-              approved,
-              ...(by ? { by } : {}),
-              ...(o.comment ? { comment: o.comment } : {}),
-            });
-            process.stdout.write(`${reply.changed ? verb : `already ${verb}`} ${approvalId} of ${runId} (agent ${reply.agentId}, tool ${reply.tool})\n`);
+          const decision = { approved, ...(by ? { by } : {}), ...(o.comment ? { comment: o.comment } : {}) };
+          const agent = await decideAgentApproval(client.bus.nc, client.bus.cluster, runId, approvalId, decision);
+          if (!(agent instanceof Error)) {
+            process.stdout.write(`${agent.changed ? verb : `already ${verb}`} ${approvalId} of ${runId} (agent ${agent.agentId}, tool ${agent.tool})\n`);
             return;
-          } catch (err) {
-            if (!isKovaError(err, ApprovalErrorCode.APPROVAL_NOT_FOUND) && !isKovaError(err, BusErrorCode.NO_RESPONDERS)) throw err;
-            agentMiss = err;
           }
           let outcome: string;
           try {
-            outcome = await sendSignal(client, runId, { approvalId, approved, ...(by ? { by } : {}), ...(o.comment ? { comment: o.comment } : {}) });
+            outcome = await sendSignal(client, runId, { approvalId, ...decision });
           } catch (err) {
             if (!isKovaError(err, WorkflowErrorCode.RUN_NOT_FOUND)) throw err;
             // Neither kind: say what was looked for, and why each missed.
-            throw new KovaError(ApprovalErrorCode.APPROVAL_NOT_FOUND, `no approval ${approvalId} of run ${runId}: ${(agentMiss as Error).message}; and as a workflow run: ${(err as Error).message}`, {
-              data: { runId, approvalId },
-            });
+            throw new KovaError(
+              ApprovalErrorCode.APPROVAL_NOT_FOUND,
+              `no approval ${approvalId} of run ${runId}: ${agent.message}; and as a workflow run: ${(err as Error).message}`,
+              {
+                data: { runId, approvalId },
+              },
+            );
           }
-          process.stdout.write(outcome === "delivered" ? `${verb} ${approvalId} of ${runId}\n` : `run ${runId} has no open approval ${approvalId} yet; the decision is kept until it asks\n`);
+          process.stdout.write(
+            outcome === "delivered"
+              ? `${verb} ${approvalId} of ${runId}\n`
+              : `run ${runId} has no open approval ${approvalId} yet; the decision is kept until it asks\n`,
+          );
         }),
       );
+  }
+}
+
+/**
+ * Decides an agent's tool-call approval through the nodes' `approve` endpoint.
+ * @returns the reply, or the reason it is not an agent approval (no such record, no node
+ *   answering, ids an agent approval cannot have: a workflow's `approve.2` inside a loop)
+ * @throws the endpoint's other errors (already decided, invalid)
+ */
+async function decideAgentApproval(nc: NatsConnection, cluster: string, runId: string, approvalId: string, decision: { approved: boolean; by?: string; comment?: string }): Promise<ApproveReply | Error> {
+  if (!isValidId(runId) || !isValidId(approvalId)) return new Error(`${approvalId} is not an agent approval id`);
+  try {
+    return await controlRequest<ApproveReply>(nc, approveSubject(cluster), { runId, approvalId, ...decision });
+  } catch (err) {
+    if (isKovaError(err, ApprovalErrorCode.APPROVAL_NOT_FOUND) || isKovaError(err, BusErrorCode.NO_RESPONDERS)) return err as Error;
+    throw err;
   }
 }

@@ -133,7 +133,8 @@ export function agentDefinitionOf(agents: readonly AgentDefinition[], agentId: s
 /**
  * The `agent:<id>` tools (docs/swarm.md, "Agents as tools"): one per agent this node
  * defines (so `agent:*` offers them all), and one per `agent:<id>` an agent's list names
- * explicitly (that agent may be defined on other nodes only). A call is a child run of the
+ * explicitly (that agent may be defined on other nodes only). They share one argument
+ * schema, compiled once, so a node of a thousand agents pays for one. A call is a child run of the
  * calling run, drawing from the caller's budget group; an agent never gets itself (a
  * pattern skips it, see AgentRuntime.toolsFor). An instance of a template is offered only
  * when named (`agent:support--triage`).

@@ -79,9 +79,16 @@ describe("actor host across SIGKILL (spawned process)", () => {
     let child = spawnHost({ ...env, HOLD: "1" });
     await using _child = defer(() => (child.proc.exitCode === null && child.proc.signalCode === null ? sigkill(child) : undefined));
     await line(child, "READY");
-    // Counter messages flow while the journaled actors are mid-turn when the kill comes.
-    const counted = Array.from({ length: 30 }, () => createEnvelope({ from: "tester", to: "c1", type: "task_delegate", payload: null }));
-    for (const e of counted.slice(0, 15)) await bus.send(e);
+    // Counter messages flow while the journaled actors are mid-turn when the kill comes:
+    // a sender keeps publishing until a few messages after the kill, so the kill always
+    // falls inside the flow, however fast the counter keeps up on this machine.
+    const counted: ReturnType<typeof createEnvelope>[] = [];
+    const sendOne = async () => {
+      const e = createEnvelope({ from: "tester", to: "c1", type: "task_delegate", payload: null });
+      counted.push(e);
+      await bus.send(e);
+    };
+    for (let i = 0; i < 15; i++) await sendOne();
     const slow = createEnvelope({ from: "tester", to: "j1", type: "task_delegate", payload: "slow" });
     const charge = createEnvelope({ from: "tester", to: "j2", type: "task_delegate", payload: "charge" });
     await bus.send(slow);
@@ -89,17 +96,23 @@ describe("actor host across SIGKILL (spawned process)", () => {
     const plan1 = await line(child, `PLAN ${slow.id}`);
     await line(child, `IN_SLOW ${slow.id}`);
     await line(child, `IN_CHARGE ${charge.id}`);
+    let killed = false;
     const sending = (async () => {
-      for (const e of counted.slice(15)) await bus.send(e);
+      let afterKill = 0;
+      while (afterKill < 5) {
+        await sendOne();
+        if (killed) afterKill++;
+        await new Promise((r) => setTimeout(r, 5)); // paced: a flow, not a flood to drain later
+      }
     })();
     const atKill = await poll(async () => {
       const i = await bus.request<CounterState>("c1", "info_request", null);
       return i.count >= 10 ? i : undefined;
     }, { timeoutMs: 10_000, what: "counter progress", retryErrors: true });
     await sigkill(child);
-    // The kill came while counter messages were still flowing.
-    expect(atKill.count).toBeLessThan(counted.length);
+    killed = true;
     await sending;
+    expect(atKill.count).toBeLessThan(counted.length);
 
     child = spawnHost({ ...env, HOLD: "0" });
     await line(child, "READY", 20_000);

@@ -63,6 +63,10 @@ describe("tool-call approval across a SIGKILL (node processes, scripted model ov
     const again = await tc.cli(["reject", runId, approvalId]);
     expect(again.code).toBe(1);
     expect(again.stderr).toContain("APPROVAL_ALREADY_DECIDED");
+    // Ids that are neither an agent's approval nor a workflow run's: one clear error.
+    const none = await tc.cli(["approve", "no-such-run", "ap-000000000000"]);
+    expect(none.code).toBe(1);
+    expect(none.stderr).toMatch(/no approval ap-000000000000 of run no-such-run: .*and as a workflow run: .*\[APPROVAL_NOT_FOUND\]/);
   }, 120_000);
 
   it("approval - takeover: the agent's node is SIGKILLed while a call waits and never returns; the node that takes the agent over finds the decision and runs the call once", async () => {

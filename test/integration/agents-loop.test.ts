@@ -90,10 +90,17 @@ describe("agent decision loop (real NATS, WAL, openai client, scripted server)",
       agents: [{ id: "retrier", model: "flaky" }],
     });
     const t0 = performance.now();
-    const ok = await rig.ask("retrier", "hello");
+    const ok = await rig.ask("retrier", "hello", { runId: "run-429" });
     expect(ok).toMatchObject({ status: "completed", output: "recovered" });
     expect(performance.now() - t0).toBeGreaterThanOrEqual(950); // Retry-After: 1 was honoured
     expect(model.requests.slice(0, 3).map((r) => r.outcome)).toEqual(["error", "drop", "completion"]);
+    // the 429 is visible to a dashboard as a rate_limited event (the cut stream is not one)
+    const limited = await poll(() => {
+      const e = rig.eventsOf("run-429").filter((x) => x.type === "rate_limited");
+      return e.length > 0 ? e : undefined;
+    }, { timeoutMs: 5000, what: "a rate_limited event" });
+    expect(limited).toHaveLength(1);
+    expect(limited[0]!.data).toMatchObject({ agentId: "retrier", model: "flaky", attempt: 1, status: 429, retryAfterMs: 1000 });
 
     const failed = await rig.ask("retrier", "again", { runId: "run-fail" });
     expect(failed.status).toBe("failed");
@@ -140,6 +147,24 @@ describe("agent decision loop (real NATS, WAL, openai client, scripted server)",
     expect(repair.role).toBe("tool");
     expect(String(repair.content)).toContain("TOOL_ARGUMENTS_INVALID");
     expect(String(repair.content)).toContain("$.expression");
+  }, 30_000);
+
+  it("scheduling - a call waiting for a full model's slot is visible as a schedule_blocked event of its run", async () => {
+    await using model = await startScriptedModelServer({ replies: [scriptedReply.text("one", { latencyMs: 800 }), scriptedReply.text("two", { latencyMs: 800 })] });
+    await using rig = await startAgentRig(nats.url, uniqueCluster("as"), {
+      modelUrl: model.url,
+      models: { narrow: { model: "gpt-4o-mini", max_concurrency: 1 } },
+      agents: [{ id: "first", model: "narrow" }, { id: "second", model: "narrow" }],
+    });
+    const results = await Promise.all([rig.ask("first", "a", { runId: "run-s1" }), rig.ask("second", "b", { runId: "run-s2" })]);
+    expect(results.map((r) => r.status)).toEqual(["completed", "completed"]);
+    // exactly one of the two waited behind the other's call
+    const blocked = await poll(() => {
+      const e = [...rig.eventsOf("run-s1"), ...rig.eventsOf("run-s2")].filter((x) => x.type === "schedule_blocked");
+      return e.length > 0 ? e : undefined;
+    }, { timeoutMs: 5000, what: "a schedule_blocked event" });
+    expect(blocked).toHaveLength(1);
+    expect(blocked[0]!.data).toMatchObject({ model: "narrow", policy: "round_robin", queued: 1, inFlight: 1 });
   }, 30_000);
 
   it("cancel - an interrupt aborts the model call in flight and the run ends cancelled", async () => {

@@ -6,6 +6,7 @@ import { join, resolve } from "node:path";
 import { promisify } from "node:util";
 import { parse as parseYaml, parseAllDocuments } from "yaml";
 import { parseConfig, type NodeConfig } from "../../src/node/config.js";
+import { parseGatewayConfig } from "../../src/gateway/config.js";
 import { findNatsServerBinary } from "../../src/testing/index.js";
 import { prepareNatsConfig } from "../fixtures/deploy/nats-config.js";
 import { tempDir } from "../fixtures/disposable.js";
@@ -69,6 +70,18 @@ describe("deploy configs", () => {
       expect(c.actors).toEqual(configs[0]!.actors);
     }
     expect(configs[0]!.actors.map((a) => a.type)).toEqual(["counter", "counter", "counter"]);
+  });
+
+  it("deploy - the example kova-gateway.toml loads and serves the nodes' cluster under the accounts file's gateway role", () => {
+    const gw = parseConfig(read("kova/kova-gateway.toml"), { path: join(DEPLOY, "kova", "kova-gateway.toml"), env: { KOVA_GATEWAY_PASSWORD: "from-the-environment" } });
+    const node = parseConfig(read("kova/kova-node1.toml"), { path: join(DEPLOY, "kova", "kova-node1.toml"), env: {} });
+    expect(gw.cluster).toBe(node.cluster);
+    expect(gw.natsUrls).toEqual(node.natsUrls);
+    expect(gw.security).toMatchObject({ user: "kova-gateway", inboxPrefix: "_INBOX_gateway" });
+    expect(parseGatewayConfig(gw.gateway ?? {})).toMatchObject({ host: "0.0.0.0", port: 8080, auth: "keys", keysBucket: true });
+    // The role it names exists, with that inbox; the nodes' example lists the prefix they reply to.
+    expect(read("nats/accounts.conf")).toMatch(/user: kova-gateway[\s\S]*?subscribe: \{ allow: \["_INBOX_gateway\.>"/);
+    expect(read("kova/kova-node1.toml")).toContain('reply_prefixes = ["_INBOX_client", "_INBOX_operator", "_INBOX_gateway"]');
   });
 
   it("deploy - docker-compose.yml runs 3 NATS servers and 3 Kova nodes wired to files that exist", () => {

@@ -7,10 +7,11 @@ import { AckPolicy, jetstreamManager } from "@nats-io/jetstream";
 import { Kvm } from "@nats-io/kv";
 import { KovaClient } from "../../src/bus/index.js";
 import { ActorTypeRegistry, counterActor, type CounterState } from "../../src/actors/index.js";
-import { controlRequest, nodeSubject, spawnSubject, type NodeStatusView } from "../../src/node/control.js";
+import { approveSubject, controlRequest, nodeSubject, spawnSubject, type NodeStatusView } from "../../src/node/control.js";
 import { parseConfig } from "../../src/node/config.js";
 import { KovaNode } from "../../src/node/node.js";
 import { createLogger } from "../../src/core/logger.js";
+import { isKovaError } from "../../src/core/errors.js";
 import type { NatsServerHandle } from "../../src/testing/index.js";
 import { poll } from "../fixtures/poll.js";
 import { connectAs, kovaAs, natsToml, passwords, refused, role, startAccountsServer } from "../fixtures/security/accounts.js";
@@ -61,6 +62,8 @@ describe("security: least-privilege accounts (deploy/nats/accounts.conf)", () =>
     try {
       expect(await refused(controlRequest(nc, spawnSubject("default"), { id: "evil", type: "counter" }, 2000))).toBeDefined();
       expect(await refused(controlRequest(nc, nodeSubject("default", "n1", "signal"), { actorId: "c2", signal: "kill" }, 2000))).toBeDefined();
+      // Deciding an agent's tool call is an operator's act.
+      expect(await refused(controlRequest(nc, approveSubject("default"), { runId: "r1", approvalId: "ap-000000000000", approved: true }, 2000))).toBeDefined();
       nc.publish("$KV.kova_default_agents.c2", new TextEncoder().encode(JSON.stringify({ id: "c2", type: "counter", desired: "killed" })));
       nc.publish("$KV.kova_default_leases.c2", new TextEncoder().encode("{}"));
       // No JetStream API at all: not even the account info a manager starts with.
@@ -92,7 +95,8 @@ describe("security: least-privilege accounts (deploy/nats/accounts.conf)", () =>
     expect((await agents.get("evil"))).toBeNull();
     expect((await agents.get("c2"))!.json<{ desired: string }>().desired).toBe("running");
     expect((await (await kvm.open("kova_default_leases")).get("c2"))!.json<{ node: string }>().node).toBe("n1");
-    expect(node.agents().find((a) => a.id === "c2")?.state).toBe("Idle");
+    // (Idle once the turn that counted has ended: a refused signal would leave it Paused or stopped.)
+    await poll(() => node.agents().find((a) => a.id === "c2")?.state === "Idle", { timeoutMs: 10_000, what: "c2 idle, not paused or stopped" });
   });
 
   it("accounts - an operator can spawn, signal and read status", async () => {
@@ -105,6 +109,10 @@ describe("security: least-privilege accounts (deploy/nats/accounts.conf)", () =>
       expect(sig.state).toBe("Paused");
       const status = await controlRequest<NodeStatusView>(nc, nodeSubject("default", "n1", "status"), {});
       expect(status.nodeId).toBe("n1");
+      // The approve and tools endpoints answer an operator (here: no such approval; a node without agents has no tools).
+      const approval = await controlRequest(nc, approveSubject("default"), { runId: "r1", approvalId: "ap-000000000000", approved: true }).catch((e: unknown) => e);
+      expect(isKovaError(approval, "APPROVAL_NOT_FOUND")).toBe(true);
+      expect(await controlRequest<{ tools: unknown[] }>(nc, nodeSubject("default", "n1", "tools"), {})).toEqual({ node: "n1", tools: [] });
       expect(JSON.stringify(status)).not.toContain(passwords.node);
     } finally {
       await nc.close();

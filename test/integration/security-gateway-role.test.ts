@@ -1,6 +1,6 @@
-import { mkdtemp, rm } from "node:fs/promises";
+import { mkdtemp, readFile, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { join, resolve } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import OpenAI from "openai";
 import type { NatsConnection } from "@nats-io/transport-node";
@@ -16,7 +16,7 @@ import { parseConfig } from "../../src/node/config.js";
 import { KovaNode } from "../../src/node/node.js";
 import { scriptedReply, startScriptedModelServer, type NatsServerHandle, type ScriptedModelServer } from "../../src/testing/index.js";
 import { poll } from "../fixtures/poll.js";
-import { connectAs, expectPermissionDenied, expectSubscriptionsRefused, kovaAs, natsToml, nodeTomlAs, startAccountsServer } from "../fixtures/security/accounts.js";
+import { connectAs, expectPermissionDenied, expectSubscriptionsRefused, kovaAs, nodeTomlAs, startAccountsServer } from "../fixtures/security/accounts.js";
 
 // A gateway under the `gateway` role of deploy/nats/accounts.conf as shipped, in front of a
 // node (role `node`) hosting a real LLM agent on a scripted model: everything the gateway
@@ -47,22 +47,18 @@ beforeAll(async () => {
   const nodeConfig = parseConfig(
     nodeTomlAs(server, join(dir, "node"), model.url, [
       `[[agents]]\nid = "helper"\nmodel = "main"\ncapabilities = ["chat"]`,
+      `[[agent_templates]]\nname = "support"\nmodel = "main"`,
     ]),
     { env: process.env },
   );
   node = await KovaNode.start({ config: nodeConfig, logger: logger(), types: new ActorTypeRegistry() });
   admin = await connectAs(server, "node");
   await poll(() => node.agents().some((a) => a.id === "helper" && a.state === "Idle"), { timeoutMs: 20_000, what: "the agent hosted" });
-  // The gateway's own kova.toml, as `kova gateway start --config` reads it.
-  const gwConfig = parseConfig(
-    [
-      `[nats]\nurls = ["${server.url}"]\n${natsToml("gateway")}`,
-      `[gateway]\nlisten = "127.0.0.1:0"`,
-      `[[gateway.keys]]\nname = "test"\nkey_env = "${KEY_ENV}"`,
-    ].join("\n"),
-    { env: process.env },
-  );
-  gateway = await startGatewayFor(gwConfig, logger());
+  // The shipped deploy/kova/kova-gateway.toml, as `kova gateway start --config` reads it,
+  // pointed at this server and a free port, with one key from the environment.
+  const shipped = await readFile(resolve(import.meta.dirname, "../../deploy/kova/kova-gateway.toml"), "utf8");
+  const gwConfig = parseConfig(`${shipped}\n[[gateway.keys]]\nname = "test"\nkey_env = "${KEY_ENV}"\n`, { env: process.env });
+  gateway = await startGatewayFor({ ...gwConfig, natsUrls: [server.url] }, logger(), { listen: "127.0.0.1:0" });
 }, 60_000);
 
 afterAll(async () => {
@@ -104,6 +100,10 @@ describe("security: the gateway role (deploy/nats/accounts.conf)", () => {
     for await (const chunk of stream) if (chunk.choices[0]?.delta.content) pieces.push(chunk.choices[0].delta.content);
     expect(pieces.join("")).toBe("echo: stream me");
 
+    // A template instance is activated through the nodes' control endpoint before its run.
+    const instance = await openai.chat.completions.create({ model: "support--user-7", messages: [{ role: "user", content: "hello instance" }] });
+    expect(instance.choices[0]?.message.content).toBe("echo: hello instance");
+
     // Cancel: the task is interrupted through the node's signal endpoint.
     const slow = await a2a("SendMessage", { message: { messageId: "m2", role: "ROLE_USER", parts: [{ text: "slow please" }] }, configuration: { returnImmediately: true } });
     const slowId = String(slow.result!.task!.id);
@@ -117,15 +117,15 @@ describe("security: the gateway role (deploy/nats/accounts.conf)", () => {
     const listed = await a2a("ListTasks", {});
     expect((listed.result!.tasks as Array<{ id: string }>).map((t) => t.id).sort()).toEqual([String(task.id), slowId].sort());
 
-    // The web view reads nodes, the agent's backlog (its mailbox consumer) and usage (fast path).
-    const view = (await (await fetch(`${gateway.url}/ui/api/cluster`, { headers: { authorization: `Bearer ${key}` } })).json()) as {
-      nodes: Array<{ id: string; live: boolean }>;
-      agents: Array<{ id: string; backlog: number | null; usage?: { runs: number } }>;
-    };
+    // The web view reads nodes, the agent's backlog (its mailbox consumer) and usage (fast
+    // path). The cancelled run's message is acked once its turn has ended: poll for it.
+    type View = { nodes: Array<{ id: string; live: boolean }>; agents: Array<{ id: string; backlog: number | null; usage?: { runs: number } }> };
+    const view = await poll(async () => {
+      const v = (await (await fetch(`${gateway.url}/ui/api/cluster`, { headers: { authorization: `Bearer ${key}` } })).json()) as View;
+      const helper = v.agents.find((a) => a.id === "helper");
+      return helper?.backlog === 0 && helper.usage?.runs === 3 ? v : undefined;
+    }, { timeoutMs: 10_000, what: "the web view to show helper's backlog drained and its 3 runs" });
     expect(view.nodes.map((n) => [n.id, n.live])).toEqual([["n1", true]]);
-    const helper = view.agents.find((a) => a.id === "helper");
-    expect(helper?.backlog).toBe(0);
-    expect(helper?.usage?.runs).toBe(3);
   }, 90_000);
 
   it("gateway role - keys added, listed and removed by an operator work on the gateway at once; the gateway and a client cannot manage keys", async () => {
