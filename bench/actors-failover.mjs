@@ -30,19 +30,24 @@ try {
     const moved = [...before.values()].filter((r) => r.node === victim).map((r) => r.id);
     const t0 = performance.now();
     await c.kill(victim);
-    await waitFor(async () => {
-      const a = await c.agents();
-      for (const id of moved) {
-        const r = a.get(id);
-        if (!r || r.node === victim || !r.node || r.state !== "Idle") return false;
-      }
-      // the registry says Idle elsewhere; the lease must agree
-      for (const id of moved) {
-        const l = (await leasesKv.get(id))?.json();
-        if (!l || l.node === victim || l.node === null) return false;
-      }
-      return true;
-    }, 60_000, "takeover", 50);
+    await waitFor(
+      async () => {
+        const a = await c.agents();
+        for (const id of moved) {
+          const r = a.get(id);
+          if (!r || r.node === victim || !r.node || r.state !== "Idle") return false;
+        }
+        // the registry says Idle elsewhere; the lease must agree
+        for (const id of moved) {
+          const l = (await leasesKv.get(id))?.json();
+          if (!l || l.node === victim || l.node === null) return false;
+        }
+        return true;
+      },
+      60_000,
+      "takeover",
+      50,
+    );
     const ms = performance.now() - t0;
     times.push(ms);
     console.log(`  run ${run + 1}: ${moved.length} actors of ${victim} running elsewhere after ${fmt(ms)} ms`);
@@ -52,7 +57,9 @@ try {
   }
   times.sort((a, b) => a - b);
   const p50 = times[Math.floor((times.length - 1) / 2)];
-  console.log(`failover, SIGKILL → all actors running elsewhere (${ACTORS} actors on 3 nodes, heartbeat ${heartbeatMs} ms, stale after ${staleAfterMs} ms; ${machine()})`);
+  console.log(
+    `failover, SIGKILL → all actors running elsewhere (${ACTORS} actors on 3 nodes, heartbeat ${heartbeatMs} ms, stale after ${staleAfterMs} ms; ${machine()})`,
+  );
   console.log(`  p50 ${fmt(p50)} ms, max ${fmt(times[times.length - 1])} ms over ${RUNS} runs (target max < 10,000 ms)`);
 } finally {
   await c.stop();

@@ -53,7 +53,16 @@ async function host(mode) {
   await bus.ensureStreams();
   const wal = await Wal.open({ dir: join(dir, mode), sync: walSync, ringBits: 12, logger: log });
   const h = new ActorHost({ bus, wal, nodeId: mode, types: new ActorTypeRegistry([counterActor, stepper]), logger: log, stepJournal: mode });
-  return { bus, wal, host: h, close: async () => { await h.stopAll(); await bus.close(); await wal.close(); } };
+  return {
+    bus,
+    wal,
+    host: h,
+    close: async () => {
+      await h.stopAll();
+      await bus.close();
+      await wal.close();
+    },
+  };
 }
 
 const hosts = { nats: await host("nats"), local: await host("local") };
@@ -111,7 +120,10 @@ for (let round = 0; round < 3; round++) {
 
 const ms = (x) => x.toFixed(3);
 console.log(`actors-journal: ${machine()}, WAL sync ${walSync}, ${STEPS_PER_TURN} steps per turn, ~${STEPS} steps per kind and mode`);
-for (const [kind, label] of [["idem", "idempotent step (1 WAL write + 1 NATS append)"], ["once", "non-idempotent step (intent + result: 2 of each)"]]) {
+for (const [kind, label] of [
+  ["idem", "idempotent step (1 WAL write + 1 NATS append)"],
+  ["once", "non-idempotent step (intent + result: 2 of each)"],
+]) {
   const n = timings.nats[kind];
   const l = timings.local[kind];
   console.log(`  ${label}`);

@@ -19,7 +19,16 @@ export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 export const fmt = (n) => Math.round(n).toLocaleString("en-US");
 
 /** A cluster of node processes on its own nats-server. */
-export async function startCluster({ nodes, heartbeatMs = 1000, staleAfterMs = 5000, walSync = "full", actors = [], clusterToml = [], extraToml = "", modules = [] }) {
+export async function startCluster({
+  nodes,
+  heartbeatMs = 1000,
+  staleAfterMs = 5000,
+  walSync = "full",
+  actors = [],
+  clusterToml = [],
+  extraToml = "",
+  modules = [],
+}) {
   const server = await startNatsServer({ allowExternal: false });
   const dir = mkdtempSync(join(process.env.KOVA_BENCH_DIR ?? tmpdir(), "kova-bench-actors-"));
   const cluster = `b${Math.random().toString(36).slice(2, 10)}`;
@@ -32,10 +41,18 @@ export async function startCluster({ nodes, heartbeatMs = 1000, staleAfterMs = 5
     const lines = [
       // `modules` is a top-level key: it must precede every table header.
       ...(modules.length > 0 ? [`modules = ${JSON.stringify(modules)}`] : []),
-      `[node]`, `id = "${id}"`, `data_dir = "${join(dir, id)}"`,
-      `[cluster]`, `name = "${cluster}"`, `heartbeat_ms = ${heartbeatMs}`, `stale_after_ms = ${staleAfterMs}`, ...clusterToml,
-      `[nats]`, `urls = ["${server.url}"]`,
-      `[wal]`, `sync = "${walSync}"`,
+      `[node]`,
+      `id = "${id}"`,
+      `data_dir = "${join(dir, id)}"`,
+      `[cluster]`,
+      `name = "${cluster}"`,
+      `heartbeat_ms = ${heartbeatMs}`,
+      `stale_after_ms = ${staleAfterMs}`,
+      ...clusterToml,
+      `[nats]`,
+      `urls = ["${server.url}"]`,
+      `[wal]`,
+      `sync = "${walSync}"`,
     ];
     for (const a of actors) lines.push(`[[actors]]`, `id = "${a.id}"`, `type = "${a.type}"`, ...(a.module ? [`module = "${a.module}"`] : []));
     if (extraToml) lines.push(extraToml);
@@ -46,7 +63,11 @@ export async function startCluster({ nodes, heartbeatMs = 1000, staleAfterMs = 5
   const startNode = async (id) => {
     const env = { ...process.env, KOVA_LOG_LEVEL: process.env.KOVA_LOG_LEVEL ?? "warn" };
     delete env.NATS_URL;
-    const child = spawn(process.execPath, [...(process.env.KOVA_BENCH_NODE_ARGS?.split(" ").filter(Boolean) ?? []), join(REPO, "bin/kova.js"), "node", "start", "--config", configFor(id)], { env, stdio: ["ignore", "pipe", "pipe"] });
+    const child = spawn(
+      process.execPath,
+      [...(process.env.KOVA_BENCH_NODE_ARGS?.split(" ").filter(Boolean) ?? []), join(REPO, "bin/kova.js"), "node", "start", "--config", configFor(id)],
+      { env, stdio: ["ignore", "pipe", "pipe"] },
+    );
     const log = createWriteStream(join(dir, `${id}.log`), { flags: "a" });
     child.stdout.pipe(log);
     child.stderr.pipe(log);
@@ -93,7 +114,7 @@ export async function startCluster({ nodes, heartbeatMs = 1000, staleAfterMs = 5
   };
   const hostedBy = (id) => controlRequest(nc, nodeSubject(cluster, id, "agents"), {}, 10_000);
   const spawnActor = (id, type) => controlRequest(nc, spawnSubject(cluster), { id, type }, 10_000);
-  const varz = async () => (await (await fetch(`${server.monitorUrl}/varz`)).json());
+  const varz = async () => await (await fetch(`${server.monitorUrl}/varz`)).json();
   const stop = async () => {
     for (const p of procs.values()) if (p.child.exitCode === null && p.child.signalCode === null) p.child.kill("SIGKILL");
     await Promise.all([...procs.values()].map((p) => p.exited));

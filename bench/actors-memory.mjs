@@ -29,10 +29,15 @@ try {
   for (let i = 0; i < ACTORS; i += 50) {
     await Promise.all(Array.from({ length: Math.min(50, ACTORS - i) }, (_, j) => c.spawnActor(`idle-${i + j}`, "counter")));
   }
-  await waitFor(async () => {
-    const a = await c.agents();
-    return a.size === ACTORS && [...a.values()].every((r) => r.state === "Idle" && r.node);
-  }, 300_000, "all actors Idle", 1000);
+  await waitFor(
+    async () => {
+      const a = await c.agents();
+      return a.size === ACTORS && [...a.values()].every((r) => r.state === "Idle" && r.node);
+    },
+    300_000,
+    "all actors Idle",
+    1000,
+  );
   const placedMs = performance.now() - t0;
   await sleep(3000); // let allocation settle
   const after = await Promise.all(nodes.map((n) => c.status(n)));
@@ -40,7 +45,10 @@ try {
   const seen = new Map();
   for (const l of lists) for (const a of l) seen.set(a.id, (seen.get(a.id) ?? 0) + 1);
   const twice = [...seen.values()].filter((n) => n > 1).length;
-  if (twice > 0 || seen.size !== ACTORS) console.log(`  WARNING: ${seen.size} distinct actors hosted, ${twice} on more than one node (states: ${JSON.stringify(after.map((s) => s.actors.byState))})`);
+  if (twice > 0 || seen.size !== ACTORS)
+    console.log(
+      `  WARNING: ${seen.size} distinct actors hosted, ${twice} on more than one node (states: ${JSON.stringify(after.map((s) => s.actors.byState))})`,
+    );
   const serverAfter = (await c.varz()).mem;
 
   console.log(`${ACTORS} idle counter actors on 3 node processes (${machine()})`);
@@ -50,7 +58,9 @@ try {
     await sleep(IDLE_MS);
     report(`after ${fmt(IDLE_MS / 1000)} s more idle`, await Promise.all(nodes.map((n) => c.status(n))));
   }
-  console.log(`  nats-server memory: ${fmt(serverBefore / 1024 / 1024)} MB → ${fmt(serverAfter / 1024 / 1024)} MB, ${((serverAfter - serverBefore) / ACTORS / 1024).toFixed(1)} KB per actor`);
+  console.log(
+    `  nats-server memory: ${fmt(serverBefore / 1024 / 1024)} MB → ${fmt(serverAfter / 1024 / 1024)} MB, ${((serverAfter - serverBefore) / ACTORS / 1024).toFixed(1)} KB per actor`,
+  );
 
   function report(when, after) {
     console.log(`  ${when}:`);
@@ -66,7 +76,9 @@ try {
       const heap = per(after[i].memory.heapUsed, before[i].memory.heapUsed);
       worstAnon = Math.max(worstAnon, anon);
       worstRss = Math.max(worstRss, rss);
-      console.log(`    ${nodes[i]}: ${hosted} actors; per actor: RSS ${rss.toFixed(1)} KB = anonymous ${anon.toFixed(1)} KB + file-backed (LMDB map) ${file.toFixed(1)} KB; JS heap used ${heap.toFixed(1)} KB`);
+      console.log(
+        `    ${nodes[i]}: ${hosted} actors; per actor: RSS ${rss.toFixed(1)} KB = anonymous ${anon.toFixed(1)} KB + file-backed (LMDB map) ${file.toFixed(1)} KB; JS heap used ${heap.toFixed(1)} KB`,
+      );
     }
     console.log(`    node memory per idle actor (worst node): anonymous ${worstAnon.toFixed(1)} KB, total RSS ${worstRss.toFixed(1)} KB (target < 20 KB)`);
   }

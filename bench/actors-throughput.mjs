@@ -55,10 +55,14 @@ async function kova(nodeCount) {
   const nodes = Array.from({ length: nodeCount }, (_, i) => `n${i + 1}`);
   const c = await startCluster({ nodes, walSync, heartbeatMs: 500, staleAfterMs: 3000, actors: actorIds.map((id) => ({ id, type: "counter" })) });
   try {
-    await waitFor(async () => {
-      const a = await c.agents();
-      return a.size === ACTORS && [...a.values()].every((r) => r.state === "Idle");
-    }, 60_000, "actors placed");
+    await waitFor(
+      async () => {
+        const a = await c.agents();
+        return a.size === ACTORS && [...a.values()].every((r) => r.state === "Idle");
+      },
+      60_000,
+      "actors placed",
+    );
     const count = async () => {
       const infos = await Promise.all(actorIds.map((id) => c.bus.request(id, "info_request", {}, { timeoutMs: 5000 })));
       return infos.reduce((s, i) => s + i.count, 0);

@@ -23,7 +23,8 @@ const b = await startAgentBench({
     latencyMs: LATENCY,
     handler: (req) => {
       const results = req.messages.filter((m) => m.role === "tool").length;
-      if (results < 2) return scriptedReply.toolCalls([{ name: "calculator", arguments: { expression: `${results}+1` } }], { usage: { inputTokens: 50, outputTokens: 10 } });
+      if (results < 2)
+        return scriptedReply.toolCalls([{ name: "calculator", arguments: { expression: `${results}+1` } }], { usage: { inputTokens: 50, outputTokens: 10 } });
       return scriptedReply.text("done", { usage: { inputTokens: 80, outputTokens: 2 } });
     },
   },
@@ -53,7 +54,9 @@ try {
   console.log(`  completed ${completed}/${N}, model calls ${calls}`);
   console.log(`  wall ${(wall / 1000).toFixed(2)} s, ideal ${(ideal / 1000).toFixed(2)} s, ratio ${(wall / ideal).toFixed(2)}×`);
   console.log(`  starting ${N} agents: ${(startMs / 1000).toFixed(1)} s`);
-  console.log(`  node memory per hosted agent: heap ${(((m1.heapUsed - m0.heapUsed) / N) / 1024).toFixed(1)} KB, rss ${(((m1.rss - m0.rss) / N) / 1024).toFixed(1)} KB; rss after start ${mb(m1.rss)} MB, peak during the runs ${mb(peakRss)} MB`);
+  console.log(
+    `  node memory per hosted agent: heap ${((m1.heapUsed - m0.heapUsed) / N / 1024).toFixed(1)} KB, rss ${((m1.rss - m0.rss) / N / 1024).toFixed(1)} KB; rss after start ${mb(m1.rss)} MB, peak during the runs ${mb(peakRss)} MB`,
+  );
   const stats = b.runtime.scheduler.stats()[0];
   console.log(`  scheduler: granted ${stats.granted}, wait p50 ${stats.classes.default?.waitMs.p50} ms, p99 ${stats.classes.default?.waitMs.p99} ms`);
 } finally {

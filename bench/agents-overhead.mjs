@@ -20,7 +20,11 @@ const RUNS = Number(process.env.AGENTS_BENCH_RUNS ?? 100);
 const ROUNDS = Number(process.env.AGENTS_BENCH_ROUNDS ?? 5);
 const walSync = process.env.AGENTS_BENCH_WAL ?? "full";
 
-const b = await startAgentBench({ agents: [{ id: "bench", model: "main", system: "Be brief." }], walSync, scripted: { handler: () => scriptedReply.text("the answer is 42", { usage: { inputTokens: 20, outputTokens: 5 } }) } });
+const b = await startAgentBench({
+  agents: [{ id: "bench", model: "main", system: "Be brief." }],
+  walSync,
+  scripted: { handler: () => scriptedReply.text("the answer is 42", { usage: { inputTokens: 20, outputTokens: 5 } }) },
+});
 try {
   await b.host.start("bench", "bench");
   // The actor runtime alone (journaled turn, checkpoint, reply; no model): what an agent turn builds on.
@@ -29,7 +33,15 @@ try {
   const actorTurn = () => b.client.ask(createEnvelope({ from: "bench", to: "c1", type: "task_delegate", payload: null }), { checkAgent: false });
   const openai = new OpenAI({ baseURL: b.model.url, apiKey: "bench", maxRetries: 0 });
   const direct = async () => {
-    const s = await openai.chat.completions.create({ model: "gpt-4o-mini", messages: [{ role: "system", content: "Be brief." }, { role: "user", content: "question" }], stream: true, stream_options: { include_usage: true } });
+    const s = await openai.chat.completions.create({
+      model: "gpt-4o-mini",
+      messages: [
+        { role: "system", content: "Be brief." },
+        { role: "user", content: "question" },
+      ],
+      stream: true,
+      stream_options: { include_usage: true },
+    });
     for await (const _ of s);
   };
   const viaKova = () => askAgent(b.client, "bench", "question", { checkAgent: false });
@@ -80,7 +92,8 @@ try {
     // caller's own send belongs to the run it was asked for.
     const starts = spans.filter((sp) => sp.phase === "turn.start").map((sp) => sp.start);
     for (const sp of spans) {
-      const i = sp.phase === "a2a.send" || sp.phase === "mailbox.delivered" ? runs.findLastIndex((r) => r.t0 <= sp.start) : starts.findLastIndex((t) => t <= sp.start);
+      const i =
+        sp.phase === "a2a.send" || sp.phase === "mailbox.delivered" ? runs.findLastIndex((r) => r.t0 <= sp.start) : starts.findLastIndex((t) => t <= sp.start);
       runs[i]?.spans.push(sp);
     }
     console.log(`  where a run's time goes (p50 over ${RUNS} traced runs, ms after askAgent is called; phases that overlap ran concurrently):`);
@@ -88,7 +101,8 @@ try {
     if (process.env.AGENTS_BENCH_SHOW_RUN) {
       const mid = [...runs].sort((a, b) => a.t1 - a.t0 - (b.t1 - b.t0))[runs.length >> 1];
       console.log(`  the median run (${f(mid.t1 - mid.t0)} ms):`);
-      for (const sp of mid.spans.sort((a, b) => a.start - b.start)) console.log(`    ${sp.phase.padEnd(28)} ${f(sp.start - mid.t0).padStart(6)} ${f(sp.end - mid.t0).padStart(6)}`);
+      for (const sp of mid.spans.sort((a, b) => a.start - b.start))
+        console.log(`    ${sp.phase.padEnd(28)} ${f(sp.start - mid.t0).padStart(6)} ${f(sp.end - mid.t0).padStart(6)}`);
     }
   }
 } finally {

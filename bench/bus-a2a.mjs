@@ -80,7 +80,11 @@ await withServer(async (server) => {
   // Warm-up (JIT, file store) outside the measurement.
   await kovaRound(server.url, 99);
   await rawRound(server.url, 99);
-  const { ours, base } = await alternate(ROUNDS, (i) => kovaRound(server.url, i), (i) => rawRound(server.url, i));
+  const { ours, base } = await alternate(
+    ROUNDS,
+    (i) => kovaRound(server.url, i),
+    (i) => rawRound(server.url, i),
+  );
   const k = median(ours);
   const r = median(base);
   const decoded = [];

@@ -34,7 +34,11 @@ await withServer(async (server) => {
   for (const c of [1, 256]) {
     await drive(c, kova); // warm-up
     await drive(c, raw);
-    const { ours, base } = await alternate(ROUNDS, () => drive(c, kova), () => drive(c, raw));
+    const { ours, base } = await alternate(
+      ROUNDS,
+      () => drive(c, kova),
+      () => drive(c, raw),
+    );
     const k = { rps: median(ours.map((r) => r.rps)), p50: median(ours.map((r) => r.p50)), p99: median(ours.map((r) => r.p99)) };
     const r = { rps: median(base.map((x) => x.rps)), p50: median(base.map((x) => x.p50)), p99: median(base.map((x) => x.p99)) };
     const nt = await drive(c, rawNt);

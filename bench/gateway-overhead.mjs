@@ -32,7 +32,10 @@ function contractAgent(baseURL) {
         const ev = { sessionId: p.sessionId ?? ctx.newId(), runId: p.runId ?? ctx.newId() };
         await ctx.emit("run_started", { agentId: ctx.actorId, input: p.input }, ev);
         const res = await ctx.step("model", async () => {
-          const stream = await client.chat.completions.create({ model: "m", messages: [{ role: "user", content: String(p.input) }], stream: true, stream_options: { include_usage: true } }, { signal: ctx.signal });
+          const stream = await client.chat.completions.create(
+            { model: "m", messages: [{ role: "user", content: String(p.input) }], stream: true, stream_options: { include_usage: true } },
+            { signal: ctx.signal },
+          );
           let text = "";
           let usage = { inputTokens: 0, outputTokens: 0 };
           for await (const c of stream) {
@@ -67,7 +70,12 @@ await withServer(async (server) => {
   const node = await KovaNode.start({ config, types: new ActorTypeRegistry([contractAgent(model.url)]), logger: silent });
   while (node.agents().filter((a) => a.state === "Idle").length < AGENTS) await new Promise((r) => setTimeout(r, 50));
   const key = generateKey();
-  const gateway = await Gateway.start({ config: parseGatewayConfig({ listen: "127.0.0.1:0", keys: [{ name: "bench", hash: hashKey(key) }], rate_per_minute: 1_000_000 }), servers: server.url, cluster, logger: silent });
+  const gateway = await Gateway.start({
+    config: parseGatewayConfig({ listen: "127.0.0.1:0", keys: [{ name: "bench", hash: hashKey(key) }], rate_per_minute: 1_000_000 }),
+    servers: server.url,
+    cluster,
+    logger: silent,
+  });
   const client = await KovaClient.connect({ servers: server.url, cluster });
   const headers = { authorization: `Bearer ${key}`, "content-type": "application/json", "A2A-Version": "1.0" };
   let i = 0;
@@ -78,13 +86,22 @@ await withServer(async (server) => {
     const r = await fetch(`${gateway.url}/agents/${next()}/a2a/jsonrpc`, {
       method: "POST",
       headers,
-      body: JSON.stringify({ jsonrpc: "2.0", id: 1, method: "SendMessage", params: { message: { messageId: randomUUID(), role: "ROLE_USER", parts: [{ text: "hello" }] } } }),
+      body: JSON.stringify({
+        jsonrpc: "2.0",
+        id: 1,
+        method: "SendMessage",
+        params: { message: { messageId: randomUUID(), role: "ROLE_USER", parts: [{ text: "hello" }] } },
+      }),
     });
     const body = await r.json();
     if (body.result?.task?.status?.state !== "TASK_STATE_COMPLETED") throw new Error(`a2a: ${JSON.stringify(body).slice(0, 200)}`);
   };
   const openai = async () => {
-    const r = await fetch(`${gateway.url}/v1/chat/completions`, { method: "POST", headers, body: JSON.stringify({ model: next(), messages: [{ role: "user", content: "hello" }] }) });
+    const r = await fetch(`${gateway.url}/v1/chat/completions`, {
+      method: "POST",
+      headers,
+      body: JSON.stringify({ model: next(), messages: [{ role: "user", content: "hello" }] }),
+    });
     if (r.status !== 200) throw new Error(`openai: ${r.status} ${await r.text()}`);
     await r.json();
   };
@@ -99,7 +116,8 @@ await withServer(async (server) => {
   }
   const best = (xs) => xs.reduce((a, b) => (b.rps > a.rps ? b : a));
   const base = best(results.ask);
-  const line = (name, r) => `${name.padEnd(28)} ${fmt(r.rps).padStart(6)} req/s   p50 ${(r.p50 / 1000).toFixed(1).padStart(6)} ms   p99 ${(r.p99 / 1000).toFixed(1).padStart(6)} ms   ratio ${(r.rps / base.rps).toFixed(2)}`;
+  const line = (name, r) =>
+    `${name.padEnd(28)} ${fmt(r.rps).padStart(6)} req/s   p50 ${(r.p50 / 1000).toFixed(1).padStart(6)} ms   p99 ${(r.p99 / 1000).toFixed(1).padStart(6)} ms   ratio ${(r.rps / base.rps).toFixed(2)}`;
   report(`gateway overhead: ${CLIENTS} concurrent clients, ${AGENTS} agents, zero-latency scripted model (best of ${ROUNDS} rounds of ${MS} ms)`, [
     line("KovaClient.ask (kova ask)", base),
     line("A2A SendMessage (gateway)", best(results.a2a)),

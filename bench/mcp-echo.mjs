@@ -20,12 +20,22 @@ const everything = join(dirname(manifest), JSON.parse(readFileSync(manifest, "ut
 /** Calls/s, p50 and p99 in µs, and client CPU µs per call (the servers are other processes: not in it). */
 const drive = (workers, call) => driveFor(MS, workers, call);
 
-const manager = new McpManager(mcpConfigFrom({ servers: [{ name: "everything", command: process.execPath, args: [everything, "stdio"] }] }), { logger: silent });
+const manager = new McpManager(mcpConfigFrom({ servers: [{ name: "everything", command: process.execPath, args: [everything, "stdio"] }] }), {
+  logger: silent,
+});
 await manager.start();
 const tool = manager.list().find((t) => t.name === "everything/echo");
 if (!tool) throw new Error(`everything/echo not offered: ${JSON.stringify(manager.status())}`);
 // A context per call, as the agent layer builds one per journaled tool step.
-const context = () => ({ agentId: "bench", sessionId: "s", runId: "r", callId: "c", idempotencyKey: "k", signal: new AbortController().signal, logger: silent });
+const context = () => ({
+  agentId: "bench",
+  sessionId: "s",
+  runId: "r",
+  callId: "c",
+  idempotencyKey: "k",
+  signal: new AbortController().signal,
+  logger: silent,
+});
 
 const client = new Client({ name: "bench", version: "1.0.0" });
 await client.connect(new StdioClientTransport({ command: process.execPath, args: [everything, "stdio"], stderr: "ignore" }));
@@ -44,7 +54,11 @@ const sdk = async () => {
 for (const c of [1, 16]) {
   await drive(c, kova); // warm-up
   await drive(c, sdk);
-  const { ours, base } = await alternate(ROUNDS, () => drive(c, kova), () => drive(c, sdk));
+  const { ours, base } = await alternate(
+    ROUNDS,
+    () => drive(c, kova),
+    () => drive(c, sdk),
+  );
   const rows = ours.map((k, i) => {
     const s = base[i];
     return (

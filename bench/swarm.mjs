@@ -31,19 +31,33 @@ const model = await startScriptedModelServer({
 process.env.KOVA_TEST_MODEL_URL = model.url;
 const agents = Array.from({ length: AGENTS }, (_, i) => ({ id: `a-${i}`, type: "swarm_researcher", module: MODULE }));
 const extraToml = [
-  `[models.planner]`, `base_url = "${model.url}"`, `model = "scripted-model"`, `max_retries = 0`,
-  `[[swarms]]`, `id = "planner"`, `model = "planner"`, `max_subtasks = ${SUBTASKS}`, `deadline = "10min"`,
+  `[models.planner]`,
+  `base_url = "${model.url}"`,
+  `model = "scripted-model"`,
+  `max_retries = 0`,
+  `[[swarms]]`,
+  `id = "planner"`,
+  `model = "planner"`,
+  `max_subtasks = ${SUBTASKS}`,
+  `deadline = "10min"`,
 ].join("\n");
 const c = await startCluster({ nodes: ["n1", "n2", "n3"], walSync: process.env.KOVA_BENCH_WAL_SYNC ?? "full", actors: agents, extraToml });
 const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 try {
-  await waitFor(async () => {
-    const a = await c.agents();
-    return a.size === AGENTS + 1 && [...a.values()].every((r) => r.node && r.state === "Idle");
-  }, 120_000, "placement", 250);
+  await waitFor(
+    async () => {
+      const a = await c.agents();
+      return a.size === AGENTS + 1 && [...a.values()].every((r) => r.node && r.state === "Idle");
+    },
+    120_000,
+    "placement",
+    250,
+  );
   const perNode = new Map();
   for (const r of (await c.agents()).values()) if (r.id !== "planner") perNode.set(r.node, (perNode.get(r.node) ?? 0) + 1);
-  console.log(`swarm of ${SUBTASKS} subtasks, ${AGENTS} agents (${[...perNode.values()].join("/")} per node), WAL sync ${process.env.KOVA_BENCH_WAL_SYNC ?? "full"}; ${machine()}`);
+  console.log(
+    `swarm of ${SUBTASKS} subtasks, ${AGENTS} agents (${[...perNode.values()].join("/")} per node), WAL sync ${process.env.KOVA_BENCH_WAL_SYNC ?? "full"}; ${machine()}`,
+  );
   for (const lat of LATENCIES) {
     latencyMs = lat;
     const rows = [];
@@ -72,8 +86,10 @@ try {
     const ideal = lat * (2 + rounds);
     const parts = ["planned", "delegated", "children"].map((k) => `${k} ${fmt(median(rows.map((r) => r[k])))} ms`).join(", ");
     console.log(`model latency ${lat} ms: end-to-end median ${fmt(total)} ms (runs ${rows.map((r) => fmt(r.total)).join(", ")}); ${parts}`);
-    console.log(`  Kova's overhead: ${fmt(total - ideal)} ms in all, ${((total - ideal) / SUBTASKS).toFixed(1)} ms per subtask` +
-      (lat ? `; ideal ${fmt(ideal)} ms (plan + ${rounds} rounds of ${AGENTS} agents + answer), ratio ${(total / ideal).toFixed(2)}` : ""));
+    console.log(
+      `  Kova's overhead: ${fmt(total - ideal)} ms in all, ${((total - ideal) / SUBTASKS).toFixed(1)} ms per subtask` +
+        (lat ? `; ideal ${fmt(ideal)} ms (plan + ${rounds} rounds of ${AGENTS} agents + answer), ratio ${(total / ideal).toFixed(2)}` : ""),
+    );
   }
 } finally {
   await c.stop();

@@ -68,13 +68,20 @@ try {
     }
     direct.push(directPerCall());
   }
-  console.log(`tool-call overhead through the agent loop (${machine()}, WAL sync ${walSync}, journal on NATS, K=${K}, ${RUNS} runs x ${ROUNDS} rounds, medians)`);
+  console.log(
+    `tool-call overhead through the agent loop (${machine()}, WAL sync ${walSync}, journal on NATS, K=${K}, ${RUNS} runs x ${ROUNDS} rounds, medians)`,
+  );
   console.log(`  the tool called directly (parse + run + stringify): ${median(direct).toFixed(1)} µs per call`);
-  for (const [agent, label] of [["seq", "sequential"], ["par", "concurrent"]]) {
+  for (const [agent, label] of [
+    ["seq", "sequential"],
+    ["par", "concurrent"],
+  ]) {
     const one = median(out[agent].one);
     const many = median(out[agent].many);
     const per = (many - one) / (K - 1);
-    console.log(`  ${label.padEnd(10)}: run with 1 call ${one.toFixed(1)} ms, with ${K} calls ${many.toFixed(1)} ms -> ${(per * 1000).toFixed(0)} µs per extra call`);
+    console.log(
+      `  ${label.padEnd(10)}: run with 1 call ${one.toFixed(1)} ms, with ${K} calls ${many.toFixed(1)} ms -> ${(per * 1000).toFixed(0)} µs per extra call`,
+    );
   }
 } finally {
   await b.close();

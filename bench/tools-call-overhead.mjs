@@ -30,8 +30,13 @@ const [calculator] = createCalculatorTools();
 // An async tool: the path where runTool also races the call against its abort signal.
 const asyncLookup = defineTool({ ...lookup, name: "lookup_order_async", run: async (a) => lookup.run(a) });
 const ctx = {
-  agentId: "bench", sessionId: "s", runId: "r", callId: "c", idempotencyKey: "k",
-  signal: new AbortController().signal, logger: createLogger({ level: "silent" }),
+  agentId: "bench",
+  sessionId: "s",
+  runId: "r",
+  callId: "c",
+  idempotencyKey: "k",
+  signal: new AbortController().signal,
+  logger: createLogger({ level: "silent" }),
 };
 
 async function window(call) {
@@ -69,5 +74,7 @@ for (const [tool, raw] of [
   }
   const k = median(ours);
   const d = median(base);
-  console.log(`${tool.name}: through Kova ${k.toFixed(2)} µs/call, direct (JSON.parse + run + JSON.stringify) ${d.toFixed(2)} µs/call, overhead ${(k - d).toFixed(2)} µs (${(k / d).toFixed(2)}x); args ${JSON.stringify(parsed)}`);
+  console.log(
+    `${tool.name}: through Kova ${k.toFixed(2)} µs/call, direct (JSON.parse + run + JSON.stringify) ${d.toFixed(2)} µs/call, overhead ${(k - d).toFixed(2)} µs (${(k / d).toFixed(2)}x); args ${JSON.stringify(parsed)}`,
+  );
 }

@@ -30,31 +30,40 @@ async function run(listener) {
     const measure = async (ids, how) => {
       const lat = [];
       for (let i = 0; i < ids.length; i += WIDTH) {
-        await Promise.all(ids.slice(i, i + WIDTH).map(async (id) => {
-          const env = createEnvelope({ from: "bench", to: id, type: "task_delegate", payload: {} });
-          if (how === "ask") {
-            const t0 = Date.now();
-            await c.bus.ask(env, { timeoutMs: 30_000 });
-            lat.push(Date.now() - t0);
-            return;
-          }
-          await c.bus.send(env);
-          const acked = Date.now();
-          for (let w = 0; !started.has(env.id); w++) {
-            if (w > 3000) throw new Error(`no turn for ${id}`);
-            await new Promise((r) => setTimeout(r, 2));
-          }
-          lat.push(started.get(env.id) - acked);
-        }));
+        await Promise.all(
+          ids.slice(i, i + WIDTH).map(async (id) => {
+            const env = createEnvelope({ from: "bench", to: id, type: "task_delegate", payload: {} });
+            if (how === "ask") {
+              const t0 = Date.now();
+              await c.bus.ask(env, { timeoutMs: 30_000 });
+              lat.push(Date.now() - t0);
+              return;
+            }
+            await c.bus.send(env);
+            const acked = Date.now();
+            for (let w = 0; !started.has(env.id); w++) {
+              if (w > 3000) throw new Error(`no turn for ${id}`);
+              await new Promise((r) => setTimeout(r, 2));
+            }
+            lat.push(started.get(env.id) - acked);
+          }),
+        );
       }
       return lat.sort((a, b) => a - b);
     };
-    const report = (name, lat) => console.log(`  ${name.padEnd(9)} n=${lat.length} p50 ${fmt(percentile(lat, 50))} ms  p99 ${fmt(percentile(lat, 99))} ms  max ${fmt(lat.at(-1))} ms`);
+    const report = (name, lat) =>
+      console.log(`  ${name.padEnd(9)} n=${lat.length} p50 ${fmt(percentile(lat, 50))} ms  p99 ${fmt(percentile(lat, 99))} ms  max ${fmt(lat.at(-1))} ms`);
     const cold = Array.from({ length: N }, (_, i) => `act--${listener ? "l" : "s"}${i}`);
     report(listener ? "listener" : "sweep", await measure(cold, "send"));
     if (listener) {
       report("warm", await measure(cold, "send"));
-      report("ask", await measure(Array.from({ length: N }, (_, i) => `act--a${i}`), "ask"));
+      report(
+        "ask",
+        await measure(
+          Array.from({ length: N }, (_, i) => `act--a${i}`),
+          "ask",
+        ),
+      );
     }
     sub.unsubscribe();
   } finally {

@@ -21,11 +21,13 @@ try {
   const [agents, leases] = await Promise.all(["agents", "leases"].map((b) => kvm.open(`kova_${c.cluster}_${b}`)));
   const t0 = performance.now();
   for (let i = 0; i < MARKERS; i += 500) {
-    await Promise.all(Array.from({ length: Math.min(500, MARKERS - i) }, async (_, j) => {
-      const id = `mem--p${i + j}`;
-      await agents.purge(id);
-      await leases.purge(id);
-    }));
+    await Promise.all(
+      Array.from({ length: Math.min(500, MARKERS - i) }, async (_, j) => {
+        const id = `mem--p${i + j}`;
+        await agents.purge(id);
+        await leases.purge(id);
+      }),
+    );
   }
   console.log(`delete markers of passivated instances, 1 node process (${machine()})`);
   console.log(`  seeded ${fmt(MARKERS)} markers in each of the registry and lease buckets in ${fmt(performance.now() - t0)} ms`);

@@ -21,7 +21,12 @@ const anon = (pid) => Number(/^RssAnon:\s+(\d+)/m.exec(readFileSync(`/proc/${pid
 const snapshot = async () => {
   const st = await Promise.all(nodes.map((n) => c.status(n, 10_000)));
   const varz = await c.varz();
-  return { hosted: st.reduce((s, x) => s + x.actors.hosted, 0), nodeAnon: st.reduce((s, x) => s + anon(x.pid), 0), nodeHeap: st.reduce((s, x) => s + x.memory.heapUsed, 0), server: varz.mem };
+  return {
+    hosted: st.reduce((s, x) => s + x.actors.hosted, 0),
+    nodeAnon: st.reduce((s, x) => s + anon(x.pid), 0),
+    nodeHeap: st.reduce((s, x) => s + x.memory.heapUsed, 0),
+    server: varz.mem,
+  };
 };
 const mb = (b) => (b / 1024 / 1024).toFixed(1);
 const kbPer = (a, b, n) => ((a - b) / n / 1024).toFixed(1);
@@ -41,12 +46,16 @@ try {
   await waitFor(async () => (await snapshot()).hosted === ACTIVE, 120_000, "all active", 250);
   const activateMs = performance.now() - t0;
   const active = await snapshot();
-  console.log(`  ${ACTIVE} active (activated in ${fmt(activateMs)} ms): per active instance: nodes ${kbPer(active.nodeAnon, base.nodeAnon, ACTIVE)} KB anonymous RSS, ${kbPer(active.nodeHeap, base.nodeHeap, ACTIVE)} KB JS heap; nats-server ${kbPer(active.server, base.server, ACTIVE)} KB`);
+  console.log(
+    `  ${ACTIVE} active (activated in ${fmt(activateMs)} ms): per active instance: nodes ${kbPer(active.nodeAnon, base.nodeAnon, ACTIVE)} KB anonymous RSS, ${kbPer(active.nodeHeap, base.nodeHeap, ACTIVE)} KB JS heap; nats-server ${kbPer(active.server, base.server, ACTIVE)} KB`,
+  );
 
   await waitFor(async () => (await snapshot()).hosted === 0, 120_000, "all passivated", 500);
   await sleep(3000);
   const passive = await snapshot();
-  console.log(`  after all ${ACTIVE} were passivated: per passive instance: nats-server ${kbPer(passive.server, base.server, ACTIVE)} KB; nodes ${kbPer(passive.nodeAnon, base.nodeAnon, ACTIVE)} KB anonymous RSS (V8 keeps heap it grew), ${kbPer(passive.nodeHeap, base.nodeHeap, ACTIVE)} KB JS heap`);
+  console.log(
+    `  after all ${ACTIVE} were passivated: per passive instance: nats-server ${kbPer(passive.server, base.server, ACTIVE)} KB; nodes ${kbPer(passive.nodeAnon, base.nodeAnon, ACTIVE)} KB anonymous RSS (V8 keeps heap it grew), ${kbPer(passive.nodeHeap, base.nodeHeap, ACTIVE)} KB JS heap`,
+  );
 
   // What a passivation leaves behind, written directly for PASSIVE more instances.
   const kvm = new Kvm(c.nc);
@@ -54,26 +63,34 @@ try {
   const sample = await cps.get("mem--a0");
   const t1 = performance.now();
   for (let i = 0; i < PASSIVE; i += 500) {
-    await Promise.all(Array.from({ length: Math.min(500, PASSIVE - i) }, async (_, j) => {
-      const id = `mem--p${i + j}`;
-      await cps.put(id, sample.value);
-      await agents.purge(id);
-      await leases.purge(id);
-    }));
+    await Promise.all(
+      Array.from({ length: Math.min(500, PASSIVE - i) }, async (_, j) => {
+        const id = `mem--p${i + j}`;
+        await cps.put(id, sample.value);
+        await agents.purge(id);
+        await leases.purge(id);
+      }),
+    );
   }
   const seedMs = performance.now() - t1;
   await sleep(3000);
   const registered = await snapshot();
-  console.log(`  + ${fmt(PASSIVE)} passive instances (seeded in ${fmt(seedMs)} ms): nats-server ${mb(registered.server)} MB (${kbPer(registered.server, passive.server, PASSIVE)} KB per passive instance); nodes ${mb(registered.nodeAnon)} MB anonymous RSS`);
+  console.log(
+    `  + ${fmt(PASSIVE)} passive instances (seeded in ${fmt(seedMs)} ms): nats-server ${mb(registered.server)} MB (${kbPer(registered.server, passive.server, PASSIVE)} KB per passive instance); nodes ${mb(registered.nodeAnon)} MB anonymous RSS`,
+  );
   const t2 = performance.now();
   await c.term("n3");
   await c.startNode("n3");
-  console.log(`  restart of a node over ${fmt(PASSIVE + ACTIVE)} purge markers in each of its registry and lease watches: ${fmt(performance.now() - t2)} ms to answer status`);
+  console.log(
+    `  restart of a node over ${fmt(PASSIVE + ACTIVE)} purge markers in each of its registry and lease watches: ${fmt(performance.now() - t2)} ms to answer status`,
+  );
 
   await activate(Array.from({ length: ACTIVE }, (_, i) => `p${i * Math.floor(PASSIVE / ACTIVE)}`));
   await waitFor(async () => (await snapshot()).hosted === ACTIVE, 120_000, "second wave active", 250);
   const wave = await snapshot();
-  console.log(`  ${ACTIVE} of the ${fmt(PASSIVE + ACTIVE)} registered active again: nodes ${mb(wave.nodeAnon)} MB anonymous RSS, ${mb(wave.nodeHeap)} MB JS heap (sum); nats-server ${mb(wave.server)} MB`);
+  console.log(
+    `  ${ACTIVE} of the ${fmt(PASSIVE + ACTIVE)} registered active again: nodes ${mb(wave.nodeAnon)} MB anonymous RSS, ${mb(wave.nodeHeap)} MB JS heap (sum); nats-server ${mb(wave.server)} MB`,
+  );
 } finally {
   await c.stop();
 }

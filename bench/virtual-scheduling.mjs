@@ -34,14 +34,25 @@ const job = defineActor({
     task_delegate: async (ctx) => {
       const p = ctx.message.payload;
       if (p.call) {
-        await ctx.step("model", async () => {
-          const res = await model.complete({
-            messages: [{ role: "user", content: "go" }],
-            signal: ctx.signal,
-            acquireSlot: scheduler.slotFor({ model: "fast", agentId: ctx.actorId, shareKey: p.user, priority: p.priority, deadline: p.deadline, signal: ctx.signal }),
-          });
-          return res.message.content;
-        }, { idempotent: true });
+        await ctx.step(
+          "model",
+          async () => {
+            const res = await model.complete({
+              messages: [{ role: "user", content: "go" }],
+              signal: ctx.signal,
+              acquireSlot: scheduler.slotFor({
+                model: "fast",
+                agentId: ctx.actorId,
+                shareKey: p.user,
+                priority: p.priority,
+                deadline: p.deadline,
+                signal: ctx.signal,
+              }),
+            });
+            return res.message.content;
+          },
+          { idempotent: true },
+        );
         ctx.state.calls += 1;
       }
       done++;
@@ -59,7 +70,9 @@ const bus = node.busClient;
 const ids = Array.from({ length: N }, (_, i) => `job--k${i}`);
 const sendAll = async (payloadOf) => {
   for (let i = 0; i < ids.length; i += 200) {
-    await Promise.all(ids.slice(i, i + 200).map((id, j) => bus.send(createEnvelope({ from: "bench", to: id, type: "task_delegate", payload: payloadOf(i + j) }))));
+    await Promise.all(
+      ids.slice(i, i + 200).map((id, j) => bus.send(createEnvelope({ from: "bench", to: id, type: "task_delegate", payload: payloadOf(i + j) }))),
+    );
   }
 };
 try {
@@ -78,8 +91,12 @@ try {
     await waitFor(() => done >= N, 600_000, `${policy} round`, 50);
     const secs = (performance.now() - t0) / 1000;
     const lane = scheduler.stats()[0];
-    const classes = Object.entries(lane.classes).map(([k, v]) => `${k} p50 ${fmt(v.waitMs.p50)}/p99 ${fmt(v.waitMs.p99)} ms`).join("; ");
-    console.log(`  ${policy.padEnd(11)} ${fmt(N / secs)} calls/s = ${((N / secs / ideal) * 100).toFixed(0)}% of the ideal ${fmt(ideal)}/s (${secs.toFixed(1)} s); slot waits: ${classes}`);
+    const classes = Object.entries(lane.classes)
+      .map(([k, v]) => `${k} p50 ${fmt(v.waitMs.p50)}/p99 ${fmt(v.waitMs.p99)} ms`)
+      .join("; ");
+    console.log(
+      `  ${policy.padEnd(11)} ${fmt(N / secs)} calls/s = ${((N / secs / ideal) * 100).toFixed(0)}% of the ideal ${fmt(ideal)}/s (${secs.toFixed(1)} s); slot waits: ${classes}`,
+    );
   }
 } finally {
   await node.stop();

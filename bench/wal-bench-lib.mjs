@@ -95,5 +95,9 @@ export async function interleaved(names, measure) {
 
 /** One line of CPU cost per operation (µs, all threads) for the named contenders. */
 export function reportCpu(r, labels) {
-  console.log(`  cpu per op: ${Object.entries(labels).map(([n, label]) => `${label} ${r.cpu[n].toFixed(1)} µs`).join(", ")}`);
+  console.log(
+    `  cpu per op: ${Object.entries(labels)
+      .map(([n, label]) => `${label} ${r.cpu[n].toFixed(1)} µs`)
+      .join(", ")}`,
+  );
 }

@@ -44,7 +44,10 @@ const node = await KovaNode.start({ config, logger: createLogger({ level: "silen
 const client = await KovaClient.connect({ servers: server.url, cluster });
 while (!node.agents().some((a) => a.id === "echo" && a.state === "Idle")) await new Promise((r) => setTimeout(r, 50));
 
-const raw = { workflow: { id: "chain" }, steps: Array.from({ length: STEPS }, (_, i) => ({ id: `s${i}`, agent: "echo", task: i === 0 ? "go" : `{{steps.s${i - 1}.output}}` })) };
+const raw = {
+  workflow: { id: "chain" },
+  steps: Array.from({ length: STEPS }, (_, i) => ({ id: `s${i}`, agent: "echo", task: i === 0 ? "go" : `{{steps.s${i - 1}.output}}` })),
+};
 
 async function direct(n) {
   const t = performance.now();

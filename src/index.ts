@@ -118,7 +118,17 @@ export { ToolsErrorCode, ToolArgumentsInvalidError } from "./tools/errors.js";
 
 // Agents
 export { defineAgent } from "./agents/definition.js";
-export type { AgentDefinition, AgentSpec, AgentTemplatePolicy, AgentHooks, HookContext, HookResult, MemoryPolicy, BudgetPolicy, RunPolicy } from "./agents/definition.js";
+export type {
+  AgentDefinition,
+  AgentSpec,
+  AgentTemplatePolicy,
+  AgentHooks,
+  HookContext,
+  HookResult,
+  MemoryPolicy,
+  BudgetPolicy,
+  RunPolicy,
+} from "./agents/definition.js";
 export { askAgent, type AskAgentOptions } from "./agents/client.js";
 export { AGENT_CHAT } from "./agents/protocol.js";
 export type { AgentChatPayload, AgentInfo, AgentResult, AgentTaskPayload, AgentUsageTotals, RunStatus, RunUsage, TaskConstraints } from "./agents/protocol.js";

@@ -133,7 +133,10 @@ export class ActorInstance implements TurnActor {
         // Its message left the mailbox without being processed (moved to the DLQ after
         // max_deliver, swept): nothing will redeliver it, and running it now would act on
         // a message the cluster already gave up on.
-        this.log.warn({ seq: r.seq, envelopeId: record.envelope.id, streamSeq: record.streamSeq }, "pending turn dropped: its message is no longer in the mailbox");
+        this.log.warn(
+          { seq: r.seq, envelopeId: record.envelope.id, streamSeq: record.streamSeq },
+          "pending turn dropped: its message is no longer in the mailbox",
+        );
         this.event("actor_turn_dropped", { envelopeId: record.envelope.id, reason: "message_gone" });
         await this.deps.wal.complete(r.seq);
         continue;
@@ -271,7 +274,10 @@ export class ActorInstance implements TurnActor {
   }
 
   #fail(env: A2AEnvelope, outcome: { error: unknown; attempts: number }): void {
-    const error = outcome.error instanceof KovaError ? outcome.error.toWire() : { code: ActorErrorCode.ACTOR_FAILED, message: String((outcome.error as Error)?.message ?? outcome.error), retryable: false };
+    const error =
+      outcome.error instanceof KovaError
+        ? outcome.error.toWire()
+        : { code: ActorErrorCode.ACTOR_FAILED, message: String((outcome.error as Error)?.message ?? outcome.error), retryable: false };
     this.log.error({ err: outcome.error, envelopeId: env.id, attempts: outcome.attempts }, "actor failed");
     this.lifecycle.transition("Failed", { envelopeId: env.id, attempts: outcome.attempts, error });
     this.event("actor_failed", { envelopeId: env.id, attempts: outcome.attempts, error, dlq: ActorDlqReason.handlerFailed });
@@ -381,7 +387,13 @@ export class ActorInstance implements TurnActor {
 
   /** Publishes an actor event on `kova.<c>.events.actors.<actorId>`, in order, never failing the caller. */
   event(type: string, data: Record<string, unknown>): void {
-    const event = { type, sessionId: "actors", runId: this.id, ts: Date.now(), data: { actorId: this.id, actorType: this.def.type, nodeId: this.deps.nodeId, ...data } };
+    const event = {
+      type,
+      sessionId: "actors",
+      runId: this.id,
+      ts: Date.now(),
+      data: { actorId: this.id, actorType: this.def.type, nodeId: this.deps.nodeId, ...data },
+    };
     this.#events = this.#events
       .then(() => this.deps.bus.publishEvent(event))
       .catch((err: unknown) => this.log.warn({ err, type }, "could not publish an actor event"));

@@ -132,4 +132,3 @@ export class NatsCheckpointStore implements CheckpointStore {
     this.#revisions.delete(actorId);
   }
 }
-

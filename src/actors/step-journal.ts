@@ -141,13 +141,18 @@ export class ActorJournal {
         return; // nothing was ever journaled: nobody to fence
       }
       this.#last = last.seq;
-      const open = last.entry.k === "turn_done" || last.entry.turn === undefined ? undefined : await this.#read(() => this.#readTurn(last.entry, last.seq), "read");
+      const open =
+        last.entry.k === "turn_done" || last.entry.turn === undefined ? undefined : await this.#read(() => this.#readTurn(last.entry, last.seq), "read");
       try {
         const entry: JournalEntry = { v: JOURNAL_ENTRY_VERSION, k: "claim", node: this.nodeId };
         if (open) Object.assign(entry, { turn: open.envelopeId, start: open.start, attempt: open.attempt });
         await this.#append(entry, { rollup: open === undefined });
         this.#open = open;
-        if (open) this.log.info({ actorId: this.actorId, envelopeId: open.envelopeId, steps: open.steps.length, from: open.nodes }, "took over an open turn from the step journal");
+        if (open)
+          this.log.info(
+            { actorId: this.actorId, envelopeId: open.envelopeId, steps: open.steps.length, from: open.nodes },
+            "took over an open turn from the step journal",
+          );
         return;
       } catch (err) {
         if (!(err instanceof JournalFencedError) || attempt >= CLAIM_TRIES) throw err;
@@ -225,7 +230,10 @@ export class ActorJournal {
       entry.k = "intent";
       entry.step = step;
       data = encodeValue(entry);
-      this.log.warn({ actorId: this.actorId, step: step.name, bytes: data.length }, "step result too large for the NATS journal; a takeover re-runs or reports this step");
+      this.log.warn(
+        { actorId: this.actorId, step: step.name, bytes: data.length },
+        "step result too large for the NATS journal; a takeover re-runs or reports this step",
+      );
     }
     const seq = await this.#append(entry, { data });
     // The turn's first entry carries no `start`: its own sequence is the start.
@@ -323,7 +331,11 @@ export class ActorJournal {
   #decode(m: StoredMsg): JournalEntry {
     const e = decodeValue(m.data, "msgpack", { maxBytes: Number.MAX_SAFE_INTEGER, maxDepth: 256 }, this.#subject) as JournalEntry;
     if (!JOURNAL_ENTRY_READABLE.includes(e?.v)) {
-      throw new JournalUnavailableError(this.actorId, `read (entry #${m.seq} has format version ${String(e?.v)}; this build reads ${JOURNAL_ENTRY_READABLE.join(", ")})`, undefined);
+      throw new JournalUnavailableError(
+        this.actorId,
+        `read (entry #${m.seq} has format version ${String(e?.v)}; this build reads ${JOURNAL_ENTRY_READABLE.join(", ")})`,
+        undefined,
+      );
     }
     return e;
   }

@@ -49,19 +49,22 @@ export function validateTemplate(t: ActorTemplate, where = "template"): Register
       `${JSON.stringify(t?.name)} is not a template name: use 1-${TEMPLATE_NAME_MAX} characters from [A-Za-z0-9_-], without "${INSTANCE_SEPARATOR}" (it separates the key in <name>${INSTANCE_SEPARATOR}<key>) and not ending in "-"`,
     );
   }
-  if (!isValidId(t.type)) throw new ConfigError(`${where}.type`, `${JSON.stringify(t.type)} is not an actor type: name a registered type, e.g. type = "counter"`);
+  if (!isValidId(t.type))
+    throw new ConfigError(`${where}.type`, `${JSON.stringify(t.type)} is not an actor type: name a registered type, e.g. type = "counter"`);
   const idle = t.idleAfterMs ?? DEFAULT_IDLE_AFTER_MS;
   if (!Number.isInteger(idle) || idle < 0) {
     throw new ConfigError(`${where}.idle_after_ms`, `must be a whole number of milliseconds (0 = never passivate), not ${JSON.stringify(t.idleAfterMs)}`);
   }
   const config = t.config ?? {};
   if (typeof config !== "object" || config === null || Array.isArray(config)) {
-    throw new ConfigError(`${where}.config`, "must be a table of settings, e.g. config = { greeting = \"hi\" }");
+    throw new ConfigError(`${where}.config`, 'must be a table of settings, e.g. config = { greeting = "hi" }');
   }
   try {
     JSON.stringify(config);
   } catch (err) {
-    throw new ConfigError(`${where}.config`, `must be JSON-serializable (it is shown by status and passed to every instance): ${(err as Error).message}`, { cause: err });
+    throw new ConfigError(`${where}.config`, `must be JSON-serializable (it is shown by status and passed to every instance): ${(err as Error).message}`, {
+      cause: err,
+    });
   }
   return Object.freeze({
     name: t.name,
@@ -94,7 +97,10 @@ export class ActorTemplateRegistry {
     const existing = this.#templates.get(valid.name);
     if (existing) {
       if (JSON.stringify(existing) === JSON.stringify(valid)) return existing;
-      throw new ConfigError(`${where}.name`, `template ${JSON.stringify(valid.name)} is registered twice with different settings; give one of them another name`);
+      throw new ConfigError(
+        `${where}.name`,
+        `template ${JSON.stringify(valid.name)} is registered twice with different settings; give one of them another name`,
+      );
     }
     this.#templates.set(valid.name, valid);
     return valid;

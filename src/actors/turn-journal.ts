@@ -113,7 +113,9 @@ export class TurnJournal {
     if (!idempotent) await this.#write(index);
     let result: R;
     try {
-      result = await timedPhase(`step:${name}`, this.actorId, async () => fn({ key: `${this.actorId}.${this.record.envelope.id}.${index}`, index, attempt: this.record.attempt }));
+      result = await timedPhase(`step:${name}`, this.actorId, async () =>
+        fn({ key: `${this.actorId}.${this.record.envelope.id}.${index}`, index, attempt: this.record.attempt }),
+      );
     } catch (err) {
       entry.status = "failed";
       entry.error = toWire(err);

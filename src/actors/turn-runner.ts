@@ -128,14 +128,17 @@ export async function runTurn(actor: TurnActor, env: A2AEnvelope, src: TurnSourc
   const signal = src.abort.signal;
   const io: JournalIo = {
     persist: async (r, change) => {
-      const local = written.then(() => timedPhase("wal.replace", actor.id, () => deps.wal.replace(slot.seq, r))).then((s) => {
-        slot.seq = s;
-      });
+      const local = written
+        .then(() => timedPhase("wal.replace", actor.id, () => deps.wal.replace(slot.seq, r)))
+        .then((s) => {
+          slot.seq = s;
+        });
       let shared: Promise<void> | undefined;
       if (remote && change) {
-        shared = "step" in change
-          ? timedPhase("journal.append", actor.id, () => remote.step(r, change.step))
-          : remote.yielded(r).catch((err: unknown) => actor.log.warn({ err }, "could not mark the turn yielded in the step journal"));
+        shared =
+          "step" in change
+            ? timedPhase("journal.append", actor.id, () => remote.step(r, change.step))
+            : remote.yielded(r).catch((err: unknown) => actor.log.warn({ err }, "could not mark the turn yielded in the step journal"));
       }
       const [a, b] = await Promise.allSettled([local, shared]);
       if (a.status === "rejected") throw a.reason;
@@ -249,7 +252,9 @@ async function settleDuplicate(actor: TurnActor, env: A2AEnvelope, src: TurnSour
 /** Best effort: a turn left open on NATS after its checkpoint is recognised as done by any reader. */
 async function closeJournal(actor: TurnActor, remote: ActorJournal | undefined, envelopeId: string, attempt: number): Promise<void> {
   if (!remote) return;
-  await timedPhase("journal.turn_done", actor.id, () => remote.done(envelopeId, attempt)).catch((err: unknown) => actor.log.warn({ err, envelopeId }, "could not close the turn in the step journal"));
+  await timedPhase("journal.turn_done", actor.id, () => remote.done(envelopeId, attempt)).catch((err: unknown) =>
+    actor.log.warn({ err, envelopeId }, "could not close the turn in the step journal"),
+  );
 }
 
 /** Runs the attempts of a turn under the supervision policy; never throws. */
@@ -263,16 +268,21 @@ async function supervised(
   signal: AbortSignal,
 ): Promise<TurnOutcome> {
   try {
-    const res = await supervise(policy, run, {
-      retryable: (err) => !signal.aborted && retryable(err),
-      onRetry: async (next, err, delayMs) => {
-        record.attempt = next;
-        await io.persist(record);
-        actor.log.warn({ err, envelopeId: env.id, attempt: next, delayMs }, "handler failed; retrying");
-        actor.event("actor_turn_retry", { envelopeId: env.id, attempt: next, delayMs, error: toWire(err) });
+    const res = await supervise(
+      policy,
+      run,
+      {
+        retryable: (err) => !signal.aborted && retryable(err),
+        onRetry: async (next, err, delayMs) => {
+          record.attempt = next;
+          await io.persist(record);
+          actor.log.warn({ err, envelopeId: env.id, attempt: next, delayMs }, "handler failed; retrying");
+          actor.event("actor_turn_retry", { envelopeId: env.id, attempt: next, delayMs, error: toWire(err) });
+        },
+        sleep: (ms) => sleep(ms, signal),
       },
-      sleep: (ms) => sleep(ms, signal),
-    }, record.attempt);
+      record.attempt,
+    );
     return res.ok ? { kind: "done", result: res.value } : classify(res.error, signal, res.attempts);
   } catch (err) {
     return classify(err, signal, record.attempt);
@@ -345,6 +355,9 @@ function retryable(err: unknown): boolean {
 function isInfrastructure(err: unknown): boolean {
   return (
     isKovaError(err) &&
-    (err.code.startsWith("WAL_") || err.code === BusErrorCode.NATS_UNREACHABLE || err.code === BusErrorCode.CONNECTION_CLOSED || err.code === ActorErrorCode.JOURNAL_UNAVAILABLE)
+    (err.code.startsWith("WAL_") ||
+      err.code === BusErrorCode.NATS_UNREACHABLE ||
+      err.code === BusErrorCode.CONNECTION_CLOSED ||
+      err.code === ActorErrorCode.JOURNAL_UNAVAILABLE)
   );
 }

@@ -81,14 +81,22 @@ export function agentTool(via: Bus | KovaClient, agentId: string, opts: AgentToo
   const bus = "bus" in via ? via.bus : via;
   return defineTool<AgentToolArgs, AgentToolResult>({
     name: `${AGENT_TOOL_PREFIX}${agentId}`,
-    description: opts.description ?? `Delegates a task to the agent ${agentId} and returns its answer. Give the whole task as text: the agent sees nothing else.`,
+    description:
+      opts.description ?? `Delegates a task to the agent ${agentId} and returns its answer. Give the whole task as text: the agent sees nothing else.`,
     idempotent: true,
     parameters: AGENT_TOOL_PARAMETERS,
     run: (args, ctx) => callAgent(bus, agentId, args, ctx, opts, timeoutMs),
   });
 }
 
-async function callAgent(bus: Bus, agentId: string, args: AgentToolArgs, ctx: ToolContext, opts: AgentToolOptions, timeoutMs: number): Promise<AgentToolResult> {
+async function callAgent(
+  bus: Bus,
+  agentId: string,
+  args: AgentToolArgs,
+  ctx: ToolContext,
+  opts: AgentToolOptions,
+  timeoutMs: number,
+): Promise<AgentToolResult> {
   const childRunId = derivedId("run", ctx.idempotencyKey, agentId);
   const messageId = derivedId("call", ctx.idempotencyKey, agentId);
   const started = Date.now();

@@ -64,9 +64,13 @@ const COMMENT_MAX = 2_000;
 /** No such approval (wrong ids, or the run never asked). */
 export class ApprovalNotFoundError extends KovaError {
   constructor(runId: string, approvalId: string) {
-    super(ApprovalErrorCode.APPROVAL_NOT_FOUND, `run ${runId} has no approval ${approvalId}: take both ids from the approval_requested event (or kova events tail --session <s>)`, {
-      data: { runId, approvalId },
-    });
+    super(
+      ApprovalErrorCode.APPROVAL_NOT_FOUND,
+      `run ${runId} has no approval ${approvalId}: take both ids from the approval_requested event (or kova events tail --session <s>)`,
+      {
+        data: { runId, approvalId },
+      },
+    );
   }
 }
 
@@ -97,7 +101,8 @@ export function readDecision(raw: unknown): { runId: string; approvalId: string;
     decision.by = r.by;
   }
   if (r.comment !== undefined) {
-    if (typeof r.comment !== "string" || r.comment.length > COMMENT_MAX) throw new ArgumentError("comment", `must be a string of at most ${COMMENT_MAX} characters`);
+    if (typeof r.comment !== "string" || r.comment.length > COMMENT_MAX)
+      throw new ArgumentError("comment", `must be a string of at most ${COMMENT_MAX} characters`);
     decision.comment = r.comment;
   }
   return { runId, approvalId, decision };
@@ -137,7 +142,11 @@ export class NatsApprovalStore implements ApprovalStore {
    * @throws JetStream errors when JetStream is unavailable
    */
   static async open(opts: { js: JetStreamClient; cluster: string; replicas?: number; recheckMs?: number }): Promise<NatsApprovalStore> {
-    const kv = await openOrCreateBucket(opts.js, NatsApprovalStore.bucketName(opts.cluster), { history: 1, replicas: opts.replicas ?? 1, ttl: 2 * MAX_APPROVAL_TIMEOUT_MS });
+    const kv = await openOrCreateBucket(opts.js, NatsApprovalStore.bucketName(opts.cluster), {
+      history: 1,
+      replicas: opts.replicas ?? 1,
+      ttl: 2 * MAX_APPROVAL_TIMEOUT_MS,
+    });
     return new NatsApprovalStore(kv, opts.recheckMs ?? 5_000);
   }
 

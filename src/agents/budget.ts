@@ -44,18 +44,40 @@ export interface UsedTokens {
  * request's tokens of its limit.
  * @throws BudgetExceededError naming the first budget over its limit
  */
-export async function checkBudgets(policy: BudgetPolicy, used: UsedTokens, runMaxTokens: number | undefined, groups: readonly GroupLimit[], ledger: GroupLedger): Promise<void> {
+export async function checkBudgets(
+  policy: BudgetPolicy,
+  used: UsedTokens,
+  runMaxTokens: number | undefined,
+  groups: readonly GroupLimit[],
+  ledger: GroupLedger,
+): Promise<void> {
   if (runMaxTokens !== undefined && used.run >= runMaxTokens) {
-    throw new BudgetExceededError("constraints.max_tokens", used.run, runMaxTokens, "the task's constraints.max_tokens caps this run; ask for more in the task");
+    throw new BudgetExceededError(
+      "constraints.max_tokens",
+      used.run,
+      runMaxTokens,
+      "the task's constraints.max_tokens caps this run; ask for more in the task",
+    );
   }
   if (policy.maxTokensPerRun !== undefined && used.run >= policy.maxTokensPerRun) {
     throw new BudgetExceededError("max_tokens_per_run", used.run, policy.maxTokensPerRun, "raise budget.max_tokens_per_run of the agent or split the task");
   }
   if (policy.maxTokensTotal !== undefined && used.agentTotal >= policy.maxTokensTotal) {
-    throw new BudgetExceededError("max_tokens_total", used.agentTotal, policy.maxTokensTotal, "the agent has used its lifetime budget; raise budget.max_tokens_total");
+    throw new BudgetExceededError(
+      "max_tokens_total",
+      used.agentTotal,
+      policy.maxTokensTotal,
+      "the agent has used its lifetime budget; raise budget.max_tokens_total",
+    );
   }
   const totals = await Promise.all(groups.map((g) => ledger.used(g.key)));
   groups.forEach((g, i) => {
-    if (totals[i]! >= g.limit) throw new BudgetExceededError(g.name, totals[i]!, g.limit, "the group's tokens are spent; raise its max_tokens in kova.toml or wait for a new budget period");
+    if (totals[i]! >= g.limit)
+      throw new BudgetExceededError(
+        g.name,
+        totals[i]!,
+        g.limit,
+        "the group's tokens are spent; raise its max_tokens in kova.toml or wait for a new budget period",
+      );
   });
 }

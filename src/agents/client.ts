@@ -91,7 +91,11 @@ export async function askAgent(client: Bus | { bus: Bus }, agentId: string, inpu
     await bus.nc.flush();
     // The server refuses a subscription before it answers the flush: nothing is sent yet.
     if (refused !== undefined) {
-      throw new KovaError(BusErrorCode.PERMISSION_DENIED, `this NATS user may not subscribe to ${subject} (the run's events): ask without onEvent, or connect as a user that may read events (the operator role of deploy/nats/accounts.conf)`, { cause: refused, data: { subject } });
+      throw new KovaError(
+        BusErrorCode.PERMISSION_DENIED,
+        `this NATS user may not subscribe to ${subject} (the run's events): ask without onEvent, or connect as a user that may read events (the operator role of deploy/nats/accounts.conf)`,
+        { cause: refused, data: { subject } },
+      );
     }
     const env = createEnvelope({
       from: opts.from ?? bus.clientId,

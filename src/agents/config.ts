@@ -85,7 +85,10 @@ export function agentTemplatesConfigFrom(raw: unknown, models: ReadonlySet<strin
     const name = stringValue(t.name, `${key}.name`);
     if (name === undefined) throw new ConfigError(`${key}.name`, 'is required: the template name, instances are <name>--<key>, e.g. name = "support"');
     if (!isValidTemplateName(name)) {
-      throw new ConfigError(`${key}.name`, `${JSON.stringify(name)} is not a template name: use 1-${TEMPLATE_NAME_MAX} characters from [A-Za-z0-9_-], without "--" (it separates the key in <name>--<key>) and not ending in "-"`);
+      throw new ConfigError(
+        `${key}.name`,
+        `${JSON.stringify(name)} is not a template name: use 1-${TEMPLATE_NAME_MAX} characters from [A-Za-z0-9_-], without "--" (it separates the key in <name>--<key>) and not ending in "-"`,
+      );
     }
     if (seen.has(name)) throw new ConfigError(`${key}.name`, `duplicate template "${name}": each [[agent_templates]] entry needs its own name`);
     seen.add(name);
@@ -101,7 +104,8 @@ export function agentTemplatesConfigFrom(raw: unknown, models: ReadonlySet<strin
  * @throws ConfigError when both are given or the value is no duration
  */
 export function idleAfterOf(t: ConfigTable, key: string): number | undefined {
-  if (t.idle_after !== undefined && t.idle_timeout !== undefined) throw new ConfigError(`${key}.idle_timeout`, "is another name for idle_after: give one of them");
+  if (t.idle_after !== undefined && t.idle_timeout !== undefined)
+    throw new ConfigError(`${key}.idle_timeout`, "is another name for idle_after: give one of them");
   const idleKey = t.idle_timeout !== undefined ? "idle_timeout" : "idle_after";
   return durationOrNever(t[idleKey], `${key}.${idleKey}`);
 }
@@ -150,7 +154,8 @@ export function budgetGroupsFrom(raw: unknown): Map<string, BudgetGroupConfig> {
     const g = tableAt(t[name], key);
     rejectUnknown(g, ["max_tokens"], `${key}.`);
     const maxTokens = intValue(g.max_tokens, `${key}.max_tokens`, 1, MAX_INT);
-    if (maxTokens === undefined) throw new ConfigError(`${key}.max_tokens`, "is required: the tokens the group's agents may use together, e.g. max_tokens = 1000000");
+    if (maxTokens === undefined)
+      throw new ConfigError(`${key}.max_tokens`, "is required: the tokens the group's agents may use together, e.g. max_tokens = 1000000");
     out.set(name, { maxTokens });
   }
   return out;
@@ -164,7 +169,10 @@ export function checkBudgetGroups(agents: readonly AgentDefinition[], groups: Re
   agents.forEach((a, i) => {
     const g = a.budget.group;
     if (g !== undefined && !groups.has(g)) {
-      throw new ConfigError(`${section}[${i}].budget.group`, `no [budget_groups.${g}] table: add one with max_tokens, e.g. [budget_groups.${g}] max_tokens = 1000000`);
+      throw new ConfigError(
+        `${section}[${i}].budget.group`,
+        `no [budget_groups.${g}] table: add one with max_tokens, e.g. [budget_groups.${g}] max_tokens = 1000000`,
+      );
     }
   });
 }

@@ -159,7 +159,8 @@ const MARK = Symbol.for("kova.agentDefinition");
  */
 export function defineAgent(spec: AgentSpec, key = spec.id ?? "agent"): AgentDefinition {
   if (!isValidId(spec.id)) throw new ConfigError(`${key}.id`, `${JSON.stringify(spec.id)} is not an agent id: use 1-128 characters from [A-Za-z0-9_-]`);
-  if (spec.id.includes(INSTANCE_SEPARATOR)) throw new ConfigError(`${key}.id`, `"${INSTANCE_SEPARATOR}" is reserved for template instances (<template>--<key>): rename ${spec.id}`);
+  if (spec.id.includes(INSTANCE_SEPARATOR))
+    throw new ConfigError(`${key}.id`, `"${INSTANCE_SEPARATOR}" is reserved for template instances (<template>--<key>): rename ${spec.id}`);
   const template = templatePolicy(spec, key);
   if (!isValidId(spec.model)) throw new ConfigError(`${key}.model`, 'must name a [models.<name>] table, e.g. model = "fast"');
   const memory: MemoryPolicy = { ...DEFAULT_MEMORY, ...spec.memory };
@@ -217,7 +218,8 @@ function approvalPolicy(raw: AgentSpec["approval"], key: string): ApprovalPolicy
   const spec = Array.isArray(raw) ? { tools: raw as readonly string[] } : (raw as { tools: readonly string[]; timeoutMs?: number });
   if (!Array.isArray(spec.tools)) throw new ConfigError(`${key}.tools`, 'must be a list of tool names or patterns, e.g. ["shell_exec", "db_*"]');
   spec.tools.forEach((t, i) => {
-    if (typeof t !== "string" || !parseToolPattern(t)) throw new ConfigError(`${key}.tools[${i}]`, `${JSON.stringify(t)} is not a tool name or pattern: ${TOOL_NAME_RULE}`);
+    if (typeof t !== "string" || !parseToolPattern(t))
+      throw new ConfigError(`${key}.tools[${i}]`, `${JSON.stringify(t)} is not a tool name or pattern: ${TOOL_NAME_RULE}`);
   });
   const timeoutMs = spec.timeoutMs ?? DEFAULT_APPROVAL_TIMEOUT_MS;
   if (!Number.isInteger(timeoutMs) || timeoutMs < 1 || timeoutMs > MAX_APPROVAL_TIMEOUT_MS) {
@@ -229,7 +231,10 @@ function approvalPolicy(raw: AgentSpec["approval"], key: string): ApprovalPolicy
 function templatePolicy(spec: AgentSpec, key: string): AgentTemplatePolicy | undefined {
   if (spec.template === undefined || spec.template === false) return undefined;
   if (!isValidTemplateName(spec.id)) {
-    throw new ConfigError(`${key}.id`, `${JSON.stringify(spec.id)} is not a template name: use 1-${TEMPLATE_NAME_MAX} characters from [A-Za-z0-9_-], not ending in "-" (instances are <name>${INSTANCE_SEPARATOR}<key>)`);
+    throw new ConfigError(
+      `${key}.id`,
+      `${JSON.stringify(spec.id)} is not a template name: use 1-${TEMPLATE_NAME_MAX} characters from [A-Za-z0-9_-], not ending in "-" (instances are <name>${INSTANCE_SEPARATOR}<key>)`,
+    );
   }
   const idleAfterMs = spec.template === true ? DEFAULT_IDLE_AFTER_MS : (spec.template.idleAfterMs ?? DEFAULT_IDLE_AFTER_MS);
   if (!Number.isInteger(idleAfterMs) || idleAfterMs < 0) {

@@ -48,7 +48,16 @@ const CHAT: ReadonlySet<string> = new Set([
   "run_cancelled",
   "run_stream_end",
 ]);
-const METRICS: ReadonlySet<string> = new Set(["model_response", "tool_result", "budget_wait", "schedule_blocked", "rate_limited", "run_completed", "run_failed", "run_cancelled"]);
+const METRICS: ReadonlySet<string> = new Set([
+  "model_response",
+  "tool_result",
+  "budget_wait",
+  "schedule_blocked",
+  "rate_limited",
+  "run_completed",
+  "run_failed",
+  "run_cancelled",
+]);
 
 /**
  * Whether an event belongs in a profile: `chat` (the answer as it streams, and how the run

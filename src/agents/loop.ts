@@ -53,7 +53,11 @@ export async function runAgentTurn(def: AgentDefinition, runtime: AgentRuntime, 
     tally: newTally(),
     tools: new ToolSet([]),
     repairs: new ArgumentRepairBudget(runtime.maxArgumentRepairs),
-    groups: groupsOf(def.budget, { sessionId, from: ctx.message.from, ...(request.budgetGroup ? { budgetGroup: request.budgetGroup } : {}) }, runtime.budgetGroups),
+    groups: groupsOf(
+      def.budget,
+      { sessionId, from: ctx.message.from, ...(request.budgetGroup ? { budgetGroup: request.budgetGroup } : {}) },
+      runtime.budgetGroups,
+    ),
     history: [],
     modelSteps: 0,
   };
@@ -72,11 +76,15 @@ async function loop(s: RunScope): Promise<AgentResult> {
   const { ctx, def } = s;
   // A task without a sessionId is a conversation of one run: nothing to load or keep.
   if (s.request.sessionId !== undefined || def.hooks.beforeUserMessage) {
-    const loaded = await ctx.step("run:start", async () => {
-      // The event's ack and the conversation's read, in one round trip's time.
-      const [, history] = await Promise.all([publishStarted(s), loadHistory(s)]);
-      return history;
-    }, { idempotent: true });
+    const loaded = await ctx.step(
+      "run:start",
+      async () => {
+        // The event's ack and the conversation's read, in one round trip's time.
+        const [, history] = await Promise.all([publishStarted(s), loadHistory(s)]);
+        return history;
+      },
+      { idempotent: true },
+    );
     // A copy: the journal keeps the step's result by reference and writes it again with every later step.
     s.history = [...loaded];
   } else {
@@ -97,7 +105,11 @@ async function loop(s: RunScope): Promise<AgentResult> {
   for (let turn = 0; ; turn++) {
     checkTime(s);
     if (turn >= maxTurns) {
-      throw new RunLimitExceededError("max_turns", maxTurns, `no final answer after ${maxTurns} model calls; raise run.max_turns of agent ${s.agentId} or give it a narrower task`);
+      throw new RunLimitExceededError(
+        "max_turns",
+        maxTurns,
+        `no final answer after ${maxTurns} model calls; raise run.max_turns of agent ${s.agentId} or give it a narrower task`,
+      );
     }
     s.modelSteps++;
     const rec = await modelTurn(s, turn);
@@ -108,7 +120,9 @@ async function loop(s: RunScope): Promise<AgentResult> {
     const calls = rec.message.toolCalls ?? [];
     output = rec.message.content ?? "";
     if (calls.length > 0) s.history.push(...(await runToolCalls(s, calls)));
-    const after = await hook(s, "afterTurn", () => def.hooks.afterTurn?.({ index: turn, content: rec.message.content, toolCalls: calls.length }, hookContext(s)));
+    const after = await hook(s, "afterTurn", () =>
+      def.hooks.afterTurn?.({ index: turn, content: rec.message.content, toolCalls: calls.length }, hookContext(s)),
+    );
     addToMemory(s, after);
     if (after?.stop) return finish(s, after.output ?? output, "completed");
     if (calls.length === 0) break;
@@ -134,7 +148,8 @@ function checkTime(s: RunScope): void {
 }
 
 function addToMemory(s: RunScope, r: HookResult | undefined): void {
-  for (const m of r?.addToMemory ?? []) s.history.push(m.role === "assistant" ? { role: "assistant", content: m.content } : { role: m.role, content: m.content });
+  for (const m of r?.addToMemory ?? [])
+    s.history.push(m.role === "assistant" ? { role: "assistant", content: m.content } : { role: m.role, content: m.content });
 }
 
 type HookName = "beforeUserMessage" | "afterTurn" | "afterLoop";
@@ -142,13 +157,17 @@ type HookName = "beforeUserMessage" | "afterTurn" | "afterLoop";
 /** Runs a hook as a step: its result is recorded, so replay neither re-runs it nor sees a different answer. */
 async function hook(s: RunScope, name: HookName, call: () => HookResult | undefined | Promise<HookResult | undefined>): Promise<HookResult | undefined> {
   if (!s.def.hooks[name]) return undefined;
-  const r = await s.ctx.step(`hook:${name}`, async () => {
-    try {
-      return (await call()) ?? null;
-    } catch (err) {
-      throw new AgentHookFailedError(name, s.agentId, err);
-    }
-  }, { idempotent: true });
+  const r = await s.ctx.step(
+    `hook:${name}`,
+    async () => {
+      try {
+        return (await call()) ?? null;
+      } catch (err) {
+        throw new AgentHookFailedError(name, s.agentId, err);
+      }
+    },
+    { idempotent: true },
+  );
   return r ?? undefined;
 }
 
@@ -180,21 +199,25 @@ async function finish(s: RunScope, output: string, status: RunStatus, error?: { 
     s.ctx.state.usage = addRun(s.ctx.state.usage, s.tally);
     return final;
   }
-  await s.ctx.step("run:end", async () => {
-    // A run that ended before its first model step never said it started.
-    if (s.startedInStep === "model" && s.modelSteps === 0) await publishStarted(s);
-    if (status === "completed") {
-      if (s.request.sessionId !== undefined) {
-        const memory = await s.runtime.memory();
-        await timedPhase("kv.memory.save", s.agentId, () => memory.save(s.agentId, s.sessionId, s.history));
+  await s.ctx.step(
+    "run:end",
+    async () => {
+      // A run that ended before its first model step never said it started.
+      if (s.startedInStep === "model" && s.modelSteps === 0) await publishStarted(s);
+      if (status === "completed") {
+        if (s.request.sessionId !== undefined) {
+          const memory = await s.runtime.memory();
+          await timedPhase("kv.memory.save", s.agentId, () => memory.save(s.agentId, s.sessionId, s.history));
+        }
+        await publish(s, "run_completed", { agentId: s.agentId, output: final.output, usage: final.usage });
+      } else {
+        await publish(s, "run_failed", { agentId: s.agentId, error, usage: final.usage });
       }
-      await publish(s, "run_completed", { agentId: s.agentId, output: final.output, usage: final.usage });
-    } else {
-      await publish(s, "run_failed", { agentId: s.agentId, error, usage: final.usage });
-    }
-    await publish(s, "run_stream_end", { status });
-    return true;
-  }, { idempotent: true });
+      await publish(s, "run_stream_end", { status });
+      return true;
+    },
+    { idempotent: true },
+  );
   s.ctx.state.usage = addRun(s.ctx.state.usage, s.tally);
   return final;
 }
@@ -208,7 +231,8 @@ async function endAbnormally(s: RunScope, err: unknown): Promise<AgentResult> {
   const signal = s.ctx.signal;
   if (signal.aborted) {
     const reason = signal.reason;
-    if (reason instanceof TurnInterruptedError && reason.by === "interrupt") return finish(s, "", "cancelled", { code: reason.code, message: "the run was interrupted" });
+    if (reason instanceof TurnInterruptedError && reason.by === "interrupt")
+      return finish(s, "", "cancelled", { code: reason.code, message: "the run was interrupted" });
     throw reason ?? err;
   }
   if (!isRunFailure(err)) throw err;
@@ -220,6 +244,13 @@ async function endAbnormally(s: RunScope, err: unknown): Promise<AgentResult> {
 function isRunFailure(err: unknown): boolean {
   if (!(err instanceof KovaError) || err instanceof TurnInterruptedError || isTransientNatsError(err)) return false;
   const code: string = err.code;
-  if (code === ActorErrorCode.LEASE_LOST || code.startsWith("WAL_") || code === BusErrorCode.NATS_UNREACHABLE || code === BusErrorCode.CONNECTION_CLOSED || code === ErrorCode.TIMEOUT) return false;
+  if (
+    code === ActorErrorCode.LEASE_LOST ||
+    code.startsWith("WAL_") ||
+    code === BusErrorCode.NATS_UNREACHABLE ||
+    code === BusErrorCode.CONNECTION_CLOSED ||
+    code === ErrorCode.TIMEOUT
+  )
+    return false;
   return code !== ActorErrorCode.REPLAY_MISMATCH && code !== ErrorCode.INTERNAL;
 }

@@ -65,7 +65,15 @@ async function chooseAndCall(s: RunScope, turn: number): Promise<ModelTurnRecord
   await waitForBucket(s);
   const used = s.tally.inputTokens + s.tally.outputTokens;
   const ledger = await runtime.ledger();
-  await timedPhase("budget.check", agentId, () => checkBudgets(def.budget, { run: used, agentTotal: s.ctx.state.usage.inputTokens + s.ctx.state.usage.outputTokens + used }, s.request.maxTokens, s.groups, ledger));
+  await timedPhase("budget.check", agentId, () =>
+    checkBudgets(
+      def.budget,
+      { run: used, agentTotal: s.ctx.state.usage.inputTokens + s.ctx.state.usage.outputTokens + used },
+      s.request.maxTokens,
+      s.groups,
+      ledger,
+    ),
+  );
 
   const client = await runtime.model(name);
   const counter = await runtime.counter(name);
@@ -85,16 +93,31 @@ async function chooseAndCall(s: RunScope, turn: number): Promise<ModelTurnRecord
   const context = applyFit(s.history, { dropFirst, ...(summary ? { summary } : {}) });
   const messages = [...system, ...context];
   stream(s, RunEventType.modelRequest, { agentId, model: name, turn, messages: messages.length, tools: tools.length });
-  const res = await complete(s, client, name, {
-    messages,
-    ...(tools.length > 0 ? { tools } : {}),
-    ...(def.maxOutputTokens !== undefined ? { maxTokens: def.maxOutputTokens } : {}),
-    ...(def.temperature !== undefined ? { temperature: def.temperature } : {}),
-  }, true);
+  const res = await complete(
+    s,
+    client,
+    name,
+    {
+      messages,
+      ...(tools.length > 0 ? { tools } : {}),
+      ...(def.maxOutputTokens !== undefined ? { maxTokens: def.maxOutputTokens } : {}),
+      ...(def.temperature !== undefined ? { temperature: def.temperature } : {}),
+    },
+    true,
+  );
   const usage = res.usage ?? { inputTokens: counter.countRequest(messages, tools), outputTokens: counter.countMessage(res.message) };
   const costUsd = config.price ? costOf(usage, config.price).total : undefined;
   await charge(s, usage.inputTokens + usage.outputTokens);
-  await publish(s, RunEventType.modelResponse, { agentId, model: name, turn, usage, ...(costUsd !== undefined ? { costUsd } : {}), finishReason: res.finishReason, attempts: res.attempts, toolCalls: res.message.toolCalls?.length ?? 0 });
+  await publish(s, RunEventType.modelResponse, {
+    agentId,
+    model: name,
+    turn,
+    usage,
+    ...(costUsd !== undefined ? { costUsd } : {}),
+    finishReason: res.finishReason,
+    attempts: res.attempts,
+    toolCalls: res.message.toolCalls?.length ?? 0,
+  });
   return {
     model: name,
     message: res.message,
@@ -110,32 +133,42 @@ async function chooseAndCall(s: RunScope, turn: number): Promise<ModelTurnRecord
 
 function complete(s: RunScope, client: ModelClient, model: string, req: Omit<ModelRequest, "signal" | "acquireSlot">, streamTokens: boolean) {
   const { runtime, agentId, ctx } = s;
-  return timedPhase("model.call", agentId, () => client.complete({
-    ...req,
-    signal: ctx.signal,
-    acquireSlot: runtime.scheduler.slotFor({
-      model,
-      agentId,
+  return timedPhase("model.call", agentId, () =>
+    client.complete({
+      ...req,
       signal: ctx.signal,
-      ...(s.groups[0] ? { shareKey: s.groups[0].key } : {}),
-      ...(s.request.deadline !== undefined ? { deadline: s.request.deadline } : {}),
-      // Live only (not awaited): a dashboard sees a run stuck behind a full model, per policy class.
-      onQueued: (q) => stream(s, RunEventType.scheduleBlocked, { agentId, model, policy: q.policy, statsClass: q.statsClass, queued: q.queued, inFlight: q.inFlight }),
+      acquireSlot: runtime.scheduler.slotFor({
+        model,
+        agentId,
+        signal: ctx.signal,
+        ...(s.groups[0] ? { shareKey: s.groups[0].key } : {}),
+        ...(s.request.deadline !== undefined ? { deadline: s.request.deadline } : {}),
+        // Live only (not awaited): a dashboard sees a run stuck behind a full model, per policy class.
+        onQueued: (q) =>
+          stream(s, RunEventType.scheduleBlocked, { agentId, model, policy: q.policy, statsClass: q.statsClass, queued: q.queued, inFlight: q.inFlight }),
+      }),
+      headers: { "x-kova-agent": agentId, "x-kova-run": s.runId },
+      onDelta: (d) => {
+        ctx.working();
+        if (!streamTokens) return;
+        if (d.type === "text") stream(s, RunEventType.modelDelta, { text: d.text });
+        else if (d.type === "restart") stream(s, RunEventType.modelDelta, { text: "", restart: d.attempt });
+      },
+      onRetry: (info) => {
+        runtime.log.warn({ agentId, runId: s.runId, model, ...info }, "model call failed; retrying");
+        if (info.reason === "rate_limited") {
+          stream(s, RunEventType.rateLimited, {
+            agentId,
+            model,
+            attempt: info.attempt,
+            delayMs: info.delayMs,
+            ...(info.status !== undefined ? { status: info.status } : {}),
+            ...(info.retryAfterMs !== undefined ? { retryAfterMs: info.retryAfterMs } : {}),
+          });
+        }
+      },
     }),
-    headers: { "x-kova-agent": agentId, "x-kova-run": s.runId },
-    onDelta: (d) => {
-      ctx.working();
-      if (!streamTokens) return;
-      if (d.type === "text") stream(s, RunEventType.modelDelta, { text: d.text });
-      else if (d.type === "restart") stream(s, RunEventType.modelDelta, { text: "", restart: d.attempt });
-    },
-    onRetry: (info) => {
-      runtime.log.warn({ agentId, runId: s.runId, model, ...info }, "model call failed; retrying");
-      if (info.reason === "rate_limited") {
-        stream(s, RunEventType.rateLimited, { agentId, model, attempt: info.attempt, delayMs: info.delayMs, ...(info.status !== undefined ? { status: info.status } : {}), ...(info.retryAfterMs !== undefined ? { retryAfterMs: info.retryAfterMs } : {}) });
-      }
-    },
-  }));
+  );
 }
 
 async function waitForBucket(s: RunScope): Promise<void> {

@@ -149,7 +149,10 @@ export function parseDeadline(value: unknown, from: number): number {
     const date = Date.parse(value);
     if (!Number.isNaN(date)) return date;
   }
-  throw new AgentInputInvalidError("constraints.deadline", `${JSON.stringify(value)} is not a deadline: use epoch ms, a duration such as "5min" or 30000, or an ISO date`);
+  throw new AgentInputInvalidError(
+    "constraints.deadline",
+    `${JSON.stringify(value)} is not a deadline: use epoch ms, a duration such as "5min" or 30000, or an ISO date`,
+  );
 }
 
 function text(value: unknown, field: string): string {

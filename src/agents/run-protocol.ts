@@ -71,7 +71,19 @@ function readConstraints(raw: unknown): TaskConstraints {
 }
 
 const DURATION = /^(\d+(?:\.\d+)?)\s*(ms|s|sec|secs|m|min|mins|h|hr|hrs|d)$/;
-const UNIT_MS: Record<string, number> = { ms: 1, s: 1000, sec: 1000, secs: 1000, m: 60_000, min: 60_000, mins: 60_000, h: 3_600_000, hr: 3_600_000, hrs: 3_600_000, d: 86_400_000 };
+const UNIT_MS: Record<string, number> = {
+  ms: 1,
+  s: 1000,
+  sec: 1000,
+  secs: 1000,
+  m: 60_000,
+  min: 60_000,
+  mins: 60_000,
+  h: 3_600_000,
+  hr: 3_600_000,
+  hrs: 3_600_000,
+  d: 86_400_000,
+};
 
 /**
  * A duration in milliseconds: a positive number of milliseconds, or a string such as

@@ -227,7 +227,14 @@ export class RunWatcher implements AsyncDisposable {
     const runId = typeof p.runId === "string" ? p.runId : env.correlationId ? this.#correlations.get(env.correlationId) : undefined;
     if (!runId) return;
     const status: RunStatus = env.error ? "failed" : p.status && p.status in STATUS_SET ? p.status : "completed";
-    const outcome: RunOutcome = { runId, status, output: typeof p.output === "string" ? p.output : "", usage: readUsage(p.usage), source: "reply", detail: p as Record<string, unknown> };
+    const outcome: RunOutcome = {
+      runId,
+      status,
+      output: typeof p.output === "string" ? p.output : "",
+      usage: readUsage(p.usage),
+      source: "reply",
+      detail: p as Record<string, unknown>,
+    };
     const err = env.error ? { code: env.error.code, message: env.error.message } : readError(p.error);
     if (err) outcome.error = err;
     this.#record(outcome);

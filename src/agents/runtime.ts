@@ -139,23 +139,35 @@ export class AgentRuntime {
   }
 
   memory(): Promise<MemoryStore> {
-    this.#memory ??= this.#open(() => NatsMemoryStore.open({ js: this.bus.js, cluster: this.bus.cluster, replicas: this.opts.replicas ?? 1, maxBytes: this.bus.maxPayload }), () => (this.#memory = undefined));
+    this.#memory ??= this.#open(
+      () => NatsMemoryStore.open({ js: this.bus.js, cluster: this.bus.cluster, replicas: this.opts.replicas ?? 1, maxBytes: this.bus.maxPayload }),
+      () => (this.#memory = undefined),
+    );
     return this.#memory;
   }
 
   /** Pending and decided tool-call approvals (KV `kova_<c>_approvals`). */
   approvals(): Promise<ApprovalStore> {
-    this.#approvals ??= this.#open(() => NatsApprovalStore.open({ js: this.bus.js, cluster: this.bus.cluster, replicas: this.opts.replicas ?? 1 }), () => (this.#approvals = undefined));
+    this.#approvals ??= this.#open(
+      () => NatsApprovalStore.open({ js: this.bus.js, cluster: this.bus.cluster, replicas: this.opts.replicas ?? 1 }),
+      () => (this.#approvals = undefined),
+    );
     return this.#approvals;
   }
 
   ledger(): Promise<GroupLedger> {
-    this.#ledger ??= this.#open(() => NatsGroupLedger.open({ js: this.bus.js, cluster: this.bus.cluster, replicas: this.opts.replicas ?? 1 }), () => (this.#ledger = undefined));
+    this.#ledger ??= this.#open(
+      () => NatsGroupLedger.open({ js: this.bus.js, cluster: this.bus.cluster, replicas: this.opts.replicas ?? 1 }),
+      () => (this.#ledger = undefined),
+    );
     return this.#ledger;
   }
 
   settings(): Promise<SettingsStore> {
-    this.#settings ??= this.#open(() => NatsSettingsStore.open({ js: this.bus.js, cluster: this.bus.cluster, replicas: this.opts.replicas ?? 1 }), () => (this.#settings = undefined));
+    this.#settings ??= this.#open(
+      () => NatsSettingsStore.open({ js: this.bus.js, cluster: this.bus.cluster, replicas: this.opts.replicas ?? 1 }),
+      () => (this.#settings = undefined),
+    );
     return this.#settings;
   }
 

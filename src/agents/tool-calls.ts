@@ -18,9 +18,7 @@ export interface ToolCallRecord {
   error?: WireError;
 }
 
-type Planned =
-  | { call: ToolCall; kind: "run"; tool: Tool; args: unknown }
-  | { call: ToolCall; kind: "refused"; content: string; error: WireError };
+type Planned = { call: ToolCall; kind: "run"; tool: Tool; args: unknown } | { call: ToolCall; kind: "refused"; content: string; error: WireError };
 
 /**
  * Runs the tool calls of one model response and returns their messages in call order.
@@ -33,16 +31,30 @@ type Planned =
 export async function runToolCalls(s: RunScope, calls: readonly ToolCall[]): Promise<ToolMessage[]> {
   const max = s.def.run.maxToolCalls ?? DEFAULT_MAX_TOOL_CALLS;
   if (s.tally.toolCalls + calls.length > max) {
-    throw new RunLimitExceededError("max_tool_calls", max, `the model asked for ${s.tally.toolCalls + calls.length} tool calls; raise run.max_tool_calls of agent ${s.agentId} or narrow its task`);
+    throw new RunLimitExceededError(
+      "max_tool_calls",
+      max,
+      `the model asked for ${s.tally.toolCalls + calls.length} tool calls; raise run.max_tool_calls of agent ${s.agentId} or narrow its task`,
+    );
   }
   const planned = calls.map((call) => plan(s, call));
-  const decisions = await awaitApprovals(s, planned.filter((p) => p.kind === "run"));
+  const decisions = await awaitApprovals(
+    s,
+    planned.filter((p) => p.kind === "run"),
+  );
   const exec = (p: Planned): Promise<ToolCallRecord> => {
     if (p.kind === "refused") return refuse(s, p.call, p.call.name, p.call.arguments, p.content, p.error);
     const decision = decisions.get(p.call.id);
     if (decision && decision.status !== "approved") {
       const error = rejectionError(decision);
-      return refuse(s, p.call, p.tool.name, p.args, JSON.stringify({ error: { code: error.code, message: error.message, ...(error.data.comment !== undefined ? { comment: error.data.comment } : {}) } }), error);
+      return refuse(
+        s,
+        p.call,
+        p.tool.name,
+        p.args,
+        JSON.stringify({ error: { code: error.code, message: error.message, ...(error.data.comment !== undefined ? { comment: error.data.comment } : {}) } }),
+        error,
+      );
     }
     return runCall(s, p.call, p.tool, p.args);
   };
@@ -62,10 +74,17 @@ export async function runToolCalls(s: RunScope, calls: readonly ToolCall[]): Pro
 function plan(s: RunScope, call: ToolCall): Planned {
   const tool = s.tools.byModelName(call.name);
   if (!tool) {
-    const issues = [{ path: "$", expected: `one of the offered tools (${s.tools.tools.map((t) => s.tools.modelName(t.name)).join(", ") || "none"})`, given: call.name }];
+    const issues = [
+      { path: "$", expected: `one of the offered tools (${s.tools.tools.map((t) => s.tools.modelName(t.name)).join(", ") || "none"})`, given: call.name },
+    ];
     const verdict = s.repairs.onInvalid(call.name, issues);
     if (verdict.action === "fail") throw verdict.error;
-    const error = { code: "TOOL_UNKNOWN", message: `there is no tool ${JSON.stringify(call.name)}: call one of the offered tools`, retryable: false, data: { issues } };
+    const error = {
+      code: "TOOL_UNKNOWN",
+      message: `there is no tool ${JSON.stringify(call.name)}: call one of the offered tools`,
+      retryable: false,
+      data: { issues },
+    };
     return { call, kind: "refused", content: JSON.stringify({ error }), error };
   }
   const check = checkToolCall(tool, call.arguments, s.repairs);
@@ -79,26 +98,47 @@ async function runCall(s: RunScope, call: ToolCall, tool: Tool, args: unknown): 
   const idempotent = isIdempotentCall(tool, args);
   const budgetGroup = s.request.budgetGroup ?? s.def.budget.group;
   try {
-    return await s.ctx.step(`tool:${call.id}`, async (info) => {
-      await publish(s, "tool_call", { agentId: s.agentId, callId: call.id, tool: tool.name, args });
-      const started = performance.now();
-      const outcome = await runTool(tool, args, {
-        agentId: s.agentId,
-        sessionId: s.sessionId,
-        runId: s.runId,
-        callId: call.id,
-        idempotencyKey: info.key,
-        signal: s.ctx.signal,
-        logger: s.runtime.log.child({ agentId: s.agentId, runId: s.runId, tool: tool.name }),
-        ...(s.request.deadline !== undefined ? { deadline: s.request.deadline } : {}),
-        ...(budgetGroup !== undefined ? { budgetGroup } : {}),
-      }, s.runtime.maxResultBytes);
-      const rec: ToolCallRecord = { content: outcome.content, ok: outcome.status === "ok", ms: Math.round(performance.now() - started), ...(outcome.error ? { error: outcome.error } : {}) };
-      // A stop or an interrupt is not the tool's failure: the step fails, so a redelivered turn runs it again.
-      if (s.ctx.signal.aborted) throw s.ctx.signal.reason;
-      await publish(s, "tool_result", { agentId: s.agentId, callId: call.id, tool: tool.name, ok: rec.ok, ms: rec.ms, ...(rec.error ? { error: { code: rec.error.code, message: rec.error.message } } : {}) });
-      return rec;
-    }, { idempotent });
+    return await s.ctx.step(
+      `tool:${call.id}`,
+      async (info) => {
+        await publish(s, "tool_call", { agentId: s.agentId, callId: call.id, tool: tool.name, args });
+        const started = performance.now();
+        const outcome = await runTool(
+          tool,
+          args,
+          {
+            agentId: s.agentId,
+            sessionId: s.sessionId,
+            runId: s.runId,
+            callId: call.id,
+            idempotencyKey: info.key,
+            signal: s.ctx.signal,
+            logger: s.runtime.log.child({ agentId: s.agentId, runId: s.runId, tool: tool.name }),
+            ...(s.request.deadline !== undefined ? { deadline: s.request.deadline } : {}),
+            ...(budgetGroup !== undefined ? { budgetGroup } : {}),
+          },
+          s.runtime.maxResultBytes,
+        );
+        const rec: ToolCallRecord = {
+          content: outcome.content,
+          ok: outcome.status === "ok",
+          ms: Math.round(performance.now() - started),
+          ...(outcome.error ? { error: outcome.error } : {}),
+        };
+        // A stop or an interrupt is not the tool's failure: the step fails, so a redelivered turn runs it again.
+        if (s.ctx.signal.aborted) throw s.ctx.signal.reason;
+        await publish(s, "tool_result", {
+          agentId: s.agentId,
+          callId: call.id,
+          tool: tool.name,
+          ok: rec.ok,
+          ms: rec.ms,
+          ...(rec.error ? { error: { code: rec.error.code, message: rec.error.message } } : {}),
+        });
+        return rec;
+      },
+      { idempotent },
+    );
   } catch (err) {
     if (!isKovaError(err, ActorErrorCode.STEP_OUTCOME_UNKNOWN)) throw err;
     // Started before a crash, no result recorded, not safe to run again: the model decides.
@@ -119,9 +159,13 @@ async function runCall(s: RunScope, call: ToolCall, tool: Tool, args: unknown): 
 
 /** A call that does not run (unknown tool, invalid arguments, rejected by a human): its result is the error. */
 function refuse(s: RunScope, call: ToolCall, tool: string, args: unknown, content: string, error: WireError): Promise<ToolCallRecord> {
-  return s.ctx.step(`tool:${call.id}`, async () => {
-    await publish(s, "tool_call", { agentId: s.agentId, callId: call.id, tool, args });
-    await publish(s, "tool_result", { agentId: s.agentId, callId: call.id, tool, ok: false, error: { code: error.code, message: error.message } });
-    return { content, ok: false, ms: 0, error };
-  }, { idempotent: true });
+  return s.ctx.step(
+    `tool:${call.id}`,
+    async () => {
+      await publish(s, "tool_call", { agentId: s.agentId, callId: call.id, tool, args });
+      await publish(s, "tool_result", { agentId: s.agentId, callId: call.id, tool, ok: false, error: { code: error.code, message: error.message } });
+      return { content, ok: false, ms: 0, error };
+    },
+    { idempotent: true },
+  );
 }

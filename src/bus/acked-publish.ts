@@ -76,10 +76,14 @@ function parsePubAck(data: Uint8Array, subject: string): PubAck {
   }
   if (body.error || typeof body.stream !== "string" || typeof body.seq !== "number") {
     const e = body.error ?? {};
-    throw new KovaError(ErrorCode.REMOTE_ERROR, `publish on ${subject} refused by JetStream: ${e.description ?? "invalid ack"} (${e.err_code ?? e.code ?? "?"})`, {
-      retryable: e.code === 503,
-      data: { subject, ...e },
-    });
+    throw new KovaError(
+      ErrorCode.REMOTE_ERROR,
+      `publish on ${subject} refused by JetStream: ${e.description ?? "invalid ack"} (${e.err_code ?? e.code ?? "?"})`,
+      {
+        retryable: e.code === 503,
+        data: { subject, ...e },
+      },
+    );
   }
   return { stream: body.stream, seq: body.seq, duplicate: body.duplicate === true, ...(body.domain ? { domain: body.domain } : {}) };
 }

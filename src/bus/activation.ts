@@ -36,7 +36,10 @@ export async function requestActivation(ctx: BusContext, id: string, timeoutMs =
   }
   const body = reply.data.length > 0 ? (JSON.parse(new TextDecoder().decode(reply.data)) as unknown) : null;
   if (reply.headers?.get("Nats-Service-Error-Code")) {
-    throw fromWire(body) ?? new RemoteError({ code: ErrorCode.REMOTE_ERROR, message: reply.headers.get("Nats-Service-Error") || `activation of ${id} failed`, retryable: false });
+    throw (
+      fromWire(body) ??
+      new RemoteError({ code: ErrorCode.REMOTE_ERROR, message: reply.headers.get("Nats-Service-Error") || `activation of ${id} failed`, retryable: false })
+    );
   }
   return body as ActivationReply;
 }

@@ -69,7 +69,13 @@ export class Bus {
     const cluster = opts.cluster ?? "default";
     const subjects = subjectsFor(cluster);
     const log = (opts.logger ?? defaultLogger()).child({ component: "bus", cluster });
-    const nc = await connectNats({ servers: opts.servers, name: opts.name ?? "kova", logger: log, ...(opts.connectTimeoutMs ? { connectTimeoutMs: opts.connectTimeoutMs } : {}), ...(opts.security ? { security: opts.security } : {}) });
+    const nc = await connectNats({
+      servers: opts.servers,
+      name: opts.name ?? "kova",
+      logger: log,
+      ...(opts.connectTimeoutMs ? { connectTimeoutMs: opts.connectTimeoutMs } : {}),
+      ...(opts.security ? { security: opts.security } : {}),
+    });
     let jsm: JetStreamManager;
     try {
       // A least-privilege client may not call $JS.API.INFO: it skips the check, and a
@@ -96,14 +102,28 @@ export class Bus {
     });
   }
 
-  get nc(): NatsConnection { return this.ctx.nc; }
-  get js(): JetStreamClient { return this.ctx.js; }
-  get jsm(): JetStreamManager { return this.ctx.jsm; }
-  get cluster(): string { return this.ctx.cluster; }
-  get subjects(): Subjects { return this.ctx.subjects; }
+  get nc(): NatsConnection {
+    return this.ctx.nc;
+  }
+  get js(): JetStreamClient {
+    return this.ctx.js;
+  }
+  get jsm(): JetStreamManager {
+    return this.ctx.jsm;
+  }
+  get cluster(): string {
+    return this.ctx.cluster;
+  }
+  get subjects(): Subjects {
+    return this.ctx.subjects;
+  }
   /** The server's max_payload in bytes (headers included). */
-  get maxPayload(): number { return this.ctx.maxPayload; }
-  get clientId(): string { return this.ctx.clientId; }
+  get maxPayload(): number {
+    return this.ctx.maxPayload;
+  }
+  get clientId(): string {
+    return this.ctx.clientId;
+  }
 
   /**
    * Creates the A2A (WorkQueue), EVENTS, DLQ and JOURNAL streams, or checks existing ones.

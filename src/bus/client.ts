@@ -1,4 +1,3 @@
-
 import { silentLogger, type Logger } from "../core/logger.js";
 import type { ActivationReply } from "./activation.js";
 import type { AskOptions } from "./ask.js";
@@ -101,7 +100,12 @@ export class KovaClient {
    * Durable send to an agent's mailbox; resolves after JetStream stored it.
    * @throws InvalidEnvelopeError, PayloadTooLargeError, KovaNoRespondersError, KovaTimeoutError
    */
-  async send(to: string, type: MessageType, payload: unknown, opts: MessageOptions & SendOptions = {}): Promise<{ id: string; seq: number; duplicate: boolean }> {
+  async send(
+    to: string,
+    type: MessageType,
+    payload: unknown,
+    opts: MessageOptions & SendOptions = {},
+  ): Promise<{ id: string; seq: number; duplicate: boolean }> {
     const { timeoutMs, encoding, ...m } = opts;
     const env = this.envelope(to, type, payload, m);
     const ack = await this.bus.send(env, { ...(timeoutMs ? { timeoutMs } : {}), ...(encoding ? { encoding } : {}) });

@@ -131,7 +131,14 @@ export async function publishDlq(ctx: BusContext, data: Uint8Array, info: DlqInf
   const ack = await ctx.js.publish(subject, body, kept.length > 0 ? { headers: h } : {});
   const dropped = all.filter((e) => !kept.includes(e)).map(([k]) => k);
   ctx.log.warn(
-    { reason: info.reason, subject: info.subject, agentId: info.agentId, dlqSeq: ack.seq, error: wire?.message, ...(dropped.length > 0 ? { headersDropped: dropped } : {}) },
+    {
+      reason: info.reason,
+      subject: info.subject,
+      agentId: info.agentId,
+      dlqSeq: ack.seq,
+      error: wire?.message,
+      ...(dropped.length > 0 ? { headersDropped: dropped } : {}),
+    },
     "message moved to the DLQ",
   );
   return ack.seq;
@@ -215,9 +222,9 @@ export function startDlqMover(ctx: BusContext): DlqMover {
         return;
       }
       // One at a time: moves are rare, and ordering keeps the log readable.
-      chain = chain.then(() => moveOne(ctx, stream, adv)).catch((e: unknown) =>
-        ctx.log.error({ err: e, seq: adv.stream_seq }, "DLQ move failed; the message stays in the A2A stream"),
-      );
+      chain = chain
+        .then(() => moveOne(ctx, stream, adv))
+        .catch((e: unknown) => ctx.log.error({ err: e, seq: adv.stream_seq }, "DLQ move failed; the message stays in the A2A stream"));
     },
   });
   // Advisories are core NATS: one sent while no mover ran is gone. Catch up once.

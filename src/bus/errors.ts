@@ -141,11 +141,15 @@ export class JetStreamUnavailableError extends KovaError {
     readonly server: string,
     options: KovaErrorOptions = {},
   ) {
-    super(BusErrorCode.JETSTREAM_UNAVAILABLE, `JetStream is not available on NATS at ${server}: start nats-server with -js (or jetstream {} in its config); a new NATS cluster needs a few seconds to elect its leaders`, {
-      retryable: true,
-      data: { server },
-      ...options,
-    });
+    super(
+      BusErrorCode.JETSTREAM_UNAVAILABLE,
+      `JetStream is not available on NATS at ${server}: start nats-server with -js (or jetstream {} in its config); a new NATS cluster needs a few seconds to elect its leaders`,
+      {
+        retryable: true,
+        data: { server },
+        ...options,
+      },
+    );
   }
 }
 

@@ -24,8 +24,7 @@ export interface EventStream extends AsyncIterable<KovaEvent> {
 const utf8 = new TextEncoder();
 
 function check(event: KovaEvent): void {
-  const bad = (field: string, why: string) =>
-    new KovaError(BusErrorCode.INVALID_ENVELOPE, `invalid event: ${field} ${why}`, { data: { field } });
+  const bad = (field: string, why: string) => new KovaError(BusErrorCode.INVALID_ENVELOPE, `invalid event: ${field} ${why}`, { data: { field } });
   if (typeof event.type !== "string" || event.type.length === 0 || event.type.length > 128) throw bad("type", "must be a string of 1-128 characters");
   if (!isValidId(event.sessionId)) throw bad("sessionId", "must be an id of [A-Za-z0-9_-]");
   if (!isValidId(event.runId)) throw bad("runId", "must be an id of [A-Za-z0-9_-]");

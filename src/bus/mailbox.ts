@@ -197,11 +197,9 @@ class MailboxImpl implements Mailbox, PullTarget {
     this.pulling = true;
     this.pulledAt = performance.now();
     try {
-      this.ctx.nc.publish(
-        `$JS.API.CONSUMER.MSG.NEXT.${this.stream}.${this.consumerName}`,
-        encoder.encode(`{"batch":1,"expires":${nanos(this.expiresMs)}}`),
-        { reply: this.inbox.replySubject(this.token, this.gen) },
-      );
+      this.ctx.nc.publish(`$JS.API.CONSUMER.MSG.NEXT.${this.stream}.${this.consumerName}`, encoder.encode(`{"batch":1,"expires":${nanos(this.expiresMs)}}`), {
+        reply: this.inbox.replySubject(this.token, this.gen),
+      });
     } catch (err) {
       // Closed or draining: the sweep tries again if the connection comes back.
       this.pulling = false;
@@ -327,7 +325,10 @@ class MailboxImpl implements Mailbox, PullTarget {
         const transient = isTransientNatsError(err) || isKovaError(err, BusErrorCode.NATS_UNREACHABLE) || isKovaError(err, BusErrorCode.JETSTREAM_UNAVAILABLE);
         if (!transient || this.stopping || performance.now() - started > budget) throw err;
         const delay = backoffMs(attempt, 100, 2_000);
-        this.log.info({ err, id: env.id, attempt, retryInMs: delay }, "handler hit a NATS outage; running it again in place (the message keeps its deliveries)");
+        this.log.info(
+          { err, id: env.id, attempt, retryInMs: delay },
+          "handler hit a NATS outage; running it again in place (the message keeps its deliveries)",
+        );
         await sleep(delay, this.signal).catch(() => {
           throw err;
         });

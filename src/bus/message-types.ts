@@ -7,13 +7,7 @@ import { InvalidEnvelopeError, UnknownMessageTypeError } from "./errors.js";
  * only types that something in its process registered, and dead-letters the rest with
  * reason `unknown_type` — so a node that predates a type never misreads it.
  */
-export const CORE_MESSAGE_TYPES = [
-  "task_delegate",
-  "info_request",
-  "result_notify",
-  "capability_query",
-  "capability_reply",
-] as const;
+export const CORE_MESSAGE_TYPES = ["task_delegate", "info_request", "result_notify", "capability_query", "capability_reply"] as const;
 
 export type CoreMessageType = (typeof CORE_MESSAGE_TYPES)[number];
 /** A core type or a namespaced one (`agent.chat`). */
@@ -43,7 +37,10 @@ export function registerMessageTypes(owner: string, ...types: string[]): void {
   for (const type of types) {
     if (CORE.has(type)) continue;
     if (!isWellFormedType(type)) {
-      throw new InvalidEnvelopeError("type", `${JSON.stringify(type)} (from ${owner}) is not a namespaced type: use <namespace>.<name>, lowercase [a-z0-9_], up to ${MAX_TYPE} characters, e.g. "agent.chat"`);
+      throw new InvalidEnvelopeError(
+        "type",
+        `${JSON.stringify(type)} (from ${owner}) is not a namespaced type: use <namespace>.<name>, lowercase [a-z0-9_], up to ${MAX_TYPE} characters, e.g. "agent.chat"`,
+      );
     }
     if (!registered.has(type)) registered.set(type, owner);
   }

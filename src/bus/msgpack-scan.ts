@@ -99,13 +99,16 @@ export function scanMsgpack(buf: Uint8Array, maxDepth: number): string | undefin
       switch (b) {
         case 0xc1:
           return `invalid byte 0xc1 at ${pos - 1}`;
-        case 0xc4: case 0xd9:
+        case 0xc4:
+        case 0xd9:
           err = need(1) ?? skip(1 + buf[pos]!);
           break;
-        case 0xc5: case 0xda:
+        case 0xc5:
+        case 0xda:
           err = need(2) ?? skip(2 + view.getUint16(pos));
           break;
-        case 0xc6: case 0xdb:
+        case 0xc6:
+        case 0xdb:
           err = need(4) ?? skip(4 + view.getUint32(pos));
           break;
         case 0xc7:
@@ -117,23 +120,39 @@ export function scanMsgpack(buf: Uint8Array, maxDepth: number): string | undefin
         case 0xc9:
           err = need(4) ?? ext(view.getUint32(take(4)), start);
           break;
-        case 0xca: case 0xce: case 0xd2:
+        case 0xca:
+        case 0xce:
+        case 0xd2:
           err = skip(4);
           break;
-        case 0xcb: case 0xcf: case 0xd3:
+        case 0xcb:
+        case 0xcf:
+        case 0xd3:
           err = skip(8);
           break;
-        case 0xcc: case 0xd0:
+        case 0xcc:
+        case 0xd0:
           err = skip(1);
           break;
-        case 0xcd: case 0xd1:
+        case 0xcd:
+        case 0xd1:
           err = skip(2);
           break;
-        case 0xd4: err = ext(1, start); break;
-        case 0xd5: err = ext(2, start); break;
-        case 0xd6: err = ext(4, start); break;
-        case 0xd7: err = ext(8, start); break;
-        case 0xd8: err = ext(16, start); break;
+        case 0xd4:
+          err = ext(1, start);
+          break;
+        case 0xd5:
+          err = ext(2, start);
+          break;
+        case 0xd6:
+          err = ext(4, start);
+          break;
+        case 0xd7:
+          err = ext(8, start);
+          break;
+        case 0xd8:
+          err = ext(16, start);
+          break;
         case 0xdc:
           err = need(2) ?? open(view.getUint16(take(2)), false);
           break;

@@ -50,7 +50,11 @@ export function securityOptions(sec: NatsSecurity | undefined): Partial<Connecti
   }
   if (authenticators.length > 0) out.authenticator = authenticators;
   if (sec.tls && (sec.tls.caFile || sec.tls.certFile || sec.tls.keyFile)) {
-    out.tls = { ...(sec.tls.caFile ? { caFile: sec.tls.caFile } : {}), ...(sec.tls.certFile ? { certFile: sec.tls.certFile } : {}), ...(sec.tls.keyFile ? { keyFile: sec.tls.keyFile } : {}) };
+    out.tls = {
+      ...(sec.tls.caFile ? { caFile: sec.tls.caFile } : {}),
+      ...(sec.tls.certFile ? { certFile: sec.tls.certFile } : {}),
+      ...(sec.tls.keyFile ? { keyFile: sec.tls.keyFile } : {}),
+    };
   }
   if (sec.inboxPrefix !== undefined) out.inboxPrefix = sec.inboxPrefix;
   return out;

@@ -113,8 +113,7 @@ async function ensureStream(jsm: JetStreamManager, want: Wanted, log?: Logger): 
 }
 
 function compare(want: Wanted, have: StreamConfig): void {
-  const sameSubjects =
-    have.subjects?.length === want.subjects.length && want.subjects.every((s) => have.subjects?.includes(s));
+  const sameSubjects = have.subjects?.length === want.subjects.length && want.subjects.every((s) => have.subjects?.includes(s));
   if (!sameSubjects) throw new StreamConflictError(want.name, "subjects", want.subjects, have.subjects);
   for (const field of ["retention", "storage", "num_replicas", "max_age", "duplicate_window", "discard"] as const) {
     if (have[field] !== want[field]) throw new StreamConflictError(want.name, field, want[field], have[field]);

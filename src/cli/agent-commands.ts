@@ -38,9 +38,13 @@ export async function askAgentCommand(client: KovaClient, agentId: string, text:
         streamed ||= d.text.length > 0;
       }
     } else if (e.type === "approval_requested") {
-      process.stderr.write(`[${String(d.tool)} ${JSON.stringify(d.args)} waits for approval: kova approve ${e.runId} ${String(d.approvalId)}  |  kova reject ${e.runId} ${String(d.approvalId)}]\n`);
+      process.stderr.write(
+        `[${String(d.tool)} ${JSON.stringify(d.args)} waits for approval: kova approve ${e.runId} ${String(d.approvalId)}  |  kova reject ${e.runId} ${String(d.approvalId)}]\n`,
+      );
     } else if (e.type === "approval_granted" || e.type === "approval_rejected") {
-      process.stderr.write(`[${String(d.tool)} ${e.type === "approval_granted" ? "approved" : d.timedOut ? "rejected: no decision in time" : "rejected"}${d.by ? ` by ${String(d.by)}` : ""}]\n`);
+      process.stderr.write(
+        `[${String(d.tool)} ${e.type === "approval_granted" ? "approved" : d.timedOut ? "rejected: no decision in time" : "rejected"}${d.by ? ` by ${String(d.by)}` : ""}]\n`,
+      );
     } else if (o.verbose && e.type === "tool_call") {
       process.stderr.write(`[tool ${String(d.tool)} ${JSON.stringify(d.args)}]\n`);
     } else if (o.verbose && e.type === "tool_result") {
@@ -95,23 +99,44 @@ export function profiled(e: KovaEvent, profile: EventProfile | undefined): KovaE
 }
 
 /** `kova agents usage [agent]`: asks each agent's host over the fast path. */
-export function registerUsage(agents: Command, common: (c: Command) => Command, withClient: (o: object, fn: (c: KovaClient) => Promise<void>) => Promise<void>): void {
+export function registerUsage(
+  agents: Command,
+  common: (c: Command) => Command,
+  withClient: (o: object, fn: (c: KovaClient) => Promise<void>) => Promise<void>,
+): void {
   common(agents.command("usage [agent]").description("tokens, cost, model and tool calls per agent (from the hosting node)")).action(
     (agent: string | undefined, o: { json?: boolean }) =>
       withClient(o, async (client) => {
         const ids = agent ? [agent] : await agentIds(client);
         const rows: Array<AgentInfo | { agentId: string; error: string }> = await Promise.all(
-          ids.map((id) => client.request<AgentInfo>(id, "info_request", null, { timeoutMs: 3000 }).catch((err: Error) => ({ agentId: id, error: err.message }))),
+          ids.map((id) =>
+            client.request<AgentInfo>(id, "info_request", null, { timeoutMs: 3000 }).catch((err: Error) => ({ agentId: id, error: err.message })),
+          ),
         );
         const infos = rows.filter((r): r is AgentInfo => "usage" in r && typeof (r as AgentInfo).usage?.runs === "number");
-        if (agent && infos.length === 0) throw new KovaError(ErrorCode.REMOTE_ERROR, `agent ${agent} did not answer with usage: ${(rows[0] as { error?: string }).error ?? "it is not an LLM agent"}`);
+        if (agent && infos.length === 0)
+          throw new KovaError(
+            ErrorCode.REMOTE_ERROR,
+            `agent ${agent} did not answer with usage: ${(rows[0] as { error?: string }).error ?? "it is not an LLM agent"}`,
+          );
         if (o.json) return print(agent ? infos[0] : infos);
         table(
           ["AGENT", "MODEL", "RUNS", "MODEL CALLS", "IN", "OUT", "COST USD", "TOOL CALLS", "TOOL MS"],
-          infos.map((i) => [i.agentId, i.model, String(i.usage.runs), String(i.usage.modelCalls), String(i.usage.inputTokens), String(i.usage.outputTokens), i.usage.costUsd.toFixed(6), String(i.usage.toolCalls), String(i.usage.toolMs)]),
+          infos.map((i) => [
+            i.agentId,
+            i.model,
+            String(i.usage.runs),
+            String(i.usage.modelCalls),
+            String(i.usage.inputTokens),
+            String(i.usage.outputTokens),
+            i.usage.costUsd.toFixed(6),
+            String(i.usage.toolCalls),
+            String(i.usage.toolMs),
+          ]),
         );
         if (agent) {
-          for (const [m, u] of Object.entries(infos[0]!.usage.byModel)) process.stdout.write(`  model ${m}: ${u.calls} calls, ${u.inputTokens} in / ${u.outputTokens} out, $${u.costUsd.toFixed(6)}\n`);
+          for (const [m, u] of Object.entries(infos[0]!.usage.byModel))
+            process.stdout.write(`  model ${m}: ${u.calls} calls, ${u.inputTokens} in / ${u.outputTokens} out, $${u.costUsd.toFixed(6)}\n`);
           for (const [t, u] of Object.entries(infos[0]!.usage.byTool)) process.stdout.write(`  tool ${t}: ${u.calls} calls (${u.errors} failed), ${u.ms} ms\n`);
         }
       }),
@@ -129,5 +154,8 @@ async function agentIds(client: KovaClient): Promise<string[]> {
   const ids: string[] = [];
   for await (const k of await kv.keys()) ids.push(k);
   const records = await Promise.all(ids.map(async (id) => (await kv.get(id))?.json<AgentRecord>()));
-  return records.filter((r): r is AgentRecord => r !== undefined && r.desired !== "killed").map((r) => r.id).sort();
+  return records
+    .filter((r): r is AgentRecord => r !== undefined && r.desired !== "killed")
+    .map((r) => r.id)
+    .sort();
 }

@@ -64,7 +64,13 @@ export function register(program: Command): void {
  *   answering, ids an agent approval cannot have: a workflow's `approve.2` inside a loop)
  * @throws the endpoint's other errors (already decided, invalid)
  */
-async function decideAgentApproval(nc: NatsConnection, cluster: string, runId: string, approvalId: string, decision: { approved: boolean; by?: string; comment?: string }): Promise<ApproveReply | Error> {
+async function decideAgentApproval(
+  nc: NatsConnection,
+  cluster: string,
+  runId: string,
+  approvalId: string,
+  decision: { approved: boolean; by?: string; comment?: string },
+): Promise<ApproveReply | Error> {
   if (!isValidId(runId) || !isValidId(approvalId)) return new Error(`${approvalId} is not an agent approval id`);
   try {
     return await controlRequest<ApproveReply>(nc, approveSubject(cluster), { runId, approvalId, ...decision });

@@ -35,18 +35,21 @@ export function register(program: Command): void {
       .option("--key <key>", "address the instance <agentId>--<key> of template <agentId> (a virtual actor, activated on first use)")
       .option("--json", "print JSON");
 
-  message(program.command("send <agentId>").description("durably send an A2A message to an agent's mailbox")).action(
-    (target: string, o: MessageOpts) =>
-      withClient(o, async (client) => {
-        const agentId = address(target, o.key);
-        const r = await client.send(agentId, messageType(o.type ?? ""), payload(o.payload), { ...(o.id ? { id: o.id } : {}) });
-        const subject = client.bus.subjects.a2a(agentId);
-        if (o.json) return print({ ...r, subject });
-        process.stdout.write(`sent ${r.id} to ${subject} (stream seq ${r.seq}${r.duplicate ? ", duplicate: already stored" : ""})\n`);
-      }),
+  message(program.command("send <agentId>").description("durably send an A2A message to an agent's mailbox")).action((target: string, o: MessageOpts) =>
+    withClient(o, async (client) => {
+      const agentId = address(target, o.key);
+      const r = await client.send(agentId, messageType(o.type ?? ""), payload(o.payload), { ...(o.id ? { id: o.id } : {}) });
+      const subject = client.bus.subjects.a2a(agentId);
+      if (o.json) return print({ ...r, subject });
+      process.stdout.write(`sent ${r.id} to ${subject} (stream seq ${r.seq}${r.duplicate ? ", duplicate: already stored" : ""})\n`);
+    }),
   );
 
-  common(program.command("ask <agentId> [text...]").description('ask an agent: `kova ask researcher "What changed?"` streams the answer; with --type, send any message and print the result_notify'))
+  common(
+    program
+      .command("ask <agentId> [text...]")
+      .description('ask an agent: `kova ask researcher "What changed?"` streams the answer; with --type, send any message and print the result_notify'),
+  )
     .option("-t, --type <type>", `message type (${CORE_MESSAGE_TYPES.join(", ")}, or a namespaced one) for the raw form; omit it to ask an LLM agent`)
     .option("-p, --payload <json>", "payload as JSON (raw form)", "null")
     .option("--from <id>", "sender id (default: kova-cli)")
@@ -63,7 +66,8 @@ export function register(program: Command): void {
       withClient(o, async (client) => {
         const agentId = address(target, o.key);
         if (o.type === undefined) {
-          if (text.length === 0) throw new KovaError(ErrorCode.INVALID_CONFIG, 'say what to ask: kova ask <agent> "your question" (or give --type and --payload for a raw message)');
+          if (text.length === 0)
+            throw new KovaError(ErrorCode.INVALID_CONFIG, 'say what to ask: kova ask <agent> "your question" (or give --type and --payload for a raw message)');
           return askAgentCommand(client, agentId, text.join(" "), { ...o, timeout: String(positive(o.timeout ?? "600000", "--timeout")) });
         }
         const reply = await client.ask(agentId, messageType(o.type), payload(o.payload), {
@@ -87,7 +91,10 @@ export function register(program: Command): void {
     .option("--session <id>", "only this session's events")
     .option("--max <n>", "exit after this many events")
     .option("--profile <profile>", "chat (tokens and answers), debug (everything) or metrics (usage only)")
-    .option("--tree", "render the session's run tree (parent and child runs, status, tokens, cost, duration) live instead of JSON lines; with --session it starts from the session's first event")
+    .option(
+      "--tree",
+      "render the session's run tree (parent and child runs, status, tokens, cost, duration) live instead of JSON lines; with --session it starts from the session's first event",
+    )
     .option("--until-done", "with --tree: exit once every run of the tree has ended")
     .action((o: BusOpts & { session?: string; max?: string; profile?: string; tree?: boolean; untilDone?: boolean }) =>
       withClient(o, async (client) => {
@@ -172,7 +179,10 @@ function address(target: string, key: string | undefined): string {
 
 function messageType(value: string): MessageType {
   if (!isWellFormedType(value)) {
-    throw new KovaError(BusErrorCode.UNKNOWN_MESSAGE_TYPE, `--type ${JSON.stringify(value)} is not a message type: use one of ${CORE_MESSAGE_TYPES.join(", ")}, or a namespaced type such as agent.chat`);
+    throw new KovaError(
+      BusErrorCode.UNKNOWN_MESSAGE_TYPE,
+      `--type ${JSON.stringify(value)} is not a message type: use one of ${CORE_MESSAGE_TYPES.join(", ")}, or a namespaced type such as agent.chat`,
+    );
   }
   return value;
 }
@@ -190,5 +200,3 @@ function positive(value: string | undefined, flag: string): number {
   if (!Number.isFinite(n) || n <= 0) throw new KovaError(ErrorCode.INVALID_CONFIG, `${flag} must be a positive number, got ${JSON.stringify(value)}`);
   return n;
 }
-
-

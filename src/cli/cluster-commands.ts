@@ -5,15 +5,7 @@ import { ErrorCode, KovaError } from "../core/errors.js";
 import { isValidId } from "../core/ids.js";
 import { resolveTarget, targetOptions, type TargetOpts } from "./target.js";
 import { redactUrls, securityOptions } from "../bus/nats-security.js";
-import {
-  controlRequest,
-  nodeSubject,
-  spawnSubject,
-  type AgentStatusView,
-  type NodeStatusView,
-  type SignalReply,
-  type SpawnReply,
-} from "../node/control.js";
+import { controlRequest, nodeSubject, spawnSubject, type AgentStatusView, type NodeStatusView, type SignalReply, type SpawnReply } from "../node/control.js";
 import { nodesBucket, type NodeRecord } from "../node/membership.js";
 import { agentsBucket, readAgentRecord, type AgentRecord } from "../node/registry.js";
 import { ActorErrorCode } from "../actors/errors.js";
@@ -40,7 +32,15 @@ export function register(program: Command): void {
       if (o.json) return print(rows);
       table(
         ["NODE", "STATE", "ACTORS", "HEARTBEAT", "HOST", "PID", "VERSION"],
-        rows.map((r) => [r.id, r.state === "up" && r.silentMs < 15_000 ? "up" : r.state === "up" ? "stale" : r.state, String(r.actors), `${(r.silentMs / 1000).toFixed(1)}s ago`, r.host, String(r.pid), r.version]),
+        rows.map((r) => [
+          r.id,
+          r.state === "up" && r.silentMs < 15_000 ? "up" : r.state === "up" ? "stale" : r.state,
+          String(r.actors),
+          `${(r.silentMs / 1000).toFixed(1)}s ago`,
+          r.host,
+          String(r.pid),
+          r.version,
+        ]),
       );
     }),
   );
@@ -56,7 +56,10 @@ export function register(program: Command): void {
         const nodeRecords = await readBucket<NodeRecord>(nc, nodesBucket(cluster), cluster).catch(() => []);
         const alive = new Set(nodeRecords.filter((n) => n.state !== "leaving" && Date.now() - n.heartbeatAt < 15_000).map((n) => n.id));
         const where = (r: AgentRecord) => (r.node === null ? "-" : alive.has(r.node) ? r.node : `${r.node} (not responding)`);
-        table(["AGENT", "TYPE", "NODE", "STATE", "DESIRED"], records.map((r) => [r.id, r.type, where(r), r.state, r.desired]));
+        table(
+          ["AGENT", "TYPE", "NODE", "STATE", "DESIRED"],
+          records.map((r) => [r.id, r.type, where(r), r.state, r.desired]),
+        );
       }),
   );
 
@@ -75,19 +78,44 @@ export function register(program: Command): void {
       for (const a of agentRecords) byState[a.state] = (byState[a.state] ?? 0) + 1;
       const summary = { cluster, server: nc.getServer(), nodes: statuses, agents: { total: agentRecords.length, byState } };
       if (o.json) return print(summary);
-      process.stdout.write(`cluster ${cluster} on ${summary.server}: ${statuses.filter((s) => !("error" in s)).length} node(s) answering, ${agentRecords.length} agent(s)\n`);
-      process.stdout.write(`agents by state: ${Object.entries(byState).map(([k, v]) => `${k}=${v}`).join(" ") || "(none)"}\n`);
+      process.stdout.write(
+        `cluster ${cluster} on ${summary.server}: ${statuses.filter((s) => !("error" in s)).length} node(s) answering, ${agentRecords.length} agent(s)\n`,
+      );
+      process.stdout.write(
+        `agents by state: ${
+          Object.entries(byState)
+            .map(([k, v]) => `${k}=${v}`)
+            .join(" ") || "(none)"
+        }\n`,
+      );
       table(
         ["NODE", "HEALTHY", "HOSTED", "UPTIME", "NATS", "RECOVERED", "ABANDONED"],
         statuses.map((s) =>
           "error" in s
             ? [s.nodeId, "no reply", "-", "-", "-", "-", s.error]
-            : [s.nodeId, String(s.healthy), String(s.actors.hosted), `${Math.round(s.uptimeMs / 1000)}s`, s.nats.source, String(s.recovery.finished.length), String(s.recovery.abandoned.length)],
+            : [
+                s.nodeId,
+                String(s.healthy),
+                String(s.actors.hosted),
+                `${Math.round(s.uptimeMs / 1000)}s`,
+                s.nats.source,
+                String(s.recovery.finished.length),
+                String(s.recovery.abandoned.length),
+              ],
         ),
       );
       const answered = statuses.filter((s): s is NodeStatusView => !("error" in s));
       const templateRows = answered.flatMap((s) =>
-        (s.virtual?.templates ?? []).map((t) => [s.nodeId, t.name, t.type, String(t.hosted), t.idleAfterMs === 0 ? "never" : `${t.idleAfterMs / 1000}s`, String(s.virtual.activations), String(s.virtual.passivations), String(s.virtual.refused)]),
+        (s.virtual?.templates ?? []).map((t) => [
+          s.nodeId,
+          t.name,
+          t.type,
+          String(t.hosted),
+          t.idleAfterMs === 0 ? "never" : `${t.idleAfterMs / 1000}s`,
+          String(s.virtual.activations),
+          String(s.virtual.passivations),
+          String(s.virtual.refused),
+        ]),
       );
       if (templateRows.length > 0) {
         process.stdout.write("\ntemplates (virtual actors):\n");
@@ -97,7 +125,18 @@ export function register(program: Command): void {
         (s.models ?? []).flatMap((m) =>
           Object.keys(m.classes).length === 0
             ? [[s.nodeId, m.model, m.policy, `${m.inFlight}/${m.maxConcurrency}`, String(m.queued), "-", "0", "0", "-", "-"]]
-            : Object.entries(m.classes).map(([cls, w]) => [s.nodeId, m.model, m.policy, `${m.inFlight}/${m.maxConcurrency}`, String(m.queued), cls, String(w.queued), String(w.granted), `${w.waitMs.p50}`, `${w.waitMs.p99}`]),
+            : Object.entries(m.classes).map(([cls, w]) => [
+                s.nodeId,
+                m.model,
+                m.policy,
+                `${m.inFlight}/${m.maxConcurrency}`,
+                String(m.queued),
+                cls,
+                String(w.queued),
+                String(w.granted),
+                `${w.waitMs.p50}`,
+                `${w.waitMs.p99}`,
+              ]),
         ),
       );
       if (modelRows.length > 0) {
@@ -132,7 +171,10 @@ export function register(program: Command): void {
         const record = entry && entry.operation === "PUT" ? readAgentRecord(agent, entry.json<unknown>()) : undefined;
         if (!record) throw new KovaError(ActorErrorCode.NOT_HOSTED, `no agent ${agent} in cluster ${cluster}: check the id with kova agents ls`);
         if (!record.node) {
-          throw new KovaError(ActorErrorCode.NOT_HOSTED, `agent ${agent} is not running on any node right now (state ${record.state}); wait for placement and retry, see kova agents ls`);
+          throw new KovaError(
+            ActorErrorCode.NOT_HOSTED,
+            `agent ${agent} is not running on any node right now (state ${record.state}); wait for placement and retry, see kova agents ls`,
+          );
         }
         const reply = await controlRequest<SignalReply>(nc, nodeSubject(cluster, record.node, "signal"), { actorId: agent, signal });
         if (o.json) return print(reply);
@@ -140,13 +182,15 @@ export function register(program: Command): void {
       }),
   );
 
-  common(program.command("node-agents <node>").description("actors a node hosts right now, with in-flight turns")).action(
-    (node: string, o: ClusterOpts) =>
-      withCluster(o, async (nc, cluster) => {
-        const list = await controlRequest<AgentStatusView[]>(nc, nodeSubject(cluster, node, "agents"), {});
-        if (o.json) return print(list);
-        table(["AGENT", "TYPE", "STATE", "IN-FLIGHT", "HANDLED"], list.map((a) => [a.id, a.type, a.state, String(a.inFlight), String(a.handled)]));
-      }),
+  common(program.command("node-agents <node>").description("actors a node hosts right now, with in-flight turns")).action((node: string, o: ClusterOpts) =>
+    withCluster(o, async (nc, cluster) => {
+      const list = await controlRequest<AgentStatusView[]>(nc, nodeSubject(cluster, node, "agents"), {});
+      if (o.json) return print(list);
+      table(
+        ["AGENT", "TYPE", "STATE", "IN-FLIGHT", "HANDLED"],
+        list.map((a) => [a.id, a.type, a.state, String(a.inFlight), String(a.handled)]),
+      );
+    }),
   );
 }
 
@@ -156,7 +200,11 @@ export async function withCluster(o: TargetOpts, fn: (nc: NatsConnection, cluste
   try {
     nc = await connect({ servers: urls.split(","), timeout: 3000, name: "kova-cli", ...securityOptions(security) });
   } catch (err) {
-    throw new KovaError(BusErrorCode.NATS_UNREACHABLE, `NATS unreachable at ${redactUrls(urls.split(",")).join(",")}: start the cluster's nats-server, or pass --server / set NATS_URL (and credentials: --creds, --user, see kova --help)`, { cause: err });
+    throw new KovaError(
+      BusErrorCode.NATS_UNREACHABLE,
+      `NATS unreachable at ${redactUrls(urls.split(",")).join(",")}: start the cluster's nats-server, or pass --server / set NATS_URL (and credentials: --creds, --user, see kova --help)`,
+      { cause: err },
+    );
   }
   try {
     await fn(nc, cluster);
@@ -169,7 +217,11 @@ export async function openExisting(nc: NatsConnection, bucket: string, cluster: 
   try {
     return await new Kvm(nc).open(bucket, { bindOnly: false });
   } catch (err) {
-    throw new KovaError(NodeErrorCode.UNKNOWN_CLUSTER, `no cluster "${cluster}" here (bucket ${bucket} missing): start a node with kova node start, or pass --cluster`, { cause: err });
+    throw new KovaError(
+      NodeErrorCode.UNKNOWN_CLUSTER,
+      `no cluster "${cluster}" here (bucket ${bucket} missing): start a node with kova node start, or pass --cluster`,
+      { cause: err },
+    );
   }
 }
 
@@ -187,5 +239,3 @@ export async function readBucket<T>(nc: NatsConnection, bucket: string, cluster:
   }
   return out.sort((a, b) => String((a as { id?: string }).id).localeCompare(String((b as { id?: string }).id)));
 }
-
-

@@ -42,9 +42,13 @@ export function register(program: Command): void {
     .action((name: string, o: TargetOpts & { agents?: string; rate?: string }) =>
       withCluster(o, async (nc, cluster) => {
         const rate = o.rate === undefined ? undefined : Number(o.rate);
-        if (rate !== undefined && (!Number.isInteger(rate) || rate < 1)) throw new ArgumentError("--rate", "must be a whole number of requests per minute, at least 1");
+        if (rate !== undefined && (!Number.isInteger(rate) || rate < 1))
+          throw new ArgumentError("--rate", "must be a whole number of requests per minute, at least 1");
         const admin = await (await gatewayModule()).KeyAdmin.open(nc, cluster);
-        const agents = o.agents?.split(",").map((a) => a.trim()).filter(Boolean);
+        const agents = o.agents
+          ?.split(",")
+          .map((a) => a.trim())
+          .filter(Boolean);
         const { key, record } = await admin.add(name, { ...(agents ? { agents } : {}), ...(rate ? { ratePerMinute: rate } : {}) });
         if (o.json) return print({ name, key, agents: record.agents ?? null, ratePerMinute: record.ratePerMinute ?? null });
         process.stdout.write(`${key}\n`);
@@ -57,7 +61,10 @@ export function register(program: Command): void {
       withCluster(o, async (nc, cluster) => {
         const list = await (await (await gatewayModule()).KeyAdmin.open(nc, cluster)).list();
         if (o.json) return print(list);
-        table(["NAME", "AGENTS", "RATE/MIN", "CREATED"], list.map((k) => [k.name, k.agents?.join(",") ?? "*", k.ratePerMinute ? String(k.ratePerMinute) : "default", new Date(k.createdAt).toISOString()]));
+        table(
+          ["NAME", "AGENTS", "RATE/MIN", "CREATED"],
+          list.map((k) => [k.name, k.agents?.join(",") ?? "*", k.ratePerMinute ? String(k.ratePerMinute) : "default", new Date(k.createdAt).toISOString()]),
+        );
       }),
     );
   targetOptions(keys.command("rm <name>").description("remove a key: gateways refuse it within a second")).action((name: string, o: TargetOpts) =>
@@ -74,7 +81,7 @@ export function register(program: Command): void {
       const chunks: Buffer[] = [];
       for await (const c of process.stdin) chunks.push(c as Buffer);
       const key = Buffer.concat(chunks).toString("utf8").trim();
-      if (key === "") throw new ArgumentError("stdin", "no key given: echo -n \"$KEY\" | kova gateway keys hash");
+      if (key === "") throw new ArgumentError("stdin", 'no key given: echo -n "$KEY" | kova gateway keys hash');
       process.stdout.write(`${(await gatewayModule()).hashKey(key)}\n`);
     });
 }

@@ -42,7 +42,10 @@ async function pickNode(nc: NatsConnection, cluster: string, agent: string | und
   if (agent !== undefined) {
     const entry = await (await openExisting(nc, agentsBucket(cluster), cluster)).get(agent);
     const record = entry && entry.operation === "PUT" ? readAgentRecord(agent, entry.json<unknown>()) : undefined;
-    if (!record) throw new KovaError(BusErrorCode.UNKNOWN_AGENT, `no agent ${agent} in cluster ${cluster}: check the id with kova agents ls`, { data: { agentId: agent } });
+    if (!record)
+      throw new KovaError(BusErrorCode.UNKNOWN_AGENT, `no agent ${agent} in cluster ${cluster}: check the id with kova agents ls`, {
+        data: { agentId: agent },
+      });
     if (record.node) return record.node;
   }
   const now = Date.now();

@@ -64,7 +64,12 @@ export async function startRun(
   const runId = opts.runId === undefined ? newRunId() : assertRunId(opts.runId);
   const sessionId = opts.sessionId ?? runId;
   await controlRequest<SpawnReply>(client.bus.nc, spawnSubject(client.bus.cluster), { id: runId, type: WORKFLOW_ACTOR_TYPE });
-  await client.send(runId, WorkflowMessageType.start, { workflow: opts.raw, input: opts.input, sessionId, ...(opts.parentRunId ? { parentRunId: opts.parentRunId } : {}) }, { id: `${runId}-start` });
+  await client.send(
+    runId,
+    WorkflowMessageType.start,
+    { workflow: opts.raw, input: opts.input, sessionId, ...(opts.parentRunId ? { parentRunId: opts.parentRunId } : {}) },
+    { id: `${runId}-start` },
+  );
   return { runId, sessionId };
 }
 
@@ -83,7 +88,11 @@ export async function readRun(client: KovaClient, runId: string): Promise<RunSum
   const store = await NatsCheckpointStore.open({ js: client.bus.js, cluster: client.bus.cluster });
   const cp = await store.load(runId);
   const state = cp?.state as RunState | undefined;
-  if (!state?.runId) throw new KovaError(WorkflowErrorCode.RUN_NOT_FOUND, `no workflow run ${runId} in cluster ${client.bus.cluster} (or it has not started yet): see kova workflow ls`);
+  if (!state?.runId)
+    throw new KovaError(
+      WorkflowErrorCode.RUN_NOT_FOUND,
+      `no workflow run ${runId} in cluster ${client.bus.cluster} (or it has not started yet): see kova workflow ls`,
+    );
   return runSummary(state);
 }
 
@@ -140,10 +149,12 @@ function jsonArg(value: string | undefined, flag: string): unknown {
 /** Sends a signal and says what the run did with it (it answers: delivered, kept or ignored). */
 export async function sendSignal(client: KovaClient, runId: string, payload: Record<string, unknown>): Promise<string> {
   const run = await readRun(client, runId);
-  if (run.status !== "running" && run.status !== "new") throw new KovaError(WorkflowErrorCode.RUN_NOT_FOUND, `run ${runId} has ended (${run.status}); it takes no signals`);
+  if (run.status !== "running" && run.status !== "new")
+    throw new KovaError(WorkflowErrorCode.RUN_NOT_FOUND, `run ${runId} has ended (${run.status}); it takes no signals`);
   const reply = await client.ask<{ outcome: unknown }>(runId, WorkflowMessageType.signal, payload, { timeoutMs: 30_000 });
   const outcome = reply.payload?.outcome;
-  if (typeof outcome === "object" && outcome !== null) throw new ArgumentError("signal", (outcome as { ignored?: { message?: string } }).ignored?.message ?? "refused by the run");
+  if (typeof outcome === "object" && outcome !== null)
+    throw new ArgumentError("signal", (outcome as { ignored?: { message?: string } }).ignored?.message ?? "refused by the run");
   return String(outcome);
 }
 
@@ -197,14 +208,27 @@ export function register(program: Command): void {
         const run = await readRun(client, runId);
         if (o.json) return print(run);
         const took = run.endedAt ? ` in ${((run.endedAt - run.createdAt) / 1000).toFixed(1)}s` : "";
-        process.stdout.write(`run ${run.runId} of ${run.workflowId ?? "?"}: ${run.status}${took} (session ${run.sessionId}, tokens ${run.usage.inputTokens}/${run.usage.outputTokens})\n`);
+        process.stdout.write(
+          `run ${run.runId} of ${run.workflowId ?? "?"}: ${run.status}${took} (session ${run.sessionId}, tokens ${run.usage.inputTokens}/${run.usage.outputTokens})\n`,
+        );
         if (run.steps.length > 0) {
           table(
             ["STEP", "TYPE", "STATUS", "ATTEMPTS", "AGENT", "TIME", "ERROR"],
-            run.steps.map((s) => [s.key, s.type, s.status, String(s.attempts), s.agent ?? "", s.durationMs === undefined ? "" : `${(s.durationMs / 1000).toFixed(1)}s`, s.error?.message.slice(0, 60) ?? ""]),
+            run.steps.map((s) => [
+              s.key,
+              s.type,
+              s.status,
+              String(s.attempts),
+              s.agent ?? "",
+              s.durationMs === undefined ? "" : `${(s.durationMs / 1000).toFixed(1)}s`,
+              s.error?.message.slice(0, 60) ?? "",
+            ]),
           );
         }
-        for (const a of run.approvals) process.stdout.write(`waiting for approval ${a.approvalId}: kova approve ${run.runId} ${a.approvalId}  |  kova reject ${run.runId} ${a.approvalId}\n`);
+        for (const a of run.approvals)
+          process.stdout.write(
+            `waiting for approval ${a.approvalId}: kova approve ${run.runId} ${a.approvalId}  |  kova reject ${run.runId} ${a.approvalId}\n`,
+          );
         for (const ev of run.events) process.stdout.write(`waiting for event ${ev}: kova workflow signal ${run.runId} ${ev}\n`);
         for (const w of run.subjects ?? []) process.stdout.write(`${w.stepId}: waiting for a message on ${w.subject}\n`);
         if (run.output !== undefined) process.stdout.write(`output: ${typeof run.output === "string" ? run.output : JSON.stringify(run.output)}\n`);
@@ -217,8 +241,15 @@ export function register(program: Command): void {
     .action((runId: string, o: TargetOpts & { reason?: string }) =>
       withClient(o, async (client) => {
         assertRunId(runId);
-        const reply = await client.ask<{ outcome: unknown; run: RunSummary }>(runId, WorkflowMessageType.cancel, { ...(o.reason ? { reason: o.reason } : {}) }, { timeoutMs: 30_000 });
-        process.stdout.write(`${String(reply.payload.outcome) === "cancelled" ? "cancelled" : `not cancelled: the run is ${reply.payload.run.status}`} ${runId}\n`);
+        const reply = await client.ask<{ outcome: unknown; run: RunSummary }>(
+          runId,
+          WorkflowMessageType.cancel,
+          { ...(o.reason ? { reason: o.reason } : {}) },
+          { timeoutMs: 30_000 },
+        );
+        process.stdout.write(
+          `${String(reply.payload.outcome) === "cancelled" ? "cancelled" : `not cancelled: the run is ${reply.payload.run.status}`} ${runId}\n`,
+        );
       }),
     );
 
@@ -241,12 +272,29 @@ export function register(program: Command): void {
         const runs = await Promise.all(
           records.map(async (r) => {
             const state = (await store.load(r.id))?.state as RunState | undefined;
-            return { runId: r.id, workflowId: state?.workflow?.id ?? null, status: state?.status ?? "new", createdAt: state?.createdAt ?? r.updatedAt, endedAt: state?.endedAt ?? null, node: r.node };
+            return {
+              runId: r.id,
+              workflowId: state?.workflow?.id ?? null,
+              status: state?.status ?? "new",
+              createdAt: state?.createdAt ?? r.updatedAt,
+              endedAt: state?.endedAt ?? null,
+              node: r.node,
+            };
           }),
         );
         runs.sort((a, b) => b.createdAt - a.createdAt);
         if (o.json) return print(runs);
-        table(["RUN", "WORKFLOW", "STATUS", "STARTED", "TOOK", "NODE"], runs.map((r) => [r.runId, r.workflowId ?? "?", r.status, new Date(r.createdAt).toISOString(), r.endedAt ? `${((r.endedAt - r.createdAt) / 1000).toFixed(1)}s` : "", r.node ?? "-"]));
+        table(
+          ["RUN", "WORKFLOW", "STATUS", "STARTED", "TOOK", "NODE"],
+          runs.map((r) => [
+            r.runId,
+            r.workflowId ?? "?",
+            r.status,
+            new Date(r.createdAt).toISOString(),
+            r.endedAt ? `${((r.endedAt - r.createdAt) / 1000).toFixed(1)}s` : "",
+            r.node ?? "-",
+          ]),
+        );
       }),
     );
 
@@ -256,13 +304,19 @@ export function register(program: Command): void {
       withClient(o, async (client) => {
         const data = jsonArg(o.data, "--data");
         const outcome = await sendSignal(client, runId, { event, ...(data === undefined ? {} : { data }) });
-        process.stdout.write(outcome === "delivered" ? `event ${event} ended a wait of ${runId}\n` : `event ${event} kept by ${runId} until a step waits for it\n`);
+        process.stdout.write(
+          outcome === "delivered" ? `event ${event} ended a wait of ${runId}\n` : `event ${event} kept by ${runId} until a step waits for it\n`,
+        );
       }),
     );
 }
 
 /** Renders a session's run tree (history from the EVENTS stream, then live) until `done`. */
-export async function tailTree(client: KovaClient, sessionId: string | undefined, opts: { max?: number; untilDone?: boolean; out?: NodeJS.WriteStream }): Promise<void> {
+export async function tailTree(
+  client: KovaClient,
+  sessionId: string | undefined,
+  opts: { max?: number; untilDone?: boolean; out?: NodeJS.WriteStream },
+): Promise<void> {
   const view = new LiveRunTree(opts.out ?? process.stdout);
   const events = await sessionEvents(client, sessionId);
   const stop = () => events.stop();

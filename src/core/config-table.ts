@@ -37,10 +37,7 @@ export function rejectUnknown(t: ConfigTable, allowed: readonly string[], prefix
   for (const k of Object.keys(t)) {
     if (!allowed.includes(k)) {
       const hint = allowed.find((a) => a.replace(/_/g, "") === k.replace(/[_-]/g, "").toLowerCase()) ?? closeMatches(k, allowed, 1)[0];
-      throw new ConfigError(
-        `${prefix}${k}`,
-        `unknown key${hint ? `: did you mean ${prefix}${hint}?` : `; allowed here: ${allowed.join(", ")}`}`,
-      );
+      throw new ConfigError(`${prefix}${k}`, `unknown key${hint ? `: did you mean ${prefix}${hint}?` : `; allowed here: ${allowed.join(", ")}`}`);
     }
   }
 }
@@ -73,12 +70,7 @@ export function boolValue(value: unknown, key: string): boolean | undefined {
  * ConfigError naming `key[i]`) and may be normalised by it.
  * @throws ConfigError naming the array or the element at fault
  */
-export function stringList(
-  value: unknown,
-  key: string,
-  example: string,
-  check: (item: string, itemKey: string) => string = (s) => s,
-): string[] | undefined {
+export function stringList(value: unknown, key: string, example: string, check: (item: string, itemKey: string) => string = (s) => s): string[] | undefined {
   if (value === undefined) return undefined;
   if (!Array.isArray(value)) throw new ConfigError(key, `must be an array of strings, e.g. ${key.split(".").pop()} = ${example}`);
   return value.map((item, i) => {

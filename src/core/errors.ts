@@ -97,11 +97,7 @@ export class ConfigError extends KovaError {
 
 export class InvalidIdError extends KovaError {
   constructor(kind: string, value: unknown, fix = "use 1-128 characters from [A-Za-z0-9_-] (no dots, spaces or wildcards)") {
-    super(
-      ErrorCode.INVALID_ID,
-      `invalid ${kind} ${JSON.stringify(value)}: ${fix}`,
-      { data: { kind, value: String(value) } },
-    );
+    super(ErrorCode.INVALID_ID, `invalid ${kind} ${JSON.stringify(value)}: ${fix}`, { data: { kind, value: String(value) } });
   }
 }
 
@@ -145,7 +141,6 @@ export function isKovaError(err: unknown, code?: string): err is KovaError {
 export function isTimeout(err: unknown): err is KovaError {
   return isKovaError(err, ErrorCode.TIMEOUT);
 }
-
 
 /** Serializes any thrown value for the wire; unknown errors become INTERNAL. */
 export function toWire(err: unknown): WireError {

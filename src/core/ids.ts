@@ -34,11 +34,7 @@ export const TEMPLATE_NAME_MAX = 64;
 
 export function isValidTemplateName(value: unknown): value is string {
   return (
-    typeof value === "string" &&
-    value.length <= TEMPLATE_NAME_MAX &&
-    ID_PATTERN.test(value) &&
-    !value.includes(INSTANCE_SEPARATOR) &&
-    !value.endsWith("-")
+    typeof value === "string" && value.length <= TEMPLATE_NAME_MAX && ID_PATTERN.test(value) && !value.includes(INSTANCE_SEPARATOR) && !value.endsWith("-")
   );
 }
 

@@ -9,8 +9,7 @@ export type { Logger };
  * tests default to `silent` unless it is set.
  */
 export function createLogger(options: LoggerOptions = {}): Logger {
-  const level =
-    process.env.KOVA_LOG_LEVEL ?? (process.env.VITEST !== undefined ? "silent" : "info");
+  const level = process.env.KOVA_LOG_LEVEL ?? (process.env.VITEST !== undefined ? "silent" : "info");
   return pino({ level, base: { pid: process.pid }, ...options });
 }
 

@@ -39,7 +39,10 @@ import type { LiveTask, TaskTracker } from "./task-tracker.js";
 
 /** The A2A `User` of a request: the API key that authenticated it. */
 export class KeyUser implements User {
-  constructor(readonly principal: Principal, private readonly authenticated: boolean) {}
+  constructor(
+    readonly principal: Principal,
+    private readonly authenticated: boolean,
+  ) {}
   get isAuthenticated(): boolean {
     return this.authenticated;
   }
@@ -131,7 +134,10 @@ export class KovaA2AHandler implements A2ARequestHandler {
       try {
         await this.deps.runs.interrupt(kovaMeta(stored).agentId);
       } catch (err) {
-        throw new TaskNotCancelableError({ message: `could not interrupt agent ${kovaMeta(stored).agentId}: ${err instanceof Error ? err.message : String(err)}`, cause: err });
+        throw new TaskNotCancelableError({
+          message: `could not interrupt agent ${kovaMeta(stored).agentId}: ${err instanceof Error ? err.message : String(err)}`,
+          cause: err,
+        });
       }
       await Promise.race([live.done, new Promise((r) => setTimeout(r, CANCEL_WAIT_MS))]);
     }
@@ -143,7 +149,8 @@ export class KovaA2AHandler implements A2ARequestHandler {
 
   async *resubscribe(params: SubscribeToTaskRequest, context: ServerCallContext): AsyncGenerator<StreamResponse, void, undefined> {
     const stored = await this.load(params.id, context);
-    if (isTerminal(stored.status?.state)) throw new UnsupportedOperationError(`task ${params.id} has ended (${TaskState[stored.status!.state]}): get it with GetTask`);
+    if (isTerminal(stored.status?.state))
+      throw new UnsupportedOperationError(`task ${params.id} has ended (${TaskState[stored.status!.state]}): get it with GetTask`);
     const live = this.deps.tracker.watch(stored);
     await live.whenCaughtUp(CATCH_UP_MS);
     const updates = live.updates();
@@ -231,7 +238,10 @@ export class KovaA2AHandler implements A2ARequestHandler {
 
 function agentFromMetadata(message: Message, params: SendMessageRequest): string {
   const a = message.metadata?.agent ?? params.metadata?.agent;
-  if (!isValidId(a)) throw new RequestMalformedError('name the agent in message.metadata.agent (e.g. {"agent": "researcher"}), or use the agent\'s own endpoint /agents/<id>/a2a/jsonrpc');
+  if (!isValidId(a))
+    throw new RequestMalformedError(
+      'name the agent in message.metadata.agent (e.g. {"agent": "researcher"}), or use the agent\'s own endpoint /agents/<id>/a2a/jsonrpc',
+    );
   return a;
 }
 
@@ -261,4 +271,3 @@ function withHistory(task: Task, historyLength: number | undefined): Task {
   task.history = historyLength <= 0 ? [] : task.history.slice(-historyLength);
   return task;
 }
-

@@ -86,7 +86,13 @@ export function authenticate(opts: { mode: "keys" | "none"; keys: KeyRing; limit
         return;
       }
       if (token === undefined) {
-        next(new GatewayHttpError(401, GatewayErrorCode.UNAUTHORIZED, "this endpoint needs an API key: send Authorization: Bearer <key> (create one with kova gateway keys add <name>)"));
+        next(
+          new GatewayHttpError(
+            401,
+            GatewayErrorCode.UNAUTHORIZED,
+            "this endpoint needs an API key: send Authorization: Bearer <key> (create one with kova gateway keys add <name>)",
+          ),
+        );
         return;
       }
       const key: ApiKey | undefined = opts.keys.authenticate(token);
@@ -98,7 +104,11 @@ export function authenticate(opts: { mode: "keys" | "none"; keys: KeyRing; limit
     }
     const wait = opts.limiter.take(principal);
     if (wait > 0) {
-      next(new GatewayHttpError(429, GatewayErrorCode.RATE_LIMITED, `key ${principal.name} is over its rate limit; retry in ${wait} s`, { data: { retryAfterS: wait } }));
+      next(
+        new GatewayHttpError(429, GatewayErrorCode.RATE_LIMITED, `key ${principal.name} is over its rate limit; retry in ${wait} s`, {
+          data: { retryAfterS: wait },
+        }),
+      );
       return;
     }
     req.principal = principal;
@@ -117,6 +127,8 @@ export function mayUse(p: Principal | undefined, agentId: string): boolean {
 /** @throws GatewayHttpError 403 when the key may not use the agent */
 export function requireAgent(p: Principal | undefined, agentId: string): void {
   if (!mayUse(p, agentId)) {
-    throw new GatewayHttpError(403, GatewayErrorCode.FORBIDDEN, `key ${p?.name ?? "?"} may not use agent ${agentId}: add it to the key's agents`, { data: { agentId } });
+    throw new GatewayHttpError(403, GatewayErrorCode.FORBIDDEN, `key ${p?.name ?? "?"} may not use agent ${agentId}: add it to the key's agents`, {
+      data: { agentId },
+    });
   }
 }

@@ -25,7 +25,11 @@ function security(opts: CardOptions): { securitySchemes: Record<string, Security
       [BEARER]: {
         scheme: {
           $case: "httpAuthSecurityScheme",
-          value: { description: "A Kova gateway API key (kova gateway keys add <name>), sent as Authorization: Bearer <key>", scheme: "bearer", bearerFormat: "opaque" },
+          value: {
+            description: "A Kova gateway API key (kova gateway keys add <name>), sent as Authorization: Bearer <key>",
+            scheme: "bearer",
+            bearerFormat: "opaque",
+          },
         },
       },
     },
@@ -80,6 +84,13 @@ export function directoryCard(records: AgentRecord[], opts: CardOptions): AgentC
     `Kova agents behind one gateway. Each agent has its own card at ${opts.baseUrl}/agents/<id>/.well-known/agent-card.json; this endpoint takes messages for any of them with metadata.agent set to its id.`,
     `${opts.baseUrl}/a2a/jsonrpc`,
     opts,
-    records.map((r) => skill(r.id, r.id, `agent ${r.id} (type ${r.type}; capabilities: ${r.capabilities.join(", ") || "none"}); card: ${opts.baseUrl}/agents/${r.id}/.well-known/agent-card.json`, ["agent", ...r.capabilities])),
+    records.map((r) =>
+      skill(
+        r.id,
+        r.id,
+        `agent ${r.id} (type ${r.type}; capabilities: ${r.capabilities.join(", ") || "none"}); card: ${opts.baseUrl}/agents/${r.id}/.well-known/agent-card.json`,
+        ["agent", ...r.capabilities],
+      ),
+    ),
   );
 }

@@ -1,14 +1,6 @@
 import { readFileSync } from "node:fs";
 import { isAbsolute, resolve } from "node:path";
-import {
-  type ConfigTable,
-  boolValue,
-  intValue,
-  rejectUnknown,
-  stringList,
-  stringValue,
-  tableAt,
-} from "../core/config-table.js";
+import { type ConfigTable, boolValue, intValue, rejectUnknown, stringList, stringValue, tableAt } from "../core/config-table.js";
 import { ConfigError } from "../core/errors.js";
 import { isValidId } from "../core/ids.js";
 import { hashKey, isKeyHash } from "./keys.js";
@@ -193,4 +185,3 @@ function otelFrom(t: ConfigTable, env: NodeJS.ProcessEnv): OtelConfig {
   }
   return { endpoint, serviceName: stringValue(t.service_name, "gateway.otel.service_name") ?? "kova", headers };
 }
-

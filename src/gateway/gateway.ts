@@ -175,7 +175,10 @@ export class Gateway {
     const card = async () => agentCard(await this.runs.ready(agentId), this.cardOptions());
     r = express.Router();
     r.use("/.well-known/agent-card.json", cardRoute(card));
-    r.use("/a2a/jsonrpc", jsonRpcHandler({ requestHandler: new KovaA2AHandler(this.handlerDeps(card), agentId), userBuilder: this.userBuilder, legacyCompat: { enabled: true } }));
+    r.use(
+      "/a2a/jsonrpc",
+      jsonRpcHandler({ requestHandler: new KovaA2AHandler(this.handlerDeps(card), agentId), userBuilder: this.userBuilder, legacyCompat: { enabled: true } }),
+    );
     this.agentRouters.set(agentId, r);
     // Template instances are unbounded in number: keep the most recently built routers only.
     if (this.agentRouters.size > MAX_AGENT_ROUTERS) this.agentRouters.delete(this.agentRouters.keys().next().value!);
@@ -201,7 +204,14 @@ export class Gateway {
       const base = this.publicUrl;
       const agents = this.liveAgents()
         .filter((r) => mayUse(req.principal, r.id))
-        .map((r) => ({ id: r.id, type: r.type, capabilities: r.capabilities, state: r.state, node: r.node, card: `${base}/agents/${r.id}/.well-known/agent-card.json` }));
+        .map((r) => ({
+          id: r.id,
+          type: r.type,
+          capabilities: r.capabilities,
+          state: r.state,
+          node: r.node,
+          card: `${base}/agents/${r.id}/.well-known/agent-card.json`,
+        }));
       res.json({ agents });
     });
     app.use("/.well-known/agent-card.json", (req, res, next) => {
@@ -209,7 +219,10 @@ export class Gateway {
       cardRoute(async () => directoryCard(records, this.cardOptions()))(req, res, next);
     });
     const directory = async () => directoryCard(this.liveAgents(), this.cardOptions());
-    app.use("/a2a/jsonrpc", jsonRpcHandler({ requestHandler: new KovaA2AHandler(this.handlerDeps(directory)), userBuilder: this.userBuilder, legacyCompat: { enabled: true } }));
+    app.use(
+      "/a2a/jsonrpc",
+      jsonRpcHandler({ requestHandler: new KovaA2AHandler(this.handlerDeps(directory)), userBuilder: this.userBuilder, legacyCompat: { enabled: true } }),
+    );
     app.use("/agents/:agentId", (req, res, next) => {
       try {
         const agentId = req.params.agentId as string;
@@ -264,7 +277,14 @@ export class Gateway {
       res.status(status === 400 ? 200 : 413).json({ jsonrpc: "2.0", id: null, error: { code: status === 400 ? -32700 : -32600, message } });
       return;
     }
-    res.status(status).json({ error: { code, message, type: status === 401 || status === 403 ? "authentication_error" : status >= 500 ? "server_error" : "invalid_request_error", ...(data !== undefined ? { data } : {}) } });
+    res.status(status).json({
+      error: {
+        code,
+        message,
+        type: status === 401 || status === 403 ? "authentication_error" : status >= 500 ? "server_error" : "invalid_request_error",
+        ...(data !== undefined ? { data } : {}),
+      },
+    });
   }
 
   /** Stops listening, closes streams in progress, stops watching tasks (they stay saved), disconnects. Idempotent. */

@@ -127,7 +127,8 @@ export class KeyAdmin {
     try {
       await this.kv.create(name, encodeJson(record));
     } catch (err) {
-      if (isCasConflict(err)) throw new ArgumentError("name", `a key named ${name} exists: remove it first (kova gateway keys rm ${name}) or pick another name`);
+      if (isCasConflict(err))
+        throw new ArgumentError("name", `a key named ${name} exists: remove it first (kova gateway keys rm ${name}) or pick another name`);
       throw err;
     }
     return { key, record };

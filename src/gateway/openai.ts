@@ -48,7 +48,8 @@ function contentText(content: unknown, i: number): string {
   if (Array.isArray(content)) {
     return content
       .map((p, j) => {
-        if (p && typeof p === "object" && (p as { type?: unknown }).type === "text" && typeof (p as { text?: unknown }).text === "string") return (p as { text: string }).text;
+        if (p && typeof p === "object" && (p as { type?: unknown }).type === "text" && typeof (p as { text?: unknown }).text === "string")
+          return (p as { text: string }).text;
         throw bad(`messages[${i}].content[${j}]: only text parts are accepted`, `messages[${i}].content`);
       })
       .join("");
@@ -62,7 +63,10 @@ export function chatRun(req: Request, timeoutMs: number): RunRequest & { stream:
   if (!body || typeof body !== "object" || Array.isArray(body)) throw bad("the body must be a JSON object (a chat completion request)");
   const model = body.model;
   if (typeof model !== "string" || model.length === 0) throw bad("model is required: the id of the Kova agent to talk to (GET /v1/models lists them)", "model");
-  if (!isValidId(model)) throw new GatewayHttpError(404, "model_not_found", `the model ${JSON.stringify(model)} does not exist: models are Kova agent ids`, { data: { param: "model" } });
+  if (!isValidId(model))
+    throw new GatewayHttpError(404, "model_not_found", `the model ${JSON.stringify(model)} does not exist: models are Kova agent ids`, {
+      data: { param: "model" },
+    });
   const messages = body.messages;
   if (!Array.isArray(messages) || messages.length === 0) throw bad("messages must be a non-empty array", "messages");
   const turns = (messages as ChatMessage[]).map((m, i) => {
@@ -72,7 +76,8 @@ export function chatRun(req: Request, timeoutMs: number): RunRequest & { stream:
   const lastUser = [...turns].reverse().find((t) => t.role === "user");
   if (!lastUser || lastUser.text.trim() === "") throw bad("messages needs a user message with text", "messages");
   const named = req.header(SESSION_HEADER) ?? (typeof body.user === "string" && body.user.length > 0 ? body.user : undefined);
-  const maxTokens = typeof body.max_completion_tokens === "number" ? body.max_completion_tokens : typeof body.max_tokens === "number" ? body.max_tokens : undefined;
+  const maxTokens =
+    typeof body.max_completion_tokens === "number" ? body.max_completion_tokens : typeof body.max_tokens === "number" ? body.max_tokens : undefined;
   const runId = newId();
   const streamOptions = body.stream_options as { include_usage?: unknown } | undefined;
   const run: RunRequest & { stream: boolean; includeUsage: boolean; named: boolean } = {
@@ -91,7 +96,12 @@ export function chatRun(req: Request, timeoutMs: number): RunRequest & { stream:
 }
 
 function usageBody(u: RunUsage) {
-  return { prompt_tokens: u.inputTokens, completion_tokens: u.outputTokens, total_tokens: u.inputTokens + u.outputTokens, ...(u.costUsd !== undefined ? { cost_usd: u.costUsd } : {}) };
+  return {
+    prompt_tokens: u.inputTokens,
+    completion_tokens: u.outputTokens,
+    total_tokens: u.inputTokens + u.outputTokens,
+    ...(u.costUsd !== undefined ? { cost_usd: u.costUsd } : {}),
+  };
 }
 
 export function listModels(deps: Pick<OpenAiDeps, "registry">, req: Request, res: Response): void {
@@ -99,7 +109,13 @@ export function listModels(deps: Pick<OpenAiDeps, "registry">, req: Request, res
     .list()
     .filter((r) => r.desired !== "killed" && mayUse(req.principal, r.id))
     .sort((a, b) => a.id.localeCompare(b.id))
-    .map((r) => ({ id: r.id, object: "model", created: Math.floor(r.updatedAt / 1000), owned_by: "kova", kova: { type: r.type, capabilities: r.capabilities, state: r.state, node: r.node } }));
+    .map((r) => ({
+      id: r.id,
+      object: "model",
+      created: Math.floor(r.updatedAt / 1000),
+      owned_by: "kova",
+      kova: { type: r.type, capabilities: r.capabilities, state: r.state, node: r.node },
+    }));
   res.json({ object: "list", data });
 }
 
@@ -111,7 +127,8 @@ export function listModels(deps: Pick<OpenAiDeps, "registry">, req: Request, res
  */
 function addressed(deps: Pick<OpenAiDeps, "registry">, run: RunRequest & { named: boolean }): string {
   const record = deps.registry.get(run.agentId);
-  if ((record && record.desired !== "killed") || !run.named || parseInstanceId(run.agentId) !== undefined || !isValidTemplateName(run.agentId)) return run.agentId;
+  if ((record && record.desired !== "killed") || !run.named || parseInstanceId(run.agentId) !== undefined || !isValidTemplateName(run.agentId))
+    return run.agentId;
   const key = `${run.agentId}${INSTANCE_SEPARATOR}${run.sessionId}`;
   return isValidId(key) ? key : run.agentId;
 }
@@ -133,7 +150,12 @@ export async function chatCompletions(deps: OpenAiDeps, req: Request, res: Respo
   if (!run.stream) {
     const outcome = await deps.runs.run(run);
     if (outcome.status !== "completed") {
-      throw new GatewayHttpError(502, outcome.error?.code ?? (outcome.status === "cancelled" ? "RUN_CANCELLED" : GatewayErrorCode.RUN_FAILED), `agent ${run.agentId}: the run ended ${outcome.status}${outcome.error ? `: ${outcome.error.message}` : ""}`, { data: { runId: run.runId } });
+      throw new GatewayHttpError(
+        502,
+        outcome.error?.code ?? (outcome.status === "cancelled" ? "RUN_CANCELLED" : GatewayErrorCode.RUN_FAILED),
+        `agent ${run.agentId}: the run ended ${outcome.status}${outcome.error ? `: ${outcome.error.message}` : ""}`,
+        { data: { runId: run.runId } },
+      );
     }
     res.json({
       id,
@@ -148,11 +170,26 @@ export async function chatCompletions(deps: OpenAiDeps, req: Request, res: Respo
   await streamChat(deps, run, { id, created }, req, res);
 }
 
-async function streamChat(deps: OpenAiDeps, run: RunRequest & { includeUsage: boolean }, ids: { id: string; created: number }, req: Request, res: Response): Promise<void> {
+async function streamChat(
+  deps: OpenAiDeps,
+  run: RunRequest & { includeUsage: boolean },
+  ids: { id: string; created: number },
+  req: Request,
+  res: Response,
+): Promise<void> {
   const task = newTask({
     taskId: run.runId,
     contextId: run.sessionId,
-    message: { messageId: randomUUID(), contextId: run.sessionId, taskId: run.runId, role: Role.ROLE_USER, parts: [textPart(run.input)], metadata: {}, extensions: [], referenceTaskIds: [] },
+    message: {
+      messageId: randomUUID(),
+      contextId: run.sessionId,
+      taskId: run.runId,
+      role: Role.ROLE_USER,
+      parts: [textPart(run.input)],
+      metadata: {},
+      extensions: [],
+      referenceTaskIds: [],
+    },
     meta: { agentId: run.agentId, sessionId: run.sessionId, runId: run.runId, owner: req.principal?.name ?? "anonymous" },
   });
   const live = deps.tracker.start(task, run, { persist: false });
@@ -192,7 +229,9 @@ async function streamChat(deps: OpenAiDeps, run: RunRequest & { includeUsage: bo
   } else {
     res.write(chunk({}, "stop"));
     if (run.includeUsage) {
-      res.write(`data: ${JSON.stringify({ id: ids.id, object: "chat.completion.chunk", created: ids.created, model: run.agentId, choices: [], usage: usageBody(meta.usage ?? { inputTokens: 0, outputTokens: 0 }) })}\n\n`);
+      res.write(
+        `data: ${JSON.stringify({ id: ids.id, object: "chat.completion.chunk", created: ids.created, model: run.agentId, choices: [], usage: usageBody(meta.usage ?? { inputTokens: 0, outputTokens: 0 }) })}\n\n`,
+      );
     }
   }
   res.write("data: [DONE]\n\n");

@@ -50,7 +50,9 @@ export async function startRunTraceExporter(bus: Bus, config: OtelConfig, log: L
   const { OTLPTraceExporter } = await import("@opentelemetry/exporter-trace-otlp-http");
   const provider = new TracerProvider({
     resource: resourceFromAttributes({ "service.name": config.serviceName, "kova.cluster": bus.cluster }),
-    spanProcessors: [new BatchSpanProcessor({ exporter: new OTLPTraceExporter({ url: config.endpoint, headers: config.headers }), scheduledDelayMillis: 1000 })],
+    spanProcessors: [
+      new BatchSpanProcessor({ exporter: new OTLPTraceExporter({ url: config.endpoint, headers: config.headers }), scheduledDelayMillis: 1000 }),
+    ],
   });
   const tracer: Tracer = provider.getTracer("kova-gateway");
   const runs = new Map<string, OpenRun>();
@@ -119,7 +121,20 @@ export async function startRunTraceExporter(bus: Bus, config: OtelConfig, log: L
         const r = open(e);
         const u = d.usage ?? {};
         // The event marks the end of the call; the call began after the run's previous step.
-        const s = tracer.startSpan(`chat ${String(d.model ?? "")}`, { startTime: r.lastTs, attributes: { "gen_ai.operation.name": "chat", "gen_ai.request.model": String(d.model ?? ""), "gen_ai.usage.input_tokens": u.inputTokens ?? 0, "gen_ai.usage.output_tokens": u.outputTokens ?? 0, ...(typeof u.costUsd === "number" ? { "kova.cost_usd": u.costUsd } : {}) } }, r.ctx);
+        const s = tracer.startSpan(
+          `chat ${String(d.model ?? "")}`,
+          {
+            startTime: r.lastTs,
+            attributes: {
+              "gen_ai.operation.name": "chat",
+              "gen_ai.request.model": String(d.model ?? ""),
+              "gen_ai.usage.input_tokens": u.inputTokens ?? 0,
+              "gen_ai.usage.output_tokens": u.outputTokens ?? 0,
+              ...(typeof u.costUsd === "number" ? { "kova.cost_usd": u.costUsd } : {}),
+            },
+          },
+          r.ctx,
+        );
         s.end(e.ts);
         r.usage.in += u.inputTokens ?? 0;
         r.usage.out += u.outputTokens ?? 0;
@@ -129,7 +144,14 @@ export async function startRunTraceExporter(bus: Bus, config: OtelConfig, log: L
       }
       case "tool_call": {
         const r = open(e);
-        r.tools.set(String(d.callId), tracer.startSpan(`tool ${String(d.tool)}`, { startTime: e.ts, attributes: { "gen_ai.tool.name": String(d.tool), "gen_ai.tool.call.id": String(d.callId) } }, r.ctx));
+        r.tools.set(
+          String(d.callId),
+          tracer.startSpan(
+            `tool ${String(d.tool)}`,
+            { startTime: e.ts, attributes: { "gen_ai.tool.name": String(d.tool), "gen_ai.tool.call.id": String(d.callId) } },
+            r.ctx,
+          ),
+        );
         r.lastTs = e.ts;
         return;
       }
@@ -139,7 +161,8 @@ export async function startRunTraceExporter(bus: Bus, config: OtelConfig, log: L
         if (t) {
           r.tools.delete(String(d.callId));
           t.setAttribute("kova.ok", d.ok !== false);
-          if (d.ok === false) t.setStatus({ code: api.SpanStatusCode.ERROR, message: typeof d.error === "string" ? d.error : (d.error?.message ?? "tool failed") });
+          if (d.ok === false)
+            t.setStatus({ code: api.SpanStatusCode.ERROR, message: typeof d.error === "string" ? d.error : (d.error?.message ?? "tool failed") });
           t.end(e.ts);
         }
         r.lastTs = e.ts;
@@ -157,11 +180,10 @@ export async function startRunTraceExporter(bus: Bus, config: OtelConfig, log: L
       case "run_stream_end":
         end(e.runId, String(d.status ?? "unknown"), e.ts);
         return;
-      default:
-        {
-          const r = runs.get(e.runId);
-          if (r) r.lastTs = e.ts;
-        }
+      default: {
+        const r = runs.get(e.runId);
+        if (r) r.lastTs = e.ts;
+      }
     }
   };
 

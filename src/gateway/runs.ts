@@ -57,7 +57,12 @@ export class RunClient {
   agent(agentId: string) {
     const record = this.registry.get(agentId);
     if (!record || record.desired === "killed") {
-      throw new GatewayHttpError(404, BusErrorCode.UNKNOWN_AGENT, `no agent ${JSON.stringify(agentId)} in cluster ${this.bus.cluster}: GET /v1/models or /agents lists the agents`, { data: { agentId } });
+      throw new GatewayHttpError(
+        404,
+        BusErrorCode.UNKNOWN_AGENT,
+        `no agent ${JSON.stringify(agentId)} in cluster ${this.bus.cluster}: GET /v1/models or /agents lists the agents`,
+        { data: { agentId } },
+      );
     }
     return record;
   }
@@ -77,12 +82,31 @@ export class RunClient {
     try {
       reply = await this.bus.activate(agentId);
     } catch (err) {
-      if (isKovaError(err, BusErrorCode.UNKNOWN_AGENT)) throw new GatewayHttpError(404, BusErrorCode.UNKNOWN_AGENT, err.message, { data: { agentId }, cause: err });
-      if (isKovaError(err, NodeErrorCode.QUOTA_EXCEEDED)) throw new GatewayHttpError(429, NodeErrorCode.QUOTA_EXCEEDED, err.message, { data: { agentId }, cause: err });
+      if (isKovaError(err, BusErrorCode.UNKNOWN_AGENT))
+        throw new GatewayHttpError(404, BusErrorCode.UNKNOWN_AGENT, err.message, { data: { agentId }, cause: err });
+      if (isKovaError(err, NodeErrorCode.QUOTA_EXCEEDED))
+        throw new GatewayHttpError(429, NodeErrorCode.QUOTA_EXCEEDED, err.message, { data: { agentId }, cause: err });
       throw err;
     }
-    if (!reply) throw new GatewayHttpError(503, GatewayErrorCode.NO_NODE, `no Kova node answered the activation of ${agentId} in cluster ${this.bus.cluster}; retry when a node is up`, { data: { agentId } });
-    return this.registry.get(agentId) ?? { id: agentId, type: reply.template, template: reply.template, node: null, state: "Created", capabilities: [], desired: "running", updatedAt: Date.now() };
+    if (!reply)
+      throw new GatewayHttpError(
+        503,
+        GatewayErrorCode.NO_NODE,
+        `no Kova node answered the activation of ${agentId} in cluster ${this.bus.cluster}; retry when a node is up`,
+        { data: { agentId } },
+      );
+    return (
+      this.registry.get(agentId) ?? {
+        id: agentId,
+        type: reply.template,
+        template: reply.template,
+        node: null,
+        state: "Created",
+        capabilities: [],
+        desired: "running",
+        updatedAt: Date.now(),
+      }
+    );
   }
 
   /**
@@ -155,7 +179,8 @@ export class RunClient {
    */
   async interrupt(agentId: string): Promise<SignalReply> {
     const record = this.agent(agentId);
-    if (!record.node) throw new KovaError(ActorErrorCode.NOT_HOSTED, `agent ${agentId} is not hosted on any node right now; retry when it is placed`, { retryable: true });
+    if (!record.node)
+      throw new KovaError(ActorErrorCode.NOT_HOSTED, `agent ${agentId} is not hosted on any node right now; retry when it is placed`, { retryable: true });
     return controlRequest<SignalReply>(this.bus.nc, nodeSubject(this.bus.cluster, record.node, "signal"), { actorId: agentId, signal: "interrupt" });
   }
 }

@@ -74,7 +74,16 @@ export function messageText(m: Message | undefined): string {
 }
 
 export function agentMessage(task: Pick<Task, "id" | "contextId">, parts: Part[]): Message {
-  return { messageId: randomUUID(), contextId: task.contextId, taskId: task.id, role: Role.ROLE_AGENT, parts, metadata: {}, extensions: [], referenceTaskIds: [] };
+  return {
+    messageId: randomUUID(),
+    contextId: task.contextId,
+    taskId: task.id,
+    role: Role.ROLE_AGENT,
+    parts,
+    metadata: {},
+    extensions: [],
+    referenceTaskIds: [],
+  };
 }
 
 export function kovaMeta(task: Task): KovaTaskMeta {
@@ -174,19 +183,41 @@ export class TaskProjection {
       }
       case "tool_call":
       case "tool_result": {
-        const what = event.type === "tool_call" ? `calling tool ${String(data.tool)}` : `tool ${String(data.tool)} ${data.ok === false ? "failed" : "returned"}`;
+        const what =
+          event.type === "tool_call" ? `calling tool ${String(data.tool)}` : `tool ${String(data.tool)} ${data.ok === false ? "failed" : "returned"}`;
         out.push(this.setState(TaskState.TASK_STATE_WORKING, agentMessage(this.task, [textPart(what), dataPart({ kovaEvent: event.type, ...data })])));
         break;
       }
       case "approval_requested":
-        out.push(this.setState(TaskState.TASK_STATE_INPUT_REQUIRED, agentMessage(this.task, [textPart(`approval needed${data.tool ? ` for tool ${String(data.tool)}` : ""}`), dataPart({ kovaEvent: event.type, ...data })])));
+        out.push(
+          this.setState(
+            TaskState.TASK_STATE_INPUT_REQUIRED,
+            agentMessage(this.task, [
+              textPart(`approval needed${data.tool ? ` for tool ${String(data.tool)}` : ""}`),
+              dataPart({ kovaEvent: event.type, ...data }),
+            ]),
+          ),
+        );
         break;
       case "run_completed":
-        out.push(...this.finish({ status: "completed", output: typeof data.output === "string" ? data.output : JSON.stringify(data.output ?? ""), usage: usageOf(data.usage) ?? this.meta().usage ?? zeroUsage() }));
+        out.push(
+          ...this.finish({
+            status: "completed",
+            output: typeof data.output === "string" ? data.output : JSON.stringify(data.output ?? ""),
+            usage: usageOf(data.usage) ?? this.meta().usage ?? zeroUsage(),
+          }),
+        );
         break;
       case "run_failed": {
         const err = (data.error ?? {}) as { code?: string; message?: string };
-        out.push(...this.finish({ status: "failed", output: "", usage: this.meta().usage ?? zeroUsage(), error: { code: err.code ?? "RUN_FAILED", message: err.message ?? "the run failed" } }));
+        out.push(
+          ...this.finish({
+            status: "failed",
+            output: "",
+            usage: this.meta().usage ?? zeroUsage(),
+            error: { code: err.code ?? "RUN_FAILED", message: err.message ?? "the run failed" },
+          }),
+        );
         break;
       }
       case "run_cancelled":
@@ -211,9 +242,21 @@ export class TaskProjection {
     m.usage = outcome.usage;
     const out: StreamResponse[] = [];
     if (outcome.status === "completed") {
-      const artifact = { artifactId: answerArtifactId(this.task), name: "answer", description: "", parts: [textPart(outcome.output)], metadata: {}, extensions: [] };
+      const artifact = {
+        artifactId: answerArtifactId(this.task),
+        name: "answer",
+        description: "",
+        parts: [textPart(outcome.output)],
+        metadata: {},
+        extensions: [],
+      };
       this.task.artifacts = [artifact];
-      out.push({ payload: { $case: "artifactUpdate", value: { taskId: this.task.id, contextId: this.task.contextId, artifact, append: false, lastChunk: true, metadata: {} } } });
+      out.push({
+        payload: {
+          $case: "artifactUpdate",
+          value: { taskId: this.task.id, contextId: this.task.contextId, artifact, append: false, lastChunk: true, metadata: {} },
+        },
+      });
       out.push(this.setState(TaskState.TASK_STATE_COMPLETED, agentMessage(this.task, [textPart(outcome.output)])));
     } else if (outcome.status === "cancelled") {
       out.push(this.setState(TaskState.TASK_STATE_CANCELED, agentMessage(this.task, [textPart("the run was cancelled")])));

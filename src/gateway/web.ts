@@ -45,7 +45,9 @@ const NODE_STALE_MS = 10_000;
 export function mountWebView(app: Express, deps: WebViewDeps): { stop(): void } {
   let nodes: Promise<KvMirror<NodeRecord>> | undefined;
   const nodesMirror = () => {
-    nodes ??= openBucket(deps.bus.nc, nodesBucket(deps.bus.cluster)).then((kv) => KvMirror.start<NodeRecord>(kv, deps.log.child({ bucket: "nodes" }), { nc: deps.bus.nc }));
+    nodes ??= openBucket(deps.bus.nc, nodesBucket(deps.bus.cluster)).then((kv) =>
+      KvMirror.start<NodeRecord>(kv, deps.log.child({ bucket: "nodes" }), { nc: deps.bus.nc }),
+    );
     nodes.catch(() => (nodes = undefined));
     return nodes;
   };
@@ -82,7 +84,16 @@ async function clusterView(deps: WebViewDeps, req: Request, nodesMirror: () => P
   for (const [, e] of [...(mirror?.entries() ?? [])].sort(([a], [b]) => a.localeCompare(b))) {
     const r = e.value;
     const age = Math.max(0, now - r.heartbeatAt);
-    nodes.push({ id: r.id, state: r.state, live: r.state !== "leaving" && age < NODE_STALE_MS, heartbeatAgeMs: age, actors: r.actors, version: r.version, host: r.host, startedAt: r.startedAt });
+    nodes.push({
+      id: r.id,
+      state: r.state,
+      live: r.state !== "leaving" && age < NODE_STALE_MS,
+      heartbeatAgeMs: age,
+      actors: r.actors,
+      version: r.version,
+      host: r.host,
+      startedAt: r.startedAt,
+    });
   }
   const records = registry
     .list()

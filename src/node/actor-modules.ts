@@ -35,7 +35,9 @@ export async function loadActorModules(config: NodeConfig, types: ActorTypeRegis
     try {
       mod = (await import(pathToFileURL(path).href)) as Record<string, unknown>;
     } catch (err) {
-      throw new ConfigError("actors.module", `cannot import ${path}: ${(err as Error).message}; check the path and that it is built JavaScript`, { cause: err });
+      throw new ConfigError("actors.module", `cannot import ${path}: ${(err as Error).message}; check the path and that it is built JavaScript`, {
+        cause: err,
+      });
     }
     let found = 0;
     for (const value of Object.values(mod)) {
@@ -53,17 +55,26 @@ export async function loadActorModules(config: NodeConfig, types: ActorTypeRegis
       }
     }
     if (found === 0) {
-      throw new ConfigError("actors.module", `${path} exports no actor, agent or tool definition: export one made with defineActor({ type, initialState, handlers }), defineAgent({ id, model }) or defineTool({ name, ... })`);
+      throw new ConfigError(
+        "actors.module",
+        `${path} exports no actor, agent or tool definition: export one made with defineActor({ type, initialState, handlers }), defineAgent({ id, model }) or defineTool({ name, ... })`,
+      );
     }
   }
   config.actors.forEach((a, i) => {
     if (!types.has(a.type)) {
-      throw new ConfigError(`actors[${i}].type`, `unknown actor type "${a.type}": known types are ${types.types().join(", ")}; name the module that defines it with module = "./file.js"`);
+      throw new ConfigError(
+        `actors[${i}].type`,
+        `unknown actor type "${a.type}": known types are ${types.types().join(", ")}; name the module that defines it with module = "./file.js"`,
+      );
     }
   });
   config.templates.forEach((t, i) => {
     if (!types.has(t.type)) {
-      throw new ConfigError(`actor_templates[${i}].type`, `unknown actor type "${t.type}": known types are ${types.types().join(", ")}; name the module that defines it with module = "./file.js"`);
+      throw new ConfigError(
+        `actor_templates[${i}].type`,
+        `unknown actor type "${t.type}": known types are ${types.types().join(", ")}; name the module that defines it with module = "./file.js"`,
+      );
     }
   });
   return { agents, tools };

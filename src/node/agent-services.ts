@@ -86,12 +86,21 @@ export async function startAgentServices(
   agents.forEach((a, i) => {
     for (const m of [a.model]) runtime.modelConfig(m, `agent ${a.id}`);
     const self = a.tools.indexOf(`agent:${a.id}`);
-    if (self >= 0) throw new ConfigError(`agents[${i}].tools[${self}]`, `agent ${a.id} cannot call itself: an agent runs one turn at a time, so the call would wait for its own turn; offer another agent`);
+    if (self >= 0)
+      throw new ConfigError(
+        `agents[${i}].tools[${self}]`,
+        `agent ${a.id} cannot call itself: an agent runs one turn at a time, so the call would wait for its own turn; offer another agent`,
+      );
     tools.resolve(a.tools, `agents[${i}].tools`);
     deps.types.register(agentActor(a, runtime));
   });
   deps.logger.child({ component: "agents" }).info(
-    { agents: agents.filter((a) => !a.template).map((a) => a.id), templates: agents.filter((a) => a.template).map((a) => a.id), models: runtime.modelNames(), mcp: mcp?.servers ?? [] },
+    {
+      agents: agents.filter((a) => !a.template).map((a) => a.id),
+      templates: agents.filter((a) => a.template).map((a) => a.id),
+      models: runtime.modelNames(),
+      mcp: mcp?.servers ?? [],
+    },
     "agent level loaded",
   );
   return {
@@ -105,7 +114,10 @@ export async function startAgentServices(
         return tools.describe();
       }
       const def = agentDefinitionOf(agents, agentId);
-      if (!def) throw new KovaError(BusErrorCode.UNKNOWN_AGENT, `no agent ${agentId} on this node: its agents are ${agents.map((a) => a.id).join(", ")}`, { data: { agentId } });
+      if (!def)
+        throw new KovaError(BusErrorCode.UNKNOWN_AGENT, `no agent ${agentId} on this node: its agents are ${agents.map((a) => a.id).join(", ")}`, {
+          data: { agentId },
+        });
       const set = await runtime.toolsFor(def, agentId);
       const sources = new Map(tools.describe().map((d) => [d.name, d.source]));
       return set.tools.map((t) => ({

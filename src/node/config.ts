@@ -207,11 +207,33 @@ type Table = ConfigTable;
 export const DEFAULT_MAX_ACTORS = 10_000;
 export const DEFAULT_MAX_ACTORS_PER_NODE = 5_000;
 
-const TOP_KEYS = ["node", "cluster", "nats", "wal", "checkpoint", "journal", "mailbox", "actors", "actor_templates", "modules", "tools", "mcp", "schedules", "models", "agents", "agent_templates", "budget_groups", "swarms", "gateway"];
+const TOP_KEYS = [
+  "node",
+  "cluster",
+  "nats",
+  "wal",
+  "checkpoint",
+  "journal",
+  "mailbox",
+  "actors",
+  "actor_templates",
+  "modules",
+  "tools",
+  "mcp",
+  "schedules",
+  "models",
+  "agents",
+  "agent_templates",
+  "budget_groups",
+  "swarms",
+  "gateway",
+];
 
 /** The node id used when neither the file nor KOVA_NODE_ID names one: the host name, made id-safe. */
 export function defaultNodeId(): string {
-  const cleaned = hostname().replace(/[^A-Za-z0-9_-]/g, "-").slice(0, 64);
+  const cleaned = hostname()
+    .replace(/[^A-Za-z0-9_-]/g, "-")
+    .slice(0, 64);
   return cleaned.length > 0 ? cleaned : "node";
 }
 
@@ -276,7 +298,19 @@ function buildConfig(doc: Table, path: string | undefined, env: NodeJS.ProcessEn
   rejectUnknown(node, ["id", "data_dir"], "node.");
   rejectUnknown(
     cluster,
-    ["name", "heartbeat_ms", "stale_after_ms", "reconcile_ms", "drain_timeout_ms", "max_actors", "max_actors_per_node", "unknown_agent_after_ms", "activation_sweep_ms", "activation_listener", "marker_compaction"],
+    [
+      "name",
+      "heartbeat_ms",
+      "stale_after_ms",
+      "reconcile_ms",
+      "drain_timeout_ms",
+      "max_actors",
+      "max_actors_per_node",
+      "unknown_agent_after_ms",
+      "activation_sweep_ms",
+      "activation_listener",
+      "marker_compaction",
+    ],
     "cluster.",
   );
   rejectUnknown(nats, ["urls", "replicas", ...NATS_SECURITY_KEYS], "nats.");
@@ -284,8 +318,7 @@ function buildConfig(doc: Table, path: string | undefined, env: NodeJS.ProcessEn
   rejectUnknown(mailbox, ["ack_wait_ms", "max_deliver", "backoff_ms"], "mailbox.");
 
   const nodeId = idValue(env.KOVA_NODE_ID, "KOVA_NODE_ID") ?? idValue(node.id, "node.id") ?? defaultNodeId();
-  const clusterName =
-    idValue(env.KOVA_CLUSTER, "KOVA_CLUSTER") ?? idValue(cluster.name, "cluster.name") ?? "default";
+  const clusterName = idValue(env.KOVA_CLUSTER, "KOVA_CLUSTER") ?? idValue(cluster.name, "cluster.name") ?? "default";
   const dataDirRaw = env.KOVA_DATA_DIR ?? stringValue(node.data_dir, "node.data_dir");
   const dataDir = dataDirRaw ? resolve(base, dataDirRaw) : resolve(base, ".kova-data", nodeId);
 
@@ -367,18 +400,28 @@ function buildConfig(doc: Table, path: string | undefined, env: NodeJS.ProcessEn
   config.templates = templates.map((t) => t.template);
   for (const t of templates) if (t.module) modules.add(t.module);
   config.agentTemplates.forEach((a, i) => {
-    const clash = agentIds.has(a.id) ? "an [[agents]] id" : config.templates.some((t) => t.name === a.id) ? "an [[actor_templates]] name" : config.actors.some((x) => x.id === a.id) ? "an [[actors]] id" : undefined;
+    const clash = agentIds.has(a.id)
+      ? "an [[agents]] id"
+      : config.templates.some((t) => t.name === a.id)
+        ? "an [[actor_templates]] name"
+        : config.actors.some((x) => x.id === a.id)
+          ? "an [[actors]] id"
+          : undefined;
     if (clash) throw new ConfigError(`agent_templates[${i}].name`, `"${a.id}" is also ${clash}: a name is one actor type; rename one of them`);
   });
   const templateNames = new Set([...config.templates.map((t) => t.name), ...config.agentTemplates.map((a) => a.id)]);
   config.actors.forEach((a, i) => {
     const inst = parseInstanceId(a.id);
     if (inst && templateNames.has(inst.template)) {
-      throw new ConfigError(`actors[${i}].id`, `"${a.id}" has the form of an instance of template "${inst.template}" (<template>--<key>): instances exist by being addressed; rename the actor or drop the [[actors]] entry`);
+      throw new ConfigError(
+        `actors[${i}].id`,
+        `"${a.id}" has the form of an instance of template "${inst.template}" (<template>--<key>): instances exist by being addressed; rename the actor or drop the [[actors]] entry`,
+      );
     }
   });
   config.swarms.forEach((sw, i) => {
-    if (config.actors.some((a) => a.id === sw.id)) throw new ConfigError(`swarms[${i}].id`, `"${sw.id}" is also an [[actors]] id: a coordinator is an actor, give it its own id`);
+    if (config.actors.some((a) => a.id === sw.id))
+      throw new ConfigError(`swarms[${i}].id`, `"${sw.id}" is also an [[actors]] id: a coordinator is an actor, give it its own id`);
     if (agentIds.has(sw.id)) throw new ConfigError(`swarms[${i}].id`, `"${sw.id}" is also an [[agents]] id: a coordinator is an actor, give it its own id`);
     if (templateNames.has(sw.id)) throw new ConfigError(`swarms[${i}].id`, `"${sw.id}" is also a template name: a coordinator is an actor, give it its own id`);
     config.actors.push({ id: sw.id, type: swarmActorType(sw.id) });
@@ -489,7 +532,10 @@ function natsUrls(envValue: string | undefined, raw: unknown): string[] | undefi
   return list.map((u, i) => {
     const url = checkUrl(u, `nats.urls[${i}]`);
     if (/^[a-z]+:\/\/[^/@]*@/i.test(url)) {
-      throw new ConfigError(`nats.urls[${i}]`, "holds credentials: secrets are not read from the config file; use user with password_env or password_file, token_env, nkey_seed_file or creds_file in [nats]");
+      throw new ConfigError(
+        `nats.urls[${i}]`,
+        "holds credentials: secrets are not read from the config file; use user with password_env or password_file, token_env, nkey_seed_file or creds_file in [nats]",
+      );
     }
     return url;
   });

@@ -106,7 +106,12 @@ export class NodeControl {
       // stops here instead of exhausting nats-server's memory.
       const live = d.registry.list().filter((r) => r.desired !== "killed").length;
       if (live >= d.maxActors) {
-        throw new QuotaExceededError("[cluster] max_actors", d.maxActors, live, "kill actors you no longer need (kova signal <id> kill) or raise max_actors in kova.toml");
+        throw new QuotaExceededError(
+          "[cluster] max_actors",
+          d.maxActors,
+          live,
+          "kill actors you no longer need (kova signal <id> kill) or raise max_actors in kova.toml",
+        );
       }
     }
     const created = await d.registry.declare({ id, type, capabilities: req.capabilities ?? d.types.get(type).capabilities ?? [] });
@@ -129,7 +134,11 @@ export class NodeControl {
     }
     if (!d.host.status(actorId)) {
       const holder = d.leases.get(actorId)?.value.node ?? null;
-      throw new KovaError(ActorErrorCode.NOT_HOSTED, `actor ${actorId} is not hosted on node ${d.nodeId} (lease holder: ${holder ?? "none"}); send the signal to that node`, { data: { actorId, holder } });
+      throw new KovaError(
+        ActorErrorCode.NOT_HOSTED,
+        `actor ${actorId} is not hosted on node ${d.nodeId} (lease holder: ${holder ?? "none"}); send the signal to that node`,
+        { data: { actorId, holder } },
+      );
     }
     if (req.messageId !== undefined) {
       if (sig !== "interrupt") throw new ArgumentError("messageId", "only an interrupt names a message");

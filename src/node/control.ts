@@ -168,7 +168,10 @@ export async function controlRequest<R>(nc: NatsConnection, subject: string, bod
       throw new KovaError(BusErrorCode.NO_RESPONDERS, `no node answers on ${subject}: is the node running and in this cluster?`, { cause: err });
     }
     if (isNatsTimeout(err)) {
-      throw new KovaError(ErrorCode.TIMEOUT, `no reply on ${subject} within ${timeoutMs} ms: the node may be overloaded or stopping`, { retryable: true, cause: err });
+      throw new KovaError(ErrorCode.TIMEOUT, `no reply on ${subject} within ${timeoutMs} ms: the node may be overloaded or stopping`, {
+        retryable: true,
+        cause: err,
+      });
     }
     throw err;
   }

@@ -233,9 +233,12 @@ export class KvMirror<T> {
     });
     // The last write as of start may have been removed meanwhile (a purge, a limit):
     // then "nothing pending" for a few seconds is the best evidence of being caught up.
-    const fallback = setInterval(() => {
-      if (sawIdle) markReady();
-    }, Math.min(3000, this.stallMs));
+    const fallback = setInterval(
+      () => {
+        if (sawIdle) markReady();
+      },
+      Math.min(3000, this.stallMs),
+    );
     let limit: NodeJS.Timeout | undefined;
     try {
       await Promise.race([
@@ -306,7 +309,10 @@ export class KvMirror<T> {
       elapsedSince(this.expected.since) > this.stallMs &&
       elapsedSince(this.lastDelivery) > this.stallMs;
     if (overdue) {
-      this.logger.warn({ bucket: this.bucket, delivered: this.applied, expected: this.expected?.revision }, "kv watch is stuck (a known revision was not delivered); restarting it");
+      this.logger.warn(
+        { bucket: this.bucket, delivered: this.applied, expected: this.expected?.revision },
+        "kv watch is stuck (a known revision was not delivered); restarting it",
+      );
       this.expected = undefined;
       void this.restart("stalled");
       return;

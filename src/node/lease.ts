@@ -134,9 +134,7 @@ export class LeaseTable {
     if (current && current.value.node !== null && !mayTake(current.value)) return false;
     const record: LeaseRecord = { v: LEASE_RECORD_VERSION, node: this.nodeId, incarnation: this.incarnation, at: Date.now() };
     try {
-      const revision = current
-        ? await this.kv.update(actorId, encodeJson(record), current.revision)
-        : await this.kv.create(actorId, encodeJson(record));
+      const revision = current ? await this.kv.update(actorId, encodeJson(record), current.revision) : await this.kv.create(actorId, encodeJson(record));
       this.mirror.note(actorId, record, revision);
       return true;
     } catch (err) {

@@ -143,7 +143,6 @@ export class Membership {
     this.timer.unref();
   }
 
-
   private async beat(state: NodeRecord["state"]): Promise<void> {
     const start = markTime();
     const record: NodeRecord = {
@@ -252,9 +251,7 @@ export class Membership {
 
   /** Live nodes that place actors (state `up`), sorted; this node counts once it is up. */
   readyNodes(): string[] {
-    return this.liveNodes().filter((id) =>
-      id === this.opts.self.id ? this.state === "up" : this.mirror.get(id)?.value.state === "up",
-    );
+    return this.liveNodes().filter((id) => (id === this.opts.self.id ? this.state === "up" : this.mirror.get(id)?.value.state === "up"));
   }
 
   /** The live node ids, sorted; includes this node unless it is leaving. */

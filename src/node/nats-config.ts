@@ -50,14 +50,15 @@ export function natsSecurityFrom(nats: ConfigTable, base: string, env: NodeJS.Pr
   if (user !== undefined) sec.user = user;
   const password = secret(nats, "password", base, env);
   if (password !== undefined) {
-    if (user === undefined) throw new ConfigError("nats.password_env", "a password needs a user: add user = \"...\" to [nats]");
+    if (user === undefined) throw new ConfigError("nats.password_env", 'a password needs a user: add user = "..." to [nats]');
     sec.password = password;
   }
   const token = secret(nats, "token", base, env);
   if (token !== undefined) sec.token = token;
   const seed = secret(nats, "nkey_seed", base, env);
   if (seed !== undefined) {
-    if (!/^S[A-Z2-7]{57}$/.test(seed.trim())) throw new ConfigError(keyOf(nats, "nkey_seed"), "does not hold an NKey seed (58 characters starting with S, as `nsc` or `nk -gen user` prints it)");
+    if (!/^S[A-Z2-7]{57}$/.test(seed.trim()))
+      throw new ConfigError(keyOf(nats, "nkey_seed"), "does not hold an NKey seed (58 characters starting with S, as `nsc` or `nk -gen user` prints it)");
     sec.nkeySeed = seed.trim();
   }
   const creds = stringValue(nats.creds_file, "nats.creds_file");
@@ -66,7 +67,11 @@ export function natsSecurityFrom(nats: ConfigTable, base: string, env: NodeJS.Pr
     const t = tableAt(nats.tls, "nats.tls");
     rejectUnknown(t, ["ca_file", "cert_file", "key_file"], "nats.tls.");
     const tls: NonNullable<NatsSecurity["tls"]> = {};
-    for (const [k, field] of [["ca_file", "caFile"], ["cert_file", "certFile"], ["key_file", "keyFile"]] as const) {
+    for (const [k, field] of [
+      ["ca_file", "caFile"],
+      ["cert_file", "certFile"],
+      ["key_file", "keyFile"],
+    ] as const) {
       const p = stringValue(t[k], `nats.tls.${k}`);
       if (p !== undefined) tls[field] = readablePath(p, `nats.tls.${k}`, base);
     }
@@ -87,7 +92,10 @@ export function natsSecurityFrom(nats: ConfigTable, base: string, env: NodeJS.Pr
 /** `<name>_env` or `<name>_file`; `<name>` itself (the secret in the file) is refused. */
 function secret(t: ConfigTable, name: string, base: string, env: NodeJS.ProcessEnv): string | undefined {
   if (t[name] !== undefined) {
-    throw new ConfigError(`nats.${name}`, `secrets are not read from the config file: put it in an environment variable and write ${name}_env = "VAR", or in a file and write ${name}_file = "/path"`);
+    throw new ConfigError(
+      `nats.${name}`,
+      `secrets are not read from the config file: put it in an environment variable and write ${name}_env = "VAR", or in a file and write ${name}_file = "/path"`,
+    );
   }
   const envName = stringValue(t[`${name}_env`], `nats.${name}_env`);
   const file = stringValue(t[`${name}_file`], `nats.${name}_file`);
@@ -115,14 +123,16 @@ function readablePath(p: string, key: string, base: string): string {
   try {
     readFileSync(path, { flag: "r" });
   } catch (err) {
-    throw new ConfigError(key, `cannot read ${path} (${(err as NodeJS.ErrnoException).code ?? String(err)}): check the path and its permissions`, { cause: err });
+    throw new ConfigError(key, `cannot read ${path} (${(err as NodeJS.ErrnoException).code ?? String(err)}): check the path and its permissions`, {
+      cause: err,
+    });
   }
   return path;
 }
 
 function inboxPrefix(value: string, key: string): string {
   const parts = value.split(".");
-  if (!parts.every((p) => SUBJECT_TOKEN.test(p))) throw new ConfigError(key, `must be a subject prefix of [A-Za-z0-9_-] tokens without wildcards, e.g. "_INBOX_billing", not ${JSON.stringify(value)}`);
+  if (!parts.every((p) => SUBJECT_TOKEN.test(p)))
+    throw new ConfigError(key, `must be a subject prefix of [A-Za-z0-9_-] tokens without wildcards, e.g. "_INBOX_billing", not ${JSON.stringify(value)}`);
   return value;
 }
-

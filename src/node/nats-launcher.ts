@@ -237,4 +237,3 @@ export class NatsServerProcess implements NatsServerHandle {
     this.child = undefined;
   }
 }
-

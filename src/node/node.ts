@@ -23,7 +23,21 @@ import { createEnvelope } from "../bus/index.js";
 import { SubjectWaitService, SubjectWaits, TimerService, WORKFLOW_ACTOR_TYPE, WorkflowMessageType, WorkflowTimers, workflowActor } from "../workflow/index.js";
 import type { NodeConfig } from "./config.js";
 import { loadActorModules } from "./actor-modules.js";
-import { approveSubject, controlRequest, nodeSubject, schedulesSubject, type ApproveReply, type ToolsReply, type ToolsRequest, spawnSubject, type SchedulesRequest, type AgentStatusView, type NodeStatusView, type SignalRequest, type SpawnRequest } from "./control.js";
+import {
+  approveSubject,
+  controlRequest,
+  nodeSubject,
+  schedulesSubject,
+  type ApproveReply,
+  type ToolsReply,
+  type ToolsRequest,
+  spawnSubject,
+  type SchedulesRequest,
+  type AgentStatusView,
+  type NodeStatusView,
+  type SignalRequest,
+  type SpawnRequest,
+} from "./control.js";
 import { NodeControl } from "./control-handlers.js";
 import { mirrorTiming } from "./kv-mirror.js";
 import { LeaseTable } from "./lease.js";
@@ -156,12 +170,26 @@ export class KovaNode {
     // One scheduler per node: agents and coordinators calling one model share its slots.
     const scheduler = opts.modelScheduler ?? modelScheduler(opts.config.models, logger.child({ component: "agents" }));
     if (opts.modelScheduler) for (const [name, m] of opts.config.models) scheduler.setModel(name, { maxConcurrency: m.maxConcurrency, policy: m.scheduling });
-    registerSwarms(opts.config, types, { bus: () => node!.busClient, interrupt: (agentId, messageId) => node!.interruptDelegation(agentId, messageId) }, scheduler, logger);
+    registerSwarms(
+      opts.config,
+      types,
+      { bus: () => node!.busClient, interrupt: (agentId, messageId) => node!.interruptDelegation(agentId, messageId) },
+      scheduler,
+      logger,
+    );
     const fromModules = await loadActorModules(opts.config, types);
     const templates = opts.templates instanceof ActorTemplateRegistry ? opts.templates : new ActorTemplateRegistry(opts.templates ?? []);
     for (const [i, t] of opts.config.templates.entries()) templates.register(t, `actor_templates[${i}]`);
     for (const t of templates.list()) if (!types.has(t.type)) throw new UnknownActorTypeError(t.type, types.types());
-    node = new KovaNode(opts.config, types, templates, scheduler, logger, [...(opts.agents ?? []), ...opts.config.agents, ...opts.config.agentTemplates, ...fromModules.agents], [...(opts.tools ?? []), ...fromModules.tools]);
+    node = new KovaNode(
+      opts.config,
+      types,
+      templates,
+      scheduler,
+      logger,
+      [...(opts.agents ?? []), ...opts.config.agents, ...opts.config.agentTemplates, ...fromModules.agents],
+      [...(opts.tools ?? []), ...fromModules.tools],
+    );
     // Every node can host workflow runs (docs/workflows.md), unless the application
     // registered its own type of that name.
     if (!types.has(WORKFLOW_ACTOR_TYPE)) {
@@ -216,10 +244,18 @@ export class KovaNode {
     });
     this.recovery.corrupt = this.wal.recovery.corrupt.length;
     // Agent types are registered before recovery: a recovered turn may be an agent's.
-    this.agentServices = await startAgentServices(config, this.agentDefs, { bus: this.bus, types: this.types, logger: this.log, replicas, scheduler: this.modelScheduler, tools: this.codeTools });
+    this.agentServices = await startAgentServices(config, this.agentDefs, {
+      bus: this.bus,
+      types: this.types,
+      logger: this.log,
+      replicas,
+      scheduler: this.modelScheduler,
+      tools: this.codeTools,
+    });
     // An agent template is a template of virtual actors whose type is the agent's actor type.
     for (const a of this.agentDefs) {
-      if (a.template) this.templates.register({ name: a.id, type: a.id, idleAfterMs: a.template.idleAfterMs, capabilities: [...a.capabilities] }, `agent_templates.${a.id}`);
+      if (a.template)
+        this.templates.register({ name: a.id, type: a.id, idleAfterMs: a.template.idleAfterMs, capabilities: [...a.capabilities] }, `agent_templates.${a.id}`);
     }
     this.recovery.pendingRecords = this.wal.recovery.pending.length;
 
@@ -231,25 +267,27 @@ export class KovaNode {
     );
     // Heartbeat before any lease is touched: peers must see this incarnation live before
     // it reclaims a lease of its previous life, or they would count it dead and take over.
-    this.membership = await this.whenNatsReady("membership", () => Membership.join({
-      nc,
-      cluster: config.cluster,
-      heartbeatMs: config.heartbeatMs,
-      staleAfterMs: config.staleAfterMs,
-      replicas,
-      timing,
-      logger: this.log.child({ component: "membership" }),
-      actorCount: () => this.host?.list().length ?? 0,
-      self: {
-        id: config.nodeId,
-        incarnation: this.incarnation,
-        startedAt: this.startedAt,
-        version: KOVA_VERSION,
-        pid: process.pid,
-        host: hostname(),
-        types: this.types.types(),
-      },
-    }));
+    this.membership = await this.whenNatsReady("membership", () =>
+      Membership.join({
+        nc,
+        cluster: config.cluster,
+        heartbeatMs: config.heartbeatMs,
+        staleAfterMs: config.staleAfterMs,
+        replicas,
+        timing,
+        logger: this.log.child({ component: "membership" }),
+        actorCount: () => this.host?.list().length ?? 0,
+        self: {
+          id: config.nodeId,
+          incarnation: this.incarnation,
+          startedAt: this.startedAt,
+          version: KOVA_VERSION,
+          pid: process.pid,
+          host: hostname(),
+          types: this.types.types(),
+        },
+      }),
+    );
 
     this.host = new ActorHost({
       bus: this.bus,
@@ -269,7 +307,9 @@ export class KovaNode {
       TimerService.start({
         timers: await this.timers(),
         fire: async (t) => {
-          await this.bus.send(createEnvelope({ id: t.timerId, from: "kova-timers", to: t.runId, type: WorkflowMessageType.timer, payload: { timerId: t.timerId } }));
+          await this.bus.send(
+            createEnvelope({ id: t.timerId, from: "kova-timers", to: t.runId, type: WorkflowMessageType.timer, payload: { timerId: t.timerId } }),
+          );
         },
         isLocal: (runId) => this.host.status(runId) !== undefined,
         graceMs: config.staleAfterMs,
@@ -308,7 +348,10 @@ export class KovaNode {
       start: async (id, type, record, { takeover }) => {
         const template = record.template === undefined ? undefined : this.templates.resolve(id);
         if (record.template !== undefined && !template) {
-          throw new UnknownAgentError(id, `template ${record.template} of instance ${id} is not registered on node ${this.nodeId}: register the same templates on every node`);
+          throw new UnknownAgentError(
+            id,
+            `template ${record.template} of instance ${id} is not registered on node ${this.nodeId}: register the same templates on every node`,
+          );
         }
         if (takeover) await this.resetMailbox(id);
         await this.host.start(id, type, template ? { template: template.binding } : {});
@@ -371,7 +414,11 @@ export class KovaNode {
 
   /** The workflow timers bucket, opened once (also by the first run that needs it). */
   private timers(): Promise<WorkflowTimers> {
-    this.workflowTimers ??= WorkflowTimers.open({ js: this.bus.js, cluster: this.cluster, replicas: this.config.replicas ?? jetStreamReplicas(this.bus.nc) }).catch((err: unknown) => {
+    this.workflowTimers ??= WorkflowTimers.open({
+      js: this.bus.js,
+      cluster: this.cluster,
+      replicas: this.config.replicas ?? jetStreamReplicas(this.bus.nc),
+    }).catch((err: unknown) => {
       this.workflowTimers = undefined;
       throw err;
     });
@@ -446,7 +493,10 @@ export class KovaNode {
         return await step();
       } catch (err) {
         const transient =
-          isKovaError(err, BusErrorCode.NATS_UNREACHABLE) || isKovaError(err, BusErrorCode.JETSTREAM_UNAVAILABLE) || isKovaError(err, ErrorCode.TIMEOUT) || isTransientNatsError(err);
+          isKovaError(err, BusErrorCode.NATS_UNREACHABLE) ||
+          isKovaError(err, BusErrorCode.JETSTREAM_UNAVAILABLE) ||
+          isKovaError(err, ErrorCode.TIMEOUT) ||
+          isTransientNatsError(err);
         if (!transient || performance.now() > deadline) throw err;
         this.log.warn({ err: String((err as Error)?.message ?? err), attempt, what }, "waiting for NATS / JetStream to become available");
         await sleep(Math.min(2000, 250 * attempt));
@@ -588,7 +638,11 @@ export class KovaNode {
         },
         { name: "agents", subject: nodeSubject(cluster, nodeId, "agents"), handler: async () => control.agents() },
         { name: "spawn", subject: spawnSubject(cluster), handler: async (d) => control.spawn(json(d) as SpawnRequest) },
-        { name: "activate", subject: this.bus.subjects.activate, handler: async (d) => this.virtual.activate((json(d) as { id?: unknown }).id as string, "request") },
+        {
+          name: "activate",
+          subject: this.bus.subjects.activate,
+          handler: async (d) => this.virtual.activate((json(d) as { id?: unknown }).id as string, "request"),
+        },
         { name: "schedules", subject: schedulesSubject(cluster), handler: async (d) => this.scheduleRequest(json(d) as SchedulesRequest) },
         { name: "signal", subject: nodeSubject(cluster, nodeId, "signal"), handler: async (d) => control.signal(json(d) as SignalRequest) },
         { name: "approve", subject: approveSubject(cluster), handler: async (d) => this.approve(json(d)) },
@@ -619,7 +673,8 @@ export class KovaNode {
     const agent = req?.agent === undefined ? undefined : assertId("agent", req.agent);
     const services = this.agentServices;
     if (!services) {
-      if (agent !== undefined) throw new KovaError(BusErrorCode.UNKNOWN_AGENT, `node ${this.nodeId} defines no agents, so not ${agent}`, { data: { agentId: agent } });
+      if (agent !== undefined)
+        throw new KovaError(BusErrorCode.UNKNOWN_AGENT, `node ${this.nodeId} defines no agents, so not ${agent}`, { data: { agentId: agent } });
       return { node: this.nodeId, tools: [] };
     }
     return { node: this.nodeId, ...(agent !== undefined ? { agent } : {}), tools: await services.describeTools(agent) };
@@ -632,12 +687,19 @@ export class KovaNode {
    */
   private async approve(body: unknown): Promise<ApproveReply> {
     const { runId, approvalId, decision } = readDecision(body);
-    this.approvalStore ??= NatsApprovalStore.open({ js: this.bus.js, cluster: this.cluster, replicas: this.config.replicas ?? jetStreamReplicas(this.bus.nc) }).catch((err: unknown) => {
+    this.approvalStore ??= NatsApprovalStore.open({
+      js: this.bus.js,
+      cluster: this.cluster,
+      replicas: this.config.replicas ?? jetStreamReplicas(this.bus.nc),
+    }).catch((err: unknown) => {
       this.approvalStore = undefined;
       throw err;
     });
     const { record, changed } = await (await this.approvalStore).decide(runId, approvalId, decision);
-    this.log.info({ runId, approvalId, agentId: record.agentId, tool: record.tool, status: record.status, by: record.by, changed }, "tool call approval decided");
+    this.log.info(
+      { runId, approvalId, agentId: record.agentId, tool: record.tool, status: record.status, by: record.by, changed },
+      "tool call approval decided",
+    );
     return { runId, approvalId, status: record.status as ApproveReply["status"], changed, agentId: record.agentId, tool: record.tool, via: this.nodeId };
   }
 

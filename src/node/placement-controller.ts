@@ -116,7 +116,10 @@ export class PlacementController {
     }
     const cached = this.owners.get(id);
     if (cached && cached.type === type) return cached.owner;
-    const owner = ownerOf(id, ready.filter((n) => this.opts.membership.supports(n, type)));
+    const owner = ownerOf(
+      id,
+      ready.filter((n) => this.opts.membership.supports(n, type)),
+    );
     this.owners.set(id, { type, owner });
     return owner;
   }
@@ -201,7 +204,10 @@ export class PlacementController {
     // node won by a write whose reply was lost, or a peer's release, and strand the actor;
     // with the lease view stale, holds() is false everywhere and every actor would be dropped.
     if (!leases.healthy() || !registry.healthy() || !membership.viewHealthy()) {
-      this.log.debug({ leases: leases.healthy(), registry: registry.healthy(), nodes: membership.viewHealthy() }, "placement pass skipped: a cluster view is not current");
+      this.log.debug(
+        { leases: leases.healthy(), registry: registry.healthy(), nodes: membership.viewHealthy() },
+        "placement pass skipped: a cluster view is not current",
+      );
       return;
     }
     // Rank only nodes that place actors: a node still recovering its WAL is alive (its
@@ -259,7 +265,10 @@ export class PlacementController {
       if (owner === nodeId && (lease === undefined || this.mayTake(lease))) startNew(id, () => this.take(record));
     }
     if (capped > 0) {
-      this.log.warn({ hosted: hosted.size, waiting: capped, max: cap }, "max_actors_per_node reached: actors this node owns stay unplaced (their messages wait in their mailboxes); add a node or raise [cluster] max_actors_per_node");
+      this.log.warn(
+        { hosted: hosted.size, waiting: capped, max: cap },
+        "max_actors_per_node reached: actors this node owns stay unplaced (their messages wait in their mailboxes); add a node or raise [cluster] max_actors_per_node",
+      );
       this.opts.onCapped?.({ hosted: hosted.size, waiting: capped, max: cap });
     }
     // Leases this process holds for actors that left the registry (deleted).

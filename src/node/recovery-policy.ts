@@ -49,8 +49,12 @@ export async function recoverPendingTurns(d: RecoveryDeps, report: NodeRecoveryR
     const lease = d.leases.get(actorId)?.value;
     const record = d.registry.get(actorId);
     const ours = lease === undefined || lease.node === null || lease.node === d.nodeId;
-    const won = ours && record !== undefined && record.desired !== "killed" && d.types.has(record.type)
-      && (await d.leases.acquire(actorId, (l) => l.node === d.nodeId || l.node === null));
+    const won =
+      ours &&
+      record !== undefined &&
+      record.desired !== "killed" &&
+      d.types.has(record.type) &&
+      (await d.leases.acquire(actorId, (l) => l.node === d.nodeId || l.node === null));
     if (!won || !record) {
       await d.host.abandon(actorId);
       report.abandoned.push(actorId);

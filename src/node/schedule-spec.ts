@@ -47,7 +47,8 @@ export function parseSchedule(raw: unknown, key: string): ScheduleSpec {
   const to = stringValue(t.to, `${key}.to`);
   if (!to || !isValidId(to)) throw new ConfigError(`${key}.to`, "is required: the agent id (or template instance id) the message goes to");
   const type = (stringValue(t.type, `${key}.type`) ?? "task_delegate") as MessageType;
-  if (!isWellFormedType(type)) throw new ConfigError(`${key}.type`, `${JSON.stringify(type)} is not a message type (task_delegate, or a namespaced type such as workflow.signal)`);
+  if (!isWellFormedType(type))
+    throw new ConfigError(`${key}.type`, `${JSON.stringify(type)} is not a message type (task_delegate, or a namespaced type such as workflow.signal)`);
   if ((t.cron === undefined) === (t.every === undefined)) throw new ConfigError(key, 'give exactly one of cron = "…" or every = "…"');
   const spec: ScheduleSpec = { id, to, type, payload: t.payload ?? null, catchUp: "skip" };
   if (t.cron !== undefined) {
@@ -57,7 +58,11 @@ export function parseSchedule(raw: unknown, key: string): ScheduleSpec {
     try {
       CronExpressionParser.parse(spec.cron, { currentDate: Date.now(), ...(spec.tz ? { tz: spec.tz } : {}), strict: false });
     } catch (err) {
-      throw new ConfigError(`${key}.cron`, `${JSON.stringify(spec.cron)} is not a cron expression (minute hour day-of-month month day-of-week, optionally seconds first) or tz ${JSON.stringify(spec.tz)} is unknown: ${(err as Error).message}`, { cause: err });
+      throw new ConfigError(
+        `${key}.cron`,
+        `${JSON.stringify(spec.cron)} is not a cron expression (minute hour day-of-month month day-of-week, optionally seconds first) or tz ${JSON.stringify(spec.tz)} is unknown: ${(err as Error).message}`,
+        { cause: err },
+      );
     }
   } else {
     if (t.tz !== undefined) throw new ConfigError(`${key}.tz`, "applies to cron schedules only");
@@ -92,7 +97,13 @@ export function nextTick(spec: ScheduleSpec, after: number, anchor: number): num
  * `run_once` sends one message for all of them. (An interval shorter than the check period
  * therefore cannot fire every tick; schedules are for seconds and up.)
  */
-export function dueTick(spec: ScheduleSpec, last: number, anchor: number, now: number, graceMs: number): { latest: number; fire: boolean; missed: number } | undefined {
+export function dueTick(
+  spec: ScheduleSpec,
+  last: number,
+  anchor: number,
+  now: number,
+  graceMs: number,
+): { latest: number; fire: boolean; missed: number } | undefined {
   const first = nextTick(spec, last, anchor);
   if (first > now) return undefined;
   let latest: number;
@@ -103,7 +114,9 @@ export function dueTick(spec: ScheduleSpec, last: number, anchor: number, now: n
   } else {
     // The newest tick at or before now, found backwards: stepping forward through a long
     // outage of a per-minute cron would block the event loop.
-    latest = CronExpressionParser.parse(spec.cron!, { currentDate: now + 1, ...(spec.tz ? { tz: spec.tz } : {}) }).prev().getTime();
+    latest = CronExpressionParser.parse(spec.cron!, { currentDate: now + 1, ...(spec.tz ? { tz: spec.tz } : {}) })
+      .prev()
+      .getTime();
     count = latest === first ? 1 : countTicks(spec, first, latest, anchor);
   }
   const current = count === 1 && now - latest <= graceMs;

@@ -172,9 +172,17 @@ export class ScheduleService {
   }
 
   /** Sends the message of a claimed tick, then clears the claim. */
-  private async send(id: string, rec: ScheduleRecord, revision: number, p: NonNullable<ScheduleRecord["pending"]>, how: "claimed" | "reclaimed"): Promise<void> {
+  private async send(
+    id: string,
+    rec: ScheduleRecord,
+    revision: number,
+    p: NonNullable<ScheduleRecord["pending"]>,
+    how: "claimed" | "reclaimed",
+  ): Promise<void> {
     const { spec } = rec;
-    await this.opts.bus.send(createEnvelope({ id: `sched-${id}-${p.tick}`, from: "kova-scheduler", to: spec.to, type: spec.type, payload: spec.payload ?? null }));
+    await this.opts.bus.send(
+      createEnvelope({ id: `sched-${id}-${p.tick}`, from: "kova-scheduler", to: spec.to, type: spec.type, payload: spec.payload ?? null }),
+    );
     const done: ScheduleRecord = { ...rec, updatedAt: Date.now() };
     delete done.pending;
     if ((await this.cas(id, done, revision)) === undefined) return;

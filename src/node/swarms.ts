@@ -34,7 +34,10 @@ export function registerSwarms(
         deadlineMs: spec.deadlineMs,
         ...(spec.subtaskMaxTokens !== undefined ? { subtaskMaxTokens: spec.subtaskMaxTokens } : {}),
         ...(spec.planRepairs !== undefined ? { planRepairs: spec.planRepairs } : {}),
-        instructions: { ...(spec.instructions ? { plan: spec.instructions } : {}), ...(spec.synthesisInstructions ? { synthesize: spec.synthesisInstructions } : {}) },
+        instructions: {
+          ...(spec.instructions ? { plan: spec.instructions } : {}),
+          ...(spec.synthesisInstructions ? { synthesize: spec.synthesisInstructions } : {}),
+        },
         logger,
       }),
     );

@@ -147,7 +147,10 @@ export class VirtualActors {
     const resolved = templates.resolve(id);
     if (!resolved) {
       const names = templates.list().map((t) => t.name);
-      throw new UnknownAgentError(id, `no agent ${id} is declared and no template matches it (templates: ${names.join(", ") || "none"}; an instance id is <template>--<key>)`);
+      throw new UnknownAgentError(
+        id,
+        `no agent ${id} is declared and no template matches it (templates: ${names.join(", ") || "none"}; an instance id is <template>--<key>)`,
+      );
     }
     const { template } = resolved;
     if (registry.get(id)) return { id, template: template.name, created: false, via: nodeId };
@@ -161,7 +164,12 @@ export class VirtualActors {
         this.lastRefusedEvent = Date.now();
         this.o.publish("activation_refused", id, { id, template: template.name, live, max: this.o.maxActors, node: nodeId, refused: this.counts.refused });
       }
-      throw new QuotaExceededError("[cluster] max_actors", this.o.maxActors, live, "lower the templates' idle_after so idle instances are passivated sooner, kill actors you no longer need, or raise max_actors in kova.toml");
+      throw new QuotaExceededError(
+        "[cluster] max_actors",
+        this.o.maxActors,
+        live,
+        "lower the templates' idle_after so idle instances are passivated sooner, kill actors you no longer need, or raise max_actors in kova.toml",
+      );
     }
     const created = await registry.declare({ id, type: template.type, capabilities: capabilitiesOf(template, types), template: template.name });
     if (created) {

@@ -59,13 +59,17 @@ export function swarmsConfigFrom(raw: unknown, models: ReadonlySet<string>): Swa
     rejectUnknown(t, KEYS, `${key}.`);
     const id = stringValue(t.id, `${key}.id`);
     // Short enough that its actor type, `swarm-<id>`, is an id too.
-    if (!id || !isValidId(id) || id.length > 120) throw new ConfigError(`${key}.id`, 'is required: the coordinator\'s agent id, 1-120 characters of [A-Za-z0-9_-], e.g. id = "planner"');
+    if (!id || !isValidId(id) || id.length > 120)
+      throw new ConfigError(`${key}.id`, 'is required: the coordinator\'s agent id, 1-120 characters of [A-Za-z0-9_-], e.g. id = "planner"');
     if (seen.has(id)) throw new ConfigError(`${key}.id`, `${JSON.stringify(id)} is used by two [[swarms]] entries`);
     seen.add(id);
     const model = stringValue(t.model, `${key}.model`);
     if (!model) throw new ConfigError(`${key}.model`, 'is required: name a [models.<name>] entry, e.g. model = "planner"');
     if (!models.has(model)) {
-      throw new ConfigError(`${key}.model`, `no [models.${model}] entry; define it (docs/models.md)${models.size ? ` or use one of ${[...models].join(", ")}` : ""}`);
+      throw new ConfigError(
+        `${key}.model`,
+        `no [models.${model}] entry; define it (docs/models.md)${models.size ? ` or use one of ${[...models].join(", ")}` : ""}`,
+      );
     }
     const spec: SwarmSpec = {
       id,

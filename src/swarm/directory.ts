@@ -109,7 +109,13 @@ export function natsAgentDirectory(bus: Bus, opts: NatsDirectoryOptions = {}): A
     const eligible = entries.filter(
       // A template instance belongs to its key (a user's, a session's): work is delegated to
       // declared agents only, and a thousand active instances are not probed per listing.
-      (r) => r.template === undefined && !exclude.has(r.id) && r.desired !== "killed" && r.node !== null && !UNAVAILABLE.has(r.state) && (r.capabilities?.length ?? 0) > 0,
+      (r) =>
+        r.template === undefined &&
+        !exclude.has(r.id) &&
+        r.desired !== "killed" &&
+        r.node !== null &&
+        !UNAVAILABLE.has(r.state) &&
+        (r.capabilities?.length ?? 0) > 0,
     );
     const probed = await Promise.all(eligible.map(probe));
     const out = probed.filter((c): c is AgentCandidate => c !== undefined).sort((a, b) => (a.agentId < b.agentId ? -1 : 1));
@@ -149,7 +155,10 @@ export function assignSubtasks(subtasks: ReadonlyArray<{ capability?: string; ag
   const load = new Map(agents.map((a) => [a.agentId, a.backlog]));
   const perNode = new Map<string, number>();
   return subtasks.map((s) => {
-    const pool = s.agent !== undefined ? agents.filter((a) => a.agentId === s.agent) : agents.filter((a) => s.capability !== undefined && a.capabilities.includes(s.capability));
+    const pool =
+      s.agent !== undefined
+        ? agents.filter((a) => a.agentId === s.agent)
+        : agents.filter((a) => s.capability !== undefined && a.capabilities.includes(s.capability));
     if (pool.length === 0) {
       return { agentId: null, reason: s.agent !== undefined ? `agent ${s.agent} is not live` : `no live agent has capability ${JSON.stringify(s.capability)}` };
     }

@@ -13,8 +13,26 @@ export {
   type SwarmRequest,
   type SwarmResult,
 } from "./coordinator.js";
-export { assignSubtasks, natsAgentDirectory, staticAgentDirectory, type AgentCandidate, type AgentDirectory, type Assignment, type NatsDirectoryOptions } from "./directory.js";
-export { decompose, planSchema, readStaticPlan, PLAN_TOOL, type DecomposeOptions, type DecomposeResult, type ModelCall, type StaticSubtask, type Subtask } from "./plan.js";
+export {
+  assignSubtasks,
+  natsAgentDirectory,
+  staticAgentDirectory,
+  type AgentCandidate,
+  type AgentDirectory,
+  type Assignment,
+  type NatsDirectoryOptions,
+} from "./directory.js";
+export {
+  decompose,
+  planSchema,
+  readStaticPlan,
+  PLAN_TOOL,
+  type DecomposeOptions,
+  type DecomposeResult,
+  type ModelCall,
+  type StaticSubtask,
+  type Subtask,
+} from "./plan.js";
 export { missingNote, synthesize, type MissingSubtask, type SubtaskResult, type SynthesizeOptions, type SynthesizeResult } from "./synthesize.js";
 export { readRunEvents } from "./history.js";
 export { runSwarm, type RunSwarmOptions } from "./run-swarm.js";

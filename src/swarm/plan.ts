@@ -186,7 +186,8 @@ export function readStaticPlan(raw: unknown, maxSubtasks: number, field = "paylo
   if (raw.length > maxSubtasks) throw new ArgumentError(field, `has ${raw.length} subtasks; this coordinator takes at most ${maxSubtasks} (max_subtasks)`);
   return raw.map((entry, index) => {
     const at = `${field}[${index}]`;
-    if (typeof entry !== "object" || entry === null || Array.isArray(entry)) throw new ArgumentError(at, "must be an object with task and capability (or agent)");
+    if (typeof entry !== "object" || entry === null || Array.isArray(entry))
+      throw new ArgumentError(at, "must be an object with task and capability (or agent)");
     const e = entry as Record<string, unknown>;
     if (typeof e.task !== "string" || e.task.trim() === "") throw new ArgumentError(`${at}.task`, "is required: the subtask as text");
     const s: Subtask = { index, task: e.task };

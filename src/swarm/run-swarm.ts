@@ -45,9 +45,11 @@ export async function runSwarm(via: Bus | KovaClient, coordinator: string, task:
   const until = Date.now() + deadlineMs + (opts.graceMs ?? 60_000);
   await using watcher = await RunWatcher.start(bus, { sessionId, since: Date.now() - 60_000 });
   const events = opts.onEvent ? bus.subscribeEvents({ sessionId }) : undefined;
-  const following = events ? (async () => {
-    for await (const e of events) opts.onEvent!(e);
-  })() : undefined;
+  const following = events
+    ? (async () => {
+        for await (const e of events) opts.onEvent!(e);
+      })()
+    : undefined;
   try {
     watcher.expect(requestId, runId);
     const payload: SwarmRequest = { input: task, sessionId, runId };
@@ -55,7 +57,15 @@ export async function runSwarm(via: Bus | KovaClient, coordinator: string, task:
     if (opts.plan) payload.plan = opts.plan;
     await bus.nc.flush();
     await bus.send(
-      createEnvelope({ id: requestId, from: opts.from ?? bus.clientId, to: coordinator, type: "task_delegate", payload, replyTo: watcher.replyTo, correlationId: requestId }),
+      createEnvelope({
+        id: requestId,
+        from: opts.from ?? bus.clientId,
+        to: coordinator,
+        type: "task_delegate",
+        payload,
+        replyTo: watcher.replyTo,
+        correlationId: requestId,
+      }),
     );
     const got = (await watcher.wait([runId], { until, ...(opts.signal ? { signal: opts.signal } : {}) })).get(runId);
     if (!got) throw new DelegatedRunTimeoutError(coordinator, runId, deadlineMs + (opts.graceMs ?? 60_000));

@@ -1,12 +1,6 @@
 import { existsSync } from "node:fs";
 import { KovaError } from "../core/errors.js";
-import {
-  findNatsServerBinary,
-  freePort,
-  launchNatsServer,
-  type NatsServerHandle,
-  type StartNatsServerOptions,
-} from "../node/nats-launcher.js";
+import { findNatsServerBinary, freePort, launchNatsServer, type NatsServerHandle, type StartNatsServerOptions } from "../node/nats-launcher.js";
 import { HarnessErrorCode } from "./errors.js";
 
 export { findNatsServerBinary, freePort, NatsLaunchError, type NatsServerHandle, type StartNatsServerOptions } from "../node/nats-launcher.js";
@@ -56,9 +50,7 @@ export interface NatsClusterHandle {
 }
 
 /** Starts a JetStream cluster of `size` servers (default 3) on loopback. */
-export async function startNatsCluster(
-  options: { size?: number; name?: string; jetstream?: boolean } = {},
-): Promise<NatsClusterHandle> {
+export async function startNatsCluster(options: { size?: number; name?: string; jetstream?: boolean } = {}): Promise<NatsClusterHandle> {
   const size = options.size ?? 3;
   const name = options.name ?? `kova-${Math.random().toString(36).slice(2, 8)}`;
   const clusterPorts: number[] = [];
@@ -113,10 +105,7 @@ async function startContainer(options: StartNatsServerOptions): Promise<NatsServ
   try {
     mod = (await import(moduleName)) as typeof mod;
   } catch (err) {
-    throw new HarnessError(
-      `nats-server not found and ${moduleName} is not installed (npm i -D ${moduleName}); or ${INSTALL_HINT}`,
-      err,
-    );
+    throw new HarnessError(`nats-server not found and ${moduleName} is not installed (npm i -D ${moduleName}); or ${INSTALL_HINT}`, err);
   }
   let container = await new mod.NatsContainer("nats:2.9").withArgs({ "-js": "" }).start();
   const handle: NatsServerHandle = {

@@ -1,12 +1,6 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
-import {
-  type RenderContext,
-  renderChunks,
-  renderCompletion,
-  type ScriptedCompletion,
-  type ScriptedReply,
-} from "./scripted-model-replies.js";
+import { type RenderContext, renderChunks, renderCompletion, type ScriptedCompletion, type ScriptedReply } from "./scripted-model-replies.js";
 
 /**
  * A local HTTP server that speaks the OpenAI chat-completions wire protocol with scripted
@@ -82,15 +76,7 @@ export interface ScriptedRequest {
  * `script_empty` means no reply was left (500); `invalid` a body that is not a chat request
  * (400); `unauthorized` a missing or wrong API key (401); `handler_error` a handler that threw (500).
  */
-export type ScriptedOutcome =
-  | "pending"
-  | "completion"
-  | "error"
-  | "drop"
-  | "script_empty"
-  | "invalid"
-  | "unauthorized"
-  | "handler_error";
+export type ScriptedOutcome = "pending" | "completion" | "error" | "drop" | "script_empty" | "invalid" | "unauthorized" | "handler_error";
 
 /** One entry of the request log. */
 export interface RecordedRequest extends ScriptedRequest {

@@ -43,11 +43,7 @@ export class ToolDefinitionError extends KovaError {
 /** Two tools claim one name in a registry. */
 export class ToolNameConflictError extends KovaError {
   constructor(readonly tool: string) {
-    super(
-      ToolsErrorCode.TOOL_NAME_CONFLICT,
-      `tool ${JSON.stringify(tool)} is already registered: give one of them another name`,
-      { data: { tool } },
-    );
+    super(ToolsErrorCode.TOOL_NAME_CONFLICT, `tool ${JSON.stringify(tool)} is already registered: give one of them another name`, { data: { tool } });
   }
 }
 
@@ -101,11 +97,7 @@ export class FileTypeRefusedError extends KovaError {
     readonly path: string,
     readonly kind: string,
   ) {
-    super(
-      ToolsErrorCode.FILE_TYPE_REFUSED,
-      `path ${JSON.stringify(path)} is a ${kind}: only regular files can be read or written`,
-      { data: { path, kind } },
-    );
+    super(ToolsErrorCode.FILE_TYPE_REFUSED, `path ${JSON.stringify(path)} is a ${kind}: only regular files can be read or written`, { data: { path, kind } });
   }
 }
 
@@ -135,11 +127,9 @@ export class FileTooLargeError extends KovaError {
     bytes: number,
     limit: number,
   ) {
-    super(
-      ToolsErrorCode.FILE_TOO_LARGE,
-      `content for ${JSON.stringify(path)} is ${bytes} bytes, over the limit of ${limit}: write it in smaller files`,
-      { data: { path, bytes, limit } },
-    );
+    super(ToolsErrorCode.FILE_TOO_LARGE, `content for ${JSON.stringify(path)} is ${bytes} bytes, over the limit of ${limit}: write it in smaller files`, {
+      data: { path, bytes, limit },
+    });
   }
 }
 
@@ -183,11 +173,9 @@ export class HttpTooManyRedirectsError extends KovaError {
     readonly target: string,
     max: number,
   ) {
-    super(
-      ToolsErrorCode.HTTP_TOO_MANY_REDIRECTS,
-      `request to ${target} was redirected more than ${max} times: request the final URL directly`,
-      { data: { target, max } },
-    );
+    super(ToolsErrorCode.HTTP_TOO_MANY_REDIRECTS, `request to ${target} was redirected more than ${max} times: request the final URL directly`, {
+      data: { target, max },
+    });
   }
 }
 

@@ -17,8 +17,7 @@ export function isValidToolName(name: unknown): name is string {
 }
 
 /** What a valid name looks like, for error messages. */
-export const TOOL_NAME_RULE =
-  "use 1-64 characters from [A-Za-z0-9_-], or <server>/<tool> for MCP tools, or agent:<id> for agents";
+export const TOOL_NAME_RULE = "use 1-64 characters from [A-Za-z0-9_-], or <server>/<tool> for MCP tools, or agent:<id> for agents";
 
 /** One entry of an agent's `tools` list, normalised: the `mcp:` prefix removed. */
 export interface ToolPattern {

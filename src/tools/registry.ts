@@ -156,7 +156,10 @@ export class ToolRegistry {
       );
     }
     const near = closeMatches(pattern.name, snapshot.keys());
-    const hint = near.length > 0 ? `did you mean ${near.map((n) => JSON.stringify(n)).join(", ")}?` : `known tools: ${[...snapshot.keys()].slice(0, 20).join(", ") || "(none)"}`;
+    const hint =
+      near.length > 0
+        ? `did you mean ${near.map((n) => JSON.stringify(n)).join(", ")}?`
+        : `known tools: ${[...snapshot.keys()].slice(0, 20).join(", ") || "(none)"}`;
     return `unknown tool ${written}: ${hint} (built-ins are enabled by their [tools.*] table; MCP tools are named <server>/<tool>)`;
   }
 
@@ -174,7 +177,11 @@ export class ToolRegistry {
         if (!isValidToolName(t.name)) {
           this.#warnOnce(`invalid:${source}:${t.name}`, { tool: t.name, source }, "provider offers a tool with an invalid name; it is left out");
         } else if (out.has(t.name)) {
-          this.#warnOnce(`clash:${source}:${t.name}`, { tool: t.name, source, kept: out.get(t.name)!.source }, "tool name taken by another source; this one is left out");
+          this.#warnOnce(
+            `clash:${source}:${t.name}`,
+            { tool: t.name, source, kept: out.get(t.name)!.source },
+            "tool name taken by another source; this one is left out",
+          );
         } else {
           out.set(t.name, { tool: t, source });
         }

@@ -23,9 +23,7 @@ export interface ArgumentIssue {
   readonly given: string;
 }
 
-export type ArgumentCheck<A = unknown> =
-  | { readonly ok: true; readonly args: A }
-  | { readonly ok: false; readonly issues: readonly ArgumentIssue[] };
+export type ArgumentCheck<A = unknown> = { readonly ok: true; readonly args: A } | { readonly ok: false; readonly issues: readonly ArgumentIssue[] };
 
 /**
  * A parser that runs after the JSON Schema check (a zod schema's `safeParse`): it may

@@ -100,15 +100,11 @@ export type DoneResult = { ok: true; epoch: number; seqs: number[]; unread?: tru
  * (tools without a key) accepts a tag it cannot check, and a sealed batch it cannot
  * open as `unread`. `sessions` gives the keys of the open that sealed a v2 batch.
  */
-export function openDone(
-  doneKey: Buffer | undefined,
-  buf: Buffer,
-  unverified = false,
-  sessions?: (epoch: number) => SessionCipher | undefined,
-): DoneResult {
+export function openDone(doneKey: Buffer | undefined, buf: Buffer, unverified = false, sessions?: (epoch: number) => SessionCipher | undefined): DoneResult {
   if (buf.length < FIXED + CRC_LEN || buf[0] !== DONE_MAGIC) return { ok: false, reason: "completion batch: bad header", seqs: [] };
   const end = buf.length - CRC_LEN;
-  if (buf.readUInt32BE(end) !== crc32(buf.subarray(0, end))) return { ok: false, reason: "completion batch: CRC32 mismatch", seqs: buf[1] === 1 ? looseSeqs(buf) : [] };
+  if (buf.readUInt32BE(end) !== crc32(buf.subarray(0, end)))
+    return { ok: false, reason: "completion batch: CRC32 mismatch", seqs: buf[1] === 1 ? looseSeqs(buf) : [] };
   if (buf[1] === 2) return openSealed(buf, end, unverified, sessions);
   if (buf[1] !== 1) return { ok: false, reason: `completion batch: unknown version ${buf[1]}`, seqs: [] };
   const tagged = (buf[2]! & 1) === 1;
@@ -136,7 +132,13 @@ function openSealed(buf: Buffer, end: number, unverified: boolean, sessions: ((e
     return { ok: false, reason: `completion batch: no key for epoch ${epoch}`, seqs: [] };
   }
   const batch = buf.readUInt32BE(12) * TWO_32 + buf.readUInt32BE(16);
-  const plain = session.open(NonceDomain.DONE, batch, buf.subarray(0, SEALED_FIXED), buf.subarray(SEALED_FIXED, end - TAG_LEN), buf.subarray(end - TAG_LEN, end));
+  const plain = session.open(
+    NonceDomain.DONE,
+    batch,
+    buf.subarray(0, SEALED_FIXED),
+    buf.subarray(SEALED_FIXED, end - TAG_LEN),
+    buf.subarray(end - TAG_LEN, end),
+  );
   if (plain === undefined) return { ok: false, reason: "completion batch authentication failed", seqs: [] };
   return { ok: true, epoch, seqs: readSeqs(plain, n, 0) };
 }

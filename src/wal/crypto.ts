@@ -93,7 +93,11 @@ export class RecordCipher {
   ) {
     this.id = algorithm === "aes-256-gcm" ? CipherId.AES_256_GCM : CipherId.SM4;
     // SM4 takes a 128-bit key; AES-256 a 256-bit one.
-    this.#keys = { id: this.id, enc: subkey(master, salt, `${algorithm}/enc`).subarray(0, algorithm === "sm4" ? 16 : 32), mac: subkey(master, salt, `${algorithm}/mac`) };
+    this.#keys = {
+      id: this.id,
+      enc: subkey(master, salt, `${algorithm}/enc`).subarray(0, algorithm === "sm4" ? 16 : 32),
+      mac: subkey(master, salt, `${algorithm}/mac`),
+    };
     this.doneKey = subkey(master, salt, `${algorithm}/done`);
     const markerKey = subkey(master, salt, `${algorithm}/marker`).subarray(0, algorithm === "sm4" ? 16 : 32);
     this.#markerPrf = createCipheriv(algorithm === "sm4" ? "sm4-ecb" : "aes-256-ecb", markerKey, null);
@@ -129,7 +133,14 @@ export class RecordCipher {
    * sealed this way any more.
    */
   open(header: Buffer, body: Buffer, tag: Buffer, epoch: number, seq: number): Buffer | undefined {
-    return aeadOpen(this.#keys, (size) => nonce(epoch, seq, size), header, body, tag, (b) => [header, b]);
+    return aeadOpen(
+      this.#keys,
+      (size) => nonce(epoch, seq, size),
+      header,
+      body,
+      tag,
+      (b) => [header, b],
+    );
   }
 }
 
@@ -144,7 +155,13 @@ interface AeadKeys {
  * AES-256-GCM, or SM4-CTR then HMAC-SHA256/128 over `macInput(ciphertext)`. `iv` gives the
  * nonce in the size each mode takes (GCM 12 bytes; CTR 16, the last 4 the block counter).
  */
-function aeadSeal(k: AeadKeys, iv: (size: 12 | 16) => Buffer, aad: Uint8Array, parts: ReadonlyArray<Uint8Array>, macInput: (body: Buffer) => Uint8Array[]): { body: Buffer; tag: Buffer } {
+function aeadSeal(
+  k: AeadKeys,
+  iv: (size: 12 | 16) => Buffer,
+  aad: Uint8Array,
+  parts: ReadonlyArray<Uint8Array>,
+  macInput: (body: Buffer) => Uint8Array[],
+): { body: Buffer; tag: Buffer } {
   const gcm = k.id === CipherId.AES_256_GCM;
   const c = gcm ? createCipheriv("aes-256-gcm", k.enc, iv(12), { authTagLength: TAG_LEN }) : createCipheriv("sm4-ctr", k.enc, iv(16));
   if (gcm) (c as CipherGCM).setAAD(aad);
@@ -153,7 +170,14 @@ function aeadSeal(k: AeadKeys, iv: (size: 12 | 16) => Buffer, aad: Uint8Array, p
   return { body, tag: gcm ? (c as CipherGCM).getAuthTag() : hmac128(k.mac, macInput(body)) };
 }
 
-function aeadOpen(k: AeadKeys, iv: (size: 12 | 16) => Buffer, aad: Uint8Array, body: Uint8Array, tag: Uint8Array, macInput: (body: Uint8Array) => Uint8Array[]): Buffer | undefined {
+function aeadOpen(
+  k: AeadKeys,
+  iv: (size: 12 | 16) => Buffer,
+  aad: Uint8Array,
+  body: Uint8Array,
+  tag: Uint8Array,
+  macInput: (body: Uint8Array) => Uint8Array[],
+): Buffer | undefined {
   if (k.id === CipherId.AES_256_GCM) {
     try {
       const d = createDecipheriv("aes-256-gcm", k.enc, iv(12), { authTagLength: TAG_LEN });
@@ -217,12 +241,25 @@ export class SessionCipher {
   /** Encrypts `parts` (as one plaintext) under the nonce (domain, counter); `aad` is authenticated only. */
   seal(domain: NonceDomain, counter: number, aad: Uint8Array, parts: ReadonlyArray<Uint8Array>): { body: Buffer; tag: Buffer } {
     // SM4's MAC covers the nonce too, so a body cannot be moved to another counter.
-    return aeadSeal(this.#keys, (size) => sessionNonce(domain, counter, size), aad, parts, (body) => [sessionNonce(domain, counter, 16), aad, body]);
+    return aeadSeal(
+      this.#keys,
+      (size) => sessionNonce(domain, counter, size),
+      aad,
+      parts,
+      (body) => [sessionNonce(domain, counter, 16), aad, body],
+    );
   }
 
   /** Decrypts and authenticates; undefined when authentication fails. */
   open(domain: NonceDomain, counter: number, aad: Uint8Array, body: Uint8Array, tag: Uint8Array): Buffer | undefined {
-    return aeadOpen(this.#keys, (size) => sessionNonce(domain, counter, size), aad, body, tag, (b) => [sessionNonce(domain, counter, 16), aad, b]);
+    return aeadOpen(
+      this.#keys,
+      (size) => sessionNonce(domain, counter, size),
+      aad,
+      body,
+      tag,
+      (b) => [sessionNonce(domain, counter, 16), aad, b],
+    );
   }
 }
 

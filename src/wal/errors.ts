@@ -32,9 +32,13 @@ export class WalKvCorruptError extends KovaError {
     readonly key: string,
     reason: string,
   ) {
-    super(WalErrorCode.WAL_CORRUPT, `WAL side-table entry ${JSON.stringify(key)} is corrupt: ${reason}; it was edited or damaged on disk, so rebuild it from its source (for an actor: the checkpoint on NATS)`, {
-      data: { key, reason },
-    });
+    super(
+      WalErrorCode.WAL_CORRUPT,
+      `WAL side-table entry ${JSON.stringify(key)} is corrupt: ${reason}; it was edited or damaged on disk, so rebuild it from its source (for an actor: the checkpoint on NATS)`,
+      {
+        data: { key, reason },
+      },
+    );
   }
 }
 
@@ -51,11 +55,9 @@ export class WalFailedError extends KovaError {
 /** The ring holds the maximum number of PENDING records and none completed in time. */
 export class WalFullError extends KovaError {
   constructor(pending: number, timeoutMs: number) {
-    super(
-      WalErrorCode.WAL_FULL,
-      `WAL is full: ${pending} PENDING records and none completed within ${timeoutMs} ms; complete records or raise maxPending`,
-      { data: { pending, timeoutMs } },
-    );
+    super(WalErrorCode.WAL_FULL, `WAL is full: ${pending} PENDING records and none completed within ${timeoutMs} ms; complete records or raise maxPending`, {
+      data: { pending, timeoutMs },
+    });
   }
 }
 

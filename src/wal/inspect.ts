@@ -36,7 +36,15 @@ export interface WalInspection {
    * known, and a status that only an encrypted completion batch could tell is "UNKNOWN"
    * (such records are counted as pending).
    */
-  records: Array<{ seq: number; slot: number; status: "PENDING" | "COMPLETE" | "UNKNOWN"; kind: string; owner?: string; epoch: number; where: "ring" | "overflow" }>;
+  records: Array<{
+    seq: number;
+    slot: number;
+    status: "PENDING" | "COMPLETE" | "UNKNOWN";
+    kind: string;
+    owner?: string;
+    epoch: number;
+    where: "ring" | "overflow";
+  }>;
   corrupt: CorruptRecord[];
   /** True when records were read without their keys (nothing authenticated). */
   unverified: boolean;

@@ -179,4 +179,3 @@ export class LockManager {
     this.#held = (token.level - 1) as Level;
   }
 }
-

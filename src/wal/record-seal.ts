@@ -128,7 +128,14 @@ export function sealMarker(sec: Security, id: RecordIdentity, chain: { prevMac: 
   }
   const header = encodeHeader(headerFields(sec, id, true), 0, 1);
   const parts: Array<Uint8Array | undefined> = [header, chain?.prevMac, chain?.mac];
-  parts.push(markerTagOf(sec, id.epoch, id.seq, parts.filter((p): p is Uint8Array => p !== undefined)));
+  parts.push(
+    markerTagOf(
+      sec,
+      id.epoch,
+      id.seq,
+      parts.filter((p): p is Uint8Array => p !== undefined),
+    ),
+  );
   return assemble(parts);
 }
 

@@ -106,7 +106,15 @@ export function scan(input: ScanInput): ScanResult {
     }
     if (!batch.ok) {
       const seq = batch.seqs[0] ?? -1;
-      corrupt.push({ seq, slot: seq >= 0 ? layout.slotOf(seq) : -1, reason: `${batch.reason}; seqs ${batch.seqs.join(",") || "unknown"} stay PENDING`, where: "done", owner: undefined, bytes: value, key });
+      corrupt.push({
+        seq,
+        slot: seq >= 0 ? layout.slotOf(seq) : -1,
+        reason: `${batch.reason}; seqs ${batch.seqs.join(",") || "unknown"} stay PENDING`,
+        where: "done",
+        owner: undefined,
+        bytes: value,
+        key,
+      });
       continue;
     }
     let maxSeq = 0;
@@ -179,8 +187,7 @@ function scanRecords(
   for (const d of ringDamaged) {
     // Trust the damaged header's seq only when it fits this slot and the current lap;
     // otherwise the seq this slot must hold is known from the ring position.
-    const plausible =
-      d.seq !== undefined && layout.slotOf(d.seq) === d.slot && d.seq > head - layout.size && d.seq <= head + layout.size;
+    const plausible = d.seq !== undefined && layout.slotOf(d.seq) === d.slot && d.seq > head - layout.size && d.seq <= head + layout.size;
     const seq = plausible ? d.seq! : layout.expectedSeq(d.slot, head);
     corrupt.push({ seq, slot: d.slot, reason: d.reason, where: "ring", owner: plausible ? d.owner : undefined, bytes: d.bytes, key: d.slot });
     if (seq > maxSeq) maxSeq = seq;
@@ -318,11 +325,7 @@ function scanRecords(
 }
 
 /** `stop-owner`: an owner's PENDING records after its first corrupt record are withheld. */
-function applyPolicy(
-  policy: CorruptPolicy,
-  pending: PendingFound[],
-  corrupt: CorruptFound[],
-): { kept: PendingFound[]; withheld: PendingFound[] } {
+function applyPolicy(policy: CorruptPolicy, pending: PendingFound[], corrupt: CorruptFound[]): { kept: PendingFound[]; withheld: PendingFound[] } {
   if (policy === "skip" || corrupt.length === 0) return { kept: pending, withheld: [] };
   const firstByOwner = new Map<string, number>();
   let firstUnknown = Infinity; // a corrupt record whose owner is unreadable stops every owner
@@ -363,7 +366,10 @@ function judgeHead(input: ScanInput, head: number, chainedV2: boolean, overflowF
   }
   const stored = Buffer.from(h.overflow ?? "", "hex");
   if (stored.length !== MAC_LEN || !equalTags(Buffer.from(h.tag, "hex"), chain.headTag(h.seq, Buffer.from(h.mac, "hex"), stored))) {
-    return { trusted: undefined, breaks: [{ seq: h.seq, reason: "the chain head fails authentication (rewritten, e.g. after truncating the newest records?)" }] };
+    return {
+      trusted: undefined,
+      breaks: [{ seq: h.seq, reason: "the chain head fails authentication (rewritten, e.g. after truncating the newest records?)" }],
+    };
   }
   if (!equalTags(stored, overflowFound)) {
     return { trusted: h, breaks: [{ seq: h.seq, reason: "the overflow table does not match the chain head (an overflow record was deleted or added)" }] };

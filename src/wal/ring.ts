@@ -21,7 +21,7 @@ export class Ring {
 
   /** The seq that should occupy `slot` when `head` is the newest seq (0 if none yet). */
   expectedSeq(slot: number, head: number): number {
-    const s = head - ((head - slot) % this.size + this.size) % this.size;
+    const s = head - ((((head - slot) % this.size) + this.size) % this.size);
     return s >= 1 ? s : 0;
   }
 

@@ -75,14 +75,14 @@ export class Durability {
    */
   settle(write: Promise<unknown>): Promise<void> {
     if (write === this.#lastWrite) return this.#lastSettled!;
-    const settled = write.then(
-      () => (this.mode === "full" ? this.storage.flushed() : undefined),
-    ).then(
-      () => undefined,
-      (err: unknown) => {
-        throw this.fail(err);
-      },
-    );
+    const settled = write
+      .then(() => (this.mode === "full" ? this.storage.flushed() : undefined))
+      .then(
+        () => undefined,
+        (err: unknown) => {
+          throw this.fail(err);
+        },
+      );
     this.#lastWrite = write;
     this.#lastSettled = settled;
     return settled;

@@ -230,10 +230,7 @@ export class Wal {
     for (const c of found.corrupt) if (c.where === "done" && c.key >= wal.#nextDoneKey) wal.#nextDoneKey = c.key + 1;
     for (const p of found.pending) wal.#addPending(p);
     for (const p of found.withheld) wal.#addPending(p);
-    log.info(
-      { epoch, complete: recovery.complete, pending: recovery.pending.length, corrupt: recovery.corrupt.length, stale: recovery.stale },
-      "WAL opened",
-    );
+    log.info({ epoch, complete: recovery.complete, pending: recovery.pending.length, corrupt: recovery.corrupt.length, stale: recovery.stale }, "WAL opened");
     return wal;
   }
 
@@ -505,12 +502,7 @@ export class Wal {
    * The append path, in one synchronous section. Nothing in memory changes unless every
    * write was issued.
    */
-  #stage(
-    kind: string,
-    payload: unknown,
-    owner: string | undefined,
-    completing: PendingEntry | undefined,
-  ): { seq: number; write: Promise<unknown> } {
+  #stage(kind: string, payload: unknown, owner: string | undefined, completing: PendingEntry | undefined): { seq: number; write: Promise<unknown> } {
     const seq = this.#nextSeq;
     return this.#section(
       // Buffer: seq, seal (encrypt, chain). A throw here (bad kind, unencodable payload) changes nothing.

@@ -223,7 +223,11 @@ function parseStep(c: Checker, raw: unknown, path: string, generatedId: string |
   c.declare(id, path);
   const type = inferType(t);
   if (type === undefined || !(type in STEP_KEYS)) {
-    c.fail(id, "type", `${t.type === undefined ? "missing" : `unknown type ${describe(t.type)}`}: use agent, parallel, branch, wait, loop or fail (or give agent/branches/if/for/steps/fail, which imply it)`);
+    c.fail(
+      id,
+      "type",
+      `${t.type === undefined ? "missing" : `unknown type ${describe(t.type)}`}: use agent, parallel, branch, wait, loop or fail (or give agent/branches/if/for/steps/fail, which imply it)`,
+    );
   }
   c.known(t, STEP_KEYS[type!], id, "");
   let step: StepDef;
@@ -250,7 +254,8 @@ function parseStep(c: Checker, raw: unknown, path: string, generatedId: string |
       break;
     }
     case "parallel": {
-      if (!Array.isArray(t.branches) || t.branches.length === 0) c.fail(id, "branches", "must be a non-empty array of steps, e.g. branches = [ { agent = \"critic\", task = \"…\" } ]");
+      if (!Array.isArray(t.branches) || t.branches.length === 0)
+        c.fail(id, "branches", 'must be a non-empty array of steps, e.g. branches = [ { agent = "critic", task = "…" } ]');
       // `retry` on a parallel step retries each failing branch (a branch's own on_error wins).
       const own = t.on_error === undefined ? undefined : parseStrategy(c, t.on_error, id, "on_error", undefined);
       const down = own?.strategy === "retry" ? own : inherited;
@@ -261,7 +266,13 @@ function parseStep(c: Checker, raw: unknown, path: string, generatedId: string |
       const cond = c.string(t.if, id, "if");
       c.condition(cond, id, "if");
       if (t.then === undefined) c.fail(id, "then", 'is required: a step ({ agent = "writer", task = "…" }, { fail = "…" }) or an array of steps');
-      step = { id, type: "branch", if: cond, whenTrue: parseArm(c, t.then, id, "then"), whenFalse: t.else === undefined ? [] : parseArm(c, t.else, id, "else") };
+      step = {
+        id,
+        type: "branch",
+        if: cond,
+        whenTrue: parseArm(c, t.then, id, "then"),
+        whenFalse: t.else === undefined ? [] : parseArm(c, t.else, id, "else"),
+      };
       break;
     }
     case "wait": {
@@ -269,7 +280,12 @@ function parseStep(c: Checker, raw: unknown, path: string, generatedId: string |
       if (kind !== "approval" && kind !== "event" && kind !== "timer") c.fail(id, "for", `must be "approval", "event" or "timer", not ${describe(kind)}`);
       step = { id, type: "wait", for: kind as WaitStep["for"] };
       if (kind === "event") {
-        if (t.event === undefined && t.subject === undefined) c.fail(id, "event", 'a wait for "event" names an event (event = "paid", ended by kova workflow signal) or a NATS subject (subject = "orders.{{input.id}}.paid")');
+        if (t.event === undefined && t.subject === undefined)
+          c.fail(
+            id,
+            "event",
+            'a wait for "event" names an event (event = "paid", ended by kova workflow signal) or a NATS subject (subject = "orders.{{input.id}}.paid")',
+          );
         if (t.event !== undefined) {
           const ev = c.string(t.event, id, "event");
           if (!isValidId(ev)) c.fail(id, "event", `must be a name of [A-Za-z0-9_-] (what kova workflow signal sends), not ${describe(ev)}`);
@@ -328,7 +344,11 @@ function parseStep(c: Checker, raw: unknown, path: string, generatedId: string |
   const onError = t.on_error === undefined ? (canRetry ? inherited : undefined) : parseStrategy(c, t.on_error, id, "on_error", step!);
   if (onError) {
     if (onError.strategy === "retry" && !canRetry) {
-      c.fail(id, "on_error.strategy", `retry applies to agent steps (and to the branches of a parallel step), not to a ${step!.type} step: use skip, abort or fallback`);
+      c.fail(
+        id,
+        "on_error.strategy",
+        `retry applies to agent steps (and to the branches of a parallel step), not to a ${step!.type} step: use skip, abort or fallback`,
+      );
     }
     if (step!.type !== "parallel" || onError.strategy !== "retry") step!.onError = onError;
   }
@@ -350,10 +370,12 @@ export function waitSubjectProblem(subject: string): string | undefined {
   if (/\s/.test(subject)) return "has white space; a NATS subject is tokens separated by dots";
   const tokens = subject.split(".");
   if (tokens.some((t) => t.length === 0)) return "has an empty token (a leading, trailing or double dot)";
-  if (tokens.some((t) => t.includes("*") || t.includes(">"))) return "has a wildcard (* or >): a wait ends on one subject; make it per run with a template, e.g. orders.{{input.id}}.paid";
+  if (tokens.some((t) => t.includes("*") || t.includes(">")))
+    return "has a wildcard (* or >): a wait ends on one subject; make it per run with a template, e.g. orders.{{input.id}}.paid";
   if (tokens[0]!.startsWith("$")) return "is a NATS system subject ($JS, $KV, $SYS, $SRV, …): a workflow cannot wait on those";
   if (tokens[0] === "_INBOX") return "is a reply inbox: those are private to their requester";
-  if (tokens[0] === "kova" && !(tokens.length >= 4 && tokens[2] === "events")) return "is one of Kova's own subjects: of those a wait may only name events (kova.<cluster>.events.<session>.<run>)";
+  if (tokens[0] === "kova" && !(tokens.length >= 4 && tokens[2] === "events"))
+    return "is one of Kova's own subjects: of those a wait may only name events (kova.<cluster>.events.<session>.<run>)";
   return undefined;
 }
 
@@ -416,7 +438,8 @@ function parseInput(c: Checker, raw: unknown): Record<string, InputSpec> {
       def = s.default;
       required = s.required === undefined ? def === undefined : s.required === true;
     }
-    if (!INPUT_TYPES.includes(type as InputType)) c.fail(undefined, field, `unknown type ${describe(type)}: use ${INPUT_TYPES.join(", ")} (a trailing ? makes it optional: "string?")`);
+    if (!INPUT_TYPES.includes(type as InputType))
+      c.fail(undefined, field, `unknown type ${describe(type)}: use ${INPUT_TYPES.join(", ")} (a trailing ? makes it optional: "string?")`);
     out[name] = { type: type as InputType, required, ...(def === undefined ? {} : { default: def }) };
   }
   return out;
@@ -543,7 +566,8 @@ export function checkInput(def: WorkflowDefinition, input: unknown): Record<stri
     // --input k=v gives text; a number or boolean input accepts its text form.
     if (typeof v === "string" && (spec.type === "number" || spec.type === "integer") && v.trim() !== "" && Number.isFinite(Number(v))) v = Number(v);
     if (typeof v === "string" && spec.type === "boolean" && (v === "true" || v === "false")) v = v === "true";
-    if (!typeMatches(spec.type, v)) throw new WorkflowInputError(def.id, name, `must be ${spec.type === "integer" ? "an integer" : `a ${spec.type}`}, not ${describe(v)}`);
+    if (!typeMatches(spec.type, v))
+      throw new WorkflowInputError(def.id, name, `must be ${spec.type === "integer" ? "an integer" : `a ${spec.type}`}, not ${describe(v)}`);
     out[name] = v;
   }
   const unknown = Object.keys(given).filter((k) => !(k in def.input));

@@ -1,6 +1,15 @@
 import { toWire, type WireError } from "../core/errors.js";
 import { evaluateCondition, parseCondition, truthy } from "./condition.js";
-import { waitSubjectProblem, type AgentStep, type BranchStep, type LoopStep, type ParallelStep, type StepDef, type WaitStep, type WorkflowDefinition } from "./definition.js";
+import {
+  waitSubjectProblem,
+  type AgentStep,
+  type BranchStep,
+  type LoopStep,
+  type ParallelStep,
+  type StepDef,
+  type WaitStep,
+  type WorkflowDefinition,
+} from "./definition.js";
 import { TemplateError, WorkflowErrorCode } from "./errors.js";
 import { renderTemplate, walk, type PathResolver } from "./template.js";
 
@@ -310,7 +319,11 @@ export class RunEngine {
         if (rec.dispatchId === undefined) return false;
         delete this.s.dispatches[rec.dispatchId];
         delete rec.dispatchId;
-        rec.result = { ok: false, retryable: true, error: failure(WorkflowErrorCode.STEP_TIMEOUT, `agent ${rec.agent} sent no result within the step's timeout`, { agent: rec.agent }) };
+        rec.result = {
+          ok: false,
+          retryable: true,
+          error: failure(WorkflowErrorCode.STEP_TIMEOUT, `agent ${rec.agent} sent no result within the step's timeout`, { agent: rec.agent }),
+        };
       } else {
         rec.result = { ok: false, retryable: false, error: failure(WorkflowErrorCode.WAIT_TIMEOUT, `nothing ended the wait ${rec.key} before its timeout`) };
       }
@@ -354,7 +367,12 @@ export class RunEngine {
     this.cancelTimer(rec);
     if (sig.approvalId !== undefined) {
       rec.result = { ok: true, output: { approved: sig.approved === true, by: sig.by ?? null, comment: sig.comment ?? null, at: sig.at } };
-      this.event(sig.approved ? "approval_granted" : "approval_rejected", { approvalId: sig.approvalId, stepId: rec.id, by: sig.by ?? null, comment: sig.comment ?? null });
+      this.event(sig.approved ? "approval_granted" : "approval_rejected", {
+        approvalId: sig.approvalId,
+        stepId: rec.id,
+        by: sig.by ?? null,
+        comment: sig.comment ?? null,
+      });
     } else if (sig.waitId !== undefined) {
       rec.result = { ok: true, output: sig.data ?? null };
       this.event("signal_received", { subject: sig.subject, seq: sig.seq ?? null, stepId: rec.id });
@@ -411,7 +429,8 @@ export class RunEngine {
     const key = step.id + scope.suffix;
     let rec = this.s.steps[key];
     this.s.latest[step.id] = key;
-    if (rec && settled(rec)) return rec.status === "failed" ? { kind: "failed", error: rec.error!, retryable: false } : { kind: "done", output: rec.output ?? null };
+    if (rec && settled(rec))
+      return rec.status === "failed" ? { kind: "failed", error: rec.error!, retryable: false } : { kind: "done", output: rec.output ?? null };
     if (!rec) {
       rec = { key, id: step.id, type: step.type, status: "running", attempt: 1, startedAt: this.now };
       this.s.steps[key] = rec;
@@ -441,7 +460,11 @@ export class RunEngine {
       case "loop":
         return this.loop(step, rec, scope);
       case "fail":
-        return { kind: "failed", retryable: false, error: failure(WorkflowErrorCode.WORKFLOW_FAILED, renderTemplate(step.message, this.resolver(scope), step.id), { stepId: step.id }) };
+        return {
+          kind: "failed",
+          retryable: false,
+          error: failure(WorkflowErrorCode.WORKFLOW_FAILED, renderTemplate(step.message, this.resolver(scope), step.id), { stepId: step.id }),
+        };
     }
   }
 
@@ -477,7 +500,14 @@ export class RunEngine {
     rec.status = "completed";
     rec.output = output;
     rec.endedAt = this.now;
-    this.event("step_completed", { stepId: rec.id, key: rec.key, type: rec.type, attempts: rec.attempt, durationMs: rec.endedAt - rec.startedAt, ...(rec.fallback ? { fallback: true } : {}) });
+    this.event("step_completed", {
+      stepId: rec.id,
+      key: rec.key,
+      type: rec.type,
+      attempts: rec.attempt,
+      durationMs: rec.endedAt - rec.startedAt,
+      ...(rec.fallback ? { fallback: true } : {}),
+    });
     return { kind: "done", output };
   }
 
@@ -549,7 +579,11 @@ export class RunEngine {
       return {
         kind: "failed",
         retryable: false,
-        error: failure(WorkflowErrorCode.PARALLEL_FAILED, `${failed.length} of ${step.branches.length} branches failed: ${failed.map((f) => `${f.branch} (${f.error.message})`).join("; ")}`, { failed }),
+        error: failure(
+          WorkflowErrorCode.PARALLEL_FAILED,
+          `${failed.length} of ${step.branches.length} branches failed: ${failed.map((f) => `${f.branch} (${f.error.message})`).join("; ")}`,
+          { failed },
+        ),
       };
     }
     return { kind: "done", output: outcomes.map((o) => (o as { output: unknown }).output) };
@@ -579,7 +613,15 @@ export class RunEngine {
     if (subject !== undefined) {
       const problem = waitSubjectProblem(subject);
       if (problem) {
-        return { kind: "failed", retryable: false, error: failure(WorkflowErrorCode.WAIT_SUBJECT_INVALID, `step ${step.id}: subject ${JSON.stringify(subject)} (from ${JSON.stringify(step.subject)}) ${problem}`, { stepId: step.id, subject }) };
+        return {
+          kind: "failed",
+          retryable: false,
+          error: failure(
+            WorkflowErrorCode.WAIT_SUBJECT_INVALID,
+            `step ${step.id}: subject ${JSON.stringify(subject)} (from ${JSON.stringify(step.subject)}) ${problem}`,
+            { stepId: step.id, subject },
+          ),
+        };
       }
     }
     rec.waiting = true;
@@ -595,7 +637,12 @@ export class RunEngine {
     if (step.for === "approval") {
       rec.approvalId = rec.key.replaceAll("@", ".");
       const message = step.message === undefined ? undefined : renderTemplate(step.message, this.resolver(scope), step.id);
-      this.event("approval_requested", { approvalId: rec.approvalId, stepId: step.id, ...(message ? { message } : {}), ...(step.timeoutMs ? { timeoutMs: step.timeoutMs } : {}) });
+      this.event("approval_requested", {
+        approvalId: rec.approvalId,
+        stepId: step.id,
+        ...(message ? { message } : {}),
+        ...(step.timeoutMs ? { timeoutMs: step.timeoutMs } : {}),
+      });
     }
     if (step.timeoutMs !== undefined) rec.timeoutTimer = this.timer("timeout", this.now + step.timeoutMs, rec.key);
     const i = this.s.inbox.findIndex((sig) => matches(rec, sig, this.s.workflow));
@@ -697,8 +744,7 @@ function matches(rec: StepRecord, sig: SignalRecord, wf: WorkflowDefinition | un
 function findStep(steps: readonly StepDef[], id: string): StepDef | undefined {
   for (const s of steps) {
     if (s.id === id) return s;
-    const nested =
-      s.type === "parallel" ? s.branches : s.type === "branch" ? [...s.whenTrue, ...s.whenFalse] : s.type === "loop" ? s.steps : [];
+    const nested = s.type === "parallel" ? s.branches : s.type === "branch" ? [...s.whenTrue, ...s.whenFalse] : s.type === "loop" ? s.steps : [];
     const fb = s.onError?.strategy === "fallback" ? [s.onError.step] : [];
     const found = findStep([...nested, ...fb], id);
     if (found) return found;

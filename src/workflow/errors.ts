@@ -58,11 +58,9 @@ export class TemplateError extends KovaError {
     reason: string,
     readonly step?: string,
   ) {
-    super(
-      WorkflowErrorCode.TEMPLATE_ERROR,
-      `${step ? `step ${step}: ` : ""}template ${JSON.stringify(template)}: ${path ? `${path}: ` : ""}${reason}`,
-      { data: { template, path, ...(step ? { step } : {}) } },
-    );
+    super(WorkflowErrorCode.TEMPLATE_ERROR, `${step ? `step ${step}: ` : ""}template ${JSON.stringify(template)}: ${path ? `${path}: ` : ""}${reason}`, {
+      data: { template, path, ...(step ? { step } : {}) },
+    });
   }
 }
 

@@ -41,7 +41,15 @@ export {
   type Usage,
 } from "./engine.js";
 export { runSummary, workflowActor, type RunSummary, type WorkflowActorPorts } from "./run-actor.js";
-export { messageData, SubjectWaits, SubjectWaitService, waitsBucket, waitsStream, type SubjectWaitEntry, type SubjectWaitServiceOptions } from "./subject-waits.js";
+export {
+  messageData,
+  SubjectWaits,
+  SubjectWaitService,
+  waitsBucket,
+  waitsStream,
+  type SubjectWaitEntry,
+  type SubjectWaitServiceOptions,
+} from "./subject-waits.js";
 export { TimerService, WorkflowTimers, timersBucket, type TimerEntry, type TimerServiceOptions } from "./timers.js";
 export { assertRunId, MAX_RUN_ID, newRunId, parseSignal, WORKFLOW_ACTOR_TYPE, WorkflowMessageType } from "./protocol.js";
 export { TemplateError, WorkflowDefinitionError, WorkflowErrorCode, WorkflowInputError } from "./errors.js";

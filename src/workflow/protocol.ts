@@ -57,7 +57,8 @@ export function parseSignal(p: unknown): SignalPayload {
     return { [k]: v[k] as string };
   };
   if (v.approvalId !== undefined) {
-    if (typeof v.approvalId !== "string" || v.approvalId.length === 0) throw new ArgumentError("approvalId", "must be the approval id named by approval_requested");
+    if (typeof v.approvalId !== "string" || v.approvalId.length === 0)
+      throw new ArgumentError("approvalId", "must be the approval id named by approval_requested");
     if (typeof v.approved !== "boolean") throw new ArgumentError("approved", "must be true (approve) or false (reject)");
     return { approvalId: v.approvalId, approved: v.approved, ...opt("by"), ...opt("comment") };
   }
@@ -67,5 +68,5 @@ export function parseSignal(p: unknown): SignalPayload {
     return { waitId: v.waitId, subject: v.subject, ...(v.data === undefined ? {} : { data: v.data }), ...(typeof v.seq === "number" ? { seq: v.seq } : {}) };
   }
   if (typeof v.event === "string" && isValidId(v.event)) return { event: v.event, ...(v.data === undefined ? {} : { data: v.data }) };
-  throw new ArgumentError("payload", 'a workflow.signal is { approvalId, approved, by?, comment? } or { event, data? } (event a name of [A-Za-z0-9_-])');
+  throw new ArgumentError("payload", "a workflow.signal is { approvalId, approved, by?, comment? } or { event, data? } (event a name of [A-Za-z0-9_-])");
 }

@@ -45,7 +45,17 @@ export interface RunSummary {
   output?: unknown;
   error?: WireError;
   usage: Usage;
-  steps: Array<{ key: string; id: string; type: string; status: string; attempts: number; agent?: string; durationMs?: number; error?: WireError; childRunId?: string }>;
+  steps: Array<{
+    key: string;
+    id: string;
+    type: string;
+    status: string;
+    attempts: number;
+    agent?: string;
+    durationMs?: number;
+    error?: WireError;
+    childRunId?: string;
+  }>;
   /** Approval waits open now: `kova approve <runId> <approvalId>`. */
   approvals: Array<{ approvalId: string; stepId: string }>;
   /** Event waits open now: `kova workflow signal <runId> <event>`. */
@@ -155,7 +165,8 @@ async function perform(ctx: Ctx, effects: readonly Effect[], ports: WorkflowActo
 }
 
 function subjectWaits(ports: WorkflowActorPorts): Promise<SubjectWaits> {
-  if (!ports.waits) throw new KovaError(ErrorCode.INTERNAL, "this node cannot capture subjects for workflow waits (the workflow actor was registered without a waits port)");
+  if (!ports.waits)
+    throw new KovaError(ErrorCode.INTERNAL, "this node cannot capture subjects for workflow waits (the workflow actor was registered without a waits port)");
   return ports.waits();
 }
 
@@ -205,10 +216,11 @@ export function workflowActor(ports: WorkflowActorPorts): ActorDefinition<RunSta
     handlers: {
       [WorkflowMessageType.start]: (ctx) => turn(ctx, (e) => start(ctx, e)),
       result_notify: (ctx) => turn(ctx, (e) => (e.result(ctx.message.correlationId, ctx.message.payload, ctx.message.error) ? "accepted" : "ignored")),
-      [WorkflowMessageType.timer]: (ctx) => turn(ctx, (e) => {
-        const id = field(ctx.message.payload, "timerId");
-        return typeof id === "string" && e.fired(id) ? "fired" : "ignored";
-      }),
+      [WorkflowMessageType.timer]: (ctx) =>
+        turn(ctx, (e) => {
+          const id = field(ctx.message.payload, "timerId");
+          return typeof id === "string" && e.fired(id) ? "fired" : "ignored";
+        }),
       [WorkflowMessageType.signal]: (ctx) =>
         turn(ctx, (e) => {
           try {

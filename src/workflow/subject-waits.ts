@@ -308,7 +308,11 @@ export class SubjectWaitService {
     void (async () => {
       while (!stopped) {
         try {
-          const consumer = await this.o.waits.js.consumers.get(e.stream, { filter_subjects: e.subject, deliver_policy: DeliverPolicy.StartSequence, opt_start_seq: e.startSeq });
+          const consumer = await this.o.waits.js.consumers.get(e.stream, {
+            filter_subjects: e.subject,
+            deliver_policy: DeliverPolicy.StartSequence,
+            opt_start_seq: e.startSeq,
+          });
           const iter = await consumer.consume({ max_messages: 1 });
           messages = iter;
           if (stopped) iter.stop();

@@ -46,11 +46,14 @@ function spawnHost(env: Record<string, string>): Child {
 }
 
 async function line(child: Child, prefix: string, timeoutMs = 15_000): Promise<string> {
-  return poll(() => {
-    const exit = child.lines.find((l) => l.startsWith("EXIT ") && l !== "EXIT SIGKILL");
-    if (exit) throw new Error(`child exited: ${exit}`);
-    return child.lines.find((l) => l.startsWith(prefix));
-  }, { timeoutMs, what: () => `child line "${prefix}" (got: ${child.lines.join(" | ")})` });
+  return poll(
+    () => {
+      const exit = child.lines.find((l) => l.startsWith("EXIT ") && l !== "EXIT SIGKILL");
+      if (exit) throw new Error(`child exited: ${exit}`);
+      return child.lines.find((l) => l.startsWith(prefix));
+    },
+    { timeoutMs, what: () => `child line "${prefix}" (got: ${child.lines.join(" | ")})` },
+  );
 }
 
 async function sigkill(child: Child): Promise<void> {
@@ -105,10 +108,13 @@ describe("actor host across SIGKILL (spawned process)", () => {
         await new Promise((r) => setTimeout(r, 5)); // paced: a flow, not a flood to drain later
       }
     })();
-    const atKill = await poll(async () => {
-      const i = await bus.request<CounterState>("c1", "info_request", null);
-      return i.count >= 10 ? i : undefined;
-    }, { timeoutMs: 10_000, what: "counter progress", retryErrors: true });
+    const atKill = await poll(
+      async () => {
+        const i = await bus.request<CounterState>("c1", "info_request", null);
+        return i.count >= 10 ? i : undefined;
+      },
+      { timeoutMs: 10_000, what: "counter progress", retryErrors: true },
+    );
     await sigkill(child);
     killed = true;
     await sending;
@@ -135,10 +141,13 @@ describe("actor host across SIGKILL (spawned process)", () => {
     expect(count(`plan:${charge.id}`)).toBe(1);
     expect(count(`charge:${charge.id}`)).toBe(1); // not idempotent: never re-run
 
-    const info = await poll(async () => {
-      const i = await bus.request<CounterState>("c1", "info_request", null);
-      return i.count >= counted.length ? i : undefined;
-    }, { timeoutMs: 20_000, what: "every acknowledged counter message", retryErrors: true });
+    const info = await poll(
+      async () => {
+        const i = await bus.request<CounterState>("c1", "info_request", null);
+        return i.count >= counted.length ? i : undefined;
+      },
+      { timeoutMs: 20_000, what: "every acknowledged counter message", retryErrors: true },
+    );
     expect(info.count).toBe(counted.length);
     expect(new Set(info.ids).size).toBe(info.ids.length);
     expect(new Set(info.ids)).toEqual(new Set(counted.map((e) => e.id)));

@@ -37,10 +37,13 @@ async function cluster(nodes: string[], actors: Array<[string, string]>, start =
 /** Starts `id` with a crash hook; resolves once its actors are placed and idle. */
 async function startWith(tc: TestCluster, id: string, ids: string[], crashAt?: string): Promise<void> {
   await tc.startNode(id, 30_000, crashAt ? { env: { KOVA_TEST_CRASH_AT: crashAt } } : {});
-  await poll(async () => {
-    const agents = await tc.agents();
-    return ids.every((a) => agents.get(a)?.node === id && agents.get(a)?.state === "Idle");
-  }, { timeoutMs: 30_000, what: `${ids.join(", ")} hosted on ${id}`, everyMs: 100, retryErrors: true });
+  await poll(
+    async () => {
+      const agents = await tc.agents();
+      return ids.every((a) => agents.get(a)?.node === id && agents.get(a)?.state === "Idle");
+    },
+    { timeoutMs: 30_000, what: `${ids.join(", ")} hosted on ${id}`, everyMs: 100, retryErrors: true },
+  );
 }
 
 async function killedByHook(tc: TestCluster, id: string): Promise<void> {
@@ -50,7 +53,13 @@ async function killedByHook(tc: TestCluster, id: string): Promise<void> {
 
 describe("turns across SIGKILL at their crash points (node processes)", () => {
   it("send - a sender killed right after JetStream acked its send resends under the same id on restart: the counter counts the message once", async () => {
-    await using tc = await cluster(["n1"], [["r1", "relay"], ["c1", "counter"]]);
+    await using tc = await cluster(
+      ["n1"],
+      [
+        ["r1", "relay"],
+        ["c1", "counter"],
+      ],
+    );
     await startWith(tc, "n1", ["r1", "c1"], "after-publish-ack@r1");
     const order = createEnvelope({ from: "tester", to: "r1", type: "task_delegate", payload: { to: "c1" } });
     await tc.bus.send(order);
@@ -58,14 +67,20 @@ describe("turns across SIGKILL at their crash points (node processes)", () => {
 
     await startWith(tc, "n1", ["r1", "c1"]);
     const sentId = derivedId("r1", order.id, "send:0");
-    const counted = await poll(async () => {
-      const c = await tc.info<CounterState>("c1");
-      return c.count >= 1 ? c : undefined;
-    }, { timeoutMs: 20_000, what: "the relayed message counted", retryErrors: true });
-    const relay = await poll(async () => {
-      const r = await tc.info<{ sent: string[] }>("r1");
-      return r.sent.length >= 1 ? r : undefined;
-    }, { timeoutMs: 20_000, what: "the relay's turn committed", retryErrors: true });
+    const counted = await poll(
+      async () => {
+        const c = await tc.info<CounterState>("c1");
+        return c.count >= 1 ? c : undefined;
+      },
+      { timeoutMs: 20_000, what: "the relayed message counted", retryErrors: true },
+    );
+    const relay = await poll(
+      async () => {
+        const r = await tc.info<{ sent: string[] }>("r1");
+        return r.sent.length >= 1 ? r : undefined;
+      },
+      { timeoutMs: 20_000, what: "the relay's turn committed", retryErrors: true },
+    );
     expect(relay.sent).toEqual([sentId]);
     // Both messages are acknowledged: nothing more can arrive at the counter.
     await waitForConsumer(tc.bus, "r1", "to ack the order", (ci) => ci.num_pending === 0 && ci.num_ack_pending === 0);
@@ -77,7 +92,10 @@ describe("turns across SIGKILL at their crash points (node processes)", () => {
   it("reply - killed after the checkpoint, after the reply and after the WAL completion, a restarted node leaves the asker exactly one reply per question", async () => {
     const points = ["after-checkpoint", "after-reply", "after-wal-complete"] as const;
     const ids = points.map((_, i) => `a${i + 1}`);
-    await using tc = await cluster(["n1"], ids.map((id) => [id, "answerer"]));
+    await using tc = await cluster(
+      ["n1"],
+      ids.map((id) => [id, "answerer"]),
+    );
     const replies = new Map<string, A2AEnvelope[]>();
     const asked = new Map<string, A2AEnvelope>();
     for (const [i, point] of points.entries()) {
@@ -116,9 +134,20 @@ describe("turns across SIGKILL at their crash points (node processes)", () => {
   }, 180_000);
 
   it("takeover - a node killed inside a step that appended a line: the new host reports outcome unknown (one line), re-runs the idempotent step, reuses a recorded result", async () => {
-    const cases = [["x1", "charge"], ["x2", "idempotent"], ["x3", "recorded"]] as const;
-    await using tc = await cluster(["n1", "n2"], cases.map(([id]) => [id, "appender"]));
-    await startWith(tc, "n1", cases.map(([id]) => id));
+    const cases = [
+      ["x1", "charge"],
+      ["x2", "idempotent"],
+      ["x3", "recorded"],
+    ] as const;
+    await using tc = await cluster(
+      ["n1", "n2"],
+      cases.map(([id]) => [id, "appender"]),
+    );
+    await startWith(
+      tc,
+      "n1",
+      cases.map(([id]) => id),
+    );
     const file = (id: string) => join(tc.dir, `${id}.lines`);
     const lines = (path: string) => (existsSync(path) ? readFileSync(path, "utf8").trim().split("\n").filter(Boolean) : []);
     for (const [id, mode] of cases) {
@@ -134,10 +163,13 @@ describe("turns across SIGKILL at their crash points (node processes)", () => {
     await tc.procs.get("n1")!.exited;
     await tc.startNode("n2", 30_000);
 
-    const results = await poll(async () => {
-      const all = await Promise.all(cases.map(async ([id]) => [id, (await tc.info<{ results: Array<Record<string, unknown>> }>(id)).results] as const));
-      return all.every(([, r]) => r.length === 1) ? new Map(all) : undefined;
-    }, { timeoutMs: 40_000, what: "the three turns finished on n2", everyMs: 250, retryErrors: true });
+    const results = await poll(
+      async () => {
+        const all = await Promise.all(cases.map(async ([id]) => [id, (await tc.info<{ results: Array<Record<string, unknown>> }>(id)).results] as const));
+        return all.every(([, r]) => r.length === 1) ? new Map(all) : undefined;
+      },
+      { timeoutMs: 40_000, what: "the three turns finished on n2", everyMs: 250, retryErrors: true },
+    );
     expect(results.get("x1")).toEqual([expect.objectContaining({ outcome: "outcome unknown", finishedOn: "n2" })]);
     expect(lines(file("x1"))).toEqual(["n1"]);
     expect(results.get("x2")).toEqual([expect.objectContaining({ outcome: "appended on n2", finishedOn: "n2" })]);

@@ -17,11 +17,18 @@ describe("tool-call approval across a SIGKILL (node processes, scripted model ov
         return scriptedReply.text(`The answer is ${(JSON.parse(String(result.content)) as { result: number }).result}.`);
       },
     });
-    await using tc = await TestCluster.create({ nodes: ["n1", "n2"], modules: [TOOLS_MODULE], extraToml: [`[models.main]`, `base_url = "${model.url}"`, `model = "gpt-4o-mini"`, AGENT].join("\n") });
+    await using tc = await TestCluster.create({
+      nodes: ["n1", "n2"],
+      modules: [TOOLS_MODULE],
+      extraToml: [`[models.main]`, `base_url = "${model.url}"`, `model = "gpt-4o-mini"`, AGENT].join("\n"),
+    });
     const host = await poll(async () => (await tc.agents()).get("worker")?.node ?? undefined, { timeoutMs: 20_000, what: "worker hosted" });
     // Asked from the CLI, which waits through the kill and prints how to approve.
     const asking = tc.cli(["ask", "worker", "What", "is", "6*7?", "--session", "appr-s"]);
-    const asked = await poll(() => tc.events.find((e) => e.sessionId === "appr-s" && e.type === "approval_requested"), { timeoutMs: 20_000, what: "approval_requested" });
+    const asked = await poll(() => tc.events.find((e) => e.sessionId === "appr-s" && e.type === "approval_requested"), {
+      timeoutMs: 20_000,
+      what: "approval_requested",
+    });
     const { approvalId } = asked.data as { approvalId: string };
     const runId = asked.runId;
     expect(asked.data).toMatchObject({ tool: "calculator", args: { expression: "6*7" } });
@@ -33,8 +40,18 @@ describe("tool-call approval across a SIGKILL (node processes, scripted model ov
     expect(ls.stdout).toMatch(/^TOOL\s+ARGUMENTS\s+IDEMPOTENCY\s+APPROVAL\s+SOURCE\s+DESCRIPTION$/m);
     expect(ls.stdout).toMatch(/^calculator\s+\{expression: string\}\s+idempotent\s+required\s+code\s+\S/m);
     expect(ls.stdout).toMatch(/^deploy\s+\{service: string, env: "staging"\|"prod"\}\s+not_idempotent\s+required\s+code\s+Deploys a service/m);
-    const lsJson = JSON.parse((await tc.cli(["tools", "ls", "worker", "--json"])).stdout) as { node: string; tools: Array<{ name: string; parameters: { type: string } }> };
-    expect(lsJson).toMatchObject({ node: host, agent: "worker", tools: [{ name: "calculator", parameters: { type: "object" } }, { name: "deploy", requiresApproval: true }] });
+    const lsJson = JSON.parse((await tc.cli(["tools", "ls", "worker", "--json"])).stdout) as {
+      node: string;
+      tools: Array<{ name: string; parameters: { type: string } }>;
+    };
+    expect(lsJson).toMatchObject({
+      node: host,
+      agent: "worker",
+      tools: [
+        { name: "calculator", parameters: { type: "object" } },
+        { name: "deploy", requiresApproval: true },
+      ],
+    });
     const registry = await tc.cli(["tools", "ls"]);
     expect(registry.stdout).toMatch(/^clock_now\s/m);
     expect(registry.stdout).toMatch(/^agent:worker\s+\{task: string\}\s+idempotent\s+-\s+agents/m);
@@ -50,7 +67,9 @@ describe("tool-call approval across a SIGKILL (node processes, scripted model ov
     const result = await asking;
     expect(result.code, result.stderr).toBe(0);
     expect(result.stdout).toContain("The answer is 42.");
-    expect(result.stderr).toContain(`[calculator {"expression":"6*7"} waits for approval: kova approve ${runId} ${approvalId}  |  kova reject ${runId} ${approvalId}]`);
+    expect(result.stderr).toContain(
+      `[calculator {"expression":"6*7"} waits for approval: kova approve ${runId} ${approvalId}  |  kova reject ${runId} ${approvalId}]`,
+    );
     expect(result.stderr).toContain("[calculator approved by ann]");
     expect(result.stderr).toContain(`[completed · run ${runId}`);
     // No model call repeated, the approval asked once, the call run once after the decision.
@@ -72,12 +91,21 @@ describe("tool-call approval across a SIGKILL (node processes, scripted model ov
   it("approval - takeover: the agent's node is SIGKILLed while a call waits and never returns; the node that takes the agent over finds the decision and runs the call once", async () => {
     await using model = await startScriptedModelServer({
       handler: (req) =>
-        req.messages.some((m) => m.role === "tool") ? scriptedReply.text("done") : scriptedReply.toolCalls([{ name: "calculator", arguments: { expression: "1+1" } }]),
+        req.messages.some((m) => m.role === "tool")
+          ? scriptedReply.text("done")
+          : scriptedReply.toolCalls([{ name: "calculator", arguments: { expression: "1+1" } }]),
     });
-    await using tc = await TestCluster.create({ nodes: ["n1", "n2"], modules: [TOOLS_MODULE], extraToml: [`[models.main]`, `base_url = "${model.url}"`, `model = "gpt-4o-mini"`, AGENT].join("\n") });
+    await using tc = await TestCluster.create({
+      nodes: ["n1", "n2"],
+      modules: [TOOLS_MODULE],
+      extraToml: [`[models.main]`, `base_url = "${model.url}"`, `model = "gpt-4o-mini"`, AGENT].join("\n"),
+    });
     const host = await poll(async () => (await tc.agents()).get("worker")?.node ?? undefined, { timeoutMs: 20_000, what: "worker hosted" });
     const asking = tc.cli(["ask", "worker", "add", "--session", "take-s"]);
-    const asked = await poll(() => tc.events.find((e) => e.sessionId === "take-s" && e.type === "approval_requested"), { timeoutMs: 20_000, what: "approval_requested" });
+    const asked = await poll(() => tc.events.find((e) => e.sessionId === "take-s" && e.type === "approval_requested"), {
+      timeoutMs: 20_000,
+      what: "approval_requested",
+    });
     const { approvalId } = asked.data as { approvalId: string };
     tc.kill(host);
     const approve = await tc.cli(["approve", asked.runId, approvalId]);

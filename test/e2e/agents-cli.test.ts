@@ -32,16 +32,32 @@ describe("agents from kova.toml, driven by the kova CLI (node processes, scripte
       handler: (req) => {
         const tools = req.messages.filter((m) => m.role === "tool").length;
         if (req.model === "gpt-4.1") return scriptedReply.text("switched answer");
-        if (tools === 0) return scriptedReply.toolCalls([{ name: "calculator", arguments: { expression: "19*2" } }], { usage: { inputTokens: 40, outputTokens: 9 } });
-        if (tools === 1) return scriptedReply.toolCalls([{ name: "calculator", arguments: { expression: "38+4" } }, { name: "clock_now", arguments: {} }], { usage: { inputTokens: 60, outputTokens: 12 } });
-        return scriptedReply.text("The answer is 42.", { chunks: ["The ", "answer ", "is ", "42."], chunkDelayMs: 20, usage: { inputTokens: 90, outputTokens: 6 } });
+        if (tools === 0)
+          return scriptedReply.toolCalls([{ name: "calculator", arguments: { expression: "19*2" } }], { usage: { inputTokens: 40, outputTokens: 9 } });
+        if (tools === 1)
+          return scriptedReply.toolCalls(
+            [
+              { name: "calculator", arguments: { expression: "38+4" } },
+              { name: "clock_now", arguments: {} },
+            ],
+            { usage: { inputTokens: 60, outputTokens: 12 } },
+          );
+        return scriptedReply.text("The answer is 42.", {
+          chunks: ["The ", "answer ", "is ", "42."],
+          chunkDelayMs: 20,
+          usage: { inputTokens: 90, outputTokens: 6 },
+        });
       },
     });
     await using tc = await TestCluster.create({ nodes: ["n1"], extraToml: agentToml(model.url) });
     await poll(async () => (await tc.agents()).get("helper")?.node === "n1", { timeoutMs: 20_000, what: "helper hosted on n1" });
 
     // events tail, chat profile, on the session the ask uses
-    const tail = spawn(process.execPath, [join(REPO, "bin/kova.js"), "events", "tail", "--session", "cli-s", "--profile", "chat", "--max", "7", "-s", tc.server.url, "--cluster", tc.cluster], { stdio: ["ignore", "pipe", "pipe"] });
+    const tail = spawn(
+      process.execPath,
+      [join(REPO, "bin/kova.js"), "events", "tail", "--session", "cli-s", "--profile", "chat", "--max", "7", "-s", tc.server.url, "--cluster", tc.cluster],
+      { stdio: ["ignore", "pipe", "pipe"] },
+    );
     let tailed = "";
     tail.stdout.on("data", (d: Buffer) => (tailed += d.toString()));
     let tailErr = "";
@@ -56,7 +72,10 @@ describe("agents from kova.toml, driven by the kova CLI (node processes, scripte
     expect(model.requests[2]!.messages.filter((m) => m.role === "tool")).toHaveLength(3);
 
     await poll(() => tailed.trim().split("\n").length >= 7, { timeoutMs: 10_000, what: () => `7 chat events (got ${tailed})` });
-    const types = tailed.trim().split("\n").map((l) => (JSON.parse(l) as { type: string }).type);
+    const types = tailed
+      .trim()
+      .split("\n")
+      .map((l) => (JSON.parse(l) as { type: string }).type);
     expect(types[0]).toBe("run_started");
     expect(types.filter((t) => t === "model_delta")).toHaveLength(4);
     expect(types.slice(-2)).toEqual(["run_completed", "run_stream_end"]);
@@ -77,7 +96,17 @@ describe("agents from kova.toml, driven by the kova CLI (node processes, scripte
     expect(second.stdout).toBe("switched answer\n");
     expect(model.requests.at(-1)!.model).toBe("gpt-4.1");
     // The conversation was kept: the second question arrives after the first answer.
-    expect(model.requests.at(-1)!.messages.map((m) => m.role)).toEqual(["system", "user", "assistant", "tool", "assistant", "tool", "tool", "assistant", "user"]);
+    expect(model.requests.at(-1)!.messages.map((m) => m.role)).toEqual([
+      "system",
+      "user",
+      "assistant",
+      "tool",
+      "assistant",
+      "tool",
+      "tool",
+      "assistant",
+      "user",
+    ]);
     const bad = await tc.cli(["signal", "helper", "model=nope"]);
     expect(bad.code).not.toBe(0);
     expect(bad.stderr).toContain("UNKNOWN_MODEL");

@@ -55,7 +55,10 @@ describe("agent runs across SIGKILL (node processes, scripted model over HTTP)",
     expect(runEvents.filter((e) => e.type === "tool_call")).toHaveLength(2);
     expect(runEvents.filter((e) => e.type === "run_started")).toHaveLength(1);
     expect(runEvents.filter((e) => e.type === "run_completed")).toHaveLength(1);
-    const info = await poll(() => tc.info<{ usage: { runs: number; modelCalls: number } }>("worker").catch(() => undefined), { timeoutMs: 10_000, what: "worker info" });
+    const info = await poll(() => tc.info<{ usage: { runs: number; modelCalls: number } }>("worker").catch(() => undefined), {
+      timeoutMs: 10_000,
+      what: "worker info",
+    });
     expect(info.usage).toMatchObject({ runs: 1, modelCalls: 3 });
   }, 90_000);
 
@@ -68,7 +71,10 @@ describe("agent runs across SIGKILL (node processes, scripted model over HTTP)",
     tc.kill(first);
     const result = await pending;
     expect(result).toMatchObject({ status: "completed", output: "It is 42.", runId: "takeover-run" });
-    const after = await poll(async () => ((await tc.agents()).get("worker")?.node !== first ? (await tc.agents()).get("worker")?.node : undefined), { timeoutMs: 20_000, what: "worker moved" });
+    const after = await poll(async () => ((await tc.agents()).get("worker")?.node !== first ? (await tc.agents()).get("worker")?.node : undefined), {
+      timeoutMs: 20_000,
+      what: "worker moved",
+    });
     expect(after).not.toBe(first);
     // The new host replays the recorded model responses and tool results from the step
     // journal on NATS (stream KOVA_<C>_JOURNAL): only the call in flight is made again.

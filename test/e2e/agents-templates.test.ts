@@ -51,17 +51,28 @@ describe("agent templates from kova.toml across node processes, driven by the ko
     // Any NATS client: a JSON task_delegate published on the instance's inbox.
     const h = natsHeaders();
     h.set("Content-Type", "application/json");
-    const env = createEnvelope({ from: "raw", to: "support--raw", type: "task_delegate", payload: { input: "raw hello", sessionId: "raw-s", runId: "raw-run" } });
+    const env = createEnvelope({
+      from: "raw",
+      to: "support--raw",
+      type: "task_delegate",
+      payload: { input: "raw hello", sessionId: "raw-s", runId: "raw-run" },
+    });
     tc.nc.publish(`kova.${tc.cluster}.a2a.support--raw`, encodeEnvelope(env, "json"), { headers: h });
-    const raw = await poll(() => tc.events.find((e) => e.runId === "raw-run" && e.type === "run_completed"), { timeoutMs: 20_000, what: "the raw task's run_completed" });
+    const raw = await poll(() => tc.events.find((e) => e.runId === "raw-run" && e.type === "run_completed"), {
+      timeoutMs: 20_000,
+      what: "the raw task's run_completed",
+    });
     expect(raw.data).toMatchObject({ agentId: "support--raw", output: "support--raw heard: raw hello" });
 
     // Idle for idle_after: passivated by its host. Then its host dies; the conversation is on NATS.
     // (An earlier passivation between the asks is possible on a slow machine: take the one after the last.)
-    const passivated = await poll(() => tc.events.find((e) => e.type === "agent_passivated" && e.at > lastTurnAt && (e.data as { id: string }).id === "support--user-42"), {
-      timeoutMs: 20_000,
-      what: "support--user-42 passivated",
-    });
+    const passivated = await poll(
+      () => tc.events.find((e) => e.type === "agent_passivated" && e.at > lastTurnAt && (e.data as { id: string }).id === "support--user-42"),
+      {
+        timeoutMs: 20_000,
+        what: "support--user-42 passivated",
+      },
+    );
     const host = (passivated.data as { node: string }).node;
     tc.kill(host);
     const a3 = await tc.cli(["ask", "support", "--key", "user-42", "still", "there?", "--session", "s", "--chat"]);

@@ -34,7 +34,20 @@ describe("kova CLI bus commands", () => {
       got.push(env);
       if (env.replyTo) await bus.respond(env, { answer: 42, asked: env.payload });
     });
-    const sent = await cli(["send", "researcher", "--type", "task_delegate", "--payload", '{"topic":"nats"}', "-s", server.url, "--cluster", cluster, "--id", "cli-1"]);
+    const sent = await cli([
+      "send",
+      "researcher",
+      "--type",
+      "task_delegate",
+      "--payload",
+      '{"topic":"nats"}',
+      "-s",
+      server.url,
+      "--cluster",
+      cluster,
+      "--id",
+      "cli-1",
+    ]);
     expect(sent.stdout).toContain(`sent cli-1 to kova.${cluster}.a2a.researcher`);
     await poll(() => got.length === 1, { timeoutMs: 5_000, what: "delivery" });
     expect(got[0]).toMatchObject({ id: "cli-1", from: "kova-cli", to: "researcher", type: "task_delegate", payload: { topic: "nats" } });
@@ -42,14 +55,29 @@ describe("kova CLI bus commands", () => {
     const again = await cli(["send", "researcher", "--type", "task_delegate", "-s", server.url, "--cluster", cluster, "--id", "cli-1"]);
     expect(again.stdout).toContain("duplicate");
 
-    const asked = await cli(["ask", "researcher", "--type", "task_delegate", "--payload", '"why?"', "-s", server.url, "--cluster", cluster, "--timeout", "5000"]);
+    const asked = await cli([
+      "ask",
+      "researcher",
+      "--type",
+      "task_delegate",
+      "--payload",
+      '"why?"',
+      "-s",
+      server.url,
+      "--cluster",
+      cluster,
+      "--timeout",
+      "5000",
+    ]);
     expect(JSON.parse(asked.stdout)).toEqual({ answer: 42, asked: "why?" });
   });
 
   it("cli - kova events tail prints a session's events and kova dlq ls lists dead letters", async () => {
     const cluster = uniqueCluster();
     await using bus = await connectBus(server.url, cluster);
-    const tail = spawn(process.execPath, [kova, "events", "tail", "--session", "s1", "--max", "1", "-s", server.url, "--cluster", cluster], { stdio: ["ignore", "pipe", "pipe"] });
+    const tail = spawn(process.execPath, [kova, "events", "tail", "--session", "s1", "--max", "1", "-s", server.url, "--cluster", cluster], {
+      stdio: ["ignore", "pipe", "pipe"],
+    });
     let out = "";
     let err = "";
     tail.stdout.on("data", (c: Buffer) => (out += c.toString()));

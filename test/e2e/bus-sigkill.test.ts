@@ -12,7 +12,12 @@ const fixture = join(import.meta.dirname, "../fixtures/bus/consumer.mjs");
 const ACK_WAIT_MS = 1_500;
 const dist = join(import.meta.dirname, "../../dist/bus/index.js");
 
-interface Line { event: string; id?: string; deliveryCount?: number; pid: number }
+interface Line {
+  event: string;
+  id?: string;
+  deliveryCount?: number;
+  pid: number;
+}
 
 function host(url: string, cluster: string, agentId: string, ackWaitMs: number): { child: ChildProcess; lines: Line[] } {
   const child = spawn(process.execPath, [fixture, url, cluster, agentId, String(ackWaitMs)], { stdio: ["ignore", "pipe", "inherit"] });
@@ -64,7 +69,10 @@ describe("bus mailbox across a killed host process", () => {
     acks.unsubscribe();
 
     first.child.kill("SIGKILL");
-    const done = await poll(() => second.lines.find((l) => l.event === "done" && l.id === env.id), { timeoutMs: 15_000, what: "redelivery to the second host" });
+    const done = await poll(() => second.lines.find((l) => l.event === "done" && l.id === env.id), {
+      timeoutMs: 15_000,
+      what: "redelivery to the second host",
+    });
     expect(done.deliveryCount).toBe(2);
     expect(first.lines.some((l) => l.event === "done")).toBe(false);
     await poll(async () => (await bus.jsm.streams.info(bus.subjects.streams.a2a)).state.messages === 0, { timeoutMs: 5_000, what: "ack" });

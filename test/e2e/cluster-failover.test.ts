@@ -14,10 +14,13 @@ const NODES = ["n1", "n2", "n3"];
 
 beforeAll(async () => {
   tc = await TestCluster.create({ nodes: NODES, actors: 100, ackWaitMs: 3000, logLevel: process.env.KOVA_LOG_LEVEL ?? "warn" });
-  await poll(async () => {
-    const a = await tc.agents();
-    return a.size === 100 && [...a.values()].every((r) => r.node !== null && r.state === "Idle");
-  }, { timeoutMs: 30_000, what: "initial placement", everyMs: 100, retryErrors: true });
+  await poll(
+    async () => {
+      const a = await tc.agents();
+      return a.size === 100 && [...a.values()].every((r) => r.node !== null && r.state === "Idle");
+    },
+    { timeoutMs: 30_000, what: "initial placement", everyMs: 100, retryErrors: true },
+  );
 }, 60_000);
 afterAll(async () => {
   await tc?.stop();
@@ -37,16 +40,33 @@ async function round(sleepMs: number): Promise<void> {
 /** Every acknowledged message processed, none twice, never two at once per process. */
 async function expectAllProcessedOnce(timeoutMs: number): Promise<void> {
   let last: Array<readonly [string, ProbeState]> = [];
-  const states = await poll(async () => {
-    const all = await Promise.all(tc.actorIds.map(async (a) => [a, await tc.info<ProbeState>(a)] as const));
-    last = all;
-    return all.every(([a, s]) => s.count >= (sent.get(a)?.length ?? 0)) ? all : undefined;
-  }, { timeoutMs, what: "every acknowledged message processed", everyMs: 250, retryErrors: true }).catch(async (err: unknown) => {
+  const states = await poll(
+    async () => {
+      const all = await Promise.all(tc.actorIds.map(async (a) => [a, await tc.info<ProbeState>(a)] as const));
+      last = all;
+      return all.every(([a, s]) => s.count >= (sent.get(a)?.length ?? 0)) ? all : undefined;
+    },
+    { timeoutMs, what: "every acknowledged message processed", everyMs: 250, retryErrors: true },
+  ).catch(async (err: unknown) => {
     const behind = last.filter(([a, s]) => s.count < (sent.get(a)?.length ?? 0));
     const agents = await tc.agents();
     for (const [a, s] of behind.slice(0, 5)) {
       const ci = await tc.bus.jsm.consumers.info(tc.bus.subjects.streams.a2a, tc.bus.subjects.consumer(a)).catch((e: Error) => e.message);
-      console.error(`behind: ${a} count ${s.count}/${sent.get(a)?.length} on ${agents.get(a)?.node} ${agents.get(a)?.state}`, JSON.stringify(typeof ci === "string" ? ci : { pending: ci.num_pending, ackPending: ci.num_ack_pending, redelivered: ci.num_redelivered, waiting: ci.num_waiting, delivered: ci.delivered, ackFloor: ci.ack_floor }));
+      console.error(
+        `behind: ${a} count ${s.count}/${sent.get(a)?.length} on ${agents.get(a)?.node} ${agents.get(a)?.state}`,
+        JSON.stringify(
+          typeof ci === "string"
+            ? ci
+            : {
+                pending: ci.num_pending,
+                ackPending: ci.num_ack_pending,
+                redelivered: ci.num_redelivered,
+                waiting: ci.num_waiting,
+                delivered: ci.delivered,
+                ackFloor: ci.ack_floor,
+              },
+        ),
+      );
     }
     console.error(`behind: ${behind.length} actors; logs in ${tc.dir}`);
     throw err;
@@ -93,7 +113,12 @@ describe("cluster failover (3 node processes, 100 actors)", () => {
     expect(victimActors.length).toBeGreaterThan(10);
     slowActor = victimActors[0]!;
     const slowId = await send(slowActor, { sleepMs: 4000 });
-    await poll(async () => tc.events.some((e) => e.type === "probe_start" && (e.data as { id: string }).id === slowId), { timeoutMs: 10_000, what: "slow turn started", everyMs: 100, retryErrors: true });
+    await poll(async () => tc.events.some((e) => e.type === "probe_start" && (e.data as { id: string }).id === slowId), {
+      timeoutMs: 10_000,
+      what: "slow turn started",
+      everyMs: 100,
+      retryErrors: true,
+    });
     const more = round(5); // in flight while the node dies
     tc.kill("n2");
     const t0 = performance.now();
@@ -101,15 +126,18 @@ describe("cluster failover (3 node processes, 100 actors)", () => {
     await more;
     await round(5);
 
-    const takeoverMs = await poll(async () => {
-      const a = await tc.agents();
-      const l = await tc.leases();
-      const done = victimActors.every((id) => {
-        const r = a.get(id);
-        return r && r.node !== "n2" && r.node !== null && l.get(id)?.node === r.node && (r.state === "Idle" || r.state === "Running");
-      });
-      return done ? performance.now() - t0 : undefined;
-    }, { timeoutMs: 15_000, what: "takeover of the killed node's actors", everyMs: 100, retryErrors: true });
+    const takeoverMs = await poll(
+      async () => {
+        const a = await tc.agents();
+        const l = await tc.leases();
+        const done = victimActors.every((id) => {
+          const r = a.get(id);
+          return r && r.node !== "n2" && r.node !== null && l.get(id)?.node === r.node && (r.state === "Idle" || r.state === "Running");
+        });
+        return done ? performance.now() - t0 : undefined;
+      },
+      { timeoutMs: 15_000, what: "takeover of the killed node's actors", everyMs: 100, retryErrors: true },
+    );
     console.info(`takeover after SIGKILL: ${Math.round(takeoverMs)} ms for ${victimActors.length} actors`);
     expect(takeoverMs).toBeLessThan(10_000);
 
@@ -132,11 +160,14 @@ describe("cluster failover (3 node processes, 100 actors)", () => {
     expect(status.recovery.pendingRecords).toBeGreaterThan(0);
     expect(status.recovery.abandoned).toContain(slowActor);
     expect(status.recovery.finished).toEqual([]);
-    await poll(async () => {
-      const a = await tc.agents();
-      const onN2 = [...a.values()].filter((r) => r.node === "n2" && r.state === "Idle").length;
-      return onN2 > 10 && [...a.values()].every((r) => r.node !== null && (r.state === "Idle" || r.state === "Running"));
-    }, { timeoutMs: 20_000, what: "rebalance onto the restarted node", everyMs: 100, retryErrors: true });
+    await poll(
+      async () => {
+        const a = await tc.agents();
+        const onN2 = [...a.values()].filter((r) => r.node === "n2" && r.state === "Idle").length;
+        return onN2 > 10 && [...a.values()].every((r) => r.node !== null && (r.state === "Idle" || r.state === "Running"));
+      },
+      { timeoutMs: 20_000, what: "rebalance onto the restarted node", everyMs: 100, retryErrors: true },
+    );
     flowing = false;
     await traffic;
     await expectAllProcessedOnce(30_000);
@@ -162,10 +193,13 @@ describe("cluster failover (3 node processes, 100 actors)", () => {
     const exit = await tc.term("n3");
     await flowing;
     expect(exit.code).toBe(0);
-    await poll(async () => {
-      const a = await tc.agents();
-      return [...a.values()].every((r) => (r.node === "n1" || r.node === "n2") && r.state === "Idle");
-    }, { timeoutMs: 15_000, what: "actors moved off the stopped node", everyMs: 100, retryErrors: true });
+    await poll(
+      async () => {
+        const a = await tc.agents();
+        return [...a.values()].every((r) => (r.node === "n1" || r.node === "n2") && r.state === "Idle");
+      },
+      { timeoutMs: 15_000, what: "actors moved off the stopped node", everyMs: 100, retryErrors: true },
+    );
     await expectAllProcessedOnce(20_000);
     // after a graceful hand-over every message has exactly one turn start
     const starts = new Map<string, number>();

@@ -7,10 +7,13 @@ let tc: TestCluster;
 
 beforeAll(async () => {
   tc = await TestCluster.create({ nodes: ["f1", "f2"], actors: 6, ackWaitMs: 3000, logLevel: process.env.KOVA_LOG_LEVEL ?? "warn" });
-  await poll(async () => {
-    const a = await tc.agents();
-    return a.size === 6 && [...a.values()].every((r) => r.state === "Idle") && [...a.values()].some((r) => r.node === "f2");
-  }, { timeoutMs: 20_000, what: "initial placement on both nodes", everyMs: 100, retryErrors: true });
+  await poll(
+    async () => {
+      const a = await tc.agents();
+      return a.size === 6 && [...a.values()].every((r) => r.state === "Idle") && [...a.values()].some((r) => r.node === "f2");
+    },
+    { timeoutMs: 20_000, what: "initial placement on both nodes", everyMs: 100, retryErrors: true },
+  );
 }, 60_000);
 afterAll(async () => {
   const f2 = tc?.procs.get("f2")?.child;
@@ -24,31 +27,49 @@ describe("fencing", () => {
     const actor = [...agents.values()].find((r) => r.node === "f2")!.id;
     const slow = createEnvelope({ from: "tester", to: actor, type: "task_delegate", payload: { sleepMs: 1500 } });
     await tc.bus.send(slow);
-    await poll(async () => tc.events.some((e) => e.type === "probe_start" && (e.data as { id: string }).id === slow.id), { timeoutMs: 5000, what: "slow turn started on f2", everyMs: 100, retryErrors: true });
+    await poll(async () => tc.events.some((e) => e.type === "probe_start" && (e.data as { id: string }).id === slow.id), {
+      timeoutMs: 5000,
+      what: "slow turn started on f2",
+      everyMs: 100,
+      retryErrors: true,
+    });
     const f2 = tc.procs.get("f2")!.child;
     f2.kill("SIGSTOP");
 
-    await poll(async () => {
-      const r = (await tc.agents()).get(actor);
-      return r?.node === "f1" && r.state === "Idle";
-    }, { timeoutMs: 10_000, what: "takeover by f1", everyMs: 100, retryErrors: true });
+    await poll(
+      async () => {
+        const r = (await tc.agents()).get(actor);
+        return r?.node === "f1" && r.state === "Idle";
+      },
+      { timeoutMs: 10_000, what: "takeover by f1", everyMs: 100, retryErrors: true },
+    );
     const later = [];
     for (let i = 0; i < 3; i++) {
       const env = createEnvelope({ from: "tester", to: actor, type: "task_delegate", payload: {} });
       await tc.bus.send(env);
       later.push(env.id);
     }
-    await poll(async () => ((await tc.info<ProbeState>(actor)).count === 4 ? true : undefined), { timeoutMs: 15_000, what: "all four handled on f1", everyMs: 100, retryErrors: true });
+    await poll(async () => ((await tc.info<ProbeState>(actor)).count === 4 ? true : undefined), {
+      timeoutMs: 15_000,
+      what: "all four handled on f1",
+      everyMs: 100,
+      retryErrors: true,
+    });
 
     f2.kill("SIGCONT");
     // f2 wakes: its frozen turn meets the fence at its next step; then rendezvous hashing
     // hands its actors back to it by a graceful release from f1.
-    await poll(async () => {
-      const [rec, lease] = [(await tc.agents()).get(actor), (await tc.leases()).get(actor)];
-      if (!rec?.node || rec.state !== "Idle" || lease?.node !== rec.node) return undefined;
-      const lists = await Promise.all(["f1", "f2"].map(async (n) => JSON.parse((await tc.cli(["node-agents", n, "--json"])).stdout) as Array<{ id: string }>));
-      return lists.filter((l) => l.some((a) => a.id === actor)).length === 1 ? true : undefined;
-    }, { timeoutMs: 20_000, what: "actor hosted exactly once after f2 woke", everyMs: 300, retryErrors: true });
+    await poll(
+      async () => {
+        const [rec, lease] = [(await tc.agents()).get(actor), (await tc.leases()).get(actor)];
+        if (!rec?.node || rec.state !== "Idle" || lease?.node !== rec.node) return undefined;
+        const lists = await Promise.all(
+          ["f1", "f2"].map(async (n) => JSON.parse((await tc.cli(["node-agents", n, "--json"])).stdout) as Array<{ id: string }>),
+        );
+        return lists.filter((l) => l.some((a) => a.id === actor)).length === 1 ? true : undefined;
+      },
+      { timeoutMs: 20_000, what: "actor hosted exactly once after f2 woke", everyMs: 300, retryErrors: true },
+    );
     const s = await tc.info<ProbeState>(actor);
     expect([...s.ids].sort()).toEqual([slow.id, ...later].sort());
     expect(s.dupHandled).toBe(0);

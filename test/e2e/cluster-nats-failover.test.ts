@@ -9,11 +9,20 @@ const sent = new Map<string, string[]>();
 const ACTORS = 9;
 
 beforeAll(async () => {
-  tc = await TestCluster.create({ nodes: ["n1", "n2", "n3"], actors: ACTORS, natsCluster: true, staleAfterMs: 6000, logLevel: process.env.KOVA_LOG_LEVEL ?? "warn" });
-  await poll(async () => {
-    const a = await tc.agents();
-    return a.size === ACTORS && [...a.values()].every((r) => r.node !== null && r.state === "Idle");
-  }, { timeoutMs: 60_000, what: "initial placement", everyMs: 100, retryErrors: true });
+  tc = await TestCluster.create({
+    nodes: ["n1", "n2", "n3"],
+    actors: ACTORS,
+    natsCluster: true,
+    staleAfterMs: 6000,
+    logLevel: process.env.KOVA_LOG_LEVEL ?? "warn",
+  });
+  await poll(
+    async () => {
+      const a = await tc.agents();
+      return a.size === ACTORS && [...a.values()].every((r) => r.node !== null && r.state === "Idle");
+    },
+    { timeoutMs: 60_000, what: "initial placement", everyMs: 100, retryErrors: true },
+  );
 }, 120_000);
 afterAll(async () => {
   await tc?.stop();
@@ -43,7 +52,10 @@ function watchHosting(): { stop(): Promise<number> } {
       const t = performance.now();
       await Promise.all(
         tc.actorIds.map(async (a) => {
-          const ok = await tc.bus.request(a, "info_request", {}, { timeoutMs: 2000 }).then(() => true, () => false);
+          const ok = await tc.bus.request(a, "info_request", {}, { timeoutMs: 2000 }).then(
+            () => true,
+            () => false,
+          );
           const start = since.get(a);
           if (!ok && start === undefined) since.set(a, t);
           if (ok && start !== undefined) {
@@ -79,7 +91,9 @@ describe("cluster on a 3-server NATS cluster (3 node processes)", () => {
     const tSent = performance.now();
     const states = await tc.processed(sent, 100_000).finally(() => hosting.stop());
     const unhostedMs = await hosting.stop();
-    console.info(`NATS server down: sends acked after ${Math.round(tSent - t0)} ms, all processed after ${Math.round(performance.now() - t0)} ms, longest an actor went unhosted ${unhostedMs} ms`);
+    console.info(
+      `NATS server down: sends acked after ${Math.round(tSent - t0)} ms, all processed after ${Math.round(performance.now() - t0)} ms, longest an actor went unhosted ${unhostedMs} ms`,
+    );
     expect(unhostedMs, "longest time an actor was not hosted").toBeLessThan(15_000);
     for (const [a, s] of states) {
       expect(new Set(s.ids).size).toBe(s.ids.length);

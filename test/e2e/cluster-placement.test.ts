@@ -21,16 +21,22 @@ async function hostSets(): Promise<Map<string, string[]>> {
 
 describe("cluster placement (3 node processes)", () => {
   it("cluster - 100 actors are each hosted exactly once, spread over all nodes, registry and leases agree", async () => {
-    const agents = await poll(async () => {
-      const a = await tc.agents();
-      return a.size === 100 && [...a.values()].every((r) => r.node !== null && r.state === "Idle") ? a : undefined;
-    }, { timeoutMs: 30_000, what: "all actors Idle on a node", everyMs: 100, retryErrors: true });
+    const agents = await poll(
+      async () => {
+        const a = await tc.agents();
+        return a.size === 100 && [...a.values()].every((r) => r.node !== null && r.state === "Idle") ? a : undefined;
+      },
+      { timeoutMs: 30_000, what: "all actors Idle on a node", everyMs: 100, retryErrors: true },
+    );
     // Every actor placed somewhere; then each one's set of hosting nodes must be exactly
     // the one node the registry and its lease name.
-    const hosts = await poll(async () => {
-      const sets = await hostSets();
-      return tc.actorIds.every((id) => sets.has(id)) ? sets : undefined;
-    }, { timeoutMs: 10_000, what: "every actor listed by a node's agents endpoint", everyMs: 100, retryErrors: true });
+    const hosts = await poll(
+      async () => {
+        const sets = await hostSets();
+        return tc.actorIds.every((id) => sets.has(id)) ? sets : undefined;
+      },
+      { timeoutMs: 10_000, what: "every actor listed by a node's agents endpoint", everyMs: 100, retryErrors: true },
+    );
     const leases = await tc.leases();
     for (const id of tc.actorIds) {
       const node = agents.get(id)!.node!;

@@ -10,10 +10,13 @@ let tc: TestCluster;
 
 beforeAll(async () => {
   tc = await TestCluster.create({ nodes: ["solo"], actors: 2, ackWaitMs: 2000, logLevel: process.env.KOVA_LOG_LEVEL ?? "warn" });
-  await poll(async () => {
-    const a = await tc.agents();
-    return a.size === 2 && [...a.values()].every((r) => r.state === "Idle");
-  }, { timeoutMs: 20_000, what: "initial placement", everyMs: 100, retryErrors: true });
+  await poll(
+    async () => {
+      const a = await tc.agents();
+      return a.size === 2 && [...a.values()].every((r) => r.state === "Idle");
+    },
+    { timeoutMs: 20_000, what: "initial placement", everyMs: 100, retryErrors: true },
+  );
 }, 60_000);
 afterAll(async () => {
   await tc?.stop();
@@ -24,25 +27,41 @@ describe("node restart after SIGKILL", () => {
     const actor = "p-0";
     const first = createEnvelope({ from: "tester", to: actor, type: "task_delegate", payload: {} });
     await tc.bus.send(first);
-    await poll(async () => ((await tc.info<ProbeState>(actor)).count === 1 ? true : undefined), { timeoutMs: 5000, what: "first message", everyMs: 100, retryErrors: true });
+    await poll(async () => ((await tc.info<ProbeState>(actor)).count === 1 ? true : undefined), {
+      timeoutMs: 5000,
+      what: "first message",
+      everyMs: 100,
+      retryErrors: true,
+    });
     const slow = createEnvelope({ from: "tester", to: actor, type: "task_delegate", payload: { sleepMs: 1500 } });
     const slowSent = await tc.bus.send(slow);
-    await poll(async () => tc.events.some((e) => e.type === "probe_start" && (e.data as { id: string }).id === slow.id), { timeoutMs: 5000, what: "slow turn started", everyMs: 100, retryErrors: true });
+    await poll(async () => tc.events.some((e) => e.type === "probe_start" && (e.data as { id: string }).id === slow.id), {
+      timeoutMs: 5000,
+      what: "slow turn started",
+      everyMs: 100,
+      retryErrors: true,
+    });
     tc.kill("solo");
     await tc.procs.get("solo")!.exited;
 
     await tc.startNode("solo");
     // The interrupted turn is finished in the background, on its own actor.
-    const status = await poll(async () => {
-      const st = await tc.status("solo");
-      return st.recovery.recovering.length === 0 ? st : undefined;
-    }, { timeoutMs: 10_000, what: "recovery of the interrupted turn", everyMs: 100, retryErrors: true });
+    const status = await poll(
+      async () => {
+        const st = await tc.status("solo");
+        return st.recovery.recovering.length === 0 ? st : undefined;
+      },
+      { timeoutMs: 10_000, what: "recovery of the interrupted turn", everyMs: 100, retryErrors: true },
+    );
     expect(status.recovery.finished).toEqual([actor]);
     expect(status.recovery.abandoned).toEqual([]);
-    const state = await poll(async () => {
-      const s = await tc.info<ProbeState>(actor);
-      return s.count === 2 ? s : undefined;
-    }, { timeoutMs: 10_000, what: "interrupted turn finished", everyMs: 100, retryErrors: true });
+    const state = await poll(
+      async () => {
+        const s = await tc.info<ProbeState>(actor);
+        return s.count === 2 ? s : undefined;
+      },
+      { timeoutMs: 10_000, what: "interrupted turn finished", everyMs: 100, retryErrors: true },
+    );
     expect(state.ids).toEqual([first.id, slow.id]);
     // the redelivered copy of the slow message must not start another turn: wait until the
     // server counts it acked by the restarted node, then look
@@ -59,16 +78,22 @@ describe("node restart after SIGKILL", () => {
     const actor = "p-1";
     const long = createEnvelope({ from: "tester", to: actor, type: "task_delegate", payload: { sleepMs: 4000 } });
     await tc.bus.send(long);
-    await poll(async () => tc.events.some((e) => e.type === "probe_start" && (e.data as { id: string }).id === long.id), { timeoutMs: 5000, what: "long turn started", everyMs: 100, retryErrors: true });
+    await poll(async () => tc.events.some((e) => e.type === "probe_start" && (e.data as { id: string }).id === long.id), {
+      timeoutMs: 5000,
+      what: "long turn started",
+      everyMs: 100,
+      retryErrors: true,
+    });
     const proc = tc.procs.get("solo")!;
     const t0 = performance.now();
     proc.child.kill("SIGTERM");
     // the graceful stop is under way once the node no longer answers control requests
     await poll(
-      () => tc.status("solo", 500).then(
-        () => false,
-        (err: unknown) => isKovaError(err, BusErrorCode.NO_RESPONDERS),
-      ),
+      () =>
+        tc.status("solo", 500).then(
+          () => false,
+          (err: unknown) => isKovaError(err, BusErrorCode.NO_RESPONDERS),
+        ),
       { timeoutMs: 1_500, what: "the node to stop answering status" },
     );
     proc.child.kill("SIGTERM");
@@ -77,10 +102,13 @@ describe("node restart after SIGKILL", () => {
     expect(performance.now() - t0).toBeLessThan(1500);
 
     await tc.startNode("solo");
-    const s = await poll(async () => {
-      const st = await tc.info<ProbeState>(actor);
-      return st.ids.includes(long.id) ? st : undefined;
-    }, { timeoutMs: 20_000, what: "cut turn finished after the restart", everyMs: 100, retryErrors: true });
+    const s = await poll(
+      async () => {
+        const st = await tc.info<ProbeState>(actor);
+        return st.ids.includes(long.id) ? st : undefined;
+      },
+      { timeoutMs: 20_000, what: "cut turn finished after the restart", everyMs: 100, retryErrors: true },
+    );
     expect(s.ids.filter((id) => id === long.id)).toHaveLength(1);
     expect(s.dupHandled).toBe(0);
   }, 60000);

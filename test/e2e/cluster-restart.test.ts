@@ -11,17 +11,25 @@ let tc: TestCluster;
 
 beforeAll(async () => {
   tc = await TestCluster.create({ nodes: ["solo"], actors: 6, ackWaitMs: 3000, logLevel: process.env.KOVA_LOG_LEVEL ?? "warn" });
-  await poll(async () => {
-    const a = await tc.agents();
-    return a.size === 6 && [...a.values()].every((r) => r.state === "Idle");
-  }, { timeoutMs: 30_000, what: "initial placement", everyMs: 100, retryErrors: true });
+  await poll(
+    async () => {
+      const a = await tc.agents();
+      return a.size === 6 && [...a.values()].every((r) => r.state === "Idle");
+    },
+    { timeoutMs: 30_000, what: "initial placement", everyMs: 100, retryErrors: true },
+  );
 }, 60_000);
 afterAll(async () => {
   await tc?.stop();
 });
 
 async function started(id: string): Promise<void> {
-  await poll(async () => tc.events.some((e) => e.type === "probe_start" && (e.data as { id: string }).id === id), { timeoutMs: 10_000, what: `turn ${id} started`, everyMs: 100, retryErrors: true });
+  await poll(async () => tc.events.some((e) => e.type === "probe_start" && (e.data as { id: string }).id === id), {
+    timeoutMs: 10_000,
+    what: `turn ${id} started`,
+    everyMs: 100,
+    retryErrors: true,
+  });
 }
 
 describe("node restart with pending turns", () => {
@@ -42,17 +50,23 @@ describe("node restart with pending turns", () => {
     // Every other actor takes a new message and answers for it: hosted and serving.
     const fresh = new Map(others.map((a) => [a, createEnvelope({ from: "tester", to: a, type: "task_delegate", payload: {} })]));
     await Promise.all([...fresh.values()].map((env) => tc.bus.send(env)));
-    await poll(async () => {
-      const states = await Promise.all(others.map((a) => tc.info<ProbeState>(a)));
-      return states.every((s, i) => s.ids.includes(fresh.get(others[i]!)!.id)) ? true : undefined;
-    }, { timeoutMs: 10_000, what: "the node's other actors serving after the restart", everyMs: 100, retryErrors: true });
+    await poll(
+      async () => {
+        const states = await Promise.all(others.map((a) => tc.info<ProbeState>(a)));
+        return states.every((s, i) => s.ids.includes(fresh.get(others[i]!)!.id)) ? true : undefined;
+      },
+      { timeoutMs: 10_000, what: "the node's other actors serving after the restart", everyMs: 100, retryErrors: true },
+    );
     const servingMs = performance.now() - t0;
 
     // The short recovered turn finished although the long one, recovered too, still runs.
-    const s = await poll(async () => {
-      const st = await tc.info<ProbeState>(short);
-      return st.ids.includes(brief.id) ? st : undefined;
-    }, { timeoutMs: 10_000, what: "the second recovered turn finished", everyMs: 100, retryErrors: true });
+    const s = await poll(
+      async () => {
+        const st = await tc.info<ProbeState>(short);
+        return st.ids.includes(brief.id) ? st : undefined;
+      },
+      { timeoutMs: 10_000, what: "the second recovered turn finished", everyMs: 100, retryErrors: true },
+    );
     expect(s.ids.filter((id) => id === brief.id)).toHaveLength(1);
     const status = await tc.status("solo");
     expect(status.recovery.recovering).toEqual([hung]);

@@ -18,11 +18,14 @@ beforeAll(async () => {
   tc = await TestCluster.create({ nodes: ["n1", "n2"], actors: 8, start: false, logLevel: process.env.KOVA_LOG_LEVEL ?? "warn" });
   await tc.startNode("n1", 20_000, { fileSizeLimitBytes: FILE_SIZE_LIMIT });
   await tc.startNode("n2");
-  await poll(async () => {
-    const a = await tc.agents();
-    const nodes = new Set([...a.values()].map((r) => r.node));
-    return a.size === 8 && nodes.has("n1") && nodes.has("n2") && [...a.values()].every((r) => r.state === "Idle");
-  }, { timeoutMs: 30_000, what: "initial placement on both nodes", everyMs: 100, retryErrors: true });
+  await poll(
+    async () => {
+      const a = await tc.agents();
+      const nodes = new Set([...a.values()].map((r) => r.node));
+      return a.size === 8 && nodes.has("n1") && nodes.has("n2") && [...a.values()].every((r) => r.state === "Idle");
+    },
+    { timeoutMs: 30_000, what: "initial placement on both nodes", everyMs: 100, retryErrors: true },
+  );
 }, 60_000);
 afterAll(async () => {
   await tc?.stop();
@@ -52,10 +55,13 @@ describe("a node whose WAL fails", () => {
     expect(exit.signal).toBeNull();
     expect(exit.code).not.toBe(0);
 
-    await poll(async () => {
-      const a = await tc.agents();
-      return tc.actorIds.every((id) => a.get(id)?.node === "n2") ? true : undefined;
-    }, { timeoutMs: 20_000, what: "every actor hosted by n2", everyMs: 100, retryErrors: true });
+    await poll(
+      async () => {
+        const a = await tc.agents();
+        return tc.actorIds.every((id) => a.get(id)?.node === "n2") ? true : undefined;
+      },
+      { timeoutMs: 20_000, what: "every actor hosted by n2", everyMs: 100, retryErrors: true },
+    );
     console.info(`WAL failure: n1 exited ${exitedMs} ms after the big messages began, its actors were on n2 ${Math.round(performance.now() - t0)} ms after`);
     const states = await tc.processed(sent, 60_000);
     for (const [a, s] of states) {

@@ -22,7 +22,14 @@ describe("gateway from the CLI", () => {
     const port = await freePort();
     await using tc = await TestCluster.create({ nodes: ["n1"], actors: 1, extraToml: `[gateway]\nlisten = "127.0.0.1:${port}"` });
     const url = `http://127.0.0.1:${port}`;
-    await poll(() => fetch(`${url}/v1/models`).then((r) => r.status === 401, () => false), { timeoutMs: 15_000, what: "the node's gateway to answer (401 without a key)" });
+    await poll(
+      () =>
+        fetch(`${url}/v1/models`).then(
+          (r) => r.status === 401,
+          () => false,
+        ),
+      { timeoutMs: 15_000, what: "the node's gateway to answer (401 without a key)" },
+    );
 
     const added = await tc.cli(["gateway", "keys", "add", "ci", "--agents", "p-0"]);
     expect(added.code, added.stderr).toBe(0);
@@ -34,19 +41,29 @@ describe("gateway from the CLI", () => {
     expect(ls.stdout).not.toContain("sha256");
 
     const auth = { authorization: `Bearer ${key}` };
-    const models = await poll(async () => {
-      const r = await fetch(`${url}/v1/models`, { headers: auth });
-      return r.status === 200 ? ((await r.json()) as { data: Array<{ id: string }> }) : undefined;
-    }, { timeoutMs: 10_000, what: "the new key to be accepted" });
+    const models = await poll(
+      async () => {
+        const r = await fetch(`${url}/v1/models`, { headers: auth });
+        return r.status === 200 ? ((await r.json()) as { data: Array<{ id: string }> }) : undefined;
+      },
+      { timeoutMs: 10_000, what: "the new key to be accepted" },
+    );
     expect(models.data.map((m) => m.id)).toEqual(["p-0"]);
     // a plain actor (the probe) answers too: its reply is the content
-    const chat = await fetch(`${url}/v1/chat/completions`, { method: "POST", headers: { ...auth, "content-type": "application/json" }, body: JSON.stringify({ model: "p-0", messages: [{ role: "user", content: "count" }] }) });
+    const chat = await fetch(`${url}/v1/chat/completions`, {
+      method: "POST",
+      headers: { ...auth, "content-type": "application/json" },
+      body: JSON.stringify({ model: "p-0", messages: [{ role: "user", content: "count" }] }),
+    });
     expect(chat.status).toBe(200);
     expect(((await chat.json()) as { choices: Array<{ message: { content: string } }> }).choices[0]?.message.content).toBe('{"count":1}');
 
     // a separate gateway process for the same cluster accepts the same key
     const port2 = await freePort();
-    const child = spawn(process.execPath, [join(REPO, "bin/kova.js"), "gateway", "start", "--config", tc.configPath("n1"), "--listen", `127.0.0.1:${port2}`], { stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, KOVA_LOG_LEVEL: "warn" } });
+    const child = spawn(process.execPath, [join(REPO, "bin/kova.js"), "gateway", "start", "--config", tc.configPath("n1"), "--listen", `127.0.0.1:${port2}`], {
+      stdio: ["ignore", "pipe", "pipe"],
+      env: { ...process.env, KOVA_LOG_LEVEL: "warn" },
+    });
     await using _child = defer(() => child.kill("SIGKILL"));
     let out = "";
     child.stdout.on("data", (d: Buffer) => (out += d.toString()));
@@ -57,10 +74,13 @@ describe("gateway from the CLI", () => {
 
     const rm = await tc.cli(["gateway", "keys", "rm", "ci"]);
     expect(rm.code, rm.stderr).toBe(0);
-    await poll(async () => (await fetch(`${url2}/v1/models`, { headers: auth })).status === 401 && (await fetch(`${url}/v1/models`, { headers: auth })).status === 401, {
-      timeoutMs: 10_000,
-      what: "both gateways to refuse the removed key",
-    });
+    await poll(
+      async () => (await fetch(`${url2}/v1/models`, { headers: auth })).status === 401 && (await fetch(`${url}/v1/models`, { headers: auth })).status === 401,
+      {
+        timeoutMs: 10_000,
+        what: "both gateways to refuse the removed key",
+      },
+    );
     child.kill("SIGTERM");
     await new Promise((r) => child.once("exit", r));
   }, 90_000);

@@ -60,14 +60,20 @@ describe("schedules across three node processes", () => {
     tc.kill("s1");
     await tc.procs.get("s1")!.exited;
     // A claim s1 held when it died is sent by a peer after the reclaim wait (5 s).
-    await poll(() => ticks("p-0").length >= before + 6, { timeoutMs: 40_000, what: () => `6 more ticks after the kill (have ${ticks("p-0").length - before})` });
+    await poll(() => ticks("p-0").length >= before + 6, {
+      timeoutMs: 40_000,
+      what: () => `6 more ticks after the kill (have ${ticks("p-0").length - before})`,
+    });
     expectEveryTickOnce(ticks("p-0"));
     expectEveryTickOnce(ticks("p-1"));
     // What was sent was stored and handled once per tick.
-    const handled = await poll(async () => {
-      const s = await tc.info("p-0");
-      return s.count >= ticks("p-0").length ? s : undefined;
-    }, { timeoutMs: 20_000, retryErrors: true, what: "p-0 handled every tick" });
+    const handled = await poll(
+      async () => {
+        const s = await tc.info("p-0");
+        return s.count >= ticks("p-0").length ? s : undefined;
+      },
+      { timeoutMs: 20_000, retryErrors: true, what: "p-0 handled every tick" },
+    );
     expect(handled.dupHandled).toBe(0);
   }, 120_000);
 
@@ -86,7 +92,10 @@ describe("schedules across three node processes", () => {
       timeoutMs: 30_000,
       what: "the outage judged for both schedules",
     });
-    await poll(() => ticks("p-0").some((t) => t > upAt) && ticks("p-1").filter((t) => t > downAt).length >= 2, { timeoutMs: 30_000, what: "ticks after the restart" });
+    await poll(() => ticks("p-0").some((t) => t > upAt) && ticks("p-1").filter((t) => t > downAt).length >= 2, {
+      timeoutMs: 30_000,
+      what: "ticks after the restart",
+    });
     // skip: the missed ticks (three or more) pass without a message, and nothing is sent for
     // any tick that fell due while no node ran.
     expect((judged("schedule_skipped", "tick")[0]!.data as { missed: number }).missed).toBeGreaterThanOrEqual(2);
@@ -97,7 +106,9 @@ describe("schedules across three node processes", () => {
     expect(catchUps).toHaveLength(1);
     // (A tick a dying node had claimed before downAt is sent late by a peer: it is not part
     // of the outage, so only ticks that fell due after every node was gone are counted.)
-    const afterOutage = ticks("p-1").filter((t) => t > downAt).sort((a, b) => a - b);
+    const afterOutage = ticks("p-1")
+      .filter((t) => t > downAt)
+      .sort((a, b) => a - b);
     expect(afterOutage[0]).toBe((catchUps[0]!.data as { tick: number }).tick);
     expect(afterOutage[0]! - downAt).toBeGreaterThanOrEqual(EVERY);
     expectEveryTickOnce(ticks("p-0").filter((t) => t > upAt));

@@ -34,10 +34,13 @@ async function counts(): Promise<Map<string, ContractAgentState>> {
 
 /** Every delegation message id any agent ran a turn for, once all `n` are committed. */
 async function delegatedMessages(n: number): Promise<string[]> {
-  return poll(async () => {
-    const all = [...(await counts()).values()].flatMap((s) => s.messages);
-    return all.length >= n ? all : undefined;
-  }, { timeoutMs: 15_000, what: `${n} delegations committed by the agents`, everyMs: 200, retryErrors: true });
+  return poll(
+    async () => {
+      const all = [...(await counts()).values()].flatMap((s) => s.messages);
+      return all.length >= n ? all : undefined;
+    },
+    { timeoutMs: 15_000, what: `${n} delegations committed by the agents`, everyMs: 200, retryErrors: true },
+  );
 }
 
 async function coordinatorNode(): Promise<string> {
@@ -65,7 +68,10 @@ describe("swarm on 3 nodes", () => {
 
     // The run tree: the swarm's run at the root, each child linked by child_run_linked and
     // carrying the swarm's run id as parentRunId on the session's subjects.
-    await poll(() => sessionEvents(tc, "s-ten").filter((e) => e.type === "run_stream_end").length === 11, { timeoutMs: 10_000, what: "11 run_stream_end events" });
+    await poll(() => sessionEvents(tc, "s-ten").filter((e) => e.type === "run_stream_end").length === 11, {
+      timeoutMs: 10_000,
+      what: "11 run_stream_end events",
+    });
     const tree = sessionEvents(tc, "s-ten");
     const root = tree.filter((e) => e.runId === result.runId);
     expect(root.map((e) => e.type)).toEqual(expect.arrayContaining(["run_started", "swarm_planned", "model_response", "run_completed", "run_stream_end"]));
@@ -98,13 +104,19 @@ describe("swarm on 3 nodes", () => {
     // ends cancelled well before its 8 s of work would have.
     const slow = sessionEvents(tc, "s-deadline").find((e) => e.type === "child_run_linked" && (e.data as { stepId: string }).stepId === "subtask-2")!;
     const slowRun = (slow.data as { childRunId: string }).childRunId;
-    const end = await poll(() => sessionEvents(tc, "s-deadline").find((e) => e.runId === slowRun && e.type === "run_stream_end"), { timeoutMs: 10_000, what: "the slow child's run to end" });
+    const end = await poll(() => sessionEvents(tc, "s-deadline").find((e) => e.runId === slowRun && e.type === "run_stream_end"), {
+      timeoutMs: 10_000,
+      what: "the slow child's run to end",
+    });
     expect(end.data).toEqual({ status: "cancelled" });
     expect(Date.now() - t0).toBeLessThan(8000);
   }, 60_000);
 
   it("cli - kova swarm run --follow prints the run tree live, then the answer", async () => {
-    const plan = JSON.stringify([{ task: "first half", capability: "research" }, { task: "second half", capability: "write" }]);
+    const plan = JSON.stringify([
+      { task: "first half", capability: "research" },
+      { task: "second half", capability: "write" },
+    ]);
     const r = await tc.cli(["swarm", "run", "Two halves", "--coordinator", "planner", "--follow", "--session", "s-cli", "--plan", plan]);
     expect(r.stderr).toMatch(/run \S+ \(session s-cli\)/);
     expect(r.code).toBe(0);
@@ -112,7 +124,10 @@ describe("swarm on 3 nodes", () => {
     const [tree, answer] = [r.stdout.slice(0, r.stdout.lastIndexOf("\n\n")), r.stdout.slice(r.stdout.lastIndexOf("\n\n") + 2)];
     const last = tree.trim().split("\n\n").at(-1)!.split("\n");
     expect(last[0]).toMatch(/^planner {2}\S+ {2}completed {2}\d+\.\ds {2}tokens \d+\/\d+$/);
-    expect(last.slice(1).sort()).toEqual([expect.stringMatching(/^[├└]─ subtask-\d → (r|w)-\d {2}\S+ {2}completed /), expect.stringMatching(/^[├└]─ subtask-\d → (r|w)-\d {2}\S+ {2}completed /)]);
+    expect(last.slice(1).sort()).toEqual([
+      expect.stringMatching(/^[├└]─ subtask-\d → (r|w)-\d {2}\S+ {2}completed /),
+      expect.stringMatching(/^[├└]─ subtask-\d → (r|w)-\d {2}\S+ {2}completed /),
+    ]);
     expect(answer).toBe("ANSWER from 2 results\n");
   }, 60_000);
 

@@ -25,14 +25,19 @@ describe("virtual actors across node processes", () => {
     await using tc = await TestCluster.create({ nodes: ["n1", "n2", "n3"], extraToml: template("inst", "0"), logLevel: "warn" });
     const ids = Array.from({ length: 1000 }, (_, i) => `inst--user-${i}`);
     const t0 = performance.now();
-    const first = await inBatches(ids, 100, (id) => tc.bus.ask<{ count: number }>(createEnvelope({ from: "tester", to: id, type: "task_delegate", payload: {} }), { timeoutMs: 60_000 }));
+    const first = await inBatches(ids, 100, (id) =>
+      tc.bus.ask<{ count: number }>(createEnvelope({ from: "tester", to: id, type: "task_delegate", payload: {} }), { timeoutMs: 60_000 }),
+    );
     const askAllMs = performance.now() - t0;
     expect(first.map((r) => r.payload.count)).toEqual(ids.map(() => 1));
 
-    const where = await poll(async () => {
-      const h = await hosting(tc, ["n1", "n2", "n3"]);
-      return h.size === 1000 ? h : undefined;
-    }, { timeoutMs: 30_000, retryErrors: true, what: "1,000 instances hosted" });
+    const where = await poll(
+      async () => {
+        const h = await hosting(tc, ["n1", "n2", "n3"]);
+        return h.size === 1000 ? h : undefined;
+      },
+      { timeoutMs: 30_000, retryErrors: true, what: "1,000 instances hosted" },
+    );
     const perNode = (n: string) => [...where.values()].filter((v) => v === n).length;
     // Rendezvous hashing: about a third each.
     for (const n of ["n1", "n2", "n3"]) expect(perNode(n), `instances on ${n}`).toBeGreaterThan(250);
@@ -49,14 +54,19 @@ describe("virtual actors across node processes", () => {
     const moved = ids.filter((id) => where.get(id) === "n3");
     const killedAt = performance.now();
     tc.kill("n3");
-    await poll(async () => {
-      const h = await hosting(tc, ["n1", "n2"]);
-      return moved.every((id) => h.has(id));
-    }, { timeoutMs: 60_000, everyMs: 250, retryErrors: true, what: "n3's instances hosted by n1 and n2" });
+    await poll(
+      async () => {
+        const h = await hosting(tc, ["n1", "n2"]);
+        return moved.every((id) => h.has(id));
+      },
+      { timeoutMs: 60_000, everyMs: 250, retryErrors: true, what: "n3's instances hosted by n1 and n2" },
+    );
     const moveMs = performance.now() - killedAt;
     console.log(`${moved.length} instances moved off the killed node in ${Math.round(moveMs)} ms`);
     // Their state came along: the second message is their second.
-    const again = await inBatches(moved, 100, (id) => tc.bus.ask<{ count: number }>(createEnvelope({ from: "tester", to: id, type: "task_delegate", payload: {} }), { timeoutMs: 60_000 }));
+    const again = await inBatches(moved, 100, (id) =>
+      tc.bus.ask<{ count: number }>(createEnvelope({ from: "tester", to: id, type: "task_delegate", payload: {} }), { timeoutMs: 60_000 }),
+    );
     expect(again.map((r) => r.payload.count)).toEqual(moved.map(() => 2));
     expect(await tc.dlqCount()).toBe(0);
   }, 240_000);
@@ -95,11 +105,14 @@ describe("virtual actors across node processes", () => {
 
     const kv = await new Kvm(tc.nc).open(`kova_${tc.cluster}_checkpoints`);
     const stateOf = async (id: string) => (await kv.get(id))?.json<{ state: ProbeState }>().state;
-    const states = await poll(async () => {
-      const all = await Promise.all(ids.map(async (id) => [id, await stateOf(id)] as const));
-      const counted = all.reduce((n, [, s]) => n + (s?.count ?? 0), 0);
-      return counted >= total ? all : undefined;
-    }, { timeoutMs: 90_000, everyMs: 500, retryErrors: true, what: `all ${total} messages counted (logs in ${tc.dir})` });
+    const states = await poll(
+      async () => {
+        const all = await Promise.all(ids.map(async (id) => [id, await stateOf(id)] as const));
+        const counted = all.reduce((n, [, s]) => n + (s?.count ?? 0), 0);
+        return counted >= total ? all : undefined;
+      },
+      { timeoutMs: 90_000, everyMs: 500, retryErrors: true, what: `all ${total} messages counted (logs in ${tc.dir})` },
+    );
     for (const [id, s] of states) {
       const want = sent.get(id)!;
       expect(s?.count ?? 0, `${id} count`).toBe(want.length);

@@ -42,8 +42,7 @@ function runChild(dir: string, delayMs: number, onReport: boolean): Promise<Fact
         if (tag === "A") {
           facts.appended.set(Number(a), Number(b));
           if (armed) child.kill("SIGKILL");
-        }
-        else if (tag === "c") facts.completeIssued.add(Number(a));
+        } else if (tag === "c") facts.completeIssued.add(Number(a));
         else if (tag === "C") facts.completed.add(Number(a));
         else if (tag === "READY" && !facts.ready) {
           facts.ready = true;

@@ -17,10 +17,20 @@ async function hostOf(tc: TestCluster, id: string): Promise<string> {
 }
 
 function runEnded(tc: TestCluster, runId: string, timeoutMs: number): Promise<string> {
-  return poll(() => {
-    const e = tc.events.find((x) => x.runId === runId && x.type === "run_stream_end");
-    return e ? String((e.data as { status: string }).status) : undefined;
-  }, { timeoutMs, what: () => `run ${runId} to end; its events: ${tc.events.filter((x) => x.runId === runId).map((x) => x.type).join(", ")}` });
+  return poll(
+    () => {
+      const e = tc.events.find((x) => x.runId === runId && x.type === "run_stream_end");
+      return e ? String((e.data as { status: string }).status) : undefined;
+    },
+    {
+      timeoutMs,
+      what: () =>
+        `run ${runId} to end; its events: ${tc.events
+          .filter((x) => x.runId === runId)
+          .map((x) => x.type)
+          .join(", ")}`,
+    },
+  );
 }
 
 // Spawns node processes from dist/: run `npm run build` first.
@@ -32,8 +42,14 @@ describe("workflows across node processes", () => {
     expect(start.code, start.stderr).toBe(0);
     const { runId } = JSON.parse(start.stdout) as { runId: string };
     // research done, write under way: kill the node that runs the workflow
-    await poll(() => tc.events.some((e) => e.runId === runId && e.type === "step_completed" && (e.data as { stepId: string }).stepId === "research"), { timeoutMs: 20_000, what: "the research step to finish" });
-    await poll(() => tc.events.some((e) => e.parentRunId === runId && e.type === "run_started" && (e.data as { agentId: string }).agentId === "writer"), { timeoutMs: 20_000, what: "the writer to start" });
+    await poll(() => tc.events.some((e) => e.runId === runId && e.type === "step_completed" && (e.data as { stepId: string }).stepId === "research"), {
+      timeoutMs: 20_000,
+      what: "the research step to finish",
+    });
+    await poll(() => tc.events.some((e) => e.parentRunId === runId && e.type === "run_started" && (e.data as { agentId: string }).agentId === "writer"), {
+      timeoutMs: 20_000,
+      what: "the writer to start",
+    });
     const victim = await hostOf(tc, runId);
     tc.kill(victim);
     const killedAt = performance.now();
@@ -42,7 +58,10 @@ describe("workflows across node processes", () => {
     const endedAfterMs = performance.now() - killedAt;
     const survivor = victim === "n1" ? "n2" : "n1";
     // retired from placement after it ended (a later turn, from its retire timer)
-    await poll(async () => ((await tc.agents()).get(runId) as AgentRecord | undefined)?.desired === "killed", { timeoutMs: 10_000, what: "the run to be retired" });
+    await poll(async () => ((await tc.agents()).get(runId) as AgentRecord | undefined)?.desired === "killed", {
+      timeoutMs: 10_000,
+      what: "the run to be retired",
+    });
     const done = tc.events.find((e) => e.runId === runId && e.type === "run_completed")!;
     expect((done.data as { output: string }).output).toBe("critic(review writer(write from researcher(research nats)))");
     // every agent handled exactly one task_delegate: no finished step was started again
@@ -69,10 +88,13 @@ describe("workflows across node processes", () => {
     tc.kill("n1");
     await tc.procs.get("n1")!.exited;
     await tc.startNode("n1");
-    const status = await poll(async () => {
-      const r = await tc.cli(["workflow", "status", runId]);
-      return r.code === 0 && r.stdout.includes("waiting for approval approve") ? r.stdout : undefined;
-    }, { timeoutMs: 20_000, what: "the restarted run to show its open approval" });
+    const status = await poll(
+      async () => {
+        const r = await tc.cli(["workflow", "status", runId]);
+        return r.code === 0 && r.stdout.includes("waiting for approval approve") ? r.stdout : undefined;
+      },
+      { timeoutMs: 20_000, what: "the restarted run to show its open approval" },
+    );
     expect(status).toContain(`kova approve ${runId} approve`);
 
     const approve = await tc.cli(["approve", runId, "approve", "--by", "ann", "--comment", "ship it"]);
@@ -86,6 +108,9 @@ describe("workflows across node processes", () => {
     expect(tree.code, tree.stderr).toBe(0);
     const last = tree.stdout.trim().split("\n\n").at(-1)!.split("\n");
     expect(last[0]).toMatch(new RegExp(`^workflow:approval  ${runId}  completed  \\d+\\.\\ds  tokens \\d+/14  \\$0\\.0020$`));
-    expect(last.slice(1)).toEqual([expect.stringMatching(/^├─ draft → writer {2}\S+-t0r {2}completed/), expect.stringMatching(/^└─ publish\.then → critic {2}\S+r {2}completed/)]);
+    expect(last.slice(1)).toEqual([
+      expect.stringMatching(/^├─ draft → writer {2}\S+-t0r {2}completed/),
+      expect.stringMatching(/^└─ publish\.then → critic {2}\S+r {2}completed/),
+    ]);
   }, 90_000);
 });

@@ -13,10 +13,13 @@ describe("workflow subject waits across node processes", () => {
     expect(start.code, start.stderr).toBe(0);
     const { runId } = JSON.parse(start.stdout) as { runId: string };
     // The wait has begun (its subject captured) when status lists it.
-    await poll(async () => {
-      const r = await tc.cli(["workflow", "status", runId]);
-      return r.stdout.includes("paid: waiting for a message on orders.o-7.paid") ? true : undefined;
-    }, { timeoutMs: 20_000, what: "the run to wait on orders.o-7.paid" });
+    await poll(
+      async () => {
+        const r = await tc.cli(["workflow", "status", runId]);
+        return r.stdout.includes("paid: waiting for a message on orders.o-7.paid") ? true : undefined;
+      },
+      { timeoutMs: 20_000, what: "the run to wait on orders.o-7.paid" },
+    );
 
     tc.kill("n1");
     await tc.procs.get("n1")!.exited;
@@ -30,7 +33,11 @@ describe("workflow subject waits across node processes", () => {
     const done = tc.events.find((e) => e.runId === runId && e.type === "run_completed")!;
     expect((done.data as { output: string }).output).toBe("writer(ship o-7 for 42)");
     expect(tc.events.find((e) => e.runId === runId && e.type === "signal_received")?.data).toMatchObject({ subject: "orders.o-7.paid", stepId: "paid" });
-    const writer = await poll(() => tc.bus.request<AgentCounts>("writer", "info_request", {}, { timeoutMs: 1000 }), { timeoutMs: 10_000, retryErrors: true, what: "the writer's counts" });
+    const writer = await poll(() => tc.bus.request<AgentCounts>("writer", "info_request", {}, { timeoutMs: 1000 }), {
+      timeoutMs: 10_000,
+      retryErrors: true,
+      what: "the writer's counts",
+    });
     expect(writer.inputs).toEqual(["ship o-7 for 42"]);
   }, 90_000);
 });

@@ -23,10 +23,13 @@ describe("actor host", () => {
     await rig.bus.js.publish(rig.bus.subjects.a2a("c1"), encodeEnvelope(sent[1]!, "msgpack"), { msgID: "other-id" });
     const last = task("c1");
     await rig.bus.send(last);
-    const info = await poll(async () => {
-      const i = await rig.bus.request<CounterState>("c1", "info_request", null);
-      return i.ids.includes(last.id) ? i : undefined;
-    }, { timeoutMs: 10_000, what: "counter to see the last message", retryErrors: true });
+    const info = await poll(
+      async () => {
+        const i = await rig.bus.request<CounterState>("c1", "info_request", null);
+        return i.ids.includes(last.id) ? i : undefined;
+      },
+      { timeoutMs: 10_000, what: "counter to see the last message", retryErrors: true },
+    );
     expect(info).toEqual({ count: 4, ids: [...sent.map((e) => e.id), last.id] });
     const caps = await rig.bus.request<{ capabilities: string[] }>("c1", "capability_query", null);
     expect(caps.capabilities).toEqual(["count"]);
@@ -44,7 +47,11 @@ describe("actor host", () => {
       await using a = await startRig(server.url, cluster, [], { nodeId: "na" });
       await a.host.start("c2", "counter");
       for (const env of first) await a.bus.send(env);
-      await poll(async () => (await a.bus.request<CounterState>("c2", "info_request", null)).count === 2, { timeoutMs: 10_000, what: "two counted", retryErrors: true });
+      await poll(async () => (await a.bus.request<CounterState>("c2", "info_request", null)).count === 2, {
+        timeoutMs: 10_000,
+        what: "two counted",
+        retryErrors: true,
+      });
       const store = await NatsCheckpointStore.open({ js: a.bus.js, cluster });
       const cp = await store.load("c2");
       expect(cp).toMatchObject({ state: { count: 2, ids: first.map((e) => e.id) }, revision: 2, nodeId: "na" });
@@ -56,10 +63,13 @@ describe("actor host", () => {
     await b.host.start("c2", "counter");
     const third = task("c2");
     await b.bus.send(third);
-    const info = await poll(async () => {
-      const i = await b.bus.request<CounterState>("c2", "info_request", null);
-      return i.count === 3 ? i : undefined;
-    }, { timeoutMs: 10_000, what: "third counted on the new host", retryErrors: true });
+    const info = await poll(
+      async () => {
+        const i = await b.bus.request<CounterState>("c2", "info_request", null);
+        return i.count === 3 ? i : undefined;
+      },
+      { timeoutMs: 10_000, what: "third counted on the new host", retryErrors: true },
+    );
     expect(info.ids).toEqual([...first.map((e) => e.id), third.id]);
   });
 
@@ -74,14 +84,21 @@ describe("actor host", () => {
     await other.save("z1", { state: { count: 3, ids: theirs }, processed: theirs, revision: 3, nodeId: "other" });
     const mine = task("z1");
     await rig.bus.send(mine);
-    const cp = await poll(async () => {
-      const c = await other.load("z1");
-      return (c?.state as CounterState | undefined)?.count === 4 ? c : undefined;
-    }, { timeoutMs: 10_000, what: "the turn committed on top of the other node's state", retryErrors: true });
+    const cp = await poll(
+      async () => {
+        const c = await other.load("z1");
+        return (c?.state as CounterState | undefined)?.count === 4 ? c : undefined;
+      },
+      { timeoutMs: 10_000, what: "the turn committed on top of the other node's state", retryErrors: true },
+    );
     expect(cp.state).toEqual({ count: 4, ids: [...theirs, mine.id] });
     expect(cp).toMatchObject({ revision: 4, nodeId: "n1" });
     // The rpc path serves the committed memory, applied right after the checkpoint.
-    await poll(async () => (await rig.bus.request<CounterState>("z1", "info_request", null)).count === 4, { timeoutMs: 5_000, what: "memory", retryErrors: true });
+    await poll(async () => (await rig.bus.request<CounterState>("z1", "info_request", null)).count === 4, {
+      timeoutMs: 5_000,
+      what: "memory",
+      retryErrors: true,
+    });
     expect(await rig.bus.request<CounterState>("z1", "info_request", null)).toEqual(cp.state);
     expect(rig.host.status("z1")?.state).toBe("Idle");
   });
@@ -101,7 +118,11 @@ describe("actor host", () => {
     expect((err as Error).message).toContain("no handler for capability_reply");
     // The actor goes on with the next message.
     await rig.bus.send(task("c3"));
-    await poll(async () => (await rig.bus.request<CounterState>("c3", "info_request", null)).count === 1, { timeoutMs: 10_000, what: "count", retryErrors: true });
+    await poll(async () => (await rig.bus.request<CounterState>("c3", "info_request", null)).count === 1, {
+      timeoutMs: 10_000,
+      what: "count",
+      retryErrors: true,
+    });
   });
 
   it("protocol - an actor takes a namespaced type its handler names; a type nobody registered goes to the DLQ as unknown_type", async () => {
@@ -122,11 +143,19 @@ describe("actor host", () => {
     expect(reply.payload).toEqual({ pong: 1 });
     const stray = createEnvelope({ from: "tester", to: "p1", type: "hosttest.not_registered", payload: null });
     await rig.bus.send(stray);
-    const dead = await poll(async () => (await rig.bus.listDlq({ reason: "unknown_type" })).find((d) => d.headers["Kova-Dlq-Msg-Id"] === stray.id), { timeoutMs: 10_000, what: "dead letter", retryErrors: true });
+    const dead = await poll(async () => (await rig.bus.listDlq({ reason: "unknown_type" })).find((d) => d.headers["Kova-Dlq-Msg-Id"] === stray.id), {
+      timeoutMs: 10_000,
+      what: "dead letter",
+      retryErrors: true,
+    });
     expect(dead.headers["Kova-Dlq-Error-Code"]).toBe(BusErrorCode.UNKNOWN_MESSAGE_TYPE);
     // The actor goes on with the next message.
     await rig.bus.send(createEnvelope({ from: "tester", to: "p1", type: "hosttest.ping", payload: null }));
-    await poll(async () => (await rig.bus.request<{ pings: number }>("p1", "info_request", null)).pings === 2, { timeoutMs: 10_000, what: "second ping", retryErrors: true });
+    await poll(async () => (await rig.bus.request<{ pings: number }>("p1", "info_request", null)).pings === 2, {
+      timeoutMs: 10_000,
+      what: "second ping",
+      retryErrors: true,
+    });
   });
 
   it("supervision - a retried turn starts from the state before it and reuses the steps its failed attempts recorded", async () => {
@@ -152,10 +181,13 @@ describe("actor host", () => {
     await rig.host.start("fl", "flaky");
     const env = task("fl");
     await rig.bus.send(env);
-    const state = await poll(async () => {
-      const st = await rig.bus.request<{ notes: string[] }>("fl", "info_request", null);
-      return st.notes.length > 0 ? st : undefined;
-    }, { timeoutMs: 10_000, what: "third attempt committed", retryErrors: true });
+    const state = await poll(
+      async () => {
+        const st = await rig.bus.request<{ notes: string[] }>("fl", "info_request", null);
+        return st.notes.length > 0 ? st : undefined;
+      },
+      { timeoutMs: 10_000, what: "third attempt committed", retryErrors: true },
+    );
     expect(ran).toEqual([`fl.${env.id}.0`]);
     expect(state.notes).toEqual(["attempt 3", `charged fl.${env.id}.0`]);
     // The state is readable once the checkpoint is saved; the turn ends after its reply and WAL completion.
@@ -201,7 +233,12 @@ describe("actor host", () => {
     // pulling for k1, so no handler can run (a leftover pull would hand it back at once).
     const good = task("k1", "fine");
     await rig.bus.send(good);
-    await waitForConsumer(rig.bus, "k1", "to hold the next message with no pull waiting", (ci) => ci.num_pending + ci.num_redelivered === 1 && ci.num_ack_pending === 0 && ci.num_waiting === 0);
+    await waitForConsumer(
+      rig.bus,
+      "k1",
+      "to hold the next message with no pull waiting",
+      (ci) => ci.num_pending + ci.num_redelivered === 1 && ci.num_ack_pending === 0 && ci.num_waiting === 0,
+    );
     expect(calls).toBe(3);
     await rig.host.signal("k1", "resume");
     await poll(() => calls === 4 && rig.host.status("k1")?.state === "Idle", { timeoutMs: 10_000, what: "resumed actor handles the next message" });

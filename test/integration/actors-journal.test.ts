@@ -82,10 +82,13 @@ describe("step journal on NATS (takeover by another node)", () => {
     await b.host.start("w1", "worker");
     await b.host.start("w2", "worker");
     const state = async (id: string) =>
-      poll(async () => {
-        const s = await b.bus.request<WorkerState>(id, "info_request", null);
-        return s.log.length > 0 ? s : undefined;
-      }, { timeoutMs: 15_000, what: `${id} to finish its turn on B`, retryErrors: true });
+      poll(
+        async () => {
+          const s = await b.bus.request<WorkerState>(id, "info_request", null);
+          return s.log.length > 0 ? s : undefined;
+        },
+        { timeoutMs: 15_000, what: `${id} to finish its turn on B`, retryErrors: true },
+      );
     const w1 = await state("w1");
     const w2 = await state("w2");
     const t1 = /t=(\d+)$/.exec(w1.log[0]!)![1];
@@ -96,11 +99,14 @@ describe("step journal on NATS (takeover by another node)", () => {
     expect(calls.sort()).toEqual(["A:act", "A:act", "A:fetch", "A:fetch", "B:act"]);
     // The turns are closed: each actor's journal subject holds only the turn_done rollup.
     for (const id of ["w1", "w2"]) {
-      const last = await poll(async () => {
-        const m = await b.bus.jsm.streams.getMessage(b.bus.subjects.streams.journal, { last_by_subj: b.bus.subjects.journal(id) });
-        const e = m && (decodeValue(m.data, "msgpack") as JournalEntry);
-        return e?.k === "turn_done" ? e : undefined;
-      }, { timeoutMs: 5_000, what: `${id}'s turn_done` });
+      const last = await poll(
+        async () => {
+          const m = await b.bus.jsm.streams.getMessage(b.bus.subjects.streams.journal, { last_by_subj: b.bus.subjects.journal(id) });
+          const e = m && (decodeValue(m.data, "msgpack") as JournalEntry);
+          return e?.k === "turn_done" ? e : undefined;
+        },
+        { timeoutMs: 5_000, what: `${id}'s turn_done` },
+      );
       expect(last).toMatchObject({ k: "turn_done", node: "B" });
       const info = await b.bus.jsm.streams.info(b.bus.subjects.streams.journal, { subjects_filter: b.bus.subjects.journal(id) });
       expect(info.state.subjects?.[b.bus.subjects.journal(id)]).toBe(1);
@@ -122,7 +128,10 @@ describe("step journal on NATS (takeover by another node)", () => {
     await using bus = await connectBus(server.url, cluster);
     const claimed = await new NatsStepJournal({ bus, nodeId: "B", log: silent }).open("f1");
     expect(claimed.openTurn(env.id)).toMatchObject({ envelopeId: env.id, nodes: ["A"] });
-    expect(claimed.openTurn(env.id)?.steps.map((s) => [s.name, s.status])).toEqual([["fetch", "done"], ["act", "started"]]);
+    expect(claimed.openTurn(env.id)?.steps.map((s) => [s.name, s.status])).toEqual([
+      ["fetch", "done"],
+      ["act", "started"],
+    ]);
 
     open();
     // A's result append is refused: the turn ends lease_lost, its record abandoned, the actor leaves A.
@@ -136,10 +145,13 @@ describe("step journal on NATS (takeover by another node)", () => {
     // The next host resumes from what A recorded before the claim.
     await using b = await startRig(server.url, cluster, [worker("B", calls, gate)], { nodeId: "B" });
     await b.host.start("f1", "worker");
-    const s = await poll(async () => {
-      const st = await b.bus.request<WorkerState>("f1", "info_request", null);
-      return st.log.length > 0 ? st : undefined;
-    }, { timeoutMs: 15_000, what: "f1 to finish on B", retryErrors: true });
+    const s = await poll(
+      async () => {
+        const st = await b.bus.request<WorkerState>("f1", "info_request", null);
+        return st.log.length > 0 ? st : undefined;
+      },
+      { timeoutMs: 15_000, what: "f1 to finish on B", retryErrors: true },
+    );
     expect(s.log[0]).toMatch(/^fetched by A at \d+ \| outcome unknown/);
     expect(calls.sort()).toEqual(["A:act", "A:fetch"]);
   }, 60_000);
@@ -239,10 +251,13 @@ describe("parked and dead-lettered turns", () => {
       later.push(e);
       await bus.send(e);
     }
-    const end = await poll(async () => {
-      const s = await bus.request<{ sum: number; seen: string[] }>("k1", "info_request", null);
-      return s.seen.length >= 4 && wal.pendingFor("k1").length === 0 ? s : undefined;
-    }, { timeoutMs: 20_000, what: "every message handled and the parked record settled", retryErrors: true });
+    const end = await poll(
+      async () => {
+        const s = await bus.request<{ sum: number; seen: string[] }>("k1", "info_request", null);
+        return s.seen.length >= 4 && wal.pendingFor("k1").length === 0 ? s : undefined;
+      },
+      { timeoutMs: 20_000, what: "every message handled and the parked record settled", retryErrors: true },
+    );
     // The first message came back after three others (the window holds two ids) and ran no second turn.
     expect(handled).toEqual([first.id, ...later.map((e) => e.id)]);
     expect(end.sum).toBe(4);

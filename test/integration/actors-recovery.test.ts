@@ -35,10 +35,14 @@ function stepper(paused: () => boolean = () => false) {
           mark("llm");
           return "fresh reply";
         });
-        ctx.state.fetched = await ctx.step("fetch", async () => {
-          mark("fetch");
-          return "fetched again";
-        }, { idempotent: true });
+        ctx.state.fetched = await ctx.step(
+          "fetch",
+          async () => {
+            mark("fetch");
+            return "fetched again";
+          },
+          { idempotent: true },
+        );
         try {
           ctx.state.charge = await ctx.step("charge", async () => {
             mark("charge");
@@ -68,10 +72,7 @@ describe("actor recovery from the WAL", () => {
     const env = createEnvelope({ from: "tester", to: "s1", type: "task_delegate", payload: "job" });
     const record = newTurnRecord("s1", "stepper", env);
     record.clock.push(1_234_567);
-    record.steps.push(
-      { name: "llm", status: "done", idempotent: false, result: "recorded reply" },
-      { name: "fetch", status: "started", idempotent: true },
-    );
+    record.steps.push({ name: "llm", status: "done", idempotent: false, result: "recorded reply" }, { name: "fetch", status: "started", idempotent: true });
     await crashedWal(dir, record);
     const charged = newTurnRecord("s2", "stepper", createEnvelope({ from: "tester", to: "s2", type: "task_delegate", payload: "job" }));
     charged.steps.push(
@@ -104,9 +105,7 @@ describe("actor recovery from the WAL", () => {
       expect(rig.host.status("s1")?.handled).toBe(1);
     }
     // Both recovered states are checkpointed; a fresh host on the same WAL sees them.
-    await using again = await startRig(server.url, cluster, [
-      defineActor<StepperState>({ ...s.def, rpc: { info_request: (_e, st) => st } }),
-    ], { dir });
+    await using again = await startRig(server.url, cluster, [defineActor<StepperState>({ ...s.def, rpc: { info_request: (_e, st) => st } })], { dir });
     await again.host.start("s1", "stepper");
     await again.host.start("s2", "stepper");
     const s1 = await again.bus.request<StepperState>("s1", "info_request", null);
@@ -236,10 +235,13 @@ describe("actor turns across a NATS outage", () => {
     // The checkpoint to NATS fails while the server is down.
     release();
     await own.restart();
-    const state = await poll(async () => {
-      const s = await rig.bus.request<{ paid: number }>("pay1", "info_request", null);
-      return s.paid === 1 ? s : undefined;
-    }, { timeoutMs: 30_000, what: "turn committed after the outage", retryErrors: true });
+    const state = await poll(
+      async () => {
+        const s = await rig.bus.request<{ paid: number }>("pay1", "info_request", null);
+        return s.paid === 1 ? s : undefined;
+      },
+      { timeoutMs: 30_000, what: "turn committed after the outage", retryErrors: true },
+    );
     expect(state).toEqual({ paid: 1 });
     expect(charged).toBe(1);
     // The state is readable once the checkpoint is saved; the turn ends after its WAL completion.

@@ -137,10 +137,15 @@ describe("actor signals", () => {
         task_delegate: async (ctx) => {
           started = true;
           try {
-            await ctx.step("long-llm-call", () => new Promise((_, reject) => {
-              if (ctx.signal.aborted) reject(ctx.signal.reason);
-              ctx.signal.addEventListener("abort", () => reject(ctx.signal.reason), { once: true });
-            }), { idempotent: true });
+            await ctx.step(
+              "long-llm-call",
+              () =>
+                new Promise((_, reject) => {
+                  if (ctx.signal.aborted) reject(ctx.signal.reason);
+                  ctx.signal.addEventListener("abort", () => reject(ctx.signal.reason), { once: true });
+                }),
+              { idempotent: true },
+            );
           } catch (err) {
             ctx.state.summary = `wrapped up after ${(err as Error).name}`;
           }
@@ -197,10 +202,13 @@ describe("actor signals", () => {
     }
     await using b = await startRig(server.url, cluster, [], { nodeId: "nb" });
     await b.host.start("f1", "counter");
-    const info = await poll(async () => {
-      const i = await b.bus.request<CounterState>("f1", "info_request", null);
-      return i.count === 1 ? i : undefined;
-    }, { timeoutMs: 10_000, what: "redelivered message on the new host", retryErrors: true });
+    const info = await poll(
+      async () => {
+        const i = await b.bus.request<CounterState>("f1", "info_request", null);
+        return i.count === 1 ? i : undefined;
+      },
+      { timeoutMs: 10_000, what: "redelivered message on the new host", retryErrors: true },
+    );
     expect(info.ids).toEqual([env.id]);
   });
 
@@ -222,10 +230,13 @@ describe("actor signals", () => {
     await rig.host.start("r9", "relay");
     await rig.host.start("c9", "counter");
     await rig.bus.send(task("r9", "hello"));
-    const info = await poll(async () => {
-      const i = await rig.bus.request<CounterState>("c9", "info_request", null);
-      return i.count === 1 ? i : undefined;
-    }, { timeoutMs: 10_000, what: "relayed message", retryErrors: true });
+    const info = await poll(
+      async () => {
+        const i = await rig.bus.request<CounterState>("c9", "info_request", null);
+        return i.count === 1 ? i : undefined;
+      },
+      { timeoutMs: 10_000, what: "relayed message", retryErrors: true },
+    );
     const relayed = await poll(() => events.find((e) => e.type === "relayed"), { timeoutMs: 5_000, what: "relayed event" });
     expect(relayed).toMatchObject({ runId: "r9", data: { id: info.ids[0] } });
     expect(events.find((e) => e.type === "model_delta")).toMatchObject({ runId: "r9", data: { text: "hel" } });

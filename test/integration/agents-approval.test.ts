@@ -49,7 +49,10 @@ function decide(rig: AgentNode, req: ApproveRequest): Promise<ApproveReply> {
   return controlRequest<ApproveReply>(rig.client.nc, approveSubject(rig.cluster), req);
 }
 
-async function requested(rig: AgentNode, runId: string): Promise<KovaEvent & { data: { approvalId: string; tool: string; args: unknown; callId: string; expiresAt: number } }> {
+async function requested(
+  rig: AgentNode,
+  runId: string,
+): Promise<KovaEvent & { data: { approvalId: string; tool: string; args: unknown; callId: string; expiresAt: number } }> {
   return poll(() => rig.eventsOf(runId).find((e) => e.type === "approval_requested") as never, { timeoutMs: 20_000, what: `approval_requested of ${runId}` });
 }
 
@@ -57,7 +60,11 @@ describe("human approval of tool calls (KovaNode in process, real NATS KV, scrip
   it("approve - a call named by the agent's approval list waits in waiting_approval, holding no model request, and runs once approved over the control subject", async () => {
     const deploy = countingTool("deploy");
     await using model = await oneCallModel("deploy");
-    await using rig = await startAgentNode(nats.url, uniqueCluster("apa"), { toml: agentToml(model.url, `tools = ["deploy"]\napproval = ["deploy"]`), tools: [deploy.tool], ready: ["ops"] });
+    await using rig = await startAgentNode(nats.url, uniqueCluster("apa"), {
+      toml: agentToml(model.url, `tools = ["deploy"]\napproval = ["deploy"]`),
+      tools: [deploy.tool],
+      ready: ["ops"],
+    });
     const pending: Promise<AgentResult> = askAgent(rig.client, "ops", "ship it", { runId: "run-a", timeoutMs: 30_000 });
     const asked = await requested(rig, "run-a");
     expect(asked.data).toMatchObject({ tool: "deploy", args: { target: "prod" }, callId: "call-1" });
@@ -78,10 +85,17 @@ describe("human approval of tool calls (KovaNode in process, real NATS KV, scrip
     const result = await pending;
     expect(result).toMatchObject({ status: "completed", runId: "run-a", output: 'tool said: {"done":"prod"}' });
     expect(deploy.runs).toEqual([{ target: "prod" }]);
-    const types = rig.eventsOf("run-a").map((e) => e.type).filter((t) => t !== "model_delta" && t !== "model_request");
+    const types = rig
+      .eventsOf("run-a")
+      .map((e) => e.type)
+      .filter((t) => t !== "model_delta" && t !== "model_request");
     expect(types.indexOf("approval_requested")).toBeLessThan(types.indexOf("approval_granted"));
     expect(types.indexOf("approval_granted")).toBeLessThan(types.indexOf("tool_call"));
-    expect(rig.eventsOf("run-a").find((e) => e.type === "approval_granted")!.data).toMatchObject({ approvalId: asked.data.approvalId, by: "ann", tool: "deploy" });
+    expect(rig.eventsOf("run-a").find((e) => e.type === "approval_granted")!.data).toMatchObject({
+      approvalId: asked.data.approvalId,
+      by: "ann",
+      tool: "deploy",
+    });
     // The same decision again is accepted as a repeat.
     expect(await decide(rig, { runId: "run-a", approvalId: asked.data.approvalId, approved: true })).toMatchObject({ changed: false, status: "approved" });
     expect((await rig.client.request<{ state: string }>("ops", "info_request", null)).state).toBe("Idle");
@@ -90,7 +104,11 @@ describe("human approval of tool calls (KovaNode in process, real NATS KV, scrip
   it("reject - a tool declaring requiresApproval is rejected with a comment: it never runs and the model reads why; a second, different decision is refused", async () => {
     const wipe = countingTool("wipe", { requiresApproval: true });
     await using model = await oneCallModel("wipe");
-    await using rig = await startAgentNode(nats.url, uniqueCluster("apr"), { toml: agentToml(model.url, `tools = ["wipe"]`), tools: [wipe.tool], ready: ["ops"] });
+    await using rig = await startAgentNode(nats.url, uniqueCluster("apr"), {
+      toml: agentToml(model.url, `tools = ["wipe"]`),
+      tools: [wipe.tool],
+      ready: ["ops"],
+    });
     const pending = askAgent(rig.client, "ops", "wipe prod", { runId: "run-r", timeoutMs: 30_000 });
     const asked = await requested(rig, "run-r");
     const reply = await decide(rig, { runId: "run-r", approvalId: asked.data.approvalId, approved: false, by: "bob", comment: "not on a Friday" });
@@ -98,7 +116,9 @@ describe("human approval of tool calls (KovaNode in process, real NATS KV, scrip
     const result = await pending;
     expect(result.status).toBe("completed");
     expect(wipe.runs).toEqual([]);
-    const toolMessage = JSON.parse(String(model.requests[1]!.messages.find((m) => m.role === "tool")!.content)) as { error: { code: string; message: string; comment: string } };
+    const toolMessage = JSON.parse(String(model.requests[1]!.messages.find((m) => m.role === "tool")!.content)) as {
+      error: { code: string; message: string; comment: string };
+    };
     expect(toolMessage.error).toMatchObject({ code: "TOOL_CALL_REJECTED", comment: "not on a Friday" });
     expect(toolMessage.error.message).toContain("rejected by bob");
     const toolResult = rig.eventsOf("run-r").find((e) => e.type === "tool_result")!;
@@ -108,7 +128,11 @@ describe("human approval of tool calls (KovaNode in process, real NATS KV, scrip
     expect(isKovaError(late, "APPROVAL_ALREADY_DECIDED")).toBe(true);
     const unknown = await decide(rig, { runId: "run-r", approvalId: "ap-000000000000", approved: true }).catch((e: unknown) => e);
     expect(isKovaError(unknown, "APPROVAL_NOT_FOUND")).toBe(true);
-    const malformed = await controlRequest(rig.client.nc, approveSubject(rig.cluster), { runId: "run-r", approvalId: asked.data.approvalId, approved: "yes" }).catch((e: unknown) => e);
+    const malformed = await controlRequest(rig.client.nc, approveSubject(rig.cluster), {
+      runId: "run-r",
+      approvalId: asked.data.approvalId,
+      approved: "yes",
+    }).catch((e: unknown) => e);
     expect(isKovaError(malformed, "INVALID_ARGUMENT")).toBe(true);
   }, 60_000);
 
@@ -167,7 +191,11 @@ describe("human approval of tool calls (KovaNode in process, real NATS KV, scrip
   it("interrupt - kova signal <agent> interrupt ends a run that waits for approval cancelled; the call never runs and the agent takes its next message", async () => {
     const deploy = countingTool("deploy");
     await using model = await oneCallModel("deploy");
-    await using rig = await startAgentNode(nats.url, uniqueCluster("api"), { toml: agentToml(model.url, `tools = ["deploy"]\napproval = ["deploy"]`), tools: [deploy.tool], ready: ["ops"] });
+    await using rig = await startAgentNode(nats.url, uniqueCluster("api"), {
+      toml: agentToml(model.url, `tools = ["deploy"]\napproval = ["deploy"]`),
+      tools: [deploy.tool],
+      ready: ["ops"],
+    });
     const pending = askAgent(rig.client, "ops", "ship it", { runId: "run-i", timeoutMs: 30_000 });
     await requested(rig, "run-i");
     await controlRequest(rig.client.nc, nodeSubject(rig.cluster, "n1", "signal"), { actorId: "ops", signal: "interrupt" });
@@ -185,7 +213,11 @@ describe("human approval of tool calls (KovaNode in process, real NATS KV, scrip
   it("deadline - an approval never outlives the task's deadline: the wait ends with it, the call does not run, the run fails on the deadline", async () => {
     const deploy = countingTool("deploy");
     await using model = await oneCallModel("deploy");
-    await using rig = await startAgentNode(nats.url, uniqueCluster("apd"), { toml: agentToml(model.url, `tools = ["deploy"]\napproval = ["deploy"]`), tools: [deploy.tool], ready: ["ops"] });
+    await using rig = await startAgentNode(nats.url, uniqueCluster("apd"), {
+      toml: agentToml(model.url, `tools = ["deploy"]\napproval = ["deploy"]`),
+      tools: [deploy.tool],
+      ready: ["ops"],
+    });
     const result = await askAgent(rig.client, "ops", "ship it", { runId: "run-d", timeoutMs: 30_000, constraints: { deadline: "1500ms" } });
     expect(result).toMatchObject({ status: "failed", error: { code: "RUN_LIMIT_EXCEEDED" } });
     expect(deploy.runs).toEqual([]);

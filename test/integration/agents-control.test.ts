@@ -11,8 +11,18 @@ describe("agent budgets, model switch and hooks", () => {
     await using model = await startScriptedModelServer({ handler: () => scriptedReply.text("ok", { usage: { inputTokens: 100, outputTokens: 50 } }) });
     const cluster = uniqueCluster("bg");
     const groups = new Map([["team", { maxTokens: 1000 }]]);
-    await using n1 = await startAgentRig(nats.url, cluster, { modelUrl: model.url, nodeId: "n1", budgetGroups: groups, agents: [{ id: "a1", model: "main", budget: { group: "team" } }] });
-    await using n2 = await startAgentRig(nats.url, cluster, { modelUrl: model.url, nodeId: "n2", budgetGroups: groups, agents: [{ id: "a2", model: "main", budget: { group: "team" } }] });
+    await using n1 = await startAgentRig(nats.url, cluster, {
+      modelUrl: model.url,
+      nodeId: "n1",
+      budgetGroups: groups,
+      agents: [{ id: "a1", model: "main", budget: { group: "team" } }],
+    });
+    await using n2 = await startAgentRig(nats.url, cluster, {
+      modelUrl: model.url,
+      nodeId: "n2",
+      budgetGroups: groups,
+      agents: [{ id: "a2", model: "main", budget: { group: "team" } }],
+    });
     const outcomes: Array<[string, string]> = [];
     for (let i = 0; i < 12; i++) {
       const [rig, id] = i % 2 === 0 ? [n1, "a1"] : [n2, "a2"];
@@ -32,8 +42,13 @@ describe("agent budgets, model switch and hooks", () => {
   }, 60_000);
 
   it("budgets - max_tokens_per_run and constraints.max_tokens end a tool loop before the next model call", async () => {
-    await using model = await startScriptedModelServer({ handler: () => scriptedReply.toolCalls([{ name: "clock_now", arguments: {} }], { usage: { inputTokens: 300, outputTokens: 20 } }) });
-    await using rig = await startAgentRig(nats.url, uniqueCluster("br"), { modelUrl: model.url, agents: [{ id: "spender", model: "main", tools: ["clock_now"], budget: { maxTokensPerRun: 700 } }] });
+    await using model = await startScriptedModelServer({
+      handler: () => scriptedReply.toolCalls([{ name: "clock_now", arguments: {} }], { usage: { inputTokens: 300, outputTokens: 20 } }),
+    });
+    await using rig = await startAgentRig(nats.url, uniqueCluster("br"), {
+      modelUrl: model.url,
+      agents: [{ id: "spender", model: "main", tools: ["clock_now"], budget: { maxTokensPerRun: 700 } }],
+    });
     const r = await rig.ask("spender", "loop");
     expect(r).toMatchObject({ status: "failed", error: { code: "BUDGET_EXCEEDED" }, usage: { inputTokens: 900, outputTokens: 60 } });
     expect(r.error!.message).toContain("max_tokens_per_run");
@@ -55,7 +70,12 @@ describe("agent budgets, model switch and hooks", () => {
       },
     });
     await using model = await startScriptedModelServer({
-      replies: [scriptedReply.text("first"), scriptedReply.toolCalls([{ name: "switch_model", arguments: {} }]), scriptedReply.text("second"), scriptedReply.text("third")],
+      replies: [
+        scriptedReply.text("first"),
+        scriptedReply.toolCalls([{ name: "switch_model", arguments: {} }]),
+        scriptedReply.text("second"),
+        scriptedReply.text("third"),
+      ],
     });
     rig = await startAgentRig(nats.url, uniqueCluster("ms"), {
       modelUrl: model.url,
@@ -77,7 +97,11 @@ describe("agent budgets, model switch and hooks", () => {
   it("hooks - before_user_message, after_turn and after_loop run in order, can rewrite the message, stop the loop and add to memory", async () => {
     const order: string[] = [];
     await using model = await startScriptedModelServer({
-      replies: [scriptedReply.toolCalls([{ name: "clock_now", arguments: {} }]), scriptedReply.text("final"), scriptedReply.toolCalls([{ name: "clock_now", arguments: {} }])],
+      replies: [
+        scriptedReply.toolCalls([{ name: "clock_now", arguments: {} }]),
+        scriptedReply.text("final"),
+        scriptedReply.toolCalls([{ name: "clock_now", arguments: {} }]),
+      ],
     });
     await using rig = await startAgentRig(nats.url, uniqueCluster("hk"), {
       modelUrl: model.url,

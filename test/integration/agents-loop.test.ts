@@ -14,7 +14,11 @@ function wireMessages(r: RecordedRequest) {
     m.role === "tool"
       ? { role: "tool" as const, toolCallId: m.tool_call_id!, content: String(m.content) }
       : m.role === "assistant"
-        ? { role: "assistant" as const, content: (m.content as string | null) ?? null, ...(m.tool_calls ? { toolCalls: m.tool_calls.map((c) => ({ id: c.id, name: c.function.name, arguments: c.function.arguments })) } : {}) }
+        ? {
+            role: "assistant" as const,
+            content: (m.content as string | null) ?? null,
+            ...(m.tool_calls ? { toolCalls: m.tool_calls.map((c) => ({ id: c.id, name: c.function.name, arguments: c.function.arguments })) } : {}),
+          }
         : { role: m.role as "user", content: String(m.content) },
   );
 }
@@ -67,7 +71,13 @@ describe("agent decision loop (real NATS, WAL, openai client, scripted server)",
     expect(last.messages[0]).toMatchObject({ role: "system", content: "You compute." });
     expect(last.tools.map((t) => t.function.name)).toEqual(["calculator", "clock_now"]);
     for (const r of model.requests) expect(r.headers["x-kova-agent"]).toBe("calc");
-    const info = await rig.client.request<{ agentId: string; model: string; capabilities: string[]; state: string; usage: { runs: number; toolCalls: number; byTool: Record<string, { calls: number }> } }>("calc", "info_request", null);
+    const info = await rig.client.request<{
+      agentId: string;
+      model: string;
+      capabilities: string[];
+      state: string;
+      usage: { runs: number; toolCalls: number; byTool: Record<string, { calls: number }> };
+    }>("calc", "info_request", null);
     expect(info).toMatchObject({ agentId: "calc", model: "main", capabilities: ["math"], state: "Idle" });
     expect(info.usage).toMatchObject({ runs: 1, toolCalls: 3, modelCalls: 3, inputTokens: 250, outputTokens: 30 });
     expect(info.usage.byTool.calculator!.calls).toBe(2);
@@ -95,10 +105,13 @@ describe("agent decision loop (real NATS, WAL, openai client, scripted server)",
     expect(performance.now() - t0).toBeGreaterThanOrEqual(950); // Retry-After: 1 was honoured
     expect(model.requests.slice(0, 3).map((r) => r.outcome)).toEqual(["error", "drop", "completion"]);
     // the 429 is visible to a dashboard as a rate_limited event (the cut stream is not one)
-    const limited = await poll(() => {
-      const e = rig.eventsOf("run-429").filter((x) => x.type === "rate_limited");
-      return e.length > 0 ? e : undefined;
-    }, { timeoutMs: 5000, what: "a rate_limited event" });
+    const limited = await poll(
+      () => {
+        const e = rig.eventsOf("run-429").filter((x) => x.type === "rate_limited");
+        return e.length > 0 ? e : undefined;
+      },
+      { timeoutMs: 5000, what: "a rate_limited event" },
+    );
     expect(limited).toHaveLength(1);
     expect(limited[0]!.data).toMatchObject({ agentId: "retrier", model: "flaky", attempt: 1, status: 429, retryAfterMs: 1000 });
 
@@ -108,10 +121,13 @@ describe("agent decision loop (real NATS, WAL, openai client, scripted server)",
     expect(failed.error?.message).toContain("5 attempt(s)");
     expect(failed.error?.message).toContain("HTTP 500");
     expect(model.requests).toHaveLength(8);
-    const ev = await poll(() => {
-      const e = rig.eventsOf("run-fail");
-      return e.some((x) => x.type === "run_stream_end") ? e : undefined;
-    }, { timeoutMs: 5000, what: "run-fail events" });
+    const ev = await poll(
+      () => {
+        const e = rig.eventsOf("run-fail");
+        return e.some((x) => x.type === "run_stream_end") ? e : undefined;
+      },
+      { timeoutMs: 5000, what: "run-fail events" },
+    );
     const runFailed = ev.find((e) => e.type === "run_failed")!;
     expect((runFailed.data as { error: { code: string } }).error.code).toBe("MODEL_CALL_FAILED");
     expect(ev.at(-1)).toMatchObject({ type: "run_stream_end", data: { status: "failed" } });
@@ -150,19 +166,27 @@ describe("agent decision loop (real NATS, WAL, openai client, scripted server)",
   }, 30_000);
 
   it("scheduling - a call waiting for a full model's slot is visible as a schedule_blocked event of its run", async () => {
-    await using model = await startScriptedModelServer({ replies: [scriptedReply.text("one", { latencyMs: 800 }), scriptedReply.text("two", { latencyMs: 800 })] });
+    await using model = await startScriptedModelServer({
+      replies: [scriptedReply.text("one", { latencyMs: 800 }), scriptedReply.text("two", { latencyMs: 800 })],
+    });
     await using rig = await startAgentRig(nats.url, uniqueCluster("as"), {
       modelUrl: model.url,
       models: { narrow: { model: "gpt-4o-mini", max_concurrency: 1 } },
-      agents: [{ id: "first", model: "narrow" }, { id: "second", model: "narrow" }],
+      agents: [
+        { id: "first", model: "narrow" },
+        { id: "second", model: "narrow" },
+      ],
     });
     const results = await Promise.all([rig.ask("first", "a", { runId: "run-s1" }), rig.ask("second", "b", { runId: "run-s2" })]);
     expect(results.map((r) => r.status)).toEqual(["completed", "completed"]);
     // exactly one of the two waited behind the other's call
-    const blocked = await poll(() => {
-      const e = [...rig.eventsOf("run-s1"), ...rig.eventsOf("run-s2")].filter((x) => x.type === "schedule_blocked");
-      return e.length > 0 ? e : undefined;
-    }, { timeoutMs: 5000, what: "a schedule_blocked event" });
+    const blocked = await poll(
+      () => {
+        const e = [...rig.eventsOf("run-s1"), ...rig.eventsOf("run-s2")].filter((x) => x.type === "schedule_blocked");
+        return e.length > 0 ? e : undefined;
+      },
+      { timeoutMs: 5000, what: "a schedule_blocked event" },
+    );
     expect(blocked).toHaveLength(1);
     expect(blocked[0]!.data).toMatchObject({ model: "narrow", policy: "round_robin", queued: 1, inFlight: 1 });
   }, 30_000);
@@ -194,9 +218,19 @@ describe("agent decision loop (real NATS, WAL, openai client, scripted server)",
       },
     });
     await using model = await startScriptedModelServer({
-      replies: [scriptedReply.toolCalls([{ name: "lookup", arguments: { q: "bad" } }, { name: "lookup", arguments: { q: "good" } }]), scriptedReply.text("ok")],
+      replies: [
+        scriptedReply.toolCalls([
+          { name: "lookup", arguments: { q: "bad" } },
+          { name: "lookup", arguments: { q: "good" } },
+        ]),
+        scriptedReply.text("ok"),
+      ],
     });
-    await using rig = await startAgentRig(nats.url, uniqueCluster("at"), { modelUrl: model.url, tools: [flaky], agents: [{ id: "looker", model: "main", tools: ["lookup"] }] });
+    await using rig = await startAgentRig(nats.url, uniqueCluster("at"), {
+      modelUrl: model.url,
+      tools: [flaky],
+      agents: [{ id: "looker", model: "main", tools: ["lookup"] }],
+    });
     expect(await rig.ask("looker", "find", { runId: "run-t" })).toMatchObject({ status: "completed", output: "ok" });
     expect(seen.map((s) => s.runId)).toEqual(["run-t", "run-t"]);
     expect(new Set(seen.map((s) => s.key)).size).toBe(2);
@@ -216,8 +250,14 @@ describe("agent decision loop (real NATS, WAL, openai client, scripted server)",
       requiresApproval: true,
       run: () => ++ran,
     });
-    await using model = await startScriptedModelServer({ replies: [scriptedReply.toolCalls([{ name: "wire_money", arguments: { amount: 5 } }]), scriptedReply.text("I could not send it.")] });
-    await using rig = await startAgentRig(nats.url, uniqueCluster("aa"), { modelUrl: model.url, tools: [guarded], agents: [{ id: "payer", model: "main", tools: ["wire_money"], approval: { tools: [], timeoutMs: 300 } }] });
+    await using model = await startScriptedModelServer({
+      replies: [scriptedReply.toolCalls([{ name: "wire_money", arguments: { amount: 5 } }]), scriptedReply.text("I could not send it.")],
+    });
+    await using rig = await startAgentRig(nats.url, uniqueCluster("aa"), {
+      modelUrl: model.url,
+      tools: [guarded],
+      agents: [{ id: "payer", model: "main", tools: ["wire_money"], approval: { tools: [], timeoutMs: 300 } }],
+    });
     expect(await rig.ask("payer", "send 5")).toMatchObject({ status: "completed", output: "I could not send it." });
     expect(ran).toBe(0);
     const toolMsg = model.requests[1]!.messages.at(-1)!;

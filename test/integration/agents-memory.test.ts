@@ -10,7 +10,11 @@ function chatMessages(r: RecordedRequest): ChatMessage[] {
   return r.messages.map((m): ChatMessage => {
     if (m.role === "tool") return { role: "tool", toolCallId: m.tool_call_id!, content: String(m.content) };
     if (m.role === "assistant") {
-      return { role: "assistant", content: (m.content as string | null) ?? null, ...(m.tool_calls ? { toolCalls: m.tool_calls.map((c) => ({ id: c.id, name: c.function.name, arguments: c.function.arguments })) } : {}) };
+      return {
+        role: "assistant",
+        content: (m.content as string | null) ?? null,
+        ...(m.tool_calls ? { toolCalls: m.tool_calls.map((c) => ({ id: c.id, name: c.function.name, arguments: c.function.arguments })) } : {}),
+      };
     }
     return { role: m.role as "user" | "system", content: String(m.content) };
   });
@@ -21,7 +25,10 @@ const LONG = "This answer is deliberately long so that a few of them fill the sm
 describe("agent memory (conversations in NATS KV, fitted by policy before each call)", () => {
   it("memory - a chat session keeps its conversation across runs; a task without a session keeps none", async () => {
     await using model = await startScriptedModelServer({ handler: (req) => scriptedReply.text(`answer ${req.index}`) });
-    await using rig = await startAgentRig(nats.url, uniqueCluster("mm"), { modelUrl: model.url, agents: [{ id: "chatty", model: "main", system: "Be brief." }] });
+    await using rig = await startAgentRig(nats.url, uniqueCluster("mm"), {
+      modelUrl: model.url,
+      agents: [{ id: "chatty", model: "main", system: "Be brief." }],
+    });
     expect(await rig.ask("chatty", "my name is Ada", { sessionId: "s1", chat: true })).toMatchObject({ status: "completed", sessionId: "s1" });
     await rig.ask("chatty", "what is my name?", { sessionId: "s1", chat: true });
     const second = model.requests[1]!.messages.map((m) => [m.role, m.content]);

@@ -235,7 +235,9 @@ describe("agents model over the real openai client and the scripted server", () 
   });
 
   it("openai model - a 400 is not retried, and the provider's error code is kept", async () => {
-    const tooLong = { error: { message: "maximum context length is 8192 tokens", type: "invalid_request_error", param: "messages", code: "context_length_exceeded" } };
+    const tooLong = {
+      error: { message: "maximum context length is 8192 tokens", type: "invalid_request_error", param: "messages", code: "context_length_exceeded" },
+    };
     await using server = await startScriptedModelServer({ replies: [scriptedReply.error(400, { body: tooLong }), scriptedReply.text("no")] });
     const err = (await failure((await model(server.url)).complete({ messages: USER }))) as ModelCallError;
     expect(err.data).toMatchObject({ reason: "rejected", status: 400, attempts: 1, providerCode: "context_length_exceeded" });

@@ -17,7 +17,13 @@ describe("agent services of a node (KovaNode in process, real NATS, scripted mod
   it("scheduler - one model's max_concurrency holds across the node's agents and its swarm coordinator", async () => {
     let maxOthers = 0;
     let arrivals = 0;
-    const answer = swarmModel({ plan: [{ task: "half one", capability: "math" }, { task: "half two", capability: "math" }], latencyMs: 500 });
+    const answer = swarmModel({
+      plan: [
+        { task: "half one", capability: "math" },
+        { task: "half two", capability: "math" },
+      ],
+      latencyMs: 500,
+    });
     await using model = await startScriptedModelServer({
       handler: (req: ScriptedRequest) => {
         arrivals++;
@@ -56,8 +62,13 @@ describe("agent services of a node (KovaNode in process, real NATS, scripted mod
       handler: (req) => {
         if (req.headers["x-kova-agent"] === "critic") return scriptedReply.text("Too long; cut it.", { usage: { inputTokens: 30, outputTokens: 5 } });
         const result = req.messages.find((m) => m.role === "tool");
-        if (!result) return scriptedReply.toolCalls([{ id: "call-c", name: "agent_critic", arguments: { task: "Review: a long draft" } }], { usage: { inputTokens: 100, outputTokens: 10 } });
-        return scriptedReply.text(`critic says ${(JSON.parse(String(result.content)) as { output: string }).output}`, { usage: { inputTokens: 120, outputTokens: 8 } });
+        if (!result)
+          return scriptedReply.toolCalls([{ id: "call-c", name: "agent_critic", arguments: { task: "Review: a long draft" } }], {
+            usage: { inputTokens: 100, outputTokens: 10 },
+          });
+        return scriptedReply.text(`critic says ${(JSON.parse(String(result.content)) as { output: string }).output}`, {
+          usage: { inputTokens: 120, outputTokens: 8 },
+        });
       },
     });
     const toml = [
@@ -82,16 +93,30 @@ describe("agent services of a node (KovaNode in process, real NATS, scripted mod
     const link = rig.eventsOf("lead-run").find((e) => e.type === "child_run_linked")!;
     expect(link.data).toMatchObject({ callId: "call-c", agentId: "critic" });
     const childRunId = (link.data as { childRunId: string }).childRunId;
-    const child = await poll(() => rig.events.find((e) => e.runId === childRunId && e.type === "run_completed"), { timeoutMs: 10_000, what: "the child's run_completed" });
+    const child = await poll(() => rig.events.find((e) => e.runId === childRunId && e.type === "run_completed"), {
+      timeoutMs: 10_000,
+      what: "the child's run_completed",
+    });
     expect(child).toMatchObject({ sessionId: "s-lead", parentRunId: "lead-run" });
-    expect(rig.events.find((e) => e.runId === childRunId && e.type === "run_started")!.data).toMatchObject({ agentId: "critic", input: "Review: a long draft" });
+    expect(rig.events.find((e) => e.runId === childRunId && e.type === "run_started")!.data).toMatchObject({
+      agentId: "critic",
+      input: "Review: a long draft",
+    });
     // The group holds the lead's two calls and the critic's one.
     const ledger = await NatsGroupLedger.open({ js: rig.client.js, cluster: rig.cluster });
     expect(await ledger.used("group.team")).toBe(100 + 10 + 120 + 8 + 30 + 5);
   }, 60_000);
 
   it("agent tool - an agent naming itself as a tool fails the node's start with the key at fault", async () => {
-    const toml = [`[models.main]`, `base_url = "http://127.0.0.1:9/v1"`, `model = "m"`, `[[agents]]`, `id = "loop"`, `model = "main"`, `tools = ["calculator", "agent:loop"]`].join("\n");
+    const toml = [
+      `[models.main]`,
+      `base_url = "http://127.0.0.1:9/v1"`,
+      `model = "m"`,
+      `[[agents]]`,
+      `id = "loop"`,
+      `model = "main"`,
+      `tools = ["calculator", "agent:loop"]`,
+    ].join("\n");
     const err = await startAgentNode(nats.url, uniqueCluster("ats"), { toml }).catch((e: unknown) => e);
     expect(err).toMatchObject({ code: "INVALID_CONFIG", key: "agents[0].tools[1]" });
     expect((err as Error).message).toContain("cannot call itself");
@@ -129,8 +154,17 @@ describe("agent services of a node (KovaNode in process, real NATS, scripted mod
     expect(ops.node).toBe("n1");
     const view = Object.fromEntries(ops.tools.map((t) => [t.name, t]));
     expect(Object.keys(view)).toEqual(["calculator", "everything/echo", "agent:critic", "deploy"]);
-    expect(view.calculator).toMatchObject({ idempotency: "idempotent", requiresApproval: false, source: "code", parameters: { type: "object", required: ["expression"] } });
-    expect(view["everything/echo"]).toMatchObject({ requiresApproval: true, source: "mcp:everything", parameters: { properties: { message: expect.any(Object) } } });
+    expect(view.calculator).toMatchObject({
+      idempotency: "idempotent",
+      requiresApproval: false,
+      source: "code",
+      parameters: { type: "object", required: ["expression"] },
+    });
+    expect(view["everything/echo"]).toMatchObject({
+      requiresApproval: true,
+      source: "mcp:everything",
+      parameters: { properties: { message: expect.any(Object) } },
+    });
     expect(view["agent:critic"]).toMatchObject({ idempotency: "idempotent", requiresApproval: false, source: "agents", parameters: { required: ["task"] } });
     expect(view.deploy).toMatchObject({ idempotency: "not_idempotent", requiresApproval: true, source: "code" });
     const all = await ls({});

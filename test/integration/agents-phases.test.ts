@@ -30,7 +30,10 @@ describe("phases of a turn (kova:phase diagnostics channel)", () => {
 
   it("phases - a traced agent run reports every phase, in the order the turn protocol requires", async () => {
     await using model = await startScriptedModelServer({ handler: () => scriptedReply.text("the answer is 42") });
-    await using rig = await startAgentRig(nats.url, uniqueCluster("ph"), { modelUrl: model.url, agents: [{ id: "traced", model: "main", system: "Be brief." }] });
+    await using rig = await startAgentRig(nats.url, uniqueCluster("ph"), {
+      modelUrl: model.url,
+      agents: [{ id: "traced", model: "main", system: "Be brief." }],
+    });
     await rig.ask("traced", "warm up"); // buckets, consumer, tokenizer: first-use costs
     using c = collectPhases();
     const result = await rig.ask("traced", "question");

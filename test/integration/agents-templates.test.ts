@@ -25,7 +25,16 @@ function echoModel(tokens: (agent: string) => number = () => 10) {
 }
 
 function templateToml(modelUrl: string, lines: string[]): string {
-  return [`[models.main]`, `base_url = "${modelUrl}"`, `model = "gpt-4o-mini"`, `[[agent_templates]]`, `name = "support"`, `model = "main"`, `system = "You help."`, ...lines].join("\n");
+  return [
+    `[models.main]`,
+    `base_url = "${modelUrl}"`,
+    `model = "gpt-4o-mini"`,
+    `[[agent_templates]]`,
+    `name = "support"`,
+    `model = "main"`,
+    `system = "You help."`,
+    ...lines,
+  ].join("\n");
 }
 
 describe("agent templates (KovaNode in process, real NATS, scripted model over HTTP)", () => {
@@ -33,7 +42,16 @@ describe("agent templates (KovaNode in process, real NATS, scripted model over H
     // alice's first call costs more than a minute's tokens: her next call waits, bob's does not.
     await using model = await startScriptedModelServer({ handler: echoModel((agent) => (agent === "support--alice" ? 61_000 : 10)) });
     await using rig = await startAgentNode(nats.url, uniqueCluster("atpl"), {
-      toml: templateToml(model.url, [`idle_after = "10m"`, `budget = { tokens_per_minute = 60000 }`, `capabilities = ["help"]`, `memory = { policy = "fifo", max_tokens = 8000 }`, `[[agents]]`, `id = "helper"`, `model = "main"`, `capabilities = ["help"]`]),
+      toml: templateToml(model.url, [
+        `idle_after = "10m"`,
+        `budget = { tokens_per_minute = 60000 }`,
+        `capabilities = ["help"]`,
+        `memory = { policy = "fifo", max_tokens = 8000 }`,
+        `[[agents]]`,
+        `id = "helper"`,
+        `model = "main"`,
+        `capabilities = ["help"]`,
+      ]),
       ready: ["helper"],
     });
     const ask = (id: string, input: string) => askAgent(rig.client, id, input, { sessionId: "s1", timeoutMs: 30_000 });
@@ -55,9 +73,21 @@ describe("agent templates (KovaNode in process, real NATS, scripted model over H
 
     // Usage and state per instance (each its own actor and checkpoint).
     const info = (id: string) => rig.client.request<AgentInfo>(id, "info_request", null);
-    expect(await info("support--alice")).toMatchObject({ agentId: "support--alice", model: "main", capabilities: ["help"], state: "Idle", usage: { runs: 2, inputTokens: 122_000 } });
+    expect(await info("support--alice")).toMatchObject({
+      agentId: "support--alice",
+      model: "main",
+      capabilities: ["help"],
+      state: "Idle",
+      usage: { runs: 2, inputTokens: 122_000 },
+    });
     expect(await info("support--bob")).toMatchObject({ agentId: "support--bob", usage: { runs: 2, inputTokens: 20 } });
-    expect(rig.node.agents().filter((a) => a.template === "support").map((a) => a.id).sort()).toEqual(["support--alice", "support--bob"]);
+    expect(
+      rig.node
+        .agents()
+        .filter((a) => a.template === "support")
+        .map((a) => a.id)
+        .sort(),
+    ).toEqual(["support--alice", "support--bob"]);
     expect(rig.node.status().virtual.templates).toEqual([{ name: "support", type: "support", idleAfterMs: 600_000, hosted: 2 }]);
     // The template is not an agent anyone can address.
     const none = await askAgent(rig.client, "support", "hi", { timeoutMs: 10_000 }).catch((e: unknown) => e);
@@ -66,25 +96,28 @@ describe("agent templates (KovaNode in process, real NATS, scripted model over H
     expect((await natsAgentDirectory(rig.client).list()).map((c) => c.agentId)).toEqual(["helper"]);
 
     // A plain NATS publish of task_delegate (JSON), as `nats pub kova.<c>.a2a.support--carol` would send it.
-    const env = createEnvelope({ from: "raw", to: "support--carol", type: "task_delegate", payload: { input: "from raw NATS", sessionId: "raw-s", runId: "raw-run" } });
+    const env = createEnvelope({
+      from: "raw",
+      to: "support--carol",
+      type: "task_delegate",
+      payload: { input: "from raw NATS", sessionId: "raw-s", runId: "raw-run" },
+    });
     const h = natsHeaders();
     h.set("Content-Type", "application/json");
     rig.client.nc.publish(rig.client.subjects.a2a("support--carol"), encodeEnvelope(env, "json"), { headers: h });
-    const done = await poll(() => rig.eventsOf("raw-run").find((e) => e.type === "run_completed"), { timeoutMs: 20_000, what: "the raw-NATS task's run_completed" });
+    const done = await poll(() => rig.eventsOf("raw-run").find((e) => e.type === "run_completed"), {
+      timeoutMs: 20_000,
+      what: "the raw-NATS task's run_completed",
+    });
     expect(done).toMatchObject({ sessionId: "raw-s", data: { agentId: "support--carol", output: "support--carol heard: from raw NATS" } });
     expect(rig.eventsOf("raw-run").at(-1)?.type).toBe("run_stream_end");
   }, 90_000);
 
   it("templates - an idle instance is passivated and its next message re-activates it with the conversation, usage and model switch intact", async () => {
     await using model = await startScriptedModelServer({ handler: echoModel() });
-    const toml = [
-      `[models.main]`,
-      `base_url = "${model.url}"`,
-      `model = "gpt-4o-mini"`,
-      `[models.alt]`,
-      `base_url = "${model.url}"`,
-      `model = "gpt-4.1"`,
-    ].join("\n");
+    const toml = [`[models.main]`, `base_url = "${model.url}"`, `model = "gpt-4o-mini"`, `[models.alt]`, `base_url = "${model.url}"`, `model = "gpt-4.1"`].join(
+      "\n",
+    );
     // The template from code, as KovaNode.start({ agents }) takes it.
     const support = defineAgent({ id: "support", model: "main", system: "You help.", budget: { tokensPerMinute: 100_000 }, template: { idleAfterMs: 800 } });
     await using rig = await startAgentNode(nats.url, uniqueCluster("atplp"), { toml, agents: [support] });
@@ -94,7 +127,10 @@ describe("agent templates (KovaNode in process, real NATS, scripted model over H
     // `kova signal support--dave model=alt`: an instance's model switch is its own.
     await controlRequest(rig.client.nc, nodeSubject(rig.cluster, "n1", "signal"), { actorId: id, signal: "model=alt" });
 
-    await poll(() => rig.events.some((e) => e.type === "agent_passivated" && (e.data as { id: string }).id === id), { timeoutMs: 20_000, what: "agent_passivated" });
+    await poll(() => rig.events.some((e) => e.type === "agent_passivated" && (e.data as { id: string }).id === id), {
+      timeoutMs: 20_000,
+      what: "agent_passivated",
+    });
     expect(rig.node.agents().find((a) => a.id === id)).toBeUndefined();
     expect(rig.node.status().virtual.passivations).toBe(1);
 

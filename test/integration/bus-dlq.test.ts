@@ -38,14 +38,22 @@ async function publishRaw(nc: NatsConnection, subject: string, data: Uint8Array,
 }
 
 async function dlqOf(bus: Bus, reason: string, count = 1): Promise<DlqEntry[]> {
-  return poll(async () => {
-    const entries = await bus.listDlq({ reason });
-    return entries.length >= count ? entries : undefined;
-  }, { timeoutMs: 10_000, what: `DLQ entry ${reason}` });
+  return poll(
+    async () => {
+      const entries = await bus.listDlq({ reason });
+      return entries.length >= count ? entries : undefined;
+    },
+    { timeoutMs: 10_000, what: `DLQ entry ${reason}` },
+  );
 }
 
 /** A mailbox whose handler always fails on the messages `poisoned` picks: delivery counts of those, ids of the rest. */
-async function poisonedMailbox(bus: Bus, agentId: string, poisoned: (env: A2AEnvelope) => boolean, opts: MailboxOptions): Promise<{ attempts: number[]; done: string[] }> {
+async function poisonedMailbox(
+  bus: Bus,
+  agentId: string,
+  poisoned: (env: A2AEnvelope) => boolean,
+  opts: MailboxOptions,
+): Promise<{ attempts: number[]; done: string[] }> {
   const attempts: number[] = [];
   const done: string[] = [];
   await bus.openMailbox(
@@ -238,7 +246,10 @@ describe("bus DLQ", () => {
       expect(Buffer.from(entry!.data).equals(Buffer.from(bytes))).toBe(true);
       expect(decodeEnvelope(entry!.data)).toEqual(sized(n));
       expect(attempts).toEqual([1, 2]);
-      await poll(async () => (await bus.jsm.streams.info(bus.subjects.streams.a2a)).state.messages === 0, { timeoutMs: 5_000, what: "removal from the WorkQueue" });
+      await poll(async () => (await bus.jsm.streams.info(bus.subjects.streams.a2a)).state.messages === 0, {
+        timeoutMs: 5_000,
+        what: "removal from the WorkQueue",
+      });
     } finally {
       await nc.close();
       await bus.close();
@@ -260,7 +271,10 @@ describe("bus DLQ", () => {
     expect(entry!.headers["Kova-Dlq-Msg-Id"]).toBe(poison.id);
     expect(entry!.headers["Kova-Dlq-Deliveries"]).toBe("3");
     expect(entry!.headers["Kova-Dlq-Agent"]).toBe("fragile");
-    await poll(async () => (await bus.jsm.streams.info(bus.subjects.streams.a2a)).state.messages === 0, { timeoutMs: 5_000, what: "removal from the WorkQueue" });
+    await poll(async () => (await bus.jsm.streams.info(bus.subjects.streams.a2a)).state.messages === 0, {
+      timeoutMs: 5_000,
+      what: "removal from the WorkQueue",
+    });
   });
 
   it("dlq - messages that exhausted max_deliver while no mover ran are swept into the DLQ when a mover starts", async () => {

@@ -204,4 +204,3 @@ describe("bus mailbox", () => {
     expect(info.num_waiting).toBeLessThanOrEqual(2);
   });
 });
-

@@ -73,7 +73,10 @@ describe("deploy configs", () => {
   });
 
   it("deploy - the example kova-gateway.toml loads and serves the nodes' cluster under the accounts file's gateway role", () => {
-    const gw = parseConfig(read("kova/kova-gateway.toml"), { path: join(DEPLOY, "kova", "kova-gateway.toml"), env: { KOVA_GATEWAY_PASSWORD: "from-the-environment" } });
+    const gw = parseConfig(read("kova/kova-gateway.toml"), {
+      path: join(DEPLOY, "kova", "kova-gateway.toml"),
+      env: { KOVA_GATEWAY_PASSWORD: "from-the-environment" },
+    });
     const node = parseConfig(read("kova/kova-node1.toml"), { path: join(DEPLOY, "kova", "kova-node1.toml"), env: {} });
     expect(gw.cluster).toBe(node.cluster);
     expect(gw.natsUrls).toEqual(node.natsUrls);
@@ -118,17 +121,19 @@ describe("deploy configs", () => {
       .map((v) => v.split(":")[0]!)
       .filter((src) => !src.startsWith("."));
     for (const v of namedVolumes) expect(compose.volumes).toHaveProperty(v);
-    for (const src of Object.values(services).flatMap((s) => (s.volumes ?? []) as string[]).map((v) => v.split(":")[0]!)) {
+    for (const src of Object.values(services)
+      .flatMap((s) => (s.volumes ?? []) as string[])
+      .map((v) => v.split(":")[0]!)) {
       if (src.startsWith(".")) expect(existsSync(resolve(DEPLOY, src)), src).toBe(true);
     }
   });
 
   it("deploy - the Dockerfile copies files that exist and runs `kova node start` with the mounted config", () => {
-    const lines = read("Dockerfile").split("\n").filter((l) => /^[A-Z]+ /.test(l));
+    const lines = read("Dockerfile")
+      .split("\n")
+      .filter((l) => /^[A-Z]+ /.test(l));
     const root = resolve(DEPLOY, "..");
-    const sources = lines
-      .filter((l) => l.startsWith("COPY ") && !l.includes("--from="))
-      .flatMap((l) => l.split(/\s+/).slice(1, -1));
+    const sources = lines.filter((l) => l.startsWith("COPY ") && !l.includes("--from=")).flatMap((l) => l.split(/\s+/).slice(1, -1));
     expect(sources.length).toBeGreaterThan(3);
     for (const src of sources) expect(existsSync(join(root, src)), src).toBe(true);
     const entrypoint = JSON.parse(lines.find((l) => l.startsWith("ENTRYPOINT "))!.slice("ENTRYPOINT ".length)) as string[];

@@ -68,10 +68,13 @@ describe("deploy Kova nodes", () => {
 
     nc = await connect({ servers: c.urls });
     const conn = nc;
-    const pings = await poll(async () => {
-      const r = await requestMany(conn, "$SRV.PING.kova-node", 3, 1_000);
-      return r.length === 3 ? r : undefined;
-    }, { timeoutMs: 40_000, everyMs: 250, retryErrors: true, what: "3 nodes answering $SRV.PING.kova-node" });
+    const pings = await poll(
+      async () => {
+        const r = await requestMany(conn, "$SRV.PING.kova-node", 3, 1_000);
+        return r.length === 3 ? r : undefined;
+      },
+      { timeoutMs: 40_000, everyMs: 250, retryErrors: true, what: "3 nodes answering $SRV.PING.kova-node" },
+    );
     expect(pings.map((p) => p.metadata.node_id).sort()).toEqual(["kova-1", "kova-2", "kova-3"]);
     expect(new Set(pings.map((p) => p.metadata.cluster))).toEqual(new Set(["default"]));
     // every node, at every level, with the shapes `nats micro` validates
@@ -89,32 +92,48 @@ describe("deploy Kova nodes", () => {
       }
       for (const r of [...all, ...byName]) expect(schemaProblems(kind, r)).toEqual([]);
       if (verb === "INFO") {
-        for (const r of byName) expect(r.endpoints.map((e: { name: string }) => e.name).sort()).toEqual(["activate", "agents", "approve", "schedules", "signal", "spawn", "status", "tools"]);
+        for (const r of byName)
+          expect(r.endpoints.map((e: { name: string }) => e.name).sort()).toEqual([
+            "activate",
+            "agents",
+            "approve",
+            "schedules",
+            "signal",
+            "spawn",
+            "status",
+            "tools",
+          ]);
       }
     }
 
     const kv = await new Kvm(conn).open("kova_default_agents");
-    const hosted = await poll(async () => {
-      const records: AgentRecord[] = [];
-      for (const id of ["counter-1", "counter-2", "counter-3"]) {
-        const e = await kv.get(id);
-        if (!e || e.length === 0) return undefined;
-        const rec = e.json<AgentRecord>();
-        if (!rec.node || rec.state !== "Idle") return undefined;
-        records.push(rec);
-      }
-      return records;
-    }, { timeoutMs: 40_000, everyMs: 250, retryErrors: true, what: "counter-1..3 hosted" });
+    const hosted = await poll(
+      async () => {
+        const records: AgentRecord[] = [];
+        for (const id of ["counter-1", "counter-2", "counter-3"]) {
+          const e = await kv.get(id);
+          if (!e || e.length === 0) return undefined;
+          const rec = e.json<AgentRecord>();
+          if (!rec.node || rec.state !== "Idle") return undefined;
+          records.push(rec);
+        }
+        return records;
+      },
+      { timeoutMs: 40_000, everyMs: 250, retryErrors: true, what: "counter-1..3 hosted" },
+    );
     for (const rec of hosted) expect(["kova-1", "kova-2", "kova-3"]).toContain(rec.node);
 
     bus = await Bus.connect({ servers: c.urls, cluster: "default", logger: createLogger() });
     const b = bus;
     const env = createEnvelope({ from: "deploy-test", to: "counter-2", type: "task_delegate", payload: { n: 1 } });
     await b.send(env);
-    const state = await poll(async () => {
-      const s = await b.request<{ count: number; ids: string[] }>("counter-2", "info_request", {}, { timeoutMs: 2_000 });
-      return s.count === 1 ? s : undefined;
-    }, { timeoutMs: 20_000, everyMs: 250, retryErrors: true, what: "counter-2 to count the message" });
+    const state = await poll(
+      async () => {
+        const s = await b.request<{ count: number; ids: string[] }>("counter-2", "info_request", {}, { timeoutMs: 2_000 });
+        return s.count === 1 ? s : undefined;
+      },
+      { timeoutMs: 20_000, everyMs: 250, retryErrors: true, what: "counter-2 to count the message" },
+    );
     expect(state.ids).toEqual([env.id]);
   }, 90_000);
 });

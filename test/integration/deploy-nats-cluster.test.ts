@@ -27,11 +27,14 @@ describe("deploy NATS cluster", () => {
 
     // all three see each other as routes
     for (const s of servers) {
-      const routes = await poll(async () => {
-        const routez = (await (await fetch(`${s.monitor}/routez`)).json()) as { num_routes: number };
-        if (routez.num_routes < 2) throw new Error(`${s.host}: ${routez.num_routes} routes`);
-        return routez.num_routes;
-      }, { ...ELECTION, timeoutMs: 10_000, what: `${s.host} to route to both peers` });
+      const routes = await poll(
+        async () => {
+          const routez = (await (await fetch(`${s.monitor}/routez`)).json()) as { num_routes: number };
+          if (routez.num_routes < 2) throw new Error(`${s.host}: ${routez.num_routes} routes`);
+          return routez.num_routes;
+        },
+        { ...ELECTION, timeoutMs: 10_000, what: `${s.host} to route to both peers` },
+      );
       expect(routes).toBeGreaterThanOrEqual(2);
     }
 

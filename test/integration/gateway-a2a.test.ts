@@ -31,7 +31,10 @@ function authedFetch(key: string): typeof fetch {
 async function clientFor(url: string, key: string): Promise<Client> {
   const fetchImpl = authedFetch(key);
   const factory = new ClientFactory(
-    ClientFactoryOptions.createFrom(ClientFactoryOptions.default, { transports: [new JsonRpcTransportFactory({ fetchImpl })], cardResolver: new DefaultAgentCardResolver({ fetchImpl }) }),
+    ClientFactoryOptions.createFrom(ClientFactoryOptions.default, {
+      transports: [new JsonRpcTransportFactory({ fetchImpl })],
+      cardResolver: new DefaultAgentCardResolver({ fetchImpl }),
+    }),
   );
   return factory.createFromUrl(url);
 }
@@ -86,18 +89,36 @@ describe("gateway: A2A v1.0", () => {
     expect(answer(got)).toBe("The tool said 5.");
     expect(got.history[0]?.parts[0]?.content).toEqual({ $case: "text", value: "add once more" });
 
-    const listed = await client.listTasks({ tenant: "", contextId: "", status: TaskState.TASK_STATE_UNSPECIFIED, pageToken: "", statusTimestampAfter: undefined, pageSize: 10 });
+    const listed = await client.listTasks({
+      tenant: "",
+      contextId: "",
+      status: TaskState.TASK_STATE_UNSPECIFIED,
+      pageToken: "",
+      statusTimestampAfter: undefined,
+      pageSize: 10,
+    });
     expect(listed.tasks.map((t) => t.id).sort()).toEqual([sent.id, streamedTask.id].sort());
     expect(listed.totalSize).toBe(2);
 
     // cancel: a run whose model call hangs is interrupted, its model call aborted
-    const slow = (await client.sendMessage(SendMessageRequest.fromJSON({ message: { messageId: randomUUID(), role: "ROLE_USER", parts: [{ text: "slow please" }] }, configuration: { returnImmediately: true } }))) as Task;
+    const slow = (await client.sendMessage(
+      SendMessageRequest.fromJSON({
+        message: { messageId: randomUUID(), role: "ROLE_USER", parts: [{ text: "slow please" }] },
+        configuration: { returnImmediately: true },
+      }),
+    )) as Task;
     expect(slow.status?.state).toBe(TaskState.TASK_STATE_SUBMITTED);
-    await poll(async () => (await client.getTask({ tenant: "", id: slow.id })).status?.state === TaskState.TASK_STATE_WORKING, { timeoutMs: 10_000, what: "the slow task to be working" });
+    await poll(async () => (await client.getTask({ tenant: "", id: slow.id })).status?.state === TaskState.TASK_STATE_WORKING, {
+      timeoutMs: 10_000,
+      what: "the slow task to be working",
+    });
     await poll(() => rig.model.requests.some((q) => q.lastMessage?.content === "slow please"), { timeoutMs: 10_000, what: "the slow model call to start" });
     const cancelled = await client.cancelTask({ tenant: "", id: slow.id, metadata: {} });
     expect(cancelled.status?.state).toBe(TaskState.TASK_STATE_CANCELED);
-    await poll(() => rig.model.requests.find((q) => q.lastMessage?.content === "slow please")?.clientClosed === true, { timeoutMs: 10_000, what: "the model call to be aborted" });
+    await poll(() => rig.model.requests.find((q) => q.lastMessage?.content === "slow please")?.clientClosed === true, {
+      timeoutMs: 10_000,
+      what: "the model call to be aborted",
+    });
     // a finished task cannot be cancelled
     await expect(client.cancelTask({ tenant: "", id: sent.id, metadata: {} })).rejects.toThrow(/ended|cancel/i);
     // another key sees none of these tasks
@@ -107,7 +128,7 @@ describe("gateway: A2A v1.0", () => {
 
   it("a2a - two replicas answer for the same task, and a client subscribes again after its gateway restarts", async () => {
     await using rig = await startGatewayRig({ handler, gateways: 2 });
-    const [a, b] = rig.gateways as [typeof rig.gateways[0], typeof rig.gateways[0]];
+    const [a, b] = rig.gateways as [(typeof rig.gateways)[0], (typeof rig.gateways)[0]];
     const onA = await clientFor(`${a.url}/agents/helper/`, rig.key);
     const onB = await clientFor(`${b.url}/agents/helper/`, rig.key);
 
@@ -135,10 +156,13 @@ describe("gateway: A2A v1.0", () => {
     expect(states.at(-1)).toBe(TaskState.TASK_STATE_COMPLETED);
 
     // the other replica, which never watched it, answers with the finished task
-    const onBTask = await poll(async () => {
-      const t = await onB.getTask({ tenant: "", id: task.id });
-      return t.status?.state === TaskState.TASK_STATE_COMPLETED ? t : undefined;
-    }, { timeoutMs: 10_000, what: "replica B to see the task completed" });
+    const onBTask = await poll(
+      async () => {
+        const t = await onB.getTask({ tenant: "", id: task.id });
+        return t.status?.state === TaskState.TASK_STATE_COMPLETED ? t : undefined;
+      },
+      { timeoutMs: 10_000, what: "replica B to see the task completed" },
+    );
     expect(answer(onBTask)).toBe("The tool said approved.");
     // and the task is stored completed in the bucket every replica reads
     const nc = await connect({ servers: rig.nats.url });
@@ -158,7 +182,11 @@ describe("gateway: A2A v1.0", () => {
       return { status: r.status, body: (await r.json()) as Record<string, any> };
     };
     const v1 = { "A2A-Version": "1.0" };
-    const sent = await rpc("/agents/helper/a2a/jsonrpc", { jsonrpc: "2.0", id: 1, method: "SendMessage", params: { message: { messageId: "m1", role: "ROLE_USER", parts: [{ text: "hi there" }] } } }, v1);
+    const sent = await rpc(
+      "/agents/helper/a2a/jsonrpc",
+      { jsonrpc: "2.0", id: 1, method: "SendMessage", params: { message: { messageId: "m1", role: "ROLE_USER", parts: [{ text: "hi there" }] } } },
+      v1,
+    );
     expect(sent.status).toBe(200);
     expect(sent.body.result.task.status.state).toBe("TASK_STATE_COMPLETED");
     expect(sent.body.result.task.artifacts[0].parts[0].text).toBe("echo: hi there");
@@ -167,16 +195,34 @@ describe("gateway: A2A v1.0", () => {
     expect(got.body.result.id).toBe(id);
 
     // v0.3 (no A2A-Version header): message/send and tasks/get, v0.3 shapes
-    const legacy = await rpc("/agents/helper/a2a/jsonrpc", { jsonrpc: "2.0", id: 3, method: "message/send", params: { message: { kind: "message", messageId: "m2", role: "user", parts: [{ kind: "text", text: "old client" }] } } });
+    const legacy = await rpc("/agents/helper/a2a/jsonrpc", {
+      jsonrpc: "2.0",
+      id: 3,
+      method: "message/send",
+      params: { message: { kind: "message", messageId: "m2", role: "user", parts: [{ kind: "text", text: "old client" }] } },
+    });
     expect(legacy.body.result).toMatchObject({ kind: "task", status: { state: "completed" } });
     expect(legacy.body.result.artifacts[0].parts[0]).toMatchObject({ kind: "text", text: "echo: old client" });
     const legacyGet = await rpc("/agents/helper/a2a/jsonrpc", { jsonrpc: "2.0", id: 4, method: "tasks/get", params: { id: legacy.body.result.id } });
     expect(legacyGet.body.result).toMatchObject({ kind: "task", id: legacy.body.result.id, status: { state: "completed" } });
 
     // the shared endpoint routes by metadata.agent
-    const shared = await rpc("/a2a/jsonrpc", { jsonrpc: "2.0", id: 5, method: "SendMessage", params: { message: { messageId: "m3", role: "ROLE_USER", parts: [{ text: "via directory" }], metadata: { agent: "helper" } } } }, v1);
+    const shared = await rpc(
+      "/a2a/jsonrpc",
+      {
+        jsonrpc: "2.0",
+        id: 5,
+        method: "SendMessage",
+        params: { message: { messageId: "m3", role: "ROLE_USER", parts: [{ text: "via directory" }], metadata: { agent: "helper" } } },
+      },
+      v1,
+    );
     expect(shared.body.result.task.artifacts[0].parts[0].text).toBe("echo: via directory");
-    const noAgent = await rpc("/a2a/jsonrpc", { jsonrpc: "2.0", id: 6, method: "SendMessage", params: { message: { messageId: "m4", role: "ROLE_USER", parts: [{ text: "x" }] } } }, v1);
+    const noAgent = await rpc(
+      "/a2a/jsonrpc",
+      { jsonrpc: "2.0", id: 6, method: "SendMessage", params: { message: { messageId: "m4", role: "ROLE_USER", parts: [{ text: "x" }] } } },
+      v1,
+    );
     expect(noAgent.body.error.message).toContain("metadata.agent");
 
     // directory card and listing
@@ -203,7 +249,16 @@ describe("gateway: A2A v1.0", () => {
     expect(forbidden.status).toBe(403);
     const noKey = await fetch(`${rig.url}/agents/helper/.well-known/agent-card.json`);
     expect(noKey.status).toBe(401);
-    const huge = await rpc("/agents/helper/a2a/jsonrpc", { jsonrpc: "2.0", id: 9, method: "SendMessage", params: { message: { messageId: "m5", role: "ROLE_USER", parts: [{ text: "x".repeat(2 * 1024 * 1024) }] } } }, v1);
+    const huge = await rpc(
+      "/agents/helper/a2a/jsonrpc",
+      {
+        jsonrpc: "2.0",
+        id: 9,
+        method: "SendMessage",
+        params: { message: { messageId: "m5", role: "ROLE_USER", parts: [{ text: "x".repeat(2 * 1024 * 1024) }] } },
+      },
+      v1,
+    );
     expect(huge.status).toBe(413);
     expect(huge.body.error.code).toBe(-32600);
   }, 90_000);

@@ -30,7 +30,12 @@ describe("gateway: OpenAI-compatible endpoint", () => {
     const toolTurn = rig.model.requests.find((q) => q.lastMessage?.role === "tool");
     expect(toolTurn?.lastMessage?.content).toBe("5");
 
-    const stream = await client.chat.completions.create({ model: "helper", messages: [{ role: "user", content: "add them again" }], stream: true, stream_options: { include_usage: true } });
+    const stream = await client.chat.completions.create({
+      model: "helper",
+      messages: [{ role: "user", content: "add them again" }],
+      stream: true,
+      stream_options: { include_usage: true },
+    });
     const pieces: string[] = [];
     let usage: OpenAI.CompletionUsage | undefined;
     let finish: string | null | undefined;

@@ -33,7 +33,12 @@ async function otlpReceiver() {
     res.end("{}");
   });
   await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
-  return { spans, contentTypes, url: `http://127.0.0.1:${(server.address() as AddressInfo).port}/v1/traces`, close: () => new Promise<void>((r) => server.close(() => r())) };
+  return {
+    spans,
+    contentTypes,
+    url: `http://127.0.0.1:${(server.address() as AddressInfo).port}/v1/traces`,
+    close: () => new Promise<void>((r) => server.close(() => r())),
+  };
 }
 
 function attr(span: OtlpSpan | undefined, key: string): unknown {
@@ -47,7 +52,8 @@ function attr(span: OtlpSpan | undefined, key: string): unknown {
 const handler: ScriptedHandler = (r) => {
   const last = r.lastMessage;
   if (last?.role === "tool") return scriptedReply.text("found 5 facts", { usage: { inputTokens: 40, outputTokens: 8 } });
-  if (String(last?.content ?? "").includes("researcher")) return scriptedReply.toolCalls([{ name: "add", arguments: { a: 2, b: 3 } }], { usage: { inputTokens: 25, outputTokens: 5 } });
+  if (String(last?.content ?? "").includes("researcher"))
+    return scriptedReply.toolCalls([{ name: "add", arguments: { a: 2, b: 3 } }], { usage: { inputTokens: 25, outputTokens: 5 } });
   return scriptedReply.text("a short essay", { usage: { inputTokens: 12, outputTokens: 30 } });
 };
 
@@ -55,7 +61,11 @@ describe("gateway: OpenTelemetry export", () => {
   it("otel - runs are exported as traces: run spans nest by parent run, model and tool calls are child spans with token attributes", async () => {
     const receiver = await otlpReceiver();
     await using _receiver = defer(() => receiver.close());
-    await using rig = await startGatewayRig({ handler, agents: ["researcher", "writer"], gateway: { otel: { endpoint: receiver.url, service_name: "kova-test" } } });
+    await using rig = await startGatewayRig({
+      handler,
+      agents: ["researcher", "writer"],
+      gateway: { otel: { endpoint: receiver.url, service_name: "kova-test" } },
+    });
     await using client = await KovaClient.connect({ servers: rig.nats.url, cluster: rig.cluster });
     // The children start only after the coordinator's run ended (it delegates and
     // completes, as a fire-and-forget coordinator does): their spans still join its trace.
@@ -63,14 +73,27 @@ describe("gateway: OpenTelemetry export", () => {
     for (const a of ["researcher", "writer"]) await signal(a, "pause");
     const events = client.events({ sessionId: "otel-1" });
     await using _events = defer(() => events.stop());
-    await client.send("coordinator", "task_delegate", { input: "write about NATS", sessionId: "otel-1", runId: "root-run", children: ["researcher", "writer"] });
+    await client.send("coordinator", "task_delegate", {
+      input: "write about NATS",
+      sessionId: "otel-1",
+      runId: "root-run",
+      children: ["researcher", "writer"],
+    });
     for await (const e of events) if (e.runId === "root-run" && e.type === "run_stream_end") break;
     for (const a of ["researcher", "writer"]) await signal(a, "resume");
 
-    const spans = await poll(() => {
-      const byName = (n: string) => receiver.spans.filter((s) => s.name === n);
-      return byName("run researcher").length === 1 && byName("run writer").length === 1 && byName("run coordinator").length === 1 && byName("tool add").length === 1 ? receiver.spans : undefined;
-    }, { timeoutMs: 20_000, what: () => `the spans (have: ${receiver.spans.map((s) => s.name).join(", ")})` });
+    const spans = await poll(
+      () => {
+        const byName = (n: string) => receiver.spans.filter((s) => s.name === n);
+        return byName("run researcher").length === 1 &&
+          byName("run writer").length === 1 &&
+          byName("run coordinator").length === 1 &&
+          byName("tool add").length === 1
+          ? receiver.spans
+          : undefined;
+      },
+      { timeoutMs: 20_000, what: () => `the spans (have: ${receiver.spans.map((s) => s.name).join(", ")})` },
+    );
     expect(receiver.contentTypes[0]).toContain("json");
     const root = spans.find((s) => s.name === "run coordinator")!;
     const researcher = spans.find((s) => s.name === "run researcher")!;
@@ -88,7 +111,10 @@ describe("gateway: OpenTelemetry export", () => {
     expect(attr(writer, "gen_ai.usage.output_tokens")).toBe(30);
     expect(Number(attr(researcher, "kova.cost_usd"))).toBeGreaterThan(0);
     // model calls and the tool call hang under the researcher's run span
-    const underResearcher = spans.filter((s) => s.parentSpanId === researcher.spanId).map((s) => s.name).sort();
+    const underResearcher = spans
+      .filter((s) => s.parentSpanId === researcher.spanId)
+      .map((s) => s.name)
+      .sort();
     expect(underResearcher).toEqual(["chat scripted-model", "chat scripted-model", "tool add"]);
     const modelCall = spans.find((s) => s.parentSpanId === writer.spanId);
     expect(attr(modelCall, "gen_ai.operation.name")).toBe("chat");

@@ -13,7 +13,8 @@ const handler: ScriptedHandler = (r) => {
   const last = r.lastMessage;
   if (last?.role === "tool") return scriptedReply.text("found 5 facts", { usage: { inputTokens: 40, outputTokens: 8 } });
   const text = String(last?.content ?? "");
-  if (text.includes("researcher")) return scriptedReply.toolCalls([{ name: "add", arguments: { a: 2, b: 3 } }], { usage: { inputTokens: 25, outputTokens: 5 } });
+  if (text.includes("researcher"))
+    return scriptedReply.toolCalls([{ name: "add", arguments: { a: 2, b: 3 } }], { usage: { inputTokens: 25, outputTokens: 5 } });
   return scriptedReply.text("a short essay", { usage: { inputTokens: 12, outputTokens: 30 } });
 };
 
@@ -34,7 +35,10 @@ describe("gateway: web view", () => {
       .locator("#nodes tbody tr", { hasText: "n1" })
       .waitFor({ timeout: 20_000 })
       .catch(async (err: unknown) => {
-        throw new Error(`nodes table empty; status ${await page.locator("#status").textContent()}; api: ${await page.evaluate(() => fetch("/ui/api/cluster").then(async (r) => `${r.status} ${(await r.text()).slice(0, 300)}`))}`, { cause: err });
+        throw new Error(
+          `nodes table empty; status ${await page.locator("#status").textContent()}; api: ${await page.evaluate(() => fetch("/ui/api/cluster").then(async (r) => `${r.status} ${(await r.text()).slice(0, 300)}`))}`,
+          { cause: err },
+        );
       });
     await page.locator("#agents tbody tr", { hasText: "researcher" }).waitFor();
     expect(await page.locator("#nodes tbody tr").first().textContent()).toContain("up");
@@ -49,10 +53,11 @@ describe("gateway: web view", () => {
     // the children are drawn nested under the root, and finish completed with their tools and tokens
     const children = page.locator('li:has(> .run[data-run-id="root-run"]) > ul.children > li > .run');
     await expect.poll(() => children.count(), { timeout: 20_000 }).toBe(2);
-    await expect.poll(async () => (await children.evaluateAll((els) => els.map((e) => `${e.getAttribute("data-agent")}:${e.getAttribute("data-status")}`))).sort(), { timeout: 20_000 }).toEqual([
-      "researcher:completed",
-      "writer:completed",
-    ]);
+    await expect
+      .poll(async () => (await children.evaluateAll((els) => els.map((e) => `${e.getAttribute("data-agent")}:${e.getAttribute("data-status")}`))).sort(), {
+        timeout: 20_000,
+      })
+      .toEqual(["researcher:completed", "writer:completed"]);
     const researcher = page.locator('.run[data-agent="researcher"]');
     expect(await researcher.textContent()).toMatch(/tools: add ✓/);
     expect(await researcher.textContent()).toMatch(/tokens 65 in \/ 13 out/);

@@ -116,7 +116,15 @@ describe("micro service", () => {
     const plain = await startMicroService(nc, {
       name: "kova-node-c2",
       version: "1.2.3-rc.1",
-      endpoints: [{ name: "boom", subject: "kova-node-c2.boom", handler: async () => { throw new Error("boom\nsecond line"); } }],
+      endpoints: [
+        {
+          name: "boom",
+          subject: "kova-node-c2.boom",
+          handler: async () => {
+            throw new Error("boom\nsecond line");
+          },
+        },
+      ],
     });
     started.push(plain);
     const boom = await nc.request("kova-node-c2.boom", "", { timeout: 2_000 });
@@ -145,7 +153,17 @@ describe("micro service", () => {
     let entered!: () => void;
     const handling = new Promise<void>((r) => (entered = r));
     const svc = await service(nc, "kova-node-d", {
-      endpoints: [{ name: "slow", subject: "kova-node-d.slow", handler: async () => { entered(); await gate; return "done"; } }],
+      endpoints: [
+        {
+          name: "slow",
+          subject: "kova-node-d.slow",
+          handler: async () => {
+            entered();
+            await gate;
+            return "done";
+          },
+        },
+      ],
     });
     const pending = nc.request("kova-node-d.slow", "", { timeout: 5_000 });
     await handling;
@@ -170,9 +188,9 @@ describe("micro service", () => {
     const base = { name: "ok", version: "1.0.0", endpoints: [] };
     await expect(startMicroService(nc, { ...base, name: "kova.node" })).rejects.toBeInstanceOf(ConfigError);
     await expect(startMicroService(nc, { ...base, version: "1.0" })).rejects.toThrow(/service.version/);
-    await expect(
-      startMicroService(nc, { ...base, endpoints: [{ name: "x", subject: "a.>.b", handler: async () => 1 }] }),
-    ).rejects.toThrow(/endpoints\[0\]\.subject/);
+    await expect(startMicroService(nc, { ...base, endpoints: [{ name: "x", subject: "a.>.b", handler: async () => 1 }] })).rejects.toThrow(
+      /endpoints\[0\]\.subject/,
+    );
     await expect(
       startMicroService(nc, {
         ...base,

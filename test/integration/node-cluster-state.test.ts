@@ -92,7 +92,14 @@ describe("cluster state in KV", () => {
     const left = performance.now() - leftAt;
     expect(left).toBeLessThan(400);
     // the leaving record is deleted right after: the view keeps the dead b only
-    await poll(() => a.view().map((v) => v.record.id).join() === "a,b", { timeoutMs: 1000, what: "a's view to hold a and b only" });
+    await poll(
+      () =>
+        a
+          .view()
+          .map((v) => v.record.id)
+          .join() === "a,b",
+      { timeoutMs: 1000, what: "a's view to hold a and b only" },
+    );
     expect(a.view().find((v) => v.record.id === "b")?.live).toBe(false);
     a.stop();
   });
@@ -106,9 +113,7 @@ describe("cluster state in KV", () => {
     await poll(() => r2.get("c1")?.desired === "killed", { timeoutMs: 2000, what: "r2 to see c1 killed" });
     expect(await r2.declare({ id: "c1", type: "counter" })).toBe(false);
     await Promise.all(
-      Array.from({ length: 10 }, (_, i) =>
-        (i % 2 ? r1 : r2).update("c1", (cur) => ({ ...cur, capabilities: [...cur.capabilities, `k${i}`] })),
-      ),
+      Array.from({ length: 10 }, (_, i) => (i % 2 ? r1 : r2).update("c1", (cur) => ({ ...cur, capabilities: [...cur.capabilities, `k${i}`] }))),
     );
     await poll(() => r1.get("c1")?.capabilities.length === 10, { timeoutMs: 2000, what: "r1 to see all ten capabilities" });
     expect(new Set(r1.get("c1")!.capabilities).size).toBe(10);
@@ -125,7 +130,14 @@ describe("cluster state in KV", () => {
     const gone = await Membership.join({ ...opts, nc: await nc(), self: self("gone") });
     await poll(() => a.view().length === 3, { timeoutMs: 2000, what: "a's view to hold three nodes" });
     gone.stop();
-    await poll(() => a.view().map((v) => v.record.id).join() === "a,b", { timeoutMs: 3000, what: "a's view to hold a and b only" });
+    await poll(
+      () =>
+        a
+          .view()
+          .map((v) => v.record.id)
+          .join() === "a,b",
+      { timeoutMs: 3000, what: "a's view to hold a and b only" },
+    );
     expect(await a.kv.get("gone").then((e) => e?.operation)).not.toBe("PUT");
     expect(b.view().map((v) => v.record.id)).toEqual(["a", "b"]);
     a.stop();

@@ -42,7 +42,10 @@ describe("kv mirror watch", () => {
     const c = `m${randomUUID().slice(0, 8)}`;
     const open = (conn: NatsConnection) =>
       poll(() => LeaseTable.open({ nc: conn, cluster: c, nodeId: "a", incarnation: "ia", replicas: 3, logger, timing }), {
-        timeoutMs: 30_000, what: "lease bucket", everyMs: 500, retryErrors: true,
+        timeoutMs: 30_000,
+        what: "lease bucket",
+        everyMs: 500,
+        retryErrors: true,
       });
     const bootstrap = await nc(cluster.urls);
     (await open(bootstrap)).stop();

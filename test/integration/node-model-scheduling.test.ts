@@ -35,7 +35,13 @@ async function schedulingRig(policy: SchedulePolicy, maxConcurrency: number, lat
             const res = await model.complete({
               messages: [{ role: "user", content: "go" }],
               signal: ctx.signal,
-              acquireSlot: scheduler.slotFor({ model: "fast", agentId: ctx.actorId, shareKey: p.user, signal: ctx.signal, ...(p.deadline ? { deadline: p.deadline } : {}) }),
+              acquireSlot: scheduler.slotFor({
+                model: "fast",
+                agentId: ctx.actorId,
+                shareKey: p.user,
+                signal: ctx.signal,
+                ...(p.deadline ? { deadline: p.deadline } : {}),
+              }),
             });
             return res.message.content;
           },

@@ -64,7 +64,11 @@ async function startNode(cluster: string, id: string, running: Map<string, strin
   conns.push(nc);
   const incarnation = randomUUID();
   const membership = await Membership.join({
-    nc, cluster, heartbeatMs: 150, staleAfterMs: 1200, logger,
+    nc,
+    cluster,
+    heartbeatMs: 150,
+    staleAfterMs: 1200,
+    logger,
     self: { id, incarnation, startedAt: Date.now(), version: "t", pid: process.pid, host: "h", ...(types ? { types } : {}) },
   });
   const leases = await LeaseTable.open({ nc, cluster, nodeId: id, incarnation, logger });
@@ -199,10 +203,10 @@ describe("placement over live nodes", () => {
     // and the actors declared after the restart are placed (the KV watches came back too).
     const fresh = Array.from({ length: 6 }, (_, i) => `new${i}`);
     for (const id of fresh) await b.registry.declare({ id, type: "counter" });
-    await poll(
-      () => a.membership.liveNodes().join() === "a,b" && b.membership.liveNodes().join() === "a,b" && hostedOnce([a, b], [...ids, ...fresh]),
-      { timeoutMs: 10_000, what: "placement after the restart" },
-    );
+    await poll(() => a.membership.liveNodes().join() === "a,b" && b.membership.liveNodes().join() === "a,b" && hostedOnce([a, b], [...ids, ...fresh]), {
+      timeoutMs: 10_000,
+      what: "placement after the restart",
+    });
     const moved = ids.filter((id) => a.leases.get(id)?.revision !== before.get(id));
     expect(moved).toEqual([]);
     expect(doubles).toEqual([]);

@@ -26,7 +26,12 @@ describe("a node waking from a machine suspend", () => {
     const incarnation = randomUUID();
     const timing = { checkMs: 200, stallMs: 1000, idleCheckMs: 500 };
     const membership = await Membership.join({
-      nc, cluster, heartbeatMs: 200, staleAfterMs: 2000, logger, timing,
+      nc,
+      cluster,
+      heartbeatMs: 200,
+      staleAfterMs: 2000,
+      logger,
+      timing,
       self: { id: "a", incarnation, startedAt: Date.now(), version: "t", pid: process.pid, host: "h" },
     });
     const leases = await LeaseTable.open({ nc, cluster, nodeId: "a", incarnation, logger, timing });

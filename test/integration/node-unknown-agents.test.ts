@@ -44,12 +44,16 @@ describe("messages to agents nobody declared", () => {
 
       // ask: no waiting out the timeout for an agent that does not exist.
       const t0 = Date.now();
-      const err = await bus.ask(createEnvelope({ from: "tester", to: "nobody-here", type: "task_delegate", payload: null }), { timeoutMs: 30_000 }).catch((e: unknown) => e);
+      const err = await bus
+        .ask(createEnvelope({ from: "tester", to: "nobody-here", type: "task_delegate", payload: null }), { timeoutMs: 30_000 })
+        .catch((e: unknown) => e);
       expect(isKovaError(err, "UNKNOWN_AGENT")).toBe(true);
       expect((err as Error).message).toContain("kova agents ls");
       expect(Date.now() - t0).toBeLessThan(5_000);
       // A declared agent is asked as before.
-      expect((await bus.ask(createEnvelope({ from: "tester", to: "known", type: "task_delegate", payload: null }), { timeoutMs: 10_000 })).type).toBe("result_notify");
+      expect((await bus.ask(createEnvelope({ from: "tester", to: "known", type: "task_delegate", payload: null }), { timeoutMs: 10_000 })).type).toBe(
+        "result_notify",
+      );
     } finally {
       await node?.stop();
       await rm(dir, { recursive: true, force: true });

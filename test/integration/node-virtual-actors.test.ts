@@ -87,7 +87,10 @@ describe("virtual actors (templates, activation, passivation)", () => {
     const id = "support--s-1";
     for (const line of ["one", "two", "three"]) await client.ask(id, "task_delegate", task(line), { timeoutMs: 15_000 });
 
-    await poll(() => rig.events.some((e) => e.type === "agent_passivated" && (e.data as { id: string }).id === id), { timeoutMs: 15_000, what: "agent_passivated" });
+    await poll(() => rig.events.some((e) => e.type === "agent_passivated" && (e.data as { id: string }).id === id), {
+      timeoutMs: 15_000,
+      what: "agent_passivated",
+    });
     const { jsm, subjects } = client.bus;
     expect(rig.node.agents().find((a) => a.id === id)).toBeUndefined();
     expect(await jsm.consumers.info(subjects.streams.a2a, subjects.consumer(id)).catch((e: unknown) => e)).toBeInstanceOf(Error);
@@ -123,7 +126,11 @@ describe("virtual actors (templates, activation, passivation)", () => {
         const s = await client.request<SessionState>("support--q3", "info_request", {}, { timeoutMs: 500 }).catch(() => undefined);
         return s?.count === 1 ? s : undefined;
       },
-      { timeoutMs: 20_000, what: () => `q3 activated after the others were passivated ${JSON.stringify(rig.events.map((e) => [e.type, (e.data as { id?: string; actorId?: string }).id ?? (e.data as { actorId?: string }).actorId, (e.data as { via?: string }).via]))}` },
+      {
+        timeoutMs: 20_000,
+        what: () =>
+          `q3 activated after the others were passivated ${JSON.stringify(rig.events.map((e) => [e.type, (e.data as { id?: string; actorId?: string }).id ?? (e.data as { actorId?: string }).actorId, (e.data as { via?: string }).via]))}`,
+      },
     );
     expect(done.history).toEqual(["c"]);
     expect(rig.events.some((e) => e.type === "activation_refused")).toBe(true);

@@ -50,10 +50,13 @@ describe("security: least-privilege accounts (deploy/nats/accounts.conf)", () =>
     await kc.send("c1", "task_delegate", { n: 1 });
     const reply = await kc.ask("c1", "task_delegate", { n: 2 }, { timeoutMs: 10_000 });
     expect(reply.type).toBe("result_notify");
-    const state = await poll(async () => {
-      const s = await kc.request<CounterState>("c1", "info_request", {});
-      return s.count === 2 ? s : undefined;
-    }, { timeoutMs: 10_000, what: "both counted", retryErrors: true });
+    const state = await poll(
+      async () => {
+        const s = await kc.request<CounterState>("c1", "info_request", {});
+        return s.count === 2 ? s : undefined;
+      },
+      { timeoutMs: 10_000, what: "both counted", retryErrors: true },
+    );
     expect(state.count).toBe(2);
   });
 
@@ -70,7 +73,9 @@ describe("security: least-privilege accounts (deploy/nats/accounts.conf)", () =>
       expect(await refused(jetstreamManager(nc, { timeout: 2000 }))).toBeDefined();
       const jsm = await jetstreamManager(nc, { timeout: 2000, checkAPI: false });
       expect(await refused(jsm.consumers.info("KOVA_DEFAULT_A2A", "agent_c2"))).toBeDefined();
-      expect(await refused(jsm.consumers.add("KOVA_DEFAULT_A2A", { durable_name: "steal", filter_subject: "kova.default.a2a.c2", ack_policy: AckPolicy.Explicit }))).toBeDefined();
+      expect(
+        await refused(jsm.consumers.add("KOVA_DEFAULT_A2A", { durable_name: "steal", filter_subject: "kova.default.a2a.c2", ack_policy: AckPolicy.Explicit })),
+      ).toBeDefined();
       let seen = 0;
       let subError: Error | null = null;
       nc.subscribe("kova.default.a2a.>", {
@@ -83,7 +88,11 @@ describe("security: least-privilege accounts (deploy/nats/accounts.conf)", () =>
       // A message to c2 goes through its mailbox (counted) while the client's subscription gets nothing.
       await using kc = await KovaClient.connect({ servers: server.url, security: client, ensureStreams: false });
       await kc.send("c2", "task_delegate", { n: 1 });
-      await poll(async () => (await kc.request<CounterState>("c2", "info_request", {})).count === 1, { timeoutMs: 10_000, what: "c2 counted", retryErrors: true });
+      await poll(async () => (await kc.request<CounterState>("c2", "info_request", {})).count === 1, {
+        timeoutMs: 10_000,
+        what: "c2 counted",
+        retryErrors: true,
+      });
       expect(seen).toBe(0);
       expect(String(subError)).toContain("Permissions Violation for Subscription");
     } finally {
@@ -92,7 +101,7 @@ describe("security: least-privilege accounts (deploy/nats/accounts.conf)", () =>
     // Nothing changed: c2 still runs, is registered as running, and its lease is the node's.
     const kvm = new Kvm(admin);
     const agents = await kvm.open("kova_default_agents");
-    expect((await agents.get("evil"))).toBeNull();
+    expect(await agents.get("evil")).toBeNull();
     expect((await agents.get("c2"))!.json<{ desired: string }>().desired).toBe("running");
     expect((await (await kvm.open("kova_default_leases")).get("c2"))!.json<{ node: string }>().node).toBe("n1");
     // (Idle once the turn that counted has ended: a refused signal would leave it Paused or stopped.)
@@ -110,7 +119,9 @@ describe("security: least-privilege accounts (deploy/nats/accounts.conf)", () =>
       const status = await controlRequest<NodeStatusView>(nc, nodeSubject("default", "n1", "status"), {});
       expect(status.nodeId).toBe("n1");
       // The approve and tools endpoints answer an operator (here: no such approval; a node without agents has no tools).
-      const approval = await controlRequest(nc, approveSubject("default"), { runId: "r1", approvalId: "ap-000000000000", approved: true }).catch((e: unknown) => e);
+      const approval = await controlRequest(nc, approveSubject("default"), { runId: "r1", approvalId: "ap-000000000000", approved: true }).catch(
+        (e: unknown) => e,
+      );
       expect(isKovaError(approval, "APPROVAL_NOT_FOUND")).toBe(true);
       expect(await controlRequest<{ tools: unknown[] }>(nc, nodeSubject("default", "n1", "tools"), {})).toEqual({ node: "n1", tools: [] });
       expect(JSON.stringify(status)).not.toContain(passwords.node);

@@ -15,7 +15,17 @@ import { KovaNode } from "../../src/node/node.js";
 import { scriptedReply, startScriptedModelServer, type NatsServerHandle, type ScriptedModelServer } from "../../src/testing/index.js";
 import { collectEvents } from "../fixtures/agents/rig.js";
 import { poll } from "../fixtures/poll.js";
-import { connectAs, expectPermissionDenied, expectSubscriptionsRefused, kovaArgv, kovaAs, nodeTomlAs, role, startAccountsServer, type Role } from "../fixtures/security/accounts.js";
+import {
+  connectAs,
+  expectPermissionDenied,
+  expectSubscriptionsRefused,
+  kovaArgv,
+  kovaAs,
+  nodeTomlAs,
+  role,
+  startAccountsServer,
+  type Role,
+} from "../fixtures/security/accounts.js";
 
 // The commands that landed after deploy/nats/accounts.conf was first written, run from the
 // CLI (bin/kova.js, from dist/: build first) under the role meant to use them, against a
@@ -103,9 +113,15 @@ describe("security: the CLI under the roles of deploy/nats/accounts.conf", () =>
   it("operator cli - workflow run, status, approve, signal, ls and cancel, and the run tree from the events stream", async () => {
     const started = JSON.parse(await kova("operator", ["workflow", "run", join(dir, "ops.toml"), "--input", "topic=nats", "--json"])) as { runId: string };
     const runId = started.runId;
-    await poll(async () => (await kova("operator", ["workflow", "status", runId])).includes("waiting for approval approve"), { timeoutMs: 30_000, what: "the run to wait for approval" });
+    await poll(async () => (await kova("operator", ["workflow", "status", runId])).includes("waiting for approval approve"), {
+      timeoutMs: 30_000,
+      what: "the run to wait for approval",
+    });
     expect(await kova("operator", ["approve", runId, "approve", "--by", "ops"])).toContain(`approved approve of ${runId}`);
-    await poll(async () => (await kova("operator", ["workflow", "status", runId])).includes("waiting for event go"), { timeoutMs: 30_000, what: "the run to wait for the event" });
+    await poll(async () => (await kova("operator", ["workflow", "status", runId])).includes("waiting for event go"), {
+      timeoutMs: 30_000,
+      what: "the run to wait for the event",
+    });
     await kova("operator", ["workflow", "signal", runId, "go"]);
     // Ended runs are retired: their status comes from the checkpoint, read only.
     await poll(async () => (await runStatus(runId)) === "completed", { timeoutMs: 30_000, what: "the run to complete" });
@@ -114,19 +130,32 @@ describe("security: the CLI under the roles of deploy/nats/accounts.conf", () =>
 
     const cancelId = "wf-ops-cancel";
     await kova("operator", ["workflow", "run", join(dir, "ops.toml"), "--input", "topic=other", "--run-id", cancelId]);
-    await poll(async () => (await kova("operator", ["workflow", "status", cancelId])).includes("waiting for approval"), { timeoutMs: 30_000, what: "the second run to wait" });
+    await poll(async () => (await kova("operator", ["workflow", "status", cancelId])).includes("waiting for approval"), {
+      timeoutMs: 30_000,
+      what: "the second run to wait",
+    });
     expect(await kova("operator", ["workflow", "cancel", cancelId, "--reason", "not needed"])).toContain(`cancelled ${cancelId}`);
     await poll(async () => (await runStatus(cancelId)) === "cancelled", { timeoutMs: 30_000, what: "the second run cancelled" });
 
     const runs = JSON.parse(await kova("operator", ["workflow", "ls", "--json"])) as Array<{ runId: string; status: string }>;
-    expect(runs.map((r) => [r.runId, r.status]).sort()).toEqual([[runId, "completed"], [cancelId, "cancelled"]].sort());
+    expect(runs.map((r) => [r.runId, r.status]).sort()).toEqual(
+      [
+        [runId, "completed"],
+        [cancelId, "cancelled"],
+      ].sort(),
+    );
   }, 120_000);
 
   it("operator cli - an agent's tool call approved and rejected, schedules, swarm run, events tail, tools ls and agents usage", async () => {
     const pending: Promise<AgentResult> = askAgent(admin, "worker", "What is 6*7?", { runId: "appr-1", timeoutMs: 60_000 });
-    const asked = await poll(() => events.find((e) => e.runId === "appr-1" && e.type === "approval_requested"), { timeoutMs: 20_000, what: "approval_requested" });
+    const asked = await poll(() => events.find((e) => e.runId === "appr-1" && e.type === "approval_requested"), {
+      timeoutMs: 20_000,
+      what: "approval_requested",
+    });
     const { approvalId } = asked.data as { approvalId: string };
-    expect(await kova("operator", ["approve", "appr-1", approvalId, "--by", "ops"])).toContain(`approved ${approvalId} of appr-1 (agent worker, tool calculator)`);
+    expect(await kova("operator", ["approve", "appr-1", approvalId, "--by", "ops"])).toContain(
+      `approved ${approvalId} of appr-1 (agent worker, tool calculator)`,
+    );
     expect(await pending).toMatchObject({ status: "completed", output: "The answer is 42." });
     const again = await kovaAs(server, "operator", ["reject", "appr-1", approvalId]);
     expect(again.stderr).toContain("APPROVAL_ALREADY_DECIDED");
@@ -136,11 +165,16 @@ describe("security: the CLI under the roles of deploy/nats/accounts.conf", () =>
     expect(schedules.map((s) => s.spec.id)).toEqual(["nightly"]);
     expect(await kova("operator", ["schedules", "rm", "nightly"])).toContain("removed schedule nightly");
 
-    const swarm = JSON.parse(await kova("operator", ["swarm", "run", "summarize nats", "--coordinator", "planner", "--plan", '[{"task":"part one","capability":"chat"}]', "--json"])) as { output: string; runId: string };
+    const swarm = JSON.parse(
+      await kova("operator", ["swarm", "run", "summarize nats", "--coordinator", "planner", "--plan", '[{"task":"part one","capability":"chat"}]', "--json"]),
+    ) as { output: string; runId: string };
     expect(swarm.output).toContain("echo:");
 
     // A live tail: started first, it prints the next event of the session.
-    const tail = spawn(process.execPath, kovaArgv(server, "operator", ["events", "tail", "--session", "tail-s", "--max", "1"]), { stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, KOVA_LOG_LEVEL: "warn" } });
+    const tail = spawn(process.execPath, kovaArgv(server, "operator", ["events", "tail", "--session", "tail-s", "--max", "1"]), {
+      stdio: ["ignore", "pipe", "pipe"],
+      env: { ...process.env, KOVA_LOG_LEVEL: "warn" },
+    });
     let out = "";
     let err = "";
     tail.stdout.on("data", (c: Buffer) => (out += c.toString()));
@@ -164,7 +198,9 @@ describe("security: the CLI under the roles of deploy/nats/accounts.conf", () =>
     try {
       await expectPermissionDenied(nc.request("$KV.kova_default_checkpoints.helper", new TextEncoder().encode("{}"), { timeout: 2000 }));
       const jsm = await jetstreamManager(nc, { timeout: 2000 });
-      await expectPermissionDenied(jsm.consumers.add("KOVA_DEFAULT_A2A", { durable_name: "steal", filter_subject: "kova.default.a2a.helper", ack_policy: AckPolicy.Explicit }));
+      await expectPermissionDenied(
+        jsm.consumers.add("KOVA_DEFAULT_A2A", { durable_name: "steal", filter_subject: "kova.default.a2a.helper", ack_policy: AckPolicy.Explicit }),
+      );
       // Consumers on EVENTS only with a filter on events subjects (what ordered readers use).
       await expectPermissionDenied(jsm.consumers.add("KOVA_DEFAULT_EVENTS", { durable_name: "keep", ack_policy: AckPolicy.Explicit }));
       await expectPermissionDenied(jsm.streams.delete("KV_kova_default_checkpoints"));

@@ -18,7 +18,13 @@ import { configError } from "../fixtures/config-error.js";
 
 async function connects(url: string, security?: NatsSecurity): Promise<true | string> {
   try {
-    const bus = await Bus.connect({ servers: url, cluster: "sec", logger: pino({ level: "silent" }), connectTimeoutMs: 3000, ...(security ? { security } : {}) });
+    const bus = await Bus.connect({
+      servers: url,
+      cluster: "sec",
+      logger: pino({ level: "silent" }),
+      connectTimeoutMs: 3000,
+      ...(security ? { security } : {}),
+    });
     await bus.close();
     return true;
   } catch (err) {
@@ -90,18 +96,25 @@ describe("security: credentials and TLS", () => {
     const dir = await mkdtemp(join(tmpdir(), "kova-natscfg-"));
     try {
       await writeFile(join(dir, "pw"), "from-file-secret\n");
-      const fromFile = parseConfig(`[nats]\nurls = ["nats://127.0.0.1:4222"]\nuser = "kova"\npassword_file = "pw"\n`, { path: join(dir, "kova.toml"), env: {} });
+      const fromFile = parseConfig(`[nats]\nurls = ["nats://127.0.0.1:4222"]\nuser = "kova"\npassword_file = "pw"\n`, {
+        path: join(dir, "kova.toml"),
+        env: {},
+      });
       expect(fromFile.security).toMatchObject({ user: "kova", password: "from-file-secret" });
       const fromEnv = parseConfig(`[nats]\ntoken_env = "T"\ninbox_prefix = "_INBOX_kova"\nreply_prefixes = ["_INBOX_client"]\n`, { env: { T: "env-token" } });
       expect(fromEnv.security).toMatchObject({ token: "env-token", inboxPrefix: "_INBOX_kova" });
       expect(fromEnv.replyPrefixes).toEqual(["_INBOX_client"]);
-      expect(configError(() => parseConfig(`[nats]\nuser = "kova"\npassword = "plain"\n`, { env: {} })).message).toMatch(/nats.password: secrets are not read from the config file.*password_env/);
+      expect(configError(() => parseConfig(`[nats]\nuser = "kova"\npassword = "plain"\n`, { env: {} })).message).toMatch(
+        /nats.password: secrets are not read from the config file.*password_env/,
+      );
       expect(configError(() => parseConfig(`[nats]\ntoken_env = "UNSET_VAR"\n`, { env: {} })).message).toContain("UNSET_VAR is not set");
       const urlErr = configError(() => parseConfig(`[nats]\nurls = ["nats://kova:hunter2@10.0.0.1:4222"]\n`, { env: {} }));
       expect(urlErr.message).toContain("nats.urls[0]");
       expect(urlErr.message).not.toContain("hunter2");
       expect(configError(() => parseConfig(`[nats]\ncreds_file = "/nonexistent/x.creds"\n`, { env: {} })).message).toMatch(/nats.creds_file: cannot read/);
-      expect(configError(() => parseConfig(`[nats]\ntls = { cert_file = "pw" }\n`, { path: join(dir, "kova.toml"), env: {} })).message).toMatch(/cert_file and key_file go together/);
+      expect(configError(() => parseConfig(`[nats]\ntls = { cert_file = "pw" }\n`, { path: join(dir, "kova.toml"), env: {} })).message).toMatch(
+        /cert_file and key_file go together/,
+      );
     } finally {
       await rm(dir, { recursive: true, force: true });
     }
@@ -114,7 +127,9 @@ describe("security: credentials and TLS", () => {
     let node: KovaNode | undefined;
     try {
       const withCreds = server.url.replace("nats://", "nats://kova:pw-77ab@");
-      const config = parseConfig(`[node]\nid = "n1"\ndata_dir = "${dir}"\n[cluster]\nname = "redact"\n[wal]\nsync = "normal"\n`, { env: { NATS_URL: withCreds } });
+      const config = parseConfig(`[node]\nid = "n1"\ndata_dir = "${dir}"\n[cluster]\nname = "redact"\n[wal]\nsync = "normal"\n`, {
+        env: { NATS_URL: withCreds },
+      });
       node = await KovaNode.start({ config, logger, types: new ActorTypeRegistry([counterActor]) });
       const status = JSON.stringify(node.status());
       expect(status).toContain("***@127.0.0.1");

@@ -105,14 +105,23 @@ describe("security: the gateway role (deploy/nats/accounts.conf)", () => {
     expect(instance.choices[0]?.message.content).toBe("echo: hello instance");
 
     // Cancel: the task is interrupted through the node's signal endpoint.
-    const slow = await a2a("SendMessage", { message: { messageId: "m2", role: "ROLE_USER", parts: [{ text: "slow please" }] }, configuration: { returnImmediately: true } });
+    const slow = await a2a("SendMessage", {
+      message: { messageId: "m2", role: "ROLE_USER", parts: [{ text: "slow please" }] },
+      configuration: { returnImmediately: true },
+    });
     const slowId = String(slow.result!.task!.id);
-    await poll(async () => stateOf((await a2a("GetTask", { id: slowId })).result) === "TASK_STATE_WORKING", { timeoutMs: 15_000, what: "the slow task to be working" });
+    await poll(async () => stateOf((await a2a("GetTask", { id: slowId })).result) === "TASK_STATE_WORKING", {
+      timeoutMs: 15_000,
+      what: "the slow task to be working",
+    });
     await poll(() => model.requests.some((q) => q.lastMessage?.content === "slow please"), { timeoutMs: 10_000, what: "the slow model call to start" });
     const cancelled = await a2a("CancelTask", { id: slowId });
     expect(cancelled.error).toBeUndefined();
     expect(stateOf(cancelled.result)).toBe("TASK_STATE_CANCELED");
-    await poll(() => model.requests.find((q) => q.lastMessage?.content === "slow please")?.clientClosed === true, { timeoutMs: 10_000, what: "the model call to be aborted" });
+    await poll(() => model.requests.find((q) => q.lastMessage?.content === "slow please")?.clientClosed === true, {
+      timeoutMs: 10_000,
+      what: "the model call to be aborted",
+    });
 
     const listed = await a2a("ListTasks", {});
     expect((listed.result!.tasks as Array<{ id: string }>).map((t) => t.id).sort()).toEqual([String(task.id), slowId].sort());
@@ -120,11 +129,14 @@ describe("security: the gateway role (deploy/nats/accounts.conf)", () => {
     // The web view reads nodes, the agent's backlog (its mailbox consumer) and usage (fast
     // path). The cancelled run's message is acked once its turn has ended: poll for it.
     type View = { nodes: Array<{ id: string; live: boolean }>; agents: Array<{ id: string; backlog: number | null; usage?: { runs: number } }> };
-    const view = await poll(async () => {
-      const v = (await (await fetch(`${gateway.url}/ui/api/cluster`, { headers: { authorization: `Bearer ${key}` } })).json()) as View;
-      const helper = v.agents.find((a) => a.id === "helper");
-      return helper?.backlog === 0 && helper.usage?.runs === 3 ? v : undefined;
-    }, { timeoutMs: 10_000, what: "the web view to show helper's backlog drained and its 3 runs" });
+    const view = await poll(
+      async () => {
+        const v = (await (await fetch(`${gateway.url}/ui/api/cluster`, { headers: { authorization: `Bearer ${key}` } })).json()) as View;
+        const helper = v.agents.find((a) => a.id === "helper");
+        return helper?.backlog === 0 && helper.usage?.runs === 3 ? v : undefined;
+      },
+      { timeoutMs: 10_000, what: "the web view to show helper's backlog drained and its 3 runs" },
+    );
     expect(view.nodes.map((n) => [n.id, n.live])).toEqual([["n1", true]]);
   }, 90_000);
 
@@ -155,12 +167,16 @@ describe("security: the gateway role (deploy/nats/accounts.conf)", () => {
     const nc = await connectAs(server, "gateway");
     try {
       const enc = new TextEncoder();
-      await expectPermissionDenied(nc.request("$KV.kova_default_agents.helper", enc.encode(JSON.stringify({ id: "helper", desired: "killed" })), { timeout: 2000 }));
+      await expectPermissionDenied(
+        nc.request("$KV.kova_default_agents.helper", enc.encode(JSON.stringify({ id: "helper", desired: "killed" })), { timeout: 2000 }),
+      );
       await expectPermissionDenied(nc.request("$KV.kova_default_checkpoints.helper", enc.encode("{}"), { timeout: 2000 }));
       await expectPermissionDenied(nc.request("$KV.kova_default_leases.helper", enc.encode("{}"), { timeout: 2000 }));
       await expectPermissionDenied(controlRequest(nc, spawnSubject("default"), { id: "evil", type: "counter" }, 2000));
       const jsm = await jetstreamManager(nc, { timeout: 2000 });
-      await expectPermissionDenied(jsm.consumers.add("KOVA_DEFAULT_A2A", { durable_name: "steal", filter_subject: "kova.default.a2a.helper", ack_policy: AckPolicy.Explicit }));
+      await expectPermissionDenied(
+        jsm.consumers.add("KOVA_DEFAULT_A2A", { durable_name: "steal", filter_subject: "kova.default.a2a.helper", ack_policy: AckPolicy.Explicit }),
+      );
       await expectPermissionDenied(jsm.consumers.add("KOVA_DEFAULT_EVENTS", { durable_name: "keep", ack_policy: AckPolicy.Explicit }));
       await expectPermissionDenied(jsm.streams.delete("KOVA_DEFAULT_EVENTS"));
       await expectPermissionDenied(jsm.streams.purge("KV_kova_default_gateway_keys"));

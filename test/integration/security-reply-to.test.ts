@@ -17,7 +17,11 @@ describe("security: replyTo", () => {
     try {
       await rig.host.start("c2", "counter");
       await rig.bus.send(createEnvelope({ from: "tester", to: "c2", type: "task_delegate", payload: null }));
-      await poll(async () => (await rig.bus.request<CounterState>("c2", "info_request", null)).count === 1, { timeoutMs: 10_000, what: "first count", retryErrors: true });
+      await poll(async () => (await rig.bus.request<CounterState>("c2", "info_request", null)).count === 1, {
+        timeoutMs: 10_000,
+        what: "first count",
+        retryErrors: true,
+      });
       const kvm = new Kvm(rig.bus.nc);
       const checkpoints = await kvm.open(NatsCheckpointStore.bucketName(cluster));
       const before = await checkpoints.get("c2");
@@ -40,7 +44,11 @@ describe("security: replyTo", () => {
       for (const env of sent) await rig.bus.send(env);
       // A good message after the bad ones: once it is counted, every bad one was judged.
       await rig.bus.send(createEnvelope({ from: "tester", to: "c2", type: "task_delegate", payload: null }));
-      await poll(async () => (await rig.bus.request<CounterState>("c2", "info_request", null)).count === 2, { timeoutMs: 15_000, what: "the good message after the bad ones", retryErrors: true });
+      await poll(async () => (await rig.bus.request<CounterState>("c2", "info_request", null)).count === 2, {
+        timeoutMs: 15_000,
+        what: "the good message after the bad ones",
+        retryErrors: true,
+      });
 
       const dead = await rig.bus.listDlq({ reason: "invalid_envelope" });
       for (const env of sent) {
@@ -73,10 +81,15 @@ describe("security: replyTo", () => {
       // A result sent to another agent's inbox is stored in its mailbox.
       const env = createEnvelope({ from: "tester", to: "c3", type: "task_delegate", payload: null, replyTo: `kova.${cluster}.a2a.collector` });
       await rig.bus.send(env);
-      const stored = await poll(async () => {
-        const m = await rig.bus.jsm.streams.getMessage(`KOVA_${cluster.toUpperCase()}_A2A`, { last_by_subj: `kova.${cluster}.a2a.collector` }).catch(() => null);
-        return m ?? undefined;
-      }, { timeoutMs: 10_000, what: "reply stored in collector's mailbox", retryErrors: true });
+      const stored = await poll(
+        async () => {
+          const m = await rig.bus.jsm.streams
+            .getMessage(`KOVA_${cluster.toUpperCase()}_A2A`, { last_by_subj: `kova.${cluster}.a2a.collector` })
+            .catch(() => null);
+          return m ?? undefined;
+        },
+        { timeoutMs: 10_000, what: "reply stored in collector's mailbox", retryErrors: true },
+      );
       expect(stored.subject).toBe(`kova.${cluster}.a2a.collector`);
     } finally {
       await rig.close(true);

@@ -51,10 +51,13 @@ async function agentCounts(bus: Bus): Promise<Record<string, number>> {
 
 /** The agents' counts once they add up to `total` (an outcome can arrive before its turn's checkpoint). */
 function settledCounts(bus: Bus, total: number): Promise<Record<string, number>> {
-  return poll(async () => {
-    const c = await agentCounts(bus);
-    return Object.values(c).reduce((a, b) => a + b, 0) >= total ? c : undefined;
-  }, { timeoutMs: 5000, what: `${total} turns committed` });
+  return poll(
+    async () => {
+      const c = await agentCounts(bus);
+      return Object.values(c).reduce((a, b) => a + b, 0) >= total ? c : undefined;
+    },
+    { timeoutMs: 5000, what: `${total} turns committed` },
+  );
 }
 
 describe("swarm coordinator", () => {
@@ -92,10 +95,13 @@ describe("swarm coordinator", () => {
     expect(feedback).toContain("$.subtasks[0].capability");
 
     // The run tree: 4 children linked under the swarm's run, each child's events name it as parent.
-    const stored = await poll(async () => {
-      const all = await readRunEvents(rig.bus, "s-plan", result.runId);
-      return all.at(-1)?.type === "run_stream_end" ? all : undefined;
-    }, { timeoutMs: 5000, what: "the swarm's run_stream_end" });
+    const stored = await poll(
+      async () => {
+        const all = await readRunEvents(rig.bus, "s-plan", result.runId);
+        return all.at(-1)?.type === "run_stream_end" ? all : undefined;
+      },
+      { timeoutMs: 5000, what: "the swarm's run_stream_end" },
+    );
     const types = stored.map((e) => e.type);
     expect(types[0]).toBe("run_started");
     expect(types).toContain(SwarmEventType.planned);
@@ -132,9 +138,14 @@ describe("swarm coordinator", () => {
     expect(elapsed).toBeLessThan(3000 + 1500);
     expect(model.requests.filter(isPlanRequest)).toHaveLength(0); // a static plan asks the model nothing
     // The slow child was interrupted at the cutoff: its run ends cancelled, not 60 s later.
-    const planned = (await readRunEvents(rig.bus, result.sessionId, result.runId)).find((e) => e.type === SwarmEventType.planned)!.data as { subtasks: Array<{ childRunId: string }> };
+    const planned = (await readRunEvents(rig.bus, result.sessionId, result.runId)).find((e) => e.type === SwarmEventType.planned)!.data as {
+      subtasks: Array<{ childRunId: string }>;
+    };
     const slow = planned.subtasks[1]!.childRunId;
-    const end = await poll(async () => (await readRunEvents(rig.bus, result.sessionId, slow)).find((e) => e.type === "run_stream_end"), { timeoutMs: 10_000, what: "the slow child's run to end" });
+    const end = await poll(async () => (await readRunEvents(rig.bus, result.sessionId, slow)).find((e) => e.type === "run_stream_end"), {
+      timeoutMs: 10_000,
+      what: "the slow child's run to end",
+    });
     expect(end.data).toEqual({ status: "cancelled" });
   });
 
@@ -143,10 +154,13 @@ describe("swarm coordinator", () => {
     await using rig = await swarmRig(model.url);
     const err = await runSwarm(rig.bus, "planner", "x", { sessionId: "s-bad", runId: "r-bad", constraints: { max_tokens: 0 } }).catch((e: unknown) => e);
     expect(isKovaError(err, SwarmErrorCode.SWARM_RUN_FAILED)).toBe(true);
-    const events = await poll(async () => {
-      const got = await readRunEvents(rig.bus, "s-bad", "r-bad");
-      return got.some((e) => e.type === "run_stream_end") ? got : undefined;
-    }, { timeoutMs: 10_000, what: "the failed run's end events" });
+    const events = await poll(
+      async () => {
+        const got = await readRunEvents(rig.bus, "s-bad", "r-bad");
+        return got.some((e) => e.type === "run_stream_end") ? got : undefined;
+      },
+      { timeoutMs: 10_000, what: "the failed run's end events" },
+    );
     expect(events.map((e) => e.type)).toEqual(["run_failed", "run_stream_end"]);
     expect(events[0]!.data).toMatchObject({ error: { code: ErrorCode.INVALID_ARGUMENT, message: expect.stringContaining("max_tokens") } });
     expect(events[1]!.data).toEqual({ status: "failed" });

@@ -18,7 +18,13 @@ const server = fileServer();
 describe("swarm with LLM agents", () => {
   it("swarm - delegates to agents of the agents layer and synthesizes from their answers", async () => {
     await using model = await startScriptedModelServer({
-      handler: swarmModel({ plan: [{ task: "find facts on A", capability: "research" }, { task: "find facts on B", capability: "research" }, { task: "write it", capability: "write" }] }),
+      handler: swarmModel({
+        plan: [
+          { task: "find facts on A", capability: "research" },
+          { task: "find facts on B", capability: "research" },
+          { task: "write it", capability: "write" },
+        ],
+      }),
     });
     const cluster = uniqueCluster("swa");
     await using agents = await startAgentRig(server.url, cluster, {

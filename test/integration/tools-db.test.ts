@@ -138,7 +138,13 @@ describe("db_query write corpus", () => {
           }
           const after = await snapshot(f);
           if (after !== before) fail(`the database changed: ${after}`);
-          if (await stat(canaryFile).then(() => true, () => false)) fail("the server wrote the canary file");
+          if (
+            await stat(canaryFile).then(
+              () => true,
+              () => false,
+            )
+          )
+            fail("the server wrote the canary file");
           if (canarySettled) fail("the canary session's query was cancelled or its session ended");
           const alive = await f.admin.query("SELECT 1 FROM pg_stat_activity WHERE pid = $1", [canaryPid]);
           if (alive.rowCount !== 1) fail("the canary backend is gone");
@@ -213,7 +219,11 @@ describe("db_query", () => {
 
   it("db_query - returns PostgreSQL errors with SQLSTATE, message and the position in the model's text", async () => {
     const err = await tool.run({ sql: "SELECT nope FROM generate_series(1, 2) g" }, toolContext()).catch((e: unknown) => e);
-    expect(err).toMatchObject({ code: DbErrorCode.DB_QUERY_FAILED, retryable: false, data: { sqlstate: "42703", message: 'column "nope" does not exist', position: 8 } });
+    expect(err).toMatchObject({
+      code: DbErrorCode.DB_QUERY_FAILED,
+      retryable: false,
+      data: { sqlstate: "42703", message: 'column "nope" does not exist', position: 8 },
+    });
     expect((err as Error).message).toContain("42703");
   });
 
@@ -222,7 +232,10 @@ describe("db_query", () => {
     const offline = dbTool("postgres://nobody@127.0.0.1:1/none");
     try {
       await expect(offline.run({ sql: "SELECT 1; SELECT 2" }, toolContext())).rejects.toMatchObject({ code: DbErrorCode.DB_MULTIPLE_STATEMENTS });
-      await expect(offline.run({ sql: "-- hi\nUPDATE t SET x = 1" }, toolContext())).rejects.toMatchObject({ code: DbErrorCode.DB_NOT_A_QUERY, data: { keyword: "update" } });
+      await expect(offline.run({ sql: "-- hi\nUPDATE t SET x = 1" }, toolContext())).rejects.toMatchObject({
+        code: DbErrorCode.DB_NOT_A_QUERY,
+        data: { keyword: "update" },
+      });
       await expect(offline.run({ sql: "  ; " }, toolContext())).rejects.toMatchObject({ code: DbErrorCode.DB_NOT_A_QUERY });
       await expect(offline.run({ sql: "SELECT 1" }, toolContext())).rejects.toMatchObject({ code: DbErrorCode.DB_UNAVAILABLE, retryable: true });
     } finally {

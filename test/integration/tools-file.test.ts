@@ -107,7 +107,9 @@ describe("file tools confinement", () => {
       }
     }
     sock.close();
-    console.log(`path corpus: ${count} entries x 2 tools, ${count * 2 - failures.length}/${count * 2} refused or contained; devnull is a ${device}\n${lines.join("\n")}`);
+    console.log(
+      `path corpus: ${count} entries x 2 tools, ${count * 2 - failures.length}/${count * 2} refused or contained; devnull is a ${device}\n${lines.join("\n")}`,
+    );
     expect(count).toBeGreaterThanOrEqual(20);
     expect(failures).toEqual([]);
     expect(snapshot(outside)).toEqual(outsideBefore);

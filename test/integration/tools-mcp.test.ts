@@ -33,7 +33,13 @@ async function startManager(servers: Record<string, unknown>[], opts: McpManager
 }
 
 const everything = { name: "everything", command: process.execPath, args: [EVERYTHING, "stdio"] };
-const dynamic = (env: Record<string, string> = {}, extra: Record<string, unknown> = {}) => ({ name: "fixture", command: process.execPath, args: [DYNAMIC], env, ...extra });
+const dynamic = (env: Record<string, string> = {}, extra: Record<string, unknown> = {}) => ({
+  name: "fixture",
+  command: process.execPath,
+  args: [DYNAMIC],
+  env,
+  ...extra,
+});
 
 /** The error a promise rejects with (fails the test if it resolves). */
 async function failure(p: Promise<unknown>): Promise<KovaError> {
@@ -64,7 +70,10 @@ describe("mcp over stdio: server-everything", () => {
     expect(toolNamed(manager, "everything/gzip-file-as-resource").idempotent).toBe(true); // idempotentHint alone
     expect(toolNamed(manager, "everything/toggle-simulated-logging").idempotent).toBe(false); // both hints false
     // Registered after initialization (then announced with list_changed); it needs task-based calls.
-    const status = await poll(() => manager.status()[0]!.skippedTools.length > 0 && manager.status()[0]!, { timeoutMs: 5000, what: "the task-only tool to be listed" });
+    const status = await poll(() => manager.status()[0]!.skippedTools.length > 0 && manager.status()[0]!, {
+      timeoutMs: 5000,
+      what: "the task-only tool to be listed",
+    });
     expect(status.skippedTools).toEqual([{ name: "simulate-research-query", reason: expect.stringContaining("task-based") }]);
     expect(manager.list().every((t) => t.name.startsWith("everything/"))).toBe(true);
   });
@@ -90,7 +99,9 @@ describe("mcp over stdio: server-everything", () => {
     expect((image.attachments[0] as { bytes: number }).bytes).toBeGreaterThan(100);
 
     const data = `data:text/plain;base64,${Buffer.from("kova ".repeat(200)).toString("base64")}`;
-    const gz = (await toolNamed(manager, "everything/gzip-file-as-resource").run({ name: "k.txt.gz", data, outputType: "resource" }, toolContext())) as { attachments: unknown[] };
+    const gz = (await toolNamed(manager, "everything/gzip-file-as-resource").run({ name: "k.txt.gz", data, outputType: "resource" }, toolContext())) as {
+      attachments: unknown[];
+    };
     expect(gz.attachments).toEqual([{ type: "resource", uri: expect.stringContaining("k.txt.gz"), mimeType: "application/gzip", bytes: expect.any(Number) }]);
     const bytes = (gz.attachments[0] as { bytes: number }).bytes;
     expect(bytes).toBeGreaterThan(10);
@@ -138,7 +149,9 @@ describe("mcp over stdio: the fixture server", () => {
     await using manager = await startManager([dynamic({ FIXTURE_PAGE_SIZE: "3", FIXTURE_EXTRA_TOOLS: "10" })]);
     const names = manager.list().map((t) => t.name);
     expect(names).toHaveLength(14);
-    expect(names).toEqual(expect.arrayContaining(["fixture/report-env", "fixture/add-tool", "fixture/slow", "fixture/plain", "fixture/filler-0", "fixture/filler-9"]));
+    expect(names).toEqual(
+      expect.arrayContaining(["fixture/report-env", "fixture/add-tool", "fixture/slow", "fixture/plain", "fixture/filler-0", "fixture/filler-9"]),
+    );
     expect(toolNamed(manager, "fixture/plain").idempotent).toBe(false); // no annotations: unknown means not idempotent
   });
 
@@ -169,8 +182,13 @@ describe("mcp over stdio: the fixture server", () => {
       [dynamic({ API_TOKEN: "${MCP_FIXTURE_SECRET}", WRAPPED: "pre-${MCP_FIXTURE_SECRET}-post", MODE: "plain", FIXTURE_STDERR_VAR: "API_TOKEN" })],
       { logger: logs.logger, env },
     );
-    const out = await toolNamed(manager, "fixture/report-env").run({ names: ["API_TOKEN", "WRAPPED", "MODE", "NOT_FORWARDED", "MCP_FIXTURE_SECRET"] }, toolContext());
-    expect(out).toEqual({ structuredContent: { API_TOKEN: secret, WRAPPED: `pre-${secret}-post`, MODE: "plain", NOT_FORWARDED: null, MCP_FIXTURE_SECRET: null } });
+    const out = await toolNamed(manager, "fixture/report-env").run(
+      { names: ["API_TOKEN", "WRAPPED", "MODE", "NOT_FORWARDED", "MCP_FIXTURE_SECRET"] },
+      toolContext(),
+    );
+    expect(out).toEqual({
+      structuredContent: { API_TOKEN: secret, WRAPPED: `pre-${secret}-post`, MODE: "plain", NOT_FORWARDED: null, MCP_FIXTURE_SECRET: null },
+    });
     // The server printed the secret on stderr at start; the node log has that line, redacted.
     await poll(() => logs.text().includes("fixture server ready"), { timeoutMs: 5000, what: "the server's stderr in the log" });
     expect(logs.text()).toContain("starting with API_TOKEN=[redacted]");
@@ -195,7 +213,10 @@ describe("mcp over stdio: the fixture server", () => {
     expect(lost.code).toBe(McpErrorCode.MCP_CONNECTION_LOST);
     expect(lost.retryable).toBe(false);
 
-    const down = await poll(() => manager.status()[0]!.state === "restarting" && manager.status()[0]!, { timeoutMs: 5000, what: "the restart to be scheduled" });
+    const down = await poll(() => manager.status()[0]!.state === "restarting" && manager.status()[0]!, {
+      timeoutMs: 5000,
+      what: "the restart to be scheduled",
+    });
     expect(down.lastError).toContain("exited");
     const unavailable = await failure(Promise.resolve(toolNamed(manager, "fixture/plain").run({}, toolContext())));
     expect(manager.status()[0]!.state).toBe("restarting"); // answered before the restart, not after it
@@ -217,7 +238,10 @@ describe("mcp over stdio: the fixture server", () => {
     expect(s.lastError).toContain("ENOENT");
     expect(s.nextAttemptAt).toBeGreaterThan(Date.now() - 1000);
     const started = performance.now();
-    await expect(manager.server("broken")!.callTool("x", {}, toolContext(), false)).rejects.toMatchObject({ code: McpErrorCode.MCP_SERVER_UNAVAILABLE, retryable: true });
+    await expect(manager.server("broken")!.callTool("x", {}, toolContext(), false)).rejects.toMatchObject({
+      code: McpErrorCode.MCP_SERVER_UNAVAILABLE,
+      retryable: true,
+    });
     expect(performance.now() - started).toBeLessThan(1000); // not the 60 s call timeout, not the next attempt
     expect(manager.status()[0]!.state).toBe("restarting");
   });
@@ -311,14 +335,18 @@ describe("mcp over streamable HTTP", () => {
     });
 
     it("mcp http - headers_env sends the header's value from the named environment variable", async () => {
-      await using manager = await startManager([{ name: "auth", url, headers_env: { Authorization: "KOVA_TEST_MCP_TOKEN" } }], { env: { KOVA_TEST_MCP_TOKEN: "Bearer right-token" } });
+      await using manager = await startManager([{ name: "auth", url, headers_env: { Authorization: "KOVA_TEST_MCP_TOKEN" } }], {
+        env: { KOVA_TEST_MCP_TOKEN: "Bearer right-token" },
+      });
       expect(await toolNamed(manager, "auth/whoami").run({}, toolContext())).toEqual({ text: "an authorised caller" });
       expect(seen.length).toBeGreaterThan(0);
       expect(seen.every((h) => h === "Bearer right-token")).toBe(true);
     });
 
     it("mcp http - a refused token leaves the server unavailable with the HTTP status as the reason", async () => {
-      await using manager = await startManager([{ name: "auth", url, headers_env: { Authorization: "KOVA_TEST_MCP_TOKEN" } }], { env: { KOVA_TEST_MCP_TOKEN: "Bearer wrong" } });
+      await using manager = await startManager([{ name: "auth", url, headers_env: { Authorization: "KOVA_TEST_MCP_TOKEN" } }], {
+        env: { KOVA_TEST_MCP_TOKEN: "Bearer wrong" },
+      });
       const s = manager.status()[0]!;
       expect(s.state).toBe("restarting");
       expect(s.lastError).toContain("401");

@@ -117,7 +117,9 @@ describe("shell_exec security corpus", () => {
     await using victim = canaryProcess();
     const db = new pg.Client({ connectionString: "postgres://postgres@127.0.0.1:5432/test" });
     await db.connect();
-    const passwdHash = createHash("sha256").update(await readFile("/etc/passwd")).digest("hex");
+    const passwdHash = createHash("sha256")
+      .update(await readFile("/etc/passwd"))
+      .digest("hex");
     const dataHash = await treeHash(dataDir);
 
     const config = shellConfigFrom(
@@ -175,7 +177,12 @@ describe("shell_exec security corpus", () => {
         ]) {
           if (await exists(path)) fail(`${path} was created`);
         }
-        if (createHash("sha256").update(await readFile("/etc/passwd")).digest("hex") !== passwdHash) fail("/etc/passwd changed");
+        if (
+          createHash("sha256")
+            .update(await readFile("/etc/passwd"))
+            .digest("hex") !== passwdHash
+        )
+          fail("/etc/passwd changed");
         if ((await treeHash(dataDir)) !== dataHash) fail("the data dir changed");
         const output = result ? result.stdout + result.stderr : "";
         for (const token of [secretToken, walToken, envToken]) if (output.includes(token)) fail(`a secret leaked: ${token}`);
@@ -207,7 +214,9 @@ describe("shell_exec security corpus", () => {
       await db.end();
       delete process.env.KOVA_TEST_SHELL_SECRET;
     }
-    console.log(`shell_exec corpus: ${corpus.length} entries, ${corpus.length - new Set(violations.map((v) => v.split(":")[0])).size} contained\n${report.join("\n")}`);
+    console.log(
+      `shell_exec corpus: ${corpus.length} entries, ${corpus.length - new Set(violations.map((v) => v.split(":")[0])).size} contained\n${report.join("\n")}`,
+    );
     expect(corpus.length).toBeGreaterThanOrEqual(20);
     expect(violations).toEqual([]);
   });
@@ -232,7 +241,10 @@ describe("shell_exec", () => {
     process.env.KOVA_TEST_LEAK = "leak-me";
     try {
       const env = await tool.run({ command: ["env"] }, toolContext());
-      const names = env.stdout.trim().split("\n").map((l) => l.split("=")[0]);
+      const names = env.stdout
+        .trim()
+        .split("\n")
+        .map((l) => l.split("=")[0]);
       // Ours, plus what bash itself sets when it execs the command (PWD, SHLVL, _).
       expect(names.filter((n) => !["HOME", "LANG", "PATH", "TMPDIR", "USER", "PWD", "SHLVL", "_"].includes(n!))).toEqual([]);
       expect(env.stdout).toContain("HOME=/work\n");

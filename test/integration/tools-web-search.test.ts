@@ -44,7 +44,9 @@ async function searx() {
 describe("web_search", () => {
   it("web_search - queries a SearxNG endpoint on loopback and returns normalised, limited results", async () => {
     await using s = await searx();
-    const config = webSearchConfigFrom({ endpoint: s.endpoint, max_results: 3, headers_env: { Authorization: "TOKEN" } }, "tools.web_search", { TOKEN: "Bearer t0k" });
+    const config = webSearchConfigFrom({ endpoint: s.endpoint, max_results: 3, headers_env: { Authorization: "TOKEN" } }, "tools.web_search", {
+      TOKEN: "Bearer t0k",
+    });
     const [tool] = createWebSearchTools(config);
     const out = await callTool(tool!, { query: "nats 2.11", language: "en", time_range: "month" });
     expect(out.status, JSON.stringify(out.error)).toBe("ok");

@@ -20,7 +20,11 @@ describe.each(["full", "normal"] as SyncMode[])("wal close (%s)", (sync) => {
       const wal = await Wal.open({ dir: d, ringBits: 8, sync, maxPending: 100_000 });
       for (const p of wal.recovery.pending) expect(resolved.get(p.seq)).not.toBe("complete");
       for (const [seq, state] of resolved) {
-        if (state === "pending") expect(wal.recovery.pending.some((p) => p.seq === seq), `seq ${seq}`).toBe(true);
+        if (state === "pending")
+          expect(
+            wal.recovery.pending.some((p) => p.seq === seq),
+            `seq ${seq}`,
+          ).toBe(true);
       }
       let stop = false;
       const before = resolved.size;

@@ -33,7 +33,10 @@ describe("wal corruption", () => {
       });
       {
         await using wal = await Wal.open({ dir: d });
-        expect(wal.recovery.corrupt.map((c) => c.seq), `bit ${bit}`).toEqual([target]);
+        expect(
+          wal.recovery.corrupt.map((c) => c.seq),
+          `bit ${bit}`,
+        ).toEqual([target]);
         expect(wal.recovery.pending.map((p) => p.seq)).toEqual(seqs.filter((s) => s !== target));
       }
       // Put the good bytes back (the open quarantined the damaged ones).

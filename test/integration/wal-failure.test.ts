@@ -40,9 +40,7 @@ describe("wal faults", () => {
       await step(wal, id, point, effects).catch(() => failedIds.push(id));
     }
     // Through run(): a throwing exec leaves the record PENDING and rethrows.
-    await expect(wal.run("step", { id: 7 }, async () => Promise.reject(new Error("exec failed")), { owner: "agent" })).rejects.toThrow(
-      "exec failed",
-    );
+    await expect(wal.run("step", { id: 7 }, async () => Promise.reject(new Error("exec failed")), { owner: "agent" })).rejects.toThrow("exec failed");
     failedIds.push(7);
     expect(await wal.run("step", { id: 8 }, async (seq) => `done ${seq}`, { owner: "agent" })).toMatch(/^done \d+$/);
     await wal.close();
@@ -70,7 +68,10 @@ describe("wal faults", () => {
       timeout: 20_000,
       stdio: ["ignore", "pipe", "pipe"],
     });
-    const lines = out.trim().split("\n").map((l) => JSON.parse(l) as { ok?: boolean; seq?: number; code?: string; done?: boolean; failure?: string });
+    const lines = out
+      .trim()
+      .split("\n")
+      .map((l) => JSON.parse(l) as { ok?: boolean; seq?: number; code?: string; done?: boolean; failure?: string });
     // wal.failure resolved once, with the first failure (what a node fails over on).
     expect(lines.filter((l) => l.failure !== undefined)).toEqual([{ failure: WalErrorCode.WAL_FAILED }]);
     const oks = lines.filter((l) => l.ok === true);

@@ -98,7 +98,11 @@ for (const version of ["v1", "v2"]) {
         const expected = manifest.done[name]!;
         const sec = security[expected.security]!;
         const key = sec.cipher?.doneKey ?? sec.chain?.doneKey;
-        expect(openDone(key, readFileSync(join(dir, "records", `${name}.bin`)), false, sec.sessions), name).toEqual({ ok: true, epoch: expected.epoch, seqs: expected.seqs });
+        expect(openDone(key, readFileSync(join(dir, "records", `${name}.bin`)), false, sec.sessions), name).toEqual({
+          ok: true,
+          epoch: expected.epoch,
+          seqs: expected.seqs,
+        });
       }
     });
 
@@ -127,9 +131,7 @@ for (const version of ["v1", "v2"]) {
         expect(wal.recovery.corrupt).toEqual([]);
         expect(wal.recovery.chainBreaks).toEqual([]);
         expect(wal.recovery.epoch).toBe(env.epoch + 1);
-        expect(wal.recovery.pending.map((p) => ({ ...p, status: undefined }))).toEqual(
-          (env.pending as object[]).map((p) => ({ ...p, status: undefined })),
-        );
+        expect(wal.recovery.pending.map((p) => ({ ...p, status: undefined }))).toEqual((env.pending as object[]).map((p) => ({ ...p, status: undefined })));
         for (const [key, value] of Object.entries(env.kv ?? {})) expect(wal.getKv(key)).toEqual(value);
         // The current format writes into an old environment, and both read back.
         const added = await wal.append("after-upgrade", { n: 1 }, { owner: "c" });

@@ -25,7 +25,6 @@ export function walDirs(): (label: string) => string {
   };
 }
 
-
 export interface RawWal {
   env: RootDatabase;
   ring: Database<Buffer, number>;

@@ -114,7 +114,7 @@ describe("wal hmac chain", () => {
 
     const again = await Wal.open({ dir: d, hmac: { key: HKEY } });
     expect(again.recovery.chainBreaks).toEqual([]);
-    const victim = (again.pendingRecords().find((r) => r.seq < seqs.length - 8))!.seq; // a PENDING record in overflow
+    const victim = again.pendingRecords().find((r) => r.seq < seqs.length - 8)!.seq; // a PENDING record in overflow
     await again.close();
     await tamper(d, (raw) => raw.overflow.remove(victim));
     const v = verifyWal(d, { hmacKey: HKEY });

@@ -37,7 +37,12 @@ describe("workflow runs on real nodes", () => {
     // each task_delegate was handled once: retries are new messages, nothing ran twice
     expect((await rig.counts("researcher")).inputs).toEqual(["[fail-2] dig nats", "[fail-2] dig nats", "[fail-2] dig nats"]);
     expect((await rig.counts("critic")).calls).toBe(3);
-    expect((await rig.counts("writer")).inputs).toEqual(["backup for researcher(dig nats)", "draft 0 of nats", "draft 1 of nats", "final writer(draft 1 of nats) / fact_checker(check writer)"]);
+    expect((await rig.counts("writer")).inputs).toEqual([
+      "backup for researcher(dig nats)",
+      "draft 0 of nats",
+      "draft 1 of nats",
+      "final writer(draft 1 of nats) / fact_checker(check writer)",
+    ]);
     expect((await rig.counts("fact_checker")).calls).toBe(1);
     expect(rig.runEvents(runId, "step_retry").map((e) => (e.data as { delayMs: number }).delayMs)).toEqual([50, 100]);
 
@@ -45,7 +50,10 @@ describe("workflow runs on real nodes", () => {
     const linked = rig.runEvents(runId, "child_run_linked").map((e) => (e.data as { childRunId: string }).childRunId);
     expect(linked).toHaveLength(11);
     for (const child of linked) {
-      const started = await poll(() => rig.events.find((e) => e.runId === child && e.type === "run_started"), { timeoutMs: 5000, what: `run_started of ${child}` });
+      const started = await poll(() => rig.events.find((e) => e.runId === child && e.type === "run_started"), {
+        timeoutMs: 5000,
+        what: `run_started of ${child}`,
+      });
       expect(started).toMatchObject({ parentRunId: runId, sessionId: runId });
     }
     const tree = new RunTree();
@@ -56,12 +64,21 @@ describe("workflow runs on real nodes", () => {
     expect(lines.join("\n")).toContain("└─ finish.then → writer");
 
     // a finished run is retired from placement; its state stays readable
-    await poll(async () => (await readRun(rig.client, runId)).status === "completed" && rig.nodes.every((n) => !n.agents().some((a) => a.id === runId)), { timeoutMs: 10_000, what: "the run's actor to be retired" });
+    await poll(async () => (await readRun(rig.client, runId)).status === "completed" && rig.nodes.every((n) => !n.agents().some((a) => a.id === runId)), {
+      timeoutMs: 10_000,
+      what: "the run's actor to be retired",
+    });
   }, 60_000);
 
   it("workflow - a template error fails the run with the template and the missing path, and nothing is sent for that step", async () => {
     await using rig = await WorkflowRig.start(1);
-    const raw = { workflow: { id: "broken" }, steps: [{ id: "a", agent: "researcher", task: "x" }, { id: "b", agent: "writer", task: "use {{steps.a.output.summary}}" }] };
+    const raw = {
+      workflow: { id: "broken" },
+      steps: [
+        { id: "a", agent: "researcher", task: "x" },
+        { id: "b", agent: "writer", task: "use {{steps.a.output.summary}}" },
+      ],
+    };
     const { runId } = await startRun(rig.client, { raw, input: {} });
     const run = await rig.finished(runId);
     expect(run.status).toBe("failed");
@@ -75,13 +92,16 @@ describe("workflow runs on real nodes", () => {
     const { raw } = await loadWorkflowFile(join(WORKFLOW_FIXTURES, "report.toml"));
     const ok = await startRun(rig.client, { raw, input: { topic: "vector databases" } });
     const no = await startRun(rig.client, { raw, input: { topic: "other" } });
-    for (const r of [ok, no]) await poll(() => rig.runEvents(r.runId, "approval_requested").length > 0, { timeoutMs: 20_000, what: `${r.runId} to ask for approval` });
+    for (const r of [ok, no])
+      await poll(() => rig.runEvents(r.runId, "approval_requested").length > 0, { timeoutMs: 20_000, what: `${r.runId} to ask for approval` });
     expect((await readRun(rig.client, ok.runId)).approvals).toEqual([{ approvalId: "approve", stepId: "approve" }]);
     const reply = await rig.client.ask<{ outcome: string }>(ok.runId, "workflow.signal", { approvalId: "approve", approved: true, by: "ann" });
     expect(reply.payload.outcome).toBe("delivered");
     await rig.client.ask(no.runId, "workflow.signal", { approvalId: "approve", approved: false });
     expect((await rig.finished(no.runId)).status).toBe("failed");
-    expect((await rig.finished(ok.runId)).output).toBe('writer(Write the final report from researcher(Research vector databases) and ["critic(Critique researcher(Research vector databases))","fact_checker(Check researcher(Research vector databases))"])');
+    expect((await rig.finished(ok.runId)).output).toBe(
+      'writer(Write the final report from researcher(Research vector databases) and ["critic(Critique researcher(Research vector databases))","fact_checker(Check researcher(Research vector databases))"])',
+    );
     expect((await readRun(rig.client, no.runId)).error).toMatchObject({ code: WorkflowErrorCode.WORKFLOW_FAILED, message: "not approved" });
     expect((await rig.counts("writer")).calls).toBe(1);
 
@@ -100,7 +120,11 @@ describe("workflow runs on real nodes", () => {
       ],
     };
     const waiting = async (runId: string) =>
-      poll(async () => ((await readRun(rig.client, runId)).subjects.length > 0 ? true : undefined), { timeoutMs: 20_000, retryErrors: true, what: `${runId} to wait on its subject` });
+      poll(async () => ((await readRun(rig.client, runId)).subjects.length > 0 ? true : undefined), {
+        timeoutMs: 20_000,
+        retryErrors: true,
+        what: `${runId} to wait on its subject`,
+      });
     const first = await startRun(rig.client, { raw, input: { id: "o-1" } });
     await waiting(first.runId);
     expect((await readRun(rig.client, first.runId)).subjects).toEqual([{ stepId: "paid", subject: "orders.o-1.paid" }]);
@@ -115,12 +139,22 @@ describe("workflow runs on real nodes", () => {
     expect((await rig.finished(second.runId)).output).toBe("writer(ship o-1 for 30)");
     // No wait names the subject any more: it left the capture stream (deleted with its last subject).
     const jsm = rig.client.bus.jsm;
-    await poll(() => jsm.streams.info(waitsStream(rig.cluster)).then(() => false, (err: unknown) => isStreamNotFound(err)), { timeoutMs: 10_000, what: "the waits stream to be released" });
+    await poll(
+      () =>
+        jsm.streams.info(waitsStream(rig.cluster)).then(
+          () => false,
+          (err: unknown) => isStreamNotFound(err),
+        ),
+      { timeoutMs: 10_000, what: "the waits stream to be released" },
+    );
 
     // Kova's own events are read from the EVENTS stream, which stores them already.
     const watch = {
       workflow: { id: "watch" },
-      steps: [{ id: "done", type: "wait", for: "event", subject: `kova.${rig.cluster}.events.s-ext.r-ext` }, { id: "say", agent: "writer", task: "saw {{steps.done.output.type}}" }],
+      steps: [
+        { id: "done", type: "wait", for: "event", subject: `kova.${rig.cluster}.events.s-ext.r-ext` },
+        { id: "say", agent: "writer", task: "saw {{steps.done.output.type}}" },
+      ],
     };
     const third = await startRun(rig.client, { raw: watch, input: {} });
     await waiting(third.runId);
@@ -146,23 +180,42 @@ describe("workflow runs on real nodes", () => {
       ],
     };
     const { runId } = await startRun(rig.client, { raw, input: {} });
-    const children = await poll(() => {
-      const linked = rig.runEvents(runId, "child_run_linked").map((e) => (e.data as { childRunId: string }).childRunId);
-      return linked.length === 3 ? linked : undefined;
-    }, { timeoutMs: 20_000, what: "three child runs" });
+    const children = await poll(
+      () => {
+        const linked = rig.runEvents(runId, "child_run_linked").map((e) => (e.data as { childRunId: string }).childRunId);
+        return linked.length === 3 ? linked : undefined;
+      },
+      { timeoutMs: 20_000, what: "three child runs" },
+    );
     // one researcher turn and the writer's run; the second researcher task waits in its mailbox
-    await poll(() => rig.events.filter((e) => e.parentRunId === runId && e.type === "run_started").length === 2, { timeoutMs: 20_000, what: "two children running" });
+    await poll(() => rig.events.filter((e) => e.parentRunId === runId && e.type === "run_started").length === 2, {
+      timeoutMs: 20_000,
+      what: "two children running",
+    });
     await rig.client.send(runId, "workflow.cancel", { reason: "no longer needed" });
     expect(await rig.ended(runId)).toBe("cancelled");
-    const statuses = await poll(() => {
-      const ends = children.map((c) => rig.events.find((e) => e.runId === c && e.type === "run_stream_end"));
-      return ends.every(Boolean) ? ends.map((e) => (e!.data as { status: string }).status) : undefined;
-    }, { timeoutMs: 15_000, what: () => `every child run to end; ended: ${rig.events.filter((e) => e.parentRunId === runId && e.type === "run_stream_end").map((e) => e.runId).join(", ")}` });
+    const statuses = await poll(
+      () => {
+        const ends = children.map((c) => rig.events.find((e) => e.runId === c && e.type === "run_stream_end"));
+        return ends.every(Boolean) ? ends.map((e) => (e!.data as { status: string }).status) : undefined;
+      },
+      {
+        timeoutMs: 15_000,
+        what: () =>
+          `every child run to end; ended: ${rig.events
+            .filter((e) => e.parentRunId === runId && e.type === "run_stream_end")
+            .map((e) => e.runId)
+            .join(", ")}`,
+      },
+    );
     expect(statuses).toEqual(["cancelled", "cancelled", "cancelled"]);
-    const researcher = await poll(async () => {
-      const c = await rig.counts("researcher");
-      return (c as { interrupted?: string[] }).interrupted?.length === 2 ? c : undefined;
-    }, { timeoutMs: 10_000, what: "both researcher turns counted as interrupted" });
+    const researcher = await poll(
+      async () => {
+        const c = await rig.counts("researcher");
+        return (c as { interrupted?: string[] }).interrupted?.length === 2 ? c : undefined;
+      },
+      { timeoutMs: 10_000, what: "both researcher turns counted as interrupted" },
+    );
     expect(researcher.calls).toBe(2);
   }, 60_000);
 });

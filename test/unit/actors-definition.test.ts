@@ -25,9 +25,7 @@ describe("actor definitions and registry", () => {
   it("defineActor - rejects a bad type name, an unknown handler key and a bad maxAttempts, naming the field", () => {
     const bad = thrown(() => defineActor({ type: "has.dot", initialState: () => 0, handlers: {} }));
     expect(isKovaError(bad, ErrorCode.INVALID_CONFIG)).toBe(true);
-    const key = thrown(() =>
-      defineActor({ type: "x", initialState: () => 0, handlers: { task_delegated: async () => 1 } as never }),
-    );
+    const key = thrown(() => defineActor({ type: "x", initialState: () => 0, handlers: { task_delegated: async () => 1 } as never }));
     expect((key as Error).message).toContain("x.handlers.task_delegated");
     const rpc = thrown(() => defineActor({ type: "x", initialState: () => 0, handlers: {}, rpc: { task_delegate: () => 1 } as never }));
     expect((rpc as Error).message).toContain("x.rpc.task_delegate");
@@ -50,10 +48,7 @@ describe("actor definitions and registry", () => {
   });
 
   it("counter - answers info_request on the fast path with { count, ids }", async () => {
-    const info = await counterActor.rpc!.info_request!(
-      { id: "q", from: "t", to: "c", type: "info_request", payload: null },
-      { count: 2, ids: ["a", "b"] },
-    );
+    const info = await counterActor.rpc!.info_request!({ id: "q", from: "t", to: "c", type: "info_request", payload: null }, { count: 2, ids: ["a", "b"] });
     expect(info).toEqual({ count: 2, ids: ["a", "b"] });
     expect(counterActor.initialState()).toEqual({ count: 0, ids: [] });
   });

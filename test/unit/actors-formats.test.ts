@@ -87,7 +87,12 @@ describe("persisted formats (golden files)", () => {
 
   it("formats - version 1 registry and lease values (written before versioning, without v) still load", () => {
     expect([AGENT_RECORD_VERSION, LEASE_RECORD_VERSION]).toEqual([1, 1]);
-    expect(readAgentRecord("researcher", fixture("agent-record-v1.json", "node"))).toMatchObject({ id: "researcher", node: "kova-2", desired: "running", capabilities: ["research", "cite"] });
+    expect(readAgentRecord("researcher", fixture("agent-record-v1.json", "node"))).toMatchObject({
+      id: "researcher",
+      node: "kova-2",
+      desired: "running",
+      capabilities: ["research", "cite"],
+    });
     expect(readLeaseRecord("researcher", fixture("lease-record-v1.json", "node"))).toMatchObject({ node: "kova-2", at: 1764450000000 });
   });
 

@@ -23,7 +23,13 @@ describe("templates and instance ids", () => {
     })();
     expect(isKovaError(long, "INVALID_ID")).toBe(true);
     expect((long as Error).message).toContain("1-125 characters");
-    for (const [t, k] of [["sup--port", "k"], ["support-", "k"], ["sup.port", "k"], ["support", "a b"], ["support", ""]]) {
+    for (const [t, k] of [
+      ["sup--port", "k"],
+      ["support-", "k"],
+      ["sup.port", "k"],
+      ["support", "a b"],
+      ["support", ""],
+    ]) {
       expect(() => instanceId(t!, k!)).toThrow(/invalid (template name|key of template)/);
     }
   });
@@ -75,7 +81,9 @@ describe("templates and instance ids", () => {
     expect(t('name = "s"\ntype = "counter"\nidle_after = "soon"').key).toBe("actor_templates[0].idle_after");
     expect(t('name = "s"\ntype = "counter"\nidle_after = "1m"\nidle_timeout = "2m"').key).toBe("actor_templates[0].idle_timeout");
     expect(t('name = "s"\ntype = "counter"\nprompt = "x"').message).toContain("prompt");
-    const dup = configError(() => parseConfig('[[actor_templates]]\nname = "s"\ntype = "counter"\n[[actor_templates]]\nname = "s"\ntype = "counter"', { env: {} }));
+    const dup = configError(() =>
+      parseConfig('[[actor_templates]]\nname = "s"\ntype = "counter"\n[[actor_templates]]\nname = "s"\ntype = "counter"', { env: {} }),
+    );
     expect(dup.key).toBe("actor_templates[1].name");
     // A declared actor may not take an id that belongs to a template's instances.
     const clash = configError(() => parseConfig('[[actors]]\nid = "s--1"\ntype = "counter"\n[[actor_templates]]\nname = "s"\ntype = "counter"', { env: {} }));

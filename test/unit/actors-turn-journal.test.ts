@@ -108,14 +108,26 @@ describe("turn journal (deterministic replay)", () => {
   it("replay - a step that failed and was handled is replayed as the same error; a trailing idempotent failure is retried", async () => {
     const h = harness();
     const journal = new TurnJournal("a", newTurnRecord("a", "t", env), h.io);
-    const e1 = await journal.step("tool-a", async () => {
-      throw new Error("tool a broke");
-    }, { idempotent: true }).catch((e: Error) => e);
+    const e1 = await journal
+      .step(
+        "tool-a",
+        async () => {
+          throw new Error("tool a broke");
+        },
+        { idempotent: true },
+      )
+      .catch((e: Error) => e);
     expect(e1.message).toBe("tool a broke");
     await journal.step("llm", async () => "recovered");
-    await journal.step("tool-b", async () => {
-      throw new Error("tool b broke");
-    }, { idempotent: true }).catch(() => undefined);
+    await journal
+      .step(
+        "tool-b",
+        async () => {
+          throw new Error("tool b broke");
+        },
+        { idempotent: true },
+      )
+      .catch(() => undefined);
 
     const replay = new TurnJournal("a", structuredClone(h.writes.at(-1)!), harness().io);
     const r1 = await replay.step("tool-a", async () => "ran again", { idempotent: true }).catch((e: Error) => e);
@@ -205,10 +217,14 @@ describe("merging the local and the NATS journal of a turn", () => {
     const results = await Promise.all([
       j.step("llm", () => ran.push("llm")),
       j.step("tool", () => ran.push("tool")),
-      j.step("search", () => {
-        ran.push("search");
-        return "searched";
-      }, { idempotent: true }),
+      j.step(
+        "search",
+        () => {
+          ran.push("search");
+          return "searched";
+        },
+        { idempotent: true },
+      ),
       j.step("later", () => ran.push("later")),
     ]);
     expect(ran).toEqual(["search"]);

@@ -1,5 +1,16 @@
 import { describe, expect, it } from "vitest";
-import { agentsConfigFrom, agentTemplatesConfigFrom, budgetGroupsFrom, checkBudgetGroups, defineAgent, forProfile, inProfile, isAgentDefinition, parseRunRequest, TokenBucket } from "../../src/agents/index.js";
+import {
+  agentsConfigFrom,
+  agentTemplatesConfigFrom,
+  budgetGroupsFrom,
+  checkBudgetGroups,
+  defineAgent,
+  forProfile,
+  inProfile,
+  isAgentDefinition,
+  parseRunRequest,
+  TokenBucket,
+} from "../../src/agents/index.js";
 import { parseConfig } from "../../src/node/config.js";
 import { configError } from "../fixtures/config-error.js";
 import { poll } from "../fixtures/poll.js";
@@ -61,10 +72,36 @@ describe("agent definitions, config, protocol and budgets (pure)", () => {
     expect(cfg.models.get("fast")?.model).toBe("gpt-4.1-mini");
     const models = new Set(["fast"]);
     expectConfigError(() => agentsConfigFrom([{ id: "x", model: "slow" }], models), "agents[0].model", /no \[models.slow\] table/);
-    expectConfigError(() => agentsConfigFrom([{ id: "x", model: "fast", memory: { keep_lst: 3 } }], models), "agents[0].memory.keep_lst", /did you mean agents\[0\].memory.keep_last/);
-    expectConfigError(() => agentsConfigFrom([{ id: "x", model: "fast" }, { id: "x", model: "fast" }], models), "agents[1].id", /duplicate/);
-    expectConfigError(() => checkBudgetGroups(agentsConfigFrom([{ id: "x", model: "fast", budget: { group: "g" } }], models), budgetGroupsFrom(undefined)), "agents[0].budget.group", /\[budget_groups.g\]/);
-    expectConfigError(() => parseConfig(`[[actors]]\nid = "a"\ntype = "counter"\n[models.m]\nmodel = "x"\nbase_url = "http://127.0.0.1:1/v1"\n[[agents]]\nid = "a"\nmodel = "m"`, { env: {} }), "actors[0].id", /also an \[\[agents\]\] id/);
+    expectConfigError(
+      () => agentsConfigFrom([{ id: "x", model: "fast", memory: { keep_lst: 3 } }], models),
+      "agents[0].memory.keep_lst",
+      /did you mean agents\[0\].memory.keep_last/,
+    );
+    expectConfigError(
+      () =>
+        agentsConfigFrom(
+          [
+            { id: "x", model: "fast" },
+            { id: "x", model: "fast" },
+          ],
+          models,
+        ),
+      "agents[1].id",
+      /duplicate/,
+    );
+    expectConfigError(
+      () => checkBudgetGroups(agentsConfigFrom([{ id: "x", model: "fast", budget: { group: "g" } }], models), budgetGroupsFrom(undefined)),
+      "agents[0].budget.group",
+      /\[budget_groups.g\]/,
+    );
+    expectConfigError(
+      () =>
+        parseConfig(`[[actors]]\nid = "a"\ntype = "counter"\n[models.m]\nmodel = "x"\nbase_url = "http://127.0.0.1:1/v1"\n[[agents]]\nid = "a"\nmodel = "m"`, {
+          env: {},
+        }),
+      "actors[0].id",
+      /also an \[\[agents\]\] id/,
+    );
   });
 
   it("templates - defineAgent({ template }) and [[agent_templates]] (the keys of [[agents]] with name, plus idle_after/idle_timeout); clashes and bad names name their key", () => {
@@ -80,19 +117,57 @@ describe("agent definitions, config, protocol and budgets (pure)", () => {
     );
     expect(cfg.agents).toEqual([]);
     expect(cfg.agentTemplates).toHaveLength(2);
-    expect(cfg.agentTemplates[0]).toMatchObject({ id: "support", model: "fast", system: "You help.", template: { idleAfterMs: 90_000 }, budget: { tokensPerMinute: 5000, group: "team" }, capabilities: ["support"] });
+    expect(cfg.agentTemplates[0]).toMatchObject({
+      id: "support",
+      model: "fast",
+      system: "You help.",
+      template: { idleAfterMs: 90_000 },
+      budget: { tokensPerMinute: 5000, group: "team" },
+      capabilities: ["support"],
+    });
     expect(cfg.agentTemplates[1]!.template).toEqual({ idleAfterMs: 0 });
     const m = new Set(["fast"]);
     expectConfigError(() => agentTemplatesConfigFrom([{ id: "x", model: "fast" }], m), "agent_templates[0].id", /did you mean|not a known key|unknown/);
     expectConfigError(() => agentTemplatesConfigFrom([{ model: "fast" }], m), "agent_templates[0].name", /is required/);
     expectConfigError(() => agentTemplatesConfigFrom([{ name: "a--b", model: "fast" }], m), "agent_templates[0].name", /not a template name/);
-    expectConfigError(() => agentTemplatesConfigFrom([{ name: "a", model: "fast" }, { name: "a", model: "fast" }], m), "agent_templates[1].name", /duplicate/);
-    expectConfigError(() => agentTemplatesConfigFrom([{ name: "a", model: "fast", idle_after: "1m", idle_timeout: "1m" }], m), "agent_templates[0].idle_timeout", /another name/);
+    expectConfigError(
+      () =>
+        agentTemplatesConfigFrom(
+          [
+            { name: "a", model: "fast" },
+            { name: "a", model: "fast" },
+          ],
+          m,
+        ),
+      "agent_templates[1].name",
+      /duplicate/,
+    );
+    expectConfigError(
+      () => agentTemplatesConfigFrom([{ name: "a", model: "fast", idle_after: "1m", idle_timeout: "1m" }], m),
+      "agent_templates[0].idle_timeout",
+      /another name/,
+    );
     expectConfigError(() => agentTemplatesConfigFrom([{ name: "a", model: "slow" }], m), "agent_templates[0].model", /no \[models.slow\] table/);
-    expectConfigError(() => parseConfig(`${models}[[agent_templates]]\nname = "a"\nmodel = "fast"\nbudget = { group = "nope" }`, { env: {} }), "agent_templates[0].budget.group", /\[budget_groups.nope\]/);
-    expectConfigError(() => parseConfig(`${models}[[agents]]\nid = "a"\nmodel = "fast"\n[[agent_templates]]\nname = "a"\nmodel = "fast"`, { env: {} }), "agent_templates[0].name", /also an \[\[agents\]\] id/);
-    expectConfigError(() => parseConfig(`${models}[[actor_templates]]\nname = "a"\ntype = "counter"\n[[agent_templates]]\nname = "a"\nmodel = "fast"`, { env: {} }), "agent_templates[0].name", /also an \[\[actor_templates\]\] name/);
-    expectConfigError(() => parseConfig(`${models}[[actors]]\nid = "a--1"\ntype = "counter"\n[[agent_templates]]\nname = "a"\nmodel = "fast"`, { env: {} }), "actors[0].id", /form of an instance of template "a"/);
+    expectConfigError(
+      () => parseConfig(`${models}[[agent_templates]]\nname = "a"\nmodel = "fast"\nbudget = { group = "nope" }`, { env: {} }),
+      "agent_templates[0].budget.group",
+      /\[budget_groups.nope\]/,
+    );
+    expectConfigError(
+      () => parseConfig(`${models}[[agents]]\nid = "a"\nmodel = "fast"\n[[agent_templates]]\nname = "a"\nmodel = "fast"`, { env: {} }),
+      "agent_templates[0].name",
+      /also an \[\[agents\]\] id/,
+    );
+    expectConfigError(
+      () => parseConfig(`${models}[[actor_templates]]\nname = "a"\ntype = "counter"\n[[agent_templates]]\nname = "a"\nmodel = "fast"`, { env: {} }),
+      "agent_templates[0].name",
+      /also an \[\[actor_templates\]\] name/,
+    );
+    expectConfigError(
+      () => parseConfig(`${models}[[actors]]\nid = "a--1"\ntype = "counter"\n[[agent_templates]]\nname = "a"\nmodel = "fast"`, { env: {} }),
+      "actors[0].id",
+      /form of an instance of template "a"/,
+    );
   });
 
   it("approval - a list of tool names or patterns, or a table with a timeout; defaults to none and 1 h; bad entries name their key", () => {
@@ -110,19 +185,40 @@ describe("agent definitions, config, protocol and budgets (pure)", () => {
     );
     expect(list!.approval).toEqual({ tools: ["shell_exec", "everything/*"], timeoutMs: 3_600_000 });
     expect(table!.approval).toEqual({ tools: ["db_*"], timeoutMs: 1_800_000 });
-    expectConfigError(() => agentsConfigFrom([{ id: "a", model: "m", approval: { tools: ["x"], timout: "1h" } }], models), "agents[0].approval.timout", /unknown key/);
+    expectConfigError(
+      () => agentsConfigFrom([{ id: "a", model: "m", approval: { tools: ["x"], timout: "1h" } }], models),
+      "agents[0].approval.timout",
+      /unknown key/,
+    );
     expectConfigError(() => agentsConfigFrom([{ id: "a", model: "m", approval: { timeout: "1h" } }], models), "agents[0].approval.tools", /is required/);
-    expectConfigError(() => agentsConfigFrom([{ id: "a", model: "m", approval: { tools: ["x"], timeout: "soon" } }], models), "agents[0].approval.timeout", /duration/);
+    expectConfigError(
+      () => agentsConfigFrom([{ id: "a", model: "m", approval: { tools: ["x"], timeout: "soon" } }], models),
+      "agents[0].approval.timeout",
+      /duration/,
+    );
   });
 
   it("protocol - task_delegate (and the seed form), agent.chat, constraints and deadlines", () => {
     const now = 1_700_000_000_000;
-    expect(parseRunRequest("task_delegate", { input: "hi", sessionId: "s", runId: "r", parentRunId: "p" }, now)).toEqual({ kind: "task", input: "hi", sessionId: "s", runId: "r", parentRunId: "p" });
-    expect(parseRunRequest("task_delegate", { task: "seed", constraints: { max_tokens: 2000, deadline: "5min" } }, now)).toEqual({ kind: "task", input: "seed", maxTokens: 2000, deadline: now + 300_000 });
+    expect(parseRunRequest("task_delegate", { input: "hi", sessionId: "s", runId: "r", parentRunId: "p" }, now)).toEqual({
+      kind: "task",
+      input: "hi",
+      sessionId: "s",
+      runId: "r",
+      parentRunId: "p",
+    });
+    expect(parseRunRequest("task_delegate", { task: "seed", constraints: { max_tokens: 2000, deadline: "5min" } }, now)).toEqual({
+      kind: "task",
+      input: "seed",
+      maxTokens: 2000,
+      deadline: now + 300_000,
+    });
     expect(parseRunRequest("task_delegate", "plain text", now)).toEqual({ kind: "task", input: "plain text" });
     expect(parseRunRequest("agent.chat", { message: "yo", sessionId: "s1" }, now)).toEqual({ kind: "chat", input: "yo", sessionId: "s1" });
     expect(parseRunRequest("task_delegate", { input: "x", constraints: { deadline: 30_000 } }, now).deadline).toBe(now + 30_000);
-    expect(parseRunRequest("task_delegate", { input: "x", constraints: { deadline: "2030-01-01T00:00:00Z" } }, now).deadline).toBe(Date.parse("2030-01-01T00:00:00Z"));
+    expect(parseRunRequest("task_delegate", { input: "x", constraints: { deadline: "2030-01-01T00:00:00Z" } }, now).deadline).toBe(
+      Date.parse("2030-01-01T00:00:00Z"),
+    );
     expect(() => parseRunRequest("agent.chat", { message: "yo" }, now)).toThrow(/sessionId/);
     expect(() => parseRunRequest("task_delegate", { input: "x", runId: "a.b" }, now)).toThrow(/runId/);
     expect(() => parseRunRequest("task_delegate", { input: "x", constraints: { deadline: "soon" } }, now)).toThrow(/not a deadline/);

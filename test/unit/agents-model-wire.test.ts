@@ -72,7 +72,14 @@ describe("stream assembly", () => {
   it("wire - the usage chunk and the served model name are picked up", () => {
     const a = new ChatStreamAssembler("alias");
     a.push({ ...chunk({ content: "hi" }, "stop"), model: "gpt-4o-2024-08-06" });
-    a.push({ id: "c", object: "chat.completion.chunk", created: 0, model: "gpt-4o-2024-08-06", choices: [], usage: { prompt_tokens: 9, completion_tokens: 1, total_tokens: 10 } });
+    a.push({
+      id: "c",
+      object: "chat.completion.chunk",
+      created: 0,
+      model: "gpt-4o-2024-08-06",
+      choices: [],
+      usage: { prompt_tokens: 9, completion_tokens: 1, total_tokens: 10 },
+    });
     expect(a.result()).toEqual({
       message: { role: "assistant", content: "hi" },
       finishReason: "stop",

@@ -94,10 +94,12 @@ describe("model call scheduler", () => {
   it("scheduler - fair_share: a key that has not been served for longest goes first", async () => {
     const s = scheduler("fair_share");
     // user-old is served first, then user-new; then both queue again behind user-fresh, never served.
-    expect(await startOrder(s, [{ agentId: "x", shareKey: "user-old", label: "old" }, { agentId: "y", shareKey: "user-new", label: "new" }])).toEqual([
-      "old",
-      "new",
-    ]);
+    expect(
+      await startOrder(s, [
+        { agentId: "x", shareKey: "user-old", label: "old" },
+        { agentId: "y", shareKey: "user-new", label: "new" },
+      ]),
+    ).toEqual(["old", "new"]);
     const order = await startOrder(s, [
       { agentId: "y", shareKey: "user-new", label: "new" },
       { agentId: "x", shareKey: "user-old", label: "old" },

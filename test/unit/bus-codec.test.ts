@@ -1,7 +1,16 @@
 import { pack } from "msgpackr";
 import { headers } from "@nats-io/transport-node";
 import { describe, expect, it } from "vitest";
-import { DecodeError, PayloadTooLargeError, createEnvelope, decodeEnvelope, decodeValue, encodeEnvelope, encodeValue, encodingOf } from "../../src/bus/index.js";
+import {
+  DecodeError,
+  PayloadTooLargeError,
+  createEnvelope,
+  decodeEnvelope,
+  decodeValue,
+  encodeEnvelope,
+  encodeValue,
+  encodingOf,
+} from "../../src/bus/index.js";
 import { scanMsgpack } from "../../src/bus/msgpack-scan.js";
 
 const limits = { maxBytes: 4096, maxDepth: 8 };
@@ -62,11 +71,38 @@ describe("bus codec", () => {
 
   it("codec - the scanner accepts everything our encoder and msgpackr write", () => {
     const samples: unknown[] = [
-      null, true, false, 0, -1, -33, 127, 128, 255, 256, 65535, 65536, 2 ** 32, -(2 ** 31), -(2 ** 40), 1.5, -0.25,
-      "", "a".repeat(31), "b".repeat(32), "c".repeat(300), "d".repeat(70_000),
-      Buffer.alloc(10), Buffer.alloc(300), Buffer.alloc(70_000), new Date(0), new Date(),
-      [], Array.from({ length: 20 }, (_, i) => i), Array.from({ length: 70_000 }, () => 0),
-      {}, Object.fromEntries(Array.from({ length: 20 }, (_, i) => [`k${i}`, i])),
+      null,
+      true,
+      false,
+      0,
+      -1,
+      -33,
+      127,
+      128,
+      255,
+      256,
+      65535,
+      65536,
+      2 ** 32,
+      -(2 ** 31),
+      -(2 ** 40),
+      1.5,
+      -0.25,
+      "",
+      "a".repeat(31),
+      "b".repeat(32),
+      "c".repeat(300),
+      "d".repeat(70_000),
+      Buffer.alloc(10),
+      Buffer.alloc(300),
+      Buffer.alloc(70_000),
+      new Date(0),
+      new Date(),
+      [],
+      Array.from({ length: 20 }, (_, i) => i),
+      Array.from({ length: 70_000 }, () => 0),
+      {},
+      Object.fromEntries(Array.from({ length: 20 }, (_, i) => [`k${i}`, i])),
       Object.fromEntries(Array.from({ length: 70_000 }, (_, i) => [`k${i}`, null])),
       { nested: [{ deep: [1, { x: "y" }] }] },
     ];

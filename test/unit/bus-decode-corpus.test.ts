@@ -1,13 +1,6 @@
 import { headers, type MsgHdrs } from "@nats-io/transport-node";
 import { describe, expect, it } from "vitest";
-import {
-  createEnvelope,
-  DecodeError,
-  decodeEnvelope,
-  encodeEnvelope,
-  InvalidEnvelopeError,
-  UnknownMessageTypeError,
-} from "../../src/bus/index.js";
+import { createEnvelope, DecodeError, decodeEnvelope, encodeEnvelope, InvalidEnvelopeError, UnknownMessageTypeError } from "../../src/bus/index.js";
 import { scanMsgpack } from "../../src/bus/msgpack-scan.js";
 import { loadCorpus, reasonOf } from "../fixtures/bus/decode-corpus.js";
 
@@ -36,7 +29,18 @@ const prototypeKeys = () => Object.getOwnPropertyNames(Object.prototype).sort();
 describe("bus decode corpus", () => {
   it("corpus - holds every kind of bad input the brief names", () => {
     const names = corpus.map((c) => c.name).join("\n");
-    for (const kind of ["truncated-at-000", "random-", "mutated-", "deep-fixarray", "deep-map32", "deep-ext-set", "deep-ext-record-definition", "claims-4G", "proto-key", "constructor"]) {
+    for (const kind of [
+      "truncated-at-000",
+      "random-",
+      "mutated-",
+      "deep-fixarray",
+      "deep-map32",
+      "deep-ext-set",
+      "deep-ext-record-definition",
+      "claims-4G",
+      "proto-key",
+      "constructor",
+    ]) {
       expect(names, kind).toContain(kind);
     }
     expect(corpus.length).toBeGreaterThan(300);
@@ -72,7 +76,12 @@ describe("bus decode corpus", () => {
   });
 
   it("fuzz - 20,000 seeded mutations of a valid envelope either decode or fail with a bus decode error, and msgpackr never fails on bytes the scan accepted", () => {
-    const env = createEnvelope({ from: "fuzzer", to: "victim", type: "task_delegate", payload: { text: "hello", list: [1, 2.5, null, true], at: new Date(0), bin: Buffer.from([1, 2]) } });
+    const env = createEnvelope({
+      from: "fuzzer",
+      to: "victim",
+      type: "task_delegate",
+      payload: { text: "hello", list: [1, 2.5, null, true], at: new Date(0), bin: Buffer.from([1, 2]) },
+    });
     const base = encodeEnvelope(env);
     let seed = 12345;
     const rnd = () => {

@@ -15,9 +15,27 @@ const base = { id: "m1", from: "alice", to: "bob", type: "task_delegate", payloa
 
 describe("bus envelope", () => {
   it("envelope - createEnvelope fills a fresh id and keeps optional fields", () => {
-    const env = createEnvelope({ from: "a", to: "b", type: "info_request", payload: null, correlationId: "c1", replyTo: "_INBOX.abc.1", deadline: 1_700_000_000_000, traceId: "00-abc-01" });
+    const env = createEnvelope({
+      from: "a",
+      to: "b",
+      type: "info_request",
+      payload: null,
+      correlationId: "c1",
+      replyTo: "_INBOX.abc.1",
+      deadline: 1_700_000_000_000,
+      traceId: "00-abc-01",
+    });
     expect(env.id).toMatch(/^[A-Za-z0-9_-]+$/);
-    expect(env).toMatchObject({ from: "a", to: "b", type: "info_request", payload: null, correlationId: "c1", replyTo: "_INBOX.abc.1", deadline: 1_700_000_000_000, traceId: "00-abc-01" });
+    expect(env).toMatchObject({
+      from: "a",
+      to: "b",
+      type: "info_request",
+      payload: null,
+      correlationId: "c1",
+      replyTo: "_INBOX.abc.1",
+      deadline: 1_700_000_000_000,
+      traceId: "00-abc-01",
+    });
     expect(createEnvelope({ from: "a", to: "b", type: "info_request", payload: 1 }).id).not.toBe(env.id);
   });
 

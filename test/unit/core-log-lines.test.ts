@@ -5,7 +5,18 @@ import { formatLogLine, lineStream } from "../../src/core/log-lines.js";
 
 describe("terminal log lines", () => {
   it("logs - a pino JSON line becomes time, level, component, message and key=value fields", () => {
-    const line = formatLogLine(JSON.stringify({ level: 40, time: Date.UTC(2026, 10, 30, 12, 3, 4, 512), pid: 7, component: "membership", msg: "peer silent", node: "n2", ageMs: 5200, note: "two words" }));
+    const line = formatLogLine(
+      JSON.stringify({
+        level: 40,
+        time: Date.UTC(2026, 10, 30, 12, 3, 4, 512),
+        pid: 7,
+        component: "membership",
+        msg: "peer silent",
+        node: "n2",
+        ageMs: 5200,
+        note: "two words",
+      }),
+    );
     expect(line).toBe('12:03:04.512 WARN  [membership] peer silent node=n2 ageMs=5200 note="two words"');
     expect(formatLogLine("not json at all")).toBe("not json at all");
   });

@@ -47,7 +47,11 @@ describe("typed errors", () => {
       `return /wrong last sequence/i.test(String((err as Error)?.message ?? err));`,
       `if (err.message.includes("timeout")) return;`,
     ];
-    for (const line of bad) expect(MESSAGE_MATCHING.some((re) => re.test(line)), line).toBe(true);
+    for (const line of bad)
+      expect(
+        MESSAGE_MATCHING.some((re) => re.test(line)),
+        line,
+      ).toBe(true);
     expect(MESSAGE_MATCHING.some((re) => re.test(`if (isConsumerNotFound(err)) return;`))).toBe(false);
   });
 

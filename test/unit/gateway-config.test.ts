@@ -61,7 +61,16 @@ describe("gateway config", () => {
     expect(configError(() => parseGatewayConfig({ keys: [{ name: "a", key_env: "NOPE" }] }, { env: {} })).message).toContain("NOPE is not set");
     expect(configError(() => parseGatewayConfig({ keys: [{ name: "a", hash: "md5:abc" }] })).message).toContain("sha256:");
     expect(configError(() => parseGatewayConfig({ keys: [{ name: "a" }] })).message).toContain("exactly one of hash");
-    expect(configError(() => parseGatewayConfig({ keys: [{ name: "a", hash: hashKey("1") }, { name: "a", hash: hashKey("2") }] })).message).toContain("used twice");
+    expect(
+      configError(() =>
+        parseGatewayConfig({
+          keys: [
+            { name: "a", hash: hashKey("1") },
+            { name: "a", hash: hashKey("2") },
+          ],
+        }),
+      ).message,
+    ).toContain("used twice");
   });
 
   it("gateway config - [gateway] in a node's kova.toml is kept for the gateway layer to parse", () => {

@@ -6,7 +6,16 @@ import { outcomeOf } from "../../src/gateway/runs.js";
 import { newTask, TaskProjection, textPart } from "../../src/gateway/task-projection.js";
 
 function projection() {
-  const message = { messageId: "m1", contextId: "c1", taskId: "t1", role: Role.ROLE_USER, parts: [textPart("hi")], metadata: {}, extensions: [], referenceTaskIds: [] };
+  const message = {
+    messageId: "m1",
+    contextId: "c1",
+    taskId: "t1",
+    role: Role.ROLE_USER,
+    parts: [textPart("hi")],
+    metadata: {},
+    extensions: [],
+    referenceTaskIds: [],
+  };
   return new TaskProjection(newTask({ taskId: "t1", contextId: "c1", message, meta: { agentId: "a", sessionId: "c1", runId: "t1", owner: "k" } }));
 }
 const ev = (type: string, data: unknown = {}): KovaEvent => ({ type, sessionId: "c1", runId: "t1", ts: Date.now(), data });
@@ -54,8 +63,15 @@ describe("gateway task projection", () => {
   });
 
   it("projection - a reply is read as the contract's result_notify, and any other actor's reply becomes its JSON", () => {
-    expect(outcomeOf({ output: "x", usage: { inputTokens: 1, outputTokens: 2 }, runId: "r", sessionId: "s", status: "completed" })).toEqual({ status: "completed", output: "x", usage: { inputTokens: 1, outputTokens: 2 } });
-    expect(outcomeOf({ status: "failed", output: "", usage: {}, error: { code: "E", message: "m" } })).toMatchObject({ status: "failed", error: { code: "E", message: "m" } });
+    expect(outcomeOf({ output: "x", usage: { inputTokens: 1, outputTokens: 2 }, runId: "r", sessionId: "s", status: "completed" })).toEqual({
+      status: "completed",
+      output: "x",
+      usage: { inputTokens: 1, outputTokens: 2 },
+    });
+    expect(outcomeOf({ status: "failed", output: "", usage: {}, error: { code: "E", message: "m" } })).toMatchObject({
+      status: "failed",
+      error: { code: "E", message: "m" },
+    });
     expect(outcomeOf({ count: 3 })).toEqual({ status: "completed", output: '{"count":3}', usage: { inputTokens: 0, outputTokens: 0 } });
   });
 

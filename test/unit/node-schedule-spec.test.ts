@@ -12,7 +12,9 @@ describe("schedules: specs and ticks", () => {
     expect(durationMs(2500, "k")).toBe(2500);
     expect(configError(() => parseSchedule({ id: "x", to: "a" }, "schedules[1]")).message).toContain("exactly one of cron");
     expect(configError(() => parseSchedule({ id: "x", cron: "61 * * * *", to: "a" }, "schedules[1]")).message).toContain("schedules[1].cron");
-    expect(configError(() => parseSchedule({ id: "x", cron: "* * * * *", tz: "Mars/Olympus", to: "a" }, "schedules[1]")).message).toContain("schedules[1].cron");
+    expect(configError(() => parseSchedule({ id: "x", cron: "* * * * *", tz: "Mars/Olympus", to: "a" }, "schedules[1]")).message).toContain(
+      "schedules[1].cron",
+    );
     expect(configError(() => parseSchedule({ id: "x", every: "soon", to: "a" }, "schedules[2]")).message).toContain("schedules[2].every");
     expect(configError(() => parseSchedule({ id: "x", every: "1s", to: "a", catch_up: "all" }, "s")).message).toContain("s.catch_up");
     expect(configError(() => parseSchedule({ id: "x", every: "1s", to: "bad id" }, "s")).message).toContain("s.to");

@@ -17,7 +17,13 @@ function scriptedCall(replies: Array<Partial<ModelResponse["message"]>>): { call
       requests.push(structuredClone({ ...r, signal: undefined }));
       const m = replies.shift();
       if (!m) throw new Error("script ran dry");
-      return { message: { role: "assistant", content: null, ...m }, finishReason: "stop", usage: { inputTokens: 10, outputTokens: 5 }, model: "m", attempts: 1 };
+      return {
+        message: { role: "assistant", content: null, ...m },
+        finishReason: "stop",
+        usage: { inputTokens: 10, outputTokens: 5 },
+        model: "m",
+        attempts: 1,
+      };
     },
   };
 }
@@ -42,7 +48,16 @@ describe("swarm plan", () => {
   });
 
   it("decompose - an invalid plan goes back to the model with its issues, a valid one is the plan", async () => {
-    const m = scriptedCall([planCall([{ task: "t", capability: "cooking" }]), planCall([{ task: "a", capability: "research" }, { task: "b", capability: "write" }], "c2")]);
+    const m = scriptedCall([
+      planCall([{ task: "t", capability: "cooking" }]),
+      planCall(
+        [
+          { task: "a", capability: "research" },
+          { task: "b", capability: "write" },
+        ],
+        "c2",
+      ),
+    ]);
     const d = await decompose(m.call, { coordinator: "p", task: "do it", capabilities: ["research", "write"], maxSubtasks: 5 });
     expect(d.subtasks).toEqual([
       { index: 0, task: "a", capability: "research" },
@@ -67,13 +82,29 @@ describe("swarm plan", () => {
   });
 
   it("static plan - each entry needs a task and a capability or agent; errors name the entry", () => {
-    expect(readStaticPlan([{ task: "a", capability: "c" }, { task: "b", agent: "w-1", max_tokens: 50 }], 5)).toEqual([
+    expect(
+      readStaticPlan(
+        [
+          { task: "a", capability: "c" },
+          { task: "b", agent: "w-1", max_tokens: 50 },
+        ],
+        5,
+      ),
+    ).toEqual([
       { index: 0, task: "a", capability: "c" },
       { index: 1, task: "b", agent: "w-1", maxTokens: 50 },
     ]);
     expect(() => readStaticPlan([{ task: "a" }], 5)).toThrow(/payload\.plan\[0\]: needs a capability or an agent/);
     expect(() => readStaticPlan([{ task: "a", agent: "bad.id" }], 5)).toThrow(/payload\.plan\[0\]\.agent/);
-    expect(() => readStaticPlan([{ task: "a", capability: "c" }, { task: "b", capability: "c" }], 1)).toThrow(/at most 1/);
+    expect(() =>
+      readStaticPlan(
+        [
+          { task: "a", capability: "c" },
+          { task: "b", capability: "c" },
+        ],
+        1,
+      ),
+    ).toThrow(/at most 1/);
   });
 
   it("protocol - the seed's task_delegate form is read as written; durations as strings or ms; derived ids are stable tokens", () => {
@@ -104,7 +135,9 @@ describe("swarm config", () => {
   const models = `[models.planner]\nbase_url = "http://127.0.0.1:9/v1"\nmodel = "m"\n`;
 
   it("config - [[swarms]] names a model and becomes a coordinator actor of type swarm-<id>", () => {
-    const cfg = parseConfig(`${models}[[swarms]]\nid = "planner"\nmodel = "planner"\ndeadline = "90s"\nmax_subtasks = 8\nsubtask_max_tokens = 500\n`, { env: {} });
+    const cfg = parseConfig(`${models}[[swarms]]\nid = "planner"\nmodel = "planner"\ndeadline = "90s"\nmax_subtasks = 8\nsubtask_max_tokens = 500\n`, {
+      env: {},
+    });
     expect(cfg.swarms).toEqual([{ id: "planner", model: "planner", maxSubtasks: 8, deadlineMs: 90_000, subtaskMaxTokens: 500, capabilities: [] }]);
     expect(cfg.actors).toContainEqual({ id: "planner", type: "swarm-planner" });
   });
@@ -121,7 +154,9 @@ describe("swarm config", () => {
     };
     expect(err(`${models}[[swarms]]\nid = "p"\nmodel = "big"\n`)).toMatch(/^swarms\[0\]\.model: no \[models\.big\] entry/);
     expect(err(`${models}[[swarms]]\nid = "p"\nmodel = "planner"\ndeadline = "later"\n`)).toMatch(/^swarms\[0\]\.deadline: must be a duration/);
-    expect(err(`${models}[[actors]]\nid = "p"\ntype = "counter"\n[[swarms]]\nid = "p"\nmodel = "planner"\n`)).toMatch(/^swarms\[0\]\.id: "p" is also an \[\[actors\]\] id/);
+    expect(err(`${models}[[actors]]\nid = "p"\ntype = "counter"\n[[swarms]]\nid = "p"\nmodel = "planner"\n`)).toMatch(
+      /^swarms\[0\]\.id: "p" is also an \[\[actors\]\] id/,
+    );
     expect(err(`${models}[[swarms]]\nid = "p"\nmodel = "planner"\ncolour = "red"\n`)).toMatch(/swarms\[0\]\.colour/);
   });
 });
@@ -145,7 +180,10 @@ describe("swarm follow", () => {
     const snapshots = text.trim().split("\n\n");
     expect(snapshots).toHaveLength(3); // the child's end, the root's end, the final tree
     // a running run's duration runs to now; its tokens are its subtree's so far
-    expect(snapshots[0]!.split("\n")).toEqual([expect.stringMatching(/^planner {2}root {2}running {2}\d+\.\ds {2}tokens 3\/4$/), "└─ subtask-0 → r-1  kid  completed  0.1s  tokens 3/4"]);
+    expect(snapshots[0]!.split("\n")).toEqual([
+      expect.stringMatching(/^planner {2}root {2}running {2}\d+\.\ds {2}tokens 3\/4$/),
+      "└─ subtask-0 → r-1  kid  completed  0.1s  tokens 3/4",
+    ]);
     expect(snapshots.at(-1)!.split("\n")).toEqual(["planner  root  completed  0.3s  tokens 13/6", "└─ subtask-0 → r-1  kid  completed  0.1s  tokens 3/4"]);
   });
 });

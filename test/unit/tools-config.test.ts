@@ -15,7 +15,8 @@ function tools(toml: string, env: NodeJS.ProcessEnv = {}) {
 
 describe("tools config", () => {
   it("tools config - the issue's [tools] example parses into camelCase and enables those built-ins", () => {
-    const cfg = tools(`
+    const cfg = tools(
+      `
 [tools]
 max_result_bytes = 8192
 [tools.file]
@@ -32,7 +33,9 @@ allow_cidrs = ["10.20.0.0/16"]
 endpoint = "http://127.0.0.1:8888/search"
 max_results = 8
 headers_env = { Authorization = "SEARCH_TOKEN" }
-`, { SEARCH_TOKEN: "Bearer s3cret" });
+`,
+      { SEARCH_TOKEN: "Bearer s3cret" },
+    );
     expect(cfg.maxResultBytes).toBe(8192);
     expect(cfg.maxArgumentRepairs).toBe(2);
     expect(cfg.file).toMatchObject({ maxBytes: 4096, readOnly: false });
@@ -40,7 +43,10 @@ headers_env = { Authorization = "SEARCH_TOKEN" }
     expect(cfg.http!.allowHosts!.map((h) => h.written)).toEqual(["api.github.com", "*.example.com"]);
     expect(cfg.http!.allowCidrs.map((c) => c.text)).toEqual(["10.20.0.0/16"]);
     expect(cfg.webSearch).toMatchObject({ maxResults: 8, adapter: "searxng", headers: { authorization: "Bearer s3cret" } });
-    const names = new ToolRegistry().register(...builtinTools(cfg)).list().map((t) => t.name);
+    const names = new ToolRegistry()
+      .register(...builtinTools(cfg))
+      .list()
+      .map((t) => t.name);
     expect(names).toEqual(["clock_now", "calculator", "file_read", "file_write", "http_request", "web_search"]);
     expect(builtinTools(tools("")).map((t) => t.name)).toEqual(["clock_now", "calculator"]);
   });
@@ -55,7 +61,11 @@ headers_env = { Authorization = "SEARCH_TOKEN" }
       [`[tools.http]\nallow_host = []`, "tools.http.allow_host", "did you mean tools.http.allow_hosts?"],
       [`[tools.web_search]\nmax_results = 5`, "tools.web_search.endpoint", "is required"],
       [`[tools.web_search]\nendpoint = "ftp://x/"`, "tools.web_search.endpoint", "http or https"],
-      [`[tools.web_search]\nendpoint = "http://x/"\nheaders_env = { Authorization = "MISSING_TOKEN" }`, "tools.web_search.headers_env.Authorization", "export MISSING_TOKEN="],
+      [
+        `[tools.web_search]\nendpoint = "http://x/"\nheaders_env = { Authorization = "MISSING_TOKEN" }`,
+        "tools.web_search.headers_env.Authorization",
+        "export MISSING_TOKEN=",
+      ],
       [`[tools.file]\nroot = "does-not-exist"`, "tools.file.root", "mkdir -p"],
       [`[tools]\nmax_result_bytes = 10`, "tools.max_result_bytes", "from 1024"],
       [`[tools.shel]\nsandbox = "bwrap"`, "tools.shel", "unknown key"],

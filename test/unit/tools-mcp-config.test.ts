@@ -103,11 +103,23 @@ idempotent_tools = ["search", "tools_1/lookup"]`,
     ["a non-string env value", `[[mcp.servers]]\nname = "a"\ncommand = "x"\nenv = { K = 3 }`, {}, "mcp.servers[0].env.K", "must be a string"],
     ["a non-string arg", `[[mcp.servers]]\nname = "a"\ncommand = "x"\nargs = ["ok", 2]`, {}, "mcp.servers[0].args[1]", "must be a string"],
     ["env on an HTTP server", `[[mcp.servers]]\nname = "a"\nurl = "http://h/mcp"\nenv = { K = "v" }`, {}, "mcp.servers[0].env", "only to command"],
-    ["headers_env on a stdio server", `[[mcp.servers]]\nname = "a"\ncommand = "x"\nheaders_env = { A = "B" }`, { B: "1" }, "mcp.servers[0].headers_env", "only to url"],
+    [
+      "headers_env on a stdio server",
+      `[[mcp.servers]]\nname = "a"\ncommand = "x"\nheaders_env = { A = "B" }`,
+      { B: "1" },
+      "mcp.servers[0].headers_env",
+      "only to url",
+    ],
     ["a bad start mode", `[[mcp.servers]]\nname = "a"\ncommand = "x"\nstart = "later"`, {}, "mcp.servers[0].start", '"lazy"'],
     ["a zero timeout", `[[mcp.servers]]\nname = "a"\ncommand = "x"\ntimeout_ms = 0`, {}, "mcp.servers[0].timeout_ms", "integer from 1"],
     ["a misspelt key", `[[mcp.servers]]\nname = "a"\ncommand = "x"\ntimeoutMs = 5`, {}, "mcp.servers[0].timeoutMs", "did you mean mcp.servers[0].timeout_ms"],
-    ["a second server with the same name", `[[mcp.servers]]\nname = "a"\ncommand = "x"\n[[mcp.servers]]\nname = "a"\ncommand = "y"`, {}, "mcp.servers[1].name", "mcp.servers[0]"],
+    [
+      "a second server with the same name",
+      `[[mcp.servers]]\nname = "a"\ncommand = "x"\n[[mcp.servers]]\nname = "a"\ncommand = "y"`,
+      {},
+      "mcp.servers[1].name",
+      "mcp.servers[0]",
+    ],
     ["servers that is not an array", `[mcp]\nservers = "x"`, {}, "mcp.servers", "[[mcp.servers]]"],
   ])("mcp config - refuses %s, naming the key as written", (_what, toml, env, key, hint) => {
     const err = keyOf(toml, env as NodeJS.ProcessEnv);
@@ -117,8 +129,16 @@ idempotent_tools = ["search", "tools_1/lookup"]`,
 
   it("mcp env template - renders every ${VAR} and names the first missing one", () => {
     expect(templateVariables("a-${X}-${Y_2}")).toEqual(["X", "Y_2"]);
-    expect(renderTemplate("a-${X}-${Y_2}", { X: "1", Y_2: "" }, () => { throw new Error("none missing"); })).toBe("a-1-");
-    expect(() => renderTemplate("${X}${Z}", { X: "1" }, (name) => { throw new Error(`missing ${name}`); })).toThrow("missing Z");
+    expect(
+      renderTemplate("a-${X}-${Y_2}", { X: "1", Y_2: "" }, () => {
+        throw new Error("none missing");
+      }),
+    ).toBe("a-1-");
+    expect(() =>
+      renderTemplate("${X}${Z}", { X: "1" }, (name) => {
+        throw new Error(`missing ${name}`);
+      }),
+    ).toThrow("missing Z");
     expect(() => templateVariables("${1X}")).toThrow("not a variable reference");
   });
 });
@@ -211,7 +231,10 @@ describe("mcp stderr lines", () => {
 describe("mcp manager without servers running", () => {
   it("mcp manager - prepare() names the unknown server and the configured ones", async () => {
     const manager = new McpManager(configOf(`[[mcp.servers]]\nname = "known"\ncommand = "x"\nstart = "lazy"`));
-    await expect(manager.prepare(["file_read", "mcp:unknown/*"])).rejects.toMatchObject({ code: McpErrorCode.MCP_UNKNOWN_SERVER, message: expect.stringContaining("configured: known") });
+    await expect(manager.prepare(["file_read", "mcp:unknown/*"])).rejects.toMatchObject({
+      code: McpErrorCode.MCP_UNKNOWN_SERVER,
+      message: expect.stringContaining("configured: known"),
+    });
     expect(manager.status()).toMatchObject([{ name: "known", state: "idle", tools: 0 }]);
     expect(manager.list()).toEqual([]);
     await manager.close();

@@ -39,13 +39,7 @@ describe("tool registry", () => {
     reg.addProvider("mcp:fs", fs);
 
     const set = reg.resolve(["calculator", "mcp:everything/*", "everything/echo", "file_*"]);
-    expect(set.tools.map((t) => t.name)).toEqual([
-      "calculator",
-      "everything/echo",
-      "everything/add",
-      "everything/longRunningOperation",
-      "file_read",
-    ]);
+    expect(set.tools.map((t) => t.name)).toEqual(["calculator", "everything/echo", "everything/add", "everything/longRunningOperation", "file_read"]);
     expect(reg.resolve(["*"]).tools.map((t) => t.name)).toEqual(["http_request", "file_read", "calculator"]);
     expect(reg.resolve(["*/*"]).size).toBe(4);
   });
@@ -133,7 +127,10 @@ describe("tool registry", () => {
     long.set(["x".repeat(100), `${"x".repeat(99)}y`]);
     const reg2 = new ToolRegistry();
     reg2.addProvider("mcp:s", long);
-    const longNames = reg2.resolve(["s/*"]).modelTools().map((t) => t.function.name);
+    const longNames = reg2
+      .resolve(["s/*"])
+      .modelTools()
+      .map((t) => t.function.name);
     expect(new Set(longNames).size).toBe(2);
     for (const n of longNames) expect(n.length).toBeLessThanOrEqual(64);
   });

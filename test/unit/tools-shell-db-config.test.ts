@@ -16,12 +16,34 @@ describe("[tools.shell] config", () => {
 
   it("shell config - reads snake_case keys into camelCase and resolves work_root against the config's directory", () => {
     const c = shellConfigFrom(
-      { sandbox: "none", timeout_ms: 2000, max_output_bytes: 2048, memory_mb: 256, max_processes: 8, max_file_mb: 2, tmp_size_mb: 4, work_size_mb: 5, work_root: "shell", ro_binds: ["/opt/tools/"] },
+      {
+        sandbox: "none",
+        timeout_ms: 2000,
+        max_output_bytes: 2048,
+        memory_mb: 256,
+        max_processes: 8,
+        max_file_mb: 2,
+        tmp_size_mb: 4,
+        work_size_mb: 5,
+        work_root: "shell",
+        ro_binds: ["/opt/tools/"],
+      },
       "tools.shell",
       {},
       "/srv/kova",
     );
-    expect(c).toMatchObject({ sandbox: "none", timeoutMs: 2000, maxOutputBytes: 2048, memoryBytes: 256 * 2 ** 20, maxProcesses: 8, maxFileBytes: 2 * 2 ** 20, tmpBytes: 4 * 2 ** 20, workBytes: 5 * 2 ** 20, workRoot: "/srv/kova/shell", roBinds: ["/opt/tools"] });
+    expect(c).toMatchObject({
+      sandbox: "none",
+      timeoutMs: 2000,
+      maxOutputBytes: 2048,
+      memoryBytes: 256 * 2 ** 20,
+      maxProcesses: 8,
+      maxFileBytes: 2 * 2 ** 20,
+      tmpBytes: 4 * 2 ** 20,
+      workBytes: 5 * 2 ** 20,
+      workRoot: "/srv/kova/shell",
+      roBinds: ["/opt/tools"],
+    });
   });
 
   it("shell config - names the key as written in the file and the fix", () => {
@@ -29,9 +51,13 @@ describe("[tools.shell] config", () => {
     expect(configError(() => shellConfigFrom({ timeout_ms: 0 }, "tools.shell")).key).toBe("tools.shell.timeout_ms");
     expect(configError(() => shellConfigFrom({ timeout_ms: "10s" }, "tools.shell")).message).toContain("must be an integer from 100 to 3600000");
     expect(configError(() => shellConfigFrom({ ro_binds: ["/opt", "relative"] }, "tools.shell")).key).toBe("tools.shell.ro_binds[1]");
-    expect(configError(() => shellConfigFrom({ ro_binds: ["/usr/lib", "/root/.ssh"] }, "tools.shell")).message).toMatch(/ro_binds\[1\]: .*never shown to the sandbox/);
+    expect(configError(() => shellConfigFrom({ ro_binds: ["/usr/lib", "/root/.ssh"] }, "tools.shell")).message).toMatch(
+      /ro_binds\[1\]: .*never shown to the sandbox/,
+    );
     expect(configError(() => shellConfigFrom({ work_root: "/etc" }, "tools.shell")).key).toBe("tools.shell.work_root");
-    expect(configError(() => shellConfigFrom({ timeoutms: 5 }, "tools.shell")).message).toBe("tools.shell.timeoutms: unknown key: did you mean tools.shell.timeout_ms?");
+    expect(configError(() => shellConfigFrom({ timeoutms: 5 }, "tools.shell")).message).toBe(
+      "tools.shell.timeoutms: unknown key: did you mean tools.shell.timeout_ms?",
+    );
     expect(configError(() => shellConfigFrom({ sandbox: "none", bwrap_path: "/usr/bin/bwrap" }, "tools.shell")).key).toBe("tools.shell.bwrap_path");
   });
 });
@@ -48,7 +74,11 @@ describe("[tools.db] config", () => {
       connectTimeoutMs: 5000,
       allowPrivilegedLogin: false,
     });
-    const c = dbConfigFrom({ url_env: "KOVA_DB_URL", role: "kova_ro", statement_timeout_ms: 100, max_rows: 5, pool_size: 1, allow_privileged_login: true }, "tools.db", env);
+    const c = dbConfigFrom(
+      { url_env: "KOVA_DB_URL", role: "kova_ro", statement_timeout_ms: 100, max_rows: 5, pool_size: 1, allow_privileged_login: true },
+      "tools.db",
+      env,
+    );
     expect(c).toMatchObject({ role: "kova_ro", statementTimeoutMs: 100, maxRows: 5, poolSize: 1, allowPrivilegedLogin: true });
   });
 
@@ -77,6 +107,8 @@ describe("[tools.db] config", () => {
     expect(notPg.message).not.toContain("topsecret");
     expect(configError(() => dbConfigFrom({ url_env: "KOVA_DB_URL", role: "ro; drop" }, "tools.db", env)).key).toBe("tools.db.role");
     expect(configError(() => dbConfigFrom({ url_env: "KOVA_DB_URL", max_rows: 0 }, "tools.db", env)).key).toBe("tools.db.max_rows");
-    expect(configError(() => dbConfigFrom({ url_env: "KOVA_DB_URL", allow_privileged_login: "yes" }, "tools.db", env)).key).toBe("tools.db.allow_privileged_login");
+    expect(configError(() => dbConfigFrom({ url_env: "KOVA_DB_URL", allow_privileged_login: "yes" }, "tools.db", env)).key).toBe(
+      "tools.db.allow_privileged_login",
+    );
   });
 });

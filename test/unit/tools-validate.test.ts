@@ -28,10 +28,7 @@ const fetchTool = defineTool({
 
 describe("tool argument validation", () => {
   it("validate - every issue carries the JSON path, what was expected and what was given", () => {
-    const r = validateArguments(
-      fetchTool,
-      JSON.stringify({ method: "POST", retries: 9, headers: { Accept: 3 }, tags: ["a", 7], extra: true }),
-    );
+    const r = validateArguments(fetchTool, JSON.stringify({ method: "POST", retries: 9, headers: { Accept: 3 }, tags: ["a", 7], extra: true }));
     expect(r.ok).toBe(false);
     if (r.ok) return;
     expect(r.issues).toEqual(
@@ -108,7 +105,11 @@ describe("tool argument validation", () => {
       name: "t2020",
       description: "x",
       idempotent: true,
-      parameters: { $schema: "https://json-schema.org/draft/2020-12/schema", type: "object", properties: { a: { type: "array", prefixItems: [{ type: "string" }] } } },
+      parameters: {
+        $schema: "https://json-schema.org/draft/2020-12/schema",
+        type: "object",
+        properties: { a: { type: "array", prefixItems: [{ type: "string" }] } },
+      },
       run: () => null,
     });
     const bad = validateArguments(t2020, { a: [1] });
@@ -132,9 +133,7 @@ describe("tool argument validation", () => {
     expect(() => defineTool({ ...base, name: "a.b" })).toThrow(/invalid name/);
     expect(() => defineTool({ ...base, name: "ok", description: " " })).toThrow(/needs a description/);
     expect(() => defineTool({ ...base, name: "ok", parameters: { type: "string" } })).toThrow(/type: "object"/);
-    expect(() => defineTool({ ...base, name: "ok", parameters: { type: "object", properties: { a: { type: "nope" } } } })).toThrow(
-      /not a valid JSON Schema/,
-    );
+    expect(() => defineTool({ ...base, name: "ok", parameters: { type: "object", properties: { a: { type: "nope" } } } })).toThrow(/not a valid JSON Schema/);
     expect(defineTool({ ...base, name: "everything/echo.v2" }).name).toBe("everything/echo.v2");
     expect(defineTool({ ...base, name: "agent:researcher" }).name).toBe("agent:researcher");
   });

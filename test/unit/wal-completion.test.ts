@@ -57,7 +57,10 @@ describe("wal completion batches", () => {
     it(`completion - a sealed batch (${algorithm}) needs the keys of the open that wrote it; a tool without any key sees it as unread`, () => {
       const bytes = sealDoneSealed(session, 7, 41, seqs);
       expect(openDone(undefined, bytes, false, () => undefined)).toMatchObject({ ok: false, reason: expect.stringMatching(/no key for epoch 7/) });
-      expect(openDone(undefined, bytes, false, () => cipher.session(Buffer.alloc(32, 4)))).toMatchObject({ ok: false, reason: "completion batch authentication failed" });
+      expect(openDone(undefined, bytes, false, () => cipher.session(Buffer.alloc(32, 4)))).toMatchObject({
+        ok: false,
+        reason: "completion batch authentication failed",
+      });
       expect(openDone(undefined, bytes, true)).toEqual({ ok: true, epoch: 7, seqs: [], unread: true });
     });
   });

@@ -79,7 +79,6 @@ describe.each(["aes-256-gcm", "sm4"] as const)("wal crypto %s", (algorithm) => {
   });
 });
 
-
 describe("wal keys and chain", () => {
   it("resolveKey - accepts hex:, base64: and passphrases; refuses short material", () => {
     expect(resolveKey(`hex:${"ab".repeat(16)}`)).toEqual(Buffer.alloc(16, 0xab));
@@ -125,7 +124,10 @@ describe.each(["aes-256-gcm", "sm4"] as const)("wal side table sealing %s", (alg
     const sealed = sealKv(session, 3, 9, name, { state: "secret-state" });
     expect(sealed.includes(Buffer.from("secret-state"))).toBe(false);
     expect(openKv(sessions, name, sealed)).toEqual({ ok: true, value: { state: "secret-state" } });
-    expect(openKv(sessions, cipher.kvName("actors/a2/checkpoint"), sealed)).toMatchObject({ ok: false, reason: expect.stringMatching(/authentication failed/) });
+    expect(openKv(sessions, cipher.kvName("actors/a2/checkpoint"), sealed)).toMatchObject({
+      ok: false,
+      reason: expect.stringMatching(/authentication failed/),
+    });
     const edited = Buffer.from(sealed);
     edited[20] = edited[20]! ^ 1;
     expect(openKv(sessions, name, edited).ok).toBe(false);

@@ -52,7 +52,11 @@ describe("wal lock order", () => {
 
   it("locks - withLocks releases on throw and refuses a promise-returning callback", () => {
     const m = new LockManager();
-    expect(() => m.withLocks(() => { throw new Error("boom"); })).toThrow("boom");
+    expect(() =>
+      m.withLocks(() => {
+        throw new Error("boom");
+      }),
+    ).toThrow("boom");
     // @ts-expect-error the callback must be synchronous (checked at run time too)
     expect(() => m.withLocks(async () => 1)).toThrow(lockError);
     expect(m.withLocks(() => 7)).toBe(7); // nothing left held

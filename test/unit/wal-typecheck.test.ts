@@ -40,7 +40,10 @@ describe("wal lock order at compile time", () => {
     const stripped = runTsc(join(dir, "tsconfig.json"));
     expect(stripped.ok).toBe(false);
     const errors = stripped.output.split("\n").filter((l) => /error TS\d+/.test(l));
-    expect(errors.every((l) => l.includes("wal-lock-misuse.ts")), stripped.output).toBe(true);
+    expect(
+      errors.every((l) => l.includes("wal-lock-misuse.ts")),
+      stripped.output,
+    ).toBe(true);
     expect(errors.length, stripped.output).toBe(marked);
   }, 60_000);
 });

@@ -30,14 +30,24 @@ class Sim {
   /** The open dispatch to `agent` (exactly one). */
   open(agent: string): Send {
     const open = this.sends().filter((s) => s.to === agent && this.state.dispatches[s.id] !== undefined);
-    expect(open.map((s) => s.to), `one open dispatch to ${agent}`).toEqual([agent]);
+    expect(
+      open.map((s) => s.to),
+      `one open dispatch to ${agent}`,
+    ).toEqual([agent]);
     return open[0]!;
   }
 
   reply(agent: string, output: unknown, opts: { fail?: boolean } = {}): Effect[] {
     const d = this.open(agent);
     const payload = opts.fail
-      ? { output: "", status: "failed", error: { code: "MODEL_DOWN", message: "boom" }, runId: d.payload.runId, sessionId: "s1", usage: { inputTokens: 1, outputTokens: 0 } }
+      ? {
+          output: "",
+          status: "failed",
+          error: { code: "MODEL_DOWN", message: "boom" },
+          runId: d.payload.runId,
+          sessionId: "s1",
+          usage: { inputTokens: 1, outputTokens: 0 },
+        }
       : { output, status: "completed", runId: d.payload.runId, sessionId: "s1", usage: { inputTokens: 10, outputTokens: 5 } };
     return this.turn((e) => expect(e.result(d.id, payload, undefined)).toBe(true));
   }
@@ -70,21 +80,43 @@ describe("workflow engine", () => {
     expect(sim.events("approval_requested")).toEqual([]);
     sim.reply("critic", "C");
     expect(sim.events("approval_requested")).toEqual([{ type: "approval_requested", approvalId: "approve", stepId: "approve", timeoutMs: 86_400_000 }]);
-    expect(sim.turn((e) => expect(e.signal({ approvalId: "approve", approved: true, by: "ann" })).toBe("delivered"))).toContainEqual(expect.objectContaining({ kind: "event", type: "approval_granted" }));
+    expect(sim.turn((e) => expect(e.signal({ approvalId: "approve", approved: true, by: "ann" })).toBe("delivered"))).toContainEqual(
+      expect.objectContaining({ kind: "event", type: "approval_granted" }),
+    );
     expect(sim.open("writer").payload.input).toBe('Write the final report from R and ["C","F"]');
     sim.reply("writer", "FINAL");
     expect(sim.state.status).toBe("completed");
     expect(sim.state.output).toBe("FINAL");
     expect(sim.state.usage).toEqual({ inputTokens: 40, outputTokens: 20 });
-    expect(sim.events().map((e) => e.type).slice(-2)).toEqual(["run_completed", "run_stream_end"]);
+    expect(
+      sim
+        .events()
+        .map((e) => e.type)
+        .slice(-2),
+    ).toEqual(["run_completed", "run_stream_end"]);
     // every agent step is a child run linked to its step
-    expect(sim.events("child_run_linked").map((e) => `${e.stepId}->${e.childRunId}`)).toEqual(["research->wf-1-t0r", "review.0->wf-1-t1r", "review.1->wf-1-t2r", "publish.then->wf-1-t4r"]);
+    expect(sim.events("child_run_linked").map((e) => `${e.stepId}->${e.childRunId}`)).toEqual([
+      "research->wf-1-t0r",
+      "review.0->wf-1-t1r",
+      "review.1->wf-1-t2r",
+      "publish.then->wf-1-t4r",
+    ]);
     // the approval's own timeout timer was dropped when the approval came
     expect(Object.values(sim.state.timers).map((t) => t.kind)).toEqual(["retire"]);
   });
 
   it("engine - a turn computed twice from the same state yields the same message ids (a re-run after a crash sends duplicates only)", () => {
-    const def = one([{ id: "a", agent: "x", task: "t" }, { id: "p", type: "parallel", branches: [{ agent: "y", task: "{{steps.a.output}}" }, { agent: "z", task: "2" }] }]);
+    const def = one([
+      { id: "a", agent: "x", task: "t" },
+      {
+        id: "p",
+        type: "parallel",
+        branches: [
+          { agent: "y", task: "{{steps.a.output}}" },
+          { agent: "z", task: "2" },
+        ],
+      },
+    ]);
     const sim = new Sim();
     sim.start(def);
     const before = structuredClone(sim.state);
@@ -159,7 +191,10 @@ describe("workflow engine", () => {
   });
 
   it("template error - a missing path fails the step before anything is sent, naming the template and the path", () => {
-    const def = one([{ id: "a", agent: "x", task: "t" }, { id: "b", agent: "y", task: "Use {{steps.a.output.summary}}" }]);
+    const def = one([
+      { id: "a", agent: "x", task: "t" },
+      { id: "b", agent: "y", task: "Use {{steps.a.output.summary}}" },
+    ]);
     const sim = new Sim();
     sim.start(def);
     sim.reply("x", "plain text");
@@ -171,7 +206,13 @@ describe("workflow engine", () => {
 
   it("loop - runs its body until the condition holds, each iteration a step run of its own", () => {
     const def = one([
-      { id: "l", type: "loop", max_iterations: 5, until: "steps.draft.output contains 'good'", steps: [{ id: "draft", agent: "w", task: "draft {{loop.iteration}} after {{steps.l.status}}" }] },
+      {
+        id: "l",
+        type: "loop",
+        max_iterations: 5,
+        until: "steps.draft.output contains 'good'",
+        steps: [{ id: "draft", agent: "w", task: "draft {{loop.iteration}} after {{steps.l.status}}" }],
+      },
       { id: "done", agent: "x", task: "{{steps.draft.output}} / {{steps.l.output}} / {{steps.l.metadata.iterations}}" },
     ]);
     const sim = new Sim();
@@ -193,7 +234,13 @@ describe("workflow engine", () => {
 
   it("waits - an event signal that came early is kept, a timer wait ends on its timer, an approval times out", () => {
     const sim = new Sim();
-    sim.start(one([{ id: "t", type: "wait", for: "timer", duration: "5s" }, { id: "e", type: "wait", for: "event", event: "paid" }, { id: "x", agent: "a", task: "{{steps.e.output.amount}}" }]));
+    sim.start(
+      one([
+        { id: "t", type: "wait", for: "timer", duration: "5s" },
+        { id: "e", type: "wait", for: "event", event: "paid" },
+        { id: "x", agent: "a", task: "{{steps.e.output.amount}}" },
+      ]),
+    );
     expect(sim.turn((e) => expect(e.signal({ event: "paid", data: { amount: 42 } })).toBe("kept"))).toEqual([]);
     sim.fire("timer");
     expect(sim.open("a").payload.input).toBe("42");
@@ -206,7 +253,16 @@ describe("workflow engine", () => {
 
   it("subject wait - renders its subject, captures it, ends on the message for its wait id only, then releases the capture", () => {
     const sim = new Sim();
-    const effects = sim.start(one([{ id: "paid", type: "wait", for: "event", subject: "orders.{{input.id}}.paid", timeout: "1h" }, { id: "x", agent: "a", task: "{{steps.paid.output.amount}}" }], { id: "string" }), { id: "o-7" });
+    const effects = sim.start(
+      one(
+        [
+          { id: "paid", type: "wait", for: "event", subject: "orders.{{input.id}}.paid", timeout: "1h" },
+          { id: "x", agent: "a", task: "{{steps.paid.output.amount}}" },
+        ],
+        { id: "string" },
+      ),
+      { id: "o-7" },
+    );
     const wait = effects.find((e) => e.kind === "subject_wait");
     expect(wait).toEqual({ kind: "subject_wait", waitId: "wf-1-w0", subject: "orders.o-7.paid" });
     // a name signal does not end a subject-only wait, and a message for another wait is stale, not kept
@@ -254,7 +310,12 @@ describe("workflow engine", () => {
     // the agent turn the run still waited for is interrupted (that message only)
     expect(cancelled.filter((e) => e.kind === "interrupt")).toEqual([{ kind: "interrupt", agent: "x", messageId: d.id, childRunId: d.payload.runId }]);
     expect(sim.state).toMatchObject({ status: "cancelled", error: { code: WorkflowErrorCode.WORKFLOW_CANCELLED } });
-    expect(sim.events().map((e) => e.type).slice(-2)).toEqual(["run_cancelled", "run_stream_end"]);
+    expect(
+      sim
+        .events()
+        .map((e) => e.type)
+        .slice(-2),
+    ).toEqual(["run_cancelled", "run_stream_end"]);
     expect(new RunEngine(sim.state, sim.now).result(d.id, { output: "x" }, undefined)).toBe(false);
     expect(new RunEngine(sim.state, sim.now).signal({ event: "x" })).toBe("ignored");
     expect(sim.fire("retire").map((e) => e.kind)).toEqual(["retire"]);

@@ -112,7 +112,10 @@ function parseModel(name: string, t: TableReader, options: ParseModelsOptions): 
     const inputPerMtok = p.number("input_per_mtok");
     const outputPerMtok = p.number("output_per_mtok");
     if (inputPerMtok === undefined || outputPerMtok === undefined) {
-      throw new ConfigError(p.path(inputPerMtok === undefined ? "input_per_mtok" : "output_per_mtok"), "is required: give both prices in USD per million tokens, e.g. price = { input_per_mtok = 0.4, output_per_mtok = 1.6 }");
+      throw new ConfigError(
+        p.path(inputPerMtok === undefined ? "input_per_mtok" : "output_per_mtok"),
+        "is required: give both prices in USD per million tokens, e.g. price = { input_per_mtok = 0.4, output_per_mtok = 1.6 }",
+      );
     }
     config.price = { inputPerMtok, outputPerMtok };
   }
@@ -130,7 +133,10 @@ function readApiKey(t: TableReader, baseUrl: string, options: ParseModelsOptions
   }
   if (envName !== undefined) {
     if (!/^[A-Za-z_][A-Za-z0-9_]*$/.test(envName)) {
-      throw new ConfigError(t.path("api_key_env"), `must name an environment variable (e.g. "OPENAI_API_KEY"), not ${JSON.stringify(envName)}; the key itself never goes in the file`);
+      throw new ConfigError(
+        t.path("api_key_env"),
+        `must name an environment variable (e.g. "OPENAI_API_KEY"), not ${JSON.stringify(envName)}; the key itself never goes in the file`,
+      );
     }
     const value = (options.env ?? process.env)[envName];
     if (value) return value;
@@ -147,7 +153,11 @@ function readApiKey(t: TableReader, baseUrl: string, options: ParseModelsOptions
     try {
       text = readFileSync(path, "utf8");
     } catch (err) {
-      throw new ConfigError(t.path("api_key_file"), `cannot read ${path} (${(err as NodeJS.ErrnoException).code ?? String(err)}): check the path and that the node may read it`, { cause: err });
+      throw new ConfigError(
+        t.path("api_key_file"),
+        `cannot read ${path} (${(err as NodeJS.ErrnoException).code ?? String(err)}): check the path and that the node may read it`,
+        { cause: err },
+      );
     }
     const key = text.trim();
     if (key === "") throw new ConfigError(t.path("api_key_file"), `${path} is empty: write the API key into it`);

@@ -169,8 +169,7 @@ export class OpenAiModel implements ModelClient {
         release?.();
       }
       const hint = retryAfterMs(failure.headers);
-      const delayMs =
-        failure.reason === "rejected" || attempt > this.maxRetries ? undefined : retryDelayMs(attempt, hint, this.retry, this.random);
+      const delayMs = failure.reason === "rejected" || attempt > this.maxRetries ? undefined : retryDelayMs(attempt, hint, this.retry, this.random);
       if (delayMs === undefined) throw this.finalError(failure, attempt, hint);
       this.log?.warn({ attempt, reason: failure.reason, status: failure.status, delayMs }, `model call failed (${failure.message}); retrying`);
       request.onRetry?.({ attempt, delayMs, reason: failure.reason, ...opt("status", failure.status), ...opt("retryAfterMs", hint) });
@@ -219,18 +218,11 @@ export class OpenAiModel implements ModelClient {
   }
 
   private async single(request: ModelRequest, signal: AbortSignal): Promise<AssembledResponse> {
-    const completion = await this.client.chat.completions.create(
-      { ...this.body(request), stream: false },
-      { signal, ...opt("headers", request.headers) },
-    );
+    const completion = await this.client.chat.completions.create({ ...this.body(request), stream: false }, { signal, ...opt("headers", request.headers) });
     return fromCompletion(completion, this.model);
   }
 
-  private async streamed(
-    request: ModelRequest,
-    signal: AbortSignal,
-    onDelta: ((d: ModelDelta) => void) | undefined,
-  ): Promise<AssembledResponse> {
+  private async streamed(request: ModelRequest, signal: AbortSignal, onDelta: ((d: ModelDelta) => void) | undefined): Promise<AssembledResponse> {
     const stream = await this.client.chat.completions.create(
       { ...this.body(request), stream: true, stream_options: { include_usage: true } },
       { signal, ...opt("headers", request.headers) },

@@ -49,12 +49,7 @@ function parseNumber(raw: string | null): number | undefined {
  * jitter, so a crowd of clients told "1 s" does not return in the same millisecond; without
  * a hint, exponential backoff with jitter. Undefined when the hint exceeds the cap.
  */
-export function retryDelayMs(
-  attempt: number,
-  hintMs: number | undefined,
-  policy: RetryPolicy,
-  random: () => number = Math.random,
-): number | undefined {
+export function retryDelayMs(attempt: number, hintMs: number | undefined, policy: RetryPolicy, random: () => number = Math.random): number | undefined {
   if (hintMs !== undefined) {
     if (hintMs > policy.maxDelayMs) return undefined;
     return Math.min(policy.maxDelayMs, Math.ceil(hintMs * (1 + random() / 10)));

@@ -59,7 +59,10 @@ export async function encodingForModel(model: string): Promise<EncodingName> {
   modelMap ??= import("gpt-tokenizer/mapping").then((m) => m.modelToEncodingMap as Record<string, string>);
   const map = await modelMap;
   // Azure spells gpt-3.5 without the dot.
-  const id = model.slice(model.lastIndexOf("/") + 1).toLowerCase().replace(/^gpt-35/, "gpt-3.5");
+  const id = model
+    .slice(model.lastIndexOf("/") + 1)
+    .toLowerCase()
+    .replace(/^gpt-35/, "gpt-3.5");
   let found = map[id];
   if (found === undefined) {
     // Only a dated or suffixed variant of a listed model inherits its encoding ("gpt-4-0613-x"

@@ -93,14 +93,7 @@ export interface RetryInfo {
  * `invalid_response` (no choices, unparsable), `rejected` (400/401/403/404/422 and other
  * client errors: retrying cannot help).
  */
-export type ModelFailureReason =
-  | "rate_limited"
-  | "server_error"
-  | "connection"
-  | "stream_interrupted"
-  | "timeout"
-  | "invalid_response"
-  | "rejected";
+export type ModelFailureReason = "rate_limited" | "server_error" | "connection" | "stream_interrupted" | "timeout" | "invalid_response" | "rejected";
 
 /** Takes one provider-call slot (see ModelCallScheduler) and resolves to its release. */
 export type AcquireSlot = () => Promise<() => void>;

@@ -48,7 +48,8 @@ const FUNCTIONS: Record<string, Fn> = {
   ln: unary((x) => log(x, Math.log)),
   log: {
     arity: [1, 2],
-    apply: ([x, base]) => (base === undefined ? log(x!, Math.log) : base <= 0 || base === 1 ? undef("log base must be positive and not 1") : log(x!, Math.log) / Math.log(base)),
+    apply: ([x, base]) =>
+      base === undefined ? log(x!, Math.log) : base <= 0 || base === 1 ? undef("log base must be positive and not 1") : log(x!, Math.log) / Math.log(base),
   },
   log10: unary((x) => log(x, Math.log10)),
   log2: unary((x) => log(x, Math.log2)),
@@ -74,7 +75,11 @@ function power(x: number, y: number): number {
   return x ** y;
 }
 
-type Token = { kind: "num"; value: number; pos: number } | { kind: "name"; value: string; pos: number } | { kind: "op"; value: string; pos: number } | { kind: "end"; pos: number };
+type Token =
+  | { kind: "num"; value: number; pos: number }
+  | { kind: "name"; value: string; pos: number }
+  | { kind: "op"; value: string; pos: number }
+  | { kind: "end"; pos: number };
 
 function tokenize(src: string): Token[] {
   const tokens: Token[] = [];
@@ -113,7 +118,8 @@ class Parser {
     const v = this.#expr();
     const t = this.#peek();
     if (t.kind !== "end") {
-      const hint = t.kind === "op" && t.value === ")" ? " (no matching opening parenthesis)" : t.kind !== "op" || t.value === "(" ? " (write * to multiply)" : "";
+      const hint =
+        t.kind === "op" && t.value === ")" ? " (no matching opening parenthesis)" : t.kind !== "op" || t.value === "(" ? " (write * to multiply)" : "";
       throw new ExpressionSyntaxError(`unexpected ${describe(t)}${hint}`, t.pos);
     }
     return v;
@@ -175,7 +181,10 @@ class Parser {
     const base = this.#primary();
     if (!this.#isOp("^")) return base;
     const op = this.#next();
-    return power(base, this.#nested(op.pos, () => this.#unary()));
+    return power(
+      base,
+      this.#nested(op.pos, () => this.#unary()),
+    );
   }
 
   #primary(): number {

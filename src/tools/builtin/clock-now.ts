@@ -28,7 +28,9 @@ export function createClockTools(clock: Clock = systemClock): Tool[] {
       idempotent: true,
       parameters: {
         type: "object",
-        properties: { timezone: { type: "string", default: "UTC", description: 'IANA time zone such as "Europe/Paris" or "America/New_York".', maxLength: 64 } },
+        properties: {
+          timezone: { type: "string", default: "UTC", description: 'IANA time zone such as "Europe/Paris" or "America/New_York".', maxLength: 64 },
+        },
         additionalProperties: false,
       },
       run: ({ timezone }) => clockNow(clock.now(), timezone),

@@ -27,17 +27,7 @@ export interface DbConfig {
   allowPrivilegedLogin: boolean;
 }
 
-const KEYS = [
-  "url",
-  "url_env",
-  "url_file",
-  "role",
-  "statement_timeout_ms",
-  "max_rows",
-  "pool_size",
-  "connect_timeout_ms",
-  "allow_privileged_login",
-] as const;
+const KEYS = ["url", "url_env", "url_file", "role", "statement_timeout_ms", "max_rows", "pool_size", "connect_timeout_ms", "allow_privileged_login"] as const;
 
 const ROLE = /^[A-Za-z_][A-Za-z0-9_$]{0,62}$/;
 
@@ -68,7 +58,10 @@ export function dbConfigFrom(table: TomlTable | undefined, keyPrefix = "tools.db
   const role = stringAt(t, keyPrefix, "role");
   if (role !== undefined) {
     if (!ROLE.test(role)) {
-      throw new ConfigError(keyOf(keyPrefix, "role"), `${JSON.stringify(role)} is not a role name: use 1-63 letters, digits, _ or $, starting with a letter or _`);
+      throw new ConfigError(
+        keyOf(keyPrefix, "role"),
+        `${JSON.stringify(role)} is not a role name: use 1-63 letters, digits, _ or $, starting with a letter or _`,
+      );
     }
     config.role = role;
   }

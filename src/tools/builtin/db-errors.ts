@@ -51,10 +51,11 @@ const RETRYABLE = /^(08|40|53|57P0)/;
 
 /** PostgreSQL refused or failed the query; `data` carries SQLSTATE, message, detail, hint and position. */
 export class DbQueryError extends KovaError {
-  constructor(readonly pg: PgErrorFields, options: KovaErrorOptions = {}) {
-    const extra = [pg.detail && `detail: ${pg.detail}`, pg.hint && `hint: ${pg.hint}`, pg.position && `at character ${pg.position}`]
-      .filter(Boolean)
-      .join("; ");
+  constructor(
+    readonly pg: PgErrorFields,
+    options: KovaErrorOptions = {},
+  ) {
+    const extra = [pg.detail && `detail: ${pg.detail}`, pg.hint && `hint: ${pg.hint}`, pg.position && `at character ${pg.position}`].filter(Boolean).join("; ");
     super(DbErrorCode.DB_QUERY_FAILED, `PostgreSQL error ${pg.sqlstate}: ${pg.message}${extra ? ` (${extra})` : ""}`, {
       retryable: RETRYABLE.test(pg.sqlstate),
       ...options,

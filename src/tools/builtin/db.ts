@@ -212,10 +212,7 @@ export function createDbTool(config: DbConfig, logger: Logger): DbTool {
           maxItems: MAX_PARAMS,
           description: "Values for $1, $2, … in order.",
           items: {
-            anyOf: [
-              { type: ["string", "number", "boolean", "null"] },
-              { type: "array", items: { type: ["string", "number", "boolean", "null"] } },
-            ],
+            anyOf: [{ type: ["string", "number", "boolean", "null"] }, { type: "array", items: { type: ["string", "number", "boolean", "null"] } }],
           },
         },
       },
@@ -295,7 +292,8 @@ function paramsArg(params: unknown): Array<Scalar | Scalar[]> {
   if (params.length > MAX_PARAMS) throw new ArgumentError("params", `has ${params.length} values; the limit is ${MAX_PARAMS}`);
   params.forEach((v, i) => {
     const ok = isScalar(v) || (Array.isArray(v) && v.every(isScalar));
-    if (!ok) throw new ArgumentError(`params[${i}]`, "must be a string, number, boolean, null or an array of those (pass JSON as a string and cast it: $1::jsonb)");
+    if (!ok)
+      throw new ArgumentError(`params[${i}]`, "must be a string, number, boolean, null or an array of those (pass JSON as a string and cast it: $1::jsonb)");
     if ((typeof v === "string" && v.includes("\0")) || (Array.isArray(v) && v.some((x) => typeof x === "string" && x.includes("\0")))) {
       throw new ArgumentError(`params[${i}]`, "must not contain a NUL character");
     }

@@ -42,7 +42,8 @@ export interface FileToolConfig {
 export function fileConfigFrom(table: ConfigTable, keyPrefix = "tools.file", _env: NodeJS.ProcessEnv = process.env, baseDir = process.cwd()): FileToolConfig {
   rejectUnknown(table, ["root", "max_bytes", "read_only"], `${keyPrefix}.`);
   const rootRaw = stringValue(table.root, `${keyPrefix}.root`);
-  if (rootRaw === undefined) throw new ConfigError(`${keyPrefix}.root`, 'is required: name the directory file_read and file_write are confined to, e.g. root = "/srv/agent-files"');
+  if (rootRaw === undefined)
+    throw new ConfigError(`${keyPrefix}.root`, 'is required: name the directory file_read and file_write are confined to, e.g. root = "/srv/agent-files"');
   const rootWritten = isAbsolute(rootRaw) ? rootRaw : resolve(baseDir, rootRaw);
   let root: string;
   try {
@@ -50,7 +51,9 @@ export function fileConfigFrom(table: ConfigTable, keyPrefix = "tools.file", _en
     if (!statSync(root).isDirectory()) throw Object.assign(new Error("not a directory"), { code: "ENOTDIR" });
   } catch (err) {
     const code = (err as NodeJS.ErrnoException).code ?? String(err);
-    throw new ConfigError(`${keyPrefix}.root`, `${rootWritten} is not a usable directory (${code}): create it (mkdir -p ${rootWritten}) or fix the path`, { cause: err });
+    throw new ConfigError(`${keyPrefix}.root`, `${rootWritten} is not a usable directory (${code}): create it (mkdir -p ${rootWritten}) or fix the path`, {
+      cause: err,
+    });
   }
   return {
     root,

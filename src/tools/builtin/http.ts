@@ -233,7 +233,18 @@ function checkTarget(url: URL, config: HttpToolConfig, policy: AddressPolicyOpti
 }
 
 /** Headers Kova sets itself, or that would let a request smuggle another one. */
-const REFUSED_HEADERS = new Set(["host", "content-length", "transfer-encoding", "connection", "keep-alive", "upgrade", "te", "trailer", "expect", "accept-encoding"]);
+const REFUSED_HEADERS = new Set([
+  "host",
+  "content-length",
+  "transfer-encoding",
+  "connection",
+  "keep-alive",
+  "upgrade",
+  "te",
+  "trailer",
+  "expect",
+  "accept-encoding",
+]);
 const TOKEN = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/;
 
 function requestHeaders(args: HttpArgs): OutgoingHttpHeaders {

@@ -73,10 +73,7 @@ export function shellConfigFrom(
   rejectUnknownKeys(t, KEYS, keyPrefix);
   const sandbox = t.sandbox ?? "bwrap";
   if (sandbox !== "bwrap" && sandbox !== "none") {
-    throw new ConfigError(
-      keyOf(keyPrefix, "sandbox"),
-      `must be "bwrap" (bubblewrap sandbox) or "none" (no isolation at all), not ${JSON.stringify(sandbox)}`,
-    );
+    throw new ConfigError(keyOf(keyPrefix, "sandbox"), `must be "bwrap" (bubblewrap sandbox) or "none" (no isolation at all), not ${JSON.stringify(sandbox)}`);
   }
   const config: ShellConfig = {
     sandbox,

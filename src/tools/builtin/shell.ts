@@ -61,8 +61,7 @@ const MAX_STDIN_CHARS = 1024 * 1024;
 export function createShellTool(config: ShellConfig, logger: Logger): ShellTool {
   const log = logger.child({ component: "tools.shell" });
   const identity = process.getuid?.() === 0 && config.sandbox === "bwrap" ? { uid: NOBODY, gid: NOBODY } : undefined;
-  const probe: Promise<SandboxStatus> =
-    config.sandbox === "none" ? Promise.resolve({ sandbox: "none", ok: true }) : probeSandbox(config, identity);
+  const probe: Promise<SandboxStatus> = config.sandbox === "none" ? Promise.resolve({ sandbox: "none", ok: true }) : probeSandbox(config, identity);
   void probe.then((status) => {
     if (status.ok) log.info({ sandbox: config.sandbox, uid: identity?.uid ?? process.getuid?.() }, "shell_exec sandbox ready");
     else log.warn({ reason: status.reason }, "shell_exec has no usable sandbox: every call will be refused");
@@ -99,7 +98,15 @@ export function createShellTool(config: ShellConfig, logger: Logger): ShellTool 
     }
     const result: ShellResult = { ...outcome, timeoutMs };
     log.debug(
-      { agentId: ctx.agentId, callId: ctx.callId, exitCode: result.exitCode, signal: result.signal, durationMs: result.durationMs, timedOut: result.timedOut, truncated: result.truncated },
+      {
+        agentId: ctx.agentId,
+        callId: ctx.callId,
+        exitCode: result.exitCode,
+        signal: result.signal,
+        durationMs: result.durationMs,
+        timedOut: result.timedOut,
+        truncated: result.truncated,
+      },
       "shell_exec done",
     );
     return result;

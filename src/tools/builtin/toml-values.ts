@@ -28,10 +28,7 @@ export function rejectUnknownKeys(t: TomlTable, allowed: readonly string[], pref
   for (const k of Object.keys(t)) {
     if (allowed.includes(k)) continue;
     const hint = allowed.find((a) => a.replace(/_/g, "") === k.replace(/[_-]/g, "").toLowerCase());
-    throw new ConfigError(
-      keyOf(prefix, k),
-      `unknown key${hint ? `: did you mean ${keyOf(prefix, hint)}?` : `; allowed here: ${allowed.join(", ")}`}`,
-    );
+    throw new ConfigError(keyOf(prefix, k), `unknown key${hint ? `: did you mean ${keyOf(prefix, hint)}?` : `; allowed here: ${allowed.join(", ")}`}`);
   }
 }
 

@@ -101,7 +101,11 @@ export function webSearchConfigFrom(table: ConfigTable, keyPrefix = "tools.web_s
   if (endpoint.protocol !== "http:" && endpoint.protocol !== "https:") throw new ConfigError(k("endpoint"), "must be an http or https URL");
   if (endpoint.username || endpoint.password) throw new ConfigError(k("endpoint"), "must not carry credentials: put them in headers_env");
   const adapter = stringValue(table.adapter, k("adapter")) ?? "searxng";
-  if (!(adapter in ADAPTERS)) throw new ConfigError(k("adapter"), `unknown adapter ${JSON.stringify(adapter)}: built in is ${Object.keys(ADAPTERS).join(", ")}; pass others in code to createWebSearchTools`);
+  if (!(adapter in ADAPTERS))
+    throw new ConfigError(
+      k("adapter"),
+      `unknown adapter ${JSON.stringify(adapter)}: built in is ${Object.keys(ADAPTERS).join(", ")}; pass others in code to createWebSearchTools`,
+    );
   const headers: Record<string, string> = {};
   if (table.headers_env !== undefined) {
     for (const [name, envName] of Object.entries(tableAt(table.headers_env, k("headers_env")))) {
@@ -165,14 +169,20 @@ export function createWebSearchTools(config: WebSearchConfig, options: { adapter
             maxResponseBytes: config.maxResponseBytes,
           });
           if (reply.status < 200 || reply.status > 299) {
-            throw new WebSearchFailedError(`the endpoint answered HTTP ${reply.status} ${reply.statusText}`.trim(), { retryable: reply.status >= 500 || reply.status === 429 });
+            throw new WebSearchFailedError(`the endpoint answered HTTP ${reply.status} ${reply.statusText}`.trim(), {
+              retryable: reply.status >= 500 || reply.status === 429,
+            });
           }
-          if (reply.truncated) throw new WebSearchFailedError(`the answer is larger than max_response_bytes (${config.maxResponseBytes})`, { retryable: false });
+          if (reply.truncated)
+            throw new WebSearchFailedError(`the answer is larger than max_response_bytes (${config.maxResponseBytes})`, { retryable: false });
           let body: unknown;
           try {
             body = JSON.parse(reply.body.toString("utf8"));
           } catch (err) {
-            throw new WebSearchFailedError("the endpoint did not answer JSON (for SearxNG, enable the json format under search.formats)", { cause: err, retryable: false });
+            throw new WebSearchFailedError("the endpoint did not answer JSON (for SearxNG, enable the json format under search.formats)", {
+              cause: err,
+              retryable: false,
+            });
           }
           return { query: args.query, results: normalise(adapter.parse(body), q.maxResults) };
         } finally {

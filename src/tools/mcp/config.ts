@@ -102,7 +102,10 @@ export function mcpConfigFrom(raw: unknown, keyPrefix = "mcp", opts: McpConfigOp
       const server = serverFrom(entry, `${keyPrefix}.servers[${i}]`, env, baseDir);
       const earlier = byName.get(server.name);
       if (earlier !== undefined) {
-        throw new ConfigError(`${server.key}.name`, `"${server.name}" is already the name of ${earlier}: tool names would clash, give each server its own name`);
+        throw new ConfigError(
+          `${server.key}.name`,
+          `"${server.name}" is already the name of ${earlier}: tool names would clash, give each server its own name`,
+        );
       }
       byName.set(server.name, server.key);
       return server;
@@ -136,7 +139,10 @@ function serverFrom(raw: unknown, key: string, env: NodeJS.ProcessEnv, baseDir: 
   }
   const misplaced = Object.keys(t).find((k) => (hasCommand ? HTTP_ONLY : STDIO_ONLY).includes(k) && k !== "command" && k !== "url");
   if (misplaced !== undefined) {
-    throw new ConfigError(`${key}.${misplaced}`, hasCommand ? "applies only to url (HTTP) servers: remove it" : "applies only to command (stdio) servers: remove it");
+    throw new ConfigError(
+      `${key}.${misplaced}`,
+      hasCommand ? "applies only to url (HTTP) servers: remove it" : "applies only to command (stdio) servers: remove it",
+    );
   }
   if (hasCommand) {
     if (typeof t.command !== "string" || t.command.trim() === "") {
@@ -175,7 +181,10 @@ function httpUrl(value: unknown, key: string): string {
     throw new ConfigError(key, `${show(value)} is not an http(s) URL: write the server's streamable HTTP endpoint, e.g. url = "https://mcp.example.com/mcp"`);
   }
   if (url.username !== "" || url.password !== "") {
-    throw new ConfigError(key, "must not carry credentials: put the token in an environment variable and name it in headers_env, e.g. headers_env = { Authorization = \"REMOTE_MCP_TOKEN\" }");
+    throw new ConfigError(
+      key,
+      'must not carry credentials: put the token in an environment variable and name it in headers_env, e.g. headers_env = { Authorization = "REMOTE_MCP_TOKEN" }',
+    );
   }
   return url.href;
 }
@@ -205,7 +214,8 @@ function envTable(value: unknown, key: string, env: NodeJS.ProcessEnv): Record<s
   for (const [name, template] of Object.entries(asTable(value, key))) {
     const at = `${key}.${name}`;
     if (!ENV_NAME.test(name)) throw new ConfigError(at, "is not an environment variable name: use letters, digits and _ (not starting with a digit)");
-    if (typeof template !== "string") throw new ConfigError(at, `must be a string (a value, or "\${VAR}" to take it from the node's environment), not ${show(template)}`);
+    if (typeof template !== "string")
+      throw new ConfigError(at, `must be a string (a value, or "\${VAR}" to take it from the node's environment), not ${show(template)}`);
     let names: string[];
     try {
       names = templateVariables(template);

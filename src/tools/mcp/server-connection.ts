@@ -227,7 +227,12 @@ export class McpServerConnection {
   /** The SDK's own timeout for a request armed with `timeoutMs` (it says so in the error's data). */
   #isRequestTimeout(err: unknown, timeoutMs: number): boolean {
     const types = this.#sdk?.types;
-    return types !== undefined && err instanceof types.McpError && err.code === types.ErrorCode.RequestTimeout && (err.data as { timeout?: unknown } | undefined)?.timeout === timeoutMs;
+    return (
+      types !== undefined &&
+      err instanceof types.McpError &&
+      err.code === types.ErrorCode.RequestTimeout &&
+      (err.data as { timeout?: unknown } | undefined)?.timeout === timeoutMs
+    );
   }
 
   /**
@@ -269,7 +274,8 @@ export class McpServerConnection {
       this.#open.add(c);
       // Set before connecting: a server may announce a change right after initialization.
       c.setNotificationHandler(sdk.types.ToolListChangedNotificationSchema, () => {
-        if (this.#generation === generation && !this.#closing) this.#refreshTools(c).catch((err: unknown) => this.#log.warn({ err: message(err) }, "re-listing tools after list_changed failed"));
+        if (this.#generation === generation && !this.#closing)
+          this.#refreshTools(c).catch((err: unknown) => this.#log.warn({ err: message(err) }, "re-listing tools after list_changed failed"));
       });
       c.onclose = () => this.#onClosed(c, generation);
       c.onerror = (err) => this.#log.debug({ err: message(err) }, "transport error");
@@ -319,7 +325,10 @@ export class McpServerConnection {
     this.#state = "restarting";
     this.#pid = undefined;
     this.#nextAttemptAt = Date.now() + delay;
-    this.#log.warn({ reason, retryInMs: delay, failures: this.#backoff.failures, lastStderr: this.#lastStderr }, "MCP server down; restarting it after the delay");
+    this.#log.warn(
+      { reason, retryInMs: delay, failures: this.#backoff.failures, lastStderr: this.#lastStderr },
+      "MCP server down; restarting it after the delay",
+    );
     clearTimeout(this.#retryTimer);
     this.#retryTimer = setTimeout(() => {
       this.#retryTimer = undefined;
@@ -428,7 +437,8 @@ export class McpServerConnection {
     const warned = new Set(this.#skipped.map((s) => s.name));
     for (const s of skipped) if (!warned.has(s.name)) this.#log.warn({ tool: s.name, reason: s.reason }, "tool not offered");
     const unknown = this.config.idempotentTools.filter((n) => !seen.has(n));
-    if (unknown.length > 0) this.#log.warn({ tools: unknown, key: `${this.config.key}.idempotent_tools` }, "idempotent_tools names tools the server does not list");
+    if (unknown.length > 0)
+      this.#log.warn({ tools: unknown, key: `${this.config.key}.idempotent_tools` }, "idempotent_tools names tools the server does not list");
     this.#setTools(kept, skipped);
   }
 

@@ -17,9 +17,11 @@ const MIN_REDACTED_LENGTH = 4;
  * @throws ConfigError when a variable the config names is no longer set
  */
 export function createTransport(sdk: McpSdk, config: McpServerConfig, env: NodeJS.ProcessEnv, log: Logger, onStderr: (line: string) => void): Transport {
-  const missing = (key: string) => (name: string): never => {
-    throw new ConfigError(key, `environment variable ${name} is not set: export ${name}=<value> before starting the node`);
-  };
+  const missing =
+    (key: string) =>
+    (name: string): never => {
+      throw new ConfigError(key, `environment variable ${name} is not set: export ${name}=<value> before starting the node`);
+    };
   if (config.transport === "http") {
     const headers: Record<string, string> = {};
     for (const [header, variable] of Object.entries(config.headersEnv)) {
@@ -35,7 +37,13 @@ export function createTransport(sdk: McpSdk, config: McpServerConfig, env: NodeJ
   }
   // Variable names only: their values may be secrets.
   log.debug({ command: config.command, args: config.args, env: Object.keys(childEnv), cwd: config.cwd }, "spawning MCP server");
-  const transport = new sdk.StdioClientTransport({ command: config.command, args: config.args, env: childEnv, stderr: "pipe", ...(config.cwd ? { cwd: config.cwd } : {}) });
+  const transport = new sdk.StdioClientTransport({
+    command: config.command,
+    args: config.args,
+    env: childEnv,
+    stderr: "pipe",
+    ...(config.cwd ? { cwd: config.cwd } : {}),
+  });
   const redact = redactor(secrets);
   forwardLines(transport.stderr!, (line) => onStderr(redact(line)));
   return transport;
