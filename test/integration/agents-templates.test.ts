@@ -110,6 +110,8 @@ describe("agent templates (KovaNode in process, real NATS, scripted model over H
       what: "the raw-NATS task's run_completed",
     });
     expect(done).toMatchObject({ sessionId: "raw-s", data: { agentId: "support--carol", output: "support--carol heard: from raw NATS" } });
+    // run_stream_end is published after run_completed: wait for it, then check it is last.
+    await poll(() => rig.eventsOf("raw-run").some((e) => e.type === "run_stream_end"), { timeoutMs: 10_000, what: "run_stream_end of the raw run" });
     expect(rig.eventsOf("raw-run").at(-1)?.type).toBe("run_stream_end");
   }, 90_000);
 
