@@ -72,10 +72,15 @@ describe("tool-call approval across a SIGKILL (node processes, scripted model ov
     );
     expect(result.stderr).toContain("[calculator approved by ann]");
     expect(result.stderr).toContain(`[completed · run ${runId}`);
-    // No model call repeated, the approval asked once, the call run once after the decision.
+    // No model call repeated, one approval id, the call run once after the decision.
     expect(model.requests).toHaveLength(2);
     const events = tc.events.filter((e) => e.runId === runId);
-    expect(events.filter((e) => e.type === "approval_requested")).toHaveLength(1);
+    // The kill may land after the request was published but before its step was recorded:
+    // the new host then asks again, under the same approval id (derived from the step), so
+    // the decision already given answers it.
+    const requested = events.filter((e) => e.type === "approval_requested");
+    expect(requested.length).toBeGreaterThanOrEqual(1);
+    expect(new Set(requested.map((e) => (e.data as { approvalId: string }).approvalId))).toEqual(new Set([approvalId]));
     expect(events.filter((e) => e.type === "tool_call")).toHaveLength(1);
     expect(events.find((e) => e.type === "approval_granted")?.data).toMatchObject({ approvalId, by: "ann", comment: "fine" });
     // A second decision is refused with its reason, through the same command.
@@ -117,7 +122,12 @@ describe("tool-call approval across a SIGKILL (node processes, scripted model ov
     expect(moved).not.toBe(host);
     expect(model.requests).toHaveLength(2);
     const events = tc.events.filter((e) => e.runId === asked.runId);
-    expect(events.filter((e) => e.type === "approval_requested")).toHaveLength(1);
+    // The kill may land after the request was published but before its step was recorded:
+    // the new host then asks again, under the same approval id (derived from the step), so
+    // the decision already given answers it.
+    const requested = events.filter((e) => e.type === "approval_requested");
+    expect(requested.length).toBeGreaterThanOrEqual(1);
+    expect(new Set(requested.map((e) => (e.data as { approvalId: string }).approvalId))).toEqual(new Set([approvalId]));
     expect(events.filter((e) => e.type === "tool_call")).toHaveLength(1);
   }, 120_000);
 });
