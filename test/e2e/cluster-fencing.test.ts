@@ -63,9 +63,7 @@ describe("fencing", () => {
       async () => {
         const [rec, lease] = [(await tc.agents()).get(actor), (await tc.leases()).get(actor)];
         if (!rec?.node || rec.state !== "Idle" || lease?.node !== rec.node) return undefined;
-        const lists = await Promise.all(
-          ["f1", "f2"].map(async (n) => JSON.parse((await tc.cli(["node-agents", n, "--json"])).stdout) as Array<{ id: string }>),
-        );
+        const lists = await Promise.all(["f1", "f2"].map((n) => tc.agentsOn(n)));
         return lists.filter((l) => l.some((a) => a.id === actor)).length === 1 ? true : undefined;
       },
       { timeoutMs: 20_000, what: "actor hosted exactly once after f2 woke", everyMs: 300, retryErrors: true },
