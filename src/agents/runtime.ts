@@ -227,11 +227,13 @@ export class AgentRuntime {
     const bucket = this.#buckets.get(agentId);
     if (!bucket) return;
     const drop = () => {
-      if (this.#buckets.get(agentId) === bucket && !this.#running.has(agentId) && bucket.msUntilFull(Date.now()) === 0) this.#buckets.delete(agentId);
+      if (this.#buckets.get(agentId) !== bucket || this.#running.has(agentId)) return;
+      const left = bucket.msUntilFull(Date.now());
+      if (left === 0) this.#buckets.delete(agentId);
+      // A timer may fire a millisecond early by the wall clock: look again rather than keep it forever.
+      else setTimeout(drop, left + 1).unref();
     };
-    const ms = bucket.msUntilFull(Date.now());
-    if (ms === 0) drop();
-    else setTimeout(drop, ms).unref();
+    drop();
   }
 
   /** Agents with a token bucket on this node (what `forget` releases). */
