@@ -7,6 +7,8 @@
 export type CrashPoint =
   /** A send's publish was acknowledged by JetStream; its step is not recorded yet. */
   | "after-publish-ack"
+  /** The handler returned (an unrecorded last step ran); the turn's checkpoint is not saved yet. */
+  | "before-checkpoint"
   /** The turn's checkpoint is saved on NATS; its reply, journal close and WAL completion are not done. */
   | "after-checkpoint"
   /** The reply was published; the WAL record is still PENDING. */

@@ -82,8 +82,9 @@ export class TurnJournal {
   }
 
   async step<R>(name: string, fn: (info: StepInfo) => Promise<R> | R, opts: StepOptions = {}): Promise<R> {
-    const index = this.#step++;
     const idempotent = opts.idempotent === true;
+    if (opts.record === false && !idempotent) throw new TypeError(`step ${name}: record: false is for idempotent steps only`);
+    const index = this.#step++;
     // A hole (null once through the WAL's encoding) is a step with nothing recorded: an
     // idempotent step still running when its turn was cut, next to concurrent ones.
     const recorded = this.record.steps[index] ?? undefined;
@@ -107,15 +108,16 @@ export class TurnJournal {
     }
     await this.io.gate();
     await this.io.fence();
+    if (opts.record === false) {
+      return timedPhase(`step:${name}`, this.actorId, async () => fn(this.#info(index)));
+    }
     const entry: StepRecord = { name, status: "started", idempotent };
     this.record.steps[index] = entry;
     // An idempotent step needs no "started" mark: without a result it simply runs again.
     if (!idempotent) await this.#write(index);
     let result: R;
     try {
-      result = await timedPhase(`step:${name}`, this.actorId, async () =>
-        fn({ key: `${this.actorId}.${this.record.envelope.id}.${index}`, index, attempt: this.record.attempt }),
-      );
+      result = await timedPhase(`step:${name}`, this.actorId, async () => fn(this.#info(index)));
     } catch (err) {
       entry.status = "failed";
       entry.error = toWire(err);
@@ -126,6 +128,10 @@ export class TurnJournal {
     entry.result = result;
     await this.#write(index);
     return result;
+  }
+
+  #info(index: number): StepInfo {
+    return { key: `${this.actorId}.${this.record.envelope.id}.${index}`, index, attempt: this.record.attempt };
   }
 
   /** Writes values handed out since the last write (the host calls it before completing the turn). */

@@ -209,6 +209,7 @@ export async function runTurn(actor: TurnActor, env: A2AEnvelope, src: TurnSourc
 
   const answer = env.replyTo ? replyOf(actor.id, env, outcome, src.mailbox) : undefined;
   const cp = memory.next(finalState, env.id, { type: actor.def.type, nodeId: deps.nodeId, ts: Date.now() }, answer);
+  crashPoint("before-checkpoint", actor.id);
   try {
     await commit(actor, record, cp);
   } catch (err) {

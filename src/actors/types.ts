@@ -19,6 +19,14 @@ export interface StepOptions {
    * other such step rejects with StepOutcomeUnknownError.
    */
   idempotent?: boolean;
+  /**
+   * false: the step's outcome is not written to the journal (one write less). Its function
+   * runs again whenever the turn is replayed, so only for an idempotent step whose effects
+   * are keyed by `info.key` (a re-run is deduplicated) and whose result is the same every
+   * time; typically the last step of a turn, whose effects the turn's commit settles.
+   * Default true.
+   */
+  record?: boolean;
 }
 
 /** Passed to a step's function. */

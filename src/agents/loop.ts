@@ -199,24 +199,28 @@ async function finish(s: RunScope, output: string, status: RunStatus, error?: { 
     s.ctx.state.usage = addRun(s.ctx.state.usage, s.tally);
     return final;
   }
+  // Not recorded: the turn's commit, right after, is what says the run ended. A crash
+  // before it replays the turn, which reuses every recorded step and comes here again: the
+  // conversation is saved again with the same content, and the end events go out again
+  // under the same message ids (the step's key), which the stream drops as duplicates.
   await s.ctx.step(
     "run:end",
-    async () => {
+    async ({ key }) => {
       // A run that ended before its first model step never said it started.
-      if (s.startedInStep === "model" && s.modelSteps === 0) await publishStarted(s);
+      if (s.startedInStep === "model" && s.modelSteps === 0) await publishStarted(s, key);
       if (status === "completed") {
         if (s.request.sessionId !== undefined) {
           const memory = await s.runtime.memory();
           await timedPhase("kv.memory.save", s.agentId, () => memory.save(s.agentId, s.sessionId, s.history));
         }
-        await publish(s, "run_completed", { agentId: s.agentId, output: final.output, usage: final.usage });
+        await publish(s, "run_completed", { agentId: s.agentId, output: final.output, usage: final.usage }, key);
       } else {
-        await publish(s, "run_failed", { agentId: s.agentId, error, usage: final.usage });
+        await publish(s, "run_failed", { agentId: s.agentId, error, usage: final.usage }, key);
       }
-      await publish(s, "run_stream_end", { status });
+      await publish(s, "run_stream_end", { status }, key);
       return true;
     },
-    { idempotent: true },
+    { idempotent: true, record: false },
   );
   s.ctx.state.usage = addRun(s.ctx.state.usage, s.tally);
   return final;

@@ -34,7 +34,7 @@ export interface ModelTurnRecord {
  * `model_response`. Idempotent: after a crash mid-call the call is made again.
  */
 export function modelTurn(s: RunScope, turn: number): Promise<ModelTurnRecord> {
-  return s.ctx.step(`model:${turn}`, () => callModel(s, turn), { idempotent: true });
+  return s.ctx.step(`model:${turn}`, ({ key }) => callModel(s, turn, key), { idempotent: true });
 }
 
 /** Applies a recorded turn's eviction to the history (the same on first run and on replay). */
@@ -43,11 +43,11 @@ export function applyFit(history: readonly ChatMessage[], rec: Pick<ModelTurnRec
   return rec.summary ? withSummary(rec.summary.text, kept) : kept;
 }
 
-async function callModel(s: RunScope, turn: number): Promise<ModelTurnRecord> {
+async function callModel(s: RunScope, turn: number, stepKey: string): Promise<ModelTurnRecord> {
   // `run_started` is stored while the model is chosen and called, one JetStream round trip
   // off the run's path: it is published before any later event of the run (one connection
   // keeps their order) and its ack is awaited before the step ends.
-  const started = turn === 0 && s.startedInStep === "model" ? publishStarted(s) : undefined;
+  const started = turn === 0 && s.startedInStep === "model" ? publishStarted(s, stepKey) : undefined;
   try {
     const rec = await chooseAndCall(s, turn);
     await started;
@@ -108,6 +108,8 @@ async function chooseAndCall(s: RunScope, turn: number): Promise<ModelTurnRecord
   const usage = res.usage ?? { inputTokens: counter.countRequest(messages, tools), outputTokens: counter.countMessage(res.message) };
   const costUsd = config.price ? costOf(usage, config.price).total : undefined;
   await charge(s, usage.inputTokens + usage.outputTokens);
+  // A new id each time (no step key): a step run again after a crash made a second, paid
+  // call, and its own `model_response` is what usage accounting reads.
   await publish(s, RunEventType.modelResponse, {
     agentId,
     model: name,

@@ -44,14 +44,19 @@ export function runEvent(s: Pick<RunScope, "runId" | "sessionId" | "parentRunId"
   return { type, sessionId: s.sessionId, runId: s.runId, ...(s.parentRunId ? { parentRunId: s.parentRunId } : {}), ts: Date.now(), data };
 }
 
-/** Publishes a stored event of the run; call it only inside a step, so a replay does not repeat it. */
-export function publish(s: RunScope, type: string, data: unknown): Promise<void> {
-  return s.runtime.publish(runEvent(s, type, data));
+/**
+ * Publishes a stored event of the run; call it only inside a step, so a replay that reuses
+ * the step's result does not repeat it. `stepKey` (the step's `info.key`): a step that runs
+ * again (a crash before its result was recorded, or an unrecorded step) publishes the event
+ * under the same message id, and the stream keeps one.
+ */
+export function publish(s: RunScope, type: string, data: unknown, stepKey?: string): Promise<void> {
+  return s.runtime.publish(runEvent(s, type, data), true, stepKey === undefined ? undefined : `${stepKey}.${type}`);
 }
 
-/** `run_started`, from inside the step that starts the run (`run:start`, or the first model call's). */
-export function publishStarted(s: RunScope): Promise<void> {
-  return publish(s, "run_started", { agentId: s.agentId, input: s.request.input, kind: s.request.kind });
+/** `run_started`, from inside the step that starts the run (`run:start`, the first model call's, or `run:end`). */
+export function publishStarted(s: RunScope, stepKey?: string): Promise<void> {
+  return publish(s, "run_started", { agentId: s.agentId, input: s.request.input, kind: s.request.kind }, stepKey);
 }
 
 /** Publishes a live-only event (tokens, model_request): never fails the run. */

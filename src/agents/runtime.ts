@@ -267,10 +267,14 @@ export class AgentRuntime {
     return this.#running.get(agentId);
   }
 
-  /** Publishes a run event: durable (stored, retried) unless `durable` is false. */
-  publish(event: KovaEvent, durable = true): Promise<void> {
+  /**
+   * Publishes a run event: durable (stored, retried) unless `durable` is false. `msgId`
+   * (durable only): the same id for the same event when its step runs again, so the stream
+   * stores it once within its duplicate window.
+   */
+  publish(event: KovaEvent, durable = true, msgId?: string): Promise<void> {
     if (!durable) return this.bus.publishEvent(event, { durable });
-    return timedPhase(`event:${event.type}`, undefined, () => this.bus.publishEvent(event));
+    return timedPhase(`event:${event.type}`, undefined, () => this.bus.publishEvent(event, msgId === undefined ? {} : { msgId }));
   }
 
   /** Stops the scheduler if it is this runtime's own (waiting calls fail with MODEL_SCHEDULER_CLOSED). */

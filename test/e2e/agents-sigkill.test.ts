@@ -1,5 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { askAgent, type AgentResult } from "../../src/agents/index.js";
+import type { KovaEvent } from "../../src/bus/index.js";
 import { scriptedReply, startScriptedModelServer, type ScriptedModelServer } from "../../src/testing/index.js";
 import { TestCluster } from "../fixtures/node/cluster-harness.js";
 import { poll } from "../fixtures/poll.js";
@@ -34,6 +35,17 @@ function modelToml(url: string): string {
 
 async function hostOf(tc: TestCluster, id: string): Promise<string> {
   return poll(async () => (await tc.agents()).get(id)?.node ?? undefined, { timeoutMs: 20_000, what: `${id} hosted` });
+}
+
+/** What the EVENTS stream stored for one run (live subscribers also see what the stream dropped as a duplicate). */
+async function storedEvents(tc: TestCluster, runId: string): Promise<KovaEvent[]> {
+  const consumer = await tc.bus.js.consumers.get(tc.bus.subjects.streams.events, { filter_subjects: tc.bus.subjects.events(runId, runId) });
+  const out: KovaEvent[] = [];
+  for await (const m of await consumer.fetch({ max_messages: 1_000, expires: 3_000 })) {
+    out.push(m.json<KovaEvent>());
+    if (m.info.pending === 0) break;
+  }
+  return out;
 }
 
 describe("agent runs across SIGKILL (node processes, scripted model over HTTP)", () => {
@@ -82,5 +94,26 @@ describe("agent runs across SIGKILL (node processes, scripted model over HTTP)",
     expect(model.requests[3]!.messages).toEqual(model.requests[2]!.messages);
     const runEvents = tc.events.filter((e) => e.runId === "takeover-run");
     expect(runEvents.filter((e) => e.type === "tool_call")).toHaveLength(2);
+  }, 90_000);
+
+  it("end events - a node killed after a run's end events went out but before its turn committed replays the unrecorded run:end step on restart; the stream keeps each end event once", async () => {
+    await using model = await startScriptedModelServer({ handler: () => scriptedReply.text("Done.") });
+    await using tc = await TestCluster.create({ nodes: ["n1"], start: false, extraToml: modelToml(model.url) });
+    await tc.startNode("n1", 30_000, { env: { KOVA_TEST_CRASH_AT: "before-checkpoint@worker" } });
+    await hostOf(tc, "worker");
+    const pending = askAgent(tc.bus, "worker", "Finish.", { runId: "end-run", timeoutMs: 60_000 });
+    await tc.procs.get("n1")!.exited;
+    const live = () => tc.events.filter((e) => e.runId === "end-run").map((e) => e.type);
+    // The kill came after run:end published its events: live subscribers saw them once so far.
+    expect(live().filter((t) => t === "run_completed")).toHaveLength(1);
+    await tc.startNode("n1");
+    expect(await pending).toMatchObject({ status: "completed", output: "Done.", runId: "end-run" });
+    // The model step was recorded: no second call. run:end ran again (live subscribers see
+    // its events twice) under the same message ids, so the stream stored them once.
+    expect(model.requests).toHaveLength(1);
+    await poll(() => live().filter((t) => t === "run_stream_end").length === 2, { timeoutMs: 10_000, what: "the replayed run:end events" });
+    const stored = (await storedEvents(tc, "end-run")).map((e) => e.type);
+    for (const type of ["run_started", "model_response", "run_completed", "run_stream_end"]) expect(stored.filter((t) => t === type)).toHaveLength(1);
+    expect(stored.at(-1)).toBe("run_stream_end");
   }, 90_000);
 });

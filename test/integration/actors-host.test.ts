@@ -100,7 +100,8 @@ describe("actor host", () => {
       retryErrors: true,
     });
     expect(await rig.bus.request<CounterState>("z1", "info_request", null)).toEqual(cp.state);
-    expect(rig.host.status("z1")?.state).toBe("Idle");
+    // Memory is applied at the commit; the turn ends (Idle) after its WAL completion, which a busy disk delays.
+    await poll(() => rig.host.status("z1")?.state === "Idle", { timeoutMs: 5_000, what: "z1 idle after its turn" });
   });
 
   it("unhandled - a message type without a handler goes to the DLQ with reason unhandled and an asker gets a clear error", async () => {

@@ -234,3 +234,43 @@ describe("merging the local and the NATS journal of a turn", () => {
     expect(local.steps[1]?.status).toBe("started");
   });
 });
+
+describe("unrecorded steps (record: false)", () => {
+  it("record false - an idempotent step runs without a journal write, gets a stable key, and runs again on replay; later steps keep their indices", async () => {
+    const first = harness(0);
+    const journal = new TurnJournal("a", newTurnRecord("a", "t", env), first.io);
+    const keys: string[] = [];
+    const handler = async (j: TurnJournal) => {
+      const llm = await j.step("llm", async () => "answer", { idempotent: true });
+      const published = await j.step(
+        "end",
+        ({ key }) => {
+          keys.push(key);
+          return `published ${llm}`;
+        },
+        { idempotent: true, record: false },
+      );
+      return published;
+    };
+    expect(await handler(journal)).toBe("published answer");
+    // One write: the model step's result. The unrecorded step left no trace.
+    expect(first.writes).toHaveLength(1);
+    const crashRecord = parseTurnRecord(JSON.parse(JSON.stringify(first.writes.at(-1))))!;
+    expect(crashRecord.steps.map((s) => s?.name)).toEqual(["llm"]);
+
+    // A replay (a crash before the turn's commit) reuses the recorded step and runs the unrecorded one again, under the same key.
+    const second = harness(500);
+    expect(await handler(new TurnJournal("a", crashRecord, second.io))).toBe("published answer");
+    expect(second.writes).toHaveLength(0);
+    expect(keys).toEqual(["a.m1.1", "a.m1.1"]);
+  });
+
+  it("record false - refused for a step that is not idempotent, before it runs", async () => {
+    const h = harness(0);
+    const journal = new TurnJournal("a", newTurnRecord("a", "t", env), h.io);
+    let ran = false;
+    await expect(journal.step("charge", () => (ran = true), { record: false })).rejects.toThrow(/record: false is for idempotent steps only/);
+    expect(ran).toBe(false);
+    expect(h.fences()).toBe(0);
+  });
+});
