@@ -7,13 +7,12 @@
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { ActorTypeRegistry, defineActor } from "../dist/actors/index.js";
-import { createOpenAiModel, ModelCallScheduler } from "../dist/agents/model/index.js";
+import { ActorTypeRegistry } from "../dist/actors/index.js";
 import { createEnvelope } from "../dist/bus/index.js";
 import { createLogger } from "../dist/core/logger.js";
 import { parseConfig } from "../dist/node/config.js";
 import { KovaNode } from "../dist/node/node.js";
-import { scriptedReply, startNatsServer, startScriptedModelServer } from "../dist/testing/index.js";
+import { startModelCallLoad, startNatsServer } from "../dist/testing/index.js";
 import { fmt, machine, waitFor } from "./actors-lib.mjs";
 
 const N = Number(process.env.KOVA_BENCH_INSTANCES ?? 5000);
@@ -22,50 +21,16 @@ const SLOTS = Number(process.env.KOVA_BENCH_SLOTS ?? 64);
 const POLICIES = ["round_robin", "priority", "fair_share", "deadline"];
 
 const nats = await startNatsServer({ allowExternal: false });
-const modelServer = await startScriptedModelServer({ handler: () => scriptedReply.text("ok"), latencyMs: MODEL_MS });
 const dir = mkdtempSync(join(tmpdir(), "kova-bench-sched-"));
-const model = await createOpenAiModel({ name: "fast", baseUrl: modelServer.url, model: "scripted-model", apiKey: "bench", maxRetries: 0 });
-const scheduler = new ModelCallScheduler([["fast", { maxConcurrency: SLOTS, policy: "round_robin" }]]);
 let done = 0;
-const job = defineActor({
-  type: "job",
-  initialState: () => ({ calls: 0 }),
-  handlers: {
-    task_delegate: async (ctx) => {
-      const p = ctx.message.payload;
-      if (p.call) {
-        await ctx.step(
-          "model",
-          async () => {
-            const res = await model.complete({
-              messages: [{ role: "user", content: "go" }],
-              signal: ctx.signal,
-              acquireSlot: scheduler.slotFor({
-                model: "fast",
-                agentId: ctx.actorId,
-                shareKey: p.user,
-                priority: p.priority,
-                deadline: p.deadline,
-                signal: ctx.signal,
-              }),
-            });
-            return res.message.content;
-          },
-          { idempotent: true },
-        );
-        ctx.state.calls += 1;
-      }
-      done++;
-      return null;
-    },
-  },
-});
+const load = await startModelCallLoad({ policy: "round_robin", maxConcurrency: SLOTS, latencyMs: MODEL_MS, onDone: () => done++ });
+const scheduler = load.scheduler;
 const config = parseConfig(
   `[node]\nid = "s1"\ndata_dir = "${dir}"\n[cluster]\nname = "sched"\nmax_actors = ${N + 100}\nmax_actors_per_node = ${N + 100}\n[nats]\nurls = ["${nats.url}"]\n[wal]\nsync = "normal"\n` +
     `[[actor_templates]]\nname = "job"\ntype = "job"\nidle_after = "0"\n`,
   { env: {} },
 );
-const node = await KovaNode.start({ config, logger: createLogger({ level: "warn" }), types: new ActorTypeRegistry([job]), modelScheduler: scheduler });
+const node = await KovaNode.start({ config, logger: createLogger({ level: "warn" }), types: new ActorTypeRegistry([load.actor]), modelScheduler: scheduler });
 const bus = node.busClient;
 const ids = Array.from({ length: N }, (_, i) => `job--k${i}`);
 const sendAll = async (payloadOf) => {
@@ -83,7 +48,7 @@ try {
   console.log(`  activation of ${fmt(N)} instances (first message each, no model call): ${fmt(performance.now() - t0)} ms`);
   const ideal = (SLOTS * 1000) / MODEL_MS;
   for (const policy of POLICIES) {
-    scheduler.setModel("fast", { maxConcurrency: SLOTS, policy });
+    scheduler.setModel(load.modelName, { maxConcurrency: SLOTS, policy });
     done = 0;
     t0 = performance.now();
     const start = Date.now();
@@ -100,7 +65,7 @@ try {
   }
 } finally {
   await node.stop();
-  await modelServer[Symbol.asyncDispose]();
+  await load[Symbol.asyncDispose]();
   await nats.stop();
   rmSync(dir, { recursive: true, force: true });
 }

@@ -1,4 +1,4 @@
-import { intValue, rejectUnknown, stringList, stringValue, tableAt, type ConfigTable } from "../core/config-table.js";
+import { intValue, rejectUnknown, stringList, stringValue, tableAt, tablesAt, type ConfigTable } from "../core/config-table.js";
 import { ConfigError } from "../core/errors.js";
 import { durationMs, durationOrNever } from "../core/duration.js";
 import { isValidId, isValidTemplateName, TEMPLATE_NAME_MAX } from "../core/ids.js";
@@ -44,12 +44,8 @@ const TEMPLATE_KEYS = ["name", ...AGENT_KEYS.filter((k) => k !== "id"), "idle_af
  * @throws ConfigError naming the key as written (`agents[0].memory.keep_last`) and the fix
  */
 export function agentsConfigFrom(raw: unknown, models: ReadonlySet<string>): AgentDefinition[] {
-  if (raw === undefined) return [];
-  if (!Array.isArray(raw)) throw new ConfigError("agents", "must be an array of tables: write each agent as [[agents]] with id and model");
   const seen = new Set<string>();
-  return raw.map((entry, i) => {
-    const key = `agents[${i}]`;
-    const t = tableAt(entry, key);
+  return tablesAt(raw, "agents", "write each agent as [[agents]] with id and model").map(({ table: t, key }) => {
     rejectUnknown(t, AGENT_KEYS, `${key}.`);
     const id = stringValue(t.id, `${key}.id`);
     if (id === undefined) throw new ConfigError(`${key}.id`, 'is required: the agent id, e.g. id = "researcher"');
@@ -75,12 +71,8 @@ export function agentsConfigFrom(raw: unknown, models: ReadonlySet<string>): Age
  * @throws ConfigError naming the key as written (`agent_templates[0].name`) and the fix
  */
 export function agentTemplatesConfigFrom(raw: unknown, models: ReadonlySet<string>): AgentDefinition[] {
-  if (raw === undefined) return [];
-  if (!Array.isArray(raw)) throw new ConfigError("agent_templates", "must be an array of tables: write each as [[agent_templates]] with name and model");
   const seen = new Set<string>();
-  return raw.map((entry, i) => {
-    const key = `agent_templates[${i}]`;
-    const t = tableAt(entry, key);
+  return tablesAt(raw, "agent_templates", "write each as [[agent_templates]] with name and model").map(({ table: t, key }) => {
     rejectUnknown(t, TEMPLATE_KEYS, `${key}.`);
     const name = stringValue(t.name, `${key}.name`);
     if (name === undefined) throw new ConfigError(`${key}.name`, 'is required: the template name, instances are <name>--<key>, e.g. name = "support"');

@@ -20,6 +20,21 @@ export function tableAt(value: unknown, key: string): ConfigTable {
 }
 
 /**
+ * The entries of an array of tables (`[[agents]]`), each checked to be a table and paired
+ * with its key as written in the file (`agents[2]`); none when absent.
+ * @param hint how to write one entry, for the error: `write each agent as [[agents]] with id and model`
+ * @throws ConfigError when present but not an array, or when an entry is not a table
+ */
+export function tablesAt(value: unknown, key: string, hint: string): Array<{ table: ConfigTable; key: string }> {
+  if (value === undefined) return [];
+  if (!Array.isArray(value)) throw new ConfigError(key, `must be an array of tables: ${hint}`);
+  return value.map((entry, i) => {
+    const entryKey = `${key}[${i}]`;
+    return { table: tableAt(entry, entryKey), key: entryKey };
+  });
+}
+
+/**
  * `doc[name]` as a table, or an empty table when absent.
  * @param key the key as written in the file, for errors (default: `name`)
  * @throws ConfigError when present but not a table
@@ -98,5 +113,7 @@ export function secretFromEnv(name: unknown, key: string, env: NodeJS.ProcessEnv
 export function describeValue(value: unknown): string {
   if (Array.isArray(value)) return "an array";
   if (value instanceof Date) return "a date";
-  return typeof value === "string" ? JSON.stringify(value) : `${typeof value} ${String(value)}`;
+  if (typeof value === "string") return JSON.stringify(value);
+  if (typeof value === "object" && value !== null) return "a table";
+  return `${typeof value} ${String(value)}`;
 }

@@ -1,6 +1,6 @@
 import { readFileSync } from "node:fs";
 import { isAbsolute, resolve } from "node:path";
-import { type ConfigTable, boolValue, intValue, rejectUnknown, stringList, stringValue, tableAt } from "../core/config-table.js";
+import { type ConfigTable, boolValue, intValue, rejectUnknown, stringList, stringValue, tableAt, tablesAt } from "../core/config-table.js";
 import { ConfigError } from "../core/errors.js";
 import { isValidId } from "../core/ids.js";
 import { hashKey, isKeyHash } from "./keys.js";
@@ -118,12 +118,8 @@ export function isLoopback(host: string): boolean {
 }
 
 function keysFrom(raw: unknown, baseDir: string, env: NodeJS.ProcessEnv): ConfiguredKey[] {
-  if (raw === undefined) return [];
-  if (!Array.isArray(raw)) throw new ConfigError("gateway.keys", "must be an array of tables: write each key as [[gateway.keys]] with name and hash");
   const seen = new Set<string>();
-  return raw.map((entry, i) => {
-    const key = `gateway.keys[${i}]`;
-    const t = tableAt(entry, key);
+  return tablesAt(raw, "gateway.keys", "write each key as [[gateway.keys]] with name and hash").map(({ table: t, key }) => {
     rejectUnknown(t, ["name", "hash", "key_env", "key_file", "agents", "rate_per_minute"], `${key}.`);
     const name = t.name;
     if (!isValidId(name)) throw new ConfigError(`${key}.name`, 'is required: 1-128 characters of [A-Za-z0-9_-], e.g. name = "ci"');

@@ -12,6 +12,7 @@ import {
   stringList,
   stringValue,
   tableAt,
+  tablesAt,
 } from "../core/config-table.js";
 import { ConfigError } from "../core/errors.js";
 import { durationOrNever } from "../core/duration.js";
@@ -458,24 +459,18 @@ function walConfig(wal: Table, env: NodeJS.ProcessEnv): WalConfig {
 }
 
 function schedulesFrom(raw: unknown): ScheduleSpec[] {
-  if (raw === undefined) return [];
-  if (!Array.isArray(raw)) throw new ConfigError("schedules", "must be an array of tables: write each as [[schedules]] with id, cron or every, and to");
   const seen = new Set<string>();
-  return raw.map((t, i) => {
-    const spec = parseSchedule(t, `schedules[${i}]`);
-    if (seen.has(spec.id)) throw new ConfigError(`schedules[${i}].id`, `${JSON.stringify(spec.id)} is used twice`);
+  return tablesAt(raw, "schedules", "write each as [[schedules]] with id, cron or every, and to").map(({ table, key }) => {
+    const spec = parseSchedule(table, key);
+    if (seen.has(spec.id)) throw new ConfigError(`${key}.id`, `${JSON.stringify(spec.id)} is used twice`);
     seen.add(spec.id);
     return spec;
   });
 }
 
 function actorSpecs(raw: unknown, base: string): ActorSpec[] {
-  if (raw === undefined) return [];
-  if (!Array.isArray(raw)) throw new ConfigError("actors", "must be an array of tables: write each actor as [[actors]] with id and type");
   const seen = new Set<string>();
-  return raw.map((entry, i) => {
-    const key = `actors[${i}]`;
-    const t = tableAt(entry, key);
+  return tablesAt(raw, "actors", "write each actor as [[actors]] with id and type").map(({ table: t, key }) => {
     rejectUnknown(t, ["id", "type", "module"], `${key}.`);
     const id = idValue(t.id, `${key}.id`);
     if (id === undefined) throw new ConfigError(`${key}.id`, 'is required: give the actor an id, e.g. id = "counter-1"');
@@ -490,12 +485,8 @@ function actorSpecs(raw: unknown, base: string): ActorSpec[] {
 }
 
 function templateSpecs(raw: unknown, base: string): Array<{ template: ActorTemplate; module?: string }> {
-  if (raw === undefined) return [];
-  if (!Array.isArray(raw)) throw new ConfigError("actor_templates", "must be an array of tables: write each as [[actor_templates]] with name and type");
   const seen = new Set<string>();
-  return raw.map((entry, i) => {
-    const key = `actor_templates[${i}]`;
-    const t = tableAt(entry, key);
+  return tablesAt(raw, "actor_templates", "write each as [[actor_templates]] with name and type").map(({ table: t, key }) => {
     rejectUnknown(t, ["name", "type", "config", "idle_after", "idle_timeout", "capabilities", "module"], `${key}.`);
     const idleAfterMs = idleAfterOf(t, key);
     const capabilities = stringList(t.capabilities, `${key}.capabilities`, '["support"]');

@@ -1,4 +1,4 @@
-import { intValue, rejectUnknown, stringList, stringValue, tableAt } from "../core/config-table.js";
+import { intValue, rejectUnknown, stringList, stringValue, tablesAt } from "../core/config-table.js";
 import { ArgumentError, ConfigError, isKovaError } from "../core/errors.js";
 import { isValidId } from "../core/ids.js";
 import { durationMs } from "../agents/run-protocol.js";
@@ -50,12 +50,8 @@ export function swarmActorType(id: string): string {
  * @throws ConfigError naming the key as written (`swarms[1].model`) and the fix
  */
 export function swarmsConfigFrom(raw: unknown, models: ReadonlySet<string>): SwarmSpec[] {
-  if (raw === undefined) return [];
-  if (!Array.isArray(raw)) throw new ConfigError("swarms", "must be an array of tables: write each coordinator as [[swarms]] with id and model");
   const seen = new Set<string>();
-  return raw.map((entry, i) => {
-    const key = `swarms[${i}]`;
-    const t = tableAt(entry, key);
+  return tablesAt(raw, "swarms", "write each coordinator as [[swarms]] with id and model").map(({ table: t, key }) => {
     rejectUnknown(t, KEYS, `${key}.`);
     const id = stringValue(t.id, `${key}.id`);
     // Short enough that its actor type, `swarm-<id>`, is an id too.

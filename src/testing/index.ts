@@ -23,3 +23,4 @@ export {
   type ScriptedToolCall,
   type ScriptedUsage,
 } from "./scripted-model-replies.js";
+export { type ModelCallLoad, type ModelCallLoadOptions, type ModelCallTask, startModelCallLoad } from "./model-call-load.js";

@@ -2,6 +2,7 @@ import { headers as natsHeaders } from "@nats-io/transport-node";
 import { describe, expect, it } from "vitest";
 import { createEnvelope, encodeEnvelope } from "../../src/bus/index.js";
 import { scriptedReply, startScriptedModelServer, type ScriptedRequest } from "../../src/testing/index.js";
+import { supportTemplateToml } from "../fixtures/agents/support-template.js";
 import { TestCluster } from "../fixtures/node/cluster-harness.js";
 import { poll } from "../fixtures/poll.js";
 
@@ -12,24 +13,14 @@ function echo(req: ScriptedRequest) {
   return scriptedReply.text(text, { chunks: text.split(/(?<= )/), chunkDelayMs: 5, usage: { inputTokens: 20, outputTokens: 5 } });
 }
 
-function toml(modelUrl: string): string {
-  return [
-    `[models.main]`,
-    `base_url = "${modelUrl}"`,
-    `model = "gpt-4o-mini"`,
-    `[[agent_templates]]`,
-    `name = "support"`,
-    `model = "main"`,
-    `system = "You help."`,
-    `idle_after = "1500ms"`,
-    `capabilities = ["support"]`,
-  ].join("\n");
-}
-
 describe("agent templates from kova.toml across node processes, driven by the kova CLI", () => {
   it("e2e - kova ask support --key <k> streams the answer of that instance; instances keep their own conversations; a raw NATS task_delegate reaches a new one; after passivation and the SIGKILL of its node, an instance still has its conversation", async () => {
     await using model = await startScriptedModelServer({ handler: echo });
-    await using tc = await TestCluster.create({ nodes: ["n1", "n2"], extraToml: toml(model.url), logLevel: "warn" });
+    await using tc = await TestCluster.create({
+      nodes: ["n1", "n2"],
+      extraToml: supportTemplateToml(model.url, [`idle_after = "1500ms"`, `capabilities = ["support"]`]),
+      logLevel: "warn",
+    });
 
     const a1 = await tc.cli(["ask", "support", "--key", "user-42", "I", "am", "42", "--session", "s"]);
     expect(a1.code, a1.stderr).toBe(0);

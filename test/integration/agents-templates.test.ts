@@ -6,6 +6,7 @@ import { isKovaError } from "../../src/core/errors.js";
 import { natsAgentDirectory } from "../../src/swarm/index.js";
 import { scriptedReply, startScriptedModelServer, type ScriptedRequest } from "../../src/testing/index.js";
 import { startAgentNode } from "../fixtures/agents/node-rig.js";
+import { supportTemplateToml } from "../fixtures/agents/support-template.js";
 import { fileServer, uniqueCluster } from "../fixtures/bus/helpers.js";
 import { poll } from "../fixtures/poll.js";
 import { controlRequest, nodeSubject } from "../../src/node/control.js";
@@ -24,25 +25,12 @@ function echoModel(tokens: (agent: string) => number = () => 10) {
   };
 }
 
-function templateToml(modelUrl: string, lines: string[]): string {
-  return [
-    `[models.main]`,
-    `base_url = "${modelUrl}"`,
-    `model = "gpt-4o-mini"`,
-    `[[agent_templates]]`,
-    `name = "support"`,
-    `model = "main"`,
-    `system = "You help."`,
-    ...lines,
-  ].join("\n");
-}
-
 describe("agent templates (KovaNode in process, real NATS, scripted model over HTTP)", () => {
   it("templates - two instances of one template keep separate conversations, usage and tokens_per_minute buckets; the template itself is no agent; a plain NATS task_delegate reaches a never-seen instance", async () => {
     // alice's first call costs more than a minute's tokens: her next call waits, bob's does not.
     await using model = await startScriptedModelServer({ handler: echoModel((agent) => (agent === "support--alice" ? 61_000 : 10)) });
     await using rig = await startAgentNode(nats.url, uniqueCluster("atpl"), {
-      toml: templateToml(model.url, [
+      toml: supportTemplateToml(model.url, [
         `idle_after = "10m"`,
         `budget = { tokens_per_minute = 60000 }`,
         `capabilities = ["help"]`,

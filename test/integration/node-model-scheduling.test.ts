@@ -1,8 +1,8 @@
 import { describe, expect, it } from "vitest";
-import { ActorTypeRegistry, defineActor } from "../../src/actors/index.js";
-import { createOpenAiModel, ModelCallScheduler, type SchedulePolicy } from "../../src/agents/model/index.js";
+import { ActorTypeRegistry } from "../../src/actors/index.js";
+import type { SchedulePolicy } from "../../src/agents/model/index.js";
 import { KovaClient } from "../../src/bus/index.js";
-import { scriptedReply, startScriptedModelServer } from "../../src/testing/index.js";
+import { startModelCallLoad } from "../../src/testing/index.js";
 import { inProcessNode } from "../fixtures/node/in-process-node.js";
 import { poll } from "../fixtures/poll.js";
 
@@ -19,57 +19,29 @@ interface Done {
  * the task's deadline the deadline policy's.
  */
 async function schedulingRig(policy: SchedulePolicy, maxConcurrency: number, latencyMs: number) {
-  const server = await startScriptedModelServer({ handler: () => scriptedReply.text("ok"), latencyMs });
-  const model = await createOpenAiModel({ name: "fast", baseUrl: server.url, model: "scripted-model", apiKey: "test", maxRetries: 0 });
-  const scheduler = new ModelCallScheduler([["fast", { maxConcurrency, policy }]]);
   const done: Done[] = [];
-  const jobActor = defineActor<{ calls: number }>({
-    type: "job",
-    initialState: () => ({ calls: 0 }),
-    handlers: {
-      task_delegate: async (ctx) => {
-        const p = ctx.message.payload as { user: string; deadline?: number };
-        await ctx.step(
-          "model",
-          async () => {
-            const res = await model.complete({
-              messages: [{ role: "user", content: "go" }],
-              signal: ctx.signal,
-              acquireSlot: scheduler.slotFor({
-                model: "fast",
-                agentId: ctx.actorId,
-                shareKey: p.user,
-                signal: ctx.signal,
-                ...(p.deadline ? { deadline: p.deadline } : {}),
-              }),
-            });
-            return res.message.content;
-          },
-          { idempotent: true },
-        );
-        ctx.state.calls += 1;
-        done.push({ id: ctx.actorId, user: p.user, at: performance.now(), ...(p.deadline ? { deadline: p.deadline } : {}) });
-        return null;
-      },
-    },
+  const load = await startModelCallLoad({
+    policy,
+    maxConcurrency,
+    latencyMs,
+    onDone: (id, task) => done.push({ id, user: task.user!, at: performance.now(), ...(task.deadline ? { deadline: task.deadline } : {}) }),
   });
   const rig = await inProcessNode({
-    types: new ActorTypeRegistry([jobActor]),
+    types: new ActorTypeRegistry([load.actor]),
     templates: [{ name: "job", type: "job", idleAfterMs: 0 }],
-    modelScheduler: scheduler,
+    modelScheduler: load.scheduler,
     cluster: ["max_actors_per_node = 1000"],
   });
   const client = await KovaClient.connect({ servers: rig.server.url, cluster: rig.cluster });
   return {
     rig,
     client,
-    scheduler,
     done,
-    queued: () => scheduler.stats()[0]?.queued ?? 0,
+    queued: () => load.scheduler.stats()[0]?.queued ?? 0,
     [Symbol.asyncDispose]: async () => {
       await client.close();
       await rig[Symbol.asyncDispose]();
-      await server[Symbol.asyncDispose]();
+      await load[Symbol.asyncDispose]();
     },
   };
 }

@@ -71,6 +71,9 @@ describe("gateway config", () => {
         }),
       ).message,
     ).toContain("used twice");
+    expect(configError(() => parseGatewayConfig({ keys: { name: "a" } })).message).toBe(
+      "gateway.keys: must be an array of tables: write each key as [[gateway.keys]] with name and hash",
+    );
   });
 
   it("gateway config - [gateway] in a node's kova.toml is kept for the gateway layer to parse", () => {

@@ -111,6 +111,24 @@ module = "./probe.mjs"
     expect(dup.key).toBe("actors[1].id");
   });
 
+  it.each([
+    ["actors", "actors", "[[actors]]"],
+    ["actor_templates", "actor_templates", "[[actor_templates]]"],
+    ["schedules", "schedules", "[[schedules]]"],
+    ["agents", "agents", "[[agents]]"],
+    ["agent_templates", "agent_templates", "[[agent_templates]]"],
+    ["swarms", "swarms", "[[swarms]]"],
+    ["mcp.servers", "[mcp]\nservers", "[[mcp.servers]]"],
+  ])("config - %s written as a single table says to write each entry as an array of tables", (key, written, fix) => {
+    const notArray = configError(() => parseConfig(`${written} = { id = "x" }`, { env: {} }));
+    expect(notArray.key).toBe(key);
+    expect(notArray.message).toContain(`must be an array of tables: write each`);
+    expect(notArray.message).toContain(fix);
+    const notTable = configError(() => parseConfig(`${written} = [{ id = "x" }, 3]`, { env: {} }));
+    expect(notTable.key).toBe(`${key}[1]`);
+    expect(notTable.message).toContain("must be a table");
+  });
+
   it("config - a malformed NATS url and a wrong sync mode are refused", () => {
     expect(configError(() => parseConfig(`[nats]\nurls = ["http//nope"]`, { env: {} })).key).toBe("nats.urls[0]");
     expect(configError(() => parseConfig(`[wal]\nsync = "always"`, { env: {} })).key).toBe("wal.sync");

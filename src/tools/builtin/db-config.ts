@@ -1,5 +1,6 @@
+import { rejectUnknown, type ConfigTable } from "../../core/config-table.js";
 import { ConfigError } from "../../core/errors.js";
-import { boolAt, intAt, keyOf, rejectUnknownKeys, secretAt, stringAt, type TomlTable } from "./toml-values.js";
+import { boolAt, intAt, keyOf, secretAt, stringAt } from "./toml-values.js";
 
 /**
  * `[tools.db]`, parsed. The connection URL (with its password) never appears in the file:
@@ -36,9 +37,9 @@ const ROLE = /^[A-Za-z_][A-Za-z0-9_$]{0,62}$/;
  * `env` holds the variable `url_env` names.
  * @throws ConfigError naming the key as written in the file and the fix (never quoting the URL)
  */
-export function dbConfigFrom(table: TomlTable | undefined, keyPrefix = "tools.db", env: NodeJS.ProcessEnv = process.env): DbConfig {
+export function dbConfigFrom(table: ConfigTable | undefined, keyPrefix = "tools.db", env: NodeJS.ProcessEnv = process.env): DbConfig {
   const t = table ?? {};
-  rejectUnknownKeys(t, KEYS, keyPrefix);
+  rejectUnknown(t, KEYS, `${keyPrefix}.`);
   const url = secretAt(t, keyPrefix, "url", env, "KOVA_DB_URL");
   if (!/^postgres(ql)?:\/\/[^\s]+$/.test(url)) {
     const source = t.url_env !== undefined ? `environment variable ${String(t.url_env)}` : `file ${String(t.url_file)}`;

@@ -1,7 +1,8 @@
 import { accessSync, constants } from "node:fs";
 import { delimiter, isAbsolute, join, resolve } from "node:path";
+import { rejectUnknown, type ConfigTable } from "../../core/config-table.js";
 import { ConfigError } from "../../core/errors.js";
-import { intAt, keyOf, pathAt, rejectUnknownKeys, stringAt, type TomlTable } from "./toml-values.js";
+import { intAt, keyOf, pathAt, stringAt } from "./toml-values.js";
 
 /**
  * `[tools.shell]`, parsed. Limits apply to every call; a call may ask for a shorter
@@ -64,13 +65,13 @@ const FORBIDDEN_BINDS = ["/", "/root", "/home", "/etc", "/var", "/run", "/proc",
  * @throws ConfigError naming the key as written in the file and the fix
  */
 export function shellConfigFrom(
-  table: TomlTable | undefined,
+  table: ConfigTable | undefined,
   keyPrefix = "tools.shell",
   env: NodeJS.ProcessEnv = process.env,
   baseDir: string = process.cwd(),
 ): ShellConfig {
   const t = table ?? {};
-  rejectUnknownKeys(t, KEYS, keyPrefix);
+  rejectUnknown(t, KEYS, `${keyPrefix}.`);
   const sandbox = t.sandbox ?? "bwrap";
   if (sandbox !== "bwrap" && sandbox !== "none") {
     throw new ConfigError(keyOf(keyPrefix, "sandbox"), `must be "bwrap" (bubblewrap sandbox) or "none" (no isolation at all), not ${JSON.stringify(sandbox)}`);

@@ -1,4 +1,5 @@
 import { isAbsolute, resolve } from "node:path";
+import { describeValue, intValue, rejectUnknown, tableAt, tablesAt, type ConfigTable } from "../../core/config-table.js";
 import { ConfigError } from "../../core/errors.js";
 import { isValidId } from "../../core/ids.js";
 import { ENV_NAME, templateVariables } from "./env-template.js";
@@ -65,8 +66,6 @@ export interface McpConfig {
 
 export const DEFAULT_MCP_TIMEOUT_MS = 60_000;
 
-type Table = Record<string, unknown>;
-
 const SERVER_KEYS = ["name", "command", "args", "env", "cwd", "url", "headers_env", "start", "timeout_ms", "idempotent_tools"];
 const STDIO_ONLY = ["command", "args", "env", "cwd"];
 const HTTP_ONLY = ["url", "headers_env"];
@@ -87,19 +86,15 @@ export interface McpConfigOptions {
  */
 export function mcpConfigFrom(raw: unknown, keyPrefix = "mcp", opts: McpConfigOptions = {}): McpConfig {
   if (raw === undefined) return { servers: [] };
-  const mcp = asTable(raw, keyPrefix);
-  refuseUnknownKeys(mcp, ["servers"], keyPrefix);
-  if (mcp.servers === undefined) return { servers: [] };
-  const list = mcp.servers;
-  if (!Array.isArray(list)) {
-    throw new ConfigError(`${keyPrefix}.servers`, "must be an array of tables: write each server as [[mcp.servers]] with a name and a command or url");
-  }
+  const mcp = tableAt(raw, keyPrefix);
+  rejectUnknown(mcp, ["servers"], `${keyPrefix}.`);
+  const entries = tablesAt(mcp.servers, `${keyPrefix}.servers`, "write each server as [[mcp.servers]] with a name and a command or url");
   const env = opts.env ?? process.env;
   const baseDir = opts.baseDir ?? process.cwd();
   const byName = new Map<string, string>();
   return {
-    servers: list.map((entry, i) => {
-      const server = serverFrom(entry, `${keyPrefix}.servers[${i}]`, env, baseDir);
+    servers: entries.map(({ table, key }) => {
+      const server = serverFrom(table, key, env, baseDir);
       const earlier = byName.get(server.name);
       if (earlier !== undefined) {
         throw new ConfigError(
@@ -113,17 +108,16 @@ export function mcpConfigFrom(raw: unknown, keyPrefix = "mcp", opts: McpConfigOp
   };
 }
 
-function serverFrom(raw: unknown, key: string, env: NodeJS.ProcessEnv, baseDir: string): McpServerConfig {
-  const t = asTable(raw, key);
-  refuseUnknownKeys(t, SERVER_KEYS, key);
+function serverFrom(t: ConfigTable, key: string, env: NodeJS.ProcessEnv, baseDir: string): McpServerConfig {
+  rejectUnknown(t, SERVER_KEYS, `${key}.`);
   if (t.name === undefined) throw new ConfigError(`${key}.name`, 'is required: name the server, e.g. name = "everything" (its tools become everything/<tool>)');
   if (!isValidId(t.name)) {
-    throw new ConfigError(`${key}.name`, `${show(t.name)} is not a valid server name: use 1-128 characters from [A-Za-z0-9_-]`);
+    throw new ConfigError(`${key}.name`, `${describeValue(t.name)} is not a valid server name: use 1-128 characters from [A-Za-z0-9_-]`);
   }
   const base: McpServerConfigBase = {
     name: t.name,
     start: startMode(t.start, `${key}.start`),
-    timeoutMs: integer(t.timeout_ms, `${key}.timeout_ms`, 1, 3_600_000) ?? DEFAULT_MCP_TIMEOUT_MS,
+    timeoutMs: intValue(t.timeout_ms, `${key}.timeout_ms`, 1, 3_600_000) ?? DEFAULT_MCP_TIMEOUT_MS,
     idempotentTools: stringList(t.idempotent_tools, `${key}.idempotent_tools`, t.name),
     key,
   };
@@ -146,7 +140,7 @@ function serverFrom(raw: unknown, key: string, env: NodeJS.ProcessEnv, baseDir: 
   }
   if (hasCommand) {
     if (typeof t.command !== "string" || t.command.trim() === "") {
-      throw new ConfigError(`${key}.command`, `must be a non-empty string naming the program, e.g. command = "npx", not ${show(t.command)}`);
+      throw new ConfigError(`${key}.command`, `must be a non-empty string naming the program, e.g. command = "npx", not ${describeValue(t.command)}`);
     }
     const server: McpStdioServerConfig = {
       ...base,
@@ -156,7 +150,7 @@ function serverFrom(raw: unknown, key: string, env: NodeJS.ProcessEnv, baseDir: 
       env: envTable(t.env, `${key}.env`, env),
     };
     if (t.cwd !== undefined) {
-      if (typeof t.cwd !== "string" || t.cwd === "") throw new ConfigError(`${key}.cwd`, `must be a directory path, not ${show(t.cwd)}`);
+      if (typeof t.cwd !== "string" || t.cwd === "") throw new ConfigError(`${key}.cwd`, `must be a directory path, not ${describeValue(t.cwd)}`);
       server.cwd = isAbsolute(t.cwd) ? t.cwd : resolve(baseDir, t.cwd);
     }
     return server;
@@ -167,7 +161,7 @@ function serverFrom(raw: unknown, key: string, env: NodeJS.ProcessEnv, baseDir: 
 function startMode(value: unknown, key: string): McpStartMode {
   if (value === undefined) return "eager";
   if (value === "eager" || value === "lazy") return value;
-  throw new ConfigError(key, `must be "eager" (spawn when the node starts) or "lazy" (at first use), not ${show(value)}`);
+  throw new ConfigError(key, `must be "eager" (spawn when the node starts) or "lazy" (at first use), not ${describeValue(value)}`);
 }
 
 function httpUrl(value: unknown, key: string): string {
@@ -178,7 +172,10 @@ function httpUrl(value: unknown, key: string): string {
     url = undefined;
   }
   if (url === undefined || (url.protocol !== "http:" && url.protocol !== "https:")) {
-    throw new ConfigError(key, `${show(value)} is not an http(s) URL: write the server's streamable HTTP endpoint, e.g. url = "https://mcp.example.com/mcp"`);
+    throw new ConfigError(
+      key,
+      `${describeValue(value)} is not an http(s) URL: write the server's streamable HTTP endpoint, e.g. url = "https://mcp.example.com/mcp"`,
+    );
   }
   if (url.username !== "" || url.password !== "") {
     throw new ConfigError(
@@ -191,18 +188,18 @@ function httpUrl(value: unknown, key: string): string {
 
 function argList(value: unknown, key: string): string[] {
   if (value === undefined) return [];
-  if (!Array.isArray(value)) throw new ConfigError(key, `must be an array of strings, e.g. args = ["-y", "some-server"], not ${show(value)}`);
+  if (!Array.isArray(value)) throw new ConfigError(key, `must be an array of strings, e.g. args = ["-y", "some-server"], not ${describeValue(value)}`);
   return value.map((a, i) => {
-    if (typeof a !== "string") throw new ConfigError(`${key}[${i}]`, `must be a string, not ${show(a)}: quote it`);
+    if (typeof a !== "string") throw new ConfigError(`${key}[${i}]`, `must be a string, not ${describeValue(a)}: quote it`);
     return a;
   });
 }
 
 function stringList(value: unknown, key: string, server: string): string[] {
   if (value === undefined) return [];
-  if (!Array.isArray(value)) throw new ConfigError(key, `must be an array of tool names, e.g. ["search"], not ${show(value)}`);
+  if (!Array.isArray(value)) throw new ConfigError(key, `must be an array of tool names, e.g. ["search"], not ${describeValue(value)}`);
   return value.map((v, i) => {
-    if (typeof v !== "string" || v === "") throw new ConfigError(`${key}[${i}]`, `must be a tool name as the server lists it, not ${show(v)}`);
+    if (typeof v !== "string" || v === "") throw new ConfigError(`${key}[${i}]`, `must be a tool name as the server lists it, not ${describeValue(v)}`);
     // `<server>/<tool>` is how the tool appears everywhere else, so accept it here too.
     return v.startsWith(`${server}/`) ? v.slice(server.length + 1) : v;
   });
@@ -211,11 +208,11 @@ function stringList(value: unknown, key: string, server: string): string[] {
 function envTable(value: unknown, key: string, env: NodeJS.ProcessEnv): Record<string, string> {
   const out: Record<string, string> = {};
   if (value === undefined) return out;
-  for (const [name, template] of Object.entries(asTable(value, key))) {
+  for (const [name, template] of Object.entries(tableAt(value, key))) {
     const at = `${key}.${name}`;
     if (!ENV_NAME.test(name)) throw new ConfigError(at, "is not an environment variable name: use letters, digits and _ (not starting with a digit)");
     if (typeof template !== "string")
-      throw new ConfigError(at, `must be a string (a value, or "\${VAR}" to take it from the node's environment), not ${show(template)}`);
+      throw new ConfigError(at, `must be a string (a value, or "\${VAR}" to take it from the node's environment), not ${describeValue(template)}`);
     let names: string[];
     try {
       names = templateVariables(template);
@@ -231,11 +228,14 @@ function envTable(value: unknown, key: string, env: NodeJS.ProcessEnv): Record<s
 function headersEnvTable(value: unknown, key: string, env: NodeJS.ProcessEnv): Record<string, string> {
   const out: Record<string, string> = {};
   if (value === undefined) return out;
-  for (const [header, variable] of Object.entries(asTable(value, key))) {
+  for (const [header, variable] of Object.entries(tableAt(value, key))) {
     const at = `${key}.${header}`;
     if (!HEADER_NAME.test(header)) throw new ConfigError(at, "is not an HTTP header name: use letters, digits and -");
     if (typeof variable !== "string" || !ENV_NAME.test(variable)) {
-      throw new ConfigError(at, `must name the environment variable that holds the header's value, e.g. ${header} = "REMOTE_MCP_TOKEN", not ${show(variable)}`);
+      throw new ConfigError(
+        at,
+        `must name the environment variable that holds the header's value, e.g. ${header} = "REMOTE_MCP_TOKEN", not ${describeValue(variable)}`,
+      );
     }
     requireEnv(env, variable, at);
     out[header] = variable;
@@ -245,31 +245,4 @@ function headersEnvTable(value: unknown, key: string, env: NodeJS.ProcessEnv): R
 
 function requireEnv(env: NodeJS.ProcessEnv, name: string, key: string): void {
   if (env[name] === undefined) throw new ConfigError(key, `environment variable ${name} is not set: export ${name}=<value> before starting the node`);
-}
-
-function integer(value: unknown, key: string, min: number, max: number): number | undefined {
-  if (value === undefined) return undefined;
-  if (typeof value === "number" && Number.isInteger(value) && value >= min && value <= max) return value;
-  throw new ConfigError(key, `must be an integer from ${min} to ${max}, not ${show(value)}`);
-}
-
-function asTable(value: unknown, key: string): Table {
-  if (typeof value === "object" && value !== null && !Array.isArray(value) && !(value instanceof Date)) return value as Table;
-  throw new ConfigError(key, `must be a table, not ${show(value)}`);
-}
-
-function refuseUnknownKeys(t: Table, known: readonly string[], key: string): void {
-  const unknown = Object.keys(t).find((k) => !known.includes(k));
-  if (unknown === undefined) return;
-  const squash = (s: string) => s.replace(/[_-]/g, "").toLowerCase();
-  const near = known.find((k) => squash(k) === squash(unknown));
-  throw new ConfigError(`${key}.${unknown}`, near ? `unknown key: did you mean ${key}.${near}?` : `unknown key; allowed here: ${known.join(", ")}`);
-}
-
-function show(value: unknown): string {
-  if (Array.isArray(value)) return "an array";
-  if (value instanceof Date) return "a date";
-  if (typeof value === "string") return JSON.stringify(value);
-  if (typeof value === "object" && value !== null) return "a table";
-  return `${typeof value} ${String(value)}`;
 }
