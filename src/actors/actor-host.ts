@@ -27,6 +27,14 @@ export interface ActorHostOptions {
    * @throws LeaseLostError when this node no longer holds the actor's lease
    */
   fence?: (actorId: string) => Promise<void> | void;
+  /**
+   * The fence's rule applied at once, without waiting for a lease view being re-checked.
+   * The fast path (`info_request`, `capability_query`, answered from memory without a
+   * turn) answers only while it passes, so that a node that lost an actor while it was
+   * frozen or cut off never answers from its stale copy.
+   * @throws LeaseLostError when this node cannot prove now that it holds the actor's lease
+   */
+  fenceNow?: (actorId: string) => void;
   /** Every lifecycle change; `info.turn === true` marks the Idle⇄Running change of an ordinary turn. */
   onStateChange?: (actorId: string, state: ActorState, info?: unknown) => void;
   /** Default: NATS KV `kova_<cluster>_checkpoints`, opened on first use. */
@@ -68,6 +76,7 @@ export class ActorHost {
     this.#log = (opts.logger ?? defaultLogger()).child({ component: "actors", nodeId: opts.nodeId });
     let store: Promise<CheckpointStore> | undefined = opts.checkpoints ? Promise.resolve(opts.checkpoints) : undefined;
     const fence = opts.fence;
+    const fenceNow = opts.fenceNow;
     const onStateChange = opts.onStateChange;
     this.#deps = {
       bus: opts.bus,
@@ -84,6 +93,7 @@ export class ActorHost {
       fence: async (actorId) => {
         if (fence) await fence(actorId);
       },
+      fenceNow: (actorId) => fenceNow?.(actorId),
       stepJournal: opts.stepJournal === "local" ? undefined : new NatsStepJournal({ bus: opts.bus, nodeId: opts.nodeId, log: this.#log }),
       processedWindow: opts.processedWindow ?? PROCESSED_LIMIT,
       supervision: opts.supervision ?? {},

@@ -2,7 +2,7 @@ import { ErrorCode, KovaError } from "../core/errors.js";
 import type { Logger } from "../core/logger.js";
 import type { A2AEnvelope, Mailbox, MailboxContext, RpcService } from "../bus/index.js";
 import { readCheckpoint, type Checkpoint } from "./checkpoint-store.js";
-import { ActorDlqReason, TurnInterruptedError, ActorErrorCode } from "./errors.js";
+import { ActorDlqReason, TurnInterruptedError, ActorErrorCode, NotHostedError, isLeaseLost } from "./errors.js";
 import { ActorLifecycle, type ActorState } from "./lifecycle.js";
 import { ActorMemory, localCheckpointKey } from "./memory.js";
 import { PauseGate } from "./pause-gate.js";
@@ -284,7 +284,37 @@ export class ActorInstance implements TurnActor {
     void this.#closeMailbox();
   }
 
+  /**
+   * The fast path answers from memory, without a turn, so nothing else fences it: it
+   * answers only while this node can prove it still holds the lease, checked before the
+   * read and again after it (an async rpc handler may have waited across a freeze).
+   */
   async #answerRpc(env: A2AEnvelope): Promise<unknown> {
+    this.#fenceFastPath();
+    const answer = await this.#readFastPath(env);
+    this.#fenceFastPath();
+    return answer;
+  }
+
+  /**
+   * Refuses rather than stays silent: the caller learns at once that it should retry, and
+   * the rpc queue group may route the retry to the actor's current host.
+   * @throws NotHostedError (retryable) when the lease cannot be proven now
+   */
+  #fenceFastPath(): void {
+    try {
+      this.deps.fenceNow(this.id);
+    } catch (err) {
+      if (!isLeaseLost(err)) throw err;
+      throw new NotHostedError(this.id, `node ${this.deps.nodeId} cannot prove that it still holds its lease; retry`, {
+        retryable: true,
+        cause: err,
+        data: { nodeId: this.deps.nodeId, ...(err.data as object | undefined) },
+      });
+    }
+  }
+
+  async #readFastPath(env: A2AEnvelope): Promise<unknown> {
     const rpc = this.def.rpc ?? {};
     if (env.type === "info_request") {
       const fn = rpc.info_request;

@@ -138,10 +138,13 @@ export class ActorFailedError extends KovaError {
   }
 }
 
-/** The actor is not hosted by this host (or this node). */
+/** The actor is not hosted by this host (or this node); `why` says more when there is more to say. */
 export class NotHostedError extends KovaError {
-  constructor(actorId: string) {
-    super(ActorErrorCode.NOT_HOSTED, `actor ${actorId} is not hosted here`, { data: { actorId } });
+  constructor(actorId: string, why?: string, options: KovaErrorOptions = {}) {
+    super(ActorErrorCode.NOT_HOSTED, `actor ${actorId} is not hosted here${why ? `: ${why}` : ""}`, {
+      ...options,
+      data: { actorId, ...(options.data as object | undefined) },
+    });
   }
 }
 

@@ -31,6 +31,8 @@ export interface HostDeps {
   /** How many processed envelope ids a checkpoint keeps (`[checkpoint] processed_window`). */
   readonly processedWindow: number;
   fence(actorId: string): Promise<void>;
+  /** The fence without waiting: throws LeaseLostError unless the lease is provably ours now. */
+  fenceNow(actorId: string): void;
   readonly supervision: SupervisionOptions;
   readonly mailbox: MailboxOptions;
   /** Publish Idle⇄Running changes of ordinary turns as events too (default false: they are per message). */

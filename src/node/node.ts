@@ -300,6 +300,7 @@ export class KovaNode {
       processedWindow: config.processedWindow,
       stepJournal: config.natsJournal ? "nats" : "local",
       fence: (actorId: string) => this.fence(actorId),
+      fenceNow: (actorId: string) => this.fenceNow(actorId),
       onStateChange: (actorId: string, state: ActorState, info?: unknown) => this.onStateChange(actorId, state, info),
     });
 
@@ -520,6 +521,11 @@ export class KovaNode {
     this.fenceNow(actorId);
   }
 
+  /**
+   * The fence without the wait. The fast path checks it before answering from memory: an
+   * actor's rpc subscription outlives the lease of a node that was frozen or cut off
+   * until the node notices the loss, and meanwhile its copy of the actor may be stale.
+   */
   private fenceNow(actorId: string): void {
     if (this.failure) {
       throw new LeaseLostError(actorId, { data: { reason: "this node's WAL failed; its actors move to its peers" } });

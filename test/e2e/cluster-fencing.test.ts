@@ -1,9 +1,53 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createEnvelope } from "../../src/bus/index.js";
+import { ActorErrorCode } from "../../src/actors/errors.js";
 import { TestCluster, type ProbeState } from "../fixtures/node/cluster-harness.js";
 import { poll } from "../fixtures/poll.js";
 
 let tc: TestCluster;
+
+interface Sample {
+  /** performance.now() when the answer or error came back. */
+  at: number;
+  ids?: string[];
+  dupHandled?: number;
+  error?: string;
+}
+
+/**
+ * Sends `info_request`s to `actor` from a few concurrent callers, each as soon as the last
+ * one ended, until stopped; keeps every outcome, answer or error.
+ */
+function sampleFastPath(actor: string, callers = 4): { stop(): Promise<Sample[]> } {
+  const samples: Sample[] = [];
+  let running = true;
+  const caller = async () => {
+    while (running) {
+      try {
+        const r = await tc.bus.request<ProbeState>(actor, "info_request", {}, { timeoutMs: 1000 });
+        samples.push({ at: performance.now(), ids: r.ids, dupHandled: r.dupHandled });
+      } catch (err) {
+        samples.push({ at: performance.now(), error: (err as { code?: string }).code ?? String(err) });
+        // No responders and refusals come back at once: do not spin.
+        await new Promise((r) => setTimeout(r, 20));
+      }
+    }
+  };
+  const loops = Array.from({ length: callers }, caller);
+  return {
+    stop: async () => {
+      running = false;
+      await Promise.all(loops);
+      return samples;
+    },
+  };
+}
+
+function errorCounts(samples: Sample[]): string {
+  const counts = new Map<string, number>();
+  for (const x of samples) if (x.error) counts.set(x.error, (counts.get(x.error) ?? 0) + 1);
+  return JSON.stringify(Object.fromEntries(counts));
+}
 
 beforeAll(async () => {
   tc = await TestCluster.create({ nodes: ["f1", "f2"], actors: 6, ackWaitMs: 3000, logLevel: process.env.KOVA_LOG_LEVEL ?? "warn" });
@@ -22,7 +66,7 @@ afterAll(async () => {
 });
 
 describe("fencing", () => {
-  it("cluster - a frozen node (SIGSTOP) whose actors moved does not finish its old turn or run them twice when it wakes", async () => {
+  it("cluster - a frozen node (SIGSTOP) whose actors moved does not finish its old turn, run them twice or answer their fast path from its stale copy when it wakes", async () => {
     const agents = await tc.agents();
     const actor = [...agents.values()].find((r) => r.node === "f2")!.id;
     const slow = createEnvelope({ from: "tester", to: actor, type: "task_delegate", payload: { sleepMs: 1500 } });
@@ -56,28 +100,46 @@ describe("fencing", () => {
       retryErrors: true,
     });
 
-    f2.kill("SIGCONT");
-    // f2 wakes: its frozen turn meets the fence at its next step; then rendezvous hashing
-    // hands its actors back to it by a graceful release from f1.
-    await poll(
-      async () => {
-        const [rec, lease] = [(await tc.agents()).get(actor), (await tc.leases()).get(actor)];
-        if (!rec?.node || rec.state !== "Idle" || lease?.node !== rec.node) return undefined;
-        const lists = await Promise.all(["f1", "f2"].map((n) => tc.agentsOn(n)));
-        return lists.filter((l) => l.some((a) => a.id === actor)).length === 1 ? true : undefined;
-      },
-      { timeoutMs: 20_000, what: "actor hosted exactly once after f2 woke", everyMs: 300, retryErrors: true },
-    );
-    // The woken node may still answer the fast path from its stale copy for a moment after
-    // it lost the actor (docs/cluster.md); the host's answer is the one that must be right.
+    // Ask the fast path without pause from before f2 wakes until the actor has settled:
+    // requests the server routed to f2 (one member of the rpc queue group) while it was
+    // frozen are still waited on when it wakes, and those are what a node answering from
+    // its stale copy would answer first.
     const want = [slow.id, ...later].sort();
-    const s = await poll(
-      async () => {
-        const i = await tc.info<ProbeState>(actor);
-        return [...i.ids].sort().join() === want.join() ? i : undefined;
-      },
-      { timeoutMs: 15_000, what: "the host's fast-path state with all four ids", everyMs: 200, retryErrors: true },
-    );
+    const sampler = sampleFastPath(actor);
+    let samples: Sample[];
+    let woke = Number.NaN;
+    try {
+      await new Promise((r) => setTimeout(r, 1500));
+      f2.kill("SIGCONT");
+      woke = performance.now();
+      // f2 wakes: its frozen turn meets the fence at its next step; then rendezvous hashing
+      // hands its actors back to it by a graceful release from f1.
+      await poll(
+        async () => {
+          const [rec, lease] = [(await tc.agents()).get(actor), (await tc.leases()).get(actor)];
+          if (!rec?.node || rec.state !== "Idle" || lease?.node !== rec.node) return undefined;
+          const lists = await Promise.all(["f1", "f2"].map((n) => tc.agentsOn(n)));
+          return lists.filter((l) => l.some((a) => a.id === actor)).length === 1 ? true : undefined;
+        },
+        { timeoutMs: 20_000, what: "actor hosted exactly once after f2 woke", everyMs: 300, retryErrors: true },
+      );
+    } finally {
+      samples = await sampler.stop();
+    }
+    // Every answer comes from the actor's real host: a node that cannot prove it still
+    // holds the lease refuses (NOT_HOSTED, retryable) instead of answering from memory.
+    const answers = samples.filter((x) => x.ids !== undefined);
+    const stale = answers.filter((x) => [...x.ids!].sort().join() !== want.join() || x.dupHandled !== 0);
+    const seen = `${answers.length} answers, errors ${errorCounts(samples)}`;
+    console.info(`fast path from 1.5 s before f2 woke until the actor settled: ${seen}`);
+    const first = stale[0] && `${Math.round(stale[0].at - woke)} ms after SIGCONT: ids ${JSON.stringify(stale[0].ids)}`;
+    expect(stale.length, `fast-path answers from a stale copy (${seen}; first ${first})`).toBe(0);
+    expect(answers.length, `no fast-path answer while f2 woke (${seen})`).toBeGreaterThan(0);
+    // f2 was asked, and refused: f1 answers a caller at once and the caller asks again,
+    // until the server routes its request to f2, where it waits (1 s, then once more), so
+    // at SIGCONT nearly every caller waits on a request f2 holds unread.
+    expect(samples.filter((x) => x.error === ActorErrorCode.NOT_HOSTED).length, `refusals by the woken f2 (${seen})`).toBeGreaterThan(0);
+    const s = await tc.info<ProbeState>(actor);
     expect([...s.ids].sort()).toEqual(want);
     expect(s.dupHandled).toBe(0);
     const slowEnds = tc.events.filter((e) => e.type === "probe_end" && (e.data as { id: string }).id === slow.id);

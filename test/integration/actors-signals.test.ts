@@ -212,6 +212,66 @@ describe("actor signals", () => {
     expect(info.ids).toEqual([env.id]);
   });
 
+  it("fence - a host that cannot prove it holds the lease refuses the fast path (NOT_HOSTED, retryable), also when it loses it mid-answer; the other member of the rpc queue group answers", async () => {
+    const cluster = uniqueCluster();
+    let aHolds = true;
+    let gate: Promise<void> | undefined;
+    let entered: (() => void) | undefined;
+    const who = (node: string) =>
+      defineActor<Record<string, never>>({
+        type: "who",
+        initialState: () => ({}),
+        handlers: {},
+        rpc: {
+          info_request: async () => {
+            entered?.();
+            await gate;
+            return node;
+          },
+        },
+      });
+    await using a = await startRig(server.url, cluster, [who("na")], {
+      nodeId: "na",
+      host: {
+        fenceNow: (id) => {
+          if (!aHolds) throw new LeaseLostError(id, { data: { holder: "nb" } });
+        },
+      },
+    });
+    await using b = await startRig(server.url, cluster, [who("nb")], { nodeId: "nb" });
+    await a.host.start("w1", "who");
+    await b.host.start("w1", "who");
+    const ask = () => a.bus.request<string>("w1", "info_request", null, { timeoutMs: 2_000 }).catch((e: unknown) => e);
+    const askMany = () => Promise.all(Array.from({ length: 40 }, ask));
+
+    // The server spreads a queue group's requests over its members: both answer.
+    expect(new Set(await askMany())).toEqual(new Set(["na", "nb"]));
+
+    aHolds = false;
+    const after = await askMany();
+    expect(after).not.toContain("na");
+    expect(after).toContain("nb");
+    const refusals = after.filter((x) => x !== "nb");
+    expect(refusals.length).toBeGreaterThan(0);
+    for (const err of refusals) {
+      expect(isKovaError(err, ActorErrorCode.NOT_HOSTED), String(err)).toBe(true);
+      expect(err).toMatchObject({ retryable: true, data: { actorId: "w1", nodeId: "na", holder: "nb" } });
+    }
+
+    // Lost while the answer was being computed (an async rpc handler waited across a freeze).
+    await b.host.stop("w1");
+    aHolds = true;
+    let open!: () => void;
+    gate = new Promise<void>((r) => (open = r));
+    const started = new Promise<void>((r) => (entered = r));
+    const pending = ask();
+    await started;
+    aHolds = false;
+    open();
+    const err = await pending;
+    expect(isKovaError(err, ActorErrorCode.NOT_HOSTED), String(err)).toBe(true);
+  });
+
   it("send - a handler's ctx.send reaches another actor with a recorded id; emit and stream publish events", async () => {
     const relay = defineActor<{ sent: string[] }>({
       type: "relay",
