@@ -235,6 +235,9 @@ export class ActorInstance implements TurnActor {
     const source: TurnSource = { ...src, abort };
     try {
       outcome = await runTurn(this, env, source);
+      source.completion?.catch((err: unknown) =>
+        this.log.error({ err, envelopeId: env.id }, "the WAL record of a committed turn could not be completed; the next start settles it"),
+      );
       this.#parked.delete(env.id);
       if (outcome.kind !== "duplicate" && outcome.kind !== "lease_lost") this.#handled++;
       return outcome;

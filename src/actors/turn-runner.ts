@@ -51,6 +51,11 @@ export interface TurnSource {
   abort: AbortController;
   /** Set by runTurn to the turn's record as soon as it has one (the caller parks it if journaling fails). */
   record?: TurnRecord;
+  /**
+   * Set by runTurn once the turn is committed and answered: the WAL completion of its
+   * record, still in flight when runTurn resolves (the caller acks without waiting for it).
+   */
+  completion?: Promise<void>;
 }
 
 export type TurnOutcome =
@@ -67,7 +72,7 @@ export type TurnOutcome =
  * saved with the checkpoint to NATS KV → `turn_done` on the journal and the reply → `wal.complete`
  * with the local checkpoint. The caller acks the mailbox message when this resolves, and
  * naks it when this throws (an infrastructure failure: the record stays PENDING and the
- * redelivery resumes it).
+ * redelivery resumes it). The completion is issued, not awaited (`src.completion`): see below.
  */
 export async function runTurn(actor: TurnActor, env: A2AEnvelope, src: TurnSource): Promise<TurnOutcome> {
   const { deps, memory } = actor;
@@ -233,8 +238,15 @@ export async function runTurn(actor: TurnActor, env: A2AEnvelope, src: TurnSourc
   // is a duplicate that sends the saved reply), so an asker is never left without one.
   if (answer) await timedPhase("reply", actor.id, () => sendReply(actor, env, answer));
   crashPoint("after-reply", actor.id);
-  await timedPhase("wal.complete", actor.id, () => deps.wal.complete(slot.seq, { kv: [{ key: localCheckpointKey(actor.id), value: cp }] }));
-  crashPoint("after-wal-complete", actor.id);
+  // The turn is committed and answered: the completion only spares the next start a look
+  // at this record, so the message is acked without waiting for it (the actor's next
+  // message is delivered after that ack: a flushed write less between two turns). Should
+  // it be lost (a crash) or fail (the WAL then refuses every write and the node hands its
+  // actors over), the next start finds the record PENDING with its message gone from the
+  // mailbox or named by the checkpoint, and settles it without running it.
+  src.completion = timedPhase("wal.complete", actor.id, () => deps.wal.complete(slot.seq, { kv: [{ key: localCheckpointKey(actor.id), value: cp }] })).then(
+    () => crashPoint("after-wal-complete", actor.id),
+  );
   return outcome;
 }
 

@@ -157,7 +157,7 @@ describe("step journal on NATS (takeover by another node)", () => {
   }, 60_000);
 });
 
-describe("parked and dead-lettered turns", () => {
+describe("dead-lettered turns and failed completions", () => {
   it("dead letters - a pending turn whose message left the mailbox unprocessed is completed at start, never run; one whose message is still there runs", async () => {
     const cluster = uniqueCluster("td");
     await using tmp = await tempDir("kova-actors-dlq-");
@@ -194,7 +194,7 @@ describe("parked and dead-lettered turns", () => {
     expect(rig.states.filter(([id]) => id === "d1").map(([, s]) => s)).toEqual(["Recovering", "Idle"]);
   });
 
-  it("parked - a committed turn parked by a failed completion is recognised as processed on redelivery, after more turns than the processed window", async () => {
+  it("completion - a committed turn whose WAL completion fails is acked anyway and never runs again: the next start settles its PENDING record, after more turns than the processed window", async () => {
     const cluster = uniqueCluster("tp");
     await using tmp = await tempDir("kova-actors-park-");
     await using bus = await connectBus(server.url, cluster);
@@ -202,8 +202,9 @@ describe("parked and dead-lettered turns", () => {
     await using _wal = defer(() => wal.close());
     const first = createEnvelope({ from: "tester", to: "k1", type: "task_delegate", payload: 0 });
     let failOnce = true;
-    // The WAL fails the first completion (as a full disk would, once): the turn is committed
-    // on NATS (checkpoint saved) but its record stays PENDING and the message is nak'd.
+    // The WAL fails the first completion (injected; a real commit failure also puts the WAL
+    // in its failed state): the turn is committed on NATS (checkpoint saved, message acked)
+    // but its record stays PENDING.
     const flaky: ActorWal = {
       append: (k, p, o) => wal.append(k, p, o),
       replace: (s, p, o) => wal.replace(s, p, o),
@@ -224,42 +225,47 @@ describe("parked and dead-lettered turns", () => {
       initialState: () => ({ sum: 0, seen: [] }),
       handlers: {
         task_delegate: async (ctx) => {
-          handled.push(ctx.message.id);
+          await ctx.step("add", () => handled.push(ctx.message.id), { idempotent: true });
           ctx.state.sum += 1;
           ctx.state.seen.push(ctx.message.id);
         },
       },
       rpc: { info_request: (_env, s) => s },
     });
-    const host = new ActorHost({
-      bus,
-      wal: flaky,
-      nodeId: "n1",
-      types: new ActorTypeRegistry([adder]),
-      logger: silent,
-      processedWindow: 2,
-      // The first message comes back only after the others went through.
-      mailbox: { ackWaitMs: 10_000, backoffMs: [2_500] },
-    });
-    await using _host = defer(() => host.stopAll());
+    const newHost = () =>
+      new ActorHost({
+        bus,
+        wal: flaky,
+        nodeId: "n1",
+        types: new ActorTypeRegistry([adder]),
+        logger: silent,
+        processedWindow: 2,
+        mailbox: { ackWaitMs: 10_000 },
+      });
+    const host = newHost();
     await host.start("k1", "adder");
     await bus.send(first);
-    await poll(() => handled.length === 1, { timeoutMs: 5_000, what: "first turn" });
     const later: A2AEnvelope[] = [];
     for (let i = 1; i <= 3; i++) {
       const e = createEnvelope({ from: "tester", to: "k1", type: "task_delegate", payload: i });
       later.push(e);
       await bus.send(e);
     }
-    const end = await poll(
-      async () => {
-        const s = await bus.request<{ sum: number; seen: string[] }>("k1", "info_request", null);
-        return s.seen.length >= 4 && wal.pendingFor("k1").length === 0 ? s : undefined;
-      },
-      { timeoutMs: 20_000, what: "every message handled and the parked record settled", retryErrors: true },
-    );
-    // The first message came back after three others (the window holds two ids) and ran no second turn.
+    const info = () => bus.request<{ sum: number; seen: string[] }>("k1", "info_request", null);
+    await poll(async () => (await info()).seen.length === 4, { timeoutMs: 20_000, what: "every message handled", retryErrors: true });
+    // The first turn's record is still PENDING; its message was acked, so nothing redelivers it.
+    const stuck = wal.pendingFor("k1");
+    expect(stuck.map((r) => (r.payload as { envelope: { id: string } }).envelope.id)).toEqual([first.id]);
+    await host.stopAll();
+
+    // The next start (the window of two ids no longer names the first message) finds the
+    // message gone from the mailbox and completes the record without running it.
+    const again = newHost();
+    await using _again = defer(() => again.stopAll());
+    await again.start("k1", "adder");
+    expect(wal.pendingFor("k1")).toEqual([]);
     expect(handled).toEqual([first.id, ...later.map((e) => e.id)]);
+    const end = await poll(() => info().catch(() => undefined), { timeoutMs: 5_000, what: "k1 answers after the restart" });
     expect(end.sum).toBe(4);
   }, 40_000);
 });
