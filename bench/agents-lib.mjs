@@ -11,6 +11,7 @@ import { ActorHost, ActorTypeRegistry } from "../dist/actors/index.js";
 import { ToolRegistry, builtinTools, toolsConfigFrom } from "../dist/tools/index.js";
 import { AgentRuntime, agentActor, defineAgent, parseModelsConfig } from "../dist/agents/index.js";
 import { createLogger } from "../dist/core/logger.js";
+import { MirroredSettingsStore } from "../dist/node/settings-mirror.js";
 
 export const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 export const pct = (xs, q) => [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.floor(q * xs.length))];
@@ -63,7 +64,14 @@ export async function startAgentBench({ agents, scripted = {}, maxConcurrency = 
   const types = new ActorTypeRegistry();
   const host = new ActorHost({ bus, wal, nodeId: "bench", types, logger: log, mailbox });
   const models = parseModelsConfig({ main: { base_url: model.url, model: "gpt-4o-mini", max_concurrency: maxConcurrency, max_retries: 0 } }, { env: {} });
-  const runtime = new AgentRuntime({ bus, models, tools: new ToolRegistry().register(...builtinTools(toolsConfigFrom(undefined))), logger: log });
+  const runtime = new AgentRuntime({
+    bus,
+    models,
+    tools: new ToolRegistry().register(...builtinTools(toolsConfigFrom(undefined))),
+    logger: log,
+    // As a node does (src/node/agent-services.ts): model switches read from a watched copy.
+    openSettings: () => MirroredSettingsStore.open({ nc: bus.nc, cluster, replicas: 1, logger: log }),
+  });
   const defs = agents.map((a) => defineAgent(a));
   // Agents of one definition share a type: register each definition's id once.
   for (const d of new Map(defs.map((d) => [d.id, d])).values()) types.register(agentActor(d, runtime));

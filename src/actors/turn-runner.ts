@@ -346,7 +346,9 @@ function replyOf(actorId: string, env: A2AEnvelope, outcome: TurnOutcome, mb: Ma
  * @throws the bus's error when it cannot be published: the caller keeps the record PENDING
  */
 async function sendReply(actor: TurnActor, env: A2AEnvelope, answer: CheckpointReply): Promise<void> {
-  const opts = { id: derivedId(actor.id, env.id, "reply"), ...(answer.encoding === "json" ? { encoding: "json" as const } : {}) };
+  // No flush of its own: the mailbox ack goes out after it on the same connection (a
+  // reply lost with the connection loses that ack too, and the redelivery resends it).
+  const opts = { id: derivedId(actor.id, env.id, "reply"), flush: false, ...(answer.encoding === "json" ? { encoding: "json" as const } : {}) };
   if (answer.error !== undefined) await actor.deps.bus.respond(env, null, { ...opts, error: fromWire(answer.error) ?? new Error(String(answer.error)) });
   else await actor.deps.bus.respond(env, answer.result, opts);
 }

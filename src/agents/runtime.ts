@@ -50,6 +50,12 @@ export interface AgentRuntimeOptions {
   approvals?: ApprovalStore;
   ledger?: GroupLedger;
   settings?: SettingsStore;
+  /**
+   * Opens the settings store on first use instead of the plain KV bucket: a node passes
+   * one that keeps a watched copy of the bucket, so a run reads its model switch without
+   * a round trip.
+   */
+  openSettings?: () => Promise<SettingsStore>;
 }
 
 /**
@@ -165,7 +171,7 @@ export class AgentRuntime {
 
   settings(): Promise<SettingsStore> {
     this.#settings ??= this.#open(
-      () => NatsSettingsStore.open({ js: this.bus.js, cluster: this.bus.cluster, replicas: this.opts.replicas ?? 1 }),
+      this.opts.openSettings ?? (() => NatsSettingsStore.open({ js: this.bus.js, cluster: this.bus.cluster, replicas: this.opts.replicas ?? 1 })),
       () => (this.#settings = undefined),
     );
     return this.#settings;
@@ -280,6 +286,7 @@ export class AgentRuntime {
   /** Stops the scheduler if it is this runtime's own (waiting calls fail with MODEL_SCHEDULER_CLOSED). */
   close(): void {
     if (this.#ownsScheduler) this.scheduler.close();
+    void this.#settings?.then((s) => s.close?.()).catch(() => undefined);
   }
 }
 

@@ -10,6 +10,8 @@ export interface AgentSettings {
 export interface SettingsStore {
   get(agentId: string): Promise<AgentSettings>;
   set(agentId: string, settings: AgentSettings): Promise<void>;
+  /** Releases what the store holds open (a watch). */
+  close?(): void;
 }
 
 const enc = new TextEncoder();

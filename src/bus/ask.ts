@@ -89,6 +89,13 @@ export interface RespondOptions {
    * stored once (`Nats-Msg-Id`) and an inbox reader can recognise the repeat.
    */
   id?: string;
+  /**
+   * Wait for the server to confirm it received an inbox reply (a ping round trip; default
+   * true). A caller that publishes something on the same connection right after, and
+   * waits for that instead (an actor turn: its mailbox ack), passes false: the connection
+   * delivers in order, so what confirms the later message confirms the reply too.
+   */
+  flush?: boolean;
 }
 
 /**
@@ -122,6 +129,6 @@ export async function respond(ctx: BusContext, original: A2AEnvelope, result: un
   } else {
     ctx.nc.publish(original.replyTo, encodeEnvelope(reply, "msgpack"));
   }
-  await ctx.nc.flush();
+  if (opts.flush !== false) await ctx.nc.flush();
   return reply;
 }

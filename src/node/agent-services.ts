@@ -17,6 +17,8 @@ import type { AgentDefinition } from "../agents/definition.js";
 import { AgentRuntime } from "../agents/runtime.js";
 import type { ModelCallScheduler } from "../agents/model/scheduler.js";
 import type { NodeConfig } from "./config.js";
+import { mirrorTiming } from "./kv-mirror.js";
+import { MirroredSettingsStore } from "./settings-mirror.js";
 
 /** The agent level of a node: its runtime, tool registry and MCP servers. */
 export interface AgentServices {
@@ -82,6 +84,14 @@ export async function startAgentServices(
     maxArgumentRepairs: config.tools.maxArgumentRepairs,
     maxResultBytes: config.tools.maxResultBytes,
     ...(mcp ? { prepareTools: (patterns: readonly string[]) => mcp.prepare(patterns) } : {}),
+    openSettings: () =>
+      MirroredSettingsStore.open({
+        nc: deps.bus.nc,
+        cluster: deps.bus.cluster,
+        replicas: deps.replicas,
+        logger: deps.logger,
+        timing: mirrorTiming(config.heartbeatMs),
+      }),
   });
   agents.forEach((a, i) => {
     for (const m of [a.model]) runtime.modelConfig(m, `agent ${a.id}`);

@@ -1,0 +1,42 @@
+import { connect } from "@nats-io/transport-node";
+import { Kvm } from "@nats-io/kv";
+import { describe, expect, it, vi } from "vitest";
+import { silentLogger } from "../../src/core/logger.js";
+import { NatsSettingsStore } from "../../src/agents/settings.js";
+import { MirroredSettingsStore } from "../../src/node/settings-mirror.js";
+import { fileServer, uniqueCluster } from "../fixtures/bus/helpers.js";
+import { poll } from "../fixtures/poll.js";
+
+const nats = fileServer();
+
+describe("agent settings from a watched copy (MirroredSettingsStore)", () => {
+  it("settings - a switch noted on the host is read back at once; another node's copy receives it through the watch; reads make no request while the copy is current", async () => {
+    const cluster = uniqueCluster("set");
+    const nc = await connect({ servers: nats.url });
+    const open = () => MirroredSettingsStore.open({ nc, cluster, replicas: 1, logger: silentLogger() });
+    const host = await open();
+    const other = await open();
+    try {
+      expect(await other.get("ops")).toEqual({});
+      await host.set("ops", { model: "fast" });
+      // The host's own write, before its watch delivers it.
+      expect(await host.get("ops")).toEqual({ model: "fast" });
+      await poll(async () => (await other.get("ops")).model === "fast", { timeoutMs: 5_000, what: "the switch on the other node's copy" });
+      // Written by anything else (an older node, `nats kv put`): the watch brings it too.
+      const raw = await new Kvm(nc).open(NatsSettingsStore.bucketName(cluster));
+      await raw.put("ops", JSON.stringify({ model: "slow" }));
+      await poll(async () => (await host.get("ops")).model === "slow", { timeoutMs: 5_000, what: "an outside write on the host's copy" });
+      // Current copy: a run's read is answered locally, no KV request.
+      const kvGet = vi.spyOn((other as unknown as { kv: { get: (k: string) => Promise<unknown> } }).kv, "get");
+      await poll(async () => (await other.get("ops")).model === "slow", { timeoutMs: 5_000, what: "the outside write on the other copy" });
+      for (let i = 0; i < 20; i++) expect(await other.get("ops")).toEqual({ model: "slow" });
+      expect(kvGet).not.toHaveBeenCalled();
+      await raw.delete("ops");
+      await poll(async () => (await other.get("ops")).model === undefined, { timeoutMs: 5_000, what: "the deletion on the other copy" });
+    } finally {
+      host.close();
+      other.close();
+      await nc.close();
+    }
+  });
+});
