@@ -161,6 +161,24 @@ describe("security: the gateway role (deploy/nats/accounts.conf)", () => {
     expect(await listKvKeys(admin, "kova_default_gateway_keys")).toEqual([]);
   }, 90_000);
 
+  it("gateway role - lists its tasks and keys buckets and no other, and creates no consumer on its tasks bucket", async () => {
+    const nc = await connectAs(server, "gateway");
+    try {
+      // A task entry written and deleted under the role: listed, then not (as ListTasks reads).
+      const tasks = await new Kvm(nc).open("kova_default_gateway_tasks");
+      await tasks.put("listing-probe", "{}");
+      expect(await listKvKeys(nc, "kova_default_gateway_tasks")).toContain("listing-probe");
+      await tasks.delete("listing-probe");
+      expect(await listKvKeys(nc, "kova_default_gateway_tasks")).not.toContain("listing-probe");
+      expect(await listKvKeys(nc, "kova_default_gateway_keys")).toEqual(expect.any(Array));
+      for (const bucket of ["kova_default_leases", "kova_default_checkpoints"]) await expectPermissionDenied(listKvKeys(nc, bucket));
+      const jsm = await jetstreamManager(nc, { timeout: 2000 });
+      await expectPermissionDenied(jsm.consumers.add("KV_kova_default_gateway_tasks", { ack_policy: AckPolicy.None, headers_only: true }));
+    } finally {
+      await nc.close();
+    }
+  });
+
   it("gateway role - cannot write the registry or checkpoints, spawn, read a mailbox, or read another role's inbox", async () => {
     const nc = await connectAs(server, "gateway");
     try {
