@@ -22,7 +22,7 @@
  * Permissions: STREAM.INFO on `KV_<bucket>` and STREAM.MSG.GET on it (deploy/nats/
  * accounts.conf); no consumer is created.
  */
-import { jetstream, type StreamInfo } from "@nats-io/jetstream";
+import { jetstream, type JetStreamClient, type StreamInfo } from "@nats-io/jetstream";
 import { Kvm, type KvEntry } from "@nats-io/kv";
 import type { NatsConnection } from "@nats-io/transport-node";
 import { ArgumentError, KovaTimeoutError } from "../core/errors.js";
@@ -56,7 +56,7 @@ export interface KvListOptions {
  *   ArgumentError for a bad bucket name, filter or timeout; the server's permission error
  *   when this user may not read the bucket
  */
-export async function readKvEntries(nc: NatsConnection, bucket: string, opts: KvListOptions = {}): Promise<Map<string, KvEntry>> {
+export async function readKvEntries(conn: NatsConnection | JetStreamClient, bucket: string, opts: KvListOptions = {}): Promise<Map<string, KvEntry>> {
   const filter = opts.filter ?? ">";
   const timeoutMs = opts.timeoutMs ?? DEFAULT_KV_LIST_TIMEOUT_MS;
   checkArguments(bucket, filter, timeoutMs);
@@ -68,7 +68,7 @@ export async function readKvEntries(nc: NatsConnection, bucket: string, opts: Kv
       reject(new KovaTimeoutError(`listing the keys of KV bucket ${bucket}`, timeoutMs, { data: { bucket } }));
     }, timeoutMs);
   });
-  const listing = readLive(nc, bucket, filter, timeoutMs, () => expired);
+  const listing = readLive(conn, bucket, filter, timeoutMs, () => expired);
   // Past the deadline nobody awaits the listing any more: its late failure is not news.
   listing.catch(() => undefined);
   try {
@@ -79,8 +79,8 @@ export async function readKvEntries(nc: NatsConnection, bucket: string, opts: Kv
 }
 
 /** The live keys of a bucket, sorted; see {@link readKvEntries} (same options and errors). */
-export async function listKvKeys(nc: NatsConnection, bucket: string, opts: KvListOptions = {}): Promise<string[]> {
-  return [...(await readKvEntries(nc, bucket, opts)).keys()];
+export async function listKvKeys(conn: NatsConnection | JetStreamClient, bucket: string, opts: KvListOptions = {}): Promise<string[]> {
+  return [...(await readKvEntries(conn, bucket, opts)).keys()];
 }
 
 function checkArguments(bucket: string, filter: string, timeoutMs: number): void {
@@ -95,9 +95,16 @@ function checkArguments(bucket: string, filter: string, timeoutMs: number): void
   if (!Number.isFinite(timeoutMs) || timeoutMs <= 0) throw new ArgumentError("timeoutMs", `${timeoutMs} is not a positive number of milliseconds`);
 }
 
-async function readLive(nc: NatsConnection, bucket: string, filter: string, timeoutMs: number, expired: () => boolean): Promise<Map<string, KvEntry>> {
-  // No single request may outlive the whole listing.
-  const js = jetstream(nc, { timeout: timeoutMs });
+async function readLive(
+  conn: NatsConnection | JetStreamClient,
+  bucket: string,
+  filter: string,
+  timeoutMs: number,
+  expired: () => boolean,
+): Promise<Map<string, KvEntry>> {
+  // On a connection no single request may outlive the whole listing; a JetStreamClient
+  // keeps its own request timeout (the deadline still bounds the listing).
+  const js = "jetstreamManager" in conn ? conn : jetstream(conn, { timeout: timeoutMs });
   const jsm = await js.jetstreamManager(false);
   const prefix = `$KV.${bucket}.`;
   let info: StreamInfo;

@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
-import { jetstreamManager } from "@nats-io/jetstream";
+import { jetstream, jetstreamManager } from "@nats-io/jetstream";
 import { Kvm, type KV } from "@nats-io/kv";
 import { BusErrorCode, listKvKeys, readKvEntries } from "../../src/bus/index.js";
 import { ErrorCode, isKovaError } from "../../src/core/errors.js";
@@ -43,6 +43,8 @@ describe("listKvKeys / readKvEntries: a bucket's live keys from its stream's sub
       await kv.delete("back");
       await kv.put("back", "3");
       expect(await listKvKeys(nc, name)).toEqual(["a", "b", "back"]);
+      // The same through a JetStreamClient (the workflow stores hold one, not a connection).
+      expect(await listKvKeys(jetstream(nc), name)).toEqual(["a", "b", "back"]);
       const entries = await readKvEntries(nc, name);
       expect([...entries].map(([k, e]) => [k, e.string()])).toEqual([
         ["a", "1"],
