@@ -15,6 +15,7 @@ export const BusErrorCode = defineErrorCodes("bus", {
   /** The NATS server refused a publish or subscription to this user (its account's permissions). */
   PERMISSION_DENIED: "PERMISSION_DENIED",
   UNKNOWN_AGENT: "UNKNOWN_AGENT",
+  BUCKET_NOT_FOUND: "BUCKET_NOT_FOUND",
 });
 
 /**
@@ -162,6 +163,23 @@ export class UnknownAgentError extends KovaError {
     super(BusErrorCode.UNKNOWN_AGENT, `${detail}: check the id with kova agents ls, or declare it ([[agents]] / [[actors]] in kova.toml, or kova spawn)`, {
       data: { agentId },
     });
+  }
+}
+
+/** A KV bucket that was to be read does not exist (its stream `KV_<bucket>` is missing). */
+export class BucketNotFoundError extends KovaError {
+  constructor(
+    readonly bucket: string,
+    options: KovaErrorOptions = {},
+  ) {
+    super(
+      BusErrorCode.BUCKET_NOT_FOUND,
+      `KV bucket ${bucket} does not exist (no stream KV_${bucket}): check the cluster name, or start a node that creates it`,
+      {
+        data: { bucket },
+        ...options,
+      },
+    );
   }
 }
 

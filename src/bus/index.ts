@@ -40,6 +40,7 @@ export { ContentType, DlqReason, Header, defineDlqReasons, knownDlqReasons } fro
 export {
   UnknownAgentError,
   BusErrorCode,
+  BucketNotFoundError,
   isNoResponders,
   BusClosedError,
   DecodeError,
@@ -51,6 +52,7 @@ export {
   UnknownMessageTypeError,
 } from "./errors.js";
 export { openOrCreateBucket } from "./kv-buckets.js";
+export { DEFAULT_KV_LIST_TIMEOUT_MS, listKvKeys, readKvEntries, type KvListOptions } from "./kv-keys.js";
 export {
   JsApiCode,
   isConsumerNotFound,

@@ -144,18 +144,17 @@ export function registerUsage(
 }
 
 async function agentIds(client: KovaClient): Promise<string[]> {
-  const { Kvm } = await import("@nats-io/kv");
-  let kv: Awaited<ReturnType<InstanceType<typeof Kvm>["open"]>>;
+  const { readKvEntries } = await import("../bus/kv-keys.js");
+  let entries: Awaited<ReturnType<typeof readKvEntries>>;
   try {
-    kv = await new Kvm(client.bus.nc).open(agentsBucket(client.bus.cluster));
+    entries = await readKvEntries(client.bus.nc, agentsBucket(client.bus.cluster));
   } catch (err) {
+    if (!isKovaError(err, BusErrorCode.BUCKET_NOT_FOUND)) throw err;
     throw new KovaError(ErrorCode.REMOTE_ERROR, `cannot read the agent registry of cluster ${client.bus.cluster}: is a node running?`, { cause: err });
   }
-  const ids: string[] = [];
-  for await (const k of await kv.keys()) ids.push(k);
-  const records = await Promise.all(ids.map(async (id) => (await kv.get(id))?.json<AgentRecord>()));
-  return records
-    .filter((r): r is AgentRecord => r !== undefined && r.desired !== "killed")
+  return [...entries.values()]
+    .map((e) => e.json<AgentRecord>())
+    .filter((r) => r.desired !== "killed")
     .map((r) => r.id)
     .sort();
 }

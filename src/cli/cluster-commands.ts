@@ -1,7 +1,7 @@
 import type { Command } from "commander";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 import { Kvm } from "@nats-io/kv";
-import { ErrorCode, KovaError } from "../core/errors.js";
+import { ErrorCode, KovaError, isKovaError } from "../core/errors.js";
 import { isValidId } from "../core/ids.js";
 import { resolveTarget, targetOptions, type TargetOpts } from "./target.js";
 import { redactUrls, securityOptions } from "../bus/nats-security.js";
@@ -10,6 +10,7 @@ import { nodesBucket, type NodeRecord } from "../node/membership.js";
 import { agentsBucket, readAgentRecord, type AgentRecord } from "../node/registry.js";
 import { ActorErrorCode } from "../actors/errors.js";
 import { BusErrorCode } from "../bus/errors.js";
+import { readKvEntries } from "../bus/kv-keys.js";
 import { NodeErrorCode } from "../node/errors.js";
 import { print, table } from "./output.js";
 
@@ -217,25 +218,29 @@ export async function openExisting(nc: NatsConnection, bucket: string, cluster: 
   try {
     return await new Kvm(nc).open(bucket, { bindOnly: false });
   } catch (err) {
-    throw new KovaError(
-      NodeErrorCode.UNKNOWN_CLUSTER,
-      `no cluster "${cluster}" here (bucket ${bucket} missing): start a node with kova node start, or pass --cluster`,
-      { cause: err },
-    );
+    throw unknownCluster(bucket, cluster, err);
   }
 }
 
-/** Every live value of a bucket, read key by key (a one-shot read needs no watch). */
+function unknownCluster(bucket: string, cluster: string, cause: unknown): KovaError {
+  return new KovaError(
+    NodeErrorCode.UNKNOWN_CLUSTER,
+    `no cluster "${cluster}" here (bucket ${bucket} missing): start a node with kova node start, or pass --cluster`,
+    {
+      cause,
+    },
+  );
+}
+
+/** Every live value of a bucket (a one-shot read needs no watch). */
 export async function readBucket<T>(nc: NatsConnection, bucket: string, cluster: string): Promise<T[]> {
-  const kv = await openExisting(nc, bucket, cluster);
-  // A key written again while the listing runs (a heartbeat) is listed twice: dedupe.
-  const unique = new Set<string>();
-  for await (const k of await kv.keys()) unique.add(k);
-  const keys = [...unique];
-  const out: T[] = [];
-  for (let i = 0; i < keys.length; i += 64) {
-    const entries = await Promise.all(keys.slice(i, i + 64).map((k) => kv.get(k)));
-    for (const e of entries) if (e && e.operation === "PUT") out.push(e.json<T>());
+  let entries: Awaited<ReturnType<typeof readKvEntries>>;
+  try {
+    entries = await readKvEntries(nc, bucket);
+  } catch (err) {
+    if (isKovaError(err, BusErrorCode.BUCKET_NOT_FOUND)) throw unknownCluster(bucket, cluster, err);
+    throw err;
   }
+  const out = [...entries.values()].map((e) => e.json<T>());
   return out.sort((a, b) => String((a as { id?: string }).id).localeCompare(String((b as { id?: string }).id)));
 }

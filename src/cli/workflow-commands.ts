@@ -1,8 +1,8 @@
 import type { Command } from "commander";
-import { Kvm } from "@nats-io/kv";
 import { ArgumentError, KovaError } from "../core/errors.js";
 import { isValidId } from "../core/ids.js";
 import { type KovaClient, isNoResponders, type KovaEvent } from "../bus/index.js";
+import { readKvEntries } from "../bus/kv-keys.js";
 import { NatsCheckpointStore } from "../actors/index.js";
 import { controlRequest, spawnSubject, type SpawnReply } from "../node/control.js";
 import { agentsBucket, readAgentRecord, type AgentRecord } from "../node/registry.js";
@@ -257,16 +257,10 @@ export function register(program: Command): void {
     .option("--json", "print JSON")
     .action((o: TargetOpts) =>
       withClient(o, async (client) => {
-        const kv = await new Kvm(client.bus.nc).open(agentsBucket(client.bus.cluster));
-        const ids = new Set<string>();
-        for await (const k of await kv.keys()) ids.add(k);
         const records: AgentRecord[] = [];
-        for (const id of ids) {
-          const e = await kv.get(id);
-          if (e && e.operation === "PUT") {
-            const r = readAgentRecord(id, e.json<unknown>());
-            if (r.type === WORKFLOW_ACTOR_TYPE) records.push(r);
-          }
+        for (const [id, e] of await readKvEntries(client.bus.nc, agentsBucket(client.bus.cluster))) {
+          const r = readAgentRecord(id, e.json<unknown>());
+          if (r.type === WORKFLOW_ACTOR_TYPE) records.push(r);
         }
         const store = await NatsCheckpointStore.open({ js: client.bus.js, cluster: client.bus.cluster });
         const runs = await Promise.all(

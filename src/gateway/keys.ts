@@ -1,6 +1,7 @@
 import { createHash, randomBytes } from "node:crypto";
 import type { NatsConnection } from "@nats-io/transport-node";
 import type { KV } from "@nats-io/kv";
+import { readKvEntries } from "../bus/kv-keys.js";
 import { isValidId } from "../core/ids.js";
 import type { Logger } from "../core/logger.js";
 import { checkFormatVersion } from "../core/format-version.js";
@@ -107,10 +108,15 @@ export class KeyRing {
  * The bucket side of `kova gateway keys add|ls|rm`: the CLI writes, gateways watch.
  */
 export class KeyAdmin {
-  private constructor(private readonly kv: KV) {}
+  private constructor(
+    private readonly kv: KV,
+    private readonly nc: NatsConnection,
+    private readonly bucket: string,
+  ) {}
 
   static async open(nc: NatsConnection, cluster: string, replicas?: number): Promise<KeyAdmin> {
-    return new KeyAdmin(await openBucket(nc, keysBucket(cluster), replicas));
+    const bucket = keysBucket(cluster);
+    return new KeyAdmin(await openBucket(nc, bucket, replicas), nc, bucket);
   }
 
   /**
@@ -137,11 +143,7 @@ export class KeyAdmin {
   /** Key names with their limits (never their hashes). */
   async list(): Promise<Array<Omit<StoredKey, "hash">>> {
     const out: Array<Omit<StoredKey, "hash">> = [];
-    const names = new Set<string>();
-    for await (const k of await this.kv.keys()) names.add(k);
-    for (const name of [...names].sort()) {
-      const e = await this.kv.get(name);
-      if (e?.operation !== "PUT") continue;
+    for (const e of (await readKvEntries(this.nc, this.bucket)).values()) {
       const { hash: _hash, ...rest } = e.json<StoredKey>();
       out.push(rest);
     }

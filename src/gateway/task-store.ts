@@ -1,5 +1,6 @@
-import type { KV } from "@nats-io/kv";
+import type { KV, KvEntry } from "@nats-io/kv";
 import { openOrCreateBucket } from "../bus/kv-buckets.js";
+import { readKvEntries } from "../bus/kv-keys.js";
 import type { NatsConnection } from "@nats-io/transport-node";
 import { Task, TaskState, type ListTasksRequest, type ListTasksResponse } from "@a2a-js/sdk";
 import type { ServerCallContext, TaskStore } from "@a2a-js/sdk/server";
@@ -41,18 +42,30 @@ export function ownerOf(context: ServerCallContext | undefined): string {
   return user?.isAuthenticated ? user.userName : "anonymous";
 }
 
+/** A stored task's record; @throws UnsupportedFormatError for a version this gateway does not read */
+function storedTask(taskId: string, e: KvEntry): StoredTask {
+  const stored = e.json<StoredTask>();
+  checkFormatVersion(`gateway task ${taskId}`, stored?.v, [STORED_TASK_VERSION]);
+  return stored;
+}
+
 export class NatsTaskStore implements TaskStore {
-  private constructor(readonly kv: KV) {}
+  private constructor(
+    readonly kv: KV,
+    private readonly nc: NatsConnection,
+    private readonly bucket: string,
+  ) {}
 
   /** Opens (creating when missing) the bucket. */
   static async open(nc: NatsConnection, cluster: string, opts: { replicas?: number; maxAgeMs?: number } = {}): Promise<NatsTaskStore> {
-    const kv = await openOrCreateBucket(nc, tasksBucket(cluster), {
+    const bucket = tasksBucket(cluster);
+    const kv = await openOrCreateBucket(nc, bucket, {
       history: 1,
       replicas: opts.replicas ?? 1,
       storage: "file",
       ttl: opts.maxAgeMs ?? 7 * 86_400_000,
     });
-    return new NatsTaskStore(kv);
+    return new NatsTaskStore(kv, nc, bucket);
   }
 
   async save(task: Task, context: ServerCallContext): Promise<void> {
@@ -98,10 +111,7 @@ export class NatsTaskStore implements TaskStore {
   private async read(taskId: string): Promise<StoredTask | undefined> {
     if (!isValidId(taskId)) return undefined;
     const e = await this.kv.get(taskId);
-    if (e?.operation !== "PUT") return undefined;
-    const stored = e.json<StoredTask>();
-    checkFormatVersion(`gateway task ${taskId}`, stored?.v, [STORED_TASK_VERSION]);
-    return stored;
+    return e?.operation === "PUT" ? storedTask(taskId, e) : undefined;
   }
 
   /**
@@ -112,9 +122,14 @@ export class NatsTaskStore implements TaskStore {
   async list(params: ListTasksRequest, context: ServerCallContext): Promise<ListTasksResponse> {
     const owner = ownerOf(context);
     const pageSize = params.pageSize ?? DEFAULT_PAGE_SIZE;
-    const names = new Set<string>();
-    for await (const k of await this.kv.keys()) names.add(k);
-    const all = await Promise.all([...names].map((n) => this.read(n).catch(() => undefined)));
+    // An entry this gateway cannot read (a newer format, a key that is no task id) is not listed.
+    const all = [...(await readKvEntries(this.nc, this.bucket))].map(([taskId, e]) => {
+      try {
+        return isValidId(taskId) ? storedTask(taskId, e) : undefined;
+      } catch {
+        return undefined;
+      }
+    });
     let tasks = all.filter((s): s is StoredTask => s !== undefined && s.owner === owner).map((s) => Task.fromJSON(s.task));
     if (params.contextId) tasks = tasks.filter((t) => t.contextId === params.contextId);
     if (params.status !== undefined && params.status !== TaskState.TASK_STATE_UNSPECIFIED) tasks = tasks.filter((t) => t.status?.state === params.status);

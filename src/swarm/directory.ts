@@ -1,6 +1,6 @@
-import { Kvm, type KV } from "@nats-io/kv";
+import { isKovaError } from "../core/errors.js";
 import { silentLogger, type Logger } from "../core/logger.js";
-import { isNoResponders, JsApiCode, jsApiCode, type Bus } from "../bus/index.js";
+import { BusErrorCode, isNoResponders, readKvEntries, type Bus } from "../bus/index.js";
 import type { AgentInfo } from "../agents/run-protocol.js";
 
 /** An agent a coordinator may delegate to, as the cluster sees it now. */
@@ -61,25 +61,11 @@ export function natsAgentDirectory(bus: Bus, opts: NatsDirectoryOptions = {}): A
   const rpcTimeoutMs = opts.rpcTimeoutMs ?? 2000;
   const cacheMs = opts.cacheMs ?? 1000;
   const log = (opts.logger ?? silentLogger()).child({ component: "agent-directory" });
-  let kv: KV | undefined;
   let cached: { at: number; list: Promise<AgentCandidate[]> } | undefined;
 
   async function registry(): Promise<RegistryEntry[]> {
-    kv ??= await new Kvm(bus.nc).open(bus.subjects.kv.agents);
-    const status = await kv.status();
-    if (status.values === 0) return [];
-    const out = new Map<string, RegistryEntry>();
-    const iter = await kv.watch();
-    try {
-      for await (const e of iter) {
-        if (e.operation === "PUT") out.set(e.key, e.json<RegistryEntry>());
-        else out.delete(e.key);
-        if (e.delta === 0) break;
-      }
-    } finally {
-      iter.stop();
-    }
-    return [...out.values()];
+    // A one-shot read, not a watch: its ordered consumer can stall while a rebalance rewrites the registry.
+    return [...(await readKvEntries(bus.nc, bus.subjects.kv.agents)).values()].map((e) => e.json<RegistryEntry>());
   }
 
   async function probe(r: RegistryEntry): Promise<AgentCandidate | undefined> {
@@ -103,7 +89,7 @@ export function natsAgentDirectory(bus: Bus, opts: NatsDirectoryOptions = {}): A
     try {
       entries = await registry();
     } catch (err) {
-      if (jsApiCode(err) === JsApiCode.StreamNotFound) return []; // no node ever ran in this cluster
+      if (isKovaError(err, BusErrorCode.BUCKET_NOT_FOUND)) return []; // no node ever ran in this cluster
       throw err;
     }
     const eligible = entries.filter(

@@ -3,6 +3,7 @@ import { DeliverPolicy, DiscardPolicy, RetentionPolicy, StorageType, type JetStr
 import { nanos } from "@nats-io/transport-node";
 import type { KV } from "@nats-io/kv";
 import { openOrCreateBucket } from "../bus/kv-buckets.js";
+import { listKvKeys, readKvEntries } from "../bus/kv-keys.js";
 import { KovaTimeoutError } from "../core/errors.js";
 import { silentLogger, type Logger } from "../core/logger.js";
 import { isStreamNotFound, isSubjectOverlap, isWrongLastSequence } from "../bus/index.js";
@@ -86,6 +87,7 @@ export class SubjectWaits {
     readonly kv: KV,
     private readonly jsm: JetStreamManager,
     readonly js: JetStreamClient,
+    private readonly bucket: string,
     private readonly stream: string,
     private readonly replicas: number,
     private readonly owner: string,
@@ -96,8 +98,9 @@ export class SubjectWaits {
    * @throws JetStream errors when JetStream is unavailable
    */
   static async open(opts: { js: JetStreamClient; jsm: JetStreamManager; cluster: string; replicas?: number; owner: string }): Promise<SubjectWaits> {
-    const kv = await openOrCreateBucket(opts.js, waitsBucket(opts.cluster), { history: 1, replicas: opts.replicas ?? 1, storage: "file" });
-    return new SubjectWaits(kv, opts.jsm, opts.js, waitsStream(opts.cluster), opts.replicas ?? 1, opts.owner);
+    const bucket = waitsBucket(opts.cluster);
+    const kv = await openOrCreateBucket(opts.js, bucket, { history: 1, replicas: opts.replicas ?? 1, storage: "file" });
+    return new SubjectWaits(kv, opts.jsm, opts.js, bucket, waitsStream(opts.cluster), opts.replicas ?? 1, opts.owner);
   }
 
   /**
@@ -126,9 +129,7 @@ export class SubjectWaits {
 
   /** Ends every wait of a run (it ended). */
   async clear(runId: string): Promise<number> {
-    const keys: string[] = [];
-    for await (const k of await this.kv.keys(`*.${runId}.*`)) keys.push(k);
-    const entries = (await Promise.all(keys.map((k) => this.read(k)))).filter((e): e is SubjectWaitEntry => e !== undefined);
+    const entries = [...(await readKvEntries(this.js, this.bucket, { filter: `*.${runId}.*` })).values()].map((e) => e.json<SubjectWaitEntry>());
     for (const e of entries) await this.end(e);
     return entries.length;
   }
@@ -177,7 +178,7 @@ export class SubjectWaits {
   private async release(subject: string): Promise<void> {
     const prefix = subjectKey(subject);
     await this.locked(async () => {
-      for await (const _ of await this.kv.keys(`${prefix}.*.*`)) return; // still needed
+      if ((await listKvKeys(this.js, this.bucket, { filter: `${prefix}.*.*` })).length > 0) return; // still needed
       const info = await this.jsm.streams.info(this.stream).catch((err: unknown) => {
         if (isStreamNotFound(err)) return undefined;
         throw err;

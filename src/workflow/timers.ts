@@ -1,6 +1,7 @@
 import type { JetStreamClient } from "@nats-io/jetstream";
 import type { KV } from "@nats-io/kv";
 import { openOrCreateBucket } from "../bus/kv-buckets.js";
+import { listKvKeys } from "../bus/kv-keys.js";
 import { silentLogger, type Logger } from "../core/logger.js";
 import { followBucket } from "./kv-watch.js";
 
@@ -29,15 +30,20 @@ export function timersBucket(cluster: string): string {
 export class WorkflowTimers {
   readonly #local = new Set<(e: TimerEntry) => void>();
 
-  private constructor(readonly kv: KV) {}
+  private constructor(
+    readonly kv: KV,
+    private readonly js: JetStreamClient,
+    private readonly bucket: string,
+  ) {}
 
   /**
    * Opens (creating if needed) the timers bucket.
    * @throws JetStream errors when JetStream is unavailable
    */
   static async open(opts: { js: JetStreamClient; cluster: string; replicas?: number }): Promise<WorkflowTimers> {
-    const kv = await openOrCreateBucket(opts.js, timersBucket(opts.cluster), { history: 1, replicas: opts.replicas ?? 1, storage: "file" });
-    return new WorkflowTimers(kv);
+    const bucket = timersBucket(opts.cluster);
+    const kv = await openOrCreateBucket(opts.js, bucket, { history: 1, replicas: opts.replicas ?? 1, storage: "file" });
+    return new WorkflowTimers(kv, opts.js, bucket);
   }
 
   static key(e: Pick<TimerEntry, "runId" | "timerId">): string {
@@ -52,8 +58,7 @@ export class WorkflowTimers {
 
   /** Removes every timer of a run (it ended). */
   async clear(runId: string): Promise<number> {
-    const keys: string[] = [];
-    for await (const k of await this.kv.keys(`${runId}.>`)) keys.push(k);
+    const keys = await listKvKeys(this.js, this.bucket, { filter: `${runId}.>` });
     await Promise.all(keys.map((k) => this.kv.delete(k)));
     return keys.length;
   }

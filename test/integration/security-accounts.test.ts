@@ -5,7 +5,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { NatsConnection } from "@nats-io/transport-node";
 import { AckPolicy, jetstreamManager } from "@nats-io/jetstream";
 import { Kvm } from "@nats-io/kv";
-import { KovaClient } from "../../src/bus/index.js";
+import { KovaClient, listKvKeys } from "../../src/bus/index.js";
 import { ActorTypeRegistry, counterActor, type CounterState } from "../../src/actors/index.js";
 import { approveSubject, controlRequest, nodeSubject, spawnSubject, type NodeStatusView } from "../../src/node/control.js";
 import { parseConfig } from "../../src/node/config.js";
@@ -14,7 +14,7 @@ import { createLogger } from "../../src/core/logger.js";
 import { isKovaError } from "../../src/core/errors.js";
 import type { NatsServerHandle } from "../../src/testing/index.js";
 import { poll } from "../fixtures/poll.js";
-import { connectAs, kovaAs, natsToml, passwords, refused, role, startAccountsServer } from "../fixtures/security/accounts.js";
+import { connectAs, expectPermissionDenied, kovaAs, natsToml, passwords, refused, role, startAccountsServer } from "../fixtures/security/accounts.js";
 
 // deploy/nats/accounts.conf as shipped, with the roles' passwords from the environment.
 const client = role("client");
@@ -132,7 +132,30 @@ describe("security: least-privilege accounts (deploy/nats/accounts.conf)", () =>
     const cli = await kovaAs(server, "operator", ["agents", "ls", "--json"]);
     expect(cli.code, cli.stderr).toBe(0);
     expect((JSON.parse(cli.stdout) as Array<{ id: string }>).map((a) => a.id).sort()).toEqual(["c1", "c2", "c3"]);
+    const nodes = await kovaAs(server, "operator", ["nodes", "ls", "--json"]);
+    expect(nodes.code, nodes.stderr).toBe(0);
+    expect((JSON.parse(nodes.stdout) as Array<{ id: string }>).map((n) => n.id)).toEqual(["n1"]);
     const denied = await kovaAs(server, "client", ["agents", "ls"]);
     expect(denied.code).not.toBe(0);
   }, 60_000);
+
+  it("accounts - a role lists exactly the buckets it may: the operator the registry and nodes, not leases or gateway tasks; a client none", async () => {
+    const op = await connectAs(server, "operator");
+    const cl = await connectAs(server, "client");
+    try {
+      expect(await listKvKeys(op, "kova_default_agents")).toEqual(expect.arrayContaining(["c1", "c2"]));
+      expect(await listKvKeys(op, "kova_default_nodes")).toEqual(["n1"]);
+      await expectPermissionDenied(listKvKeys(op, "kova_default_leases"));
+      await expectPermissionDenied(listKvKeys(op, "kova_default_gateway_tasks"));
+      // Listing takes no consumer, so the operator may create none on the registry.
+      const jsm = await jetstreamManager(op, { timeout: 2000, checkAPI: false });
+      await expectPermissionDenied(jsm.consumers.add("KV_kova_default_agents", { ack_policy: AckPolicy.None, headers_only: true }));
+      for (const bucket of ["kova_default_agents", "kova_default_nodes", "kova_default_leases", "kova_default_checkpoints"]) {
+        await expectPermissionDenied(listKvKeys(cl, bucket));
+      }
+    } finally {
+      await op.close();
+      await cl.close();
+    }
+  });
 });

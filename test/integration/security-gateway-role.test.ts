@@ -7,6 +7,7 @@ import type { NatsConnection } from "@nats-io/transport-node";
 import { AckPolicy, jetstreamManager } from "@nats-io/jetstream";
 import { Kvm } from "@nats-io/kv";
 import { ActorTypeRegistry } from "../../src/actors/index.js";
+import { listKvKeys } from "../../src/bus/index.js";
 import { createLogger, silentLogger } from "../../src/core/logger.js";
 import { startGatewayFor } from "../../src/cli/gateway-commands.js";
 import type { Gateway } from "../../src/gateway/index.js";
@@ -157,11 +158,26 @@ describe("security: the gateway role (deploy/nats/accounts.conf)", () => {
     const rm = await kovaAs(server, "operator", ["gateway", "keys", "rm", "ops"]);
     expect(rm.code, rm.stderr).toBe(0);
     await poll(async () => (await models()) === 401, { timeoutMs: 10_000, what: "the gateway to refuse the removed key" });
-    const kv = await new Kvm(admin).open("kova_default_gateway_keys");
-    const names: string[] = [];
-    for await (const k of await kv.keys()) names.push(k);
-    expect(names).toEqual([]);
+    expect(await listKvKeys(admin, "kova_default_gateway_keys")).toEqual([]);
   }, 90_000);
+
+  it("gateway role - lists its tasks and keys buckets and no other, and creates no consumer on its tasks bucket", async () => {
+    const nc = await connectAs(server, "gateway");
+    try {
+      // A task entry written and deleted under the role: listed, then not (as ListTasks reads).
+      const tasks = await new Kvm(nc).open("kova_default_gateway_tasks");
+      await tasks.put("listing-probe", "{}");
+      expect(await listKvKeys(nc, "kova_default_gateway_tasks")).toContain("listing-probe");
+      await tasks.delete("listing-probe");
+      expect(await listKvKeys(nc, "kova_default_gateway_tasks")).not.toContain("listing-probe");
+      expect(await listKvKeys(nc, "kova_default_gateway_keys")).toEqual(expect.any(Array));
+      for (const bucket of ["kova_default_leases", "kova_default_checkpoints"]) await expectPermissionDenied(listKvKeys(nc, bucket));
+      const jsm = await jetstreamManager(nc, { timeout: 2000 });
+      await expectPermissionDenied(jsm.consumers.add("KV_kova_default_gateway_tasks", { ack_policy: AckPolicy.None, headers_only: true }));
+    } finally {
+      await nc.close();
+    }
+  });
 
   it("gateway role - cannot write the registry or checkpoints, spawn, read a mailbox, or read another role's inbox", async () => {
     const nc = await connectAs(server, "gateway");
