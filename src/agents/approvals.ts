@@ -201,6 +201,9 @@ export class NatsApprovalStore implements ApprovalStore {
         };
         onAbort = () => reject(signal.reason);
         signal.addEventListener("abort", onAbort, { once: true });
+        // Aborted while the watch was being created (an interrupt right after the request
+        // went out): a listener added now never fires, so the wait would run to the deadline.
+        if (signal.aborted) return onAbort();
         const check = () => this.get(runId, approvalId).then(settle, reject);
         recheck = setInterval(check, this.recheckMs);
         recheck.unref();

@@ -50,12 +50,29 @@ export interface StartNatsServerOptions {
   port?: number;
   /** Internal: cluster settings for `startNatsCluster`. */
   cluster?: { name: string; port: number; routes: number[] };
+  /** Abandons the start (not a later restart): the server is killed and the start rejects with the signal's reason. */
+  signal?: AbortSignal;
 }
 
 /** A nats-server could not be found or did not start. */
 export class NatsLaunchError extends KovaError {
-  constructor(message: string, cause?: unknown) {
-    super(NodeErrorCode.NATS_LAUNCH_FAILED, message, { cause });
+  constructor(message: string, cause?: unknown, data?: Record<string, unknown>) {
+    super(NodeErrorCode.NATS_LAUNCH_FAILED, message, { cause, ...(data ? { data } : {}) });
+  }
+}
+
+/**
+ * The nats-server exited during start because one of its listen ports was taken. A port
+ * chosen free before the start (a route port every server of a cluster must know) can be
+ * taken by any process in the meantime: a start on fresh ports may succeed.
+ */
+export class NatsPortInUseError extends NatsLaunchError {
+  constructor(
+    message: string,
+    /** The port it could not listen on, when its log names it. */
+    readonly port: number | undefined,
+  ) {
+    super(message, undefined, { port });
   }
 }
 
@@ -96,6 +113,94 @@ export async function launchNatsServer(bin: string, options: StartNatsServerOpti
   return server;
 }
 
+/** A nats-server process that reported its ports and answers `/healthz`. */
+export interface SpawnedNatsServer {
+  readonly child: ChildProcess;
+  readonly port: number;
+  readonly monitorPort: number;
+  /** The last few KB of its log (stderr), for error messages. */
+  stderr(): string;
+}
+
+/**
+ * Runs `bin -c confPath` and waits until it is healthy. The config must set
+ * `ports_file_dir` to `portsDir`: the server's client and monitoring ports are read from
+ * the file it writes there, so they may be `-1` (the server picks free ones, nothing races
+ * for them).
+ * @throws NatsPortInUseError when it exits because a listen port is taken; NatsLaunchError
+ *   when it exits for another reason or is not healthy within `timeoutMs` (it is killed then)
+ */
+export async function spawnNatsServer(
+  bin: string,
+  confPath: string,
+  portsDir: string,
+  o: { name: string; timeoutMs: number; signal?: AbortSignal },
+): Promise<SpawnedNatsServer> {
+  o.signal?.throwIfAborted();
+  let tail = "";
+  const child = spawn(bin, ["-c", confPath], { stdio: ["ignore", "ignore", "pipe"] });
+  child.stderr?.setEncoding("utf8");
+  child.stderr?.on("data", (chunk: string) => {
+    tail = (tail + chunk).slice(-4000);
+  });
+  const stderr = () => tail;
+  let exitCode: number | null | undefined;
+  const exited = new Promise<void>((resolve) =>
+    child.once("exit", (code) => {
+      exitCode = code;
+      resolve();
+    }),
+  );
+  const abandoned = new Promise<void>((resolve) => o.signal?.addEventListener("abort", () => resolve(), { once: true }));
+  const deadline = Date.now() + o.timeoutMs;
+  /** Throws when the server has exited (naming why) or the start is abandoned. */
+  const alive = () => {
+    o.signal?.throwIfAborted();
+    if (exitCode === undefined) return;
+    const log = tail.trim();
+    const inUse = /listen tcp \S*?:(\d+): bind: address already in use/.exec(log);
+    if (inUse) throw new NatsPortInUseError(`nats-server ${o.name} could not listen on port ${inUse[1]}, another process has it: ${log}`, Number(inUse[1]));
+    throw new NatsLaunchError(`nats-server ${o.name} exited with code ${exitCode} during start: ${log}`);
+  };
+  try {
+    let ports: { nats?: string[]; monitoring?: string[] } | undefined;
+    while (!ports?.nats?.[0] || !ports.monitoring?.[0]) {
+      await Promise.race([exited, abandoned, sleep(50)]);
+      alive();
+      if (Date.now() > deadline) throw new NatsLaunchError(`nats-server ${o.name} did not report its ports within ${o.timeoutMs} ms: ${tail.trim()}`);
+      const files = await readdir(portsDir).catch(() => [] as string[]);
+      const file = files.find((f) => f.endsWith(".ports"));
+      if (!file) continue;
+      try {
+        ports = JSON.parse(await readFile(join(portsDir, file), "utf8"));
+      } catch {
+        ports = undefined; // written but not complete yet
+      }
+    }
+    const port = Number(new URL(ports.nats[0]).port);
+    const monitorPort = Number(new URL(ports.monitoring[0]).port);
+    let last = "";
+    for (;;) {
+      alive();
+      try {
+        const res = await fetch(`http://127.0.0.1:${monitorPort}/healthz`, o.signal ? { signal: o.signal } : {});
+        if (res.ok) return { child, port, monitorPort, stderr };
+        last = await res.text();
+      } catch (err) {
+        last = String(err);
+      }
+      if (Date.now() > deadline) throw new NatsLaunchError(`nats-server ${o.name} not healthy within ${o.timeoutMs} ms: ${last}`);
+      await Promise.race([exited, abandoned, sleep(100)]);
+    }
+  } catch (err) {
+    if (exitCode === undefined) {
+      child.kill("SIGKILL");
+      await exited;
+    }
+    throw err;
+  }
+}
+
 export class NatsServerProcess implements NatsServerHandle {
   readonly external = false;
   readonly serverName: string;
@@ -107,7 +212,6 @@ export class NatsServerProcess implements NatsServerHandle {
   private child: ChildProcess | undefined;
   private port = -1;
   private monitorPort = -1;
-  private stderrTail = "";
 
   constructor(
     private readonly bin: string,
@@ -126,7 +230,12 @@ export class NatsServerProcess implements NatsServerHandle {
     }
     if (this.options.port !== undefined) this.port = this.options.port;
     this.storeDir = join(this.baseDir, "jetstream");
-    await this.launch();
+    try {
+      await this.launch(this.options.signal);
+    } catch (err) {
+      if (this.ownsBaseDir) await rm(this.baseDir, { recursive: true, force: true });
+      throw err;
+    }
   }
 
   private configText(portsDir: string): string {
@@ -148,64 +257,21 @@ export class NatsServerProcess implements NatsServerHandle {
     return `${lines.join("\n")}\n`;
   }
 
-  private async launch(): Promise<void> {
+  private async launch(signal?: AbortSignal): Promise<void> {
     const portsDir = join(this.baseDir, `ports-${Date.now()}-${Math.random().toString(36).slice(2, 6)}`);
     await mkdir(portsDir, { recursive: true });
     const confPath = join(this.baseDir, "nats-server.conf");
     await writeFile(confPath, this.configText(portsDir));
-    this.stderrTail = "";
-    const child = spawn(this.bin, ["-c", confPath], { stdio: ["ignore", "ignore", "pipe"] });
-    this.child = child;
-    child.stderr?.setEncoding("utf8");
-    child.stderr?.on("data", (chunk: string) => {
-      this.stderrTail = (this.stderrTail + chunk).slice(-4000);
+    const started = await spawnNatsServer(this.bin, confPath, portsDir, {
+      name: this.serverName,
+      timeoutMs: this.options.startTimeoutMs ?? 15_000,
+      ...(signal ? { signal } : {}),
     });
-    const exited = new Promise<number | null>((resolve) => child.once("exit", (code) => resolve(code)));
-    const timeoutMs = this.options.startTimeoutMs ?? 15_000;
-    const deadline = Date.now() + timeoutMs;
-    let ports: { nats?: string[]; monitoring?: string[] } | undefined;
-    while (Date.now() < deadline) {
-      const early = await Promise.race([exited, sleep(50).then(() => "running" as const)]);
-      if (early !== "running") {
-        throw new NatsLaunchError(`nats-server exited with code ${early} during start: ${this.stderrTail.trim()}`);
-      }
-      const files = await readdir(portsDir).catch(() => [] as string[]);
-      const file = files.find((f) => f.endsWith(".ports"));
-      if (file) {
-        try {
-          ports = JSON.parse(await readFile(join(portsDir, file), "utf8"));
-        } catch {
-          ports = undefined; // written but not complete yet
-        }
-        if (ports?.nats?.[0] && ports.monitoring?.[0]) break;
-      }
-    }
-    if (!ports?.nats?.[0] || !ports.monitoring?.[0]) {
-      child.kill("SIGKILL");
-      throw new NatsLaunchError(`nats-server did not report its ports within ${timeoutMs} ms: ${this.stderrTail.trim()}`);
-    }
-    const clientUrl = new URL(ports.nats[0]);
-    const monitor = new URL(ports.monitoring[0]);
-    this.port = Number(clientUrl.port);
-    this.monitorPort = Number(monitor.port);
+    this.child = started.child;
+    this.port = started.port;
+    this.monitorPort = started.monitorPort;
     this.url = `nats://127.0.0.1:${this.port}`;
     this.monitorUrl = `http://127.0.0.1:${this.monitorPort}`;
-    await this.waitHealthy(deadline, timeoutMs);
-  }
-
-  private async waitHealthy(deadline: number, timeoutMs: number): Promise<void> {
-    let last = "";
-    while (Date.now() < deadline) {
-      try {
-        const res = await fetch(`${this.monitorUrl}/healthz`);
-        if (res.ok) return;
-        last = await res.text();
-      } catch (err) {
-        last = String(err);
-      }
-      await sleep(100);
-    }
-    throw new NatsLaunchError(`nats-server ${this.serverName} not healthy within ${timeoutMs} ms: ${last}`);
   }
 
   async kill(): Promise<void> {

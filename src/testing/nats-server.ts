@@ -1,10 +1,3 @@
-import { existsSync } from "node:fs";
-import { KovaError } from "../core/errors.js";
-import { findNatsServerBinary, freePort, launchNatsServer, type NatsServerHandle, type StartNatsServerOptions } from "../node/nats-launcher.js";
-import { HarnessErrorCode } from "./errors.js";
-
-export { findNatsServerBinary, freePort, NatsLaunchError, type NatsServerHandle, type StartNatsServerOptions } from "../node/nats-launcher.js";
-
 /**
  * A nats-server for tests and local tooling: started on free loopback ports with a
  * fresh JetStream store (through the node's launcher), or an external one named by
@@ -12,11 +5,24 @@ export { findNatsServerBinary, freePort, NatsLaunchError, type NatsServerHandle,
  *
  * Shaped after nats.js's own test harness: cleanup is `stop()` or `await using`.
  */
-export class HarnessError extends KovaError {
-  constructor(message: string, cause?: unknown) {
-    super(HarnessErrorCode.HARNESS, message, { cause });
-  }
-}
+
+import { existsSync } from "node:fs";
+import { findNatsServerBinary, launchNatsServer, NatsPortInUseError, type NatsServerHandle, type StartNatsServerOptions } from "../node/nats-launcher.js";
+import { HarnessError } from "./errors.js";
+import { startOnFreshPorts, type FreshPortsOptions } from "./fresh-ports.js";
+
+export {
+  findNatsServerBinary,
+  freePort,
+  NatsLaunchError,
+  NatsPortInUseError,
+  type NatsServerHandle,
+  type SpawnedNatsServer,
+  spawnNatsServer,
+  type StartNatsServerOptions,
+} from "../node/nats-launcher.js";
+export { HarnessError } from "./errors.js";
+export { startOnFreshPorts, type FreshPortsOptions, type StartOnFreshPortsOptions } from "./fresh-ports.js";
 
 const INSTALL_HINT =
   "install it with `sudo apt-get install nats-server` (Debian/Ubuntu), `brew install nats-server` (macOS) " +
@@ -49,22 +55,36 @@ export interface NatsClusterHandle {
   [Symbol.asyncDispose](): Promise<void>;
 }
 
-/** Starts a JetStream cluster of `size` servers (default 3) on loopback. */
-export async function startNatsCluster(options: { size?: number; name?: string; jetstream?: boolean } = {}): Promise<NatsClusterHandle> {
+/**
+ * Starts a JetStream cluster of `size` servers (default 3) on loopback. Client and
+ * monitoring ports are the servers' own picks; the route ports must be known before the
+ * start (every server lists them all), so a start that finds one taken by another process
+ * starts again on fresh ones (see startOnFreshPorts; `pickPort` and `attempts` are for
+ * tests of that).
+ * @throws HarnessError when no binary is found, or every attempt found a route port taken;
+ *   NatsLaunchError when a server does not start for another reason
+ */
+export async function startNatsCluster(options: { size?: number; name?: string; jetstream?: boolean } & FreshPortsOptions = {}): Promise<NatsClusterHandle> {
   const size = options.size ?? 3;
   const name = options.name ?? `kova-${Math.random().toString(36).slice(2, 8)}`;
-  const clusterPorts: number[] = [];
-  for (let i = 0; i < size; i++) clusterPorts.push(await freePort());
-  const servers = await Promise.all(
-    clusterPorts.map((port, i) =>
-      startNatsServer({
-        allowExternal: false,
+  const bin = findNatsServerBinary();
+  if (!bin) throw new HarnessError(`nats-server not found on PATH: ${INSTALL_HINT}`);
+  const servers = await startOnFreshPorts(
+    size,
+    (i, routes, _attempt, signal) =>
+      launchNatsServer(bin, {
+        signal,
         jetstream: options.jetstream ?? true,
         serverName: `${name}-n${i + 1}`,
-        cluster: { name, port, routes: clusterPorts },
+        cluster: { name, port: routes[i]!, routes: [...routes] },
         startTimeoutMs: 30_000,
       }),
-    ),
+    {
+      what: `a ${size}-server NATS cluster`,
+      isPortTaken: (err) => err instanceof NatsPortInUseError,
+      ...(options.pickPort ? { pickPort: options.pickPort } : {}),
+      ...(options.attempts !== undefined ? { attempts: options.attempts } : {}),
+    },
   );
   const stop = async () => {
     await Promise.all(servers.map((s) => s.stop()));

@@ -5,9 +5,10 @@ import { promisify } from "node:util";
 import { connect } from "@nats-io/transport-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { A2AEnvelope } from "../../src/bus/index.js";
-import { freePort, startNatsServer, type NatsServerHandle } from "../../src/testing/index.js";
+import { startNatsServer, type NatsServerHandle } from "../../src/testing/index.js";
 import { connectBus, uniqueCluster } from "../fixtures/bus/helpers.js";
 import { poll } from "../fixtures/poll.js";
+import { holdPort } from "../fixtures/ports.js";
 
 const run = promisify(execFile);
 const kova = join(import.meta.dirname, "../../bin/kova.js");
@@ -100,7 +101,9 @@ describe("kova CLI bus commands", () => {
   });
 
   it("cli - an unreachable server and bad input give errors that say what to do", async () => {
-    const url = `nats://127.0.0.1:${await freePort()}`;
+    // Held, not only picked free: another test's nats-server could take a free port and answer.
+    await using dead = await holdPort();
+    const url = `nats://127.0.0.1:${dead.port}`;
     const down = await cli(["send", "a", "--type", "task_delegate", "-s", url]).catch((e: { code: number; stderr: string }) => e);
     expect((down as { code: number }).code).toBe(1);
     expect((down as { stderr: string }).stderr).toContain(`NATS unreachable at URL ${url}: start nats-server or set NATS_URL`);

@@ -1,27 +1,33 @@
 import { describe, expect, it } from "vitest";
 import { spawn } from "node:child_process";
-import { createServer } from "node:net";
 import { join } from "node:path";
 import { REPO, TestCluster } from "../fixtures/node/cluster-harness.js";
 import { defer } from "../fixtures/disposable.js";
 import { poll } from "../fixtures/poll.js";
 
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const s = createServer();
-    s.once("error", reject);
-    s.listen(0, "127.0.0.1", () => {
-      const port = (s.address() as { port: number }).port;
-      s.close(() => resolve(port));
-    });
-  });
+/** The URL a node's gateway logged it listens on: given port 0, it took a free one. */
+function loggedGatewayUrl(tc: TestCluster, id: string): Promise<string> {
+  return poll(
+    async () => {
+      for (const line of (await tc.nodeLog(id)).split("\n")) {
+        try {
+          const entry = JSON.parse(line) as { msg?: string; url?: string };
+          if (entry.msg === "gateway listening" && entry.url) return entry.url;
+        } catch {
+          // not a JSON line, or one still being written
+        }
+      }
+      return undefined;
+    },
+    { timeoutMs: 15_000, what: `node ${id} to log its gateway's URL` },
+  );
 }
 
 describe("gateway from the CLI", () => {
   it("gateway cli - a node with [gateway] serves HTTP, keys added with kova gateway keys add work on it and on a separate kova gateway start, and rm revokes them", async () => {
-    const port = await freePort();
-    await using tc = await TestCluster.create({ nodes: ["n1"], actors: 1, extraToml: `[gateway]\nlisten = "127.0.0.1:${port}"` });
-    const url = `http://127.0.0.1:${port}`;
+    // Port 0 (the node's and the separate gateway's): a port picked here could be taken by another process before they listen.
+    await using tc = await TestCluster.create({ nodes: ["n1"], actors: 1, extraToml: `[gateway]\nlisten = "127.0.0.1:0"` });
+    const url = await loggedGatewayUrl(tc, "n1");
     await poll(
       () =>
         fetch(`${url}/v1/models`).then(
@@ -59,16 +65,17 @@ describe("gateway from the CLI", () => {
     expect(((await chat.json()) as { choices: Array<{ message: { content: string } }> }).choices[0]?.message.content).toBe('{"count":1}');
 
     // a separate gateway process for the same cluster accepts the same key
-    const port2 = await freePort();
-    const child = spawn(process.execPath, [join(REPO, "bin/kova.js"), "gateway", "start", "--config", tc.configPath("n1"), "--listen", `127.0.0.1:${port2}`], {
+    const child = spawn(process.execPath, [join(REPO, "bin/kova.js"), "gateway", "start", "--config", tc.configPath("n1"), "--listen", "127.0.0.1:0"], {
       stdio: ["ignore", "pipe", "pipe"],
       env: { ...process.env, KOVA_LOG_LEVEL: "warn" },
     });
     await using _child = defer(() => child.kill("SIGKILL"));
     let out = "";
     child.stdout.on("data", (d: Buffer) => (out += d.toString()));
-    await poll(() => out.includes("listening on"), { timeoutMs: 15_000, what: () => `kova gateway start to listen (output: ${out})` });
-    const url2 = `http://127.0.0.1:${port2}`;
+    const url2 = await poll(() => /listening on (http:\/\/\S+)/.exec(out)?.[1], {
+      timeoutMs: 15_000,
+      what: () => `kova gateway start to listen (output: ${out})`,
+    });
     expect((await fetch(`${url2}/v1/models`, { headers: auth })).status).toBe(200);
     expect((await fetch(`${url2}/v1/models`)).status).toBe(401);
 

@@ -8,7 +8,7 @@ import { approveSubject, controlRequest, nodeSubject, type ApproveReply, type Ap
 import { defineTool } from "../../src/tools/define-tool.js";
 import { scriptedReply, startScriptedModelServer, type ScriptedModelServer } from "../../src/testing/index.js";
 import { startAgentNode, type AgentNode } from "../fixtures/agents/node-rig.js";
-import { fileServer, uniqueCluster } from "../fixtures/bus/helpers.js";
+import { connectBus, fileServer, uniqueCluster } from "../fixtures/bus/helpers.js";
 import { poll } from "../fixtures/poll.js";
 
 const nats = fileServer();
@@ -209,6 +209,40 @@ describe("human approval of tool calls (KovaNode in process, real NATS KV, scrip
     expect(await next).toMatchObject({ status: "completed" });
     expect(deploy.runs).toHaveLength(1);
   }, 60_000);
+
+  // The interrupt test's flake: an interrupt sent right after approval_requested reached the
+  // node while its wait created the key watch, went unheard, and the run waited an hour.
+  it("wait - an interrupt that comes while the wait still sets up its key watch ends the wait", async () => {
+    const cluster = uniqueCluster("apw");
+    await using client = await connectBus(nats.url, cluster);
+    const store = await NatsApprovalStore.open({ js: client.js, cluster });
+    const now = Date.now();
+    const record: ApprovalRecord = {
+      v: 1,
+      runId: "run-w",
+      approvalId: "ap-0123456789ab",
+      sessionId: "run-w",
+      agentId: "ops",
+      callId: "call-1",
+      tool: "deploy",
+      args: {},
+      requestedAt: now,
+      expiresAt: now + 3_600_000,
+      status: "pending",
+    };
+    await store.request(record);
+    const interrupt = new AbortController();
+    const reason = new Error("interrupted");
+    const waiting = store.waitForDecision("run-w", record.approvalId, interrupt.signal);
+    // Synchronously after the call: the wait is past its first check, creating its watch.
+    interrupt.abort(reason);
+    // Bounded, so that a wait that missed the abort fails here and not at the test's timeout.
+    let timer: NodeJS.Timeout | undefined;
+    const stillWaiting = new Promise((resolve) => (timer = setTimeout(resolve, 10_000, "still waiting after 10 s")));
+    expect(await Promise.race([waiting.catch((err: unknown) => err), stillWaiting])).toBe(reason);
+    clearTimeout(timer);
+    expect(await store.get("run-w", record.approvalId)).toMatchObject({ status: "pending" });
+  });
 
   it("deadline - an approval never outlives the task's deadline: the wait ends with it, the call does not run, the run fails on the deadline", async () => {
     const deploy = countingTool("deploy");

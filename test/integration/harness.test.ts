@@ -1,8 +1,9 @@
 import { describe, expect, it } from "vitest";
 import { connect } from "@nats-io/transport-node";
 import { jetstreamManager } from "@nats-io/jetstream";
-import { startNatsCluster, startNatsServer } from "../../src/testing/index.js";
+import { freePort, HarnessError, NatsPortInUseError, startNatsCluster, startNatsServer } from "../../src/testing/index.js";
 import { poll } from "../fixtures/poll.js";
+import { holdPort } from "../fixtures/ports.js";
 
 describe("test harness", () => {
   it("harness - starts a JetStream server on a free port and restarts it on the same store", async () => {
@@ -35,5 +36,40 @@ describe("test harness", () => {
     });
     expect(info.config.num_replicas).toBe(3);
     await nc.close();
+  });
+
+  it("harness - a cluster whose route port was taken after it was picked starts again on fresh ports", async () => {
+    await using held = await holdPort();
+    const picked: number[] = [];
+    // The first pick is a port another listener has, as when a process takes it between pick and start.
+    const pickPort = async () => {
+      picked.push(picked.length === 0 ? held.port : await freePort());
+      return picked.at(-1)!;
+    };
+    await using cluster = await startNatsCluster({ size: 3, pickPort });
+    expect(picked).toHaveLength(6);
+    expect(held.server.listening).toBe(true);
+    for (const s of cluster.servers) {
+      const routes = await poll(
+        async () => {
+          const routez = (await (await fetch(`${s.monitorUrl}/routez`)).json()) as { num_routes: number };
+          return routez.num_routes >= 2 ? routez.num_routes : undefined;
+        },
+        { timeoutMs: 10_000, everyMs: 100, what: `${s.serverName} to route to both peers` },
+      );
+      expect(routes).toBe(2);
+    }
+  });
+
+  it("harness - a cluster whose route ports stay taken fails after its attempts, naming the cause", async () => {
+    await using held = await holdPort();
+    const err = await startNatsCluster({ size: 2, pickPort: async () => held.port, attempts: 2 }).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(HarnessError);
+    expect((err as Error).message).toContain("could not start a 2-server NATS cluster: another process took one of its ports");
+    expect((err as Error).message).toContain("on each of 2 attempts");
+    const cause = (err as Error).cause;
+    expect(cause).toBeInstanceOf(NatsPortInUseError);
+    expect((cause as NatsPortInUseError).port).toBe(held.port);
+    expect((cause as Error).message).toContain(`could not listen on port ${held.port}, another process has it`);
   });
 });

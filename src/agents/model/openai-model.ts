@@ -188,6 +188,8 @@ export class OpenAiModel implements ModelClient {
     const caller = request.signal;
     const onAbort = () => controller.abort(caller?.reason);
     caller?.addEventListener("abort", onAbort, { once: true });
+    // Aborted while the slot was being acquired: the listener came too late to hear it.
+    if (caller?.aborted) onAbort();
     let timedOut = false;
     const timer = setTimeout(() => {
       timedOut = true;
