@@ -12,7 +12,7 @@ import type { SupervisionOptions } from "./types.js";
 export interface ActorWal {
   append<T>(kind: string, payload: T, opts?: { owner?: string }): Promise<number>;
   replace<T>(seq: number, payload: T, opts?: { kind?: string }): Promise<number>;
-  complete(seq: number, opts?: { kv?: Array<{ key: string; value: unknown }> }): Promise<void>;
+  complete(seq: number, opts?: { kv?: Array<{ key: string; value: unknown }>; defer?: boolean }): Promise<void>;
   getKv<V>(key: string): V | undefined;
   pendingFor(owner: string): Array<{ seq: number; kind: string; payload: unknown }>;
   /** Every PENDING record now, in seq order. */

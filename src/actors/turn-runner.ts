@@ -244,9 +244,11 @@ export async function runTurn(actor: TurnActor, env: A2AEnvelope, src: TurnSourc
   // it be lost (a crash) or fail (the WAL then refuses every write and the node hands its
   // actors over), the next start finds the record PENDING with its message gone from the
   // mailbox or named by the checkpoint, and settles it without running it.
-  src.completion = timedPhase("wal.complete", actor.id, () => deps.wal.complete(slot.seq, { kv: [{ key: localCheckpointKey(actor.id), value: cp }] })).then(
-    () => crashPoint("after-wal-complete", actor.id),
-  );
+  // Deferred as well: it rides in the transaction of the WAL's next write (the next turn's
+  // record, typically), instead of costing a commit and a flush of its own.
+  src.completion = timedPhase("wal.complete", actor.id, () =>
+    deps.wal.complete(slot.seq, { kv: [{ key: localCheckpointKey(actor.id), value: cp }], defer: true }),
+  ).then(() => crashPoint("after-wal-complete", actor.id));
   return outcome;
 }
 

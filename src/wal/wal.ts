@@ -44,6 +44,34 @@ interface OpenContext {
 
 /** Longest a healthy close waits for LMDB to finish. */
 const CLOSE_TIMEOUT_MS = 10_000;
+/** How long a deferred completion waits for another write to share its transaction. */
+const DEFER_MS = 10;
+
+type SealedKv = Array<{ key: string; value: unknown; name?: Buffer; sealed?: Buffer }>;
+
+/**
+ * A promise with its resolve and reject, for a batch of writes settled together. A failure
+ * nobody waits for is not an unhandled rejection; callers that hold the promise still see it.
+ */
+function settlement(): { promise: Promise<void>; resolve(): void; reject(err: unknown): void } {
+  let resolve!: () => void;
+  let reject!: (err: unknown) => void;
+  const promise = new Promise<void>((res, rej) => {
+    resolve = res;
+    reject = rej;
+  });
+  promise.catch(() => undefined);
+  return { promise, resolve, reject };
+}
+
+/** Completions accepted with `defer`: written together, with the next write or when DEFER_MS pass. */
+interface DeferredCompletions {
+  items: Array<{ entry: PendingEntry; kv: SealedKv | undefined }>;
+  promise: Promise<void>;
+  resolve(): void;
+  reject(err: unknown): void;
+  timer: NodeJS.Timeout;
+}
 
 const internals = new WeakMap<Wal, { storage: WalStorage; locks: LockManager }>();
 
@@ -103,6 +131,7 @@ export class Wal {
   #nextDoneKey = 1;
   /** The completions of the current event turn, written as one batch at its end. */
   #turn: { seqs: number[]; promise: Promise<void>; resolve(): void; reject(err: unknown): void } | undefined;
+  #deferred: DeferredCompletions | undefined;
   #closing: Promise<void> | undefined;
 
   private constructor(init: OpenContext & { nextSeq: number; headMac: Buffer | undefined; overflowDigest: Buffer; recovery: RecoveryReport }) {
@@ -317,18 +346,26 @@ export class Wal {
    * Marks a record COMPLETE, and writes `kv` entries (the outcome) in the same LMDB
    * transaction. Completing a seq that is not PENDING (already complete) is a no-op,
    * so a re-executed step may complete again safely.
+   *
+   * `defer`: the record is complete for this process at once (no longer PENDING, its
+   * slot free for reuse), and the completion with its `kv` is written in the transaction
+   * of the WAL's next write, or on its own after 10 ms: a caller for whom a completion
+   * lost in a crash is harmless (it can tell the record is done at the next start) spares
+   * a commit of its own. The promise resolves when it is durable per the sync mode.
    * @throws WalFailedError, WalClosedError
    */
-  complete(seq: number, opts?: { kv?: Array<{ key: string; value: unknown }> }): Promise<void> {
+  complete(seq: number, opts?: { kv?: Array<{ key: string; value: unknown }>; defer?: boolean }): Promise<void> {
     try {
       this.#durability.assertWritable();
       const entry = this.#pending.get(seq);
       if (entry === undefined) return RESOLVED;
+      if (opts?.defer === true) return this.#defer(entry, opts.kv);
       // Sealing (and encoding) comes first: a value that cannot be encoded throws here,
       // before any write, and changes nothing.
       const turn = this.#section(
         () => (opts?.kv === undefined ? undefined : this.#sealKv(opts.kv)),
         (tx, kv) => {
+          this.#writeDeferred(tx);
           if (kv !== undefined) this.#writeKv(tx, kv);
           return this.#writeCompletion(tx, entry);
         },
@@ -443,6 +480,8 @@ export class Wal {
     const waiters = this.#waiters;
     this.#waiters = [];
     for (const w of waiters) w.reject(new KovaError(WalErrorCode.WAL_CLOSED, "WAL closed while waiting for room"));
+    // Completions accepted before the close are still written (close waits for them).
+    this.#flushDeferred();
     this.#closing = (async () => {
       // After a failure lmdb may never settle the failed batch: do not wait for it.
       if (!this.#durability.failed) {
@@ -508,6 +547,8 @@ export class Wal {
       // Buffer: seq, seal (encrypt, chain). A throw here (bad kind, unencodable payload) changes nothing.
       () => sealData(this.#security, { epoch: this.#epoch, seq, kind, owner }, encodePayload(payload), this.#headMac),
       (tx, sealed) => {
+        // Deferred completions share this transaction (they may name the slot reused here).
+        this.#writeDeferred(tx);
         // Queue: the record a lap behind in this slot is kept (moved to overflow) if still PENDING.
         const evicted = this.#pending.get(seq - this.#ring.size);
         const chain = this.#security.chain;
@@ -561,20 +602,65 @@ export class Wal {
     }
     let turn = this.#turn;
     if (turn === undefined) {
-      let resolve!: () => void;
-      let reject!: (err: unknown) => void;
-      const promise = new Promise<void>((res, rej) => {
-        resolve = res;
-        reject = rej;
-      });
-      // replace() does not wait on this promise (its own write shares the commit): keep a
-      // failure here from being an unhandled rejection; callers still see it.
-      promise.catch(() => undefined);
-      turn = this.#turn = { seqs: [], promise, resolve, reject };
+      // replace() does not wait on this promise (its own write shares the commit).
+      turn = this.#turn = { seqs: [], ...settlement() };
       queueMicrotask(() => this.#writeTurn());
     }
     turn.seqs.push(e.record.seq);
     return turn.promise;
+  }
+
+  /** Takes a deferred completion (see complete's `defer`): sealed now, written later. */
+  #defer(entry: PendingEntry, kv: Array<{ key: string; value: unknown }> | undefined): Promise<void> {
+    const sealed = this.#section(
+      () => (kv === undefined ? undefined : this.#sealKv(kv)),
+      (_tx, prepared) => prepared,
+    );
+    this.#removePending(entry);
+    let batch = this.#deferred;
+    if (batch === undefined) {
+      const timer = setTimeout(() => this.#flushDeferred(), DEFER_MS);
+      timer.unref();
+      batch = this.#deferred = { items: [], ...settlement(), timer };
+    }
+    batch.items.push({ entry, kv: sealed });
+    return batch.promise;
+  }
+
+  /** Writes the deferred completions on their own (their timer fired, or the WAL closes). */
+  #flushDeferred(): void {
+    if (this.#deferred === undefined) return;
+    try {
+      this.#durability.assertNotFailed();
+      this.#section(NOTHING, (tx) => this.#writeDeferred(tx));
+    } catch (err) {
+      // #writeDeferred took the batch; one that failed before reaching it is rejected here.
+      const left = this.#deferred;
+      this.#deferred = undefined;
+      if (left) {
+        clearTimeout(left.timer);
+        left.reject(err);
+      }
+    }
+  }
+
+  /** Inside a write section: the deferred completions join this transaction. */
+  #writeDeferred(tx: TransactionLock): void {
+    const batch = this.#deferred;
+    if (batch === undefined) return;
+    this.#deferred = undefined;
+    clearTimeout(batch.timer);
+    let turn: Promise<void> | undefined;
+    try {
+      for (const { entry, kv } of batch.items) {
+        if (kv !== undefined) this.#writeKv(tx, kv);
+        turn = this.#writeCompletion(tx, entry) ?? turn;
+      }
+    } catch (err) {
+      batch.reject(err);
+      throw err;
+    }
+    (turn ?? this.#durability.settle(this.#storage.lastWrite)).then(batch.resolve, batch.reject);
   }
 
   #writeTurn(): void {
