@@ -47,7 +47,11 @@ describe("test harness", () => {
       return picked.at(-1)!;
     };
     await using cluster = await startNatsCluster({ size: 3, pickPort });
-    expect(picked).toHaveLength(6);
+    // One more attempt per taken port: at least the second succeeded (a port picked for it
+    // may itself be taken by another process on a busy machine, hence "at least").
+    expect(picked.length % 3).toBe(0);
+    expect(picked.length).toBeGreaterThanOrEqual(6);
+    expect(picked.slice(3)).not.toContain(held.port);
     expect(held.server.listening).toBe(true);
     for (const s of cluster.servers) {
       const routes = await poll(

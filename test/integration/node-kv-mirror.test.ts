@@ -84,7 +84,9 @@ describe("kv mirror watch", () => {
       // kill. Ours: a check (idle) → overdue for `stallMs` → a new watch; 1.4-6.4 s measured.
       await writeLease(writer, "x", "b");
       const t0 = performance.now();
-      await poll(() => lt.get("x")?.value.node === "b", { timeoutMs: 8000, what: "a lease change after the watch's server died" });
+      // 15 s: the figure is the measured time printed below (docs/cluster.md); on a loaded
+      // 2-core CI machine the new watch's consumer create can need a retry (2 s each).
+      await poll(() => lt.get("x")?.value.node === "b", { timeoutMs: 15_000, what: "a lease change after the watch's server died" });
       const seenAfterMs = Math.round(performance.now() - t0);
       await poll(() => lt.healthy(), { timeoutMs: 5000, what: "the mirror healthy again" });
 
