@@ -70,7 +70,7 @@ export async function startAgentBench({ agents, scripted = {}, maxConcurrency = 
     tools: new ToolRegistry().register(...builtinTools(toolsConfigFrom(undefined))),
     logger: log,
     // As a node does (src/node/agent-services.ts): model switches read from a watched copy.
-    openSettings: () => MirroredSettingsStore.open({ nc: bus.nc, cluster, replicas: 1, logger: log }),
+    openSettings: () => MirroredSettingsStore.open({ js: bus.js, nc: bus.nc, cluster, replicas: 1, logger: log }),
   });
   const defs = agents.map((a) => defineAgent(a));
   // Agents of one definition share a type: register each definition's id once.

@@ -39,6 +39,11 @@ export class NatsSettingsStore implements SettingsStore {
   }
 
   async set(agentId: string, settings: AgentSettings): Promise<void> {
-    await this.kv.put(agentId, enc.encode(JSON.stringify(settings)));
+    await this.put(agentId, settings);
+  }
+
+  /** `set`, resolving with the entry's revision (a watched copy notes the write under it). */
+  put(agentId: string, settings: AgentSettings): Promise<number> {
+    return this.kv.put(agentId, enc.encode(JSON.stringify(settings)));
   }
 }

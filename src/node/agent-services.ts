@@ -86,6 +86,7 @@ export async function startAgentServices(
     ...(mcp ? { prepareTools: (patterns: readonly string[]) => mcp.prepare(patterns) } : {}),
     openSettings: () =>
       MirroredSettingsStore.open({
+        js: deps.bus.js,
         nc: deps.bus.nc,
         cluster: deps.bus.cluster,
         replicas: deps.replicas,

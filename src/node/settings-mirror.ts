@@ -1,10 +1,8 @@
+import type { JetStreamClient } from "@nats-io/jetstream";
 import type { NatsConnection } from "@nats-io/transport-node";
-import type { KV } from "@nats-io/kv";
 import type { Logger } from "../core/logger.js";
 import { NatsSettingsStore, type AgentSettings, type SettingsStore } from "../agents/settings.js";
-import { KvMirror, openBucket, type MirrorTiming } from "./kv-mirror.js";
-
-const enc = new TextEncoder();
+import { KvMirror, type MirrorTiming } from "./kv-mirror.js";
 
 /**
  * The agents' run-time settings (`kova_<cluster>_agent_settings`, the model a `model=<name>`
@@ -16,26 +14,31 @@ const enc = new TextEncoder();
  */
 export class MirroredSettingsStore implements SettingsStore {
   private constructor(
-    private readonly kv: KV,
+    private readonly bucket: NatsSettingsStore,
     private readonly mirror: KvMirror<AgentSettings>,
   ) {}
 
   /** @throws NATS errors when the bucket cannot be opened or watched */
-  static async open(opts: { nc: NatsConnection; cluster: string; replicas: number; logger: Logger; timing?: MirrorTiming }): Promise<MirroredSettingsStore> {
-    const kv = await openBucket(opts.nc, NatsSettingsStore.bucketName(opts.cluster), opts.replicas);
-    const mirror = await KvMirror.start<AgentSettings>(kv, opts.logger.child({ bucket: "agent_settings" }), { nc: opts.nc, ...opts.timing });
-    return new MirroredSettingsStore(kv, mirror);
+  static async open(opts: {
+    js: JetStreamClient;
+    nc: NatsConnection;
+    cluster: string;
+    replicas: number;
+    logger: Logger;
+    timing?: MirrorTiming;
+  }): Promise<MirroredSettingsStore> {
+    const bucket = await NatsSettingsStore.open(opts);
+    const mirror = await KvMirror.start<AgentSettings>(bucket.kv, opts.logger.child({ bucket: "agent_settings" }), { nc: opts.nc, ...opts.timing });
+    return new MirroredSettingsStore(bucket, mirror);
   }
 
   async get(agentId: string): Promise<AgentSettings> {
     if (this.mirror.healthy()) return this.mirror.get(agentId)?.value ?? {};
-    const e = await this.kv.get(agentId);
-    return e === null || e.operation !== "PUT" ? {} : e.json<AgentSettings>();
+    return this.bucket.get(agentId);
   }
 
   async set(agentId: string, settings: AgentSettings): Promise<void> {
-    const revision = await this.kv.put(agentId, enc.encode(JSON.stringify(settings)));
-    this.mirror.note(agentId, settings, revision);
+    this.mirror.note(agentId, settings, await this.bucket.put(agentId, settings));
   }
 
   close(): void {

@@ -47,6 +47,7 @@ const CLOSE_TIMEOUT_MS = 10_000;
 /** How long a deferred completion waits for another write to share its transaction. */
 const DEFER_MS = 10;
 
+/** Side-table entries as they will be stored: sealed with a cipher (`name`, `sealed`), else as given. */
 type SealedKv = Array<{ key: string; value: unknown; name?: Buffer; sealed?: Buffer }>;
 
 /**
@@ -423,7 +424,7 @@ export class Wal {
   }
 
   /** Side-table entries as they will be stored: sealed with a cipher, else as given. */
-  #sealKv(kv: ReadonlyArray<{ key: string; value: unknown }>): Array<{ key: string; value: unknown; name?: Buffer; sealed?: Buffer }> {
+  #sealKv(kv: ReadonlyArray<{ key: string; value: unknown }>): SealedKv {
     const cipher = this.#security.cipher;
     if (cipher === undefined) return [...kv];
     return kv.map(({ key, value }) => {
@@ -432,7 +433,7 @@ export class Wal {
     });
   }
 
-  #writeKv(tx: TransactionLock, kv: ReadonlyArray<{ key: string; value: unknown; name?: Buffer; sealed?: Buffer }>): void {
+  #writeKv(tx: TransactionLock, kv: Readonly<SealedKv>): void {
     for (const e of kv) {
       if (e.sealed === undefined) {
         this.#storage.putKv(tx, e.key, e.value);

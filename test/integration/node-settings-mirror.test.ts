@@ -1,4 +1,5 @@
 import { connect } from "@nats-io/transport-node";
+import { jetstream } from "@nats-io/jetstream";
 import { Kvm } from "@nats-io/kv";
 import { describe, expect, it, vi } from "vitest";
 import { silentLogger } from "../../src/core/logger.js";
@@ -13,7 +14,7 @@ describe("agent settings from a watched copy (MirroredSettingsStore)", () => {
   it("settings - a switch noted on the host is read back at once; another node's copy receives it through the watch; reads make no request while the copy is current", async () => {
     const cluster = uniqueCluster("set");
     const nc = await connect({ servers: nats.url });
-    const open = () => MirroredSettingsStore.open({ nc, cluster, replicas: 1, logger: silentLogger() });
+    const open = () => MirroredSettingsStore.open({ js: jetstream(nc), nc, cluster, replicas: 1, logger: silentLogger() });
     const host = await open();
     const other = await open();
     try {
@@ -27,7 +28,7 @@ describe("agent settings from a watched copy (MirroredSettingsStore)", () => {
       await raw.put("ops", JSON.stringify({ model: "slow" }));
       await poll(async () => (await host.get("ops")).model === "slow", { timeoutMs: 5_000, what: "an outside write on the host's copy" });
       // Current copy: a run's read is answered locally, no KV request.
-      const kvGet = vi.spyOn((other as unknown as { kv: { get: (k: string) => Promise<unknown> } }).kv, "get");
+      const kvGet = vi.spyOn((other as unknown as { bucket: NatsSettingsStore }).bucket.kv, "get");
       await poll(async () => (await other.get("ops")).model === "slow", { timeoutMs: 5_000, what: "the outside write on the other copy" });
       for (let i = 0; i < 20; i++) expect(await other.get("ops")).toEqual({ model: "slow" });
       expect(kvGet).not.toHaveBeenCalled();
