@@ -289,12 +289,13 @@ class MailboxImpl implements Mailbox, PullTarget {
     const deliveryCount = m.deliveryCount;
     // Heartbeats only while a handler runs: they extend the ack deadline of this message,
     // so a long turn is not redelivered to another host. An idle mailbox has no timer.
-    const heartbeat = this.heartbeatMs > 0 ? setInterval(() => m.working(), this.heartbeatMs) : undefined;
+    const working = this.workingSignal(m);
+    const heartbeat = this.heartbeatMs > 0 ? setInterval(working, this.heartbeatMs) : undefined;
     heartbeat?.unref();
     try {
       await this.runHandler(env, {
         deliveryCount,
-        working: () => m.working(),
+        working,
         signal: this.signal,
         seq: m.seq,
         encoding,
@@ -343,6 +344,23 @@ class MailboxImpl implements Mailbox, PullTarget {
    * ack_wait, which `recent` (here) and the actor WAL (elsewhere) recognise by id.
    * When stopping, the ack is flushed so that it reaches the server before close.
    */
+  /**
+   * `working()` for one message, sending at most one `+WPI` per tenth of ack_wait (at most
+   * per second): an agent calls it for every streamed token, and one publish per token
+   * would double the node's NATS traffic while it streams. A skipped call leaves the ack
+   * deadline at least 90 % of ack_wait away.
+   */
+  private workingSignal(m: PulledMsg): () => void {
+    const minGapMs = Math.min(1_000, this.ackWaitMs / 10);
+    let last = m.receivedAt;
+    return () => {
+      const now = performance.now();
+      if (now - last < minGapMs) return;
+      last = now;
+      m.working();
+    };
+  }
+
   private async ack(m: PulledMsg): Promise<void> {
     m.ack();
     if (this.stopping) await this.ctx.nc.flush().catch((err: unknown) => this.log.warn({ err, seq: m.seq }, "ack not flushed"));

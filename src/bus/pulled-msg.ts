@@ -12,6 +12,8 @@ const encoder = new TextEncoder();
 export class PulledMsg {
   readonly deliveryCount: number;
   readonly seq: number;
+  /** `performance.now()` at arrival: the server started the ack deadline about then. */
+  readonly receivedAt = performance.now();
 
   constructor(
     private readonly nc: NatsConnection,

@@ -160,6 +160,54 @@ describe("bus mailbox", () => {
     expect(info.num_ack_pending).toBe(0);
     expect(info.num_pending).toBe(0);
   });
+  it("mailbox - working() called per streamed token sends one +WPI per tenth of ack_wait, and they keep a long handler's message", async () => {
+    await using bus = await connectBus(server.url, uniqueCluster());
+    const consumer = bus.subjects.consumer("streamer");
+    const watcher = await connect({ servers: server.url });
+    try {
+      const wpis: number[] = [];
+      const sub = watcher.subscribe(`$JS.ACK.${bus.subjects.streams.a2a}.${consumer}.>`, {
+        callback: (_err, msg) => {
+          if (new TextDecoder().decode(msg.data) === "+WPI") wpis.push(performance.now());
+        },
+      });
+      await watcher.flush();
+      const deliveries: number[] = [];
+      let calls = 0;
+      // ack_wait 1 s, no automatic heartbeat: only the handler's own working() calls keep
+      // the message, for three times ack_wait.
+      await bus.openMailbox(
+        "streamer",
+        async (_env, ctx) => {
+          deliveries.push(ctx.deliveryCount);
+          const end = performance.now() + 3_000;
+          while (performance.now() < end) {
+            ctx.working();
+            calls++;
+            await new Promise((r) => setTimeout(r, 2));
+          }
+        },
+        { ackWaitMs: 1_000, heartbeatMs: 0 },
+      );
+      await bus.send(createEnvelope({ from: "tester", to: "streamer", type: "task_delegate", payload: null }));
+      await poll(async () => (await bus.jsm.consumers.info(bus.subjects.streams.a2a, consumer)).num_ack_pending === 0 && deliveries.length === 1, {
+        timeoutMs: 10_000,
+        what: "the long handler's message acked",
+      });
+      await watcher.flush();
+      sub.unsubscribe();
+      expect(calls).toBeGreaterThan(300);
+      // 3 s at one per 100 ms: about 30, never one per call.
+      expect(wpis.length).toBeGreaterThanOrEqual(15);
+      expect(wpis.length).toBeLessThanOrEqual(31);
+      const gaps = wpis.slice(1).map((t, i) => t - wpis[i]!);
+      expect(Math.min(...gaps)).toBeGreaterThanOrEqual(90);
+      expect(deliveries).toEqual([1]);
+    } finally {
+      await watcher.close();
+    }
+  });
+
   it("mailbox - a message reaching a stopped mailbox's leftover pull is handed back at once to the next host", async () => {
     const cluster = uniqueCluster();
     await using a = await connectBus(server.url, cluster);
