@@ -6,12 +6,15 @@
 // goes, phase by phase (AGENTS_BENCH_SHOW_RUN=1 also lists the median run). AGENTS_BENCH_RUNS
 // per window (default 100), _ROUNDS (5), AGENTS_BENCH_WAL (full | normal, default full);
 // KOVA_BENCH_DIR puts the WAL elsewhere (/dev/shm: without the disk's flush time).
+// A third baseline, the floor (bench/agents-floor.mjs), makes the same durable round trips
+// by hand with raw nats.js and lmdb: Kova's own overhead is the ratio to it.
 import OpenAI from "openai";
 import { askAgent } from "../dist/agents/index.js";
 import { counterActor } from "../dist/actors/index.js";
 import { createEnvelope } from "../dist/bus/index.js";
 import { scriptedReply } from "../dist/testing/index.js";
 import { machine } from "./actors-lib.mjs";
+import { startFloor } from "./agents-floor.mjs";
 import { median, pct, phaseTable, startAgentBench } from "./agents-lib.mjs";
 import { subscribe, unsubscribe } from "node:diagnostics_channel";
 import * as core from "../dist/core/index.js";
@@ -45,6 +48,7 @@ try {
     for await (const _ of s);
   };
   const viaKova = () => askAgent(b.client, "bench", "question", { checkAgent: false });
+  const floor = await startFloor(b.nats.url, direct);
   const sample = async (fn) => {
     const xs = [];
     for (let i = 0; i < RUNS; i++) {
@@ -57,20 +61,28 @@ try {
   for (let i = 0; i < 20; i++) await viaKova(); // warm-up: SDK import, tokenizer, KV buckets, consumer
   for (let i = 0; i < 20; i++) await direct();
   for (let i = 0; i < 20; i++) await actorTurn();
+  for (let i = 0; i < 20; i++) await floor.turn();
   const kova = [];
   const base = [];
   const actor = [];
+  const bare = [];
   for (let round = 0; round < ROUNDS; round++) {
     base.push(...(await sample(direct)));
     kova.push(...(await sample(viaKova)));
     actor.push(...(await sample(actorTurn)));
+    bare.push(...(await sample(floor.turn)));
   }
+  await floor.close();
   const f = (x) => x.toFixed(2);
   console.log(`agents overhead (${machine()}, WAL sync ${walSync}, ${ROUNDS}×${RUNS} runs each)`);
   console.log(`  openai client direct : p50 ${f(median(base))} ms, p99 ${f(pct(base, 0.99))} ms`);
   console.log(`  agent turn via Kova  : p50 ${f(median(kova))} ms, p99 ${f(pct(kova, 0.99))} ms`);
   console.log(`  ratio p50            : ${(median(kova) / median(base)).toFixed(2)}×`);
   console.log(`  plain actor turn     : p50 ${f(median(actor))} ms (counter, no model: the journaled turn an agent run is built on)`);
+  console.log(`  floor, by hand       : p50 ${f(median(bare))} ms, p99 ${f(pct(bare, 0.99))} ms (the same durable round trips, raw nats.js + lmdb)`);
+  console.log(
+    `  ratio p50 to floor   : ${(median(kova) / median(bare)).toFixed(2)}× (Kova's own overhead); floor / direct ${(median(bare) / median(base)).toFixed(2)}× (the guarantees' price)`,
+  );
   // A build without the channel (an older one, compared under the same load) skips this.
   const { PHASE_CHANNEL } = core;
   if (PHASE_CHANNEL !== undefined) {
