@@ -5,11 +5,16 @@ import type { WireError } from "../core/errors.js";
 import { CheckpointConflictError } from "./errors.js";
 import { checkFormatVersion } from "../core/format-version.js";
 import { isWrongLastSequence } from "../bus/nats-errors.js";
+import { packIds, unpackIds } from "./processed-ids.js";
 
-/** Format version of a checkpoint; old versions keep loading. */
-export const CHECKPOINT_VERSION = 1;
+/**
+ * Format version of a checkpoint; old versions keep loading. v2: `processed` is packed
+ * (processed-ids.ts), base64 in the JSON on NATS, bytes in the WAL's local copy; v1 had
+ * an array of strings.
+ */
+export const CHECKPOINT_VERSION = 2;
 /** Checkpoint versions this build reads. */
-export const CHECKPOINT_READABLE: readonly number[] = [1];
+export const CHECKPOINT_READABLE: readonly number[] = [1, 2];
 /** How many handled envelope ids a checkpoint keeps for deduplication by default (`[checkpoint] processed_window`). */
 export const PROCESSED_LIMIT = 1000;
 
@@ -28,7 +33,7 @@ export interface Checkpoint {
   v?: number;
   state: unknown;
   /** Ids of the last handled envelopes (newest last, at most the processed window): a redelivery starts no second turn. */
-  processed: string[];
+  processed: readonly string[];
   /**
    * The reply of the last turn when its message asked for one: saved with the turn, so a
    * crash before the reply went out (on this node or any other) resends it instead of
@@ -48,7 +53,25 @@ export interface Checkpoint {
  */
 export function readCheckpoint(what: string, cp: Checkpoint): Checkpoint {
   checkFormatVersion(what, cp.v, CHECKPOINT_READABLE);
-  return { ...cp, processed: Array.isArray(cp.processed) ? cp.processed : [], revision: cp.revision ?? 0 };
+  return { ...cp, processed: readProcessed(what, cp.processed as unknown), revision: cp.revision ?? 0 };
+}
+
+/** v1: an array of ids; v2: packed ids, base64 in JSON or bytes in the WAL. */
+function readProcessed(what: string, p: unknown): readonly string[] {
+  if (Array.isArray(p)) return p;
+  if (typeof p === "string") return unpackIds(Buffer.from(p, "base64"), what);
+  if (p instanceof Uint8Array) return unpackIds(p, what);
+  return [];
+}
+
+/** A checkpoint as NATS KV stores it: JSON, with the processed ids packed in base64. */
+export function checkpointJson(cp: Checkpoint): string {
+  return JSON.stringify({ ...cp, v: CHECKPOINT_VERSION, processed: packIds(cp.processed).toString("base64") });
+}
+
+/** A checkpoint as the WAL's side table keeps it (msgpack): the processed ids packed as bytes. */
+export function localCheckpoint(cp: Checkpoint): Omit<Checkpoint, "processed"> & { processed: Uint8Array } {
+  return { ...cp, v: CHECKPOINT_VERSION, processed: packIds(cp.processed) };
 }
 
 /** Where actor checkpoints live, shared by every node so that a takeover resumes from them. */
@@ -108,7 +131,7 @@ export class NatsCheckpointStore implements CheckpointStore {
   }
 
   async save(actorId: string, cp: Checkpoint): Promise<void> {
-    const data = enc.encode(JSON.stringify({ v: CHECKPOINT_VERSION, ...cp }));
+    const data = enc.encode(checkpointJson(cp));
     const known = this.#revisions.get(actorId);
     try {
       const rev = known === undefined ? await this.kv.create(actorId, data) : await this.kv.update(actorId, data, known);

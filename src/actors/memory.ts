@@ -1,4 +1,5 @@
 import { CHECKPOINT_VERSION, PROCESSED_LIMIT, type Checkpoint, type CheckpointReply } from "./checkpoint-store.js";
+import { extendIds } from "./processed-ids.js";
 
 /** Key of an actor's local checkpoint in the WAL's side table (written with the turn's completion). */
 export function localCheckpointKey(actorId: string): string {
@@ -10,18 +11,19 @@ export function localCheckpointKey(actorId: string): string {
  * the messages whose turns have ended (for deduplication). Only a finished turn changes it.
  */
 export class ActorMemory<S = unknown> {
-  #processed: string[];
+  /** Never mutated: each turn makes a new window (extendIds), which keeps its packed form. */
+  #processed: readonly string[];
   #seen: Set<string>;
   #reply: CheckpointReply | undefined;
 
   private constructor(
     public state: S,
-    processed: string[],
+    processed: readonly string[],
     public revision: number,
     reply: CheckpointReply | undefined,
     private readonly window: number,
   ) {
-    this.#processed = processed.slice(-window);
+    this.#processed = processed.length > window ? processed.slice(-window) : processed;
     this.#seen = new Set(this.#processed);
     this.#reply = reply;
   }
@@ -51,7 +53,7 @@ export class ActorMemory<S = unknown> {
 
   /** The checkpoint that ending a turn on `envelopeId` with `state` (and `reply`, if asked) produces (not applied yet). */
   next(state: S, envelopeId: string, meta: { type: string; nodeId: string; ts: number }, reply?: CheckpointReply): Checkpoint {
-    const processed = [...this.#processed, envelopeId].slice(-this.window);
+    const processed = extendIds(this.#processed, envelopeId, this.window);
     return { v: CHECKPOINT_VERSION, state, processed, revision: this.revision + 1, ...meta, ...(reply ? { reply } : {}) };
   }
 
@@ -61,10 +63,10 @@ export class ActorMemory<S = unknown> {
     this.revision = cp.revision;
     this.#reply = cp.reply;
     const id = cp.processed.at(-1);
-    if (id !== undefined && !this.#seen.has(id)) {
-      this.#processed.push(id);
-      this.#seen.add(id);
-      if (this.#processed.length > this.window) this.#seen.delete(this.#processed.shift()!);
-    }
+    if (id === undefined || this.#seen.has(id)) return;
+    const next = extendIds(this.#processed, id, this.window);
+    for (const dropped of this.#processed.slice(0, this.#processed.length + 1 - next.length)) this.#seen.delete(dropped);
+    this.#processed = next;
+    this.#seen.add(id);
   }
 }

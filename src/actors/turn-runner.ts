@@ -5,7 +5,7 @@ import type { Logger } from "../core/logger.js";
 import { markPhase, timedPhase } from "../core/phases.js";
 import type { A2AEnvelope, MailboxContext } from "../bus/index.js";
 import { makeContext } from "./actor-context.js";
-import type { Checkpoint, CheckpointReply } from "./checkpoint-store.js";
+import { localCheckpoint, type Checkpoint, type CheckpointReply } from "./checkpoint-store.js";
 import { crashPoint } from "./crash-points.js";
 import { ActorDlqReason, ActorFailedError, CheckpointConflictError, isLeaseLost, TurnInterruptedError, ActorErrorCode } from "./errors.js";
 import { localCheckpointKey, type ActorMemory } from "./memory.js";
@@ -247,7 +247,7 @@ export async function runTurn(actor: TurnActor, env: A2AEnvelope, src: TurnSourc
   // Deferred as well: it rides in the transaction of the WAL's next write (the next turn's
   // record, typically), instead of costing a commit and a flush of its own.
   src.completion = timedPhase("wal.complete", actor.id, () =>
-    deps.wal.complete(slot.seq, { kv: [{ key: localCheckpointKey(actor.id), value: cp }], defer: true }),
+    deps.wal.complete(slot.seq, { kv: [{ key: localCheckpointKey(actor.id), value: localCheckpoint(cp) }], defer: true }),
   ).then(() => crashPoint("after-wal-complete", actor.id));
   return outcome;
 }

@@ -9,7 +9,7 @@ import type { HostDeps } from "../../src/actors/ports.js";
 import type { A2AEnvelope } from "../../src/bus/index.js";
 import { createLogger } from "../../src/core/logger.js";
 import { ActorMemory } from "../../src/actors/memory.js";
-import { CHECKPOINT_VERSION, type Checkpoint } from "../../src/actors/checkpoint-store.js";
+import { CHECKPOINT_VERSION, checkpointJson, localCheckpoint, type Checkpoint } from "../../src/actors/checkpoint-store.js";
 import { ActorErrorCode } from "../../src/actors/errors.js";
 import { readCheckpoint } from "../../src/actors/checkpoint-store.js";
 import { readAgentRecord, AGENT_RECORD_VERSION } from "../../src/node/registry.js";
@@ -78,11 +78,26 @@ describe("persisted formats (golden files)", () => {
   });
 
   it("formats - a version 1 checkpoint still loads as the actor's memory", () => {
-    expect(CHECKPOINT_VERSION).toBe(1);
-    const cp = fixture("checkpoint-v1.json") as Checkpoint;
+    const cp = readCheckpoint("checkpoint of actor c1", fixture("checkpoint-v1.json") as Checkpoint);
     const mem = ActorMemory.from(cp, undefined, () => ({ count: 0, ids: [] }));
     expect(mem.state).toEqual({ count: 2, ids: ["a", "b"] });
     expect([mem.revision, mem.has("a"), mem.has("c")]).toEqual([2, true, false]);
+    // Saved again, it is written as the current version, its ids packed.
+    expect(JSON.parse(checkpointJson(cp))).toMatchObject({ v: 2, processed: Buffer.from([1, 97, 1, 98]).toString("base64") });
+  });
+
+  it("formats - a version 2 checkpoint (processed ids packed, base64 in JSON, bytes in the WAL) loads as the actor's memory", () => {
+    expect(CHECKPOINT_VERSION).toBe(2);
+    const raw = fixture("checkpoint-v2.json") as Checkpoint;
+    const ids = ["3f2c9a1e-8b7d-4c6e-9f01-23456789abcd", "client-id_7"];
+    const cp = readCheckpoint("checkpoint of actor c1", raw);
+    expect(cp.processed).toEqual(ids);
+    expect(JSON.parse(checkpointJson(cp))).toEqual(raw);
+    const local = localCheckpoint(cp);
+    expect(Buffer.from(local.processed).toString("base64")).toBe(raw.processed);
+    const back = readCheckpoint("local checkpoint of actor c1", local as unknown as Checkpoint);
+    const mem = ActorMemory.from(undefined, back, () => ({ count: 0, ids: [] }));
+    expect([mem.revision, mem.has(ids[0]!), mem.has(ids[1]!), mem.has("3f2c9a1e")]).toEqual([2, true, true, false]);
   });
 
   it("formats - version 1 registry and lease values (written before versioning, without v) still load", () => {
@@ -100,8 +115,10 @@ describe("persisted formats (golden files)", () => {
     const turn = refused(() => parseTurnRecord({ ...(fixture("turn-record-v1.json") as object), v: 3 }));
     expect(turn.message).toContain("turn record of actor agent-7");
     expect(turn.data).toMatchObject({ readable: [1, 2] });
+    const checkpoint = refused(() => readCheckpoint("checkpoint of actor c1", { ...(fixture("checkpoint-v2.json") as Checkpoint), v: 3 }));
+    expect(checkpoint.message).toContain("checkpoint of actor c1");
+    expect(checkpoint.data).toMatchObject({ readable: [1, 2] });
     const cases: Array<[string, () => unknown]> = [
-      ["checkpoint of actor c1", () => readCheckpoint("checkpoint of actor c1", { ...(fixture("checkpoint-v1.json") as Checkpoint), v: 2 })],
       ["registry record of agent researcher", () => readAgentRecord("researcher", { ...(fixture("agent-record-v1.json", "node") as object), v: 2 })],
       ["lease of actor researcher", () => readLeaseRecord("researcher", { ...(fixture("lease-record-v1.json", "node") as object), v: "2" })],
     ];

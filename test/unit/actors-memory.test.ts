@@ -2,6 +2,8 @@ import { describe, expect, it } from "vitest";
 import { ActorMemory } from "../../src/actors/memory.js";
 import { PauseGate } from "../../src/actors/pause-gate.js";
 import { PROCESSED_LIMIT } from "../../src/actors/checkpoint-store.js";
+import { CorruptProcessedIdsError, extendIds, packIds, unpackIds } from "../../src/actors/processed-ids.js";
+import { newId } from "../../src/core/ids.js";
 
 describe("actor memory", () => {
   it("memory - starts from the newer of the shared and the local checkpoint, else the initial state", () => {
@@ -24,6 +26,46 @@ describe("actor memory", () => {
     expect(mem.has("m1")).toBe(false);
     expect(mem.has(`x${PROCESSED_LIMIT + 4}`)).toBe(true);
     expect(mem.next(0, "y", { type: "t", nodeId: "n", ts: 1 }).processed).toHaveLength(PROCESSED_LIMIT);
+  });
+});
+
+describe("processed ids, packed", () => {
+  it("packed - UUIDs take 17 bytes, any other id its length plus one, and every id reads back as it was", () => {
+    const uuids = Array.from({ length: 1000 }, () => newId());
+    expect(packIds(uuids)).toHaveLength(17_000);
+    const odd = ["a", "client-id_7", "3F2C9A1E-8B7D-4C6E-9F01-23456789ABCD", "x".repeat(128), "3f2c9a1e8b7d4c6e9f0123456789abcd", "-_-"];
+    const mixed = [...odd, uuids[0]!];
+    const bytes = packIds(mixed);
+    expect(bytes).toHaveLength(odd.reduce((n, id) => n + 1 + id.length, 0) + 17);
+    expect(unpackIds(new Uint8Array(bytes), "c1")).toEqual(mixed);
+  });
+
+  it("packed - a window extended id by id has the bytes of the same window packed from scratch", () => {
+    let window: readonly string[] = [];
+    for (let i = 0; i < 2_500; i++) {
+      window = extendIds(window, i % 3 === 0 ? `m${i}` : newId(), 1000);
+      if (i % 250 === 0 || i > 2_490) {
+        expect(window).toHaveLength(Math.min(i + 1, 1000));
+        expect(packIds(window).equals(packIds([...window]))).toBe(true);
+        expect(unpackIds(packIds(window), "c1")).toEqual(window);
+      }
+    }
+  });
+
+  it("packed - damaged bytes are refused with an error naming the checkpoint", () => {
+    const good = packIds(["abc", newId()]);
+    for (const bad of [good.subarray(0, good.length - 3), Buffer.from([200, 97]), Buffer.from([2, 97, 0x2e]), Buffer.from([0, 1, 2])]) {
+      const err = (() => {
+        try {
+          unpackIds(bad, "checkpoint of actor c1");
+        } catch (e) {
+          return e;
+        }
+        return undefined;
+      })();
+      expect(err).toBeInstanceOf(CorruptProcessedIdsError);
+      expect((err as Error).message).toContain("checkpoint of actor c1");
+    }
   });
 });
 
