@@ -4,7 +4,8 @@
 // processes hits both alike. Target: p50 ≤ 1.5× the direct call plus the journal write.
 // Then one traced window (the `kova:phase` diagnostics channel) says where a run's time
 // goes, phase by phase (AGENTS_BENCH_SHOW_RUN=1 also lists the median run). AGENTS_BENCH_RUNS
-// per window (default 100), _ROUNDS (5), AGENTS_BENCH_WAL (full | normal, default full);
+// per window (default 100), _ROUNDS (5), AGENTS_BENCH_WAL (full | normal, default full),
+// _WARMUP (turns before measuring, default 1,100: past the default processed window);
 // KOVA_BENCH_DIR puts the WAL elsewhere (/dev/shm: without the disk's flush time).
 // A third baseline, the floor (bench/agents-floor.mjs), makes the same durable round trips
 // by hand with raw nats.js and lmdb: Kova's own overhead is the ratio to it.
@@ -22,6 +23,7 @@ import * as core from "../dist/core/index.js";
 const RUNS = Number(process.env.AGENTS_BENCH_RUNS ?? 100);
 const ROUNDS = Number(process.env.AGENTS_BENCH_ROUNDS ?? 5);
 const walSync = process.env.AGENTS_BENCH_WAL ?? "full";
+const WARMUP = Number(process.env.AGENTS_BENCH_WARMUP ?? 1100);
 
 const b = await startAgentBench({
   agents: [{ id: "bench", model: "main", system: "Be brief." }],
@@ -58,9 +60,11 @@ try {
     }
     return xs;
   };
-  for (let i = 0; i < 20; i++) await viaKova(); // warm-up: SDK import, tokenizer, KV buckets, consumer
+  // Warm-up: SDK import, tokenizer, KV buckets, consumer; and the steady state of a busy
+  // actor, whose checkpoint carries a full processed-ids window (1,000 by default).
+  for (let i = 0; i < WARMUP; i++) await viaKova();
   for (let i = 0; i < 20; i++) await direct();
-  for (let i = 0; i < 20; i++) await actorTurn();
+  for (let i = 0; i < WARMUP; i++) await actorTurn();
   for (let i = 0; i < 20; i++) await floor.turn();
   const kova = [];
   const base = [];
