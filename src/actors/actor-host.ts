@@ -84,10 +84,12 @@ export class ActorHost {
       nodeId: opts.nodeId,
       log: this.#log,
       checkpoints: () => {
-        store ??= NatsCheckpointStore.open({ js: opts.bus.js, cluster: opts.bus.cluster, replicas: opts.checkpointReplicas ?? 1 }).catch((err: unknown) => {
-          store = undefined;
-          throw err;
-        });
+        store ??= NatsCheckpointStore.open({ js: opts.bus.js, cluster: opts.bus.cluster, replicas: opts.checkpointReplicas ?? 1, bus: opts.bus }).catch(
+          (err: unknown) => {
+            store = undefined;
+            throw err;
+          },
+        );
         return store;
       },
       fence: async (actorId) => {

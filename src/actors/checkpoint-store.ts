@@ -1,5 +1,7 @@
 import type { JetStreamClient } from "@nats-io/jetstream";
 import type { KV } from "@nats-io/kv";
+import { headers as natsHeaders } from "@nats-io/transport-node";
+import type { Bus } from "../bus/index.js";
 import { openOrCreateBucket } from "../bus/kv-buckets.js";
 import type { WireError } from "../core/errors.js";
 import { CheckpointConflictError } from "./errors.js";
@@ -88,7 +90,15 @@ export interface NatsCheckpointStoreOptions {
   cluster: string;
   /** Bucket replicas: the number of servers in a clustered NATS (default 1). */
   replicas?: number;
+  /**
+   * The bus of the connection: a node's saves (one per turn) then go through its request
+   * mux (Bus.publishToStream) instead of `kv.update`, which builds an Error per call.
+   */
+  bus?: Pick<Bus, "publishToStream">;
 }
+
+/** How long a checkpoint save waits for JetStream's ack (nats.js's default for KV writes). */
+const SAVE_TIMEOUT_MS = 5_000;
 
 const enc = new TextEncoder();
 
@@ -101,7 +111,11 @@ const enc = new TextEncoder();
 export class NatsCheckpointStore implements CheckpointStore {
   readonly #revisions = new Map<string, number>();
 
-  private constructor(readonly kv: KV) {}
+  private constructor(
+    readonly kv: KV,
+    private readonly bucket: string,
+    private readonly bus: Pick<Bus, "publishToStream"> | undefined,
+  ) {}
 
   static bucketName(cluster: string): string {
     return `kova_${cluster}_checkpoints`;
@@ -112,11 +126,12 @@ export class NatsCheckpointStore implements CheckpointStore {
    * @throws JetStream errors when JetStream is unavailable or the bucket exists with other settings
    */
   static async open(opts: NatsCheckpointStoreOptions): Promise<NatsCheckpointStore> {
-    const kv = await openOrCreateBucket(opts.js, NatsCheckpointStore.bucketName(opts.cluster), {
+    const bucket = NatsCheckpointStore.bucketName(opts.cluster);
+    const kv = await openOrCreateBucket(opts.js, bucket, {
       history: 1,
       replicas: opts.replicas ?? 1,
     });
-    return new NatsCheckpointStore(kv);
+    return new NatsCheckpointStore(kv, bucket, opts.bus);
   }
 
   async load(actorId: string): Promise<Checkpoint | undefined> {
@@ -134,7 +149,7 @@ export class NatsCheckpointStore implements CheckpointStore {
     const data = enc.encode(checkpointJson(cp));
     const known = this.#revisions.get(actorId);
     try {
-      const rev = known === undefined ? await this.kv.create(actorId, data) : await this.kv.update(actorId, data, known);
+      const rev = known === undefined ? await this.kv.create(actorId, data) : await this.#update(actorId, data, known);
       this.#revisions.set(actorId, rev);
     } catch (err) {
       if (isWrongLastSequence(err)) {
@@ -143,6 +158,14 @@ export class NatsCheckpointStore implements CheckpointStore {
       }
       throw err;
     }
+  }
+
+  /** `kv.update(actorId, data, known)`: a publish to the key's subject expecting `known` as its last revision. */
+  async #update(actorId: string, data: Uint8Array, known: number): Promise<number> {
+    if (!this.bus) return this.kv.update(actorId, data, known);
+    const h = natsHeaders();
+    h.set("Nats-Expected-Last-Subject-Sequence", String(known));
+    return (await this.bus.publishToStream(`$KV.${this.bucket}.${actorId}`, data, { headers: h, timeoutMs: SAVE_TIMEOUT_MS })).seq;
   }
 
   forget(actorId: string): void {

@@ -277,7 +277,7 @@ export class ActorJournal {
     const started = performance.now();
     for (let attempt = 1; ; attempt++) {
       try {
-        return await this.bus.js.publish(this.#subject, copy, { headers: h, timeout: ATTEMPT_TIMEOUT_MS });
+        return await this.bus.publishToStream(this.#subject, copy, { headers: h, timeoutMs: ATTEMPT_TIMEOUT_MS });
       } catch (err) {
         if (isWrongLastSequence(err)) throw new JournalFencedError(this.actorId, expected, err);
         if (!isTransientNatsError(err) || performance.now() - started > this.timeoutMs) throw new JournalUnavailableError(this.actorId, "written", err);

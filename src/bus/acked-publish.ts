@@ -1,5 +1,5 @@
-import type { PubAck } from "@nats-io/jetstream";
-import type { MsgHdrs } from "@nats-io/transport-node";
+import { type ApiError, JetStreamApiError, type PubAck } from "@nats-io/jetstream";
+import { type MsgHdrs, NoRespondersError as NatsNoResponders, TimeoutError as NatsTimeout } from "@nats-io/transport-node";
 import { sleep } from "../core/clock.js";
 import { ErrorCode, KovaError } from "../core/errors.js";
 import type { BusContext } from "./context.js";
@@ -58,6 +58,25 @@ export async function publishAcked(ctx: BusContext, subject: string, data: Uint8
   }
 }
 
+/**
+ * One JetStream publish through the connection's request mux, failing as `js.publish`
+ * does (nats.js's TimeoutError and NoRespondersError, JetStreamApiError with the API
+ * code, so `isWrongLastSequence` and `isTransientNatsError` read it), for callers with
+ * their own retry and fencing rules (the step journal, checkpoint compare-and-set):
+ * `js.publish` builds an Error with its stack for every call, even one that succeeds.
+ */
+export async function publishToStream(ctx: BusContext, subject: string, data: Uint8Array, headers: MsgHdrs, timeoutMs: number): Promise<PubAck> {
+  const reply = await ctx.mux.request(subject, data, {
+    timeoutMs,
+    headers,
+    noResponders: () => new NatsNoResponders(subject),
+    timedOut: () => new NatsTimeout(),
+  });
+  const body = ackBody(reply.data, subject);
+  if (body.error) throw new JetStreamApiError(body.error as ApiError);
+  return pubAck(body, subject);
+}
+
 class NoResponse extends Error {
   constructor(readonly kind: "no_responders" | "timeout") {
     super(kind);
@@ -66,16 +85,34 @@ class NoResponse extends Error {
 
 const utf8 = new TextDecoder();
 
-/** `{"stream":"S","seq":1,"duplicate":true}` or `{"error":{"code":…,"description":…}}`. */
-function parsePubAck(data: Uint8Array, subject: string): PubAck {
-  let body: { stream?: string; seq?: number; duplicate?: boolean; domain?: string; error?: { code?: number; err_code?: number; description?: string } };
+interface AckBody {
+  stream?: string;
+  seq?: number;
+  duplicate?: boolean;
+  domain?: string;
+  error?: { code?: number; err_code?: number; description?: string };
+}
+
+/** `{"stream":"S","seq":1,"duplicate":true}` or `{"error":{"code":…,"err_code":…,"description":…}}`. */
+function ackBody(data: Uint8Array, subject: string): AckBody {
   try {
-    body = JSON.parse(utf8.decode(data)) as typeof body;
+    return JSON.parse(utf8.decode(data)) as AckBody;
   } catch {
     throw new KovaError(ErrorCode.REMOTE_ERROR, `publish on ${subject}: the reply is not a JetStream ack`, { data: { subject } });
   }
-  if (body.error || typeof body.stream !== "string" || typeof body.seq !== "number") {
-    const e = body.error ?? {};
+}
+
+function pubAck(body: AckBody, subject: string): PubAck {
+  if (typeof body.stream !== "string" || typeof body.seq !== "number") {
+    throw new KovaError(ErrorCode.REMOTE_ERROR, `publish on ${subject}: the reply is not a JetStream ack`, { data: { subject } });
+  }
+  return { stream: body.stream, seq: body.seq, duplicate: body.duplicate === true, ...(body.domain ? { domain: body.domain } : {}) };
+}
+
+function parsePubAck(data: Uint8Array, subject: string): PubAck {
+  const body = ackBody(data, subject);
+  if (body.error) {
+    const e = body.error;
     throw new KovaError(
       ErrorCode.REMOTE_ERROR,
       `publish on ${subject} refused by JetStream: ${e.description ?? "invalid ack"} (${e.err_code ?? e.code ?? "?"})`,
@@ -85,5 +122,5 @@ function parsePubAck(data: Uint8Array, subject: string): PubAck {
       },
     );
   }
-  return { stream: body.stream, seq: body.seq, duplicate: body.duplicate === true, ...(body.domain ? { domain: body.domain } : {}) };
+  return pubAck(body, subject);
 }

@@ -1,7 +1,8 @@
 import { jetstream, jetstreamManager, type JetStreamClient, type JetStreamManager, type PubAck } from "@nats-io/jetstream";
-import type { NatsConnection } from "@nats-io/transport-node";
+import type { MsgHdrs, NatsConnection } from "@nats-io/transport-node";
 import { assertId, newId } from "../core/ids.js";
 import { defaultLogger, type Logger } from "../core/logger.js";
+import { publishToStream } from "./acked-publish.js";
 import { ask, respond, type AskOptions, type RespondOptions } from "./ask.js";
 import { DEFAULT_CODEC_LIMITS, type CodecLimits } from "./codec.js";
 import { connectNats } from "./connection.js";
@@ -140,6 +141,17 @@ export class Bus {
   send(env: A2AEnvelope, opts?: SendOptions): Promise<PubAck> {
     this.open("send");
     return sendEnvelope(this.ctx, env, opts);
+  }
+
+  /**
+   * One JetStream publish (no retry) through the connection's request mux: what
+   * `js.publish` does, without the Error it builds for every call; it fails the same way
+   * (nats.js TimeoutError / NoRespondersError, JetStreamApiError with the API code).
+   * For the node's hot compare-and-set writes (step journal, checkpoints).
+   */
+  publishToStream(subject: string, data: Uint8Array, opts: { headers: MsgHdrs; timeoutMs: number }): Promise<PubAck> {
+    this.open("publishToStream");
+    return publishToStream(this.ctx, subject, data, opts.headers, opts.timeoutMs);
   }
 
   /**

@@ -73,6 +73,29 @@ describe("actor host", () => {
     expect(info.ids).toEqual([...first.map((e) => e.id), third.id]);
   });
 
+  it("checkpoint - a save through the bus's request mux is a compare-and-set on the key's revision, as kv.update is", async () => {
+    const cluster = uniqueCluster();
+    await using rig = await startRig(server.url, cluster);
+    const mine = await NatsCheckpointStore.open({ js: rig.bus.js, cluster, bus: rig.bus });
+    const theirs = await NatsCheckpointStore.open({ js: rig.bus.js, cluster });
+    const cp = (n: number, nodeId: string) => ({ state: { count: n, ids: [] }, processed: [`m${n}`], revision: n, nodeId });
+    await mine.load("cas1");
+    await mine.save("cas1", cp(1, "n1")); // create
+    await mine.save("cas1", cp(2, "n1")); // update through the mux
+    const entry = await mine.kv.get("cas1");
+    expect(entry?.revision).toBeGreaterThan(1);
+    expect((await theirs.load("cas1"))?.revision).toBe(2);
+    await theirs.save("cas1", cp(3, "n2"));
+    const err = await mine.save("cas1", cp(3, "n1")).catch((e: unknown) => e);
+    expect(isKovaError(err, "LEASE_LOST")).toBe(true);
+    expect((err as Error).name).toBe("CheckpointConflictError");
+    expect((await theirs.load("cas1"))?.nodeId).toBe("n2");
+    // Reloaded, it writes on top of the other's revision.
+    await mine.load("cas1");
+    await mine.save("cas1", cp(4, "n1"));
+    expect((await theirs.load("cas1"))?.processed).toEqual(["m4"]);
+  });
+
   it("checkpoint - a host whose checkpoint was written by another node meanwhile reloads it instead of overwriting it (compare-and-set)", async () => {
     const cluster = uniqueCluster();
     await using rig = await startRig(server.url, cluster);
