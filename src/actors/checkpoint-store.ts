@@ -7,7 +7,7 @@ import type { WireError } from "../core/errors.js";
 import { CheckpointConflictError } from "./errors.js";
 import { checkFormatVersion } from "../core/format-version.js";
 import { isWrongLastSequence } from "../bus/nats-errors.js";
-import { packIds, unpackIds } from "./processed-ids.js";
+import { CorruptProcessedIdsError, packIds, unpackIds } from "./processed-ids.js";
 
 /**
  * Format version of a checkpoint; old versions keep loading. v2: `processed` is packed
@@ -54,16 +54,16 @@ export interface Checkpoint {
  * @throws UnsupportedFormatError for a checkpoint of a newer format version
  */
 export function readCheckpoint(what: string, cp: Checkpoint): Checkpoint {
-  checkFormatVersion(what, cp.v, CHECKPOINT_READABLE);
-  return { ...cp, processed: readProcessed(what, cp.processed as unknown), revision: cp.revision ?? 0 };
+  const v = checkFormatVersion(what, cp.v, CHECKPOINT_READABLE);
+  return { ...cp, processed: readProcessed(what, v, cp.processed as unknown), revision: cp.revision ?? 0 };
 }
 
 /** v1: an array of ids; v2: packed ids, base64 in JSON or bytes in the WAL. */
-function readProcessed(what: string, p: unknown): readonly string[] {
-  if (Array.isArray(p)) return p;
+function readProcessed(what: string, v: number, p: unknown): readonly string[] {
+  if (v === 1) return Array.isArray(p) ? p : [];
   if (typeof p === "string") return unpackIds(Buffer.from(p, "base64"), what);
   if (p instanceof Uint8Array) return unpackIds(p, what);
-  return [];
+  throw new CorruptProcessedIdsError(what, `expected packed ids, got ${p === null ? "null" : typeof p}`);
 }
 
 /** A checkpoint as NATS KV stores it: JSON, with the processed ids packed in base64. */

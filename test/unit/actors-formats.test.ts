@@ -98,6 +98,12 @@ describe("persisted formats (golden files)", () => {
     const back = readCheckpoint("local checkpoint of actor c1", local as unknown as Checkpoint);
     const mem = ActorMemory.from(undefined, back, () => ({ count: 0, ids: [] }));
     expect([mem.revision, mem.has(ids[0]!), mem.has(ids[1]!), mem.has("3f2c9a1e")]).toEqual([2, true, true, false]);
+    // Base64 that is not packed ids, or no ids at all, is a damaged checkpoint, not an empty window.
+    for (const processed of ["AAEC", undefined, 7, ["a"]]) {
+      expect(() => readCheckpoint("checkpoint of actor c1", { ...raw, processed } as unknown as Checkpoint)).toThrow(
+        /checkpoint of actor c1: its processed ids cannot be read/,
+      );
+    }
   });
 
   it("formats - version 1 registry and lease values (written before versioning, without v) still load", () => {
