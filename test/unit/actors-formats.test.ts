@@ -8,7 +8,9 @@ import { makeContext } from "../../src/actors/actor-context.js";
 import type { HostDeps } from "../../src/actors/ports.js";
 import type { A2AEnvelope } from "../../src/bus/index.js";
 import { createLogger } from "../../src/core/logger.js";
-import { ActorMemory } from "../../src/actors/memory.js";
+import { ActorMemory, localCheckpointKey } from "../../src/actors/memory.js";
+import { Wal } from "../../src/wal/index.js";
+import { tempDir } from "../fixtures/disposable.js";
 import { CHECKPOINT_VERSION, checkpointJson, localCheckpoint, type Checkpoint } from "../../src/actors/checkpoint-store.js";
 import { ActorErrorCode } from "../../src/actors/errors.js";
 import { readCheckpoint } from "../../src/actors/checkpoint-store.js";
@@ -86,7 +88,7 @@ describe("persisted formats (golden files)", () => {
     expect(JSON.parse(checkpointJson(cp))).toMatchObject({ v: 2, processed: Buffer.from([1, 97, 1, 98]).toString("base64") });
   });
 
-  it("formats - a version 2 checkpoint (processed ids packed, base64 in JSON, bytes in the WAL) loads as the actor's memory", () => {
+  it("formats - a version 2 checkpoint (processed ids packed, base64 in JSON, bytes in the WAL) loads as the actor's memory", async () => {
     expect(CHECKPOINT_VERSION).toBe(2);
     const raw = fixture("checkpoint-v2.json") as Checkpoint;
     const ids = ["3f2c9a1e-8b7d-4c6e-9f01-23456789abcd", "client-id_7"];
@@ -98,6 +100,16 @@ describe("persisted formats (golden files)", () => {
     const back = readCheckpoint("local checkpoint of actor c1", local as unknown as Checkpoint);
     const mem = ActorMemory.from(undefined, back, () => ({ count: 0, ids: [] }));
     expect([mem.revision, mem.has(ids[0]!), mem.has(ids[1]!), mem.has("3f2c9a1e")]).toEqual([2, true, true, false]);
+    // Through a real WAL's side table (msgpack, reopened): the bytes come back as bytes.
+    await using dir = await tempDir("cp-v2");
+    let wal = await Wal.open({ dir: dir.path, sync: "full", ringBits: 8 });
+    const seq = await wal.append("t", { n: 1 }, { owner: "c1" });
+    await wal.complete(seq, { kv: [{ key: localCheckpointKey("c1"), value: local }] });
+    await wal.close();
+    wal = await Wal.open({ dir: dir.path, sync: "full", ringBits: 8 });
+    const reread = readCheckpoint("local checkpoint of actor c1", wal.getKv<Checkpoint>(localCheckpointKey("c1"))!);
+    await wal.close();
+    expect(reread.processed).toEqual(ids);
     // Base64 that is not packed ids, or no ids at all, is a damaged checkpoint, not an empty window.
     for (const processed of ["AAEC", undefined, 7, ["a"]]) {
       expect(() => readCheckpoint("checkpoint of actor c1", { ...raw, processed } as unknown as Checkpoint)).toThrow(
