@@ -112,8 +112,30 @@ export class AgentRegistry {
       this.mirror.note(spec.id, record, revision);
       return true;
     } catch (err) {
-      if (isCasConflict(err)) return false;
-      throw err;
+      if (!isCasConflict(err)) throw err;
+      await this.adoptExisting(spec.id);
+      return false;
+    }
+  }
+
+  /**
+   * The entry exists on the server although the mirror did not show it: another node's
+   * declaration in flight to this node's watch, or one the watch never delivered (seen
+   * once in a few dozen runs of a passivation storm on a CPU-starved machine: the instance
+   * then stayed registered and unplaced, since its owner never saw it). Taking the
+   * server's entry now makes every such miss heal at the next activation attempt (the
+   * A2A sweep makes one every activation_sweep_ms while messages wait).
+   */
+  private async adoptExisting(id: string): Promise<void> {
+    const e = await this.kv.get(id).catch(() => null);
+    if (!e || e.operation !== "PUT" || (this.mirror.get(id)?.revision ?? 0) >= e.revision) return;
+    if (this.mirror.watchedRevision > e.revision) {
+      this.logger.warn({ id, revision: e.revision, watched: this.mirror.watchedRevision }, "registry watch missed an entry; taken from the server");
+    }
+    try {
+      this.mirror.note(id, readAgentRecord(id, e.json<unknown>()), e.revision);
+    } catch (err) {
+      this.logger.debug({ err, id }, "registry entry not readable here; left out of the mirror");
     }
   }
 

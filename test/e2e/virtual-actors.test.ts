@@ -72,7 +72,7 @@ describe("virtual actors across node processes", () => {
   }, 240_000);
 
   it("passivation under load and SIGKILL: every message processed exactly once, instances passivated and re-activated many times", async () => {
-    await using tc = await TestCluster.create({ nodes: ["n1", "n2"], extraToml: template("pv", "400ms"), logLevel: "warn" });
+    await using tc = await TestCluster.create({ nodes: ["n1", "n2"], extraToml: template("pv", "400ms"), logLevel: process.env.KOVA_LOG_LEVEL ?? "warn" });
     const ids = Array.from({ length: 24 }, (_, i) => `pv--k${i}`);
     const sent = new Map<string, string[]>(ids.map((id) => [id, []]));
     let total = 0;
@@ -104,14 +104,39 @@ describe("virtual actors across node processes", () => {
     expect(restarted).toBe(true);
 
     const kv = await new Kvm(tc.nc).open(`kova_${tc.cluster}_checkpoints`);
+    const agents = await new Kvm(tc.nc).open(`kova_${tc.cluster}_agents`);
+    const leases = await new Kvm(tc.nc).open(`kova_${tc.cluster}_leases`);
     const stateOf = async (id: string) => (await kv.get(id))?.json<{ state: ProbeState }>().state;
+    let short = "";
     const states = await poll(
       async () => {
         const all = await Promise.all(ids.map(async (id) => [id, await stateOf(id)] as const));
         const counted = all.reduce((n, [, s]) => n + (s?.count ?? 0), 0);
+        const behind = all.filter(([id, s]) => (s?.count ?? 0) < sent.get(id)!.length);
+        short = (
+          await Promise.all(
+            behind.map(async ([id, s]) => {
+              const reg = await agents.get(id);
+              const lease = await leases.get(id).catch(() => null);
+              const consumer = await tc.bus.jsm.consumers.info(tc.bus.subjects.streams.a2a, tc.bus.subjects.consumer(id)).catch(() => undefined);
+              return `${id} ${s?.count ?? 0}/${sent.get(id)!.length} registry ${reg ? `${reg.operation} ${reg.operation === "PUT" ? reg.string() : ""}` : "none"} lease ${lease ? `${lease.operation} ${lease.operation === "PUT" ? lease.string() : ""}` : "none"} consumer ${consumer ? `pending ${consumer.num_pending} ack_pending ${consumer.num_ack_pending}` : "none"}`;
+            }),
+          )
+        ).join(", ");
+        if (behind.length > 0) {
+          const views = await Promise.all(
+            ["n1", "n2"].map((n) =>
+              tc.status(n, 1000).then(
+                (st) => `${n}: healthy ${st.healthy} live ${st.liveNodes.join("+")} hosted ${st.actors.hosted} ${JSON.stringify(st.virtual)}`,
+                (err: unknown) => `${n}: ${String(err)}`,
+              ),
+            ),
+          );
+          short += ` | ${views.join(" | ")}`;
+        }
         return counted >= total ? all : undefined;
       },
-      { timeoutMs: 90_000, everyMs: 500, retryErrors: true, what: `all ${total} messages counted (logs in ${tc.dir})` },
+      { timeoutMs: 90_000, everyMs: 500, retryErrors: true, what: () => `all ${total} messages counted (short: ${short}; logs in ${tc.dir})` },
     );
     for (const [id, s] of states) {
       const want = sent.get(id)!;

@@ -104,6 +104,24 @@ describe("cluster state in KV", () => {
     a.stop();
   });
 
+  it("registry - a node whose mirror lacks an entry another node declared takes it from the server at its next declaration (the activation sweep's), so its placement sees it", async () => {
+    const c = `reg${Date.now() % 1e6}h`;
+    const r1 = await AgentRegistry.open({ nc: await nc(), cluster: c, logger });
+    const r2 = await AgentRegistry.open({ nc: await nc(), cluster: c, logger });
+    expect(await r1.declare({ id: "pv--k1", type: "counter", template: "pv" })).toBe(true);
+    await poll(() => r2.get("pv--k1") !== undefined, { timeoutMs: 2000, what: "r2 to see the declaration" });
+    // As if r2's watch had never delivered it (the KV watch delivers each revision once).
+    (r2 as unknown as { mirror: { forget(key: string): void } }).mirror.forget("pv--k1");
+    expect(r2.get("pv--k1")).toBeUndefined();
+    const changes: string[] = [];
+    r2.onChange((id, e) => changes.push(`${id}:${e ? "put" : "gone"}`));
+    expect(await r2.declare({ id: "pv--k1", type: "counter", template: "pv" })).toBe(false);
+    expect(r2.get("pv--k1")).toMatchObject({ id: "pv--k1", type: "counter", desired: "running", template: "pv" });
+    expect(changes).toEqual(["pv--k1:put"]);
+    r1.stop();
+    r2.stop();
+  });
+
   it("registry - declare keeps an existing entry and updates are compare-and-set", async () => {
     const c = cluster();
     const r1 = await AgentRegistry.open({ nc: await nc(), cluster: c, logger });
