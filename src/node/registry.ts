@@ -128,7 +128,7 @@ export class AgentRegistry {
    */
   private async adoptExisting(id: string): Promise<void> {
     const e = await this.kv.get(id).catch(() => null);
-    if (!e || e.operation !== "PUT" || (this.mirror.get(id)?.revision ?? 0) >= e.revision) return;
+    if (e?.operation !== "PUT" || (this.mirror.get(id)?.revision ?? 0) >= e.revision) return;
     if (this.mirror.watchedRevision > e.revision) {
       this.logger.warn({ id, revision: e.revision, watched: this.mirror.watchedRevision }, "registry watch missed an entry; taken from the server");
     }
