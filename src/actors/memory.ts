@@ -15,6 +15,8 @@ export class ActorMemory<S = unknown> {
   #processed: readonly string[];
   #seen: Set<string>;
   #reply: CheckpointReply | undefined;
+  /** The window the last next() proposed from this one: apply() adopts it instead of extending again. */
+  #proposed: readonly string[] | undefined;
 
   private constructor(
     public state: S,
@@ -54,6 +56,7 @@ export class ActorMemory<S = unknown> {
   /** The checkpoint that ending a turn on `envelopeId` with `state` (and `reply`, if asked) produces (not applied yet). */
   next(state: S, envelopeId: string, meta: { type: string; nodeId: string; ts: number }, reply?: CheckpointReply): Checkpoint {
     const processed = extendIds(this.#processed, envelopeId, this.window);
+    this.#proposed = processed;
     return { v: CHECKPOINT_VERSION, state, processed, revision: this.revision + 1, ...meta, ...(reply ? { reply } : {}) };
   }
 
@@ -64,7 +67,8 @@ export class ActorMemory<S = unknown> {
     this.#reply = cp.reply;
     const id = cp.processed.at(-1);
     if (id === undefined || this.#seen.has(id)) return;
-    const next = extendIds(this.#processed, id, this.window);
+    const next = cp.processed === this.#proposed ? cp.processed : extendIds(this.#processed, id, this.window);
+    this.#proposed = undefined;
     for (const dropped of this.#processed.slice(0, this.#processed.length + 1 - next.length)) this.#seen.delete(dropped);
     this.#processed = next;
     this.#seen.add(id);

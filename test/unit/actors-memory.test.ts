@@ -26,6 +26,12 @@ describe("actor memory", () => {
     expect(mem.has("m1")).toBe(false);
     expect(mem.has(`x${PROCESSED_LIMIT + 4}`)).toBe(true);
     expect(mem.next(0, "y", { type: "t", nodeId: "n", ts: 1 }).processed).toHaveLength(PROCESSED_LIMIT);
+    // A checkpoint other than the last proposal (a retried commit) is applied all the same.
+    const first = mem.next(1, "p1", { type: "t", nodeId: "n", ts: 1 });
+    mem.next(2, "p2", { type: "t", nodeId: "n", ts: 1 });
+    mem.apply(first);
+    expect([mem.has("p1"), mem.has("p2"), mem.has(`x${PROCESSED_LIMIT + 4}`), mem.has("x5"), mem.has("x6")]).toEqual([true, false, true, false, true]);
+    expect(mem.processed).toHaveLength(PROCESSED_LIMIT);
   });
 });
 
