@@ -98,14 +98,16 @@ function ackBody(data: Uint8Array, subject: string): AckBody {
   try {
     return JSON.parse(utf8.decode(data)) as AckBody;
   } catch {
-    throw new KovaError(ErrorCode.REMOTE_ERROR, `publish on ${subject}: the reply is not a JetStream ack`, { data: { subject } });
+    throw notAnAck(subject);
   }
 }
 
+function notAnAck(subject: string): KovaError {
+  return new KovaError(ErrorCode.REMOTE_ERROR, `publish on ${subject}: the reply is not a JetStream ack`, { data: { subject } });
+}
+
 function pubAck(body: AckBody, subject: string): PubAck {
-  if (typeof body.stream !== "string" || typeof body.seq !== "number") {
-    throw new KovaError(ErrorCode.REMOTE_ERROR, `publish on ${subject}: the reply is not a JetStream ack`, { data: { subject } });
-  }
+  if (typeof body.stream !== "string" || typeof body.seq !== "number") throw notAnAck(subject);
   return { stream: body.stream, seq: body.seq, duplicate: body.duplicate === true, ...(body.domain ? { domain: body.domain } : {}) };
 }
 

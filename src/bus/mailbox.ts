@@ -338,13 +338,6 @@ class MailboxImpl implements Mailbox, PullTarget {
   }
 
   /**
-   * A plain ack, not ackAck: waiting for the server's confirmation halves a mailbox's
-   * throughput (measured, docs/benchmarks.md), because `max_ack_pending: 1` makes every
-   * message wait for the previous ack. A lost ack only means a redelivery after
-   * ack_wait, which `recent` (here) and the actor WAL (elsewhere) recognise by id.
-   * When stopping, the ack is flushed so that it reaches the server before close.
-   */
-  /**
    * `working()` for one message, sending at most one `+WPI` per tenth of ack_wait (at most
    * per second): an agent calls it for every streamed token, and one publish per token
    * would double the node's NATS traffic while it streams. A skipped call leaves the ack
@@ -361,6 +354,13 @@ class MailboxImpl implements Mailbox, PullTarget {
     };
   }
 
+  /**
+   * A plain ack, not ackAck: waiting for the server's confirmation halves a mailbox's
+   * throughput (measured, docs/benchmarks.md), because `max_ack_pending: 1` makes every
+   * message wait for the previous ack. A lost ack only means a redelivery after
+   * ack_wait, which `recent` (here) and the actor WAL (elsewhere) recognise by id.
+   * When stopping, the ack is flushed so that it reaches the server before close.
+   */
   private async ack(m: PulledMsg): Promise<void> {
     m.ack();
     if (this.stopping) await this.ctx.nc.flush().catch((err: unknown) => this.log.warn({ err, seq: m.seq }, "ack not flushed"));

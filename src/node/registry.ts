@@ -120,9 +120,9 @@ export class AgentRegistry {
 
   /**
    * The entry exists on the server although the mirror did not show it: another node's
-   * declaration in flight to this node's watch, or one the watch never delivered (seen
-   * once in a few dozen runs of a passivation storm on a CPU-starved machine: the instance
-   * then stayed registered and unplaced, since its owner never saw it). Taking the
+   * declaration in flight to this node's watch, or one the watch never delivered (seen in
+   * the passivation-storm e2e beside a CPU hog, docs/cluster.md: the instance then stayed
+   * registered and unplaced, since its owner never saw it). Taking the
    * server's entry now makes every such miss heal at the next activation attempt (the
    * A2A sweep makes one every activation_sweep_ms while messages wait).
    */
