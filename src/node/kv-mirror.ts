@@ -90,6 +90,8 @@ export interface KvMirrorOptions<T> {
  */
 export class KvMirror<T> {
   private readonly map = new Map<string, MirrorEntry<T>>();
+  /** Keys this node removed (`forget`) → the revision removed, until the watch passes it. */
+  private readonly removed = new Map<string, number>();
   private readonly listeners = new Set<MirrorListener<T>>();
   private readonly healthListeners = new Set<(healthy: boolean) => void>();
   private readonly decode: MirrorDecoder<T>;
@@ -387,6 +389,11 @@ export class KvMirror<T> {
       this.pendingClear = undefined;
       this.notifyHealth();
     }
+    const removed = this.removed.get(e.key);
+    if (removed !== undefined) {
+      if (e.revision <= removed) return; // a value this node removed, delivered late
+      this.removed.delete(e.key);
+    }
     const previous = this.map.get(e.key);
     // A write we noted ourselves, or a watch restart re-delivering what we have: not a change.
     if (previous && previous.revision >= e.revision) return;
@@ -435,9 +442,22 @@ export class KvMirror<T> {
   /**
    * Drops a key this node just deleted or purged on the server, so that its own next
    * decisions do not wait for the watch (which then delivers the deletion as a no-op).
+   * `removed` is the revision the deletion removed (its compare-and-set revision).
+   *
+   * The watch and the deletion's reply are separate subscriptions: by the time the
+   * caller runs again, the watch may already have delivered the deletion and another
+   * node's new write of the key. That entry is newer than `removed` and stays. (Dropping
+   * it unconditionally was why a re-declared instance could go missing from its owner's
+   * registry mirror in the passivation storm, docs/cluster.md.) Until the watch delivers
+   * something newer than `removed` for the key, a late delivery of the removed value
+   * itself is ignored, so it cannot come back for a moment either.
    */
-  forget(key: string): void {
-    if (!this.map.delete(key)) return;
+  forget(key: string, removed: number): void {
+    const current = this.map.get(key);
+    if (current && current.revision > removed) return;
+    this.removed.set(key, removed);
+    if (!current) return;
+    this.map.delete(key);
     this.emit(key, undefined);
   }
 

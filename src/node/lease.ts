@@ -173,7 +173,7 @@ export class LeaseTable {
     if (!current || current.value.node !== this.nodeId || current.value.incarnation !== this.incarnation) return false;
     try {
       await this.kv.purge(actorId, { previousSeq: current.revision });
-      this.mirror.forget(actorId);
+      this.mirror.forget(actorId, current.revision);
       return true;
     } catch (err) {
       if (isCasConflict(err)) return false;

@@ -120,11 +120,11 @@ export class AgentRegistry {
 
   /**
    * The entry exists on the server although the mirror did not show it: another node's
-   * declaration in flight to this node's watch, or one the watch never delivered (seen in
-   * the passivation-storm e2e beside a CPU hog, docs/cluster.md: the instance then stayed
-   * registered and unplaced, since its owner never saw it). Taking the
-   * server's entry now makes every such miss heal at the next activation attempt (the
-   * A2A sweep makes one every activation_sweep_ms while messages wait).
+   * declaration in flight to this node's watch, or one the mirror lost (docs/cluster.md:
+   * a removal's `forget` used to drop a newer declaration that the watch had delivered
+   * first; the instance then stayed registered and unplaced, since its owner never saw
+   * it). Taking the server's entry now makes any such miss heal at the next activation
+   * attempt (the A2A sweep makes one every activation_sweep_ms while messages wait).
    */
   private async adoptExisting(id: string): Promise<void> {
     const e = await this.kv.get(id).catch(() => null);
@@ -166,7 +166,7 @@ export class AgentRegistry {
       if (!mayRemove(current.value)) return { done: false };
       // A purge leaves one marker per key instead of keeping the last value as history.
       await this.kv.purge(id, { previousSeq: current.revision });
-      this.mirror.forget(id);
+      this.mirror.forget(id, current.revision);
       return { done: true };
     });
     return out === true;

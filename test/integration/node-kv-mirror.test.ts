@@ -6,6 +6,8 @@ import { randomUUID } from "node:crypto";
 import { startNatsCluster, startNatsServer, type NatsClusterHandle } from "../../src/testing/index.js";
 import { createLogger } from "../../src/core/logger.js";
 import { LEASE_RECORD_VERSION, LeaseTable, leasesBucket } from "../../src/node/lease.js";
+import { KvMirror } from "../../src/node/kv-mirror.js";
+import { AgentRegistry } from "../../src/node/registry.js";
 import { poll } from "../fixtures/poll.js";
 
 const logger = createLogger();
@@ -126,4 +128,73 @@ describe("kv mirror health", () => {
       await server.stop();
     }
   }, 60_000);
+});
+
+describe("kv mirror removals", () => {
+  let server: Awaited<ReturnType<typeof startNatsServer>>;
+  beforeAll(async () => {
+    server = await startNatsServer({ allowExternal: false });
+  }, 30_000);
+  afterAll(async () => {
+    await server?.stop();
+  });
+
+  it("kv mirror - forgetting a removed key keeps a newer write the watch delivered first, and ignores the removed value delivered late", async () => {
+    const conn = await nc(server.url);
+    const kv = await new Kvm(conn).create(`r${randomUUID().slice(0, 8)}`, { history: 1 });
+    const other = await new Kvm(await nc(server.url)).open((await kv.status()).bucket);
+    const mirror = await KvMirror.start<string>(kv, logger, { nc: conn, ...timing });
+    try {
+      const first = await kv.put("k", JSON.stringify("first"));
+      await poll(() => mirror.get("k")?.revision === first, { timeoutMs: 5000, what: "the first write in the mirror" });
+      await kv.purge("k", { previousSeq: first });
+      // Another writer creates the key again, and the watch delivers it before this
+      // node's code gets back to the mirror after its purge.
+      const again = await other.create("k", JSON.stringify("again"));
+      await poll(() => mirror.get("k")?.revision === again, { timeoutMs: 5000, what: "the re-creation in the mirror" });
+      mirror.forget("k", first);
+      expect(mirror.get("k")?.value).toBe("again");
+
+      // The other order: the removed value is delivered after the forget (the watch was
+      // behind). Simulated by forgetting a revision the next write will get: that write is
+      // ignored like a late delivery, and the write after it shows again.
+      const seen: (string | undefined)[] = [];
+      mirror.onChange((key, e) => key === "late" && seen.push(e?.value));
+      const last = (await kv.status()).streamInfo.state.last_seq;
+      mirror.forget("late", last + 1);
+      expect(await kv.put("late", JSON.stringify("removed"))).toBe(last + 1);
+      await poll(() => mirror.watchedRevision >= last + 1, { timeoutMs: 5000, what: "the watch past the removed value" });
+      expect(mirror.get("late")).toBeUndefined();
+      const next = await kv.put("late", JSON.stringify("newer"));
+      await poll(() => mirror.get("late")?.revision === next, { timeoutMs: 5000, what: "the newer write in the mirror" });
+      expect(seen).toEqual(["newer"]);
+    } finally {
+      mirror.stop();
+    }
+  }, 30_000);
+
+  it("kv mirror - a registry removal that races another node's declaration of the same instance keeps the declaration", async () => {
+    const c = `g${randomUUID().slice(0, 8)}`;
+    const a = await AgentRegistry.open({ nc: await nc(server.url), cluster: c, logger, timing });
+    const b = await AgentRegistry.open({ nc: await nc(server.url), cluster: c, logger, timing });
+    try {
+      const id = "support--user-1";
+      expect(await a.declare({ id, type: "agent", template: "support" })).toBe(true);
+      await poll(() => b.get(id) !== undefined, { timeoutMs: 5000, what: "the declaration on b" });
+      // Node a passivates the instance; between its purge's reply and its next step, node
+      // b declares the instance again (a message arrived for it) and a's watch delivers it.
+      const purge = a.kv.purge.bind(a.kv);
+      a.kv.purge = async (key, opts) => {
+        await purge(key, opts);
+        await poll(async () => b.declare({ id, type: "agent", template: "support" }), { timeoutMs: 5000, what: "b's new declaration" });
+        await poll(() => a.get(id) !== undefined, { timeoutMs: 5000, what: "b's declaration seen by a's watch" });
+      };
+      expect(await a.remove(id, () => true)).toBe(true);
+      expect(a.get(id)?.template).toBe("support");
+      await expect(a.declare({ id, type: "agent", template: "support" })).resolves.toBe(false);
+    } finally {
+      a.stop();
+      b.stop();
+    }
+  }, 30_000);
 });
