@@ -130,12 +130,14 @@ export class ActorInstance implements TurnActor {
         continue;
       }
       if (await this.#messageGone(record)) {
-        // Its message left the mailbox without being processed (moved to the DLQ after
-        // max_deliver, swept): nothing will redeliver it, and running it now would act on
-        // a message the cluster already gave up on.
+        // Its message left the mailbox: moved to the DLQ after max_deliver, swept, or
+        // acknowledged by a turn that committed (this one before its WAL completion was
+        // written, or a later delivery on another node) long enough ago that its id has
+        // left the processed window. Nothing will redeliver it, and running it now would
+        // act on a message the cluster already handled or gave up on.
         this.log.warn(
           { seq: r.seq, envelopeId: record.envelope.id, streamSeq: record.streamSeq },
-          "pending turn dropped: its message is no longer in the mailbox",
+          "pending turn dropped: its message is no longer in the mailbox (handled, dead-lettered or swept)",
         );
         this.event("actor_turn_dropped", { envelopeId: record.envelope.id, reason: "message_gone" });
         await this.deps.wal.complete(r.seq);
