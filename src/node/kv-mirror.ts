@@ -1,5 +1,5 @@
 import type { NatsConnection } from "@nats-io/transport-node";
-import { jetstream } from "@nats-io/jetstream";
+import { jetstream, jetstreamManager, type JetStreamManager, type MsgRequest } from "@nats-io/jetstream";
 import { Kvm, type KV, type KvEntry } from "@nats-io/kv";
 import { openOrCreateBucket } from "../bus/kv-buckets.js";
 import { backoffMs, elapsedSince, markTime, sleep, type TimeMark } from "../core/clock.js";
@@ -37,6 +37,9 @@ export async function openBucket(nc: NatsConnection, name: string, replicas = 1)
  */
 export type MirrorDecoder<T> = (key: string, value: unknown) => T;
 
+/** Gaps waiting for their check beyond which a watch is resumed without checking. */
+const MAX_GAPS = 1000;
+
 /** How a mirror watches its watch; {@link mirrorTiming} derives it from the heartbeat. */
 export type MirrorTiming = Pick<KvMirrorOptions<unknown>, "checkMs" | "stallMs" | "idleCheckMs">;
 
@@ -51,8 +54,11 @@ export function mirrorTiming(heartbeatMs: number): MirrorTiming {
 
 export interface KvMirrorOptions<T> {
   decode?: MirrorDecoder<T>;
-  /** The bucket's connection: a reconnect makes the mirror re-check that it is current. */
-  nc?: NatsConnection;
+  /**
+   * The bucket's connection: the mirror's own watch and checks use it, and a reconnect
+   * makes the mirror re-check that it is current.
+   */
+  nc: NatsConnection;
   /** How often the mirror checks its watch (default 1000 ms). */
   checkMs?: number;
   /**
@@ -87,6 +93,14 @@ export interface KvMirrorOptions<T> {
  * `stallMs` restarts the watch (with backoff) from a fresh snapshot. After a disconnect
  * or reconnect, or a gap in its own timer (the process was frozen or the machine
  * suspended), the mirror is unhealthy until a check against the server shows it current.
+ *
+ * A watch can also skip entries and go on: a KV purge (a rollup) on nats-server before
+ * 2.10.11 moves every consumer of the bucket that has not yet delivered up to the purge
+ * marker straight to it, past other keys' writes stored just before it, and later
+ * revisions still arrive, so no revision check notices. Kova itself deletes instead of
+ * purging, and against purges by anyone else (an operator, an older node) the mirror
+ * verifies the gaps in what its watch delivers (see `queueGap`); a watch that skipped a
+ * message is resumed from before the gap.
  */
 export class KvMirror<T> {
   private readonly map = new Map<string, MirrorEntry<T>>();
@@ -104,6 +118,17 @@ export class KvMirror<T> {
   private stopWatch: (() => void) | undefined;
   /** The bucket's name, for logs (read at the first watch). */
   private bucket = "";
+  /** The bucket's stream and its subjects (read at the first watch), for gap checks. */
+  private stream = "";
+  private subjects = "";
+  /** Gaps are checked only where every stored message must be delivered: one value per key. */
+  private checkGaps = false;
+  private readonly jsm: JetStreamManager;
+  /** Gaps in a watch's deliveries still to check: revisions `after`+1 … `next`-1 of watch `gen`. */
+  private gaps: Array<{ gen: number; after: number; next: number }> = [];
+  private checkingGaps = false;
+  /** The watch skipped a message: the revision to resume it from. */
+  private resumeFrom: number | undefined;
   /** Generation of the current watch; deliveries of a replaced one are ignored. */
   private gen = 0;
   /** Highest revision a watch delivered. */
@@ -128,8 +153,10 @@ export class KvMirror<T> {
   private constructor(
     private readonly kv: KV,
     private readonly logger: Logger,
+    jsm: JetStreamManager,
     opts: KvMirrorOptions<T>,
   ) {
+    this.jsm = jsm;
     this.decode = opts.decode ?? ((_k, v) => v as T);
     this.checkMs = opts.checkMs ?? 1000;
     this.stallMs = opts.stallMs ?? 3000;
@@ -143,13 +170,16 @@ export class KvMirror<T> {
    * @throws KovaTimeoutError when the watch does not catch up within `readyTimeoutMs`;
    *   NATS errors when the bucket cannot be read
    */
-  static async start<T>(kv: KV, logger: Logger, opts: KvMirrorOptions<T> = {}): Promise<KvMirror<T>> {
-    const watchKv = opts.nc ? await new Kvm(jetstream(opts.nc, { timeout: opts.requestTimeoutMs ?? 2000 })).open((await kv.status()).bucket) : kv;
-    const mirror = new KvMirror<T>(watchKv, logger, opts);
+  static async start<T>(kv: KV, logger: Logger, opts: KvMirrorOptions<T>): Promise<KvMirror<T>> {
+    const timeout = opts.requestTimeoutMs ?? 2000;
+    const watchKv = await new Kvm(jetstream(opts.nc, { timeout })).open((await kv.status()).bucket);
+    const mirror = new KvMirror<T>(watchKv, logger, await jetstreamManager(opts.nc, { timeout }), opts);
     await mirror.watch();
     mirror.timer = setInterval(() => mirror.tick(), mirror.checkMs);
     mirror.timer.unref();
-    if (opts.nc) mirror.followReconnects(opts.nc);
+    mirror.followReconnects(opts.nc);
+    // A gap check of the first watch found a skip while it caught up.
+    if (mirror.resumeFrom !== undefined) await mirror.restart("skipped");
     mirror.notifyHealth();
     return mirror;
   }
@@ -201,30 +231,40 @@ export class KvMirror<T> {
   }
 
   /**
-   * One watch from a snapshot of the bucket: resolves once it has delivered the last
-   * write as of its start. Keys the snapshot no longer has (removed while no watch ran)
-   * are dropped from the mirror.
+   * One watch from a snapshot of the bucket, or resumed at revision `from`: resolves once
+   * it has delivered the last write as of its start. Keys a snapshot no longer has
+   * (removed while no watch ran) are dropped from the mirror.
    */
-  private async watch(): Promise<void> {
+  private async watch(from?: number): Promise<void> {
     const gen = ++this.gen;
     const status = await this.kv.status();
     this.bucket = status.bucket;
+    this.stream = status.streamInfo.config.name;
+    this.subjects = status.streamInfo.config.subjects?.[0] ?? `$KV.${status.bucket}.>`;
+    this.checkGaps = status.streamInfo.config.max_msgs_per_subject === 1;
     // Caught up once the watch has delivered the bucket's last write as of now (or
     // anything newer), or reports nothing pending. The revision test matters on a busy
     // bucket (heartbeats), where a delivery with zero pending can take a while.
     const lastSeq = status.values === 0 ? 0 : status.streamInfo.state.last_seq;
     let markReady!: () => void;
     const ready = new Promise<void>((resolve) => (markReady = resolve));
-    if (lastSeq === 0) markReady();
-    const iter = await this.kv.watch();
+    if (lastSeq < (from ?? 1)) markReady();
+    const iter = await this.kv.watch(from === undefined ? {} : { resumeFromRevision: from });
     this.stopWatch = () => iter.stop();
     const seen = new Set<string>();
     let sawIdle = false;
-    let caughtUp = lastSeq === 0;
+    let caughtUp = lastSeq < (from ?? 1);
+    /** This watch's last delivered revision. */
+    let last = (from ?? 1) - 1;
     void (async () => {
       for await (const e of iter) {
         if (gen !== this.gen) return;
         if (!caughtUp) seen.add(e.key);
+        // Only past the bucket's end as of this watch's start: a purge stored after the
+        // consumer was made lands it there, while before it a snapshot's deliveries have
+        // gaps by design (one per overwritten value), which would cost a check each.
+        if (e.revision > lastSeq && e.revision > last + 1) this.queueGap(gen, last, e.revision);
+        if (e.revision > last) last = e.revision;
         this.apply(e);
         if (e.revision >= lastSeq) markReady();
         if (e.delta === 0) sawIdle = true;
@@ -259,10 +299,12 @@ export class KvMirror<T> {
     caughtUp = true;
     if (this.applied < lastSeq) this.applied = lastSeq; // caught up by the idle rule
     if (this.expected && this.applied >= this.expected.revision) this.expected = undefined;
-    for (const [key, e] of this.map) {
-      if (!seen.has(key) && e.revision <= lastSeq) {
-        this.map.delete(key);
-        this.emit(key, undefined);
+    if (from === undefined) {
+      for (const [key, e] of this.map) {
+        if (!seen.has(key) && e.revision <= lastSeq) {
+          this.map.delete(key);
+          this.emit(key, undefined);
+        }
       }
     }
     this.watching = true;
@@ -274,7 +316,11 @@ export class KvMirror<T> {
     void this.restart("ended");
   }
 
-  /** Replaces the watch (stuck, or ended), retrying with backoff until one catches up. */
+  /**
+   * Replaces the watch (stuck, ended, or found to have skipped a message), retrying with
+   * backoff until one catches up. A `skipped` restart resumes at `resumeFrom`; the others
+   * start from a snapshot, which covers any resume as well.
+   */
   private restart(reason: string): Promise<void> {
     this.restarting ??= (async () => {
       this.watching = false;
@@ -282,20 +328,87 @@ export class KvMirror<T> {
       this.stopWatch?.();
       this.notifyHealth();
       for (let attempt = 1; !this.stopped; attempt++) {
+        const from = reason === "skipped" ? this.resumeFrom : undefined;
+        this.resumeFrom = undefined;
         try {
-          await this.watch();
-          this.logger.info({ bucket: this.bucket, reason, attempt }, "kv watch restarted");
+          await this.watch(from);
+          this.logger.info({ bucket: this.bucket, reason, attempt, ...(from === undefined ? {} : { from }) }, "kv watch restarted");
           break;
         } catch (err) {
+          if (from !== undefined) this.resumeFrom = Math.min(from, this.resumeFrom ?? from);
           this.logger.warn({ err, bucket: this.bucket, reason, attempt }, "kv watch could not be restarted yet");
           await sleep(backoffMs(attempt, 250, 5000));
         }
       }
     })().finally(() => {
       this.restarting = undefined;
+      // The new watch itself skipped a message while it caught up: resume it.
+      if (this.resumeFrom !== undefined && !this.stopped) void this.restart("skipped");
       this.notifyHealth();
     });
     return this.restarting;
+  }
+
+  /**
+   * A gap in a watch's deliveries: revisions `after`+1 … `next`-1 did not arrive. In a
+   * bucket with one value per key that is normal when they were overwritten before the
+   * watch got to them, and a skip when one of them still exists. Gaps are checked one at
+   * a time, in order; past MAX_GAPS waiting (a watch far behind a flood of overwrites),
+   * the watch is resumed from the oldest without checking.
+   */
+  private queueGap(gen: number, after: number, next: number): void {
+    if (!this.checkGaps) return;
+    this.gaps.push({ gen, after, next });
+    if (this.gaps.length > MAX_GAPS) {
+      const oldest = this.gaps.filter((g) => g.gen === this.gen)[0];
+      this.gaps = [];
+      if (oldest) this.skipped(oldest.after + 1, "too many gaps to check");
+      return;
+    }
+    if (!this.checkingGaps) void this.checkQueuedGaps();
+  }
+
+  /**
+   * Asks the server for the bucket's first message after each gap's start (STREAM.MSG.GET
+   * with `next_by_subj`, nats-server 2.9+; nats.js types only `seq` and `last_by_subj`).
+   * One below the gap's end was skipped. A check that cannot be made restarts the watch
+   * from a snapshot.
+   */
+  private async checkQueuedGaps(): Promise<void> {
+    this.checkingGaps = true;
+    try {
+      for (let g = this.gaps.shift(); g !== undefined; g = this.gaps.shift()) {
+        if (g.gen !== this.gen || this.stopped) continue;
+        let first: number | undefined;
+        try {
+          const query = { seq: g.after + 1, next_by_subj: this.subjects } as unknown as MsgRequest;
+          first = (await this.jsm.streams.getMessage(this.stream, query))?.seq;
+        } catch (err) {
+          if (g.gen !== this.gen || this.stopped) continue;
+          this.gaps = [];
+          this.logger.warn({ err, bucket: this.bucket, after: g.after, next: g.next }, "could not check a gap in the kv watch; restarting it from a snapshot");
+          void this.restart("gap check failed");
+          return;
+        }
+        if (first !== undefined && first < g.next && g.gen === this.gen && !this.stopped) {
+          this.gaps = [];
+          this.skipped(g.after + 1, `revision ${first} exists but the watch went from ${g.after} to ${g.next}`);
+          return;
+        }
+      }
+    } finally {
+      this.checkingGaps = false;
+    }
+  }
+
+  private skipped(from: number, detail: string): void {
+    this.logger.warn(
+      { bucket: this.bucket, from, detail },
+      "the kv watch skipped entries (a KV purge does that on nats-server before 2.10.11); resuming it from before them",
+    );
+    this.resumeFrom = Math.min(from, this.resumeFrom ?? from);
+    // While the first watch catches up, start() resumes it; during a restart, its end does.
+    if (this.watching) void this.restart("skipped");
   }
 
   private tick(): void {

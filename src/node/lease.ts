@@ -172,7 +172,8 @@ export class LeaseTable {
     const current = this.mirror.get(actorId);
     if (!current || current.value.node !== this.nodeId || current.value.incarnation !== this.incarnation) return false;
     try {
-      await this.kv.purge(actorId, { previousSeq: current.revision });
+      // A delete, not a purge: see AgentRegistry.remove.
+      await this.kv.delete(actorId, { previousSeq: current.revision });
       this.mirror.forget(actorId, current.revision);
       return true;
     } catch (err) {

@@ -164,8 +164,9 @@ export class AgentRegistry {
   async remove(id: string, mayRemove: (current: AgentRecord) => boolean): Promise<boolean> {
     const out = await this.casLoop(id, "removal", async (current) => {
       if (!mayRemove(current.value)) return { done: false };
-      // A purge leaves one marker per key instead of keeping the last value as history.
-      await this.kv.purge(id, { previousSeq: current.revision });
+      // A delete, not a purge: in this one-value-per-key bucket both leave one marker, but a
+      // purge makes other nodes' watches skip entries on nats-server < 2.10.11 (KvMirror).
+      await this.kv.delete(id, { previousSeq: current.revision });
       this.mirror.forget(id, current.revision);
       return { done: true };
     });

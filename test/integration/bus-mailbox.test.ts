@@ -200,8 +200,11 @@ describe("bus mailbox", () => {
       // 3 s at one per 100 ms: about 30, never one per call.
       expect(wpis.length).toBeGreaterThanOrEqual(15);
       expect(wpis.length).toBeLessThanOrEqual(31);
+      // Spaced, never bursts (the handler calls every 2 ms). Measured where they arrive, so
+      // one that reached the watcher late shortens the next gap: 89 ms was seen on a
+      // loaded machine for a 100 ms spacing at the sender.
       const gaps = wpis.slice(1).map((t, i) => t - wpis[i]!);
-      expect(Math.min(...gaps)).toBeGreaterThanOrEqual(90);
+      expect(Math.min(...gaps)).toBeGreaterThanOrEqual(50);
       expect(deliveries).toEqual([1]);
     } finally {
       await watcher.close();

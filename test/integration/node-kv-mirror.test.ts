@@ -9,6 +9,7 @@ import { LEASE_RECORD_VERSION, LeaseTable, leasesBucket } from "../../src/node/l
 import { KvMirror } from "../../src/node/kv-mirror.js";
 import { AgentRegistry } from "../../src/node/registry.js";
 import { poll } from "../fixtures/poll.js";
+import { captureLogs } from "../fixtures/capture-logs.js";
 
 const logger = createLogger();
 const timing = { checkMs: 200, stallMs: 1000, idleCheckMs: 500 };
@@ -181,11 +182,11 @@ describe("kv mirror removals", () => {
       const id = "support--user-1";
       expect(await a.declare({ id, type: "agent", template: "support" })).toBe(true);
       await poll(() => b.get(id) !== undefined, { timeoutMs: 5000, what: "the declaration on b" });
-      // Node a passivates the instance; between its purge's reply and its next step, node
+      // Node a passivates the instance; between its delete's reply and its next step, node
       // b declares the instance again (a message arrived for it) and a's watch delivers it.
-      const purge = a.kv.purge.bind(a.kv);
-      a.kv.purge = async (key, opts) => {
-        await purge(key, opts);
+      const remove = a.kv.delete.bind(a.kv);
+      a.kv.delete = async (key, opts) => {
+        await remove(key, opts);
         await poll(async () => b.declare({ id, type: "agent", template: "support" }), { timeoutMs: 5000, what: "b's new declaration" });
         await poll(() => a.get(id) !== undefined, { timeoutMs: 5000, what: "b's declaration seen by a's watch" });
       };
@@ -197,4 +198,59 @@ describe("kv mirror removals", () => {
       b.stop();
     }
   }, 30_000);
+
+  it("kv mirror - a purge by someone else while the watch is behind (nats-server < 2.10.11 moves it past other keys' writes): the mirror ends equal to the bucket", async () => {
+    const logs = captureLogs();
+    const conn = await nc(server.url);
+    const kv = await new Kvm(conn).create(`p${randomUUID().slice(0, 8)}`, { history: 1 });
+    const writer = await new Kvm(await nc(server.url)).open((await kv.status()).bucket);
+    const mirror = await KvMirror.start<number>(kv, logs.logger, { nc: conn, ...timing });
+    const keys = Array.from({ length: 100 }, (_, i) => `k${i}`);
+    let differing = "";
+    try {
+      for (let round = 0; round < 3; round++) {
+        // Bursts of 20 writes in flight on one connection: values, and purges of random keys.
+        let written = 0;
+        const until = performance.now() + 400;
+        while (performance.now() < until) {
+          await Promise.all(
+            Array.from({ length: 20 }, () => {
+              const key = keys[Math.floor(Math.random() * keys.length)]!;
+              written++;
+              return Math.random() < 0.15 ? writer.purge(key) : writer.put(key, JSON.stringify(written));
+            }),
+          );
+        }
+        await poll(
+          async () => {
+            const wrong: string[] = [];
+            for (const key of keys) {
+              const e = await kv.get(key);
+              const want = e?.operation === "PUT" ? e.revision : undefined;
+              if (mirror.get(key)?.revision !== want) wrong.push(`${key} server ${want ?? "none"} mirror ${mirror.get(key)?.revision ?? "none"}`);
+            }
+            differing = `${wrong.length} keys: ${wrong.slice(0, 5).join(", ")}`;
+            return wrong.length === 0;
+          },
+          {
+            timeoutMs: 15_000,
+            everyMs: 250,
+            what: () =>
+              `the mirror equal to the bucket after round ${round} (${written} writes; differing ${differing}) LOGS ${logs.lines
+                .filter((l) => !l.includes('"level":10'))
+                .slice(-40)
+                .join("")}`,
+          },
+        );
+        expect(mirror.healthy()).toBe(true);
+      }
+      // The server in this suite (2.9.10) has the bug: the watch was skipped and resumed.
+      // On a fixed server the check finds nothing skipped and never resumes.
+      const resumed = logs.lines.filter((l) => l.includes("the kv watch skipped entries")).length;
+      console.log(`purge skips caught and resumed: ${resumed}`);
+      expect(logs.lines.filter((l) => l.includes("could not check a gap in the kv watch"))).toEqual([]);
+    } finally {
+      mirror.stop();
+    }
+  }, 90_000);
 });
