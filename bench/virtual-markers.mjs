@@ -24,8 +24,8 @@ try {
     await Promise.all(
       Array.from({ length: Math.min(500, MARKERS - i) }, async (_, j) => {
         const id = `mem--p${i + j}`;
-        await agents.purge(id);
-        await leases.purge(id);
+        await agents.delete(id);
+        await leases.delete(id);
       }),
     );
   }

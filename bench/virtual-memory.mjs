@@ -3,9 +3,9 @@
 //   1. activate KOVA_BENCH_ACTIVE (default 1,000) never-seen instances of a counter template
 //      (idle_after 20 s): memory with them active;
 //   2. wait until all are passivated: what a passive instance leaves (its checkpoint in KV,
-//      purge markers in the registry and lease buckets);
+//      delete markers in the registry and lease buckets);
 //   3. register KOVA_BENCH_PASSIVE (default 100,000) more passive instances the way a
-//      passivation leaves them (checkpoint + two purge markers, written directly), restart
+//      passivation leaves them (checkpoint + two delete markers, written directly), restart
 //      one node (its KV watches now start over every marker), then activate 1,000 of them:
 //      memory must follow the active ones.
 import { readFileSync } from "node:fs";
@@ -67,8 +67,8 @@ try {
       Array.from({ length: Math.min(500, PASSIVE - i) }, async (_, j) => {
         const id = `mem--p${i + j}`;
         await cps.put(id, sample.value);
-        await agents.purge(id);
-        await leases.purge(id);
+        await agents.delete(id);
+        await leases.delete(id);
       }),
     );
   }
@@ -82,7 +82,7 @@ try {
   await c.term("n3");
   await c.startNode("n3");
   console.log(
-    `  restart of a node over ${fmt(PASSIVE + ACTIVE)} purge markers in each of its registry and lease watches: ${fmt(performance.now() - t2)} ms to answer status`,
+    `  restart of a node over ${fmt(PASSIVE + ACTIVE)} delete markers in each of its registry and lease watches: ${fmt(performance.now() - t2)} ms to answer status`,
   );
 
   await activate(Array.from({ length: ACTIVE }, (_, i) => `p${i * Math.floor(PASSIVE / ACTIVE)}`));
