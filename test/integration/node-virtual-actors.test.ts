@@ -95,8 +95,9 @@ describe("virtual actors (templates, activation, passivation)", () => {
     expect(rig.node.agents().find((a) => a.id === id)).toBeUndefined();
     expect(await jsm.consumers.info(subjects.streams.a2a, subjects.consumer(id)).catch((e: unknown) => e)).toBeInstanceOf(Error);
     const kv = (name: string) => new Kvm(client.bus.js).open(`kova_${rig.cluster}_${name}`);
-    expect(await (await kv("agents")).get(id)).toMatchObject({ operation: "PURGE" });
-    expect(await (await kv("leases")).get(id)).toMatchObject({ operation: "PURGE" });
+    // Deleted, not purged: a purge makes other nodes' KV watches skip entries on NATS < 2.10.11.
+    expect(await (await kv("agents")).get(id)).toMatchObject({ operation: "DEL" });
+    expect(await (await kv("leases")).get(id)).toMatchObject({ operation: "DEL" });
     const cp = await (await kv("checkpoints")).get(id);
     expect(cp?.json<{ state: SessionState }>().state.history).toEqual(["one", "two", "three"]);
     expect(rig.node.status().virtual.passivations).toBe(1);
