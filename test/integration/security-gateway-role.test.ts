@@ -4,7 +4,7 @@ import { join, resolve } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import OpenAI from "openai";
 import type { NatsConnection } from "@nats-io/transport-node";
-import { AckPolicy, jetstreamManager } from "@nats-io/jetstream";
+import { AckPolicy, jetstreamManager, type MsgRequest } from "@nats-io/jetstream";
 import { Kvm } from "@nats-io/kv";
 import { ActorTypeRegistry } from "../../src/actors/index.js";
 import { listKvKeys } from "../../src/bus/index.js";
@@ -174,6 +174,11 @@ describe("security: the gateway role (deploy/nats/accounts.conf)", () => {
       for (const bucket of ["kova_default_leases", "kova_default_checkpoints"]) await expectPermissionDenied(listKvKeys(nc, bucket));
       const jsm = await jetstreamManager(nc, { timeout: 2000 });
       await expectPermissionDenied(jsm.consumers.add("KV_kova_default_gateway_tasks", { ack_policy: AckPolicy.None, headers_only: true }));
+      // The buckets it watches: a KV mirror's gap check reads the stream's next message.
+      for (const bucket of ["kova_default_agents", "kova_default_nodes"]) {
+        const query = { seq: 1, next_by_subj: `$KV.${bucket}.>` } as unknown as MsgRequest;
+        expect((await jsm.streams.getMessage(`KV_${bucket}`, query))?.subject).toMatch(`$KV.${bucket}.`);
+      }
     } finally {
       await nc.close();
     }
