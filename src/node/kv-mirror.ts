@@ -2,6 +2,7 @@ import type { NatsConnection } from "@nats-io/transport-node";
 import { jetstream, jetstreamManager, type JetStreamManager, type MsgRequest } from "@nats-io/jetstream";
 import { Kvm, type KV, type KvEntry } from "@nats-io/kv";
 import { openOrCreateBucket } from "../bus/kv-buckets.js";
+import { isPermissionDenied } from "../bus/nats-errors.js";
 import { backoffMs, elapsedSince, markTime, sleep, type TimeMark } from "../core/clock.js";
 import { KovaTimeoutError } from "../core/errors.js";
 import type { Logger } from "../core/logger.js";
@@ -123,6 +124,8 @@ export class KvMirror<T> {
   private subjects = "";
   /** Gaps are checked only where every stored message must be delivered: one value per key. */
   private checkGaps = false;
+  /** The server refused a gap check (permissions): they stay off. */
+  private gapChecksRefused = false;
   private readonly jsm: JetStreamManager;
   /** Gaps in a watch's deliveries still to check: revisions `after`+1 … `next`-1 of watch `gen`. */
   private gaps: Array<{ gen: number; after: number; next: number }> = [];
@@ -357,7 +360,7 @@ export class KvMirror<T> {
    * the watch is resumed from the oldest without checking.
    */
   private queueGap(gen: number, after: number, next: number): void {
-    if (!this.checkGaps) return;
+    if (!this.checkGaps || this.gapChecksRefused) return;
     this.gaps.push({ gen, after, next });
     if (this.gaps.length > MAX_GAPS) {
       const oldest = this.gaps.filter((g) => g.gen === this.gen)[0];
@@ -386,6 +389,15 @@ export class KvMirror<T> {
         } catch (err) {
           if (g.gen !== this.gen || this.stopped) continue;
           this.gaps = [];
+          if (isPermissionDenied(err)) {
+            // Restarting at every gap would not fix a permission; say what would, once.
+            this.gapChecksRefused = true;
+            this.logger.error(
+              { err, bucket: this.bucket },
+              `kv watch gap checks are off: this user may not read $JS.API.STREAM.MSG.GET.${this.stream} (grant it; docs/cluster.md)`,
+            );
+            return;
+          }
           this.logger.warn({ err, bucket: this.bucket, after: g.after, next: g.next }, "could not check a gap in the kv watch; restarting it from a snapshot");
           void this.restart("gap check failed");
           return;

@@ -253,4 +253,54 @@ describe("kv mirror removals", () => {
       mirror.stop();
     }
   }, 90_000);
+
+  it("kv mirror - a user who may not read the bucket's messages gets one error naming the permission, and the watch goes on without gap checks", async () => {
+    const users = [
+      `{ user: "all", password: "all" }`,
+      `{ user: "nogap", password: "nogap", permissions: { publish: { allow: [">"], deny: ["$JS.API.STREAM.MSG.GET.>"] }, subscribe: { allow: [">"] } } }`,
+    ];
+    const limited = await startNatsServer({ allowExternal: false, extraConfig: `authorization { users = [ ${users.join(", ")} ] }` });
+    const logs = captureLogs();
+    try {
+      const as = async (user: string) => {
+        const c = await connect({ servers: limited.url, user, pass: user });
+        conns.push(c);
+        return c;
+      };
+      const bucket = `n${randomUUID().slice(0, 8)}`;
+      const writer = await new Kvm(await as("all")).create(bucket, { history: 1 });
+      const watcher = await as("nogap");
+      const mirror = await KvMirror.start<number>(await new Kvm(watcher).open(bucket), logs.logger, { nc: watcher, ...timing });
+      const refused = () => logs.lines.filter((l) => l.includes("gap checks are off")).length;
+      try {
+        const keys = Array.from({ length: 100 }, (_, i) => `k${i}`);
+        const burst = async () => {
+          const until = performance.now() + 400;
+          while (performance.now() < until) {
+            await Promise.all(
+              Array.from({ length: 20 }, (_, i) => {
+                const key = keys[Math.floor(Math.random() * keys.length)]!;
+                return Math.random() < 0.15 ? writer.purge(key) : writer.put(key, JSON.stringify(i));
+              }),
+            );
+          }
+        };
+        await burst();
+        await poll(() => refused() > 0, { timeoutMs: 10_000, what: "the error that gap checks are off" });
+        await burst();
+        await poll(async () => mirror.watchedRevision >= (await writer.status()).streamInfo.state.last_seq, {
+          timeoutMs: 10_000,
+          what: "the watch at the end",
+        });
+        expect(refused()).toBe(1);
+        expect(logs.text()).toContain(`$JS.API.STREAM.MSG.GET.KV_${bucket}`);
+        expect(logs.lines.filter((l) => l.includes("kv watch restarted"))).toEqual([]);
+        expect(mirror.healthy()).toBe(true);
+      } finally {
+        mirror.stop();
+      }
+    } finally {
+      await limited.stop();
+    }
+  }, 60_000);
 });
