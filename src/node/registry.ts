@@ -121,9 +121,10 @@ export class AgentRegistry {
   /**
    * The entry exists on the server although the mirror did not show it: another node's
    * declaration in flight to this node's watch, or one the mirror lost (docs/cluster.md:
-   * a removal's `forget` used to drop a newer declaration that the watch had delivered
-   * first; the instance then stayed registered and unplaced, since its owner never saw
-   * it). Taking the server's entry now makes any such miss heal at the next activation
+   * passivation's KV purges made watches skip entries on nats-server < 2.10.11, and a
+   * removal's `forget` dropped a newer declaration the watch had delivered first; the
+   * instance then stayed registered and unplaced, since its owner never saw it). Both are
+   * fixed; taking the server's entry here still heals any such miss at the next activation
    * attempt (the A2A sweep makes one every activation_sweep_ms while messages wait).
    */
   private async adoptExisting(id: string): Promise<void> {
