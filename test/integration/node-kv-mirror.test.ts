@@ -236,7 +236,7 @@ describe("kv mirror removals", () => {
             timeoutMs: 15_000,
             everyMs: 250,
             what: () =>
-              `the mirror equal to the bucket after round ${round} (${written} writes; differing ${differing}) LOGS ${logs.lines
+              `the mirror equal to the bucket after round ${round} (${written} writes; differing ${differing}); the mirror's last log lines: ${logs.lines
                 .filter((l) => !l.includes('"level":10'))
                 .slice(-40)
                 .join("")}`,
