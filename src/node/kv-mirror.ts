@@ -176,7 +176,8 @@ export class KvMirror<T> {
   static async start<T>(kv: KV, logger: Logger, opts: KvMirrorOptions<T>): Promise<KvMirror<T>> {
     const timeout = opts.requestTimeoutMs ?? 2000;
     const watchKv = await new Kvm(jetstream(opts.nc, { timeout })).open((await kv.status()).bucket);
-    const mirror = new KvMirror<T>(watchKv, logger, await jetstreamManager(opts.nc, { timeout }), opts);
+    // No API check: the bucket's status was just read, so JetStream answers.
+    const mirror = new KvMirror<T>(watchKv, logger, await jetstreamManager(opts.nc, { timeout, checkAPI: false }), opts);
     await mirror.watch();
     mirror.timer = setInterval(() => mirror.tick(), mirror.checkMs);
     mirror.timer.unref();
@@ -338,7 +339,7 @@ export class KvMirror<T> {
           this.logger.info({ bucket: this.bucket, reason, attempt, ...(from === undefined ? {} : { from }) }, "kv watch restarted");
           break;
         } catch (err) {
-          if (from !== undefined) this.resumeFrom = Math.min(from, this.resumeFrom ?? from);
+          if (from !== undefined) this.resumeAt(from);
           this.logger.warn({ err, bucket: this.bucket, reason, attempt }, "kv watch could not be restarted yet");
           await sleep(backoffMs(attempt, 250, 5000));
         }
@@ -363,7 +364,7 @@ export class KvMirror<T> {
     if (!this.checkGaps || this.gapChecksRefused) return;
     this.gaps.push({ gen, after, next });
     if (this.gaps.length > MAX_GAPS) {
-      const oldest = this.gaps.filter((g) => g.gen === this.gen)[0];
+      const oldest = this.gaps.find((g) => g.gen === this.gen);
       this.gaps = [];
       if (oldest) this.skipped(oldest.after + 1, "too many gaps to check");
       return;
@@ -418,9 +419,14 @@ export class KvMirror<T> {
       { bucket: this.bucket, from, detail },
       "the kv watch skipped entries (a KV purge does that on nats-server before 2.10.11); resuming it from before them",
     );
-    this.resumeFrom = Math.min(from, this.resumeFrom ?? from);
+    this.resumeAt(from);
     // While the first watch catches up, start() resumes it; during a restart, its end does.
     if (this.watching) void this.restart("skipped");
+  }
+
+  /** The next `skipped` restart resumes at `from` or earlier. */
+  private resumeAt(from: number): void {
+    this.resumeFrom = Math.min(from, this.resumeFrom ?? from);
   }
 
   private tick(): void {
