@@ -1,11 +1,11 @@
 import type { NatsConnection } from "@nats-io/transport-node";
-import { jetstream, jetstreamManager, type JetStreamManager, type MsgRequest } from "@nats-io/jetstream";
+import { jetstream, jetstreamManager, type JetStreamManager } from "@nats-io/jetstream";
 import { Kvm, type KV, type KvEntry } from "@nats-io/kv";
 import { openOrCreateBucket } from "../bus/kv-buckets.js";
-import { isPermissionDenied } from "../bus/nats-errors.js";
 import { backoffMs, elapsedSince, markTime, sleep, type TimeMark } from "../core/clock.js";
 import { KovaTimeoutError } from "../core/errors.js";
 import type { Logger } from "../core/logger.js";
+import { WatchGapChecker } from "./kv-watch-gaps.js";
 
 /**
  * The cluster's shared state lives in three small KV buckets (nodes, agents, leases).
@@ -37,9 +37,6 @@ export async function openBucket(nc: NatsConnection, name: string, replicas = 1)
  * entry can never overwrite it by mistake.
  */
 export type MirrorDecoder<T> = (key: string, value: unknown) => T;
-
-/** Gaps waiting for their check beyond which a watch is resumed without checking. */
-const MAX_GAPS = 1000;
 
 /** How a mirror watches its watch; {@link mirrorTiming} derives it from the heartbeat. */
 export type MirrorTiming = Pick<KvMirrorOptions<unknown>, "checkMs" | "stallMs" | "idleCheckMs">;
@@ -100,8 +97,8 @@ export interface KvMirrorOptions<T> {
  * marker straight to it, past other keys' writes stored just before it, and later
  * revisions still arrive, so no revision check notices. Kova itself deletes instead of
  * purging, and against purges by anyone else (an operator, an older node) the mirror
- * verifies the gaps in what its watch delivers (see `queueGap`); a watch that skipped a
- * message is resumed from before the gap.
+ * verifies the gaps in what its watch delivers (`WatchGapChecker`); a watch that skipped
+ * a message is resumed from before the gap.
  */
 export class KvMirror<T> {
   private readonly map = new Map<string, MirrorEntry<T>>();
@@ -119,17 +116,7 @@ export class KvMirror<T> {
   private stopWatch: (() => void) | undefined;
   /** The bucket's name, for logs (read at the first watch). */
   private bucket = "";
-  /** The bucket's stream and its subjects (read at the first watch), for gap checks. */
-  private stream = "";
-  private subjects = "";
-  /** Gaps are checked only where every stored message must be delivered: one value per key. */
-  private checkGaps = false;
-  /** The server refused a gap check (permissions): they stay off. */
-  private gapChecksRefused = false;
-  private readonly jsm: JetStreamManager;
-  /** Gaps in a watch's deliveries still to check: revisions `after`+1 … `next`-1 of watch `gen`. */
-  private gaps: Array<{ gen: number; after: number; next: number }> = [];
-  private checkingGaps = false;
+  private readonly gaps: WatchGapChecker;
   /** The watch skipped a message: the revision to resume it from. */
   private resumeFrom: number | undefined;
   /** Generation of the current watch; deliveries of a replaced one are ignored. */
@@ -159,7 +146,11 @@ export class KvMirror<T> {
     jsm: JetStreamManager,
     opts: KvMirrorOptions<T>,
   ) {
-    this.jsm = jsm;
+    this.gaps = new WatchGapChecker(jsm, logger, {
+      isCurrent: (gen) => gen === this.gen && !this.stopped,
+      skipped: (from, detail) => this.skipped(from, detail),
+      checkFailed: () => void this.restart("gap check failed"),
+    });
     this.decode = opts.decode ?? ((_k, v) => v as T);
     this.checkMs = opts.checkMs ?? 1000;
     this.stallMs = opts.stallMs ?? 3000;
@@ -243,9 +234,9 @@ export class KvMirror<T> {
     const gen = ++this.gen;
     const status = await this.kv.status();
     this.bucket = status.bucket;
-    this.stream = status.streamInfo.config.name;
-    this.subjects = status.streamInfo.config.subjects?.[0] ?? `$KV.${status.bucket}.>`;
-    this.checkGaps = status.streamInfo.config.max_msgs_per_subject === 1;
+    // Gaps are checked only where every stored message must be delivered: one value per key.
+    const config = status.streamInfo.config;
+    this.gaps.configure(config.name, config.subjects?.[0] ?? `$KV.${status.bucket}.>`, config.max_msgs_per_subject === 1);
     // Caught up once the watch has delivered the bucket's last write as of now (or
     // anything newer), or reports nothing pending. The revision test matters on a busy
     // bucket (heartbeats), where a delivery with zero pending can take a while.
@@ -267,7 +258,7 @@ export class KvMirror<T> {
         // Only past the bucket's end as of this watch's start: a purge stored after the
         // consumer was made lands it there, while before it a snapshot's deliveries have
         // gaps by design (one per overwritten value), which would cost a check each.
-        if (e.revision > lastSeq && e.revision > last + 1) this.queueGap(gen, last, e.revision);
+        if (e.revision > lastSeq && e.revision > last + 1) this.gaps.add(gen, last, e.revision);
         if (e.revision > last) last = e.revision;
         this.apply(e);
         if (e.revision >= lastSeq) markReady();
@@ -351,67 +342,6 @@ export class KvMirror<T> {
       this.notifyHealth();
     });
     return this.restarting;
-  }
-
-  /**
-   * A gap in a watch's deliveries: revisions `after`+1 … `next`-1 did not arrive. In a
-   * bucket with one value per key that is normal when they were overwritten before the
-   * watch got to them, and a skip when one of them still exists. Gaps are checked one at
-   * a time, in order; past MAX_GAPS waiting (a watch far behind a flood of overwrites),
-   * the watch is resumed from the oldest without checking.
-   */
-  private queueGap(gen: number, after: number, next: number): void {
-    if (!this.checkGaps || this.gapChecksRefused) return;
-    this.gaps.push({ gen, after, next });
-    if (this.gaps.length > MAX_GAPS) {
-      const oldest = this.gaps.find((g) => g.gen === this.gen);
-      this.gaps = [];
-      if (oldest) this.skipped(oldest.after + 1, "too many gaps to check");
-      return;
-    }
-    if (!this.checkingGaps) void this.checkQueuedGaps();
-  }
-
-  /**
-   * Asks the server for the bucket's first message after each gap's start (STREAM.MSG.GET
-   * with `next_by_subj`, nats-server 2.9+; nats.js types only `seq` and `last_by_subj`).
-   * One below the gap's end was skipped. A check that cannot be made restarts the watch
-   * from a snapshot.
-   */
-  private async checkQueuedGaps(): Promise<void> {
-    this.checkingGaps = true;
-    try {
-      for (let g = this.gaps.shift(); g !== undefined; g = this.gaps.shift()) {
-        if (g.gen !== this.gen || this.stopped) continue;
-        let first: number | undefined;
-        try {
-          const query = { seq: g.after + 1, next_by_subj: this.subjects } as unknown as MsgRequest;
-          first = (await this.jsm.streams.getMessage(this.stream, query))?.seq;
-        } catch (err) {
-          if (g.gen !== this.gen || this.stopped) continue;
-          this.gaps = [];
-          if (isPermissionDenied(err)) {
-            // Restarting at every gap would not fix a permission; say what would, once.
-            this.gapChecksRefused = true;
-            this.logger.error(
-              { err, bucket: this.bucket },
-              `kv watch gap checks are off: this user may not read $JS.API.STREAM.MSG.GET.${this.stream} (grant it; docs/cluster.md)`,
-            );
-            return;
-          }
-          this.logger.warn({ err, bucket: this.bucket, after: g.after, next: g.next }, "could not check a gap in the kv watch; restarting it from a snapshot");
-          void this.restart("gap check failed");
-          return;
-        }
-        if (first !== undefined && first < g.next && g.gen === this.gen && !this.stopped) {
-          this.gaps = [];
-          this.skipped(g.after + 1, `revision ${first} exists but the watch went from ${g.after} to ${g.next}`);
-          return;
-        }
-      }
-    } finally {
-      this.checkingGaps = false;
-    }
   }
 
   private skipped(from: number, detail: string): void {
