@@ -1,6 +1,6 @@
 import { KovaError } from "../core/errors.js";
 import { assertId } from "../core/ids.js";
-import { defaultLogger, type Logger } from "../core/logger.js";
+import { componentLogger, silentLogger, type Logger } from "../core/logger.js";
 import type { Bus, MailboxOptions } from "../bus/index.js";
 import { ActorInstance, type ActorStatus } from "./actor-instance.js";
 import { NatsCheckpointStore, PROCESSED_LIMIT, type CheckpointStore } from "./checkpoint-store.js";
@@ -21,6 +21,7 @@ export interface ActorHostOptions {
   wal: ActorWal;
   nodeId: string;
   types: ActorTypeRegistry;
+  /** Where its lines go; none: it writes nothing (a library stays quiet inside someone else's service). */
   logger?: Logger;
   /**
    * Checked before each journaled step, the checkpoint and the ack.
@@ -73,7 +74,7 @@ export class ActorHost {
 
   constructor(opts: ActorHostOptions) {
     this.#types = opts.types;
-    this.#log = (opts.logger ?? defaultLogger()).child({ component: "actors", nodeId: opts.nodeId });
+    this.#log = componentLogger(opts.logger ?? silentLogger(), "actors", { nodeId: opts.nodeId });
     let store: Promise<CheckpointStore> | undefined = opts.checkpoints ? Promise.resolve(opts.checkpoints) : undefined;
     const fence = opts.fence;
     const fenceNow = opts.fenceNow;

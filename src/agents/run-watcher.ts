@@ -1,6 +1,6 @@
 import { DeliverPolicy, type ConsumerMessages } from "@nats-io/jetstream";
 import type { Subscription } from "@nats-io/transport-node";
-import { silentLogger, type Logger } from "../core/logger.js";
+import { componentLogger, silentLogger, type Logger } from "../core/logger.js";
 import { DEFAULT_CODEC_LIMITS, decodeEnvelope, newInbox, type Bus, type KovaEvent } from "../bus/index.js";
 import { readUsage, RunEventType, type ResultNotifyPayload, type RunStatus, type RunUsage } from "./run-protocol.js";
 
@@ -81,7 +81,7 @@ export class RunWatcher implements AsyncDisposable {
     logger: Logger,
   ) {
     this.replyTo = newInbox(bus.nc);
-    this.#log = logger.child({ component: "run-watcher" });
+    this.#log = componentLogger(logger, "run-watcher");
   }
 
   /**

@@ -1,4 +1,4 @@
-import { silentLogger, type Logger } from "../core/logger.js";
+import { componentLogger, silentLogger, type Logger } from "../core/logger.js";
 import { timedPhase } from "../core/phases.js";
 import type { Bus } from "../bus/bus.js";
 import type { KovaEvent } from "../bus/events.js";
@@ -82,9 +82,9 @@ export class AgentRuntime {
   #settings: Promise<SettingsStore> | undefined;
 
   constructor(readonly opts: AgentRuntimeOptions) {
-    this.log = (opts.logger ?? silentLogger()).child({ component: "agents" });
+    this.log = componentLogger(opts.logger ?? silentLogger(), "agents");
     this.#ownsScheduler = opts.scheduler === undefined;
-    this.scheduler = opts.scheduler ?? modelScheduler(opts.models, this.log);
+    this.scheduler = opts.scheduler ?? modelScheduler(opts.models, opts.logger ?? this.log);
     this.budgetGroups = opts.budgetGroups ?? new Map();
     this.maxArgumentRepairs = opts.maxArgumentRepairs ?? DEFAULT_ARGUMENT_REPAIRS;
     this.maxResultBytes = opts.maxResultBytes ?? DEFAULT_RESULT_MAX_BYTES;
@@ -115,7 +115,7 @@ export class AgentRuntime {
     if (!m) {
       const config = this.modelConfig(name);
       const factory = this.opts.modelFactory ?? ((c: ModelConfig, log: Logger) => createOpenAiModel(c, { logger: log }));
-      m = factory(config, this.log);
+      m = factory(config, this.opts.logger ?? this.log);
       m.catch(() => this.#models.delete(name));
       this.#models.set(name, m);
     }

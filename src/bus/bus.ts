@@ -1,7 +1,7 @@
 import { jetstream, jetstreamManager, type JetStreamClient, type JetStreamManager, type PubAck } from "@nats-io/jetstream";
 import type { MsgHdrs, NatsConnection } from "@nats-io/transport-node";
 import { assertId, newId } from "../core/ids.js";
-import { defaultLogger, type Logger } from "../core/logger.js";
+import { componentLogger, silentLogger, type Logger } from "../core/logger.js";
 import { publishToStream } from "./acked-publish.js";
 import { ask, respond, type AskOptions, type RespondOptions } from "./ask.js";
 import { DEFAULT_CODEC_LIMITS, type CodecLimits } from "./codec.js";
@@ -31,6 +31,7 @@ export interface BusConnectOptions {
   cluster?: string;
   /** Connection name shown in `/connz`. */
   name?: string;
+  /** Where its lines go; none: it writes nothing (a library stays quiet inside someone else's service). */
   logger?: Logger;
   /** Decode limits; maxBytes defaults to the server's max_payload. */
   limits?: Partial<CodecLimits>;
@@ -69,7 +70,7 @@ export class Bus {
   static async connect(opts: BusConnectOptions): Promise<Bus> {
     const cluster = opts.cluster ?? "default";
     const subjects = subjectsFor(cluster);
-    const log = (opts.logger ?? defaultLogger()).child({ component: "bus", cluster });
+    const log = componentLogger(opts.logger ?? silentLogger(), "bus", { cluster });
     const nc = await connectNats({
       servers: opts.servers,
       name: opts.name ?? "kova",

@@ -2,7 +2,7 @@ import { Writable } from "node:stream";
 
 const LEVELS: Record<number, string> = { 10: "TRACE", 20: "DEBUG", 30: "INFO ", 40: "WARN ", 50: "ERROR", 60: "FATAL" };
 const COLORS: Record<number, string> = { 10: "\x1b[90m", 20: "\x1b[36m", 30: "\x1b[32m", 40: "\x1b[33m", 50: "\x1b[31m", 60: "\x1b[35m" };
-const OMIT = new Set(["level", "time", "pid", "hostname", "msg", "component", "v"]);
+const OMIT = new Set(["level", "time", "pid", "hostname", "msg", "component", "part", "v"]);
 
 /**
  * Turns one pino JSON line into a line a person reads in a terminal:
@@ -20,7 +20,9 @@ export function formatLogLine(json: string, color = false): string {
   const time = typeof rec.time === "number" ? new Date(rec.time).toISOString().slice(11, 23) : "";
   const tag = LEVELS[level] ?? String(level);
   const head = color ? `${COLORS[level] ?? ""}${tag}\x1b[0m` : tag;
-  const component = typeof rec.component === "string" ? ` [${rec.component}]` : "";
+  // A part handed another component's logger (componentLogger) shows as `[coordinator/run-watcher]`.
+  const part = typeof rec.part === "string" ? `/${rec.part}` : "";
+  const component = typeof rec.component === "string" ? ` [${rec.component}${part}]` : "";
   const fields = Object.entries(rec)
     .filter(([k]) => !OMIT.has(k))
     .map(([k, v]) => `${k}=${describe(v)}`)

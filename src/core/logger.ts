@@ -5,7 +5,7 @@ export type { Logger };
 
 /**
  * The root logger. Library code never logs through console: each component takes a
- * child (`logger.child({ component: "bus" })`). `KOVA_LOG_LEVEL` sets the level;
+ * child (`componentLogger(logger, "bus")`). `KOVA_LOG_LEVEL` sets the level;
  * tests default to `silent` unless it is set.
  */
 export function createLogger(options: LoggerOptions = {}): Logger {
@@ -29,10 +29,26 @@ export function silentLogger(): Logger {
   return pino({ level: "silent" });
 }
 
-let root: Logger | undefined;
+/**
+ * `parent.child(bindings)` without the keys `parent` already binds to the same value.
+ * pino writes a child's bindings after its parent's without merging them, so a key bound
+ * twice (a node's `nodeId`, bound again by the actor host it hands its logger to) would
+ * appear twice in one JSON line.
+ */
+export function childLogger(parent: Logger, bindings: Record<string, unknown>): Logger {
+  const bound = parent.bindings();
+  const fresh = Object.fromEntries(Object.entries(bindings).filter(([k, v]) => bound[k] !== v));
+  return Object.keys(fresh).length === 0 ? parent : parent.child(fresh);
+}
 
-/** A process-wide default logger, made on first use. */
-export function defaultLogger(): Logger {
-  root ??= createLogger();
-  return root;
+/**
+ * The logger of one part of Kova: `component` names it, unless the logger it was handed
+ * already names another component (a coordinator's logger handed to its run watcher):
+ * then that stays and the part is named in `part`, since a key bound twice would be
+ * written twice.
+ */
+export function componentLogger(parent: Logger, component: string, bindings: Record<string, unknown> = {}): Logger {
+  const bound = parent.bindings();
+  const name = bound.component === undefined || bound.component === component ? { component } : bound.part === undefined ? { part: component } : {};
+  return childLogger(parent, { ...name, ...bindings });
 }

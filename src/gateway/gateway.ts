@@ -4,7 +4,7 @@ import express, { type NextFunction, type Request, type Response, type Router } 
 import { A2A_VERSION_HEADER, AgentCard } from "@a2a-js/sdk";
 import { agentCardHandler, jsonRpcHandler, type UserBuilder } from "@a2a-js/sdk/server/express";
 import { isValidId } from "../core/ids.js";
-import { silentLogger, type Logger } from "../core/logger.js";
+import { componentLogger, silentLogger, type Logger } from "../core/logger.js";
 import { Bus, type NatsSecurity } from "../bus/index.js";
 import { AgentRegistry } from "../node/registry.js";
 import { KovaA2AHandler, KeyUser, type A2AHandlerDeps } from "./a2a-handler.js";
@@ -93,7 +93,9 @@ export class Gateway {
    * @throws NatsUnreachableError; the listen error (EADDRINUSE) naming the address
    */
   static async start(opts: GatewayOptions): Promise<Gateway> {
-    const log = (opts.logger ?? silentLogger()).child({ component: "gateway" });
+    // The bus and the registry bind their own component: they get the caller's logger.
+    const scope = opts.logger ?? silentLogger();
+    const log = componentLogger(scope, "gateway");
     const ownBus = opts.bus === undefined;
     const bus =
       opts.bus ??
@@ -101,12 +103,12 @@ export class Gateway {
         servers: opts.servers ?? "nats://127.0.0.1:4222",
         cluster: opts.cluster,
         name: "kova-gateway",
-        logger: log,
+        logger: scope,
         ...(opts.security ? { security: opts.security } : {}),
       }));
     const opened: Array<{ stop(): void }> = [];
     try {
-      const registry = await AgentRegistry.open({ nc: bus.nc, cluster: opts.cluster, logger: log, ...(opts.replicas ? { replicas: opts.replicas } : {}) });
+      const registry = await AgentRegistry.open({ nc: bus.nc, cluster: opts.cluster, logger: scope, ...(opts.replicas ? { replicas: opts.replicas } : {}) });
       opened.push(registry);
       const keys = await KeyRing.open({
         configured: opts.config.keys,

@@ -19,6 +19,7 @@ import type { ModelCallScheduler } from "../agents/model/scheduler.js";
 import type { NodeConfig } from "./config.js";
 import { mirrorTiming } from "./kv-mirror.js";
 import { MirroredSettingsStore } from "./settings-mirror.js";
+import { componentLogger } from "../core/logger.js";
 
 /** The agent level of a node: its runtime, tool registry and MCP servers. */
 export interface AgentServices {
@@ -105,7 +106,7 @@ export async function startAgentServices(
     tools.resolve(a.tools, `agents[${i}].tools`);
     deps.types.register(agentActor(a, runtime));
   });
-  deps.logger.child({ component: "agents" }).info(
+  componentLogger(deps.logger, "agents").info(
     {
       agents: agents.filter((a) => !a.template).map((a) => a.id),
       templates: agents.filter((a) => a.template).map((a) => a.id),

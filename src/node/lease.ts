@@ -5,6 +5,7 @@ import type { Logger } from "../core/logger.js";
 import { KvMirror, encodeJson, openBucket, type MirrorEntry, type MirrorTiming } from "./kv-mirror.js";
 import { isWrongLastSequence } from "../bus/nats-errors.js";
 import { checkFormatVersion } from "../core/format-version.js";
+import { componentLogger } from "../core/logger.js";
 
 /**
  * One lease per actor in KV `kova_<cluster>_leases`, changed only by compare-and-set
@@ -65,7 +66,7 @@ export class LeaseTable {
     timing?: MirrorTiming;
   }): Promise<LeaseTable> {
     const kv = await openBucket(opts.nc, leasesBucket(opts.cluster), opts.replicas);
-    const logger = opts.logger.child({ component: "lease" });
+    const logger = componentLogger(opts.logger, "lease");
     const mirror = await KvMirror.start<LeaseRecord>(kv, logger, { decode: readLeaseRecord, nc: opts.nc, ...opts.timing });
     return new LeaseTable(kv, mirror, opts.nodeId, opts.incarnation, logger);
   }

@@ -1,7 +1,7 @@
 import { headers as natsHeaders, nuid } from "@nats-io/transport-node";
 import type { Msg, MsgHdrs, NatsConnection, Subscription } from "@nats-io/transport-node";
 import { ConfigError, ErrorCode, isKovaError, toWire } from "../core/errors.js";
-import { defaultLogger, type Logger } from "../core/logger.js";
+import { componentLogger, silentLogger, type Logger } from "../core/logger.js";
 import { BusErrorCode } from "../bus/errors.js";
 import { ActorErrorCode } from "../actors/errors.js";
 
@@ -55,6 +55,7 @@ export interface MicroServiceOptions {
   /** Queue group for the endpoints (default `q`); `$SRV` subjects never use one. */
   queueGroup?: string;
   endpoints: MicroEndpoint[];
+  /** Where its lines go; none: it writes nothing (a library stays quiet inside someone else's service). */
   logger?: Logger;
 }
 
@@ -112,7 +113,7 @@ const encoder = new TextEncoder();
  */
 export async function startMicroService(nc: NatsConnection, options: MicroServiceOptions): Promise<MicroService> {
   validate(options);
-  const log = (options.logger ?? defaultLogger()).child({ component: "micro-service", service: options.name });
+  const log = componentLogger(options.logger ?? silentLogger(), "micro-service", { service: options.name });
   const id = nuid.next();
   const started = new Date().toISOString();
   const metadata = { ...(options.metadata ?? {}) };

@@ -3,7 +3,7 @@ import { join } from "node:path";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 import { KovaError } from "../core/errors.js";
 import { sleep } from "../core/clock.js";
-import { defaultLogger, type Logger } from "../core/logger.js";
+import { componentLogger, silentLogger, type Logger } from "../core/logger.js";
 import { findNatsServerBinary, launchNatsServer, type NatsServerProcess } from "./nats-launcher.js";
 import { BusErrorCode } from "../bus/errors.js";
 import { redactUrls } from "../bus/nats-security.js";
@@ -27,6 +27,7 @@ export interface ResolveNatsOptions {
   configuredUrls?: string[];
   /** The node's data directory; a server we start keeps its store in `<dataDir>/nats`. */
   dataDir: string;
+  /** Where its lines go; none: it writes nothing (a library stays quiet inside someone else's service). */
   logger?: Logger;
   /** Probe `defaultUrl` before starting a server (default true). */
   probeDefault?: boolean;
@@ -69,7 +70,7 @@ interface StartedRecord {
  *   URL and nats-server cannot be found or started (the message says how to install it).
  */
 export async function resolveNats(options: ResolveNatsOptions): Promise<ResolvedNats> {
-  const log = (options.logger ?? defaultLogger()).child({ component: "nats-bootstrap" });
+  const log = componentLogger(options.logger ?? silentLogger(), "nats-bootstrap");
   const noop = async () => {};
 
   const fromEnv = splitUrls(process.env.NATS_URL);

@@ -4,7 +4,7 @@ import { mkdir } from "node:fs/promises";
 import { ArgumentError, ErrorCode, isKovaError, KovaError } from "../core/errors.js";
 import { sleep } from "../core/clock.js";
 import { assertId, newId } from "../core/ids.js";
-import { createLogger, type Logger } from "../core/logger.js";
+import { childLogger, componentLogger, createLogger, type Logger } from "../core/logger.js";
 import { KOVA_VERSION } from "../core/version.js";
 import { Bus, BusErrorCode, isConsumerNotFound, isTransientNatsError, UnknownAgentError } from "../bus/index.js";
 import { Wal, type WalFailedError } from "../wal/index.js";
@@ -128,7 +128,13 @@ export class KovaNode {
   private subjectWaits: Promise<SubjectWaits> | undefined;
   private waitService: SubjectWaitService | undefined;
   private approvalStore: Promise<NatsApprovalStore> | undefined;
+  /** The node's own lines (`component: "node"`). */
   private readonly log: Logger;
+  /**
+   * What the node hands its parts (bus, WAL, registry, placement…): bound to the node's id
+   * only, since each part binds its own `component` and pino would repeat a key bound twice.
+   */
+  private readonly scope: Logger;
 
   private constructor(
     readonly config: NodeConfig,
@@ -140,7 +146,8 @@ export class KovaNode {
     private readonly agentDefs: AgentDefinition[] = [],
     private readonly codeTools: Tool[] = [],
   ) {
-    this.log = logger.child({ component: "node", nodeId: config.nodeId });
+    this.scope = childLogger(logger, { nodeId: config.nodeId });
+    this.log = componentLogger(this.scope, "node");
   }
 
   get nodeId(): string {
@@ -168,7 +175,7 @@ export class KovaNode {
     // Coordinators reach the bus through the node, which connects after types are known.
     let node: KovaNode | undefined;
     // One scheduler per node: agents and coordinators calling one model share its slots.
-    const scheduler = opts.modelScheduler ?? modelScheduler(opts.config.models, logger.child({ component: "agents" }));
+    const scheduler = opts.modelScheduler ?? modelScheduler(opts.config.models, logger);
     if (opts.modelScheduler) for (const [name, m] of opts.config.models) scheduler.setModel(name, { maxConcurrency: m.maxConcurrency, policy: m.scheduling });
     registerSwarms(
       opts.config,
@@ -216,14 +223,14 @@ export class KovaNode {
   private async boot(opts: StartNodeOptions): Promise<void> {
     const { config } = this;
     await mkdir(config.dataDir, { recursive: true });
-    this.nats = await resolveNats({ configuredUrls: config.natsUrls, dataDir: config.dataDir, logger: this.log, ...opts.nats });
+    this.nats = await resolveNats({ configuredUrls: config.natsUrls, dataDir: config.dataDir, logger: this.scope, ...opts.nats });
     const { nodeId, cluster } = config;
     this.bus = await this.whenNatsReady("connect", () =>
       Bus.connect({
         servers: this.nats.urls,
         cluster,
         name: `kova-node-${nodeId}`,
-        logger: this.log,
+        logger: this.scope,
         ...(config.security ? { security: config.security } : {}),
         ...(config.replyPrefixes ? { replyPrefixes: config.replyPrefixes } : {}),
       }),
@@ -240,14 +247,14 @@ export class KovaNode {
       sync: config.wal.sync,
       ...(config.wal.encryption ? { encryption: config.wal.encryption } : {}),
       ...(config.wal.hmac ? { hmac: config.wal.hmac } : {}),
-      logger: this.log,
+      logger: this.scope,
     });
     this.recovery.corrupt = this.wal.recovery.corrupt.length;
     // Agent types are registered before recovery: a recovered turn may be an agent's.
     this.agentServices = await startAgentServices(config, this.agentDefs, {
       bus: this.bus,
       types: this.types,
-      logger: this.log,
+      logger: this.scope,
       replicas,
       scheduler: this.modelScheduler,
       tools: this.codeTools,
@@ -261,9 +268,9 @@ export class KovaNode {
 
     const nc = this.bus.nc;
     const timing = mirrorTiming(config.heartbeatMs);
-    this.registry = await this.whenNatsReady("registry", () => AgentRegistry.open({ nc, cluster, replicas, logger: this.log, timing }));
+    this.registry = await this.whenNatsReady("registry", () => AgentRegistry.open({ nc, cluster, replicas, logger: this.scope, timing }));
     this.leases = await this.whenNatsReady("leases", () =>
-      LeaseTable.open({ nc, cluster, nodeId, incarnation: this.incarnation, replicas, logger: this.log, timing }),
+      LeaseTable.open({ nc, cluster, nodeId, incarnation: this.incarnation, replicas, logger: this.scope, timing }),
     );
     // Heartbeat before any lease is touched: peers must see this incarnation live before
     // it reclaims a lease of its previous life, or they would count it dead and take over.
@@ -275,7 +282,7 @@ export class KovaNode {
         staleAfterMs: config.staleAfterMs,
         replicas,
         timing,
-        logger: this.log.child({ component: "membership" }),
+        logger: componentLogger(this.scope, "membership"),
         actorCount: () => this.host?.list().length ?? 0,
         self: {
           id: config.nodeId,
@@ -294,7 +301,7 @@ export class KovaNode {
       wal: this.wal,
       nodeId: config.nodeId,
       types: this.types,
-      logger: this.log,
+      logger: this.scope,
       mailbox: config.mailbox,
       checkpointReplicas: replicas,
       processedWindow: config.processedWindow,
@@ -314,7 +321,7 @@ export class KovaNode {
         },
         isLocal: (runId) => this.host.status(runId) !== undefined,
         graceMs: config.staleAfterMs,
-        logger: this.log,
+        logger: this.scope,
       }),
     );
 
@@ -326,7 +333,7 @@ export class KovaNode {
           await this.bus.send(createEnvelope({ id: `${w.waitId}-m`, from: "kova-waits", to: w.runId, type: WorkflowMessageType.signal, payload }));
         },
         isLocal: (runId) => this.host.status(runId) !== undefined,
-        logger: this.log,
+        logger: this.scope,
       }),
     );
 
@@ -367,7 +374,7 @@ export class KovaNode {
       leases: this.leases,
       registry: this.registry,
       host: port,
-      logger: this.log,
+      logger: this.scope,
       reconcileMs: config.reconcileMs,
       maxActors: config.maxActorsPerNode,
       onCapped: (e) => this.publish("placement_capped", this.nodeId, { ...e, node: this.nodeId }),
@@ -386,7 +393,7 @@ export class KovaNode {
       maxActors: config.maxActors,
       drainTimeoutMs: config.drainTimeoutMs,
       listen: config.activationListener,
-      logger: this.log,
+      logger: this.scope,
       removeRecord: (id, mayRemove) => this.removeRegistry(id, mayRemove),
       publish: (type, runId, data) => this.publish(type, runId, data),
       onPassivated: (id) => this.agentServices?.runtime.forget(id),
@@ -401,7 +408,7 @@ export class KovaNode {
         bus: this.bus,
         cluster,
         replicas,
-        logger: this.log,
+        logger: this.scope,
         nodeId: this.nodeId,
         onFired: (e) => this.publish("schedule_fired", e.id, { ...e, node: this.nodeId }),
         onSkipped: (e) => this.publish("schedule_skipped", e.id, { ...e, node: this.nodeId }),
@@ -633,7 +640,7 @@ export class KovaNode {
       version: KOVA_VERSION,
       description: "Kova cluster node: hosts actors, answers control requests",
       metadata: { node_id: nodeId, cluster },
-      logger: this.log,
+      logger: this.scope,
       endpoints: [
         {
           name: "status",

@@ -3,6 +3,7 @@ import type { LeaseRecord, LeaseTable } from "./lease.js";
 import type { Membership } from "./membership.js";
 import { ownerOf } from "./placement.js";
 import type { AgentRecord, AgentRegistry } from "./registry.js";
+import { componentLogger } from "../core/logger.js";
 
 /** What placement needs from the actor host; the node adapts ActorHost to it. */
 export interface HostPort {
@@ -64,7 +65,7 @@ export class PlacementController {
   private readonly log: Logger;
 
   constructor(private readonly opts: PlacementOptions) {
-    this.log = opts.logger.child({ component: "placement" });
+    this.log = componentLogger(opts.logger, "placement");
   }
 
   start(): void {

@@ -5,6 +5,7 @@ import type { Logger } from "../core/logger.js";
 import { checkFormatVersion } from "../core/format-version.js";
 import { isCasConflict } from "./lease.js";
 import { KvMirror, encodeJson, openBucket, type MirrorEntry, type MirrorTiming } from "./kv-mirror.js";
+import { componentLogger } from "../core/logger.js";
 
 /**
  * The agents registry, KV `kova_<cluster>_agents`: actor id → where it runs, its
@@ -60,7 +61,7 @@ export class AgentRegistry {
   /** @throws when the bucket cannot be opened */
   static async open(opts: { nc: NatsConnection; cluster: string; replicas?: number; logger: Logger; timing?: MirrorTiming }): Promise<AgentRegistry> {
     const kv = await openBucket(opts.nc, agentsBucket(opts.cluster), opts.replicas);
-    const logger = opts.logger.child({ component: "registry" });
+    const logger = componentLogger(opts.logger, "registry");
     return new AgentRegistry(kv, await KvMirror.start<AgentRecord>(kv, logger, { decode: readAgentRecord, nc: opts.nc, ...opts.timing }), logger);
   }
 

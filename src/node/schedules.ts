@@ -5,6 +5,7 @@ import type { Logger } from "../core/logger.js";
 import { createEnvelope, isWrongLastSequence, type Bus } from "../bus/index.js";
 import { KvMirror, encodeJson, openBucket } from "./kv-mirror.js";
 import { dueTick, nextTick, type ScheduleSpec } from "./schedule-spec.js";
+import { componentLogger } from "../core/logger.js";
 
 export const SCHEDULE_RECORD_VERSION = 1;
 const READABLE: readonly number[] = [1];
@@ -76,12 +77,12 @@ export class ScheduleService {
     readonly kv: KV,
     private readonly mirror: KvMirror<ScheduleRecord>,
   ) {
-    this.log = opts.logger.child({ component: "schedules" });
+    this.log = componentLogger(opts.logger, "schedules");
   }
 
   static async start(opts: ScheduleServiceOptions): Promise<ScheduleService> {
     const kv = await openBucket(opts.nc, schedulesBucket(opts.cluster), opts.replicas);
-    const mirror = await KvMirror.start<ScheduleRecord>(kv, opts.logger.child({ component: "schedules" }), { decode: readRecord, nc: opts.nc });
+    const mirror = await KvMirror.start<ScheduleRecord>(kv, componentLogger(opts.logger, "schedules"), { decode: readRecord, nc: opts.nc });
     const svc = new ScheduleService(opts, kv, mirror);
     svc.timer = setInterval(() => void svc.check(), opts.checkMs ?? 250);
     svc.timer.unref();

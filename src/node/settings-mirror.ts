@@ -3,6 +3,7 @@ import type { NatsConnection } from "@nats-io/transport-node";
 import type { Logger } from "../core/logger.js";
 import { NatsSettingsStore, type AgentSettings, type SettingsStore } from "../agents/settings.js";
 import { KvMirror, type MirrorTiming } from "./kv-mirror.js";
+import { componentLogger } from "../core/logger.js";
 
 /**
  * The agents' run-time settings (`kova_<cluster>_agent_settings`, the model a `model=<name>`
@@ -28,7 +29,10 @@ export class MirroredSettingsStore implements SettingsStore {
     timing?: MirrorTiming;
   }): Promise<MirroredSettingsStore> {
     const bucket = await NatsSettingsStore.open(opts);
-    const mirror = await KvMirror.start<AgentSettings>(bucket.kv, opts.logger.child({ bucket: "agent_settings" }), { nc: opts.nc, ...opts.timing });
+    const mirror = await KvMirror.start<AgentSettings>(bucket.kv, componentLogger(opts.logger, "settings", { bucket: "agent_settings" }), {
+      nc: opts.nc,
+      ...opts.timing,
+    });
     return new MirroredSettingsStore(bucket, mirror);
   }
 

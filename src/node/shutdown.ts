@@ -1,4 +1,5 @@
 import type { Logger } from "../core/logger.js";
+import { componentLogger } from "../core/logger.js";
 
 export interface ShutdownOptions {
   /** The graceful path: stop taking messages, finish or checkpoint turns, flush, release, leave. */
@@ -22,7 +23,7 @@ export interface ShutdownOptions {
 export function installShutdown(opts: ShutdownOptions): () => void {
   const exit = opts.exit ?? ((code: number) => process.exit(code));
   const signals = opts.signals ?? ["SIGTERM", "SIGINT"];
-  const log = opts.logger.child({ component: "shutdown" });
+  const log = componentLogger(opts.logger, "shutdown");
   let stopping = false;
 
   const onSignal = (signal: NodeJS.Signals) => {

@@ -8,6 +8,7 @@ import { QuotaExceededError } from "./errors.js";
 import type { LeaseTable } from "./lease.js";
 import type { PlacementController } from "./placement-controller.js";
 import type { AgentRecord, AgentRegistry } from "./registry.js";
+import { componentLogger } from "../core/logger.js";
 
 export interface VirtualActorsOptions {
   nodeId: string;
@@ -80,7 +81,7 @@ export class VirtualActors {
   private readonly log: Logger;
 
   constructor(private readonly o: VirtualActorsOptions) {
-    this.log = o.logger.child({ component: "virtual-actors" });
+    this.log = componentLogger(o.logger, "virtual-actors");
     this.prefix = `${o.bus.subjects.prefix}.a2a.`;
   }
 

@@ -1,5 +1,5 @@
 import { ArgumentError, isKovaError, toWire } from "../core/errors.js";
-import { silentLogger, type Logger } from "../core/logger.js";
+import { componentLogger, silentLogger, type Logger } from "../core/logger.js";
 import { BusErrorCode, type Bus, type KovaEvent } from "../bus/index.js";
 import { defineActor } from "../actors/definition.js";
 import { isLeaseLost, TurnInterruptedError } from "../actors/errors.js";
@@ -143,7 +143,9 @@ export function defineCoordinator(opts: CoordinatorOptions): ActorDefinition<Rec
   if (!Number.isInteger(maxSubtasks) || maxSubtasks < 1 || maxSubtasks > 1000) throw new ArgumentError("maxSubtasks", "must be an integer from 1 to 1000");
   const deadlineMs = opts.deadlineMs ?? DEFAULT_SWARM_DEADLINE_MS;
   if (!Number.isInteger(deadlineMs) || deadlineMs < 1) throw new ArgumentError("deadlineMs", "must be a positive integer of milliseconds");
-  const log = (opts.logger ?? silentLogger()).child({ component: "coordinator" });
+  // The agent directory and the run watcher bind their own component: they get the caller's logger.
+  const scope = opts.logger ?? silentLogger();
+  const log = componentLogger(scope, "coordinator");
   let model: Promise<ModelClient> | undefined;
   const directories = new Map<string, AgentDirectory>();
   const deps: TurnDeps = {
@@ -155,7 +157,7 @@ export function defineCoordinator(opts: CoordinatorOptions): ActorDefinition<Rec
     directory: (bus, self) => {
       let d = directories.get(self);
       if (!d) {
-        d = opts.directory ? opts.directory(bus, self) : natsAgentDirectory(bus, { exclude: [self], logger: log });
+        d = opts.directory ? opts.directory(bus, self) : natsAgentDirectory(bus, { exclude: [self], logger: scope });
         directories.set(self, d);
       }
       return d;
@@ -260,7 +262,11 @@ class SwarmRun {
     else planned = await this.plan();
 
     // The children's outcomes: replies on the watcher's inbox, and their events from the run's start.
-    await using watcher = await RunWatcher.start(this.bus, { sessionId: this.sessionId, since: startedAt - CLOCK_SKEW_MS, logger: deps.log });
+    await using watcher = await RunWatcher.start(this.bus, {
+      sessionId: this.sessionId,
+      since: startedAt - CLOCK_SKEW_MS,
+      logger: deps.opts.logger ?? deps.log,
+    });
     const linked = new Set(history.linked);
     const toSend = planned.filter((p) => p.agentId !== null && !linked.has(p.childRunId));
     await ctx.step("delegate", () => this.delegate(toSend, watcher, cutoff, planned), { idempotent: true });

@@ -1,5 +1,5 @@
 import { isKovaError } from "../core/errors.js";
-import { silentLogger, type Logger } from "../core/logger.js";
+import { componentLogger, silentLogger, type Logger } from "../core/logger.js";
 import { BusErrorCode, isNoResponders, readKvEntries, type Bus } from "../bus/index.js";
 import type { AgentInfo } from "../agents/run-protocol.js";
 
@@ -60,7 +60,7 @@ export function natsAgentDirectory(bus: Bus, opts: NatsDirectoryOptions = {}): A
   const exclude = new Set(opts.exclude ?? []);
   const rpcTimeoutMs = opts.rpcTimeoutMs ?? 2000;
   const cacheMs = opts.cacheMs ?? 1000;
-  const log = (opts.logger ?? silentLogger()).child({ component: "agent-directory" });
+  const log = componentLogger(opts.logger ?? silentLogger(), "agent-directory");
   let cached: { at: number; list: Promise<AgentCandidate[]> } | undefined;
 
   async function registry(): Promise<RegistryEntry[]> {

@@ -1,5 +1,5 @@
 import { intValue, rejectUnknown, tableAt, type ConfigTable } from "../core/config-table.js";
-import { silentLogger, type Logger } from "../core/logger.js";
+import { componentLogger, silentLogger, type Logger } from "../core/logger.js";
 import { dbConfigFrom, type DbConfig } from "./builtin/db-config.js";
 import { createDbTool } from "./builtin/db.js";
 import { shellConfigFrom, type ShellConfig } from "./builtin/shell-config.js";
@@ -80,8 +80,8 @@ export function builtinTools(config: ToolsConfig, logger?: Logger): Tool[] {
   if (config.http) tools.push(...createHttpTools(config.http));
   if (config.webSearch) tools.push(...createWebSearchTools(config.webSearch));
   const log = logger ?? silentLogger();
-  if (config.shell) tools.push(createShellTool(config.shell, log.child({ component: "tools", tool: "shell_exec" })));
-  if (config.db) tools.push(createDbTool(config.db, log.child({ component: "tools", tool: "db_query" })));
-  logger?.child({ component: "tools" }).info({ tools: tools.map((t) => t.name) }, "built-in tools enabled");
+  if (config.shell) tools.push(createShellTool(config.shell, log));
+  if (config.db) tools.push(createDbTool(config.db, log));
+  logger && componentLogger(logger, "tools").info({ tools: tools.map((t) => t.name) }, "built-in tools enabled");
   return tools;
 }

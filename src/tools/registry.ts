@@ -6,6 +6,7 @@ import { closeMatches } from "../core/close-matches.js";
 import { isValidToolName, parseToolPattern, TOOL_NAME_RULE, type ToolPattern } from "./names.js";
 import { ToolSet } from "./tool-set.js";
 import type { JsonSchema, Tool } from "./types.js";
+import { componentLogger } from "../core/logger.js";
 
 /**
  * A source of tools whose list can change: an MCP server (tools named `<server>/<tool>`),
@@ -47,7 +48,7 @@ export class ToolRegistry {
   readonly #logger: Logger | undefined;
 
   constructor(options: { logger?: Logger } = {}) {
-    this.#logger = options.logger?.child({ component: "tools" });
+    this.#logger = options.logger && componentLogger(options.logger, "tools");
   }
 
   /**

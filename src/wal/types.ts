@@ -22,6 +22,7 @@ export interface WalOptions {
   maxPending?: number;
   /** How long append waits for room when maxPending is reached (default 5000 ms) before WAL_FULL. */
   backpressureTimeoutMs?: number;
+  /** Where its lines go; none: it writes nothing (a library stays quiet inside someone else's service). */
   logger?: Logger;
 }
 

@@ -1,7 +1,7 @@
 import { randomBytes } from "node:crypto";
 import { mkdirSync } from "node:fs";
 import { ErrorCode, KovaError } from "../core/errors.js";
-import { defaultLogger, type Logger } from "../core/logger.js";
+import { componentLogger, silentLogger, type Logger } from "../core/logger.js";
 import { encodePayload } from "./codec.js";
 import { ZERO_MAC, type SessionCipher } from "./crypto.js";
 import { WalErrorCode, WalFullError, WalKvCorruptError, type WalFailedError } from "./errors.js";
@@ -162,7 +162,7 @@ export class Wal {
    * @throws RangeError when ringBits is outside 1-24
    */
   static async open(options: WalOptions): Promise<Wal> {
-    const log = (options.logger ?? defaultLogger()).child({ component: "wal", dir: options.dir });
+    const log = componentLogger(options.logger ?? silentLogger(), "wal", { dir: options.dir });
     const sync = options.sync ?? "full";
     if (options.ringBits !== undefined) new Ring(options.ringBits); // validate before touching disk
     mkdirSync(options.dir, { recursive: true });

@@ -5,7 +5,7 @@ import type { KV } from "@nats-io/kv";
 import { openOrCreateBucket } from "../bus/kv-buckets.js";
 import { listKvKeys, readKvEntries } from "../bus/kv-keys.js";
 import { KovaTimeoutError } from "../core/errors.js";
-import { silentLogger, type Logger } from "../core/logger.js";
+import { componentLogger, silentLogger, type Logger } from "../core/logger.js";
 import { isStreamNotFound, isSubjectOverlap, isWrongLastSequence } from "../bus/index.js";
 import { followBucket } from "./kv-watch.js";
 
@@ -252,7 +252,7 @@ export class SubjectWaitService {
   readonly #log: Logger;
 
   private constructor(private readonly o: SubjectWaitServiceOptions) {
-    this.#log = (o.logger ?? silentLogger()).child({ component: "workflow-waits" });
+    this.#log = componentLogger(o.logger ?? silentLogger(), "workflow-waits");
   }
 
   /** @throws JetStream errors when the watch cannot start */

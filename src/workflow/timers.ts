@@ -2,7 +2,7 @@ import type { JetStreamClient } from "@nats-io/jetstream";
 import type { KV } from "@nats-io/kv";
 import { openOrCreateBucket } from "../bus/kv-buckets.js";
 import { listKvKeys } from "../bus/kv-keys.js";
-import { silentLogger, type Logger } from "../core/logger.js";
+import { componentLogger, silentLogger, type Logger } from "../core/logger.js";
 import { followBucket } from "./kv-watch.js";
 
 /**
@@ -101,7 +101,7 @@ export class TimerService {
   readonly #log: Logger;
 
   private constructor(private readonly o: TimerServiceOptions) {
-    this.#log = (o.logger ?? silentLogger()).child({ component: "workflow-timers" });
+    this.#log = componentLogger(o.logger ?? silentLogger(), "workflow-timers");
   }
 
   /** @throws JetStream errors when the watch cannot start */

@@ -43,3 +43,47 @@ describe("bus disposal", () => {
     await first;
   });
 });
+
+describe("a library inside someone else's service", () => {
+  it("quiet - Bus, KovaClient, Wal and ActorHost given no logger write nothing to stdout or stderr while they connect, create streams, send, journal and close", async () => {
+    const { execFile } = await import("node:child_process");
+    const { mkdtemp, rm } = await import("node:fs/promises");
+    const { tmpdir } = await import("node:os");
+    const { join, resolve } = await import("node:path");
+    const dir = await mkdtemp(join(tmpdir(), "kova-quiet-"));
+    const dist = resolve("dist");
+    // The built package, as a user's service imports it; its own process, so nothing of the
+    // test runner's (VITEST, KOVA_LOG_LEVEL) decides the level.
+    const script = `
+      const { Bus, KovaClient } = await import(${JSON.stringify(`${dist}/bus/index.js`)});
+      const { Wal } = await import(${JSON.stringify(`${dist}/wal/index.js`)});
+      const { ActorHost, ActorTypeRegistry, counterActor } = await import(${JSON.stringify(`${dist}/actors/index.js`)});
+      const cluster = "quiet${Date.now().toString(36)}";
+      const bus = await Bus.connect({ servers: ${JSON.stringify(server.url)}, cluster });
+      await bus.ensureStreams();
+      const wal = await Wal.open({ dir: ${JSON.stringify(join(dir, "wal"))}, sync: "normal" });
+      const host = new ActorHost({ bus, wal, nodeId: "quiet", types: new ActorTypeRegistry([counterActor]) });
+      await host.start("c1", "counter");
+      const client = await KovaClient.connect({ servers: ${JSON.stringify(server.url)}, cluster });
+      const reply = await client.ask("c1", "task_delegate", null, { checkAgent: false });
+      await host.stopAll();
+      await client.close();
+      await bus.close();
+      await wal.close();
+      process.stdout.write(reply.type === "result_notify" ? "" : "unexpected reply " + reply.type);
+    `;
+    const env = { ...process.env };
+    delete env.VITEST;
+    delete env.KOVA_LOG_LEVEL;
+    try {
+      const out = await new Promise<{ stdout: string; stderr: string }>((res, rej) =>
+        execFile(process.execPath, ["--input-type=module", "-e", script], { env, timeout: 30_000 }, (err, stdout, stderr) =>
+          err ? rej(Object.assign(err, { stderr })) : res({ stdout, stderr }),
+        ),
+      );
+      expect(out).toEqual({ stdout: "", stderr: "" });
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+  }, 40_000);
+});

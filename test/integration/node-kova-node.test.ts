@@ -8,6 +8,7 @@ import { createLogger } from "../../src/core/logger.js";
 import { parseConfig } from "../../src/node/config.js";
 import { KovaNode } from "../../src/node/node.js";
 import { ActorTypeRegistry, counterActor } from "../../src/actors/index.js";
+import { captureLogs, repeatedKeys } from "../fixtures/capture-logs.js";
 import { defer, tempDir } from "../fixtures/disposable.js";
 import { poll } from "../fixtures/poll.js";
 
@@ -55,6 +56,47 @@ describe("KovaNode in process", () => {
     const nodes = await new Kvm(nc).open(`kova_${cluster}_nodes`);
     expect((await nodes.get("solo"))?.operation).toBe("DEL");
     await nc.close();
+  }, 60_000);
+
+  it("node - every log line of a node's life (start, an actor's turn, an agent declared, a stop) is JSON with no key written twice", async () => {
+    await using nats = await startNatsServer({ allowExternal: false });
+    await using tmp = await tempDir("kova-node-");
+    const cluster = `k${randomUUID().slice(0, 8)}`;
+    const logs = captureLogs();
+    let node: KovaNode | undefined;
+    await using _node = defer(() => node?.stop("cleanup").catch(() => undefined));
+    const config = parseConfig(
+      `[node]\nid = "solo"\ndata_dir = "${tmp.path}"\n[cluster]\nname = "${cluster}"\n[nats]\nurls = ["${nats.url}"]\n[wal]\nsync = "normal"\n` +
+        `[models.m]\nbase_url = "http://127.0.0.1:9/v1"\nmodel = "m"\n[[agents]]\nid = "helper"\nmodel = "m"\ntools = ["calculator"]\n` +
+        `[tools.shell]\nsandbox = "none"\n[[actors]]\nid = "c1"\ntype = "counter"\n`,
+      { env: {} },
+    );
+    node = await KovaNode.start({ config, logger: logs.logger, types: new ActorTypeRegistry([counterActor]) });
+    await expect
+      .poll(
+        () =>
+          node!
+            .agents()
+            .map((a) => `${a.id}:${a.state}`)
+            .sort(),
+        { timeout: 10_000 },
+      )
+      .toEqual(["c1:Idle", "helper:Idle"]);
+    const env = createEnvelope({ from: "t", to: "c1", type: "task_delegate", payload: {} });
+    await node.busClient.send(env);
+    await expect.poll(async () => (await node!.busClient.request<{ ids: string[] }>("c1", "info_request", {})).ids, { timeout: 10_000 }).toEqual([env.id]);
+    await node.stop("test");
+    node = undefined;
+
+    const components = new Set<string>();
+    for (const line of logs.lines) {
+      expect(repeatedKeys(line), line).toEqual([]);
+      const entry = JSON.parse(line) as { component?: string; nodeId?: string };
+      if (entry.component) components.add(entry.component);
+      expect(entry.nodeId, line).toBe("solo");
+    }
+    // The lines came from the node's parts, each under its own name.
+    for (const c of ["node", "bus", "wal", "membership", "placement", "agents", "tools", "nats-bootstrap"]) expect([...components]).toContain(c);
   }, 60_000);
 
   it("node - a message that exhausts max_deliver on its stream is moved to the DLQ by the node, with replicas 1 on a single server", async () => {

@@ -18,6 +18,9 @@ describe("terminal log lines", () => {
       }),
     );
     expect(line).toBe('12:03:04.512 WARN  [membership] peer silent node=n2 ageMs=5200 note="two words"');
+    expect(
+      formatLogLine(JSON.stringify({ level: 30, time: Date.UTC(2026, 10, 30, 12, 3, 4, 512), component: "coordinator", part: "run-watcher", msg: "m" })),
+    ).toBe("12:03:04.512 INFO  [coordinator/run-watcher] m");
     expect(formatLogLine("not json at all")).toBe("not json at all");
   });
 

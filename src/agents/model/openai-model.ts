@@ -14,6 +14,7 @@ import {
 } from "./openai-wire.js";
 import { DEFAULT_RETRY_POLICY, type HeaderLookup, type RetryPolicy, retryAfterMs, retryDelayMs } from "./retry.js";
 import type { ModelClient, ModelDelta, ModelFailureReason, ModelRequest, ModelResponse } from "./types.js";
+import { componentLogger } from "../../core/logger.js";
 
 type OpenAiModule = typeof import("openai");
 
@@ -123,7 +124,7 @@ export class OpenAiModel implements ModelClient {
     }
     this.maxTokensField = options.maxTokensField ?? (host === "api.openai.com" ? "max_completion_tokens" : "max_tokens");
     this.random = options.random ?? Math.random;
-    this.log = options.logger?.child({ component: "model", model: config.name });
+    this.log = options.logger && componentLogger(options.logger, "model", { model: config.name });
     this.client = new sdk.OpenAI({
       baseURL: config.baseUrl,
       // The SDK refuses to start without a key; local servers ignore this one.

@@ -3,6 +3,7 @@ import type { Logger } from "../../core/logger.js";
 import { ModelCallAbortedError, SchedulerClosedError } from "./errors.js";
 import type { AcquireSlot } from "./types.js";
 import { DeadlineQueue, KeyedQueue, PriorityQueue, type Queued, type WaitQueue } from "./wait-queues.js";
+import { componentLogger } from "../../core/logger.js";
 
 export const SCHEDULE_POLICIES = ["round_robin", "priority", "fair_share", "deadline"] as const;
 
@@ -164,7 +165,7 @@ export class ModelCallScheduler {
 
   /** @throws ArgumentError for a maxConcurrency below 1 */
   constructor(models: Iterable<[string, ModelSlots]> = [], options: ModelCallSchedulerOptions = {}) {
-    this.log = options.logger?.child({ component: "model-scheduler" });
+    this.log = options.logger && componentLogger(options.logger, "model-scheduler");
     for (const [name, slots] of models) this.setModel(name, slots);
   }
 

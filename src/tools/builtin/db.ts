@@ -13,6 +13,7 @@ import {
   DbUnavailableError,
 } from "./db-errors.js";
 import { inspectSql } from "./db-sql.js";
+import { componentLogger } from "../../core/logger.js";
 
 export { dbConfigFrom, type DbConfig } from "./db-config.js";
 
@@ -80,7 +81,7 @@ const TYPES = { getTypeParser: ((oid: number) => PARSERS[oid] ?? ((v: string) =>
  * `pg` is imported on first use. Idempotent: it never writes.
  */
 export function createDbTool(config: DbConfig, logger: Logger): DbTool {
-  const log = logger.child({ component: "tools.db" });
+  const log = componentLogger(logger, "tools", { tool: "db_query" });
   let pool: Promise<{ pool: Pool; pg: typeof import("pg").default }> | undefined;
   let login: Promise<void> | undefined;
   let closed = false;

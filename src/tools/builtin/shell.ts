@@ -10,6 +10,7 @@ import { ShellSandboxUnavailableError, ShellSpawnFailedError } from "./shell-err
 import { runCaptured, type CapturedOutcome } from "./shell-process.js";
 import { bwrapArgs, limitsPrologue, NOBODY, SANDBOX_ENV, SANDBOX_WORK_DIR, type SandboxWork } from "./shell-sandbox.js";
 import { agentWorkDir, checkHostCwd, sandboxCwd } from "./shell-workdir.js";
+import { componentLogger } from "../../core/logger.js";
 
 export { shellConfigFrom, type ShellConfig } from "./shell-config.js";
 
@@ -59,7 +60,7 @@ const MAX_STDIN_CHARS = 1024 * 1024;
  * command may change its work dir.
  */
 export function createShellTool(config: ShellConfig, logger: Logger): ShellTool {
-  const log = logger.child({ component: "tools.shell" });
+  const log = componentLogger(logger, "tools", { tool: "shell_exec" });
   const identity = process.getuid?.() === 0 && config.sandbox === "bwrap" ? { uid: NOBODY, gid: NOBODY } : undefined;
   const probe: Promise<SandboxStatus> = config.sandbox === "none" ? Promise.resolve({ sandbox: "none", ok: true }) : probeSandbox(config, identity);
   void probe.then((status) => {

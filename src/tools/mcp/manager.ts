@@ -1,4 +1,4 @@
-import { createLogger, type Logger } from "../../core/logger.js";
+import { componentLogger, silentLogger, type Logger } from "../../core/logger.js";
 import type { Tool } from "../types.js";
 import type { McpConfig } from "./config.js";
 import { McpUnknownServerError } from "./errors.js";
@@ -34,7 +34,7 @@ export class McpManager implements McpToolProvider, AsyncDisposable {
   #closing: Promise<void> | undefined;
 
   constructor(config: McpConfig, opts: McpManagerOptions = {}) {
-    this.#log = (opts.logger ?? createLogger({ level: "silent" })).child({ component: "mcp" });
+    this.#log = componentLogger(opts.logger ?? silentLogger(), "mcp");
     for (const server of config.servers) {
       const connection = new McpServerConnection(server, opts);
       connection.onToolsChanged(() => this.#rebuild());

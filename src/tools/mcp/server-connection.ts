@@ -1,7 +1,7 @@
 import type { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import type { CallToolResult, Tool as McpToolDefinition } from "@modelcontextprotocol/sdk/types.js";
 import { ConfigError } from "../../core/errors.js";
-import { createLogger, type Logger } from "../../core/logger.js";
+import { componentLogger, silentLogger, type Logger } from "../../core/logger.js";
 import type { ToolContext } from "../types.js";
 import { Backoff, DEFAULT_RESTART_POLICY, type RestartPolicy } from "./backoff.js";
 import type { McpServerConfig } from "./config.js";
@@ -119,7 +119,7 @@ export class McpServerConnection {
     this.name = config.name;
     this.config = config;
     this.#isHttp = config.transport === "http";
-    this.#log = (opts.logger ?? createLogger({ level: "silent" })).child({ component: "mcp", server: config.name });
+    this.#log = componentLogger(opts.logger ?? silentLogger(), "mcp", { server: config.name });
     this.#env = opts.env ?? process.env;
     this.#backoff = new Backoff({ ...DEFAULT_RESTART_POLICY, ...opts.restart });
     this.#connectTimeoutMs = opts.connectTimeoutMs ?? 30_000;
