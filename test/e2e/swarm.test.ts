@@ -43,6 +43,24 @@ async function delegatedMessages(n: number): Promise<string[]> {
   );
 }
 
+/** The delegations committed so far, once no new one has come for 1.5 s. */
+async function settledDelegations(): Promise<string[]> {
+  let last: string[] = [];
+  let since = Date.now();
+  return poll(
+    async () => {
+      const all = [...(await counts()).values()].flatMap((s) => s.messages);
+      if (all.length !== last.length) {
+        last = all;
+        since = Date.now();
+        return undefined;
+      }
+      return Date.now() - since >= 1_500 ? all : undefined;
+    },
+    { timeoutMs: 30_000, what: "the agents' committed delegations to settle", everyMs: 250, retryErrors: true },
+  );
+}
+
 async function coordinatorNode(): Promise<string> {
   return (await tc.agents()).get("planner")!.node!;
 }
@@ -88,20 +106,21 @@ describe("swarm on 3 nodes", () => {
     plan = [
       { task: "fast one", capability: "write" },
       { task: "fast two", capability: "write" },
-      { task: "slow one [sleep 8000]", capability: "research" },
+      { task: "slow one [sleep 20000]", capability: "research" },
     ];
     const t0 = Date.now();
     const result = await runSwarm(tc.bus, "planner", "Three quick views", { sessionId: "s-deadline", constraints: { deadline: "4s" } });
-    expect(Date.now() - t0).toBeLessThan(4000 + 2000);
+    // The 4 s deadline, not the slow agent's 20 s (with room for a loaded machine).
+    expect(Date.now() - t0).toBeLessThan(4000 + 4000);
     expect(result.status).toBe("completed");
     expect(result.missing).toHaveLength(1);
-    expect(result.missing[0]).toMatchObject({ index: 2, task: "slow one [sleep 8000]", reason: "no result before the deadline" });
+    expect(result.missing[0]).toMatchObject({ index: 2, task: "slow one [sleep 20000]", reason: "no result before the deadline" });
     expect(result.output).toContain("ANSWER from 2 results");
-    expect(result.output).toMatch(/Missing results \(1\):\n- subtask 3 \(agent r-\d\): slow one \[sleep 8000\] — no result before the deadline/);
+    expect(result.output).toMatch(/Missing results \(1\):\n- subtask 3 \(agent r-\d\): slow one \[sleep 20000\] — no result before the deadline/);
     const partial = sessionEvents(tc, "s-deadline").find((e) => e.type === "swarm_partial");
     expect(partial?.data).toMatchObject({ missing: [{ index: 2 }] });
     // The slow child was interrupted at the cutoff through its node's signal endpoint: it
-    // ends cancelled well before its 8 s of work would have.
+    // ends cancelled well before its 20 s of work would have.
     const slow = sessionEvents(tc, "s-deadline").find((e) => e.type === "child_run_linked" && (e.data as { stepId: string }).stepId === "subtask-2")!;
     const slowRun = (slow.data as { childRunId: string }).childRunId;
     const end = await poll(() => sessionEvents(tc, "s-deadline").find((e) => e.runId === slowRun && e.type === "run_stream_end"), {
@@ -109,7 +128,7 @@ describe("swarm on 3 nodes", () => {
       what: "the slow child's run to end",
     });
     expect(end.data).toEqual({ status: "cancelled" });
-    expect(Date.now() - t0).toBeLessThan(8000);
+    expect(Date.now() - t0).toBeLessThan(14_000);
   }, 60_000);
 
   it("cli - kova swarm run --follow prints the run tree live, then the answer", async () => {
@@ -132,8 +151,9 @@ describe("swarm on 3 nodes", () => {
   }, 60_000);
 
   it("swarm - SIGKILL of the coordinator's node mid-swarm: the takeover delegates nothing twice and the answer arrives", async () => {
-    // Let the slow agent of the previous test finish first, so every agent starts free.
-    const before = await delegatedMessages(15);
+    // Let the earlier tests' agents finish first (the slow one's cancelled turn included), so
+    // every agent starts free: the committed delegations stop changing.
+    const before = await settledDelegations();
     plan = Array.from({ length: 9 }, (_, i) => ({ task: `item ${i} [sleep 2500]`, capability: i % 3 === 0 ? "write" : "research" }));
     const victim = await coordinatorNode();
     const victimAgents = [...(await tc.agents()).values()].filter((r) => r.node === victim && r.id !== "planner").map((r) => r.id);

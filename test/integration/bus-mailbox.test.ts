@@ -49,6 +49,8 @@ describe("bus mailbox", () => {
     }
     const seen: number[] = [];
     let failedOnce = false;
+    /** Delivery counts the handler saw for message 5 (asserted outside: a throw in the handler is just a failure it retries). */
+    const fifth: number[] = [];
     let concurrent = 0;
     let maxConcurrent = 0;
     await bus.openMailbox(
@@ -58,9 +60,9 @@ describe("bus mailbox", () => {
         maxConcurrent = Math.max(maxConcurrent, concurrent);
         try {
           await new Promise((r) => setTimeout(r, 2));
+          if (env.payload === 5) fifth.push(ctx.deliveryCount);
           if (env.payload === 5 && !failedOnce) {
             failedOnce = true;
-            expect(ctx.deliveryCount).toBe(1);
             throw new Error("transient failure");
           }
           seen.push(env.payload as number);
@@ -72,6 +74,8 @@ describe("bus mailbox", () => {
     );
     await poll(() => seen.length === n, { timeoutMs: 10_000, what: "all messages" });
     expect(failedOnce).toBe(true);
+    // Failed on its first delivery, handled on its redelivery.
+    expect(fifth).toEqual([1, 2]);
     expect(seen).toEqual([...Array(n).keys()]);
     expect(maxConcurrent).toBe(1);
   });
@@ -200,11 +204,12 @@ describe("bus mailbox", () => {
       // 3 s at one per 100 ms: about 30, never one per call.
       expect(wpis.length).toBeGreaterThanOrEqual(15);
       expect(wpis.length).toBeLessThanOrEqual(31);
-      // Spaced, never bursts (the handler calls every 2 ms). Measured where they arrive, so
-      // one that reached the watcher late shortens the next gap: 89 ms was seen on a
-      // loaded machine for a 100 ms spacing at the sender.
-      const gaps = wpis.slice(1).map((t, i) => t - wpis[i]!);
-      expect(Math.min(...gaps)).toBeGreaterThanOrEqual(50);
+      // Spaced, never bursts (the handler calls every 2 ms: a burst is hundreds in 500 ms).
+      // Counted where they arrive, so a stall of the watcher's event loop can bunch a few
+      // of them (a single gap of 89 ms for a 100 ms spacing was seen on a loaded machine):
+      // at most 8 in any 500 ms, where the sender's spacing gives 5.
+      const most = Math.max(...wpis.map((t) => wpis.filter((u) => u >= t && u < t + 500).length));
+      expect(most).toBeLessThanOrEqual(8);
       expect(deliveries).toEqual([1]);
     } finally {
       await watcher.close();

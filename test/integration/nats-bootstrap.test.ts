@@ -1,5 +1,5 @@
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import { mkdtemp, rm, stat } from "node:fs/promises";
+import { mkdtemp, readFile, rm, stat } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { connect } from "@nats-io/transport-node";
@@ -33,6 +33,23 @@ afterEach(async () => {
 function track(r: ResolvedNats): ResolvedNats {
   cleanups.push(() => r.stop());
   return r;
+}
+
+/**
+ * Whether the nats-server that `resolveNats` started on `dataDir` still runs, by the pid
+ * it recorded (not by its port: once freed, another test's server may take it).
+ */
+async function startedPid(dir: string): Promise<number> {
+  return (JSON.parse(await readFile(join(dir, "nats", "kova-nats.json"), "utf8")) as { pid: number }).pid;
+}
+
+function running(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
 }
 
 async function answers(url: string): Promise<boolean> {
@@ -89,8 +106,10 @@ describe("nats bootstrap", () => {
     await (await jetstreamManager(nc)).streams.add({ name: "BOOT", subjects: ["boot.>"] });
     await nc.close();
     expect((await stat(join(dataDir, "nats", "jetstream"))).isDirectory()).toBe(true);
+    const pid = await startedPid(dataDir);
+    expect(running(pid)).toBe(true);
     await first.stop();
-    expect(await answers(first.urls[0]!)).toBe(false);
+    expect(running(pid)).toBe(false);
 
     const second = track(await resolveNats({ dataDir, probeDefault: false }));
     expect(second.source).toBe("started");
@@ -103,12 +122,14 @@ describe("nats bootstrap", () => {
   it("nats bootstrap - a server left running by a killed node is reused, not doubled on the same store", async () => {
     const orphan = await resolveNats({ dataDir, probeDefault: false });
     cleanups.push(() => orphan.stop());
+    const pid = await startedPid(dataDir);
     // the "restarted node" never calls orphan.stop(): it finds the survivor by its record
     const again = track(await resolveNats({ dataDir, probeDefault: false }));
     expect(again.source).toBe("started");
     expect(again.urls).toEqual(orphan.urls);
+    expect(await startedPid(dataDir)).toBe(pid);
     await again.stop();
-    expect(await answers(orphan.urls[0]!)).toBe(false);
+    expect(running(pid)).toBe(false);
   });
 
   it("nats bootstrap - with no server and no binary the error says how to install nats-server or set NATS_URL", async () => {

@@ -71,7 +71,8 @@ describe("cluster state in KV", () => {
 
   it("membership - a silent node is dead to its peers after the staleness window, a leaving one at once", async () => {
     const c = cluster();
-    const opts = { cluster: c, heartbeatMs: 100, staleAfterMs: 500, logger };
+    // A staleness window long enough that "at once" cannot be mistaken for it on a loaded machine.
+    const opts = { cluster: c, heartbeatMs: 100, staleAfterMs: 2_000, logger };
     const self = (id: string) => ({ id, incarnation: randomUUID(), startedAt: Date.now(), version: "t", pid: 1, host: "h" });
     const a = await Membership.join({ ...opts, nc: await nc(), self: self("a") });
     const b = await Membership.join({ ...opts, nc: await nc(), self: self("b") });
@@ -83,14 +84,14 @@ describe("cluster state in KV", () => {
     expect(a.selfHealthy()).toBe(true);
     b.stop(); // stops beating without leaving: what a SIGKILLed node looks like
     const stoppedAt = performance.now();
-    await poll(() => a.liveNodes().join() === "a,c", { timeoutMs: 3000, what: "a to see b dead" });
+    await poll(() => a.liveNodes().join() === "a,c", { timeoutMs: 8_000, what: "a to see b dead" });
     const detected = performance.now() - stoppedAt;
-    expect(detected).toBeGreaterThan(250);
+    expect(detected).toBeGreaterThan(1_500);
     await c3.leave();
     const leftAt = performance.now();
-    await poll(() => a.liveNodes().join() === "a", { timeoutMs: 1000, what: "a to see c gone" });
+    await poll(() => a.liveNodes().join() === "a", { timeoutMs: 1_900, what: "a to see c gone before the staleness window" });
     const left = performance.now() - leftAt;
-    expect(left).toBeLessThan(400);
+    expect(left).toBeLessThan(2_000);
     // the leaving record is deleted right after: the view keeps the dead b only
     await poll(
       () =>
@@ -157,7 +158,14 @@ describe("cluster state in KV", () => {
       { timeoutMs: 3000, what: "a's view to hold a and b only" },
     );
     expect(await a.kv.get("gone").then((e) => e?.operation)).not.toBe("PUT");
-    expect(b.view().map((v) => v.record.id)).toEqual(["a", "b"]);
+    await poll(
+      () =>
+        b
+          .view()
+          .map((v) => v.record.id)
+          .join() === "a,b",
+      { timeoutMs: 3000, what: "b's view to hold a and b only" },
+    );
     a.stop();
     b.stop();
   });

@@ -255,7 +255,9 @@ describe("kv mirror removals", () => {
       // The server in this suite (2.9.10) has the bug: the watch was skipped and resumed.
       // On a fixed server the check finds nothing skipped and never resumes.
       const resumed = logs.lines.filter((l) => l.includes("the kv watch skipped entries")).length;
-      console.log(`purge skips caught and resumed: ${resumed}`);
+      const [major = 0, minor = 0, patch = 0] = (conn.info?.version ?? "0.0.0").split(".").map(Number);
+      // Without a skip to catch, the rounds above would not have tested the gap checks.
+      if (major * 1e6 + minor * 1e3 + patch < 2_010_011) expect(resumed, `nats-server ${conn.info?.version}`).toBeGreaterThan(0);
       expect(logs.lines.filter((l) => l.includes("could not check a gap in the kv watch"))).toEqual([]);
     } finally {
       mirror.stop();

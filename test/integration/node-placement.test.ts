@@ -114,7 +114,8 @@ describe("placement over live nodes", () => {
     const diedAt = performance.now();
     await poll(() => hostedOnce(survivors, ids), { timeoutMs: 5000, what: "takeover" });
     const took = performance.now() - diedAt;
-    expect(took).toBeLessThan(3000);
+    // The staleness window (1.2 s) and a reconcile pass, with room for a loaded machine.
+    expect(took).toBeLessThan(4500);
     // the dead node's actors are taken over (their consumers get reset), none was a first start
     const takeovers = [...nodes[0]!.host.takeovers, ...nodes[2]!.host.takeovers];
     for (const a of orphaned) expect(takeovers).toContain(a);
@@ -175,7 +176,8 @@ describe("placement over live nodes", () => {
     const diedAt = performance.now();
     await poll(() => orphaned.every((a) => n1.host.hosted().includes(a) || n3.host.hosted().includes(a)), { timeoutMs: 5000, what: "takeover during drains" });
     const took = performance.now() - diedAt;
-    expect(took).toBeLessThan(4000);
+    // Not held up by n1's own 20 s drains.
+    expect(took).toBeLessThan(4500);
     for (const n of [n1, n3]) {
       n.host.slowDrain.clear();
       n.membership.stop();

@@ -20,8 +20,9 @@ describe("quotas", () => {
     let node: KovaNode | undefined;
     const nc = await connect({ servers: server.url });
     try {
-      const events: string[] = [];
-      nc.subscribe(`kova.${cluster}.events.${CLUSTER_EVENTS_SESSION}.>`, { callback: (_e, m) => void events.push((m.json() as { type: string }).type) });
+      const events: Array<{ type: string; data?: { waiting?: number; hosted?: number } }> = [];
+      nc.subscribe(`kova.${cluster}.events.${CLUSTER_EVENTS_SESSION}.>`, { callback: (_e, m) => void events.push(m.json()) });
+      const capped = (waiting: number) => events.some((e) => e.type === "placement_capped" && e.data?.waiting === waiting);
       const config = parseConfig(
         `[node]\nid = "q1"\ndata_dir = "${dir}"\n[cluster]\nname = "${cluster}"\nmax_actors = 4\nmax_actors_per_node = 2\nreconcile_ms = 200\n` +
           `[nats]\nurls = ["${server.url}"]\n[wal]\nsync = "normal"\n[[actors]]\nid = "a1"\ntype = "counter"\n[[actors]]\nid = "a2"\ntype = "counter"\n[[actors]]\nid = "a3"\ntype = "counter"\n`,
@@ -29,7 +30,7 @@ describe("quotas", () => {
       );
       node = await KovaNode.start({ config, logger: createLogger({ level: "silent" }), types: new ActorTypeRegistry([counterActor]) });
       // Three declared, two hosted: the cap holds and the node says so.
-      await poll(async () => events.includes("placement_capped"), { timeoutMs: 15_000, what: "placement_capped event" });
+      await poll(async () => capped(1), { timeoutMs: 15_000, what: "placement_capped event, one waiting" });
       await poll(async () => node!.agents().length === 2, { timeoutMs: 15_000, what: `two hosted (have ${JSON.stringify(node!.agents())})` });
       expect(node.agents().length).toBe(2);
 
@@ -40,8 +41,10 @@ describe("quotas", () => {
       expect((refused as Error).message).toContain("[cluster] max_actors is 4");
       // Re-declaring an existing actor is not a new one.
       expect((await spawn("a4")).created).toBe(false);
-      // Still capped after the spawn: two hosted.
+      // Still capped once placement has seen the spawn (a pass that counts a3 and a4 waiting): two hosted.
+      await poll(async () => capped(2), { timeoutMs: 15_000, what: "placement_capped event, two waiting" });
       expect(node.agents().length).toBe(2);
+      expect(events.filter((e) => e.type === "placement_capped").every((e) => (e.data?.hosted ?? 0) <= 2)).toBe(true);
     } finally {
       await nc.close();
       await node?.stop();

@@ -14,7 +14,7 @@ import { createLogger } from "../../src/core/logger.js";
 import { isKovaError } from "../../src/core/errors.js";
 import type { NatsServerHandle } from "../../src/testing/index.js";
 import { poll } from "../fixtures/poll.js";
-import { connectAs, expectPermissionDenied, kovaAs, natsToml, passwords, refused, role, startAccountsServer } from "../fixtures/security/accounts.js";
+import { connectAs, expectPermissionDenied, kovaAs, natsToml, passwords, role, startAccountsServer } from "../fixtures/security/accounts.js";
 
 // deploy/nats/accounts.conf as shipped, with the roles' passwords from the environment.
 const client = role("client");
@@ -63,19 +63,19 @@ describe("security: least-privilege accounts (deploy/nats/accounts.conf)", () =>
   it("accounts - a client cannot spawn or signal, write a kova_* bucket, or read any mailbox", async () => {
     const nc = await connectAs(server, "client");
     try {
-      expect(await refused(controlRequest(nc, spawnSubject("default"), { id: "evil", type: "counter" }, 2000))).toBeDefined();
-      expect(await refused(controlRequest(nc, nodeSubject("default", "n1", "signal"), { actorId: "c2", signal: "kill" }, 2000))).toBeDefined();
+      await expectPermissionDenied(controlRequest(nc, spawnSubject("default"), { id: "evil", type: "counter" }, 2000));
+      await expectPermissionDenied(controlRequest(nc, nodeSubject("default", "n1", "signal"), { actorId: "c2", signal: "kill" }, 2000));
       // Deciding an agent's tool call is an operator's act.
-      expect(await refused(controlRequest(nc, approveSubject("default"), { runId: "r1", approvalId: "ap-000000000000", approved: true }, 2000))).toBeDefined();
+      await expectPermissionDenied(controlRequest(nc, approveSubject("default"), { runId: "r1", approvalId: "ap-000000000000", approved: true }, 2000));
       nc.publish("$KV.kova_default_agents.c2", new TextEncoder().encode(JSON.stringify({ id: "c2", type: "counter", desired: "killed" })));
       nc.publish("$KV.kova_default_leases.c2", new TextEncoder().encode("{}"));
       // No JetStream API at all: not even the account info a manager starts with.
-      expect(await refused(jetstreamManager(nc, { timeout: 2000 }))).toBeDefined();
+      await expectPermissionDenied(jetstreamManager(nc, { timeout: 2000 }));
       const jsm = await jetstreamManager(nc, { timeout: 2000, checkAPI: false });
-      expect(await refused(jsm.consumers.info("KOVA_DEFAULT_A2A", "agent_c2"))).toBeDefined();
-      expect(
-        await refused(jsm.consumers.add("KOVA_DEFAULT_A2A", { durable_name: "steal", filter_subject: "kova.default.a2a.c2", ack_policy: AckPolicy.Explicit })),
-      ).toBeDefined();
+      await expectPermissionDenied(jsm.consumers.info("KOVA_DEFAULT_A2A", "agent_c2"));
+      await expectPermissionDenied(
+        jsm.consumers.add("KOVA_DEFAULT_A2A", { durable_name: "steal", filter_subject: "kova.default.a2a.c2", ack_policy: AckPolicy.Explicit }),
+      );
       let seen = 0;
       let subError: Error | null = null;
       nc.subscribe("kova.default.a2a.>", {

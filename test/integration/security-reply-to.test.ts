@@ -1,11 +1,11 @@
 import { describe, expect, it } from "vitest";
 import { Kvm } from "@nats-io/kv";
 import { createEnvelope, type A2AEnvelope } from "../../src/bus/index.js";
-import { isStreamNotFound } from "../../src/bus/nats-errors.js";
 import { NatsCheckpointStore, type CounterState } from "../../src/actors/index.js";
 import { readCheckpoint, type Checkpoint } from "../../src/actors/checkpoint-store.js";
 import { fileServer, startRig, uniqueCluster } from "../fixtures/actors/helpers.js";
 import { poll } from "../fixtures/poll.js";
+import { openBucket } from "../../src/node/kv-mirror.js";
 
 const server = fileServer();
 
@@ -27,6 +27,9 @@ describe("security: replyTo", () => {
       const checkpoints = await kvm.open(NatsCheckpointStore.bucketName(cluster));
       const before = await checkpoints.get("c2");
       expect(before?.revision).toBeGreaterThan(0);
+      // A host without a node has no leases or agents bucket: made here, as a node would, so a
+      // forged reply would have somewhere to land.
+      const named = await Promise.all([`kova_${cluster}_leases`, `kova_${cluster}_agents`].map((b) => openBucket(rig.bus.nc, b)));
 
       const targets = [
         `$KV.${NatsCheckpointStore.bucketName(cluster)}.c2`,
@@ -62,11 +65,12 @@ describe("security: replyTo", () => {
       const processed = readCheckpoint("checkpoint of actor c2", after!.json<Checkpoint>()).processed;
       expect(processed.length).toBeGreaterThan(0);
       expect(processed.some((id) => sent.some((e) => e.id === id))).toBe(false);
-      for (const bucket of [`kova_${cluster}_leases`, `kova_${cluster}_agents`]) {
-        // A host without a node has neither bucket: a forged reply must not have created one.
-        const kv = await kvm.open(bucket);
-        const got = await kv.get("c2").catch((err: unknown) => (isStreamNotFound(err) ? null : Promise.reject(err)));
-        expect(got, bucket).toBeNull();
+      // c2 is the bucket's only key: one write since `before`, the good message's checkpoint.
+      expect(after!.revision).toBe(before!.revision + 1);
+      for (const kv of named) {
+        const status = await kv.status();
+        expect(await kv.get("c2"), status.bucket).toBeNull();
+        expect(status.values, status.bucket).toBe(0);
       }
       expect((await rig.bus.jsm.streams.info(`KOVA_${cluster.toUpperCase()}_A2A`)).config.name).toBe(`KOVA_${cluster.toUpperCase()}_A2A`);
     } finally {

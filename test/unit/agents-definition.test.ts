@@ -238,11 +238,11 @@ describe("agent definitions, config, protocol and budgets (pure)", () => {
   it("runtime forget - a passivated agent's token bucket is dropped once full again (a new one starts full), not before", async () => {
     const runtime = new AgentRuntime({ bus: undefined as never, models: new Map(), tools: new ToolRegistry() });
     runtime.bucket("support--a", 60_000); // full
-    runtime.bucket("support--b", 60_000).charge(50, Date.now()); // 1 token per ms: full again in 50 ms
+    runtime.bucket("support--b", 60_000).charge(2_000, Date.now()); // 1 token per ms: full again in 2 s
     runtime.forget("support--a");
     runtime.forget("support--b");
     expect(runtime.bucketCount).toBe(1);
-    await poll(() => runtime.bucketCount === 0, { timeoutMs: 5_000, what: "the refilled bucket dropped" });
+    await poll(() => runtime.bucketCount === 0, { timeoutMs: 10_000, what: "the refilled bucket dropped" });
     runtime.close();
   });
 
