@@ -27,7 +27,15 @@ export function register(program: Command): void {
       const kova = await KovaNode.start({ config, logger, types });
       // `[gateway]` in the node's config: the node serves HTTP too, on its own connection.
       // Loaded only then, so a node without it does not load express and the A2A SDK.
-      const gateway = config.gateway ? await (await import("./gateway-commands.js")).startGatewayFor(config, logger, { bus: kova.busClient }) : undefined;
+      let gateway: Awaited<ReturnType<typeof import("./gateway-commands.js").startGatewayFor>> | undefined;
+      try {
+        gateway = config.gateway ? await (await import("./gateway-commands.js")).startGatewayFor(config, logger, { bus: kova.busClient }) : undefined;
+      } catch (err) {
+        // A node whose [gateway] cannot serve does not run on half-started: it hands its
+        // actors back and leaves, and the error says what to change.
+        await kova.stop("gateway failed to start").catch((e: unknown) => logger.warn({ err: e }, "node stop after the gateway failure"));
+        throw err;
+      }
       if (gateway) logger.info({ url: gateway.url }, "gateway serving");
       installShutdown({
         stop: async (reason) => {

@@ -12,6 +12,7 @@ import { authenticate, mayUse, RateLimiter, requireAgent } from "./auth.js";
 import { agentCard, directoryCard, type CardOptions } from "./cards.js";
 import type { GatewayConfig } from "./config.js";
 import { GatewayErrorCode, GatewayHttpError } from "./errors.js";
+import { ConfigError } from "../core/errors.js";
 import { KeyRing } from "./keys.js";
 import { chatCompletions, listModels } from "./openai.js";
 import { RunClient } from "./runs.js";
@@ -130,9 +131,9 @@ export class Gateway {
       }
       server.on("request", gw.app());
       await new Promise<void>((resolve, reject) => {
-        server.once("error", reject);
+        server.once("error", (err) => reject(listenError(err, opts.config.host, opts.config.port)));
         server.listen(opts.config.port, opts.config.host, () => {
-          server.off("error", reject);
+          server.removeAllListeners("error");
           resolve();
         });
       });
@@ -308,4 +309,18 @@ export class Gateway {
   [Symbol.asyncDispose](): Promise<void> {
     return this.close();
   }
+}
+
+/** The listen failure as a config error naming `[gateway] listen` and what to do. */
+function listenError(err: NodeJS.ErrnoException, host: string, port: number): ConfigError {
+  const at = `${host}:${port}`;
+  const why =
+    err.code === "EADDRINUSE"
+      ? `${at} is already in use by another process: stop it, or give the gateway another address (or --listen)`
+      : err.code === "EACCES"
+        ? `${at} may not be bound by this user (ports below 1024 need privileges): pick a port above 1024`
+        : err.code === "EADDRNOTAVAIL"
+          ? `${host} is not an address of this machine: use 127.0.0.1, 0.0.0.0 or one of its interfaces`
+          : `cannot listen on ${at}: ${err.message}`;
+  return new ConfigError("gateway.listen", why, { cause: err });
 }

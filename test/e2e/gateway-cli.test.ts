@@ -1,5 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { spawn } from "node:child_process";
+import { readFile, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { REPO, TestCluster } from "../fixtures/node/cluster-harness.js";
 import { defer } from "../fixtures/disposable.js";
@@ -91,4 +92,22 @@ describe("gateway from the CLI", () => {
     child.kill("SIGTERM");
     await new Promise((r) => child.once("exit", r));
   }, 90_000);
+  it("gateway cli - a node whose [gateway] cannot listen (the address is taken) leaves the cluster and exits 1 with an error naming gateway.listen", async () => {
+    await using tc = await TestCluster.create({ nodes: ["n1"], actors: 1, extraToml: `[gateway]\nlisten = "127.0.0.1:0"` });
+    const taken = new URL(await loggedGatewayUrl(tc, "n1")).host;
+    const config = (await readFile(tc.configPath("n1"), "utf8"))
+      .replace('id = "n1"', 'id = "n2"')
+      .replace(/data_dir = "([^"]*)n1"/, 'data_dir = "$1n2"')
+      .replace('listen = "127.0.0.1:0"', `listen = "${taken}"`);
+    const path = tc.configPath("n2");
+    await writeFile(path, config);
+    const run = await tc.cli(["node", "start", "--config", path]);
+    expect(run.code, run.stderr).toBe(1);
+    expect(run.stderr).toContain("gateway.listen");
+    expect(run.stderr).toContain(`${taken} is already in use`);
+    // It joined before its gateway failed: it left again, and n1 still hosts the actor.
+    const nodes = await tc.cli(["nodes", "ls", "--json"]);
+    expect((JSON.parse(nodes.stdout) as Array<{ id: string }>).map((n) => n.id)).toEqual(["n1"]);
+    expect((await tc.agents()).get("p-0")?.node).toBe("n1");
+  }, 60_000);
 });
