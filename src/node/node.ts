@@ -43,6 +43,7 @@ import { mirrorTiming } from "./kv-mirror.js";
 import { LeaseTable } from "./lease.js";
 import { Membership } from "./membership.js";
 import { startMicroService, type MicroService } from "./micro-service.js";
+import { refuseNodeIdInUse } from "./node-id-check.js";
 import { jetStreamReplicas, resolveNats, type ResolvedNats, type ResolveNatsOptions } from "./nats-bootstrap.js";
 import { PlacementController, type HostPort } from "./placement-controller.js";
 import { recoverPendingTurns, type NodeRecoveryReport } from "./recovery-policy.js";
@@ -235,6 +236,14 @@ export class KovaNode {
         ...(config.replyPrefixes ? { replyPrefixes: config.replyPrefixes } : {}),
       }),
     );
+    try {
+      await this.whenNatsReady("node id check", () => refuseNodeIdInUse(this.bus.nc, cluster, nodeId, this.log));
+    } catch (err) {
+      // The NATS server may be the running node's own (started by it, found by its record
+      // in the same data dir): leave it running.
+      this.nats = { ...this.nats, stop: async () => undefined };
+      throw err;
+    }
     const replicas = config.replicas ?? jetStreamReplicas(this.bus.nc);
     await this.whenNatsReady("streams", () => this.bus.ensureStreams({ replicas }));
     // Every node moves messages that exhausted max_deliver to the DLQ; several movers are

@@ -1,4 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { readFile, writeFile } from "node:fs/promises";
 import { createEnvelope } from "../../src/bus/index.js";
 import { BusErrorCode } from "../../src/bus/errors.js";
 import { isKovaError } from "../../src/core/errors.js";
@@ -115,5 +116,22 @@ describe("node restart after SIGKILL", () => {
     );
     expect(s.ids.filter((id) => id === long.id)).toHaveLength(1);
     expect(s.dupHandled).toBe(0);
+  }, 60000);
+  it("cluster - a second process started with a running node's id refuses to start, naming the node's pid, and the running node keeps its actors", async () => {
+    const leasesBefore = await tc.leases();
+    const config = (await readFile(tc.configPath("solo"), "utf8")).replace(/data_dir = "([^"]*)solo"/, 'data_dir = "$1solo-twin"');
+    const path = tc.configPath("solo-twin");
+    await writeFile(path, config);
+    const twin = await tc.cli(["node", "start", "--config", path]);
+    expect(twin.code, twin.stderr).toBe(1);
+    expect(twin.stderr).toContain("node.id");
+    expect(twin.stderr).toContain(`"solo" is in use by a running node`);
+    expect(twin.stderr).toContain(`pid ${tc.procs.get("solo")!.child.pid}`);
+    // Nothing of the running node's was touched: same leases (node and incarnation), still answering.
+    expect(await tc.leases()).toEqual(leasesBefore);
+    expect((await tc.status("solo")).nodeId).toBe("solo");
+    const probe = createEnvelope({ from: "tester", to: "p-0", type: "task_delegate", payload: {} });
+    await tc.bus.send(probe);
+    await poll(async () => (await tc.info<ProbeState>("p-0")).ids.includes(probe.id), { timeoutMs: 10_000, what: "p-0 still served", retryErrors: true });
   }, 60000);
 });
