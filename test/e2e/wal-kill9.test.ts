@@ -75,6 +75,8 @@ describe("wal kill -9 harness", () => {
       let appendedTotal = 0;
       for (let i = 0; i < ITERATIONS; i++) {
         const facts = await runChild(t.dir, Math.floor(Math.random() * 40), i % 2 === 1);
+        // A child the guard killed before READY tested nothing: say so instead of counting it.
+        expect(facts.ready, `kill ${i}: the child never reported READY within the guard's 10 s`).toBe(true);
         for (const [seq, n] of facts.appended) everAppended.set(seq, n);
         for (const seq of facts.completed) everCompleted.add(seq);
         appendedTotal += facts.appended.size;

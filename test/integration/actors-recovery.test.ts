@@ -8,6 +8,7 @@ import { fileServer, startRig, uniqueCluster } from "../fixtures/actors/helpers.
 import { waitForConsumer } from "../fixtures/bus/helpers.js";
 import { tempDir } from "../fixtures/disposable.js";
 import { poll } from "../fixtures/poll.js";
+import { captureLogs } from "../fixtures/capture-logs.js";
 
 const server = fileServer();
 
@@ -226,14 +227,18 @@ describe("actor turns across a NATS outage", () => {
       },
       rpc: { info_request: (_env, state) => state },
     });
-    await using rig = await startRig(own.url, uniqueCluster(), [payer]);
+    const logs = captureLogs();
+    await using rig = await startRig(own.url, uniqueCluster(), [payer], { host: { logger: logs.logger } });
     await rig.host.start("pay1", "payer");
     await rig.bus.send(task1("pay1"));
     // The step is recorded (in the WAL and the step journal on NATS) before the server goes.
     await poll(() => charged === 1 && rig.wal.pendingFor("pay1").length === 1, { timeoutMs: 5_000, what: "step recorded" });
     await own.kill();
-    // The checkpoint to NATS fails while the server is down.
+    // The checkpoint to NATS fails while the server is down: the turn is not journaled to
+    // the end, and its WAL record stays for the redelivery.
     release();
+    await poll(() => logs.text().includes("turn could not be journaled"), { timeoutMs: 20_000, what: "the checkpoint save to fail during the outage" });
+    expect(rig.wal.pendingFor("pay1")).toHaveLength(1);
     await own.restart();
     const state = await poll(
       async () => {

@@ -145,6 +145,20 @@ describe("mcp over stdio: the fixture server", () => {
     await poll(() => logs.text().includes("slow call cancelled"), { timeoutMs: 5000, what: "the server's cancellation line in the log" });
   });
 
+  it("mcp stdio - a call whose caller aborts once the server runs it fails MCP_CALL_ABORTED, and the server is told to cancel", async () => {
+    const logs = captureLogs();
+    await using manager = await startManager([dynamic({})], { logger: logs.logger });
+    const abort = new AbortController();
+    const call = toolNamed(manager, "fixture/slow").run({ ms: 20_000 }, toolContext({ signal: abort.signal }));
+    const settled = failure(Promise.resolve(call));
+    await poll(() => logs.text().includes("slow call started"), { timeoutMs: 10_000, what: "the server to start the slow call" });
+    abort.abort(new Error("interrupted by the test"));
+    const err = await settled;
+    expect(err.code).toBe(McpErrorCode.MCP_CALL_ABORTED);
+    await poll(() => logs.text().includes("slow call cancelled"), { timeoutMs: 5000, what: "the server's cancellation line in the log" });
+    expect(await toolNamed(manager, "fixture/slow").run({ ms: 1 }, toolContext())).toEqual({ text: "waited 1 ms" });
+  });
+
   it("mcp stdio - lists every page of a paginated tools/list", async () => {
     await using manager = await startManager([dynamic({ FIXTURE_PAGE_SIZE: "3", FIXTURE_EXTRA_TOOLS: "10" })]);
     const names = manager.list().map((t) => t.name);
