@@ -5,10 +5,8 @@ import { timedPhase } from "../core/phases.js";
 import { decodeEnvelope, encodeEnvelope, type Encoding } from "./codec.js";
 import type { BusContext } from "./context.js";
 import { createEnvelope, validateOutgoing, type A2AEnvelope } from "./envelope.js";
-import { InvalidEnvelopeError, subjectTimeout, UnknownAgentError } from "./errors.js";
-import { registryKnows } from "./unknown-agents.js";
-import { requestActivation } from "./activation.js";
-import { parseInstanceId } from "../core/ids.js";
+import { InvalidEnvelopeError, subjectTimeout } from "./errors.js";
+import { assertAgentAddressable } from "./agent-check.js";
 import { replyToProblem } from "./reply-subject.js";
 import { sendEnvelope, type SendOptions } from "./send.js";
 import { ContentType, Header } from "./wire.js";
@@ -47,13 +45,8 @@ export async function ask<R>(ctx: BusContext, envelope: A2AEnvelope, opts: AskOp
     deadline: envelope.deadline ?? Date.now() + timeoutMs,
   });
   const subject = ctx.subjects.a2a(env.to);
-  // Nobody would ever answer: say so now instead of after the whole timeout. An id of
-  // the instance form is activated first (a node says UNKNOWN_AGENT when no template
-  // matches): its mailbox is then opening when the message lands.
-  if (opts.checkAgent !== false && (await registryKnows(ctx, env.to)) === false) {
-    if (parseInstanceId(env.to) === undefined) throw new UnknownAgentError(env.to);
-    await requestActivation(ctx, env.to);
-  }
+  // Nobody would ever answer: say so now instead of after the whole timeout.
+  if (opts.checkAgent !== false) await assertAgentAddressable(ctx, env.to);
   // Subscribe before sending: the reply may come back faster than the send's ack.
   const sub = ctx.nc.subscribe(inbox);
   const timer = setTimeout(() => sub.unsubscribe(), timeoutMs);

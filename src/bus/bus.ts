@@ -9,6 +9,7 @@ import { connectNats } from "./connection.js";
 import type { BusContext } from "./context.js";
 import { sweepUnknownAgents, type UnknownAgentSweep } from "./unknown-agents.js";
 import { requestActivation, type ActivationReply } from "./activation.js";
+import { assertAgentAddressable } from "./agent-check.js";
 import { deadLetterEnvelope, listDlq, startDlqMover, type DeadLetterOptions, type DlqEntry, type DlqMover } from "./dlq.js";
 import type { A2AEnvelope, MessageType } from "./envelope.js";
 import { BusClosedError, JetStreamUnavailableError } from "./errors.js";
@@ -206,6 +207,18 @@ export class Bus {
   activate(id: string, timeoutMs?: number): Promise<ActivationReply | undefined> {
     this.open("activate");
     return requestActivation(this.ctx, id, timeoutMs);
+  }
+
+  /**
+   * Fails at once when no agent of this id is declared, instead of sending a message
+   * nobody will answer (`ask` does this by itself; a caller that sends and then waits some
+   * other way calls it first). An instance id (`<template>--<key>`) is activated instead.
+   * Passes when the registry cannot be read. See agent-check.ts.
+   * @throws UnknownAgentError; RemoteError UNKNOWN_AGENT (no such template); BusClosedError
+   */
+  checkAgent(agentId: string): Promise<void> {
+    this.open("checkAgent");
+    return assertAgentAddressable(this.ctx, agentId);
   }
 
   /**

@@ -32,7 +32,8 @@ export interface RunSwarmOptions {
  * events (passing each to `onEvent`), and resolves with the coordinator's result, read
  * from its `result_notify` or, if that reply is lost (the coordinator was taken over by
  * another node), from its `run_completed` event.
- * @throws SwarmRunFailedError when the run ends failed or cancelled; DelegatedRunTimeoutError
+ * @throws UnknownAgentError (before anything is sent) when no agent `coordinator` is declared;
+ *   SwarmRunFailedError when the run ends failed or cancelled; DelegatedRunTimeoutError
  *   when no answer came by the deadline plus `graceMs`; InvalidIdError / ArgumentError for bad input
  */
 export async function runSwarm(via: Bus | KovaClient, coordinator: string, task: string, opts: RunSwarmOptions = {}): Promise<SwarmResult> {
@@ -42,6 +43,9 @@ export async function runSwarm(via: Bus | KovaClient, coordinator: string, task:
   const runId = opts.runId ?? derivedId("swarm", requestId);
   const sessionId = opts.sessionId ?? runId;
   const deadlineMs = opts.constraints?.deadline !== undefined ? durationMs(opts.constraints.deadline, "constraints.deadline") : DEFAULT_SWARM_DEADLINE_MS;
+  // A coordinator nobody declared would leave the request in the stream and the caller
+  // waiting out the whole deadline: fail now, as `ask` does.
+  await bus.checkAgent(coordinator);
   const until = Date.now() + deadlineMs + (opts.graceMs ?? 60_000);
   await using watcher = await RunWatcher.start(bus, { sessionId, since: Date.now() - 60_000 });
   const events = opts.onEvent ? bus.subscribeEvents({ sessionId }) : undefined;

@@ -1,0 +1,64 @@
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { isKovaError } from "../../src/core/errors.js";
+import { runSwarm } from "../../src/swarm/index.js";
+import { scriptedReply, startScriptedModelServer, type ScriptedModelServer } from "../../src/testing/index.js";
+import { TestCluster } from "../fixtures/node/cluster-harness.js";
+import { poll } from "../fixtures/poll.js";
+
+/**
+ * A mistyped or misused id must fail at once with an error that says what to do, not
+ * after a timeout (one node process; the tests share it because starting it is the slow
+ * part). The cluster has an agent `helper`, a template `support` and a swarm `planner`.
+ */
+let model: ScriptedModelServer;
+let tc: TestCluster;
+
+beforeAll(async () => {
+  model = await startScriptedModelServer({
+    handler: (req) => (req.lastMessage?.content === "fail" ? scriptedReply.error(400, { message: "scripted refusal" }) : scriptedReply.text("ok")),
+  });
+  const toml = [
+    `[models.main]`,
+    `base_url = "${model.url}"`,
+    `model = "gpt-4o-mini"`,
+    `max_retries = 0`,
+    `[[agents]]`,
+    `id = "helper"`,
+    `model = "main"`,
+    `system = "You help."`,
+    `[[agent_templates]]`,
+    `name = "support"`,
+    `model = "main"`,
+    `system = "You help."`,
+    `[[swarms]]`,
+    `id = "planner"`,
+    `model = "main"`,
+  ].join("\n");
+  tc = await TestCluster.create({ nodes: ["n1"], logLevel: "warn", extraToml: toml });
+  await poll(async () => (await tc.agents()).get("helper")?.node === "n1", { timeoutMs: 20_000, what: "helper hosted on n1" });
+}, 60_000);
+afterAll(async () => {
+  await tc?.stop();
+  await model?.close();
+});
+
+/** How many messages the A2A stream holds for `agentId`. */
+async function storedFor(agentId: string): Promise<number> {
+  const subject = tc.bus.subjects.a2a(agentId);
+  const info = await tc.bus.jsm.streams.info(tc.bus.subjects.streams.a2a, { subjects_filter: subject });
+  return info.state.subjects?.[subject] ?? 0;
+}
+
+describe("unknown ids fail at once", () => {
+  it("swarm - kova swarm run and runSwarm with a mistyped coordinator fail at once with UNKNOWN_AGENT and store nothing", async () => {
+    const started = Date.now();
+    const cli = await tc.cli(["swarm", "run", "x", "--coordinator", "planr"]);
+    expect(cli.code, cli.stderr).toBe(1);
+    expect(cli.stderr).toContain("UNKNOWN_AGENT");
+    expect(cli.stderr).toContain("no agent planr is declared");
+    const err = await runSwarm(tc.bus, "planr", "x").catch((e: unknown) => e);
+    expect(isKovaError(err) && err.code).toBe("UNKNOWN_AGENT");
+    expect(Date.now() - started).toBeLessThan(15_000);
+    expect(await storedFor("planr")).toBe(0);
+  });
+});
