@@ -54,13 +54,16 @@ export function parseSchedule(raw: unknown, key: string): ScheduleSpec {
   if (t.cron !== undefined) {
     spec.cron = stringValue(t.cron, `${key}.cron`)!;
     const tz = stringValue(t.tz, `${key}.tz`);
-    if (tz !== undefined) spec.tz = tz;
+    if (tz !== undefined) {
+      if (!isTimeZone(tz)) throw new ConfigError(`${key}.tz`, `${JSON.stringify(tz)} is not a time zone: use an IANA name such as "Europe/Berlin" or "UTC"`);
+      spec.tz = tz;
+    }
     try {
       CronExpressionParser.parse(spec.cron, { currentDate: Date.now(), ...(spec.tz ? { tz: spec.tz } : {}), strict: false });
     } catch (err) {
       throw new ConfigError(
         `${key}.cron`,
-        `${JSON.stringify(spec.cron)} is not a cron expression (minute hour day-of-month month day-of-week, optionally seconds first) or tz ${JSON.stringify(spec.tz)} is unknown: ${(err as Error).message}`,
+        `${JSON.stringify(spec.cron)} is not a cron expression: write minute hour day-of-month month day-of-week (optionally seconds first), e.g. "0 8 * * 1-5" (${(err as Error).message})`,
         { cause: err },
       );
     }
@@ -128,4 +131,13 @@ function countTicks(spec: ScheduleSpec, first: number, latest: number, anchor: n
   let n = 1;
   for (let t = first; t < latest && n < cap; n++) t = nextTick(spec, t, anchor);
   return n;
+}
+
+function isTimeZone(tz: string): boolean {
+  try {
+    new Intl.DateTimeFormat("en", { timeZone: tz });
+    return true;
+  } catch {
+    return false;
+  }
 }

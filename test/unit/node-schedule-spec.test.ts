@@ -11,9 +11,11 @@ describe("schedules: specs and ticks", () => {
     expect(parseSchedule({ id: "tick", every: "15m", to: "a", catch_up: "run_once" }, "s").everyMs).toBe(900_000);
     expect(durationMs(2500, "k")).toBe(2500);
     expect(configError(() => parseSchedule({ id: "x", to: "a" }, "schedules[1]")).message).toContain("exactly one of cron");
-    expect(configError(() => parseSchedule({ id: "x", cron: "61 * * * *", to: "a" }, "schedules[1]")).message).toContain("schedules[1].cron");
-    expect(configError(() => parseSchedule({ id: "x", cron: "* * * * *", tz: "Mars/Olympus", to: "a" }, "schedules[1]")).message).toContain(
-      "schedules[1].cron",
+    const badCron = configError(() => parseSchedule({ id: "x", cron: "61 * * * *", to: "a" }, "schedules[1]")).message;
+    expect(badCron).toContain('schedules[1].cron: "61 * * * *" is not a cron expression: write minute hour');
+    expect(badCron).not.toContain("tz");
+    expect(configError(() => parseSchedule({ id: "x", cron: "* * * * *", tz: "Mars/Olympus", to: "a" }, "schedules[1]")).message).toBe(
+      'schedules[1].tz: "Mars/Olympus" is not a time zone: use an IANA name such as "Europe/Berlin" or "UTC"',
     );
     expect(configError(() => parseSchedule({ id: "x", every: "soon", to: "a" }, "schedules[2]")).message).toContain("schedules[2].every");
     expect(configError(() => parseSchedule({ id: "x", every: "1s", to: "a", catch_up: "all" }, "s")).message).toContain("s.catch_up");
