@@ -1,12 +1,11 @@
-import type { Express, Request, Response } from "express";
-import { isValidId } from "../core/ids.js";
+import type { Express, Request } from "express";
 import type { Logger } from "../core/logger.js";
-import type { Bus, KovaEvent } from "../bus/index.js";
+import type { Bus } from "../bus/index.js";
 import { nodesBucket, type NodeRecord } from "../node/membership.js";
 import type { AgentRegistry } from "../node/registry.js";
 import { KvMirror, openBucket } from "../node/kv-mirror.js";
 import { mayUse } from "./auth.js";
-import { GatewayErrorCode, GatewayHttpError } from "./errors.js";
+import { sessionEvents } from "./web-session-events.js";
 import { LOGIN_HTML, WEB_VIEW_HTML } from "./web-page.js";
 
 /**
@@ -127,39 +126,4 @@ async function clusterView(deps: WebViewDeps, req: Request, nodesMirror: () => P
     deps.log.debug({ err }, "DLQ stream not readable");
   }
   return { cluster: bus.cluster, at: now, nodes, agents, dlq };
-}
-
-async function sessionEvents(deps: WebViewDeps, req: Request, res: Response): Promise<void> {
-  const sessionId = req.params.sessionId as string;
-  if (!isValidId(sessionId)) throw new GatewayHttpError(400, GatewayErrorCode.BAD_REQUEST, `${JSON.stringify(sessionId)} is not a session id`);
-  const { bus } = deps;
-  const consumer = await bus.js.consumers.get(bus.subjects.streams.events, { filter_subjects: `${bus.subjects.sessionEvents(sessionId)}` });
-  const messages = await consumer.consume({ max_messages: 512 });
-  res.status(200);
-  res.setHeader("Content-Type", "text/event-stream");
-  res.setHeader("Cache-Control", "no-cache");
-  res.setHeader("X-Accel-Buffering", "no");
-  res.flushHeaders();
-  // A comment line per 15 s keeps proxies from closing an idle stream.
-  const keepAlive = setInterval(() => res.write(": keep-alive\n\n"), 15_000);
-  res.on("close", () => {
-    clearInterval(keepAlive);
-    void messages.stop();
-  });
-  let caughtUp = false;
-  for await (const m of messages) {
-    let event: KovaEvent;
-    try {
-      event = m.json<KovaEvent>();
-    } catch {
-      continue;
-    }
-    // Tokens are many and the tree needs only their count: send their size, not their text.
-    const sent = event.type === "model_delta" ? { ...event, data: { chars: String((event.data as { text?: unknown })?.text ?? "").length } } : event;
-    res.write(`data: ${JSON.stringify(sent)}\n\n`);
-    if (!caughtUp && m.info.pending === 0) {
-      caughtUp = true;
-      res.write("event: caught_up\ndata: {}\n\n");
-    }
-  }
 }

@@ -1,0 +1,76 @@
+import type { Request, Response } from "express";
+import type { ConsumerMessages, Consumer } from "@nats-io/jetstream";
+import { isValidId } from "../core/ids.js";
+import type { Bus, KovaEvent } from "../bus/index.js";
+import type { Logger } from "../core/logger.js";
+import { GatewayErrorCode, GatewayHttpError } from "./errors.js";
+
+/** A comment line this often keeps proxies from closing an idle stream. */
+const KEEP_ALIVE_MS = 15_000;
+
+/**
+ * `GET /ui/api/sessions/<id>/events`: SSE of a session's events from its first one, then
+ * live. Each stream holds one ordered consumer on EVENTS, so whatever ends the request
+ * (the client leaving at any moment, also while the consumer is still being created)
+ * must stop and delete it: the close handler is hooked before the first await, and every
+ * await is followed by a check that the client is still there.
+ */
+export async function sessionEvents(deps: { bus: Bus; log: Logger }, req: Request, res: Response): Promise<void> {
+  const sessionId = req.params.sessionId as string;
+  if (!isValidId(sessionId)) throw new GatewayHttpError(400, GatewayErrorCode.BAD_REQUEST, `${JSON.stringify(sessionId)} is not a session id`);
+  const { bus } = deps;
+  let closed = false;
+  let consumer: Consumer | undefined;
+  let messages: ConsumerMessages | undefined;
+  let keepAlive: NodeJS.Timeout | undefined;
+  const release = () => {
+    clearInterval(keepAlive);
+    void messages?.close().catch(() => undefined);
+    // An ordered consumer otherwise stays on the server for its 5 min inactivity threshold.
+    void consumer?.delete().catch((err: unknown) => deps.log.debug({ err, sessionId }, "could not delete a web view consumer; it expires when idle"));
+    consumer = undefined;
+  };
+  res.on("close", () => {
+    closed = true;
+    release();
+  });
+  // The socket may have gone before this handler ran (its close event then came already).
+  const gone = () => closed || req.socket.destroyed;
+  try {
+    if (gone()) return;
+    consumer = await bus.js.consumers.get(bus.subjects.streams.events, { filter_subjects: bus.subjects.sessionEvents(sessionId) });
+    if (gone()) return;
+    messages = await consumer.consume({ max_messages: 512 });
+    if (gone()) return;
+    res.status(200);
+    res.setHeader("Content-Type", "text/event-stream");
+    res.setHeader("Cache-Control", "no-cache");
+    res.setHeader("X-Accel-Buffering", "no");
+    res.flushHeaders();
+    keepAlive = setInterval(() => res.write(": keep-alive\n\n"), KEEP_ALIVE_MS);
+    let caughtUp = false;
+    for await (const m of messages) {
+      if (gone()) return;
+      let event: KovaEvent | undefined;
+      try {
+        event = m.json<KovaEvent>();
+      } catch {
+        event = undefined;
+      }
+      if (event) res.write(`data: ${JSON.stringify(forView(event))}\n\n`);
+      if (!caughtUp && m.info.pending === 0) {
+        caughtUp = true;
+        res.write("event: caught_up\ndata: {}\n\n");
+      }
+    }
+    // The consumer stopped (the server went away): end the stream; EventSource reconnects.
+    if (!gone()) res.end();
+  } finally {
+    release();
+  }
+}
+
+/** Tokens are many and the tree needs only their count: send their size, not their text. */
+function forView(event: KovaEvent): KovaEvent {
+  return event.type === "model_delta" ? { ...event, data: { chars: String((event.data as { text?: unknown })?.text ?? "").length } } : event;
+}
