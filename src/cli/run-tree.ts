@@ -30,6 +30,8 @@ function num(v: unknown): number {
 export class RunTree {
   private readonly runs = new Map<string, RunNode>();
   private seen = 0;
+  /** The newest event time folded in: the clock of a snapshot of past events. */
+  lastTs = 0;
 
   private node(runId: string): RunNode {
     let n = this.runs.get(runId);
@@ -43,6 +45,7 @@ export class RunTree {
   /** Folds one event in; returns true when a run ended with it (`run_stream_end`). */
   apply(e: KovaEvent): boolean {
     const n = this.node(e.runId);
+    if (e.ts > this.lastTs) this.lastTs = e.ts;
     const d = (e.data ?? {}) as Record<string, unknown>;
     if (e.parentRunId && !n.parentRunId) n.parentRunId = e.parentRunId;
     n.startTs ??= e.ts;
@@ -158,13 +161,17 @@ export class RunTree {
 
 /**
  * Draws a RunTree as events arrive: on a terminal the tree is redrawn in place (and every
- * second, so durations move); piped, a snapshot is printed each time a run ends, and once
- * more at `finish`, separated by blank lines (the last one is the final tree).
+ * second, so durations move); piped, a snapshot is printed each time a run ends, and at
+ * `finish` when anything changed since, separated by blank lines (the last one is the
+ * final tree). A piped snapshot reads durations off the events' own clock, so a replay of
+ * a finished run shows the times it had, not the time of the replay.
  */
 export class LiveRunTree {
   readonly tree = new RunTree();
   private readonly live: boolean;
   private drawn = 0;
+  /** Events folded in since the last draw. */
+  private changed = false;
   private readonly timer: NodeJS.Timeout | undefined;
 
   constructor(private readonly out: { write(text: string): unknown; isTTY?: boolean }) {
@@ -176,12 +183,14 @@ export class LiveRunTree {
   /** Folds one event in and draws; returns true when a run ended with it. */
   apply(e: KovaEvent): boolean {
     const ended = this.tree.apply(e);
+    this.changed = true;
     if (this.live || ended) this.draw();
     return ended;
   }
 
   private draw(): void {
-    const lines = this.tree.render();
+    this.changed = false;
+    const lines = this.tree.render(this.live ? Date.now() : this.tree.lastTs);
     if (lines.length === 0) return;
     if (this.live) this.out.write(`${this.drawn > 0 ? `\x1b[${this.drawn}A\x1b[J` : ""}${lines.join("\n")}\n`);
     else this.out.write(`${lines.join("\n")}\n\n`);
@@ -191,6 +200,6 @@ export class LiveRunTree {
   /** Stops redrawing; piped, prints the final tree. */
   finish(): void {
     if (this.timer) clearInterval(this.timer);
-    if (!this.live) this.draw();
+    if (!this.live && this.changed) this.draw();
   }
 }
