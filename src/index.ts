@@ -65,6 +65,7 @@ export type {
   ActorContext,
   ActorDefinition,
   ActorHandler,
+  ActorSendOptions,
   EmitOptions,
   RpcHandler as ActorRpcHandler,
   RpcType,

@@ -56,7 +56,7 @@ export function makeContext(
     random: () => journal.random(),
     newId: () => journal.newId(),
     step: (name, fn, opts) => journal.step(name, fn, opts),
-    send: async (fields) => {
+    send: async (fields, opts = {}) => {
       // The id is fixed before the publish by what the journal already holds (actor,
       // message, step index), so a replay on any node sends the same id and JetStream's
       // duplicate window (or the receiver's processed ids) drops the repeat. A v1 record
@@ -65,6 +65,7 @@ export function makeContext(
       return journal.step(
         `send:${fields.type}:${fields.to}`,
         async () => {
+          if (opts.requireKnownAgent) await deps.bus.checkAgent(fields.to);
           await deps.bus.send(createEnvelope({ ...fields, id, from: actor.id }));
           crashPoint("after-publish-ack", actor.id);
           return id;

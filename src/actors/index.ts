@@ -20,6 +20,7 @@ export type {
   ActorContext,
   ActorDefinition,
   ActorHandler,
+  ActorSendOptions,
   EmitOptions,
   RpcHandler,
   RpcType,

@@ -85,7 +85,7 @@ export interface ActorContext<S> {
    * Sends an A2A message from this actor, as an idempotent step (the id is recorded, so a
    * replayed send is deduplicated by JetStream's `Nats-Msg-Id`). Resolves to the id.
    */
-  send(env: Omit<A2AEnvelope, "id" | "from"> & { id?: string }): Promise<string>;
+  send(env: Omit<A2AEnvelope, "id" | "from"> & { id?: string }, opts?: ActorSendOptions): Promise<string>;
   /** Publishes an event, as an idempotent step. */
   emit(type: string, data?: unknown, opts?: EmitOptions): Promise<void>;
   /**
@@ -98,6 +98,17 @@ export interface ActorContext<S> {
   working(): void;
   /** Aborted on interrupt and kill, and when the lease is lost. */
   readonly signal: AbortSignal;
+}
+
+export interface ActorSendOptions {
+  /**
+   * Look the recipient up in the registry first and fail with UnknownAgentError instead of
+   * sending when no agent of that id is declared (an instance id `<template>--<key>` is
+   * activated instead; an unreadable registry lets the send go). The check is part of the
+   * send's journaled step, so a replay fails (or sends) as the first try did. For a sender
+   * that waits for an answer: a message to an unknown id would never get one.
+   */
+  requireKnownAgent?: boolean;
 }
 
 export type ActorHandler<S> = (ctx: ActorContext<S>) => Promise<unknown>;

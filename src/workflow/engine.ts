@@ -27,7 +27,8 @@ import { renderTemplate, walk, type PathResolver } from "./template.js";
 export const RUN_STATE_VERSION = 1;
 
 export type RunStatus = "new" | "running" | "completed" | "failed" | "cancelled";
-export type StepStatus = "running" | "backoff" | "retry" | "completed" | "failed" | "skipped";
+/** `cancelled`: the run ended (cancelled, or failed elsewhere) while the step was still under way. */
+export type StepStatus = "running" | "backoff" | "retry" | "completed" | "failed" | "skipped" | "cancelled";
 
 export interface Usage {
   inputTokens: number;
@@ -188,7 +189,7 @@ function failure(code: string, message: string, data?: unknown): WireError {
 }
 
 function settled(rec: StepRecord): boolean {
-  return rec.status === "completed" || rec.status === "skipped" || rec.status === "failed";
+  return rec.status === "completed" || rec.status === "skipped" || rec.status === "failed" || rec.status === "cancelled";
 }
 
 /** What a step's `metadata` template reads. */
@@ -405,6 +406,13 @@ export class RunEngine {
     else this.s.output = output;
     for (const id of Object.keys(this.s.dispatches)) delete this.s.dispatches[id];
     for (const id of Object.keys(this.s.timers)) delete this.s.timers[id];
+    // Nothing runs on for an ended run (its dispatches and timers are gone): a step still
+    // under way would otherwise show `running` forever in the status.
+    for (const rec of Object.values(this.s.steps)) {
+      if (settled(rec)) continue;
+      rec.status = "cancelled";
+      rec.endedAt = this.now;
+    }
     const durationMs = this.now - this.s.createdAt;
     if (status === "completed") this.event("run_completed", { output, usage: this.s.usage, durationMs });
     else if (status === "failed") this.event("run_failed", { error, usage: this.s.usage, durationMs });

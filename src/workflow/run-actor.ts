@@ -1,4 +1,5 @@
-import { ErrorCode, KovaError, toWire, type WireError } from "../core/errors.js";
+import { ErrorCode, isKovaError, KovaError, toWire, type WireError } from "../core/errors.js";
+import { BusErrorCode } from "../bus/index.js";
 import { isValidId } from "../core/ids.js";
 import { defineActor, type ActorContext, type ActorDefinition } from "../actors/index.js";
 import { checkInput, parseWorkflow } from "./definition.js";
@@ -117,14 +118,17 @@ function findEvent(s: RunState, stepId: string): string | undefined {
 
 type Ctx = ActorContext<RunState>;
 
-async function perform(ctx: Ctx, effects: readonly Effect[], ports: WorkflowActorPorts): Promise<void> {
+/**
+ * Performs the engine's effects in order, including those that a failed delegation adds
+ * while they are performed (its step retries, is skipped or fails the run).
+ */
+async function perform(ctx: Ctx, engine: RunEngine, ports: WorkflowActorPorts): Promise<void> {
   const s = ctx.state;
   const where = { sessionId: s.sessionId, runId: s.runId, ...(s.parentRunId ? { parentRunId: s.parentRunId } : {}) };
-  for (const e of effects) {
+  for (let e = engine.effects.shift(); e !== undefined; e = engine.effects.shift()) {
     switch (e.kind) {
       case "send":
-        // The agent's result_notify goes to this run's inbox, which the A2A stream captures.
-        await ctx.send({ id: e.id, to: e.to, type: "task_delegate", payload: e.payload, correlationId: e.id, replyTo: ports.inbox(s.runId) });
+        await delegate(ctx, engine, e, ports);
         break;
       case "event":
         await ctx.emit(e.type, { ...e.data, workflowRunId: s.runId }, where);
@@ -164,6 +168,26 @@ async function perform(ctx: Ctx, effects: readonly Effect[], ports: WorkflowActo
   }
 }
 
+/**
+ * Sends one step's task_delegate. An agent nobody declared would never answer, and the
+ * step would wait forever: the send fails with UNKNOWN_AGENT instead (checked inside the
+ * send's journaled step, so a replay sees the same answer), and that failure settles the
+ * step at once as an agent's failed result would, so its on_error strategy applies.
+ */
+async function delegate(ctx: Ctx, engine: RunEngine, e: Extract<Effect, { kind: "send" }>, ports: WorkflowActorPorts): Promise<void> {
+  try {
+    // The agent's result_notify goes to this run's inbox, which the A2A stream captures.
+    await ctx.send(
+      { id: e.id, to: e.to, type: "task_delegate", payload: e.payload, correlationId: e.id, replyTo: ports.inbox(ctx.state.runId) },
+      { requireKnownAgent: true },
+    );
+  } catch (err) {
+    if (!isKovaError(err) || err.code !== BusErrorCode.UNKNOWN_AGENT) throw err;
+    engine.result(e.id, null, toWire(err));
+    engine.advance();
+  }
+}
+
 function subjectWaits(ports: WorkflowActorPorts): Promise<SubjectWaits> {
   if (!ports.waits)
     throw new KovaError(ErrorCode.INTERNAL, "this node cannot capture subjects for workflow waits (the workflow actor was registered without a waits port)");
@@ -184,7 +208,7 @@ export function workflowActor(ports: WorkflowActorPorts): ActorDefinition<RunSta
     const engine = new RunEngine(ctx.state, ctx.now());
     const outcome = apply(engine);
     engine.advance();
-    await perform(ctx, engine.effects, ports);
+    await perform(ctx, engine, ports);
     return { ...(outcome === undefined ? {} : { outcome }), run: runSummary(ctx.state) };
   };
 
