@@ -3,6 +3,7 @@ import type { ConsumerMessages, Consumer } from "@nats-io/jetstream";
 import { isValidId } from "../core/ids.js";
 import type { Bus, KovaEvent } from "../bus/index.js";
 import type { Logger } from "../core/logger.js";
+import { mayUse, type Principal } from "./auth.js";
 import { GatewayErrorCode, GatewayHttpError } from "./errors.js";
 
 /** A comment line this often keeps proxies from closing an idle stream. */
@@ -14,11 +15,14 @@ const KEEP_ALIVE_MS = 15_000;
  * (the client leaving at any moment, also while the consumer is still being created)
  * must stop and delete it: the close handler is hooked before the first await, and every
  * await is followed by a check that the client is still there.
+ *
+ * A key restricted to some agents sees only the events of their runs (RunAgentFilter).
  */
 export async function sessionEvents(deps: { bus: Bus; log: Logger }, req: Request, res: Response): Promise<void> {
   const sessionId = req.params.sessionId as string;
   if (!isValidId(sessionId)) throw new GatewayHttpError(400, GatewayErrorCode.BAD_REQUEST, `${JSON.stringify(sessionId)} is not a session id`);
   const { bus } = deps;
+  const visible = new RunAgentFilter(req.principal);
   let closed = false;
   let consumer: Consumer | undefined;
   let messages: ConsumerMessages | undefined;
@@ -57,7 +61,7 @@ export async function sessionEvents(deps: { bus: Bus; log: Logger }, req: Reques
       } catch {
         event = undefined;
       }
-      if (event) res.write(`data: ${JSON.stringify(forView(event))}\n\n`);
+      if (event && visible.shows(event)) res.write(`data: ${JSON.stringify(forView(event))}\n\n`);
       if (!caughtUp && m.info.pending === 0) {
         caughtUp = true;
         res.write("event: caught_up\ndata: {}\n\n");
@@ -67,6 +71,26 @@ export async function sessionEvents(deps: { bus: Bus; log: Logger }, req: Reques
     if (!gone()) res.end();
   } finally {
     release();
+  }
+}
+
+/**
+ * Which events of a session a key sees. Events name no agent; a run's `run_started`
+ * carries its agent id (docs/protocol.md, "Agent runs"), so the filter learns each run's
+ * agent from it and shows a restricted key (one with `agents`) only the runs of agents it
+ * may use. An event of a run it cannot attribute (no `run_started` seen) is not shown to
+ * such a key: what cannot be checked is not shown. A key without `agents` sees everything.
+ */
+export class RunAgentFilter {
+  private readonly agentOfRun = new Map<string, string>();
+  constructor(private readonly principal: Principal | undefined) {}
+
+  shows(event: KovaEvent): boolean {
+    const agentId = (event.data as { agentId?: unknown } | undefined)?.agentId;
+    if (event.type === "run_started" && typeof agentId === "string" && !this.agentOfRun.has(event.runId)) this.agentOfRun.set(event.runId, agentId);
+    if (this.principal !== undefined && this.principal.agents === undefined) return true;
+    const owner = this.agentOfRun.get(event.runId);
+    return owner !== undefined && mayUse(this.principal, owner);
   }
 }
 
