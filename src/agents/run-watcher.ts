@@ -66,6 +66,8 @@ export class RunWatcher implements AsyncDisposable {
   readonly #log: Logger;
   #sub: Subscription | undefined;
   #messages: ConsumerMessages | undefined;
+  /** Deleted at close: an ordered consumer otherwise stays on the server for its 5 min inactivity threshold. */
+  #consumer: { delete(): Promise<boolean> } | undefined;
   #closed = false;
   #markCaughtUp!: () => void;
   /**
@@ -100,6 +102,7 @@ export class RunWatcher implements AsyncDisposable {
           ? { filter_subjects: filter, deliver_policy: DeliverPolicy.All }
           : { filter_subjects: filter, deliver_policy: DeliverPolicy.StartTime, opt_start_time: new Date(opts.since ?? Date.now()).toISOString() },
       );
+      w.#consumer = consumer;
       w.#messages = await consumer.consume();
     } catch (err) {
       await w.close();
@@ -170,6 +173,9 @@ export class RunWatcher implements AsyncDisposable {
     this.#sub?.unsubscribe();
     // stop() on a consume that never started its first pull is harmless.
     this.#messages?.stop();
+    // Every ask, swarm subtask and gateway request has a watcher: a busy gateway left
+    // thousands of idle consumers on EVENTS for five minutes each.
+    void this.#consumer?.delete().catch((err: unknown) => this.#log.debug({ err }, "run watcher's consumer not deleted; it expires when idle"));
     for (const w of [...this.#waiters]) w.settle();
   }
 
