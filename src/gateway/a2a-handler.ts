@@ -1,4 +1,3 @@
-import { createHash } from "node:crypto";
 import type {
   AgentCard,
   CancelTaskRequest,
@@ -36,6 +35,9 @@ import type { NatsTaskStore } from "./task-store.js";
 import { ownerOf } from "./task-store.js";
 import { isTerminal, kovaMeta, messageText, newTask, type KovaTaskMeta } from "./task-projection.js";
 import type { LiveTask, TaskTracker } from "./task-tracker.js";
+import { scopedSessionId } from "./sessions.js";
+
+export { sessionIdFor } from "./sessions.js";
 
 /** The A2A `User` of a request: the API key that authenticated it. */
 export class KeyUser implements User {
@@ -220,7 +222,8 @@ export class KovaA2AHandler implements A2ARequestHandler {
     }
     const contextId = message.contextId || newId();
     const runId = newId();
-    const meta: KovaTaskMeta = { agentId, sessionId: sessionIdFor(contextId), runId, owner: ownerOf(context) };
+    // Scoped by the key: two keys naming one context do not share the agent's memory of it.
+    const meta: KovaTaskMeta = { agentId, sessionId: scopedSessionId(contextId, principal?.sessionScope), runId, owner: ownerOf(context) };
     const task = newTask({ taskId: runId, contextId, message, meta });
     await this.deps.store.save(task, context);
     this.deps.log.debug({ taskId: runId, agentId }, "a2a task started");
@@ -243,14 +246,6 @@ function agentFromMetadata(message: Message, params: SendMessageRequest): string
       'name the agent in message.metadata.agent (e.g. {"agent": "researcher"}), or use the agent\'s own endpoint /agents/<id>/a2a/jsonrpc',
     );
   return a;
-}
-
-/**
- * A2A context ids are free-form; Kova session ids are subject tokens. An id that is one
- * already is used as is; any other maps to a stable token derived from it.
- */
-export function sessionIdFor(contextId: string): string {
-  return isValidId(contextId) ? contextId : `ctx_${createHash("sha256").update(contextId).digest("base64url").slice(0, 32)}`;
 }
 
 function settled(live: LiveTask): Promise<void> {

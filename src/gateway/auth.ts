@@ -2,6 +2,7 @@ import type { NextFunction, Request, Response } from "express";
 import { GatewayErrorCode, GatewayHttpError } from "./errors.js";
 import type { ApiKey, KeyRing } from "./keys.js";
 import { parseInstanceId } from "../core/ids.js";
+import { sessionScopeOf } from "./sessions.js";
 
 /** Who is calling: the key's name and what it may use. */
 export interface Principal {
@@ -9,6 +10,8 @@ export interface Principal {
   name: string;
   agents?: string[];
   ratePerMinute?: number;
+  /** Prefix of the session ids of this key's sessions (sessions.ts); undefined under `auth = "none"`. */
+  sessionScope?: string;
 }
 
 const ANONYMOUS: Principal = { name: "anonymous" };
@@ -100,7 +103,12 @@ export function authenticate(opts: { mode: "keys" | "none"; keys: KeyRing; limit
         next(new GatewayHttpError(401, GatewayErrorCode.UNAUTHORIZED, "the API key is not valid: check it, or create one with kova gateway keys add <name>"));
         return;
       }
-      principal = { name: key.name, ...(key.agents ? { agents: key.agents } : {}), ...(key.ratePerMinute ? { ratePerMinute: key.ratePerMinute } : {}) };
+      principal = {
+        name: key.name,
+        sessionScope: sessionScopeOf(key.name),
+        ...(key.agents ? { agents: key.agents } : {}),
+        ...(key.ratePerMinute ? { ratePerMinute: key.ratePerMinute } : {}),
+      };
     }
     const wait = opts.limiter.take(principal);
     if (wait > 0) {

@@ -9,4 +9,4 @@ export { KeyAdmin, KeyRing, generateKey, hashKey, isKeyHash, keysBucket, type Ap
 export { NatsTaskStore, tasksBucket, type StoredTask } from "./task-store.js";
 export { RunClient, outcomeOf, type RunRequest, type RunEvent } from "./runs.js";
 export { TaskProjection, type RunOutcome, type RunUsage, type KovaTaskMeta } from "./task-projection.js";
-export { sessionIdFor } from "./a2a-handler.js";
+export { sessionIdFor, scopedSessionId, sessionScopeOf } from "./sessions.js";

@@ -5,7 +5,7 @@ import { INSTANCE_SEPARATOR, isValidId, isValidTemplateName, newId, parseInstanc
 import type { AgentRegistry } from "../node/registry.js";
 import { mayUse, requireAgent } from "./auth.js";
 import { GatewayErrorCode, GatewayHttpError } from "./errors.js";
-import { sessionIdFor } from "./a2a-handler.js";
+import { scopedSessionId } from "./sessions.js";
 import type { RunClient, RunRequest } from "./runs.js";
 import { kovaMeta, newTask, textPart, type RunUsage } from "./task-projection.js";
 import type { TaskTracker } from "./task-tracker.js";
@@ -85,7 +85,7 @@ export function chatRun(req: Request, timeoutMs: number): RunRequest & { stream:
     named: named !== undefined,
     kind: named ? "agent.chat" : "task_delegate",
     input: named || turns.length === 1 ? lastUser.text : turns.map((t) => `${t.role}: ${t.text}`).join("\n\n"),
-    sessionId: named ? sessionIdFor(named) : newId(),
+    sessionId: named ? scopedSessionId(named, req.principal?.sessionScope) : newId(),
     runId,
     timeoutMs,
     stream: body.stream === true,

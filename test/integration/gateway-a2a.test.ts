@@ -262,6 +262,33 @@ describe("gateway: A2A v1.0", () => {
     expect(huge.status).toBe(413);
     expect(huge.body.error.code).toBe(-32600);
   }, 90_000);
+
+  it("a2a - a contextId is per key: two keys sending in the same context do not share the agent's memory of it", async () => {
+    await using rig = await startGatewayRig({ handler, keys: { other: undefined } });
+    const send = async (key: string, text: string) => {
+      const r = await fetch(`${rig.url}/agents/helper/a2a/jsonrpc`, {
+        method: "POST",
+        headers: { authorization: `Bearer ${key}`, "content-type": "application/json", "A2A-Version": "1.0" },
+        body: JSON.stringify({
+          jsonrpc: "2.0",
+          id: 1,
+          method: "SendMessage",
+          params: { message: { messageId: randomUUID(), contextId: "shared-context", role: "ROLE_USER", parts: [{ text }] } },
+        }),
+      });
+      const body = (await r.json()) as { result: { task: Task & { contextId: string } } };
+      expect(body.result.task.status?.state).toBe("TASK_STATE_COMPLETED");
+      // the client's context id comes back as it sent it
+      expect(body.result.task.contextId).toBe("shared-context");
+    };
+    await send(rig.key, "key A's secret");
+    await send(rig.keys.other!, "key B's question");
+    await send(rig.key, "key A again");
+    const promptOf = (text: string) => JSON.stringify(rig.model.requests.find((q) => q.lastMessage?.content === text)?.messages);
+    expect(promptOf("key B's question")).not.toContain("key A's secret");
+    // key A's own conversation goes on
+    expect(promptOf("key A again")).toContain("key A's secret");
+  }, 60_000);
 });
 
 async function startOtherKeyClient(rig: Awaited<ReturnType<typeof startGatewayRig>>): Promise<Client> {

@@ -1,5 +1,6 @@
 import { describe, expect, it } from "vitest";
 import OpenAI from "openai";
+import { sessionScopeOf } from "../../src/gateway/sessions.js";
 import { scriptedReply, type ScriptedHandler } from "../../src/testing/index.js";
 import { startGatewayRig } from "../fixtures/gateway/rig.js";
 
@@ -74,8 +75,33 @@ describe("gateway: OpenAI-compatible endpoint", () => {
       body: JSON.stringify({ model: "helper", messages: [{ role: "user", content: "third" }] }),
     });
     expect(raw.status).toBe(200);
-    expect(raw.headers.get("x-kova-session-id")).toBe("conv-1");
+    // the session id is scoped by the key (sessions are per key); sent back, it names the same session
+    const sessionId = raw.headers.get("x-kova-session-id");
+    expect(sessionId).toBe(`${sessionScopeOf("test")}conv-1`);
     expect(((await raw.json()) as { choices: Array<{ message: { content: string } }> }).choices[0]?.message.content).toBe("echo: third (history 4)");
+    const again = await client.chat.completions.create({ model: "helper", user: sessionId!, messages: [{ role: "user", content: "fourth" }] });
+    expect(again.choices[0]?.message.content).toBe("echo: fourth (history 6)");
+  }, 60_000);
+
+  it("openai - sessions are per key: the same user from two keys are two conversations, for an agent and for a template's instance", async () => {
+    await using rig = await startGatewayRig({ handler, templates: ["support"], keys: { other: undefined } });
+    const a = new OpenAI({ baseURL: `${rig.url}/v1`, apiKey: rig.key, maxRetries: 0 });
+    const b = new OpenAI({ baseURL: `${rig.url}/v1`, apiKey: rig.keys.other!, maxRetries: 0 });
+    const say = (client: OpenAI, model: string, content: string) =>
+      client.chat.completions.create({ model, user: "alice", messages: [{ role: "user", content }] }).then((r) => r.choices[0]?.message.content);
+    for (const model of ["helper", "support"]) {
+      expect(await say(a, model, `key A's secret for ${model}`)).toBe(`echo: key A's secret for ${model} (history 0)`);
+      // key B names the same session: its run starts a conversation of its own
+      expect(await say(b, model, `key B asks ${model}`)).toBe(`echo: key B asks ${model} (history 0)`);
+      const bRequest = rig.model.requests.find((q) => JSON.stringify(q.messages).includes(`key B asks ${model}`));
+      expect(JSON.stringify(bRequest?.messages)).not.toContain("key A's secret");
+      // and key A's conversation goes on where it was
+      expect(await say(a, model, "go on")).toBe("echo: go on (history 2)");
+    }
+    // a template's instance per key and user
+    const instances = rig.node.agents().map((x) => x.id);
+    expect(instances).toContain(`support--${sessionScopeOf("test")}alice`);
+    expect(instances).toContain(`support--${sessionScopeOf("other")}alice`);
   }, 60_000);
 
   it("openai - refuses bad input and bad keys with clear errors: unknown model, no key, wrong key, forbidden agent, malformed and oversized bodies, over the rate", async () => {
@@ -124,10 +150,12 @@ describe("gateway: OpenAI-compatible endpoint", () => {
 
     // The template name and a session: that session's instance (activated on first use).
     expect(await chat("support", "hello", "user-42")).toBe("echo: hello (history 0)");
-    expect(rig.node.agents().map((a) => a.id)).toContain("support--user-42");
+    // The instance's key is the session id, scoped by the API key (sessions are per key).
+    const instance = `support--${sessionScopeOf("test")}user-42`;
+    expect(rig.node.agents().map((a) => a.id)).toContain(instance);
     expect(await chat("support", "again", "user-42")).toBe("echo: again (history 2)");
     // The instance by its id, same session: the same memory; another instance: its own.
-    expect(await chat("support--user-42", "third", "user-42")).toBe("echo: third (history 4)");
+    expect(await chat(instance, "third", "user-42")).toBe("echo: third (history 4)");
     expect(await chat("support--user-7", "hi", "user-42")).toBe("echo: hi (history 0)");
     // Without a session, "support" is no agent: 404, as for any unknown model.
     const bare = await chat("support", "hi").catch((e: unknown) => e);
@@ -139,7 +167,7 @@ describe("gateway: OpenAI-compatible endpoint", () => {
     const scoped = new OpenAI({ baseURL: `${rig.url}/v1`, apiKey: rig.keys.scoped!, maxRetries: 0 });
     const viaScoped = await scoped.chat.completions.create({ model: "support--user-9", messages: [{ role: "user", content: "yo" }] });
     expect(viaScoped.choices[0]?.message.content).toBe("echo: yo (history 0)");
-    expect((await scoped.models.list()).data.map((m) => m.id).sort()).toEqual(["support--user-42", "support--user-7", "support--user-9"]);
+    expect((await scoped.models.list()).data.map((m) => m.id).sort()).toEqual([instance, "support--user-7", "support--user-9"]);
     const denied = await scoped.chat.completions.create({ model: "coordinator", messages: [{ role: "user", content: "hi" }] }).catch((e: unknown) => e);
     expect(denied).toBeInstanceOf(OpenAI.PermissionDeniedError);
 
