@@ -106,7 +106,7 @@ export function parseRunRequest(type: string, payload: unknown, receivedAt: numb
   const out: RunRequest =
     type === AGENT_CHAT
       ? { kind: "chat", input: text(p.message, "message"), sessionId: id(p.sessionId, "sessionId", true)! }
-      : { kind: "task", input: text(p.input ?? p.task, p.input === undefined ? "task" : "input") };
+      : { kind: "task", input: taskInput(p) };
   const sessionId = out.sessionId ?? id(p.sessionId, "sessionId", false);
   if (sessionId) out.sessionId = sessionId;
   const runId = id(p.runId, "runId", false);
@@ -155,8 +155,17 @@ export function parseDeadline(value: unknown, from: number): number {
   );
 }
 
-function text(value: unknown, field: string): string {
-  if (typeof value !== "string" || value.length === 0) throw new AgentInputInvalidError(field, "must be a non-empty string");
+/** The payload forms a `task_delegate` to an agent takes, for errors that name what to send. */
+const TASK_PAYLOAD_FORM = "a task_delegate to an agent carries { input, sessionId?, constraints? }";
+
+/** A task's text: `input`, or `task` in the seed form. A payload with neither names `input`, the field to set. */
+function taskInput(p: Record<string, unknown>): string {
+  if (p.input === undefined && p.task !== undefined) return text(p.task, "payload.task");
+  return text(p.input, "payload.input", ` (${TASK_PAYLOAD_FORM}; got the fields ${Object.keys(p).join(", ") || "none"})`);
+}
+
+function text(value: unknown, field: string, hint = ""): string {
+  if (typeof value !== "string" || value.length === 0) throw new AgentInputInvalidError(field, `must be a non-empty string${hint}`);
   return value;
 }
 

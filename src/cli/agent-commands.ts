@@ -85,6 +85,13 @@ export async function askAgentCommand(client: KovaClient, agentId: string, text:
   }
 }
 
+/** The reply of an agent whose run did not complete (an AgentResult with status failed or cancelled), else undefined. */
+export function failedAgentRun(payload: unknown): AgentResult | undefined {
+  if (typeof payload !== "object" || payload === null) return undefined;
+  const r = payload as Partial<AgentResult>;
+  return typeof r.runId === "string" && (r.status === "failed" || r.status === "cancelled") ? (r as AgentResult) : undefined;
+}
+
 /** Parses `--profile`. @throws KovaError naming the allowed values */
 export function eventProfile(value: string | undefined): EventProfile | undefined {
   if (value === undefined) return undefined;

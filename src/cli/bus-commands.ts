@@ -6,7 +6,7 @@ import { CORE_MESSAGE_TYPES, KovaClient, isWellFormedType, type MessageType } fr
 import { resolveTarget, targetOptions, type TargetOpts } from "./target.js";
 import { BusErrorCode } from "../bus/errors.js";
 import { print, table } from "./output.js";
-import { askAgentCommand, eventProfile, profiled, registerUsage, type AgentAskOpts } from "./agent-commands.js";
+import { askAgentCommand, eventProfile, failedAgentRun, profiled, registerUsage, type AgentAskOpts } from "./agent-commands.js";
 
 type BusOpts = TargetOpts;
 
@@ -75,6 +75,12 @@ export function register(program: Command): void {
           ...(o.id ? { id: o.id } : {}),
         });
         print(o.json ? reply : reply.payload);
+        // An agent answers a run that failed with a result, not an error: still a failure.
+        const failed = failedAgentRun(reply.payload);
+        if (failed) {
+          process.stderr.write(`kova: run ${failed.runId} ${failed.status}${failed.error ? `: ${failed.error.message} [${failed.error.code}]` : ""}\n`);
+          process.exitCode = 1;
+        }
       }),
     );
 

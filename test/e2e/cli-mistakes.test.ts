@@ -6,9 +6,10 @@ import { TestCluster } from "../fixtures/node/cluster-harness.js";
 import { poll } from "../fixtures/poll.js";
 
 /**
- * A mistyped or misused id must fail at once with an error that says what to do, not
- * after a timeout (one node process; the tests share it because starting it is the slow
- * part). The cluster has an agent `helper`, a template `support` and a swarm `planner`.
+ * What a new user gets wrong: a mistyped or misused id, a payload of the wrong shape. Each
+ * must fail at once (exit 1) with an error that says what to do, not after a timeout. One
+ * node process; the tests share it because starting it is the slow part. The cluster has
+ * an agent `helper`, a template `support` and a swarm `planner`.
  */
 let model: ScriptedModelServer;
 let tc: TestCluster;
@@ -60,5 +61,23 @@ describe("unknown ids fail at once", () => {
     expect(isKovaError(err) && err.code).toBe("UNKNOWN_AGENT");
     expect(Date.now() - started).toBeLessThan(15_000);
     expect(await storedFor("planr")).toBe(0);
+  });
+});
+
+describe("raw task_delegate asks", () => {
+  it("agents - kova ask --type task_delegate exits 1 when the run fails, and a payload without input is told to set payload.input", async () => {
+    const ok = await tc.cli(["ask", "helper", "--type", "task_delegate", "--payload", '{"input":"hi"}']);
+    expect(ok.code, ok.stderr).toBe(0);
+    expect(JSON.parse(ok.stdout)).toMatchObject({ status: "completed", output: "ok" });
+
+    const wrongShape = await tc.cli(["ask", "helper", "--type", "task_delegate", "--payload", '{"topic":"nats"}']);
+    expect(wrongShape.code).toBe(1);
+    expect(JSON.parse(wrongShape.stdout)).toMatchObject({ status: "failed", error: { code: "AGENT_INPUT_INVALID" } });
+    expect(wrongShape.stderr).toContain("payload.input must be a non-empty string (a task_delegate to an agent carries { input, sessionId?, constraints? }");
+    expect(wrongShape.stderr).toContain("got the fields topic");
+
+    const failing = await tc.cli(["ask", "helper", "--type", "task_delegate", "--payload", '{"input":"fail"}']);
+    expect(failing.code).toBe(1);
+    expect(failing.stderr).toMatch(/run [\w-]+ failed: .*scripted refusal/);
   });
 });
