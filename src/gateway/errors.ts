@@ -10,6 +10,8 @@ export const GatewayErrorCode = defineErrorCodes("gateway", {
   RATE_LIMITED: "RATE_LIMITED",
   /** The request body is larger than `[gateway] max_body_bytes`. HTTP 413. */
   BODY_TOO_LARGE: "BODY_TOO_LARGE",
+  /** The request body nests objects and arrays deeper than the gateway takes (body-depth.ts). HTTP 400. */
+  BODY_TOO_DEEP: "BODY_TOO_DEEP",
   /** The request is not what the endpoint takes (bad JSON, missing fields). HTTP 400. */
   BAD_REQUEST: "BAD_REQUEST",
   /** No Kova node answered (e.g. the activation of a template instance). HTTP 503. */

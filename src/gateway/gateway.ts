@@ -9,6 +9,7 @@ import { Bus, type NatsSecurity } from "../bus/index.js";
 import { AgentRegistry } from "../node/registry.js";
 import { KovaA2AHandler, KeyUser, type A2AHandlerDeps } from "./a2a-handler.js";
 import { authenticate, mayUse, RateLimiter, requireAgent } from "./auth.js";
+import { limitBodyDepth } from "./body-depth.js";
 import { agentCard, directoryCard, type CardOptions } from "./cards.js";
 import type { GatewayConfig } from "./config.js";
 import { GatewayErrorCode, GatewayHttpError } from "./errors.js";
@@ -197,6 +198,7 @@ export class Gateway {
     // One parser for every route, with the configured limit: the SDK's own (100 kB) then
     // sees a parsed body and skips.
     app.use(express.json({ limit: this.config.maxBodyBytes, type: ["application/json", "application/*+json"] }));
+    app.use(limitBodyDepth());
 
     app.get("/v1/models", (req, res) => listModels({ registry: this.registry }, req, res));
     app.post("/v1/chat/completions", (req, res, next) => {
@@ -277,7 +279,9 @@ export class Gateway {
     if (status === 429) res.setHeader("Retry-After", String((data as { retryAfterS?: number })?.retryAfterS ?? 1));
     // A JSON-RPC caller gets a JSON-RPC error envelope for what it can fix in its request.
     if (req.path.endsWith("/a2a/jsonrpc") && (status === 400 || status === 413)) {
-      res.status(status === 400 ? 200 : 413).json({ jsonrpc: "2.0", id: null, error: { code: status === 400 ? -32700 : -32600, message } });
+      // A body that parsed but is refused (too deep) is an invalid request, not a parse error.
+      const rpcCode = status === 413 || code === GatewayErrorCode.BODY_TOO_DEEP ? -32600 : -32700;
+      res.status(status === 400 ? 200 : 413).json({ jsonrpc: "2.0", id: null, error: { code: rpcCode, message } });
       return;
     }
     res.status(status).json({

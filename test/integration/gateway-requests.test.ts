@@ -1,0 +1,46 @@
+import { describe, expect, it } from "vitest";
+import { scriptedReply } from "../../src/testing/index.js";
+import { startGatewayRig } from "../fixtures/gateway/rig.js";
+
+/** `{"a":{"a":…1…}}` nested `depth` objects deep, as JSON text (never built as a value: no recursion here either). */
+function nestedJson(depth: number): string {
+  return `${'{"a":'.repeat(depth)}1${"}".repeat(depth)}`;
+}
+
+describe("gateway: request validation", () => {
+  it("requests - bodies nested too deep are refused before any run starts: 400 on the OpenAI endpoint, JSON-RPC -32600 on A2A", async () => {
+    await using rig = await startGatewayRig({ handler: () => scriptedReply.text("answered") });
+    const post = (path: string, body: string, headers: Record<string, string> = {}) =>
+      fetch(`${rig.url}${path}`, { method: "POST", headers: { authorization: `Bearer ${rig.key}`, "content-type": "application/json", ...headers }, body });
+
+    const chat = await post("/v1/chat/completions", `{"model":"helper","messages":[{"role":"user","content":"hi"}],"metadata":${nestedJson(3000)}}`);
+    expect(chat.status).toBe(400);
+    expect(await chat.json()).toMatchObject({ error: { code: "BODY_TOO_DEEP", type: "invalid_request_error", message: expect.stringContaining("64 levels") } });
+
+    const v1 = { "A2A-Version": "1.0" };
+    const deepMetadata = await post(
+      "/agents/helper/a2a/jsonrpc",
+      `{"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{"message":{"messageId":"m1","role":"ROLE_USER","parts":[{"text":"hi"}],"metadata":${nestedJson(3000)}}}}`,
+      v1,
+    );
+    expect(((await deepMetadata.json()) as { error: { code: number } }).error.code).toBe(-32600);
+    const deepId = await post(
+      "/agents/helper/a2a/jsonrpc",
+      `{"jsonrpc":"2.0","id":${"[".repeat(100_000)}${"]".repeat(100_000)},"method":"GetTask","params":{"id":"x"}}`,
+      v1,
+    );
+    expect(deepId.status).toBeLessThan(500);
+    expect(((await deepId.json()) as { error: { code: number } }).error.code).toBe(-32600);
+    const legacy = await post(
+      "/a2a/jsonrpc",
+      `{"jsonrpc":"2.0","id":2,"method":"message/send","params":{"message":{"kind":"message","messageId":"m2","role":"user","parts":[{"kind":"text","text":"hi"}],"metadata":${nestedJson(2000)}}}}`,
+    );
+    expect(((await legacy.json()) as { error: { code: number } }).error.code).toBe(-32600);
+    // nothing ran
+    expect(rig.model.requests).toHaveLength(0);
+
+    // an ordinary nested body still works
+    const fine = await post("/v1/chat/completions", `{"model":"helper","messages":[{"role":"user","content":"hi"}],"metadata":${nestedJson(10)}}`);
+    expect(fine.status).toBe(200);
+  }, 60_000);
+});
