@@ -49,6 +49,15 @@ export class RateLimiter {
   }
 }
 
+/** A cookie's value, URI-decoded; one that does not decode (`%E0%A4%A`) is no key: "" (401). */
+function cookieValue(raw: string): string {
+  try {
+    return decodeURIComponent(raw);
+  } catch {
+    return "";
+  }
+}
+
 function bearer(req: Request): string | undefined {
   const h = req.header("authorization");
   if (h) {
@@ -61,7 +70,7 @@ function bearer(req: Request): string | undefined {
   if (cookie) {
     for (const part of cookie.split(";")) {
       const [k, ...v] = part.trim().split("=");
-      if (k === UI_COOKIE) return decodeURIComponent(v.join("="));
+      if (k === UI_COOKIE) return cookieValue(v.join("="));
     }
   }
   return undefined;

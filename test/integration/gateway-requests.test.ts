@@ -43,4 +43,14 @@ describe("gateway: request validation", () => {
     const fine = await post("/v1/chat/completions", `{"model":"helper","messages":[{"role":"user","content":"hi"}],"metadata":${nestedJson(10)}}`);
     expect(fine.status).toBe(200);
   }, 60_000);
+
+  it("requests - a web view cookie that is not URI-encoded is an invalid key (401), not an internal error", async () => {
+    await using rig = await startGatewayRig();
+    const res = await fetch(`${rig.url}/ui/api/cluster`, { headers: { cookie: "kova_key=%E0%A4%A" } });
+    expect(res.status).toBe(401);
+    expect(await res.json()).toMatchObject({ error: { code: "UNAUTHORIZED" } });
+    // the right key in the cookie still opens the view
+    const ok = await fetch(`${rig.url}/ui/api/cluster`, { headers: { cookie: `other=1; kova_key=${encodeURIComponent(rig.key)}` } });
+    expect(ok.status).toBe(200);
+  }, 60_000);
 });
