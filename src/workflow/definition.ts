@@ -196,6 +196,7 @@ class Checker {
 function describe(value: unknown): string {
   if (Array.isArray(value)) return "an array";
   if (value === null) return "null";
+  if (value === undefined) return "nothing (it is missing)";
   return typeof value === "string" ? JSON.stringify(value) : `${typeof value} ${String(value)}`;
 }
 
@@ -468,6 +469,14 @@ export function parseWorkflow(raw: unknown, source = "workflow"): WorkflowDefini
   const c0 = new Checker(undefined);
   const doc = c0.table(raw, undefined, source);
   c0.known(doc, ["workflow", "steps"], undefined, "");
+  if (doc.workflow === undefined) {
+    const what = Object.keys(doc).length === 0 ? "is empty" : "has no [workflow] table";
+    c0.fail(
+      undefined,
+      source,
+      `${what}: a workflow file starts with a [workflow] table (id = "…", optional input = { name = "string" }) followed by one or more [[steps]] (docs/workflows.md)`,
+    );
+  }
   const head = c0.table(doc.workflow, undefined, "[workflow]");
   c0.known(head, ["id", "input", "description"], undefined, "workflow.");
   if (typeof head.id !== "string" || !isValidId(head.id) || head.id.length > MAX_STEP_ID) {

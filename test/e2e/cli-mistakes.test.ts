@@ -1,3 +1,5 @@
+import { writeFile } from "node:fs/promises";
+import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { isKovaError } from "../../src/core/errors.js";
 import { runSwarm } from "../../src/swarm/index.js";
@@ -79,5 +81,16 @@ describe("raw task_delegate asks", () => {
     const failing = await tc.cli(["ask", "helper", "--type", "task_delegate", "--payload", '{"input":"fail"}']);
     expect(failing.code).toBe(1);
     expect(failing.stderr).toMatch(/run [\w-]+ failed: .*scripted refusal/);
+  });
+});
+
+describe("files and ids a new user gets wrong", () => {
+  it("workflow - kova workflow run on an empty file names the file and says what a workflow file starts with", async () => {
+    const file = join(tc.dir, "t.toml");
+    await writeFile(file, "");
+    const r = await tc.cli(["workflow", "run", file]);
+    expect(r.code).toBe(1);
+    expect(r.stderr).toContain(`${file}: is empty: a workflow file starts with a [workflow] table`);
+    expect(r.stderr).not.toContain("undefined");
   });
 });
