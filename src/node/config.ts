@@ -268,7 +268,8 @@ export function parseConfig(text: string, opts: { path?: string; env?: NodeJS.Pr
   } catch (err) {
     const where = err instanceof TomlError ? `line ${err.line}, column ${err.column}` : "unknown position";
     const first = err instanceof Error ? err.message.split("\n")[0] : String(err);
-    throw new ConfigError("(file)", `invalid TOML at ${where}: ${first}; fix the syntax there`, { cause: err });
+    // The key names the file: a node started with --config k.toml says which file to fix.
+    throw new ConfigError(opts.path ?? "(config text)", `invalid TOML at ${where}: ${first}; fix the syntax there`, { cause: err });
   }
   return buildConfig(doc, opts.path, opts.env ?? process.env);
 }

@@ -93,4 +93,13 @@ describe("files and ids a new user gets wrong", () => {
     expect(r.stderr).toContain(`${file}: is empty: a workflow file starts with a [workflow] table`);
     expect(r.stderr).not.toContain("undefined");
   });
+
+  it("config - kova node start --config with bad TOML names the file", async () => {
+    const file = join(tc.dir, "k.toml");
+    await writeFile(file, "[node]\nid = n1\n");
+    const r = await tc.cli(["node", "start", "--config", file]);
+    expect(r.code).toBe(1);
+    expect(r.stderr).toContain(`${file}: invalid TOML at line 2`);
+    expect(r.stderr).toContain("INVALID_CONFIG");
+  });
 });
