@@ -159,8 +159,9 @@ export class UnknownAgentError extends KovaError {
   constructor(
     readonly agentId: string,
     detail = `no agent ${agentId} is declared in this cluster`,
+    fix = "check the id with kova agents ls, or declare it ([[agents]] / [[actors]] in kova.toml, or kova spawn)",
   ) {
-    super(BusErrorCode.UNKNOWN_AGENT, `${detail}: check the id with kova agents ls, or declare it ([[agents]] / [[actors]] in kova.toml, or kova spawn)`, {
+    super(BusErrorCode.UNKNOWN_AGENT, `${detail}: ${fix}`, {
       data: { agentId },
     });
   }

@@ -148,6 +148,13 @@ export class VirtualActors {
     const resolved = templates.resolve(id);
     if (!resolved) {
       const names = templates.list().map((t) => t.name);
+      // A template's own name is the likeliest mistake: it is no agent, its instances are.
+      if (names.includes(id))
+        throw new UnknownAgentError(
+          id,
+          `${id} is a template, not an agent: its agents are its instances ${id}--<key>, one per key (a user, a session)`,
+          `address one, e.g. kova ask ${id} --key <key> "…" (which asks ${id}--<key>), or send to ${id}--<key>`,
+        );
       throw new UnknownAgentError(
         id,
         `no agent ${id} is declared and no template matches it (templates: ${names.join(", ") || "none"}; an instance id is <template>--<key>)`,

@@ -102,4 +102,13 @@ describe("files and ids a new user gets wrong", () => {
     expect(r.stderr).toContain(`${file}: invalid TOML at line 2`);
     expect(r.stderr).toContain("INVALID_CONFIG");
   });
+
+  it("templates - kova ask <template name> says it is a template and to pass --key", async () => {
+    const r = await tc.cli(["ask", "support", "hi"]);
+    expect(r.code).toBe(1);
+    expect(r.stderr).toContain("support is a template, not an agent");
+    expect(r.stderr).toContain("kova ask support --key <key>");
+    expect(r.stderr).toContain("UNKNOWN_AGENT");
+    expect(await storedFor("support")).toBe(0);
+  });
 });
