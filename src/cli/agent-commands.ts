@@ -114,6 +114,8 @@ export function registerUsage(
   common(agents.command("usage [agent]").description("tokens, cost, model and tool calls per agent (from the hosting node)")).action(
     (agent: string | undefined, o: { json?: boolean }) =>
       withClient(o, async (client) => {
+        // An id nobody declared has no host to answer: say so as ask does, not "no responders".
+        if (agent) await client.bus.checkAgent(agent);
         const ids = agent ? [agent] : await agentIds(client);
         const rows: Array<AgentInfo | { agentId: string; error: string }> = await Promise.all(
           ids.map((id) =>

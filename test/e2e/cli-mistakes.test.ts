@@ -111,4 +111,14 @@ describe("files and ids a new user gets wrong", () => {
     expect(r.stderr).toContain("UNKNOWN_AGENT");
     expect(await storedFor("support")).toBe(0);
   });
+
+  it("agents - kova agents usage <unknown id> fails with UNKNOWN_AGENT as ask does", async () => {
+    const r = await tc.cli(["agents", "usage", "helpr"]);
+    expect(r.code).toBe(1);
+    expect(r.stderr).toContain("no agent helpr is declared");
+    expect(r.stderr).toContain("UNKNOWN_AGENT");
+    expect(r.stderr).not.toContain("no responders");
+    const known = await tc.cli(["agents", "usage", "helper", "--json"]);
+    expect(known.code, known.stderr).toBe(0);
+  });
 });
