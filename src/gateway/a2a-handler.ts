@@ -133,11 +133,15 @@ export class KovaA2AHandler implements A2ARequestHandler {
       throw new TaskNotCancelableError(`task ${params.id} has not started: its message waits behind the agent's other work; cancel it once it is working`);
     }
     if (!live.projection.terminal) {
+      const { agentId, messageId } = kovaMeta(stored);
+      // Without the message's id the signal would cut whatever the agent runs now: maybe another key's turn.
+      if (!messageId)
+        throw new TaskNotCancelableError(`task ${params.id} was started by an older gateway that did not record its message id: it cannot be cancelled safely`);
       try {
-        await this.deps.runs.interrupt(kovaMeta(stored).agentId);
+        await this.deps.runs.interrupt(agentId, messageId);
       } catch (err) {
         throw new TaskNotCancelableError({
-          message: `could not interrupt agent ${kovaMeta(stored).agentId}: ${err instanceof Error ? err.message : String(err)}`,
+          message: `could not interrupt agent ${agentId}: ${err instanceof Error ? err.message : String(err)}`,
           cause: err,
         });
       }
@@ -223,7 +227,13 @@ export class KovaA2AHandler implements A2ARequestHandler {
     const contextId = message.contextId || newId();
     const runId = newId();
     // Scoped by the key: two keys naming one context do not share the agent's memory of it.
-    const meta: KovaTaskMeta = { agentId, sessionId: scopedSessionId(contextId, principal?.sessionScope), runId, owner: ownerOf(context) };
+    const meta: KovaTaskMeta = {
+      agentId,
+      sessionId: scopedSessionId(contextId, principal?.sessionScope),
+      runId,
+      owner: ownerOf(context),
+      messageId: newId(),
+    };
     const task = newTask({ taskId: runId, contextId, message, meta });
     await this.deps.store.save(task, context);
     this.deps.log.debug({ taskId: runId, agentId }, "a2a task started");
@@ -234,6 +244,7 @@ export class KovaA2AHandler implements A2ARequestHandler {
       input,
       sessionId: meta.sessionId,
       runId,
+      messageId: meta.messageId!,
       timeoutMs: this.deps.taskTimeoutMs,
     });
   }

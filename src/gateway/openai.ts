@@ -4,6 +4,7 @@ import { Role, TaskState } from "@a2a-js/sdk";
 import { INSTANCE_SEPARATOR, isValidId, isValidTemplateName, newId, parseInstanceId } from "../core/ids.js";
 import type { AgentRegistry } from "../node/registry.js";
 import { mayUse, requireAgent } from "./auth.js";
+import { ErrorCode } from "../core/errors.js";
 import { GatewayErrorCode, GatewayHttpError } from "./errors.js";
 import { scopedSessionId } from "./sessions.js";
 import type { RunClient, RunRequest } from "./runs.js";
@@ -87,6 +88,7 @@ export function chatRun(req: Request, timeoutMs: number): RunRequest & { stream:
     input: named || turns.length === 1 ? lastUser.text : turns.map((t) => `${t.role}: ${t.text}`).join("\n\n"),
     sessionId: named ? scopedSessionId(named, req.principal?.sessionScope) : newId(),
     runId,
+    messageId: newId(),
     timeoutMs,
     stream: body.stream === true,
     includeUsage: streamOptions?.include_usage === true,
@@ -150,8 +152,9 @@ export async function chatCompletions(deps: OpenAiDeps, req: Request, res: Respo
   if (!run.stream) {
     const outcome = await deps.runs.run(run);
     if (outcome.status !== "completed") {
+      // A run past task_timeout_ms is the gateway's timeout (the run was interrupted): 504.
       throw new GatewayHttpError(
-        502,
+        outcome.error?.code === ErrorCode.TIMEOUT ? 504 : 502,
         outcome.error?.code ?? (outcome.status === "cancelled" ? "RUN_CANCELLED" : GatewayErrorCode.RUN_FAILED),
         `agent ${run.agentId}: the run ended ${outcome.status}${outcome.error ? `: ${outcome.error.message}` : ""}`,
         { data: { runId: run.runId } },
@@ -190,7 +193,7 @@ async function streamChat(
       extensions: [],
       referenceTaskIds: [],
     },
-    meta: { agentId: run.agentId, sessionId: run.sessionId, runId: run.runId, owner: req.principal?.name ?? "anonymous" },
+    meta: { agentId: run.agentId, sessionId: run.sessionId, runId: run.runId, owner: req.principal?.name ?? "anonymous", messageId: run.messageId },
   });
   const live = deps.tracker.start(task, run, { persist: false });
   // An approval wait is part of the run here: the stream goes on until the answer.

@@ -1,6 +1,6 @@
 import { DeliverPolicy, type ConsumerMessages } from "@nats-io/jetstream";
-import { isKovaError, KovaError } from "../core/errors.js";
-import { newId, parseInstanceId } from "../core/ids.js";
+import { isKovaError, isTimeout, KovaError } from "../core/errors.js";
+import { parseInstanceId } from "../core/ids.js";
 import type { Logger } from "../core/logger.js";
 import { ActorErrorCode } from "../actors/errors.js";
 import { BusErrorCode, createEnvelope, type ActivationReply, type Bus, type KovaEvent } from "../bus/index.js";
@@ -18,7 +18,12 @@ export interface RunRequest {
   input: string;
   sessionId: string;
   runId: string;
-  /** How long the run may take (the message's deadline too). */
+  /**
+   * The id of the message that starts the run: an interrupt names it, so it cuts this run
+   * only (never a turn the agent runs after it, maybe another key's).
+   */
+  messageId: string;
+  /** How long the run may take (the message's deadline too); past it the run is interrupted. */
   timeoutMs: number;
   constraints?: { max_tokens?: number };
   traceId?: string;
@@ -112,7 +117,9 @@ export class RunClient {
   /**
    * Sends the message that starts the run (durable: it is processed even if this gateway
    * goes away) and resolves with the agent's reply. Never rejects: a failure to send, an
-   * error reply or a timeout become a failed (or cancelled) outcome.
+   * error reply or a timeout become a failed (or cancelled) outcome. On the timeout the run
+   * is interrupted too: nobody waits for it any more, and a run that hangs (a model call
+   * that never answers) would hold the agent and every message queued behind it.
    */
   run(req: RunRequest): Promise<RunOutcome> {
     const payload =
@@ -120,7 +127,7 @@ export class RunClient {
         ? { message: req.input, sessionId: req.sessionId, runId: req.runId }
         : { input: req.input, sessionId: req.sessionId, runId: req.runId, ...(req.constraints ? { constraints: req.constraints } : {}) };
     const env = createEnvelope({
-      id: newId(),
+      id: req.messageId,
       from: this.bus.clientId,
       to: req.agentId,
       type: req.kind,
@@ -129,7 +136,18 @@ export class RunClient {
     });
     return this.bus.ask<unknown>(env, { timeoutMs: req.timeoutMs, checkAgent: false }).then(
       (reply) => outcomeOf(reply.payload),
-      (err: unknown) => failureOf(err),
+      (err: unknown) => {
+        if (isTimeout(err)) this.interruptTimedOut(req);
+        return failureOf(err);
+      },
+    );
+  }
+
+  private interruptTimedOut(req: RunRequest): void {
+    this.interrupt(req.agentId, req.messageId).then(
+      (reply) => this.log.info({ agentId: req.agentId, runId: req.runId, interrupted: reply.interrupted }, "interrupted a run past its timeout"),
+      (err: unknown) =>
+        this.log.warn({ err, agentId: req.agentId, runId: req.runId }, "could not interrupt a run past its timeout; it holds the agent until it ends"),
     );
   }
 
@@ -173,15 +191,16 @@ export class RunClient {
   }
 
   /**
-   * Interrupts the agent's current run (the node's `interrupt` signal): its model call is
-   * aborted and the run ends `cancelled`.
+   * Interrupts the run started by message `messageId` (the node's `interrupt` signal naming
+   * it): its model call is aborted and the run ends `cancelled`. A run whose message has not
+   * started yet is cut when it starts; the agent's other turns are never touched.
    * @throws KovaError NOT_HOSTED when the agent is not placed on a node right now
    */
-  async interrupt(agentId: string): Promise<SignalReply> {
+  async interrupt(agentId: string, messageId: string): Promise<SignalReply> {
     const record = this.agent(agentId);
     if (!record.node)
       throw new KovaError(ActorErrorCode.NOT_HOSTED, `agent ${agentId} is not hosted on any node right now; retry when it is placed`, { retryable: true });
-    return controlRequest<SignalReply>(this.bus.nc, nodeSubject(this.bus.cluster, record.node, "signal"), { actorId: agentId, signal: "interrupt" });
+    return controlRequest<SignalReply>(this.bus.nc, nodeSubject(this.bus.cluster, record.node, "signal"), { actorId: agentId, signal: "interrupt", messageId });
   }
 }
 

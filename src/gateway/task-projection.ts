@@ -26,6 +26,8 @@ export interface KovaTaskMeta {
   sessionId: string;
   runId: string;
   owner: string;
+  /** The id of the message that started the run (what CancelTask interrupts); absent in tasks of older gateways. */
+  messageId?: string;
   usage?: RunUsage;
   error?: { code: string; message: string };
 }

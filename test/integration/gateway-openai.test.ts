@@ -1,8 +1,11 @@
 import { describe, expect, it } from "vitest";
 import OpenAI from "openai";
+import { connect } from "@nats-io/transport-node";
 import { sessionScopeOf } from "../../src/gateway/sessions.js";
 import { scriptedReply, type ScriptedHandler } from "../../src/testing/index.js";
+import { defer } from "../fixtures/disposable.js";
 import { startGatewayRig } from "../fixtures/gateway/rig.js";
+import { poll } from "../fixtures/poll.js";
 
 // The model: a user message asking to add calls the `add` tool, a tool result is
 // answered with the sum, anything else is echoed.
@@ -10,6 +13,7 @@ const handler: ScriptedHandler = (r) => {
   const last = r.lastMessage;
   if (last?.role === "tool") return scriptedReply.text(`The sum is ${String(last.content)}.`, { usage: { inputTokens: 30, outputTokens: 6 } });
   const text = String(last?.content ?? "");
+  if (text.includes("hang")) return scriptedReply.text("far too late", { latencyMs: 120_000 });
   if (text.includes("add")) return scriptedReply.toolCalls([{ name: "add", arguments: { a: 2, b: 3 } }], { usage: { inputTokens: 20, outputTokens: 4 } });
   return scriptedReply.text(`echo: ${text} (history ${r.messages.length - 1})`, { usage: { inputTokens: 10, outputTokens: 5 } });
 };
@@ -188,5 +192,38 @@ describe("gateway: OpenAI-compatible endpoint", () => {
     const limited = await get();
     expect(limited.headers.get("retry-after")).toMatch(/^\d+$/);
     expect(await limited.json()).toMatchObject({ error: { code: "RATE_LIMITED" } });
+  }, 60_000);
+
+  it("openai - a run past task_timeout_ms answers 504 TIMEOUT and is interrupted (by its message id), so the agent answers the next request at once", async () => {
+    await using rig = await startGatewayRig({ handler, gateway: { task_timeout_ms: 1500 } });
+    // watch the interrupts the gateway sends to the nodes
+    const nc = await connect({ servers: rig.nats.url });
+    await using _nc = defer(() => nc.close());
+    const signals: Array<Record<string, unknown>> = [];
+    const sub = nc.subscribe(`kova.${rig.cluster}.node.*.signal`, {
+      callback: (_e, m) => {
+        signals.push(m.json());
+      },
+    });
+    await using _sub = defer(() => sub.unsubscribe());
+    const post = (content: string) =>
+      fetch(`${rig.url}/v1/chat/completions`, {
+        method: "POST",
+        headers: { authorization: `Bearer ${rig.key}`, "content-type": "application/json" },
+        body: JSON.stringify({ model: "helper", messages: [{ role: "user", content }] }),
+      });
+
+    const hung = await post("please hang");
+    expect(hung.status).toBe(504);
+    expect(await hung.json()).toMatchObject({ error: { code: "TIMEOUT", type: "server_error" } });
+    await poll(() => signals.length > 0, { timeoutMs: 5000, what: "the gateway's interrupt" });
+    expect(signals[0]).toMatchObject({ actorId: "helper", signal: "interrupt", messageId: expect.any(String) });
+
+    // the hung run was cut: the next request is answered well within the timeout
+    const started = performance.now();
+    const next = await post("hello");
+    expect(next.status).toBe(200);
+    expect(((await next.json()) as { choices: Array<{ message: { content: string } }> }).choices[0]?.message.content).toBe("echo: hello (history 0)");
+    expect(performance.now() - started).toBeLessThan(1500);
   }, 60_000);
 });
