@@ -58,6 +58,18 @@ function contentText(content: unknown, i: number): string {
   throw bad(`messages[${i}].content must be a string or an array of text parts`, `messages[${i}].content`);
 }
 
+/**
+ * A token limit of the request, checked before any run starts (an agent given 0 or -1
+ * would fail its run only after the gateway had created it).
+ * @throws GatewayHttpError 400 naming the field unless it is absent, null or a positive integer
+ */
+function tokenLimit(body: Record<string, unknown>, field: "max_tokens" | "max_completion_tokens"): number | undefined {
+  const v = body[field];
+  if (v === undefined || v === null) return undefined;
+  if (typeof v !== "number" || !Number.isSafeInteger(v) || v < 1) throw bad(`${field} must be a positive integer, not ${JSON.stringify(v)}`, field);
+  return v;
+}
+
 /** The run a chat request stands for, or a 400 naming the field at fault. */
 export function chatRun(req: Request, timeoutMs: number): RunRequest & { stream: boolean; includeUsage: boolean; named: boolean } {
   const body = req.body as Record<string, unknown> | undefined;
@@ -77,8 +89,7 @@ export function chatRun(req: Request, timeoutMs: number): RunRequest & { stream:
   const lastUser = [...turns].reverse().find((t) => t.role === "user");
   if (!lastUser || lastUser.text.trim() === "") throw bad("messages needs a user message with text", "messages");
   const named = req.header(SESSION_HEADER) ?? (typeof body.user === "string" && body.user.length > 0 ? body.user : undefined);
-  const maxTokens =
-    typeof body.max_completion_tokens === "number" ? body.max_completion_tokens : typeof body.max_tokens === "number" ? body.max_tokens : undefined;
+  const maxTokens = tokenLimit(body, "max_completion_tokens") ?? tokenLimit(body, "max_tokens");
   const runId = newId();
   const streamOptions = body.stream_options as { include_usage?: unknown } | undefined;
   const run: RunRequest & { stream: boolean; includeUsage: boolean; named: boolean } = {

@@ -53,4 +53,30 @@ describe("gateway: request validation", () => {
     const ok = await fetch(`${rig.url}/ui/api/cluster`, { headers: { cookie: `other=1; kova_key=${encodeURIComponent(rig.key)}` } });
     expect(ok.status).toBe(200);
   }, 60_000);
+
+  it("requests - max_tokens and max_completion_tokens that are not positive integers get 400 naming the field, and no run starts", async () => {
+    await using rig = await startGatewayRig({ handler: () => scriptedReply.text("answered") });
+    const chat = (extra: Record<string, unknown>) =>
+      fetch(`${rig.url}/v1/chat/completions`, {
+        method: "POST",
+        headers: { authorization: `Bearer ${rig.key}`, "content-type": "application/json" },
+        body: JSON.stringify({ model: "helper", messages: [{ role: "user", content: "hi" }], ...extra }),
+      });
+    for (const [field, value] of [
+      ["max_tokens", -1],
+      ["max_tokens", 0],
+      ["max_tokens", 1.5],
+      ["max_tokens", "100"],
+      ["max_completion_tokens", 0],
+    ] as const) {
+      const res = await chat({ [field]: value });
+      expect(res.status, `${field} = ${value}`).toBe(400);
+      expect(await res.json()).toMatchObject({
+        error: { code: "BAD_REQUEST", type: "invalid_request_error", message: expect.stringContaining(field), data: { param: field } },
+      });
+    }
+    expect(rig.model.requests).toHaveLength(0);
+    const ok = await chat({ max_tokens: 50 });
+    expect(ok.status).toBe(200);
+  }, 60_000);
 });
