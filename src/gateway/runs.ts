@@ -181,6 +181,8 @@ export class RunClient {
     } finally {
       opts.signal?.removeEventListener("abort", stop);
       stop();
+      // An ordered consumer otherwise stays on the server for its 5 min inactivity threshold.
+      void consumer.delete().catch((err: unknown) => this.log.debug({ err, subject }, "a run follower's consumer was not deleted; it expires when idle"));
     }
   }
 

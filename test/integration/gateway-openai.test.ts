@@ -226,4 +226,17 @@ describe("gateway: OpenAI-compatible endpoint", () => {
     expect(((await next.json()) as { choices: Array<{ message: { content: string } }> }).choices[0]?.message.content).toBe("echo: hello (history 0)");
     expect(performance.now() - started).toBeLessThan(1500);
   }, 60_000);
+  it("openai - streamed and plain chats leave no consumer on the EVENTS stream once answered (each follower deletes its own)", async () => {
+    await using rig = await startGatewayRig({ handler, agents: ["helper"] });
+    const client = new OpenAI({ baseURL: `${rig.url}/v1`, apiKey: rig.key, maxRetries: 0 });
+    const bus = rig.node.busClient;
+    const consumers = async () => (await bus.jsm.streams.info(bus.subjects.streams.events)).state.consumer_count;
+    const baseline = await consumers();
+    for (let i = 0; i < 4; i++) {
+      const stream = await client.chat.completions.create({ model: "helper", messages: [{ role: "user", content: `hello ${i}` }], stream: true });
+      for await (const _ of stream);
+      await client.chat.completions.create({ model: "helper", messages: [{ role: "user", content: `again ${i}` }] });
+    }
+    await poll(async () => (await consumers()) === baseline, { timeoutMs: 5_000, what: () => `the followers' consumers deleted (baseline ${baseline})` });
+  }, 60_000);
 });
