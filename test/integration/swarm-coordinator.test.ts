@@ -37,7 +37,8 @@ async function swarmRig(modelUrl: string): Promise<HostRig> {
     deadlineMs: 20_000,
   });
   rig = await startRig(server.url, uniqueCluster("sw"), [...agentDefs, coordinator]);
-  await declareAgents(rig.bus, AGENTS);
+  // The coordinator too, as a node would: runSwarm looks it up before sending.
+  await declareAgents(rig.bus, [...AGENTS, { id: "planner", type: "coordinator", capabilities: [] }]);
   for (const a of AGENTS) await rig.host.start(a.id, a.type);
   await rig.host.start("planner", "coordinator");
   return rig;

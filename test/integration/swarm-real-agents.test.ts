@@ -44,6 +44,8 @@ describe("swarm with LLM agents", () => {
     await declareAgents(rig.bus, [
       { id: "researcher", type: "researcher", capabilities: ["research"] },
       { id: "writer", type: "writer", capabilities: ["write"] },
+      // The coordinator too, as a node would: runSwarm looks it up before sending.
+      { id: "planner", type: "coordinator", capabilities: [], node: "n2" },
     ]);
     await rig.host.start("planner", "coordinator");
 
