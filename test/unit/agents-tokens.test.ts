@@ -76,6 +76,24 @@ describe("token counting", () => {
     expect(counter.countText("<|endoftext|> and <|im_start|>")).toBeGreaterThan(5);
   });
 
+  it("tokens - text without breaks or of megabytes is estimated in well under a second, ordinary text stays exact", async () => {
+    const counter = await loadTokenCounter("gpt-4o");
+    const encoder = await import("gpt-tokenizer/encoding/o200k_base");
+    // BPE is quadratic in one unbroken run: before the bound, 100k chars took 11 s.
+    for (const text of ["B".repeat(1_000_000), `${"word ".repeat(1_000_000)}${"x".repeat(5_000_000)}`, " ".repeat(200_000)]) {
+      const started = performance.now();
+      const n = counter.countText(text);
+      expect(performance.now() - started).toBeLessThan(1000);
+      expect(n).toBeGreaterThanOrEqual(Math.ceil(text.length / 4));
+    }
+    // A long run inside ordinary text is estimated (over, never under) and the rest stays exact.
+    const prose = "The agent reasons about the task and cites sources. ".repeat(50);
+    expect(counter.countText(prose)).toBe(encoder.countTokens(prose));
+    const withRun = `${prose}${"B".repeat(10_000)}`;
+    expect(counter.countText(withRun)).toBeGreaterThanOrEqual(encoder.countTokens(withRun));
+    expect(counter.countText("漢字".repeat(5_000))).toBeGreaterThanOrEqual(10_000);
+  });
+
   it("tokens - recounting a history reuses each message's count (messages are immutable once appended)", async () => {
     const counter = await loadTokenCounter("gpt-4o");
     const history: ChatMessage[] = Array.from({ length: 400 }, (_, i) => ({
