@@ -35,6 +35,7 @@ price = { input_per_mtok = 0.4, output_per_mtok = 1.6 }
       timeoutMs: 300_000,
       maxRetries: 4,
       scheduling: "round_robin",
+      maxResponseBytes: 512 * 1024,
     });
     expect(fast.apiKey).toBe("sk-secret-123");
   });

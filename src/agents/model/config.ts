@@ -2,7 +2,7 @@ import { readFileSync } from "node:fs";
 import { isAbsolute, resolve } from "node:path";
 import { ConfigError } from "../../core/errors.js";
 import { isValidId } from "../../core/ids.js";
-import { DEFAULT_MODEL_MAX_RETRIES, DEFAULT_MODEL_TIMEOUT_MS, type OpenAiModelConfig } from "./openai-model.js";
+import { DEFAULT_MAX_RESPONSE_BYTES, DEFAULT_MODEL_MAX_RETRIES, DEFAULT_MODEL_TIMEOUT_MS, type OpenAiModelConfig } from "./openai-model.js";
 import { SCHEDULE_POLICIES, type SchedulePolicy } from "./scheduler.js";
 
 /**
@@ -20,6 +20,7 @@ import { SCHEDULE_POLICIES, type SchedulePolicy } from "./scheduler.js";
  * max_retries = 4                           # after the first attempt, for transient failures
  * stream = true
  * context_window = 1047576                  # tokens; unset: the agent's memory limit decides
+ * max_response_bytes = 524288               # text + tool-call arguments of one response (default 512 KiB)
  * ```
  */
 
@@ -63,6 +64,7 @@ const KEYS = [
   "max_retries",
   "stream",
   "context_window",
+  "max_response_bytes",
 ];
 
 /**
@@ -103,6 +105,8 @@ function parseModel(name: string, t: TableReader, options: ParseModelsOptions): 
     maxRetries: t.integer("max_retries", 0, 20) ?? DEFAULT_MODEL_MAX_RETRIES,
     maxConcurrency: t.integer("max_concurrency", 1, 10_000) ?? DEFAULT_MAX_CONCURRENCY,
     scheduling: scheduling as SchedulePolicy,
+    // Past NATS's max_payload the answer could not be journaled or published: keep it below half of it.
+    maxResponseBytes: t.integer("max_response_bytes", 1024, 64 * 1024 * 1024) ?? DEFAULT_MAX_RESPONSE_BYTES,
   };
   const contextWindow = t.integer("context_window", 256, 100_000_000);
   if (contextWindow !== undefined) config.contextWindow = contextWindow;

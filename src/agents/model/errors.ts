@@ -5,6 +5,7 @@ export const ModelErrorCode = defineErrorCodes("agents", {
   MODEL_CALL_FAILED: "MODEL_CALL_FAILED",
   MODEL_CALL_ABORTED: "MODEL_CALL_ABORTED",
   MODEL_SCHEDULER_CLOSED: "MODEL_SCHEDULER_CLOSED",
+  MODEL_RESPONSE_TOO_LARGE: "MODEL_RESPONSE_TOO_LARGE",
 });
 
 /** What a ModelCallError carries in `data` (and so on the wire). */
@@ -81,6 +82,24 @@ export class SchedulerClosedError extends KovaError {
       retryable: true,
       data: { model },
     });
+  }
+}
+
+/**
+ * One response carried more text and tool-call arguments than `max_response_bytes`. The
+ * request was aborted there, so no more of it was read. Not retried: the same prompt
+ * would most likely produce the same runaway answer, and the run must end failed
+ * rather than publish a message NATS refuses (max_payload).
+ */
+export class ModelResponseTooLargeError extends KovaError {
+  constructor(data: { name: string; model: string; endpoint: string; limitBytes: number; receivedBytes: number }) {
+    super(
+      ModelErrorCode.MODEL_RESPONSE_TOO_LARGE,
+      `model ${data.name} (${data.model} at ${data.endpoint}) sent a response over ${data.limitBytes} bytes ` +
+        `(${data.receivedBytes} bytes of text and tool-call arguments when the request was aborted): ` +
+        "ask for a shorter answer (max_output_tokens), or raise max_response_bytes if the node's NATS max_payload allows it",
+      { retryable: false, data },
+    );
   }
 }
 

@@ -22,6 +22,7 @@ export type {
 } from "./types.js";
 export {
   createOpenAiModel,
+  DEFAULT_MAX_RESPONSE_BYTES,
   DEFAULT_MODEL_MAX_RETRIES,
   DEFAULT_MODEL_TIMEOUT_MS,
   OpenAiModel,
@@ -59,5 +60,6 @@ export {
   ModelCallError,
   type ModelCallErrorData,
   ModelErrorCode,
+  ModelResponseTooLargeError,
   SchedulerClosedError,
 } from "./errors.js";

@@ -2,12 +2,13 @@ import type OpenAI from "openai";
 import { sleep } from "../../core/clock.js";
 import { ArgumentError } from "../../core/errors.js";
 import type { Logger } from "../../core/logger.js";
-import { ModelCallAbortedError, ModelCallError, type ModelCallErrorData } from "./errors.js";
+import { ModelCallAbortedError, ModelCallError, type ModelCallErrorData, ModelResponseTooLargeError } from "./errors.js";
 import {
   type AssembledResponse,
   ChatStreamAssembler,
   fromCompletion,
   InvalidResponseError,
+  ResponseTooLargeError,
   StreamIncompleteError,
   toWireMessages,
   toWireTools,
@@ -34,6 +35,8 @@ export interface OpenAiModelConfig {
   timeoutMs?: number;
   /** Retries after the first attempt for transient failures (default 4: five attempts). */
   maxRetries?: number;
+  /** Bytes of text plus tool-call arguments one response may carry (default DEFAULT_MAX_RESPONSE_BYTES). */
+  maxResponseBytes?: number;
 }
 
 export interface OpenAiModelOptions {
@@ -51,6 +54,18 @@ export interface OpenAiModelOptions {
 
 export const DEFAULT_MODEL_TIMEOUT_MS = 300_000;
 export const DEFAULT_MODEL_MAX_RETRIES = 4;
+/**
+ * 512 KiB: half of NATS's default max_payload (1 MiB), so the journaled step, the
+ * `run_completed` event and the result that carry the answer still fit one message.
+ */
+export const DEFAULT_MAX_RESPONSE_BYTES = 512 * 1024;
+/**
+ * A non-streamed body is JSON: escapes (`\n`, `\uXXXX` from servers that write ASCII-only
+ * JSON) can make it up to 6 times the text it carries. Past this many raw bytes per allowed
+ * byte (plus room for the envelope) it is cut off unread.
+ */
+const RAW_BODY_FACTOR = 6;
+const RAW_BODY_ENVELOPE_BYTES = 64 * 1024;
 
 /**
  * Makes a ModelClient for any OpenAI-compatible chat-completions endpoint (OpenAI, vLLM,
@@ -95,6 +110,7 @@ export class OpenAiModel implements ModelClient {
   private readonly stream: boolean;
   private readonly timeoutMs: number;
   private readonly maxRetries: number;
+  private readonly maxResponseBytes: number;
   private readonly retry: RetryPolicy;
   private readonly maxTokensField: "max_tokens" | "max_completion_tokens";
   private readonly random: () => number;
@@ -115,6 +131,7 @@ export class OpenAiModel implements ModelClient {
     this.stream = config.stream ?? true;
     this.timeoutMs = config.timeoutMs ?? DEFAULT_MODEL_TIMEOUT_MS;
     this.maxRetries = config.maxRetries ?? DEFAULT_MODEL_MAX_RETRIES;
+    this.maxResponseBytes = config.maxResponseBytes ?? DEFAULT_MAX_RESPONSE_BYTES;
     this.retry = { ...DEFAULT_RETRY_POLICY, ...options.retry };
     let host: string;
     try {
@@ -142,6 +159,7 @@ export class OpenAiModel implements ModelClient {
   /**
    * @throws ModelCallError after the last attempt, or at once when the provider rejects the request
    * @throws ModelCallAbortedError when `request.signal` aborts
+   * @throws ModelResponseTooLargeError when a response passes `maxResponseBytes` (not retried)
    * @throws whatever `onDelta` / `onRetry` throw, without retrying
    */
   async complete(request: ModelRequest): Promise<ModelResponse> {
@@ -164,6 +182,7 @@ export class OpenAiModel implements ModelClient {
         return { ...result, attempts: attempt };
       } catch (err) {
         if (err instanceof CallbackFailure) throw err.cause;
+        if (err instanceof ResponseTooLargeError) throw this.tooLarge(err);
         if (signal?.aborted) throw new ModelCallAbortedError(this.name, "calling", signal.reason);
         failure = this.classify(err);
       } finally {
@@ -220,9 +239,21 @@ export class OpenAiModel implements ModelClient {
     return body;
   }
 
+  /** Reads the body itself (not through the SDK) so an oversized one is cut off, not buffered whole. */
   private async single(request: ModelRequest, signal: AbortSignal): Promise<AssembledResponse> {
-    const completion = await this.client.chat.completions.create({ ...this.body(request), stream: false }, { signal, ...opt("headers", request.headers) });
-    return fromCompletion(completion, this.model);
+    const response = await this.client.chat.completions
+      .create({ ...this.body(request), stream: false }, { signal, ...opt("headers", request.headers) })
+      .asResponse();
+    const text = await readBounded(response, RAW_BODY_FACTOR * this.maxResponseBytes + RAW_BODY_ENVELOPE_BYTES, this.maxResponseBytes);
+    let completion: OpenAI.Chat.ChatCompletion;
+    try {
+      completion = JSON.parse(text) as OpenAI.Chat.ChatCompletion;
+    } catch (err) {
+      const type = response.headers.get("content-type") ?? "no content type";
+      throw new InvalidResponseError(`the response body is not JSON (${type}): ${JSON.stringify(text.slice(0, 80))}`, { cause: err });
+    }
+    if (typeof completion !== "object" || completion === null) throw new InvalidResponseError("the response body is not a JSON object");
+    return fromCompletion(completion, this.model, this.maxResponseBytes);
   }
 
   private async streamed(request: ModelRequest, signal: AbortSignal, onDelta: ((d: ModelDelta) => void) | undefined): Promise<AssembledResponse> {
@@ -230,7 +261,7 @@ export class OpenAiModel implements ModelClient {
       { ...this.body(request), stream: true, stream_options: { include_usage: true } },
       { signal, ...opt("headers", request.headers) },
     );
-    const assembler = new ChatStreamAssembler(this.model);
+    const assembler = new ChatStreamAssembler(this.model, this.maxResponseBytes);
     let chunks = 0;
     try {
       for await (const chunk of stream) {
@@ -244,7 +275,8 @@ export class OpenAiModel implements ModelClient {
         }
       }
     } catch (err) {
-      if (err instanceof CallbackFailure || err instanceof this.sdk.APIError) throw err;
+      // Thrown inside the loop, a ResponseTooLargeError ends the iteration, and the SDK aborts the request.
+      if (err instanceof CallbackFailure || err instanceof ResponseTooLargeError || err instanceof this.sdk.APIError) throw err;
       if (err instanceof SyntaxError) throw new AttemptFailure("invalid_response", `unreadable stream chunk: ${err.message}`, undefined, undefined, err);
       throw new AttemptFailure("stream_interrupted", `the stream broke after ${chunks} chunk(s): ${describe(err)}`, undefined, undefined, err);
     }
@@ -281,6 +313,12 @@ export class OpenAiModel implements ModelClient {
     return new AttemptFailure("connection", describe(err), undefined, undefined, err);
   }
 
+  private tooLarge(err: ResponseTooLargeError): ModelResponseTooLargeError {
+    const data = { name: this.name, model: this.model, endpoint: this.endpoint, limitBytes: err.limitBytes, receivedBytes: err.receivedBytes };
+    this.log?.warn(data, "model response too large; request aborted");
+    return new ModelResponseTooLargeError(data);
+  }
+
   private finalError(failure: AttemptFailure, attempts: number, hint: number | undefined): ModelCallError {
     const data: ModelCallErrorData = {
       name: this.name,
@@ -299,6 +337,28 @@ export class OpenAiModel implements ModelClient {
     this.log?.warn({ ...data }, "model call failed");
     return new ModelCallError(data, detail, { cause: failure.cause ?? failure });
   }
+}
+
+/**
+ * The body as text, reading at most `maxRawBytes`; past that the body is cancelled (which
+ * ends the request) and ResponseTooLargeError reports `limitBytes`, the configured limit.
+ */
+async function readBounded(response: Response, maxRawBytes: number, limitBytes: number): Promise<string> {
+  if (!response.body) return "";
+  const reader = response.body.getReader();
+  const parts: Uint8Array[] = [];
+  let received = 0;
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    received += value.byteLength;
+    if (received > maxRawBytes) {
+      await reader.cancel().catch(() => undefined);
+      throw new ResponseTooLargeError(limitBytes, received);
+    }
+    parts.push(value);
+  }
+  return Buffer.concat(parts).toString("utf8");
 }
 
 /** `{ key: value }` when value is defined, else `{}`: absent fields stay absent in journaled JSON, not `undefined`. */

@@ -49,13 +49,39 @@ export class InvalidResponseError extends Error {}
 /** Raised when a stream ends without a finish reason: the provider or a proxy cut it short. */
 export class StreamIncompleteError extends Error {}
 
+/** Raised when a response's text and tool-call arguments pass the byte limit. */
+export class ResponseTooLargeError extends Error {
+  constructor(
+    readonly limitBytes: number,
+    readonly receivedBytes: number,
+  ) {
+    super(`the response passed ${limitBytes} bytes (${receivedBytes} received)`);
+  }
+}
+
+/** Counts the UTF-8 bytes of a response's text and arguments against a limit. */
+class ByteLimit {
+  private used = 0;
+  constructor(private readonly limitBytes: number) {}
+  /** @throws ResponseTooLargeError once the total passes the limit */
+  add(text: string | null | undefined): void {
+    if (!text) return;
+    this.used += Buffer.byteLength(text, "utf8");
+    if (this.used > this.limitBytes) throw new ResponseTooLargeError(this.limitBytes, this.used);
+  }
+}
+
 function usageOf(u: OpenAI.CompletionUsage | null | undefined): Usage | undefined {
   if (!u) return undefined;
   return { inputTokens: u.prompt_tokens ?? 0, outputTokens: u.completion_tokens ?? 0 };
 }
 
-/** Reads a non-streamed `chat.completion`. @throws InvalidResponseError */
-export function fromCompletion(completion: Completion, requestedModel: string): AssembledResponse {
+/**
+ * Reads a non-streamed `chat.completion`.
+ * @throws InvalidResponseError
+ * @throws ResponseTooLargeError when text and arguments pass `maxBytes`
+ */
+export function fromCompletion(completion: Completion, requestedModel: string, maxBytes = Number.POSITIVE_INFINITY): AssembledResponse {
   const choice = completion.choices?.[0];
   if (!choice?.message) throw new InvalidResponseError("the response has no choices");
   const toolCalls: ToolCall[] = [];
@@ -63,6 +89,9 @@ export function fromCompletion(completion: Completion, requestedModel: string): 
     if (c.type === "function") toolCalls.push({ id: c.id, name: c.function.name, arguments: c.function.arguments ?? "" });
   }
   const message: AssistantMessage = { role: "assistant", content: choice.message.content ?? null };
+  const limit = new ByteLimit(maxBytes);
+  limit.add(message.content);
+  for (const c of toolCalls) limit.add(c.arguments);
   if (toolCalls.length > 0) message.toolCalls = toolCalls;
   const out: AssembledResponse = {
     message,
@@ -87,10 +116,20 @@ export class ChatStreamAssembler {
   private finishReason: FinishReason | undefined;
   private usage: Usage | undefined;
   private model = "";
+  private readonly limit: ByteLimit;
 
-  constructor(private readonly requestedModel: string) {}
+  /** `maxBytes` bounds the text and tool-call arguments of the whole response. */
+  constructor(
+    private readonly requestedModel: string,
+    maxBytes = Number.POSITIVE_INFINITY,
+  ) {
+    this.limit = new ByteLimit(maxBytes);
+  }
 
-  /** Adds a chunk and returns the deltas it carried, in order. */
+  /**
+   * Adds a chunk and returns the deltas it carried, in order.
+   * @throws ResponseTooLargeError as soon as the response passes its byte limit
+   */
   push(chunk: Chunk): ModelDelta[] {
     const deltas: ModelDelta[] = [];
     if (chunk.model) this.model = chunk.model;
@@ -100,6 +139,7 @@ export class ChatStreamAssembler {
     if (!choice) return deltas;
     const delta = choice.delta ?? {};
     if (typeof delta.content === "string" && delta.content.length > 0) {
+      this.limit.add(delta.content);
       this.content += delta.content;
       this.sawContent = true;
       deltas.push({ type: "text", text: delta.content });
@@ -112,6 +152,7 @@ export class ChatStreamAssembler {
         this.calls[index] = call;
       }
       const out: Extract<ModelDelta, { type: "tool_call" }> = { type: "tool_call", index, arguments: fragment.function?.arguments ?? "" };
+      this.limit.add(out.arguments);
       if (fragment.id) {
         call.id = fragment.id;
         out.id = fragment.id;

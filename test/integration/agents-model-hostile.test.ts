@@ -1,0 +1,148 @@
+import { createServer, type ServerResponse } from "node:http";
+import type { AddressInfo } from "node:net";
+import { describe, expect, it } from "vitest";
+import { createOpenAiModel, ModelErrorCode, ModelResponseTooLargeError, type OpenAiModelConfig } from "../../src/agents/model/index.js";
+import { scriptedReply, startScriptedModelServer } from "../../src/testing/index.js";
+import { startAgentRig } from "../fixtures/agents/rig.js";
+import { fileServer, uniqueCluster } from "../fixtures/bus/helpers.js";
+import { poll } from "../fixtures/poll.js";
+
+/**
+ * A provider that breaks the rules: every test here answers with what a real but hostile
+ * (or broken) OpenAI-compatible endpoint could send, through the real `openai` client.
+ */
+
+const nats = fileServer();
+const USER = [{ role: "user" as const, content: "hi" }];
+const FAST = { retry: { baseDelayMs: 5, maxDelayMs: 50 } };
+
+function model(url: string, extra: Partial<OpenAiModelConfig> = {}) {
+  return createOpenAiModel({ name: "hostile", baseUrl: url, model: "m", apiKey: "k", maxRetries: 2, ...extra }, FAST);
+}
+
+async function failure(p: Promise<unknown>): Promise<unknown> {
+  return p.then(
+    () => {
+      throw new Error("expected the call to fail");
+    },
+    (err: unknown) => err,
+  );
+}
+
+/** A chat-completions endpoint that answers every request with `respond`; counts requests and closed clients. */
+async function rawServer(respond: (res: ServerResponse) => void) {
+  const stats = { requests: 0, clientClosed: 0 };
+  const server = createServer((req, res) => {
+    stats.requests++;
+    req.resume();
+    res.on("close", () => {
+      if (!res.writableFinished) stats.clientClosed++;
+    });
+    req.on("end", () => respond(res));
+  });
+  await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
+  const { port } = server.address() as AddressInfo;
+  return {
+    url: `http://127.0.0.1:${port}/v1`,
+    stats,
+    [Symbol.asyncDispose]: () =>
+      new Promise<void>((r) => {
+        server.closeAllConnections();
+        server.close(() => r());
+      }),
+  };
+}
+
+function chunk(delta: Record<string, unknown>, finish: string | null = null, extra: Record<string, unknown> = {}) {
+  return { id: "c", object: "chat.completion.chunk", created: 0, model: "m", choices: [{ index: 0, delta, finish_reason: finish }], ...extra };
+}
+
+function completion(message: Record<string, unknown>, extra: Record<string, unknown> = {}) {
+  return { id: "c", object: "chat.completion", created: 0, model: "m", choices: [{ index: 0, message, finish_reason: "stop" }], ...extra };
+}
+
+function json(res: ServerResponse, body: unknown): void {
+  res.writeHead(200, { "content-type": "application/json" });
+  res.end(JSON.stringify(body));
+}
+
+describe("a hostile provider (real openai client, raw HTTP)", () => {
+  it("hostile - a streamed answer past max_response_bytes aborts the request at once, fails MODEL_RESPONSE_TOO_LARGE and is not retried", async () => {
+    const piece = "x".repeat(64 * 1024);
+    let written = 0;
+    await using server = await rawServer((res) => {
+      res.writeHead(200, { "content-type": "text/event-stream" });
+      // 50 MB offered, slowly enough that an unaborted reader would still be reading.
+      const timer = setInterval(() => {
+        if (written >= 800 || res.destroyed) {
+          clearInterval(timer);
+          res.end();
+          return;
+        }
+        written++;
+        res.write(`data: ${JSON.stringify(chunk({ content: piece }))}\n\n`);
+      }, 1);
+    });
+    const m = await model(server.url, { maxResponseBytes: 256 * 1024 });
+    const err = await failure(m.complete({ messages: USER }));
+    expect(err).toBeInstanceOf(ModelResponseTooLargeError);
+    expect(err).toMatchObject({ code: ModelErrorCode.MODEL_RESPONSE_TOO_LARGE, retryable: false, data: { limitBytes: 256 * 1024 } });
+    expect((err as Error).message).toContain("max_response_bytes");
+    expect(server.stats.requests).toBe(1);
+    await poll(() => (server.stats.clientClosed === 1 ? true : undefined), { timeoutMs: 2000, what: "the aborted request" });
+    expect(written).toBeLessThan(40);
+  });
+
+  it("hostile - a non-streamed tool call with 4 MB of arguments fails MODEL_RESPONSE_TOO_LARGE without reading the whole body", async () => {
+    await using server = await rawServer((res) =>
+      json(
+        res,
+        completion({
+          role: "assistant",
+          content: null,
+          tool_calls: [{ id: "a", type: "function", function: { name: "f", arguments: JSON.stringify({ blob: "y".repeat(4 * 1024 * 1024) }) } }],
+        }),
+      ),
+    );
+    const m = await model(server.url, { stream: false });
+    const err = await failure(m.complete({ messages: USER }));
+    expect(err).toMatchObject({ code: ModelErrorCode.MODEL_RESPONSE_TOO_LARGE, data: { limitBytes: 512 * 1024 } });
+    expect(server.stats.requests).toBe(1);
+  });
+
+  it("hostile - a non-streamed answer one byte over max_response_bytes fails; one at the limit passes", async () => {
+    await using server = await rawServer((res) => json(res, completion({ role: "assistant", content: "z".repeat(2048) })));
+    const m = await model(server.url, { stream: false, maxResponseBytes: 2047 });
+    expect(await failure(m.complete({ messages: USER }))).toBeInstanceOf(ModelResponseTooLargeError);
+    const fits = await model(server.url, { stream: false, maxResponseBytes: 2048 });
+    expect((await fits.complete({ messages: USER })).message.content).toHaveLength(2048);
+  });
+
+  it("hostile - an agent whose model streams 3 MB ends the run failed (run_failed, run_stream_end, result) and stays Idle", async () => {
+    const big = "w".repeat(3 * 1024 * 1024);
+    const pieces = big.match(/.{1,65536}/gs)!;
+    await using server = await startScriptedModelServer({
+      replies: [scriptedReply.text(big, { chunks: pieces }), scriptedReply.text("short")],
+    });
+    await using rig = await startAgentRig(nats.url, uniqueCluster("hm"), {
+      modelUrl: server.url,
+      agents: [{ id: "talker", model: "main" }],
+    });
+    const result = await rig.ask("talker", "say a lot", { runId: "run-big" });
+    expect(result.status).toBe("failed");
+    expect(result.error?.code).toBe("MODEL_RESPONSE_TOO_LARGE");
+    expect(server.requests).toHaveLength(1);
+    const ev = await poll(
+      () => {
+        const e = rig.eventsOf("run-big");
+        return e.some((x) => x.type === "run_stream_end") ? e : undefined;
+      },
+      { timeoutMs: 5000, what: "run-big events" },
+    );
+    expect(ev.find((e) => e.type === "run_failed")?.data).toMatchObject({ error: { code: "MODEL_RESPONSE_TOO_LARGE" } });
+    expect(ev.at(-1)).toMatchObject({ type: "run_stream_end", data: { status: "failed" } });
+    const info = await rig.client.request<{ state: string }>("talker", "info_request", null);
+    expect(info.state).toBe("Idle");
+    expect(await rig.ask("talker", "briefly")).toMatchObject({ status: "completed", output: "short" });
+  }, 40_000);
+});
