@@ -2,16 +2,25 @@ import type { JetStreamClient } from "@nats-io/jetstream";
 import type { KV } from "@nats-io/kv";
 import { openOrCreateBucket } from "../bus/kv-buckets.js";
 import { isWrongLastSequence } from "../bus/nats-errors.js";
+import { BudgetChargeInvalidError, BudgetLedgerCorruptError } from "./budget-errors.js";
 
 /** Token use of budget groups shared across the cluster. */
 export interface GroupLedger {
-  /** Tokens charged to the group so far. */
+  /**
+   * Tokens charged to the group so far.
+   * @throws BudgetLedgerCorruptError when the stored total is not a finite number >= 0
+   */
   used(key: string): Promise<number>;
-  /** Adds tokens to the group; resolves with the new total. */
+  /**
+   * Adds tokens to the group; resolves with the new total.
+   * @throws BudgetChargeInvalidError when tokens is not a finite number >= 0
+   * @throws BudgetLedgerCorruptError when the stored total is not a finite number >= 0
+   */
   charge(key: string, tokens: number): Promise<number>;
 }
 
 const enc = new TextEncoder();
+const dec = new TextDecoder();
 
 /**
  * Budget groups in NATS KV `kova_<cluster>_agent_budgets`, one key per group
@@ -20,7 +29,11 @@ const enc = new TextEncoder();
  * nodes add to one total and none of their charges is lost.
  */
 export class NatsGroupLedger implements GroupLedger {
-  private constructor(readonly kv: KV) {}
+  private constructor(
+    readonly kv: KV,
+    /** Named in errors so an operator can fix a key by hand. */
+    private readonly bucket: string,
+  ) {}
 
   static bucketName(cluster: string): string {
     return `kova_${cluster}_agent_budgets`;
@@ -28,20 +41,22 @@ export class NatsGroupLedger implements GroupLedger {
 
   /** @throws JetStream errors when JetStream is unavailable */
   static async open(opts: { js: JetStreamClient; cluster: string; replicas?: number }): Promise<NatsGroupLedger> {
-    const kv = await openOrCreateBucket(opts.js, NatsGroupLedger.bucketName(opts.cluster), { history: 1, replicas: opts.replicas ?? 1 });
-    return new NatsGroupLedger(kv);
+    const bucket = NatsGroupLedger.bucketName(opts.cluster);
+    const kv = await openOrCreateBucket(opts.js, bucket, { history: 1, replicas: opts.replicas ?? 1 });
+    return new NatsGroupLedger(kv, bucket);
   }
 
   async used(key: string): Promise<number> {
     const e = await this.kv.get(key);
-    return e === null || e.operation !== "PUT" ? 0 : (e.json<{ used: number }>().used ?? 0);
+    return e === null || e.operation !== "PUT" ? 0 : this.storedTotal(key, e.value);
   }
 
   async charge(key: string, tokens: number): Promise<number> {
+    if (!isTokenCount(tokens)) throw new BudgetChargeInvalidError(key, tokens);
     for (;;) {
       const e = await this.kv.get(key);
       const exists = e !== null && e.operation === "PUT";
-      const used = (exists ? (e.json<{ used: number }>().used ?? 0) : 0) + tokens;
+      const used = (exists ? this.storedTotal(key, e.value) : 0) + tokens;
       const data = enc.encode(JSON.stringify({ used, ts: Date.now() }));
       try {
         if (e === null) await this.kv.create(key, data);
@@ -53,4 +68,21 @@ export class NatsGroupLedger implements GroupLedger {
       }
     }
   }
+
+  /** The total a key holds; anything but a finite number >= 0 is corrupt, never read as 0. */
+  private storedTotal(key: string, value: Uint8Array): number {
+    const text = dec.decode(value);
+    let used: unknown;
+    try {
+      used = (JSON.parse(text) as { used?: unknown } | null)?.used;
+    } catch {
+      used = undefined;
+    }
+    if (!isTokenCount(used)) throw new BudgetLedgerCorruptError(this.bucket, key, text.slice(0, 200));
+    return used;
+  }
+}
+
+function isTokenCount(n: unknown): n is number {
+  return typeof n === "number" && Number.isFinite(n) && n >= 0;
 }

@@ -22,28 +22,36 @@ export function emptyTotals(): AgentUsageTotals {
   return { runs: 0, inputTokens: 0, outputTokens: 0, costUsd: 0, modelCalls: 0, toolCalls: 0, toolMs: 0, byModel: {}, byTool: {} };
 }
 
+/**
+ * Adds one model call. Reported numbers that are not finite and >= 0 (a broken provider)
+ * count as 0 here: one NaN would otherwise stay in the agent's totals for good and disable
+ * max_tokens_total (NaN compares false against every limit). Shared group budgets refuse
+ * such a charge instead (see BudgetChargeInvalidError).
+ */
 export function tallyModel(t: RunTally, model: string, usage: { inputTokens: number; outputTokens: number }, costUsd: number | undefined): void {
-  t.inputTokens += usage.inputTokens;
-  t.outputTokens += usage.outputTokens;
+  const input = amount(usage.inputTokens);
+  const output = amount(usage.outputTokens);
+  t.inputTokens += input;
+  t.outputTokens += output;
   t.modelCalls++;
   if (costUsd !== undefined) {
     t.priced = true;
-    t.costUsd = round(t.costUsd + costUsd);
+    t.costUsd = round(t.costUsd + amount(costUsd));
   }
   const m = (t.byModel[model] ??= { calls: 0, inputTokens: 0, outputTokens: 0, costUsd: 0 });
   m.calls++;
-  m.inputTokens += usage.inputTokens;
-  m.outputTokens += usage.outputTokens;
-  m.costUsd = round(m.costUsd + (costUsd ?? 0));
+  m.inputTokens += input;
+  m.outputTokens += output;
+  m.costUsd = round(m.costUsd + amount(costUsd));
 }
 
 export function tallyTool(t: RunTally, tool: string, ok: boolean, ms: number): void {
   t.toolCalls++;
-  t.toolMs += ms;
+  t.toolMs += amount(ms);
   const e = (t.byTool[tool] ??= { calls: 0, errors: 0, ms: 0 });
   e.calls++;
   if (!ok) e.errors++;
-  e.ms += ms;
+  e.ms += amount(ms);
 }
 
 /** The `usage` of a run's result and events. */
@@ -51,30 +59,42 @@ export function runUsage(t: RunTally): RunUsage {
   return { inputTokens: t.inputTokens, outputTokens: t.outputTokens, ...(t.priced ? { costUsd: t.costUsd } : {}) };
 }
 
-/** Adds a finished run to the agent's totals. */
+/**
+ * Adds a finished run to the agent's totals. Either side's numbers that are not finite and
+ * >= 0 count as 0, so totals an older version stored as NaN heal instead of staying NaN.
+ */
 export function addRun(totals: AgentUsageTotals, t: RunTally): AgentUsageTotals {
   const out: AgentUsageTotals = structuredClone(totals);
-  out.runs++;
-  out.inputTokens += t.inputTokens;
-  out.outputTokens += t.outputTokens;
-  out.costUsd = round(out.costUsd + t.costUsd);
-  out.modelCalls += t.modelCalls;
-  out.toolCalls += t.toolCalls;
-  out.toolMs += t.toolMs;
+  out.runs = sum(out.runs, 1);
+  out.inputTokens = sum(out.inputTokens, t.inputTokens);
+  out.outputTokens = sum(out.outputTokens, t.outputTokens);
+  out.costUsd = round(sum(out.costUsd, t.costUsd));
+  out.modelCalls = sum(out.modelCalls, t.modelCalls);
+  out.toolCalls = sum(out.toolCalls, t.toolCalls);
+  out.toolMs = sum(out.toolMs, t.toolMs);
   for (const [k, v] of Object.entries(t.byModel)) {
     const m = (out.byModel[k] ??= { calls: 0, inputTokens: 0, outputTokens: 0, costUsd: 0 });
-    m.calls += v.calls;
-    m.inputTokens += v.inputTokens;
-    m.outputTokens += v.outputTokens;
-    m.costUsd = round(m.costUsd + v.costUsd);
+    m.calls = sum(m.calls, v.calls);
+    m.inputTokens = sum(m.inputTokens, v.inputTokens);
+    m.outputTokens = sum(m.outputTokens, v.outputTokens);
+    m.costUsd = round(sum(m.costUsd, v.costUsd));
   }
   for (const [k, v] of Object.entries(t.byTool)) {
     const e = (out.byTool[k] ??= { calls: 0, errors: 0, ms: 0 });
-    e.calls += v.calls;
-    e.errors += v.errors;
-    e.ms += v.ms;
+    e.calls = sum(e.calls, v.calls);
+    e.errors = sum(e.errors, v.errors);
+    e.ms = sum(e.ms, v.ms);
   }
   return out;
+}
+
+/** A usage number, or 0 for one that is not finite and >= 0 (or not a number at all). */
+function amount(n: unknown): number {
+  return typeof n === "number" && Number.isFinite(n) && n >= 0 ? n : 0;
+}
+
+function sum(a: unknown, b: unknown): number {
+  return amount(a) + amount(b);
 }
 
 function round(usd: number): number {
