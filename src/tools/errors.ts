@@ -1,5 +1,6 @@
 import { defineErrorCodes, KovaError, type KovaErrorOptions } from "../core/errors.js";
 import type { ArgumentIssue } from "./validate.js";
+import { describeError } from "./describe-error.js";
 
 /**
  * The tools layer's failures. Most of them reach the model as a tool result (see
@@ -74,7 +75,7 @@ export class ToolFailedError extends KovaError {
     readonly tool: string,
     cause: unknown,
   ) {
-    super(ToolsErrorCode.TOOL_FAILED, `tool ${JSON.stringify(tool)} failed: ${cause instanceof Error ? cause.message : String(cause)}`, {
+    super(ToolsErrorCode.TOOL_FAILED, `tool ${JSON.stringify(tool)} failed: ${describeError(cause)}`, {
       cause,
       data: { tool },
     });

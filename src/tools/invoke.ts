@@ -1,4 +1,5 @@
 import { KovaError, toWire, type WireError } from "../core/errors.js";
+import { describeError } from "./describe-error.js";
 import { ToolFailedError, ToolsErrorCode } from "./errors.js";
 import type { ArgumentRepairBudget, RepairVerdict } from "./repair-budget.js";
 import { DEFAULT_RESULT_MAX_BYTES, capText, serializeToolResult } from "./result-cap.js";
@@ -70,9 +71,29 @@ export async function runTool<A>(tool: Tool<A>, args: A, ctx: ToolContext, maxRe
     const capped = capText(serializeToolResult(value), maxResultBytes);
     return { status: "ok", content: capped.text, truncated: capped.truncated, value };
   } catch (err) {
-    const wire = toWire(err instanceof KovaError ? err : new ToolFailedError(tool.name, err));
-    const capped = capText(JSON.stringify({ error: wire }), maxResultBytes);
-    return { status: "error", content: capped.text, truncated: capped.truncated, error: wire };
+    return failed(tool.name, err, maxResultBytes);
+  }
+}
+
+/** The `error` outcome of a tool that threw; whatever it threw, this does not throw. */
+function failed(toolName: string, err: unknown, maxResultBytes: number): ToolRunOutcome {
+  let wire: WireError;
+  try {
+    wire = toWire(isKovaErrorSafe(err) ? err : new ToolFailedError(toolName, err));
+  } catch {
+    // A KovaError subclass whose data or message cannot be read: describe it plainly.
+    wire = toWire(new ToolFailedError(toolName, describeError(err)));
+  }
+  const capped = capText(JSON.stringify({ error: wire }), maxResultBytes);
+  return { status: "error", content: capped.text, truncated: capped.truncated, error: wire };
+}
+
+function isKovaErrorSafe(err: unknown): err is KovaError {
+  try {
+    return err instanceof KovaError;
+  } catch {
+    // A Proxy whose getPrototypeOf trap throws.
+    return false;
   }
 }
 
@@ -99,6 +120,6 @@ function untilAborted<T>(work: Promise<T>, signal: AbortSignal): Promise<T> {
 
 function interrupted(signal: AbortSignal): KovaError {
   if (signal.reason instanceof KovaError) return signal.reason;
-  const reason = signal.reason instanceof Error ? signal.reason.message : String(signal.reason ?? "aborted");
+  const reason = signal.reason === undefined ? "aborted" : describeError(signal.reason);
   return new KovaError(ActorErrorCode.INTERRUPTED, `tool call stopped: ${reason}`, { cause: signal.reason });
 }

@@ -38,6 +38,47 @@ describe("runTool", () => {
     expect(JSON.parse(out.content)).toEqual({ error: out.error });
   });
 
+  it("runTool - a thrown value that cannot be printed still becomes a TOOL_FAILED result (runTool never throws)", async () => {
+    const unprintable = [
+      // String() of this throws: no toString, no valueOf, no Symbol.toPrimitive.
+      Object.assign(Object.create(null), { toString: undefined }),
+      // An Error whose message getter throws.
+      Object.defineProperty(new Error("x"), "message", {
+        get() {
+          throw new Error("no message for you");
+        },
+      }),
+      // A Proxy whose every trap throws, instanceof included.
+      new Proxy(
+        {},
+        {
+          get() {
+            throw new Error("trap");
+          },
+          getPrototypeOf() {
+            throw new Error("trap");
+          },
+        },
+      ),
+    ];
+    for (const thrown of unprintable) {
+      const tool = defineTool({
+        name: "hostile",
+        description: "Throws what it likes.",
+        idempotent: false,
+        parameters: { type: "object" },
+        run: async () => {
+          throw thrown;
+        },
+      });
+      const out = await runTool(tool, {}, toolContext());
+      expect(out.status).toBe("error");
+      expect(out.error).toMatchObject({ code: "TOOL_FAILED", data: { tool: "hostile" } });
+      expect(out.error?.message).toMatch(/^tool "hostile" failed: /);
+      expect(JSON.parse(out.content)).toEqual({ error: out.error });
+    }
+  });
+
   it("runTool - stops waiting when the call's signal aborts, even if the tool ignores it", async () => {
     let entered!: () => void;
     const started = new Promise<void>((r) => (entered = r));
