@@ -53,6 +53,13 @@ async function rawServer(respond: (res: ServerResponse) => void) {
   };
 }
 
+function sse(res: ServerResponse, chunks: unknown[]): void {
+  res.writeHead(200, { "content-type": "text/event-stream" });
+  // A string is sent as is: JSON.stringify cannot write what a broken server can (1e400).
+  for (const c of chunks) res.write(`data: ${typeof c === "string" ? c : JSON.stringify(c)}\n\n`);
+  res.end("data: [DONE]\n\n");
+}
+
 function chunk(delta: Record<string, unknown>, finish: string | null = null, extra: Record<string, unknown> = {}) {
   return { id: "c", object: "chat.completion.chunk", created: 0, model: "m", choices: [{ index: 0, delta, finish_reason: finish }], ...extra };
 }
@@ -145,4 +152,35 @@ describe("a hostile provider (real openai client, raw HTTP)", () => {
     expect(info.state).toBe("Idle");
     expect(await rig.ask("talker", "briefly")).toMatchObject({ status: "completed", output: "short" });
   }, 40_000);
+
+  // Raw JSON text of `usage`: 1e400 parses to Infinity.
+  const badUsage = [
+    '{"prompt_tokens":-5,"completion_tokens":3}',
+    '{"prompt_tokens":10,"completion_tokens":1e400}',
+    '{"prompt_tokens":"10","completion_tokens":3}',
+    '{"prompt_tokens":10.5,"completion_tokens":3}',
+    '{"prompt_tokens":1e300,"completion_tokens":3}',
+    '"lots"',
+  ];
+
+  it.each(badUsage)("hostile - usage %s is treated as absent, streamed and not", async (usage) => {
+    const streamed = JSON.stringify(chunk({ content: "ok" }, "stop")).replace(/}$/, `,"usage":${usage}}`);
+    await using sseServer = await rawServer((res) => sse(res, [streamed]));
+    const a = await (await model(sseServer.url)).complete({ messages: USER });
+    expect(a.message.content).toBe("ok");
+    expect(a.usage).toBeUndefined();
+
+    await using jsonServer = await rawServer((res) => {
+      res.writeHead(200, { "content-type": "application/json" });
+      res.end(JSON.stringify(completion({ role: "assistant", content: "ok" })).replace(/}$/, `,"usage":${usage}}`));
+    });
+    const b = await (await model(jsonServer.url, { stream: false })).complete({ messages: USER });
+    expect(b.message.content).toBe("ok");
+    expect(b.usage).toBeUndefined();
+  });
+
+  it("hostile - sane usage still counts, a missing count being 0", async () => {
+    await using server = await rawServer((res) => sse(res, [chunk({ content: "ok" }, "stop", { usage: { prompt_tokens: 12 } })]));
+    expect((await (await model(server.url)).complete({ messages: USER })).usage).toEqual({ inputTokens: 12, outputTokens: 0 });
+  });
 });

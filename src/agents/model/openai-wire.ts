@@ -71,9 +71,23 @@ class ByteLimit {
   }
 }
 
+/**
+ * The provider's usage, or undefined when it sent none or a count that is not a finite
+ * non-negative integer (a string, NaN, Infinity, -5): one such count would corrupt the
+ * agent's totals and shared budgets, so the run estimates the usage instead.
+ */
 function usageOf(u: OpenAI.CompletionUsage | null | undefined): Usage | undefined {
-  if (!u) return undefined;
-  return { inputTokens: u.prompt_tokens ?? 0, outputTokens: u.completion_tokens ?? 0 };
+  if (typeof u !== "object" || u === null) return undefined;
+  const inputTokens = tokenCount(u.prompt_tokens);
+  const outputTokens = tokenCount(u.completion_tokens);
+  if (inputTokens === undefined || outputTokens === undefined) return undefined;
+  return { inputTokens, outputTokens };
+}
+
+/** An absent count is 0 (some servers send only one); anything but a safe non-negative integer is unusable. */
+function tokenCount(raw: unknown): number | undefined {
+  if (raw === undefined || raw === null) return 0;
+  return typeof raw === "number" && Number.isSafeInteger(raw) && raw >= 0 ? raw : undefined;
 }
 
 /**
