@@ -183,4 +183,58 @@ describe("a hostile provider (real openai client, raw HTTP)", () => {
     await using server = await rawServer((res) => sse(res, [chunk({ content: "ok" }, "stop", { usage: { prompt_tokens: 12 } })]));
     expect((await (await model(server.url)).complete({ messages: USER })).usage).toEqual({ inputTokens: 12, outputTokens: 0 });
   });
+
+  const brokenCompletionCalls: [string, unknown][] = [
+    ["a null function name", { id: "a", type: "function", function: { name: null, arguments: "{}" } }],
+    ["a numeric function name", { id: "a", type: "function", function: { name: 7, arguments: "{}" } }],
+    ["no function at all", { id: "a", type: "function", function: null }],
+    ["arguments as an object", { id: "a", type: "function", function: { name: "f", arguments: { x: 1 } } }],
+    ["a null call", null],
+  ];
+
+  it.each(brokenCompletionCalls)("hostile - a non-streamed tool call with %s is an invalid response, retried as one", async (_what, call) => {
+    await using server = await rawServer((res) => json(res, completion({ role: "assistant", content: null, tool_calls: [call] })));
+    const err = await failure((await model(server.url, { stream: false })).complete({ messages: USER }));
+    expect(err).toMatchObject({ code: "MODEL_CALL_FAILED", retryable: true, data: { reason: "invalid_response", attempts: 3 } });
+    expect((err as Error).message).toContain("tool_calls[0]");
+    expect(server.stats.requests).toBe(3);
+  });
+
+  it("hostile - a non-streamed tool call with a null or numeric id gets a generated one; null or absent arguments are empty", async () => {
+    await using server = await rawServer((res) =>
+      json(
+        res,
+        completion({
+          role: "assistant",
+          content: null,
+          tool_calls: [
+            { id: null, type: "function", function: { name: "f", arguments: "{}" } },
+            { id: 42, type: "function", function: { name: "g", arguments: null } },
+            { type: "function", function: { name: "h" } },
+          ],
+        }),
+      ),
+    );
+    const res = await (await model(server.url, { stream: false })).complete({ messages: USER });
+    expect(res.message.toolCalls).toEqual([
+      { id: "call_0", name: "f", arguments: "{}" },
+      { id: "call_1", name: "g", arguments: "" },
+      { id: "call_2", name: "h", arguments: "" },
+    ]);
+  });
+
+  const brokenFragments: [string, unknown][] = [
+    ["a numeric function name", { index: 0, id: "a", function: { name: 7, arguments: "{}" } }],
+    ["arguments as an object", { index: 0, id: "a", function: { name: "f", arguments: { x: 1 } } }],
+    ["a numeric id", { index: 0, id: 5, function: { name: "f", arguments: "{}" } }],
+    ["no name in any fragment", { index: 0, id: "a", function: { arguments: "{}" } }],
+    ["a null fragment", null],
+  ];
+
+  it.each(brokenFragments)("hostile - a streamed tool call with %s is an invalid response, retried as one", async (_what, fragment) => {
+    await using server = await rawServer((res) => sse(res, [chunk({ tool_calls: [fragment] }), chunk({}, "tool_calls")]));
+    const err = await failure((await model(server.url)).complete({ messages: USER }));
+    expect(err).toMatchObject({ code: "MODEL_CALL_FAILED", retryable: true, data: { reason: "invalid_response", attempts: 3 } });
+    expect(server.stats.requests).toBe(3);
+  });
 });

@@ -276,7 +276,8 @@ export class OpenAiModel implements ModelClient {
       }
     } catch (err) {
       // Thrown inside the loop, a ResponseTooLargeError ends the iteration, and the SDK aborts the request.
-      if (err instanceof CallbackFailure || err instanceof ResponseTooLargeError || err instanceof this.sdk.APIError) throw err;
+      if (err instanceof CallbackFailure || err instanceof ResponseTooLargeError || err instanceof InvalidResponseError || err instanceof this.sdk.APIError)
+        throw err;
       if (err instanceof SyntaxError) throw new AttemptFailure("invalid_response", `unreadable stream chunk: ${err.message}`, undefined, undefined, err);
       throw new AttemptFailure("stream_interrupted", `the stream broke after ${chunks} chunk(s): ${describe(err)}`, undefined, undefined, err);
     }
@@ -285,6 +286,7 @@ export class OpenAiModel implements ModelClient {
     try {
       return assembler.result();
     } catch (err) {
+      if (err instanceof InvalidResponseError) throw err;
       throw new AttemptFailure("stream_interrupted", `${(err as Error).message} after ${chunks} chunk(s)`, undefined, undefined, err);
     }
   }

@@ -98,11 +98,10 @@ function tokenCount(raw: unknown): number | undefined {
 export function fromCompletion(completion: Completion, requestedModel: string, maxBytes = Number.POSITIVE_INFINITY): AssembledResponse {
   const choice = completion.choices?.[0];
   if (!choice?.message) throw new InvalidResponseError("the response has no choices");
-  const toolCalls: ToolCall[] = [];
-  for (const c of choice.message.tool_calls ?? []) {
-    if (c.type === "function") toolCalls.push({ id: c.id, name: c.function.name, arguments: c.function.arguments ?? "" });
-  }
-  const message: AssistantMessage = { role: "assistant", content: choice.message.content ?? null };
+  const toolCalls = completedToolCalls(choice.message.tool_calls as unknown);
+  const content: unknown = choice.message.content ?? null;
+  if (content !== null && typeof content !== "string") throw new InvalidResponseError(`message.content is ${describeValue(content)}, not a string`);
+  const message: AssistantMessage = { role: "assistant", content };
   const limit = new ByteLimit(maxBytes);
   limit.add(message.content);
   for (const c of toolCalls) limit.add(c.arguments);
@@ -115,6 +114,40 @@ export function fromCompletion(completion: Completion, requestedModel: string, m
   const usage = usageOf(completion.usage);
   if (usage) out.usage = usage;
   return out;
+}
+
+/**
+ * The function calls of a non-streamed message, checked: the rest of Kova reads id, name
+ * and arguments as strings. A call without an id gets one (the tool message must answer
+ * some id); one without a name, or with arguments that are not a string, is unusable.
+ * @throws InvalidResponseError
+ */
+function completedToolCalls(raw: unknown): ToolCall[] {
+  if (raw === undefined || raw === null) return [];
+  if (!Array.isArray(raw)) throw new InvalidResponseError(`message.tool_calls is ${describeValue(raw)}, not an array`);
+  const calls: ToolCall[] = [];
+  raw.forEach((c: unknown, i) => {
+    if (typeof c !== "object" || c === null) throw new InvalidResponseError(`tool_calls[${i}] is ${describeValue(c)}, not an object`);
+    const call = c as { id?: unknown; type?: unknown; function?: unknown };
+    // Other kinds (OpenAI's `custom` tools) are not ours to run: skipped as before.
+    if (call.type !== "function") return;
+    const fn = call.function as { name?: unknown; arguments?: unknown } | null | undefined;
+    const name = fn?.name;
+    if (typeof name !== "string" || name === "") throw new InvalidResponseError(`tool_calls[${i}].function.name is ${describeValue(name)}, not a tool name`);
+    const args = fn?.arguments ?? "";
+    if (typeof args !== "string") throw new InvalidResponseError(`tool_calls[${i}].function.arguments is ${describeValue(args)}, not a JSON string`);
+    calls.push({ id: typeof call.id === "string" && call.id !== "" ? call.id : `call_${i}`, name, arguments: args });
+  });
+  return calls;
+}
+
+/** A short description of a value from the wire for an error message (never the whole value). */
+export function describeValue(value: unknown): string {
+  if (value === null) return "null";
+  if (Array.isArray(value)) return "an array";
+  if (typeof value === "string") return JSON.stringify(value.length > 40 ? `${value.slice(0, 40)}…` : value);
+  if (typeof value === "object") return "an object";
+  return `${typeof value} ${String(value)}`;
 }
 
 /**
@@ -158,20 +191,23 @@ export class ChatStreamAssembler {
       this.sawContent = true;
       deltas.push({ type: "text", text: delta.content });
     }
-    for (const fragment of delta.tool_calls ?? []) {
+    const fragments: unknown = delta.tool_calls ?? [];
+    if (!Array.isArray(fragments)) throw new InvalidResponseError(`delta.tool_calls is ${describeValue(fragments)}, not an array`);
+    for (const raw of fragments) {
+      const fragment = checkedFragment(raw);
       const index = typeof fragment.index === "number" ? fragment.index : this.indexWithout(fragment.id);
       let call = this.calls[index];
       if (!call) {
         call = { id: "", name: "", arguments: "" };
         this.calls[index] = call;
       }
-      const out: Extract<ModelDelta, { type: "tool_call" }> = { type: "tool_call", index, arguments: fragment.function?.arguments ?? "" };
+      const out: Extract<ModelDelta, { type: "tool_call" }> = { type: "tool_call", index, arguments: fragment.arguments };
       this.limit.add(out.arguments);
       if (fragment.id) {
         call.id = fragment.id;
         out.id = fragment.id;
       }
-      const name = fragment.function?.name;
+      const name = fragment.name;
       if (name && name !== call.name) {
         call.name = call.name === "" ? name : call.name + name;
         out.name = name;
@@ -190,7 +226,10 @@ export class ChatStreamAssembler {
     return id && this.calls[last]?.id !== id ? this.calls.length : last;
   }
 
-  /** @throws StreamIncompleteError when no chunk carried a finish reason */
+  /**
+   * @throws StreamIncompleteError when no chunk carried a finish reason
+   * @throws InvalidResponseError when a tool call never got a name
+   */
   result(): AssembledResponse {
     if (this.finishReason === undefined) {
       throw new StreamIncompleteError("the stream ended before the model finished (no finish_reason)");
@@ -198,6 +237,7 @@ export class ChatStreamAssembler {
     const message: AssistantMessage = { role: "assistant", content: this.sawContent ? this.content : null };
     const calls = this.calls.filter((c) => c !== undefined);
     calls.forEach((c, i) => {
+      if (c.name === "") throw new InvalidResponseError(`streamed tool call ${i} never got a function name`);
       // A provider that sends no call ids still needs one for the tool message to answer.
       if (c.id === "") c.id = `call_${i}`;
     });
@@ -206,4 +246,33 @@ export class ChatStreamAssembler {
     if (this.usage) out.usage = this.usage;
     return out;
   }
+}
+
+/** A streamed tool-call fragment with its fields checked; absent strings are undefined ("" for arguments). */
+interface CheckedFragment {
+  index?: unknown;
+  id?: string;
+  name?: string;
+  arguments: string;
+}
+
+/** @throws InvalidResponseError for a fragment whose id, name or arguments are not strings */
+function checkedFragment(raw: unknown): CheckedFragment {
+  if (typeof raw !== "object" || raw === null) throw new InvalidResponseError(`a streamed tool call is ${describeValue(raw)}, not an object`);
+  const f = raw as { index?: unknown; id?: unknown; function?: unknown };
+  const fn: unknown = f.function ?? {};
+  if (typeof fn !== "object" || fn === null) throw new InvalidResponseError(`a streamed tool call's function is ${describeValue(fn)}, not an object`);
+  const { name, arguments: args } = fn as { name?: unknown; arguments?: unknown };
+  const out: CheckedFragment = { index: f.index, arguments: optionalString(args, "function.arguments") ?? "" };
+  const id = optionalString(f.id, "id");
+  if (id) out.id = id;
+  const checkedName = optionalString(name, "function.name");
+  if (checkedName) out.name = checkedName;
+  return out;
+}
+
+function optionalString(value: unknown, field: string): string | undefined {
+  if (value === undefined || value === null) return undefined;
+  if (typeof value !== "string") throw new InvalidResponseError(`a streamed tool call's ${field} is ${describeValue(value)}, not a string`);
+  return value;
 }
