@@ -237,4 +237,34 @@ describe("a hostile provider (real openai client, raw HTTP)", () => {
     expect(err).toMatchObject({ code: "MODEL_CALL_FAILED", retryable: true, data: { reason: "invalid_response", attempts: 3 } });
     expect(server.stats.requests).toBe(3);
   });
+
+  it("hostile - a streamed tool-call index of 1e8 is just a key: the call completes at once, in index order", async () => {
+    await using server = await rawServer((res) =>
+      sse(res, [
+        chunk({ tool_calls: [{ index: 100_000_000, id: "far", function: { name: "f", arguments: "{}" } }] }),
+        chunk({ tool_calls: [{ index: 3, id: "near", function: { name: "g", arguments: "{}" } }] }, "tool_calls"),
+      ]),
+    );
+    const started = performance.now();
+    const res = await (await model(server.url)).complete({ messages: USER });
+    expect(performance.now() - started).toBeLessThan(1000);
+    expect(res.message.toolCalls?.map((c) => c.id)).toEqual(["near", "far"]);
+  });
+
+  it.each([-1, 1.5, "0"])("hostile - a streamed tool-call index of %j is an invalid response", async (index) => {
+    await using server = await rawServer((res) =>
+      sse(res, [chunk({ tool_calls: [{ index, id: "a", function: { name: "f", arguments: "{}" } }] }), chunk({}, "tool_calls")]),
+    );
+    const err = await failure((await model(server.url)).complete({ messages: USER }));
+    expect(err).toMatchObject({ code: "MODEL_CALL_FAILED", data: { reason: "invalid_response" } });
+    expect((err as Error).message).toContain("index");
+  });
+
+  it("hostile - more than 1000 streamed tool calls in one response is an invalid response", async () => {
+    const calls = Array.from({ length: 1001 }, (_, i) => ({ index: i * 1000, id: `c${i}`, function: { name: "f", arguments: "{}" } }));
+    await using server = await rawServer((res) => sse(res, [chunk({ tool_calls: calls }), chunk({}, "tool_calls")]));
+    const err = await failure((await model(server.url)).complete({ messages: USER }));
+    expect(err).toMatchObject({ code: "MODEL_CALL_FAILED", data: { reason: "invalid_response" } });
+    expect((err as Error).message).toContain("more than 1000 tool calls");
+  });
 });

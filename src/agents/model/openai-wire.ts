@@ -159,7 +159,9 @@ export function describeValue(value: unknown): string {
 export class ChatStreamAssembler {
   private content = "";
   private sawContent = false;
-  private readonly calls: ToolCall[] = [];
+  /** By the provider's `index`: a Map, not an array, so index 1e9 is one entry, not a sparse array to walk. */
+  private readonly calls = new Map<number, ToolCall>();
+  private highestIndex = -1;
   private finishReason: FinishReason | undefined;
   private usage: Usage | undefined;
   private model = "";
@@ -195,11 +197,13 @@ export class ChatStreamAssembler {
     if (!Array.isArray(fragments)) throw new InvalidResponseError(`delta.tool_calls is ${describeValue(fragments)}, not an array`);
     for (const raw of fragments) {
       const fragment = checkedFragment(raw);
-      const index = typeof fragment.index === "number" ? fragment.index : this.indexWithout(fragment.id);
-      let call = this.calls[index];
+      const index = fragment.index === undefined || fragment.index === null ? this.indexWithout(fragment.id) : checkedIndex(fragment.index);
+      let call = this.calls.get(index);
       if (!call) {
+        if (this.calls.size >= MAX_TOOL_CALLS) throw new InvalidResponseError(`more than ${MAX_TOOL_CALLS} tool calls in one response`);
         call = { id: "", name: "", arguments: "" };
-        this.calls[index] = call;
+        this.calls.set(index, call);
+        this.highestIndex = Math.max(this.highestIndex, index);
       }
       const out: Extract<ModelDelta, { type: "tool_call" }> = { type: "tool_call", index, arguments: fragment.arguments };
       this.limit.add(out.arguments);
@@ -221,9 +225,9 @@ export class ChatStreamAssembler {
 
   /** Without an index, a fragment with a new id starts a call; one without an id continues the last. */
   private indexWithout(id: string | undefined): number {
-    const last = this.calls.length - 1;
+    const last = this.highestIndex;
     if (last < 0) return 0;
-    return id && this.calls[last]?.id !== id ? this.calls.length : last;
+    return id && this.calls.get(last)?.id !== id ? last + 1 : last;
   }
 
   /**
@@ -235,7 +239,7 @@ export class ChatStreamAssembler {
       throw new StreamIncompleteError("the stream ended before the model finished (no finish_reason)");
     }
     const message: AssistantMessage = { role: "assistant", content: this.sawContent ? this.content : null };
-    const calls = this.calls.filter((c) => c !== undefined);
+    const calls = [...this.calls.entries()].sort(([a], [b]) => a - b).map(([, call]) => call);
     calls.forEach((c, i) => {
       if (c.name === "") throw new InvalidResponseError(`streamed tool call ${i} never got a function name`);
       // A provider that sends no call ids still needs one for the tool message to answer.
@@ -246,6 +250,18 @@ export class ChatStreamAssembler {
     if (this.usage) out.usage = this.usage;
     return out;
   }
+}
+
+/**
+ * Calls one streamed response may start. Far more than any model sends (OpenAI caps
+ * parallel calls well below it); past it the provider is looping or hostile.
+ */
+const MAX_TOOL_CALLS = 1000;
+
+/** @throws InvalidResponseError for an index that is not a non-negative integer */
+function checkedIndex(raw: unknown): number {
+  if (typeof raw === "number" && Number.isSafeInteger(raw) && raw >= 0) return raw;
+  throw new InvalidResponseError(`a streamed tool call's index is ${describeValue(raw)}, not an integer of 0 or more`);
 }
 
 /** A streamed tool-call fragment with its fields checked; absent strings are undefined ("" for arguments). */
