@@ -267,4 +267,30 @@ describe("a hostile provider (real openai client, raw HTTP)", () => {
     expect(err).toMatchObject({ code: "MODEL_CALL_FAILED", data: { reason: "invalid_response" } });
     expect((err as Error).message).toContain("more than 1000 tool calls");
   });
+
+  it.each([
+    ["text/html; charset=utf-8", "<html><body>Sign in to continue</body></html>"],
+    ["application/json", JSON.stringify(completion({ role: "assistant", content: "not streamed" }))],
+    [undefined, "data: nothing\n\n"],
+  ])("hostile - a 200 answer of type %s to a streaming request is an invalid response naming the type and base_url", async (type, body) => {
+    await using server = await rawServer((res) => {
+      res.writeHead(200, type ? { "content-type": type } : {});
+      res.end(body);
+    });
+    const err = await failure((await model(server.url)).complete({ messages: USER }));
+    expect(err).toMatchObject({ code: "MODEL_CALL_FAILED", data: { reason: "invalid_response", attempts: 3 } });
+    const message = (err as Error).message;
+    expect(message).toContain(type ? `content type ${type}` : "no content type");
+    expect(message).toContain("not text/event-stream");
+    expect(message).toContain("check base_url");
+    expect(message).not.toContain("proxies");
+  });
+
+  it("hostile - text/event-stream with a charset parameter is a stream", async () => {
+    await using server = await rawServer((res) => {
+      res.writeHead(200, { "content-type": "Text/Event-Stream; charset=utf-8" });
+      res.end(`data: ${JSON.stringify(chunk({ content: "fine" }, "stop"))}\n\ndata: [DONE]\n\n`);
+    });
+    expect((await (await model(server.url)).complete({ messages: USER })).message.content).toBe("fine");
+  });
 });

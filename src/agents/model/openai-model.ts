@@ -257,10 +257,18 @@ export class OpenAiModel implements ModelClient {
   }
 
   private async streamed(request: ModelRequest, signal: AbortSignal, onDelta: ((d: ModelDelta) => void) | undefined): Promise<AssembledResponse> {
-    const stream = await this.client.chat.completions.create(
-      { ...this.body(request), stream: true, stream_options: { include_usage: true } },
-      { signal, ...opt("headers", request.headers) },
-    );
+    const { data: stream, response } = await this.client.chat.completions
+      .create({ ...this.body(request), stream: true, stream_options: { include_usage: true } }, { signal, ...opt("headers", request.headers) })
+      .withResponse();
+    // A login page or proxy error answered with 200 parses as an empty stream, which would
+    // pass for a stream cut short and be blamed on proxies: name what came back instead.
+    const contentType = response.headers.get("content-type");
+    if (!/^\s*text\/event-stream\s*(;|$)/i.test(contentType ?? "")) {
+      stream.controller.abort();
+      throw new InvalidResponseError(
+        `a streamed request was answered with ${contentType ? `content type ${contentType}` : "no content type"}, not text/event-stream`,
+      );
+    }
     const assembler = new ChatStreamAssembler(this.model, this.maxResponseBytes);
     let chunks = 0;
     try {
