@@ -14,6 +14,7 @@ import type { ChatMessage } from "./model/types.js";
 import { parseRunRequest, type AgentResult, type RunRequest, type RunStatus } from "./protocol.js";
 import { hookContext, publish, publishStarted, type AgentState, type RunScope } from "./run-scope.js";
 import type { AgentRuntime } from "./runtime.js";
+import { armRunLimit } from "./budget-time.js";
 import { runToolCalls } from "./tool-calls.js";
 import { addRun, newTally, runUsage, tallyModel } from "./usage.js";
 
@@ -40,8 +41,15 @@ export async function runAgentTurn(def: AgentDefinition, runtime: AgentRuntime, 
   }
   const runId = request.runId ?? ctx.newId();
   const sessionId = request.sessionId ?? runId;
+  const limit = armRunLimit(ctx, {
+    agentId: ctx.actorId,
+    startedAt,
+    ...(def.run.timeBudgetMs !== undefined ? { timeBudgetMs: def.run.timeBudgetMs } : {}),
+    ...(request.deadline !== undefined ? { deadline: request.deadline } : {}),
+  });
   const s: RunScope = {
-    ctx,
+    // The run's steps see a signal that also fires at its time limit.
+    ctx: limit.ctx,
     def,
     runtime,
     agentId: ctx.actorId,
@@ -66,8 +74,14 @@ export async function runAgentTurn(def: AgentDefinition, runtime: AgentRuntime, 
     if (requestError) throw requestError;
     return await loop(s);
   } catch (err) {
-    return await endAbnormally(s, err);
+    // Whatever the aborted call threw (an abort error of the model client, an interrupted
+    // wait), the run ended because of its limit; unless the turn itself was interrupted or
+    // the node failed meanwhile (a lost lease, the WAL, NATS), which the node must handle.
+    const byLimit = !ctx.signal.aborted && limit.exceeded !== undefined && (!(err instanceof KovaError) || isRunFailure(err));
+    const cause = byLimit ? limit.exceeded : err;
+    return await endAbnormally(s, cause, ctx.signal);
   } finally {
+    limit.dispose();
     runtime.runEnded(s.agentId);
   }
 }
@@ -231,8 +245,8 @@ async function finish(s: RunScope, output: string, status: RunStatus, error?: { 
  * budget, run policy, tools, hooks, bad input) is `failed`; what the node must handle
  * (a stop, a kill, a lost lease, WAL or NATS trouble, a journal mismatch) propagates.
  */
-async function endAbnormally(s: RunScope, err: unknown): Promise<AgentResult> {
-  const signal = s.ctx.signal;
+async function endAbnormally(s: RunScope, err: unknown, signal: AbortSignal): Promise<AgentResult> {
+  // `signal` is the turn's own (interrupt, kill, lost lease), not the run's limit.
   if (signal.aborted) {
     const reason = signal.reason;
     if (reason instanceof TurnInterruptedError && reason.by === "interrupt")

@@ -4,6 +4,7 @@ import { isIdempotentCall } from "../tools/idempotency.js";
 import { checkToolCall, runTool } from "../tools/invoke.js";
 import type { Tool } from "../tools/types.js";
 import { awaitApprovals, rejectionError } from "./approval-gate.js";
+import { withoutRunLimit } from "./budget-time.js";
 import { DEFAULT_MAX_TOOL_CALLS } from "./definition.js";
 import { RunLimitExceededError } from "./errors.js";
 import type { ToolCall, ToolMessage } from "./model/types.js";
@@ -38,8 +39,10 @@ export async function runToolCalls(s: RunScope, calls: readonly ToolCall[]): Pro
     );
   }
   const planned = calls.map((call) => plan(s, call));
+  // An approval ends at the run's limit by its own expiry (recorded as timed out); the
+  // limit's abort would race it and leave the approval pending.
   const decisions = await awaitApprovals(
-    s,
+    { ...s, ctx: withoutRunLimit(s.ctx) },
     planned.filter((p) => p.kind === "run"),
   );
   const exec = (p: Planned): Promise<ToolCallRecord> => {
@@ -125,7 +128,8 @@ async function runCall(s: RunScope, call: ToolCall, tool: Tool, args: unknown): 
           ms: Math.round(performance.now() - started),
           ...(outcome.error ? { error: outcome.error } : {}),
         };
-        // A stop or an interrupt is not the tool's failure: the step fails, so a redelivered turn runs it again.
+        // A stop, an interrupt or the run's time limit is not the tool's failure: the step fails (nothing is
+        // recorded as its result), so a redelivered turn runs it again or fails the same way.
         if (s.ctx.signal.aborted) throw s.ctx.signal.reason;
         await publish(s, "tool_result", {
           agentId: s.agentId,

@@ -204,6 +204,49 @@ describe("agent decision loop (real NATS, WAL, openai client, scripted server)",
     expect(await rig.ask("slow", "again")).toMatchObject({ status: "completed", output: "next" });
   }, 30_000);
 
+  it("time limits - a tool that never settles and a model call that hangs are stopped at time_budget_ms / the deadline: the run fails RUN_LIMIT_EXCEEDED and the agent answers the next task", async () => {
+    let calls = 0;
+    const hang = defineTool({
+      name: "hang",
+      description: "never answers and ignores its signal",
+      parameters: { type: "object" },
+      idempotent: true,
+      run: () => {
+        calls++;
+        return new Promise<never>(() => undefined);
+      },
+    });
+    await using model = await startScriptedModelServer({
+      replies: [
+        scriptedReply.toolCalls([{ name: "hang", arguments: {} }]),
+        scriptedReply.text("slow answer", { latencyMs: 20_000 }),
+        scriptedReply.text("next"),
+      ],
+    });
+    await using rig = await startAgentRig(nats.url, uniqueCluster("al"), {
+      modelUrl: model.url,
+      tools: [hang],
+      agents: [{ id: "hanger", model: "main", tools: ["hang"], run: { timeBudgetMs: 1000 } }],
+    });
+    let started = Date.now();
+    const r = await rig.ask("hanger", "go", { runId: "run-hang" });
+    expect(Date.now() - started).toBeLessThan(5000);
+    expect(calls).toBe(1);
+    expect(r).toMatchObject({ status: "failed", runId: "run-hang", error: { code: "RUN_LIMIT_EXCEEDED" } });
+    expect(r.error?.message).toContain("time_budget_ms");
+    await poll(() => rig.eventsOf("run-hang").some((e) => e.type === "run_failed"), { timeoutMs: 5000, what: "run_failed" });
+
+    // A model call in flight is aborted at the task's deadline, before the time budget.
+    started = Date.now();
+    const late = await rig.ask("hanger", "answer slowly", { runId: "run-late", constraints: { deadline: Date.now() + 500 } });
+    expect(Date.now() - started).toBeLessThan(5000);
+    expect(late).toMatchObject({ status: "failed", error: { code: "RUN_LIMIT_EXCEEDED" } });
+    expect(late.error?.message).toContain("deadline");
+    await poll(() => model.requests[1]!.clientClosed, { timeoutMs: 5000, what: "the provider request to be aborted" });
+
+    expect(await rig.ask("hanger", "again")).toMatchObject({ status: "completed", output: "next" });
+  }, 30_000);
+
   it("tools - a tool defined in code gets the run's ids and an idempotency key; its failure goes back to the model as a structured error", async () => {
     const seen: Array<{ runId: string; key: string }> = [];
     const flaky = defineTool({
