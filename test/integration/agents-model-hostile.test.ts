@@ -100,6 +100,32 @@ describe("a hostile provider (real openai client, raw HTTP)", () => {
     expect(written).toBeLessThan(40);
   });
 
+  it("hostile - one giant streamed event (no newline) is cut off after 6x max_response_bytes, not buffered whole", async () => {
+    const piece = "x".repeat(64 * 1024);
+    let written = 0;
+    await using server = await rawServer((res) => {
+      res.writeHead(200, { "content-type": "text/event-stream" });
+      res.write('data: {"id":"c","object":"chat.completion.chunk","created":0,"model":"m","choices":[{"index":0,"delta":{"content":"');
+      // 50 MB offered in one line.
+      const timer = setInterval(() => {
+        if (written >= 800 || res.destroyed) {
+          clearInterval(timer);
+          res.end();
+          return;
+        }
+        written++;
+        res.write(piece);
+      }, 1);
+    });
+    const m = await model(server.url, { maxResponseBytes: 64 * 1024 });
+    const err = await failure(m.complete({ messages: USER }));
+    expect(err).toMatchObject({ code: ModelErrorCode.MODEL_RESPONSE_TOO_LARGE, data: { limitBytes: 64 * 1024 } });
+    expect(server.stats.requests).toBe(1);
+    await poll(() => (server.stats.clientClosed === 1 ? true : undefined), { timeoutMs: 2000, what: "the aborted request" });
+    // 6 x 64 KiB + 64 KiB is 7 pieces; the rest is what was in flight when it was cut.
+    expect(written).toBeLessThan(40);
+  });
+
   it("hostile - a non-streamed tool call with 4 MB of arguments fails MODEL_RESPONSE_TOO_LARGE without reading the whole body", async () => {
     await using server = await rawServer((res) =>
       json(

@@ -13,6 +13,7 @@ import {
   toWireMessages,
   toWireTools,
 } from "./openai-wire.js";
+import { lineBoundedFetch } from "./line-bounded-fetch.js";
 import { DEFAULT_RETRY_POLICY, type HeaderLookup, type RetryPolicy, retryAfterMs, retryDelayMs } from "./retry.js";
 import type { ModelClient, ModelDelta, ModelFailureReason, ModelRequest, ModelResponse } from "./types.js";
 import { componentLogger } from "../../core/logger.js";
@@ -60,9 +61,9 @@ export const DEFAULT_MODEL_MAX_RETRIES = 4;
  */
 export const DEFAULT_MAX_RESPONSE_BYTES = 512 * 1024;
 /**
- * A non-streamed body is JSON: escapes (`\n`, `\uXXXX` from servers that write ASCII-only
- * JSON) can make it up to 6 times the text it carries. Past this many raw bytes per allowed
- * byte (plus room for the envelope) it is cut off unread.
+ * A non-streamed body, or one streamed event, is JSON: escapes (`\n`, `\uXXXX` from servers
+ * that write ASCII-only JSON) can make it up to 6 times the text it carries. Past this many
+ * raw bytes per allowed byte (plus room for the envelope) it is cut off unread.
  */
 const RAW_BODY_FACTOR = 6;
 const RAW_BODY_ENVELOPE_BYTES = 64 * 1024;
@@ -153,6 +154,7 @@ export class OpenAiModel implements ModelClient {
       // (headers only) gets a margin so it never fires first.
       timeout: this.timeoutMs + 1_000,
       logLevel: "off",
+      fetch: lineBoundedFetch(this.rawBodyLimit(), this.maxResponseBytes),
     });
   }
 
@@ -244,7 +246,7 @@ export class OpenAiModel implements ModelClient {
     const response = await this.client.chat.completions
       .create({ ...this.body(request), stream: false }, { signal, ...opt("headers", request.headers) })
       .asResponse();
-    const text = await readBounded(response, RAW_BODY_FACTOR * this.maxResponseBytes + RAW_BODY_ENVELOPE_BYTES, this.maxResponseBytes);
+    const text = await readBounded(response, this.rawBodyLimit(), this.maxResponseBytes);
     let completion: OpenAI.Chat.ChatCompletion;
     try {
       completion = JSON.parse(text) as OpenAI.Chat.ChatCompletion;
@@ -321,6 +323,11 @@ export class OpenAiModel implements ModelClient {
     if (err instanceof InvalidResponseError) return new AttemptFailure("invalid_response", err.message, undefined, undefined, err);
     if (err instanceof StreamIncompleteError) return new AttemptFailure("stream_interrupted", err.message, undefined, undefined, err);
     return new AttemptFailure("connection", describe(err), undefined, undefined, err);
+  }
+
+  /** Raw bytes of one JSON body or one SSE line that can still carry an allowed response. */
+  private rawBodyLimit(): number {
+    return RAW_BODY_FACTOR * this.maxResponseBytes + RAW_BODY_ENVELOPE_BYTES;
   }
 
   private tooLarge(err: ResponseTooLargeError): ModelResponseTooLargeError {
