@@ -75,7 +75,14 @@ export function armRunLimit<S>(ctx: ActorContext<S>, run: { agentId: string; sta
   if (Number.isFinite(limitAt)) arm();
 
   const signal = limiter.signal;
-  const combined = Number.isFinite(limitAt) ? AbortSignal.any([ctx.signal, signal]) : ctx.signal;
+  // By hand rather than AbortSignal.any, which Node 20 has only from 20.3 (engines: >= 20).
+  const both = new AbortController();
+  const onTurn = (): void => both.abort(ctx.signal.reason);
+  const onLimit = (): void => both.abort(signal.reason);
+  if (ctx.signal.aborted) onTurn();
+  else ctx.signal.addEventListener("abort", onTurn, { once: true });
+  signal.addEventListener("abort", onLimit, { once: true });
+  const combined = Number.isFinite(limitAt) ? both.signal : ctx.signal;
   // A view of the turn's context, not a copy: getters (replaying) and state stay live.
   const limited = new Proxy(ctx, {
     get: (target, prop) => (prop === "signal" ? combined : Reflect.get(target, prop)),
@@ -87,6 +94,9 @@ export function armRunLimit<S>(ctx: ActorContext<S>, run: { agentId: string; sta
     get exceeded() {
       return signal.aborted ? (signal.reason as RunLimitExceededError) : undefined;
     },
-    dispose: () => clearTimeout(timer),
+    dispose: () => {
+      clearTimeout(timer);
+      ctx.signal.removeEventListener("abort", onTurn);
+    },
   };
 }
