@@ -1,4 +1,5 @@
 import { defineErrorCodes, KovaError } from "../core/errors.js";
+import { describeError } from "../core/describe-error.js";
 
 /** Error codes of the agent loop (the model layer's live in model/errors.ts). */
 export const AgentErrorCode = defineErrorCodes("agents", {
@@ -55,7 +56,7 @@ export class AgentInputInvalidError extends KovaError {
 /** A hook of the agent's definition threw. */
 export class AgentHookFailedError extends KovaError {
   constructor(hook: string, agentId: string, cause: unknown) {
-    super(AgentErrorCode.AGENT_HOOK_FAILED, `hook ${hook} of agent ${agentId} failed: ${cause instanceof Error ? cause.message : String(cause)}`, {
+    super(AgentErrorCode.AGENT_HOOK_FAILED, `hook ${hook} of agent ${agentId} failed: ${describeError(cause)}`, {
       cause,
       data: { hook, agentId },
     });

@@ -1,6 +1,6 @@
 import { defineErrorCodes, KovaError, type KovaErrorOptions } from "../core/errors.js";
 import type { ArgumentIssue } from "./validate.js";
-import { describeError } from "./describe-error.js";
+import { describeError } from "../core/describe-error.js";
 
 /**
  * The tools layer's failures. Most of them reach the model as a tool result (see

@@ -1,5 +1,5 @@
 import { KovaError, toWire, type WireError } from "../core/errors.js";
-import { describeError } from "./describe-error.js";
+import { describeError } from "../core/describe-error.js";
 import { ToolFailedError, ToolsErrorCode } from "./errors.js";
 import type { ArgumentRepairBudget, RepairVerdict } from "./repair-budget.js";
 import { DEFAULT_RESULT_MAX_BYTES, capText, serializeToolResult } from "./result-cap.js";

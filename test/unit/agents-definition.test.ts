@@ -16,6 +16,7 @@ import { configError } from "../fixtures/config-error.js";
 import { poll } from "../fixtures/poll.js";
 import { AgentRuntime } from "../../src/agents/runtime.js";
 import { ToolRegistry } from "../../src/tools/registry.js";
+import { AgentHookFailedError } from "../../src/agents/errors.js";
 
 function expectConfigError(fn: () => unknown, key: string, message: RegExp): void {
   const err = configError(fn);
@@ -254,5 +255,12 @@ describe("agent definitions, config, protocol and budgets (pure)", () => {
     expect(inProfile(ev("agent_state", {}), "debug")).toBe(true);
     const m = forProfile(ev("run_completed", { agentId: "a", output: "secret answer", usage: { inputTokens: 1, outputTokens: 2 } }), "metrics");
     expect(m.data).toEqual({ agentId: "a", usage: { inputTokens: 1, outputTokens: 2 } });
+  });
+  it("hooks - a hook that throws a value that cannot be printed still gives an AGENT_HOOK_FAILED error (describing it never throws)", () => {
+    const unprintable = Object.assign(Object.create(null) as object, { toString: undefined });
+    const err = new AgentHookFailedError("afterTurn", "helper", unprintable);
+    expect(err.code).toBe("AGENT_HOOK_FAILED");
+    expect(err.message).toBe("hook afterTurn of agent helper failed: {}");
+    expect(new AgentHookFailedError("afterLoop", "helper", new Error("boom")).message).toBe("hook afterLoop of agent helper failed: boom");
   });
 });

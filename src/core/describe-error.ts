@@ -1,5 +1,5 @@
 /**
- * A one-line description of anything a tool threw, for error messages. Never throws:
+ * A one-line description of anything thrown (by a tool, a hook), for error messages. Never throws:
  * a tool may throw a value whose `toString`, `message` getter or prototype traps throw
  * (`Object.assign(Object.create(null), { toString: undefined })` makes `String(err)`
  * throw), and the error path that describes it must not fail in turn.
