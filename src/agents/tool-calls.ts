@@ -80,7 +80,7 @@ function plan(s: RunScope, call: ToolCall): Planned {
     const issues = [
       { path: "$", expected: `one of the offered tools (${s.tools.tools.map((t) => s.tools.modelName(t.name)).join(", ") || "none"})`, given: call.name },
     ];
-    const verdict = s.repairs.onInvalid(call.name, issues);
+    const verdict = s.repairs.onInvalid(call.name, issues, { unknownTool: true });
     if (verdict.action === "fail") throw verdict.error;
     const error = {
       code: "TOOL_UNKNOWN",

@@ -57,14 +57,20 @@ export class ToolArgumentsInvalidError extends KovaError {
     readonly tool: string,
     readonly attempts: number,
     readonly issues: readonly ArgumentIssue[],
+    /** The model kept calling a tool it was not offered (a wrong name, not wrong arguments). */
+    unknownTool = false,
   ) {
     const first = issues[0];
     super(
       ToolsErrorCode.TOOL_ARGUMENTS_INVALID,
-      `tool ${JSON.stringify(tool)}: arguments still invalid after ${attempts} repair attempt(s)` +
-        (first ? ` (${first.path}: expected ${first.expected}, given ${first.given})` : "") +
-        `; raise the agent's repair limit or make the tool's schema and description clearer`,
-      { data: { tool, attempts, issues } },
+      unknownTool
+        ? `the model kept calling tool ${JSON.stringify(tool)}, which it was not offered, after ${attempts} repair attempt(s)` +
+            (first ? ` (offered: ${first.expected.replace(/^one of the offered tools \((.*)\)$/, "$1")})` : "") +
+            "; check the agent's tools list (kova tools ls <agent>) and whether its prompt names tools it does not have"
+        : `tool ${JSON.stringify(tool)}: arguments still invalid after ${attempts} repair attempt(s)` +
+            (first ? ` (${first.path}: expected ${first.expected}, given ${first.given})` : "") +
+            `; raise the agent's repair limit or make the tool's schema and description clearer`,
+      { data: { tool, attempts, issues, ...(unknownTool ? { unknownTool } : {}) } },
     );
   }
 }

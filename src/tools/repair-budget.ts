@@ -41,9 +41,9 @@ export class ArgumentRepairBudget {
    * Records one invalid call: `repair` sends the issues back to the model as the tool's
    * result; `fail` ends the run with TOOL_ARGUMENTS_INVALID.
    */
-  onInvalid(tool: string, issues: readonly ArgumentIssue[]): RepairVerdict {
+  onInvalid(tool: string, issues: readonly ArgumentIssue[], opts: { unknownTool?: boolean } = {}): RepairVerdict {
     if (this.#used >= this.maxRepairs) {
-      return { action: "fail", error: new ToolArgumentsInvalidError(tool, this.#used, issues) };
+      return { action: "fail", error: new ToolArgumentsInvalidError(tool, this.#used, issues, opts.unknownTool === true) };
     }
     this.#used++;
     return { action: "repair", attempt: this.#used, remaining: this.maxRepairs - this.#used };

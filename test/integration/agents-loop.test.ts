@@ -136,10 +136,11 @@ describe("agent decision loop (real NATS, WAL, openai client, scripted server)",
     expect(await rig.ask("retrier", "once more")).toMatchObject({ status: "completed", output: "fine again" });
   }, 40_000);
 
-  it("policies - max_turns ends a run that never answers; invalid arguments are sent back for repair, then the run fails with TOOL_ARGUMENTS_INVALID", async () => {
+  it("policies - max_turns ends a run that never answers; invalid arguments or an unknown tool are sent back for repair, then the run fails with TOOL_ARGUMENTS_INVALID naming what was wrong", async () => {
     await using model = await startScriptedModelServer({
       handler: (req) => {
         if (req.headers["x-kova-agent"] === "looper") return scriptedReply.toolCalls([{ name: "clock_now", arguments: {} }]);
+        if (req.headers["x-kova-agent"] === "dreamer") return scriptedReply.toolCalls([{ name: "send_email", arguments: { to: "x" } }]);
         return scriptedReply.toolCalls([{ name: "calculator", arguments: { expr: "1+1" } }]);
       },
     });
@@ -148,6 +149,7 @@ describe("agent decision loop (real NATS, WAL, openai client, scripted server)",
       agents: [
         { id: "looper", model: "main", tools: ["clock_now"], run: { maxTurns: 3 } },
         { id: "sloppy", model: "main", tools: ["calculator"] },
+        { id: "dreamer", model: "main", tools: ["calculator"] },
       ],
     });
     const loop = await rig.ask("looper", "go");
@@ -163,6 +165,15 @@ describe("agent decision loop (real NATS, WAL, openai client, scripted server)",
     expect(repair.role).toBe("tool");
     expect(String(repair.content)).toContain("TOOL_ARGUMENTS_INVALID");
     expect(String(repair.content)).toContain("$.expression");
+
+    // A tool the agent was not offered: the model is told so, and the run's error says it
+    // is the tool's name that is wrong, not its arguments.
+    const dreamer = await rig.ask("dreamer", "mail it");
+    expect(dreamer).toMatchObject({ status: "failed", error: { code: "TOOL_ARGUMENTS_INVALID" } });
+    expect(dreamer.error!.message).toContain('the model kept calling tool "send_email", which it was not offered');
+    expect(dreamer.error!.message).toContain("offered: calculator");
+    const told = model.requests.filter((r) => r.headers["x-kova-agent"] === "dreamer")[1]!.messages.at(-1)!;
+    expect(String(told.content)).toContain("TOOL_UNKNOWN");
   }, 30_000);
 
   it("scheduling - a call waiting for a full model's slot is visible as a schedule_blocked event of its run", async () => {
