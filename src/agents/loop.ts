@@ -10,6 +10,7 @@ import { groupsOf } from "./budget.js";
 import { DEFAULT_MAX_TURNS, type AgentDefinition, type HookResult } from "./definition.js";
 import { AgentHookFailedError, RunLimitExceededError } from "./errors.js";
 import { applyFit, modelTurn } from "./model-turn.js";
+import { ModelOutputTruncatedError } from "./model/errors.js";
 import type { ChatMessage } from "./model/types.js";
 import { parseRunRequest, type AgentResult, type RunRequest, type RunStatus } from "./protocol.js";
 import { hookContext, publish, publishStarted, type AgentState, type RunScope } from "./run-scope.js";
@@ -132,6 +133,14 @@ async function loop(s: RunScope): Promise<AgentResult> {
     tallyModel(s.tally, rec.model, rec.usage, rec.costUsd);
     s.history.push(rec.message);
     const calls = rec.message.toolCalls ?? [];
+    // Decided from the recorded response, so a replay ends the same way without a new call.
+    if (rec.finishReason === "length" && calls.length > 0) {
+      throw new ModelOutputTruncatedError({
+        model: rec.model,
+        tools: calls.map((c) => c.name),
+        ...(def.maxOutputTokens !== undefined ? { maxOutputTokens: def.maxOutputTokens } : {}),
+      });
+    }
     output = rec.message.content ?? "";
     if (calls.length > 0) s.history.push(...(await runToolCalls(s, calls)));
     const after = await hook(s, "afterTurn", () =>

@@ -141,6 +141,8 @@ describe("agent decision loop (real NATS, WAL, openai client, scripted server)",
       handler: (req) => {
         if (req.headers["x-kova-agent"] === "looper") return scriptedReply.toolCalls([{ name: "clock_now", arguments: {} }]);
         if (req.headers["x-kova-agent"] === "dreamer") return scriptedReply.toolCalls([{ name: "send_email", arguments: { to: "x" } }]);
+        if (req.headers["x-kova-agent"] === "cutoff")
+          return scriptedReply.toolCalls([{ name: "calculator", arguments: { expression: "1+" } }], { finishReason: "length" });
         return scriptedReply.toolCalls([{ name: "calculator", arguments: { expr: "1+1" } }]);
       },
     });
@@ -150,6 +152,7 @@ describe("agent decision loop (real NATS, WAL, openai client, scripted server)",
         { id: "looper", model: "main", tools: ["clock_now"], run: { maxTurns: 3 } },
         { id: "sloppy", model: "main", tools: ["calculator"] },
         { id: "dreamer", model: "main", tools: ["calculator"] },
+        { id: "cutoff", model: "main", tools: ["calculator"], maxOutputTokens: 64 },
       ],
     });
     const loop = await rig.ask("looper", "go");
@@ -174,6 +177,13 @@ describe("agent decision loop (real NATS, WAL, openai client, scripted server)",
     expect(dreamer.error!.message).toContain("offered: calculator");
     const told = model.requests.filter((r) => r.headers["x-kova-agent"] === "dreamer")[1]!.messages.at(-1)!;
     expect(String(told.content)).toContain("TOOL_UNKNOWN");
+
+    // Cut off at the output limit while writing a tool call: no repair turns (they would be
+    // cut at the same place), the run says which limit to raise.
+    const cutoff = await rig.ask("cutoff", "compute");
+    expect(cutoff).toMatchObject({ status: "failed", error: { code: "MODEL_OUTPUT_TRUNCATED" } });
+    expect(cutoff.error!.message).toContain('max_output_tokens 64) while writing a call of "calculator"');
+    expect(model.requests.filter((r) => r.headers["x-kova-agent"] === "cutoff")).toHaveLength(1);
   }, 30_000);
 
   it("scheduling - a call waiting for a full model's slot is visible as a schedule_blocked event of its run", async () => {

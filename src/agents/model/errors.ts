@@ -6,6 +6,7 @@ export const ModelErrorCode = defineErrorCodes("agents", {
   MODEL_CALL_ABORTED: "MODEL_CALL_ABORTED",
   MODEL_SCHEDULER_CLOSED: "MODEL_SCHEDULER_CLOSED",
   MODEL_RESPONSE_TOO_LARGE: "MODEL_RESPONSE_TOO_LARGE",
+  MODEL_OUTPUT_TRUNCATED: "MODEL_OUTPUT_TRUNCATED",
 });
 
 /** What a ModelCallError carries in `data` (and so on the wire). */
@@ -98,6 +99,23 @@ export class ModelResponseTooLargeError extends KovaError {
       `model ${data.name} (${data.model} at ${data.endpoint}) sent a response over ${data.limitBytes} bytes ` +
         `(${data.receivedBytes} bytes of text and tool-call arguments when the request was aborted): ` +
         "ask for a shorter answer (max_output_tokens), or raise max_response_bytes if the node's NATS max_payload allows it",
+      { retryable: false, data },
+    );
+  }
+}
+
+/**
+ * The model stopped at its output limit (`finish_reason: "length"`) while writing tool
+ * calls: their arguments are cut off. Sending them back for repair would only be cut at the
+ * same place again, so the run ends with what to raise.
+ */
+export class ModelOutputTruncatedError extends KovaError {
+  constructor(data: { model: string; tools: string[]; maxOutputTokens?: number }) {
+    super(
+      ModelErrorCode.MODEL_OUTPUT_TRUNCATED,
+      `model ${data.model} reached its output limit${data.maxOutputTokens !== undefined ? ` (max_output_tokens ${data.maxOutputTokens})` : ""} ` +
+        `while writing a call of ${data.tools.map((t) => JSON.stringify(t)).join(", ")}, so its arguments are cut off: ` +
+        "raise the agent's max_output_tokens, or ask for smaller tool inputs",
       { retryable: false, data },
     );
   }

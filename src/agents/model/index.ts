@@ -60,6 +60,7 @@ export {
   ModelCallError,
   type ModelCallErrorData,
   ModelErrorCode,
+  ModelOutputTruncatedError,
   ModelResponseTooLargeError,
   SchedulerClosedError,
 } from "./errors.js";
