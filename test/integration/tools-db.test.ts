@@ -94,6 +94,10 @@ describe("db_query write corpus", () => {
     await chmod(files.path, 0o777);
     const canaryFile = join(files.path, "pwned");
     const canary = new pg.Client({ connectionString: ADMIN_URL });
+    // Terminated on purpose at the end: the query fails with 57P01 and, depending on which
+    // arrives first, the client may also emit "Connection terminated unexpectedly", which
+    // without a listener is an uncaught exception (it failed a CI run once on Node 24).
+    canary.on("error", () => undefined);
     await canary.connect();
     const canaryPid = (await canary.query("SELECT pg_backend_pid() AS pid")).rows[0].pid as number;
     let canarySettled = false;
@@ -215,6 +219,31 @@ describe("db_query", () => {
     await expect(tool.run({ sql: "SELECT pg_sleep(30)" }, toolContext())).rejects.toMatchObject({ code: DbErrorCode.DB_STATEMENT_TIMEOUT });
     expect(performance.now() - t0).toBeLessThan(3000);
     expect((await tool.run({ sql: "SELECT 1" }, toolContext())).rows).toEqual([[1]]);
+  });
+
+  it("db_query - a call whose backend the server ends mid-query fails with an error (never an uncaught exception) and the next call works", async () => {
+    await using slow = dbTool(f.writerUrl, { pool_size: 1, statement_timeout_ms: 20_000 });
+    // Several rounds: whether pg reports the end as the query's error or also as a
+    // connection 'error' event depends on which arrives first.
+    for (let round = 0; round < 5; round++) {
+      const call = slow.run({ sql: `SELECT pg_sleep(30), ${round} AS round` }, toolContext());
+      const failed = call.then(
+        () => undefined,
+        (e: unknown) => e,
+      );
+      const pid = await poll(
+        // The query runs as a cursor: its backend shows the FETCH while it sleeps.
+        async () =>
+          (await f.admin.query("SELECT pid FROM pg_stat_activity WHERE usename = $1 AND state = 'active' AND query LIKE 'FETCH%'", [f.writer])).rows[0]?.pid as
+            | number
+            | undefined,
+        { timeoutMs: 5_000, what: "the call's backend" },
+      );
+      await f.admin.query("SELECT pg_terminate_backend($1)", [pid]);
+      const err = await failed;
+      expect(isKovaError(err), String(err)).toBe(true);
+      expect((await slow.run({ sql: "SELECT 1" }, toolContext())).rows).toEqual([[1]]);
+    }
   });
 
   it("db_query - returns PostgreSQL errors with SQLSTATE, message and the position in the model's text", async () => {

@@ -137,6 +137,14 @@ export function createDbTool(config: DbConfig, logger: Logger): DbTool {
       throw new DbUnavailableError(errorText(err), { cause: err });
     }
     let broken = false;
+    // The pool listens for errors of idle connections only: a checked-out one whose server
+    // ends it (a restart, pg_terminate_backend) may emit "Connection terminated
+    // unexpectedly", which without a listener is an uncaught exception that ends the node.
+    const onConnectionError = (err: Error) => {
+      broken = true;
+      log.warn({ err: err.message, agentId: ctx.agentId, callId: ctx.callId }, "db_query: the connection failed during the call");
+    };
+    client.on("error", onConnectionError);
     let backendPid: number | undefined;
     const onAbort = () => {
       // A backend does not notice a closed socket while it computes, so cancel the query the
@@ -185,6 +193,7 @@ export function createDbTool(config: DbConfig, logger: Logger): DbTool {
         }
       }
       // A connection whose state we cannot vouch for is closed, never handed to the next call.
+      client.removeListener("error", onConnectionError);
       client.release(broken);
     }
   };
