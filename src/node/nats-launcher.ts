@@ -145,18 +145,27 @@ export async function spawnNatsServer(
   });
   const stderr = () => tail;
   let exitCode: number | null | undefined;
-  const exited = new Promise<void>((resolve) =>
+  /** The binary could not be started at all (not executable, vanished): no 'exit' follows. */
+  let spawnError: Error | undefined;
+  const exited = new Promise<void>((resolve) => {
     child.once("exit", (code) => {
       exitCode = code;
       resolve();
-    }),
-  );
+    });
+    // Without a listener this 'error' would be an uncaught exception that ends the node.
+    child.once("error", (err) => {
+      spawnError = err;
+      exitCode ??= null;
+      resolve();
+    });
+  });
   const abandoned = new Promise<void>((resolve) => o.signal?.addEventListener("abort", () => resolve(), { once: true }));
   const deadline = Date.now() + o.timeoutMs;
   /** Throws when the server has exited (naming why) or the start is abandoned. */
   const alive = () => {
     o.signal?.throwIfAborted();
     if (exitCode === undefined) return;
+    if (spawnError) throw new NatsLaunchError(`nats-server ${o.name} could not be started from ${bin}: ${spawnError.message}`);
     const log = tail.trim();
     const inUse = /listen tcp \S*?:(\d+): bind: address already in use/.exec(log);
     if (inUse) throw new NatsPortInUseError(`nats-server ${o.name} could not listen on port ${inUse[1]}, another process has it: ${log}`, Number(inUse[1]));

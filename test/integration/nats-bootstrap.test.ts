@@ -1,5 +1,5 @@
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import { mkdtemp, readFile, rm, stat } from "node:fs/promises";
+import { mkdtemp, readFile, rm, stat, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { connect } from "@nats-io/transport-node";
@@ -142,6 +142,15 @@ describe("nats bootstrap", () => {
     expect(message).toContain("brew install nats-server");
     expect(message).toContain("docker run");
     expect(message).toContain("NATS_URL");
+  });
+
+  it("nats bootstrap - a nats-server binary that cannot be executed is a clear error naming it, not an uncaught exception", async () => {
+    const bin = join(dataDir, "nats-server-not-executable");
+    await writeFile(bin, "#!/bin/sh\nexit 0\n", { mode: 0o644 });
+    process.env.NATS_SERVER_BIN = bin;
+    const err = await resolveNats({ dataDir, probeDefault: false }).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(Error);
+    expect((err as Error).message).toContain(bin);
   });
 
   it("nats bootstrap - streams get 3 replicas on a clustered NATS and 1 on a single server", async () => {

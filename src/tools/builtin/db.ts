@@ -239,6 +239,9 @@ export function createDbTool(config: DbConfig, logger: Logger): DbTool {
 /** Cancels a running query from a short-lived second connection (any role may cancel its own backends). */
 async function cancelBackend(pg: typeof import("pg").default, config: DbConfig, pid: number, log: Logger): Promise<void> {
   const c = new pg.Client({ connectionString: config.url, connectionTimeoutMillis: config.connectTimeoutMs, application_name: "kova-db_query-cancel" });
+  // A connection the server ends while this runs reports through the calls below; the
+  // 'error' event it may also emit must not become an uncaught exception.
+  c.on("error", () => undefined);
   try {
     await c.connect();
     await c.query("SELECT pg_cancel_backend($1)", [pid]);
