@@ -1,7 +1,7 @@
-import { DeliverPolicy, type ConsumerMessages } from "@nats-io/jetstream";
+import type { ConsumerMessages } from "@nats-io/jetstream";
 import type { Subscription } from "@nats-io/transport-node";
 import { componentLogger, silentLogger, type Logger } from "../core/logger.js";
-import { DEFAULT_CODEC_LIMITS, decodeEnvelope, newInbox, type Bus, type KovaEvent } from "../bus/index.js";
+import { DEFAULT_CODEC_LIMITS, decodeEnvelope, newInbox, type Bus, type KovaEvent, type StoredEventsReader } from "../bus/index.js";
 import { readUsage, RunEventType, type ResultNotifyPayload, type RunStatus, type RunUsage } from "./run-protocol.js";
 
 /** How a delegated run ended, from its `result_notify` or its terminal event. */
@@ -65,9 +65,7 @@ export class RunWatcher implements AsyncDisposable {
   readonly #listeners = new Set<(o: RunOutcome) => void>();
   readonly #log: Logger;
   #sub: Subscription | undefined;
-  #messages: ConsumerMessages | undefined;
-  /** Deleted at close: an ordered consumer otherwise stays on the server for its 5 min inactivity threshold. */
-  #consumer: { delete(): Promise<boolean> } | undefined;
+  #events: StoredEventsReader | undefined;
   #closed = false;
   #markCaughtUp!: () => void;
   /**
@@ -96,19 +94,12 @@ export class RunWatcher implements AsyncDisposable {
     const subjects = bus.subjects;
     const filter = opts.runId ? subjects.events(opts.sessionId, opts.runId) : subjects.sessionEvents(opts.sessionId);
     try {
-      const consumer = await bus.js.consumers.get(
-        subjects.streams.events,
-        opts.runId
-          ? { filter_subjects: filter, deliver_policy: DeliverPolicy.All }
-          : { filter_subjects: filter, deliver_policy: DeliverPolicy.StartTime, opt_start_time: new Date(opts.since ?? Date.now()).toISOString() },
-      );
-      w.#consumer = consumer;
-      w.#messages = await consumer.consume();
+      w.#events = await bus.readStoredEvents(filter, opts.runId ? undefined : { startTime: new Date(opts.since ?? Date.now()) });
     } catch (err) {
       await w.close();
       throw err;
     }
-    void w.#readEvents(w.#messages);
+    void w.#readEvents(w.#events.messages);
     return w;
   }
 
@@ -171,11 +162,8 @@ export class RunWatcher implements AsyncDisposable {
     if (this.#closed) return;
     this.#closed = true;
     this.#sub?.unsubscribe();
-    // stop() on a consume that never started its first pull is harmless.
-    this.#messages?.stop();
-    // Every ask, swarm subtask and gateway request has a watcher: a busy gateway left
-    // thousands of idle consumers on EVENTS for five minutes each.
-    void this.#consumer?.delete().catch((err: unknown) => this.#log.debug({ err }, "run watcher's consumer not deleted; it expires when idle"));
+    // Also deletes the read's consumer (stopping a consume that never pulled is harmless).
+    this.#events?.close();
     for (const w of [...this.#waiters]) w.settle();
   }
 

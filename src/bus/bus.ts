@@ -16,6 +16,7 @@ import { BusClosedError, JetStreamUnavailableError } from "./errors.js";
 import { redactUrl, type NatsSecurity } from "./nats-security.js";
 import { DEFAULT_INBOX_PREFIX } from "./reply-subject.js";
 import { publishEvent, subscribeEvents, type EventStream, type KovaEvent, type PublishEventOptions } from "./events.js";
+import { readStoredEvents, type StoredEventsFrom, type StoredEventsReader } from "./stored-events.js";
 import { openMailbox, type Mailbox, type MailboxHandler, type MailboxOptions } from "./mailbox.js";
 import { RequestMux } from "./request-mux.js";
 import { request, serveRpc, type RequestOptions, type RpcHandler, type RpcService } from "./rpc.js";
@@ -249,6 +250,15 @@ export class Bus {
   subscribeEvents(opts?: { sessionId?: string }): EventStream {
     this.open("subscribeEvents");
     return subscribeEvents(this.ctx, opts);
+  }
+
+  /**
+   * Reads stored events under `filter` (a run's or a session's subject) in order, from
+   * `from` on (default: the first), then live; `close()` also deletes the read's consumer.
+   */
+  readStoredEvents(filter: string, from?: StoredEventsFrom, opts?: { maxMessages?: number }): Promise<StoredEventsReader> {
+    this.open("readStoredEvents");
+    return readStoredEvents(this.ctx, filter, from, opts);
   }
 
   /** Moves messages that exhausted max_deliver to the DLQ (run one per node; they share the work). */

@@ -333,10 +333,9 @@ export async function tailTree(
 async function sessionEvents(client: KovaClient, sessionId: string | undefined): Promise<AsyncIterable<KovaEvent> & { stop(): void }> {
   if (sessionId === undefined) return client.events();
   const bus = client.bus;
-  const consumer = await bus.js.consumers.get(bus.subjects.streams.events, { filter_subjects: bus.subjects.sessionEvents(sessionId) });
-  const messages = await consumer.consume();
+  const reader = await bus.readStoredEvents(bus.subjects.sessionEvents(sessionId));
   async function* iterate(): AsyncGenerator<KovaEvent> {
-    for await (const m of messages) {
+    for await (const m of reader.messages) {
       try {
         yield m.json<KovaEvent>();
       } catch {
@@ -345,5 +344,5 @@ async function sessionEvents(client: KovaClient, sessionId: string | undefined):
     }
   }
   const it = iterate();
-  return { [Symbol.asyncIterator]: () => it, stop: () => void messages.stop() };
+  return { [Symbol.asyncIterator]: () => it, stop: () => reader.close() };
 }

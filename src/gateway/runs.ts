@@ -1,4 +1,3 @@
-import { DeliverPolicy, type ConsumerMessages } from "@nats-io/jetstream";
 import { isKovaError, isTimeout, KovaError } from "../core/errors.js";
 import { parseInstanceId } from "../core/ids.js";
 import type { Logger } from "../core/logger.js";
@@ -158,16 +157,12 @@ export class RunClient {
    */
   async *follow(sessionId: string, runId: string, opts: FollowOptions = {}): AsyncGenerator<RunEvent> {
     const subject = this.bus.subjects.events(sessionId, runId);
-    const consumer = await this.bus.js.consumers.get(this.bus.subjects.streams.events, {
-      filter_subjects: subject,
-      ...(opts.afterSeq ? { deliver_policy: DeliverPolicy.StartSequence, opt_start_seq: opts.afterSeq + 1 } : {}),
-    });
-    const messages: ConsumerMessages = await consumer.consume({ max_messages: 256 });
-    const stop = () => messages.stop();
+    const reader = await this.bus.readStoredEvents(subject, opts.afterSeq ? { afterSeq: opts.afterSeq } : undefined, { maxMessages: 256 });
+    const stop = () => reader.close();
     opts.signal?.addEventListener("abort", stop, { once: true });
     try {
       if (opts.signal?.aborted) return;
-      for await (const m of messages) {
+      for await (const m of reader.messages) {
         let event: KovaEvent;
         try {
           event = m.json<KovaEvent>();
@@ -180,9 +175,7 @@ export class RunClient {
       }
     } finally {
       opts.signal?.removeEventListener("abort", stop);
-      stop();
-      // An ordered consumer otherwise stays on the server for its 5 min inactivity threshold.
-      void consumer.delete().catch((err: unknown) => this.log.debug({ err, subject }, "a run follower's consumer was not deleted; it expires when idle"));
+      reader.close();
     }
   }
 

@@ -1,8 +1,6 @@
 import type { Request, Response } from "express";
-import type { ConsumerMessages, Consumer } from "@nats-io/jetstream";
 import { isValidId } from "../core/ids.js";
-import type { Bus, KovaEvent } from "../bus/index.js";
-import type { Logger } from "../core/logger.js";
+import type { Bus, KovaEvent, StoredEventsReader } from "../bus/index.js";
 import { mayUse, type Principal } from "./auth.js";
 import { GatewayErrorCode, GatewayHttpError } from "./errors.js";
 
@@ -18,21 +16,18 @@ const KEEP_ALIVE_MS = 15_000;
  *
  * A key restricted to some agents sees only the events of their runs (RunAgentFilter).
  */
-export async function sessionEvents(deps: { bus: Bus; log: Logger }, req: Request, res: Response): Promise<void> {
+export async function sessionEvents(deps: { bus: Bus }, req: Request, res: Response): Promise<void> {
   const sessionId = req.params.sessionId as string;
   if (!isValidId(sessionId)) throw new GatewayHttpError(400, GatewayErrorCode.BAD_REQUEST, `${JSON.stringify(sessionId)} is not a session id`);
   const { bus } = deps;
   const visible = new RunAgentFilter(req.principal);
   let closed = false;
-  let consumer: Consumer | undefined;
-  let messages: ConsumerMessages | undefined;
+  let events: StoredEventsReader | undefined;
   let keepAlive: NodeJS.Timeout | undefined;
   const release = () => {
     clearInterval(keepAlive);
-    void messages?.close().catch(() => undefined);
-    // An ordered consumer otherwise stays on the server for its 5 min inactivity threshold.
-    void consumer?.delete().catch((err: unknown) => deps.log.debug({ err, sessionId }, "could not delete a web view consumer; it expires when idle"));
-    consumer = undefined;
+    // Stops the read and deletes its consumer.
+    events?.close();
   };
   res.on("close", () => {
     closed = true;
@@ -42,9 +37,7 @@ export async function sessionEvents(deps: { bus: Bus; log: Logger }, req: Reques
   const gone = () => closed || req.socket.destroyed;
   try {
     if (gone()) return;
-    consumer = await bus.js.consumers.get(bus.subjects.streams.events, { filter_subjects: bus.subjects.sessionEvents(sessionId) });
-    if (gone()) return;
-    messages = await consumer.consume({ max_messages: 512 });
+    events = await bus.readStoredEvents(bus.subjects.sessionEvents(sessionId), undefined, { maxMessages: 512 });
     if (gone()) return;
     res.status(200);
     res.setHeader("Content-Type", "text/event-stream");
@@ -53,7 +46,7 @@ export async function sessionEvents(deps: { bus: Bus; log: Logger }, req: Reques
     res.flushHeaders();
     keepAlive = setInterval(() => res.write(": keep-alive\n\n"), KEEP_ALIVE_MS);
     let caughtUp = false;
-    for await (const m of messages) {
+    for await (const m of events.messages) {
       if (gone()) return;
       let event: KovaEvent | undefined;
       try {

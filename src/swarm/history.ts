@@ -1,4 +1,3 @@
-import { DeliverPolicy } from "@nats-io/jetstream";
 import { KovaTimeoutError } from "../core/errors.js";
 import { isMessageGone, type Bus, type KovaEvent } from "../bus/index.js";
 
@@ -20,9 +19,9 @@ export async function readRunEvents(bus: Bus, sessionId: string, runId: string, 
   });
   if (!last) return [];
   const lastSeq = last.seq;
-  const consumer = await bus.js.consumers.get(stream, { filter_subjects: subject, deliver_policy: DeliverPolicy.All });
-  const messages = await consumer.consume();
-  const timer = setTimeout(() => messages.stop(), timeoutMs);
+  const reader = await bus.readStoredEvents(subject);
+  const { messages } = reader;
+  const timer = setTimeout(() => reader.close(), timeoutMs);
   const out: KovaEvent[] = [];
   let reached = false;
   try {
@@ -39,7 +38,7 @@ export async function readRunEvents(bus: Bus, sessionId: string, runId: string, 
     }
   } finally {
     clearTimeout(timer);
-    messages.stop();
+    reader.close();
   }
   if (!reached) throw new KovaTimeoutError(`reading the events of run ${runId}`, timeoutMs, { data: { subject } });
   return out;
