@@ -68,6 +68,22 @@ function completion(message: Record<string, unknown>, extra: Record<string, unkn
   return { id: "c", object: "chat.completion", created: 0, model: "m", choices: [{ index: 0, message, finish_reason: "stop" }], ...extra };
 }
 
+/**
+ * Writes `text` every millisecond, 800 times (50 MB of 64 KiB pieces), until the client
+ * goes: slowly enough that a reader that did not abort would still be reading.
+ */
+function drip(res: ServerResponse, text: string, sent: { writes: number }): void {
+  const timer = setInterval(() => {
+    if (sent.writes >= 800 || res.destroyed) {
+      clearInterval(timer);
+      res.end();
+      return;
+    }
+    sent.writes++;
+    res.write(text);
+  }, 1);
+}
+
 function json(res: ServerResponse, body: unknown): void {
   res.writeHead(200, { "content-type": "application/json" });
   res.end(JSON.stringify(body));
@@ -76,19 +92,10 @@ function json(res: ServerResponse, body: unknown): void {
 describe("a hostile provider (real openai client, raw HTTP)", () => {
   it("hostile - a streamed answer past max_response_bytes aborts the request at once, fails MODEL_RESPONSE_TOO_LARGE and is not retried", async () => {
     const piece = "x".repeat(64 * 1024);
-    let written = 0;
+    const sent = { writes: 0 };
     await using server = await rawServer((res) => {
       res.writeHead(200, { "content-type": "text/event-stream" });
-      // 50 MB offered, slowly enough that an unaborted reader would still be reading.
-      const timer = setInterval(() => {
-        if (written >= 800 || res.destroyed) {
-          clearInterval(timer);
-          res.end();
-          return;
-        }
-        written++;
-        res.write(`data: ${JSON.stringify(chunk({ content: piece }))}\n\n`);
-      }, 1);
+      drip(res, `data: ${JSON.stringify(chunk({ content: piece }))}\n\n`, sent);
     });
     const m = await model(server.url, { maxResponseBytes: 256 * 1024 });
     const err = await failure(m.complete({ messages: USER }));
@@ -97,25 +104,17 @@ describe("a hostile provider (real openai client, raw HTTP)", () => {
     expect((err as Error).message).toContain("max_response_bytes");
     expect(server.stats.requests).toBe(1);
     await poll(() => (server.stats.clientClosed === 1 ? true : undefined), { timeoutMs: 2000, what: "the aborted request" });
-    expect(written).toBeLessThan(40);
+    expect(sent.writes).toBeLessThan(40);
   });
 
   it("hostile - one giant streamed event (no newline) is cut off after 6x max_response_bytes, not buffered whole", async () => {
     const piece = "x".repeat(64 * 1024);
-    let written = 0;
+    const sent = { writes: 0 };
     await using server = await rawServer((res) => {
       res.writeHead(200, { "content-type": "text/event-stream" });
       res.write('data: {"id":"c","object":"chat.completion.chunk","created":0,"model":"m","choices":[{"index":0,"delta":{"content":"');
-      // 50 MB offered in one line.
-      const timer = setInterval(() => {
-        if (written >= 800 || res.destroyed) {
-          clearInterval(timer);
-          res.end();
-          return;
-        }
-        written++;
-        res.write(piece);
-      }, 1);
+      // One line.
+      drip(res, piece, sent);
     });
     const m = await model(server.url, { maxResponseBytes: 64 * 1024 });
     const err = await failure(m.complete({ messages: USER }));
@@ -123,7 +122,7 @@ describe("a hostile provider (real openai client, raw HTTP)", () => {
     expect(server.stats.requests).toBe(1);
     await poll(() => (server.stats.clientClosed === 1 ? true : undefined), { timeoutMs: 2000, what: "the aborted request" });
     // 6 x 64 KiB + 64 KiB is 7 pieces; the rest is what was in flight when it was cut.
-    expect(written).toBeLessThan(40);
+    expect(sent.writes).toBeLessThan(40);
   });
 
   it("hostile - a non-streamed tool call with 4 MB of arguments fails MODEL_RESPONSE_TOO_LARGE without reading the whole body", async () => {
