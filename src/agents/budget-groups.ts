@@ -3,6 +3,7 @@ import type { KV } from "@nats-io/kv";
 import { openOrCreateBucket } from "../bus/kv-buckets.js";
 import { isWrongLastSequence } from "../bus/nats-errors.js";
 import { BudgetChargeInvalidError, BudgetLedgerCorruptError } from "./budget-errors.js";
+import { isUsageAmount } from "./usage.js";
 
 /** Token use of budget groups shared across the cluster. */
 export interface GroupLedger {
@@ -52,7 +53,7 @@ export class NatsGroupLedger implements GroupLedger {
   }
 
   async charge(key: string, tokens: number): Promise<number> {
-    if (!isTokenCount(tokens)) throw new BudgetChargeInvalidError(key, tokens);
+    if (!isUsageAmount(tokens)) throw new BudgetChargeInvalidError(key, tokens);
     for (;;) {
       const e = await this.kv.get(key);
       const exists = e !== null && e.operation === "PUT";
@@ -78,11 +79,7 @@ export class NatsGroupLedger implements GroupLedger {
     } catch {
       used = undefined;
     }
-    if (!isTokenCount(used)) throw new BudgetLedgerCorruptError(this.bucket, key, text.slice(0, 200));
+    if (!isUsageAmount(used)) throw new BudgetLedgerCorruptError(this.bucket, key, text.slice(0, 200));
     return used;
   }
-}
-
-function isTokenCount(n: unknown): n is number {
-  return typeof n === "number" && Number.isFinite(n) && n >= 0;
 }

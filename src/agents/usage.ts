@@ -88,9 +88,14 @@ export function addRun(totals: AgentUsageTotals, t: RunTally): AgentUsageTotals 
   return out;
 }
 
-/** A usage number, or 0 for one that is not finite and >= 0 (or not a number at all). */
+/** Whether `n` can be counted as usage (tokens, cost, milliseconds): a finite number >= 0. */
+export function isUsageAmount(n: unknown): n is number {
+  return typeof n === "number" && Number.isFinite(n) && n >= 0;
+}
+
+/** A usage number, or 0 for one that cannot be counted. */
 function amount(n: unknown): number {
-  return typeof n === "number" && Number.isFinite(n) && n >= 0 ? n : 0;
+  return isUsageAmount(n) ? n : 0;
 }
 
 function sum(a: unknown, b: unknown): number {
