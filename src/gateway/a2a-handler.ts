@@ -37,8 +37,6 @@ import { isTerminal, kovaMeta, messageText, newTask, type KovaTaskMeta } from ".
 import type { LiveTask, TaskTracker } from "./task-tracker.js";
 import { scopedSessionId } from "./sessions.js";
 
-export { sessionIdFor } from "./sessions.js";
-
 /** The A2A `User` of a request: the API key that authenticated it. */
 export class KeyUser implements User {
   constructor(

@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { Role, TaskState } from "@a2a-js/sdk";
 import type { KovaEvent } from "../../src/bus/index.js";
-import { sessionIdFor } from "../../src/gateway/a2a-handler.js";
+import { sessionIdFor } from "../../src/gateway/sessions.js";
 import { outcomeOf } from "../../src/gateway/runs.js";
 import { newTask, TaskProjection, textPart } from "../../src/gateway/task-projection.js";
 
