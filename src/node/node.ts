@@ -239,9 +239,9 @@ export class KovaNode {
     try {
       await this.whenNatsReady("node id check", () => refuseNodeIdInUse(this.bus.nc, cluster, nodeId, this.log));
     } catch (err) {
-      // The NATS server may be the running node's own (started by it, found by its record
-      // in the same data dir): leave it running.
-      this.nats = { ...this.nats, stop: async () => undefined };
+      // Another node answered, so this NATS server is shared: maybe that node's own (started
+      // by it, found by its record in the same data dir). Leave it running.
+      if (isKovaError(err, ErrorCode.INVALID_CONFIG)) this.nats = { ...this.nats, stop: async () => undefined };
       throw err;
     }
     const replicas = config.replicas ?? jetStreamReplicas(this.bus.nc);

@@ -182,7 +182,7 @@ async function delegate(ctx: Ctx, engine: RunEngine, e: Extract<Effect, { kind: 
       { requireKnownAgent: true },
     );
   } catch (err) {
-    if (!isKovaError(err) || err.code !== BusErrorCode.UNKNOWN_AGENT) throw err;
+    if (!isKovaError(err, BusErrorCode.UNKNOWN_AGENT)) throw err;
     engine.result(e.id, null, toWire(err));
     engine.advance();
   }
