@@ -92,13 +92,14 @@ export function nextTick(spec: ScheduleSpec, after: number, anchor: number): num
 }
 
 /**
- * What a scheduler does at `now` for a schedule whose last handled tick is `last`.
- * `latest` is the newest tick due by now (undefined: nothing due); `fire` says whether to
- * send for it. A single due tick found within `graceMs` of its time is the current one and
- * fires. More than one due tick, or one found later than that, means the schedule was not
- * watched (every node was down): `skip` lets them all pass and waits for the next tick,
- * `run_once` sends one message for all of them. (An interval shorter than the check period
- * therefore cannot fire every tick; schedules are for seconds and up.)
+ * What a scheduler does at `now` for a schedule whose last handled tick is `last`
+ * (undefined: nothing is due). The oldest due tick is *current* when it fell due while this
+ * scheduler was watching (`watchedSince`, when it started) and is at most `graceMs` old: it
+ * fires on its own, however many ticks a slow pass let pile up behind it (each is judged
+ * on its own, in order). A tick that fell due before the scheduler started, or was found
+ * later than the grace, was *missed* (every node was down, or this one was stalled past
+ * the grace): all missed ticks up to the newest of them are judged at once, and `skip`
+ * lets them pass while `run_once` sends one message (`tick`, the newest) for them all.
  */
 export function dueTick(
   spec: ScheduleSpec,
@@ -106,24 +107,27 @@ export function dueTick(
   anchor: number,
   now: number,
   graceMs: number,
-): { latest: number; fire: boolean; missed: number } | undefined {
+  watchedSince: number,
+): { tick: number; fire: boolean; missed: number } | undefined {
   const first = nextTick(spec, last, anchor);
   if (first > now) return undefined;
-  let latest: number;
+  if (first >= watchedSince && now - first <= graceMs) return { tick: first, fire: true, missed: 0 };
+  // Ticks before `cutoff` are missed; the newest of them closes the judged stretch.
+  const cutoff = Math.min(now + 1, Math.max(watchedSince, now - graceMs));
+  let newest: number;
   let count: number;
   if (spec.everyMs !== undefined) {
-    latest = anchor + Math.floor((now - anchor) / spec.everyMs) * spec.everyMs;
-    count = Math.round((latest - first) / spec.everyMs) + 1;
+    newest = anchor + (Math.ceil((cutoff - anchor) / spec.everyMs) - 1) * spec.everyMs;
+    count = Math.round((newest - first) / spec.everyMs) + 1;
   } else {
-    // The newest tick at or before now, found backwards: stepping forward through a long
-    // outage of a per-minute cron would block the event loop.
-    latest = CronExpressionParser.parse(spec.cron!, { currentDate: now + 1, ...(spec.tz ? { tz: spec.tz } : {}) })
+    // Found backwards: stepping forward through a long outage of a per-minute cron would
+    // block the event loop.
+    newest = CronExpressionParser.parse(spec.cron!, { currentDate: cutoff, ...(spec.tz ? { tz: spec.tz } : {}) })
       .prev()
       .getTime();
-    count = latest === first ? 1 : countTicks(spec, first, latest, anchor);
+    count = newest === first ? 1 : countTicks(spec, first, newest, anchor);
   }
-  const current = count === 1 && now - latest <= graceMs;
-  return { latest, fire: current || spec.catchUp === "run_once", missed: current ? 0 : count };
+  return { tick: newest, fire: spec.catchUp === "run_once", missed: count };
 }
 
 /** Ticks from `first` to `latest` inclusive, counted up to a cap (only logs use the number). */

@@ -65,11 +65,16 @@ export interface ScheduleServiceOptions {
  * `sched-<id>-<tick>`, then clears `pending`. A claimer that dies between claim and clear
  * leaves `pending` behind; after `reclaimMs` another node sends the same message again
  * (the A2A stream's duplicate window stores it once) and clears it. So three nodes never
- * fire a tick three times, and a node killed mid-tick loses no tick.
+ * fire a tick three times, and a node killed mid-tick loses no tick. A pass that comes
+ * late (a node stalled by load) still fires each tick within the grace on its own; only
+ * ticks that no running scheduler could have watched count as missed (see dueTick).
  */
 export class ScheduleService {
   private timer: NodeJS.Timeout | undefined;
-  private running = false;
+  /** Schedules a pass is working on. */
+  private readonly busy = new Set<string>();
+  /** Ticks that fell due before this were not watched by this node (see dueTick). */
+  private readonly watchedSince = Date.now();
   private readonly log: Logger;
 
   private constructor(
@@ -135,41 +140,56 @@ export class ScheduleService {
     return out.sort((a, b) => a.spec.id.localeCompare(b.spec.id));
   }
 
-  /** One pass over every schedule: fire what is due. Passes never overlap. */
+  /**
+   * One pass over every schedule: fire what is due. Schedules are worked on independently,
+   * so one whose send is slow does not hold back the others' ticks; a schedule still being
+   * worked on from an earlier pass is left to it.
+   */
   async check(now = Date.now()): Promise<void> {
-    if (this.running) return;
-    this.running = true;
-    try {
-      const grace = Math.max(5_000, 3 * (this.opts.checkMs ?? 250));
-      const reclaimMs = this.opts.reclaimMs ?? 5_000;
-      for (const [id, e] of [...this.mirror.entries()]) {
-        const rec = e.value;
-        const work = rec.pending
-          ? rec.pending.at + reclaimMs <= now
-            ? this.send(id, rec, e.revision, rec.pending, "reclaimed")
-            : undefined
-          : this.claim(id, rec, e.revision, dueTick(rec.spec, rec.lastTick, rec.anchor, now, grace));
-        await work?.catch((err: unknown) => this.log.warn({ err, schedule: id }, "schedule tick failed; retrying on the next pass"));
+    const work: Promise<void>[] = [];
+    for (const [id] of [...this.mirror.entries()]) {
+      if (this.busy.has(id)) continue;
+      this.busy.add(id);
+      work.push(
+        this.advance(id, now)
+          .catch((err: unknown) => this.log.warn({ err, schedule: id }, "schedule tick failed; retrying on the next pass"))
+          .finally(() => this.busy.delete(id)),
+      );
+    }
+    await Promise.all(work);
+  }
+
+  /** Handles every tick of one schedule that is due by `now`, oldest first. */
+  private async advance(id: string, now: number): Promise<void> {
+    const grace = Math.max(5_000, 3 * (this.opts.checkMs ?? 250));
+    const reclaimMs = this.opts.reclaimMs ?? 5_000;
+    // Bounded: a pass ends even if ticks keep falling due; the next pass goes on.
+    for (let step = 0; step < 100; step++) {
+      const e = this.mirror.get(id);
+      if (!e) return;
+      const rec = e.value;
+      if (rec.pending) {
+        if (rec.pending.at + reclaimMs <= now) await this.send(id, rec, e.revision, rec.pending, "reclaimed");
+        return;
       }
-    } finally {
-      this.running = false;
+      const due = dueTick(rec.spec, rec.lastTick, rec.anchor, now, grace, this.watchedSince);
+      if (!due || !(await this.claim(id, rec, e.revision, due))) return;
     }
   }
 
-  /** Claims a due tick (compare-and-set); the winner sends. */
-  private async claim(id: string, rec: ScheduleRecord, revision: number, due: { latest: number; fire: boolean; missed: number } | undefined): Promise<void> {
-    if (!due) return;
-    const pending = due.fire ? { tick: due.latest, node: this.opts.nodeId, at: Date.now(), missed: due.missed } : undefined;
-    const claimed: ScheduleRecord = { ...rec, lastTick: due.latest, updatedAt: Date.now(), ...(pending ? { pending } : {}) };
+  /** Claims a due tick (compare-and-set); the winner sends. @returns false when another node claimed it first */
+  private async claim(id: string, rec: ScheduleRecord, revision: number, due: { tick: number; fire: boolean; missed: number }): Promise<boolean> {
+    const pending = due.fire ? { tick: due.tick, node: this.opts.nodeId, at: Date.now(), missed: due.missed } : undefined;
+    const claimed: ScheduleRecord = { ...rec, lastTick: due.tick, updatedAt: Date.now(), ...(pending ? { pending } : {}) };
     if (!pending) delete claimed.pending;
     const rev = await this.cas(id, claimed, revision);
-    if (rev === undefined) return; // another node claimed it
+    if (rev === undefined) return false;
     if (!pending) {
       this.log.warn({ schedule: id, missed: due.missed }, 'schedule skipped ticks missed while no node ran (catch_up = "skip")');
-      this.opts.onSkipped?.({ id, tick: due.latest, missed: due.missed });
-      return;
+      this.opts.onSkipped?.({ id, tick: due.tick, missed: due.missed });
+      return true;
     }
-    await this.send(id, claimed, rev, pending, "claimed");
+    return this.send(id, claimed, rev, pending, "claimed");
   }
 
   /** Sends the message of a claimed tick, then clears the claim. */
@@ -179,16 +199,17 @@ export class ScheduleService {
     revision: number,
     p: NonNullable<ScheduleRecord["pending"]>,
     how: "claimed" | "reclaimed",
-  ): Promise<void> {
+  ): Promise<boolean> {
     const { spec } = rec;
     await this.opts.bus.send(
       createEnvelope({ id: `sched-${id}-${p.tick}`, from: "kova-scheduler", to: spec.to, type: spec.type, payload: spec.payload ?? null }),
     );
     const done: ScheduleRecord = { ...rec, updatedAt: Date.now() };
     delete done.pending;
-    if ((await this.cas(id, done, revision)) === undefined) return;
+    if ((await this.cas(id, done, revision)) === undefined) return false;
     this.log.info({ schedule: id, tick: new Date(p.tick).toISOString(), to: spec.to, missed: p.missed, how }, "schedule fired");
     this.opts.onFired?.({ id, tick: p.tick, to: spec.to, missed: p.missed });
+    return true;
   }
 
   /** Writes `rec` if the schedule is still at `revision`; undefined when another node changed it first. */

@@ -36,21 +36,50 @@ describe("schedules: specs and ticks", () => {
     const anchor = at("2026-11-30T00:00:00Z");
     const skip = parseSchedule({ id: "s", every: "1m", to: "a" }, "s");
     const once = parseSchedule({ id: "o", every: "1m", to: "a", catch_up: "run_once" }, "s");
+    // A scheduler watching since before the anchor.
+    const watching = anchor - 1_000;
     // Nothing due yet.
-    expect(dueTick(skip, anchor, anchor, anchor + 59_000, 5_000)).toBeUndefined();
+    expect(dueTick(skip, anchor, anchor, anchor + 59_000, 5_000, watching)).toBeUndefined();
     // The 1-minute tick, found 2 s late: current, fires.
-    expect(dueTick(skip, anchor, anchor, anchor + 62_000, 5_000)).toEqual({ latest: anchor + 60_000, fire: true, missed: 0 });
-    // Two ticks due, the newest just now: one was missed, so this is an outage, not a tick.
-    expect(dueTick(skip, anchor, anchor, anchor + 121_000, 5_000)).toEqual({ latest: anchor + 120_000, fire: false, missed: 2 });
-    expect(dueTick(once, anchor, anchor, anchor + 121_000, 5_000)).toEqual({ latest: anchor + 120_000, fire: true, missed: 2 });
-    // Every node was down for an hour and 30 s: ticks 1..60 are due, the newest 30 s old.
+    expect(dueTick(skip, anchor, anchor, anchor + 62_000, 5_000, watching)).toEqual({ tick: anchor + 60_000, fire: true, missed: 0 });
+    // Found 61 s late: missed (the scheduler was stalled past the grace). The newer tick,
+    // 1 s old, is current and is judged on its own after it.
+    expect(dueTick(skip, anchor, anchor, anchor + 121_000, 5_000, watching)).toEqual({ tick: anchor + 60_000, fire: false, missed: 1 });
+    expect(dueTick(once, anchor, anchor, anchor + 121_000, 5_000, watching)).toEqual({ tick: anchor + 60_000, fire: true, missed: 1 });
+    expect(dueTick(skip, anchor + 60_000, anchor, anchor + 121_000, 5_000, watching)).toEqual({ tick: anchor + 120_000, fire: true, missed: 0 });
+    // Every node was down for an hour and 30 s (this scheduler just started): ticks 1..60
+    // are due, all missed.
     const later = anchor + 60 * 60_000 + 30_000;
-    expect(dueTick(skip, anchor, anchor, later, 5_000)).toEqual({ latest: anchor + 60 * 60_000, fire: false, missed: 60 });
-    expect(dueTick(once, anchor, anchor, later, 5_000)).toEqual({ latest: anchor + 60 * 60_000, fire: true, missed: 60 });
+    expect(dueTick(skip, anchor, anchor, later, 5_000, later - 100)).toEqual({ tick: anchor + 60 * 60_000, fire: false, missed: 60 });
+    expect(dueTick(once, anchor, anchor, later, 5_000, later - 100)).toEqual({ tick: anchor + 60 * 60_000, fire: true, missed: 60 });
     // A per-minute cron over a three-day outage: the newest tick is found without stepping
     // through all 4,320 (the count behind the log line stops at 1,000).
     const cron = parseSchedule({ id: "c", cron: "* * * * *", to: "a" }, "s");
-    expect(dueTick(cron, anchor, anchor, anchor + 3 * 86_400_000 + 1_000, 5_000)).toEqual({ latest: anchor + 3 * 86_400_000, fire: false, missed: 1000 });
-    expect(dueTick(cron, anchor, anchor, anchor + 60_500, 5_000)).toEqual({ latest: anchor + 60_000, fire: true, missed: 0 });
+    const threeDays = anchor + 3 * 86_400_000 + 1_000;
+    expect(dueTick(cron, anchor, anchor, threeDays, 5_000, threeDays)).toEqual({ tick: anchor + 3 * 86_400_000, fire: false, missed: 1000 });
+    expect(dueTick(cron, anchor, anchor, anchor + 60_500, 5_000, watching)).toEqual({ tick: anchor + 60_000, fire: true, missed: 0 });
+    // A tick on the cutoff itself is not missed: a scheduler that started exactly then watched it.
+    expect(dueTick(cron, anchor, anchor, anchor + 60_500, 5_000, anchor + 60_000)).toEqual({ tick: anchor + 60_000, fire: true, missed: 0 });
+  });
+
+  it("schedules - a late pass fires every tick within the grace on its own; a tick from before the scheduler started is missed", () => {
+    const anchor = at("2026-11-30T00:00:00Z");
+    const every2s = parseSchedule({ id: "t", every: 2_000, to: "a" }, "s");
+    const once2s = parseSchedule({ id: "t", every: 2_000, to: "a", catch_up: "run_once" }, "s");
+    // A pass stalled for 4.1 s by load: three ticks due, all within the 5 s grace. Each
+    // fires, oldest first; none is judged missed (the failure this guards against).
+    const now = anchor + 6_100;
+    let last = anchor;
+    const fired: number[] = [];
+    for (let d = dueTick(every2s, last, anchor, now, 5_000, anchor); d; d = dueTick(every2s, last, anchor, now, 5_000, anchor)) {
+      expect(d).toEqual({ tick: last + 2_000, fire: true, missed: 0 });
+      fired.push((last = d.tick));
+    }
+    expect(fired).toEqual([anchor + 2_000, anchor + 4_000, anchor + 6_000]);
+    // The same ticks seen by a scheduler that started at anchor + 5 s: the two before its
+    // start were not watched, so they are missed; the third is current.
+    expect(dueTick(every2s, anchor, anchor, now, 5_000, anchor + 5_000)).toEqual({ tick: anchor + 4_000, fire: false, missed: 2 });
+    expect(dueTick(once2s, anchor, anchor, now, 5_000, anchor + 5_000)).toEqual({ tick: anchor + 4_000, fire: true, missed: 2 });
+    expect(dueTick(every2s, anchor + 4_000, anchor, now, 5_000, anchor + 5_000)).toEqual({ tick: anchor + 6_000, fire: true, missed: 0 });
   });
 });
