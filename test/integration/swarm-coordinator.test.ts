@@ -11,7 +11,7 @@ import { ErrorCode, isKovaError } from "../../src/core/errors.js";
 import { fileServer, startRig, uniqueCluster, type HostRig } from "../fixtures/actors/helpers.js";
 import { contractAgentDefinitions, type ContractAgentState } from "../fixtures/swarm/contract-agent-defs.mjs";
 import { declareAgents, isPlanRequest, swarmModel } from "../fixtures/swarm/helpers.js";
-import { toolContext } from "../fixtures/tool-call-context.js";
+import { toolContext } from "../fixtures/tool-call.js";
 import { poll } from "../fixtures/poll.js";
 
 const server = fileServer();

@@ -7,7 +7,7 @@ import { startScriptedModelServer } from "../../src/testing/index.js";
 import { fileServer, startRig, uniqueCluster } from "../fixtures/actors/helpers.js";
 import { startAgentRig } from "../fixtures/agents/rig.js";
 import { declareAgents, isPlanRequest, swarmModel } from "../fixtures/swarm/helpers.js";
-import { toolContext } from "../fixtures/tool-call-context.js";
+import { toolContext } from "../fixtures/tool-call.js";
 
 const server = fileServer();
 

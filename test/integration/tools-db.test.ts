@@ -10,7 +10,8 @@ import { createDbTool, dbConfigFrom, type DbTool } from "../../src/tools/builtin
 import { DbErrorCode } from "../../src/tools/builtin/db-errors.js";
 import { poll } from "../fixtures/poll.js";
 import { loadCorpus } from "../fixtures/security/corpus.js";
-import { tempDir, toolContext } from "../fixtures/tool-call-context.js";
+import { tempDir } from "../fixtures/disposable.js";
+import { toolContext } from "../fixtures/tool-call.js";
 
 const silent = createLogger({ level: "silent" });
 const ADMIN_URL = "postgres://postgres@127.0.0.1:5432/test";
@@ -89,7 +90,7 @@ async function snapshot(f: PgFixture): Promise<string> {
 describe("db_query write corpus", () => {
   it("db_query - every write in the corpus is refused or contained, checked by its effect", { timeout: 120_000 }, async () => {
     await using f = await pgFixture();
-    await using files = await tempDir("db-canary");
+    await using files = await tempDir("kova-db-canary-");
     // World-writable, so only PostgreSQL's own refusal can keep the server from writing here.
     await chmod(files.path, 0o777);
     const canaryFile = join(files.path, "pwned");

@@ -12,7 +12,8 @@ import { createShellTool, shellConfigFrom, type ShellResult } from "../../src/to
 import { ShellErrorCode } from "../../src/tools/builtin/shell-errors.js";
 import { poll } from "../fixtures/poll.js";
 import { loadCorpus } from "../fixtures/security/corpus.js";
-import { tempDir, toolContext } from "../fixtures/tool-call-context.js";
+import { tempDir } from "../fixtures/disposable.js";
+import { toolContext } from "../fixtures/tool-call.js";
 
 const silent = createLogger({ level: "silent" });
 const isRoot = process.getuid?.() === 0;
@@ -93,7 +94,7 @@ function hostAddress(): string {
 
 describe("shell_exec security corpus", () => {
   it("shell_exec - every escape in the corpus is refused or contained, checked by its effect", { timeout: 240_000 }, async () => {
-    await using root = await tempDir("shell-corpus");
+    await using root = await tempDir("kova-shell-corpus-");
     // Everything outside the sandbox is world-readable and the outside dir world-writable,
     // so only the sandbox's mounts and namespaces stand between an entry and its target.
     await chmod(root.path, 0o755);
@@ -304,7 +305,7 @@ describe("shell_exec", () => {
   });
 
   it("shell_exec - keeps a per-agent work dir under work_root across calls, apart from other agents", async () => {
-    await using root = await tempDir("shell-work");
+    await using root = await tempDir("kova-shell-work-");
     await chmod(root.path, 0o711);
     const t = createShellTool(shellConfigFrom({ work_root: join(root.path, "work") }, "tools.shell"), silent);
     const a = toolContext({ agentId: "agent-a" });
@@ -319,7 +320,7 @@ describe("shell_exec", () => {
   });
 
   it("shell_exec - reports a work_root it cannot create, or the sandbox user cannot reach, as SHELL_WORK_DIR", async () => {
-    await using root = await tempDir("shell-private");
+    await using root = await tempDir("kova-shell-private-");
     await writeFile(join(root.path, "a-file"), "");
     const underFile = createShellTool(shellConfigFrom({ work_root: join(root.path, "a-file", "work") }, "tools.shell"), silent);
     await expect(underFile.run({ command: "true" }, toolContext())).rejects.toMatchObject({
@@ -347,7 +348,7 @@ describe("shell_exec without a usable sandbox", () => {
   });
 
   it("shell_exec - refuses when bwrap cannot create namespaces, naming bwrap's reason", async () => {
-    await using dir = await tempDir("fake-bwrap");
+    await using dir = await tempDir("kova-fake-bwrap-");
     await chmod(dir.path, 0o755);
     const fake = join(dir.path, "bwrap");
     await writeFile(fake, "#!/bin/sh\necho 'bwrap: No permissions to creating new namespace' >&2\nexit 1\n", { mode: 0o755 });
@@ -359,7 +360,7 @@ describe("shell_exec without a usable sandbox", () => {
   it('shell_exec - sandbox = "none" must be written explicitly, and then runs unconfined on the host', async () => {
     expect(shellConfigFrom(undefined, "tools.shell").sandbox).toBe("bwrap");
     expect(shellConfigFrom({}, "tools.shell").sandbox).toBe("bwrap");
-    await using dir = await tempDir("shell-none");
+    await using dir = await tempDir("kova-shell-none-");
     const hostFile = join(dir.path, "visible.txt");
     await writeFile(hostFile, "on the host");
     const t = createShellTool(shellConfigFrom({ sandbox: "none" }, "tools.shell"), silent);
