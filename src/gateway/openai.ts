@@ -70,6 +70,34 @@ function tokenLimit(body: Record<string, unknown>, field: "max_tokens" | "max_co
   return v;
 }
 
+/**
+ * Fields asking for what a Kova agent cannot give. Dropping them silently would hand the
+ * client an answer of another shape than it asked for (one choice instead of three, text
+ * instead of the JSON it parses, no forced tool call), so they get a 400 naming the field.
+ * What only tunes an answer (temperature, top_p, seed, stop, penalties) is left to the
+ * agent's own configuration, and a client's `tools` are offered to no model: the agent
+ * calls its own tools, and a model may always answer without calling one.
+ * @throws GatewayHttpError 400 naming the field
+ */
+function refuseUnsupported(body: Record<string, unknown>): void {
+  const given = (field: string) => body[field] !== undefined && body[field] !== null;
+  if (given("n") && body.n !== 1) throw bad(`n must be 1: a Kova agent gives one answer per request, not ${JSON.stringify(body.n)}`, "n");
+  const format = body.response_format as { type?: unknown } | undefined;
+  if (given("response_format") && format?.type !== "text")
+    throw bad(
+      `response_format ${JSON.stringify(format?.type ?? format)} is not supported: a Kova agent answers in text; ask for the format in the message or in the agent's system prompt`,
+      "response_format",
+    );
+  const choice = body.tool_choice;
+  if (given("tool_choice") && choice !== "auto" && choice !== "none")
+    throw bad('tool_choice can only be "auto" or "none": a Kova agent calls its own tools and never returns tool calls to the client', "tool_choice");
+  if (body.logprobs === true || given("top_logprobs"))
+    throw bad("logprobs are not available: the agent's answer is the run's output, not one model's tokens", "logprobs");
+  const modalities = body.modalities;
+  if (given("audio") || (Array.isArray(modalities) && modalities.some((m) => m !== "text")))
+    throw bad('only text output is supported: drop audio and modalities other than "text"', given("audio") ? "audio" : "modalities");
+}
+
 /** The run a chat request stands for, or a 400 naming the field at fault. */
 export function chatRun(req: Request, timeoutMs: number): RunRequest & { stream: boolean; includeUsage: boolean; named: boolean } {
   const body = req.body as Record<string, unknown> | undefined;
@@ -88,6 +116,7 @@ export function chatRun(req: Request, timeoutMs: number): RunRequest & { stream:
   });
   const lastUser = [...turns].reverse().find((t) => t.role === "user");
   if (!lastUser || lastUser.text.trim() === "") throw bad("messages needs a user message with text", "messages");
+  refuseUnsupported(body);
   const named = req.header(SESSION_HEADER) ?? (typeof body.user === "string" && body.user.length > 0 ? body.user : undefined);
   const maxTokens = tokenLimit(body, "max_completion_tokens") ?? tokenLimit(body, "max_tokens");
   const runId = newId();

@@ -79,4 +79,49 @@ describe("gateway: request validation", () => {
     const ok = await chat({ max_tokens: 50 });
     expect(ok.status).toBe(200);
   }, 60_000);
+
+  it("requests - fields asking for what an agent cannot give (n > 1, JSON response_format, a forced tool_choice, logprobs, audio) get 400 naming the field; tuning fields and a client's tools are accepted", async () => {
+    await using rig = await startGatewayRig({ handler: () => scriptedReply.text("answered") });
+    const chat = (extra: Record<string, unknown>) =>
+      fetch(`${rig.url}/v1/chat/completions`, {
+        method: "POST",
+        headers: { authorization: `Bearer ${rig.key}`, "content-type": "application/json" },
+        body: JSON.stringify({ model: "helper", messages: [{ role: "user", content: "hi" }], ...extra }),
+      });
+    const weather = { type: "function", function: { name: "weather", parameters: { type: "object", properties: {} } } };
+    for (const [param, extra] of [
+      ["n", { n: 3 }],
+      ["n", { n: 0 }],
+      ["response_format", { response_format: { type: "json_object" } }],
+      ["response_format", { response_format: { type: "json_schema", json_schema: { name: "x", schema: { type: "object" } } } }],
+      ["response_format", { response_format: "json" }],
+      ["tool_choice", { tools: [weather], tool_choice: "required" }],
+      ["tool_choice", { tools: [weather], tool_choice: { type: "function", function: { name: "weather" } } }],
+      ["logprobs", { logprobs: true }],
+      ["logprobs", { top_logprobs: 2 }],
+      ["audio", { audio: { voice: "alloy", format: "wav" } }],
+      ["modalities", { modalities: ["text", "audio"] }],
+    ] as const) {
+      const res = await chat(extra);
+      expect(res.status, JSON.stringify(extra)).toBe(400);
+      expect(await res.json()).toMatchObject({ error: { code: "BAD_REQUEST", type: "invalid_request_error", data: { param } } });
+    }
+    expect(rig.model.requests).toHaveLength(0);
+    // What only tunes or offers is accepted, and the agent answers.
+    const ok = await chat({
+      n: 1,
+      temperature: 0.2,
+      top_p: 0.9,
+      seed: 7,
+      stop: ["\n\n"],
+      response_format: { type: "text" },
+      tools: [weather],
+      tool_choice: "auto",
+      logprobs: false,
+      modalities: ["text"],
+    });
+    expect(ok.status).toBe(200);
+    expect(((await ok.json()) as { choices: Array<{ message: { content: string } }> }).choices[0]!.message.content).toBe("answered");
+    expect(rig.model.requests).toHaveLength(1);
+  }, 60_000);
 });
