@@ -7,6 +7,16 @@ function nestedJson(depth: number): string {
   return `${'{"a":'.repeat(depth)}1${"}".repeat(depth)}`;
 }
 
+/** Posts "hi" to the helper agent on the OpenAI endpoint, with `extra` fields in the body. */
+function chatWith(rig: { url: string; key: string }) {
+  return (extra: Record<string, unknown>) =>
+    fetch(`${rig.url}/v1/chat/completions`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${rig.key}`, "content-type": "application/json" },
+      body: JSON.stringify({ model: "helper", messages: [{ role: "user", content: "hi" }], ...extra }),
+    });
+}
+
 describe("gateway: request validation", () => {
   it("requests - bodies nested too deep are refused before any run starts: 400 on the OpenAI endpoint, JSON-RPC -32600 on A2A", async () => {
     await using rig = await startGatewayRig({ handler: () => scriptedReply.text("answered") });
@@ -56,12 +66,7 @@ describe("gateway: request validation", () => {
 
   it("requests - max_tokens and max_completion_tokens that are not positive integers get 400 naming the field, and no run starts", async () => {
     await using rig = await startGatewayRig({ handler: () => scriptedReply.text("answered") });
-    const chat = (extra: Record<string, unknown>) =>
-      fetch(`${rig.url}/v1/chat/completions`, {
-        method: "POST",
-        headers: { authorization: `Bearer ${rig.key}`, "content-type": "application/json" },
-        body: JSON.stringify({ model: "helper", messages: [{ role: "user", content: "hi" }], ...extra }),
-      });
+    const chat = chatWith(rig);
     for (const [field, value] of [
       ["max_tokens", -1],
       ["max_tokens", 0],
@@ -82,12 +87,7 @@ describe("gateway: request validation", () => {
 
   it("requests - fields asking for what an agent cannot give (n > 1, JSON response_format, a forced tool_choice, logprobs, audio) get 400 naming the field; tuning fields and a client's tools are accepted", async () => {
     await using rig = await startGatewayRig({ handler: () => scriptedReply.text("answered") });
-    const chat = (extra: Record<string, unknown>) =>
-      fetch(`${rig.url}/v1/chat/completions`, {
-        method: "POST",
-        headers: { authorization: `Bearer ${rig.key}`, "content-type": "application/json" },
-        body: JSON.stringify({ model: "helper", messages: [{ role: "user", content: "hi" }], ...extra }),
-      });
+    const chat = chatWith(rig);
     const weather = { type: "function", function: { name: "weather", parameters: { type: "object", properties: {} } } };
     for (const [param, extra] of [
       ["n", { n: 3 }],
