@@ -1,6 +1,6 @@
 import type { Command } from "commander";
 import { pino } from "pino";
-import { ErrorCode, KovaError } from "../core/errors.js";
+import { ErrorCode, KovaError, isKovaError } from "../core/errors.js";
 import { instanceId } from "../core/ids.js";
 import { CORE_MESSAGE_TYPES, KovaClient, isWellFormedType, type MessageType } from "../bus/index.js";
 import { resolveTarget, targetOptions, type TargetOpts } from "./target.js";
@@ -35,15 +35,18 @@ export function register(program: Command): void {
       .option("--key <key>", "address the instance <agentId>--<key> of template <agentId> (a virtual actor, activated on first use)")
       .option("--json", "print JSON");
 
-  message(program.command("send <agentId>").description("durably send an A2A message to an agent's mailbox")).action((target: string, o: MessageOpts) =>
-    withClient(o, async (client) => {
-      const agentId = address(target, o.key);
-      const r = await client.send(agentId, messageType(o.type ?? ""), payload(o.payload), { ...(o.id ? { id: o.id } : {}) });
-      const subject = client.bus.subjects.a2a(agentId);
-      if (o.json) return print({ ...r, subject });
-      process.stdout.write(`sent ${r.id} to ${subject} (stream seq ${r.seq}${r.duplicate ? ", duplicate: already stored" : ""})\n`);
-    }),
-  );
+  message(program.command("send <agentId>").description("durably send an A2A message to an agent's mailbox"))
+    .option("--allow-unknown", "store the message even when no agent of that id is declared (yet)")
+    .action((target: string, o: MessageOpts & { allowUnknown?: boolean }) =>
+      withClient(o, async (client) => {
+        const agentId = address(target, o.key);
+        if (!o.allowUnknown) await refuseUnknownAgent(client, agentId);
+        const r = await client.send(agentId, messageType(o.type ?? ""), payload(o.payload), { ...(o.id ? { id: o.id } : {}) });
+        const subject = client.bus.subjects.a2a(agentId);
+        if (o.json) return print({ ...r, subject });
+        process.stdout.write(`sent ${r.id} to ${subject} (stream seq ${r.seq}${r.duplicate ? ", duplicate: already stored" : ""})\n`);
+      }),
+    );
 
   common(
     program
@@ -175,6 +178,25 @@ export async function withClient(o: BusOpts, fn: (client: KovaClient) => Promise
     await fn(client);
   } finally {
     await client.close();
+  }
+}
+
+/**
+ * A send to an id nobody declared is stored anyway and waits, unanswered, until the
+ * unknown-agent sweep moves it to the DLQ; for a typo the user wants to hear it now. An
+ * instance id is activated instead; an unreadable registry lets the send go ahead.
+ * @throws KovaError UNKNOWN_AGENT saying how to check the id and how to send anyway
+ */
+async function refuseUnknownAgent(client: KovaClient, agentId: string): Promise<void> {
+  try {
+    await client.bus.checkAgent(agentId);
+  } catch (err) {
+    if (!isKovaError(err, BusErrorCode.UNKNOWN_AGENT)) throw err;
+    throw new KovaError(
+      BusErrorCode.UNKNOWN_AGENT,
+      `${err.message}; nothing was sent. To store it for an agent declared later, add --allow-unknown (it goes to the DLQ, reason unknown_agent, after [cluster] unknown_agent_after_ms)`,
+      { cause: err, ...(err.data !== undefined ? { data: err.data } : {}) },
+    );
   }
 }
 

@@ -38,8 +38,9 @@ export function register(program: Command): void {
         if (o.cron !== undefined) schedule.cron = o.cron;
         if (o.every !== undefined) schedule.every = /^\d+$/.test(o.every) ? Number(o.every) : o.every;
         if (o.tz !== undefined) schedule.tz = o.tz;
-        const r = await controlRequest<{ created: boolean }>(nc, schedulesSubject(cluster), { op: "add", schedule });
+        const r = await controlRequest<{ created: boolean; warning?: string }>(nc, schedulesSubject(cluster), { op: "add", schedule });
         process.stdout.write(`${r.created ? "added" : "updated"} schedule ${id}\n`);
+        if (r.warning) process.stderr.write(`warning: ${r.warning}\n`);
       }),
     );
   targetOptions(schedules.command("ls").description("list schedules with their next fire times"))

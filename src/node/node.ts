@@ -3,7 +3,7 @@ import { join } from "node:path";
 import { mkdir } from "node:fs/promises";
 import { ArgumentError, ErrorCode, isKovaError, KovaError } from "../core/errors.js";
 import { sleep } from "../core/clock.js";
-import { assertId, newId } from "../core/ids.js";
+import { assertId, newId, parseInstanceId } from "../core/ids.js";
 import { childLogger, componentLogger, createLogger, type Logger } from "../core/logger.js";
 import { KOVA_VERSION } from "../core/version.js";
 import { Bus, BusErrorCode, isConsumerNotFound, isTransientNatsError, UnknownAgentError } from "../bus/index.js";
@@ -732,8 +732,12 @@ export class KovaNode {
   private async scheduleRequest(req: SchedulesRequest): Promise<unknown> {
     const svc = this.schedules!;
     switch (req?.op) {
-      case "add":
-        return svc.upsert(parseSchedule(req.schedule, "schedule"), "api");
+      case "add": {
+        const spec = parseSchedule(req.schedule, "schedule");
+        const r = await svc.upsert(spec, "api");
+        const warning = this.unknownTarget(spec.to);
+        return warning ? { ...r, warning } : r;
+      }
       case "rm":
         return { removed: await svc.remove(assertId("schedule id", req.id)) };
       case "ls":
@@ -741,6 +745,20 @@ export class KovaNode {
       default:
         throw new ArgumentError("op", `unknown schedules operation ${JSON.stringify((req as { op?: unknown })?.op)}: use add, rm or ls`);
     }
+  }
+
+  /**
+   * Why messages to `to` would wait unanswered, for a warning to whoever addresses it
+   * (undefined: an agent of that id is declared, or a template has that instance form).
+   */
+  private unknownTarget(to: string): string | undefined {
+    if (this.registry.get(to) !== undefined) return undefined;
+    const instance = parseInstanceId(to);
+    if (instance && this.templates.has(instance.template)) return undefined;
+    return (
+      `no agent ${to} is declared in cluster ${this.cluster}${instance ? `, nor a template ${instance.template}` : ""} (see kova agents ls): ` +
+      "its messages wait unanswered and go to the DLQ (reason unknown_agent) after [cluster] unknown_agent_after_ms unless one is declared"
+    );
   }
 
   /** This node's status (what the `status` endpoint answers). */

@@ -121,4 +121,36 @@ describe("files and ids a new user gets wrong", () => {
     const known = await tc.cli(["agents", "usage", "helper", "--json"]);
     expect(known.code, known.stderr).toBe(0);
   });
+
+  it("bus - kova send to an undeclared id fails at once and stores nothing, unless --allow-unknown; an instance id of a template is activated and sent to", async () => {
+    const r = await tc.cli(["send", "helpr", "--type", "task_delegate", "--payload", '{"input":"hi"}']);
+    expect(r.code).toBe(1);
+    expect(r.stderr).toContain("no agent helpr is declared");
+    expect(r.stderr).toContain("nothing was sent");
+    expect(r.stderr).toContain("--allow-unknown");
+    expect(r.stderr).toContain("UNKNOWN_AGENT");
+    expect(await storedFor("helpr")).toBe(0);
+    const forced = await tc.cli(["send", "helpr", "--type", "task_delegate", "--payload", '{"input":"hi"}', "--allow-unknown"]);
+    expect(forced.code, forced.stderr).toBe(0);
+    expect(await storedFor("helpr")).toBe(1);
+    const instance = await tc.cli(["send", "support", "--key", "u7", "--type", "task_delegate", "--payload", '{"input":"hi"}']);
+    expect(instance.code, instance.stderr).toBe(0);
+    expect(instance.stdout).toContain(`sent `);
+    expect(await storedFor("support--u7")).toBe(1);
+  });
+
+  it("schedules - kova schedules add --to an undeclared id adds the schedule and warns on stderr that its messages would wait unanswered", async () => {
+    const r = await tc.cli(["schedules", "add", "typo", "--every", "1h", "--to", "helpr", "--input", "report"]);
+    expect(r.code, r.stderr).toBe(0);
+    expect(r.stdout).toContain("added schedule typo");
+    expect(r.stderr).toContain("warning: no agent helpr is declared");
+    expect(r.stderr).toContain("unknown_agent");
+    for (const to of ["helper", "support--u8"]) {
+      const ok = await tc.cli(["schedules", "add", `fine-${to.length}`, "--every", "1h", "--to", to, "--input", "report"]);
+      expect(ok.code, ok.stderr).toBe(0);
+      expect(ok.stderr).toBe("");
+    }
+    const noTemplate = await tc.cli(["schedules", "add", "typo2", "--every", "1h", "--to", "suport--u8"]);
+    expect(noTemplate.stderr).toContain("nor a template suport");
+  });
 });
