@@ -18,7 +18,10 @@ import { isTerminal, kovaMeta } from "./task-projection.js";
  * max age (default 7 days, the EVENTS stream's), so the bucket does not grow forever.
  *
  * Tasks are scoped by their owner, the API key name that created them: another key gets
- * "not found", as if the task did not exist.
+ * "not found", as if the task did not exist. The owner is the key's first token
+ * (`<owner>.<task id>`), so a key's listing reads its own tasks only, however many other
+ * keys have. (Before format 2 of this layout the key was the bare task id; such entries
+ * are still read, and expire with the bucket's max age.)
  */
 export interface StoredTask {
   v: number;
@@ -34,6 +37,16 @@ const DEFAULT_PAGE_SIZE = 50;
 
 export function tasksBucket(cluster: string): string {
   return `kova_${cluster}_gateway_tasks`;
+}
+
+/**
+ * The KV key of a task: `<owner>.<task id>`. An owner that is not one key token (key
+ * names and `anonymous` always are) is written as `=` and its base64url form, which no
+ * valid name starts with.
+ */
+export function taskKey(owner: string, taskId: string): string {
+  const token = isValidId(owner) ? owner : `=${Buffer.from(owner, "utf8").toString("base64url")}`;
+  return `${token}.${taskId}`;
 }
 
 /** The owner a call context stands for (the API key's name). */
@@ -71,7 +84,7 @@ export class NatsTaskStore implements TaskStore {
   async save(task: Task, context: ServerCallContext): Promise<void> {
     const owner = kovaMeta(task).owner ?? ownerOf(context);
     const stored: StoredTask = { v: STORED_TASK_VERSION, owner, updatedAt: Date.now(), task: Task.toJSON(task) };
-    await this.kv.put(task.id, encodeJson(stored));
+    await this.kv.put(taskKey(owner, task.id), encodeJson(stored));
   }
 
   /**
@@ -80,15 +93,16 @@ export class NatsTaskStore implements TaskStore {
    * compare-and-set, so a replica that lags behind cannot undo the end of a task.
    */
   async saveProgress(task: Task): Promise<void> {
-    const meta = kovaMeta(task);
+    const owner = kovaMeta(task).owner ?? ownerOf(undefined);
+    const key = taskKey(owner, task.id);
     for (let attempt = 0; attempt < 10; attempt++) {
-      const e = await this.kv.get(task.id);
+      const e = await this.kv.get(key);
       const current = e && e.operation === "PUT" ? e.json<StoredTask>() : undefined;
       if (current && isTerminal(Task.fromJSON(current.task).status?.state)) return;
-      const stored: StoredTask = { v: STORED_TASK_VERSION, owner: current?.owner ?? meta.owner, updatedAt: Date.now(), task: Task.toJSON(task) };
+      const stored: StoredTask = { v: STORED_TASK_VERSION, owner, updatedAt: Date.now(), task: Task.toJSON(task) };
       try {
-        if (e) await this.kv.update(task.id, encodeJson(stored), e.revision);
-        else await this.kv.create(task.id, encodeJson(stored));
+        if (e) await this.kv.update(key, encodeJson(stored), e.revision);
+        else await this.kv.create(key, encodeJson(stored));
         return;
       } catch (err) {
         if (!isCasConflict(err)) throw err;
@@ -97,33 +111,34 @@ export class NatsTaskStore implements TaskStore {
   }
 
   async load(taskId: string, context: ServerCallContext): Promise<Task | undefined> {
-    const stored = await this.read(taskId);
-    if (!stored || stored.owner !== ownerOf(context)) return undefined;
+    if (!isValidId(taskId)) return undefined;
+    const owner = ownerOf(context);
+    // An entry from before owner-first keys, stored under the bare task id.
+    const stored = (await this.read(taskKey(owner, taskId), taskId)) ?? (await this.read(taskId, taskId));
+    if (!stored || stored.owner !== owner) return undefined;
     return Task.fromJSON(stored.task);
   }
 
-  /** A task whoever owns it (the gateway's own bookkeeping, never a caller's answer). */
-  async loadAny(taskId: string): Promise<Task | undefined> {
-    const stored = await this.read(taskId);
-    return stored ? Task.fromJSON(stored.task) : undefined;
-  }
-
-  private async read(taskId: string): Promise<StoredTask | undefined> {
-    if (!isValidId(taskId)) return undefined;
-    const e = await this.kv.get(taskId);
+  private async read(key: string, taskId: string): Promise<StoredTask | undefined> {
+    const e = await this.kv.get(key);
     return e?.operation === "PUT" ? storedTask(taskId, e) : undefined;
   }
 
   /**
    * The caller's tasks, newest status first, filtered and paged as A2A's ListTasks says.
-   * Reads every entry of the bucket: fine for thousands of tasks; past that, a listing
-   * index (a subject per owner) is the next step (docs/gateway.md).
+   * Reads the caller's own entries (the keys under its owner token), and entries from
+   * before that layout (one-token keys, until they expire).
    */
   async list(params: ListTasksRequest, context: ServerCallContext): Promise<ListTasksResponse> {
     const owner = ownerOf(context);
     const pageSize = params.pageSize ?? DEFAULT_PAGE_SIZE;
+    const [own, older] = await Promise.all([
+      readKvEntries(this.nc, this.bucket, { filter: taskKey(owner, "*") }),
+      readKvEntries(this.nc, this.bucket, { filter: "*" }),
+    ]);
     // An entry this gateway cannot read (a newer format, a key that is no task id) is not listed.
-    const all = [...(await readKvEntries(this.nc, this.bucket))].map(([taskId, e]) => {
+    const all = [...own, ...older].map(([key, e]) => {
+      const taskId = key.slice(key.indexOf(".") + 1);
       try {
         return isValidId(taskId) ? storedTask(taskId, e) : undefined;
       } catch {

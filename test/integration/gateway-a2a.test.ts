@@ -5,7 +5,7 @@ import { ClientFactory, ClientFactoryOptions, DefaultAgentCardResolver, JsonRpcT
 import { Kvm } from "@nats-io/kv";
 import { connect } from "@nats-io/transport-node";
 import { scriptedReply, type ScriptedHandler } from "../../src/testing/index.js";
-import { tasksBucket } from "../../src/gateway/task-store.js";
+import { taskKey, tasksBucket } from "../../src/gateway/task-store.js";
 import { approve } from "../fixtures/gateway/agents.js";
 import { startGatewayRig } from "../fixtures/gateway/rig.js";
 import { poll } from "../fixtures/poll.js";
@@ -167,7 +167,7 @@ describe("gateway: A2A v1.0", () => {
     // and the task is stored completed in the bucket every replica reads
     const nc = await connect({ servers: rig.nats.url });
     const kv = await new Kvm(nc).open(tasksBucket(rig.cluster));
-    expect((await kv.get(task.id))?.json<{ task: { status: { state: string } } }>().task.status.state).toBe("TASK_STATE_COMPLETED");
+    expect((await kv.get(taskKey("test", task.id)))?.json<{ task: { status: { state: string } } }>().task.status.state).toBe("TASK_STATE_COMPLETED");
     await nc.close();
   }, 90_000);
 
