@@ -4,7 +4,7 @@ import { BusErrorCode } from "../bus/errors.js";
 import { createEnvelope } from "../bus/envelope.js";
 import type { Bus } from "../bus/bus.js";
 import type { KovaEvent } from "../bus/events.js";
-import { AGENT_CHAT, type AgentResult, type AgentTaskPayload, type TaskConstraints } from "./protocol.js";
+import { AGENT_CHAT, type AgentResult, type AgentTaskPayload, type HistoryTurn, type TaskConstraints } from "./protocol.js";
 
 export interface AskAgentOptions {
   /** The conversation to continue (and keep); omitted: a task of its own, with no memory kept. */
@@ -16,6 +16,8 @@ export interface AskAgentOptions {
   constraints?: TaskConstraints;
   /** Send `agent.chat` (requires sessionId) instead of `task_delegate`. */
   chat?: boolean;
+  /** The conversation before `input`, for a task without a session (the caller keeps it). */
+  history?: HistoryTurn[];
   /** Every event of the run as it arrives (tokens included), until `run_stream_end`. */
   onEvent?: (event: KovaEvent) => void;
   /** How long to wait for the result (default 10 min). */
@@ -54,6 +56,7 @@ export async function askAgent(client: Bus | { bus: Bus }, agentId: string, inpu
         input,
         runId,
         ...(opts.sessionId ? { sessionId } : {}),
+        ...(opts.history ? { history: opts.history } : {}),
         ...(opts.parentRunId ? { parentRunId: opts.parentRunId } : {}),
         ...(opts.constraints ? { constraints: opts.constraints } : {}),
       };

@@ -104,8 +104,10 @@ async function loop(s: RunScope): Promise<AgentResult> {
     s.history = [...loaded];
   } else {
     // A task of its own with nothing to load: `run_started` goes out with the first model
-    // call's step instead, one journal write less per run.
+    // call's step instead, one journal write less per run. The conversation it brings (if
+    // any) is part of the message, so a replay rebuilds the same history.
     s.startedInStep = "model";
+    s.history = broughtHistory(s);
   }
   s.tools = await s.runtime.toolsFor(def, s.agentId);
   let input = s.request.input;
@@ -154,9 +156,14 @@ async function loop(s: RunScope): Promise<AgentResult> {
 }
 
 async function loadHistory(s: RunScope): Promise<ChatMessage[]> {
-  if (s.request.sessionId === undefined) return [];
+  if (s.request.sessionId === undefined) return broughtHistory(s);
   const memory = await s.runtime.memory();
   return timedPhase("kv.memory.load", s.agentId, () => memory.load(s.agentId, s.sessionId));
+}
+
+/** The conversation a stateless task brings in its message (`history`), as fresh messages. */
+function broughtHistory(s: RunScope): ChatMessage[] {
+  return (s.request.history ?? []).map((t) => ({ role: t.role, content: t.content }));
 }
 
 function checkTime(s: RunScope): void {

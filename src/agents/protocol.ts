@@ -21,9 +21,21 @@ export interface TaskConstraints {
   budget_group?: string;
 }
 
+/** One earlier turn of a conversation a stateless task brings along (`history`). */
+export interface HistoryTurn {
+  role: "system" | "user" | "assistant";
+  content: string;
+}
+
 /** `task_delegate` payload. The seed form `{ task, constraints }` is accepted too (`task` = `input`). */
 export interface AgentTaskPayload {
   input: string;
+  /**
+   * The conversation before `input`, for a task without `sessionId` (a client that keeps
+   * the conversation itself, as OpenAI chat clients do): the model sees these turns in
+   * their roles, after the agent's own system prompt, fitted by its memory policy.
+   */
+  history?: HistoryTurn[];
   sessionId?: string;
   runId?: string;
   parentRunId?: string;
@@ -83,6 +95,8 @@ export interface AgentUsageTotals {
 export interface RunRequest {
   kind: "task" | "chat";
   input: string;
+  /** Earlier turns a stateless task brings (never with a session). */
+  history?: HistoryTurn[];
   sessionId?: string;
   runId?: string;
   parentRunId?: string;
@@ -113,6 +127,11 @@ export function parseRunRequest(type: string, payload: unknown, receivedAt: numb
   if (runId) out.runId = runId;
   const parentRunId = id(p.parentRunId, "parentRunId", false);
   if (parentRunId) out.parentRunId = parentRunId;
+  if (p.history !== undefined && out.kind === "task") {
+    if (out.sessionId !== undefined)
+      throw new AgentInputInvalidError("history", "is for a task without sessionId: a session's memory already holds its conversation");
+    out.history = historyTurns(p.history);
+  }
   if (p.constraints !== undefined) {
     if (typeof p.constraints !== "object" || p.constraints === null) throw new AgentInputInvalidError("constraints", "must be an object");
     const c = p.constraints as Record<string, unknown>;
@@ -127,6 +146,26 @@ export function parseRunRequest(type: string, payload: unknown, receivedAt: numb
     if (group) out.budgetGroup = group;
   }
   return out;
+}
+
+/** Most turns a task's `history` may bring (the payload's size is bounded by the bus too). */
+export const MAX_HISTORY_TURNS = 1000;
+
+function historyTurns(value: unknown): HistoryTurn[] {
+  const form = 'must be an array of { role: "system" | "user" | "assistant", content: string }';
+  if (!Array.isArray(value)) throw new AgentInputInvalidError("history", form);
+  if (value.length > MAX_HISTORY_TURNS) throw new AgentInputInvalidError("history", `may bring at most ${MAX_HISTORY_TURNS} turns, not ${value.length}`);
+  return value.map((t: unknown, i) => {
+    const turn = t as { role?: unknown; content?: unknown } | null;
+    if (
+      typeof turn !== "object" ||
+      turn === null ||
+      (turn.role !== "system" && turn.role !== "user" && turn.role !== "assistant") ||
+      typeof turn.content !== "string"
+    )
+      throw new AgentInputInvalidError(`history[${i}]`, form);
+    return { role: turn.role, content: turn.content };
+  });
 }
 
 const UNITS: Record<string, number> = { ms: 1, s: 1000, sec: 1000, m: 60_000, min: 60_000, h: 3_600_000, hr: 3_600_000, d: 86_400_000 };

@@ -7,6 +7,7 @@ import { mayUse, requireAgent } from "./auth.js";
 import { ErrorCode } from "../core/errors.js";
 import { GatewayErrorCode, GatewayHttpError } from "./errors.js";
 import { scopedSessionId } from "./sessions.js";
+import type { HistoryTurn } from "../agents/protocol.js";
 import type { RunClient, RunRequest } from "./runs.js";
 import { kovaMeta, newTask, textPart, type RunUsage } from "./task-projection.js";
 import type { TaskTracker } from "./task-tracker.js";
@@ -18,8 +19,9 @@ import type { TaskTracker } from "./task-tracker.js";
  *
  * Sessions: a request names one with the `X-Kova-Session` header or the `user` field.
  * With a session, the last user message goes to the agent as `agent.chat` and the agent's
- * memory of that session holds the earlier turns; without one, the whole conversation is
- * one `task_delegate` input (a stateless call, as an OpenAI model would see it).
+ * memory of that session holds the earlier turns; without one, the call is stateless as an
+ * OpenAI model's is: the last user message is a `task_delegate` input and the turns before
+ * it are its `history`, in their roles, of which the agent keeps nothing.
  *
  * Agent templates: `model = "support--user-42"` talks to that instance (activated on first
  * use); `model = "support"` with a session, when no agent is named `support`, talks to the
@@ -114,7 +116,8 @@ export function chatRun(req: Request, timeoutMs: number): RunRequest & { stream:
     if (!m || typeof m !== "object" || typeof m.role !== "string") throw bad(`messages[${i}].role is required`, `messages[${i}].role`);
     return { role: m.role, text: contentText(m.content, i) };
   });
-  const lastUser = [...turns].reverse().find((t) => t.role === "user");
+  const lastUserAt = turns.findLastIndex((t) => t.role === "user");
+  const lastUser = turns[lastUserAt];
   if (!lastUser || lastUser.text.trim() === "") throw bad("messages needs a user message with text", "messages");
   refuseUnsupported(body);
   const named = req.header(SESSION_HEADER) ?? (typeof body.user === "string" && body.user.length > 0 ? body.user : undefined);
@@ -125,8 +128,10 @@ export function chatRun(req: Request, timeoutMs: number): RunRequest & { stream:
     agentId: model,
     named: named !== undefined,
     kind: named ? "agent.chat" : "task_delegate",
-    input: named || turns.length === 1 ? lastUser.text : turns.map((t) => `${t.role}: ${t.text}`).join("\n\n"),
-    sessionId: named ? scopedSessionId(named, req.principal?.sessionScope) : newId(),
+    input: named ? lastUser.text : statelessInput(turns, lastUserAt),
+    ...(named ? {} : { stateless: { history: historyOf(turns.slice(0, lastUserAt)) } }),
+    // A stateless run's session is its own run (the agent keeps no memory of it).
+    sessionId: named ? scopedSessionId(named, req.principal?.sessionScope) : runId,
     runId,
     messageId: newId(),
     timeoutMs,
@@ -135,6 +140,29 @@ export function chatRun(req: Request, timeoutMs: number): RunRequest & { stream:
   };
   if (maxTokens !== undefined) run.constraints = { max_tokens: maxTokens };
   return run;
+}
+
+/**
+ * The turns before the last user message, in the roles the agent's model will see them
+ * (`developer` is a system message; a turn of another role, such as a tool result of a
+ * client's own tool, is kept as a user message naming its role). Empty turns are left out.
+ */
+function historyOf(turns: ReadonlyArray<{ role: string; text: string }>): HistoryTurn[] {
+  return turns
+    .filter((t) => t.text !== "")
+    .map((t) =>
+      t.role === "user" || t.role === "assistant" || t.role === "system"
+        ? { role: t.role, content: t.text }
+        : t.role === "developer"
+          ? { role: "system", content: t.text }
+          : { role: "user", content: `(${t.role}) ${t.text}` },
+    );
+}
+
+/** The last user message, with any turns after it (rare: a prefilled answer) appended in order. */
+function statelessInput(turns: ReadonlyArray<{ role: string; text: string }>, lastUserAt: number): string {
+  const after = turns.slice(lastUserAt + 1).filter((t) => t.text !== "");
+  return [turns[lastUserAt]!.text, ...after.map((t) => `${t.role}: ${t.text}`)].join("\n\n");
 }
 
 function usageBody(u: RunUsage) {

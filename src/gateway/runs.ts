@@ -1,4 +1,5 @@
 import { isKovaError, isTimeout, KovaError } from "../core/errors.js";
+import type { HistoryTurn } from "../agents/protocol.js";
 import { parseInstanceId } from "../core/ids.js";
 import type { Logger } from "../core/logger.js";
 import { ActorErrorCode } from "../actors/errors.js";
@@ -15,6 +16,11 @@ export interface RunRequest {
   /** `task_delegate` for a one-shot task; `agent.chat` continues the session's conversation. */
   kind: "task_delegate" | "agent.chat";
   input: string;
+  /**
+   * A task of its own: no session memory is loaded or kept (`sessionId` is then the run's
+   * id, which the agent uses by itself), and `history` is the conversation the client keeps.
+   */
+  stateless?: { history: HistoryTurn[] };
   sessionId: string;
   runId: string;
   /**
@@ -26,6 +32,17 @@ export interface RunRequest {
   timeoutMs: number;
   constraints?: { max_tokens?: number };
   traceId?: string;
+}
+
+/** The payload of the message that starts a run (docs/protocol.md, "Agents"). */
+export function runPayload(req: RunRequest): Record<string, unknown> {
+  if (req.kind === "agent.chat") return { message: req.input, sessionId: req.sessionId, runId: req.runId };
+  return {
+    input: req.input,
+    ...(req.stateless ? (req.stateless.history.length > 0 ? { history: req.stateless.history } : {}) : { sessionId: req.sessionId }),
+    runId: req.runId,
+    ...(req.constraints ? { constraints: req.constraints } : {}),
+  };
 }
 
 /** One event of a run with its position in the events stream. */
@@ -121,10 +138,7 @@ export class RunClient {
    * that never answers) would hold the agent and every message queued behind it.
    */
   run(req: RunRequest): Promise<RunOutcome> {
-    const payload =
-      req.kind === "agent.chat"
-        ? { message: req.input, sessionId: req.sessionId, runId: req.runId }
-        : { input: req.input, sessionId: req.sessionId, runId: req.runId, ...(req.constraints ? { constraints: req.constraints } : {}) };
+    const payload = runPayload(req);
     const env = createEnvelope({
       id: req.messageId,
       from: this.bus.clientId,

@@ -46,6 +46,38 @@ describe("agent memory (conversations in NATS KV, fitted by policy before each c
     expect(store).toBeInstanceOf(NatsMemoryStore);
   }, 30_000);
 
+  it("memory - a task without a session may bring its conversation (history): the model sees each turn in its role, the memory policy fits it, nothing is kept; bad history is refused", async () => {
+    await using model = await startScriptedModelServer({ handler: (req) => scriptedReply.text(`answer ${req.index}`) });
+    await using rig = await startAgentRig(nats.url, uniqueCluster("mh"), {
+      modelUrl: model.url,
+      agents: [{ id: "chatty", model: "main", system: "Be brief.", memory: { policy: "sliding_window", window: 3 } }],
+    });
+    const history = [
+      { role: "system" as const, content: "Answer in French." },
+      { role: "user" as const, content: "my name is Ada" },
+      { role: "assistant" as const, content: "noted" },
+      { role: "user" as const, content: "I live in Paris" },
+      { role: "assistant" as const, content: "noted too" },
+    ];
+    const r = await rig.ask("chatty", "where do I live?", { history });
+    expect(r).toMatchObject({ status: "completed", output: "answer 0", sessionId: r.runId });
+    // sliding_window keeps the last 3 of the conversation (the question included)
+    expect(model.requests[0]!.messages.map((m) => [m.role, m.content])).toEqual([
+      ["system", "Be brief."],
+      ["user", "I live in Paris"],
+      ["assistant", "noted too"],
+      ["user", "where do I live?"],
+    ]);
+    const store = await rig.runtime.memory();
+    expect(await store.load("chatty", r.runId)).toEqual([]);
+    // with a session, or of the wrong shape: the run fails naming the field, and no model is called
+    const withSession = await rig.ask("chatty", "hi", { history, sessionId: "s9" });
+    expect(withSession).toMatchObject({ status: "failed", error: { code: "AGENT_INPUT_INVALID", message: expect.stringContaining("history") } });
+    const wrongRole = await rig.ask("chatty", "hi", { history: [{ role: "tool", content: "x" }] as never });
+    expect(wrongRole).toMatchObject({ status: "failed", error: { message: expect.stringContaining("history[0]") } });
+    expect(model.requests).toHaveLength(1);
+  }, 30_000);
+
   for (const policy of ["fifo", "sliding_window", "summary_first"] as const) {
     it(`memory - ${policy}: a conversation longer than the window keeps working, and no request ever has a tool result without its assistant message`, async () => {
       const counter = await loadTokenCounter("gpt-4o-mini");

@@ -2,6 +2,8 @@ import { describe, expect, it } from "vitest";
 import OpenAI from "openai";
 import { connect } from "@nats-io/transport-node";
 import { sessionScopeOf } from "../../src/gateway/sessions.js";
+import { NatsMemoryStore } from "../../src/agents/memory/store.js";
+import { BucketNotFoundError, listKvKeys } from "../../src/bus/index.js";
 import { scriptedReply, type ScriptedHandler } from "../../src/testing/index.js";
 import { defer } from "../fixtures/disposable.js";
 import { startGatewayRig } from "../fixtures/gateway/rig.js";
@@ -85,6 +87,45 @@ describe("gateway: OpenAI-compatible endpoint", () => {
     expect(((await raw.json()) as { choices: Array<{ message: { content: string } }> }).choices[0]?.message.content).toBe("echo: third (history 4)");
     const again = await client.chat.completions.create({ model: "helper", user: sessionId!, messages: [{ role: "user", content: "fourth" }] });
     expect(again.choices[0]?.message.content).toBe("echo: fourth (history 6)");
+  }, 60_000);
+
+  it("openai - a stateless call brings its conversation: the model sees each earlier turn in its role, and no session memory is written", async () => {
+    await using rig = await startGatewayRig({ handler });
+    const res = await fetch(`${rig.url}/v1/chat/completions`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${rig.key}`, "content-type": "application/json" },
+      body: JSON.stringify({
+        model: "helper",
+        messages: [
+          { role: "developer", content: "Answer in French." },
+          { role: "user", content: "hello" },
+          { role: "assistant", content: "echo: hello" },
+          { role: "tool", tool_call_id: "c1", content: "42" },
+          { role: "user", content: [{ type: "text", text: "again" }] },
+        ],
+      }),
+    });
+    expect(res.status).toBe(200);
+    expect(((await res.json()) as { choices: Array<{ message: { content: string } }> }).choices[0]?.message.content).toBe("echo: again (history 4)");
+    const seen = rig.model.requests.at(-1)!.messages.map((m) => ({ role: m.role, content: m.content }));
+    // after the agent's own system prompt (if it has one), the client's turns in their roles
+    expect(seen.slice(-5)).toEqual([
+      { role: "system", content: "Answer in French." },
+      { role: "user", content: "hello" },
+      { role: "assistant", content: "echo: hello" },
+      { role: "user", content: "(tool) 42" },
+      { role: "user", content: "again" },
+    ]);
+    // its session is its own run, and the agent kept no memory of it
+    const runId = res.headers.get("x-kova-run-id")!;
+    expect(res.headers.get("x-kova-session-id")).toBe(runId);
+    const nc = await connect({ servers: rig.nats.url });
+    await using _nc = defer(() => nc.close());
+    const memory = await listKvKeys(nc, NatsMemoryStore.bucketName(rig.cluster)).catch((err: unknown) => {
+      if (err instanceof BucketNotFoundError) return [];
+      throw err;
+    });
+    expect(memory.filter((k) => k.includes(runId))).toEqual([]);
   }, 60_000);
 
   it("openai - sessions are per key: the same user from two keys are two conversations, for an agent and for a template's instance", async () => {
