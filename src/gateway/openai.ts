@@ -5,6 +5,7 @@ import { INSTANCE_SEPARATOR, isValidId, isValidTemplateName, newId, parseInstanc
 import type { AgentRegistry } from "../node/registry.js";
 import { mayUse, requireAgent } from "./auth.js";
 import { ErrorCode } from "../core/errors.js";
+import { BusErrorCode } from "../bus/index.js";
 import { GatewayErrorCode, GatewayHttpError } from "./errors.js";
 import { scopedSessionId } from "./sessions.js";
 import type { HistoryTurn } from "../agents/protocol.js";
@@ -221,9 +222,18 @@ export async function chatCompletions(deps: OpenAiDeps, req: Request, res: Respo
     const outcome = await deps.runs.run(run);
     if (outcome.status !== "completed") {
       // A run past task_timeout_ms is the gateway's timeout (the run was interrupted): 504.
+      // A conversation too large for one bus message never started a run: the client's 413.
+      const code = outcome.error?.code;
+      if (code === BusErrorCode.PAYLOAD_TOO_LARGE)
+        throw new GatewayHttpError(
+          413,
+          code,
+          `the conversation is too large for one message to agent ${run.agentId} (${outcome.error!.message}): name a session (the user field or X-Kova-Session) so the agent keeps the earlier turns, and send only the new message`,
+          { data: { runId: run.runId } },
+        );
       throw new GatewayHttpError(
-        outcome.error?.code === ErrorCode.TIMEOUT ? 504 : 502,
-        outcome.error?.code ?? (outcome.status === "cancelled" ? "RUN_CANCELLED" : GatewayErrorCode.RUN_FAILED),
+        code === ErrorCode.TIMEOUT ? 504 : 502,
+        code ?? (outcome.status === "cancelled" ? "RUN_CANCELLED" : GatewayErrorCode.RUN_FAILED),
         `agent ${run.agentId}: the run ended ${outcome.status}${outcome.error ? `: ${outcome.error.message}` : ""}`,
         { data: { runId: run.runId } },
       );

@@ -124,4 +124,19 @@ describe("gateway: request validation", () => {
     expect(((await ok.json()) as { choices: Array<{ message: { content: string } }> }).choices[0]!.message.content).toBe("answered");
     expect(rig.model.requests).toHaveLength(1);
   }, 60_000);
+
+  it("requests - a stateless conversation too large for one bus message gets 413 saying to name a session, and no run starts", async () => {
+    await using rig = await startGatewayRig({ handler: () => scriptedReply.text("answered"), gateway: { max_body_bytes: 4 * 1024 * 1024 } });
+    const turn = "x".repeat(100_000);
+    const messages = Array.from({ length: 20 }, (_, i) => ({ role: i % 2 === 0 ? "user" : "assistant", content: turn }));
+    const res = await chatWith(rig)({ messages: [...messages, { role: "user", content: "and now?" }] });
+    expect(res.status).toBe(413);
+    expect(await res.json()).toMatchObject({
+      error: { code: "PAYLOAD_TOO_LARGE", type: "invalid_request_error", message: expect.stringContaining("name a session") },
+    });
+    expect(rig.model.requests).toHaveLength(0);
+    // with a session, the same new message goes through
+    const ok = await chatWith(rig)({ user: "conv-1", messages: [...messages, { role: "user", content: "and now?" }] });
+    expect(ok.status).toBe(200);
+  }, 60_000);
 });
