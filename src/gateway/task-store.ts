@@ -97,7 +97,10 @@ export class NatsTaskStore implements TaskStore {
     const key = taskKey(owner, task.id);
     for (let attempt = 0; attempt < 10; attempt++) {
       const e = await this.kv.get(key);
-      const current = e && e.operation === "PUT" ? e.json<StoredTask>() : undefined;
+      // Not under its owner yet: maybe an older gateway's task, stored under its bare id.
+      const legacy = e ? undefined : await this.kv.get(task.id);
+      const found = e ?? legacy;
+      const current = found && found.operation === "PUT" ? found.json<StoredTask>() : undefined;
       if (current && isTerminal(Task.fromJSON(current.task).status?.state)) return;
       const stored: StoredTask = { v: STORED_TASK_VERSION, owner, updatedAt: Date.now(), task: Task.toJSON(task) };
       try {
@@ -136,16 +139,21 @@ export class NatsTaskStore implements TaskStore {
       readKvEntries(this.nc, this.bucket, { filter: taskKey(owner, "*") }),
       readKvEntries(this.nc, this.bucket, { filter: "*" }),
     ]);
-    // An entry this gateway cannot read (a newer format, a key that is no task id) is not listed.
-    const all = [...own, ...older].map(([key, e]) => {
+    // By task id: a task an older gateway stored and a newer one then saved under its owner
+    // is listed once, as saved last. An entry this gateway cannot read (a newer format, a
+    // key that is no task id) is not listed.
+    const byId = new Map<string, StoredTask>();
+    for (const [key, e] of [...own, ...older]) {
       const taskId = key.slice(key.indexOf(".") + 1);
+      if (byId.has(taskId) || !isValidId(taskId)) continue;
       try {
-        return isValidId(taskId) ? storedTask(taskId, e) : undefined;
+        const stored = storedTask(taskId, e);
+        if (stored.owner === owner) byId.set(taskId, stored);
       } catch {
-        return undefined;
+        // not listed
       }
-    });
-    let tasks = all.filter((s): s is StoredTask => s !== undefined && s.owner === owner).map((s) => Task.fromJSON(s.task));
+    }
+    let tasks = [...byId.values()].map((s) => Task.fromJSON(s.task));
     if (params.contextId) tasks = tasks.filter((t) => t.contextId === params.contextId);
     if (params.status !== undefined && params.status !== TaskState.TASK_STATE_UNSPECIFIED) tasks = tasks.filter((t) => t.status?.state === params.status);
     if (params.statusTimestampAfter) {

@@ -72,6 +72,20 @@ describe("gateway task store: one owner's listing", () => {
       await store.saveProgress(later);
       expect((await store.load("key-a-task-1", a))?.status?.state).toBe(TaskState.TASK_STATE_COMPLETED);
       expect(taskKey("odd owner.name", "t1")).toMatch(/^=[A-Za-z0-9_-]+\.t1$/);
+
+      // An older gateway's task progressed by this one: saved under its owner, listed once, as saved last.
+      const legacyWorking = taskOf("key-a", 3);
+      legacyWorking.status = { state: TaskState.TASK_STATE_WORKING, message: undefined, timestamp: new Date().toISOString() };
+      await store.saveProgress(legacyWorking);
+      const relisted = await store.list({ tenant: "", pageSize: 50 } as never, a);
+      expect(relisted.tasks.map((t) => t.id).sort()).toEqual(["key-a-task-1", "key-a-task-2", "key-a-task-3"]);
+      expect(relisted.tasks.find((t) => t.id === "key-a-task-3")!.status?.state).toBe(TaskState.TASK_STATE_WORKING);
+      // An older gateway's task that ended is not reopened by a lagging replica's progress.
+      const ended = taskOf("key-a", 4);
+      ended.status = { state: TaskState.TASK_STATE_COMPLETED, message: undefined, timestamp: new Date().toISOString() };
+      await kv.put(ended.id, JSON.stringify({ v: STORED_TASK_VERSION, owner: "key-a", updatedAt: Date.now(), task: Task.toJSON(ended) }));
+      await store.saveProgress(taskOf("key-a", 4));
+      expect((await store.load("key-a-task-4", a))?.status?.state).toBe(TaskState.TASK_STATE_COMPLETED);
     } finally {
       await nc.close();
     }
