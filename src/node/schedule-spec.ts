@@ -96,10 +96,12 @@ export function nextTick(spec: ScheduleSpec, after: number, anchor: number): num
  * (undefined: nothing is due). The oldest due tick is *current* when it fell due while this
  * scheduler was watching (`watchedSince`, when it started) and is at most `graceMs` old: it
  * fires on its own, however many ticks a slow pass let pile up behind it (each is judged
- * on its own, in order). A tick that fell due before the scheduler started, or was found
- * later than the grace, was *missed* (every node was down, or this one was stalled past
- * the grace): all missed ticks up to the newest of them are judged at once, and `skip`
- * lets them pass while `run_once` sends one message (`tick`, the newest) for them all.
+ * on its own, in order). A tick found later than the grace was *missed* (every node was
+ * down, or this one was stalled past the grace), and so was every tick after it that fell
+ * due before this scheduler started: they are judged at once, and `skip` lets them pass
+ * while `run_once` sends one message (`tick`, the newest) for them all. A tick that fell due
+ * just before this scheduler started, within the grace, waits: a node that was running
+ * then may still send it; if none does, it is judged missed once past the grace.
  */
 export function dueTick(
   spec: ScheduleSpec,
@@ -111,7 +113,12 @@ export function dueTick(
 ): { tick: number; fire: boolean; missed: number } | undefined {
   const first = nextTick(spec, last, anchor);
   if (first > now) return undefined;
-  if (first >= watchedSince && now - first <= graceMs) return { tick: first, fire: true, missed: 0 };
+  if (now - first <= graceMs) {
+    if (first >= watchedSince) return { tick: first, fire: true, missed: 0 };
+    // Due just before this scheduler started: a node that was watching then may still send
+    // it (this one restarted while others ran). Past the grace it is judged missed.
+    return undefined;
+  }
   // Ticks before `cutoff` are missed; the newest of them closes the judged stretch.
   const cutoff = Math.min(now + 1, Math.max(watchedSince, now - graceMs));
   let newest: number;

@@ -76,10 +76,14 @@ describe("schedules: specs and ticks", () => {
       fired.push((last = d.tick));
     }
     expect(fired).toEqual([anchor + 2_000, anchor + 4_000, anchor + 6_000]);
-    // The same ticks seen by a scheduler that started at anchor + 5 s: the two before its
-    // start were not watched, so they are missed; the third is current.
-    expect(dueTick(every2s, anchor, anchor, now, 5_000, anchor + 5_000)).toEqual({ tick: anchor + 4_000, fire: false, missed: 2 });
-    expect(dueTick(once2s, anchor, anchor, now, 5_000, anchor + 5_000)).toEqual({ tick: anchor + 4_000, fire: true, missed: 2 });
-    expect(dueTick(every2s, anchor + 4_000, anchor, now, 5_000, anchor + 5_000)).toEqual({ tick: anchor + 6_000, fire: true, missed: 0 });
+    // The same ticks seen by a scheduler that started at anchor + 5 s (it restarted while
+    // others may have run): the two before its start wait while a running node could still
+    // send them; once the oldest is past the grace, both are judged missed, and the third,
+    // due after the start, is current.
+    expect(dueTick(every2s, anchor, anchor, now, 5_000, anchor + 5_000)).toBeUndefined();
+    const later = anchor + 7_100;
+    expect(dueTick(every2s, anchor, anchor, later, 5_000, anchor + 5_000)).toEqual({ tick: anchor + 4_000, fire: false, missed: 2 });
+    expect(dueTick(once2s, anchor, anchor, later, 5_000, anchor + 5_000)).toEqual({ tick: anchor + 4_000, fire: true, missed: 2 });
+    expect(dueTick(every2s, anchor + 4_000, anchor, later, 5_000, anchor + 5_000)).toEqual({ tick: anchor + 6_000, fire: true, missed: 0 });
   });
 });
