@@ -8,7 +8,7 @@ import { ErrorCode } from "../core/errors.js";
 import { BusErrorCode } from "../bus/index.js";
 import { GatewayErrorCode, GatewayHttpError } from "./errors.js";
 import { scopedSessionId } from "./sessions.js";
-import type { HistoryTurn } from "../agents/protocol.js";
+import { MAX_HISTORY_TURNS, type HistoryTurn } from "../agents/protocol.js";
 import type { RunClient, RunRequest } from "./runs.js";
 import { kovaMeta, newTask, textPart, type RunUsage } from "./task-projection.js";
 import type { TaskTracker } from "./task-tracker.js";
@@ -123,6 +123,12 @@ export function chatRun(req: Request, timeoutMs: number): RunRequest & { stream:
   refuseUnsupported(body);
   const named = req.header(SESSION_HEADER) ?? (typeof body.user === "string" && body.user.length > 0 ? body.user : undefined);
   const maxTokens = tokenLimit(body, "max_completion_tokens") ?? tokenLimit(body, "max_tokens");
+  const history = named ? [] : historyOf(turns.slice(0, lastUserAt));
+  if (history.length > MAX_HISTORY_TURNS)
+    throw bad(
+      `a stateless conversation may bring at most ${MAX_HISTORY_TURNS} earlier turns, not ${history.length}: name a session (the user field or X-Kova-Session) so the agent keeps them`,
+      "messages",
+    );
   const runId = newId();
   const streamOptions = body.stream_options as { include_usage?: unknown } | undefined;
   const run: RunRequest & { stream: boolean; includeUsage: boolean; named: boolean } = {
@@ -130,7 +136,7 @@ export function chatRun(req: Request, timeoutMs: number): RunRequest & { stream:
     named: named !== undefined,
     kind: named ? "agent.chat" : "task_delegate",
     input: named ? lastUser.text : statelessInput(turns, lastUserAt),
-    ...(named ? {} : { stateless: { history: historyOf(turns.slice(0, lastUserAt)) } }),
+    ...(named ? {} : { stateless: { history } }),
     // A stateless run's session is its own run (the agent keeps no memory of it).
     sessionId: named ? scopedSessionId(named, req.principal?.sessionScope) : runId,
     runId,

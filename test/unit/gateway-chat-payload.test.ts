@@ -1,6 +1,7 @@
 import type { Request } from "express";
 import { describe, expect, it } from "vitest";
-import { parseRunRequest } from "../../src/agents/protocol.js";
+import { MAX_HISTORY_TURNS, parseRunRequest } from "../../src/agents/protocol.js";
+import { GatewayHttpError } from "../../src/gateway/errors.js";
 import { chatRun } from "../../src/gateway/openai.js";
 import { runPayload } from "../../src/gateway/runs.js";
 
@@ -50,5 +51,21 @@ describe("gateway chat → agent payload (the contract between the OpenAI endpoi
     const chat = parseRunRequest(named.kind, runPayload(named), Date.now());
     expect(chat).toMatchObject({ kind: "chat", input: "and now?", sessionId: named.sessionId });
     expect(chat.history).toBeUndefined();
+  });
+
+  it("openai - a stateless conversation with more earlier turns than an agent takes is refused with 400 naming messages, before any run", () => {
+    const many = Array.from({ length: MAX_HISTORY_TURNS + 1 }, (_, i) => ({ role: i % 2 === 0 ? "user" : "assistant", content: `turn ${i}` }));
+    const refused = (() => {
+      try {
+        chatRun(requestOf({ model: "helper", messages: [...many, { role: "user", content: "and now?" }] }), 60_000);
+      } catch (err) {
+        return err as GatewayHttpError;
+      }
+    })();
+    expect(refused).toBeInstanceOf(GatewayHttpError);
+    expect(refused).toMatchObject({ status: 400, message: expect.stringContaining("name a session") });
+    // the most an agent takes goes through
+    const most = chatRun(requestOf({ model: "helper", messages: [...many.slice(1), { role: "user", content: "and now?" }] }), 60_000);
+    expect(parseRunRequest(most.kind, runPayload(most), Date.now()).history).toHaveLength(MAX_HISTORY_TURNS);
   });
 });
