@@ -185,7 +185,10 @@ export class ScheduleService {
     const rev = await this.cas(id, claimed, revision);
     if (rev === undefined) return false;
     if (!pending) {
-      this.log.warn({ schedule: id, missed: due.missed }, 'schedule skipped ticks missed while no node ran (catch_up = "skip")');
+      this.log.warn(
+        { schedule: id, missed: due.missed },
+        'schedule skipped ticks missed while no node ran or this one was stalled past the grace (catch_up = "skip")',
+      );
       this.opts.onSkipped?.({ id, tick: due.tick, missed: due.missed });
       return true;
     }
