@@ -20,8 +20,8 @@ import { isTerminal, kovaMeta } from "./task-projection.js";
  * Tasks are scoped by their owner, the API key name that created them: another key gets
  * "not found", as if the task did not exist. The owner is the key's first token
  * (`<owner>.<task id>`), so a key's listing reads its own tasks only, however many other
- * keys have. (Before format 2 of this layout the key was the bare task id; such entries
- * are still read, and expire with the bucket's max age.)
+ * keys have. (Older gateways keyed a task by its bare id; such entries are still read,
+ * and expire with the bucket's max age.)
  */
 export interface StoredTask {
   v: number;
@@ -98,8 +98,7 @@ export class NatsTaskStore implements TaskStore {
     for (let attempt = 0; attempt < 10; attempt++) {
       const e = await this.kv.get(key);
       // Not under its owner yet: maybe an older gateway's task, stored under its bare id.
-      const legacy = e ? undefined : await this.kv.get(task.id);
-      const found = e ?? legacy;
+      const found = e ?? (await this.kv.get(task.id));
       const current = found && found.operation === "PUT" ? found.json<StoredTask>() : undefined;
       if (current && isTerminal(Task.fromJSON(current.task).status?.state)) return;
       const stored: StoredTask = { v: STORED_TASK_VERSION, owner, updatedAt: Date.now(), task: Task.toJSON(task) };
