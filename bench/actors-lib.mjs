@@ -2,6 +2,7 @@
 // started with `bin/kova.js node start`, registry polling, and reporting.
 import { spawn } from "node:child_process";
 import { mkdtempSync, rmSync, writeFileSync, createWriteStream } from "node:fs";
+import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -18,7 +19,21 @@ export const REPO = resolve(dirname(fileURLToPath(import.meta.url)), "..");
 export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 export const fmt = (n) => Math.round(n).toLocaleString("en-US");
 
-/** A cluster of node processes on its own nats-server. */
+/** A free loopback port (for a nats-server listener its ports file does not report). */
+const freePort = () =>
+  new Promise((resolve, reject) => {
+    const srv = createServer();
+    srv.on("error", reject);
+    srv.listen(0, "127.0.0.1", () => {
+      const { port } = srv.address();
+      srv.close(() => resolve(port));
+    });
+  });
+
+/**
+ * A cluster of node processes on its own nats-server. With `profile`, the server's Go
+ * profiling port is on and `goMemory()` reads its heap after a forced GC.
+ */
 export async function startCluster({
   nodes,
   heartbeatMs = 1000,
@@ -28,8 +43,10 @@ export async function startCluster({
   clusterToml = [],
   extraToml = "",
   modules = [],
+  profile = false,
 }) {
-  const server = await startNatsServer({ allowExternal: false });
+  const profPort = profile ? await freePort() : undefined;
+  const server = await startNatsServer({ allowExternal: false, ...(profPort ? { extraConfig: `prof_port: ${profPort}` } : {}) });
   const dir = mkdtempSync(join(process.env.KOVA_BENCH_DIR ?? tmpdir(), "kova-bench-actors-"));
   const cluster = `b${Math.random().toString(36).slice(2, 10)}`;
   const nc = await connect({ servers: server.url });
@@ -115,6 +132,17 @@ export async function startCluster({
   const hostedBy = (id) => controlRequest(nc, nodeSubject(cluster, id, "agents"), {}, 10_000);
   const spawnActor = (id, type) => controlRequest(nc, spawnSubject(cluster), { id, type }, 10_000);
   const varz = async () => await (await fetch(`${server.monitorUrl}/varz`)).json();
+  /**
+   * nats-server's Go memory right after a forced GC (pprof `heap?gc=1`): `heapAlloc` is what
+   * it holds live, independent of when Go last collected or returned memory to the OS (its
+   * RSS, varz `mem`, also holds garbage up to the next GC and freed memory not yet returned).
+   */
+  const goMemory = async () => {
+    if (!profPort) throw new Error("goMemory needs startCluster({ profile: true })");
+    const text = await (await fetch(`http://127.0.0.1:${profPort}/debug/pprof/heap?gc=1&debug=1`)).text();
+    const field = (k) => Number(new RegExp(`^# ${k} = (\\d+)`, "m").exec(text)?.[1]);
+    return { heapAlloc: field("HeapAlloc"), heapInuse: field("HeapInuse"), sys: field("Sys") };
+  };
   const stop = async () => {
     for (const p of procs.values()) if (p.child.exitCode === null && p.child.signalCode === null) p.child.kill("SIGKILL");
     await Promise.all([...procs.values()].map((p) => p.exited));
@@ -125,7 +153,7 @@ export async function startCluster({
     else rmSync(dir, { recursive: true, force: true });
   };
   for (const id of nodes) await startNode(id);
-  return { server, cluster, nc, bus, dir, status, startNode, kill, term, agents, hostedBy, spawnActor, varz, stop };
+  return { server, cluster, nc, bus, dir, status, startNode, kill, term, agents, hostedBy, spawnActor, varz, goMemory, stop };
 }
 
 /** Polls `cond` every `everyMs` until it returns a value; throws after `timeoutMs`. */

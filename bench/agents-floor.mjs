@@ -4,6 +4,10 @@
 // left between Kova and this is Kova's own overhead; what is left between this and the
 // direct model call is the price of the guarantees themselves.
 //
+// `minimal: true` is the least a durable agent turn could do at all (below): durable send,
+// delivery, model call, one flushed write of its answer, reply — what the target of
+// "1.5× the direct call plus the journal write" leaves room for.
+//
 // One turn, in the order the agent keeps (docs/actors.md, "The turn protocol"):
 //   client: JetStream publish (the durable send), then wait for the reply on an inbox
 //   node:   pull delivery → flushed lmdb put (the turn record) → model call, with the
@@ -26,7 +30,7 @@ const json = (v) => enc.encode(JSON.stringify(v));
  * Starts the hand-written pipeline on `natsUrl`; `call()` is the model call (awaited
  * whole, streamed). Returns `turn()` (one asked turn, resolving with the reply) and `close()`.
  */
-export async function startFloor(natsUrl, call) {
+export async function startFloor(natsUrl, call, { minimal = false } = {}) {
   const tag = `f${Math.random().toString(36).slice(2, 8)}`;
   const nc = await connect({ servers: natsUrl, noAsyncTraces: true });
   const client = await connect({ servers: natsUrl, noAsyncTraces: true });
@@ -53,6 +57,15 @@ export async function startFloor(natsUrl, call) {
   const serving = (async () => {
     for await (const m of messages) {
       const { id, replyTo } = m.json();
+      if (minimal) {
+        // The least any durable agent turn could do: the message is durable (JetStream),
+        // the model's answer is journaled once before it is used, the reply is sent.
+        await call();
+        await flushedPut(`${id}.0`, Buffer.from(json({ turn: id, step: 0, result: "the answer is 42" })));
+        nc.publish(replyTo, json({ for: id, output: "the answer is 42" }));
+        m.ack();
+        continue;
+      }
       const ev = (type) => js.publish(`${tag}.events.${id}`, json({ type, runId: id, ts: Date.now() }), { msgID: `${id}.${type}` });
       await flushedPut(id, Buffer.from(m.data));
       const started = ev("run_started");
@@ -73,6 +86,10 @@ export async function startFloor(natsUrl, call) {
   const cjs = jetstream(client);
   let seq = 0;
   return {
+    /** One flushed lmdb put of a model step's size: "the journal write" of the target. */
+    async journalWrite() {
+      await flushedPut(`w-${++seq}`, Buffer.from(json({ turn: "w", step: 0, result: "the answer is 42" })));
+    },
     async turn() {
       const id = `${tag}-${++seq}`;
       const replyTo = createInbox();

@@ -51,6 +51,7 @@ try {
   };
   const viaKova = () => askAgent(b.client, "bench", "question", { checkAgent: false });
   const floor = await startFloor(b.nats.url, direct);
+  const least = await startFloor(b.nats.url, direct, { minimal: true });
   const sample = async (fn) => {
     const xs = [];
     for (let i = 0; i < RUNS; i++) {
@@ -66,17 +67,23 @@ try {
   for (let i = 0; i < 20; i++) await direct();
   for (let i = 0; i < WARMUP; i++) await actorTurn();
   for (let i = 0; i < 20; i++) await floor.turn();
+  for (let i = 0; i < 20; i++) await least.turn();
   const kova = [];
   const base = [];
   const actor = [];
   const bare = [];
+  const minimal = [];
+  const write = [];
   for (let round = 0; round < ROUNDS; round++) {
     base.push(...(await sample(direct)));
     kova.push(...(await sample(viaKova)));
     actor.push(...(await sample(actorTurn)));
     bare.push(...(await sample(floor.turn)));
+    minimal.push(...(await sample(least.turn)));
+    write.push(...(await sample(floor.journalWrite)));
   }
   await floor.close();
+  await least.close();
   const f = (x) => x.toFixed(2);
   console.log(`agents overhead (${machine()}, WAL sync ${walSync}, ${ROUNDS}×${RUNS} runs each)`);
   console.log(`  openai client direct : p50 ${f(median(base))} ms, p99 ${f(pct(base, 0.99))} ms`);
@@ -86,6 +93,12 @@ try {
   console.log(`  floor, by hand       : p50 ${f(median(bare))} ms, p99 ${f(pct(bare, 0.99))} ms (the same durable round trips, raw nats.js + lmdb)`);
   console.log(
     `  ratio p50 to floor   : ${(median(kova) / median(bare)).toFixed(2)}× (Kova's own overhead); floor / direct ${(median(bare) / median(base)).toFixed(2)}× (the guarantees' price)`,
+  );
+  const target = 1.5 * median(base) + median(write);
+  console.log(`  journal write        : p50 ${f(median(write))} ms (one flushed lmdb put of a model step)`);
+  console.log(`  target               : ${f(target)} ms (1.5 × direct + journal write)`);
+  console.log(
+    `  least durable turn   : p50 ${f(median(minimal))} ms (send, delivery, model call, one flushed write, reply: no framework, no other guarantee) = ${(median(minimal) / target).toFixed(2)}× the target`,
   );
   // A build without the channel (an older one, compared under the same load) skips this.
   const { PHASE_CHANNEL } = core;

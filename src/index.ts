@@ -48,6 +48,7 @@ export {
   KovaNoRespondersError,
   NatsUnreachableError,
   PayloadTooLargeError,
+  PermissionDeniedError,
   StreamConflictError,
   UnknownMessageTypeError,
   isNoResponders,

@@ -1,10 +1,11 @@
-import { KovaError } from "../core/errors.js";
+import { ConfigError, KovaError } from "../core/errors.js";
 import { assertId } from "../core/ids.js";
 import { componentLogger, silentLogger, type Logger } from "../core/logger.js";
 import type { Bus, MailboxOptions } from "../bus/index.js";
 import { ActorInstance, type ActorStatus } from "./actor-instance.js";
-import { NatsCheckpointStore, PROCESSED_LIMIT, type CheckpointStore } from "./checkpoint-store.js";
+import { NatsCheckpointStore, PROCESSED_LIMIT, processedWindowLimit, type CheckpointStore } from "./checkpoint-store.js";
 import { NatsStepJournal } from "./step-journal.js";
+import { DEFAULT_REPLY_RETRY, type ReplyRetryOptions } from "./replies.js";
 import { NotHostedError, ActorErrorCode } from "./errors.js";
 import type { ActorState } from "./lifecycle.js";
 import type { ActorWal, HostDeps } from "./ports.js";
@@ -57,6 +58,12 @@ export interface ActorHostOptions {
   stepJournal?: "nats" | "local";
   /** Processed envelope ids each checkpoint keeps for deduplication (default 1000). */
   processedWindow?: number;
+  /**
+   * How the host retries a committed turn's reply whose publish failed (an owed reply,
+   * docs/actors.md): first after about `baseMs` (default 1 s), then doubling up to `maxMs`
+   * (default 30 s), while it hosts the actor.
+   */
+  replyRetry?: ReplyRetryOptions;
 }
 
 /**
@@ -72,7 +79,17 @@ export class ActorHost {
   readonly #types: ActorTypeRegistry;
   readonly #log: Logger;
 
+  /** @throws ConfigError when `processedWindow` cannot fit in a checkpoint on this server */
   constructor(opts: ActorHostOptions) {
+    const processedWindow = opts.processedWindow ?? PROCESSED_LIMIT;
+    const limit = processedWindowLimit(opts.bus.maxPayload);
+    if (processedWindow > limit) {
+      // Every turn would fail to save its checkpoint (PAYLOAD_TOO_LARGE) once the window filled up.
+      throw new ConfigError(
+        "checkpoint.processed_window",
+        `${processedWindow} ids (ActorHost processedWindow) make every checkpoint about ${Math.ceil((processedWindow * 17 * 4) / 3 / 1024)} KiB, more than half of this NATS server's max_payload (${Math.floor(opts.bus.maxPayload / 1024)} KiB): set it to at most ${limit}, or raise max_payload in nats-server's config`,
+      );
+    }
     this.#types = opts.types;
     this.#log = componentLogger(opts.logger ?? silentLogger(), "actors", { nodeId: opts.nodeId });
     let store: Promise<CheckpointStore> | undefined = opts.checkpoints ? Promise.resolve(opts.checkpoints) : undefined;
@@ -98,9 +115,13 @@ export class ActorHost {
       },
       fenceNow: (actorId) => fenceNow?.(actorId),
       stepJournal: opts.stepJournal === "local" ? undefined : new NatsStepJournal({ bus: opts.bus, nodeId: opts.nodeId, log: this.#log }),
-      processedWindow: opts.processedWindow ?? PROCESSED_LIMIT,
+      processedWindow,
       supervision: opts.supervision ?? {},
       mailbox: opts.mailbox ?? {},
+      replyRetry: {
+        baseMs: opts.replyRetry?.baseMs ?? DEFAULT_REPLY_RETRY.baseMs,
+        maxMs: opts.replyRetry?.maxMs ?? DEFAULT_REPLY_RETRY.maxMs,
+      },
       turnEvents: opts.turnEvents ?? false,
       onStateChange: (actorId, state, info) => onStateChange?.(actorId, state, info),
     };

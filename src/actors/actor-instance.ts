@@ -8,8 +8,9 @@ import { ActorMemory, localCheckpointKey } from "./memory.js";
 import { PauseGate } from "./pause-gate.js";
 import type { HostDeps } from "./ports.js";
 import type { ActorJournal } from "./step-journal.js";
+import { askedEnvelope, ReplyRetry, sendReply } from "./replies.js";
 import { runTurn, type TurnActor, type TurnOutcome, type TurnSource } from "./turn-runner.js";
-import { parseTurnRecord, TURN_KIND, type TurnRecord } from "./turn-record.js";
+import { markCommitted, parseTurnRecord, TURN_KIND, type TurnRecord } from "./turn-record.js";
 import type { TemplateBinding } from "./templates.js";
 import type { ActorDefinition, Signal } from "./types.js";
 import { BusErrorCode } from "../bus/errors.js";
@@ -70,6 +71,8 @@ export class ActorInstance implements TurnActor {
   readonly #interruptOnStart = new Map<string, number>();
   /** Turns whose journaling failed (NATS or WAL trouble): the redelivery resumes the same record. */
   readonly #parked = new Map<string, { seq: number; record: TurnRecord }>();
+  /** Sends the replies this actor owes (committed turns whose reply publish failed) while it is hosted here. */
+  readonly #owedReplies: ReplyRetry;
 
   constructor(
     readonly id: string,
@@ -81,6 +84,7 @@ export class ActorInstance implements TurnActor {
   ) {
     this.log = deps.log.child({ actorId: id, actorType: def.type });
     this.lifecycle = new ActorLifecycle(id, (state, previous, info) => this.#reportState(state, previous, info));
+    this.#owedReplies = new ReplyRetry(() => this.#sendOwed(), deps.replyRetry, this.log);
   }
 
   status(): ActorStatus {
@@ -96,25 +100,77 @@ export class ActorInstance implements TurnActor {
     };
   }
 
-  /** Loads memory, finishes PENDING turns of this actor from the WAL (Recovering), opens mailbox and rpc. */
+  /**
+   * Loads memory, finishes PENDING turns of this actor from the WAL (Recovering), sends the
+   * replies its checkpoint owes, opens mailbox and rpc.
+   */
   async start(): Promise<void> {
     await this.reload();
     const pending = this.deps.wal.pendingFor(this.id).filter((r) => r.kind === TURN_KIND);
+    let finished = true;
     if (pending.length > 0) {
       this.lifecycle.transition("Recovering", { pending: pending.length });
       this.#recovering = true;
-      let finished: boolean;
       try {
         finished = await this.#recover(pending);
       } finally {
         this.#recovering = false;
       }
-      if (!finished) return;
-      this.event("actor_recovered", { turns: pending.length });
+      if (finished) this.event("actor_recovered", { turns: pending.length });
     }
-    if (this.#leaving) return;
+    // Replies owed by the actor's previous host (or by this node before a restart) go out
+    // now: after the recovered turns, which send their own records' replies, and even when
+    // the actor ends Failed.
+    if (this.memory.owed().length > 0) this.#owedReplies.arm(0);
+    if (!finished || this.#leaving) return;
     await this.#open();
     this.lifecycle.transition(this.gate.paused ? "Paused" : "Idle");
+  }
+
+  replyOwed(): void {
+    this.#owedReplies.arm();
+  }
+
+  /**
+   * One pass of the owed-reply retry: sends each reply still owed under its derived id (an
+   * asker keeps the first copy), then completes the parked record of its turn once nothing
+   * can deliver that turn's message again. True when nothing is owed any more.
+   */
+  async #sendOwed(): Promise<boolean> {
+    for (const owed of this.memory.owed()) {
+      if (this.#leaving) return true;
+      // Its message's redelivery is being settled right now, and sends it.
+      if (this.#turn?.env.id === owed.for) continue;
+      try {
+        await sendReply(this, askedEnvelope(owed), owed);
+      } catch (err) {
+        this.log.warn({ err, envelopeId: owed.for }, "an owed reply could not be published; retrying");
+        continue;
+      }
+      this.memory.replied(owed.for);
+      this.log.info({ envelopeId: owed.for }, "owed reply sent");
+      await this.#releaseParked(owed.for);
+    }
+    return this.memory.owed().length === 0;
+  }
+
+  /**
+   * Completes the parked record of a turn whose reply went out, once its message is gone from
+   * the mailbox stream (moved to the DLQ after max_deliver): nothing will deliver it again.
+   * While the message is there its redelivery, or a re-created consumer's, must still find
+   * the committed mark, so the record stays parked and that delivery settles it.
+   */
+  async #releaseParked(envelopeId: string): Promise<void> {
+    const parked = this.#parked.get(envelopeId);
+    const streamSeq = parked?.record.streamSeq;
+    if (!parked || streamSeq === undefined) return;
+    const held = await this.deps.bus.inboxHolds(this.id, streamSeq, envelopeId).catch(() => true);
+    // A delivery of it may have started (or settled it) meanwhile.
+    if (held || this.#parked.get(envelopeId) !== parked || this.#turn?.env.id === envelopeId) return;
+    this.#parked.delete(envelopeId);
+    await this.deps.wal
+      .complete(parked.seq)
+      .catch((err: unknown) => this.log.warn({ err, envelopeId }, "could not complete a settled parked turn; the next start settles it"));
   }
 
   /** Re-runs the PENDING turns; false when the actor must not go on to take messages (left or Failed). */
@@ -163,7 +219,8 @@ export class ActorInstance implements TurnActor {
 
   /** True when a pending turn's message is neither processed nor still in the actor's mailbox stream. */
   async #messageGone(record: TurnRecord): Promise<boolean> {
-    if (record.streamSeq === undefined || this.memory.has(record.envelope.id)) return false;
+    // A committed turn is settled, not dropped: its saved reply is sent even if its message is gone.
+    if (record.streamSeq === undefined || record.committed || this.memory.has(record.envelope.id)) return false;
     return !(await this.deps.bus.inboxHolds(this.id, record.streamSeq, record.envelope.id));
   }
 
@@ -245,14 +302,7 @@ export class ActorInstance implements TurnActor {
       return outcome;
     } catch (err) {
       // Journaling failed (not the handler): keep the record for the redelivery.
-      const pending = this.deps.wal.pendingFor(this.id).find((r) => r.kind === TURN_KIND && parseTurnRecord(r.payload)?.envelope.id === env.id);
-      const record = pending && parseTurnRecord(pending.payload);
-      if (pending && record) {
-        // Committed (checkpoint saved) but not completed: recognised as processed when the
-        // message comes back, however far the checkpoint's processed window has moved on.
-        if (source.record?.committed) record.committed = true;
-        this.#parked.set(env.id, { seq: pending.seq, record });
-      }
+      await this.#park(env, source);
       this.log.warn({ err, envelopeId: env.id }, "turn could not be journaled; the message will be redelivered");
       throw err;
     } finally {
@@ -264,6 +314,35 @@ export class ActorInstance implements TurnActor {
         this.lifecycle.transition("Idle", { turn: true, envelopeId: env.id });
       }
     }
+  }
+
+  /**
+   * Keeps the PENDING record of a turn whose journaling failed, so that its redelivery
+   * resumes it. A turn that failed after its commit (its reply could not be published) is
+   * marked committed in the WAL, with its reply, before the message is nak'ed: when it
+   * comes back, here or after a restart, it is a duplicate that sends that reply, however
+   * many later messages went through first. Later messages pass it only once it has used
+   * up max_deliver and stays in the stream (no DLQ mover moved it); a re-created consumer
+   * then delivers it again, and a restart finds its record. By then the checkpoint's window
+   * may no longer name it and its saved reply is another turn's.
+   */
+  async #park(env: A2AEnvelope, source: TurnSource): Promise<void> {
+    const pending = this.deps.wal.pendingFor(this.id).find((r) => r.kind === TURN_KIND && parseTurnRecord(r.payload)?.envelope.id === env.id);
+    const record = pending && parseTurnRecord(pending.payload);
+    if (!pending || !record) return;
+    let seq = pending.seq;
+    // This attempt committed it, or it came back as a parked committed turn whose mark never reached the WAL.
+    const committed = [source.record, source.recovered?.record].find((r) => r?.committed);
+    if (committed && !record.committed) {
+      markCommitted(record, committed.reply);
+      try {
+        seq = await this.deps.wal.replace(seq, record);
+      } catch (err) {
+        // The WAL now refuses every write and the node hands its actors over (docs/actors.md).
+        this.log.error({ err, envelopeId: env.id }, "could not mark a parked committed turn in the WAL; only this process knows it is committed");
+      }
+    }
+    this.#parked.set(env.id, { seq, record });
   }
 
   async #unhandled(env: A2AEnvelope, mctx?: MailboxContext): Promise<void> {
@@ -406,6 +485,7 @@ export class ActorInstance implements TurnActor {
 
   async #leave(reason: string, drainTimeoutMs?: number): Promise<void> {
     this.#leaving = true;
+    this.#owedReplies.stop();
     const cut = () => this.#turn?.abort.abort(new TurnInterruptedError(this.id, "stop"));
     if (this.gate.paused) cut();
     this.gate.resume();

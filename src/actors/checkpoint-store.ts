@@ -1,7 +1,7 @@
 import type { JetStreamClient } from "@nats-io/jetstream";
 import type { KV } from "@nats-io/kv";
 import { headers as natsHeaders } from "@nats-io/transport-node";
-import type { Bus } from "../bus/index.js";
+import type { A2AEnvelope, Bus } from "../bus/index.js";
 import { openOrCreateBucket } from "../bus/kv-buckets.js";
 import type { WireError } from "../core/errors.js";
 import { CheckpointConflictError } from "./errors.js";
@@ -12,13 +12,28 @@ import { CorruptProcessedIdsError, packIds, unpackIds } from "./processed-ids.js
 /**
  * Format version of a checkpoint; old versions keep loading. v2: `processed` is packed
  * (processed-ids.ts), base64 in the JSON on NATS, bytes in the WAL's local copy; v1 had
- * an array of strings.
+ * an array of strings. v3: the checkpoint may carry `owed` replies. A build that reads only
+ * 1 and 2 would ignore them and lose those replies, so it must refuse such a checkpoint;
+ * only a checkpoint that owes a reply is written as 3 (`checkpointVersion`), every other
+ * one stays 2, which the build before 3 still reads (a rolling upgrade keeps working).
  */
-export const CHECKPOINT_VERSION = 2;
+export const CHECKPOINT_VERSION = 3;
+/** The version of a checkpoint that owes no reply. */
+const UNOWING_VERSION = 2;
 /** Checkpoint versions this build reads. */
-export const CHECKPOINT_READABLE: readonly number[] = [1, 2];
+export const CHECKPOINT_READABLE: readonly number[] = [1, 2, 3];
 /** How many handled envelope ids a checkpoint keeps for deduplication by default (`[checkpoint] processed_window`). */
 export const PROCESSED_LIMIT = 1000;
+
+/**
+ * The largest processed window whose ids leave at least half of `maxPayload` for the
+ * rest of a checkpoint (the state, the reply). A UUID id is 17 bytes packed, 4/3 of that
+ * in the checkpoint's base64 (docs/actors.md, "Dedupe windows"); a longer id costs more, so
+ * this is the bound for UUID ids, the form Kova draws.
+ */
+export function processedWindowLimit(maxPayload: number): number {
+  return Math.floor(maxPayload / 2 / ((17 * 4) / 3));
+}
 
 /** The answer to an asked message, kept with the checkpoint that ends its turn. */
 export interface CheckpointReply {
@@ -28,6 +43,18 @@ export interface CheckpointReply {
   error?: WireError;
   /** The asker wrote JSON, so the reply is JSON too. */
   encoding?: "json";
+}
+
+/** The fields of an asked message that its reply is addressed by (`bus.respond` reads them). */
+export type ReplyAddress = Pick<A2AEnvelope, "id" | "from" | "to" | "type" | "replyTo" | "correlationId" | "traceId">;
+
+/**
+ * The reply of a committed turn whose publish failed, kept in the actor's checkpoint until
+ * a host has sent it: with its address, because its message may be gone by then (moved to
+ * the DLQ after max_deliver), and the host that sends it may be another node.
+ */
+export interface OwedReply extends CheckpointReply {
+  asked: ReplyAddress;
 }
 
 /** An actor's memory at the end of a handled message. */
@@ -42,6 +69,12 @@ export interface Checkpoint {
    * leaving the asker waiting.
    */
   reply?: CheckpointReply;
+  /**
+   * Replies of committed turns that could not be published (docs/actors.md, "Owed
+   * replies"): the host retries them while it hosts the actor, and a host that loads the
+   * checkpoint sends them. Absent when none is owed (format v3 when present).
+   */
+  owed?: readonly OwedReply[];
   /** Counts handled messages; the newer of the NATS and local (WAL) copies wins. */
   revision: number;
   type?: string;
@@ -55,7 +88,20 @@ export interface Checkpoint {
  */
 export function readCheckpoint(what: string, cp: Checkpoint): Checkpoint {
   const v = checkFormatVersion(what, cp.v, CHECKPOINT_READABLE);
-  return { ...cp, processed: readProcessed(what, v, cp.processed as unknown), revision: cp.revision ?? 0 };
+  const { owed, ...rest } = cp;
+  const valid = Array.isArray(owed) ? owed.filter(isOwedReply) : [];
+  return { ...rest, processed: readProcessed(what, v, cp.processed as unknown), revision: cp.revision ?? 0, ...(valid.length ? { owed: valid } : {}) };
+}
+
+/** The version a checkpoint is written as: 3 only when it owes a reply (see CHECKPOINT_VERSION). */
+export function checkpointVersion(cp: Pick<Checkpoint, "owed">): number {
+  return cp.owed?.length ? CHECKPOINT_VERSION : UNOWING_VERSION;
+}
+
+// An entry without the id it answers or an inbox to send to cannot be sent: it is not taken.
+function isOwedReply(r: unknown): r is OwedReply {
+  const o = r as Partial<OwedReply> | null;
+  return typeof o === "object" && o !== null && typeof o.for === "string" && typeof o.asked?.id === "string" && typeof o.asked.replyTo === "string";
 }
 
 /** v1: an array of ids; v2: packed ids, base64 in JSON or bytes in the WAL. */
@@ -68,12 +114,12 @@ function readProcessed(what: string, v: number, p: unknown): readonly string[] {
 
 /** A checkpoint as NATS KV stores it: JSON, with the processed ids packed in base64. */
 export function checkpointJson(cp: Checkpoint): string {
-  return JSON.stringify({ ...cp, v: CHECKPOINT_VERSION, processed: packIds(cp.processed).toString("base64") });
+  return JSON.stringify({ ...cp, v: checkpointVersion(cp), processed: packIds(cp.processed).toString("base64") });
 }
 
 /** A checkpoint as the WAL's side table keeps it (msgpack): the processed ids packed as bytes. */
 export function localCheckpoint(cp: Checkpoint): Omit<Checkpoint, "processed"> & { processed: Uint8Array } {
-  return { ...cp, v: CHECKPOINT_VERSION, processed: packIds(cp.processed) };
+  return { ...cp, v: checkpointVersion(cp), processed: packIds(cp.processed) };
 }
 
 /** Where actor checkpoints live, shared by every node so that a takeover resumes from them. */

@@ -1,5 +1,5 @@
 import { defineDlqReasons } from "../bus/wire.js";
-import { defineErrorCodes, KovaError, type KovaErrorOptions } from "../core/errors.js";
+import { classifyErrorCodes, defineErrorCodes, KovaError, type KovaErrorOptions } from "../core/errors.js";
 
 /** The actors layer's error codes (stable: they travel over NATS and scripts match on them). */
 export const ActorErrorCode = defineErrorCodes("actors", {
@@ -13,6 +13,7 @@ export const ActorErrorCode = defineErrorCodes("actors", {
   INTERRUPTED: "INTERRUPTED",
   JOURNAL_UNAVAILABLE: "JOURNAL_UNAVAILABLE",
 });
+classifyErrorCodes({ [ActorErrorCode.NOT_HOSTED]: "not_found", [ActorErrorCode.UNKNOWN_ACTOR_TYPE]: "bad_input" });
 
 /** The actor runtime's DLQ reasons. */
 export const ActorDlqReason = defineDlqReasons("actors", {

@@ -34,6 +34,7 @@ export {
   CHECKPOINT_VERSION,
   NatsCheckpointStore,
   PROCESSED_LIMIT,
+  processedWindowLimit,
   type Checkpoint,
   type CheckpointStore,
   type NatsCheckpointStoreOptions,

@@ -1,4 +1,4 @@
-import { CHECKPOINT_VERSION, PROCESSED_LIMIT, type Checkpoint, type CheckpointReply } from "./checkpoint-store.js";
+import { checkpointVersion, PROCESSED_LIMIT, type Checkpoint, type CheckpointReply, type OwedReply } from "./checkpoint-store.js";
 import { extendIds } from "./processed-ids.js";
 
 /** Key of an actor's local checkpoint in the WAL's side table (written with the turn's completion). */
@@ -7,14 +7,17 @@ export function localCheckpointKey(actorId: string): string {
 }
 
 /**
- * An actor's committed memory: the state after its last handled message and the ids of
- * the messages whose turns have ended (for deduplication). Only a finished turn changes it.
+ * An actor's committed memory: the state after its last handled message, the ids of
+ * the messages whose turns have ended (for deduplication) and the replies it still owes.
+ * Only a finished turn changes the state and the ids.
  */
 export class ActorMemory<S = unknown> {
   /** Never mutated: each turn makes a new window (extendIds), which keeps its packed form. */
   #processed: readonly string[];
   #seen: Set<string>;
   #reply: CheckpointReply | undefined;
+  /** Replies of committed turns not known to be sent (by envelope id): carried by every checkpoint until sent. */
+  readonly #owed: Map<string, OwedReply>;
   /** The window the last next() proposed from this one: apply() adopts it instead of extending again. */
   #proposed: readonly string[] | undefined;
 
@@ -23,11 +26,13 @@ export class ActorMemory<S = unknown> {
     processed: readonly string[],
     public revision: number,
     reply: CheckpointReply | undefined,
+    owed: readonly OwedReply[],
     private readonly window: number,
   ) {
     this.#processed = processed.length > window ? processed.slice(-window) : processed;
     this.#seen = new Set(this.#processed);
     this.#reply = reply;
+    this.#owed = new Map(owed.map((r) => [r.for, r]));
   }
 
   /**
@@ -36,17 +41,38 @@ export class ActorMemory<S = unknown> {
    */
   static from<S>(shared: Checkpoint | undefined, local: Checkpoint | undefined, initial: () => S, window = PROCESSED_LIMIT): ActorMemory<S> {
     const best = !local ? shared : !shared ? local : local.revision > shared.revision ? local : shared;
-    if (!best) return new ActorMemory(initial(), [], 0, undefined, window);
-    return new ActorMemory(best.state as S, best.processed ?? [], best.revision ?? 0, best.reply, window);
+    if (!best) return new ActorMemory(initial(), [], 0, undefined, [], window);
+    return new ActorMemory(best.state as S, best.processed ?? [], best.revision ?? 0, best.reply, best.owed ?? [], window);
   }
 
-  /** The saved reply to `envelopeId` when it was the last message handled and asked for one. */
+  /** The saved reply to `envelopeId`: the last asked message's, or one still owed. */
   replyFor(envelopeId: string): CheckpointReply | undefined {
-    return this.#reply?.for === envelopeId ? this.#reply : undefined;
+    return this.#reply?.for === envelopeId ? this.#reply : this.#owed.get(envelopeId);
   }
 
+  /** Whether the turn of `envelopeId` is committed: in the processed window, or owing its reply (however old). */
   has(envelopeId: string): boolean {
-    return this.#seen.has(envelopeId);
+    return this.#seen.has(envelopeId) || this.#owed.has(envelopeId);
+  }
+
+  /** The replies still owed, oldest first. */
+  owed(): OwedReply[] {
+    return [...this.#owed.values()];
+  }
+
+  /** A committed turn's reply could not be published: every checkpoint from here on carries it, until `replied`. */
+  owe(reply: OwedReply): void {
+    this.#owed.set(reply.for, reply);
+  }
+
+  /** The reply to `envelopeId` went out: the next checkpoint no longer carries it. */
+  replied(envelopeId: string): void {
+    if (this.#owed.size > 0) this.#owed.delete(envelopeId);
+  }
+
+  /** The committed checkpoint as it stands, with the replies owed now (saved when a reply is owed outside a commit). */
+  current(meta: { type: string; nodeId: string; ts: number }): Checkpoint {
+    return this.#withOwed({ state: this.state, processed: this.#processed, revision: this.revision, ...meta, ...(this.#reply ? { reply: this.#reply } : {}) });
   }
 
   get processed(): readonly string[] {
@@ -57,10 +83,15 @@ export class ActorMemory<S = unknown> {
   next(state: S, envelopeId: string, meta: { type: string; nodeId: string; ts: number }, reply?: CheckpointReply): Checkpoint {
     const processed = extendIds(this.#processed, envelopeId, this.window);
     this.#proposed = processed;
-    return { v: CHECKPOINT_VERSION, state, processed, revision: this.revision + 1, ...meta, ...(reply ? { reply } : {}) };
+    return this.#withOwed({ state, processed, revision: this.revision + 1, ...meta, ...(reply ? { reply } : {}) });
   }
 
-  /** Makes a saved checkpoint the committed memory. */
+  #withOwed(body: Omit<Checkpoint, "v" | "owed">): Checkpoint {
+    const owed = this.#owed.size > 0 ? this.owed() : undefined;
+    return { v: checkpointVersion({ owed }), ...body, ...(owed ? { owed } : {}) };
+  }
+
+  /** Makes a saved checkpoint the committed memory (the owed replies stay this memory's own: some may have gone out meanwhile). */
   apply(cp: Checkpoint): void {
     this.state = cp.state as S;
     this.revision = cp.revision;

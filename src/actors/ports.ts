@@ -2,6 +2,7 @@ import type { Logger } from "../core/logger.js";
 import type { Bus, MailboxOptions } from "../bus/index.js";
 import type { CheckpointStore } from "./checkpoint-store.js";
 import type { NatsStepJournal } from "./step-journal.js";
+import type { ReplyRetryOptions } from "./replies.js";
 import type { ActorState } from "./lifecycle.js";
 import type { SupervisionOptions } from "./types.js";
 
@@ -35,6 +36,8 @@ export interface HostDeps {
   fenceNow(actorId: string): void;
   readonly supervision: SupervisionOptions;
   readonly mailbox: MailboxOptions;
+  /** Backoff of the retry of owed replies (replies of committed turns whose publish failed). */
+  readonly replyRetry: Required<ReplyRetryOptions>;
   /** Publish Idle⇄Running changes of ordinary turns as events too (default false: they are per message). */
   readonly turnEvents: boolean;
   onStateChange(actorId: string, state: ActorState, info?: unknown): void;

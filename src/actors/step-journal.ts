@@ -1,6 +1,7 @@
 import type { PubAck, StoredMsg } from "@nats-io/jetstream";
 import { headers as natsHeaders } from "@nats-io/transport-node";
 import { sleep } from "../core/clock.js";
+import { checkFormatVersion, UnsupportedFormatError } from "../core/format-version.js";
 import { newId } from "../core/ids.js";
 import type { Logger } from "../core/logger.js";
 import { decodeValue, encodeValue, isTransientNatsError, isWrongLastSequence, type Bus } from "../bus/index.js";
@@ -11,6 +12,19 @@ import type { StepRecord, TurnRecord } from "./turn-record.js";
 /** Format version of a journal entry on NATS; old versions keep loading. */
 export const JOURNAL_ENTRY_VERSION = 1;
 const JOURNAL_ENTRY_READABLE: readonly number[] = [1];
+
+/**
+ * One stored journal entry (msgpack) as this build reads it.
+ * @param seq its stream sequence, named in the error
+ * @throws DecodeError for bytes that are not msgpack; UnsupportedFormatError for an entry a
+ *   newer Kova wrote (its turn cannot be resumed here: upgrade this node)
+ */
+export function readJournalEntry(actorId: string, seq: number, data: Uint8Array): JournalEntry {
+  const what = `step-journal entry #${seq} of actor ${actorId}`;
+  const e = decodeValue(data, "msgpack", { maxBytes: Number.MAX_SAFE_INTEGER, maxDepth: 256 }, what) as JournalEntry;
+  checkFormatVersion(what, e?.v, JOURNAL_ENTRY_READABLE);
+  return e;
+}
 
 /**
  * - `claim`: a host took the journal over (written before its first turn there); a rollup
@@ -87,7 +101,8 @@ export class NatsStepJournal {
   /**
    * Reads the actor's journal and claims it for this host: the open turn its previous host
    * left (if any) is returned by `ActorJournal.openTurn`.
-   * @throws JournalUnavailableError when NATS does not answer in time
+   * @throws JournalUnavailableError when NATS does not answer in time; UnsupportedFormatError
+   *   when the journal holds an entry of a version this build does not read
    */
   async open(actorId: string): Promise<ActorJournal> {
     const j = new ActorJournal(actorId, this.opts.bus, this.opts.nodeId, this.opts.log, this.#timeoutMs);
@@ -293,6 +308,8 @@ export class ActorJournal {
       try {
         return await fn();
       } catch (err) {
+        // An entry a newer Kova wrote: NATS answered, this build cannot read it (not an outage).
+        if (err instanceof UnsupportedFormatError) throw err;
         if (!isTransientNatsError(err) || performance.now() - started > this.timeoutMs) throw new JournalUnavailableError(this.actorId, what, err);
         await sleep(Math.min(50 * 2 ** Math.min(attempt, 5), 1_000));
       }
@@ -329,15 +346,7 @@ export class ActorJournal {
   }
 
   #decode(m: StoredMsg): JournalEntry {
-    const e = decodeValue(m.data, "msgpack", { maxBytes: Number.MAX_SAFE_INTEGER, maxDepth: 256 }, this.#subject) as JournalEntry;
-    if (!JOURNAL_ENTRY_READABLE.includes(e?.v)) {
-      throw new JournalUnavailableError(
-        this.actorId,
-        `read (entry #${m.seq} has format version ${String(e?.v)}; this build reads ${JOURNAL_ENTRY_READABLE.join(", ")})`,
-        undefined,
-      );
-    }
-    return e;
+    return readJournalEntry(this.actorId, m.seq, m.data);
   }
 }
 

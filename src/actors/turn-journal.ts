@@ -19,6 +19,8 @@ export interface JournalIo {
   fence(): Promise<void>;
   /** Resolves when the actor is not paused. */
   gate(): Promise<void>;
+  /** The turn's abort: a stop, an interrupt, a kill or a lost lease cuts the turn. */
+  readonly signal: AbortSignal;
   now(): number;
   random(): number;
   newId(): string;
@@ -119,6 +121,11 @@ export class TurnJournal {
     try {
       result = await timedPhase(`step:${name}`, this.actorId, async () => fn(this.#info(index)));
     } catch (err) {
+      // Cut short by the turn's end (a stop, an interrupt, a kill, a lost lease), not failed
+      // on its own: what it did is unknown, so nothing is recorded as its outcome. On replay
+      // a non-idempotent step, `started`, is then outcome unknown and an idempotent one runs
+      // again, as after a crash; a recorded failure would instead be thrown again.
+      if (this.io.signal.aborted) throw err;
       entry.status = "failed";
       entry.error = toWire(err);
       await this.#write(index);

@@ -1,16 +1,23 @@
 import { createHash } from "node:crypto";
 import type { WireError } from "../core/errors.js";
 import { checkFormatVersion } from "../core/format-version.js";
+import type { CheckpointReply } from "./checkpoint-store.js";
 import type { A2AEnvelope } from "./types.js";
 
 /**
  * Format version of the turn record kept in the WAL; old versions keep loading.
  * 2: a send's envelope id is derived from the turn and the step (`derivedId`) instead of
  * being drawn from `ids`, so a replay of a v1 record keeps drawing it from `ids`.
+ * 3: a parked record may carry `committed` and the saved `reply`. A build that reads only
+ * 1 and 2 would ignore them and run a committed turn again, so it must refuse the record.
+ * Only such a record is written as 3 (`markCommitted`); every other record stays 2, which
+ * the build before 3 still reads (a rollback during a rolling upgrade keeps working).
  */
-export const TURN_RECORD_VERSION = 2;
+export const TURN_RECORD_VERSION = 3;
+/** The version of a record that carries no commit mark. */
+const UNMARKED_VERSION = 2;
 /** Turn record versions this build reads. */
-export const TURN_RECORD_READABLE: readonly number[] = [1, 2];
+export const TURN_RECORD_READABLE: readonly number[] = [1, 2, 3];
 /** WAL record kind of an actor turn. */
 export const TURN_KIND = "actor.turn";
 
@@ -48,16 +55,24 @@ export interface TurnRecord {
    */
   streamSeq?: number;
   /**
-   * Set (in memory, never written) once the checkpoint listing this turn is saved: a turn
-   * parked after that point is recognised as processed when its message comes back, however
-   * many ids the checkpoint's processed window has seen since.
+   * Set once the checkpoint listing this turn is saved: a turn parked after that point is
+   * recognised as processed when its message comes back, or at the next start, however many
+   * ids the checkpoint's processed window has seen since. In memory for every turn; written
+   * to the WAL (format v3) only when the turn is parked after its commit, which is off the
+   * hot path (a reply that could not be published).
    */
   committed?: boolean;
+  /**
+   * The answer saved with the committed checkpoint (set with `committed`): the checkpoint
+   * keeps only the actor's last asked turn's reply, so a parked turn that later messages
+   * overtook re-sends its own from here.
+   */
+  reply?: CheckpointReply;
 }
 
 export function newTurnRecord(actorId: string, type: string, envelope: A2AEnvelope, streamSeq?: number): TurnRecord {
   return {
-    v: TURN_RECORD_VERSION,
+    v: UNMARKED_VERSION,
     actorId,
     type,
     envelope,
@@ -132,5 +147,22 @@ export function parseTurnRecord(payload: unknown): TurnRecord | undefined {
     random: Array.isArray(p.random) ? p.random : [],
     ids: Array.isArray(p.ids) ? p.ids : [],
     ...(typeof p.streamSeq === "number" ? { streamSeq: p.streamSeq } : {}),
+    ...(p.committed === true ? { committed: true } : {}),
+    ...(isReply(p.reply) ? { reply: p.reply } : {}),
   };
+}
+
+/**
+ * Marks a parked record committed, with its saved reply: a version 3 record from here on
+ * (also a v1 one: what separates 1 from 2 is how a replay draws send ids, and a committed
+ * turn is never replayed).
+ */
+export function markCommitted(record: TurnRecord, reply: CheckpointReply | undefined): void {
+  record.v = TURN_RECORD_VERSION;
+  record.committed = true;
+  if (reply) record.reply = reply;
+}
+
+function isReply(r: unknown): r is CheckpointReply {
+  return typeof r === "object" && r !== null && typeof (r as CheckpointReply).for === "string";
 }

@@ -1,5 +1,5 @@
 import { sleep } from "../core/clock.js";
-import { fromWire, isKovaError, toWire } from "../core/errors.js";
+import { isKovaError, toWire } from "../core/errors.js";
 import { newId } from "../core/ids.js";
 import type { Logger } from "../core/logger.js";
 import { markPhase, timedPhase } from "../core/phases.js";
@@ -11,15 +11,16 @@ import { ActorDlqReason, ActorFailedError, CheckpointConflictError, isLeaseLost,
 import { localCheckpointKey, type ActorMemory } from "./memory.js";
 import type { PauseGate } from "./pause-gate.js";
 import type { HostDeps } from "./ports.js";
+import { deliverReply, type ReplyingActor } from "./replies.js";
 import { supervise, supervisionFor, type SupervisionPolicy } from "./supervision.js";
 import { TurnJournal, type JournalIo } from "./turn-journal.js";
 import type { ActorJournal } from "./step-journal.js";
-import { derivedId, mergeTurn, newTurnRecord, TURN_KIND, type TurnRecord } from "./turn-record.js";
+import { mergeTurn, newTurnRecord, TURN_KIND, type TurnRecord } from "./turn-record.js";
 import type { ActorDefinition, ActorHandler } from "./types.js";
 import { BusErrorCode } from "../bus/errors.js";
 
 /** What a turn needs from its actor. */
-export interface TurnActor {
+export interface TurnActor extends ReplyingActor {
   readonly id: string;
   // biome-ignore lint/suspicious/noExplicitAny: actors of every state type share this code; handlers take ActorContext<S>, so only any accepts them all
   readonly def: ActorDefinition<any>;
@@ -156,6 +157,7 @@ export async function runTurn(actor: TurnActor, env: A2AEnvelope, src: TurnSourc
     },
     fence: () => fenced(actor),
     gate: () => actor.gate.wait(signal),
+    signal,
     now: Date.now,
     random: Math.random,
     newId,
@@ -234,9 +236,10 @@ export async function runTurn(actor: TurnActor, env: A2AEnvelope, src: TurnSourc
   // for (the actor's next append queues behind it): if it is lost, any reader still finds
   // the turn's id in the checkpoint and treats the open turn as done.
   void closeJournal(actor, remote, env.id, record.attempt);
-  // A reply that cannot be sent keeps the record PENDING (the caller naks; the redelivery
-  // is a duplicate that sends the saved reply), so an asker is never left without one.
-  if (answer) await timedPhase("reply", actor.id, () => sendReply(actor, env, answer));
+  // A reply that cannot be sent is owed (saved with the checkpoint, retried on a timer) and
+  // keeps the record PENDING (the caller naks; the redelivery is a duplicate that sends the
+  // saved reply), so an asker is never left without one.
+  if (answer) await timedPhase("reply", actor.id, () => deliverReply(actor, env, answer));
   crashPoint("after-reply", actor.id);
   // The turn is committed and answered: the completion only spares the next start a look
   // at this record, so the message is acked without waiting for it (the actor's next
@@ -258,8 +261,9 @@ export async function runTurn(actor: TurnActor, env: A2AEnvelope, src: TurnSourc
  * turn on the step journal, complete a recovered record. Never runs the handler.
  */
 async function settleDuplicate(actor: TurnActor, env: A2AEnvelope, src: TurnSource, remote: ActorJournal | undefined): Promise<void> {
-  const saved = actor.memory.replyFor(env.id);
-  if (saved && env.replyTo) await sendReply(actor, env, saved);
+  // The checkpoint keeps the last asked turn's reply and the owed ones; a parked record keeps its own.
+  const saved = actor.memory.replyFor(env.id) ?? src.recovered?.record.reply;
+  if (saved && env.replyTo) await deliverReply(actor, env, saved);
   if (remote?.openTurn(env.id)) await closeJournal(actor, remote, env.id, src.recovered?.record.attempt ?? 1);
   if (src.recovered) await actor.deps.wal.complete(src.recovered.seq);
 }
@@ -330,6 +334,8 @@ async function commit(actor: TurnActor, record: TurnRecord, cp: Checkpoint): Pro
   const store = await actor.deps.checkpoints();
   await timedPhase("kv.checkpoint", actor.id, () => store.save(actor.id, cp));
   record.committed = true;
+  // Kept with the record too: should the reply fail, a parked record carries its own answer.
+  if (cp.reply) record.reply = cp.reply;
   actor.memory.apply(cp);
 }
 
@@ -340,19 +346,6 @@ function replyOf(actorId: string, env: A2AEnvelope, outcome: TurnOutcome, mb: Ma
   if (outcome.kind === "failed") return { for: env.id, error: toWire(outcome.error), ...json };
   if (outcome.kind === "interrupted") return { for: env.id, error: toWire(new TurnInterruptedError(actorId, outcome.by)), ...json };
   return undefined;
-}
-
-/**
- * Sends the `result_notify` to the asker's inbox under an id derived from the message, so
- * a resend after a crash is the same reply (an asker takes the first; a reader can drop the repeat).
- * @throws the bus's error when it cannot be published: the caller keeps the record PENDING
- */
-async function sendReply(actor: TurnActor, env: A2AEnvelope, answer: CheckpointReply): Promise<void> {
-  // No flush of its own: the mailbox ack goes out after it on the same connection (a
-  // reply lost with the connection loses that ack too, and the redelivery resends it).
-  const opts = { id: derivedId(actor.id, env.id, "reply"), flush: false, ...(answer.encoding === "json" ? { encoding: "json" as const } : {}) };
-  if (answer.error !== undefined) await actor.deps.bus.respond(env, null, { ...opts, error: fromWire(answer.error) ?? new Error(String(answer.error)) });
-  else await actor.deps.bus.respond(env, answer.result, opts);
 }
 
 function classify(err: unknown, signal: AbortSignal, attempts: number): TurnOutcome {

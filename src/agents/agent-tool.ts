@@ -101,8 +101,17 @@ async function callAgent(
   const messageId = derivedId("call", ctx.idempotencyKey, agentId);
   const started = Date.now();
   const until = Math.min(ctx.deadline ?? Number.POSITIVE_INFINITY, started + timeoutMs);
+  // On the calling run's subject, as every event of that run: with its parent, so the link
+  // sits in the session's tree at the calling run's depth.
   await bus.publishEvent(
-    { type: RunEventType.childLinked, sessionId: ctx.sessionId, runId: ctx.runId, ts: Date.now(), data: { childRunId, callId: ctx.callId, agentId } },
+    {
+      type: RunEventType.childLinked,
+      sessionId: ctx.sessionId,
+      runId: ctx.runId,
+      ...(ctx.parentRunId ? { parentRunId: ctx.parentRunId } : {}),
+      ts: Date.now(),
+      data: { childRunId, callId: ctx.callId, agentId },
+    },
     { msgId: derivedId("link", messageId) },
   );
   await using watcher = await RunWatcher.start(bus, { sessionId: ctx.sessionId, runId: childRunId, logger: ctx.logger });
@@ -111,6 +120,10 @@ async function callAgent(
   if (opts.maxTokens) constraints.max_tokens = opts.maxTokens;
   const group = typeof opts.budgetGroup === "function" ? opts.budgetGroup(ctx) : (opts.budgetGroup ?? ctx.budgetGroup);
   if (group) constraints.budget_group = group;
+  // The child run is for the same end user, at the same priority: else a user's work
+  // delegated through an agent would be scheduled as the calling agent's own.
+  if (ctx.user !== undefined) constraints.user = ctx.user;
+  if (ctx.priority !== undefined) constraints.priority = ctx.priority;
   await delegateTask(bus, {
     id: messageId,
     from: ctx.agentId,

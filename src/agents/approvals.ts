@@ -1,7 +1,9 @@
 import type { JetStreamClient } from "@nats-io/jetstream";
 import type { KV, KvEntry } from "@nats-io/kv";
 import { openOrCreateBucket } from "../bus/kv-buckets.js";
-import { ArgumentError, defineErrorCodes, KovaError } from "../core/errors.js";
+import { readKvEntries } from "../bus/kv-keys.js";
+import { ArgumentError, classifyErrorCodes, defineErrorCodes, KovaError } from "../core/errors.js";
+import { checkFormatVersion } from "../core/format-version.js";
 import { assertId } from "../core/ids.js";
 import { isWrongLastSequence } from "../bus/nats-errors.js";
 
@@ -21,8 +23,12 @@ export const ApprovalErrorCode = defineErrorCodes("agents", {
   TOOL_CALL_REJECTED: "TOOL_CALL_REJECTED",
   TOOL_APPROVAL_TIMEOUT: "TOOL_APPROVAL_TIMEOUT",
 });
+classifyErrorCodes({ [ApprovalErrorCode.APPROVAL_NOT_FOUND]: "not_found" });
 
 export type ApprovalStatus = "pending" | "approved" | "rejected";
+
+/** Format versions of a stored approval this build reads. */
+const APPROVAL_READABLE: readonly number[] = [1];
 
 /** One approval, as stored (JSON, format version `v`). */
 export interface ApprovalRecord {
@@ -60,19 +66,28 @@ export const DEFAULT_APPROVAL_TIMEOUT_MS = 3_600_000;
 const enc = new TextEncoder();
 const BY_MAX = 128;
 const COMMENT_MAX = 2_000;
+/** Models' call ids are short (`call_` and 24 characters from OpenAI); this only bounds a hostile one. */
+const CALL_ID_MAX = 256;
 
 /** No such approval (wrong ids, or the run never asked). */
 export class ApprovalNotFoundError extends KovaError {
-  constructor(runId: string, approvalId: string) {
+  /** @param by what `id` is: an approval id, or the id of the tool call the approval is for */
+  constructor(runId: string, id: string, by: "approvalId" | "callId" = "approvalId") {
     super(
       ApprovalErrorCode.APPROVAL_NOT_FOUND,
-      `run ${runId} has no approval ${approvalId}: take both ids from the approval_requested event (or kova events tail --session <s>)`,
+      `run ${runId} has no approval ${by === "callId" ? `for tool call ${id}` : id}: take the ids from the approval_requested event (or kova events tail --session <s>)`,
       {
-        data: { runId, approvalId },
+        data: { runId, [by]: id },
       },
     );
   }
 }
+
+/** What `kova approve <runId> <id>` names: an approval by its id, or by its tool call's id. */
+export type ApprovalTarget = { approvalId: string } | { callId: string };
+
+/** The form of the ids the approval gate gives (`ap-` and 12 hex characters). */
+export const APPROVAL_ID_FORM = /^ap-[0-9a-f]{12}$/;
 
 /** A second, different decision for an approval that is decided already. */
 export class ApprovalAlreadyDecidedError extends KovaError {
@@ -86,14 +101,24 @@ export class ApprovalAlreadyDecidedError extends KovaError {
 }
 
 /**
- * Reads a decision sent by a remote caller.
+ * Reads a decision sent by a remote caller: the approval named by `approvalId`, or by
+ * `callId` (the tool call it holds), never both.
  * @throws ArgumentError naming the field
  */
-export function readDecision(raw: unknown): { runId: string; approvalId: string; decision: ApprovalDecision } {
-  if (typeof raw !== "object" || raw === null) throw new ArgumentError("body", 'must be { "runId", "approvalId", "approved": true|false, "by"?, "comment"? }');
+export function readDecision(raw: unknown): { runId: string; target: ApprovalTarget; decision: ApprovalDecision } {
+  if (typeof raw !== "object" || raw === null)
+    throw new ArgumentError("body", 'must be { "runId", "approvalId" or "callId", "approved": true|false, "by"?, "comment"? }');
   const r = raw as Record<string, unknown>;
   const runId = assertId("runId", r.runId);
-  const approvalId = assertId("approvalId", r.approvalId);
+  if ((r.approvalId === undefined) === (r.callId === undefined)) throw new ArgumentError("approvalId", "give either approvalId or callId (the tool call's id)");
+  let target: ApprovalTarget;
+  if (r.callId !== undefined) {
+    if (typeof r.callId !== "string" || r.callId.length === 0 || r.callId.length > CALL_ID_MAX)
+      throw new ArgumentError("callId", `must be a tool call's id, a string of 1-${CALL_ID_MAX} characters`);
+    target = { callId: r.callId };
+  } else {
+    target = { approvalId: assertId("approvalId", r.approvalId) };
+  }
   if (typeof r.approved !== "boolean") throw new ArgumentError("approved", "must be true (approve) or false (reject)");
   const decision: ApprovalDecision = { approved: r.approved };
   if (r.by !== undefined) {
@@ -105,9 +130,10 @@ export function readDecision(raw: unknown): { runId: string; approvalId: string;
       throw new ArgumentError("comment", `must be a string of at most ${COMMENT_MAX} characters`);
     decision.comment = r.comment;
   }
-  return { runId, approvalId, decision };
+  return { runId, target, decision };
 }
 
+/** Every method that reads a record throws UnsupportedFormatError for one a newer Kova wrote. */
 export interface ApprovalStore {
   /** Writes a pending record unless one exists; resolves with the stored one (its deadline wins). */
   request(record: ApprovalRecord): Promise<ApprovalRecord>;
@@ -118,6 +144,13 @@ export interface ApprovalStore {
    */
   decide(runId: string, approvalId: string, decision: ApprovalDecision): Promise<{ record: ApprovalRecord; changed: boolean }>;
   /**
+   * The approval id a target names: its own, or that of the run's approval for the tool call.
+   * A model may reuse a call id in later responses of a run: then the pending approval is
+   * the one, else the one asked last (so a repeated decision is answered as such).
+   * @throws ApprovalNotFoundError when the run has no approval for that call
+   */
+  approvalIdOf(runId: string, target: ApprovalTarget): Promise<string>;
+  /**
    * Resolves with the record once it is decided; at `expiresAt` it rejects it as timed out
    * (unless a decision won the race). Aborting `signal` rejects with its reason.
    */
@@ -127,6 +160,8 @@ export interface ApprovalStore {
 export class NatsApprovalStore implements ApprovalStore {
   private constructor(
     readonly kv: KV,
+    private readonly js: JetStreamClient,
+    private readonly bucket: string,
     private readonly recheckMs: number,
   ) {}
 
@@ -142,12 +177,13 @@ export class NatsApprovalStore implements ApprovalStore {
    * @throws JetStream errors when JetStream is unavailable
    */
   static async open(opts: { js: JetStreamClient; cluster: string; replicas?: number; recheckMs?: number }): Promise<NatsApprovalStore> {
-    const kv = await openOrCreateBucket(opts.js, NatsApprovalStore.bucketName(opts.cluster), {
+    const bucket = NatsApprovalStore.bucketName(opts.cluster);
+    const kv = await openOrCreateBucket(opts.js, bucket, {
       history: 1,
       replicas: opts.replicas ?? 1,
       ttl: 2 * MAX_APPROVAL_TIMEOUT_MS,
     });
-    return new NatsApprovalStore(kv, opts.recheckMs ?? 5_000);
+    return new NatsApprovalStore(kv, opts.js, bucket, opts.recheckMs ?? 5_000);
   }
 
   async request(record: ApprovalRecord): Promise<ApprovalRecord> {
@@ -186,6 +222,16 @@ export class NatsApprovalStore implements ApprovalStore {
       };
       if (await this.#swap(runId, approvalId, next, cur.revision)) return { record: next, changed: true };
     }
+  }
+
+  async approvalIdOf(runId: string, target: ApprovalTarget): Promise<string> {
+    if ("approvalId" in target) return target.approvalId;
+    // A run asks few approvals: its keys (`<runId>.*`) are read in one listing.
+    const entries = await readKvEntries(this.js, this.bucket, { filter: `${runId}.*`, timeoutMs: 10_000 });
+    const asked = [...entries.values()].map(parse).filter((r) => r.callId === target.callId);
+    const pick = asked.find((r) => r.status === "pending") ?? asked.sort((a, b) => b.requestedAt - a.requestedAt)[0];
+    if (!pick) throw new ApprovalNotFoundError(runId, target.callId, "callId");
+    return pick.approvalId;
   }
 
   async waitForDecision(runId: string, approvalId: string, signal: AbortSignal): Promise<ApprovalRecord> {
@@ -261,5 +307,17 @@ function keyOf(runId: string, approvalId: string): string {
 }
 
 function parse(e: KvEntry): ApprovalRecord {
-  return e.json<ApprovalRecord>();
+  return readApprovalRecord(e.key, e.json<unknown>());
+}
+
+/**
+ * A stored approval as this build reads it.
+ * @param key its KV key, `<runId>.<approvalId>`
+ * @throws UnsupportedFormatError for an approval a newer Kova wrote (deciding it here could
+ *   drop what that version added)
+ */
+export function readApprovalRecord(key: string, value: unknown): ApprovalRecord {
+  const dot = key.indexOf(".");
+  checkFormatVersion(`approval ${key.slice(dot + 1)} of run ${key.slice(0, dot)}`, (value as { v?: unknown } | null)?.v, APPROVAL_READABLE);
+  return value as ApprovalRecord;
 }

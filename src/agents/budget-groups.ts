@@ -1,6 +1,7 @@
 import type { JetStreamClient } from "@nats-io/jetstream";
 import type { KV } from "@nats-io/kv";
 import { openOrCreateBucket } from "../bus/kv-buckets.js";
+import { checkFormatVersion } from "../core/format-version.js";
 import { isWrongLastSequence } from "../bus/nats-errors.js";
 import { BudgetChargeInvalidError, BudgetLedgerCorruptError } from "./budget-errors.js";
 import { isUsageAmount } from "./usage.js";
@@ -9,13 +10,15 @@ import { isUsageAmount } from "./usage.js";
 export interface GroupLedger {
   /**
    * Tokens charged to the group so far.
-   * @throws BudgetLedgerCorruptError when the stored total is not a finite number >= 0
+   * @throws BudgetLedgerCorruptError when the stored total is not a finite number >= 0;
+   *   UnsupportedFormatError when a newer Kova stored it
    */
   used(key: string): Promise<number>;
   /**
    * Adds tokens to the group; resolves with the new total.
    * @throws BudgetChargeInvalidError when tokens is not a finite number >= 0
-   * @throws BudgetLedgerCorruptError when the stored total is not a finite number >= 0
+   * @throws BudgetLedgerCorruptError when the stored total is not a finite number >= 0;
+   *   UnsupportedFormatError when a newer Kova stored it
    */
   charge(key: string, tokens: number): Promise<number>;
 }
@@ -23,9 +26,33 @@ export interface GroupLedger {
 const enc = new TextEncoder();
 const dec = new TextDecoder();
 
+/** Format version of a group's stored total (totals written before versioning have no `v`: version 1). */
+export const GROUP_TOTAL_VERSION = 1;
+const READABLE: readonly number[] = [1];
+
+/**
+ * The total a group's stored value holds. Anything but a finite number >= 0 is corrupt,
+ * never read as 0; a value a newer Kova wrote is refused, so no charge overwrites it.
+ * @param bucket named in errors, so an operator can fix a key by hand
+ * @throws BudgetLedgerCorruptError; UnsupportedFormatError for a newer format
+ */
+export function readGroupTotal(bucket: string, key: string, value: Uint8Array): number {
+  const text = dec.decode(value);
+  let stored: { v?: unknown; used?: unknown } | null | undefined;
+  try {
+    stored = JSON.parse(text) as typeof stored;
+  } catch {
+    stored = undefined;
+  }
+  if (typeof stored !== "object" || stored === null) throw new BudgetLedgerCorruptError(bucket, key, text.slice(0, 200));
+  checkFormatVersion(`budget group ${key} in ${bucket}`, stored.v, READABLE);
+  if (!isUsageAmount(stored.used)) throw new BudgetLedgerCorruptError(bucket, key, text.slice(0, 200));
+  return stored.used;
+}
+
 /**
  * Budget groups in NATS KV `kova_<cluster>_agent_budgets`, one key per group
- * (`group.<name>`, `session.<id>`, `user.<id>`), JSON `{ used }`. A charge is a
+ * (`group.<name>`, `session.<id>`, `user.<id>`), JSON `{ v, used, ts }`. A charge is a
  * compare-and-set on the key's revision, retried on conflict, so agents on any number of
  * nodes add to one total and none of their charges is lost.
  */
@@ -58,7 +85,7 @@ export class NatsGroupLedger implements GroupLedger {
       const e = await this.kv.get(key);
       const exists = e !== null && e.operation === "PUT";
       const used = (exists ? this.storedTotal(key, e.value) : 0) + tokens;
-      const data = enc.encode(JSON.stringify({ used, ts: Date.now() }));
+      const data = enc.encode(JSON.stringify({ v: GROUP_TOTAL_VERSION, used, ts: Date.now() }));
       try {
         if (e === null) await this.kv.create(key, data);
         else await this.kv.update(key, data, e.revision);
@@ -70,16 +97,7 @@ export class NatsGroupLedger implements GroupLedger {
     }
   }
 
-  /** The total a key holds; anything but a finite number >= 0 is corrupt, never read as 0. */
   private storedTotal(key: string, value: Uint8Array): number {
-    const text = dec.decode(value);
-    let used: unknown;
-    try {
-      used = (JSON.parse(text) as { used?: unknown } | null)?.used;
-    } catch {
-      used = undefined;
-    }
-    if (!isUsageAmount(used)) throw new BudgetLedgerCorruptError(this.bucket, key, text.slice(0, 200));
-    return used;
+    return readGroupTotal(this.bucket, key, value);
   }
 }

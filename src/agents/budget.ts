@@ -9,16 +9,24 @@ export interface GroupLimit {
   name: BudgetName;
 }
 
+/** Who a run is for, as budgets and the fair-share scheduler key it. */
+export interface RunParty {
+  sessionId: string;
+  /** The envelope's sender. */
+  from: string;
+  /** The task's `constraints.user`: the end user, when the sender serves many. */
+  user?: string;
+  /** The task's `constraints.budget_group`. */
+  budgetGroup?: string;
+}
+
 /**
  * The groups a run charges: the agent's named group (or its parent run's, for a child
- * run that names one), its session group, and its sender's group.
+ * run that names one), its session group, and its user's group (the task's
+ * `constraints.user`, else the sender).
  * @param groupLimits `[budget_groups.<name>]` limits
  */
-export function groupsOf(
-  policy: BudgetPolicy,
-  run: { sessionId: string; from: string; budgetGroup?: string },
-  groupLimits: ReadonlyMap<string, { maxTokens: number }>,
-): GroupLimit[] {
+export function groupsOf(policy: BudgetPolicy, run: RunParty, groupLimits: ReadonlyMap<string, { maxTokens: number }>): GroupLimit[] {
   const out: GroupLimit[] = [];
   const named = run.budgetGroup ?? policy.group;
   if (named !== undefined) {
@@ -27,8 +35,21 @@ export function groupsOf(
     out.push({ key: `group.${named}`, limit: g?.maxTokens ?? Number.POSITIVE_INFINITY, name: `group:${named}` });
   }
   if (policy.sessionMaxTokens !== undefined) out.push({ key: `session.${run.sessionId}`, limit: policy.sessionMaxTokens, name: `session:${run.sessionId}` });
-  if (policy.userMaxTokens !== undefined) out.push({ key: `user.${run.from}`, limit: policy.userMaxTokens, name: `user:${run.from}` });
+  const user = run.user ?? run.from;
+  if (policy.userMaxTokens !== undefined) out.push({ key: `user.${user}`, limit: policy.userMaxTokens, name: `user:${user}` });
   return out;
+}
+
+/**
+ * The fair-share key of a run's model calls (`scheduling = "fair_share"`): the user the
+ * task names (`constraints.user`), else the named budget group it draws from (the task's
+ * or the agent's: a group is one tenant), else the sender. One user's backlog then waits
+ * behind its own calls, not in front of everyone else's.
+ */
+export function shareKeyOf(policy: BudgetPolicy, run: RunParty): string {
+  if (run.user !== undefined) return `user.${run.user}`;
+  const named = run.budgetGroup ?? policy.group;
+  return named !== undefined ? `group.${named}` : `user.${run.from}`;
 }
 
 /** Tokens used so far, as the checks need them. */

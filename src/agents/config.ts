@@ -20,6 +20,7 @@ import { defineAgent, type AgentDefinition, type AgentSpec } from "./definition.
  * capabilities = ["research"]
  * temperature = 0.2
  * max_output_tokens = 4096
+ * priority = 10                              # model-call priority under scheduling = "priority" (-100..100, default 0)
  *
  * [budget_groups.team-a]
  * max_tokens = 1000000                       # shared by every agent naming the group, cluster-wide
@@ -29,7 +30,7 @@ export interface BudgetGroupConfig {
   maxTokens: number;
 }
 
-const AGENT_KEYS = ["id", "model", "system", "tools", "approval", "memory", "budget", "run", "capabilities", "temperature", "max_output_tokens"];
+const AGENT_KEYS = ["id", "model", "system", "tools", "approval", "memory", "budget", "run", "capabilities", "temperature", "max_output_tokens", "priority"];
 const MEMORY_KEYS = ["policy", "max_tokens", "keep_last", "window"];
 const BUDGET_KEYS = ["tokens_per_minute", "max_tokens_per_run", "max_tokens_total", "group", "session_max_tokens", "user_max_tokens"];
 const RUN_KEYS = ["max_turns", "max_tool_calls", "time_budget_ms", "parallel_tool_calls"];
@@ -129,6 +130,8 @@ function agentSpecFrom(t: ConfigTable, id: string, key: string, models: Readonly
   }
   const maxOut = intValue(t.max_output_tokens, `${key}.max_output_tokens`, 1, 10_000_000);
   if (maxOut !== undefined) spec.maxOutputTokens = maxOut;
+  // Any number here: defineAgent checks the range and names the key.
+  if (t.priority !== undefined) spec.priority = t.priority as number;
   return spec;
 }
 

@@ -4,7 +4,7 @@ import { DEFAULT_IDLE_AFTER_MS } from "../actors/templates.js";
 import { parseToolPattern, TOOL_NAME_RULE } from "../tools/names.js";
 import { DEFAULT_APPROVAL_TIMEOUT_MS, MAX_APPROVAL_TIMEOUT_MS } from "./approvals.js";
 import type { ChatMessage } from "./model/types.js";
-import type { AgentResult } from "./protocol.js";
+import { priorityValue, type AgentResult } from "./protocol.js";
 
 /** How the conversation is fitted to the model's window before each model call (memory/policy.ts). */
 export interface MemoryPolicy {
@@ -123,6 +123,11 @@ export interface AgentDefinition {
   readonly temperature?: number;
   /** Upper bound of generated tokens per model call. */
   readonly maxOutputTokens?: number;
+  /**
+   * Model-call priority of the agent's runs under `scheduling = "priority"` (-100..100,
+   * higher first, default 0); a task's `constraints.priority` overrides it.
+   */
+  readonly priority?: number;
 }
 
 /** The form `defineAgent` takes: everything but id, model and system has a default. */
@@ -138,6 +143,7 @@ export type AgentSpec = Pick<AgentDefinition, "id" | "model"> & {
   capabilities?: readonly string[];
   temperature?: number;
   maxOutputTokens?: number;
+  priority?: number;
   /**
    * Make this an agent template: `true` (passivate after 10 min idle) or `{ idleAfterMs }`
    * (0 never). `id` is then the template's name.
@@ -185,6 +191,7 @@ export function defineAgent(spec: AgentSpec, key = spec.id ?? "agent"): AgentDef
     if (typeof fn !== "function") throw new ConfigError(`${key}.hooks.${name}`, "must be a function");
   }
   if (spec.maxOutputTokens !== undefined) positive(spec.maxOutputTokens, `${key}.max_output_tokens`, 1);
+  if (spec.priority !== undefined) priorityValue(spec.priority, (why) => new ConfigError(`${key}.priority`, why));
   const approval = approvalPolicy(spec.approval, `${key}.approval`);
   if (spec.temperature !== undefined && !(spec.temperature >= 0 && spec.temperature <= 2)) {
     throw new ConfigError(`${key}.temperature`, "must be a number from 0 to 2");
@@ -203,6 +210,7 @@ export function defineAgent(spec: AgentSpec, key = spec.id ?? "agent"): AgentDef
     capabilities: Object.freeze([...(spec.capabilities ?? [])]),
     ...(spec.temperature !== undefined ? { temperature: spec.temperature } : {}),
     ...(spec.maxOutputTokens !== undefined ? { maxOutputTokens: spec.maxOutputTokens } : {}),
+    ...(spec.priority !== undefined ? { priority: spec.priority } : {}),
   };
   Object.defineProperty(def, MARK, { value: true });
   return Object.freeze(def);

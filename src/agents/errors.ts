@@ -1,4 +1,4 @@
-import { defineErrorCodes, KovaError } from "../core/errors.js";
+import { classifyErrorCodes, defineErrorCodes, KovaError } from "../core/errors.js";
 import { describeError } from "../core/describe-error.js";
 
 /** Error codes of the agent loop (the model layer's live in model/errors.ts). */
@@ -10,6 +10,7 @@ export const AgentErrorCode = defineErrorCodes("agents", {
   UNKNOWN_MODEL: "UNKNOWN_MODEL",
   RUN_CANCELLED: "RUN_CANCELLED",
 });
+classifyErrorCodes({ [AgentErrorCode.AGENT_INPUT_INVALID]: "bad_input", [AgentErrorCode.UNKNOWN_MODEL]: "bad_input" });
 
 /** Which budget stopped a run: names the config key a user would raise. */
 export type BudgetName =

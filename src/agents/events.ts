@@ -69,15 +69,24 @@ export function inProfile(event: Pick<KovaEvent, "type">, profile: EventProfile)
   return (profile === "chat" ? CHAT : METRICS).has(event.type);
 }
 
+/** Text fields `metrics` keeps: names and codes, never a prompt, an answer or arguments. */
+const METRIC_NAMES = ["agentId", "model", "tool", "status", "budget", "finishReason", "policy", "statsClass", "purpose"];
+/** Objects `metrics` keeps: token counts and cost (the run's own, for a swarm's). */
+const METRIC_USAGES = ["usage", "ownUsage"];
+
 /**
  * What an event shows to a profile: `metrics` keeps only numbers and names (no prompt or
- * answer text), the others the whole event.
+ * answer text), the others the whole event. Every number and flag is kept, whatever its
+ * key, so a metric an event gains later (a model call's `costUsd` beside its `usage`, a
+ * queue length) is not dropped by a list that forgot it.
  */
 export function forProfile(event: KovaEvent, profile: EventProfile): KovaEvent {
   if (profile !== "metrics") return event;
   const d = (event.data ?? {}) as Record<string, unknown>;
   const keep: Record<string, unknown> = {};
-  for (const k of ["agentId", "model", "usage", "tool", "ok", "ms", "status", "waitMs", "budget"]) if (d[k] !== undefined) keep[k] = d[k];
+  for (const [k, v] of Object.entries(d)) if ((typeof v === "number" && Number.isFinite(v)) || typeof v === "boolean") keep[k] = v;
+  for (const k of METRIC_NAMES) if (typeof d[k] === "string") keep[k] = d[k];
+  for (const k of METRIC_USAGES) if (d[k] !== undefined) keep[k] = d[k];
   if (d.error !== undefined) keep.error = { code: (d.error as { code?: unknown }).code };
   return { ...event, data: keep };
 }

@@ -6,7 +6,7 @@ import { BusErrorCode } from "../bus/errors.js";
 import { isTransientNatsError } from "../bus/nats-errors.js";
 import { ArgumentRepairBudget } from "../tools/repair-budget.js";
 import { ToolSet } from "../tools/tool-set.js";
-import { groupsOf } from "./budget.js";
+import { groupsOf, shareKeyOf, type RunParty } from "./budget.js";
 import { DEFAULT_MAX_TURNS, type AgentDefinition, type HookResult } from "./definition.js";
 import { AgentHookFailedError, RunLimitExceededError } from "./errors.js";
 import { applyFit, modelTurn } from "./model-turn.js";
@@ -48,6 +48,12 @@ export async function runAgentTurn(def: AgentDefinition, runtime: AgentRuntime, 
     ...(def.run.timeBudgetMs !== undefined ? { timeBudgetMs: def.run.timeBudgetMs } : {}),
     ...(request.deadline !== undefined ? { deadline: request.deadline } : {}),
   });
+  const party: RunParty = {
+    sessionId,
+    from: ctx.message.from,
+    ...(request.user ? { user: request.user } : {}),
+    ...(request.budgetGroup ? { budgetGroup: request.budgetGroup } : {}),
+  };
   const s: RunScope = {
     // The run's steps see a signal that also fires at its time limit.
     ctx: limit.ctx,
@@ -62,11 +68,8 @@ export async function runAgentTurn(def: AgentDefinition, runtime: AgentRuntime, 
     tally: newTally(),
     tools: new ToolSet([]),
     repairs: new ArgumentRepairBudget(runtime.maxArgumentRepairs),
-    groups: groupsOf(
-      def.budget,
-      { sessionId, from: ctx.message.from, ...(request.budgetGroup ? { budgetGroup: request.budgetGroup } : {}) },
-      runtime.budgetGroups,
-    ),
+    groups: groupsOf(def.budget, party, runtime.budgetGroups),
+    shareKey: shareKeyOf(def.budget, party),
     history: [],
     modelSteps: 0,
   };
@@ -158,10 +161,13 @@ async function loop(s: RunScope): Promise<AgentResult> {
 async function loadHistory(s: RunScope): Promise<ChatMessage[]> {
   if (s.request.sessionId === undefined) return broughtHistory(s);
   const memory = await s.runtime.memory();
-  return timedPhase("kv.memory.load", s.agentId, () => memory.load(s.agentId, s.sessionId));
+  const kept = await timedPhase("kv.memory.load", s.agentId, () => memory.load(s.agentId, s.sessionId));
+  // A chat that brings its conversation (a client keeping it, as OpenAI chat clients do)
+  // starts a session the agent has no memory of with it; a session with memory keeps its own.
+  return kept.length === 0 && s.request.history ? broughtHistory(s) : kept;
 }
 
-/** The conversation a stateless task brings in its message (`history`), as fresh messages. */
+/** The conversation a message brings (`history`), as fresh messages. */
 function broughtHistory(s: RunScope): ChatMessage[] {
   return (s.request.history ?? []).map((t) => ({ role: t.role, content: t.content }));
 }
@@ -203,7 +209,15 @@ async function hook(s: RunScope, name: HookName, call: () => HookResult | undefi
 
 /** The last step of a run: save the conversation, publish the end events, add the usage to the agent's totals. */
 async function finish(s: RunScope, output: string, status: RunStatus, error?: { code: string; message: string }): Promise<AgentResult> {
-  let result: AgentResult = { output, usage: runUsage(s.tally), runId: s.runId, sessionId: s.sessionId, status, ...(error ? { error } : {}) };
+  let result: AgentResult = {
+    output,
+    usage: runUsage(s.tally),
+    runId: s.runId,
+    sessionId: s.sessionId,
+    status,
+    ...(error ? { error } : {}),
+    node: s.ctx.nodeId,
+  };
   if (status === "completed") {
     // The answer the conversation keeps: the model's final message, or the output a hook
     // stopped with; replaced (never mutated: it is a recorded step result) when they differ.

@@ -135,6 +135,8 @@ async function chooseAndCall(s: RunScope, turn: number): Promise<ModelTurnRecord
 
 function complete(s: RunScope, client: ModelClient, model: string, req: Omit<ModelRequest, "signal" | "acquireSlot">, streamTokens: boolean) {
   const { runtime, agentId, ctx } = s;
+  // The task's priority overrides the agent's (docs/models.md, "What an agent's call asks for").
+  const priority = s.request.priority ?? s.def.priority;
   return timedPhase("model.call", agentId, () =>
     client.complete({
       ...req,
@@ -143,7 +145,8 @@ function complete(s: RunScope, client: ModelClient, model: string, req: Omit<Mod
         model,
         agentId,
         signal: ctx.signal,
-        ...(s.groups[0] ? { shareKey: s.groups[0].key } : {}),
+        shareKey: s.shareKey,
+        ...(priority !== undefined ? { priority } : {}),
         ...(s.request.deadline !== undefined ? { deadline: s.request.deadline } : {}),
         // Live only (not awaited): a dashboard sees a run stuck behind a full model, per policy class.
         onQueued: (q) =>

@@ -19,6 +19,16 @@ export interface TaskConstraints {
   deadline?: string | number;
   /** The budget group a child run draws from (its parent's); see docs/agents.md. */
   budget_group?: string;
+  /**
+   * The model-call priority of this run under `scheduling = "priority"`: an integer from
+   * -100 to 100, higher first; overrides the agent's `priority` (default 0).
+   */
+  priority?: number;
+  /**
+   * The end user the run is for (an id token): its fair-share key under `scheduling =
+   * "fair_share"` and its `user_max_tokens` group, instead of the sender (docs/models.md).
+   */
+  user?: string;
 }
 
 /** One earlier turn of a conversation a stateless task brings along (`history`). */
@@ -46,6 +56,12 @@ export interface AgentTaskPayload {
 export interface AgentChatPayload {
   message: string;
   sessionId: string;
+  /**
+   * The conversation before `message` as the caller keeps it (an OpenAI chat client sends
+   * it whole every time): it starts the session when the agent has no memory of it yet,
+   * and is ignored once the session has memory (which then holds those turns).
+   */
+  history?: HistoryTurn[];
   runId?: string;
   parentRunId?: string;
 }
@@ -66,6 +82,11 @@ export interface AgentResult {
   sessionId: string;
   status: RunStatus;
   error?: { code: string; message: string };
+  /**
+   * The node that ended the run (after a takeover, the node that took it over): what a
+   * workflow step's `{{steps.<id>.metadata.node}}` reads.
+   */
+  node?: string;
 }
 
 /** What `info_request` and `capability_query` answer on an agent's fast path. */
@@ -95,7 +116,7 @@ export interface AgentUsageTotals {
 export interface RunRequest {
   kind: "task" | "chat";
   input: string;
-  /** Earlier turns a stateless task brings (never with a session). */
+  /** Earlier turns: a stateless task's conversation, or a chat's to start a session the agent has no memory of. */
   history?: HistoryTurn[];
   sessionId?: string;
   runId?: string;
@@ -104,6 +125,10 @@ export interface RunRequest {
   /** Epoch ms. */
   deadline?: number;
   budgetGroup?: string;
+  /** Model-call priority (`constraints.priority`), -100..100. */
+  priority?: number;
+  /** The end user (`constraints.user`). */
+  user?: string;
 }
 
 /**
@@ -127,8 +152,8 @@ export function parseRunRequest(type: string, payload: unknown, receivedAt: numb
   if (runId) out.runId = runId;
   const parentRunId = id(p.parentRunId, "parentRunId", false);
   if (parentRunId) out.parentRunId = parentRunId;
-  if (p.history !== undefined && out.kind === "task") {
-    if (out.sessionId !== undefined)
+  if (p.history !== undefined) {
+    if (out.kind === "task" && out.sessionId !== undefined)
       throw new AgentInputInvalidError("history", "is for a task without sessionId: a session's memory already holds its conversation");
     out.history = historyTurns(p.history);
   }
@@ -144,8 +169,26 @@ export function parseRunRequest(type: string, payload: unknown, receivedAt: numb
     if (c.deadline !== undefined) out.deadline = parseDeadline(c.deadline, receivedAt);
     const group = id(c.budget_group, "constraints.budget_group", false);
     if (group) out.budgetGroup = group;
+    if (c.priority !== undefined) out.priority = priorityValue(c.priority, (why) => new AgentInputInvalidError("constraints.priority", why));
+    const user = id(c.user, "constraints.user", false);
+    if (user) out.user = user;
   }
   return out;
+}
+
+/** The range of an agent's or a task's model-call priority (higher first; 0 by default). */
+export const PRIORITY_MIN = -100;
+export const PRIORITY_MAX = 100;
+
+/**
+ * A model-call priority: an integer from PRIORITY_MIN to PRIORITY_MAX.
+ * @throws what `fail` makes of the reason
+ */
+export function priorityValue(value: unknown, fail: (why: string) => Error): number {
+  if (typeof value !== "number" || !Number.isInteger(value) || value < PRIORITY_MIN || value > PRIORITY_MAX) {
+    throw fail(`must be an integer from ${PRIORITY_MIN} to ${PRIORITY_MAX} (higher goes first, default 0), not ${JSON.stringify(value)}`);
+  }
+  return value;
 }
 
 /** Most turns a task's `history` may bring (the payload's size is bounded by the bus too). */

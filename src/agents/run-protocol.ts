@@ -1,7 +1,7 @@
 import { createHash } from "node:crypto";
 import { ArgumentError } from "../core/errors.js";
 import { isValidId } from "../core/ids.js";
-import type { AgentResult, AgentTaskPayload, RunUsage, TaskConstraints } from "./protocol.js";
+import { priorityValue, type AgentResult, type AgentTaskPayload, type RunUsage, type TaskConstraints } from "./protocol.js";
 
 /**
  * The agent protocol contract (docs/protocol.md, "Agents"), as its callers see it: what a
@@ -66,6 +66,12 @@ function readConstraints(raw: unknown): TaskConstraints {
       throw new ArgumentError("payload.constraints.budget_group", "must be a string of 1-256 characters");
     }
     out.budget_group = c.budget_group;
+  }
+  if (c.priority !== undefined) out.priority = priorityValue(c.priority, (why) => new ArgumentError("payload.constraints.priority", why));
+  if (c.user !== undefined) {
+    if (!isValidId(c.user))
+      throw new ArgumentError("payload.constraints.user", `must be an id of 1-128 characters of [A-Za-z0-9_-], got ${JSON.stringify(c.user)}`);
+    out.user = c.user;
   }
   return out;
 }

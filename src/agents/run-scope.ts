@@ -31,6 +31,8 @@ export interface RunScope {
   tools: ToolSet;
   readonly repairs: ArgumentRepairBudget;
   readonly groups: readonly GroupLimit[];
+  /** The fair-share key of the run's model calls (budget.ts, shareKeyOf). */
+  readonly shareKey: string;
   /** The session's conversation plus this run's messages, without the system prompt. */
   history: ChatMessage[];
   /** `model`: `run_started` is published by the first model call's step (no `run:start` step). */

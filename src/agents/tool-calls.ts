@@ -1,5 +1,5 @@
-import { isKovaError, toWire, type WireError } from "../core/errors.js";
-import { ActorErrorCode } from "../actors/errors.js";
+import { toWire, type WireError } from "../core/errors.js";
+import { StepOutcomeUnknownError } from "../actors/errors.js";
 import { isIdempotentCall } from "../tools/idempotency.js";
 import { checkToolCall, runTool } from "../tools/invoke.js";
 import type { Tool } from "../tools/types.js";
@@ -113,12 +113,15 @@ async function runCall(s: RunScope, call: ToolCall, tool: Tool, args: unknown): 
             agentId: s.agentId,
             sessionId: s.sessionId,
             runId: s.runId,
+            ...(s.parentRunId ? { parentRunId: s.parentRunId } : {}),
             callId: call.id,
             idempotencyKey: info.key,
             signal: s.ctx.signal,
             logger: s.runtime.log.child({ agentId: s.agentId, runId: s.runId, tool: tool.name }),
             ...(s.request.deadline !== undefined ? { deadline: s.request.deadline } : {}),
             ...(budgetGroup !== undefined ? { budgetGroup } : {}),
+            ...(s.request.user !== undefined ? { user: s.request.user } : {}),
+            ...(s.request.priority !== undefined ? { priority: s.request.priority } : {}),
           },
           s.runtime.maxResultBytes,
         );
@@ -128,8 +131,10 @@ async function runCall(s: RunScope, call: ToolCall, tool: Tool, args: unknown): 
           ms: Math.round(performance.now() - started),
           ...(outcome.error ? { error: outcome.error } : {}),
         };
-        // A stop, an interrupt or the run's time limit is not the tool's failure: the step fails (nothing is
-        // recorded as its result), so a redelivered turn runs it again or fails the same way.
+        // A cut call's outcome is not the tool's: the abort's reason is thrown instead. The
+        // run's time limit fails the step (the run then ends on it); a stop, an interrupt or
+        // a lost lease cuts the turn, and the journal records nothing for the step, so a
+        // resumed turn runs the call again if it is idempotent, else hears outcome unknown.
         if (s.ctx.signal.aborted) throw s.ctx.signal.reason;
         await publish(s, "tool_result", {
           agentId: s.agentId,
@@ -144,20 +149,22 @@ async function runCall(s: RunScope, call: ToolCall, tool: Tool, args: unknown): 
       { idempotent },
     );
   } catch (err) {
-    if (!isKovaError(err, ActorErrorCode.STEP_OUTCOME_UNKNOWN)) throw err;
-    // Started before a crash, no result recorded, not safe to run again: the model decides.
-    const error = toWire(err);
-    return {
-      content: JSON.stringify({
-        error: {
-          code: "TOOL_OUTCOME_UNKNOWN",
-          message: `the call of ${tool.name} started before a crash and its outcome is unknown: it may or may not have taken effect. Check before calling it again.`,
-        },
-      }),
-      ok: false,
-      ms: 0,
-      error,
+    if (!(err instanceof StepOutcomeUnknownError)) throw err;
+    // Started before a crash or a stop, no result recorded, not safe to run again: the model decides.
+    const unknown = {
+      code: "TOOL_OUTCOME_UNKNOWN",
+      message: `the call of ${tool.name} started before a crash and its outcome is unknown: it may or may not have taken effect. Check before calling it again.`,
     };
+    // Observers saw the call start; they hear how it ended too. Every replay of the turn
+    // gives this answer again, so the event goes out under the step's own key (the form of
+    // StepInfo.key) and the stream keeps it once.
+    await publish(
+      s,
+      "tool_result",
+      { agentId: s.agentId, callId: call.id, tool: tool.name, ok: false, ms: 0, error: unknown },
+      `${s.agentId}.${s.ctx.message.id}.${err.index}`,
+    );
+    return { content: JSON.stringify({ error: unknown }), ok: false, ms: 0, error: toWire(err) };
   }
 }
 

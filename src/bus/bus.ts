@@ -12,9 +12,10 @@ import { requestActivation, type ActivationReply } from "./activation.js";
 import { assertAgentAddressable } from "./agent-check.js";
 import { deadLetterEnvelope, listDlq, startDlqMover, type DeadLetterOptions, type DlqEntry, type DlqMover } from "./dlq.js";
 import type { A2AEnvelope, MessageType } from "./envelope.js";
-import { BusClosedError, JetStreamUnavailableError } from "./errors.js";
+import { BusClosedError, JetStreamUnavailableError, typedNatsError } from "./errors.js";
 import { redactUrl, type NatsSecurity } from "./nats-security.js";
 import { DEFAULT_INBOX_PREFIX } from "./reply-subject.js";
+import { ReplyGuard } from "./reply-guard.js";
 import { publishEvent, subscribeEvents, type EventStream, type KovaEvent, type PublishEventOptions } from "./events.js";
 import { readStoredEvents, type StoredEventsFrom, type StoredEventsReader } from "./stored-events.js";
 import { openMailbox, type Mailbox, type MailboxHandler, type MailboxOptions } from "./mailbox.js";
@@ -24,7 +25,7 @@ import { sendEnvelope, type SendOptions } from "./send.js";
 import { ensureStreams, type StreamOptions } from "./streams.js";
 import { subjectsFor, type Subjects } from "./subjects.js";
 import { Header, type DlqReason } from "./wire.js";
-import { isMessageGone } from "./nats-errors.js";
+import { isJetStreamNotEnabled, isJetStreamNotReady, isMessageGone } from "./nats-errors.js";
 
 export interface BusConnectOptions {
   /** One URL, a comma-separated list or an array (a client fails over between them). */
@@ -87,10 +88,16 @@ export class Bus {
       jsm = await jetstreamManager(nc, { checkAPI: opts.checkJetStream !== false });
     } catch (err) {
       await nc.close();
-      throw new JetStreamUnavailableError(redactUrl(nc.getServer()), { cause: err });
+      // Only a server without JetStream (or not yet with a leader) is JETSTREAM_UNAVAILABLE;
+      // a refused or timed-out check says so, typed, instead of sending the user to -js.
+      if (isJetStreamNotEnabled(err) || isJetStreamNotReady(err)) throw new JetStreamUnavailableError(redactUrl(nc.getServer()), { cause: err });
+      throw typedNatsError(err, `the JetStream check ($JS.API.INFO) on NATS at ${redactUrl(nc.getServer())}`);
     }
     const maxPayload = nc.info?.max_payload ?? DEFAULT_CODEC_LIMITS.maxBytes;
     const clientId = assertId("client id", opts.clientId ?? `client_${newId().replaceAll("-", "").slice(0, 16)}`);
+    const inboxPrefixes = [
+      ...new Set([DEFAULT_INBOX_PREFIX, ...(opts.security?.inboxPrefix ? [opts.security.inboxPrefix] : []), ...(opts.replyPrefixes ?? [])]),
+    ];
     return new Bus({
       nc,
       js: jetstream(nc),
@@ -102,7 +109,8 @@ export class Bus {
       log,
       clientId,
       mux: new RequestMux(nc),
-      inboxPrefixes: [...new Set([DEFAULT_INBOX_PREFIX, ...(opts.security?.inboxPrefix ? [opts.security.inboxPrefix] : []), ...(opts.replyPrefixes ?? [])])],
+      inboxPrefixes,
+      replies: new ReplyGuard(inboxPrefixes, log),
     });
   }
 
@@ -125,8 +133,16 @@ export class Bus {
   get maxPayload(): number {
     return this.ctx.maxPayload;
   }
+  /** The decode limits this bus applies to what it reads (for bodies read outside the bus, e.g. control requests). */
+  get limits(): Readonly<CodecLimits> {
+    return this.ctx.limits;
+  }
   get clientId(): string {
     return this.ctx.clientId;
+  }
+  /** Decides which core requests' reply subjects this process answers (see ReplyGuard). */
+  get replies(): ReplyGuard {
+    return this.ctx.replies;
   }
 
   /**

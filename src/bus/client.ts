@@ -7,8 +7,8 @@ import type { EventStream } from "./events.js";
 import type { RequestOptions } from "./rpc.js";
 import type { SendOptions } from "./send.js";
 import { redactUrl, type NatsSecurity } from "./nats-security.js";
-import { JetStreamUnavailableError } from "./errors.js";
-import { isPermissionDenied } from "./nats-errors.js";
+import { JetStreamUnavailableError, typedNatsError } from "./errors.js";
+import { isJetStreamNotEnabled, isJetStreamNotReady, isPermissionDenied } from "./nats-errors.js";
 
 export interface KovaClientOptions {
   servers: string | string[];
@@ -40,7 +40,8 @@ async function ensureIfAllowed(bus: Bus, logger: Logger): Promise<void> {
     await bus.jsm.getAccountInfo();
   } catch (err) {
     if (isPermissionDenied(err)) return logger.debug({ err }, "this NATS user may not use the JetStream API: streams not checked");
-    throw new JetStreamUnavailableError(redactUrl(bus.nc.getServer()), { cause: err });
+    if (isJetStreamNotEnabled(err) || isJetStreamNotReady(err)) throw new JetStreamUnavailableError(redactUrl(bus.nc.getServer()), { cause: err });
+    throw typedNatsError(err, `the JetStream check ($JS.API.INFO) on NATS at ${redactUrl(bus.nc.getServer())}`);
   }
   try {
     await bus.ensureStreams();

@@ -43,17 +43,25 @@ export async function connectNats(opts: ConnectionOptions): Promise<NatsConnecti
       noAsyncTraces: true,
     });
   } catch (err) {
-    if (err instanceof AuthorizationError || err instanceof UserAuthenticationExpiredError) {
-      throw new KovaError(
-        BusErrorCode.NATS_AUTH_FAILED,
-        `NATS at ${shown} refused the credentials (${err.message}): check [nats] user/password_env/token_env/nkey_seed_file/creds_file in kova.toml, or the CLI's --creds/--user flags`,
-        { cause: err, data: { servers: shown } },
-      );
-    }
-    throw new NatsUnreachableError(shown, { cause: err });
+    throw connectError(err, shown);
   }
   logStatus(nc, opts.logger);
   return nc;
+}
+
+/**
+ * The error for a first connection that failed: NATS_AUTH_FAILED when the server refused
+ * the credentials, else NatsUnreachableError. `shown` is the redacted server list.
+ */
+export function connectError(err: unknown, shown: string): KovaError {
+  if (err instanceof AuthorizationError || err instanceof UserAuthenticationExpiredError) {
+    return new KovaError(
+      BusErrorCode.NATS_AUTH_FAILED,
+      `NATS at ${shown} refused the credentials (${err.message}): check [nats] user/password_env/token_env/nkey_seed_file/creds_file in kova.toml, or the CLI's --creds/--user flags`,
+      { cause: err, data: { servers: shown } },
+    );
+  }
+  return new NatsUnreachableError(shown, { cause: err });
 }
 
 function logStatus(nc: NatsConnection, log: Logger): void {

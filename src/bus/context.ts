@@ -2,6 +2,7 @@ import type { JetStreamClient, JetStreamManager } from "@nats-io/jetstream";
 import type { NatsConnection } from "@nats-io/transport-node";
 import type { Logger } from "../core/logger.js";
 import type { CodecLimits } from "./codec.js";
+import type { ReplyGuard } from "./reply-guard.js";
 import type { RequestMux } from "./request-mux.js";
 import type { Subjects } from "./subjects.js";
 
@@ -22,4 +23,6 @@ export interface BusContext {
   readonly mux: RequestMux;
   /** Inbox prefixes a message's `replyTo` may use (see reply-subject.ts). */
   readonly inboxPrefixes: readonly string[];
+  /** Which core requests' reply subjects this process answers (the rpc fast path, a node's control endpoints). */
+  readonly replies: ReplyGuard;
 }

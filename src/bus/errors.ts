@@ -1,4 +1,5 @@
-import { defineErrorCodes, isKovaError, KovaError, KovaTimeoutError, type KovaErrorOptions } from "../core/errors.js";
+import { classifyErrorCodes, defineErrorCodes, ErrorCode, isKovaError, KovaError, KovaTimeoutError, type KovaErrorOptions } from "../core/errors.js";
+import { isNatsTimeout, permissionViolation } from "./nats-errors.js";
 
 /** The bus layer's error codes (stable: they travel over NATS and scripts match on them). */
 export const BusErrorCode = defineErrorCodes("bus", {
@@ -16,6 +17,13 @@ export const BusErrorCode = defineErrorCodes("bus", {
   PERMISSION_DENIED: "PERMISSION_DENIED",
   UNKNOWN_AGENT: "UNKNOWN_AGENT",
   BUCKET_NOT_FOUND: "BUCKET_NOT_FOUND",
+});
+classifyErrorCodes({
+  [BusErrorCode.INVALID_ENVELOPE]: "bad_input",
+  [BusErrorCode.DECODE_FAILED]: "bad_input",
+  [BusErrorCode.PAYLOAD_TOO_LARGE]: "bad_input",
+  [BusErrorCode.UNKNOWN_MESSAGE_TYPE]: "bad_input",
+  [BusErrorCode.UNKNOWN_AGENT]: "not_found",
 });
 
 /**
@@ -152,6 +160,37 @@ export class JetStreamUnavailableError extends KovaError {
       },
     );
   }
+}
+
+/** The NATS server refused this user a publish or subscription (its account's permissions, the roles of deploy/nats/accounts.conf). */
+export class PermissionDeniedError extends KovaError {
+  constructor(what: string, options: KovaErrorOptions & { operation?: string; subject?: string } = {}) {
+    const { operation, subject, ...rest } = options;
+    super(
+      BusErrorCode.PERMISSION_DENIED,
+      `${what}: refused by the NATS server's permissions (this user may not ${operation ?? "use"} ${subject ?? "that subject"}); connect as a user whose role allows it (see deploy/nats/accounts.conf)`,
+      { data: { operation, subject }, ...rest },
+    );
+  }
+}
+
+/**
+ * A nats.js failure that the caller did not handle itself, as Kova's typed error: a
+ * permission refusal becomes PERMISSION_DENIED (naming the subject), a timeout TIMEOUT;
+ * a KovaError or anything else is returned as it is. For `throw typedNatsError(err, what)`
+ * after recognising the failures a call expects (a missing stream, a lost CAS).
+ */
+export function typedNatsError(err: unknown, what: string): unknown {
+  if (err instanceof KovaError) return err;
+  const refused = permissionViolation(err);
+  if (refused !== undefined) return new PermissionDeniedError(what, { operation: refused.operation, subject: refused.subject, cause: err });
+  if (isNatsTimeout(err)) {
+    return new KovaError(ErrorCode.TIMEOUT, `${what}: NATS gave no answer in time; the server may be overloaded or electing leaders, retry`, {
+      retryable: true,
+      cause: err,
+    });
+  }
+  return err;
 }
 
 /** A message addressed to an agent id that no configuration or spawn declared. */

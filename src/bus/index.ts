@@ -24,6 +24,7 @@ export {
   type Encoding,
 } from "./codec.js";
 export { subjectsFor, type Subjects } from "./subjects.js";
+export { AGENT_RECORD_READABLE, AGENT_RECORD_VERSION, readAgentRecord, type AgentRecord } from "./registry-record.js";
 export { redactUrl, redactUrls, securityOptions, type NatsSecurity } from "./nats-security.js";
 export { DEFAULT_INBOX_PREFIX, replyToProblem } from "./reply-subject.js";
 export { kovaStreamConfigs, type StreamOptions } from "./streams.js";
@@ -48,6 +49,8 @@ export {
   InvalidEnvelopeError,
   NatsUnreachableError,
   KovaNoRespondersError,
+  PermissionDeniedError,
+  typedNatsError,
   PayloadTooLargeError,
   StreamConflictError,
   UnknownMessageTypeError,
@@ -58,6 +61,7 @@ export {
   JsApiCode,
   isConsumerNotFound,
   isJetStreamNotEnabled,
+  isJetStreamNotReady,
   isMessageGone,
   isNatsNoResponders,
   isNatsTimeout,

@@ -79,10 +79,15 @@ export function isNatsTimeout(err: unknown): boolean {
  * it, JetStream API calls as its cause, and closes a refused subscription with it.
  */
 export function isPermissionDenied(err: unknown): boolean {
+  return permissionViolation(err) !== undefined;
+}
+
+/** The PermissionViolationError in `err`'s cause chain (it names the operation and the subject). */
+export function permissionViolation(err: unknown): PermissionViolationError | undefined {
   for (let e = err, depth = 0; e !== undefined && e !== null && depth < 4; e = (e as { cause?: unknown }).cause, depth++) {
-    if (e instanceof PermissionViolationError) return true;
+    if (e instanceof PermissionViolationError) return e;
   }
-  return false;
+  return undefined;
 }
 
 /** The account or server has no JetStream (not enabled, or not yet ready). */
@@ -90,12 +95,15 @@ export function isJetStreamNotEnabled(err: unknown): boolean {
   return err instanceof jserrors.JetStreamNotEnabled || hasCode(err, JsApiCode.JetStreamNotEnabledForAccount);
 }
 
+/** 503: JetStream has no leader yet (a fresh or recovering cluster electing one). */
+export function isJetStreamNotReady(err: unknown): boolean {
+  return err instanceof JetStreamApiError && err.status === 503;
+}
+
 /**
  * Failures a NATS or JetStream cluster gives while it is starting, electing leaders or
  * recovering a server: worth waiting for at start-up, not worth failing over.
  */
 export function isTransientNatsError(err: unknown): boolean {
-  if (isNatsTimeout(err) || isNatsNoResponders(err) || isJetStreamNotEnabled(err)) return true;
-  // 503: no JetStream leader yet (an election in progress).
-  return err instanceof JetStreamApiError && err.status === 503;
+  return isNatsTimeout(err) || isNatsNoResponders(err) || isJetStreamNotEnabled(err) || isJetStreamNotReady(err);
 }

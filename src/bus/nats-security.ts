@@ -61,13 +61,30 @@ export function securityOptions(sec: NatsSecurity | undefined): Partial<Connecti
 }
 
 /**
+ * `url` with `nats://` in front when it has no scheme. nats.js connects to `host:port`,
+ * and so to `user:pass@host:port`, as `nats://…`; read without the scheme, `new URL()`
+ * takes `user:` for the scheme and the password for a path, so user info would pass
+ * every check below unseen and be echoed in errors and logs.
+ */
+function withScheme(url: string): string {
+  const t = url.trim();
+  return /^[a-z][a-z0-9+.-]*:\/\//i.test(t) ? t : `nats://${t}`;
+}
+
+/** Whether a server URL carries user info (`nats://user:pass@host`, `token@host:4222`). */
+export function urlHasCredentials(url: string): boolean {
+  return /^[a-z][a-z0-9+.-]*:\/\/[^/@]*@/i.test(withScheme(url));
+}
+
+/**
  * A server URL fit for logs, status replies and errors: user info (`nats://user:pass@…`,
- * `nats://token@…`) is replaced by `***`. Anything that does not parse as a URL is
- * returned with everything before an `@` masked.
+ * `nats://token@…`, `user:pass@host:port`) is replaced by `***`, and a URL without a
+ * scheme comes back with `nats://`. Anything that does not parse as a URL is returned
+ * with everything before an `@` masked.
  */
 export function redactUrl(url: string): string {
   try {
-    const u = new URL(url);
+    const u = new URL(withScheme(url));
     if (u.username === "" && u.password === "") return url;
     u.username = "***";
     u.password = "";
@@ -79,15 +96,15 @@ export function redactUrl(url: string): string {
 }
 
 /**
- * Takes credentials out of server URLs (`nats://user:pass@host`, `nats://token@host`, as
- * in NATS_URL) and into the security options, where nats.js uses them and nothing logs
- * them. Explicit options win over URL user info.
+ * Takes credentials out of server URLs (`nats://user:pass@host`, `nats://token@host`,
+ * `user:pass@host:port`, as in NATS_URL) and into the security options, where nats.js
+ * uses them and nothing logs them. Explicit options win over URL user info.
  */
 export function credentialsFromUrls(urls: readonly string[], sec: NatsSecurity | undefined): { servers: string[]; security: NatsSecurity | undefined } {
   let found: { user: string; password: string } | undefined;
   const servers = urls.map((url) => {
     try {
-      const u = new URL(url);
+      const u = new URL(withScheme(url));
       if (u.username === "" && u.password === "") return url;
       found ??= { user: decodeURIComponent(u.username), password: decodeURIComponent(u.password) };
       u.username = "";

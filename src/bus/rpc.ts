@@ -54,6 +54,8 @@ export function serveRpc(ctx: BusContext, agentId: string, handler: RpcHandler):
         log.error({ err }, "rpc subscription failed");
         return;
       }
+      // Checked before the handler runs: a reply subject this node may not write to is dropped.
+      if (msg.reply && !ctx.replies.allows(msg.reply, msg.subject)) return;
       inflight++;
       answer(ctx, agentId, msg, handler).catch(failed).finally(settled);
     },

@@ -1,17 +1,9 @@
-import {
-  DiscardPolicy,
-  JetStreamApiCodes,
-  JetStreamApiError,
-  RetentionPolicy,
-  StorageType,
-  type JetStreamManager,
-  type StreamConfig,
-} from "@nats-io/jetstream";
+import { DiscardPolicy, RetentionPolicy, StorageType, type JetStreamManager, type StreamConfig } from "@nats-io/jetstream";
 import { nanos } from "@nats-io/transport-node";
 import type { Logger } from "../core/logger.js";
 import { StreamConflictError } from "./errors.js";
 import type { Subjects } from "./subjects.js";
-import { isStreamNameInUse, isSubjectOverlap } from "./nats-errors.js";
+import { isStreamNameInUse, isStreamNotFound, isSubjectOverlap } from "./nats-errors.js";
 
 export interface StreamOptions {
   /** Replicas of every Kova stream (1 on a single server, 3 on a cluster). Default 1. */
@@ -90,7 +82,7 @@ export async function ensureStreams(jsm: JetStreamManager, subjects: Subjects, o
 async function ensureStream(jsm: JetStreamManager, want: Wanted, log?: Logger): Promise<void> {
   for (let attempt = 0; ; attempt++) {
     const existing = await jsm.streams.info(want.name).catch((err: unknown) => {
-      if (err instanceof JetStreamApiError && err.code === JetStreamApiCodes.StreamNotFound) return undefined;
+      if (isStreamNotFound(err)) return undefined;
       throw err;
     });
     if (existing) return compare(want, existing.config);

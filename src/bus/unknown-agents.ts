@@ -28,6 +28,11 @@ export interface UnknownAgentSweep {
  * dead-letters the messages of the rest once they are older than `olderThanMs`, with
  * reason `unknown_agent`. The age threshold leaves room for an agent declared right after
  * its first message (a spawn racing a send).
+ *
+ * A last token that is no valid id (`bad+id`, over 128 characters) is captured too, since
+ * the stream and the client role's `a2a.>` take any token; no agent can ever have it, so
+ * no mailbox would consume it. It goes the same way after the same wait, without asking
+ * `isKnown` or `activate`, so that nobody can fill the stream's disk with it.
  * @returns how many messages were moved
  */
 export async function sweepUnknownAgents(ctx: BusContext, sweep: UnknownAgentSweep): Promise<number> {
@@ -45,7 +50,11 @@ export async function sweepUnknownAgents(ctx: BusContext, sweep: UnknownAgentSwe
   let moved = 0;
   for (const subject of Object.keys(info.state.subjects ?? {})) {
     const agentId = subject.slice(prefix.length);
-    if (!isValidId(agentId) || isKnown(agentId) || sweep.activate?.(agentId) === true) continue;
+    const valid = isValidId(agentId);
+    if (valid && (isKnown(agentId) || sweep.activate?.(agentId) === true)) continue;
+    const error = valid
+      ? new UnknownAgentError(agentId, `nothing declared agent ${agentId} within ${Math.round(olderThanMs / 1000)} s of this message`)
+      : notAnAgentId(subject.slice(prefix.length));
     for (let from = 1; ; ) {
       // STREAM.MSG.GET takes next_by_subj on 2.9; nats.js 3.4 only types it for direct gets.
       const m = await ctx.jsm.streams.getMessage(stream, { next_by_subj: subject, seq: from } as unknown as MsgRequest).catch((err: unknown) => {
@@ -53,17 +62,23 @@ export async function sweepUnknownAgents(ctx: BusContext, sweep: UnknownAgentSwe
         throw err;
       });
       if (!m || m.time.getTime() > cutoff) break;
-      const ok = await moveStored(ctx, stream, m.seq, {
-        reason: DlqReason.unknownAgent,
-        error: new UnknownAgentError(agentId, `nothing declared agent ${agentId} within ${Math.round(olderThanMs / 1000)} s of this message`),
-        agentId,
-      });
+      const ok = await moveStored(ctx, stream, m.seq, { reason: DlqReason.unknownAgent, error, agentId });
       if (ok) moved++;
       from = m.seq + 1;
     }
   }
   if (moved > 0) ctx.log.warn({ moved }, "moved messages to agents nobody declared to the DLQ (reason unknown_agent)");
   return moved;
+}
+
+/** The error of a message whose subject's last token can be no agent's id. */
+function notAnAgentId(token: string): UnknownAgentError {
+  const shown = JSON.stringify(token.length > 140 ? `${token.slice(0, 140)}…` : token);
+  return new UnknownAgentError(
+    token,
+    `${shown} (${token.length} characters) is not an agent id, so no agent can take this message`,
+    "address agents by ids of 1-128 characters from [A-Za-z0-9_-] (kova agents ls lists them)",
+  );
 }
 
 /**

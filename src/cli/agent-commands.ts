@@ -5,7 +5,7 @@ import type { KovaClient, KovaEvent } from "../bus/index.js";
 import { askAgent } from "../agents/client.js";
 import { forProfile, inProfile, isEventProfile, type EventProfile } from "../agents/events.js";
 import type { AgentInfo, AgentResult } from "../agents/protocol.js";
-import { agentsBucket, type AgentRecord } from "../node/registry.js";
+import { agentsBucket, readAgentRecord } from "../node/registry.js";
 import { print, table } from "./output.js";
 
 /**
@@ -20,6 +20,9 @@ export interface AgentAskOpts {
   timeout?: string;
   maxTokens?: string;
   deadline?: string;
+  priority?: string;
+  /** `--for-user` (`--user` names the NATS user). */
+  forUser?: string;
   verbose?: boolean;
 }
 
@@ -54,6 +57,9 @@ export async function askAgentCommand(client: KovaClient, agentId: string, text:
   const constraints: Record<string, unknown> = {};
   if (o.maxTokens !== undefined) constraints.max_tokens = Number(o.maxTokens);
   if (o.deadline !== undefined) constraints.deadline = /^\d+$/.test(o.deadline) ? Number(o.deadline) : o.deadline;
+  // Checked by the agent (AGENT_INPUT_INVALID names the field): a number here, whatever it is.
+  if (o.priority !== undefined) constraints.priority = Number(o.priority);
+  if (o.forUser !== undefined) constraints.user = o.forUser;
   const ask = (follow: boolean) =>
     askAgent(client, agentId, text, {
       ...(o.session ? { sessionId: o.session } : {}),
@@ -162,7 +168,7 @@ async function agentIds(client: KovaClient): Promise<string[]> {
     throw new KovaError(ErrorCode.REMOTE_ERROR, `cannot read the agent registry of cluster ${client.bus.cluster}: is a node running?`, { cause: err });
   }
   return [...entries.values()]
-    .map((e) => e.json<AgentRecord>())
+    .map((e) => readAgentRecord(e.key, e.json<unknown>()))
     .filter((r) => r.desired !== "killed")
     .map((r) => r.id)
     .sort();

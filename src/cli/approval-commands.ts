@@ -3,25 +3,31 @@ import type { NatsConnection } from "@nats-io/transport-node";
 import { KovaError, isKovaError } from "../core/errors.js";
 import { isValidId } from "../core/ids.js";
 import { BusErrorCode } from "../bus/index.js";
-import { ApprovalErrorCode } from "../agents/approvals.js";
+import { APPROVAL_ID_FORM, ApprovalErrorCode } from "../agents/approvals.js";
 import { approveSubject, controlRequest, type ApproveReply } from "../node/control.js";
 import { WorkflowErrorCode } from "../workflow/index.js";
 import { targetOptions, type TargetOpts } from "./target.js";
 import { sendSignal, withClient } from "./workflow-commands.js";
 
 /**
- * `kova approve|reject <runId> <approvalId>`: one command for both kinds of approval.
+ * `kova approve|reject <runId> <approvalId|callId>`: one command for both kinds of approval.
  * An agent's tool call waiting for approval is decided through the nodes' `approve`
  * endpoint (`kova.<c>.control.approve`), which records the decision in the approvals
- * bucket; when the cluster has no such agent approval, the ids are tried as a workflow
- * run's approval wait (a `workflow.signal` to the run).
+ * bucket; it is named by its approval id (`ap-` and 12 hex characters, as the gate makes
+ * them) or by the tool call's id (any other form), which the endpoint resolves. When the
+ * cluster has no such agent approval, the ids are tried as a workflow run's approval wait
+ * (a `workflow.signal` to the run).
  */
 export function register(program: Command): void {
   for (const [name, approved] of [
     ["approve", true],
     ["reject", false],
   ] as const) {
-    targetOptions(program.command(`${name} <runId> <approvalId>`).description(`${name} an agent's tool call, or a workflow run's approval wait`))
+    targetOptions(
+      program
+        .command(`${name} <runId> <approvalId>`)
+        .description(`${name} an agent's tool call (by its approval id or the tool call's id), or a workflow run's approval wait`),
+    )
       .option("--comment <text>", "recorded with the decision (a rejected call's comment reaches the model)")
       .option("--by <name>", "who decides (default: $USER)")
       .action((runId: string, approvalId: string, o: TargetOpts & { comment?: string; by?: string }) =>
@@ -31,7 +37,10 @@ export function register(program: Command): void {
           const decision = { approved, ...(by ? { by } : {}), ...(o.comment ? { comment: o.comment } : {}) };
           const agent = await decideAgentApproval(client.bus.nc, client.bus.cluster, runId, approvalId, decision);
           if (!(agent instanceof Error)) {
-            process.stdout.write(`${agent.changed ? verb : `already ${verb}`} ${approvalId} of ${runId} (agent ${agent.agentId}, tool ${agent.tool})\n`);
+            const call = agent.approvalId === approvalId ? "" : ` (tool call ${agent.callId})`;
+            process.stdout.write(
+              `${agent.changed ? verb : `already ${verb}`} ${agent.approvalId}${call} of ${runId} (agent ${agent.agentId}, tool ${agent.tool})\n`,
+            );
             return;
           }
           let outcome: string;
@@ -60,20 +69,22 @@ export function register(program: Command): void {
 
 /**
  * Decides an agent's tool-call approval through the nodes' `approve` endpoint.
+ * @param id an approval id, or the id of the tool call it holds
  * @returns the reply, or the reason it is not an agent approval (no such record, no node
- *   answering, ids an agent approval cannot have: a workflow's `approve.2` inside a loop)
+ *   answering, a run id an agent run cannot have)
  * @throws the endpoint's other errors (already decided, invalid)
  */
 async function decideAgentApproval(
   nc: NatsConnection,
   cluster: string,
   runId: string,
-  approvalId: string,
+  id: string,
   decision: { approved: boolean; by?: string; comment?: string },
 ): Promise<ApproveReply | Error> {
-  if (!isValidId(runId) || !isValidId(approvalId)) return new Error(`${approvalId} is not an agent approval id`);
+  if (!isValidId(runId)) return new Error(`${runId} is not an agent run id`);
+  const target = APPROVAL_ID_FORM.test(id) ? { approvalId: id } : { callId: id };
   try {
-    return await controlRequest<ApproveReply>(nc, approveSubject(cluster), { runId, approvalId, ...decision });
+    return await controlRequest<ApproveReply>(nc, approveSubject(cluster), { runId, ...target, ...decision });
   } catch (err) {
     if (isKovaError(err, ApprovalErrorCode.APPROVAL_NOT_FOUND) || isKovaError(err, BusErrorCode.NO_RESPONDERS)) return err as Error;
     throw err;

@@ -1,8 +1,10 @@
 import type { Command } from "commander";
 import { pino } from "pino";
-import { ErrorCode, KovaError, isKovaError } from "../core/errors.js";
+import { ArgumentError, KovaError, isKovaError } from "../core/errors.js";
 import { instanceId } from "../core/ids.js";
-import { CORE_MESSAGE_TYPES, KovaClient, isWellFormedType, type MessageType } from "../bus/index.js";
+import { CORE_MESSAGE_TYPES, KovaClient, isWellFormedType, knownDlqReasons, type MessageType } from "../bus/index.js";
+// Defines the actor runtime's DLQ reasons, which `dlq ls --reason` lists beside the bus's.
+import "../actors/errors.js";
 import { resolveTarget, targetOptions, type TargetOpts } from "./target.js";
 import { BusErrorCode } from "../bus/errors.js";
 import { print, table } from "./output.js";
@@ -62,6 +64,8 @@ export function register(program: Command): void {
     .option("--chat", "send agent.chat (needs --session) instead of task_delegate")
     .option("--max-tokens <n>", "constraints.max_tokens of the task")
     .option("--deadline <when>", 'constraints.deadline: "5min", milliseconds or an ISO date')
+    .option("--priority <n>", 'constraints.priority: the run\'s model-call priority under scheduling = "priority" (-100..100, higher first)')
+    .option("--for-user <id>", "constraints.user: the end user the run is for (its fair-share key and user_max_tokens group)")
     .option("-v, --verbose", "show tool calls on stderr")
     .option("--json", "print JSON")
     .option("--timeout <ms>", "how long to wait for the reply (default 600000 for a question to an agent, 120000 with --type)")
@@ -70,7 +74,7 @@ export function register(program: Command): void {
         const agentId = address(target, o.key);
         if (o.type === undefined) {
           if (text.length === 0)
-            throw new KovaError(ErrorCode.INVALID_CONFIG, 'say what to ask: kova ask <agent> "your question" (or give --type and --payload for a raw message)');
+            throw new ArgumentError("text", 'say what to ask: kova ask <agent> "your question" (or give --type and --payload for a raw message)');
           return askAgentCommand(client, agentId, text.join(" "), { ...o, timeout: String(positive(o.timeout ?? "600000", "--timeout")) });
         }
         const reply = await client.ask(agentId, messageType(o.type), payload(o.payload), {
@@ -135,7 +139,7 @@ export function register(program: Command): void {
 
   const dlq = program.command("dlq").description("dead letters");
   common(dlq.command("ls").description("list the newest dead letters"))
-    .option("--reason <reason>", "only this reason (malformed_msgpack, invalid_json, invalid_envelope, unknown_type, payload_too_large, expired, max_deliver)")
+    .option("--reason <reason>", `only this reason (${knownDlqReasons().join(", ")})`)
     .option("--limit <n>", "at most this many", "50")
     .option("--json", "print JSON (bodies base64)")
     .action((o: BusOpts & { reason?: string; limit: string }) =>
@@ -219,12 +223,12 @@ function payload(text: string | undefined): unknown {
   try {
     return JSON.parse(text ?? "null");
   } catch (err) {
-    throw new KovaError(BusErrorCode.INVALID_ENVELOPE, `--payload is not valid JSON (${(err as Error).message}): quote it, e.g. --payload '{"topic":"nats"}'`);
+    throw new ArgumentError("--payload", `is not valid JSON (${(err as Error).message}): quote it, e.g. --payload '{"topic":"nats"}'`);
   }
 }
 
 function positive(value: string | undefined, flag: string): number {
   const n = Number(value);
-  if (!Number.isFinite(n) || n <= 0) throw new KovaError(ErrorCode.INVALID_CONFIG, `${flag} must be a positive number, got ${JSON.stringify(value)}`);
+  if (!Number.isFinite(n) || n <= 0) throw new ArgumentError(flag, `must be a positive number, got ${JSON.stringify(value)}`);
   return n;
 }

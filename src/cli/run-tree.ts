@@ -66,11 +66,12 @@ export class RunTree {
       case "run_completed":
       case "run_failed": {
         const u = d.usage as Record<string, unknown> | undefined;
-        // A run's final usage is its total; model_response usages add up until then.
+        // A run's final usage is its total; model_response usages add up until then. A model
+        // call's cost is `costUsd` beside its usage (docs/protocol.md), not inside it.
         if (u && e.type === "model_response") {
           n.inputTokens += num(u.inputTokens);
           n.outputTokens += num(u.outputTokens);
-          n.costUsd += num(u.costUsd);
+          n.costUsd += num(d.costUsd);
         } else if (u && !(n.runId && this.hasChildren(n.runId))) {
           n.inputTokens = Math.max(n.inputTokens, num(u.inputTokens));
           n.outputTokens = Math.max(n.outputTokens, num(u.outputTokens));

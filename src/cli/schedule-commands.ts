@@ -2,18 +2,22 @@ import type { Command } from "commander";
 import { ArgumentError } from "../core/errors.js";
 import { controlRequest, schedulesSubject } from "../node/control.js";
 import type { ScheduleView } from "../node/schedules.js";
+import { scheduleTarget } from "../node/schedule-spec.js";
 import { withCluster } from "./cluster-commands.js";
 import { print, table } from "./output.js";
 import { targetOptions, type TargetOpts } from "./target.js";
+import { parseInputs } from "./workflow-commands.js";
+import { loadWorkflowFile } from "../workflow/index.js";
 
 interface AddOpts extends TargetOpts {
   cron?: string;
   every?: string;
   tz?: string;
-  to: string;
+  to?: string;
+  workflow?: string;
   type?: string;
   payload?: string;
-  input?: string;
+  input: string[];
   catchUp?: string;
 }
 
@@ -27,14 +31,20 @@ export function register(program: Command): void {
     .option("--cron <expr>", 'cron expression, e.g. "0 8 * * 1-5" (minute hour day month weekday)')
     .option("--every <duration>", 'interval instead of cron, e.g. "30s", "15m", "1h"')
     .option("--tz <zone>", "time zone of the cron expression (default UTC), e.g. Europe/Berlin")
-    .requiredOption("--to <agentId>", "the agent (or template instance) the message goes to")
-    .option("-t, --type <type>", "message type", "task_delegate")
+    .option("--to <agentId>", "the agent (or template instance) the message goes to")
+    .option("--workflow <file>", "instead of --to: start one run of this workflow file (TOML or JSON) per tick")
+    .option("-t, --type <type>", "message type (default task_delegate)")
     .option("-p, --payload <json>", "payload as JSON")
-    .option("--input <text>", 'shorthand for --payload \'{"input": "<text>"}\'')
+    .option(
+      "--input <value>",
+      'with --to, shorthand for --payload \'{"input": "<text>"}\'; with --workflow, the run\'s input: name=value (repeatable) or a JSON object',
+      (v: string, all: string[]) => [...all, v],
+      [],
+    )
     .option("--catch-up <policy>", "after all nodes were down: skip the missed ticks, or run_once for them", "skip")
     .action((id: string, o: AddOpts) =>
       withCluster(o, async (nc, cluster) => {
-        const schedule: Record<string, unknown> = { id, to: o.to, type: o.type, payload: payloadOf(o), catch_up: o.catchUp };
+        const schedule: Record<string, unknown> = { id, ...(await targetOf(o)), catch_up: o.catchUp };
         if (o.cron !== undefined) schedule.cron = o.cron;
         if (o.every !== undefined) schedule.every = /^\d+$/.test(o.every) ? Number(o.every) : o.every;
         if (o.tz !== undefined) schedule.tz = o.tz;
@@ -54,8 +64,8 @@ export function register(program: Command): void {
           list.map((s) => [
             s.spec.id,
             s.spec.cron ? `cron ${s.spec.cron}${s.spec.tz ? ` (${s.spec.tz})` : ""}` : `every ${s.spec.everyMs} ms`,
-            s.spec.to,
-            s.spec.type,
+            scheduleTarget(s.spec),
+            s.spec.workflow ? "workflow.start" : (s.spec.type ?? ""),
             s.spec.catchUp,
             new Date(s.lastTick).toISOString(),
             s.next.map((t) => new Date(t).toISOString()).join(", "),
@@ -72,9 +82,29 @@ export function register(program: Command): void {
   );
 }
 
+/**
+ * What the schedule sends: a message (`--to`), or runs of a workflow (`--workflow`), whose
+ * file is read and checked here so that the stored schedule never depends on it again.
+ */
+async function targetOf(o: AddOpts): Promise<Record<string, unknown>> {
+  if ((o.to === undefined) === (o.workflow === undefined))
+    throw new ArgumentError("--to", "give --to <agentId> (a message) or --workflow <file> (a run per tick)");
+  if (o.workflow === undefined) return { to: o.to, type: o.type ?? "task_delegate", payload: payloadOf(o) };
+  for (const [flag, v] of [
+    ["--type", o.type],
+    ["--payload", o.payload],
+  ] as const) {
+    if (v !== undefined) throw new ArgumentError(flag, "is for a message schedule (--to): a workflow schedule takes --input");
+  }
+  const { raw } = await loadWorkflowFile(o.workflow);
+  return { workflow: raw, input: parseInputs(o.input) };
+}
+
 function payloadOf(o: AddOpts): unknown {
-  if (o.input !== undefined && o.payload !== undefined) throw new ArgumentError("--input", "give --input or --payload, not both");
-  if (o.input !== undefined) return { input: o.input };
+  if (o.input.length > 1) throw new ArgumentError("--input", "a message schedule takes one --input text (or --payload)");
+  const input = o.input[0];
+  if (input !== undefined && o.payload !== undefined) throw new ArgumentError("--input", "give --input or --payload, not both");
+  if (input !== undefined) return { input };
   if (o.payload === undefined) return null;
   try {
     return JSON.parse(o.payload) as unknown;

@@ -17,12 +17,25 @@ interface SwarmRunOpts extends TargetOpts {
   plan?: string;
 }
 
-/** `kova swarm run "<task>" --coordinator <id> [--follow]` (docs/swarm.md). */
+/**
+ * Whether `kova swarm run` draws the run tree: as `--follow` / `--no-follow` say, else only
+ * when stdout is a terminal and the answer is not asked for as `--json`, so piped output
+ * (and JSON) stays the answer alone, for a script to read.
+ */
+export function followsRunTree(o: { follow?: boolean; json?: boolean }, stdout: { isTTY?: boolean }): boolean {
+  return o.follow ?? (o.json !== true && stdout.isTTY === true);
+}
+
+/** `kova swarm run "<task>" --coordinator <id> [--follow | --no-follow]` (docs/swarm.md). */
 export function register(program: Command): void {
   const swarm = program.command("swarm").description("swarms: a coordinator splits a task over agents and writes one answer");
-  targetOptions(swarm.command("run <task>").description("run a swarm and print its answer"))
+  targetOptions(swarm.command("run <task>").description("run a swarm and print its answer, after its run tree drawn live on a terminal"))
     .requiredOption("--coordinator <id>", "the coordinator's agent id (a [[swarms]] id)")
-    .option("-f, --follow", "draw the run tree live (the coordinator, its subtasks' runs and theirs), as kova events tail --tree does")
+    .option(
+      "-f, --follow",
+      "draw the run tree live (the coordinator, its subtasks' runs and theirs), as kova events tail --tree does; the default when stdout is a terminal (without --json)",
+    )
+    .option("--no-follow", "print only the answer, also on a terminal")
     .option("--session <id>", "session id of the run tree (default: the run id)")
     .option("--deadline <duration>", 'swarm deadline, e.g. "90s" or "5min" (default: the coordinator\'s)')
     .option("--max-tokens <n>", "max_tokens of the coordinator's own model calls")
@@ -42,7 +55,7 @@ export function register(program: Command): void {
           constraints.max_tokens = n;
         }
         if (o.budgetGroup) constraints.budget_group = o.budgetGroup;
-        const view = o.follow ? new LiveRunTree(process.stdout) : undefined;
+        const view = followsRunTree(o, process.stdout) ? new LiveRunTree(process.stdout) : undefined;
         const result = await runSwarm(client, o.coordinator, task, {
           ...(o.session ? { sessionId: o.session } : {}),
           ...(Object.keys(constraints).length ? { constraints } : {}),

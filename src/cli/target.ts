@@ -1,8 +1,9 @@
-import { readFileSync } from "node:fs";
 import type { Command } from "commander";
 import { ArgumentError } from "../core/errors.js";
 import type { NatsSecurity } from "../bus/index.js";
+import { redactUrls, urlHasCredentials } from "../bus/nats-security.js";
 import { loadConfig } from "../node/config.js";
+import { readableFile, secretFromFlags } from "./secret-flags.js";
 
 /** The options every networked CLI command takes to find its cluster and prove who it is. */
 export interface TargetOpts {
@@ -49,9 +50,15 @@ export function targetOptions(cmd: Command): Command {
  * Which NATS servers and cluster a command talks to, and with which credentials.
  * Precedence: flags, then the environment (NATS_URL, KOVA_CLUSTER), then the `--config`
  * file, then the defaults a single-node quick start uses.
- * @throws ArgumentError for a flag naming an unset variable or an unreadable file; ConfigError from --config
+ * @throws ArgumentError for a --server URL with credentials, a flag naming an unset variable or an unreadable file; ConfigError from --config
  */
 export async function resolveTarget(o: TargetOpts): Promise<{ urls: string; cluster: string; security?: NatsSecurity }> {
+  if (o.server?.split(",").some(urlHasCredentials)) {
+    throw new ArgumentError(
+      "--server",
+      `${redactUrls(o.server.split(",")).join(",")} holds credentials, which show in \`ps\` and shell history: pass --user with --password-env or --password-file (or --token-env / --token-file, --nkey-file, --creds), or set NATS_URL`,
+    );
+  }
   let urls = o.server ?? process.env.NATS_URL;
   let cluster = o.cluster ?? process.env.KOVA_CLUSTER;
   let security: NatsSecurity | undefined;
@@ -69,38 +76,19 @@ export async function resolveTarget(o: TargetOpts): Promise<{ urls: string; clus
 function securityFromFlags(o: TargetOpts): NatsSecurity | undefined {
   const sec: NatsSecurity = {};
   if (o.user) sec.user = o.user;
-  const password = secret(o.passwordEnv, o.passwordFile, "--password-env", "--password-file");
+  const password = secretFromFlags(o.passwordEnv, o.passwordFile, "--password-env", "--password-file");
   if (password !== undefined) sec.password = password;
-  const token = secret(o.tokenEnv, o.tokenFile, "--token-env", "--token-file");
+  const token = secretFromFlags(o.tokenEnv, o.tokenFile, "--token-env", "--token-file");
   if (token !== undefined) sec.token = token;
-  const seed = secret(undefined, o.nkeyFile, "", "--nkey-file");
+  const seed = secretFromFlags(undefined, o.nkeyFile, "", "--nkey-file");
   if (seed !== undefined) sec.nkeySeed = seed;
-  if (o.creds) sec.credsFile = readable(o.creds, "--creds");
+  if (o.creds) sec.credsFile = readableFile(o.creds, "--creds");
   const tls = {
-    ...(o.tlsCa ? { caFile: readable(o.tlsCa, "--tls-ca") } : {}),
-    ...(o.tlsCert ? { certFile: readable(o.tlsCert, "--tls-cert") } : {}),
-    ...(o.tlsKey ? { keyFile: readable(o.tlsKey, "--tls-key") } : {}),
+    ...(o.tlsCa ? { caFile: readableFile(o.tlsCa, "--tls-ca") } : {}),
+    ...(o.tlsCert ? { certFile: readableFile(o.tlsCert, "--tls-cert") } : {}),
+    ...(o.tlsKey ? { keyFile: readableFile(o.tlsKey, "--tls-key") } : {}),
   };
   if (Object.keys(tls).length > 0) sec.tls = tls;
   if (o.inboxPrefix) sec.inboxPrefix = o.inboxPrefix;
   return Object.keys(sec).length > 0 ? sec : undefined;
-}
-
-function secret(envName: string | undefined, file: string | undefined, envFlag: string, fileFlag: string): string | undefined {
-  if (envName !== undefined) {
-    const value = process.env[envName];
-    if (!value) throw new ArgumentError(envFlag, `environment variable ${envName} is not set: export it first`);
-    return value;
-  }
-  if (file !== undefined) return readFileSync(readable(file, fileFlag), "utf8").replace(/\r?\n$/, "");
-  return undefined;
-}
-
-function readable(path: string, flag: string): string {
-  try {
-    readFileSync(path, { flag: "r" });
-  } catch (err) {
-    throw new ArgumentError(flag, `cannot read ${path} (${(err as NodeJS.ErrnoException).code ?? String(err)}): check the path and its permissions`);
-  }
-  return path;
 }

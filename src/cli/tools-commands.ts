@@ -3,9 +3,8 @@ import type { NatsConnection } from "@nats-io/transport-node";
 import { KovaError } from "../core/errors.js";
 import { BusErrorCode } from "../bus/errors.js";
 import { controlRequest, nodeSubject, type ToolsReply, type ToolView } from "../node/control.js";
-import { nodesBucket, type NodeRecord } from "../node/membership.js";
-import { agentsBucket, readAgentRecord } from "../node/registry.js";
-import { openExisting, readBucket, withCluster } from "./cluster-commands.js";
+import { nodesBucket, readNodeRecord } from "../node/membership.js";
+import { readAgent, readBucket, withCluster } from "./cluster-commands.js";
 import { print, table } from "./output.js";
 import { targetOptions, type TargetOpts } from "./target.js";
 
@@ -27,12 +26,13 @@ export function register(program: Command): void {
         if (o.json) return print(reply);
         if (reply.tools.length === 0) {
           process.stdout.write(agent ? `agent ${agent} has no tools\n` : `node ${reply.node} has no tool registry (it hosts no agents)\n`);
-          return;
+        } else {
+          table(
+            ["TOOL", "ARGUMENTS", "IDEMPOTENCY", "APPROVAL", "SOURCE", "DESCRIPTION"],
+            reply.tools.map((t) => [t.name, signature(t), t.idempotency, t.requiresApproval ? "required" : "-", t.source, oneLine(t.description, 60)]),
+          );
         }
-        table(
-          ["TOOL", "ARGUMENTS", "IDEMPOTENCY", "APPROVAL", "SOURCE", "DESCRIPTION"],
-          reply.tools.map((t) => [t.name, signature(t), t.idempotency, t.requiresApproval ? "required" : "-", t.source, oneLine(t.description, 60)]),
-        );
+        for (const t of reply.skipped ?? []) process.stdout.write(`not offered: ${t.name} (${t.source}): ${t.reason}\n`);
       }),
     );
 }
@@ -40,8 +40,7 @@ export function register(program: Command): void {
 /** The node to ask: the agent's host, else the first live node. */
 async function pickNode(nc: NatsConnection, cluster: string, agent: string | undefined): Promise<string> {
   if (agent !== undefined) {
-    const entry = await (await openExisting(nc, agentsBucket(cluster), cluster)).get(agent);
-    const record = entry && entry.operation === "PUT" ? readAgentRecord(agent, entry.json<unknown>()) : undefined;
+    const record = await readAgent(nc, cluster, agent);
     if (!record)
       throw new KovaError(BusErrorCode.UNKNOWN_AGENT, `no agent ${agent} in cluster ${cluster}: check the id with kova agents ls`, {
         data: { agentId: agent },
@@ -49,7 +48,7 @@ async function pickNode(nc: NatsConnection, cluster: string, agent: string | und
     if (record.node) return record.node;
   }
   const now = Date.now();
-  const live = (await readBucket<NodeRecord>(nc, nodesBucket(cluster), cluster)).filter((n) => n.state === "up" && now - n.heartbeatAt < 15_000);
+  const live = (await readBucket(nc, nodesBucket(cluster), cluster, readNodeRecord)).filter((n) => n.state === "up" && now - n.heartbeatAt < 15_000);
   if (live.length === 0) throw new KovaError(BusErrorCode.NO_RESPONDERS, `no live node in cluster ${cluster}: start one with kova node start`);
   return live[0]!.id;
 }

@@ -1,7 +1,14 @@
-import type { Command } from "commander";
+import { Option, type Command } from "commander";
+import { ArgumentError } from "../core/errors.js";
 import { inspectWal, keyFromEnv, verifyWal, type WalInspection, type WalVerification } from "../wal/index.js";
+import { secretFromFlags } from "./secret-flags.js";
 
 interface KeyOpts {
+  keyEnv?: string;
+  keyFile?: string;
+  hmacKeyEnv?: string;
+  hmacKeyFile?: string;
+  /** The refused forms that took the key itself as the flag's value. */
   key?: string;
   hmacKey?: string;
   json?: boolean;
@@ -13,16 +20,22 @@ export const EXIT_CORRUPT = 2;
 
 /**
  * `kova wal inspect <dir>` and `kova wal verify <dir>`: offline, read-only views of a
- * node's WAL (safe next to a running node). Keys come from `--key` / `--hmac-key` or
- * the environment (`KOVA_WAL_KEY`, `KOVA_WAL_HMAC_KEY`), in the forms `hex:…`,
- * `base64:…` or a passphrase.
+ * node's WAL (safe next to a running node). Keys come from the environment variable or
+ * the file a flag names (`--key-env` / `--key-file`, `--hmac-key-env` / `--hmac-key-file`;
+ * default `KOVA_WAL_KEY`, `KOVA_WAL_HMAC_KEY`), in the forms `hex:…`, `base64:…` or a
+ * passphrase, never from a flag's value: that shows in `ps` and in shell history.
  */
 export function register(program: Command): void {
   const wal = program.command("wal").description("inspect and verify a node's write-ahead log");
   const keys = (cmd: Command) =>
     cmd
-      .option("--key <key>", "encryption key (default: KOVA_WAL_KEY)")
-      .option("--hmac-key <key>", "HMAC chain key (default: KOVA_WAL_HMAC_KEY)")
+      .option("--key-env <var>", "environment variable holding the encryption key (default: KOVA_WAL_KEY)")
+      .option("--key-file <file>", "file holding the encryption key")
+      .option("--hmac-key-env <var>", "environment variable holding the HMAC chain key (default: KOVA_WAL_HMAC_KEY)")
+      .option("--hmac-key-file <file>", "file holding the HMAC chain key")
+      // Still parsed, to refuse them with the fix instead of commander's "unknown option".
+      .addOption(new Option("--key <key>").hideHelp())
+      .addOption(new Option("--hmac-key <key>").hideHelp())
       .option("--json", "print JSON");
 
   keys(wal.command("inspect <dir>").description("records with status, head/tail, epoch"))
@@ -43,10 +56,22 @@ export function register(program: Command): void {
   );
 }
 
+/** @throws ArgumentError for a key given as a flag value, an unset variable or an unreadable file */
 function resolveKeys(o: KeyOpts): { key?: string; hmacKey?: string } {
+  for (const [given, flag] of [
+    [o.key, "--key"],
+    [o.hmacKey, "--hmac-key"],
+  ] as const) {
+    if (given !== undefined) {
+      throw new ArgumentError(
+        flag,
+        `a key given as a flag value shows in \`ps\` and in shell history, so it is not accepted: use ${flag}-env <VAR> or ${flag}-file <PATH> (or set ${flag === "--key" ? "KOVA_WAL_KEY" : "KOVA_WAL_HMAC_KEY"}), and change the key if it was already used this way`,
+      );
+    }
+  }
   const out: { key?: string; hmacKey?: string } = {};
-  const key = o.key ?? keyFromEnv("KOVA_WAL_KEY");
-  const hmacKey = o.hmacKey ?? keyFromEnv("KOVA_WAL_HMAC_KEY");
+  const key = secretFromFlags(o.keyEnv, o.keyFile, "--key-env", "--key-file") ?? keyFromEnv("KOVA_WAL_KEY");
+  const hmacKey = secretFromFlags(o.hmacKeyEnv, o.hmacKeyFile, "--hmac-key-env", "--hmac-key-file") ?? keyFromEnv("KOVA_WAL_HMAC_KEY");
   if (key !== undefined) out.key = key;
   if (hmacKey !== undefined) out.hmacKey = hmacKey;
   return out;

@@ -11,11 +11,12 @@ import {
   checkInput,
   loadWorkflowFile,
   newRunId,
+  readRunState,
   runSummary,
+  startMessageId,
   WORKFLOW_ACTOR_TYPE,
   WorkflowErrorCode,
   WorkflowMessageType,
-  type RunState,
   type RunSummary,
 } from "../workflow/index.js";
 import { print, table } from "./output.js";
@@ -68,7 +69,7 @@ export async function startRun(
     runId,
     WorkflowMessageType.start,
     { workflow: opts.raw, input: opts.input, sessionId, ...(opts.parentRunId ? { parentRunId: opts.parentRunId } : {}) },
-    { id: `${runId}-start` },
+    { id: startMessageId(runId) },
   );
   return { runId, sessionId };
 }
@@ -87,7 +88,7 @@ export async function readRun(client: KovaClient, runId: string): Promise<RunSum
   }
   const store = await NatsCheckpointStore.open({ js: client.bus.js, cluster: client.bus.cluster });
   const cp = await store.load(runId);
-  const state = cp?.state as RunState | undefined;
+  const state = cp?.state === undefined ? undefined : readRunState(runId, cp.state);
   if (!state?.runId)
     throw new KovaError(
       WorkflowErrorCode.RUN_NOT_FOUND,
@@ -265,7 +266,8 @@ export function register(program: Command): void {
         const store = await NatsCheckpointStore.open({ js: client.bus.js, cluster: client.bus.cluster });
         const runs = await Promise.all(
           records.map(async (r) => {
-            const state = (await store.load(r.id))?.state as RunState | undefined;
+            const stored = (await store.load(r.id))?.state;
+            const state = stored === undefined ? undefined : readRunState(r.id, stored);
             return {
               runId: r.id,
               workflowId: state?.workflow?.id ?? null,

@@ -8,6 +8,23 @@
 const registered = new Map<string, string>();
 
 /**
+ * What kind of failure a code reports, for protocols that answer with a class rather than a
+ * code (the `kova-node` service's `Nats-Service-Error-Code`: 400, 404, 504). A layer files its
+ * codes under a kind where it defines them, so no upper layer keeps a switch that must grow a
+ * case for every code a layer adds. A code of no kind is an internal failure (500).
+ */
+export const ErrorKind = {
+  /** The caller sent something wrong (an argument, an id, a config, a message); retrying as is fails again. */
+  BAD_INPUT: "bad_input",
+  /** What the caller named is not there (not hosted here, no such run or approval). */
+  NOT_FOUND: "not_found",
+  TIMEOUT: "timeout",
+} as const;
+export type ErrorKind = (typeof ErrorKind)[keyof typeof ErrorKind];
+
+const kinds = new Map<string, ErrorKind>();
+
+/**
  * Registers a layer's error codes (each key equal to its value, SCREAMING_SNAKE) and
  * returns them frozen, for use as `const XErrorCode = defineErrorCodes("x", {...})`.
  * A registered code arriving over the wire is rebuilt with that code (see RemoteError).
@@ -26,9 +43,28 @@ export function defineErrorCodes<const T extends Record<string, string>>(layer: 
   return Object.freeze(codes);
 }
 
+/**
+ * Files defined codes under their kind, next to where the layer defines them:
+ * `classifyErrorCodes({ [XErrorCode.NO_SUCH_X]: "not_found" })`.
+ * @throws Error for a code no layer defined, or one already filed under another kind
+ */
+export function classifyErrorCodes(kindOf: Readonly<Record<string, ErrorKind>>): void {
+  for (const [code, kind] of Object.entries(kindOf)) {
+    if (!registered.has(code)) throw new Error(`error kind of ${code}: define the code first (defineErrorCodes)`);
+    const before = kinds.get(code);
+    if (before !== undefined && before !== kind) throw new Error(`error code ${code} is already of kind ${before}`);
+    kinds.set(code, kind);
+  }
+}
+
 /** True for a code some loaded layer defined. */
 export function isKnownErrorCode(code: string): boolean {
   return registered.has(code);
+}
+
+/** The kind its layer gave `code` (also for a RemoteError, which keeps the sender's code), or undefined. */
+export function errorKindOf(code: string): ErrorKind | undefined {
+  return kinds.get(code);
 }
 
 export const ErrorCode = defineErrorCodes("core", {
@@ -44,6 +80,12 @@ export const ErrorCode = defineErrorCodes("core", {
   // WAL
   // actors and cluster
   INTERNAL: "INTERNAL",
+});
+classifyErrorCodes({
+  [ErrorCode.INVALID_CONFIG]: "bad_input",
+  [ErrorCode.INVALID_ARGUMENT]: "bad_input",
+  [ErrorCode.INVALID_ID]: "bad_input",
+  [ErrorCode.TIMEOUT]: "timeout",
 });
 
 /** A code of core's list; layers' codes are plain strings defined with defineErrorCodes. */

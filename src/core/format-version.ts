@@ -23,6 +23,18 @@ export class UnsupportedFormatError extends KovaError {
 }
 
 /**
+ * The reader of one kind of record whose fields need no conversion: it checks `v` and
+ * returns the value as it is (e.g. readLeaseRecord, readNodeRecord).
+ * @param describe names the record of a key for the error, e.g. "lease of actor c1"
+ */
+export function formatReader<T>(describe: (key: string) => string, readable: readonly number[]): (key: string, value: unknown) => T {
+  return (key, value) => {
+    checkFormatVersion(describe(key), (value as { v?: unknown } | null | undefined)?.v, readable);
+    return value as T;
+  };
+}
+
+/**
  * @param record names the record for the error, e.g. `checkpoint of actor c1`
  * @returns the version (1 when absent)
  * @throws UnsupportedFormatError for a version this build does not read

@@ -30,12 +30,13 @@ import { isValidId, newId } from "../core/ids.js";
 import type { Logger } from "../core/logger.js";
 import { mayUse, type Principal } from "./auth.js";
 import type { GatewayHttpError } from "./errors.js";
+import type { SignalReply } from "../node/control.js";
 import type { RunClient } from "./runs.js";
 import type { NatsTaskStore } from "./task-store.js";
 import { ownerOf } from "./task-store.js";
 import { isTerminal, kovaMeta, messageText, newTask, type KovaTaskMeta } from "./task-projection.js";
 import type { LiveTask, TaskTracker } from "./task-tracker.js";
-import { scopedSessionId } from "./sessions.js";
+import { endUserOf, scopedSessionId } from "./sessions.js";
 
 /** The A2A `User` of a request: the API key that authenticated it. */
 export class KeyUser implements User {
@@ -117,9 +118,9 @@ export class KovaA2AHandler implements A2ARequestHandler {
   }
 
   /**
-   * Interrupts the task's run (the node's `interrupt` signal) and waits for it to end.
-   * A run still queued behind the agent's other messages cannot be interrupted yet: the
-   * signal would stop whatever the agent is running now.
+   * Interrupts the task's run (the node's `interrupt` signal naming the run's message) and
+   * waits for it to end. A task still queued behind the agent's other messages is canceled
+   * at once: the agent's host cuts that message's turn as it starts (docs/gateway.md).
    */
   async cancelTask(params: CancelTaskRequest, context: ServerCallContext): Promise<Task> {
     const stored = await this.load(params.id, context);
@@ -127,23 +128,23 @@ export class KovaA2AHandler implements A2ARequestHandler {
     if (isTerminal(stored.status?.state)) throw new TaskNotCancelableError(`task ${params.id} has already ended (${TaskState[stored.status!.state]})`);
     const live = this.deps.tracker.watch(stored);
     await live.whenCaughtUp(CATCH_UP_MS);
-    if (live.projection.state === TaskState.TASK_STATE_SUBMITTED) {
-      throw new TaskNotCancelableError(`task ${params.id} has not started: its message waits behind the agent's other work; cancel it once it is working`);
-    }
     if (!live.projection.terminal) {
       const { agentId, messageId } = kovaMeta(stored);
       // Without the message's id the signal would cut whatever the agent runs now: maybe another key's turn.
       if (!messageId)
         throw new TaskNotCancelableError(`task ${params.id} was started by an older gateway that did not record its message id: it cannot be cancelled safely`);
+      const interrupt = () => this.deps.runs.interrupt(agentId, messageId);
+      let reply: SignalReply;
       try {
-        await this.deps.runs.interrupt(agentId, messageId);
+        reply = await interrupt();
       } catch (err) {
         throw new TaskNotCancelableError({
           message: `could not interrupt agent ${agentId}: ${err instanceof Error ? err.message : String(err)}`,
           cause: err,
         });
       }
-      await Promise.race([live.done, new Promise((r) => setTimeout(r, CANCEL_WAIT_MS))]);
+      if (await this.stillQueued(live, reply)) await live.cancelQueued(interrupt);
+      else await Promise.race([live.done, new Promise((r) => setTimeout(r, CANCEL_WAIT_MS))]);
     }
     if (live.projection.state !== TaskState.TASK_STATE_CANCELED) {
       throw new TaskNotCancelableError(`task ${params.id} ended ${TaskState[live.projection.state]} before the interrupt took effect`);
@@ -174,6 +175,18 @@ export class KovaA2AHandler implements A2ARequestHandler {
   }
   async deleteTaskPushNotificationConfig(_p: DeleteTaskPushNotificationConfigRequest, _c: ServerCallContext): Promise<void> {
     throw new PushNotificationNotSupportedError();
+  }
+
+  /**
+   * Whether the run had not started when the interrupt reached its agent's host: the host
+   * was running another message (`when_started`), and the run has no event this replica
+   * has not read, none of them a start (a replay still behind may not have read it yet).
+   */
+  private async stillQueued(live: LiveTask, reply: SignalReply): Promise<boolean> {
+    if (reply.interrupted !== "when_started" || live.projection.state !== TaskState.TASK_STATE_SUBMITTED) return false;
+    const { sessionId, runId } = kovaMeta(live.task);
+    const last = await this.deps.runs.lastSeq(sessionId, runId).catch(() => Number.MAX_SAFE_INTEGER);
+    return last <= live.position;
   }
 
   /** The stored task, or (while it runs) the watched one, replayed up to now. */
@@ -233,6 +246,7 @@ export class KovaA2AHandler implements A2ARequestHandler {
       messageId: newId(),
     };
     const task = newTask({ taskId: runId, contextId, message, meta });
+    const user = endUserOf(principal, undefined);
     await this.deps.store.save(task, context);
     this.deps.log.debug({ taskId: runId, agentId }, "a2a task started");
     return this.deps.tracker.start(task, {
@@ -244,6 +258,7 @@ export class KovaA2AHandler implements A2ARequestHandler {
       runId,
       messageId: meta.messageId!,
       timeoutMs: this.deps.taskTimeoutMs,
+      ...(user ? { constraints: { user } } : {}),
     });
   }
 }

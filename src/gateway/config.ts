@@ -79,12 +79,7 @@ export function parseGatewayConfig(raw: ConfigTable | undefined, opts: { baseDir
   const { host, port } = listenAddress(stringValue(t.listen, "gateway.listen") ?? `127.0.0.1:${DEFAULT_GATEWAY_PORT}`);
   const auth = t.auth ?? "keys";
   if (auth !== "keys" && auth !== "none") throw new ConfigError("gateway.auth", `must be "keys" or "none", not ${JSON.stringify(auth)}`);
-  if (auth === "none" && !isLoopback(host)) {
-    throw new ConfigError(
-      "gateway.auth",
-      `"none" is only accepted on a loopback address, and listen is ${host}: use listen = "127.0.0.1:${port}", or keep auth = "keys" and add keys with kova gateway keys add`,
-    );
-  }
+  requireLoopbackWithoutAuth({ auth, host, port });
   const publicUrl = stringValue(t.public_url, "gateway.public_url");
   if (publicUrl !== undefined && !/^https?:\/\/[^\s]+$/.test(publicUrl)) {
     throw new ConfigError("gateway.public_url", `must be an http(s) URL such as "https://kova.example.com", not ${JSON.stringify(publicUrl)}`);
@@ -110,6 +105,20 @@ function listenAddress(listen: string): { host: string; port: number } {
   const port = m ? Number(m[2]) : Number.NaN;
   if (!m || port > 65535) throw new ConfigError("gateway.listen", `must be host:port such as "0.0.0.0:8080", not ${JSON.stringify(listen)}`);
   return { host: m[1]!.replace(/^\[|\]$/g, ""), port };
+}
+
+/**
+ * No endpoint without a key unless only this machine can reach it: checked where a config
+ * is parsed and again where a gateway starts (a config built in code is not parsed).
+ * @throws ConfigError for `auth = "none"` on an address other machines can reach
+ */
+export function requireLoopbackWithoutAuth(c: Pick<GatewayConfig, "auth" | "host" | "port">): void {
+  if (c.auth === "none" && !isLoopback(c.host)) {
+    throw new ConfigError(
+      "gateway.auth",
+      `"none" is only accepted on a loopback address, and listen is ${c.host}: use listen = "127.0.0.1:${c.port}", or keep auth = "keys" and add keys with kova gateway keys add`,
+    );
+  }
 }
 
 /** True for addresses only this machine can reach. */

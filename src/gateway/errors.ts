@@ -18,6 +18,8 @@ export const GatewayErrorCode = defineErrorCodes("gateway", {
   NO_NODE: "NO_NODE",
   /** The agent's run ended failed or cancelled, or gave no answer in time. */
   RUN_FAILED: "RUN_FAILED",
+  /** A streamed answer whose model stream was retried and said otherwise than what was already sent (openai.ts). */
+  STREAM_DIVERGED: "STREAM_DIVERGED",
 });
 
 /** An HTTP-facing failure: the status to answer with, and a code and message for the body. */

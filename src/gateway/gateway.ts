@@ -11,7 +11,7 @@ import { KovaA2AHandler, KeyUser, type A2AHandlerDeps } from "./a2a-handler.js";
 import { authenticate, mayUse, RateLimiter, requireAgent } from "./auth.js";
 import { limitBodyDepth } from "./body-depth.js";
 import { agentCard, directoryCard, type CardOptions } from "./cards.js";
-import type { GatewayConfig } from "./config.js";
+import { requireLoopbackWithoutAuth, type GatewayConfig } from "./config.js";
 import { GatewayErrorCode, GatewayHttpError } from "./errors.js";
 import { ConfigError } from "../core/errors.js";
 import { KeyRing } from "./keys.js";
@@ -92,9 +92,11 @@ export class Gateway {
 
   /**
    * Connects to NATS, opens the registry mirror and the gateway's buckets, and listens.
-   * @throws NatsUnreachableError; the listen error (EADDRINUSE) naming the address
+   * @throws ConfigError for `auth = "none"` on a non-loopback address (before connecting);
+   *   NatsUnreachableError; the listen error (EADDRINUSE) naming the address
    */
   static async start(opts: GatewayOptions): Promise<Gateway> {
+    requireLoopbackWithoutAuth(opts.config);
     // The bus and the registry bind their own component: they get the caller's logger.
     const scope = opts.logger ?? silentLogger();
     const log = componentLogger(scope, "gateway");

@@ -51,7 +51,11 @@ export function generateKey(): string {
   return `kova_${randomBytes(32).toString("base64url")}`;
 }
 
-function readStoredKey(name: string, value: unknown): StoredKey {
+/**
+ * A stored key as this build reads it.
+ * @throws UnsupportedFormatError for a key a newer Kova wrote; an Error for one without a valid hash
+ */
+export function readStoredKey(name: string, value: unknown): StoredKey {
   const k = value as StoredKey;
   checkFormatVersion(`gateway key ${name}`, k?.v, [STORED_KEY_VERSION]);
   if (!isKeyHash(k.hash)) throw new Error(`gateway key ${name} has no valid hash`);
@@ -140,11 +144,14 @@ export class KeyAdmin {
     return { key, record };
   }
 
-  /** Key names with their limits (never their hashes). */
+  /**
+   * Key names with their limits (never their hashes).
+   * @throws UnsupportedFormatError when a newer Kova stored a key (upgrade the CLI)
+   */
   async list(): Promise<Array<Omit<StoredKey, "hash">>> {
     const out: Array<Omit<StoredKey, "hash">> = [];
-    for (const e of (await readKvEntries(this.nc, this.bucket)).values()) {
-      const { hash: _hash, ...rest } = e.json<StoredKey>();
+    for (const [name, e] of await readKvEntries(this.nc, this.bucket)) {
+      const { hash: _hash, ...rest } = readStoredKey(name, e.json<unknown>());
       out.push(rest);
     }
     return out;

@@ -7,11 +7,12 @@ import { mayUse, requireAgent } from "./auth.js";
 import { ErrorCode } from "../core/errors.js";
 import { BusErrorCode } from "../bus/index.js";
 import { GatewayErrorCode, GatewayHttpError } from "./errors.js";
-import { scopedSessionId } from "./sessions.js";
+import { endUserOf, scopedSessionId } from "./sessions.js";
 import { MAX_HISTORY_TURNS, type HistoryTurn } from "../agents/protocol.js";
 import type { RunClient, RunRequest } from "./runs.js";
 import { kovaMeta, newTask, textPart, type RunUsage } from "./task-projection.js";
 import type { TaskTracker } from "./task-tracker.js";
+import { DIVERGED, SentAnswer } from "./sent-answer.js";
 
 /**
  * The OpenAI-compatible endpoint: every agent is a model. `POST /v1/chat/completions`
@@ -19,10 +20,12 @@ import type { TaskTracker } from "./task-tracker.js";
  * answer) and `GET /v1/models` lists the agents the key may use.
  *
  * Sessions: a request names one with the `X-Kova-Session` header or the `user` field.
- * With a session, the last user message goes to the agent as `agent.chat` and the agent's
- * memory of that session holds the earlier turns; without one, the call is stateless as an
- * OpenAI model's is: the last user message is a `task_delegate` input and the turns before
- * it are its `history`, in their roles, of which the agent keeps nothing.
+ * With a session, the last user message goes to the agent as `agent.chat` with the turns
+ * before it, which start the session when the agent has no memory of it (a new session,
+ * or a client that kept the conversation before naming it); once it has, its memory holds
+ * the earlier turns and the client's copy is not used. Without one, the call is stateless
+ * as an OpenAI model's is: the last user message is a `task_delegate` input and the turns
+ * before it are its `history`, in their roles, of which the agent keeps nothing.
  *
  * Agent templates: `model = "support--user-42"` talks to that instance (activated on first
  * use); `model = "support"` with a session, when no agent is named `support`, talks to the
@@ -123,8 +126,8 @@ export function chatRun(req: Request, timeoutMs: number): RunRequest & { stream:
   refuseUnsupported(body);
   const named = req.header(SESSION_HEADER) ?? (typeof body.user === "string" && body.user.length > 0 ? body.user : undefined);
   const maxTokens = tokenLimit(body, "max_completion_tokens") ?? tokenLimit(body, "max_tokens");
-  const history = named ? [] : historyOf(turns.slice(0, lastUserAt));
-  if (history.length > MAX_HISTORY_TURNS)
+  const history = historyOf(turns.slice(0, lastUserAt));
+  if (!named && history.length > MAX_HISTORY_TURNS)
     throw bad(
       `a stateless conversation may bring at most ${MAX_HISTORY_TURNS} earlier turns, not ${history.length}: name a session (the user field or X-Kova-Session) so the agent keeps them`,
       "messages",
@@ -136,7 +139,7 @@ export function chatRun(req: Request, timeoutMs: number): RunRequest & { stream:
     named: named !== undefined,
     kind: named ? "agent.chat" : "task_delegate",
     input: named ? lastUser.text : statelessInput(turns, lastUserAt),
-    ...(named ? {} : { stateless: { history } }),
+    ...(named ? { chatHistory: sessionSeed(history) } : { stateless: { history } }),
     // A stateless run's session is its own run (the agent keeps no memory of it).
     sessionId: named ? scopedSessionId(named, req.principal?.sessionScope) : runId,
     runId,
@@ -145,7 +148,9 @@ export function chatRun(req: Request, timeoutMs: number): RunRequest & { stream:
     stream: body.stream === true,
     includeUsage: streamOptions?.include_usage === true,
   };
-  if (maxTokens !== undefined) run.constraints = { max_tokens: maxTokens };
+  const user = endUserOf(req.principal, typeof body.user === "string" ? body.user : undefined);
+  if (maxTokens !== undefined || user !== undefined)
+    run.constraints = { ...(maxTokens !== undefined ? { max_tokens: maxTokens } : {}), ...(user ? { user } : {}) };
   return run;
 }
 
@@ -164,6 +169,29 @@ function historyOf(turns: ReadonlyArray<{ role: string; text: string }>): Histor
           ? { role: "system", content: t.text }
           : { role: "user", content: `(${t.role}) ${t.text}` },
     );
+}
+
+/**
+ * Content bytes of the earlier turns a named session's message brings: they only start a
+ * session the agent has no memory of, so a long conversation (which its memory holds) must
+ * not make the message too large for the bus (1 MiB by default) where the new message alone fits.
+ */
+const SESSION_SEED_BYTES = 256 * 1024;
+
+/**
+ * The earlier turns a named session's chat brings: the newest ones, at most as many as an
+ * agent takes and SESSION_SEED_BYTES of content; older ones are left out, as the agent's
+ * memory policy would evict them first.
+ */
+function sessionSeed(history: HistoryTurn[]): HistoryTurn[] {
+  let bytes = 0;
+  let from = history.length;
+  while (from > 0 && history.length - from < MAX_HISTORY_TURNS) {
+    bytes += Buffer.byteLength(history[from - 1]!.content);
+    if (bytes > SESSION_SEED_BYTES) break;
+    from--;
+  }
+  return history.slice(from);
 }
 
 /** The last user message, with any turns after it (rare: a prefilled answer) appended in order. */
@@ -234,7 +262,9 @@ export async function chatCompletions(deps: OpenAiDeps, req: Request, res: Respo
         throw new GatewayHttpError(
           413,
           code,
-          `the conversation is too large for one message to agent ${run.agentId} (${outcome.error!.message}): name a session (the user field or X-Kova-Session) so the agent keeps the earlier turns, and send only the new message`,
+          run.named
+            ? `the message is too large for one message to agent ${run.agentId} (${outcome.error!.message}): send a shorter one`
+            : `the conversation is too large for one message to agent ${run.agentId} (${outcome.error!.message}): name a session (the user field or X-Kova-Session) so the agent keeps the earlier turns, and send only the new message`,
           { data: { runId: run.runId } },
         );
       throw new GatewayHttpError(
@@ -295,17 +325,16 @@ async function streamChat(
     void updates.return(undefined);
   });
   res.write(chunk({ role: "assistant", content: "" }, null));
-  let streamed = "";
+  const sent = new SentAnswer();
   for await (const u of updates) {
     if (closed) break;
     const p = u.payload;
-    if (p?.$case === "artifactUpdate") {
-      const text = p.value.artifact?.parts.map((x) => (x.content?.$case === "text" ? x.content.value : "")).join("") ?? "";
-      // The last chunk carries the whole answer: send what the tokens did not.
-      const delta = p.value.lastChunk ? (text.startsWith(streamed) ? text.slice(streamed.length) : "") : text;
-      if (!p.value.lastChunk) streamed += text;
-      if (delta.length > 0) res.write(chunk({ content: delta }, null));
-    }
+    if (p?.$case !== "artifactUpdate") continue;
+    const text = p.value.artifact?.parts.map((x) => (x.content?.$case === "text" ? x.content.value : "")).join("") ?? "";
+    const delta = sent.next({ text, append: p.value.append, lastChunk: p.value.lastChunk });
+    // Leaving the loop stops the updates too.
+    if (delta === DIVERGED) return endDiverged(deps, run, res);
+    if (delta.length > 0) res.write(chunk({ content: delta }, null));
   }
   if (closed) return;
   const state = live.projection;
@@ -323,4 +352,22 @@ async function streamChat(
   }
   res.write("data: [DONE]\n\n");
   res.end();
+}
+
+/**
+ * A model stream was cut, and its retry answered otherwise than the text this stream has
+ * sent, which an SSE stream cannot take back: the client gets an error (the OpenAI SDKs
+ * raise it) rather than a garbled answer, and the run is interrupted, since nobody reads its
+ * answer (in a named session, the agent then keeps no half-seen turn). Asking again works.
+ */
+function endDiverged(deps: OpenAiDeps, run: RunRequest, res: Response): void {
+  const error = {
+    message: `agent ${run.agentId}: the model's stream was cut and retried, and the retry answered differently from the text already streamed, which cannot be taken back; the run was stopped: send the request again`,
+    type: "server_error",
+    code: GatewayErrorCode.STREAM_DIVERGED,
+  };
+  res.write(`data: ${JSON.stringify({ error })}\n\n`);
+  res.write("data: [DONE]\n\n");
+  res.end();
+  deps.runs.abandon(run, "whose streamed answer diverged on a retried model stream");
 }

@@ -26,10 +26,15 @@ interface OpenRun {
   at: number;
 }
 
-/** The fields of run events the exporter reads (docs/protocol.md, "Agent runs"). */
+/**
+ * The fields of run events the exporter reads (docs/protocol.md, "Agent runs"). A model
+ * call's cost is `costUsd` beside its `usage`; a run's end event carries the run's totals
+ * in `usage`, cost included.
+ */
 interface EventData {
   model?: string;
   usage?: { inputTokens?: number; outputTokens?: number; costUsd?: number };
+  costUsd?: number;
   callId?: string;
   tool?: string;
   ok?: boolean;
@@ -130,7 +135,7 @@ export async function startRunTraceExporter(bus: Bus, config: OtelConfig, log: L
               "gen_ai.request.model": String(d.model ?? ""),
               "gen_ai.usage.input_tokens": u.inputTokens ?? 0,
               "gen_ai.usage.output_tokens": u.outputTokens ?? 0,
-              ...(typeof u.costUsd === "number" ? { "kova.cost_usd": u.costUsd } : {}),
+              ...(typeof d.costUsd === "number" ? { "kova.cost_usd": d.costUsd } : {}),
             },
           },
           r.ctx,
@@ -138,7 +143,7 @@ export async function startRunTraceExporter(bus: Bus, config: OtelConfig, log: L
         s.end(e.ts);
         r.usage.in += u.inputTokens ?? 0;
         r.usage.out += u.outputTokens ?? 0;
-        r.usage.cost += typeof u.costUsd === "number" ? u.costUsd : 0;
+        r.usage.cost += typeof d.costUsd === "number" ? d.costUsd : 0;
         r.lastTs = e.ts;
         return;
       }
@@ -172,10 +177,10 @@ export async function startRunTraceExporter(bus: Bus, config: OtelConfig, log: L
         end(e.runId, "completed", e.ts, d.usage);
         return;
       case "run_failed":
-        end(e.runId, "failed", e.ts, undefined, typeof d.error === "string" ? d.error : d.error?.message);
+        end(e.runId, "failed", e.ts, d.usage, typeof d.error === "string" ? d.error : d.error?.message);
         return;
       case "run_cancelled":
-        end(e.runId, "cancelled", e.ts);
+        end(e.runId, "cancelled", e.ts, d.usage);
         return;
       case "run_stream_end":
         end(e.runId, String(d.status ?? "unknown"), e.ts);

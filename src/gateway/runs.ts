@@ -21,6 +21,11 @@ export interface RunRequest {
    * id, which the agent uses by itself), and `history` is the conversation the client keeps.
    */
   stateless?: { history: HistoryTurn[] };
+  /**
+   * For `agent.chat`: the client's turns before `input`, which start the session when the
+   * agent has no memory of it yet (and are ignored once it has).
+   */
+  chatHistory?: HistoryTurn[];
   sessionId: string;
   runId: string;
   /**
@@ -30,13 +35,21 @@ export interface RunRequest {
   messageId: string;
   /** How long the run may take (the message's deadline too); past it the run is interrupted. */
   timeoutMs: number;
-  constraints?: { max_tokens?: number };
+  /** `max_tokens`, and the end user the run is for (sessions.ts, endUserOf). */
+  constraints?: { max_tokens?: number; user?: string };
   traceId?: string;
 }
 
 /** The payload of the message that starts a run (docs/protocol.md, "Agents"). */
 export function runPayload(req: RunRequest): Record<string, unknown> {
-  if (req.kind === "agent.chat") return { message: req.input, sessionId: req.sessionId, runId: req.runId };
+  if (req.kind === "agent.chat")
+    return {
+      message: req.input,
+      sessionId: req.sessionId,
+      runId: req.runId,
+      ...(req.chatHistory?.length ? { history: req.chatHistory } : {}),
+      ...(req.constraints ? { constraints: req.constraints } : {}),
+    };
   return {
     input: req.input,
     ...(req.stateless ? (req.stateless.history.length > 0 ? { history: req.stateless.history } : {}) : { sessionId: req.sessionId }),
@@ -150,17 +163,20 @@ export class RunClient {
     return this.bus.ask<unknown>(env, { timeoutMs: req.timeoutMs, checkAgent: false }).then(
       (reply) => outcomeOf(reply.payload),
       (err: unknown) => {
-        if (isTimeout(err)) this.interruptTimedOut(req);
+        if (isTimeout(err)) this.abandon(req, "past its timeout");
         return failureOf(err);
       },
     );
   }
 
-  private interruptTimedOut(req: RunRequest): void {
+  /**
+   * Interrupts a run nobody waits for any more (`why` says which, for the log), in the
+   * background: a failure to reach its node is logged, the run then holds the agent until it ends.
+   */
+  abandon(req: Pick<RunRequest, "agentId" | "runId" | "messageId">, why: string): void {
     this.interrupt(req.agentId, req.messageId).then(
-      (reply) => this.log.info({ agentId: req.agentId, runId: req.runId, interrupted: reply.interrupted }, "interrupted a run past its timeout"),
-      (err: unknown) =>
-        this.log.warn({ err, agentId: req.agentId, runId: req.runId }, "could not interrupt a run past its timeout; it holds the agent until it ends"),
+      (reply) => this.log.info({ agentId: req.agentId, runId: req.runId, interrupted: reply.interrupted }, `interrupted a run ${why}`),
+      (err: unknown) => this.log.warn({ err, agentId: req.agentId, runId: req.runId }, `could not interrupt a run ${why}; it holds the agent until it ends`),
     );
   }
 

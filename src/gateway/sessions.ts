@@ -1,5 +1,6 @@
 import { createHash } from "node:crypto";
 import { isValidId } from "../core/ids.js";
+import type { Principal } from "./auth.js";
 
 /**
  * Session ids the gateway gives runs. Clients name sessions freely (an OpenAI `user`, the
@@ -43,4 +44,17 @@ export function scopedSessionId(name: string, scope: string | undefined): string
   if (scope === undefined || id.startsWith(scope)) return id;
   const scoped = `${scope}${id}`;
   return isValidId(scoped) ? scoped : `${scope}ctx_${digest(name)}`;
+}
+
+/**
+ * The end user a gateway run is for (`constraints.user`: its fair-share key and its
+ * `user_max_tokens` group on the agent's node). A client's own end-user id (the OpenAI
+ * `user` field) is scoped by its key like a session name, so a key cannot pass its traffic
+ * off as another key's users; without one, the key itself is the user. None under
+ * `auth = "none"` without a client id: the run then counts as the gateway's.
+ */
+export function endUserOf(principal: Pick<Principal, "name" | "sessionScope"> | undefined, clientUser: string | undefined): string | undefined {
+  if (clientUser !== undefined && clientUser !== "") return scopedSessionId(clientUser, principal?.sessionScope);
+  if (principal?.sessionScope === undefined) return undefined;
+  return isValidId(principal.name) ? principal.name : `${principal.sessionScope}key`;
 }

@@ -13,6 +13,7 @@ import type { KovaEvent } from "../bus/index.js";
  * | (message stored) | `submitted` |
  * | `run_started`, `tool_call`, `tool_result`, anything after an approval | `working` (tool steps as status messages) |
  * | `model_delta` | artifact update, appended to the `answer` artifact |
+ * | `model_delta {restart}` (a cut model stream is retried) | artifact update replacing the answer with the text before that model call |
  * | `approval_requested` | `input_required` |
  * | `run_completed` | `answer` artifact (whole) + `completed` |
  * | `run_failed` | `failed` |
@@ -112,6 +113,11 @@ export function answerArtifactId(task: Task): string {
 export class TaskProjection {
   /** Text streamed so far (tokens), replaced by the final output. */
   private streamed = "";
+  /**
+   * Where the current model call's text starts in `streamed`: a retried call (a cut
+   * stream) drops only its own partial text, never what earlier calls of the run streamed.
+   */
+  private callStart = 0;
   /** Set by a state change not yet saved to the store. */
   dirty = false;
 
@@ -156,30 +162,28 @@ export class TaskProjection {
         break;
       case "model_delta": {
         working();
+        // A cut stream being retried (docs/protocol.md): what this call streamed so far is
+        // void. A non-append update replaces the answer with the text of earlier calls.
+        if (data.restart !== undefined && this.streamed.length > this.callStart) {
+          this.streamed = this.streamed.slice(0, this.callStart);
+          out.push(this.answerChunk(this.streamed, false));
+        }
         const text = typeof data.text === "string" ? data.text : "";
         if (text.length === 0) break;
         const first = this.streamed.length === 0;
         this.streamed += text;
-        out.push({
-          payload: {
-            $case: "artifactUpdate",
-            value: {
-              taskId: this.task.id,
-              contextId: this.task.contextId,
-              artifact: { artifactId: answerArtifactId(this.task), name: "answer", description: "", parts: [textPart(text)], metadata: {}, extensions: [] },
-              append: !first,
-              lastChunk: false,
-              metadata: {},
-            },
-          },
-        });
+        out.push(this.answerChunk(text, !first));
         break;
       }
       case "model_response": {
-        const usage = data.usage as Partial<RunUsage> | undefined;
+        this.callStart = this.streamed.length;
+        const usage = usageOf(data.usage);
         if (usage) {
+          // The call's cost is beside its usage, not in it (docs/protocol.md, "Agent runs").
+          const call: RunUsage = { inputTokens: usage.inputTokens, outputTokens: usage.outputTokens };
+          if (typeof data.costUsd === "number") call.costUsd = data.costUsd;
           const m = this.meta();
-          m.usage = addUsage(m.usage, usage);
+          m.usage = addUsage(m.usage, call);
         }
         break;
       }
@@ -216,14 +220,14 @@ export class TaskProjection {
           ...this.finish({
             status: "failed",
             output: "",
-            usage: this.meta().usage ?? zeroUsage(),
+            usage: usageOf(data.usage) ?? this.meta().usage ?? zeroUsage(),
             error: { code: err.code ?? "RUN_FAILED", message: err.message ?? "the run failed" },
           }),
         );
         break;
       }
       case "run_cancelled":
-        out.push(...this.finish({ status: "cancelled", output: "", usage: this.meta().usage ?? zeroUsage() }));
+        out.push(...this.finish({ status: "cancelled", output: "", usage: usageOf(data.usage) ?? this.meta().usage ?? zeroUsage() }));
         break;
       case "run_stream_end": {
         const status = data.status === "completed" || data.status === "failed" || data.status === "cancelled" ? data.status : "failed";
@@ -235,6 +239,23 @@ export class TaskProjection {
         if (this.state === TaskState.TASK_STATE_INPUT_REQUIRED) working();
     }
     return out;
+  }
+
+  /** A streamed piece of the answer: appended to it, or (`append` false) replacing it. */
+  private answerChunk(text: string, append: boolean): StreamResponse {
+    return {
+      payload: {
+        $case: "artifactUpdate",
+        value: {
+          taskId: this.task.id,
+          contextId: this.task.contextId,
+          artifact: { artifactId: answerArtifactId(this.task), name: "answer", description: "", parts: [textPart(text)], metadata: {}, extensions: [] },
+          append,
+          lastChunk: false,
+          metadata: {},
+        },
+      },
+    };
   }
 
   /** Ends the task from the agent's reply (or the events' terminal event). */
@@ -283,8 +304,8 @@ export function usageOf(raw: unknown): RunUsage | undefined {
   return out;
 }
 
-function addUsage(a: RunUsage | undefined, b: Partial<RunUsage>): RunUsage {
-  const out: RunUsage = { inputTokens: (a?.inputTokens ?? 0) + (b.inputTokens ?? 0), outputTokens: (a?.outputTokens ?? 0) + (b.outputTokens ?? 0) };
+function addUsage(a: RunUsage | undefined, b: RunUsage): RunUsage {
+  const out: RunUsage = { inputTokens: (a?.inputTokens ?? 0) + b.inputTokens, outputTokens: (a?.outputTokens ?? 0) + b.outputTokens };
   if (a?.costUsd !== undefined || b.costUsd !== undefined) out.costUsd = (a?.costUsd ?? 0) + (b.costUsd ?? 0);
   return out;
 }

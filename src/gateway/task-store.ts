@@ -55,11 +55,18 @@ export function ownerOf(context: ServerCallContext | undefined): string {
   return user?.isAuthenticated ? user.userName : "anonymous";
 }
 
-/** A stored task's record; @throws UnsupportedFormatError for a version this gateway does not read */
-function storedTask(taskId: string, e: KvEntry): StoredTask {
-  const stored = e.json<StoredTask>();
+/**
+ * A stored task as this build reads it.
+ * @throws UnsupportedFormatError for a version this gateway does not read
+ */
+export function readStoredTask(taskId: string, value: unknown): StoredTask {
+  const stored = value as StoredTask;
   checkFormatVersion(`gateway task ${taskId}`, stored?.v, [STORED_TASK_VERSION]);
   return stored;
+}
+
+function storedTask(taskId: string, e: KvEntry): StoredTask {
+  return readStoredTask(taskId, e.json<unknown>());
 }
 
 export class NatsTaskStore implements TaskStore {
@@ -91,6 +98,7 @@ export class NatsTaskStore implements TaskStore {
    * Saves a watched task's progress. Two replicas may watch one task (the one that started
    * it and one a client asked): a write never replaces a terminal task, and it is a
    * compare-and-set, so a replica that lags behind cannot undo the end of a task.
+   * @throws UnsupportedFormatError when a newer gateway stored the task (it is not overwritten)
    */
   async saveProgress(task: Task): Promise<void> {
     const owner = kovaMeta(task).owner ?? ownerOf(undefined);
@@ -99,7 +107,7 @@ export class NatsTaskStore implements TaskStore {
       const e = await this.kv.get(key);
       // Not under its owner yet: maybe an older gateway's task, stored under its bare id.
       const found = e ?? (await this.kv.get(task.id));
-      const current = found && found.operation === "PUT" ? found.json<StoredTask>() : undefined;
+      const current = found && found.operation === "PUT" ? storedTask(task.id, found) : undefined;
       if (current && isTerminal(Task.fromJSON(current.task).status?.state)) return;
       const stored: StoredTask = { v: STORED_TASK_VERSION, owner, updatedAt: Date.now(), task: Task.toJSON(task) };
       try {

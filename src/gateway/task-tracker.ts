@@ -1,10 +1,15 @@
 import type { StreamResponse, Task } from "@a2a-js/sdk";
 import type { Logger } from "../core/logger.js";
+import type { SignalReply } from "../node/control.js";
 import type { RunClient, RunRequest } from "./runs.js";
-import { kovaMeta, TaskProjection, type RunOutcome } from "./task-projection.js";
+import { kovaMeta, TaskProjection, zeroUsage, type RunOutcome } from "./task-projection.js";
 import type { NatsTaskStore } from "./task-store.js";
 
 type Listener = (update: StreamResponse | undefined) => void;
+
+/** How often, and how far apart, the interrupt of a canceled task's late-starting run is sent (about 10 s in all). */
+const LATE_START_ATTEMPTS = 40;
+const LATE_START_RETRY_MS = 250;
 
 /**
  * One task this gateway replica is watching: it folds the run's events (read from the
@@ -20,6 +25,10 @@ export class LiveTask {
   private caughtUp = false;
   private readonly caughtUpWaiters = new Set<() => void>();
   private lastSeq = 0;
+  /** Set by `cancelQueued`: cuts the run should its turn start after all. */
+  private reinterrupt: (() => Promise<SignalReply>) | undefined;
+  /** The run's events have ended (or the tracker stopped following them). */
+  private followed = false;
   /** Resolves when the task is terminal (or the tracker stopped). */
   readonly done: Promise<void>;
 
@@ -32,6 +41,7 @@ export class LiveTask {
   ) {
     this.projection = new TaskProjection(initial);
     this.done = this.followEvents().finally(() => {
+      this.followed = true;
       this.markCaughtUp();
       for (const l of this.listeners) l(undefined);
       this.listeners.clear();
@@ -45,13 +55,23 @@ export class LiveTask {
 
   private async followEvents(): Promise<void> {
     const m = kovaMeta(this.projection.task);
+    // A run with no event stored yet (its message still queued) has nothing to replay: a
+    // get or cancel of it need not wait out the catch-up timeout.
+    this.runs.lastSeq(m.sessionId, m.runId).then(
+      (last) => last === 0 && this.markCaughtUp(),
+      () => undefined,
+    );
     try {
       for await (const { seq, event, pending } of this.runs.follow(m.sessionId, m.runId, { signal: this.abort.signal })) {
         this.lastSeq = seq;
+        if (this.reinterrupt) {
+          if (event.type === "run_started") void this.cutLateStart(this.reinterrupt);
+          continue;
+        }
         this.emit(this.projection.apply(event));
         if (pending === 0) this.markCaughtUp();
         if (this.caughtUp) await this.save();
-        if (this.projection.terminal) return;
+        if (this.projection.terminal && !this.reinterrupt) return;
       }
     } catch (err) {
       if (!this.abort.signal.aborted) this.log.warn({ err, taskId: this.task.id }, "stopped following a run's events");
@@ -103,11 +123,47 @@ export class LiveTask {
     while (!this.projection.terminal && this.lastSeq < lastSeq && performance.now() < deadline) {
       await new Promise((r) => setTimeout(r, 10));
     }
-    if (!this.projection.terminal) {
-      this.emit(this.projection.finish(outcome));
-      this.abort.abort();
-    }
+    if (!this.projection.terminal) this.emit(this.projection.finish(outcome));
+    // The reply means the run is over: nothing more to follow (a task canceled while queued
+    // is followed until now, and its run may end without the events that would stop it).
+    this.abort.abort();
     await this.save();
+  }
+
+  /**
+   * Ends a task whose message is still queued behind the agent's other work: `canceled`
+   * now, because the agent's host has taken the interrupt and cuts that message's turn as
+   * it starts (before any model call). The run is still followed until it ends: should its
+   * turn start after all (the agent moved to a node that never heard of the interrupt),
+   * `reinterrupt` cuts it there.
+   */
+  async cancelQueued(reinterrupt: () => Promise<SignalReply>): Promise<void> {
+    this.reinterrupt = reinterrupt;
+    this.emit(this.projection.finish({ status: "cancelled", output: "", usage: zeroUsage() }));
+    await this.save();
+  }
+
+  /**
+   * The run of a task canceled while queued started after all. The registry this replica
+   * reads may name the agent's former node for a moment after a move, so the interrupt is
+   * sent again until the node running the turn cuts it (or the run ends).
+   */
+  private async cutLateStart(reinterrupt: () => Promise<SignalReply>): Promise<void> {
+    let last: unknown;
+    for (let attempt = 0; attempt < LATE_START_ATTEMPTS && !this.followed; attempt++) {
+      try {
+        const reply = await reinterrupt();
+        if (reply.interrupted === "interrupted") {
+          this.log.info({ taskId: this.task.id, node: reply.node }, "a canceled task's run started anyway; interrupted it");
+          return;
+        }
+        last = `node ${reply.node} is not running it`;
+      } catch (err) {
+        last = err;
+      }
+      await new Promise((r) => setTimeout(r, LATE_START_RETRY_MS));
+    }
+    if (!this.followed) this.log.warn({ err: last, taskId: this.task.id }, "a canceled task's run started anyway and could not be interrupted");
   }
 
   /** Updates from now on; `undefined` marks the end (terminal, or the tracker stopped). */

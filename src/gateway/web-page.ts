@@ -46,7 +46,9 @@ export const WEB_VIEW_HTML = `<!doctype html>
 const $ = (s) => document.querySelector(s);
 const esc = (v) => String(v ?? "").replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" })[c]);
 function row(cells) { return "<tr>" + cells.map((c) => "<td>" + c + "</td>").join("") + "</tr>"; }
-function usage(u) { if (!u) return ""; const cost = typeof u.costUsd === "number" ? " $" + u.costUsd.toFixed(4) : ""; return esc(u.inputTokens ?? 0) + " / " + esc(u.outputTokens ?? 0) + cost; }
+// A model call costs fractions of a cent: below one cent show two significant digits, not $0.0000.
+function money(v) { return "$" + (v >= 0.01 ? v.toFixed(4) : String(Number(v.toPrecision(2)))); }
+function usage(u) { if (!u) return ""; const cost = typeof u.costUsd === "number" ? " " + money(u.costUsd) : ""; return esc(u.inputTokens ?? 0) + " / " + esc(u.outputTokens ?? 0) + cost; }
 async function refresh() {
   try {
     const r = await fetch("/ui/api/cluster", { credentials: "same-origin" });
@@ -72,6 +74,8 @@ function run(id) {
   return r;
 }
 function link(child, parent) { if (!parent || child === parent) return; run(child).parent = parent; run(parent).children.add(child); }
+// A run's end event carries its totals (docs/protocol.md, "Agent runs"): they replace the sums of its model calls.
+function totals(r, u) { if (!u) return; r.inputTokens = u.inputTokens ?? r.inputTokens; r.outputTokens = u.outputTokens ?? r.outputTokens; if (typeof u.costUsd === "number") r.cost = u.costUsd; }
 function fold(e) {
   const r = run(e.runId);
   const d = e.data || {};
@@ -79,14 +83,14 @@ function fold(e) {
   switch (e.type) {
     case "run_started": r.status = "running"; r.agentId = d.agentId; r.start = e.ts; r.input = d.input; break;
     case "model_delta": r.tokens += d.chars || 0; break;
-    case "model_response": r.model = d.model; if (d.usage) { r.inputTokens += d.usage.inputTokens || 0; r.outputTokens += d.usage.outputTokens || 0; if (typeof d.usage.costUsd === "number") r.cost = (r.cost || 0) + d.usage.costUsd; } break;
+    case "model_response": r.model = d.model; if (d.usage) { r.inputTokens += d.usage.inputTokens || 0; r.outputTokens += d.usage.outputTokens || 0; } if (typeof d.costUsd === "number") r.cost = (r.cost || 0) + d.costUsd; break;
     case "tool_call": r.tools.push({ callId: d.callId, tool: d.tool, ok: undefined }); break;
     case "tool_result": { const t = r.tools.find((x) => x.callId === d.callId); if (t) t.ok = d.ok; else r.tools.push({ callId: d.callId, tool: d.tool, ok: d.ok }); break; }
     case "child_run_linked": link(d.childRunId, e.runId); break;
     case "approval_requested": r.status = "waiting for approval"; break;
-    case "run_completed": r.status = "completed"; r.end = e.ts; if (d.usage) { r.inputTokens = d.usage.inputTokens ?? r.inputTokens; r.outputTokens = d.usage.outputTokens ?? r.outputTokens; if (typeof d.usage.costUsd === "number") r.cost = d.usage.costUsd; } break;
-    case "run_failed": r.status = "failed"; r.end = e.ts; r.error = d.error && d.error.message; break;
-    case "run_cancelled": r.status = "cancelled"; r.end = e.ts; break;
+    case "run_completed": r.status = "completed"; r.end = e.ts; totals(r, d.usage); break;
+    case "run_failed": r.status = "failed"; r.end = e.ts; r.error = d.error && d.error.message; totals(r, d.usage); break;
+    case "run_cancelled": r.status = "cancelled"; r.end = e.ts; totals(r, d.usage); break;
     case "run_stream_end": if (!r.end) { r.end = e.ts; r.status = d.status || r.status; } break;
   }
 }
@@ -96,7 +100,7 @@ function render() {
 }
 function renderRun(r) {
   const dur = r.start ? (((r.end || Date.now()) - r.start) / 1000).toFixed(2) + " s" : "";
-  const cost = typeof r.cost === "number" ? ", $" + r.cost.toFixed(4) : "";
+  const cost = typeof r.cost === "number" ? ", " + money(r.cost) : "";
   const tools = r.tools.length ? '<div class="tools">tools: ' + r.tools.map((t) => esc(t.tool) + (t.ok === undefined ? " …" : t.ok ? " ✓" : " ✗")).join(", ") + "</div>" : "";
   const kids = [...r.children].map((c) => runs.get(c)).filter(Boolean).sort((a, b) => (a.start || 0) - (b.start || 0));
   return '<li><div class="run" data-run-id="' + esc(r.id) + '" data-status="' + esc(r.status) + '" data-agent="' + esc(r.agentId) + '">' +

@@ -1,7 +1,7 @@
 import type { Express, Request } from "express";
 import type { Logger } from "../core/logger.js";
 import type { Bus } from "../bus/index.js";
-import { nodesBucket, type NodeRecord } from "../node/membership.js";
+import { nodesBucket, readNodeRecord, type NodeRecord } from "../node/membership.js";
 import type { AgentRegistry } from "../node/registry.js";
 import { KvMirror, openBucket } from "../node/kv-mirror.js";
 import { mayUse } from "./auth.js";
@@ -45,7 +45,7 @@ export function mountWebView(app: Express, deps: WebViewDeps): { stop(): void } 
   let nodes: Promise<KvMirror<NodeRecord>> | undefined;
   const nodesMirror = () => {
     nodes ??= openBucket(deps.bus.nc, nodesBucket(deps.bus.cluster)).then((kv) =>
-      KvMirror.start<NodeRecord>(kv, deps.log.child({ bucket: "nodes" }), { nc: deps.bus.nc }),
+      KvMirror.start<NodeRecord>(kv, deps.log.child({ bucket: "nodes" }), { decode: readNodeRecord, nc: deps.bus.nc }),
     );
     nodes.catch(() => (nodes = undefined));
     return nodes;

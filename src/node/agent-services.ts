@@ -2,11 +2,12 @@ import { ConfigError, KovaError } from "../core/errors.js";
 import { BusErrorCode } from "../bus/errors.js";
 import { idempotencyClass } from "../tools/idempotency.js";
 import { needsApproval } from "../agents/approval-gate.js";
-import type { ToolView } from "./control.js";
+import type { SkippedToolView, ToolView } from "./control.js";
 import type { Logger } from "../core/logger.js";
 import type { Bus } from "../bus/bus.js";
 import type { ActorTypeRegistry } from "../actors/registry.js";
 import { builtinTools } from "../tools/config.js";
+import { parseToolPattern } from "../tools/names.js";
 import { ToolRegistry } from "../tools/registry.js";
 import type { McpManager } from "../tools/mcp/manager.js";
 import type { Tool } from "../tools/types.js";
@@ -33,6 +34,12 @@ export interface AgentServices {
    * @throws KovaError UNKNOWN_AGENT when this node defines no such agent; ConfigError as resolve does
    */
   describeTools(agentId?: string): Promise<ToolView[]>;
+  /**
+   * The MCP tools servers list that are not offered, with the reason: those the agent's
+   * `tools` list would name, or every one. Current as of the last listing, so after
+   * `describeTools` (which starts lazy servers).
+   */
+  skippedTools(agentId?: string): SkippedToolView[];
   close(): Promise<void>;
 }
 
@@ -140,6 +147,13 @@ export async function startAgentServices(
         requiresApproval: needsApproval(def, t),
         source: sources.get(t.name) ?? "code",
       }));
+    },
+    skippedTools: (agentId) => {
+      const patterns = agentId === undefined ? undefined : (agentDefinitionOf(agents, agentId)?.tools ?? []).map((t) => parseToolPattern(t));
+      const wanted = (name: string) => patterns === undefined || patterns.some((p) => p?.matches(name));
+      return (mcp?.status() ?? []).flatMap((server) =>
+        server.skippedTools.map((t) => ({ name: `${server.name}/${t.name}`, source: `mcp:${server.name}`, reason: t.reason })).filter((t) => wanted(t.name)),
+      );
     },
     close: async () => {
       runtime.close();

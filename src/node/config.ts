@@ -19,6 +19,7 @@ import { durationOrNever } from "../core/duration.js";
 import { isValidId, parseInstanceId } from "../core/ids.js";
 import { validateTemplate, type ActorTemplate } from "../actors/templates.js";
 import { redactUrl, type NatsSecurity } from "../bus/index.js";
+import { urlHasCredentials } from "../bus/nats-security.js";
 import { NATS_SECURITY_KEYS, natsSecurityFrom } from "./nats-config.js";
 import { toolsConfigFrom, type ToolsConfig } from "../tools/config.js";
 import { parseSchedule, type ScheduleSpec } from "./schedule-spec.js";
@@ -294,9 +295,7 @@ function buildConfig(doc: Table, path: string | undefined, env: NodeJS.ProcessEn
   const journal = table(doc, "journal");
   rejectUnknown(checkpoint, ["processed_window"], "checkpoint.");
   rejectUnknown(journal, ["nats"], "journal.");
-  if (journal.nats !== undefined && typeof journal.nats !== "boolean") {
-    throw new ConfigError("journal.nats", `must be true or false, not ${JSON.stringify(journal.nats)}`);
-  }
+  const natsJournal = boolValue(journal.nats, "journal.nats") ?? true;
   rejectUnknown(node, ["id", "data_dir"], "node.");
   rejectUnknown(
     cluster,
@@ -352,13 +351,13 @@ function buildConfig(doc: Table, path: string | undefined, env: NodeJS.ProcessEn
     wal: walConfig(wal, env),
     mailbox: {},
     processedWindow: intValue(checkpoint.processed_window, "checkpoint.processed_window", 1, 1_000_000) ?? 1000,
-    natsJournal: journal.nats !== false,
+    natsJournal,
     actors: [],
     templates: [],
     modules: [],
     tools: toolsConfigFrom(doc.tools, "tools", env, base),
     mcp: mcpConfigFrom(doc.mcp, "mcp", { env, baseDir: base }),
-    schedules: schedulesFrom(doc.schedules),
+    schedules: schedulesFrom(doc.schedules, base),
     models: parseModelsConfig(doc.models, { env, baseDir: base }),
     agents: [],
     agentTemplates: [],
@@ -459,10 +458,11 @@ function walConfig(wal: Table, env: NodeJS.ProcessEnv): WalConfig {
   return out;
 }
 
-function schedulesFrom(raw: unknown): ScheduleSpec[] {
+/** `[[schedules]]`; a `workflow` file path is read from `baseDir` (kova.toml's directory). */
+function schedulesFrom(raw: unknown, baseDir: string): ScheduleSpec[] {
   const seen = new Set<string>();
-  return tablesAt(raw, "schedules", "write each as [[schedules]] with id, cron or every, and to").map(({ table, key }) => {
-    const spec = parseSchedule(table, key);
+  return tablesAt(raw, "schedules", "write each as [[schedules]] with id, cron or every, and to (or workflow)").map(({ table, key }) => {
+    const spec = parseSchedule(table, key, baseDir);
     if (seen.has(spec.id)) throw new ConfigError(`${key}.id`, `${JSON.stringify(spec.id)} is used twice`);
     seen.add(spec.id);
     return spec;
@@ -523,7 +523,7 @@ function natsUrls(envValue: string | undefined, raw: unknown): string[] | undefi
   }
   return list.map((u, i) => {
     const url = checkUrl(u, `nats.urls[${i}]`);
-    if (/^[a-z]+:\/\/[^/@]*@/i.test(url)) {
+    if (urlHasCredentials(url)) {
       throw new ConfigError(
         `nats.urls[${i}]`,
         "holds credentials: secrets are not read from the config file; use user with password_env or password_file, token_env, nkey_seed_file or creds_file in [nats]",
@@ -533,8 +533,10 @@ function natsUrls(envValue: string | undefined, raw: unknown): string[] | undefi
   });
 }
 
+// Without a scheme nats.js reads `[user[:pass]@]host:port` as `nats://…`, and so do we
+// (urlHasCredentials, redactUrl), so that user info there is found and never echoed.
 function checkUrl(u: unknown, key: string): string {
-  if (typeof u !== "string" || !/^(nats|tls|wss?):\/\/[^\s/]+(:\d+)?\/?$|^[^\s:/]+:\d+$/.test(u)) {
+  if (typeof u !== "string" || !/^(nats|tls|wss?):\/\/[^\s/]+(:\d+)?\/?$|^([^\s/@]+@)?[^\s:/@]+:\d+$/.test(u)) {
     throw new ConfigError(key, `${typeof u === "string" ? JSON.stringify(redactUrl(u)) : JSON.stringify(u)} is not a NATS URL: write it as nats://host:port`);
   }
   return u;

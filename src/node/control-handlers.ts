@@ -5,6 +5,7 @@ import { redactUrls } from "../bus/index.js";
 import { ActorErrorCode, UnknownActorTypeError, isSignal, type ActorHost, type ActorTypeRegistry, type Signal } from "../actors/index.js";
 import type { AgentStatusView, NodeStatusView, SignalReply, SignalRequest, SpawnReply, SpawnRequest } from "./control.js";
 import type { LeaseTable } from "./lease.js";
+import type { ActorAdmission } from "./admission.js";
 import { QuotaExceededError } from "./errors.js";
 import type { Membership } from "./membership.js";
 import type { ResolvedNats } from "./nats-bootstrap.js";
@@ -28,10 +29,12 @@ export interface ControlDeps {
   readonly types: ActorTypeRegistry;
   readonly placement: PlacementController;
   readonly recovery: NodeRecoveryReport;
-  /** `[cluster] max_actors`. */
+  /** `[cluster] max_actors`, enforced by `admission`. */
   readonly maxActors: number;
+  /** Decides whether a new actor fits under max_actors (exact per node, fenced near the cap; spawns and activations share it). */
+  readonly admission: ActorAdmission;
   stopping(): boolean;
-  /** Ordered registry write for one actor (see KovaNode.writeRegistry). */
+  /** Ordered registry write for one actor (see RegistryWrites). */
   writeRegistry(actorId: string, change: (cur: AgentRecord) => AgentRecord | undefined): Promise<unknown>;
   /** A best-effort cluster event. */
   publish(type: string, runId: string, data: unknown): void;
@@ -101,20 +104,20 @@ export class NodeControl {
     const id = assertId("actor id", req?.id);
     const type = assertId("actor type", req?.type);
     if (!d.types.has(type)) throw new UnknownActorTypeError(type, d.types.types());
-    if (!d.registry.get(id)) {
-      // Every registered actor costs a durable consumer on the server: a flood of spawns
-      // stops here instead of exhausting nats-server's memory.
-      const live = d.registry.list().filter((r) => r.desired !== "killed").length;
-      if (live >= d.maxActors) {
-        throw new QuotaExceededError(
+    const capabilities = req.capabilities ?? d.types.get(type).capabilities ?? [];
+    // Every registered actor costs a durable consumer on the server: a flood of spawns
+    // stops at the cap instead of exhausting nats-server's memory (admission.ts).
+    const created = await d.admission.admit(
+      id,
+      (fence) => d.registry.declare({ id, type, capabilities }, fence === undefined ? {} : { fence }),
+      (live) =>
+        new QuotaExceededError(
           "[cluster] max_actors",
           d.maxActors,
           live,
           "kill actors you no longer need (kova signal <id> kill) or raise max_actors in kova.toml",
-        );
-      }
-    }
-    const created = await d.registry.declare({ id, type, capabilities: req.capabilities ?? d.types.get(type).capabilities ?? [] });
+        ),
+    );
     d.publish("agent_spawned", id, { id, type, created, via: d.nodeId });
     return { created, id, type, via: d.nodeId };
   }

@@ -38,17 +38,17 @@ export function approveSubject(cluster: string): string {
   return `kova.${cluster}.control.approve`;
 }
 
-export interface ApproveRequest {
-  runId: string;
-  approvalId: string;
-  approved: boolean;
-  by?: string;
-  comment?: string;
-}
+/** The approval by its id, or by the id of the tool call it holds (one of the two). */
+export type ApproveRequest = { runId: string; approved: boolean; by?: string; comment?: string } & (
+  | { approvalId: string; callId?: never }
+  | { callId: string; approvalId?: never }
+);
 
 export interface ApproveReply {
   runId: string;
   approvalId: string;
+  /** The tool call the approval holds. */
+  callId: string;
   status: "approved" | "rejected";
   /** False when the same decision was already recorded (a repeated request). */
   changed: boolean;
@@ -92,10 +92,21 @@ export interface ToolView {
   source: string;
 }
 
+/** A tool an MCP server lists that the node does not offer (a name Kova cannot carry, a schema that does not compile, …). */
+export interface SkippedToolView {
+  /** `<server>/<tool>` as the server names it. */
+  name: string;
+  /** `mcp:<server>`. */
+  source: string;
+  reason: string;
+}
+
 export interface ToolsReply {
   node: string;
   agent?: string;
   tools: ToolView[];
+  /** Present when servers list tools not offered: those the agent's list would name, or all of them. */
+  skipped?: SkippedToolView[];
 }
 
 export interface SignalRequest {

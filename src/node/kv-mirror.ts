@@ -325,6 +325,7 @@ export class KvMirror<T> {
       for (let attempt = 1; !this.stopped; attempt++) {
         const from = reason === "skipped" ? this.resumeFrom : undefined;
         this.resumeFrom = undefined;
+        const tried = markTime();
         try {
           await this.watch(from);
           this.logger.info({ bucket: this.bucket, reason, attempt, ...(from === undefined ? {} : { from }) }, "kv watch restarted");
@@ -332,7 +333,11 @@ export class KvMirror<T> {
         } catch (err) {
           if (from !== undefined) this.resumeAt(from);
           this.logger.warn({ err, bucket: this.bucket, reason, attempt }, "kv watch could not be restarted yet");
-          await sleep(backoffMs(attempt, 250, 5000));
+          // An attempt that timed out has waited already: while a dead server still gets
+          // the new consumer (nats-server places it there until it marks the peer offline,
+          // several seconds after a SIGKILL), a full backoff on top of each 2 s timeout
+          // stretched the recovery past 15 s on a loaded machine.
+          await sleep(Math.max(0, backoffMs(attempt, 250, 5000) - elapsedSince(tried)));
         }
       }
     })().finally(() => {
@@ -468,7 +473,9 @@ export class KvMirror<T> {
       value = this.decode(e.key, e.json<unknown>());
     } catch (err) {
       this.logger.error({ err, key: e.key, bucket: e.bucket }, "ignoring a KV value this node cannot read");
-      this.map.delete(e.key);
+      // A readable value it replaces is gone from this view: listeners learn it as a removal
+      // (placement stops counting that actor as ours, a registry listener forgets it).
+      if (this.map.delete(e.key)) this.emit(e.key, undefined);
       return;
     }
     const entry: MirrorEntry<T> = { value, revision: e.revision, created: e.created };

@@ -4,7 +4,7 @@ import { LeaseLostError } from "../actors/errors.js";
 import type { Logger } from "../core/logger.js";
 import { KvMirror, encodeJson, openBucket, type MirrorEntry, type MirrorTiming } from "./kv-mirror.js";
 import { isWrongLastSequence } from "../bus/nats-errors.js";
-import { checkFormatVersion } from "../core/format-version.js";
+import { formatReader } from "../core/format-version.js";
 import { componentLogger } from "../core/logger.js";
 
 /**
@@ -35,11 +35,7 @@ export const LEASE_RECORD_READABLE: readonly number[] = [1];
  * A lease value as stored, checked for its format version.
  * @throws UnsupportedFormatError for a lease a newer Kova wrote
  */
-export function readLeaseRecord(actorId: string, value: unknown): LeaseRecord {
-  const r = value as LeaseRecord;
-  checkFormatVersion(`lease of actor ${actorId}`, r?.v, LEASE_RECORD_READABLE);
-  return r;
-}
+export const readLeaseRecord = formatReader<LeaseRecord>((actorId) => `lease of actor ${actorId}`, LEASE_RECORD_READABLE);
 
 export function leasesBucket(cluster: string): string {
   return `kova_${cluster}_leases`;

@@ -2,10 +2,13 @@ import type { NatsConnection } from "@nats-io/transport-node";
 import type { KV } from "@nats-io/kv";
 import { elapsedSince, markTime, type TimeMark } from "../core/clock.js";
 import type { Logger } from "../core/logger.js";
+import { formatReader } from "../core/format-version.js";
 import { KvMirror, encodeJson, openBucket, type MirrorEntry, type MirrorTiming } from "./kv-mirror.js";
 
 /** What a node writes into `kova_<cluster>_nodes` at every heartbeat. */
 export interface NodeRecord {
+  /** Format version (NODE_RECORD_VERSION); absent in heartbeats written before versioning. */
+  v?: number;
   id: string;
   /** Random per process start: tells a restarted node apart from its previous life. */
   incarnation: string;
@@ -25,6 +28,17 @@ export interface NodeRecord {
   types?: string[];
 }
 
+export const NODE_RECORD_VERSION = 1;
+/** Heartbeat versions this build reads. */
+export const NODE_RECORD_READABLE: readonly number[] = [1];
+
+/**
+ * A heartbeat as stored, checked for its format version. A node whose heartbeat this build
+ * cannot read is left out of its view (docs/protocol.md, Format versions).
+ * @throws UnsupportedFormatError for a heartbeat a newer Kova wrote
+ */
+export const readNodeRecord = formatReader<NodeRecord>((id) => `heartbeat of node ${id}`, NODE_RECORD_READABLE);
+
 export interface NodeView {
   record: NodeRecord;
   live: boolean;
@@ -35,7 +49,7 @@ export interface NodeView {
 export interface MembershipOptions {
   nc: NatsConnection;
   cluster: string;
-  self: Omit<NodeRecord, "heartbeatAt" | "state" | "actors">;
+  self: Omit<NodeRecord, "v" | "heartbeatAt" | "state" | "actors">;
   heartbeatMs: number;
   staleAfterMs: number;
   replicas?: number;
@@ -92,7 +106,7 @@ export class Membership {
    */
   static async join(opts: MembershipOptions): Promise<Membership> {
     const kv = await openBucket(opts.nc, nodesBucket(opts.cluster), opts.replicas);
-    const mirror = await KvMirror.start<NodeRecord>(kv, opts.logger.child({ bucket: "nodes" }), { nc: opts.nc, ...opts.timing });
+    const mirror = await KvMirror.start<NodeRecord>(kv, opts.logger.child({ bucket: "nodes" }), { decode: readNodeRecord, nc: opts.nc, ...opts.timing });
     const m = new Membership(opts, kv, mirror);
     // Entries present at start count as just seen: a node that really is dead is found
     // out staleAfterMs later, and a live one is never mistaken for dead on our start.
@@ -146,6 +160,7 @@ export class Membership {
   private async beat(state: NodeRecord["state"]): Promise<void> {
     const start = markTime();
     const record: NodeRecord = {
+      v: NODE_RECORD_VERSION,
       ...this.opts.self,
       state,
       heartbeatAt: Date.now(),

@@ -1,9 +1,7 @@
 import { headers as natsHeaders, nuid } from "@nats-io/transport-node";
 import type { Msg, MsgHdrs, NatsConnection, Subscription } from "@nats-io/transport-node";
-import { ConfigError, ErrorCode, isKovaError, toWire } from "../core/errors.js";
+import { ConfigError, errorKindOf, isKovaError, toWire, type ErrorKind } from "../core/errors.js";
 import { componentLogger, silentLogger, type Logger } from "../core/logger.js";
-import { BusErrorCode } from "../bus/errors.js";
-import { ActorErrorCode } from "../actors/errors.js";
 
 /**
  * A NATS micro service (ADR-32, `$SRV` protocol v1) written directly on a
@@ -48,7 +46,7 @@ export interface MicroEndpoint {
 export interface MicroServiceOptions {
   /** Service name shared by all instances, `[A-Za-z0-9_-]+` (e.g. `kova-node`). */
   name: string;
-  /** Semantic version, e.g. `0.1.0`. */
+  /** Semantic version, e.g. `1.2.3` (a node gives KOVA_VERSION). */
   version: string;
   description?: string;
   metadata?: Record<string, string>;
@@ -57,6 +55,11 @@ export interface MicroServiceOptions {
   endpoints: MicroEndpoint[];
   /** Where its lines go; none: it writes nothing (a library stays quiet inside someone else's service). */
   logger?: Logger;
+  /**
+   * Whether a request's reply subject may be answered; a request refused here is dropped
+   * before its handler runs (a Kova node passes its bus's ReplyGuard). Default: any.
+   */
+  acceptsReply?: (reply: string, subject: string) => boolean;
 }
 
 export interface MicroService {
@@ -144,6 +147,7 @@ export async function startMicroService(nc: NatsConnection, options: MicroServic
       endpoints: endpoints.map(endpointStats),
     });
 
+  const acceptsReply = options.acceptsReply ?? (() => true);
   const subs: Subscription[] = [];
   const inFlight = new Set<Promise<void>>();
   const control: Array<[string, () => string]> = [
@@ -156,7 +160,7 @@ export async function startMicroService(nc: NatsConnection, options: MicroServic
       subs.push(
         nc.subscribe(subject, {
           callback: (err, msg) => {
-            if (!err) respond(msg, body(), log);
+            if (!err && msg.reply && acceptsReply(msg.reply, msg.subject)) respond(msg, body(), log);
           },
         }),
       );
@@ -172,6 +176,7 @@ export async function startMicroService(nc: NatsConnection, options: MicroServic
             log.warn({ err, subject: endpoint.subject }, "endpoint subscription error");
             return;
           }
+          if (msg.reply && !acceptsReply(msg.reply, msg.subject)) return;
           // A reply that cannot be sent (connection closing) must not become an unhandled rejection.
           const p = handle(endpoint, state, msg, log)
             .catch((e: unknown) => log.warn({ err: e, endpoint: endpoint.name }, "could not reply"))
@@ -203,7 +208,6 @@ export async function startMicroService(nc: NatsConnection, options: MicroServic
 }
 
 function respond(msg: Msg, body: string, log: Logger): void {
-  if (!msg.reply) return;
   try {
     msg.respond(body);
   } catch (err) {
@@ -249,24 +253,15 @@ function replyError(err: unknown, endpoint: MicroEndpoint, state: EndpointState,
   msg.respond(encoder.encode(body), { headers: h });
 }
 
-/** An HTTP-like status for `Nats-Service-Error-Code`: 400 for bad input, 404 not hosted, 504 timeout, else 500. */
+/**
+ * An HTTP-like status for `Nats-Service-Error-Code`, from the kind the code's layer gave it
+ * (core's classifyErrorCodes): 400 bad input, 404 not found, 504 timeout, else 500.
+ */
+const STATUS_OF_KIND: Record<ErrorKind, number> = { bad_input: 400, not_found: 404, timeout: 504 };
+
 function statusFor(err: unknown): number {
-  if (!isKovaError(err)) return 500;
-  switch (err.code) {
-    case ErrorCode.INVALID_CONFIG:
-    case ErrorCode.INVALID_ID:
-    case BusErrorCode.INVALID_ENVELOPE:
-    case BusErrorCode.DECODE_FAILED:
-    case BusErrorCode.PAYLOAD_TOO_LARGE:
-    case BusErrorCode.UNKNOWN_MESSAGE_TYPE:
-      return 400;
-    case ActorErrorCode.NOT_HOSTED:
-      return 404;
-    case ErrorCode.TIMEOUT:
-      return 504;
-    default:
-      return 500;
-  }
+  const kind = isKovaError(err) ? errorKindOf(err.code) : undefined;
+  return kind === undefined ? 500 : STATUS_OF_KIND[kind];
 }
 
 function endpointStats(e: EndpointState): EndpointStats {

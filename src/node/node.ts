@@ -1,15 +1,13 @@
 import { hostname } from "node:os";
 import { join } from "node:path";
 import { mkdir } from "node:fs/promises";
-import { ArgumentError, ErrorCode, isKovaError, KovaError } from "../core/errors.js";
-import { sleep } from "../core/clock.js";
-import { assertId, newId, parseInstanceId } from "../core/ids.js";
+import { ErrorCode, isKovaError } from "../core/errors.js";
+import { newId } from "../core/ids.js";
 import { childLogger, componentLogger, createLogger, type Logger } from "../core/logger.js";
 import { KOVA_VERSION } from "../core/version.js";
-import { Bus, BusErrorCode, isConsumerNotFound, isTransientNatsError, UnknownAgentError } from "../bus/index.js";
+import { Bus } from "../bus/index.js";
 import { Wal, type WalFailedError } from "../wal/index.js";
 import {
-  ActorErrorCode,
   ActorHost,
   ActorTemplateRegistry,
   ActorTypeRegistry,
@@ -19,84 +17,54 @@ import {
   type ActorTemplate,
   type RegisteredTemplate,
 } from "../actors/index.js";
-import { createEnvelope } from "../bus/index.js";
-import { SubjectWaitService, SubjectWaits, TimerService, WORKFLOW_ACTOR_TYPE, WorkflowMessageType, WorkflowTimers, workflowActor } from "../workflow/index.js";
+import { WORKFLOW_ACTOR_TYPE, workflowActor } from "../workflow/index.js";
 import type { NodeConfig } from "./config.js";
+import type { StartNodeOptions } from "./start-options.js";
 import { loadActorModules } from "./actor-modules.js";
-import {
-  approveSubject,
-  controlRequest,
-  nodeSubject,
-  schedulesSubject,
-  type ApproveReply,
-  type ToolsReply,
-  type ToolsRequest,
-  spawnSubject,
-  type SchedulesRequest,
-  type AgentStatusView,
-  type NodeStatusView,
-  type SignalRequest,
-  type SpawnRequest,
-} from "./control.js";
+import type { AgentStatusView, NodeStatusView } from "./control.js";
 import { NodeControl } from "./control-handlers.js";
+import { AgentControl } from "./agent-control.js";
+import { startNodeService } from "./node-service.js";
+import type { NodeParts } from "./node-parts.js";
+import { startMarkerCompaction, startUnknownAgentSweep, type NodeJob } from "./node-jobs.js";
+import { WorkflowWiring, workflowRunPorts } from "./workflow-wiring.js";
 import { mirrorTiming } from "./kv-mirror.js";
 import { LeaseTable } from "./lease.js";
 import { Membership } from "./membership.js";
-import { startMicroService, type MicroService } from "./micro-service.js";
+import type { MicroService } from "./micro-service.js";
+import { ActorAdmission } from "./admission.js";
 import { refuseNodeIdInUse } from "./node-id-check.js";
-import { jetStreamReplicas, resolveNats, type ResolvedNats, type ResolveNatsOptions } from "./nats-bootstrap.js";
-import { PlacementController, type HostPort } from "./placement-controller.js";
+import { jetStreamReplicas, resolveNats, type ResolvedNats } from "./nats-bootstrap.js";
+import { PlacementController } from "./placement-controller.js";
+import { placementHostPort } from "./host-port.js";
+import { whenNatsReady } from "./nats-ready.js";
 import { recoverPendingTurns, type NodeRecoveryReport } from "./recovery-policy.js";
-import { AgentRegistry, type AgentRecord } from "./registry.js";
-import { parseSchedule } from "./schedule-spec.js";
+import { AgentRegistry } from "./registry.js";
+import { RegistryWrites } from "./registry-writes.js";
 import { ScheduleService } from "./schedules.js";
 import { VirtualActors } from "./virtual-actors.js";
-import { compactMarkers } from "./marker-compaction.js";
 import { startAgentServices, type AgentServices } from "./agent-services.js";
 import type { AgentDefinition } from "../agents/definition.js";
 import type { Tool } from "../tools/types.js";
 import { registerSwarms } from "./swarms.js";
 import { modelScheduler } from "../agents/runtime.js";
 import type { ModelCallScheduler } from "../agents/model/scheduler.js";
-import { NatsApprovalStore, readDecision } from "../agents/approvals.js";
 
 export { KOVA_VERSION };
 
 /** Session id of the cluster's own events (agent state changes, placement, signals). */
 export const CLUSTER_EVENTS_SESSION = "kova-cluster";
 
-export interface StartNodeOptions {
-  config: NodeConfig;
-  logger?: Logger;
-  /** Actor types registered in code (the package API); config modules add to them. */
-  types?: ActorTypeRegistry;
-  /**
-   * Templates of virtual actors registered in code; `[[actor_templates]]` add to them, and
-   * `KovaNode.registerTemplate` adds more after the start (see docs/virtual-actors.md).
-   */
-  templates?: ActorTemplateRegistry | Iterable<ActorTemplate>;
-  /**
-   * The node's provider-call scheduler (default: a new one with no models). Agents take
-   * model-call slots from it; its stats are in the node's status and `$SRV.STATS`.
-   */
-  modelScheduler?: ModelCallScheduler;
-  /** Passed to resolveNats (tests point the default-URL probe elsewhere). */
-  nats?: Pick<ResolveNatsOptions, "probeDefault" | "defaultUrl">;
-  /**
-   * Agents defined in code (`defineAgent`); `[[agents]]`, `[[agent_templates]]` and config
-   * modules add to them. A definition with `template` set is an agent template: its
-   * instances `<id>--<key>` are activated by their first message (docs/agents.md).
-   */
-  agents?: AgentDefinition[];
-  /** Tools defined in code (`defineTool`), offered to the agents whose `tools` lists name them; config modules add to them. */
-  tools?: Tool[];
-}
+export type { StartNodeOptions };
 
 /**
  * One Kova cluster node: the composition root. Start order matters and is why this file
  * exists: config → NATS → WAL (recovery scan) → cluster state (registry, leases,
  * heartbeat) → actor host with the lease fence → WAL recovery decisions (finish what we
- * still own, abandon what moved) → placement → control endpoints.
+ * still own, abandon what moved) → placement → control endpoints. What the node starts
+ * lives in files of its own (control-handlers.ts and agent-control.ts behind node-service.ts,
+ * workflow-wiring.ts, node-jobs.ts, host-port.ts); this one holds the order, the lifecycle
+ * (stop, failover, teardown) and the glue between the parts: the fence, registry writes, events.
  */
 export class KovaNode {
   readonly incarnation = newId();
@@ -107,28 +75,29 @@ export class KovaNode {
   private markEnded!: (reason: Error | null) => void;
   private readonly ended = new Promise<Error | null>((resolve) => (this.markEnded = resolve));
   private readonly recovery: NodeRecoveryReport = { finished: [], recovering: [], abandoned: [], corrupt: 0, pendingRecords: 0 };
-  private readonly registryWrites = new Map<string, Promise<unknown>>();
   private bus!: Bus;
   private wal!: Wal;
   private nats!: ResolvedNats;
   private dlqMover: { stop(): Promise<void> } | undefined;
   private registry!: AgentRegistry;
+  /** The node's registry writes, in order per actor; set once the registry is open. */
+  private registryWrites!: RegistryWrites;
   private leases!: LeaseTable;
   private membership!: Membership;
   private host!: ActorHost;
   private placement!: PlacementController;
   private micro: MicroService | undefined;
   private control!: NodeControl;
-  private unknownSweep: NodeJS.Timeout | undefined;
-  private compactionTimer: NodeJS.Timeout | undefined;
+  private unknownSweep: NodeJob | undefined;
+  private markerCompaction: NodeJob | undefined;
   private schedules: ScheduleService | undefined;
   private virtual!: VirtualActors;
+  private admission!: ActorAdmission;
   private agentServices: AgentServices | undefined;
-  private workflowTimers: Promise<WorkflowTimers> | undefined;
-  private timerService: TimerService | undefined;
-  private subjectWaits: Promise<SubjectWaits> | undefined;
-  private waitService: SubjectWaitService | undefined;
-  private approvalStore: Promise<NatsApprovalStore> | undefined;
+  /** What the node's handlers, wiring and jobs are built from; set once the actor host exists. */
+  private parts!: NodeParts;
+  /** Workflow runs' and swarm coordinators' ports; set once the actor host exists. */
+  private workflow!: WorkflowWiring;
   /** The node's own lines (`component: "node"`). */
   private readonly log: Logger;
   /**
@@ -181,7 +150,7 @@ export class KovaNode {
     registerSwarms(
       opts.config,
       types,
-      { bus: () => node!.busClient, interrupt: (agentId, messageId) => node!.interruptDelegation(agentId, messageId) },
+      { bus: () => node!.busClient, interrupt: (agentId, messageId) => node!.workflow.interruptDelegation(agentId, messageId) },
       scheduler,
       logger,
     );
@@ -202,15 +171,7 @@ export class KovaNode {
     // registered its own type of that name.
     if (!types.has(WORKFLOW_ACTOR_TYPE)) {
       const n = node;
-      types.register(
-        workflowActor({
-          timers: () => n.timers(),
-          waits: () => n.waits(),
-          retire: (runId) => n.retireRun(runId),
-          inbox: (runId) => n.bus.subjects.a2a(runId),
-          interrupt: (agentId, messageId) => n.interruptDelegation(agentId, messageId),
-        }),
-      );
+      types.register(workflowActor(workflowRunPorts(() => n.workflow)));
     }
     try {
       await node.boot(opts);
@@ -244,7 +205,7 @@ export class KovaNode {
       if (isKovaError(err, ErrorCode.INVALID_CONFIG)) this.nats = { ...this.nats, stop: async () => undefined };
       throw err;
     }
-    const replicas = config.replicas ?? jetStreamReplicas(this.bus.nc);
+    const replicas = this.replicas();
     await this.whenNatsReady("streams", () => this.bus.ensureStreams({ replicas }));
     // Every node moves messages that exhausted max_deliver to the DLQ; several movers are
     // safe because a DLQ entry's msg id is derived from the original's stream sequence.
@@ -278,6 +239,7 @@ export class KovaNode {
     const nc = this.bus.nc;
     const timing = mirrorTiming(config.heartbeatMs);
     this.registry = await this.whenNatsReady("registry", () => AgentRegistry.open({ nc, cluster, replicas, logger: this.scope, timing }));
+    this.registryWrites = new RegistryWrites(this.registry, this.log);
     this.leases = await this.whenNatsReady("leases", () =>
       LeaseTable.open({ nc, cluster, nodeId, incarnation: this.incarnation, replicas, logger: this.scope, timing }),
     );
@@ -320,31 +282,26 @@ export class KovaNode {
       onStateChange: (actorId: string, state: ActorState, info?: unknown) => this.onStateChange(actorId, state, info),
     });
 
-    this.timerService = await this.whenNatsReady("workflow timers", async () =>
-      TimerService.start({
-        timers: await this.timers(),
-        fire: async (t) => {
-          await this.bus.send(
-            createEnvelope({ id: t.timerId, from: "kova-timers", to: t.runId, type: WorkflowMessageType.timer, payload: { timerId: t.timerId } }),
-          );
-        },
-        isLocal: (runId) => this.host.status(runId) !== undefined,
-        graceMs: config.staleAfterMs,
-        logger: this.scope,
-      }),
-    );
-
-    this.waitService = await this.whenNatsReady("workflow waits", async () =>
-      SubjectWaitService.start({
-        waits: await this.waits(),
-        fire: async (w, data, seq) => {
-          const payload = { waitId: w.waitId, subject: w.subject, data, seq };
-          await this.bus.send(createEnvelope({ id: `${w.waitId}-m`, from: "kova-waits", to: w.runId, type: WorkflowMessageType.signal, payload }));
-        },
-        isLocal: (runId) => this.host.status(runId) !== undefined,
-        logger: this.scope,
-      }),
-    );
+    this.parts = {
+      config,
+      nodeId,
+      cluster,
+      incarnation: this.incarnation,
+      bus: this.bus,
+      host: this.host,
+      registry: this.registry,
+      leases: this.leases,
+      membership: this.membership,
+      templates: this.templates,
+      log: this.log,
+      scope: this.scope,
+      replicas: () => this.replicas(),
+      writeRegistry: (id, change) => this.registryWrites.write(id, change),
+      publish: (type, runId, data) => this.publish(type, runId, data),
+    };
+    this.workflow = new WorkflowWiring({ ...this.parts, kickPlacement: () => this.placement.kick() });
+    await this.whenNatsReady("workflow timers", () => this.workflow.startTimers());
+    await this.whenNatsReady("workflow waits", () => this.workflow.startWaits());
 
     // Decided now, finished in the background: each recovered actor replays its turns
     // while placement starts and serves the node's other actors (recovery-policy.ts).
@@ -361,28 +318,12 @@ export class KovaNode {
       await this.whenNatsReady("declare", () => this.registry.declare({ id: a.id, type: a.id, capabilities: [...a.capabilities] }));
     }
 
-    const port: HostPort = {
-      start: async (id, type, record, { takeover }) => {
-        const template = record.template === undefined ? undefined : this.templates.resolve(id);
-        if (record.template !== undefined && !template) {
-          throw new UnknownAgentError(
-            id,
-            `template ${record.template} of instance ${id} is not registered on node ${this.nodeId}: register the same templates on every node`,
-          );
-        }
-        if (takeover) await this.resetMailbox(id);
-        await this.host.start(id, type, template ? { template: template.binding } : {});
-        if (record.desired === "paused") await this.host.signal(id, "pause");
-      },
-      stop: (id, reason) => this.host.stop(id, { reason, drainTimeoutMs: config.drainTimeoutMs }),
-      hosted: () => this.host.list().map((s) => s.id),
-    };
     this.placement = new PlacementController({
       nodeId: config.nodeId,
       membership: this.membership,
       leases: this.leases,
       registry: this.registry,
-      host: port,
+      host: placementHostPort(this.parts),
       logger: this.scope,
       reconcileMs: config.reconcileMs,
       maxActors: config.maxActorsPerNode,
@@ -390,6 +331,7 @@ export class KovaNode {
       onPlacement: (e) => this.onPlacement(e),
     });
     this.placement.start();
+    this.admission = new ActorAdmission({ registry: this.registry, maxActors: config.maxActors, liveNodes: () => this.membership.liveNodes().length });
     this.virtual = new VirtualActors({
       nodeId,
       bus: this.bus,
@@ -400,16 +342,18 @@ export class KovaNode {
       templates: this.templates,
       types: this.types,
       maxActors: config.maxActors,
+      admission: this.admission,
       drainTimeoutMs: config.drainTimeoutMs,
       listen: config.activationListener,
       logger: this.scope,
-      removeRecord: (id, mayRemove) => this.removeRegistry(id, mayRemove),
+      removeRecord: (id, mayRemove) => this.registryWrites.remove(id, mayRemove),
       publish: (type, runId, data) => this.publish(type, runId, data),
       onPassivated: (id) => this.agentServices?.runtime.forget(id),
     });
     this.virtual.start();
-    this.startUnknownAgentSweep();
-    this.startMarkerCompaction();
+    const jobs = { ...this.parts, virtual: this.virtual };
+    this.unknownSweep = startUnknownAgentSweep(jobs);
+    this.markerCompaction = startMarkerCompaction(jobs);
     await this.whenNatsReady("announce", () => this.membership.markUp());
     this.schedules = await this.whenNatsReady("schedules", () =>
       ScheduleService.start({
@@ -419,6 +363,8 @@ export class KovaNode {
         replicas,
         logger: this.scope,
         nodeId: this.nodeId,
+        // The control handlers exist once services start; a tick due before then is sent again after the reclaim wait.
+        spawn: (req) => (this.control as NodeControl | undefined)?.spawn(req) ?? Promise.reject(new Error("node services are not started yet")),
         onFired: (e) => this.publish("schedule_fired", e.id, { ...e, node: this.nodeId }),
         onSkipped: (e) => this.publish("schedule_skipped", e.id, { ...e, node: this.nodeId }),
       }),
@@ -429,96 +375,14 @@ export class KovaNode {
     this.log.info({ cluster: config.cluster, nats: this.nats.source, recovery: this.recovery }, "node started");
   }
 
-  /** The workflow timers bucket, opened once (also by the first run that needs it). */
-  private timers(): Promise<WorkflowTimers> {
-    this.workflowTimers ??= WorkflowTimers.open({
-      js: this.bus.js,
-      cluster: this.cluster,
-      replicas: this.config.replicas ?? jetStreamReplicas(this.bus.nc),
-    }).catch((err: unknown) => {
-      this.workflowTimers = undefined;
-      throw err;
-    });
-    return this.workflowTimers;
+  /** A start-up step that waits for NATS to come up (nats-ready.ts). */
+  private whenNatsReady<T>(what: string, step: () => Promise<T>): Promise<T> {
+    return whenNatsReady(this.log, what, step);
   }
 
-  /** The workflow subject waits (bucket and capture stream), opened once. */
-  private waits(): Promise<SubjectWaits> {
-    this.subjectWaits ??= SubjectWaits.open({
-      js: this.bus.js,
-      jsm: this.bus.jsm,
-      cluster: this.cluster,
-      replicas: this.config.replicas ?? jetStreamReplicas(this.bus.nc),
-      owner: `${this.nodeId}/${this.incarnation}`,
-    }).catch((err: unknown) => {
-      this.subjectWaits = undefined;
-      throw err;
-    });
-    return this.subjectWaits;
-  }
-
-  /**
-   * Interrupts an agent's turn on one delegated message through the `signal` endpoint of
-   * the node that hosts the agent (this one included). An agent between nodes is looked up
-   * again once; one that cannot be reached is logged and left (its result is ignored).
-   */
-  private async interruptDelegation(agentId: string, messageId: string): Promise<boolean> {
-    for (let attempt = 1; attempt <= 3; attempt++) {
-      const node = this.registry.get(agentId)?.node ?? this.leases.get(agentId)?.value.node;
-      try {
-        if (!node) throw new KovaError(ActorErrorCode.NOT_HOSTED, `agent ${agentId} is not hosted now`);
-        await controlRequest(this.bus.nc, nodeSubject(this.cluster, node, "signal"), { actorId: agentId, signal: "interrupt", messageId }, 5000);
-        return true;
-      } catch (err) {
-        if (attempt === 3) {
-          this.log.warn({ err, agentId, messageId }, "could not interrupt a delegated turn; its result will be ignored");
-          return false;
-        }
-        await sleep(250 * attempt);
-      }
-    }
-    return false;
-  }
-
-  /**
-   * Takes a finished workflow run off placement: its registry entry becomes `killed`, so
-   * placement stops it (after the turn that asked for this ends) and never places it
-   * again, and its durable consumer is deleted once it stopped. Its checkpoint stays in
-   * KV, so `kova workflow status` still reads the run. Called from the run's own turn,
-   * so it must not wait for the stop.
-   */
-  private async retireRun(runId: string): Promise<void> {
-    await this.writeRegistry(runId, (cur) => (cur.desired === "killed" ? undefined : { ...cur, desired: "killed" }));
-    this.placement.kick();
-    void (async () => {
-      const deadline = performance.now() + 2 * this.config.drainTimeoutMs + 10_000;
-      while (this.host.status(runId) !== undefined && performance.now() < deadline) await sleep(100);
-      if (this.host.status(runId) === undefined) await this.resetMailbox(runId);
-    })().catch((err: unknown) => this.log.debug({ err, runId }, "consumer of a retired run not deleted"));
-  }
-
-  /**
-   * Runs a start-up step, waiting for NATS: nodes are often started together with their
-   * NATS servers (compose, Kubernetes), and a fresh NATS cluster answers "JetStream not
-   * enabled" or times out until it has elected its JetStream leaders.
-   * @throws the step's error when it is not transient, or after `startupWaitMs` (60 s)
-   */
-  private async whenNatsReady<T>(what: string, step: () => Promise<T>, startupWaitMs = 60_000): Promise<T> {
-    const deadline = performance.now() + startupWaitMs;
-    for (let attempt = 1; ; attempt++) {
-      try {
-        return await step();
-      } catch (err) {
-        const transient =
-          isKovaError(err, BusErrorCode.NATS_UNREACHABLE) ||
-          isKovaError(err, BusErrorCode.JETSTREAM_UNAVAILABLE) ||
-          isKovaError(err, ErrorCode.TIMEOUT) ||
-          isTransientNatsError(err);
-        if (!transient || performance.now() > deadline) throw err;
-        this.log.warn({ err: String((err as Error)?.message ?? err), attempt, what }, "waiting for NATS / JetStream to become available");
-        await sleep(Math.min(2000, 250 * attempt));
-      }
-    }
+  /** Replicas of the cluster's streams and buckets: `[cluster] replicas`, else what the NATS server supports. */
+  private replicas(): number {
+    return this.config.replicas ?? jetStreamReplicas(this.bus.nc);
   }
 
   /**
@@ -557,60 +421,19 @@ export class KovaNode {
     }
   }
 
-  /**
-   * Deletes an actor's durable consumer before hosting an actor that was hosted before.
-   * A SIGKILLed node's pull requests vanish with its connection, but a frozen one
-   * (SIGSTOP, a long GC, a VM pause) keeps them parked on the server, and a gracefully
-   * stopped mailbox may leave its last pull request there too; the server would hand the
-   * next message to that dead inbox and redeliver it only after ack_wait. The stream is
-   * a work queue, so unacknowledged messages stay in it and the recreated consumer
-   * delivers them from the first one at once; the old host's late acks then address a
-   * consumer incarnation that no longer holds those deliveries (and are fenced anyway).
-   */
-  private async resetMailbox(actorId: string): Promise<void> {
-    try {
-      await this.bus.jsm.consumers.delete(this.bus.subjects.streams.a2a, this.bus.subjects.consumer(actorId));
-    } catch (err) {
-      if (!isConsumerNotFound(err)) throw err;
-    }
-  }
-
   private onStateChange(actorId: string, state: ActorState, info?: unknown): void {
     // Idle⇄Running of every ordinary turn would cost two KV writes per message; the
     // registry records lifecycle changes (start, pause, recovery, failure, stop) only.
     if ((info as { turn?: boolean } | undefined)?.turn === true) return;
-    this.writeRegistry(actorId, (cur) => (this.leases.holds(actorId) ? { ...cur, node: this.nodeId, state } : undefined));
+    this.registryWrites.write(actorId, (cur) => (this.leases.holds(actorId) ? { ...cur, node: this.nodeId, state } : undefined));
     this.publish("agent_state", actorId, { actorId, node: this.nodeId, state });
   }
 
   private onPlacement(e: { actorId: string; action: string; reason: string }): void {
     if (e.action !== "acquired") {
-      this.writeRegistry(e.actorId, (cur) => (cur.node === this.nodeId ? { ...cur, node: null } : undefined));
+      this.registryWrites.write(e.actorId, (cur) => (cur.node === this.nodeId ? { ...cur, node: null } : undefined));
     }
     this.publish(`agent_${e.action}`, e.actorId, { ...e, node: this.nodeId });
-  }
-
-  /** Removes a registry entry after the writes queued for it (a passivation). */
-  private removeRegistry(actorId: string, mayRemove: (cur: AgentRecord) => boolean): Promise<boolean> {
-    let removed = false;
-    return this.writeRegistry(actorId, () => undefined)
-      .then(async () => {
-        removed = await this.registry.remove(actorId, mayRemove);
-      })
-      .then(() => removed);
-  }
-
-  /** Registry writes of one actor are applied in order (a later state never loses to an earlier one). */
-  private writeRegistry(actorId: string, change: (cur: AgentRecord) => AgentRecord | undefined): Promise<unknown> {
-    const prev = this.registryWrites.get(actorId) ?? Promise.resolve();
-    const next = prev
-      .then(() => this.registry.update(actorId, change))
-      .catch((err: unknown) => this.log.warn({ err, actorId }, "registry update failed"))
-      .finally(() => {
-        if (this.registryWrites.get(actorId) === next) this.registryWrites.delete(actorId);
-      });
-    this.registryWrites.set(actorId, next);
-    return next;
   }
 
   private publish(type: string, runId: string, data: unknown): void {
@@ -620,145 +443,28 @@ export class KovaNode {
   }
 
   private async startServices(): Promise<void> {
-    const { cluster, nodeId } = this;
+    const agentControl = new AgentControl({ ...this.parts, agentServices: this.agentServices, schedules: this.schedules! });
     this.control = new NodeControl({
-      nodeId,
-      cluster,
-      incarnation: this.incarnation,
+      ...this.parts,
       startedAt: this.startedAt,
       nats: this.nats,
-      membership: this.membership,
-      host: this.host,
-      leases: this.leases,
-      registry: this.registry,
       types: this.types,
       placement: this.placement,
       recovery: this.recovery,
       maxActors: this.config.maxActors,
+      admission: this.admission,
       stopping: () => this.stopping !== undefined,
-      writeRegistry: (id, change) => this.writeRegistry(id, change),
-      switchModel: (id: string, model: string) => this.switchModel(id, model),
-      publish: (type, runId, data) => this.publish(type, runId, data),
+      switchModel: (id: string, model: string) => agentControl.switchModel(id, model),
       virtual: () => this.virtual.view(),
       models: () => this.modelScheduler.stats(),
     });
-    const control = this.control;
-    const json = (data: Uint8Array): unknown => (data.length === 0 ? {} : JSON.parse(new TextDecoder().decode(data)));
-    this.micro = await startMicroService(this.bus.nc, {
-      name: "kova-node",
-      version: KOVA_VERSION,
-      description: "Kova cluster node: hosts actors, answers control requests",
-      metadata: { node_id: nodeId, cluster },
-      logger: this.scope,
-      endpoints: [
-        {
-          name: "status",
-          subject: nodeSubject(cluster, nodeId, "status"),
-          handler: async () => control.status(),
-          // `nats micro stats kova-node`: model-call queues and waits, and virtual actors.
-          stats: () => ({ models: this.modelScheduler.stats(), virtual: this.virtual.view() }),
-        },
-        { name: "agents", subject: nodeSubject(cluster, nodeId, "agents"), handler: async () => control.agents() },
-        { name: "spawn", subject: spawnSubject(cluster), handler: async (d) => control.spawn(json(d) as SpawnRequest) },
-        {
-          name: "activate",
-          subject: this.bus.subjects.activate,
-          handler: async (d) => this.virtual.activate((json(d) as { id?: unknown }).id as string, "request"),
-        },
-        { name: "schedules", subject: schedulesSubject(cluster), handler: async (d) => this.scheduleRequest(json(d) as SchedulesRequest) },
-        { name: "signal", subject: nodeSubject(cluster, nodeId, "signal"), handler: async (d) => control.signal(json(d) as SignalRequest) },
-        { name: "approve", subject: approveSubject(cluster), handler: async (d) => this.approve(json(d)) },
-        { name: "tools", subject: nodeSubject(cluster, nodeId, "tools"), handler: async (d) => this.toolsRequest(json(d) as ToolsRequest) },
-      ],
+    this.micro = await startNodeService({
+      ...this.parts,
+      control: this.control,
+      agentControl,
+      virtual: this.virtual,
+      models: () => this.modelScheduler.stats(),
     });
-  }
-
-  /**
-   * The `model=<name>` signal: switches an agent hosted here from its next model call on.
-   * @throws ArgumentError when the actor is not an agent; UnknownModelError for an unknown model
-   */
-  private async switchModel(actorId: string, model: string): Promise<void> {
-    const type = this.host.status(actorId)?.type;
-    const services = this.agentServices;
-    if (!services?.agents.some((a) => a.id === type)) {
-      throw new ArgumentError("signal", `actor ${actorId} (type ${type ?? "unknown"}) is not an agent: only agents take model=<name>`);
-    }
-    await services.runtime.switchModel(actorId, model);
-  }
-
-  /**
-   * `kova tools ls [agent]` (the `tools` endpoint): what an agent of this node can call, or
-   * the node's whole registry (empty on a node without agents: it loads no tools).
-   * @throws InvalidIdError; KovaError UNKNOWN_AGENT for an agent this node does not define
-   */
-  private async toolsRequest(req: ToolsRequest): Promise<ToolsReply> {
-    const agent = req?.agent === undefined ? undefined : assertId("agent", req.agent);
-    const services = this.agentServices;
-    if (!services) {
-      if (agent !== undefined)
-        throw new KovaError(BusErrorCode.UNKNOWN_AGENT, `node ${this.nodeId} defines no agents, so not ${agent}`, { data: { agentId: agent } });
-      return { node: this.nodeId, tools: [] };
-    }
-    return { node: this.nodeId, ...(agent !== undefined ? { agent } : {}), tools: await services.describeTools(agent) };
-  }
-
-  /**
-   * `kova approve|reject` for an agent's tool call (the `approve` endpoint): records the
-   * decision in the approvals bucket, whichever node hosts the run (or none, while it moves).
-   * @throws ArgumentError for a malformed request; ApprovalNotFoundError; ApprovalAlreadyDecidedError
-   */
-  private async approve(body: unknown): Promise<ApproveReply> {
-    const { runId, approvalId, decision } = readDecision(body);
-    this.approvalStore ??= NatsApprovalStore.open({
-      js: this.bus.js,
-      cluster: this.cluster,
-      replicas: this.config.replicas ?? jetStreamReplicas(this.bus.nc),
-    }).catch((err: unknown) => {
-      this.approvalStore = undefined;
-      throw err;
-    });
-    const { record, changed } = await (await this.approvalStore).decide(runId, approvalId, decision);
-    this.log.info(
-      { runId, approvalId, agentId: record.agentId, tool: record.tool, status: record.status, by: record.by, changed },
-      "tool call approval decided",
-    );
-    return { runId, approvalId, status: record.status as ApproveReply["status"], changed, agentId: record.agentId, tool: record.tool, via: this.nodeId };
-  }
-
-  /**
-   * `kova schedules add|rm|ls` (the `schedules` endpoint).
-   * @throws ConfigError for an invalid schedule; ArgumentError for an unknown op
-   */
-  private async scheduleRequest(req: SchedulesRequest): Promise<unknown> {
-    const svc = this.schedules!;
-    switch (req?.op) {
-      case "add": {
-        const spec = parseSchedule(req.schedule, "schedule");
-        const r = await svc.upsert(spec, "api");
-        const warning = this.unknownTarget(spec.to);
-        return warning ? { ...r, warning } : r;
-      }
-      case "rm":
-        return { removed: await svc.remove(assertId("schedule id", req.id)) };
-      case "ls":
-        return svc.list();
-      default:
-        throw new ArgumentError("op", `unknown schedules operation ${JSON.stringify((req as { op?: unknown })?.op)}: use add, rm or ls`);
-    }
-  }
-
-  /**
-   * Why messages to `to` would wait unanswered, for a warning to whoever addresses it
-   * (undefined: an agent of that id is declared, or a template has that instance form).
-   */
-  private unknownTarget(to: string): string | undefined {
-    if (this.registry.get(to) !== undefined) return undefined;
-    const instance = parseInstanceId(to);
-    if (instance && this.templates.has(instance.template)) return undefined;
-    return (
-      `no agent ${to} is declared in cluster ${this.cluster}${instance ? `, nor a template ${instance.template}` : ""} (see kova agents ls): ` +
-      "its messages wait unanswered and go to the DLQ (reason unknown_agent) after [cluster] unknown_agent_after_ms unless one is declared"
-    );
   }
 
   /** This node's status (what the `status` endpoint answers). */
@@ -812,64 +518,9 @@ export class KovaNode {
     await this.micro?.stop().catch(() => undefined);
     await this.placement.stop();
     await this.placement.releaseAll("shutdown");
-    await Promise.all([...this.registryWrites.values()]);
+    await this.registryWrites.settled();
     await this.membership.leave().catch((err: unknown) => this.log.warn({ err }, "leave failed; peers will notice by staleness"));
     await this.teardown();
-  }
-
-  /**
-   * Every node sweeps the A2A stream for messages to agents nobody declared (moves are
-   * idempotent, so peers sweeping at once do no harm). The registry mirror answers "is it
-   * declared" locally.
-   */
-  private startUnknownAgentSweep(): void {
-    const after = this.config.unknownAgentAfterMs;
-    // With templates, the sweep is also the activation backstop: as often as activation_sweep_ms.
-    const every = () =>
-      Math.max(50, Math.min(60_000, Math.floor(after / 2), this.templates.list().length > 0 ? this.config.activationSweepMs : Number.POSITIVE_INFINITY));
-    const tick = () => {
-      this.bus
-        .sweepUnknownAgents({ isKnown: (id) => this.registry.get(id) !== undefined, olderThanMs: after, activate: (id) => this.virtual.claim(id) })
-        .catch((err: unknown) => this.log.warn({ err }, "unknown-agent sweep failed; retrying on the next tick"))
-        .finally(() => {
-          if (this.unknownSweep === undefined) return;
-          this.unknownSweep = setTimeout(tick, every());
-          this.unknownSweep.unref();
-        });
-    };
-    this.unknownSweep = setTimeout(tick, every());
-    this.unknownSweep.unref();
-  }
-
-  /**
-   * `[cluster] marker_compaction`: every interval, the first live node by id removes the
-   * registry's and the leases' delete markers older than one interval (each passivation
-   * leaves one per bucket; docs/virtual-actors.md, "Purge markers"). Peers disagreeing for
-   * a moment on who is first both compact, which is harmless (compactMarkers is idempotent).
-   */
-  private startMarkerCompaction(): void {
-    const every = this.config.markerCompactionMs;
-    if (every === 0) return;
-    const tick = async () => {
-      if (this.membership.liveNodes()[0] !== this.nodeId) return;
-      for (const kv of [this.registry.kv, this.leases.kv]) {
-        const r = await compactMarkers(kv, this.bus.jsm, { olderThanMs: every });
-        if (r.removed === 0) continue;
-        this.log.info(r, "delete markers of passivated instances compacted");
-        this.publish("markers_compacted", r.bucket, { ...r, node: this.nodeId });
-      }
-    };
-    const schedule = () => {
-      this.compactionTimer = setTimeout(() => {
-        tick()
-          .catch((err: unknown) => this.log.warn({ err }, "marker compaction failed; retrying at the next interval"))
-          .finally(() => {
-            if (this.compactionTimer !== undefined) schedule();
-          });
-      }, every);
-      this.compactionTimer.unref();
-    };
-    schedule();
   }
 
   /**
@@ -898,7 +549,7 @@ export class KovaNode {
     const held = this.leases.heldHere();
     const released = await Promise.all(held.map((id) => this.leases.release(id, "wal-failed").catch(() => false)));
     this.log.warn({ released: released.filter(Boolean).length, held: held.length }, "leases released after the WAL failure");
-    await bounded(Promise.all([...this.registryWrites.values()]));
+    await bounded(this.registryWrites.settled());
     await this.membership.leave().catch((e: unknown) => this.log.warn({ err: e }, "leave failed; peers will notice by staleness"));
     await this.teardown({ hostStopMs: 0 });
   }
@@ -908,15 +559,12 @@ export class KovaNode {
    * `hostStopMs` bounds the wait for the actors (a failover has cut them already).
    */
   private async teardown(opts: { hostStopMs?: number } = {}): Promise<void> {
-    clearTimeout(this.unknownSweep);
-    this.unknownSweep = undefined;
-    clearTimeout(this.compactionTimer);
-    this.compactionTimer = undefined;
+    this.unknownSweep?.stop();
+    this.markerCompaction?.stop();
     this.virtual?.stop();
     this.modelScheduler.close();
     this.schedules?.stop();
-    this.timerService?.stop();
-    this.waitService?.stop();
+    this.workflow?.stop();
     await this.placement?.stop().catch(() => undefined);
     const hostStopped = this.host?.stopAll().catch(() => undefined);
     await (opts.hostStopMs === undefined ? hostStopped : Promise.race([hostStopped, delay(opts.hostStopMs)]));

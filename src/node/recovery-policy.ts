@@ -31,8 +31,14 @@ export interface RecoveryDeps {
 /**
  * Pending WAL turns left by a crash: finish those of actors whose lease is still this
  * node's (any incarnation: ours before the crash) or free; abandon those of actors now
- * held by another node, which resumed them from the last checkpoint and the redelivered
- * message, so running them here too would run a turn twice.
+ * held by another node. That node resumes the turn when the message is redelivered to it
+ * (or has finished it already): from the actor's last checkpoint plus the turn's entries
+ * in the step journal on NATS, which this node appended with each step's WAL write before it
+ * died, so the results recorded here are reused there and a non-idempotent step that was
+ * started without a result is reported as outcome unknown (docs/actors.md, "Step journal
+ * on NATS"). With `[journal] nats = false` there is no journal, and the new host runs the
+ * turn again from the checkpoint. Either way the turn is that node's: finishing it here
+ * too would run it twice.
  *
  * The decisions (one lease compare-and-set per actor) are made before this resolves;
  * the turns themselves are not waited for. Each recovered actor replays its own turns

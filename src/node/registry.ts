@@ -1,11 +1,20 @@
 import type { NatsConnection } from "@nats-io/transport-node";
+import { jetstream, type JetStreamClient } from "@nats-io/jetstream";
 import type { KV } from "@nats-io/kv";
 import { backoffMs, sleep } from "../core/clock.js";
 import type { Logger } from "../core/logger.js";
-import { checkFormatVersion } from "../core/format-version.js";
+import { AGENT_RECORD_VERSION, readAgentRecord, type AgentRecord } from "../bus/registry-record.js";
+import { FenceConflictError } from "./errors.js";
 import { isCasConflict } from "./lease.js";
 import { KvMirror, encodeJson, openBucket, type MirrorEntry, type MirrorTiming } from "./kv-mirror.js";
 import { componentLogger } from "../core/logger.js";
+
+// The record's format lives with the bus, so that every reader of the bucket checks it.
+export { AGENT_RECORD_READABLE, AGENT_RECORD_VERSION, readAgentRecord, type AgentRecord } from "../bus/registry-record.js";
+
+export function agentsBucket(cluster: string): string {
+  return `kova_${cluster}_agents`;
+}
 
 /**
  * The agents registry, KV `kova_<cluster>_agents`: actor id → where it runs, its
@@ -13,56 +22,36 @@ import { componentLogger } from "../core/logger.js";
  * should exist: config and `kova spawn` create entries, placement hosts every entry
  * whose `desired` is not `killed`. `nats kv watch kova_<cluster>_agents` shows it live.
  */
-export interface AgentRecord {
-  /** Format version (AGENT_RECORD_VERSION). */
-  v?: number;
-  id: string;
-  type: string;
-  /** Hosting node, null while unplaced. */
-  node: string | null;
-  /** ActorState of the runtime (`Created`, `Idle`, `Running`, `Paused`, ...). */
-  state: string;
-  capabilities: string[];
-  /** What the cluster should do with it: run it, keep it paused, or never start it again. */
-  desired: "running" | "paused" | "killed";
-  /**
-   * Set for an instance of a template (virtual actor): activated by its first message,
-   * removed from the registry again when passivated (its checkpoint stays).
-   */
-  template?: string;
-  updatedAt: number;
-}
-
-export const AGENT_RECORD_VERSION = 1;
-/** Registry record versions this build reads. */
-export const AGENT_RECORD_READABLE: readonly number[] = [1];
-
-/**
- * A registry value as stored, checked for its format version.
- * @throws UnsupportedFormatError for a record a newer Kova wrote
- */
-export function readAgentRecord(id: string, value: unknown): AgentRecord {
-  const r = value as AgentRecord;
-  checkFormatVersion(`registry record of agent ${id}`, r?.v, AGENT_RECORD_READABLE);
-  return r;
-}
-
-export function agentsBucket(cluster: string): string {
-  return `kova_${cluster}_agents`;
-}
-
 export class AgentRegistry {
+  /**
+   * Ids the mirror shows registered and not killed, kept with every change of the mirror:
+   * an admission counts them (liveCount) once per spawn or activation, and a walk of the
+   * whole list each time made a burst of 5,000 activations quadratic.
+   */
+  private readonly live = new Set<string>();
+
   private constructor(
     readonly kv: KV,
     private readonly mirror: KvMirror<AgentRecord>,
     private readonly logger: Logger,
-  ) {}
+    private readonly js: JetStreamClient,
+    private readonly bucket: string,
+  ) {
+    // Read and subscribed in one synchronous step: no change falls in between.
+    for (const [id, e] of mirror.entries()) if (e.value.desired !== "killed") this.live.add(id);
+    mirror.onChange((id, e) => {
+      if (e && e.value.desired !== "killed") this.live.add(id);
+      else this.live.delete(id);
+    });
+  }
 
   /** @throws when the bucket cannot be opened */
   static async open(opts: { nc: NatsConnection; cluster: string; replicas?: number; logger: Logger; timing?: MirrorTiming }): Promise<AgentRegistry> {
-    const kv = await openBucket(opts.nc, agentsBucket(opts.cluster), opts.replicas);
+    const bucket = agentsBucket(opts.cluster);
+    const kv = await openBucket(opts.nc, bucket, opts.replicas);
     const logger = componentLogger(opts.logger, "registry");
-    return new AgentRegistry(kv, await KvMirror.start<AgentRecord>(kv, logger, { decode: readAgentRecord, nc: opts.nc, ...opts.timing }), logger);
+    const mirror = await KvMirror.start<AgentRecord>(kv, logger, { decode: readAgentRecord, nc: opts.nc, ...opts.timing });
+    return new AgentRegistry(kv, mirror, logger, jetstream(opts.nc), bucket);
   }
 
   /** Whether the registry mirror is current (see KvMirror.healthy). */
@@ -76,6 +65,16 @@ export class AgentRegistry {
 
   get(id: string): AgentRecord | undefined {
     return this.mirror.get(id)?.value;
+  }
+
+  /** The last bucket revision the mirror's watch applied (a fence for declare). */
+  watchedRevision(): number {
+    return this.mirror.watchedRevision;
+  }
+
+  /** Actors registered and not killed, as the mirror shows them (O(1)). */
+  liveCount(): number {
+    return this.live.size;
   }
 
   list(): AgentRecord[] {
@@ -95,7 +94,7 @@ export class AgentRegistry {
    * restart never resets state or revives an actor that was killed.
    * @returns true when the entry was created now
    */
-  async declare(spec: { id: string; type: string; capabilities?: string[]; template?: string }): Promise<boolean> {
+  async declare(spec: { id: string; type: string; capabilities?: string[]; template?: string }, opts: { fence?: number } = {}): Promise<boolean> {
     if (this.mirror.get(spec.id)) return false;
     const record: AgentRecord = {
       v: AGENT_RECORD_VERSION,
@@ -108,6 +107,7 @@ export class AgentRegistry {
       updatedAt: Date.now(),
       ...(spec.template ? { template: spec.template } : {}),
     };
+    if (opts.fence !== undefined) return this.declareFenced(spec.id, record, opts.fence);
     try {
       const revision = await this.kv.create(spec.id, encodeJson(record));
       this.mirror.note(spec.id, record, revision);
@@ -116,6 +116,25 @@ export class AgentRegistry {
       if (!isCasConflict(err)) throw err;
       await this.adoptExisting(spec.id);
       return false;
+    }
+  }
+
+  /**
+   * Writes a new entry only if the bucket's last revision is still `fence`: then nothing
+   * happened since the mirror applied it, so the mirror's view (no entry for this id, the
+   * count an admission was judged on) was exact when the entry landed. No per-key check
+   * is needed on top: at `fence` the key had no entry, or a removed one (a passivated
+   * instance coming back), which a plain create would trip over.
+   * @throws FenceConflictError when another write came first
+   */
+  private async declareFenced(id: string, record: AgentRecord, fence: number): Promise<boolean> {
+    try {
+      const ack = await this.js.publish(`$KV.${this.bucket}.${id}`, encodeJson(record), { expect: { lastSequence: fence } });
+      this.mirror.note(id, record, ack.seq);
+      return true;
+    } catch (err) {
+      if (isCasConflict(err)) throw new FenceConflictError(id, fence, { cause: err });
+      throw err;
     }
   }
 

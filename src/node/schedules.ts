@@ -4,11 +4,18 @@ import { checkFormatVersion } from "../core/format-version.js";
 import type { Logger } from "../core/logger.js";
 import { createEnvelope, isWrongLastSequence, type Bus } from "../bus/index.js";
 import { KvMirror, encodeJson, openBucket } from "./kv-mirror.js";
-import { dueTick, nextTick, type ScheduleSpec } from "./schedule-spec.js";
+import { dueTick, nextTick, scheduledRunId, scheduleTarget, type ScheduleSpec } from "./schedule-spec.js";
 import { componentLogger } from "../core/logger.js";
+import { startMessageId, WORKFLOW_ACTOR_TYPE, WorkflowMessageType } from "../workflow/index.js";
 
-export const SCHEDULE_RECORD_VERSION = 1;
-const READABLE: readonly number[] = [1];
+/** Version 2: the spec may start a workflow (`spec.workflow`); a message schedule is still written as 1, which older nodes read. */
+export const SCHEDULE_RECORD_VERSION = 2;
+const READABLE: readonly number[] = [1, 2];
+
+/** The oldest version that holds `spec`: an older node refuses (and skips) only what it could not fire. */
+function recordVersion(spec: ScheduleSpec): number {
+  return spec.workflow ? 2 : 1;
+}
 
 /** A schedule as stored in KV `kova_<c>_schedules`: its spec and the last tick handled. */
 export interface ScheduleRecord {
@@ -34,7 +41,11 @@ export function schedulesBucket(cluster: string): string {
   return `kova_${cluster}_schedules`;
 }
 
-function readRecord(id: string, value: unknown): ScheduleRecord {
+/**
+ * A stored schedule as this build reads it (version 1 or 2).
+ * @throws UnsupportedFormatError for a schedule a newer Kova wrote
+ */
+export function readScheduleRecord(id: string, value: unknown): ScheduleRecord {
   const r = value as ScheduleRecord;
   checkFormatVersion(`schedule ${id}`, r?.v, READABLE);
   return r;
@@ -52,8 +63,14 @@ export interface ScheduleServiceOptions {
   nodeId: string;
   /** How long a claim may stay unconfirmed before another node sends for it (default 5 s). */
   reclaimMs?: number;
-  /** Told after each fired tick (for events); `missed` > 0 for a run_once catch-up. */
-  onFired?: (e: { id: string; tick: number; to: string; missed: number }) => void;
+  /**
+   * Declares an actor the way the `spawn` endpoint does (quota included): a workflow
+   * schedule declares each tick's run before sending it `workflow.start`. Without it a
+   * workflow schedule's ticks fail (and are retried).
+   */
+  spawn?: (req: { id: string; type: string }) => Promise<unknown>;
+  /** Told after each fired tick (for events); `missed` > 0 for a run_once catch-up; `runId` for a workflow schedule. */
+  onFired?: (e: { id: string; tick: number; to: string; missed: number; runId?: string }) => void;
   /** Told when missed ticks were let pass (catch_up = "skip"). */
   onSkipped?: (e: { id: string; tick: number; missed: number }) => void;
 }
@@ -87,7 +104,7 @@ export class ScheduleService {
 
   static async start(opts: ScheduleServiceOptions): Promise<ScheduleService> {
     const kv = await openBucket(opts.nc, schedulesBucket(opts.cluster), opts.replicas);
-    const mirror = await KvMirror.start<ScheduleRecord>(kv, componentLogger(opts.logger, "schedules"), { decode: readRecord, nc: opts.nc });
+    const mirror = await KvMirror.start<ScheduleRecord>(kv, componentLogger(opts.logger, "schedules"), { decode: readScheduleRecord, nc: opts.nc });
     const svc = new ScheduleService(opts, kv, mirror);
     svc.timer = setInterval(() => void svc.check(), opts.checkMs ?? 250);
     svc.timer.unref();
@@ -104,14 +121,14 @@ export class ScheduleService {
       const now = Date.now();
       try {
         if (cur?.operation !== "PUT") {
-          const record: ScheduleRecord = { v: SCHEDULE_RECORD_VERSION, spec, anchor: now, lastTick: now, source, updatedAt: now };
+          const record: ScheduleRecord = { v: recordVersion(spec), spec, anchor: now, lastTick: now, source, updatedAt: now };
           if (cur) await this.kv.update(spec.id, encodeJson(record), cur.revision);
           else await this.kv.create(spec.id, encodeJson(record));
           return { created: true };
         }
-        const old = readRecord(spec.id, cur.json<unknown>());
+        const old = readScheduleRecord(spec.id, cur.json<unknown>());
         if (JSON.stringify(old.spec) === JSON.stringify(spec) && old.source === source) return { created: false };
-        const record: ScheduleRecord = { ...old, v: SCHEDULE_RECORD_VERSION, spec, source, updatedAt: now };
+        const record: ScheduleRecord = { ...old, v: recordVersion(spec), spec, source, updatedAt: now };
         await this.kv.update(spec.id, encodeJson(record), cur.revision);
         return { created: false };
       } catch (err) {
@@ -204,15 +221,44 @@ export class ScheduleService {
     how: "claimed" | "reclaimed",
   ): Promise<boolean> {
     const { spec } = rec;
-    await this.opts.bus.send(
-      createEnvelope({ id: `sched-${id}-${p.tick}`, from: "kova-scheduler", to: spec.to, type: spec.type, payload: spec.payload ?? null }),
-    );
+    const runId = spec.workflow ? await this.startRun(id, spec, p.tick) : undefined;
+    if (!spec.workflow) {
+      await this.opts.bus.send(
+        createEnvelope({ id: `sched-${id}-${p.tick}`, from: "kova-scheduler", to: spec.to!, type: spec.type!, payload: spec.payload ?? null }),
+      );
+    }
     const done: ScheduleRecord = { ...rec, updatedAt: Date.now() };
     delete done.pending;
     if ((await this.cas(id, done, revision)) === undefined) return false;
-    this.log.info({ schedule: id, tick: new Date(p.tick).toISOString(), to: spec.to, missed: p.missed, how }, "schedule fired");
-    this.opts.onFired?.({ id, tick: p.tick, to: spec.to, missed: p.missed });
+    const to = scheduleTarget(spec);
+    this.log.info({ schedule: id, tick: new Date(p.tick).toISOString(), to, runId, missed: p.missed, how }, "schedule fired");
+    this.opts.onFired?.({ id, tick: p.tick, to, missed: p.missed, ...(runId ? { runId } : {}) });
     return true;
+  }
+
+  /**
+   * Starts the tick's workflow run as `kova workflow run` does: declare the run's actor,
+   * then send it `workflow.start`. The run id and the message id are derived from the tick,
+   * so sending the tick again (a reclaimed claim) starts nothing new: the declaration finds
+   * the run, the A2A stream's duplicate window drops the second start, and a run that
+   * already started ignores another.
+   */
+  private async startRun(id: string, spec: ScheduleSpec, tick: number): Promise<string> {
+    const runId = scheduledRunId(id, tick);
+    const wf = spec.workflow!;
+    const spawn = this.opts.spawn;
+    if (!spawn) throw new Error(`schedule ${id} starts workflow runs, but this scheduler was given no spawn`);
+    await spawn({ id: runId, type: WORKFLOW_ACTOR_TYPE });
+    await this.opts.bus.send(
+      createEnvelope({
+        id: startMessageId(runId),
+        from: "kova-scheduler",
+        to: runId,
+        type: WorkflowMessageType.start,
+        payload: { workflow: wf.definition, input: wf.input, sessionId: runId },
+      }),
+    );
+    return runId;
   }
 
   /** Writes `rec` if the schedule is still at `revision`; undefined when another node changed it first. */

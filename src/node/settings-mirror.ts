@@ -1,7 +1,8 @@
 import type { JetStreamClient } from "@nats-io/jetstream";
 import type { NatsConnection } from "@nats-io/transport-node";
 import type { Logger } from "../core/logger.js";
-import { NatsSettingsStore, type AgentSettings, type SettingsStore } from "../agents/settings.js";
+import { UnsupportedFormatError } from "../core/format-version.js";
+import { NatsSettingsStore, readAgentSettings, type AgentSettings, type SettingsStore } from "../agents/settings.js";
 import { KvMirror, type MirrorTiming } from "./kv-mirror.js";
 import { componentLogger } from "../core/logger.js";
 
@@ -11,12 +12,13 @@ import { componentLogger } from "../core/logger.js";
  * learns its agent's model without a round trip to NATS. A switch is made on the agent's
  * host (noted here at once); a node that takes the agent over later has long received it
  * through the watch. While the copy is not known to be current (a watch being restarted)
- * the store reads the bucket instead.
+ * the store reads the bucket instead. Settings a newer Kova wrote are kept in the copy as
+ * that refusal, so the agent's run fails naming them instead of running on the default model.
  */
 export class MirroredSettingsStore implements SettingsStore {
   private constructor(
     private readonly bucket: NatsSettingsStore,
-    private readonly mirror: KvMirror<AgentSettings>,
+    private readonly mirror: KvMirror<AgentSettings | UnsupportedFormatError>,
   ) {}
 
   /** @throws NATS errors when the bucket cannot be opened or watched */
@@ -29,16 +31,24 @@ export class MirroredSettingsStore implements SettingsStore {
     timing?: MirrorTiming;
   }): Promise<MirroredSettingsStore> {
     const bucket = await NatsSettingsStore.open(opts);
-    const mirror = await KvMirror.start<AgentSettings>(bucket.kv, componentLogger(opts.logger, "settings", { bucket: "agent_settings" }), {
-      nc: opts.nc,
-      ...opts.timing,
-    });
+    const mirror = await KvMirror.start<AgentSettings | UnsupportedFormatError>(
+      bucket.kv,
+      componentLogger(opts.logger, "settings", { bucket: "agent_settings" }),
+      {
+        decode: readOrRefusal,
+        nc: opts.nc,
+        ...opts.timing,
+      },
+    );
     return new MirroredSettingsStore(bucket, mirror);
   }
 
+  /** @throws UnsupportedFormatError when the agent's settings were stored by a newer Kova */
   async get(agentId: string): Promise<AgentSettings> {
-    if (this.mirror.healthy()) return this.mirror.get(agentId)?.value ?? {};
-    return this.bucket.get(agentId);
+    if (!this.mirror.healthy()) return this.bucket.get(agentId);
+    const value = this.mirror.get(agentId)?.value ?? {};
+    if (value instanceof UnsupportedFormatError) throw value;
+    return value;
   }
 
   async set(agentId: string, settings: AgentSettings): Promise<void> {
@@ -47,5 +57,15 @@ export class MirroredSettingsStore implements SettingsStore {
 
   close(): void {
     this.mirror.stop();
+  }
+}
+
+/** Unreadable settings stay in the copy as the error (a mirror leaves out what its decoder throws). */
+function readOrRefusal(agentId: string, value: unknown): AgentSettings | UnsupportedFormatError {
+  try {
+    return readAgentSettings(agentId, value);
+  } catch (err) {
+    if (err instanceof UnsupportedFormatError) return err;
+    throw err;
   }
 }

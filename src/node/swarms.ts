@@ -26,6 +26,8 @@ export function registerSwarms(
       defineCoordinator({
         type: swarmActorType(spec.id),
         model: () => createOpenAiModel(modelConfig, { logger }),
+        // Priced as the model's agents are: the swarm's plan and answer count in its cost.
+        ...(modelConfig.price ? { price: modelConfig.price } : {}),
         scheduler,
         bus: ports.bus,
         interrupt: ports.interrupt,

@@ -4,7 +4,7 @@ import { BusErrorCode, type Bus, type KovaEvent } from "../bus/index.js";
 import { defineActor } from "../actors/definition.js";
 import { isLeaseLost, TurnInterruptedError } from "../actors/errors.js";
 import type { ActorContext, ActorDefinition } from "../actors/types.js";
-import type { ModelCallScheduler, ModelClient } from "../agents/model/index.js";
+import { costOf, type ModelCallScheduler, type ModelClient, type ModelPrice } from "../agents/model/index.js";
 import { delegateTask, type InterruptDelegation } from "../agents/delegate.js";
 import {
   addUsage,
@@ -61,6 +61,12 @@ export interface CoordinatorOptions {
   type?: string;
   /** The coordinator's model (for the plan and the answer), or a function that makes it once. */
   model: ModelClient | (() => ModelClient | Promise<ModelClient>);
+  /**
+   * The model's price (`price` of its `[models.<name>]` entry): the plan's and the answer's
+   * calls are then priced as an agent's are, `costUsd` on their `model_response` and in the
+   * run's usage. Without it they carry tokens only.
+   */
+  price?: ModelPrice;
   /** The node's model-call scheduler: each call then takes a slot of its model. */
   scheduler?: ModelCallScheduler;
   /**
@@ -184,6 +190,12 @@ interface TurnDeps {
 }
 
 async function runSwarmTurn(ctx: ActorContext<Record<string, never>>, deps: TurnDeps): Promise<SwarmResult> {
+  // Like an agent's, the reply names the node that ended the run (a workflow step's metadata.node).
+  const result = await swarmTurn(ctx, deps);
+  return { ...result, node: ctx.nodeId };
+}
+
+async function swarmTurn(ctx: ActorContext<Record<string, never>>, deps: TurnDeps): Promise<SwarmResult> {
   const env = ctx.message;
   // Ids derived from the message, so a re-run of this turn (redelivery, takeover) is the same run.
   const fallbackRun = derivedId("swarm", env.id);
@@ -320,8 +332,7 @@ class SwarmRun {
         { idempotent: true },
       );
       subtasks = d.subtasks;
-      this.usage = addUsage(this.usage, d.usage);
-      await this.emit(RunEventType.modelResponse, { model: d.model, usage: d.usage, purpose: "plan", calls: d.calls }, "plan");
+      await this.ownCall("plan", d.model, d.usage, { calls: d.calls });
     }
     const planned = this.place(subtasks, agents);
     await this.emit(SwarmEventType.planned, { subtasks: planned, usage: this.usage });
@@ -351,6 +362,9 @@ class SwarmRun {
         const constraints: TaskConstraints = { deadline: remaining, budget_group: budgetGroup };
         const maxTokens = p.maxTokens ?? deps.opts.subtaskMaxTokens;
         if (maxTokens) constraints.max_tokens = maxTokens;
+        // Subtasks are for the swarm's end user, at its priority (fair share, user_max_tokens).
+        if (req.constraints?.user !== undefined) constraints.user = req.constraints.user;
+        if (req.constraints?.priority !== undefined) constraints.priority = req.constraints.priority;
         return delegateTask(this.bus, {
           id: p.messageId,
           from: ctx.actorId,
@@ -403,8 +417,7 @@ class SwarmRun {
         }),
       { idempotent: true },
     );
-    this.usage = addUsage(this.usage, s.usage);
-    await this.emit(RunEventType.modelResponse, { model: s.model, usage: s.usage, purpose: "synthesize" }, "synthesize");
+    await this.ownCall("synthesize", s.model, s.usage);
     const usage = addUsage(this.usage, childUsage);
     const result: SwarmResult = {
       output: s.output + missingNote(missing),
@@ -433,6 +446,20 @@ class SwarmRun {
     }
     if (status === "failed") this.deps.log.warn({ err, runId: this.runId, coordinator: this.ctx.actorId }, "swarm run failed");
     return result;
+  }
+
+  /**
+   * Counts the coordinator's own model calls (the plan with its repairs, or the answer) in
+   * the run's usage and publishes their `model_response`. The cost is reckoned here, from
+   * the journaled tokens, with the agents' costOf, so a replay or a takeover prices them the
+   * same, and it sits beside `usage` as in an agent's event (docs/protocol.md).
+   */
+  private async ownCall(purpose: "plan" | "synthesize", model: string, tokens: RunUsage, extra: Record<string, unknown> = {}): Promise<void> {
+    const { price } = this.deps.opts;
+    const usage: RunUsage = { inputTokens: tokens.inputTokens, outputTokens: tokens.outputTokens };
+    const costUsd = price ? costOf(usage, price).total : undefined;
+    this.usage = addUsage(this.usage, costUsd === undefined ? usage : { ...usage, costUsd });
+    await this.emit(RunEventType.modelResponse, { model, usage, ...(costUsd !== undefined ? { costUsd } : {}), purpose, ...extra }, purpose);
   }
 
   private async modelCall(): Promise<ModelCall> {

@@ -1,6 +1,7 @@
 import { isKovaError } from "../core/errors.js";
 import { componentLogger, silentLogger, type Logger } from "../core/logger.js";
-import { BusErrorCode, isNoResponders, readKvEntries, type Bus } from "../bus/index.js";
+import { BusErrorCode, isNoResponders, readAgentRecord, readKvEntries, type AgentRecord, type Bus } from "../bus/index.js";
+import { UnsupportedFormatError } from "../core/format-version.js";
 import type { AgentInfo } from "../agents/run-protocol.js";
 
 /** An agent a coordinator may delegate to, as the cluster sees it now. */
@@ -33,16 +34,6 @@ export interface NatsDirectoryOptions {
   logger?: Logger;
 }
 
-interface RegistryEntry {
-  id: string;
-  node: string | null;
-  state: string;
-  capabilities: string[];
-  desired: string;
-  /** Set for a template instance (`support--user-42`). */
-  template?: string;
-}
-
 /**
  * The cluster's agents, from two sources:
  * - the registry (KV `kova_<c>_agents`, read with one watch of its last values): every
@@ -63,12 +54,23 @@ export function natsAgentDirectory(bus: Bus, opts: NatsDirectoryOptions = {}): A
   const log = componentLogger(opts.logger ?? silentLogger(), "agent-directory");
   let cached: { at: number; list: Promise<AgentCandidate[]> } | undefined;
 
-  async function registry(): Promise<RegistryEntry[]> {
+  async function registry(): Promise<AgentRecord[]> {
     // A one-shot read, not a watch: its ordered consumer can stall while a rebalance rewrites the registry.
-    return [...(await readKvEntries(bus.nc, bus.subjects.kv.agents)).values()].map((e) => e.json<RegistryEntry>());
+    const out: AgentRecord[] = [];
+    for (const [key, e] of await readKvEntries(bus.nc, bus.subjects.kv.agents)) {
+      try {
+        out.push(readAgentRecord(key, e.json<unknown>()));
+      } catch (err) {
+        // A newer Kova's record (or a damaged one): that agent gets no work from this
+        // coordinator, and the others still do.
+        if (!(err instanceof UnsupportedFormatError) && !(err instanceof SyntaxError)) throw err;
+        log.warn({ err, agentId: key }, "registry record not readable by this build; the agent gets no subtasks");
+      }
+    }
+    return out;
   }
 
-  async function probe(r: RegistryEntry): Promise<AgentCandidate | undefined> {
+  async function probe(r: AgentRecord): Promise<AgentCandidate | undefined> {
     const candidate: AgentCandidate = { agentId: r.id, node: r.node, state: r.state, capabilities: r.capabilities ?? [], backlog: 0 };
     const [info, backlog] = await Promise.all([
       bus.request<AgentInfo>(r.id, "capability_query", {}, { timeoutMs: rpcTimeoutMs }).catch((err: unknown) => (isNoResponders(err) ? null : undefined)),
@@ -85,7 +87,7 @@ export function natsAgentDirectory(bus: Bus, opts: NatsDirectoryOptions = {}): A
   }
 
   async function load(): Promise<AgentCandidate[]> {
-    let entries: RegistryEntry[];
+    let entries: AgentRecord[];
     try {
       entries = await registry();
     } catch (err) {

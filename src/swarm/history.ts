@@ -5,9 +5,11 @@ import { isMessageGone, type Bus, type KovaEvent } from "../bus/index.js";
  * Every stored event of one run, oldest first: the run's own subject
  * (`kova.<c>.events.<sessionId>.<runId>`) read with an ordered consumer up to the last
  * message it held when the read began. A coordinator reads its run's events before it
- * does anything, so that a re-run (a takeover on another node, before the cross-node step
- * journal) continues from what the first run published — its plan, the children it
- * linked, its answer — instead of planning anew.
+ * does anything (a journaled step). A takeover normally replays that read and every later
+ * step from the step journal on NATS; the events are the second safeguard, for a turn that
+ * runs again from the top without its journal entries (`[journal] nats = false`, a step
+ * result too large for an entry): it continues from what the first run published — its
+ * plan, the children it linked, its answer — instead of planning anew.
  * @throws KovaTimeoutError when the events cannot be read within `timeoutMs`
  */
 export async function readRunEvents(bus: Bus, sessionId: string, runId: string, timeoutMs = 10_000): Promise<KovaEvent[]> {

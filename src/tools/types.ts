@@ -13,6 +13,8 @@ export interface ToolContext {
   readonly agentId: string;
   readonly sessionId: string;
   readonly runId: string;
+  /** The calling run's own parent, when it is a child run: events a tool publishes on the run's subject carry it. */
+  readonly parentRunId?: string;
   /** The model's tool call id. */
   readonly callId: string;
   readonly idempotencyKey: string;
@@ -27,6 +29,14 @@ export interface ToolContext {
    * from their parent's group.
    */
   readonly budgetGroup?: string;
+  /**
+   * The end user the calling run is for (its task's `constraints.user`): a tool that starts
+   * child runs passes it on, so they count toward that user's fair share and
+   * `user_max_tokens` instead of the calling agent's.
+   */
+  readonly user?: string;
+  /** The calling run's own model-call priority (its task's `constraints.priority`), passed on to child runs like `user`. */
+  readonly priority?: number;
 }
 
 /**

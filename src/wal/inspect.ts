@@ -1,6 +1,6 @@
 import { existsSync } from "node:fs";
 import { join } from "node:path";
-import { KovaError, ErrorCode } from "../core/errors.js";
+import { ArgumentError } from "../core/errors.js";
 import type { CipherAlgorithm } from "./crypto.js";
 import { resolveSecurity } from "./keys.js";
 import type { Security } from "./record-seal.js";
@@ -62,12 +62,12 @@ export interface WalVerification {
 }
 
 function openReadOnly(dir: string): { storage: WalStorage; meta: WalMeta } {
-  if (!existsSync(join(dir, "data.mdb"))) throw new KovaError(ErrorCode.INVALID_CONFIG, `no WAL in ${dir} (data.mdb missing)`);
+  if (!existsSync(join(dir, "data.mdb"))) throw new ArgumentError("dir", `no WAL in ${dir} (data.mdb missing): give a node's WAL directory, <data_dir>/wal`);
   const storage = WalStorage.open(dir, undefined, true);
   const meta = storage.readMeta();
   if (meta === undefined) {
     void storage.close();
-    throw new KovaError(ErrorCode.INVALID_CONFIG, `${dir} is an LMDB environment but not a Kova WAL (no meta)`);
+    throw new ArgumentError("dir", `${dir} is an LMDB environment but not a Kova WAL (no meta): give a node's WAL directory, <data_dir>/wal`);
   }
   return { storage, meta };
 }
@@ -129,7 +129,7 @@ function run(dir: string, keys: OfflineKeys): { meta: WalMeta; result: ScanResul
 
 /**
  * Summarises a WAL: records with status, head/tail, epoch.
- * @throws KovaError INVALID_CONFIG when `dir` holds no WAL; WalBadKeyError on a wrong key
+ * @throws ArgumentError (INVALID_ARGUMENT) when `dir` holds no WAL; WalBadKeyError on a wrong key
  */
 export function inspectWal(dir: string, keys: OfflineKeys = {}): WalInspection {
   const { meta, result, quarantined, notes, overflow } = run(dir, keys);
@@ -175,7 +175,7 @@ export function inspectWal(dir: string, keys: OfflineKeys = {}): WalInspection {
 /**
  * Checks every record's CRC32, authentication (with the keys given) and the HMAC
  * chain. `ok` is false when anything is corrupt, quarantined or the chain breaks.
- * @throws KovaError INVALID_CONFIG when `dir` holds no WAL; WalBadKeyError on a wrong key
+ * @throws ArgumentError (INVALID_ARGUMENT) when `dir` holds no WAL; WalBadKeyError on a wrong key
  */
 export function verifyWal(dir: string, keys: OfflineKeys = {}): WalVerification {
   const { result, quarantined, notes } = run(dir, keys);

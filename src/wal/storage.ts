@@ -97,7 +97,9 @@ export class WalStorage {
   }
 
   readMeta(): WalMeta | undefined {
-    return this.meta.get("wal") as WalMeta | undefined;
+    // Opened read-only, an environment without Kova's tables (another program's LMDB) has no
+    // `meta` database at all: lmdb-js's openDB returns undefined instead of creating it.
+    return (this.meta as Database<unknown, string> | undefined)?.get("wal") as WalMeta | undefined;
   }
 
   readHead(): ChainHead | undefined {

@@ -576,7 +576,7 @@ export function checkInput(def: WorkflowDefinition, input: unknown): Record<stri
     if (typeof v === "string" && (spec.type === "number" || spec.type === "integer") && v.trim() !== "" && Number.isFinite(Number(v))) v = Number(v);
     if (typeof v === "string" && spec.type === "boolean" && (v === "true" || v === "false")) v = v === "true";
     if (!typeMatches(spec.type, v))
-      throw new WorkflowInputError(def.id, name, `must be ${spec.type === "integer" ? "an integer" : `a ${spec.type}`}, not ${describe(v)}`);
+      throw new WorkflowInputError(def.id, name, `must be ${/^[aeiou]/.test(spec.type) ? "an" : "a"} ${spec.type}, not ${describe(v)}`);
     out[name] = v;
   }
   const unknown = Object.keys(given).filter((k) => !(k in def.input));

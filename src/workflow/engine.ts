@@ -1,4 +1,5 @@
 import { toWire, type WireError } from "../core/errors.js";
+import { checkFormatVersion } from "../core/format-version.js";
 import { evaluateCondition, parseCondition, truthy } from "./condition.js";
 import {
   waitSubjectProblem,
@@ -25,6 +26,17 @@ import { renderTemplate, walk, type PathResolver } from "./template.js";
  */
 
 export const RUN_STATE_VERSION = 1;
+const RUN_STATE_READABLE: readonly number[] = [1];
+
+/**
+ * A run's state (its actor's checkpoint state) as this build reads it.
+ * @throws UnsupportedFormatError for the state of a run a newer Kova advanced: a turn of it
+ *   here would misread its steps
+ */
+export function readRunState(runId: string, value: unknown): RunState {
+  checkFormatVersion(`state of workflow run ${runId}`, (value as { v?: unknown } | null | undefined)?.v, RUN_STATE_READABLE);
+  return value as RunState;
+}
 
 export type RunStatus = "new" | "running" | "completed" | "failed" | "cancelled";
 /** `cancelled`: the run ended (cancelled, or failed elsewhere) while the step was still under way. */
@@ -215,10 +227,13 @@ export function stepMetadata(rec: StepRecord): Record<string, unknown> {
 export class RunEngine {
   readonly effects: Effect[] = [];
 
+  /** @throws UnsupportedFormatError when `s` is the state of a newer Kova (see readRunState) */
   constructor(
     readonly s: RunState,
     readonly now: number,
-  ) {}
+  ) {
+    readRunState(s.runId, s);
+  }
 
   private event(type: string, data: Record<string, unknown> = {}): void {
     this.effects.push({ kind: "event", type, data });

@@ -1,4 +1,4 @@
-import { defineErrorCodes, KovaError, type KovaErrorOptions } from "../core/errors.js";
+import { classifyErrorCodes, defineErrorCodes, KovaError, type KovaErrorOptions } from "../core/errors.js";
 
 /** The workflow layer's error codes (stable: they travel over NATS and scripts match on them). */
 export const WorkflowErrorCode = defineErrorCodes("workflow", {
@@ -24,6 +24,11 @@ export const WorkflowErrorCode = defineErrorCodes("workflow", {
   WORKFLOW_CANCELLED: "WORKFLOW_CANCELLED",
   /** No run of that id in the cluster. */
   RUN_NOT_FOUND: "RUN_NOT_FOUND",
+});
+classifyErrorCodes({
+  [WorkflowErrorCode.WORKFLOW_INVALID]: "bad_input",
+  [WorkflowErrorCode.WORKFLOW_INPUT_INVALID]: "bad_input",
+  [WorkflowErrorCode.RUN_NOT_FOUND]: "not_found",
 });
 
 /** Where a definition error sits: the workflow, the step (by id or index path) and the field. */

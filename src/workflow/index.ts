@@ -28,6 +28,7 @@ export { parseTemplate, renderTemplate, templateValue, type PathResolver } from 
 export { evaluateCondition, parseCondition, truthy, type Condition } from "./condition.js";
 export {
   emptyRunState,
+  readRunState,
   RUN_STATE_VERSION,
   RunEngine,
   stepMetadata,
@@ -51,5 +52,5 @@ export {
   type SubjectWaitServiceOptions,
 } from "./subject-waits.js";
 export { TimerService, WorkflowTimers, timersBucket, type TimerEntry, type TimerServiceOptions } from "./timers.js";
-export { assertRunId, MAX_RUN_ID, newRunId, parseSignal, WORKFLOW_ACTOR_TYPE, WorkflowMessageType } from "./protocol.js";
+export { assertRunId, MAX_RUN_ID, newRunId, parseSignal, startMessageId, WORKFLOW_ACTOR_TYPE, WorkflowMessageType } from "./protocol.js";
 export { TemplateError, WorkflowDefinitionError, WorkflowErrorCode, WorkflowInputError } from "./errors.js";

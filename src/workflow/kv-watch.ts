@@ -3,15 +3,17 @@ import type { Logger } from "../core/logger.js";
 
 /**
  * Follows a KV bucket (every current entry, then each change) for the node's workflow
- * services (timers, subject waits). `onPut` gets each stored value, `onDelete` each removed
- * key. A watch that ends (its server went away) is restarted a second later: a service that
- * stopped following its bucket would miss timers and waits. Resolves once the first watch runs.
+ * services (timers, subject waits). `onPut` gets each stored value as `decode` reads it
+ * (a value it refuses, such as one of a newer format, is logged and skipped), `onDelete`
+ * each removed key. A watch that ends (its server went away) is restarted a second later:
+ * a service that stopped following its bucket would miss timers and waits. Resolves once
+ * the first watch runs.
  * @throws JetStream errors when the first watch cannot start
  */
 export async function followBucket<T>(
   kv: KV,
   key: string,
-  handlers: { onPut: (key: string, value: T) => void; onDelete: (key: string) => void },
+  handlers: { decode: (key: string, value: unknown) => T; onPut: (key: string, value: T) => void; onDelete: (key: string) => void },
   log: Logger,
 ): Promise<{ stop(): void }> {
   let stopped = false;
@@ -28,7 +30,7 @@ export async function followBucket<T>(
             continue;
           }
           try {
-            handlers.onPut(e.key, e.json<T>());
+            handlers.onPut(e.key, handlers.decode(e.key, e.json<unknown>()));
           } catch (err) {
             log.warn({ err, key: e.key }, "unreadable entry skipped");
           }

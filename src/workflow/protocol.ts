@@ -37,6 +37,11 @@ export function newRunId(): string {
   return `wf-${randomBytes(10).toString("hex")}`;
 }
 
+/** The id of a run's `workflow.start` message: one per run, so a start sent again is stored once. */
+export function startMessageId(runId: string): string {
+  return `${runId}-start`;
+}
+
 /** @throws ArgumentError for an id that cannot be a run id */
 export function assertRunId(value: unknown): string {
   if (!isValidId(value) || value.length > MAX_RUN_ID) {

@@ -3,7 +3,7 @@ import { BusErrorCode } from "../bus/index.js";
 import { isValidId } from "../core/ids.js";
 import { defineActor, type ActorContext, type ActorDefinition } from "../actors/index.js";
 import { checkInput, parseWorkflow } from "./definition.js";
-import { emptyRunState, RunEngine, stepMetadata, type Effect, type RunState, type Usage } from "./engine.js";
+import { emptyRunState, readRunState, RunEngine, stepMetadata, type Effect, type RunState, type Usage } from "./engine.js";
 import { parseSignal, WORKFLOW_ACTOR_TYPE, WorkflowMessageType } from "./protocol.js";
 import type { WorkflowTimers } from "./timers.js";
 import type { SubjectWaits } from "./subject-waits.js";
@@ -16,9 +16,9 @@ import type { InterruptDelegation } from "../agents/delegate.js";
  * turn performs the engine's effects as journaled steps (`ctx.send` with the engine's
  * deterministic message ids, `ctx.emit`, timer writes). The state, with every finished
  * step's output, is the actor's checkpoint: a node killed at any point resumes the turn
- * from its WAL, or a peer re-runs it from the last checkpoint, and in both cases the
- * re-sent task_delegates carry the ids of the first try, so no agent runs a step twice
- * and no finished step is started again.
+ * from its WAL, or a peer resumes it from the last checkpoint and the turn's step journal
+ * on NATS, and in both cases a re-sent task_delegate carries the id of the first try, so
+ * no agent runs a step twice and no finished step is started again.
  */
 export interface WorkflowActorPorts {
   /** The cluster's timer bucket (the node opens it once). */
@@ -65,7 +65,9 @@ export interface RunSummary {
   subjects: Array<{ stepId: string; subject: string }>;
 }
 
+/** @throws UnsupportedFormatError for the state of a run a newer Kova advanced (see readRunState) */
 export function runSummary(s: RunState): RunSummary {
+  readRunState(s.runId, s);
   const steps = Object.values(s.steps).map((r) => {
     const m = stepMetadata(r);
     return {

@@ -5,6 +5,7 @@ import type { KV } from "@nats-io/kv";
 import { openOrCreateBucket } from "../bus/kv-buckets.js";
 import { listKvKeys, readKvEntries } from "../bus/kv-keys.js";
 import { KovaTimeoutError } from "../core/errors.js";
+import { checkFormatVersion } from "../core/format-version.js";
 import { componentLogger, silentLogger, type Logger } from "../core/logger.js";
 import { isStreamNotFound, isSubjectOverlap, isWrongLastSequence } from "../bus/index.js";
 import { followBucket } from "./kv-watch.js";
@@ -46,6 +47,20 @@ export interface SubjectWaitEntry {
   stream: string;
   /** The first sequence that may end the wait. */
   startSeq: number;
+}
+
+/** Format version of a stored wait (waits written before versioning have no `v`: version 1). */
+export const SUBJECT_WAIT_VERSION = 1;
+const READABLE: readonly number[] = [1];
+
+/**
+ * A stored wait as this build reads it.
+ * @throws UnsupportedFormatError for a wait a newer Kova wrote
+ */
+export function readSubjectWait(key: string, value: unknown): SubjectWaitEntry {
+  const s = value as (SubjectWaitEntry & { v?: number }) | null;
+  checkFormatVersion(`workflow wait ${key}`, s?.v, READABLE);
+  return { runId: s!.runId, waitId: s!.waitId, subject: s!.subject, stream: s!.stream, startSeq: s!.startSeq };
 }
 
 const enc = new TextEncoder();
@@ -116,7 +131,7 @@ export class SubjectWaits {
       const again = await this.read(key);
       if (again) return again;
       const entry: SubjectWaitEntry = { ...w, ...(await this.capture(w.subject)) };
-      await this.kv.put(key, enc.encode(JSON.stringify(entry)));
+      await this.kv.put(key, enc.encode(JSON.stringify({ v: SUBJECT_WAIT_VERSION, ...entry })));
       return entry;
     });
   }
@@ -129,14 +144,14 @@ export class SubjectWaits {
 
   /** Ends every wait of a run (it ended). */
   async clear(runId: string): Promise<number> {
-    const entries = [...(await readKvEntries(this.js, this.bucket, { filter: `*.${runId}.*` })).values()].map((e) => e.json<SubjectWaitEntry>());
+    const entries = [...(await readKvEntries(this.js, this.bucket, { filter: `*.${runId}.*` }))].map(([key, e]) => readSubjectWait(key, e.json<unknown>()));
     for (const e of entries) await this.end(e);
     return entries.length;
   }
 
   private async read(key: string): Promise<SubjectWaitEntry | undefined> {
     const e = await this.kv.get(key);
-    return e && e.operation === "PUT" ? e.json<SubjectWaitEntry>() : undefined;
+    return e && e.operation === "PUT" ? readSubjectWait(key, e.json<unknown>()) : undefined;
   }
 
   /** The stream storing `subject` (adding it to KOVA_<C>_WAITS if none does) and the sequence its next message gets. Under the lock. */
@@ -262,6 +277,7 @@ export class SubjectWaitService {
       o.waits.kv,
       "*.*.*",
       {
+        decode: readSubjectWait,
         onPut: (key, e) => {
           svc.#entries.set(key, e);
           svc.#reconcile();

@@ -2,6 +2,7 @@ import type { JetStreamClient } from "@nats-io/jetstream";
 import type { KV } from "@nats-io/kv";
 import { openOrCreateBucket } from "../bus/kv-buckets.js";
 import { listKvKeys } from "../bus/kv-keys.js";
+import { checkFormatVersion } from "../core/format-version.js";
 import { componentLogger, silentLogger, type Logger } from "../core/logger.js";
 import { followBucket } from "./kv-watch.js";
 
@@ -19,6 +20,20 @@ export interface TimerEntry {
   timerId: string;
   /** Epoch milliseconds. */
   due: number;
+}
+
+/** Format version of a stored timer (timers written before versioning have no `v`: version 1). */
+export const TIMER_VERSION = 1;
+const READABLE: readonly number[] = [1];
+
+/**
+ * A stored timer as this build reads it.
+ * @throws UnsupportedFormatError for a timer a newer Kova wrote (a node that reads it fires it)
+ */
+export function readTimerEntry(key: string, value: unknown): TimerEntry {
+  const stored = value as (TimerEntry & { v?: number }) | null;
+  checkFormatVersion(`workflow timer ${key}`, stored?.v, READABLE);
+  return { runId: stored!.runId, timerId: stored!.timerId, due: stored!.due };
 }
 
 const enc = new TextEncoder();
@@ -52,7 +67,7 @@ export class WorkflowTimers {
 
   /** Stores a timer (idempotent: the same id again overwrites it) and tells this process's service at once. */
   async set(e: TimerEntry): Promise<void> {
-    await this.kv.put(WorkflowTimers.key(e), enc.encode(JSON.stringify(e)));
+    await this.kv.put(WorkflowTimers.key(e), enc.encode(JSON.stringify({ v: TIMER_VERSION, runId: e.runId, timerId: e.timerId, due: e.due })));
     for (const l of this.#local) l(e);
   }
 
@@ -108,7 +123,12 @@ export class TimerService {
   static async start(o: TimerServiceOptions): Promise<TimerService> {
     const svc = new TimerService(o);
     svc.#unlisten = o.timers.onLocalSet((e) => svc.#add(e));
-    svc.#watch = await followBucket<TimerEntry>(o.timers.kv, ">", { onPut: (_key, e) => svc.#add(e), onDelete: (key) => svc.#entries.delete(key) }, svc.#log);
+    svc.#watch = await followBucket<TimerEntry>(
+      o.timers.kv,
+      ">",
+      { decode: readTimerEntry, onPut: (_key, e) => svc.#add(e), onDelete: (key) => svc.#entries.delete(key) },
+      svc.#log,
+    );
     return svc;
   }
 

@@ -110,6 +110,6 @@ describe("kova CLI bus commands", () => {
     const badType = await cli(["send", "a", "--type", "shout", "-s", server.url]).catch((e: { stderr: string }) => e);
     expect((badType as { stderr: string }).stderr).toMatch(/not a message type: use one of task_delegate/);
     const badJson = await cli(["send", "a", "--type", "task_delegate", "--payload", "{nope", "-s", server.url]).catch((e: { stderr: string }) => e);
-    expect((badJson as { stderr: string }).stderr).toContain("--payload is not valid JSON");
+    expect((badJson as { stderr: string }).stderr).toContain("--payload: is not valid JSON");
   });
 });

@@ -68,7 +68,15 @@ describe("node restart with pending turns", () => {
       { timeoutMs: 10_000, what: "the second recovered turn finished", everyMs: 100, retryErrors: true },
     );
     expect(s.ids.filter((id) => id === brief.id)).toHaveLength(1);
-    const status = await tc.status("solo");
+    // The report moves an actor to `finished` once its start returns, a moment after the
+    // recovered turn's state (read above) changed: read it once it has.
+    const status = await poll(
+      async () => {
+        const st = await tc.status("solo");
+        return st.recovery.finished.includes(short) ? st : undefined;
+      },
+      { timeoutMs: 5_000, what: "the recovery report to list the short turn finished", everyMs: 100, retryErrors: true },
+    );
     expect(status.recovery.recovering).toEqual([hung]);
     expect(status.recovery.finished).toEqual([short]);
     console.info(`restart with a 60 s pending step: other actors served after ${Math.round(servingMs)} ms`);

@@ -1,19 +1,17 @@
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import type { AgentRecord } from "../../src/node/registry.js";
+import { scriptedReply, startScriptedModelServer } from "../../src/testing/index.js";
 import { TestCluster } from "../fixtures/node/cluster-harness.js";
 import { poll } from "../fixtures/poll.js";
 import { TEST_AGENTS_MODULE, WORKFLOW_FIXTURES, type AgentCounts } from "../fixtures/workflow/rig.js";
 
 const AGENTS = ["researcher", "writer", "critic"];
-const agentsToml = AGENTS.map((id) => `[[actors]]\nid = "${id}"\ntype = "wf-agent"`).join("\n");
+const actorsToml = (ids: readonly string[]) => ids.map((id) => `[[actors]]\nid = "${id}"\ntype = "wf-agent"`).join("\n");
+const agentsToml = actorsToml(AGENTS);
 
 async function counts(tc: TestCluster, id: string): Promise<AgentCounts> {
   return poll(() => tc.bus.request<AgentCounts>(id, "info_request", {}, { timeoutMs: 1000 }), { timeoutMs: 20_000, retryErrors: true, what: `${id}'s counts` });
-}
-
-async function hostOf(tc: TestCluster, id: string): Promise<string> {
-  return poll(async () => (await tc.agents()).get(id)?.node ?? undefined, { timeoutMs: 10_000, what: `a node hosting ${id}` });
 }
 
 function runEnded(tc: TestCluster, runId: string, timeoutMs: number): Promise<string> {
@@ -37,7 +35,7 @@ function runEnded(tc: TestCluster, runId: string, timeoutMs: number): Promise<st
 describe("workflows across node processes", () => {
   it("workflow - SIGKILL of the node running a workflow mid-run: the run finishes on a peer and no finished step runs again", async () => {
     await using tc = await TestCluster.create({ nodes: ["n1", "n2"], modules: [TEST_AGENTS_MODULE], extraToml: agentsToml });
-    for (const a of AGENTS) await hostOf(tc, a);
+    for (const a of AGENTS) await tc.hostOf(a);
     const start = await tc.cli(["workflow", "run", join(WORKFLOW_FIXTURES, "slow-middle.toml"), "--input", "topic=nats", "--json"]);
     expect(start.code, start.stderr).toBe(0);
     const { runId } = JSON.parse(start.stdout) as { runId: string };
@@ -50,7 +48,7 @@ describe("workflows across node processes", () => {
       timeoutMs: 20_000,
       what: "the writer to start",
     });
-    const victim = await hostOf(tc, runId);
+    const victim = await tc.hostOf(runId);
     tc.kill(victim);
     const killedAt = performance.now();
 
@@ -77,9 +75,129 @@ describe("workflows across node processes", () => {
     process.stderr.write(`workflow sigkill: ${victim} killed, run finished on ${survivor} ${(endedAfterMs / 1000).toFixed(1)} s later\n`);
   }, 90_000);
 
+  it("workflow - every step type and error strategy on 3 nodes, an LLM agent among the test agents, SIGKILL of the run's node during a parallel step and of its next node during a loop: the run completes, no finished step runs again; a template error aborts a second run", async () => {
+    // The LLM agent `analyst` answers from the scripted model server (the real agent path: the
+    // openai client over HTTP, its turn journaled like any other).
+    await using model = await startScriptedModelServer({
+      handler: (req) => scriptedReply.text(`analyst(${String(req.messages.at(-1)?.content)})`, { usage: { inputTokens: 10, outputTokens: 4 } }),
+    });
+    const testAgents = [...AGENTS, "fact_checker"];
+    const llmAgent = [`[models.main]`, `base_url = "${model.url}"`, `model = "gpt-4o-mini"`, `[[agents]]`, `id = "analyst"`, `model = "main"`].join("\n");
+    await using tc = await TestCluster.create({
+      nodes: ["n1", "n2", "n3"],
+      modules: [TEST_AGENTS_MODULE],
+      extraToml: `${actorsToml(testAgents)}\n${llmAgent}`,
+      logLevel: "warn",
+    });
+    for (const a of [...testAgents, "analyst"]) await tc.hostOf(a);
+    const start = await tc.cli(["workflow", "run", join(WORKFLOW_FIXTURES, "durable.toml"), "--input", "topic=nats", "--json"]);
+    expect(start.code, start.stderr).toBe(0);
+    const { runId } = JSON.parse(start.stdout) as { runId: string };
+    const childStarted = (input: string) =>
+      tc.events.some((e) => e.parentRunId === runId && e.type === "run_started" && String((e.data as { input?: unknown }).input).includes(input));
+    const stepStarted = (stepId: string) =>
+      tc.events.some((e) => e.runId === runId && e.type === "step_started" && (e.data as { stepId: string }).stepId === stepId);
+
+    // Both branches of the parallel step running (each sleeps 3 s), every step before it
+    // settled by its strategy (retried, skipped, fallen back): kill the run's node.
+    await poll(() => childStarted("critique") && childStarted("check"), { timeoutMs: 30_000, what: "both branches of the parallel step to start" });
+    const first = await tc.hostOf(runId);
+    tc.kill(first);
+
+    // The run goes on elsewhere and waits for the event "go": send it once the wait began.
+    await poll(() => stepStarted("go"), { timeoutMs: 60_000, what: "the run to wait for the event go" });
+    const signal = await tc.cli(["workflow", "signal", runId, "go", "--data", '{"ok":true}']);
+    expect(signal.code, signal.stderr).toBe(0);
+
+    // In the loop's second iteration (its draft sleeps 2 s), kill the node the run moved to.
+    await poll(() => childStarted("draft 1"), { timeoutMs: 60_000, what: "the loop's second iteration to start" });
+    // The only running node that hosts it: the killed one is no longer asked.
+    const second = await tc.hostOf(runId);
+    tc.kill(second);
+
+    expect(await runEnded(tc, runId, 90_000)).toBe("completed");
+    const research = "analyst(research nats)";
+    const dig = `researcher(dig ${research})`;
+    const backup = `writer(backup for ${dig})`;
+    const critique = `critic(critique ${backup})`;
+    const done = tc.events.find((e) => e.runId === runId && e.type === "run_completed")!;
+    expect((done.data as { output: string }).output).toBe(`analyst(publish writer(draft 2 from ${critique}))`);
+
+    // Each agent ran one turn per task the workflow sent, each under its own message id: the
+    // retry is a second task (a new id), and no step that had finished (or whose task was
+    // sent) was started again by the nodes that took the run over.
+    const expected: Record<string, string[]> = {
+      researcher: [`[fail-1] dig ${research}`, `[fail-1] dig ${research}`],
+      fact_checker: ["[fail] optional", "[sleep-3000] check writer"],
+      critic: [`[fail] primary for ${dig}`, `[sleep-3000] critique ${backup}`],
+      writer: [`backup for ${dig}`, ...[0, 1, 2].map((i) => `[sleep-2000] draft ${i} from ${critique}`)],
+    };
+    for (const a of testAgents) {
+      const c = await counts(tc, a);
+      expect(c.inputs, `${a}'s tasks`).toEqual(expected[a]);
+      expect(new Set(c.ids).size, `${a}'s task message ids`).toBe(expected[a]!.length);
+    }
+    // The LLM agent: one model request per child run the workflow linked to it (the run id
+    // comes with each request), the first before the kills and the last after both.
+    const linked = tc.events.filter((e) => e.runId === runId && e.type === "child_run_linked");
+    const analystRuns = linked.filter((e) => (e.data as { agentId: string }).agentId === "analyst").map((e) => (e.data as { childRunId: string }).childRunId);
+    expect(analystRuns).toHaveLength(2);
+    expect(model.requests.map((r) => r.headers["x-kova-run"])).toEqual(analystRuns);
+    expect(model.requests.map((r) => String(r.messages.at(-1)?.content))).toEqual(["research nats", `publish writer(draft 2 from ${critique})`]);
+
+    const status = await tc.cli(["workflow", "status", runId, "--json"]);
+    const summary = JSON.parse(status.stdout) as { status: string; steps: Array<{ key: string; status: string; attempts: number }> };
+    expect(summary.status).toBe("completed");
+    expect(Object.fromEntries(summary.steps.map((s) => [s.key, `${s.status}:${s.attempts}`]))).toEqual({
+      research: "completed:1",
+      dig: "completed:2",
+      optional: "skipped:1",
+      primary: "completed:1",
+      "primary.fallback": "completed:1",
+      review: "completed:1",
+      "review.0": "completed:1",
+      "review.1": "completed:1",
+      pause: "completed:1",
+      go: "completed:1",
+      drafts: "completed:1",
+      "draft@0": "completed:1",
+      "draft@1": "completed:1",
+      "draft@2": "completed:1",
+      publish: "completed:1",
+      "publish.then": "completed:1",
+    });
+    const survivor = ["n1", "n2", "n3"].find((n) => n !== first && n !== second)!;
+    process.stderr.write(`workflow 3-node sigkill: ${first} killed in the parallel step, ${second} in the loop, run finished on ${survivor}\n`);
+
+    // A second run, on the survivor: a template reads a field the output does not have. The
+    // step fails naming the template and the path, nothing is sent for it, and its abort ends
+    // the run there.
+    const before = Object.fromEntries(await Promise.all(testAgents.map(async (a) => [a, (await counts(tc, a)).inputs.length] as const)));
+    const aborted = await tc.cli(["workflow", "run", join(WORKFLOW_FIXTURES, "template-abort.toml"), "--input", "topic=abort", "--follow"]);
+    expect(aborted.code, aborted.stdout).toBe(1);
+    const lines = aborted.stdout.trimEnd().split("\n");
+    const abortRun = /^started template-abort run (\S+) /.exec(lines[0]!)![1]!;
+    const templateError =
+      'step summarize: template "summarize {{steps.research.output.summary}}": steps.research.output.summary: steps.research.output is a string, it has no field summary';
+    expect(lines.at(-1)).toBe(`run ${abortRun} failed: ${templateError}`);
+    const abortStatus = JSON.parse((await tc.cli(["workflow", "status", abortRun, "--json"])).stdout) as {
+      status: string;
+      error: { code: string; data: unknown };
+      steps: Array<{ key: string; status: string }>;
+    };
+    expect(abortStatus.status).toBe("failed");
+    expect(abortStatus.error).toMatchObject({
+      code: "TEMPLATE_ERROR",
+      data: { step: "summarize", template: "summarize {{steps.research.output.summary}}", path: "steps.research.output.summary" },
+    });
+    expect(abortStatus.steps.map((s) => `${s.key}:${s.status}`)).toEqual(["research:completed", "summarize:failed"]);
+    expect((await counts(tc, "researcher")).inputs.slice(before.researcher)).toEqual(["research abort"]);
+    for (const a of ["writer", "critic", "fact_checker"]) expect((await counts(tc, a)).inputs, `${a}'s tasks`).toHaveLength(before[a]!);
+  }, 240_000);
+
   it("workflow - an approval wait survives a restart of its node and resumes on kova approve; the tree renders the runs", async () => {
     await using tc = await TestCluster.create({ nodes: ["n1"], modules: [TEST_AGENTS_MODULE], extraToml: agentsToml });
-    for (const a of AGENTS) await hostOf(tc, a);
+    for (const a of AGENTS) await tc.hostOf(a);
     const start = await tc.cli(["workflow", "run", join(WORKFLOW_FIXTURES, "approval.toml"), "--input", "topic=nats", "--json"]);
     expect(start.code, start.stderr).toBe(0);
     const { runId } = JSON.parse(start.stdout) as { runId: string };

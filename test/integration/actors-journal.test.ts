@@ -7,7 +7,7 @@ import { ActorHost, ActorTypeRegistry, defineActor, TURN_KIND, type ActorWal } f
 import { NatsStepJournal, type JournalEntry } from "../../src/actors/step-journal.js";
 import { newTurnRecord } from "../../src/actors/turn-record.js";
 import { decodeValue } from "../../src/bus/index.js";
-import { fileServer, startRig, uniqueCluster } from "../fixtures/actors/helpers.js";
+import { actorEvents, fileServer, startRig, uniqueCluster, walWith } from "../fixtures/actors/helpers.js";
 import { connectBus } from "../fixtures/bus/helpers.js";
 import { defer, tempDir } from "../fixtures/disposable.js";
 import { poll } from "../fixtures/poll.js";
@@ -194,6 +194,73 @@ describe("dead-lettered turns and failed completions", () => {
     expect(rig.states.filter(([id]) => id === "d1").map(([, s]) => s)).toEqual(["Recovering", "Idle"]);
   });
 
+  it("dead letters - a turn left PENDING whose message used up max_deliver is moved to the DLQ by the real mover (advisory), and the next start completes it unrun with actor_turn_dropped", async () => {
+    const cluster = uniqueCluster("tm");
+    await using tmp = await tempDir("kova-actors-mover-");
+    await using bus = await connectBus(server.url, cluster);
+    const mover = bus.startDlqMover();
+    await using _mover = defer(() => mover.stop());
+    const wal = await Wal.open({ dir: tmp.path, sync: "normal", ringBits: 8 });
+    await using _wal = defer(() => wal.close());
+    const entered: string[] = [];
+    const worked: string[] = [];
+    const def = defineActor<{ n: number }>({
+      type: "once",
+      initialState: () => ({ n: 0 }),
+      handlers: {
+        task_delegate: async (ctx) => {
+          entered.push(ctx.message.id);
+          await ctx.step("work", () => void worked.push(ctx.message.id));
+          ctx.state.n++;
+        },
+      },
+    });
+    // Every step write fails (the WAL's disk trouble, injected): each delivery appends the
+    // turn's PENDING record (or resumes it) and naks, until max_deliver runs out.
+    const failing = walWith(wal, {
+      replace: async () => {
+        throw new KovaError("WAL_IO", "injected step write failure");
+      },
+    });
+    const newHost = (w: ActorWal) =>
+      new ActorHost({
+        bus,
+        wal: w,
+        nodeId: "n1",
+        types: new ActorTypeRegistry([def]),
+        logger: silent,
+        mailbox: { ackWaitMs: 10_000, backoffMs: [100], maxDeliver: 2 },
+        supervision: { maxAttempts: 1 },
+      });
+    const host = newHost(failing);
+    await using _host = defer(() => host.stopAll());
+    await host.start("d3", "once");
+    const env = createEnvelope({ from: "tester", to: "d3", type: "task_delegate", payload: null });
+    const { seq } = await bus.send(env);
+    const dead = await poll(async () => (await bus.listDlq({ reason: "max_deliver" })).find((d) => d.headers["Kova-Dlq-Msg-Id"] === env.id), {
+      timeoutMs: 15_000,
+      what: "the message moved to the DLQ by the mover",
+      retryErrors: true,
+    });
+    expect(dead.headers["Kova-Dlq-Deliveries"]).toBe("2");
+    expect(await bus.inboxHolds("d3", seq, env.id)).toBe(false);
+    expect(entered).toEqual([env.id, env.id]);
+    expect(wal.pendingFor("d3")).toHaveLength(1);
+    await host.stopAll();
+
+    // The next start (the WAL healthy again) finds the record, its message gone and its id
+    // not processed: completed without running, an actor_turn_dropped event.
+    await using watch = actorEvents(bus);
+    const again = newHost(wal);
+    await using _again = defer(() => again.stopAll());
+    await again.start("d3", "once");
+    expect(wal.pendingFor("d3")).toEqual([]);
+    const dropped = await poll(() => watch.events.find((e) => e.type === "actor_turn_dropped"), { timeoutMs: 5_000, what: "the actor_turn_dropped event" });
+    expect(dropped).toMatchObject({ runId: "d3", data: { envelopeId: env.id, reason: "message_gone" } });
+    expect([entered, worked]).toEqual([[env.id, env.id], []]);
+    expect(again.status("d3")).toMatchObject({ state: "Idle", handled: 0 });
+  }, 40_000);
+
   it("completion - a committed turn whose WAL completion fails is acked anyway and never runs again: the next start settles its PENDING record, after more turns than the processed window", async () => {
     const cluster = uniqueCluster("tp");
     await using tmp = await tempDir("kova-actors-park-");
@@ -205,9 +272,7 @@ describe("dead-lettered turns and failed completions", () => {
     // The WAL fails the first completion (injected; a real commit failure also puts the WAL
     // in its failed state): the turn is committed on NATS (checkpoint saved, message acked)
     // but its record stays PENDING.
-    const flaky: ActorWal = {
-      append: (k, p, o) => wal.append(k, p, o),
-      replace: (s, p, o) => wal.replace(s, p, o),
+    const flaky = walWith(wal, {
       complete: async (s, o) => {
         if (failOnce && o?.kv) {
           failOnce = false;
@@ -215,10 +280,7 @@ describe("dead-lettered turns and failed completions", () => {
         }
         return wal.complete(s, o);
       },
-      getKv: (k) => wal.getKv(k),
-      pendingFor: (o) => wal.pendingFor(o),
-      pendingRecords: () => wal.pendingRecords(),
-    };
+    });
     const handled: string[] = [];
     const adder = defineActor<{ sum: number; seen: string[] }>({
       type: "adder",

@@ -7,6 +7,7 @@ import { waitForConsumer } from "../fixtures/bus/helpers.js";
 import { BusErrorCode } from "../../src/bus/errors.js";
 import { ActorErrorCode } from "../../src/actors/errors.js";
 import { poll } from "../fixtures/poll.js";
+import type { Wal } from "../../src/wal/index.js";
 
 const server = fileServer();
 
@@ -210,6 +211,64 @@ describe("actor signals", () => {
       { timeoutMs: 10_000, what: "redelivered message on the new host", retryErrors: true },
     );
     expect(info.ids).toEqual([env.id]);
+  });
+
+  it("fence - a lease lost while a step's function runs (journal local): the result reaches only this node's WAL, the fence before the checkpoint ends the turn lease_lost, its record is abandoned, and the next host runs the message", async () => {
+    const cluster = uniqueCluster();
+    let leaseHeld = true;
+    const calls: string[] = [];
+    const local: { wal?: Wal; seen?: unknown[] } = {};
+    const probe = (node: string) =>
+      defineActor<{ by: string[] }>({
+        type: "probe",
+        initialState: () => ({ by: [] }),
+        handlers: {
+          task_delegate: async (ctx) => {
+            const by = await ctx.step("work", () => {
+              calls.push(node);
+              // The lease goes while the step's function runs (a freeze, a partition).
+              if (node === "na") leaseHeld = false;
+              return node;
+            });
+            // The step's `done` was written without a fence after the function: to this WAL only.
+            if (node === "na") local.seen = local.wal?.pendingFor("p1").map((r) => (r.payload as { steps: unknown[] }).steps);
+            ctx.state.by.push(by);
+          },
+        },
+        rpc: { info_request: (_env, state) => state },
+      });
+    const env = task("p1");
+    {
+      await using a = await startRig(server.url, cluster, [probe("na")], {
+        nodeId: "na",
+        host: {
+          stepJournal: "local",
+          fence: (id) => {
+            if (!leaseHeld) throw new LeaseLostError(id);
+          },
+        },
+      });
+      local.wal = a.wal;
+      await a.host.start("p1", "probe");
+      await a.bus.send(env);
+      await poll(() => a.host.status("p1") === undefined, { timeoutMs: 5_000, what: "p1 to leave na" });
+      expect(a.states.at(-1)).toEqual(["p1", "Completed", { reason: "lease_lost" }]);
+      expect(local.seen).toEqual([[{ name: "work", status: "done", idempotent: false, result: "na" }]]);
+      expect(a.wal.pendingFor("p1")).toEqual([]);
+    }
+    await using b = await startRig(server.url, cluster, [probe("nb")], { nodeId: "nb", host: { stepJournal: "local" } });
+    await b.host.start("p1", "probe");
+    const state = await poll(
+      async () => {
+        const s = await b.bus.request<{ by: string[] }>("p1", "info_request", null);
+        return s.by.length > 0 ? s : undefined;
+      },
+      { timeoutMs: 10_000, what: "the message handled on nb", retryErrors: true },
+    );
+    // Nothing of na's turn was committed: nb's is the only one, on the state from before it.
+    expect(state).toEqual({ by: ["nb"] });
+    // Without the step journal on NATS a takeover runs the step again (docs/actors.md); na's result never reached nb.
+    expect(calls).toEqual(["na", "nb"]);
   });
 
   it("fence - a host that cannot prove it holds the lease refuses the fast path (NOT_HOSTED, retryable), also when it loses it mid-answer; the other member of the rpc queue group answers", async () => {

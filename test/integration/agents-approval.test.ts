@@ -9,6 +9,7 @@ import { defineTool } from "../../src/tools/define-tool.js";
 import { scriptedReply, startScriptedModelServer, type ScriptedModelServer } from "../../src/testing/index.js";
 import { startAgentNode, type AgentNode } from "../fixtures/agents/node-rig.js";
 import { connectBus, fileServer, uniqueCluster } from "../fixtures/bus/helpers.js";
+import { kovaCli } from "../fixtures/kova-cli.js";
 import { poll } from "../fixtures/poll.js";
 
 const nats = fileServer();
@@ -134,6 +135,95 @@ describe("human approval of tool calls (KovaNode in process, real NATS KV, scrip
       approved: "yes",
     }).catch((e: unknown) => e);
     expect(isKovaError(malformed, "INVALID_ARGUMENT")).toBe(true);
+  }, 60_000);
+
+  it("cli by call id - kova approve|reject <runId> <callId> decides the approval holding that tool call; a call id the model reused in a later response names its pending approval, then the last one", async () => {
+    const deploy = countingTool("deploy");
+    // Both responses call deploy under the same call id, as some local models do.
+    await using model = await startScriptedModelServer({
+      handler: (req) => {
+        const done = req.messages.filter((m) => m.role === "tool").length;
+        if (done === 2) return scriptedReply.text("both deployed");
+        return scriptedReply.toolCalls([{ id: "call-1", name: "deploy", arguments: { target: done === 0 ? "staging" : "prod" } }]);
+      },
+    });
+    const cluster = uniqueCluster("apc");
+    await using rig = await startAgentNode(nats.url, cluster, {
+      toml: agentToml(model.url, `tools = ["deploy"]\napproval = ["deploy"]`),
+      tools: [deploy.tool],
+      ready: ["ops"],
+    });
+    const kova = (...args: string[]) => kovaCli(nats.url, cluster, args);
+    const pending = askAgent(rig.client, "ops", "ship it twice", { runId: "run-c", timeoutMs: 60_000 });
+    const asks = () => rig.eventsOf("run-c").filter((e) => e.type === "approval_requested");
+    const first = (await requested(rig, "run-c")).data.approvalId;
+    const approved = await kova("approve", "run-c", "call-1", "--by", "ann");
+    expect(approved.code, approved.stderr).toBe(0);
+    expect(approved.stdout).toBe(`approved ${first} (tool call call-1) of run-c (agent ops, tool deploy)\n`);
+    const second = await poll(() => (asks()[1]?.data as { approvalId: string } | undefined)?.approvalId, { timeoutMs: 20_000, what: "the second approval" });
+    expect(second).not.toBe(first);
+    const again = await kova("approve", "run-c", "call-1");
+    expect(again.code, again.stderr).toBe(0);
+    expect(again.stdout).toBe(`approved ${second} (tool call call-1) of run-c (agent ops, tool deploy)\n`);
+    expect(await pending).toMatchObject({ status: "completed", output: "both deployed" });
+    expect(deploy.runs).toEqual([{ target: "staging" }, { target: "prod" }]);
+    // Both decided: the call id names the one asked last.
+    const repeat = await kova("approve", "run-c", "call-1");
+    expect(repeat.stdout).toBe(`already approved ${second} (tool call call-1) of run-c (agent ops, tool deploy)\n`);
+    const changed = await kova("reject", "run-c", "call-1");
+    expect(changed.code).toBe(1);
+    expect(changed.stderr).toContain(`approval ${second} of run run-c was approved`);
+    expect(changed.stderr).toContain("APPROVAL_ALREADY_DECIDED");
+    const none = await kova("approve", "run-c", "call-9");
+    expect(none.code).toBe(1);
+    expect(none.stderr).toMatch(/no approval call-9 of run run-c: run run-c has no approval for tool call call-9: .*\[APPROVAL_NOT_FOUND\]/);
+    // The endpoint takes one of the two names, never both.
+    const both = await controlRequest(rig.client.nc, approveSubject(cluster), { runId: "run-c", approvalId: second, callId: "call-1", approved: true }).catch(
+      (e: unknown) => e,
+    );
+    expect(isKovaError(both, "INVALID_ARGUMENT")).toBe(true);
+  }, 90_000);
+
+  it("model slot - a run waiting for approval holds no slot of its model (max_concurrency = 1): another agent on that model runs to completion meanwhile, and the waiting run completes once approved", async () => {
+    const deploy = countingTool("deploy");
+    await using model = await startScriptedModelServer({
+      handler: (req) => {
+        if (req.headers["x-kova-agent"] === "writer") return scriptedReply.text("a haiku, written while ops waits");
+        const result = req.messages.find((m) => m.role === "tool");
+        if (!result) return scriptedReply.toolCalls([{ id: "call-1", name: "deploy", arguments: { target: "prod" } }]);
+        return scriptedReply.text(`tool said: ${String(result.content)}`);
+      },
+    });
+    const toml = [
+      `[models.main]`,
+      `base_url = "${model.url}"`,
+      `model = "gpt-4o-mini"`,
+      `max_concurrency = 1`,
+      `[[agents]]`,
+      `id = "ops"`,
+      `model = "main"`,
+      `tools = ["deploy"]`,
+      `approval = ["deploy"]`,
+      `[[agents]]`,
+      `id = "writer"`,
+      `model = "main"`,
+    ].join("\n");
+    await using rig = await startAgentNode(nats.url, uniqueCluster("apm"), { toml, tools: [deploy.tool], ready: ["ops", "writer"] });
+    const waiting = askAgent(rig.client, "ops", "ship it", { runId: "run-m", timeoutMs: 60_000 });
+    const asked = await requested(rig, "run-m");
+    const lane = () => rig.node.modelScheduler.stats().find((s) => s.model === "main")!;
+    expect(lane()).toMatchObject({ maxConcurrency: 1, inFlight: 0, queued: 0 });
+    // The only slot of the model is free: the other agent's run goes through while ops waits.
+    const other = await askAgent(rig.client, "writer", "write a haiku", { runId: "run-w2", timeoutMs: 20_000 });
+    expect(other).toMatchObject({ status: "completed", output: "a haiku, written while ops waits" });
+    expect((await rig.client.request<{ state: string }>("ops", "info_request", null)).state).toBe("waiting_approval");
+    const store = await NatsApprovalStore.open({ js: rig.client.js, cluster: rig.cluster });
+    expect(await store.get("run-m", asked.data.approvalId)).toMatchObject({ status: "pending" });
+    expect(deploy.runs).toEqual([]);
+    await decide(rig, { runId: "run-m", approvalId: asked.data.approvalId, approved: true });
+    expect(await waiting).toMatchObject({ status: "completed", output: 'tool said: {"done":"prod"}' });
+    expect(deploy.runs).toEqual([{ target: "prod" }]);
+    expect(model.requests.map((r) => r.headers["x-kova-agent"])).toEqual(["ops", "writer", "ops"]);
   }, 60_000);
 
   it("timeout - no decision within the agent's approval timeout rejects the call (recorded as timed out), the mailbox keeps the message in progress past ack_wait meanwhile; a late approval is refused", async () => {

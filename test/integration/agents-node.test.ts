@@ -6,7 +6,8 @@ import { startAgentNode } from "../fixtures/agents/node-rig.js";
 import { fileServer, uniqueCluster } from "../fixtures/bus/helpers.js";
 import { isPlanRequest, swarmModel } from "../fixtures/swarm/helpers.js";
 import { poll } from "../fixtures/poll.js";
-import { EVERYTHING } from "../fixtures/mcp/helpers.js";
+import { DYNAMIC, EVERYTHING } from "../fixtures/mcp/helpers.js";
+import { kovaCli } from "../fixtures/kova-cli.js";
 import { controlRequest, nodeSubject, type ToolsReply } from "../../src/node/control.js";
 import { defineTool } from "../../src/tools/define-tool.js";
 import { isKovaError } from "../../src/core/errors.js";
@@ -174,5 +175,57 @@ describe("agent services of a node (KovaNode in process, real NATS, scripted mod
     expect(all.tools.find((t) => t.name === "everything/echo")!.requiresApproval).toBe(false);
     const unknown = await ls({ agent: "nobody" }).catch((e: unknown) => e);
     expect(isKovaError(unknown, "UNKNOWN_AGENT")).toBe(true);
+  }, 60_000);
+
+  it("mcp broken schema - a server's tool whose inputSchema does not compile is not offered, so a model calling it gets TOOL_UNKNOWN and the run completes; kova tools ls says which tools are not offered and why", async () => {
+    await using model = await startScriptedModelServer({
+      handler: (req) =>
+        req.messages.some((m) => m.role === "tool")
+          ? scriptedReply.text("that tool is not there")
+          : scriptedReply.toolCalls([{ id: "c-bad", name: "fixture__bad-type", arguments: { x: 1 } }]),
+    });
+    const toml = [
+      `[models.main]`,
+      `base_url = "${model.url}"`,
+      `model = "gpt-4o-mini"`,
+      `[[mcp.servers]]`,
+      `name = "fixture"`,
+      `command = ${JSON.stringify(process.execPath)}`,
+      `args = [${JSON.stringify(DYNAMIC)}]`,
+      `env = { FIXTURE_BAD_SCHEMAS = "1" }`,
+      `[[agents]]`,
+      `id = "ops"`,
+      `model = "main"`,
+      `tools = ["fixture/*"]`,
+      `[[agents]]`,
+      `id = "calc"`,
+      `model = "main"`,
+      `tools = ["calculator"]`,
+    ].join("\n");
+    const cluster = uniqueCluster("tb");
+    await using rig = await startAgentNode(nats.url, cluster, { toml, ready: ["ops"] });
+    const result = await askAgent(rig.client, "ops", "call the broken tool", { runId: "bad-run", timeoutMs: 30_000 });
+    expect(result).toMatchObject({ status: "completed", output: "that tool is not there" });
+    const refusal = JSON.parse(String(model.requests[1]!.messages.find((m) => m.role === "tool")!.content)) as { error: { code: string } };
+    expect(refusal.error.code).toBe("TOOL_UNKNOWN");
+    expect(model.requests[0]!.tools!.map((t) => t.function.name)).not.toContain("fixture__bad-type");
+
+    const ls = (body: object) => controlRequest<ToolsReply>(rig.client.nc, nodeSubject(cluster, "n1", "tools"), body, 30_000);
+    const ops = await ls({ agent: "ops" });
+    expect(ops.tools.map((t) => t.name)).toEqual(expect.arrayContaining(["fixture/plain", "fixture/slow"]));
+    expect(ops.tools.map((t) => t.name)).not.toContain("fixture/bad-type");
+    expect(ops.skipped?.map((t) => [t.name, t.source])).toEqual([
+      ["fixture/bad-type", "mcp:fixture"],
+      ["fixture/bad-ref", "mcp:fixture"],
+    ]);
+    expect(ops.skipped![0]!.reason).toMatch(/^inputSchema is not a valid JSON Schema: /);
+    // An agent whose list names no such tool hears nothing of them; the whole registry lists them all.
+    expect((await ls({ agent: "calc" })).skipped).toBeUndefined();
+    expect((await ls({})).skipped).toHaveLength(2);
+    const cli = await kovaCli(nats.url, cluster, ["tools", "ls", "ops"]);
+    expect(cli.code, cli.stderr).toBe(0);
+    expect(cli.stdout).toMatch(/^fixture\/plain\s/m);
+    expect(cli.stdout).toMatch(/^not offered: fixture\/bad-type \(mcp:fixture\): inputSchema is not a valid JSON Schema: \S/m);
+    expect(cli.stdout).toMatch(/^not offered: fixture\/bad-ref \(mcp:fixture\): inputSchema is not a valid JSON Schema: \S/m);
   }, 60_000);
 });

@@ -1,6 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { BusClosedError, KovaClient, createEnvelope, type Bus } from "../../src/bus/index.js";
 import { connectBus, fileServer, uniqueCluster } from "../fixtures/bus/helpers.js";
+import { tempDir } from "../fixtures/disposable.js";
 
 const server = fileServer();
 
@@ -47,10 +48,9 @@ describe("bus disposal", () => {
 describe("a library inside someone else's service", () => {
   it("quiet - Bus, KovaClient, Wal and ActorHost given no logger write nothing to stdout or stderr while they connect, create streams, send, journal and close", async () => {
     const { execFile } = await import("node:child_process");
-    const { mkdtemp, rm } = await import("node:fs/promises");
-    const { tmpdir } = await import("node:os");
     const { join, resolve } = await import("node:path");
-    const dir = await mkdtemp(join(tmpdir(), "kova-quiet-"));
+    await using tmp = await tempDir("kova-quiet-");
+    const dir = tmp.path;
     const dist = resolve("dist");
     // The built package, as a user's service imports it; its own process, so nothing of the
     // test runner's (VITEST, KOVA_LOG_LEVEL) decides the level.
@@ -75,15 +75,11 @@ describe("a library inside someone else's service", () => {
     const env = { ...process.env };
     delete env.VITEST;
     delete env.KOVA_LOG_LEVEL;
-    try {
-      const out = await new Promise<{ stdout: string; stderr: string }>((res, rej) =>
-        execFile(process.execPath, ["--input-type=module", "-e", script], { env, timeout: 30_000 }, (err, stdout, stderr) =>
-          err ? rej(Object.assign(err, { stderr })) : res({ stdout, stderr }),
-        ),
-      );
-      expect(out).toEqual({ stdout: "", stderr: "" });
-    } finally {
-      await rm(dir, { recursive: true, force: true });
-    }
+    const out = await new Promise<{ stdout: string; stderr: string }>((res, rej) =>
+      execFile(process.execPath, ["--input-type=module", "-e", script], { env, timeout: 30_000 }, (err, stdout, stderr) =>
+        err ? rej(Object.assign(err, { stderr })) : res({ stdout, stderr }),
+      ),
+    );
+    expect(out).toEqual({ stdout: "", stderr: "" });
   }, 40_000);
 });

@@ -171,89 +171,79 @@ describe("bus DLQ", () => {
   }
 
   it("dlq - a message of exactly max_payload (its own headers included) is dead-lettered whole: the body is never cut, headers yield instead", async () => {
-    const bus = await connectBus(server.url, uniqueCluster());
-    const nc = await connect({ servers: server.url });
-    try {
-      const max = bus.maxPayload;
-      const inbox = bus.subjects.a2a("bulky");
-      // msgpack: a str32 that is not an envelope (invalid_envelope), with only a Nats-Msg-Id.
-      const mpHeaders = { "Nats-Msg-Id": "whole-msgpack" };
-      const mpBody = Buffer.alloc(max - headerSize(mpHeaders), 0x78);
-      mpBody[0] = 0xdb;
-      mpBody.writeUInt32BE(mpBody.length - 5, 1);
-      // JSON: a string that is not an envelope, with its Content-Type.
-      const jsonHeaders = { "Nats-Msg-Id": "whole-json", "Content-Type": "application/json" };
-      const jsonBody = te.encode(`"${"y".repeat(max - headerSize(jsonHeaders) - 2)}"`);
-      // Malformed msgpack 200 bytes short of the limit: room for the most useful headers.
-      const nearHeaders = { "Nats-Msg-Id": "near" };
-      const nearBody = Buffer.alloc(max - headerSize(nearHeaders) - 200, 0xc1);
-      const seqs = [
-        await storeRaw(nc, inbox, mpBody, mpHeaders),
-        await storeRaw(nc, inbox, jsonBody, jsonHeaders),
-        await storeRaw(nc, inbox, nearBody, nearHeaders),
-      ];
-      expect(mpBody.length + headerSize(mpHeaders)).toBe(max);
-      expect(jsonBody.length + headerSize(jsonHeaders)).toBe(max);
+    await using bus = await connectBus(server.url, uniqueCluster());
+    await using nc = await connect({ servers: server.url });
+    const max = bus.maxPayload;
+    const inbox = bus.subjects.a2a("bulky");
+    // msgpack: a str32 that is not an envelope (invalid_envelope), with only a Nats-Msg-Id.
+    const mpHeaders = { "Nats-Msg-Id": "whole-msgpack" };
+    const mpBody = Buffer.alloc(max - headerSize(mpHeaders), 0x78);
+    mpBody[0] = 0xdb;
+    mpBody.writeUInt32BE(mpBody.length - 5, 1);
+    // JSON: a string that is not an envelope, with its Content-Type.
+    const jsonHeaders = { "Nats-Msg-Id": "whole-json", "Content-Type": "application/json" };
+    const jsonBody = te.encode(`"${"y".repeat(max - headerSize(jsonHeaders) - 2)}"`);
+    // Malformed msgpack 200 bytes short of the limit: room for the most useful headers.
+    const nearHeaders = { "Nats-Msg-Id": "near" };
+    const nearBody = Buffer.alloc(max - headerSize(nearHeaders) - 200, 0xc1);
+    const seqs = [
+      await storeRaw(nc, inbox, mpBody, mpHeaders),
+      await storeRaw(nc, inbox, jsonBody, jsonHeaders),
+      await storeRaw(nc, inbox, nearBody, nearHeaders),
+    ];
+    expect(mpBody.length + headerSize(mpHeaders)).toBe(max);
+    expect(jsonBody.length + headerSize(jsonHeaders)).toBe(max);
 
-      const got: string[] = [];
-      await bus.openMailbox("bulky", async (env) => void got.push(env.id));
-      const good = createEnvelope({ from: "a", to: "bulky", type: "task_delegate", payload: "small" });
-      await bus.send(good);
-      await poll(() => got.length === 1, { timeoutMs: 10_000, what: "good message" });
+    const got: string[] = [];
+    await bus.openMailbox("bulky", async (env) => void got.push(env.id));
+    const good = createEnvelope({ from: "a", to: "bulky", type: "task_delegate", payload: "small" });
+    await bus.send(good);
+    await poll(() => got.length === 1, { timeoutMs: 10_000, what: "good message" });
 
-      const invalid = await dlqOf(bus, "invalid_envelope", 2);
-      const mp = invalid.find((e) => e.data.length === mpBody.length && e.data[0] === 0xdb)!;
-      const json = invalid.find((e) => e.headers["Content-Type"] === "application/json")!;
-      expect(Buffer.from(mp.data).equals(mpBody)).toBe(true);
-      expect(mp.subject).toBe(bus.subjects.dlq("invalid_envelope"));
-      expect(mp.headers["Kova-Dlq-Truncated"]).toBeUndefined();
-      expect(Buffer.from(json.data).equals(Buffer.from(jsonBody))).toBe(true);
-      expect(decodeValueAsJson(json.data)).toMatch(/^y+$/);
-      const [near] = await dlqOf(bus, "malformed_msgpack");
-      expect(Buffer.from(near!.data).equals(nearBody)).toBe(true);
-      expect(near!.headers).toMatchObject({
-        "Kova-Dlq-Reason": "malformed_msgpack",
-        "Kova-Dlq-Stream": bus.subjects.streams.a2a,
-        "Kova-Dlq-Stream-Seq": String(seqs[2]),
-        "Kova-Dlq-Headers-Trimmed": "true",
-      });
-      expect(near!.headers["Kova-Dlq-Error"]).toBeUndefined(); // the long text yields first; the log has it
-      expect((await bus.jsm.streams.info(bus.subjects.streams.a2a)).state.messages).toBe(0);
-    } finally {
-      await nc.close();
-      await bus.close();
-    }
+    const invalid = await dlqOf(bus, "invalid_envelope", 2);
+    const mp = invalid.find((e) => e.data.length === mpBody.length && e.data[0] === 0xdb)!;
+    const json = invalid.find((e) => e.headers["Content-Type"] === "application/json")!;
+    expect(Buffer.from(mp.data).equals(mpBody)).toBe(true);
+    expect(mp.subject).toBe(bus.subjects.dlq("invalid_envelope"));
+    expect(mp.headers["Kova-Dlq-Truncated"]).toBeUndefined();
+    expect(Buffer.from(json.data).equals(Buffer.from(jsonBody))).toBe(true);
+    expect(decodeValueAsJson(json.data)).toMatch(/^y+$/);
+    const [near] = await dlqOf(bus, "malformed_msgpack");
+    expect(Buffer.from(near!.data).equals(nearBody)).toBe(true);
+    expect(near!.headers).toMatchObject({
+      "Kova-Dlq-Reason": "malformed_msgpack",
+      "Kova-Dlq-Stream": bus.subjects.streams.a2a,
+      "Kova-Dlq-Stream-Seq": String(seqs[2]),
+      "Kova-Dlq-Headers-Trimmed": "true",
+    });
+    expect(near!.headers["Kova-Dlq-Error"]).toBeUndefined(); // the long text yields first; the log has it
+    expect((await bus.jsm.streams.info(bus.subjects.streams.a2a)).state.messages).toBe(0);
   });
 
   it("dlq - a valid envelope of exactly max_payload that fails max_deliver times is moved to the DLQ whole", async () => {
-    const bus = await connectBus(server.url, uniqueCluster());
-    const nc = await connect({ servers: server.url });
-    try {
-      bus.startDlqMover();
-      const max = bus.maxPayload;
-      const sized = (n: number) => createEnvelope({ id: "max-size-1", from: "a", to: "heavy", type: "task_delegate", payload: "z".repeat(n) });
-      const hdrs = { "Nats-Msg-Id": "max-size-1" };
-      // A str16 payload grows the encoding byte for byte: solve for the exact size.
-      const n = 1000 + (max - headerSize(hdrs) - encodeEnvelope(sized(1000)).length);
-      const bytes = encodeEnvelope(sized(n));
-      expect(bytes.length + headerSize(hdrs)).toBe(max);
-      await storeRaw(nc, bus.subjects.a2a("heavy"), bytes, hdrs);
-      const { attempts, done } = await poisonedMailbox(bus, "heavy", (env) => env.id === "max-size-1", { maxDeliver: 2, backoffMs: [20] });
-      const next = createEnvelope({ from: "a", to: "heavy", type: "task_delegate", payload: "fine" });
-      await bus.send(next);
-      await poll(() => done.length === 1, { timeoutMs: 15_000, what: "next message" });
-      const [entry] = await dlqOf(bus, "max_deliver");
-      expect(Buffer.from(entry!.data).equals(Buffer.from(bytes))).toBe(true);
-      expect(decodeEnvelope(entry!.data)).toEqual(sized(n));
-      expect(attempts).toEqual([1, 2]);
-      await poll(async () => (await bus.jsm.streams.info(bus.subjects.streams.a2a)).state.messages === 0, {
-        timeoutMs: 5_000,
-        what: "removal from the WorkQueue",
-      });
-    } finally {
-      await nc.close();
-      await bus.close();
-    }
+    await using bus = await connectBus(server.url, uniqueCluster());
+    await using nc = await connect({ servers: server.url });
+    bus.startDlqMover();
+    const max = bus.maxPayload;
+    const sized = (n: number) => createEnvelope({ id: "max-size-1", from: "a", to: "heavy", type: "task_delegate", payload: "z".repeat(n) });
+    const hdrs = { "Nats-Msg-Id": "max-size-1" };
+    // A str16 payload grows the encoding byte for byte: solve for the exact size.
+    const n = 1000 + (max - headerSize(hdrs) - encodeEnvelope(sized(1000)).length);
+    const bytes = encodeEnvelope(sized(n));
+    expect(bytes.length + headerSize(hdrs)).toBe(max);
+    await storeRaw(nc, bus.subjects.a2a("heavy"), bytes, hdrs);
+    const { attempts, done } = await poisonedMailbox(bus, "heavy", (env) => env.id === "max-size-1", { maxDeliver: 2, backoffMs: [20] });
+    const next = createEnvelope({ from: "a", to: "heavy", type: "task_delegate", payload: "fine" });
+    await bus.send(next);
+    await poll(() => done.length === 1, { timeoutMs: 15_000, what: "next message" });
+    const [entry] = await dlqOf(bus, "max_deliver");
+    expect(Buffer.from(entry!.data).equals(Buffer.from(bytes))).toBe(true);
+    expect(decodeEnvelope(entry!.data)).toEqual(sized(n));
+    expect(attempts).toEqual([1, 2]);
+    await poll(async () => (await bus.jsm.streams.info(bus.subjects.streams.a2a)).state.messages === 0, {
+      timeoutMs: 5_000,
+      what: "removal from the WorkQueue",
+    });
   });
 
   it("dlq - a message failing max_deliver times is moved to the DLQ via the advisory and the next message is processed", async () => {

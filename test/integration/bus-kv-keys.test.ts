@@ -103,17 +103,13 @@ describe("listKvKeys / readKvEntries: a bucket's live keys from its stream's sub
   it("kv keys - a JetStream that does not answer fails the listing with TIMEOUT at the time given", async () => {
     // A server without JetStream, and a responder on the JetStream API that never replies.
     await using mute = await startNatsServer({ allowExternal: false, jetstream: false });
-    const mnc = await connect({ servers: mute.url });
-    try {
-      mnc.subscribe("$JS.API.>", { callback: () => undefined });
-      await mnc.flush();
-      const started = Date.now();
-      const err = await caught(listKvKeys(mnc, "stalled", { timeoutMs: 500 }));
-      expect(isKovaError(err, ErrorCode.TIMEOUT), String(err)).toBe(true);
-      expect(String(err)).toContain("stalled");
-      expect(Date.now() - started).toBeLessThan(5_000);
-    } finally {
-      await mnc.close();
-    }
+    await using mnc = await connect({ servers: mute.url });
+    mnc.subscribe("$JS.API.>", { callback: () => undefined });
+    await mnc.flush();
+    const started = Date.now();
+    const err = await caught(listKvKeys(mnc, "stalled", { timeoutMs: 500 }));
+    expect(isKovaError(err, ErrorCode.TIMEOUT), String(err)).toBe(true);
+    expect(String(err)).toContain("stalled");
+    expect(Date.now() - started).toBeLessThan(5_000);
   });
 });

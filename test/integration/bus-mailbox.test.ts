@@ -81,30 +81,26 @@ describe("bus mailbox", () => {
   });
 
   it("mailbox - a handler failing on a NATS outage runs again in place: the message spends no delivery and never nears max_deliver", async () => {
-    const bus = await connectBus(server.url, uniqueCluster());
-    try {
-      const calls: number[] = [];
-      let done = false;
-      await bus.openMailbox(
-        "flaky",
-        async (_env, ctx) => {
-          calls.push(ctx.deliveryCount);
-          // What a checkpoint save throws while JetStream elects a leader.
-          if (calls.length <= 3) throw new TimeoutError();
-          done = true;
-        },
-        { maxDeliver: 2, backoffMs: [100] },
-      );
-      await bus.send(createEnvelope({ from: "tester", to: "flaky", type: "task_delegate", payload: 1 }));
-      await poll(() => done, { timeoutMs: 10_000, what: "the handler succeeding" });
-      expect(calls).toEqual([1, 1, 1, 1]);
-      const info = await bus.jsm.consumers.info(bus.subjects.streams.a2a, bus.subjects.consumer("flaky"));
-      expect(info.num_redelivered).toBe(0);
-      const dlq = await bus.jsm.streams.info(bus.subjects.streams.dlq);
-      expect(dlq.state.messages).toBe(0);
-    } finally {
-      await bus.close();
-    }
+    await using bus = await connectBus(server.url, uniqueCluster());
+    const calls: number[] = [];
+    let done = false;
+    await bus.openMailbox(
+      "flaky",
+      async (_env, ctx) => {
+        calls.push(ctx.deliveryCount);
+        // What a checkpoint save throws while JetStream elects a leader.
+        if (calls.length <= 3) throw new TimeoutError();
+        done = true;
+      },
+      { maxDeliver: 2, backoffMs: [100] },
+    );
+    await bus.send(createEnvelope({ from: "tester", to: "flaky", type: "task_delegate", payload: 1 }));
+    await poll(() => done, { timeoutMs: 10_000, what: "the handler succeeding" });
+    expect(calls).toEqual([1, 1, 1, 1]);
+    const info = await bus.jsm.consumers.info(bus.subjects.streams.a2a, bus.subjects.consumer("flaky"));
+    expect(info.num_redelivered).toBe(0);
+    const dlq = await bus.jsm.streams.info(bus.subjects.streams.dlq);
+    expect(dlq.state.messages).toBe(0);
   });
 
   it("mailbox - a plain @nats-io client publishing JSON reaches the mailbox", async () => {
@@ -167,53 +163,49 @@ describe("bus mailbox", () => {
   it("mailbox - working() called per streamed token sends one +WPI per tenth of ack_wait, and they keep a long handler's message", async () => {
     await using bus = await connectBus(server.url, uniqueCluster());
     const consumer = bus.subjects.consumer("streamer");
-    const watcher = await connect({ servers: server.url });
-    try {
-      const wpis: number[] = [];
-      const sub = watcher.subscribe(`$JS.ACK.${bus.subjects.streams.a2a}.${consumer}.>`, {
-        callback: (_err, msg) => {
-          if (new TextDecoder().decode(msg.data) === "+WPI") wpis.push(performance.now());
-        },
-      });
-      await watcher.flush();
-      const deliveries: number[] = [];
-      let calls = 0;
-      // ack_wait 1 s, no automatic heartbeat: only the handler's own working() calls keep
-      // the message, for three times ack_wait.
-      await bus.openMailbox(
-        "streamer",
-        async (_env, ctx) => {
-          deliveries.push(ctx.deliveryCount);
-          const end = performance.now() + 3_000;
-          while (performance.now() < end) {
-            ctx.working();
-            calls++;
-            await new Promise((r) => setTimeout(r, 2));
-          }
-        },
-        { ackWaitMs: 1_000, heartbeatMs: 0 },
-      );
-      await bus.send(createEnvelope({ from: "tester", to: "streamer", type: "task_delegate", payload: null }));
-      await poll(async () => (await bus.jsm.consumers.info(bus.subjects.streams.a2a, consumer)).num_ack_pending === 0 && deliveries.length === 1, {
-        timeoutMs: 10_000,
-        what: "the long handler's message acked",
-      });
-      await watcher.flush();
-      sub.unsubscribe();
-      expect(calls).toBeGreaterThan(300);
-      // 3 s at one per 100 ms: about 30, never one per call.
-      expect(wpis.length).toBeGreaterThanOrEqual(15);
-      expect(wpis.length).toBeLessThanOrEqual(31);
-      // Spaced, never bursts (the handler calls every 2 ms: a burst is hundreds in 500 ms).
-      // Counted where they arrive, so a stall of the watcher's event loop can bunch a few
-      // of them (a single gap of 89 ms for a 100 ms spacing was seen on a loaded machine):
-      // at most 8 in any 500 ms, where the sender's spacing gives 5.
-      const most = Math.max(...wpis.map((t) => wpis.filter((u) => u >= t && u < t + 500).length));
-      expect(most).toBeLessThanOrEqual(8);
-      expect(deliveries).toEqual([1]);
-    } finally {
-      await watcher.close();
-    }
+    await using watcher = await connect({ servers: server.url });
+    const wpis: number[] = [];
+    const sub = watcher.subscribe(`$JS.ACK.${bus.subjects.streams.a2a}.${consumer}.>`, {
+      callback: (_err, msg) => {
+        if (new TextDecoder().decode(msg.data) === "+WPI") wpis.push(performance.now());
+      },
+    });
+    await watcher.flush();
+    const deliveries: number[] = [];
+    let calls = 0;
+    // ack_wait 1 s, no automatic heartbeat: only the handler's own working() calls keep
+    // the message, for three times ack_wait.
+    await bus.openMailbox(
+      "streamer",
+      async (_env, ctx) => {
+        deliveries.push(ctx.deliveryCount);
+        const end = performance.now() + 3_000;
+        while (performance.now() < end) {
+          ctx.working();
+          calls++;
+          await new Promise((r) => setTimeout(r, 2));
+        }
+      },
+      { ackWaitMs: 1_000, heartbeatMs: 0 },
+    );
+    await bus.send(createEnvelope({ from: "tester", to: "streamer", type: "task_delegate", payload: null }));
+    await poll(async () => (await bus.jsm.consumers.info(bus.subjects.streams.a2a, consumer)).num_ack_pending === 0 && deliveries.length === 1, {
+      timeoutMs: 10_000,
+      what: "the long handler's message acked",
+    });
+    await watcher.flush();
+    sub.unsubscribe();
+    expect(calls).toBeGreaterThan(300);
+    // 3 s at one per 100 ms: about 30, never one per call.
+    expect(wpis.length).toBeGreaterThanOrEqual(15);
+    expect(wpis.length).toBeLessThanOrEqual(31);
+    // Spaced, never bursts (the handler calls every 2 ms: a burst is hundreds in 500 ms).
+    // Counted where they arrive, so a stall of the watcher's event loop can bunch a few
+    // of them (a single gap of 89 ms for a 100 ms spacing was seen on a loaded machine):
+    // at most 8 in any 500 ms, where the sender's spacing gives 5.
+    const most = Math.max(...wpis.map((t) => wpis.filter((u) => u >= t && u < t + 500).length));
+    expect(most).toBeLessThanOrEqual(8);
+    expect(deliveries).toEqual([1]);
   });
 
   it("mailbox - a message reaching a stopped mailbox's leftover pull is handed back at once to the next host", async () => {

@@ -55,19 +55,15 @@ describe("bus across a nats-server restart", () => {
   });
 
   it("restart - a durable event published while nats-server is down is stored once when it is back", async () => {
-    const bus = await connectBus(server.url, uniqueCluster());
-    try {
-      await server.kill();
-      // Started while the server is down: the first attempts time out or find no
-      // JetStream, as during a leader election; the publish must wait, not fail.
-      const published = bus.publishEvent({ type: "probe_start", sessionId: "s1", runId: "r1", ts: Date.now(), data: { n: 1 } }, { timeoutMs: 25_000 });
-      await new Promise((r) => setTimeout(r, 1500));
-      await server.restart();
-      await published;
-      const info = await bus.jsm.streams.info(bus.subjects.streams.events);
-      expect(info.state.messages).toBe(1);
-    } finally {
-      await bus.close();
-    }
+    await using bus = await connectBus(server.url, uniqueCluster());
+    await server.kill();
+    // Started while the server is down: the first attempts time out or find no
+    // JetStream, as during a leader election; the publish must wait, not fail.
+    const published = bus.publishEvent({ type: "probe_start", sessionId: "s1", runId: "r1", ts: Date.now(), data: { n: 1 } }, { timeoutMs: 25_000 });
+    await new Promise((r) => setTimeout(r, 1500));
+    await server.restart();
+    await published;
+    const info = await bus.jsm.streams.info(bus.subjects.streams.events);
+    expect(info.state.messages).toBe(1);
   });
 });

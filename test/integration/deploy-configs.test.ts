@@ -9,6 +9,7 @@ import { parseConfig, type NodeConfig } from "../../src/node/config.js";
 import { parseGatewayConfig } from "../../src/gateway/config.js";
 import { findNatsServerBinary } from "../../src/testing/index.js";
 import { prepareNatsConfig } from "../fixtures/deploy/nats-config.js";
+import { readAccountsFile } from "../fixtures/security/accounts-file.js";
 import { tempDir } from "../fixtures/disposable.js";
 
 const run = promisify(execFile);
@@ -85,6 +86,51 @@ describe("deploy configs", () => {
     // The role it names exists, with that inbox; the nodes' example lists the prefix they reply to.
     expect(read("nats/accounts.conf")).toMatch(/user: kova-gateway[\s\S]*?subscribe: \{ allow: \["_INBOX_gateway\.>"/);
     expect(read("kova/kova-node1.toml")).toContain('reply_prefixes = ["_INBOX_client", "_INBOX_operator", "_INBOX_gateway"]');
+  });
+
+  it("deploy - accounts.conf puts every role but the nodes in an account of its own that imports exactly what its user may publish and receive", () => {
+    const { accounts, exports } = readAccountsFile(read("nats/accounts.conf"));
+    expect([...accounts.keys()].sort()).toEqual(["CLIENT", "GATEWAY", "KOVA", "OPERATOR"]);
+    expect(accounts.get("KOVA")!.imports).toEqual([]);
+    for (const name of ["CLIENT", "OPERATOR", "GATEWAY"]) {
+      const a = accounts.get(name)!;
+      expect(a.publish.length, name).toBeGreaterThan(0);
+      // A subject its user may publish to without an import would reach no node (no
+      // responders); an import its user may not publish to would be dead weight.
+      const services = a.imports.filter((i) => i.kind === "service");
+      expect(services.map((i) => i.subject).sort(), `${name}: service imports = publish permissions`).toEqual([...a.publish].sort());
+      // What its users may subscribe to arrives through a stream import, and every stream
+      // import serves a subscription (a client user's own inbox sits under the role's).
+      const streams = a.imports.filter((i) => i.kind === "stream").map((i) => i.subject);
+      const covers = (imported: string, sub: string) => imported === sub || (imported.endsWith(".>") && sub.startsWith(imported.slice(0, -1)));
+      for (const sub of a.subscribe)
+        expect(
+          streams.some((i) => covers(i, sub)),
+          `${name}: ${sub} arrives through a stream import`,
+        ).toBe(true);
+      for (const i of streams)
+        expect(
+          a.subscribe.some((sub) => covers(i, sub)),
+          `${name}: stream import ${i} serves a subscription`,
+        ).toBe(true);
+      for (const i of a.imports) {
+        expect(i.account, `${name} imports only from KOVA`).toBe("KOVA");
+        const e = exports.find((x) => x.kind === i.kind && x.subject === i.subject);
+        expect(e?.accounts, `${name}: KOVA exports ${i.kind} ${i.subject} to it`).toContain(name);
+      }
+    }
+    // Every export is imported by each account it names.
+    for (const e of exports) {
+      for (const name of e.accounts) {
+        expect(
+          accounts.get(name)!.imports.some((i) => i.kind === e.kind && i.subject === e.subject),
+          `${name} imports ${e.subject}`,
+        ).toBe(true);
+      }
+    }
+    // Requests answered more than once: every node's $SRV answer, a pull's messages.
+    const multi = exports.filter((e) => e.responseType === "stream").map((e) => e.subject);
+    expect(multi.sort()).toEqual(["$JS.API.CONSUMER.MSG.NEXT.KOVA_DEFAULT_EVENTS.>", "$SRV.>"]);
   });
 
   it("deploy - docker-compose.yml runs 3 NATS servers and 3 Kova nodes wired to files that exist", () => {

@@ -1,13 +1,17 @@
 import { describe, expect, it } from "vitest";
 import { randomUUID } from "node:crypto";
 import { SendMessageRequest, TaskState, type StreamResponse, type Task } from "@a2a-js/sdk";
-import { ClientFactory, ClientFactoryOptions, DefaultAgentCardResolver, JsonRpcTransportFactory, type Client } from "@a2a-js/sdk/client";
+import type { Client } from "@a2a-js/sdk/client";
 import { Kvm } from "@nats-io/kv";
 import { connect } from "@nats-io/transport-node";
 import { scriptedReply, type ScriptedHandler } from "../../src/testing/index.js";
 import { taskKey, tasksBucket } from "../../src/gateway/task-store.js";
+import type { KovaEvent } from "../../src/bus/index.js";
+import { defer } from "../fixtures/disposable.js";
 import { approve } from "../fixtures/gateway/agents.js";
+import { answer, answerChunks, clientFor, collect, message, sseData } from "../fixtures/gateway/a2a-client.js";
 import { startGatewayRig } from "../fixtures/gateway/rig.js";
+import { recordPublished } from "../fixtures/bus/published.js";
 import { poll } from "../fixtures/poll.js";
 
 const handler: ScriptedHandler = (r) => {
@@ -19,39 +23,6 @@ const handler: ScriptedHandler = (r) => {
   if (text.includes("slow")) return scriptedReply.text("too late", { latencyMs: 60_000 });
   return scriptedReply.text(`echo: ${text}`, { usage: { inputTokens: 10, outputTokens: 5 } });
 };
-
-function authedFetch(key: string): typeof fetch {
-  return (input, init) => {
-    const headers = new Headers(init?.headers);
-    headers.set("authorization", `Bearer ${key}`);
-    return fetch(input, { ...init, headers });
-  };
-}
-
-async function clientFor(url: string, key: string): Promise<Client> {
-  const fetchImpl = authedFetch(key);
-  const factory = new ClientFactory(
-    ClientFactoryOptions.createFrom(ClientFactoryOptions.default, {
-      transports: [new JsonRpcTransportFactory({ fetchImpl })],
-      cardResolver: new DefaultAgentCardResolver({ fetchImpl }),
-    }),
-  );
-  return factory.createFromUrl(url);
-}
-
-function message(text: string, extra: Record<string, unknown> = {}) {
-  return SendMessageRequest.fromJSON({ message: { messageId: randomUUID(), role: "ROLE_USER", parts: [{ text }], ...extra } });
-}
-
-function answer(task: Task): string {
-  return task.artifacts.flatMap((a) => a.parts.map((p) => (p.content?.$case === "text" ? p.content.value : ""))).join("");
-}
-
-async function collect(stream: AsyncGenerator<StreamResponse>): Promise<StreamResponse[]> {
-  const out: StreamResponse[] = [];
-  for await (const e of stream) out.push(e);
-  return out;
-}
 
 describe("gateway: A2A v1.0", () => {
   it("a2a - the SDK's client discovers the card, sends, streams, gets, lists and cancels tasks", async () => {
@@ -77,11 +48,11 @@ describe("gateway: A2A v1.0", () => {
     const states = events.flatMap((e) => (e.payload?.$case === "statusUpdate" ? [e.payload.value.status?.state] : []));
     expect(states[0]).toBe(TaskState.TASK_STATE_WORKING);
     expect(states.at(-1)).toBe(TaskState.TASK_STATE_COMPLETED);
-    const chunks = events.flatMap((e) => (e.payload?.$case === "artifactUpdate" && !e.payload.value.lastChunk ? [e.payload.value] : []));
+    const chunks = answerChunks(events);
     expect(chunks.length).toBeGreaterThan(1);
     expect(chunks[0]?.append).toBe(false);
     expect(chunks.slice(1).every((c) => c.append)).toBe(true);
-    expect(chunks.map((c) => answer({ artifacts: c.artifact ? [c.artifact] : [] } as unknown as Task)).join("")).toBe("The tool said 5.");
+    expect(chunks.map((c) => answer({ artifacts: c.artifact ? [c.artifact] : [] })).join("")).toBe("The tool said 5.");
     const streamedTask = (events[0]!.payload as { value: Task }).value;
 
     const got = await client.getTask({ tenant: "", id: streamedTask.id, historyLength: undefined });
@@ -263,6 +234,138 @@ describe("gateway: A2A v1.0", () => {
     expect(huge.body.error.code).toBe(-32600);
   }, 90_000);
 
+  it("a2a - raw JSON-RPC with the v0.3 method names: message/stream streams the task, its updates and the answer; tasks/resubscribe follows a running task; tasks/cancel cancels it", async () => {
+    await using rig = await startGatewayRig({ handler });
+    // no A2A-Version header: the SDK's v0.3 compatibility layer serves the request
+    const post = (body: unknown) =>
+      fetch(`${rig.url}/agents/helper/a2a/jsonrpc`, {
+        method: "POST",
+        headers: { authorization: `Bearer ${rig.key}`, "content-type": "application/json", accept: "text/event-stream" },
+        body: JSON.stringify(body),
+      });
+    const userMessage = (text: string) => ({ kind: "message", messageId: randomUUID(), role: "user", parts: [{ kind: "text", text }] });
+
+    const streamed = await post({ jsonrpc: "2.0", id: 1, method: "message/stream", params: { message: userMessage("add in the old way") } });
+    expect(streamed.status).toBe(200);
+    expect(streamed.headers.get("content-type")).toContain("text/event-stream");
+    const events: Array<Record<string, any>> = [];
+    for await (const e of sseData(streamed)) events.push(e);
+    expect(events.every((e) => e.jsonrpc === "2.0" && e.id === 1)).toBe(true);
+    const results = events.map((e) => e.result);
+    expect(results[0]).toMatchObject({ kind: "task", status: { state: "submitted" } });
+    const kinds = new Set(results.map((r) => r.kind));
+    expect([...kinds].sort()).toEqual(["artifact-update", "status-update", "task"]);
+    expect(results.some((r) => r.kind === "status-update" && r.status.state === "working")).toBe(true);
+    const lastArtifact = results.filter((r) => r.kind === "artifact-update").at(-1);
+    expect(lastArtifact).toMatchObject({ lastChunk: true, artifact: { parts: [{ kind: "text", text: "The tool said 5." }] } });
+    expect(results.at(-1)).toMatchObject({ kind: "status-update", status: { state: "completed" }, final: true });
+
+    // a slow run, sent without blocking, then followed and cancelled with the v0.3 names
+    const sent = await post({
+      jsonrpc: "2.0",
+      id: 2,
+      method: "message/send",
+      params: { message: userMessage("slow please"), configuration: { blocking: false } },
+    });
+    const task = ((await sent.json()) as { result: { kind: string; id: string } }).result;
+    expect(task.kind).toBe("task");
+    await poll(() => rig.model.requests.some((q) => q.lastMessage?.content === "slow please"), { timeoutMs: 10_000, what: "the slow model call to start" });
+    const resubscribed = await post({ jsonrpc: "2.0", id: 3, method: "tasks/resubscribe", params: { id: task.id } });
+    expect(resubscribed.status).toBe(200);
+    const following = sseData(resubscribed);
+    expect((await following.next()).value?.result).toMatchObject({ kind: "task", id: task.id, status: { state: "working" } });
+    const cancelled = await post({ jsonrpc: "2.0", id: 4, method: "tasks/cancel", params: { id: task.id } });
+    expect(((await cancelled.json()) as { result: unknown }).result).toMatchObject({ kind: "task", id: task.id, status: { state: "canceled" } });
+    const rest: Array<Record<string, any>> = [];
+    for await (const e of following) rest.push(e.result);
+    expect(rest.at(-1)).toMatchObject({ kind: "status-update", taskId: task.id, status: { state: "canceled" }, final: true });
+    // the cancel aborted the model call
+    await poll(() => rig.model.requests.find((q) => q.lastMessage?.content === "slow please")?.clientClosed === true, {
+      timeoutMs: 10_000,
+      what: "the model call to be aborted",
+    });
+    // a finished task cannot be cancelled: a v0.3 JSON-RPC error
+    const again = await post({ jsonrpc: "2.0", id: 5, method: "tasks/cancel", params: { id: results[0].id } });
+    expect(((await again.json()) as { error: { code: number } }).error.code).toBe(-32002);
+  }, 90_000);
+
+  it("a2a - CancelTask of a task still queued behind the agent's other work: it ends canceled at once, and its run never calls the model", async () => {
+    await using rig = await startGatewayRig({ handler });
+    const bus = rig.node.busClient;
+    const consumers = async () => (await bus.jsm.streams.info(bus.subjects.streams.events)).state.consumer_count;
+    const baseline = await consumers();
+    const client = await clientFor(`${rig.url}/agents/helper/`, rig.key);
+    const later = (text: string) =>
+      client.sendMessage(
+        SendMessageRequest.fromJSON({ message: { messageId: randomUUID(), role: "ROLE_USER", parts: [{ text }] }, configuration: { returnImmediately: true } }),
+      ) as Promise<Task>;
+    // the agent is busy: its model call hangs
+    const busy = await later("slow please");
+    await poll(() => rig.model.requests.some((q) => q.lastMessage?.content === "slow please"), { timeoutMs: 10_000, what: "the busy model call to start" });
+    // a second task queues behind it
+    const queued = await later("queued hello");
+    expect((await client.getTask({ tenant: "", id: queued.id })).status?.state).toBe(TaskState.TASK_STATE_SUBMITTED);
+
+    const cancelled = await client.cancelTask({ tenant: "", id: queued.id, metadata: {} });
+    expect(cancelled.status?.state).toBe(TaskState.TASK_STATE_CANCELED);
+    // the busy task was not touched by it
+    expect((await client.getTask({ tenant: "", id: busy.id })).status?.state).toBe(TaskState.TASK_STATE_WORKING);
+    expect(rig.model.requests.find((q) => q.lastMessage?.content === "slow please")?.clientClosed).toBe(false);
+
+    // free the agent; a third task runs after the queued one's turn, so once it is answered
+    // the queued message has had its turn
+    await client.cancelTask({ tenant: "", id: busy.id, metadata: {} });
+    const after = (await client.sendMessage(message("after hello"))) as Task;
+    expect(answer(after)).toBe("echo: after hello");
+    expect(rig.model.requests.some((q) => q.lastMessage?.content === "queued hello")).toBe(false);
+    expect((await client.getTask({ tenant: "", id: queued.id })).status?.state).toBe(TaskState.TASK_STATE_CANCELED);
+    // the queued run's end (the agent's reply) stops the gateway following it
+    await poll(async () => (await consumers()) === baseline, { timeoutMs: 10_000, what: () => `the followers' consumers deleted (baseline ${baseline})` });
+  }, 90_000);
+
+  it("a2a - a task canceled while queued whose agent then moves to a node that never heard of the cancel: its run is interrupted there as it starts", async () => {
+    let busyCalls = 0;
+    const moving: ScriptedHandler = (r) => {
+      const text = String(r.lastMessage?.content ?? "");
+      // the busy task hangs on its first node and is answered at once on the next
+      if (text === "busy work") return ++busyCalls === 1 ? scriptedReply.text("too late", { latencyMs: 60_000 }) : scriptedReply.text("busy done");
+      if (text === "queued hello") return scriptedReply.text("never read", { latencyMs: 60_000 });
+      return scriptedReply.text(`echo: ${text}`);
+    };
+    // a real agent: its run publishes its end even when interrupted
+    await using rig = await startGatewayRig({ handler: moving, agents: [], llmAgents: [{ id: "worker" }], drainTimeoutMs: 300 });
+    // every run event, live
+    const nc = await connect({ servers: rig.nats.url });
+    await using _nc = defer(() => nc.close());
+    const events: KovaEvent[] = [];
+    const sub = nc.subscribe(`kova.${rig.cluster}.events.>`, { callback: (_e, m) => void events.push(m.json<KovaEvent>()) });
+    await using _sub = defer(() => sub.unsubscribe());
+    const client = await clientFor(`${rig.url}/agents/worker/`, rig.key);
+    const later = (text: string) =>
+      client.sendMessage(
+        SendMessageRequest.fromJSON({ message: { messageId: randomUUID(), role: "ROLE_USER", parts: [{ text }] }, configuration: { returnImmediately: true } }),
+      ) as Promise<Task>;
+    await later("busy work");
+    await poll(() => rig.model.requests.some((q) => q.lastMessage?.content === "busy work"), { timeoutMs: 10_000, what: "the busy model call to start" });
+    const queued = await later("queued hello");
+    expect((await client.cancelTask({ tenant: "", id: queued.id, metadata: {} })).status?.state).toBe(TaskState.TASK_STATE_CANCELED);
+
+    // the agent moves: n1, which holds the interrupt, stops (cutting the busy turn); n2 takes the agent and its mailbox over
+    const n2 = await rig.addNode("n2");
+    await rig.node.stop("test");
+    await poll(() => n2.agents().some((a) => a.id === "worker"), { timeoutMs: 20_000, what: "worker to be hosted on n2" });
+    // the queued message's turn starts on n2, and the gateway interrupts it there
+    const end = await poll(() => events.find((e) => e.runId === queued.id && e.type === "run_stream_end"), {
+      timeoutMs: 20_000,
+      what: () => `the queued run to end on n2 (its events: ${events.filter((e) => e.runId === queued.id).map((e) => e.type)})`,
+    });
+    expect(end.data).toMatchObject({ status: "cancelled" });
+    expect(events.filter((e) => e.runId === queued.id).map((e) => e.type)).toContain("run_started");
+    // its model call was cut, not answered
+    expect(rig.model.requests.filter((q) => q.lastMessage?.content === "queued hello").map((q) => q.outcome)).not.toContain("completion");
+    expect((await client.getTask({ tenant: "", id: queued.id })).status?.state).toBe(TaskState.TASK_STATE_CANCELED);
+  }, 90_000);
+
   it("a2a - a contextId is per key: two keys sending in the same context do not share the agent's memory of it", async () => {
     await using rig = await startGatewayRig({ handler, keys: { other: undefined } });
     const send = async (key: string, text: string) => {
@@ -289,6 +392,16 @@ describe("gateway: A2A v1.0", () => {
     // key A's own conversation goes on
     expect(promptOf("key A again")).toContain("key A's secret");
   }, 60_000);
+
+  it("a2a - a task is for its key's end user: the task_delegate names the key in constraints.user (fair share, user_max_tokens)", async () => {
+    await using rig = await startGatewayRig({ handler });
+    using published = await recordPublished(rig.node.busClient, ["helper"]);
+    const client = await clientFor(`${rig.url}/agents/helper/`, rig.key);
+    const sent = (await client.sendMessage(message("hello"))) as Task;
+    expect(sent.status?.state).toBe(TaskState.TASK_STATE_COMPLETED);
+    const run = published.to("helper").find((e) => (e.payload as { runId?: string }).runId === sent.id);
+    expect(run?.payload).toMatchObject({ constraints: { user: "test" } });
+  });
 });
 
 async function startOtherKeyClient(rig: Awaited<ReturnType<typeof startGatewayRig>>): Promise<Client> {

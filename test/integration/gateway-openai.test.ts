@@ -6,7 +6,9 @@ import { NatsMemoryStore } from "../../src/agents/memory/store.js";
 import { BucketNotFoundError, listKvKeys } from "../../src/bus/index.js";
 import { scriptedReply, type ScriptedHandler } from "../../src/testing/index.js";
 import { defer } from "../fixtures/disposable.js";
+import { streamText } from "../fixtures/gateway/openai-stream.js";
 import { startGatewayRig } from "../fixtures/gateway/rig.js";
+import { recordPublished } from "../fixtures/bus/published.js";
 import { poll } from "../fixtures/poll.js";
 
 // The model: a user message asking to add calls the `add` tool, a tool result is
@@ -37,22 +39,15 @@ describe("gateway: OpenAI-compatible endpoint", () => {
     const toolTurn = rig.model.requests.find((q) => q.lastMessage?.role === "tool");
     expect(toolTurn?.lastMessage?.content).toBe("5");
 
-    const stream = await client.chat.completions.create({
-      model: "helper",
-      messages: [{ role: "user", content: "add them again" }],
-      stream: true,
-      stream_options: { include_usage: true },
-    });
-    const pieces: string[] = [];
-    let usage: OpenAI.CompletionUsage | undefined;
-    let finish: string | null | undefined;
-    for await (const chunk of stream) {
-      const c = chunk.choices[0];
-      if (c?.delta.content) pieces.push(c.delta.content);
-      if (c?.finish_reason) finish = c.finish_reason;
-      if (chunk.usage) usage = chunk.usage;
-    }
-    expect(pieces.join("")).toBe("The sum is 5.");
+    const { pieces, text, usage, finish } = await streamText(
+      await client.chat.completions.create({
+        model: "helper",
+        messages: [{ role: "user", content: "add them again" }],
+        stream: true,
+        stream_options: { include_usage: true },
+      }),
+    );
+    expect(text).toBe("The sum is 5.");
     // tokens arrive as the model streams them: more than one piece
     expect(pieces.length).toBeGreaterThan(1);
     expect(finish).toBe("stop");
@@ -280,4 +275,23 @@ describe("gateway: OpenAI-compatible endpoint", () => {
     }
     await poll(async () => (await consumers()) === baseline, { timeoutMs: 5_000, what: () => `the followers' consumers deleted (baseline ${baseline})` });
   }, 60_000);
+
+  it("openai - each chat is for an end user: the user field scoped by the key, else the key; a session's max_tokens reaches the agent", async () => {
+    await using rig = await startGatewayRig({ handler, agents: ["helper"] });
+    using published = await recordPublished(rig.node.busClient, ["helper"]);
+    const client = new OpenAI({ baseURL: `${rig.url}/v1`, apiKey: rig.key, maxRetries: 0 });
+    const asked = async (body: Omit<OpenAI.ChatCompletionCreateParamsNonStreaming, "model" | "messages">) => {
+      const before = published.to("helper").length;
+      await client.chat.completions.create({ model: "helper", messages: [{ role: "user", content: "hello" }], ...body });
+      return poll(() => published.to("helper")[before]?.payload as { constraints?: Record<string, unknown> } | undefined, {
+        timeoutMs: 5000,
+        what: "the run's message",
+      });
+    };
+    // The user field names the session and the end user, both under the key's prefix.
+    const alice = await asked({ user: "alice", max_tokens: 40 });
+    expect(alice.constraints).toEqual({ max_tokens: 40, user: `${sessionScopeOf("test")}alice` });
+    // No user field: the key is the user (a stateless task).
+    expect((await asked({})).constraints).toEqual({ user: "test" });
+  });
 });

@@ -5,6 +5,7 @@ import { KovaClient } from "../../src/bus/index.js";
 import { controlRequest, nodeSubject } from "../../src/node/control.js";
 import { scriptedReply, type ScriptedHandler } from "../../src/testing/index.js";
 import { defer } from "../fixtures/disposable.js";
+import { endingsScript, FIRST_CALL, SECOND_CALL } from "../fixtures/gateway/endings.js";
 import { startGatewayRig } from "../fixtures/gateway/rig.js";
 import { poll } from "../fixtures/poll.js";
 
@@ -120,5 +121,76 @@ describe("gateway: OpenTelemetry export", () => {
     expect(attr(modelCall, "gen_ai.operation.name")).toBe("chat");
     expect(attr(modelCall, "gen_ai.request.model")).toBe("scripted-model");
     expect(attr(modelCall, "gen_ai.usage.input_tokens")).toBe(12);
+  }, 60_000);
+
+  it("otel - a real priced [[agents]] agent's model-call spans and run span carry its tokens and cost, also when the run fails or is cancelled; a run span takes its end event's totals", async () => {
+    const receiver = await otlpReceiver();
+    await using _receiver = defer(() => receiver.close());
+    const { handler: endings, run } = endingsScript();
+    await using rig = await startGatewayRig({
+      handler: endings,
+      agents: [],
+      llmAgents: [{ id: "calc", tools: ["calculator"] }],
+      gateway: { otel: { endpoint: receiver.url, service_name: "kova-test" } },
+    });
+    await using client = await KovaClient.connect({ servers: rig.nats.url, cluster: rig.cluster });
+    for (const ending of ["ok", "fail", "cancel"] as const) await run(client, rig, "calc", ending);
+    // A run's end event carries its totals, which can exceed its model_response events (a
+    // memory summary's call publishes none): the span reports the end event's.
+    const ts = Date.now();
+    const ev = (type: string, data: unknown) => client.bus.publishEvent({ type, sessionId: "calc-summary", runId: "calc-summary-run", ts, data });
+    await ev("run_started", { agentId: "calc", input: "x", kind: "chat" });
+    await ev("model_response", {
+      agentId: "calc",
+      model: "main",
+      turn: 0,
+      usage: FIRST_CALL,
+      costUsd: 0.000035,
+      finishReason: "stop",
+      attempts: 1,
+      toolCalls: 0,
+    });
+    await ev("run_cancelled", { agentId: "calc", usage: { inputTokens: 125, outputTokens: 15, costUsd: 0.000155 } });
+
+    const runSpan = (runId: string) => receiver.spans.find((s) => s.name === "run calc" && attr(s, "kova.run_id") === runId);
+    const spans = await poll(
+      () => (["calc-ok-run", "calc-fail-run", "calc-cancel-run", "calc-summary-run"].every((id) => runSpan(id)) ? receiver.spans : undefined),
+      { timeoutMs: 20_000, what: () => `the run spans (have: ${receiver.spans.map((s) => `${s.name} ${String(attr(s, "kova.run_id") ?? "")}`).join(", ")})` },
+    );
+    const calls = (run: OtlpSpan | undefined) =>
+      spans
+        .filter((s) => s.parentSpanId === run?.spanId && s.name === "chat main")
+        .map((s) => [attr(s, "gen_ai.usage.input_tokens"), attr(s, "gen_ai.usage.output_tokens"), attr(s, "kova.cost_usd")])
+        // in the order of the calls (the first has fewer input tokens), whatever order the batches came in
+        .sort((a, b) => Number(a[0]) - Number(b[0]));
+    // at 1 USD per million input tokens and 2 per million output tokens (the rig's price)
+    const ok = runSpan("calc-ok-run");
+    expect(calls(ok)).toEqual([
+      [FIRST_CALL.inputTokens, FIRST_CALL.outputTokens, 0.000035],
+      [SECOND_CALL.inputTokens, SECOND_CALL.outputTokens, 0.000056],
+    ]);
+    expect([attr(ok, "kova.status"), attr(ok, "gen_ai.usage.input_tokens"), attr(ok, "gen_ai.usage.output_tokens"), attr(ok, "kova.cost_usd")]).toEqual([
+      "completed",
+      65,
+      13,
+      0.000091,
+    ]);
+    // a run that ends early still reports what its one answered call cost
+    for (const [runId, status] of [
+      ["calc-fail-run", "failed"],
+      ["calc-cancel-run", "cancelled"],
+    ] as const) {
+      const span = runSpan(runId);
+      expect(calls(span), runId).toEqual([[FIRST_CALL.inputTokens, FIRST_CALL.outputTokens, 0.000035]]);
+      expect(
+        [attr(span, "kova.status"), attr(span, "gen_ai.usage.input_tokens"), attr(span, "gen_ai.usage.output_tokens"), attr(span, "kova.cost_usd")],
+        runId,
+      ).toEqual([status, FIRST_CALL.inputTokens, FIRST_CALL.outputTokens, 0.000035]);
+    }
+    expect(runSpan("calc-fail-run")?.status?.code).toBe(2);
+    const summarized = runSpan("calc-summary-run");
+    expect([attr(summarized, "gen_ai.usage.input_tokens"), attr(summarized, "gen_ai.usage.output_tokens"), attr(summarized, "kova.cost_usd")]).toEqual([
+      125, 15, 0.000155,
+    ]);
   }, 60_000);
 });

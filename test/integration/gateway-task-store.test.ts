@@ -29,65 +29,61 @@ function taskOf(owner: string, n: number): Task {
 describe("gateway task store: one owner's listing", () => {
   it("tasks - ListTasks of one key reads that key's tasks only, not the 300 of another key; tasks stored under the older bare-id layout are still found by their owner only", async () => {
     const cluster = uniqueCluster("tasks");
-    const nc = await connect({ servers: nats.url });
-    try {
-      const store = await NatsTaskStore.open(nc, cluster);
-      const [a, b] = [callerOf("key-a"), callerOf("key-b")];
-      await Promise.all(Array.from({ length: 300 }, (_, i) => store.save(taskOf("key-b", i), b)));
-      for (const i of [1, 2]) await store.save(taskOf("key-a", i), a);
-      // A task a gateway of the previous layout stored under its bare id.
-      const legacy = taskOf("key-a", 3);
-      const kv = await new Kvm(nc).open(tasksBucket(cluster));
-      await kv.put(legacy.id, JSON.stringify({ v: STORED_TASK_VERSION, owner: "key-a", updatedAt: Date.now(), task: Task.toJSON(legacy) }));
-      expect((await kv.get(taskKey("key-a", "key-a-task-1")))?.operation).toBe("PUT");
+    await using nc = await connect({ servers: nats.url });
+    const store = await NatsTaskStore.open(nc, cluster);
+    const [a, b] = [callerOf("key-a"), callerOf("key-b")];
+    await Promise.all(Array.from({ length: 300 }, (_, i) => store.save(taskOf("key-b", i), b)));
+    for (const i of [1, 2]) await store.save(taskOf("key-a", i), a);
+    // A task a gateway of the previous layout stored under its bare id.
+    const legacy = taskOf("key-a", 3);
+    const kv = await new Kvm(nc).open(tasksBucket(cluster));
+    await kv.put(legacy.id, JSON.stringify({ v: STORED_TASK_VERSION, owner: "key-a", updatedAt: Date.now(), task: Task.toJSON(legacy) }));
+    expect((await kv.get(taskKey("key-a", "key-a-task-1")))?.operation).toBe("PUT");
 
-      // Every entry read goes to the stream's MSG.GET API: count them.
-      let reads = 0;
-      const spy = nc.subscribe(`$JS.API.STREAM.MSG.GET.KV_${tasksBucket(cluster)}`, {
-        callback: () => {
-          reads++;
-        },
-      });
-      await nc.flush();
-      const listed = await store.list({ tenant: "", pageSize: 50 } as never, a);
-      await nc.flush();
-      spy.unsubscribe();
-      expect(listed.tasks.map((t) => t.id)).toEqual(["key-a-task-3", "key-a-task-2", "key-a-task-1"]);
-      expect(listed.totalSize).toBe(3);
-      expect(reads).toBe(3);
+    // Every entry read goes to the stream's MSG.GET API: count them.
+    let reads = 0;
+    const spy = nc.subscribe(`$JS.API.STREAM.MSG.GET.KV_${tasksBucket(cluster)}`, {
+      callback: () => {
+        reads++;
+      },
+    });
+    await nc.flush();
+    const listed = await store.list({ tenant: "", pageSize: 50 } as never, a);
+    await nc.flush();
+    spy.unsubscribe();
+    expect(listed.tasks.map((t) => t.id)).toEqual(["key-a-task-3", "key-a-task-2", "key-a-task-1"]);
+    expect(listed.totalSize).toBe(3);
+    expect(reads).toBe(3);
 
-      // By id: the owner finds its tasks in either layout; another key finds neither.
-      expect((await store.load("key-a-task-1", a))?.id).toBe("key-a-task-1");
-      expect((await store.load("key-a-task-3", a))?.id).toBe("key-a-task-3");
-      expect(await store.load("key-a-task-1", b)).toBeUndefined();
-      expect(await store.load("key-a-task-3", b)).toBeUndefined();
-      expect((await store.list({ tenant: "", pageSize: 500 } as never, b)).totalSize).toBe(300);
+    // By id: the owner finds its tasks in either layout; another key finds neither.
+    expect((await store.load("key-a-task-1", a))?.id).toBe("key-a-task-1");
+    expect((await store.load("key-a-task-3", a))?.id).toBe("key-a-task-3");
+    expect(await store.load("key-a-task-1", b)).toBeUndefined();
+    expect(await store.load("key-a-task-3", b)).toBeUndefined();
+    expect((await store.list({ tenant: "", pageSize: 500 } as never, b)).totalSize).toBe(300);
 
-      // Progress of a task is written under its owner's key too, and an ended task stays ended.
-      const progressed = taskOf("key-a", 1);
-      progressed.status = { state: TaskState.TASK_STATE_COMPLETED, message: undefined, timestamp: new Date().toISOString() };
-      await store.saveProgress(progressed);
-      const later = taskOf("key-a", 1);
-      later.status = { state: TaskState.TASK_STATE_WORKING, message: undefined, timestamp: new Date().toISOString() };
-      await store.saveProgress(later);
-      expect((await store.load("key-a-task-1", a))?.status?.state).toBe(TaskState.TASK_STATE_COMPLETED);
-      expect(taskKey("odd owner.name", "t1")).toMatch(/^=[A-Za-z0-9_-]+\.t1$/);
+    // Progress of a task is written under its owner's key too, and an ended task stays ended.
+    const progressed = taskOf("key-a", 1);
+    progressed.status = { state: TaskState.TASK_STATE_COMPLETED, message: undefined, timestamp: new Date().toISOString() };
+    await store.saveProgress(progressed);
+    const later = taskOf("key-a", 1);
+    later.status = { state: TaskState.TASK_STATE_WORKING, message: undefined, timestamp: new Date().toISOString() };
+    await store.saveProgress(later);
+    expect((await store.load("key-a-task-1", a))?.status?.state).toBe(TaskState.TASK_STATE_COMPLETED);
+    expect(taskKey("odd owner.name", "t1")).toMatch(/^=[A-Za-z0-9_-]+\.t1$/);
 
-      // An older gateway's task progressed by this one: saved under its owner, listed once, as saved last.
-      const legacyWorking = taskOf("key-a", 3);
-      legacyWorking.status = { state: TaskState.TASK_STATE_WORKING, message: undefined, timestamp: new Date().toISOString() };
-      await store.saveProgress(legacyWorking);
-      const relisted = await store.list({ tenant: "", pageSize: 50 } as never, a);
-      expect(relisted.tasks.map((t) => t.id).sort()).toEqual(["key-a-task-1", "key-a-task-2", "key-a-task-3"]);
-      expect(relisted.tasks.find((t) => t.id === "key-a-task-3")!.status?.state).toBe(TaskState.TASK_STATE_WORKING);
-      // An older gateway's task that ended is not reopened by a lagging replica's progress.
-      const ended = taskOf("key-a", 4);
-      ended.status = { state: TaskState.TASK_STATE_COMPLETED, message: undefined, timestamp: new Date().toISOString() };
-      await kv.put(ended.id, JSON.stringify({ v: STORED_TASK_VERSION, owner: "key-a", updatedAt: Date.now(), task: Task.toJSON(ended) }));
-      await store.saveProgress(taskOf("key-a", 4));
-      expect((await store.load("key-a-task-4", a))?.status?.state).toBe(TaskState.TASK_STATE_COMPLETED);
-    } finally {
-      await nc.close();
-    }
+    // An older gateway's task progressed by this one: saved under its owner, listed once, as saved last.
+    const legacyWorking = taskOf("key-a", 3);
+    legacyWorking.status = { state: TaskState.TASK_STATE_WORKING, message: undefined, timestamp: new Date().toISOString() };
+    await store.saveProgress(legacyWorking);
+    const relisted = await store.list({ tenant: "", pageSize: 50 } as never, a);
+    expect(relisted.tasks.map((t) => t.id).sort()).toEqual(["key-a-task-1", "key-a-task-2", "key-a-task-3"]);
+    expect(relisted.tasks.find((t) => t.id === "key-a-task-3")!.status?.state).toBe(TaskState.TASK_STATE_WORKING);
+    // An older gateway's task that ended is not reopened by a lagging replica's progress.
+    const ended = taskOf("key-a", 4);
+    ended.status = { state: TaskState.TASK_STATE_COMPLETED, message: undefined, timestamp: new Date().toISOString() };
+    await kv.put(ended.id, JSON.stringify({ v: STORED_TASK_VERSION, owner: "key-a", updatedAt: Date.now(), task: Task.toJSON(ended) }));
+    await store.saveProgress(taskOf("key-a", 4));
+    expect((await store.load("key-a-task-4", a))?.status?.state).toBe(TaskState.TASK_STATE_COMPLETED);
   });
 });

@@ -23,20 +23,18 @@ function abortedGet(url: string, path: string, key: string): Promise<void> {
 /** The session's events as the web view streams them to `key`, up to its caught_up mark. */
 async function viewedEvents(url: string, sessionId: string, key: string): Promise<KovaEvent[]> {
   const ac = new AbortController();
+  // Ends the stream once read (or when the deadline passed).
+  await using _stream = defer(() => ac.abort());
   const res = await fetch(`${url}/ui/api/sessions/${sessionId}/events`, { headers: { authorization: `Bearer ${key}` }, signal: ac.signal });
   expect(res.status).toBe(200);
   const reader = res.body!.pipeThrough(new TextDecoderStream()).getReader();
   let text = "";
   const deadline = setTimeout(() => ac.abort(), 10_000);
-  try {
-    while (!text.includes("event: caught_up")) {
-      const { value, done } = await reader.read();
-      if (done) break;
-      text += value;
-    }
-  } finally {
-    clearTimeout(deadline);
-    ac.abort();
+  await using _deadline = defer(() => clearTimeout(deadline));
+  while (!text.includes("event: caught_up")) {
+    const { value, done } = await reader.read();
+    if (done) break;
+    text += value;
   }
   return text
     .split("\n\n")

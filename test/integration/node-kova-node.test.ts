@@ -7,7 +7,8 @@ import { createEnvelope } from "../../src/bus/index.js";
 import { createLogger } from "../../src/core/logger.js";
 import { parseConfig } from "../../src/node/config.js";
 import { KovaNode } from "../../src/node/node.js";
-import { ActorTypeRegistry, counterActor } from "../../src/actors/index.js";
+import { ActorTypeRegistry, counterActor, processedWindowLimit } from "../../src/actors/index.js";
+import { ErrorCode } from "../../src/core/errors.js";
 import { captureLogs, repeatedKeys } from "../fixtures/capture-logs.js";
 import { defer, tempDir } from "../fixtures/disposable.js";
 import { poll } from "../fixtures/poll.js";
@@ -137,5 +138,26 @@ describe("KovaNode in process", () => {
     const [entry] = await bus.listDlq({ reason: "max_deliver" });
     expect(entry!.headers["Kova-Dlq-Msg-Id"]).toBe(env.id);
     await expect.poll(async () => (await bus.jsm.streams.info(bus.subjects.streams.a2a)).state.messages, { timeout: 10_000 }).toBe(0);
+  }, 60_000);
+});
+
+describe("KovaNode config against its server", () => {
+  it("node - a [checkpoint] processed_window whose checkpoints cannot fit in the server's max_payload stops the start with an error saying the largest that fits; that one starts", async () => {
+    await using nats = await startNatsServer({ allowExternal: false });
+    await using tmp = await tempDir("kova-node-");
+    const cluster = `w${randomUUID().slice(0, 8)}`;
+    const configFor = (window: number) =>
+      parseConfig(
+        `[node]\nid = "solo"\ndata_dir = "${tmp.path}"\n[cluster]\nname = "${cluster}"\n[nats]\nurls = ["${nats.url}"]\n[wal]\nsync = "normal"\n[checkpoint]\nprocessed_window = ${window}\n`,
+        { env: {} },
+      );
+    const limit = processedWindowLimit(1024 * 1024); // the server's default max_payload
+    const err = await KovaNode.start({ config: configFor(limit + 1), logger: createLogger({ level: "silent" }), types: new ActorTypeRegistry() }).catch(
+      (e: unknown) => e,
+    );
+    expect(err).toMatchObject({ code: ErrorCode.INVALID_CONFIG, data: { key: "checkpoint.processed_window" } });
+    expect((err as Error).message).toContain(`set it to at most ${limit}`);
+    const node = await KovaNode.start({ config: configFor(limit), logger: createLogger({ level: "silent" }), types: new ActorTypeRegistry() });
+    await node.stop("test done");
   }, 60_000);
 });

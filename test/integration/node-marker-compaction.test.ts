@@ -26,43 +26,39 @@ const counter = defineActor<{ n: number }>({
 
 describe("compaction of KV delete markers (passivated instances)", () => {
   it("compactMarkers - removes old delete and purge markers only: live values, a value written after a marker, young markers and the stream's last message stay; idempotent", async () => {
-    const nc = await connect({ servers: nats.url });
-    try {
-      const jsm = await jetstreamManager(nc);
-      const kv = await openBucket(nc, `kova_${uniqueCluster("mc")}_agents`);
-      for (let i = 0; i < 50; i++) await kv.put(`gone-${i}`, enc.encode("v"));
-      for (let i = 0; i < 50; i++) await (i % 2 === 0 ? kv.purge(`gone-${i}`) : kv.delete(`gone-${i}`));
-      await kv.put("live", enc.encode("v"));
-      await kv.purge("back"); // a marker, then the key written again (an instance re-activated)
-      await kv.create("back", enc.encode("again"));
-      const t = Date.now();
-      await kv.purge("young");
-      await kv.put("x", enc.encode("v"));
-      await kv.purge("x"); // the stream's last message: kept
-      const streamName = (await kv.status()).streamInfo.config.name;
+    await using nc = await connect({ servers: nats.url });
+    const jsm = await jetstreamManager(nc);
+    const kv = await openBucket(nc, `kova_${uniqueCluster("mc")}_agents`);
+    for (let i = 0; i < 50; i++) await kv.put(`gone-${i}`, enc.encode("v"));
+    for (let i = 0; i < 50; i++) await (i % 2 === 0 ? kv.purge(`gone-${i}`) : kv.delete(`gone-${i}`));
+    await kv.put("live", enc.encode("v"));
+    await kv.purge("back"); // a marker, then the key written again (an instance re-activated)
+    await kv.create("back", enc.encode("again"));
+    const t = Date.now();
+    await kv.purge("young");
+    await kv.put("x", enc.encode("v"));
+    await kv.purge("x"); // the stream's last message: kept
+    const streamName = (await kv.status()).streamInfo.config.name;
 
-      // Markers written before `t` only.
-      const first = await compactMarkers(kv, jsm, { olderThanMs: 0, now: () => t });
-      expect(first).toMatchObject({ scanned: 54, markers: 50, removed: 50 });
-      const keysLeft = async () => {
-        const out: string[] = [];
-        for await (const k of await kv.keys()) out.push(k);
-        return out.sort();
-      };
-      expect(await keysLeft()).toEqual(["back", "live"]);
-      expect((await kv.get("back"))?.string()).toBe("again");
-      // What a (re)starting node's watch reads: live keys and the two markers kept.
-      expect((await jsm.streams.info(streamName)).state.messages).toBe(4);
-      expect(await compactMarkers(kv, jsm, { olderThanMs: 0, now: () => t })).toMatchObject({ markers: 0, removed: 0 });
-      // Later, the young marker goes too; the last message still stays.
-      expect(await compactMarkers(kv, jsm, { olderThanMs: 0, now: () => Date.now() + 1000 })).toMatchObject({ markers: 1, removed: 1 });
-      expect((await jsm.streams.info(streamName)).state.messages).toBe(3);
-      // A new create on a compacted key works (no marker to match against).
-      await kv.create("gone-3", enc.encode("new"));
-      expect((await kv.get("gone-3"))?.string()).toBe("new");
-    } finally {
-      await nc.close();
-    }
+    // Markers written before `t` only.
+    const first = await compactMarkers(kv, jsm, { olderThanMs: 0, now: () => t });
+    expect(first).toMatchObject({ scanned: 54, markers: 50, removed: 50 });
+    const keysLeft = async () => {
+      const out: string[] = [];
+      for await (const k of await kv.keys()) out.push(k);
+      return out.sort();
+    };
+    expect(await keysLeft()).toEqual(["back", "live"]);
+    expect((await kv.get("back"))?.string()).toBe("again");
+    // What a (re)starting node's watch reads: live keys and the two markers kept.
+    expect((await jsm.streams.info(streamName)).state.messages).toBe(4);
+    expect(await compactMarkers(kv, jsm, { olderThanMs: 0, now: () => t })).toMatchObject({ markers: 0, removed: 0 });
+    // Later, the young marker goes too; the last message still stays.
+    expect(await compactMarkers(kv, jsm, { olderThanMs: 0, now: () => Date.now() + 1000 })).toMatchObject({ markers: 1, removed: 1 });
+    expect((await jsm.streams.info(streamName)).state.messages).toBe(3);
+    // A new create on a compacted key works (no marker to match against).
+    await kv.create("gone-3", enc.encode("new"));
+    expect((await kv.get("gone-3"))?.string()).toBe("new");
   });
 
   it("node - one node compacts the registry's and the leases' markers of passivated instances on its timer; a compacted instance addressed again is activated with its state", async () => {

@@ -5,6 +5,7 @@ import { startNatsServer, type NatsServerHandle } from "../../src/testing/index.
 import { createLogger } from "../../src/core/logger.js";
 import { LeaseTable } from "../../src/node/lease.js";
 import { Membership } from "../../src/node/membership.js";
+import { defer } from "../fixtures/disposable.js";
 import { poll } from "../fixtures/poll.js";
 
 const logger = createLogger();
@@ -34,29 +35,23 @@ describe("a node waking from a machine suspend", () => {
       timing,
       self: { id: "a", incarnation, startedAt: Date.now(), version: "t", pid: process.pid, host: "h" },
     });
+    await using _membership = defer(() => membership.stop());
     const leases = await LeaseTable.open({ nc, cluster, nodeId: "a", incarnation, logger, timing });
-    try {
-      expect(await leases.acquire("x", () => false)).toBe(true);
-      expect(membership.selfHealthy()).toBe(true);
-      expect(leases.holds("x")).toBe(true);
+    await using _leases = defer(() => leases.stop());
+    expect(await leases.acquire("x", () => false)).toBe(true);
+    expect(membership.selfHealthy()).toBe(true);
+    expect(leases.holds("x")).toBe(true);
 
-      // A minute of suspend as a woken process sees it: Date.now() jumped, and
-      // performance.now() (CLOCK_MONOTONIC) did not count the sleep.
-      const wall = Date.now.bind(Date);
-      const suspend = vi.spyOn(Date, "now").mockImplementation(() => wall() + 60_000);
-      try {
-        expect(membership.selfHealthy()).toBe(false);
-        expect(leases.healthy()).toBe(false);
-        expect(leases.holds("x")).toBe(false);
-        // Positive signals: the next heartbeat succeeds and the view is re-checked.
-        await poll(() => membership.selfHealthy() && leases.healthy(), { timeoutMs: 5000, what: "healthy again after a heartbeat and a check" });
-        expect(leases.holds("x")).toBe(true);
-      } finally {
-        suspend.mockRestore();
-      }
-    } finally {
-      leases.stop();
-      membership.stop();
-    }
+    // A minute of suspend as a woken process sees it: Date.now() jumped, and
+    // performance.now() (CLOCK_MONOTONIC) did not count the sleep.
+    const wall = Date.now.bind(Date);
+    const suspend = vi.spyOn(Date, "now").mockImplementation(() => wall() + 60_000);
+    await using _suspend = defer(() => suspend.mockRestore());
+    expect(membership.selfHealthy()).toBe(false);
+    expect(leases.healthy()).toBe(false);
+    expect(leases.holds("x")).toBe(false);
+    // Positive signals: the next heartbeat succeeds and the view is re-checked.
+    await poll(() => membership.selfHealthy() && leases.healthy(), { timeoutMs: 5000, what: "healthy again after a heartbeat and a check" });
+    expect(leases.holds("x")).toBe(true);
   });
 });

@@ -61,8 +61,8 @@ describe("security: least-privilege accounts (deploy/nats/accounts.conf)", () =>
   });
 
   it("accounts - a client cannot spawn or signal, write a kova_* bucket, or read any mailbox", async () => {
-    const nc = await connectAs(server, "client");
-    try {
+    {
+      await using nc = await connectAs(server, "client");
       await expectPermissionDenied(controlRequest(nc, spawnSubject("default"), { id: "evil", type: "counter" }, 2000));
       await expectPermissionDenied(controlRequest(nc, nodeSubject("default", "n1", "signal"), { actorId: "c2", signal: "kill" }, 2000));
       // Deciding an agent's tool call is an operator's act.
@@ -95,8 +95,6 @@ describe("security: least-privilege accounts (deploy/nats/accounts.conf)", () =>
       });
       expect(seen).toBe(0);
       expect(String(subError)).toContain("Permissions Violation for Subscription");
-    } finally {
-      await nc.close();
     }
     // Nothing changed: c2 still runs, is registered as running, and its lease is the node's.
     const kvm = new Kvm(admin);
@@ -109,8 +107,8 @@ describe("security: least-privilege accounts (deploy/nats/accounts.conf)", () =>
   });
 
   it("accounts - an operator can spawn, signal and read status", async () => {
-    const nc = await connectAs(server, "operator");
-    try {
+    {
+      await using nc = await connectAs(server, "operator");
       const spawned = await controlRequest<{ created: boolean }>(nc, spawnSubject("default"), { id: "c3", type: "counter" });
       expect(spawned.created).toBe(true);
       await poll(async () => node.agents().some((a) => a.id === "c3" && a.state === "Idle"), { timeoutMs: 15_000, what: "c3 hosted" });
@@ -125,8 +123,6 @@ describe("security: least-privilege accounts (deploy/nats/accounts.conf)", () =>
       expect(isKovaError(approval, "APPROVAL_NOT_FOUND")).toBe(true);
       expect(await controlRequest<{ tools: unknown[] }>(nc, nodeSubject("default", "n1", "tools"), {})).toEqual({ node: "n1", tools: [] });
       expect(JSON.stringify(status)).not.toContain(passwords.node);
-    } finally {
-      await nc.close();
     }
     // The CLI as an operator: read-only registry listing through the JetStream API it is granted.
     const cli = await kovaAs(server, "operator", ["agents", "ls", "--json"]);
@@ -140,9 +136,9 @@ describe("security: least-privilege accounts (deploy/nats/accounts.conf)", () =>
   }, 60_000);
 
   it("accounts - a role lists exactly the buckets it may: the operator the registry and nodes, not leases or gateway tasks; a client none", async () => {
-    const op = await connectAs(server, "operator");
-    const cl = await connectAs(server, "client");
-    try {
+    {
+      await using op = await connectAs(server, "operator");
+      await using cl = await connectAs(server, "client");
       expect(await listKvKeys(op, "kova_default_agents")).toEqual(expect.arrayContaining(["c1", "c2"]));
       expect(await listKvKeys(op, "kova_default_nodes")).toEqual(["n1"]);
       await expectPermissionDenied(listKvKeys(op, "kova_default_leases"));
@@ -153,9 +149,6 @@ describe("security: least-privilege accounts (deploy/nats/accounts.conf)", () =>
       for (const bucket of ["kova_default_agents", "kova_default_nodes", "kova_default_leases", "kova_default_checkpoints"]) {
         await expectPermissionDenied(listKvKeys(cl, bucket));
       }
-    } finally {
-      await op.close();
-      await cl.close();
     }
   });
 });

@@ -193,21 +193,26 @@ describe("security: the CLI under the roles of deploy/nats/accounts.conf", () =>
     expect(usage.map((u) => u.agentId)).toContain("helper");
   }, 120_000);
 
+  it("operator cli - kova ask follows the run's events (the answer streams) and prints the answer", async () => {
+    const asked = await kovaAs(server, "operator", ["ask", "helper", "hello", "from", "an", "operator", "--verbose"]);
+    expect(asked.code, asked.stderr).toBe(0);
+    expect(asked.stdout.trim()).toBe("echo: hello from an operator");
+    // It read the events (the client falls back to waiting for the result, saying so).
+    expect(asked.stderr).not.toContain("may not read events");
+    expect(asked.stderr).toContain("[completed · run ");
+  }, 60_000);
+
   it("operator - still cannot write checkpoints, read a mailbox, or read another role's inbox", async () => {
-    const nc: NatsConnection = await connectAs(server, "operator");
-    try {
-      await expectPermissionDenied(nc.request("$KV.kova_default_checkpoints.helper", new TextEncoder().encode("{}"), { timeout: 2000 }));
-      const jsm = await jetstreamManager(nc, { timeout: 2000 });
-      await expectPermissionDenied(
-        jsm.consumers.add("KOVA_DEFAULT_A2A", { durable_name: "steal", filter_subject: "kova.default.a2a.helper", ack_policy: AckPolicy.Explicit }),
-      );
-      // Consumers on EVENTS only with a filter on events subjects (what ordered readers use).
-      await expectPermissionDenied(jsm.consumers.add("KOVA_DEFAULT_EVENTS", { durable_name: "keep", ack_policy: AckPolicy.Explicit }));
-      await expectPermissionDenied(jsm.streams.delete("KV_kova_default_checkpoints"));
-      await expectSubscriptionsRefused(nc, ["_INBOX_client.>", "_INBOX_gateway.>"]);
-    } finally {
-      await nc.close();
-    }
+    await using nc: NatsConnection = await connectAs(server, "operator");
+    await expectPermissionDenied(nc.request("$KV.kova_default_checkpoints.helper", new TextEncoder().encode("{}"), { timeout: 2000 }));
+    const jsm = await jetstreamManager(nc, { timeout: 2000 });
+    await expectPermissionDenied(
+      jsm.consumers.add("KOVA_DEFAULT_A2A", { durable_name: "steal", filter_subject: "kova.default.a2a.helper", ack_policy: AckPolicy.Explicit }),
+    );
+    // Consumers on EVENTS only with a filter on events subjects (what ordered readers use).
+    await expectPermissionDenied(jsm.consumers.add("KOVA_DEFAULT_EVENTS", { durable_name: "keep", ack_policy: AckPolicy.Explicit }));
+    await expectPermissionDenied(jsm.streams.delete("KV_kova_default_checkpoints"));
+    await expectSubscriptionsRefused(nc, ["_INBOX_client.>", "_INBOX_gateway.>"]);
   }, 60_000);
 
   it("client cli - kova send, request and ask work without reading events; following events and workflows are refused before anything is sent", async () => {

@@ -11,9 +11,9 @@ import type { Logger } from "../../src/core/logger.js";
 import { parseConfig } from "../../src/node/config.js";
 import { KovaNode } from "../../src/node/node.js";
 import { ActorTypeRegistry, counterActor } from "../../src/actors/index.js";
-import { startNatsServer } from "../../src/testing/index.js";
-import { makeTestPki } from "../fixtures/security/pki.js";
-import { makeOperatorSetup } from "../fixtures/security/jwt.js";
+import { freePort, startNatsServer } from "../../src/testing/index.js";
+import { startMutualTlsServer } from "../fixtures/security/pki.js";
+import { makeOperatorSetup, operatorModeConfig } from "../fixtures/security/jwt.js";
 import { configError } from "../fixtures/config-error.js";
 
 async function connects(url: string, security?: NatsSecurity): Promise<true | string> {
@@ -70,9 +70,7 @@ describe("security: credentials and TLS", () => {
       await writeFile(creds, op.userCreds("client"));
       await using server = await startNatsServer({
         allowExternal: false,
-        extraConfig:
-          `operator: "${op.operatorJwt}"\nsystem_account: ${op.systemAccountPublicKey}\nresolver: MEMORY\n` +
-          `resolver_preload: { ${op.accountPublicKey}: "${op.accountJwt}", ${op.systemAccountPublicKey}: "${op.systemAccountJwt}" }`,
+        extraConfig: operatorModeConfig(op),
       });
       expect(await connects(server.url, { credsFile: creds })).toBe(true);
       expect(await connects(server.url)).toBe("NATS_AUTH_FAILED");
@@ -82,12 +80,8 @@ describe("security: credentials and TLS", () => {
   });
 
   it("tls - a server requiring TLS and client certificates accepts the configured CA, cert and key and refuses a client without them", async () => {
-    await using pki = await makeTestPki();
-    await using server = await startNatsServer({
-      allowExternal: false,
-      extraConfig: `tls { cert_file: "${pki.serverCert}", key_file: "${pki.serverKey}", ca_file: "${pki.ca}", verify: true }`,
-    });
-    const url = server.url.replace("nats://", "tls://");
+    await using tls = await startMutualTlsServer();
+    const { pki, url } = tls;
     expect(await connects(url, { tls: { caFile: pki.ca, certFile: pki.clientCert, keyFile: pki.clientKey } })).toBe(true);
     expect(await connects(url, { tls: { caFile: pki.ca } })).not.toBe(true);
   });
@@ -111,6 +105,14 @@ describe("security: credentials and TLS", () => {
       const urlErr = configError(() => parseConfig(`[nats]\nurls = ["nats://kova:hunter2@10.0.0.1:4222"]\n`, { env: {} }));
       expect(urlErr.message).toContain("nats.urls[0]");
       expect(urlErr.message).not.toContain("hunter2");
+      // nats.js takes `user:pass@host:port` without a scheme as nats://…, and so does the config.
+      const schemeless = configError(() => parseConfig(`[nats]\nurls = ["kova:hunter3@10.0.0.1:4222"]\n`, { env: {} }));
+      expect(schemeless.message).toMatch(/nats.urls\[0\]: holds credentials/);
+      expect(schemeless.message).not.toContain("hunter3");
+      expect(parseConfig("", { env: { NATS_URL: "kova:s3cret@10.0.0.1:4222" } }).natsUrls).toEqual(["kova:s3cret@10.0.0.1:4222"]);
+      const badEnv = configError(() => parseConfig("", { env: { NATS_URL: "kova:s3cret@10.0.0.1" } }));
+      expect(badEnv.message).toContain('NATS_URL[0]: "nats://***@10.0.0.1" is not a NATS URL');
+      expect(badEnv.message).not.toContain("s3cret");
       expect(configError(() => parseConfig(`[nats]\ncreds_file = "/nonexistent/x.creds"\n`, { env: {} })).message).toMatch(/nats.creds_file: cannot read/);
       expect(configError(() => parseConfig(`[nats]\ntls = { cert_file = "pw" }\n`, { path: join(dir, "kova.toml"), env: {} })).message).toMatch(
         /cert_file and key_file go together/,
@@ -120,13 +122,47 @@ describe("security: credentials and TLS", () => {
     }
   });
 
-  it("redaction - a node given credentials in NATS_URL never logs them or returns them from status", async () => {
+  it("redaction - a connection error names a URL with credentials without them: refused credentials and an unreachable server", async () => {
+    await using server = await startNatsServer({ allowExternal: false, extraConfig: `authorization { users = [ { user: "kova", password: "pw-5d2e" } ] }` });
+    const connectError = (url: string) =>
+      Bus.connect({ servers: url, cluster: "sec", logger: pino({ level: "silent" }), connectTimeoutMs: 3000 }).then(
+        (bus) => bus.close().then(() => new Error("connected")),
+        (err: unknown) => err as Error,
+      );
+    // What a caller may show of an error: its message and its data.
+    const shown = (e: Error) => JSON.stringify({ message: e.message, data: (e as { data?: unknown }).data });
+    const refused = await connectError(server.url.replace("nats://", "nats://kova:wrong-8c1f@"));
+    expect(isKovaError(refused, "NATS_AUTH_FAILED"), String(refused)).toBe(true);
+    expect(refused.message).toContain("nats://***@127.0.0.1");
+    expect(shown(refused)).not.toContain("wrong-8c1f");
+    const dead = await connectError(`nats://kova:dead-4b7a@127.0.0.1:${await freePort()}`);
+    expect(isKovaError(dead, "NATS_UNREACHABLE"), String(dead)).toBe(true);
+    expect(dead.message).toMatch(/nats:\/\/\*\*\*@127\.0\.0\.1:\d+/);
+    expect(shown(dead)).not.toContain("dead-4b7a");
+    // Without a scheme (nats.js reads `user:pass@host:port` as nats://…): the same.
+    const bare = server.url.replace("nats://", "");
+    const refusedBare = await connectError(`kova:wrong-61ad@${bare}`);
+    expect(isKovaError(refusedBare, "NATS_AUTH_FAILED"), String(refusedBare)).toBe(true);
+    expect(refusedBare.message).toContain("nats://***@127.0.0.1");
+    expect(shown(refusedBare)).not.toContain("wrong-61ad");
+    const deadBare = await connectError(`kova:dead-70e2@127.0.0.1:${await freePort()}`);
+    expect(isKovaError(deadBare, "NATS_UNREACHABLE"), String(deadBare)).toBe(true);
+    expect(deadBare.message).toMatch(/nats:\/\/\*\*\*@127\.0\.0\.1:\d+/);
+    expect(shown(deadBare)).not.toContain("dead-70e2");
+    // …and the right password there connects: it reached the connection options.
+    expect(await connects(`kova:pw-5d2e@${bare}`)).toBe(true);
+  });
+
+  it.each([
+    ["nats://kova:pw-77ab@", "with a scheme"],
+    ["kova:pw-77ab@", "without a scheme (as nats.js takes host:port)"],
+  ])("redaction - a node given credentials in NATS_URL (%s, %s) never logs them or returns them from status", async (userInfo) => {
     await using server = await startNatsServer({ allowExternal: false, extraConfig: `authorization { users = [ { user: "kova", password: "pw-77ab" } ] }` });
     const dir = await mkdtemp(join(tmpdir(), "kova-redact-"));
     const { logger, text } = capturedLogger();
     let node: KovaNode | undefined;
     try {
-      const withCreds = server.url.replace("nats://", "nats://kova:pw-77ab@");
+      const withCreds = server.url.replace("nats://", userInfo);
       const config = parseConfig(`[node]\nid = "n1"\ndata_dir = "${dir}"\n[cluster]\nname = "redact"\n[wal]\nsync = "normal"\n`, {
         env: { NATS_URL: withCreds },
       });

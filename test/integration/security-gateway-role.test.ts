@@ -162,8 +162,8 @@ describe("security: the gateway role (deploy/nats/accounts.conf)", () => {
   }, 90_000);
 
   it("gateway role - lists its tasks and keys buckets and no other, and creates no consumer on its tasks bucket", async () => {
-    const nc = await connectAs(server, "gateway");
-    try {
+    {
+      await using nc = await connectAs(server, "gateway");
       // A task entry written and deleted under the role: listed, then not (as ListTasks reads).
       const tasks = await new Kvm(nc).open("kova_default_gateway_tasks");
       await tasks.put("listing-probe", "{}");
@@ -179,14 +179,12 @@ describe("security: the gateway role (deploy/nats/accounts.conf)", () => {
         const query = { seq: 1, next_by_subj: `$KV.${bucket}.>` } as unknown as MsgRequest;
         expect((await jsm.streams.getMessage(`KV_${bucket}`, query))?.subject).toMatch(`$KV.${bucket}.`);
       }
-    } finally {
-      await nc.close();
     }
   });
 
   it("gateway role - cannot write the registry or checkpoints, spawn, read a mailbox, or read another role's inbox", async () => {
-    const nc = await connectAs(server, "gateway");
-    try {
+    {
+      await using nc = await connectAs(server, "gateway");
       const enc = new TextEncoder();
       await expectPermissionDenied(
         nc.request("$KV.kova_default_agents.helper", enc.encode(JSON.stringify({ id: "helper", desired: "killed" })), { timeout: 2000 }),
@@ -202,8 +200,6 @@ describe("security: the gateway role (deploy/nats/accounts.conf)", () => {
       await expectPermissionDenied(jsm.streams.delete("KOVA_DEFAULT_EVENTS"));
       await expectPermissionDenied(jsm.streams.purge("KV_kova_default_gateway_keys"));
       await expectSubscriptionsRefused(nc, ["_INBOX_client.>", "_INBOX_operator.>", "_INBOX.>", "kova.default.a2a.>"]);
-    } finally {
-      await nc.close();
     }
     // Nothing changed: the agent is still declared running and hosted; nothing was spawned.
     const agents = await new Kvm(admin).open("kova_default_agents");

@@ -14,8 +14,8 @@ const server = fileServer();
 describe("security: replyTo", () => {
   it("replyTo - a task naming a KV, JetStream API, service or system subject is dead-lettered and writes nothing", async () => {
     const cluster = uniqueCluster();
-    const rig = await startRig(server.url, cluster);
-    try {
+    {
+      await using rig = await startRig(server.url, cluster);
       await rig.host.start("c2", "counter");
       await rig.bus.send(createEnvelope({ from: "tester", to: "c2", type: "task_delegate", payload: null }));
       await poll(async () => (await rig.bus.request<CounterState>("c2", "info_request", null)).count === 1, {
@@ -73,15 +73,13 @@ describe("security: replyTo", () => {
         expect(status.values, status.bucket).toBe(0);
       }
       expect((await rig.bus.jsm.streams.info(`KOVA_${cluster.toUpperCase()}_A2A`)).config.name).toBe(`KOVA_${cluster.toUpperCase()}_A2A`);
-    } finally {
-      await rig.close(true);
     }
   });
 
   it("replyTo - replies to an inbox and to an agent inbox of the cluster still work", async () => {
     const cluster = uniqueCluster();
-    const rig = await startRig(server.url, cluster);
-    try {
+    {
+      await using rig = await startRig(server.url, cluster);
       await rig.host.start("c3", "counter");
       const reply = await rig.bus.ask(createEnvelope({ from: "tester", to: "c3", type: "task_delegate", payload: null }), { timeoutMs: 10_000 });
       expect(reply.type).toBe("result_notify");
@@ -98,8 +96,6 @@ describe("security: replyTo", () => {
         { timeoutMs: 10_000, what: "reply stored in collector's mailbox", retryErrors: true },
       );
       expect(stored.subject).toBe(`kova.${cluster}.a2a.collector`);
-    } finally {
-      await rig.close(true);
     }
   });
 });

@@ -5,7 +5,7 @@ import { createOpenAiModel } from "../../src/agents/model/index.js";
 import { agentTool } from "../../src/agents/agent-tool.js";
 import { DelegationErrorCode } from "../../src/agents/delegation-errors.js";
 import { readRunEvents } from "../../src/swarm/history.js";
-import { defineCoordinator, runSwarm, SwarmErrorCode, SwarmEventType } from "../../src/swarm/index.js";
+import { defineCoordinator, runSwarm, SwarmErrorCode, SwarmEventType, type CoordinatorOptions } from "../../src/swarm/index.js";
 import { startScriptedModelServer } from "../../src/testing/index.js";
 import { ErrorCode, isKovaError } from "../../src/core/errors.js";
 import { fileServer, startRig, uniqueCluster, type HostRig } from "../fixtures/actors/helpers.js";
@@ -23,7 +23,7 @@ const AGENTS = [
 ];
 
 /** A rig hosting the contract agents and a coordinator `planner` whose model is the scripted server at `modelUrl`. */
-async function swarmRig(modelUrl: string): Promise<HostRig> {
+async function swarmRig(modelUrl: string, options: Pick<CoordinatorOptions, "subtaskMaxTokens"> = {}): Promise<HostRig> {
   let rig: HostRig | undefined;
   const coordinator = defineCoordinator({
     type: "coordinator",
@@ -35,6 +35,7 @@ async function swarmRig(modelUrl: string): Promise<HostRig> {
       return true;
     },
     deadlineMs: 20_000,
+    ...options,
   });
   rig = await startRig(server.url, uniqueCluster("sw"), [...agentDefs, coordinator]);
   // The coordinator too, as a node would: runSwarm looks it up before sending.
@@ -148,6 +149,56 @@ describe("swarm coordinator", () => {
       what: "the slow child's run to end",
     });
     expect(end.data).toEqual({ status: "cancelled" });
+  });
+
+  it("swarm - every task_delegate carries its constraints: max_tokens (the plan's, else the coordinator's), the time left to the cutoff, the budget group", async () => {
+    await using model = await startScriptedModelServer({ handler: swarmModel({ plan: [] }) });
+    await using rig = await swarmRig(model.url, { subtaskMaxTokens: 1500 });
+    const received = async (agentId: string) => (await rig.bus.request<ContractAgentState>(agentId, "info_request", null)).received;
+    const result = await runSwarm(rig.bus, "planner", "three parts", {
+      sessionId: "s-limits",
+      constraints: { deadline: "10s", budget_group: "team-7" },
+      plan: [
+        { task: "part one", agent: "r-1", max_tokens: 300 },
+        { task: "part two", agent: "r-2" },
+        { task: "part three", capability: "write" },
+      ],
+    });
+    expect(result.missing).toEqual([]);
+    await settledCounts(rig.bus, 3);
+    const started = (await readRunEvents(rig.bus, "s-limits", result.runId)).find((e) => e.type === "run_started")!.data as { startedAt: number };
+    // Collected until the deadline less its 20 % synthesis reserve: 8 s after the start.
+    const cutoff = started.startedAt + 8000;
+    const byAgent = { "r-1": await received("r-1"), "r-2": await received("r-2"), "w-1": await received("w-1") };
+    for (const [agentId, maxTokens] of [
+      ["r-1", 300],
+      ["r-2", 1500],
+      ["w-1", 1500],
+    ] as const) {
+      const got = byAgent[agentId];
+      expect(got, agentId).toHaveLength(1);
+      const [r] = got;
+      expect(r!.constraints, agentId).toEqual({ max_tokens: maxTokens, budget_group: "team-7", deadline: expect.any(Number) });
+      // The child's deadline is what was left until the cutoff when it was sent, as a duration
+      // (the turn began after the send, so from there it reaches the cutoff or a little past it)…
+      const deadline = r!.constraints!.deadline as number;
+      expect(deadline, agentId).toBeLessThanOrEqual(8000);
+      expect(r!.at + deadline, agentId).toBeGreaterThanOrEqual(cutoff);
+      // …and the envelope expires at the cutoff, so a task still queued then is not run late.
+      expect(r!.deadline, agentId).toBe(cutoff);
+    }
+
+    // Without a budget group in the request, the children draw from the swarm's session.
+    const second = await runSwarm(rig.bus, "planner", "one part", { sessionId: "s-limits-2", plan: [{ task: "only part", agent: "r-2" }] });
+    expect(second.missing).toEqual([]);
+    const r2 = await poll(async () => ((await received("r-2")).length === 2 ? (await received("r-2"))[1] : undefined), {
+      timeoutMs: 5000,
+      what: "r-2's second task committed",
+    });
+    expect(r2.constraints).toMatchObject({ max_tokens: 1500, budget_group: "s-limits-2" });
+    // The coordinator's default deadline (20 s) less its reserve.
+    expect(r2.constraints!.deadline).toBeLessThanOrEqual(16_000);
+    expect(r2.constraints!.deadline).toBeGreaterThan(0);
   });
 
   it("swarm - a request whose payload cannot be read ends its run failed, with run_failed and run_stream_end", async () => {

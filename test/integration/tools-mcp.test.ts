@@ -188,6 +188,25 @@ describe("mcp over stdio: the fixture server", () => {
     expect(toolNamed(manager, "fixture/add-tool").idempotent).toBe(false);
   });
 
+  it("mcp stdio - a tool whose inputSchema does not compile is not offered: skipped at listing with a warning naming server, tool and the schema error; the server's other tools are offered", async () => {
+    const logs = captureLogs();
+    await using manager = await startManager([dynamic({ FIXTURE_BAD_SCHEMAS: "1" })], { logger: logs.logger });
+    const names = manager.list().map((t) => t.name);
+    expect(names).toEqual(expect.arrayContaining(["fixture/plain", "fixture/slow"]));
+    expect(names).not.toContain("fixture/bad-type");
+    expect(names).not.toContain("fixture/bad-ref");
+    const skipped = Object.fromEntries(manager.status()[0]!.skippedTools.map((s) => [s.name, s.reason]));
+    expect(Object.keys(skipped).sort()).toEqual(["bad-ref", "bad-type"]);
+    expect(skipped["bad-type"]).toMatch(/^inputSchema is not a valid JSON Schema: .*type/);
+    expect(skipped["bad-ref"]).toMatch(/^inputSchema is not a valid JSON Schema: .*#\/definitions\/missing/);
+    const warnings = logs.lines.map((l) => JSON.parse(l) as Record<string, unknown>).filter((l) => l.msg === "tool not offered");
+    expect(warnings).toHaveLength(2);
+    for (const w of warnings) {
+      expect(w).toMatchObject({ level: 40, server: "fixture", tool: expect.stringMatching(/^bad-(type|ref)$/) });
+      expect(w.reason).toBe(skipped[w.tool as string]);
+    }
+  });
+
   it("mcp stdio - ${VAR} env values reach the server from the node's environment and never reach the log", async () => {
     const secret = `sk-${Math.random().toString(36).slice(2)}-kova`;
     const logs = captureLogs();

@@ -1,15 +1,19 @@
 import { spawn } from "node:child_process";
 import { createHash, randomBytes } from "node:crypto";
-import { chmod, mkdir, readdir, readFile, stat, writeFile } from "node:fs/promises";
+import { mkdirSync, readFileSync, rmdirSync } from "node:fs";
+import { access, chmod, mkdir, readdir, readFile, rmdir, stat, writeFile } from "node:fs/promises";
 import { createServer, type Server } from "node:net";
 import { networkInterfaces, tmpdir } from "node:os";
-import { join } from "node:path";
+import { basename, join } from "node:path";
 import pg from "pg";
 import { describe, expect, it } from "vitest";
 import { createLogger } from "../../src/core/logger.js";
 import { isKovaError } from "../../src/core/errors.js";
-import { createShellTool, shellConfigFrom, type ShellResult } from "../../src/tools/builtin/shell.js";
+import { type CgroupBound, createShellTool, openCallCgroup, shellConfigFrom, type ShellResult, type ShellTool } from "../../src/tools/builtin/shell.js";
+import { nodeCgroupFs } from "../../src/tools/builtin/shell-cgroup.js";
 import { ShellErrorCode } from "../../src/tools/builtin/shell-errors.js";
+import { runCaptured } from "../../src/tools/builtin/shell-process.js";
+import { bwrapArgs, SANDBOX_ENV } from "../../src/tools/builtin/shell-sandbox.js";
 import { poll } from "../fixtures/poll.js";
 import { loadCorpus } from "../fixtures/security/corpus.js";
 import { tempDir } from "../fixtures/disposable.js";
@@ -64,6 +68,106 @@ async function processesWith(tokens: string[]): Promise<string[]> {
     if (tokens.some((t) => cmdline.includes(t))) found.push(`${pid}: ${cmdline.trim()}`);
   }
   return found;
+}
+
+/**
+ * The memory the host processes whose command line contains a token hold together: their
+ * resident anonymous and shared-memory pages, each page split among the processes that map
+ * it (Pss_Anon + Pss_Shmem). Not VmRSS: forty forks of one python each count the
+ * interpreter's pages again, and their sum passed a cgroup's limit (4098 MiB under a 4096 MiB
+ * memory.limit_in_bytes) that the kernel held.
+ */
+async function residentBytes(tokens: string[]): Promise<number> {
+  let total = 0;
+  for (const line of await processesWith(tokens)) {
+    const pid = line.split(":")[0];
+    const rollup = await readFile(`/proc/${pid}/smaps_rollup`, "utf8").catch(() => "");
+    for (const field of ["Pss_Anon", "Pss_Shmem"]) total += Number(new RegExp(`^${field}:\\s+(\\d+) kB$`, "m").exec(rollup)?.[1] ?? 0) * 1024;
+  }
+  return total;
+}
+
+/**
+ * Samples `residentBytes` until stopped; `stop()` resolves with the highest sum seen. Past
+ * `limit` it calls `over` once, so a test can kill a call whose memory is not bounded before
+ * it takes the host's.
+ */
+function peakResident(tokens: string[], limit: number, over: () => void): { stop(): Promise<number> } {
+  let peak = 0;
+  let running = true;
+  const loop = (async () => {
+    while (running) {
+      peak = Math.max(peak, await residentBytes(tokens));
+      if (peak > limit) over();
+      await new Promise((r) => setTimeout(r, 50));
+    }
+  })();
+  return {
+    stop: async () => {
+      running = false;
+      await loop;
+      return peak;
+    },
+  };
+}
+
+/**
+ * A cgroup v2 mount this process may create cgroups in (the unified hierarchy, as root), or
+ * undefined. On a cgroup v2 host it is /sys/fs/cgroup; on a hybrid host (cgroup v1 for the
+ * controllers) /sys/fs/cgroup/unified, where cgroups work but have no memory or pids
+ * controller, so hostCgroup uses the v1 hierarchies there.
+ */
+function writableCgroup2(): { mount: string; memoryAndPids: boolean } | undefined {
+  for (const line of readFileSync("/proc/self/mounts", "utf8").split("\n")) {
+    const [, mount, type] = line.split(" ");
+    if (type !== "cgroup2" || mount === undefined) continue;
+    const probe = join(mount, `kova-probe-${process.pid}`);
+    try {
+      mkdirSync(probe);
+      rmdirSync(probe);
+    } catch {
+      continue;
+    }
+    const controllers = readFileSync(join(mount, "cgroup.controllers"), "utf8").split(/\s+/);
+    return { mount, memoryAndPids: controllers.includes("memory") && controllers.includes("pids") };
+  }
+  return undefined;
+}
+const cgroup2 = writableCgroup2();
+
+type HostCgroup = { tool: ShellTool; bound: CgroupBound; callDirs(): Promise<string[]> } & AsyncDisposable;
+
+/**
+ * shell_exec with the cgroup backend this host has, as the tool itself picks it: cgroup v2
+ * under a fresh parent on a writable cgroup2 mount with the memory and pids controllers
+ * (removed after), else cgroup = "auto", which takes cgroup v1 under this process's own
+ * memory and pids cgroups. The suite needs one of the two (README, test prerequisites): a
+ * host with neither fails here, naming what the tool found missing. `callDirs` lists the
+ * call cgroups of this process still present.
+ */
+async function hostCgroup(table: Record<string, unknown> = {}): Promise<HostCgroup> {
+  const parent = cgroup2?.memoryAndPids ? join(cgroup2.mount, `kova-test-${randomBytes(4).toString("hex")}`) : undefined;
+  const tool = createShellTool(shellConfigFrom({ ...table, cgroup: parent ?? "auto" }, "tools.shell"), silent);
+  const status = await tool.ready();
+  const removeParent = async () => {
+    if (parent !== undefined) await rmdir(parent).catch(() => {});
+  };
+  if (!status.ok || status.memory.kind !== "cgroup") {
+    await removeParent();
+    throw new Error(
+      "shell_exec's call cgroup tests need a writable cgroup v2 hierarchy with the memory and pids controllers, or writable cgroup v1 memory " +
+        "and pids hierarchies (root on a Debian host; see README, test prerequisites). Found none: " +
+        (status.ok ? (status.memory.kind === "rlimit" ? status.memory.reason : status.memory.kind) : `no sandbox: ${status.reason}`),
+    );
+  }
+  const bound = status.memory;
+  const callDirs = async () => {
+    const under = bound.version === 2 ? [[bound.parent, "call-"]] : [bound.memory, bound.pids].map((dir) => [dir, `kova-shell-${process.pid}-`]);
+    const found: string[] = [];
+    for (const [dir, prefix] of under) found.push(...(await readdir(dir!)).filter((n) => n.startsWith(prefix!)).map((n) => join(dir!, n)));
+    return found;
+  };
+  return { tool, bound, callDirs, [Symbol.asyncDispose]: removeParent };
 }
 
 async function exists(path: string): Promise<boolean> {
@@ -123,12 +227,30 @@ describe("shell_exec security corpus", () => {
       .digest("hex");
     const dataHash = await treeHash(dataDir);
 
+    // 1 GiB per process, so that memory-parallel's 900 MiB processes each pass the per-process
+    // limit and only the call's total (4 GiB) can stop them.
     const config = shellConfigFrom(
-      { timeout_ms: 3000, max_output_bytes: 65536, memory_mb: 512, max_processes: 64, max_file_mb: 8, tmp_size_mb: 16, work_size_mb: 16, work_root: workRoot },
+      {
+        timeout_ms: 3000,
+        max_output_bytes: 65536,
+        memory_mb: 1024,
+        memory_total_mb: 4096,
+        max_processes: 64,
+        max_file_mb: 8,
+        tmp_size_mb: 16,
+        work_size_mb: 16,
+        work_root: workRoot,
+      },
       "tools.shell",
     );
     const tool = createShellTool(config, silent);
-    expect(await tool.ready()).toEqual({ sandbox: "bwrap", ok: true });
+    const status = await tool.ready();
+    expect(status).toMatchObject({ sandbox: "bwrap", ok: true });
+    // memory-parallel ends by itself once it cannot start another process; a long limit
+    // lets a call without a total bound fill past it however slowly a loaded host faults
+    // pages in (seen: 1.9 GiB in 3 s at load 11 on 2 cores), instead of timing out first.
+    const slowConfig = { ...config, timeoutMs: 30_000 };
+    const slowTool = createShellTool(slowConfig, silent);
 
     const corpus = loadCorpus("shell-escapes.txt");
     const violations: string[] = [];
@@ -153,17 +275,21 @@ describe("shell_exec security corpus", () => {
         // The marker in the command line marks every shell the entry forks, for the survivor scan.
         const command = `: ${marker}; ${fill(entry.text)}`;
         const fail = (what: string) => violations.push(`${entry.name}: ${what}`);
+        const entryConfig = entry.name === "memory-parallel" ? slowConfig : config;
+        const abort = new AbortController();
         const t0 = performance.now();
+        const resident = entry.name.startsWith("memory-") ? peakResident([marker, sleep], config.memoryTotalBytes, () => abort.abort()) : undefined;
         let result: ShellResult | undefined;
         let outcome: string;
         try {
-          result = await tool.run({ command }, toolContext({ agentId: "corpus" }));
+          result = await (entryConfig === config ? tool : slowTool).run({ command }, toolContext({ agentId: "corpus", signal: abort.signal }));
           const firstLine = (result.stderr.trim().split("\n")[0] ?? "").slice(0, 90).replace(/[^\x20-\x7e]/g, "?");
           outcome = `ran: exit ${result.exitCode ?? result.signal}${result.timedOut ? ", timed out" : ""}${result.truncated ? ", truncated" : ""}${firstLine ? ` (${firstLine})` : ""}`;
         } catch (err) {
           outcome = `refused: ${isKovaError(err) ? err.code : "error"} ${String((err as Error).message).slice(0, 90)}`;
         }
         const elapsed = performance.now() - t0;
+        const peak = await resident?.stop();
 
         for (const path of [
           `/etc/${marker}`,
@@ -194,12 +320,24 @@ describe("shell_exec security corpus", () => {
         if (table.rows[0].t !== null) fail("a table was created in PostgreSQL");
         const survivors = await processesWith([marker, sleep]);
         if (survivors.length > 0) fail(`processes survived the call: ${survivors.join("; ")}`);
-        if (elapsed > config.timeoutMs + 2000) fail(`the call took ${Math.round(elapsed)} ms, past its ${config.timeoutMs} ms limit`);
+        if (elapsed > entryConfig.timeoutMs + 2000) fail(`the call took ${Math.round(elapsed)} ms, past its ${entryConfig.timeoutMs} ms limit`);
         if (Buffer.byteLength(output) > config.maxOutputBytes) fail(`output of ${Buffer.byteLength(output)} bytes passed the cap`);
 
         if (["sleep-past-limit", "busy-loop"].includes(entry.name) && !result?.timedOut) fail("did not report timedOut");
         if (entry.name.startsWith("output-flood") && !result?.truncated) fail("did not report truncated");
         if (entry.name.startsWith("memory-hog") && result?.exitCode === 0) fail("the allocation succeeded");
+        if (peak !== undefined && peak > config.memoryTotalBytes) {
+          fail(`the call's processes held ${Math.round(peak / 2 ** 20)} MiB together, past memory_total_mb (${config.memoryTotalBytes / 2 ** 20})`);
+        }
+        if (entry.name === "memory-parallel") {
+          // Bounded means: the kernel killed the call (cgroup), or it could start only as many as fit (rlimits).
+          if (result?.stdout.includes("started 40 ")) fail("all 40 processes started");
+          if (result && !result.memoryExceeded && !/^started \d+ allocated \d+\n$/.test(result.stdout)) fail(`ended without a clear result: ${outcome}`);
+          if (peak !== undefined && peak < 900 * 2 ** 20) {
+            fail(`the call's processes never held 900 MiB together (peak ${Math.round(peak / 2 ** 20)} MiB): the entry tested nothing`);
+          }
+          outcome += `; ${result?.stdout.trim() ?? ""} peak ${Math.round((peak ?? 0) / 2 ** 20)} MiB${result?.memoryExceeded ? ", memoryExceeded" : ""}`;
+        }
         if (entry.name === "huge-file") {
           const big = join(workRoot, "corpus", `${marker}-big`);
           const size = (await exists(big)) ? (await stat(big)).size : 0;
@@ -216,7 +354,7 @@ describe("shell_exec security corpus", () => {
       delete process.env.KOVA_TEST_SHELL_SECRET;
     }
     console.log(
-      `shell_exec corpus: ${corpus.length} entries, ${corpus.length - new Set(violations.map((v) => v.split(":")[0])).size} contained\n${report.join("\n")}`,
+      `shell_exec corpus: ${corpus.length} entries, ${corpus.length - new Set(violations.map((v) => v.split(":")[0])).size} contained; memory bound ${JSON.stringify(status.ok ? status.memory : undefined)}\n${report.join("\n")}`,
     );
     expect(corpus.length).toBeGreaterThanOrEqual(20);
     expect(violations).toEqual([]);
@@ -336,6 +474,94 @@ describe("shell_exec", () => {
   });
 });
 
+describe("shell_exec memory bound of a call", () => {
+  it("shell_exec - without a cgroup a call gets memory_total_mb / memory_mb processes, so their product is the bound", async () => {
+    const t = createShellTool(shellConfigFrom({ memory_mb: 256, memory_total_mb: 1024, max_processes: 64, cgroup: "off" }, "tools.shell"), silent);
+    expect(await t.ready()).toEqual({ sandbox: "bwrap", ok: true, memory: { kind: "rlimit", processes: 4, reason: 'cgroup = "off"' } });
+    const r = await t.run({ command: ["bash", "-c", "ulimit -u; ulimit -v"] }, toolContext());
+    expect(r.stdout).toBe(`4\n${256 * 1024}\n`);
+    expect(t.description).toContain("256 MiB of memory per process, 4 processes and threads");
+  });
+
+  it("shell_exec - the command starts only after the gate lets it: a failed cgroup join runs nothing", async () => {
+    await using dir = await tempDir("kova-shell-gate-");
+    await chmod(dir.path, 0o777);
+    const config = shellConfigFrom({}, "tools.shell");
+    const ran = join(dir.path, "ran");
+    const outcome = runCaptured({
+      file: config.bwrapPath,
+      args: bwrapArgs(config, { kind: "bind", hostDir: dir.path }, "/work", ["/bin/sh", "-c", "echo ran > /work/ran"], { nproc: 8, gated: true }),
+      env: { ...SANDBOX_ENV },
+      ...(isRoot ? { uid: SANDBOX_UID, gid: SANDBOX_UID } : {}),
+      timeoutMs: 5000,
+      maxOutputBytes: 4096,
+      gate: async () => {
+        throw Object.assign(new Error("cgroup.procs: permission denied"), { code: "EACCES" });
+      },
+    });
+    await expect(outcome).rejects.toMatchObject({ code: ShellErrorCode.SHELL_SPAWN_FAILED, message: expect.stringContaining("placed in its cgroup: EACCES") });
+    expect(await exists(ran)).toBe(false);
+  });
+
+  it("shell_exec - a call's sandbox joins its own cgroup before the command runs, and the cgroup is removed after", async () => {
+    await using host = await hostCgroup();
+    const config = shellConfigFrom({}, "tools.shell");
+    await using cgroup = await openCallCgroup(host.bound);
+    const inside: string[][] = [];
+    const r = await runCaptured({
+      file: config.bwrapPath,
+      // The command's first act reads its own cgroup: it must already be the call's.
+      args: bwrapArgs(config, { kind: "tmpfs", bytes: 2 ** 20 }, "/work", ["/bin/sh", "-c", "cat /proc/self/cgroup; sleep 7373.5 & sleep 7373.5 & wait"], {
+        nproc: 8,
+        gated: true,
+      }),
+      env: { ...SANDBOX_ENV },
+      ...(isRoot ? { uid: SANDBOX_UID, gid: SANDBOX_UID } : {}),
+      timeoutMs: 1500,
+      maxOutputBytes: 4096,
+      gate: async (pid) => {
+        await cgroup.join(pid);
+        for (const dir of cgroup.dirs) inside.push((await readFile(join(dir, "cgroup.procs"), "utf8")).trim().split("\n"));
+      },
+    });
+    // One directory (v2) or one per hierarchy (v1: memory, pids), each holding just the sandbox's PID 1 when the gate opened.
+    expect(inside).toEqual(cgroup.dirs.map(() => [expect.stringMatching(/^\d+$/)]));
+    // /proc/self/cgroup as the command saw it: `0::<path>` on v2, `<id>:memory:<path>` and `<id>:pids:<path>` on v1.
+    const seen = new Map(r.stdout.split("\n").map((l) => [l.split(":")[1] ?? "", l.split(":").slice(2).join(":")] as const));
+    for (const [controller, dir] of host.bound.version === 2
+      ? [["", cgroup.dirs[0]!]]
+      : [
+          ["memory", cgroup.dirs[0]!],
+          ["pids", cgroup.dirs[1]!],
+        ]) {
+      expect(seen.get(controller!), `the command's ${controller || "v2"} cgroup`).toMatch(new RegExp(`/${basename(dir!)}$`));
+    }
+    expect(r.timedOut).toBe(true);
+    await cgroup[Symbol.asyncDispose]();
+    for (const dir of cgroup.dirs) await expect(access(dir)).rejects.toMatchObject({ code: "ENOENT" });
+    expect(await processesWith(["7373.5"])).toEqual([]);
+  });
+
+  it("shell_exec - with a cgroup the call's processes together stay under memory_total_mb: the kernel stops the call and all of it is killed", async () => {
+    await using host = await hostCgroup({ memory_mb: 512, memory_total_mb: 512, timeout_ms: 20_000 });
+    // Each process holds its 300 MiB (under its own 512) until killed, so only the call's total can end the call before its
+    // timeout, and only by killing both. A shell that outlived its python (a kernel that killed one process at the limit, as
+    // cgroup v1's OOM killer does) would say so.
+    const hold = "(python3 -c 'import time; b = bytes([97]) * (300 << 20); time.sleep(7474.5)'; echo went on)";
+    const r = await host.tool.run({ command: `${hold} & ${hold} & wait` }, toolContext());
+    expect(r).toMatchObject({ memoryExceeded: true, timedOut: false, stdout: "" });
+    expect(await processesWith(["7474.5"])).toEqual([]);
+    expect(await host.callDirs()).toEqual([]);
+  });
+
+  it("shell_exec - a control file the kernel does not offer is ENOENT to the cgroup writer, so optional limits can be skipped", async () => {
+    await using host = await hostCgroup();
+    await using cgroup = await openCallCgroup(host.bound);
+    // A plain writeFile opens with O_CREAT, which cgroupfs refuses with EACCES whether or not the file exists.
+    await expect(nodeCgroupFs.writeFile(join(cgroup.dirs[0]!, "memory.kova-absent"), "0")).rejects.toMatchObject({ code: "ENOENT" });
+  });
+});
+
 describe("shell_exec without a usable sandbox", () => {
   it("shell_exec - refuses every call with SHELL_SANDBOX_UNAVAILABLE when bwrap is missing", async () => {
     const t = createShellTool(shellConfigFrom({ bwrap_path: "/nonexistent/bwrap" }, "tools.shell"), silent);
@@ -364,7 +590,7 @@ describe("shell_exec without a usable sandbox", () => {
     const hostFile = join(dir.path, "visible.txt");
     await writeFile(hostFile, "on the host");
     const t = createShellTool(shellConfigFrom({ sandbox: "none" }, "tools.shell"), silent);
-    expect(await t.ready()).toEqual({ sandbox: "none", ok: true });
+    expect(await t.ready()).toEqual({ sandbox: "none", ok: true, memory: { kind: "per-process" } });
     const r = await t.run({ command: `cat ${hostFile}; echo; pwd` }, toolContext());
     expect(r.stdout.split("\n")[0]).toBe("on the host");
     expect(r.stdout.split("\n")[1]).toMatch(/kova-shell-/);

@@ -56,16 +56,14 @@ describe.each(["aes-256-gcm", "sm4"] as CipherAlgorithm[])("wal at rest with %s"
     expect(filesContaining(d, MARK)).toEqual([]);
     expect(filesContaining(d, "kv-")).toEqual([]); // the side table's key names are hashed too
 
-    const wal = await Wal.open({ dir: d, encryption });
-    try {
+    {
+      await using wal = await Wal.open({ dir: d, encryption });
       expect(wal.recovery.corrupt).toEqual([]);
       expect(wal.recovery.pending.map((p) => p.seq)).toEqual(pending);
       expect(wal.recovery.pending[0]).toMatchObject({ kind: `kind-${MARK}`, owner: `owner-${MARK}`, payload: { text: `${MARK} #1` } });
       expect(wal.recovery.pending.at(-1)).toMatchObject({ kind: `kind-${MARK}-replaced`, payload: { text: `${MARK} replaced` } });
       expect(wal.getKv(`kv-${MARK}-9`)).toEqual({ secret: `${MARK} value 9` });
       expect(wal.getKv(`kv-${MARK}-10`)).toBeUndefined();
-    } finally {
-      await wal.close();
     }
     // Reading it back wrote nothing in the clear either (the open stores only an epoch and a salt).
     expect(filesContaining(d, MARK)).toEqual([]);
@@ -103,8 +101,8 @@ describe.each(["aes-256-gcm", "sm4"] as CipherAlgorithm[])("wal at rest with %s"
       edited[edited.length - 20] = edited[edited.length - 20]! ^ 1;
       await kv.put(second!.key, edited);
     });
-    const again = await Wal.open({ dir: d, encryption });
-    try {
+    {
+      await using again = await Wal.open({ dir: d, encryption });
       for (const key of ["alpha", "beta"]) {
         const err = (() => {
           try {
@@ -116,8 +114,6 @@ describe.each(["aes-256-gcm", "sm4"] as CipherAlgorithm[])("wal at rest with %s"
         expect(err, key).toBeInstanceOf(WalKvCorruptError);
         expect((err as WalKvCorruptError).code).toBe(WalErrorCode.WAL_CORRUPT);
       }
-    } finally {
-      await again.close();
     }
   });
 
@@ -125,14 +121,12 @@ describe.each(["aes-256-gcm", "sm4"] as CipherAlgorithm[])("wal at rest with %s"
     const d = dir("kv-legacy");
     await (await Wal.open({ dir: d, encryption })).close();
     await tamper(d, (raw) => raw.env.openDB<unknown, string>({ name: "kv" }).put("actors/a1/checkpoint", { state: "old" }));
-    const wal = await Wal.open({ dir: d, encryption });
-    try {
+    {
+      await using wal = await Wal.open({ dir: d, encryption });
       expect(wal.getKv("actors/a1/checkpoint")).toEqual({ state: "old" });
       await wal.complete(await wal.append("step", 1), { kv: [{ key: "actors/a1/checkpoint", value: { state: "new" } }] });
       expect(wal.getKv("actors/a1/checkpoint")).toEqual({ state: "new" });
       expect(walInternals(wal).storage.kv.get("actors/a1/checkpoint")).toBeUndefined();
-    } finally {
-      await wal.close();
     }
   });
 });
@@ -144,34 +138,33 @@ describe("wal at rest", () => {
     expect(filesContaining(d, MARK).map((p) => p.endsWith("data.mdb"))).toEqual([true]);
   });
 
-  it("wal - through an actor on an encrypted WAL: its id, the message it handled and its checkpointed state never reach the data dir in the clear", async () => {
-    const d = dir("actor");
-    const actorId = `agent-${MARK}`;
-    const keeper = defineActor<{ kept?: unknown }>({
-      type: "keeper",
-      initialState: () => ({}),
-      handlers: {
-        task_delegate: async (ctx) => {
-          ctx.state.kept = await ctx.step("remember", async () => ctx.message.payload);
+  it.each(["aes-256-gcm", "sm4"] as CipherAlgorithm[])(
+    "wal - through an actor on a WAL encrypted with %s: its id, the message it handled and its checkpointed state never reach the data dir in the clear",
+    async (algorithm) => {
+      const d = dir(`actor-${algorithm}`);
+      const actorId = `agent-${MARK}`;
+      const keeper = defineActor<{ kept?: unknown }>({
+        type: "keeper",
+        initialState: () => ({}),
+        handlers: {
+          task_delegate: async (ctx) => {
+            ctx.state.kept = await ctx.step("remember", async () => ctx.message.payload);
+          },
         },
-      },
-    });
-    const encryption = { algorithm: "aes-256-gcm" as const, key: KEY };
-    const rig = await startRig(server.url, uniqueCluster(), [keeper], { dir: d, wal: { encryption } });
-    try {
-      await rig.host.start(actorId, "keeper");
-      await rig.bus.send(createEnvelope({ from: "tester", to: actorId, type: "task_delegate", payload: { note: `${MARK} in a message` } }));
-      await poll(() => rig.host.status(actorId)?.handled === 1, { timeoutMs: 10_000, what: "the turn", retryErrors: true });
-    } finally {
-      await rig.close();
-    }
-    expect(filesContaining(d, MARK)).toEqual([]);
-    const wal = await Wal.open({ dir: d, encryption });
-    try {
-      // It is all there: the local checkpoint holds the state with the marker.
-      expect(JSON.stringify(wal.getKv(localCheckpointKey(actorId)))).toContain(`${MARK} in a message`);
-    } finally {
-      await wal.close();
-    }
-  });
+      });
+      const encryption = { algorithm, key: KEY };
+      {
+        await using rig = await startRig(server.url, uniqueCluster(), [keeper], { dir: d, wal: { encryption } });
+        await rig.host.start(actorId, "keeper");
+        await rig.bus.send(createEnvelope({ from: "tester", to: actorId, type: "task_delegate", payload: { note: `${MARK} in a message` } }));
+        await poll(() => rig.host.status(actorId)?.handled === 1, { timeoutMs: 10_000, what: "the turn", retryErrors: true });
+      }
+      expect(filesContaining(d, MARK)).toEqual([]);
+      {
+        await using wal = await Wal.open({ dir: d, encryption });
+        // It is all there: the local checkpoint holds the state with the marker.
+        expect(JSON.stringify(wal.getKv(localCheckpointKey(actorId)))).toContain(`${MARK} in a message`);
+      }
+    },
+  );
 });

@@ -2,6 +2,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { open, type Database, type RootDatabase } from "lmdb";
 import { afterEach } from "vitest";
 import { crc32 } from "../../src/wal/crc32.js";
+import { defer } from "../fixtures/disposable.js";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 
@@ -44,12 +45,9 @@ export async function tamper(dir: string, fn: (raw: RawWal) => Promise<unknown> 
     overflow: env.openDB<Buffer, number>({ name: "overflow", encoding: "binary" }),
     meta: env.openDB<unknown, string>({ name: "meta" }),
   };
-  try {
-    await fn(raw);
-    await env.flushed;
-  } finally {
-    await env.close();
-  }
+  await using _env = defer(() => env.close());
+  await fn(raw);
+  await env.flushed;
 }
 
 /** Flips one bit of a copy of `bytes`. */

@@ -84,12 +84,10 @@ describe("wal nonces", () => {
 
     // Someone puts an old meta back (epoch 0): the opens table still knows epoch 3 was used.
     await tamper(d, (raw) => raw.meta.put("wal", { ...(raw.meta.get("wal") as object), epoch: 0 }));
-    const wal = await Wal.open({ dir: d, encryption: { algorithm: "aes-256-gcm", key: KEY } });
-    try {
+    {
+      await using wal = await Wal.open({ dir: d, encryption: { algorithm: "aes-256-gcm", key: KEY } });
       expect(wal.epoch).toBe(4);
       expect(wal.recovery.pending.map((p) => p.payload)).toEqual([{ epoch: 1 }, { epoch: 2 }, { epoch: 3 }]);
-    } finally {
-      await wal.close();
     }
     const after = await readRaw(d, []);
     expect(after.salts.get(3)!.equals(salts.get(3)!)).toBe(true); // earlier opens' keys untouched

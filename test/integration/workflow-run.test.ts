@@ -70,6 +70,49 @@ describe("workflow runs on real nodes", () => {
     });
   }, 60_000);
 
+  it("workflow - a fallback step stands in for a failed one; an explicit abort ends the run there, no later step is sent", async () => {
+    await using rig = await WorkflowRig.start(1);
+    const raw = {
+      workflow: { id: "abort" },
+      steps: [
+        {
+          id: "primary",
+          agent: "critic",
+          task: "[fail] primary",
+          on_error: {
+            strategy: "fallback",
+            step: {
+              id: "rescue",
+              type: "parallel",
+              branches: [
+                { agent: "writer", task: "rescue after {{steps.primary.error.code}}" },
+                { agent: "fact_checker", task: "check" },
+              ],
+            },
+          },
+        },
+        { id: "gate", agent: "researcher", task: "[fail] gate for {{steps.primary.output.0}}", on_error: { strategy: "abort" } },
+        { id: "never", agent: "writer", task: "never" },
+      ],
+    };
+    const { runId } = await startRun(rig.client, { raw, input: {} });
+    const run = await rig.finished(runId);
+    expect(run.status).toBe("failed");
+    expect(run.error).toMatchObject({ code: "TEST_AGENT_FAILED", message: expect.stringContaining("agent researcher failed") });
+    expect(Object.fromEntries(run.steps.map((s) => [s.key, `${s.status}/${s.attempts}`]))).toEqual({
+      primary: "completed/1",
+      rescue: "completed/1",
+      "rescue.0": "completed/1",
+      "rescue.1": "completed/1",
+      gate: "failed/1",
+    });
+    expect(rig.runEvents(runId, "step_fallback").map((e) => e.data)).toEqual([expect.objectContaining({ stepId: "primary", fallback: "rescue" })]);
+    // the gate's failure was not retried, and the step after it was never sent
+    expect((await rig.counts("researcher")).inputs).toEqual(["[fail] gate for writer(rescue after TEST_AGENT_FAILED)"]);
+    expect((await rig.counts("writer")).inputs).toEqual(["rescue after TEST_AGENT_FAILED"]);
+    expect((await rig.counts("critic")).calls).toBe(1);
+  }, 60_000);
+
   it("workflow - a template error fails the run with the template and the missing path, and nothing is sent for that step", async () => {
     await using rig = await WorkflowRig.start(1);
     const raw = {

@@ -1,9 +1,7 @@
-import { readFileSync } from "node:fs";
-import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { ErrorCode, isKovaError } from "../../src/core/errors.js";
 import { TurnJournal, type JournalIo } from "../../src/actors/turn-journal.js";
-import { derivedId, parseTurnRecord, TURN_RECORD_VERSION } from "../../src/actors/turn-record.js";
+import { derivedId, markCommitted, newTurnRecord, parseTurnRecord, TURN_RECORD_VERSION } from "../../src/actors/turn-record.js";
 import { makeContext } from "../../src/actors/actor-context.js";
 import type { HostDeps } from "../../src/actors/ports.js";
 import type { A2AEnvelope } from "../../src/bus/index.js";
@@ -16,24 +14,18 @@ import { ActorErrorCode } from "../../src/actors/errors.js";
 import { readCheckpoint } from "../../src/actors/checkpoint-store.js";
 import { readAgentRecord, AGENT_RECORD_VERSION } from "../../src/node/registry.js";
 import { readLeaseRecord, LEASE_RECORD_VERSION } from "../../src/node/lease.js";
-import { UnsupportedFormatError } from "../../src/core/format-version.js";
+import { readNodeRecord, NODE_RECORD_VERSION } from "../../src/node/membership.js";
+import { JOURNAL_ENTRY_VERSION, readJournalEntry } from "../../src/actors/step-journal.js";
+import { encodeValue } from "../../src/bus/index.js";
+import { expectRefused, goldenBytes, goldenJson, refused } from "../fixtures/formats.js";
 
-const fixture = (name: string, dir = "actors"): unknown => JSON.parse(readFileSync(join(import.meta.dirname, "../fixtures", dir, name), "utf8"));
-
-function refused(read: () => unknown): UnsupportedFormatError {
-  try {
-    read();
-  } catch (err) {
-    if (err instanceof UnsupportedFormatError) return err;
-    throw err;
-  }
-  throw new Error("expected UnsupportedFormatError");
-}
+const fixture = (name: string, dir = "actors"): unknown => goldenJson(dir, name);
 
 const io: JournalIo = {
   persist: async () => {},
   fence: async () => {},
   gate: async () => {},
+  signal: new AbortController().signal,
   now: () => 0,
   random: () => 0.99,
   newId: () => "fresh",
@@ -41,7 +33,7 @@ const io: JournalIo = {
 
 describe("persisted formats (golden files)", () => {
   it("formats - a version 1 turn record still loads and replays: results, errors, values and the unknown outcome", async () => {
-    expect(TURN_RECORD_VERSION).toBe(2);
+    expect(TURN_RECORD_VERSION).toBe(3);
     const record = parseTurnRecord(fixture("turn-record-v1.json"))!;
     expect(record).toMatchObject({ v: 1, actorId: "agent-7", attempt: 2, envelope: { id: "m-0001" } });
     const j = new TurnJournal("agent-7", record, io);
@@ -79,6 +71,24 @@ describe("persisted formats (golden files)", () => {
     expect(sent.map((e) => e.id)).toEqual(["4b7c1a52-0000-4000-8000-000000000001", id, id]);
   });
 
+  it("formats - a version 3 turn record keeps a parked turn's commit and saved reply; older versions load without them", () => {
+    const v3 = parseTurnRecord(fixture("turn-record-v3.json"))!;
+    expect(v3).toMatchObject({ v: 3, streamSeq: 43, committed: true, reply: { for: "m-0003", result: "high tide at 6" } });
+    expect(v3.steps).toEqual([{ name: "llm", status: "done", idempotent: false, result: { text: "high tide at 6" } }]);
+    for (const name of ["turn-record-v1.json", "turn-record-v2.json"]) {
+      const old = parseTurnRecord(fixture(name))!;
+      expect([old.committed, old.reply]).toEqual([undefined, undefined]);
+    }
+    // A mark that is not `true`, or a reply without the id it answers, is not taken as a commit.
+    const odd = parseTurnRecord({ ...(fixture("turn-record-v3.json") as object), committed: "yes", reply: { result: "x" } })!;
+    expect([odd.committed, odd.reply]).toEqual([undefined, undefined]);
+    // Only a parked committed record is written as 3: an ordinary one stays readable by a build that reads 1 and 2.
+    const fresh = newTurnRecord("agent-7", "t", { id: "m-9", from: "x", to: "agent-7", type: "task_delegate", payload: null });
+    expect(fresh.v).toBe(2);
+    markCommitted(fresh, { for: "m-9", result: 1 });
+    expect(fresh).toMatchObject({ v: 3, committed: true, reply: { for: "m-9", result: 1 } });
+  });
+
   it("formats - a version 1 checkpoint still loads as the actor's memory", () => {
     const cp = readCheckpoint("checkpoint of actor c1", fixture("checkpoint-v1.json") as Checkpoint);
     const mem = ActorMemory.from(cp, undefined, () => ({ count: 0, ids: [] }));
@@ -89,7 +99,6 @@ describe("persisted formats (golden files)", () => {
   });
 
   it("formats - a version 2 checkpoint (processed ids packed, base64 in JSON, bytes in the WAL) loads as the actor's memory", async () => {
-    expect(CHECKPOINT_VERSION).toBe(2);
     const raw = fixture("checkpoint-v2.json") as Checkpoint;
     const ids = ["3f2c9a1e-8b7d-4c6e-9f01-23456789abcd", "client-id_7"];
     const cp = readCheckpoint("checkpoint of actor c1", raw);
@@ -118,27 +127,70 @@ describe("persisted formats (golden files)", () => {
     }
   });
 
-  it("formats - version 1 registry and lease values (written before versioning, without v) still load", () => {
-    expect([AGENT_RECORD_VERSION, LEASE_RECORD_VERSION]).toEqual([1, 1]);
-    expect(readAgentRecord("researcher", fixture("agent-record-v1.json", "node"))).toMatchObject({
-      id: "researcher",
-      node: "kova-2",
-      desired: "running",
-      capabilities: ["research", "cite"],
-    });
-    expect(readLeaseRecord("researcher", fixture("lease-record-v1.json", "node"))).toMatchObject({ node: "kova-2", at: 1764450000000 });
+  it("formats - a version 3 checkpoint keeps the replies the actor owes, past the processed window; only a checkpoint that owes one is written as 3", () => {
+    expect(CHECKPOINT_VERSION).toBe(3);
+    const raw = fixture("checkpoint-v3.json") as Checkpoint;
+    const cp = readCheckpoint("checkpoint of actor c1", raw);
+    expect(JSON.parse(checkpointJson(cp))).toEqual(raw);
+    const mem = ActorMemory.from(cp, undefined, () => ({ count: 0, ids: [] }), 2);
+    // With its asker's address, so that any host can send it, even with the message gone.
+    expect(mem.owed()).toEqual([raw.owed![0]]);
+    const meta = { type: "tide", nodeId: "n2", ts: 1 };
+    for (const id of ["m-0004", "m-0005"]) mem.apply(mem.next({ count: 3, ids: [] }, id, meta));
+    // Out of the window of 2, still a committed turn with its reply, in every checkpoint until it is sent.
+    expect([mem.has("m-0003"), mem.replyFor("m-0003")?.result]).toEqual([true, "high tide at 6"]);
+    expect(mem.next({ count: 3, ids: [] }, "m-0006", meta)).toMatchObject({ v: 3, owed: [{ for: "m-0003" }] });
+    mem.replied("m-0003");
+    expect(mem.has("m-0003")).toBe(false);
+    const paid = mem.next({ count: 3, ids: [] }, "m-0006", meta);
+    expect([paid.v, paid.owed, JSON.parse(checkpointJson(paid)).v]).toEqual([2, undefined, 2]);
+    // Older versions owe nothing; an entry without the id it answers or an inbox is not taken.
+    expect(readCheckpoint("checkpoint of actor c1", fixture("checkpoint-v2.json") as Checkpoint).owed).toBeUndefined();
+    const odd = {
+      ...raw,
+      owed: [
+        { for: "m-0003", result: 1 },
+        { for: "m-0003", asked: { id: "m-0003" } },
+      ],
+    } as unknown as Checkpoint;
+    expect(readCheckpoint("checkpoint of actor c1", odd).owed).toBeUndefined();
+  });
+
+  it("formats - version 1 registry, lease and heartbeat values load, as written today (v: 1) and before versioning (no v)", () => {
+    expect([AGENT_RECORD_VERSION, LEASE_RECORD_VERSION, NODE_RECORD_VERSION]).toEqual([1, 1, 1]);
+    // test/integration/node-formats.test.ts checks that a running node writes the -tagged shapes.
+    for (const name of ["agent-record-v1.json", "agent-record-v1-tagged.json"]) {
+      expect(readAgentRecord("researcher", fixture(name, "node")), name).toMatchObject({
+        id: "researcher",
+        node: "kova-2",
+        desired: "running",
+        capabilities: ["research", "cite"],
+      });
+    }
+    for (const name of ["lease-record-v1.json", "lease-record-v1-tagged.json"]) {
+      expect(readLeaseRecord("researcher", fixture(name, "node")), name).toMatchObject({ node: "kova-2", at: 1764450000000 });
+    }
+    for (const name of ["node-record-v1.json", "node-record-v1-tagged.json"]) {
+      expect(readNodeRecord("kova-2", fixture(name, "node")), name).toMatchObject({
+        id: "kova-2",
+        state: "up",
+        heartbeatAt: 1764450000000,
+        types: ["counter", "llm-agent"],
+      });
+    }
   });
 
   it("formats - a record of an unknown version is refused with an error naming the record and the versions this build reads", () => {
-    const turn = refused(() => parseTurnRecord({ ...(fixture("turn-record-v1.json") as object), v: 3 }));
+    const turn = refused(() => parseTurnRecord({ ...(fixture("turn-record-v1.json") as object), v: 4 }));
     expect(turn.message).toContain("turn record of actor agent-7");
-    expect(turn.data).toMatchObject({ readable: [1, 2] });
-    const checkpoint = refused(() => readCheckpoint("checkpoint of actor c1", { ...(fixture("checkpoint-v2.json") as Checkpoint), v: 3 }));
+    expect(turn.data).toMatchObject({ readable: [1, 2, 3] });
+    const checkpoint = refused(() => readCheckpoint("checkpoint of actor c1", { ...(fixture("checkpoint-v2.json") as Checkpoint), v: 4 }));
     expect(checkpoint.message).toContain("checkpoint of actor c1");
-    expect(checkpoint.data).toMatchObject({ readable: [1, 2] });
+    expect(checkpoint.data).toMatchObject({ readable: [1, 2, 3] });
     const cases: Array<[string, () => unknown]> = [
       ["registry record of agent researcher", () => readAgentRecord("researcher", { ...(fixture("agent-record-v1.json", "node") as object), v: 2 })],
       ["lease of actor researcher", () => readLeaseRecord("researcher", { ...(fixture("lease-record-v1.json", "node") as object), v: "2" })],
+      ["heartbeat of node kova-2", () => readNodeRecord("kova-2", { ...(fixture("node-record-v1-tagged.json", "node") as object), v: 2 })],
     ];
     for (const [record, read] of cases) {
       const err = refused(read);
@@ -147,5 +199,27 @@ describe("persisted formats (golden files)", () => {
       expect(err.message).toContain("reads only version 1");
       expect(err.data).toMatchObject({ record, readable: [1] });
     }
+  });
+
+  it("formats - version 1 step-journal entries (msgpack golden files) load; an entry of a newer version is refused naming it", () => {
+    expect(JOURNAL_ENTRY_VERSION).toBe(1);
+    // test/integration/actors-journal-formats.test.ts takes a turn over from the same files on NATS.
+    const dir = "actors/journal-entry-v1";
+    const kinds = ["1-claim", "2-result", "3-intent", "4-yield", "5-claim", "turn-done"].map(
+      (n, i) => readJournalEntry("agent-7", i + 1, goldenBytes(dir, `${n}.msgpack`)).k,
+    );
+    expect(kinds).toEqual(["claim", "result", "intent", "yield", "claim", "turn_done"]);
+    expect(readJournalEntry("agent-7", 2, goldenBytes(dir, "2-result.msgpack"))).toEqual({
+      v: 1,
+      k: "result",
+      node: "kova-1",
+      turn: "m-0001",
+      attempt: 1,
+      i: 0,
+      step: { name: "llm", status: "done", idempotent: false, result: { text: "use shell_exec" } },
+      vals: { at: [0, 0, 0], clock: [1764450000000], random: [0.25], ids: ["4b7c1a52-0000-4000-8000-000000000001"] },
+    });
+    const newer = encodeValue({ ...(readJournalEntry("agent-7", 3, goldenBytes(dir, "3-intent.msgpack")) as object), v: 2 });
+    expectRefused(() => readJournalEntry("agent-7", 3, newer), "step-journal entry #3 of actor agent-7", [1]);
   });
 });

@@ -9,6 +9,7 @@ const env = { id: "m1", from: "t", to: "a", type: "task_delegate" as const, payl
 /** A journal whose durable writes are copies kept in memory: what a crash would leave. */
 function harness(seed = 0) {
   const writes: TurnRecord[] = [];
+  const turn = new AbortController();
   let clock = 1_000 + seed;
   let rnd = seed;
   let ids = seed;
@@ -17,11 +18,12 @@ function harness(seed = 0) {
     persist: async (r) => void writes.push(structuredClone(r)),
     fence: async () => void fences++,
     gate: async () => {},
+    signal: turn.signal,
     now: () => clock++,
     random: () => (rnd++ % 10) / 10,
     newId: () => `id-${ids++}`,
   };
-  return { io, writes, fences: () => fences };
+  return { io, writes, fences: () => fences, cut: (reason: Error) => turn.abort(reason) };
 }
 
 describe("turn journal (deterministic replay)", () => {
@@ -134,6 +136,47 @@ describe("turn journal (deterministic replay)", () => {
     expect((r1 as Error).message).toBe("tool a broke");
     expect(await replay.step("llm", async () => "new llm call")).toBe("recovered");
     expect(await replay.step("tool-b", async () => "b fixed", { idempotent: true })).toBe("b fixed");
+  });
+
+  it("cut - steps cut short by the turn's end (a stop) record no outcome: on replay the non-idempotent one is outcome unknown and the idempotent one runs again, though it is not the last step", async () => {
+    const h = harness();
+    const journal = new TurnJournal("a", newTurnRecord("a", "t", env), h.io);
+    const runs = { lookup: 0, charge: 0 };
+    const entered: Promise<void>[] = [];
+    // Each step runs until the turn is cut, and then rejects with the cut's reason, as a tool honouring its signal does.
+    const untilCut = (name: keyof typeof runs) => {
+      let entry!: () => void;
+      entered.push(new Promise<void>((r) => (entry = r)));
+      return () => {
+        runs[name]++;
+        entry();
+        return new Promise<never>((_, reject) => h.io.signal.addEventListener("abort", () => reject(h.io.signal.reason), { once: true }));
+      };
+    };
+    const cutSteps = Promise.allSettled([
+      journal.step("lookup", untilCut("lookup"), { idempotent: true }),
+      journal.step("charge", untilCut("charge"), { idempotent: false }),
+    ]);
+    await Promise.all(entered);
+    const stop = Object.assign(new Error("turn stopped by stop"), { code: ActorErrorCode.INTERRUPTED });
+    h.cut(stop);
+    expect((await cutSteps).map((r) => (r.status === "rejected" ? r.reason : r.value))).toEqual([stop, stop]);
+    // The host makes the record durable as the stop leaves it (the turn runner's `yield` write).
+    await h.io.persist(journal.record);
+    const left = h.writes.at(-1)!;
+    expect(left.steps.map((s) => s && [s.name, s.status])).toEqual([
+      ["lookup", "started"],
+      ["charge", "started"],
+    ]);
+
+    const replay = new TurnJournal("a", structuredClone(left), harness().io);
+    const [lookup, charge] = await Promise.allSettled([
+      replay.step("lookup", async () => `lookup run ${++runs.lookup}`, { idempotent: true }),
+      replay.step("charge", async () => `charge run ${++runs.charge}`, { idempotent: false }),
+    ]);
+    expect(lookup).toEqual({ status: "fulfilled", value: "lookup run 2" });
+    expect(charge.status === "rejected" && isKovaError(charge.reason, ActorErrorCode.STEP_OUTCOME_UNKNOWN)).toBe(true);
+    expect(runs).toEqual({ lookup: 2, charge: 1 });
   });
 
   it("replay - a handler asking for a different step than recorded fails with REPLAY_MISMATCH", async () => {

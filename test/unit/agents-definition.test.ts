@@ -17,6 +17,7 @@ import { poll } from "../fixtures/poll.js";
 import { AgentRuntime } from "../../src/agents/runtime.js";
 import { ToolRegistry } from "../../src/tools/registry.js";
 import { AgentHookFailedError } from "../../src/agents/errors.js";
+import { groupsOf, shareKeyOf } from "../../src/agents/budget.js";
 
 function expectConfigError(fn: () => unknown, key: string, message: RegExp): void {
   const err = configError(fn);
@@ -226,6 +227,42 @@ describe("agent definitions, config, protocol and budgets (pure)", () => {
     expect(() => parseRunRequest("task_delegate", { input: "" }, now)).toThrow(/input/);
   });
 
+  it("scheduling - priority on [[agents]], [[agent_templates]] and defineAgent, constraints.priority and constraints.user on a task; out of range or malformed names its key", () => {
+    const models = `[models.fast]\nbase_url = "http://127.0.0.1:1/v1"\nmodel = "gpt-4o-mini"\n`;
+    const cfg = parseConfig(`${models}[[agents]]\nid = "a"\nmodel = "fast"\npriority = 10\n[[agent_templates]]\nname = "t"\nmodel = "fast"\npriority = -5`, {
+      env: {},
+    });
+    expect(cfg.agents.map((a) => a.priority)).toEqual([10]);
+    expect(cfg.agentTemplates.map((a) => a.priority)).toEqual([-5]);
+    expect(defineAgent({ id: "a", model: "m" }).priority).toBeUndefined();
+    expectConfigError(() => parseConfig(`${models}[[agents]]\nid = "a"\nmodel = "fast"\npriority = 101`, { env: {} }), "agents[0].priority", /-100 to 100/);
+    expectConfigError(
+      () => parseConfig(`${models}[[agent_templates]]\nname = "t"\nmodel = "fast"\npriority = "high"`, { env: {} }),
+      "agent_templates[0].priority",
+      /integer/,
+    );
+    expectConfigError(() => defineAgent({ id: "a", model: "m", priority: 1.5 }), "a.priority", /integer from -100 to 100/);
+
+    const now = 1_700_000_000_000;
+    expect(parseRunRequest("task_delegate", { input: "x", constraints: { priority: -100, user: "alice" } }, now)).toEqual({
+      kind: "task",
+      input: "x",
+      priority: -100,
+      user: "alice",
+    });
+    expect(() => parseRunRequest("task_delegate", { input: "x", constraints: { priority: 200 } }, now)).toThrow(/constraints\.priority.*-100 to 100/);
+    expect(() => parseRunRequest("task_delegate", { input: "x", constraints: { user: "a.b" } }, now)).toThrow(/constraints\.user/);
+
+    // The fair-share key: the named user, else the named budget group, else the sender; the user's budget follows the named user.
+    const party = { sessionId: "s", from: "client_1" };
+    expect(shareKeyOf({}, party)).toBe("user.client_1");
+    expect(shareKeyOf({ group: "team" }, party)).toBe("group.team");
+    expect(shareKeyOf({ group: "team" }, { ...party, budgetGroup: "parent" })).toBe("group.parent");
+    expect(shareKeyOf({ group: "team" }, { ...party, user: "alice" })).toBe("user.alice");
+    expect(groupsOf({ userMaxTokens: 10 }, { ...party, user: "alice" }, new Map()).map((g) => g.key)).toEqual(["user.alice"]);
+    expect(groupsOf({ userMaxTokens: 10 }, party, new Map()).map((g) => g.key)).toEqual(["user.client_1"]);
+  });
+
   it("token bucket - a call charged after the fact can drive it negative; the next waits until it refills", () => {
     const b = new TokenBucket(600, 0); // 10 tokens per second
     expect(b.waitMs(0)).toBe(0);
@@ -255,6 +292,65 @@ describe("agent definitions, config, protocol and budgets (pure)", () => {
     expect(inProfile(ev("agent_state", {}), "debug")).toBe(true);
     const m = forProfile(ev("run_completed", { agentId: "a", output: "secret answer", usage: { inputTokens: 1, outputTokens: 2 } }), "metrics");
     expect(m.data).toEqual({ agentId: "a", usage: { inputTokens: 1, outputTokens: 2 } });
+  });
+  it("profiles - metrics keeps a model call's costUsd (beside usage) and the numbers of schedule_blocked and rate_limited, still without text", () => {
+    const ev = (type: string, data: unknown) => forProfile({ type, sessionId: "s", runId: "r", ts: 1, data }, "metrics").data;
+    const usage = { inputTokens: 120, outputTokens: 30 };
+    // As model-turn.ts publishes it, and a swarm coordinator's own call.
+    expect(ev("model_response", { agentId: "a", model: "m", turn: 0, usage, costUsd: 0.00012, finishReason: "stop", attempts: 1, toolCalls: 0 })).toEqual({
+      agentId: "a",
+      model: "m",
+      turn: 0,
+      usage,
+      costUsd: 0.00012,
+      finishReason: "stop",
+      attempts: 1,
+      toolCalls: 0,
+    });
+    expect(ev("model_response", { model: "m", usage, costUsd: 0.5, purpose: "plan", calls: 2 })).toEqual({
+      model: "m",
+      usage,
+      costUsd: 0.5,
+      purpose: "plan",
+      calls: 2,
+    });
+    expect(ev("schedule_blocked", { agentId: "a", model: "m", policy: "fair_share", statsClass: "p5", queued: 3, inFlight: 8 })).toEqual({
+      agentId: "a",
+      model: "m",
+      policy: "fair_share",
+      statsClass: "p5",
+      queued: 3,
+      inFlight: 8,
+    });
+    expect(ev("rate_limited", { agentId: "a", model: "m", attempt: 2, delayMs: 1500, status: 429, retryAfterMs: 1000 })).toEqual({
+      agentId: "a",
+      model: "m",
+      attempt: 2,
+      delayMs: 1500,
+      status: 429,
+      retryAfterMs: 1000,
+    });
+    // A swarm's end: both totals kept, the answer and what it lacks (subtask text) dropped.
+    const own = { ...usage, costUsd: 0.1 };
+    expect(
+      ev("run_completed", { output: "secret", usage: { ...usage, costUsd: 0.3 }, ownUsage: own, subtasks: 2, missing: [{ task: "secret task" }] }),
+    ).toEqual({
+      usage: { ...usage, costUsd: 0.3 },
+      ownUsage: own,
+      subtasks: 2,
+    });
+    // Text under any other key stays out: a tool's arguments, an error's message.
+    expect(ev("tool_result", { agentId: "a", tool: "t", ok: false, ms: 4, args: { q: "secret" }, error: { code: "E", message: "secret" } })).toEqual({
+      agentId: "a",
+      tool: "t",
+      ok: false,
+      ms: 4,
+      error: { code: "E" },
+    });
+    // The other profiles pass the event whole, cost included.
+    const whole = { type: "model_response", sessionId: "s", runId: "r", ts: 1, data: { model: "m", usage, costUsd: 0.2 } };
+    expect(forProfile(whole, "debug")).toBe(whole);
+    expect(forProfile(whole, "chat")).toBe(whole);
   });
   it("hooks - a hook that throws a value that cannot be printed still gives an AGENT_HOOK_FAILED error (describing it never throws)", () => {
     const unprintable = Object.assign(Object.create(null) as object, { toString: undefined });

@@ -1,10 +1,10 @@
-import { mkdtemp, rm, writeFile } from "node:fs/promises";
-import { tmpdir } from "node:os";
+import { writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { parse as parseToml } from "smol-toml";
 import { describe, expect, it } from "vitest";
 import { isLoopback, parseModelsConfig } from "../../src/agents/model/index.js";
 import { configError } from "../fixtures/config-error.js";
+import { tempDir } from "../fixtures/disposable.js";
 
 /** Parses `[models.*]` TOML the way the node config parser hands it over. */
 function models(toml: string, env: NodeJS.ProcessEnv = {}, baseDir?: string) {
@@ -71,21 +71,18 @@ scheduling = "fair_share"
   });
 
   it("config - reads the key from api_key_file, relative to the config's directory", async () => {
-    const dir = await mkdtemp(join(tmpdir(), "kova-models-"));
-    try {
-      await writeFile(join(dir, "openai.key"), "sk-from-file\n");
-      const m = models(`[models.fast]\nmodel = "gpt-4o"\napi_key_file = "openai.key"\n`, {}, dir);
-      expect(m.get("fast")!.apiKey).toBe("sk-from-file");
+    await using tmp = await tempDir("kova-models-");
+    const dir = tmp.path;
+    await writeFile(join(dir, "openai.key"), "sk-from-file\n");
+    const m = models(`[models.fast]\nmodel = "gpt-4o"\napi_key_file = "openai.key"\n`, {}, dir);
+    expect(m.get("fast")!.apiKey).toBe("sk-from-file");
 
-      const missing = configError(() => models(`[models.fast]\nmodel = "gpt-4o"\napi_key_file = "absent.key"\n`, {}, dir));
-      expect(missing.key).toBe("models.fast.api_key_file");
-      expect(missing.message).toContain("ENOENT");
+    const missing = configError(() => models(`[models.fast]\nmodel = "gpt-4o"\napi_key_file = "absent.key"\n`, {}, dir));
+    expect(missing.key).toBe("models.fast.api_key_file");
+    expect(missing.message).toContain("ENOENT");
 
-      await writeFile(join(dir, "empty.key"), "  \n");
-      expect(configError(() => models(`[models.fast]\nmodel = "gpt-4o"\napi_key_file = "empty.key"\n`, {}, dir)).message).toContain("is empty");
-    } finally {
-      await rm(dir, { recursive: true, force: true });
-    }
+    await writeFile(join(dir, "empty.key"), "  \n");
+    expect(configError(() => models(`[models.fast]\nmodel = "gpt-4o"\napi_key_file = "empty.key"\n`, {}, dir)).message).toContain("is empty");
   });
 
   it.each([

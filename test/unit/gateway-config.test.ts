@@ -1,11 +1,11 @@
 import { describe, expect, it } from "vitest";
-import { mkdtemp, writeFile, rm } from "node:fs/promises";
-import { tmpdir } from "node:os";
+import { writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { parseGatewayConfig } from "../../src/gateway/config.js";
 import { hashKey, generateKey } from "../../src/gateway/keys.js";
 import { parseConfig } from "../../src/node/config.js";
 import { configError } from "../fixtures/config-error.js";
+import { tempDir } from "../fixtures/disposable.js";
 
 describe("gateway config", () => {
   it("gateway config - defaults: loopback 8080, keys auth, 1 MiB bodies, 600 requests a minute", () => {
@@ -34,30 +34,27 @@ describe("gateway config", () => {
 
   it("gateway config - a key comes as a hash, from the environment or from a file, and is stored hashed only", async () => {
     const key = generateKey();
-    const dir = await mkdtemp(join(tmpdir(), "kova-gwcfg-"));
-    try {
-      await writeFile(join(dir, "ops.key"), `${key}\n`);
-      const c = parseGatewayConfig(
-        {
-          keys: [
-            { name: "ci", hash: hashKey(key), agents: ["researcher"], rate_per_minute: 5 },
-            { name: "env", key_env: "GW_KEY" },
-            { name: "file", key_file: "./ops.key" },
-            { name: "all", hash: hashKey("x"), agents: ["*"] },
-          ],
-        },
-        { baseDir: dir, env: { GW_KEY: key } },
-      );
-      expect(c.keys).toEqual([
-        { name: "ci", hash: hashKey(key), agents: ["researcher"], ratePerMinute: 5 },
-        { name: "env", hash: hashKey(key) },
-        { name: "file", hash: hashKey(key) },
-        { name: "all", hash: hashKey("x") },
-      ]);
-      expect(JSON.stringify(c)).not.toContain(key);
-    } finally {
-      await rm(dir, { recursive: true, force: true });
-    }
+    await using tmp = await tempDir("kova-gwcfg-");
+    const dir = tmp.path;
+    await writeFile(join(dir, "ops.key"), `${key}\n`);
+    const c = parseGatewayConfig(
+      {
+        keys: [
+          { name: "ci", hash: hashKey(key), agents: ["researcher"], rate_per_minute: 5 },
+          { name: "env", key_env: "GW_KEY" },
+          { name: "file", key_file: "./ops.key" },
+          { name: "all", hash: hashKey("x"), agents: ["*"] },
+        ],
+      },
+      { baseDir: dir, env: { GW_KEY: key } },
+    );
+    expect(c.keys).toEqual([
+      { name: "ci", hash: hashKey(key), agents: ["researcher"], ratePerMinute: 5 },
+      { name: "env", hash: hashKey(key) },
+      { name: "file", hash: hashKey(key) },
+      { name: "all", hash: hashKey("x") },
+    ]);
+    expect(JSON.stringify(c)).not.toContain(key);
     expect(configError(() => parseGatewayConfig({ keys: [{ name: "a", key_env: "NOPE" }] }, { env: {} })).message).toContain("NOPE is not set");
     expect(configError(() => parseGatewayConfig({ keys: [{ name: "a", hash: "md5:abc" }] })).message).toContain("sha256:");
     expect(configError(() => parseGatewayConfig({ keys: [{ name: "a" }] })).message).toContain("exactly one of hash");

@@ -5,6 +5,13 @@ import { join } from "node:path";
 import { defaultConfig, loadConfig, parseConfig } from "../../src/node/config.js";
 import { configError } from "../fixtures/config-error.js";
 
+/** A file the parser must refuse with a ConfigError naming `key` and saying `text`. */
+function refused(toml: string, key: string, text: string): void {
+  const err = configError(() => parseConfig(toml, { env: {} }));
+  expect(err.key).toBe(key);
+  expect(err.message).toContain(text);
+}
+
 describe("node config", () => {
   it("config - parses a full file into camelCase with paths relative to the file", () => {
     const cfg = parseConfig(
@@ -74,11 +81,41 @@ module = "./probe.mjs"
     expect(cfg.dataDir.endsWith(join(".kova-data", "solo"))).toBe(true);
   });
 
+  it("config - unknown_agent_after_ms defaults to 10 min (docs/security.md) and is bounded", () => {
+    expect(defaultConfig({ KOVA_NODE_ID: "solo" }).unknownAgentAfterMs).toBe(600_000);
+    expect(parseConfig(`[cluster]\nunknown_agent_after_ms = 1500`, { env: {} }).unknownAgentAfterMs).toBe(1500);
+    expect(configError(() => parseConfig(`[cluster]\nunknown_agent_after_ms = 5`, { env: {} })).key).toBe("cluster.unknown_agent_after_ms");
+  });
+
   it("config - marker_compaction is a duration (default 10 min), 0 turns it off", () => {
     expect(defaultConfig({ KOVA_NODE_ID: "solo" }).markerCompactionMs).toBe(600_000);
     expect(parseConfig(`[cluster]\nmarker_compaction = "1h"`, { env: {} }).markerCompactionMs).toBe(3_600_000);
     expect(parseConfig(`[cluster]\nmarker_compaction = "0"`, { env: {} }).markerCompactionMs).toBe(0);
     expect(configError(() => parseConfig(`[cluster]\nmarker_compaction = "soon"`, { env: {} })).key).toBe("cluster.marker_compaction");
+  });
+
+  it("config - [checkpoint] processed_window is an integer from 1 to 1,000,000 (default 1000); a bad value or key is refused naming it", () => {
+    const parse = (toml: string) => parseConfig(toml, { env: {} });
+    expect(defaultConfig({ KOVA_NODE_ID: "solo" }).processedWindow).toBe(1000);
+    expect(parse("[checkpoint]").processedWindow).toBe(1000);
+    expect(parse("[checkpoint]\nprocessed_window = 1").processedWindow).toBe(1);
+    expect(parse("[checkpoint]\nprocessed_window = 1000000").processedWindow).toBe(1_000_000);
+    for (const bad of ["0", "-1", "1000001", "2.5", '"1000"', "true", "[10]"]) {
+      refused(`[checkpoint]\nprocessed_window = ${bad}`, "checkpoint.processed_window", "must be an integer from 1 to 1000000");
+    }
+    refused("[checkpoint]\nprocessed-window = 10", "checkpoint.processed-window", "did you mean checkpoint.processed_window");
+    refused("checkpoint = 10", "checkpoint", "must be a table");
+  });
+
+  it("config - [journal] nats is true or false (default true); a bad value or key is refused naming it", () => {
+    const parse = (toml: string) => parseConfig(toml, { env: {} });
+    expect(defaultConfig({ KOVA_NODE_ID: "solo" }).natsJournal).toBe(true);
+    expect(parse("[journal]").natsJournal).toBe(true);
+    expect(parse("[journal]\nnats = true").natsJournal).toBe(true);
+    expect(parse("[journal]\nnats = false").natsJournal).toBe(false);
+    for (const bad of ['"false"', "0", "1", '"no"']) refused(`[journal]\nnats = ${bad}`, "journal.nats", "must be true or false");
+    refused("[journal]\nnat = false", "journal.nat", "did you mean journal.nats");
+    refused('journal = "nats"', "journal", "must be a table");
   });
 
   it("config - an unknown key is named with a suggestion", () => {

@@ -1,8 +1,10 @@
 import { describe, expect, it } from "vitest";
-import { dueTick, durationMs, nextTick, parseSchedule } from "../../src/node/schedule-spec.js";
+import { dueTick, durationMs, nextTick, parseSchedule, scheduledRunId, scheduleTarget } from "../../src/node/schedule-spec.js";
 import { configError } from "../fixtures/config-error.js";
+import { join } from "node:path";
 
 const at = (iso: string) => Date.parse(iso);
+const WORKFLOW_FIXTURES = join(import.meta.dirname, "../fixtures/workflow");
 
 describe("schedules: specs and ticks", () => {
   it("schedules - parse cron and interval schedules; mistakes name the key", () => {
@@ -20,6 +22,29 @@ describe("schedules: specs and ticks", () => {
     expect(configError(() => parseSchedule({ id: "x", every: "soon", to: "a" }, "schedules[2]")).message).toContain("schedules[2].every");
     expect(configError(() => parseSchedule({ id: "x", every: "1s", to: "a", catch_up: "all" }, "s")).message).toContain("s.catch_up");
     expect(configError(() => parseSchedule({ id: "x", every: "1s", to: "bad id" }, "s")).message).toContain("s.to");
+  });
+
+  it("schedules - a workflow schedule reads its file (relative to kova.toml) and checks the workflow and input at once; its runs are sched-<id>-<tick>", () => {
+    const spec = parseSchedule({ id: "nightly", every: "1h", workflow: "scheduled.toml", input: { topic: "nats" } }, "schedules[0]", WORKFLOW_FIXTURES);
+    expect(spec).toMatchObject({ id: "nightly", everyMs: 3_600_000, workflow: { id: "digest", input: { topic: "nats" } }, catchUp: "skip" });
+    expect(spec.to).toBeUndefined();
+    expect((spec.workflow!.definition as { workflow: { id: string } }).workflow.id).toBe("digest");
+    // The definition itself, as `kova schedules add --workflow` sends it; the same spec.
+    expect(parseSchedule({ id: "nightly", every: "1h", workflow: spec.workflow!.definition, input: { topic: "nats" } }, "schedule")).toEqual(spec);
+    expect(scheduledRunId("nightly", 1_700_000_000_000)).toBe("sched-nightly-1700000000000");
+    expect(scheduleTarget(spec)).toBe("workflow:digest");
+    const err = (raw: Record<string, unknown>, baseDir?: string) => configError(() => parseSchedule({ id: "w", every: "1h", ...raw }, "schedules[3]", baseDir));
+    expect(err({ workflow: "scheduled.toml" }, WORKFLOW_FIXTURES).key).toBe("schedules[3].input");
+    expect(err({ workflow: "scheduled.toml", input: { topic: 3 } }, WORKFLOW_FIXTURES).message).toContain("topic");
+    expect(err({ workflow: "missing.toml" }, WORKFLOW_FIXTURES).message).toMatch(
+      /schedules\[3\]\.workflow: cannot read the workflow file .*missing\.toml \(ENOENT\)/,
+    );
+    expect(err({ workflow: { workflow: { id: "x" } } }).key).toBe("schedules[3].workflow");
+    expect(err({ workflow: "scheduled.toml" }).message).toContain("kova schedules add --workflow <file> reads the file");
+    expect(err({ workflow: "scheduled.toml", to: "a" }, WORKFLOW_FIXTURES).key).toBe("schedules[3].to");
+    expect(err({ to: "a", input: { topic: "x" } }).key).toBe("schedules[3].input");
+    expect(err({ id: "x".repeat(77), workflow: "scheduled.toml", input: { topic: "x" } }, WORKFLOW_FIXTURES).message).toContain("at most 76 characters");
+    expect(err({}).message).toContain('or workflow = "<file>"');
   });
 
   it("schedules - cron ticks honour the time zone; interval ticks are anchored so every node computes the same", () => {

@@ -93,6 +93,8 @@ idempotent_tools = ["search", "tools_1/lookup"]`,
   it.each([
     ["a missing name", `[[mcp.servers]]\ncommand = "x"`, {}, "mcp.servers[0].name", "is required"],
     ["a name with a dot", `[[mcp.servers]]\nname = "a.b"\ncommand = "x"`, {}, "mcp.servers[0].name", "[A-Za-z0-9_-]"],
+    // <server>/<tool> must stay a valid tool name, whose server part is at most 64 characters.
+    ["a name of 65 characters", `[[mcp.servers]]\nname = "${"s".repeat(65)}"\ncommand = "x"`, {}, "mcp.servers[0].name", "use 1-64 characters"],
     ["neither command nor url", `[[mcp.servers]]\nname = "a"`, {}, "mcp.servers[0]", "needs command"],
     ["both command and url", `[[mcp.servers]]\nname = "a"\ncommand = "x"\nurl = "http://h/mcp"`, {}, "mcp.servers[0]", "keep one"],
     ["a url that is not http", `[[mcp.servers]]\nname = "a"\nurl = "ftp://h/mcp"`, {}, "mcp.servers[0].url", "http(s) URL"],

@@ -1,16 +1,26 @@
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { dbConfigFrom } from "../../src/tools/builtin/db-config.js";
 import { shellConfigFrom } from "../../src/tools/builtin/shell-config.js";
 import { configError } from "../fixtures/config-error.js";
+import { tempDir } from "../fixtures/disposable.js";
 
 describe("[tools.shell] config", () => {
   it("shell config - defaults to the bwrap sandbox with bounded limits", () => {
     const c = shellConfigFrom(undefined, "tools.shell", { PATH: "/nonexistent" });
-    expect(c).toMatchObject({ sandbox: "bwrap", bwrapPath: "/usr/bin/bwrap", timeoutMs: 10_000, maxOutputBytes: 65_536, maxProcesses: 64, roBinds: [] });
-    expect(c.memoryBytes).toBe(1024 * 1024 * 1024);
+    expect(c).toMatchObject({
+      sandbox: "bwrap",
+      bwrapPath: "/usr/bin/bwrap",
+      timeoutMs: 10_000,
+      maxOutputBytes: 65_536,
+      maxProcesses: 32,
+      cgroup: "/sys/fs/cgroup/kova-shell",
+      roBinds: [],
+    });
+    // Without a cgroup a call may use processes × memory_mb: 16 × 256 MiB = memory_total_mb.
+    expect(c.memoryBytes).toBe(256 * 2 ** 20);
+    expect(c.memoryTotalBytes).toBe(4096 * 2 ** 20);
     expect(c.workRoot).toBeUndefined();
   });
 
@@ -21,7 +31,9 @@ describe("[tools.shell] config", () => {
         timeout_ms: 2000,
         max_output_bytes: 2048,
         memory_mb: 256,
+        memory_total_mb: 512,
         max_processes: 8,
+        cgroup: "/sys/fs/cgroup/delegated/kova/",
         max_file_mb: 2,
         tmp_size_mb: 4,
         work_size_mb: 5,
@@ -37,7 +49,9 @@ describe("[tools.shell] config", () => {
       timeoutMs: 2000,
       maxOutputBytes: 2048,
       memoryBytes: 256 * 2 ** 20,
+      memoryTotalBytes: 512 * 2 ** 20,
       maxProcesses: 8,
+      cgroup: "/sys/fs/cgroup/delegated/kova",
       maxFileBytes: 2 * 2 ** 20,
       tmpBytes: 4 * 2 ** 20,
       workBytes: 5 * 2 ** 20,
@@ -59,6 +73,13 @@ describe("[tools.shell] config", () => {
       "tools.shell.timeoutms: unknown key: did you mean tools.shell.timeout_ms?",
     );
     expect(configError(() => shellConfigFrom({ sandbox: "none", bwrap_path: "/usr/bin/bwrap" }, "tools.shell")).key).toBe("tools.shell.bwrap_path");
+    expect(configError(() => shellConfigFrom({ memory_mb: 1024, memory_total_mb: 512 }, "tools.shell")).message).toBe(
+      "tools.shell.memory_total_mb: is 512, less than memory_mb (1024), the limit of a single process: raise it or lower memory_mb",
+    );
+    expect(configError(() => shellConfigFrom({ cgroup: "/tmp/cg" }, "tools.shell")).message).toMatch(
+      /^tools\.shell\.cgroup: must be "auto", "off" or a cgroup v2 directory under \/sys\/fs\/cgroup/,
+    );
+    expect(shellConfigFrom({ cgroup: "off" }, "tools.shell").cgroup).toBe("off");
   });
 });
 
@@ -73,24 +94,40 @@ describe("[tools.db] config", () => {
       poolSize: 2,
       connectTimeoutMs: 5000,
       allowPrivilegedLogin: false,
+      allowSessionSignals: false,
+      allowRoleReset: false,
     });
     const c = dbConfigFrom(
-      { url_env: "KOVA_DB_URL", role: "kova_ro", statement_timeout_ms: 100, max_rows: 5, pool_size: 1, allow_privileged_login: true },
+      {
+        url_env: "KOVA_DB_URL",
+        role: "kova_ro",
+        statement_timeout_ms: 100,
+        max_rows: 5,
+        pool_size: 1,
+        allow_privileged_login: true,
+        allow_session_signals: true,
+        allow_role_reset: true,
+      },
       "tools.db",
       env,
     );
-    expect(c).toMatchObject({ role: "kova_ro", statementTimeoutMs: 100, maxRows: 5, poolSize: 1, allowPrivilegedLogin: true });
+    expect(c).toMatchObject({
+      role: "kova_ro",
+      statementTimeoutMs: 100,
+      maxRows: 5,
+      poolSize: 1,
+      allowPrivilegedLogin: true,
+      allowSessionSignals: true,
+      allowRoleReset: true,
+    });
   });
 
-  it("db config - takes the URL from url_file", () => {
-    const dir = mkdtempSync(join(tmpdir(), "kova-dbcfg-"));
-    try {
-      writeFileSync(join(dir, "url"), "postgresql://r@h/db\n");
-      expect(dbConfigFrom({ url_file: join(dir, "url") }, "tools.db", {}).url).toBe("postgresql://r@h/db");
-      expect(configError(() => dbConfigFrom({ url_file: join(dir, "missing") }, "tools.db", {})).message).toMatch(/^tools\.db\.url_file: cannot read .*ENOENT/);
-    } finally {
-      rmSync(dir, { recursive: true, force: true });
-    }
+  it("db config - takes the URL from url_file", async () => {
+    await using tmp = await tempDir("kova-dbcfg-");
+    const dir = tmp.path;
+    writeFileSync(join(dir, "url"), "postgresql://r@h/db\n");
+    expect(dbConfigFrom({ url_file: join(dir, "url") }, "tools.db", {}).url).toBe("postgresql://r@h/db");
+    expect(configError(() => dbConfigFrom({ url_file: join(dir, "missing") }, "tools.db", {})).message).toMatch(/^tools\.db\.url_file: cannot read .*ENOENT/);
   });
 
   it("db config - refuses a URL written in the file, a missing variable and a bad role, without quoting the secret", () => {
@@ -110,5 +147,6 @@ describe("[tools.db] config", () => {
     expect(configError(() => dbConfigFrom({ url_env: "KOVA_DB_URL", allow_privileged_login: "yes" }, "tools.db", env)).key).toBe(
       "tools.db.allow_privileged_login",
     );
+    expect(configError(() => dbConfigFrom({ url_env: "KOVA_DB_URL", allow_role_reset: 1 }, "tools.db", env)).key).toBe("tools.db.allow_role_reset");
   });
 });

@@ -176,6 +176,69 @@ describe("workflow engine", () => {
     expect(sim.state.steps.f).toMatchObject({ status: "completed", fallback: true, output: "B" });
   });
 
+  it("abort - an explicit on_error abort fails the run at that step: no retry of a retryable failure, no later step starts", () => {
+    const def = one([
+      { id: "a", agent: "x", task: "t", on_error: { strategy: "abort" } },
+      { id: "b", agent: "y", task: "after {{steps.a.output}}" },
+    ]);
+    expect(def.steps[0]!.onError).toEqual({ strategy: "abort" });
+    const sim = new Sim();
+    sim.start(def);
+    sim.reply("x", "", { fail: true });
+    expect(sim.state).toMatchObject({ status: "failed", error: { code: "MODEL_DOWN", message: "agent x failed: boom" } });
+    expect(sim.state.steps.a).toMatchObject({ status: "failed", attempt: 1 });
+    expect(sim.state.steps.b).toBeUndefined();
+    expect(sim.sends().map((s) => s.to)).toEqual(["x"]);
+    expect(sim.events("step_retry")).toEqual([]);
+    const events = sim.effects.flatMap((e) => (e.kind === "event" ? [e.type] : []));
+    expect(events.slice(-3)).toEqual(["step_failed", "run_failed", "run_stream_end"]);
+    expect(sim.events("step_started").map((e) => e.stepId)).toEqual(["a"]);
+  });
+
+  it("fallback step - any step can stand in for a failed one: a parallel step's output and metadata become the step's; a failing fallback fails the run", () => {
+    const def = one([
+      {
+        id: "main",
+        agent: "x",
+        task: "t",
+        on_error: {
+          strategy: "fallback",
+          step: {
+            id: "rescue",
+            type: "parallel",
+            branches: [
+              { agent: "b1", task: "fix after {{steps.main.error.code}}" },
+              { agent: "b2", task: "also" },
+            ],
+          },
+        },
+      },
+      { id: "after", agent: "z", task: "{{steps.main.output.0}} + {{steps.main.output.1}} by fallback {{steps.main.metadata.fallback}}" },
+    ]);
+    const sim = new Sim();
+    sim.start(def);
+    sim.reply("x", "", { fail: true });
+    expect(sim.events("step_fallback")).toEqual([
+      expect.objectContaining({ stepId: "main", fallback: "rescue", error: expect.objectContaining({ code: "MODEL_DOWN" }) }),
+    ]);
+    expect(sim.open("b1").payload.input).toBe("fix after MODEL_DOWN");
+    sim.reply("b1", "B1");
+    sim.reply("b2", "B2");
+    expect(sim.open("z").payload.input).toBe("B1 + B2 by fallback true");
+    expect(sim.state.steps.main).toMatchObject({ status: "completed", fallback: true, output: ["B1", "B2"] });
+    sim.reply("z", "done");
+    expect(sim.state).toMatchObject({ status: "completed", output: "done" });
+
+    const fails = new Sim();
+    fails.start(def);
+    fails.reply("x", "", { fail: true });
+    fails.reply("b1", "", { fail: true });
+    fails.reply("b2", "B2");
+    expect(fails.state).toMatchObject({ status: "failed", error: { code: WorkflowErrorCode.PARALLEL_FAILED } });
+    expect(fails.state.steps.main).toMatchObject({ status: "failed", fallback: true });
+    expect(fails.sends().map((s) => s.to)).not.toContain("z");
+  });
+
   it("abort - a rejected approval takes the else arm and its fail ends the run", async () => {
     const { definition } = await loadWorkflowFile(join(import.meta.dirname, "../fixtures/workflow/report.toml"));
     const sim = new Sim();

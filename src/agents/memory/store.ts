@@ -15,10 +15,21 @@ export interface MemoryStore {
   save(agentId: string, sessionId: string, messages: readonly ChatMessage[]): Promise<void>;
 }
 
-interface Stored {
+/** A conversation as stored (JSON). */
+export interface StoredMemory {
   v: number;
   messages: ChatMessage[];
   ts: number;
+}
+
+/**
+ * A stored conversation as this build reads it: its messages.
+ * @throws UnsupportedFormatError for a conversation a newer Kova stored
+ */
+export function readStoredMemory(agentId: string, sessionId: string, value: unknown): ChatMessage[] {
+  const stored = value as StoredMemory;
+  checkFormatVersion(`memory of ${agentId} session ${sessionId}`, stored?.v, READABLE);
+  return stored.messages;
 }
 
 const enc = new TextEncoder();
@@ -55,9 +66,7 @@ export class NatsMemoryStore implements MemoryStore {
   async load(agentId: string, sessionId: string): Promise<ChatMessage[]> {
     const entry = await this.kv.get(`${agentId}.${sessionId}`);
     if (entry === null || entry.operation !== "PUT") return [];
-    const stored = entry.json<Stored>();
-    checkFormatVersion(`memory of ${agentId} session ${sessionId}`, stored.v, READABLE);
-    return stored.messages;
+    return readStoredMemory(agentId, sessionId, entry.json<unknown>());
   }
 
   async save(agentId: string, sessionId: string, messages: readonly ChatMessage[]): Promise<void> {
@@ -72,5 +81,5 @@ export class NatsMemoryStore implements MemoryStore {
 }
 
 function encode(messages: ChatMessage[]): Uint8Array {
-  return enc.encode(JSON.stringify({ v: MEMORY_VERSION, messages, ts: Date.now() } satisfies Stored));
+  return enc.encode(JSON.stringify({ v: MEMORY_VERSION, messages, ts: Date.now() } satisfies StoredMemory));
 }

@@ -15,7 +15,12 @@ import { boolAt, intAt, keyOf, secretAt, stringAt } from "./toml-values.js";
  * pool_size = 2
  * connect_timeout_ms = 5000
  * allow_privileged_login = false # true lets a superuser login run queries (not recommended)
+ * allow_session_signals = false  # true accepts a login that may run pg_cancel_backend / pg_terminate_backend
+ * allow_role_reset = false       # true accepts a role that may run set_config, so a query can drop it
  * ```
+ *
+ * The three `allow_*` keys accept what db.ts's start-up check (db-login.ts) refuses; each
+ * names one thing a query could otherwise do beyond reading.
  */
 export interface DbConfig {
   /** Secret: never log it. */
@@ -25,10 +30,27 @@ export interface DbConfig {
   maxRows: number;
   poolSize: number;
   connectTimeoutMs: number;
+  /** Skips the whole login check (a superuser login is then accepted as well). */
   allowPrivilegedLogin: boolean;
+  /** Accepts a login (or role) that may cancel or end other sessions of the same login. */
+  allowSessionSignals: boolean;
+  /** Accepts a `role` that a query can undo with set_config('role', 'none', true). */
+  allowRoleReset: boolean;
 }
 
-const KEYS = ["url", "url_env", "url_file", "role", "statement_timeout_ms", "max_rows", "pool_size", "connect_timeout_ms", "allow_privileged_login"] as const;
+const KEYS = [
+  "url",
+  "url_env",
+  "url_file",
+  "role",
+  "statement_timeout_ms",
+  "max_rows",
+  "pool_size",
+  "connect_timeout_ms",
+  "allow_privileged_login",
+  "allow_session_signals",
+  "allow_role_reset",
+] as const;
 
 const ROLE = /^[A-Za-z_][A-Za-z0-9_$]{0,62}$/;
 
@@ -55,6 +77,8 @@ export function dbConfigFrom(table: ConfigTable | undefined, keyPrefix = "tools.
     poolSize: intAt(t, keyPrefix, "pool_size", 1, 100) ?? 2,
     connectTimeoutMs: intAt(t, keyPrefix, "connect_timeout_ms", 100, 600_000) ?? 5000,
     allowPrivilegedLogin: boolAt(t, keyPrefix, "allow_privileged_login") ?? false,
+    allowSessionSignals: boolAt(t, keyPrefix, "allow_session_signals") ?? false,
+    allowRoleReset: boolAt(t, keyPrefix, "allow_role_reset") ?? false,
   };
   const role = stringAt(t, keyPrefix, "role");
   if (role !== undefined) {

@@ -8,6 +8,7 @@ export const DbErrorCode = defineErrorCodes("tools", {
   DB_STATEMENT_TIMEOUT: "DB_STATEMENT_TIMEOUT",
   DB_UNAVAILABLE: "DB_UNAVAILABLE",
   DB_PRIVILEGED_LOGIN: "DB_PRIVILEGED_LOGIN",
+  DB_LOGIN_NOT_CONFINED: "DB_LOGIN_NOT_CONFINED",
   DB_ABORTED: "DB_ABORTED",
 });
 
@@ -101,6 +102,41 @@ export class DbPrivilegedLoginError extends KovaError {
       DbErrorCode.DB_PRIVILEGED_LOGIN,
       `db_query refuses to run as ${login} (${powers.join(", ")}): a query could reach the server's files, programs or other sessions even in a read-only transaction, and a configured role does not stop it because set_config('role', …) undoes SET ROLE. Connect as a role without these rights (CREATE ROLE kova_reader LOGIN; GRANT SELECT ON … TO kova_reader), or set [tools.db] allow_privileged_login = true if you knowingly accept it`,
       { data: { login, powers } },
+    );
+  }
+}
+
+/** One function a query could use beyond reading, found by the start-up check (db-login.ts). */
+export interface LoginFinding {
+  /** role_reset: set_config undoes the configured role; session_signals: pg_cancel_backend / pg_terminate_backend. */
+  kind: "role_reset" | "session_signals";
+  /** Schema-qualified with its argument types, as REVOKE takes it: pg_catalog.set_config(text,text,boolean). */
+  function: string;
+  /** The roles a query can act as that may execute it. */
+  holders: string[];
+  /** Where their right comes from: PUBLIC or a (quoted) role name; what to revoke. */
+  grantees: string[];
+}
+
+/**
+ * The login (or the configured role) may do more than read even without server powers: cancel
+ * or end other sessions of the same login, or undo the role inside a query. The message names
+ * the REVOKE statements that close it and the `allow_*` key that accepts it instead.
+ */
+export class DbLoginNotConfinedError extends KovaError {
+  constructor(info: { login: string; role: string | undefined; database: string; findings: LoginFinding[] }) {
+    const { login, role, database, findings } = info;
+    const reasons = findings.map((f) =>
+      f.kind === "role_reset"
+        ? `role ${role} may execute ${f.function}, so a query undoes the role (SELECT set_config('role', 'none', true), …) and acts as ${login}`
+        : `${f.holders.join(", ")} may execute ${f.function}, so a query can ${f.function.includes("terminate") ? "end" : "cancel"} other sessions of the same login (other agents' db_query calls, or the application's own if it shares the login ${login})`,
+    );
+    const fix = findings.filter((f) => f.grantees.length > 0).map((f) => `REVOKE EXECUTE ON FUNCTION ${f.function} FROM ${f.grantees.join(", ")};`);
+    const keys = [...new Set(findings.map((f) => (f.kind === "role_reset" ? "allow_role_reset" : "allow_session_signals")))];
+    super(
+      DbErrorCode.DB_LOGIN_NOT_CONFINED,
+      `db_query refuses to run as ${login}${role ? ` with role ${role}` : ""}: ${reasons.join("; ")}. Run as a superuser in database ${database}: ${fix.join(" ")} and then GRANT EXECUTE ON FUNCTION … TO any other role that needs it (these rights are per database). Or set [tools.db] ${keys.map((k) => `${k} = true`).join(" and ")} if you knowingly accept it`,
+      { data: { login, role, database, findings, fix, keys } },
     );
   }
 }

@@ -1,17 +1,11 @@
 import type { FieldDef, Pool, PoolClient, QueryArrayConfig } from "pg";
-import { ArgumentError, type KovaError } from "../../core/errors.js";
+import { ArgumentError, isKovaError, type KovaError } from "../../core/errors.js";
 import type { Logger } from "../../core/logger.js";
 import type { Tool, ToolContext } from "../types.js";
 import type { DbConfig } from "./db-config.js";
-import {
-  DbAbortedError,
-  DbMultipleStatementsError,
-  DbNotAQueryError,
-  DbPrivilegedLoginError,
-  DbQueryError,
-  DbStatementTimeoutError,
-  DbUnavailableError,
-} from "./db-errors.js";
+import { cancelTarget, sendCancelRequest, type CancelTarget } from "./db-cancel.js";
+import { DbAbortedError, DbMultipleStatementsError, DbNotAQueryError, DbQueryError, DbStatementTimeoutError, DbUnavailableError } from "./db-errors.js";
+import { checkLogin } from "./db-login.js";
 import { inspectSql } from "./db-sql.js";
 import { componentLogger } from "../../core/logger.js";
 
@@ -70,15 +64,15 @@ const TYPES = { getTypeParser: ((oid: number) => PARSERS[oid] ?? ((v: string) =>
  * Creates `db_query`: one read-only query per call against PostgreSQL. Each call:
  * refuses anything but a single SELECT / WITH / VALUES / TABLE before sending; then, on a
  * pooled connection, `BEGIN READ ONLY`, statement and idle timeouts and the optional
- * role as transaction-local settings, the query as a cursor (`DECLARE … CURSOR FOR`,
+ * role as `SET LOCAL` (statements, not set_config calls, so neither the login nor the
+ * role needs EXECUTE on set_config), the query as a cursor (`DECLARE … CURSOR FOR`,
  * which PostgreSQL itself only accepts for a SELECT or VALUES without data-modifying
  * CTEs) through the extended protocol with bind parameters, `FETCH max_rows + 1`, and
  * always `ROLLBACK; DISCARD ALL` so no session state (advisory locks, settings) reaches
- * the next call. Before the first query the login role is checked: a superuser or a
- * member of pg_execute_server_program / pg_read_server_files / pg_write_server_files /
- * pg_signal_backend is refused unless `allow_privileged_login` is set, because a read-only
- * transaction does not stop those powers and set_config('role', …) undoes a role.
- * `pg` is imported on first use. Idempotent: it never writes.
+ * the next call. Before the first query the login is checked (db-login.ts): server
+ * powers, signal functions a query could reach and a role set_config could undo are
+ * refused unless the matching `allow_*` key is set, because a read-only transaction
+ * stops none of them. `pg` is imported on first use. Idempotent: it never writes.
  */
 export function createDbTool(config: DbConfig, logger: Logger): DbTool {
   const log = componentLogger(logger, "tools", { tool: "db_query" });
@@ -104,14 +98,18 @@ export function createDbTool(config: DbConfig, logger: Logger): DbTool {
     return pool;
   };
 
-  const checkLogin = (p: Pool): Promise<void> => {
-    if (config.allowPrivilegedLogin) return Promise.resolve();
-    login ??= loginPowers(p).then(
-      ({ name, powers }) => {
-        if (powers.length > 0) throw new DbPrivilegedLoginError(name, powers);
-        log.info({ login: name, role: config.role }, "db_query login checked: no server-side powers");
+  const loginChecked = (p: Pool): Promise<void> => {
+    login ??= checkLogin(p, config).then(
+      (name) => {
+        const accepted = [
+          config.allowPrivilegedLogin && "allow_privileged_login",
+          config.allowSessionSignals && "allow_session_signals",
+          config.allowRoleReset && "allow_role_reset",
+        ].filter(Boolean);
+        log.info({ login: name, role: config.role, accepted }, "db_query login checked: no power beyond reading, except what accepted lists");
       },
       (err: unknown) => {
+        if (isKovaError(err)) throw err; // a refusal stays until the database or the config changes
         login = undefined; // a connection failure is worth another try on the next call
         throw new DbUnavailableError(errorText(err), { cause: err });
       },
@@ -128,7 +126,7 @@ export function createDbTool(config: DbConfig, logger: Logger): DbTool {
     if (shape.statements === 0 || !QUERY_KEYWORDS.has(shape.firstKeyword ?? "")) throw new DbNotAQueryError(shape.firstKeyword);
 
     const { pool: p, pg } = await getPool();
-    await checkLogin(p);
+    await loginChecked(p);
     const started = performance.now();
     let client: PoolClient;
     try {
@@ -145,24 +143,24 @@ export function createDbTool(config: DbConfig, logger: Logger): DbTool {
       log.warn({ err: err.message, agentId: ctx.agentId, callId: ctx.callId }, "db_query: the connection failed during the call");
     };
     client.on("error", onConnectionError);
-    let backendPid: number | undefined;
+    const target = cancelTarget(client);
+    let cancelling: Promise<unknown> | undefined;
     const onAbort = () => {
       // A backend does not notice a closed socket while it computes, so cancel the query the
       // way psql does; the connection itself stays usable and goes back to the pool.
-      if (backendPid !== undefined) void cancelBackend(pg, config, backendPid, log);
+      if (target) cancelling = cancelBackend(target, config, log, ctx);
     };
     ctx.signal.addEventListener("abort", onAbort, { once: true });
     try {
       if (ctx.signal.aborted) throw new DbAbortedError();
-      const settings = [
-        `set_config('statement_timeout', '${config.statementTimeoutMs}', true)`,
-        `set_config('idle_in_transaction_session_timeout', '${config.statementTimeoutMs + CLIENT_GRACE_MS}', true)`,
-        "pg_backend_pid() AS pid",
+      const begin = [
+        "BEGIN READ ONLY",
+        `SET LOCAL statement_timeout = ${config.statementTimeoutMs}`,
+        `SET LOCAL idle_in_transaction_session_timeout = ${config.statementTimeoutMs + CLIENT_GRACE_MS}`,
       ];
-      if (config.role !== undefined) settings.push(`set_config('role', ${pg.escapeLiteral(config.role)}, true)`);
-      // Our own text only (numbers and a validated role name), so the simple protocol may carry both.
-      const begun = (await client.query(`BEGIN READ ONLY; SELECT ${settings.join(", ")}`)) as unknown as Array<{ rows: Array<{ pid: number }> }>;
-      backendPid = begun[1]?.rows[0]?.pid;
+      if (config.role !== undefined) begin.push(`SET LOCAL ROLE ${pg.escapeIdentifier(config.role)}`);
+      // Our own text only (numbers and a validated role name), so the simple protocol may carry all of it.
+      await client.query(begin.join("; "));
       if (ctx.signal.aborted) throw new DbAbortedError();
       await client.query(extended({ text: CURSOR_PREFIX + shape.body, values: params }));
       const fetched = await client.query(extended({ text: `FETCH FORWARD ${config.maxRows + 1} FROM kova_query`, rowMode: "array", types: TYPES }));
@@ -183,6 +181,8 @@ export function createDbTool(config: DbConfig, logger: Logger): DbTool {
       throw queryError(err, pg, config.statementTimeoutMs);
     } finally {
       ctx.signal.removeEventListener("abort", onAbort);
+      // A cancel still on its way could hit the ROLLBACK or the next call's query.
+      await cancelling;
       if (!broken) {
         try {
           // Two round trips: in one simple query the pair would run as an implicit transaction, which DISCARD ALL refuses.
@@ -236,35 +236,15 @@ export function createDbTool(config: DbConfig, logger: Logger): DbTool {
   };
 }
 
-/** Cancels a running query from a short-lived second connection (any role may cancel its own backends). */
-async function cancelBackend(pg: typeof import("pg").default, config: DbConfig, pid: number, log: Logger): Promise<void> {
-  const c = new pg.Client({ connectionString: config.url, connectionTimeoutMillis: config.connectTimeoutMs, application_name: "kova-db_query-cancel" });
-  // A connection the server ends while this runs reports through the calls below; the
-  // 'error' event it may also emit must not become an uncaught exception.
-  c.on("error", () => undefined);
-  try {
-    await c.connect();
-    await c.query("SELECT pg_cancel_backend($1)", [pid]);
-  } catch (err) {
-    log.warn({ err: errorText(err), pid }, "db_query: could not cancel an aborted query; statement_timeout will end it");
-  } finally {
-    await c.end().catch(() => {});
+/** Cancels the call's running query with a CancelRequest (db-cancel.ts: no SQL, no function privilege needed). */
+async function cancelBackend(target: CancelTarget, config: DbConfig, log: Logger, ctx: ToolContext): Promise<void> {
+  const failure = await sendCancelRequest(target, config.connectTimeoutMs);
+  if (failure !== undefined) {
+    log.warn(
+      { err: failure, pid: target.processID, agentId: ctx.agentId, callId: ctx.callId },
+      "db_query: could not cancel an aborted query; statement_timeout will end it",
+    );
   }
-}
-
-/** The login role's name and the powers that reach beyond the database. */
-async function loginPowers(pool: Pool): Promise<{ name: string; powers: string[] }> {
-  const r = await pool.query<{ name: string; rolsuper: boolean; members: string[] }>(`
-    SELECT s.rolname AS name, s.rolsuper,
-           coalesce(array_agg(g.rolname::text) FILTER (WHERE g.rolname IS NOT NULL), '{}') AS members
-      FROM pg_roles s
-      LEFT JOIN pg_roles g
-        ON g.rolname IN ('pg_execute_server_program', 'pg_read_server_files', 'pg_write_server_files', 'pg_signal_backend')
-       AND pg_has_role(s.oid, g.oid, 'MEMBER')
-     WHERE s.rolname = session_user
-     GROUP BY s.rolname, s.rolsuper`);
-  const row = r.rows[0]!;
-  return { name: row.name, powers: [...(row.rolsuper ? ["superuser"] : []), ...row.members.map((m) => `member of ${m}`)] };
 }
 
 function extended<T extends object>(config: T): T & QueryArrayConfig {

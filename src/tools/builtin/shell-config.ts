@@ -2,6 +2,7 @@ import { accessSync, constants } from "node:fs";
 import { delimiter, isAbsolute, join, resolve } from "node:path";
 import { rejectUnknown, type ConfigTable } from "../../core/config-table.js";
 import { ConfigError } from "../../core/errors.js";
+import { CGROUP_ROOT, DEFAULT_CGROUP_PARENT } from "./shell-cgroup.js";
 import { intAt, keyOf, pathAt, stringAt } from "./toml-values.js";
 
 /**
@@ -14,22 +15,34 @@ import { intAt, keyOf, pathAt, stringAt } from "./toml-values.js";
  * bwrap_path = "/usr/bin/bwrap"   # default: bwrap found on PATH
  * timeout_ms = 10000         # wall time; the whole sandbox is killed at the limit
  * max_output_bytes = 65536   # stdout + stderr together; past it the command is killed
- * memory_mb = 1024           # RLIMIT_AS of each process (Node needs about 1 GiB of address space)
- * max_processes = 64         # RLIMIT_NPROC inside the sandbox's own user namespace
+ * memory_total_mb = 4096    # one call, all its processes together (cgroup memory.max, else see below)
+ * memory_mb = 256            # RLIMIT_AS of each process (Node needs 1024: V8 reserves address space)
+ * max_processes = 32         # processes and threads: pids.max and RLIMIT_NPROC (own user namespace)
+ * cgroup = "auto"            # "auto": cgroup v2 /sys/fs/cgroup/kova-shell, else v1 under the node's own cgroups; "off"; or a delegated cgroup v2 dir
  * max_file_mb = 64           # RLIMIT_FSIZE: no single file grows past this
  * tmp_size_mb = 64           # size of the private /tmp and /dev/shm (tmpfs)
  * work_size_mb = 64          # size of the fresh /work of each call when work_root is not set
  * work_root = "/srv/kova/shell"   # optional: a persistent /work per agent at <work_root>/<agentId>
  * ro_binds = ["/opt/tools"]  # optional: more host paths visible read-only
  * ```
+ *
+ * `memory_total_mb` bounds a call either way: with a cgroup (a v2 parent, shell-cgroup.ts,
+ * or the node's own v1 cgroups, shell-cgroup-v1.ts) as the call's memory limit; without one,
+ * by lowering RLIMIT_NPROC to memory_total_mb / memory_mb, because processes × memory_mb is
+ * then the only bound.
  */
 export interface ShellConfig {
   sandbox: "bwrap" | "none";
   bwrapPath: string;
   timeoutMs: number;
   maxOutputBytes: number;
+  /** RLIMIT_AS of each process. */
   memoryBytes: number;
+  /** All processes of one call together. */
+  memoryTotalBytes: number;
   maxProcesses: number;
+  /** A cgroup v2 directory to create call cgroups under (DEFAULT_CGROUP_PARENT for "auto", which may also pick cgroup v1), or "off". */
+  cgroup: string;
   maxFileBytes: number;
   tmpBytes: number;
   workBytes: number;
@@ -45,7 +58,9 @@ const KEYS = [
   "timeout_ms",
   "max_output_bytes",
   "memory_mb",
+  "memory_total_mb",
   "max_processes",
+  "cgroup",
   "max_file_mb",
   "tmp_size_mb",
   "work_size_mb",
@@ -81,13 +96,21 @@ export function shellConfigFrom(
     bwrapPath: pathAt(t, keyPrefix, "bwrap_path", baseDir) ?? findOnPath("bwrap", env.PATH) ?? "/usr/bin/bwrap",
     timeoutMs: intAt(t, keyPrefix, "timeout_ms", 100, 3_600_000) ?? 10_000,
     maxOutputBytes: intAt(t, keyPrefix, "max_output_bytes", 1024, 64 * MIB) ?? 64 * 1024,
-    memoryBytes: (intAt(t, keyPrefix, "memory_mb", 16, 1024 * 1024) ?? 1024) * MIB,
-    maxProcesses: intAt(t, keyPrefix, "max_processes", 1, 100_000) ?? 64,
+    memoryBytes: (intAt(t, keyPrefix, "memory_mb", 16, 1024 * 1024) ?? 256) * MIB,
+    memoryTotalBytes: (intAt(t, keyPrefix, "memory_total_mb", 16, 1024 * 1024) ?? 4096) * MIB,
+    maxProcesses: intAt(t, keyPrefix, "max_processes", 1, 100_000) ?? 32,
+    cgroup: cgroupAt(t, keyPrefix),
     maxFileBytes: (intAt(t, keyPrefix, "max_file_mb", 1, 1024 * 1024) ?? 64) * MIB,
     tmpBytes: (intAt(t, keyPrefix, "tmp_size_mb", 1, 1024 * 1024) ?? 64) * MIB,
     workBytes: (intAt(t, keyPrefix, "work_size_mb", 1, 1024 * 1024) ?? 64) * MIB,
     roBinds: roBinds(t.ro_binds, keyOf(keyPrefix, "ro_binds")),
   };
+  if (config.memoryTotalBytes < config.memoryBytes) {
+    throw new ConfigError(
+      keyOf(keyPrefix, "memory_total_mb"),
+      `is ${config.memoryTotalBytes / MIB}, less than memory_mb (${config.memoryBytes / MIB}), the limit of a single process: raise it or lower memory_mb`,
+    );
+  }
   const workRoot = pathAt(t, keyPrefix, "work_root", baseDir);
   if (workRoot !== undefined) {
     if (FORBIDDEN_BINDS.includes(workRoot)) {
@@ -100,6 +123,21 @@ export function shellConfigFrom(
     throw new ConfigError(keyOf(keyPrefix, "bwrap_path"), 'has no effect with sandbox = "none": remove it or set sandbox = "bwrap"');
   }
   return config;
+}
+
+/** `cgroup`: "auto" (the default parent), "off", or an absolute path below /sys/fs/cgroup. */
+function cgroupAt(t: ConfigTable, keyPrefix: string): string {
+  const raw = stringAt(t, keyPrefix, "cgroup") ?? "auto";
+  if (raw === "auto") return DEFAULT_CGROUP_PARENT;
+  if (raw === "off") return "off";
+  const path = isAbsolute(raw) && !raw.includes("\0") ? resolve(raw) : undefined;
+  if (path === undefined || !path.startsWith(`${CGROUP_ROOT}/`)) {
+    throw new ConfigError(
+      keyOf(keyPrefix, "cgroup"),
+      `must be "auto", "off" or a cgroup v2 directory under ${CGROUP_ROOT} that the node may manage (e.g. ${DEFAULT_CGROUP_PARENT}), not ${JSON.stringify(raw)}`,
+    );
+  }
+  return path;
 }
 
 function roBinds(raw: unknown, key: string): string[] {

@@ -1,4 +1,5 @@
 import { spawn } from "node:child_process";
+import type { Readable, Writable } from "node:stream";
 import { ShellAbortedError, ShellSpawnFailedError } from "./shell-errors.js";
 
 /** One child process to run with a wall-time limit and a cap on its output. */
@@ -15,6 +16,13 @@ export interface CapturedRun {
   /** Cap on stdout and stderr together; past it the child is killed and `truncated` set. */
   maxOutputBytes: number;
   signal?: AbortSignal;
+  /**
+   * For bwrap started with `--info-fd 3 --block-fd 4`: called with the sandbox's PID 1 (as
+   * the host sees it) while that process waits before exec'ing the command, so it can be
+   * moved into a cgroup before anything of the command runs; the command starts when the
+   * gate resolves. A gate that throws kills the child and fails the run.
+   */
+  gate?: (sandboxPid: number) => Promise<void>;
 }
 
 export interface CapturedOutcome {
@@ -52,7 +60,7 @@ export async function runCaptured(run: CapturedRun): Promise<CapturedOutcome> {
     uid: run.uid,
     gid: run.gid,
     detached: true,
-    stdio: [run.stdin === undefined ? "ignore" : "pipe", "pipe", "pipe"],
+    stdio: [run.stdin === undefined ? "ignore" : "pipe", "pipe", "pipe", ...(run.gate ? (["pipe", "pipe"] as const) : [])],
   });
   const out = new Capture();
   const err = new Capture();
@@ -97,6 +105,14 @@ export async function runCaptured(run: CapturedRun): Promise<CapturedOutcome> {
     killGroup();
   };
   run.signal?.addEventListener("abort", onAbort, { once: true });
+  let gateFailure: unknown;
+  if (run.gate) {
+    const gate = run.gate;
+    openGate(child.stdio[3] as Readable, child.stdio[4] as Writable, gate).catch((err: unknown) => {
+      gateFailure = err;
+      killGroup();
+    });
+  }
   let drain: NodeJS.Timeout | undefined;
   try {
     const [exitCode, signal] = await new Promise<[number | null, NodeJS.Signals | null]>((resolve, reject) => {
@@ -113,6 +129,9 @@ export async function runCaptured(run: CapturedRun): Promise<CapturedOutcome> {
     });
     const durationMs = Math.round(performance.now() - started);
     if (aborted) throw new ShellAbortedError(durationMs);
+    if (gateFailure !== undefined) {
+      throw new ShellSpawnFailedError(`the sandbox could not be placed in its cgroup: ${errText(gateFailure)}`, { cause: gateFailure });
+    }
     // Each invalid byte decodes to a three-byte U+FFFD: trim so the cap also holds for the text.
     const stdout = fitUtf8(out.text(), run.maxOutputBytes);
     const stderr = fitUtf8(err.text(), run.maxOutputBytes - Buffer.byteLength(stdout));
@@ -123,6 +142,30 @@ export async function runCaptured(run: CapturedRun): Promise<CapturedOutcome> {
     clearTimeout(drain);
     run.signal?.removeEventListener("abort", onAbort);
   }
+}
+
+/**
+ * Reads bwrap's info (JSON with "child-pid", written once, then the fd is closed), runs the
+ * gate with that pid, then writes to the block fd, which lets the sandbox exec the command.
+ * @throws what the gate throws, or a SyntaxError for info that is not JSON
+ */
+async function openGate(info: Readable, block: Writable, gate: (pid: number) => Promise<void>): Promise<void> {
+  // A sandbox that dies first closes the block pipe: EPIPE then is not a second failure.
+  block.on("error", () => {});
+  let text = "";
+  for await (const chunk of info) text += String(chunk);
+  // Nothing written: bwrap failed before it started the sandbox, and its exit status and
+  // stderr say why; nothing of the command can run.
+  if (text === "") return;
+  const pid = (JSON.parse(text) as { "child-pid"?: unknown })["child-pid"];
+  if (typeof pid !== "number") throw new Error(`bwrap reported no child pid (${JSON.stringify(text.slice(0, 200))})`);
+  await gate(pid);
+  block.end("go");
+}
+
+function errText(err: unknown): string {
+  const e = err as NodeJS.ErrnoException;
+  return e?.code ? `${e.code} ${e.message}` : err instanceof Error ? err.message : String(err);
 }
 
 class Capture {

@@ -27,12 +27,16 @@ import type { ShellConfig } from "./shell-config.js";
  * - Environment: exactly PATH, HOME=/work, TMPDIR=/tmp, LANG=C.UTF-8, USER=sandbox; no
  *   variable of the node (API keys) passes.
  * - Limits, set by bash inside the namespaces just before exec: RLIMIT_AS (`memory_mb`,
- *   per process), RLIMIT_NPROC (`max_processes`; counted per user namespace since Linux
- *   5.14, so it counts only this sandbox's processes), RLIMIT_FSIZE (`max_file_mb`), no
- *   core files. The same bash closes every inherited descriptor above 2, because a
- *   descriptor the node inherited from its own parent (not CLOEXEC) would otherwise
- *   reach the command. No cgroup: cgroup v1/v2 delegation differs between hosts; total
- *   memory is bounded by processes × memory_mb plus the tmpfs sizes.
+ *   per process), RLIMIT_NPROC (counted per user namespace since Linux 5.14, so it counts
+ *   only this sandbox's processes and threads: measured, three sandboxes of uid 65534 with
+ *   a limit of 8 each ran 8 tasks each), RLIMIT_FSIZE (`max_file_mb`), no core files. The
+ *   same bash closes every inherited descriptor above 2, because a descriptor the node
+ *   inherited from its own parent (not CLOEXEC) would otherwise reach the command.
+ * - A call's total: with a cgroup (v2, shell-cgroup.ts; v1, shell-cgroup-v1.ts) the sandbox's PID 1 joins
+ *   the call's cgroup while bwrap holds it before exec (`--info-fd 3 --block-fd 4`, see
+ *   shell-process.ts), so memory.max and pids.max bound everything the command starts.
+ *   Without one, RLIMIT_NPROC is lowered so that processes × memory_mb ≤ memory_total_mb
+ *   (shell.ts decides the number).
  * - Not done: no seccomp filter (the kernel's user-namespace surface stays reachable).
  */
 export const SANDBOX_WORK_DIR = "/work";
@@ -59,10 +63,10 @@ export type SandboxWork = { kind: "tmpfs"; bytes: number } | { kind: "bind"; hos
  * inherited descriptors, then exec the command (`"$@"`). Exit status 125 means the
  * limits could not be set.
  */
-export function limitsPrologue(config: ShellConfig, withNproc: boolean): string {
+export function limitsPrologue(config: ShellConfig, nproc: number | undefined): string {
   const kib = (bytes: number) => Math.ceil(bytes / 1024);
   const limits = [`-v ${kib(config.memoryBytes)}`, `-f ${kib(config.maxFileBytes)}`, "-c 0"];
-  if (withNproc) limits.push(`-u ${config.maxProcesses}`);
+  if (nproc !== undefined) limits.push(`-u ${nproc}`);
   return [
     `ulimit -HS ${limits.join(" ")} || exit 125`,
     'for fd in /proc/self/fd/*; do fd=${fd##*/}; case $fd in 0|1|2) ;; *) eval "exec $fd>&-" 2>/dev/null;; esac; done',
@@ -70,11 +74,17 @@ export function limitsPrologue(config: ShellConfig, withNproc: boolean): string 
   ].join("; ");
 }
 
+/** Per call: the RLIMIT_NPROC to set, and whether bwrap waits on fd 4 after reporting its child on fd 3 (cgroup join). */
+export interface SandboxRun {
+  nproc: number;
+  gated: boolean;
+}
+
 /**
  * The full bwrap command line for one call: sandbox options, then bash with the limits
  * prologue, then `argv`. `cwd` is absolute inside the sandbox (under /work).
  */
-export function bwrapArgs(config: ShellConfig, work: SandboxWork, cwd: string, argv: readonly string[]): string[] {
+export function bwrapArgs(config: ShellConfig, work: SandboxWork, cwd: string, argv: readonly string[], run: SandboxRun): string[] {
   const args = [
     "--unshare-all",
     "--unshare-user",
@@ -107,7 +117,8 @@ export function bwrapArgs(config: ShellConfig, work: SandboxWork, cwd: string, a
   if (work.kind === "tmpfs") args.push("--size", String(work.bytes), "--tmpfs", SANDBOX_WORK_DIR);
   else args.push("--bind", work.hostDir, SANDBOX_WORK_DIR);
   args.push("--remount-ro", "/dev", "--remount-ro", "/", "--chdir", cwd);
-  args.push("--", "/bin/bash", "-c", limitsPrologue(config, true), "kova-sandbox", ...argv);
+  if (run.gated) args.push("--info-fd", "3", "--block-fd", "4");
+  args.push("--", "/bin/bash", "-c", limitsPrologue(config, run.nproc), "kova-sandbox", ...argv);
   return args;
 }
 

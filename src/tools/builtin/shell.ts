@@ -6,6 +6,8 @@ import { ArgumentError } from "../../core/errors.js";
 import type { Logger } from "../../core/logger.js";
 import type { Tool, ToolContext } from "../types.js";
 import type { ShellConfig } from "./shell-config.js";
+import { type CallCgroup, type CallLimits, createCallCgroup, DEFAULT_CGROUP_PARENT, prepareCgroupParent } from "./shell-cgroup.js";
+import { type CgroupV1Parents, createCallCgroupV1, findCgroupV1Parents } from "./shell-cgroup-v1.js";
 import { ShellSandboxUnavailableError, ShellSpawnFailedError } from "./shell-errors.js";
 import { runCaptured, type CapturedOutcome } from "./shell-process.js";
 import { bwrapArgs, limitsPrologue, NOBODY, SANDBOX_ENV, SANDBOX_WORK_DIR, type SandboxWork } from "./shell-sandbox.js";
@@ -36,11 +38,31 @@ export interface ShellResult {
   timedOut: boolean;
   /** stdout + stderr reached max_output_bytes; the rest was not read and the command was killed. */
   truncated: boolean;
+  /**
+   * The call's processes together reached memory_total_mb and the kernel killed all of them
+   * (only with a cgroup; under the rlimit bound an allocation past the limit fails inside
+   * the command, and a process past the limit cannot be started).
+   */
+  memoryExceeded: boolean;
   /** The time limit this call ran under. */
   timeoutMs: number;
 }
 
-export type SandboxStatus = { sandbox: "bwrap"; ok: true } | { sandbox: "bwrap"; ok: false; reason: string } | { sandbox: "none"; ok: true };
+/**
+ * How one call's memory is bounded in total (docs/tools-shell-db.md): by its own cgroup
+ * (memory_total_mb, pids max_processes) under a cgroup v2 `parent` (shell-cgroup.ts) or under
+ * the node's own cgroup v1 `memory` and `pids` cgroups (shell-cgroup-v1.ts), or, where no
+ * cgroup can be set up (`reason`), by RLIMIT_NPROC lowered to `processes` =
+ * memory_total_mb / memory_mb; with sandbox = "none" only per process.
+ */
+export type MemoryBound = CgroupBound | { kind: "rlimit"; processes: number; reason: string } | { kind: "per-process" };
+
+export type CgroupBound = { kind: "cgroup"; version: 2; parent: string } | ({ kind: "cgroup"; version: 1 } & CgroupV1Parents);
+
+export type SandboxStatus =
+  | { sandbox: "bwrap"; ok: true; memory: MemoryBound }
+  | { sandbox: "bwrap"; ok: false; reason: string }
+  | { sandbox: "none"; ok: true; memory: MemoryBound };
 
 /** The shell_exec tool, plus the result of its start-up sandbox probe. */
 export interface ShellTool extends Tool<ShellArgs, ShellResult> {
@@ -50,22 +72,39 @@ export interface ShellTool extends Tool<ShellArgs, ShellResult> {
 }
 
 const PROBE_TIMEOUT_MS = 10_000;
+const MIB = 1024 * 1024;
 const MAX_STDIN_CHARS = 1024 * 1024;
 
 /**
  * Creates `shell_exec`. With `sandbox = "bwrap"` it probes the sandbox once, now: when the
  * probe fails every call is refused with SHELL_SANDBOX_UNAVAILABLE (and the reason is
- * logged at warn), never run unconfined. With `sandbox = "none"` commands run as the
+ * logged at warn), never run unconfined. The same probe settles how a call's total memory
+ * is bounded (a cgroup v2 or v1 per call, else RLIMIT_NPROC lowered; see MemoryBound). With `sandbox = "none"` commands run as the
  * node's user with only the resource limits (no isolation at all). Not idempotent: a
  * command may change its work dir.
  */
 export function createShellTool(config: ShellConfig, logger: Logger): ShellTool {
   const log = componentLogger(logger, "tools", { tool: "shell_exec" });
   const identity = process.getuid?.() === 0 && config.sandbox === "bwrap" ? { uid: NOBODY, gid: NOBODY } : undefined;
-  const probe: Promise<SandboxStatus> = config.sandbox === "none" ? Promise.resolve({ sandbox: "none", ok: true }) : probeSandbox(config, identity);
+  let memory: MemoryBound | undefined;
+  const probe: Promise<SandboxStatus> =
+    config.sandbox === "none" ? Promise.resolve({ sandbox: "none", ok: true, memory: { kind: "per-process" } }) : probeSandbox(config, identity, log);
   void probe.then((status) => {
-    if (status.ok) log.info({ sandbox: config.sandbox, uid: identity?.uid ?? process.getuid?.() }, "shell_exec sandbox ready");
-    else log.warn({ reason: status.reason }, "shell_exec has no usable sandbox: every call will be refused");
+    if (!status.ok) {
+      log.warn({ reason: status.reason }, "shell_exec has no usable sandbox: every call will be refused");
+      return;
+    }
+    memory = status.memory;
+    log.info(
+      {
+        sandbox: config.sandbox,
+        uid: identity?.uid ?? process.getuid?.(),
+        memory,
+        memoryBound: boundName(memory),
+        memoryTotalMb: config.memoryTotalBytes / MIB,
+      },
+      "shell_exec sandbox ready",
+    );
   });
 
   const run = async (args: ShellArgs, ctx: ToolContext): Promise<ShellResult> => {
@@ -84,18 +123,12 @@ export function createShellTool(config: ShellConfig, logger: Logger): ShellTool 
       );
     }
     const common = { stdin, timeoutMs, maxOutputBytes: config.maxOutputBytes, signal: ctx.signal };
-    let outcome: CapturedOutcome;
-    if (config.sandbox === "bwrap") {
+    let outcome: Sandboxed;
+    if (status.sandbox === "bwrap") {
       const work: SandboxWork = hostDir === undefined ? { kind: "tmpfs", bytes: config.workBytes } : { kind: "bind", hostDir };
-      outcome = await runCaptured({
-        file: config.bwrapPath,
-        args: bwrapArgs(config, work, cwd.inside, argv),
-        env: { ...SANDBOX_ENV },
-        ...identity,
-        ...common,
-      });
+      outcome = await runSandboxed(config, status.memory, { work, cwd: cwd.inside, argv, identity, ...common }, log);
     } else {
-      outcome = await runUnconfined(config, hostDir, cwd.rel, argv, common);
+      outcome = { ...(await runUnconfined(config, hostDir, cwd.rel, argv, common)), memoryExceeded: false };
     }
     const result: ShellResult = { ...outcome, timeoutMs };
     log.debug(
@@ -107,6 +140,7 @@ export function createShellTool(config: ShellConfig, logger: Logger): ShellTool 
         durationMs: result.durationMs,
         timedOut: result.timedOut,
         truncated: result.truncated,
+        memoryExceeded: result.memoryExceeded,
       },
       "shell_exec done",
     );
@@ -115,7 +149,10 @@ export function createShellTool(config: ShellConfig, logger: Logger): ShellTool 
 
   return {
     name: "shell_exec",
-    description: describeTool(config),
+    // Read when the tool is listed to a model: once the probe has settled it states the process limit in force.
+    get description() {
+      return describeTool(config, memory);
+    },
     parameters: parameters(config),
     idempotent: false,
     run,
@@ -124,10 +161,12 @@ export function createShellTool(config: ShellConfig, logger: Logger): ShellTool 
 }
 
 /**
- * Starts a sandbox exactly as a call would (same mounts, limits and user) and runs `true`.
- * Never rejects: a failure is the reason in the status.
+ * Starts a sandbox exactly as a call would (same mounts, limits and user) and runs `true`;
+ * then picks the cgroup backend (cgroupBound) and runs `true` again inside a call cgroup of
+ * it. Never rejects: without a working sandbox the status says why; without a working
+ * cgroup the status's memory bound is the rlimit fallback, with the reasons.
  */
-export async function probeSandbox(config: ShellConfig, identity: { uid: number; gid: number } | undefined): Promise<SandboxStatus> {
+export async function probeSandbox(config: ShellConfig, identity: Identity | undefined, log: Logger): Promise<SandboxStatus> {
   try {
     accessSync(config.bwrapPath, constants.X_OK);
   } catch {
@@ -138,21 +177,135 @@ export async function probeSandbox(config: ShellConfig, identity: { uid: number;
   } catch {
     return { sandbox: "bwrap", ok: false, reason: "/bin/bash not found: the sandbox sets its limits with bash" };
   }
-  try {
-    const probe = await runCaptured({
-      file: config.bwrapPath,
-      args: bwrapArgs(config, { kind: "tmpfs", bytes: config.workBytes }, SANDBOX_WORK_DIR, ["/bin/true"]),
-      env: { ...SANDBOX_ENV },
-      ...identity,
-      timeoutMs: PROBE_TIMEOUT_MS,
-      maxOutputBytes: 4096,
-    });
-    if (probe.exitCode === 0) return { sandbox: "bwrap", ok: true };
-    const why = probe.timedOut ? `timed out after ${PROBE_TIMEOUT_MS} ms` : `exit ${probe.exitCode ?? probe.signal}: ${probe.stderr.trim() || "no message"}`;
-    return { sandbox: "bwrap", ok: false, reason: `bwrap cannot create the sandbox here (${why})` };
-  } catch (err) {
-    return { sandbox: "bwrap", ok: false, reason: err instanceof ShellSpawnFailedError ? err.message : String(err) };
+  const fallback = (reason: string): MemoryBound => ({ kind: "rlimit", processes: rlimitProcesses(config), reason });
+  const plain = await probeRun(config, identity, fallback("probe"), log);
+  if (plain !== undefined) return { sandbox: "bwrap", ok: false, reason: `bwrap cannot create the sandbox here (${plain})` };
+  if (config.cgroup === "off") return { sandbox: "bwrap", ok: true, memory: fallback('cgroup = "off"') };
+  const picked = await cgroupBound(config, identity, log);
+  return { sandbox: "bwrap", ok: true, memory: "reason" in picked ? fallback(picked.reason) : picked };
+}
+
+/**
+ * The first cgroup backend that works here, in order: cgroup v2 under `config.cgroup` (its
+ * parent must have the memory and pids controllers); then, with cgroup = "auto" only, cgroup
+ * v1 under the node's own memory and pids cgroups. "Works" means a sandbox ran `true` in a
+ * call cgroup of it. Otherwise the reason of each, for the rlimit fallback.
+ */
+async function cgroupBound(config: ShellConfig, identity: Identity | undefined, log: Logger): Promise<CgroupBound | { reason: string }> {
+  const reasons: string[] = [];
+  const tryBound = async (version: string, bound: CgroupBound | { ok: false; reason: string }) => {
+    if ("ok" in bound) {
+      reasons.push(`cgroup ${version}: ${bound.reason}`);
+      return undefined;
+    }
+    const failed = await probeRun(config, identity, bound, log);
+    if (failed === undefined) return bound;
+    reasons.push(`cgroup ${version}: a sandbox in a call cgroup under ${boundName(bound)} failed: ${failed}`);
+    return undefined;
+  };
+  const v2 = await prepareCgroupParent(config.cgroup);
+  const picked = await tryBound("v2", v2.ok ? { kind: "cgroup", version: 2, parent: v2.dir } : v2);
+  if (picked !== undefined) return picked;
+  // A directory the operator named is a cgroup v2 delegation; only "auto" may use what the node finds itself in.
+  if (config.cgroup === DEFAULT_CGROUP_PARENT) {
+    const v1 = await findCgroupV1Parents();
+    const found = await tryBound("v1", v1.ok ? { kind: "cgroup", version: 1, memory: v1.memory, pids: v1.pids } : v1);
+    if (found !== undefined) return found;
   }
+  return { reason: reasons.join("; ") };
+}
+
+/** How a call's memory is bounded, in words, for the log and for reasons. */
+export function boundName(memory: MemoryBound): string {
+  switch (memory.kind) {
+    case "cgroup":
+      return memory.version === 2 ? `cgroup v2 under ${memory.parent}` : `cgroup v1 under ${memory.memory} and ${memory.pids}`;
+    case "rlimit":
+      return `RLIMIT_NPROC ${memory.processes} x memory_mb (no cgroup: ${memory.reason})`;
+    default:
+      return 'per-process rlimits only (sandbox = "none")';
+  }
+}
+
+/**
+ * The call cgroup of one call under `bound`, of the backend's version.
+ * @throws the filesystem error when a directory or a limit cannot be written
+ */
+export function openCallCgroup(bound: CgroupBound, limits: CallLimits = {}): Promise<CallCgroup> {
+  return bound.version === 2 ? createCallCgroup(bound.parent, limits) : createCallCgroupV1(bound, limits);
+}
+
+/** One `true` in a sandbox; the reason it failed, or undefined. */
+async function probeRun(config: ShellConfig, identity: Identity | undefined, memory: MemoryBound, log: Logger): Promise<string | undefined> {
+  try {
+    const work: SandboxWork = { kind: "tmpfs", bytes: config.workBytes };
+    const probe = await runSandboxed(
+      config,
+      memory,
+      { work, cwd: SANDBOX_WORK_DIR, argv: ["/bin/true"], identity, stdin: undefined, timeoutMs: PROBE_TIMEOUT_MS, maxOutputBytes: 4096 },
+      log,
+    );
+    if (probe.exitCode === 0) return undefined;
+    return probe.timedOut ? `timed out after ${PROBE_TIMEOUT_MS} ms` : `exit ${probe.exitCode ?? probe.signal}: ${probe.stderr.trim() || "no message"}`;
+  } catch (err) {
+    return err instanceof ShellSpawnFailedError ? err.message : String(err);
+  }
+}
+
+type Identity = { uid: number; gid: number };
+type Sandboxed = CapturedOutcome & { memoryExceeded: boolean };
+
+interface SandboxCall {
+  work: SandboxWork;
+  cwd: string;
+  argv: string[];
+  identity: Identity | undefined;
+  stdin: string | undefined;
+  timeoutMs: number;
+  maxOutputBytes: number;
+  signal?: AbortSignal;
+}
+
+/**
+ * Runs one command in bwrap under the memory bound the probe settled on: in a cgroup of its
+ * own (joined before the command starts, killed and removed after it ends), or with
+ * RLIMIT_NPROC lowered to the rlimit fallback's process count.
+ * @throws ShellSpawnFailedError when bwrap or the call's cgroup cannot be set up
+ * @throws ShellAbortedError when the call's signal fires
+ */
+async function runSandboxed(config: ShellConfig, memory: MemoryBound, call: SandboxCall, log: Logger): Promise<Sandboxed> {
+  const { work, cwd, argv, identity, ...common } = call;
+  const spawnAs = { file: config.bwrapPath, env: { ...SANDBOX_ENV }, ...identity, ...common };
+  if (memory.kind !== "cgroup") {
+    const nproc = memory.kind === "rlimit" ? memory.processes : config.maxProcesses;
+    const outcome = await runCaptured({ ...spawnAs, args: bwrapArgs(config, work, cwd, argv, { nproc, gated: false }) });
+    return { ...outcome, memoryExceeded: false };
+  }
+  let cgroup: CallCgroup;
+  try {
+    cgroup = await openCallCgroup(memory, { memoryBytes: config.memoryTotalBytes, pids: config.maxProcesses });
+  } catch (err) {
+    throw new ShellSpawnFailedError(`cannot create the call's cgroup, ${boundName(memory)} (${(err as NodeJS.ErrnoException).code ?? String(err)})`, {
+      cause: err,
+    });
+  }
+  try {
+    const outcome = await runCaptured({
+      ...spawnAs,
+      args: bwrapArgs(config, work, cwd, argv, { nproc: config.maxProcesses, gated: true }),
+      gate: (pid) => cgroup.join(pid),
+    });
+    return { ...outcome, ...(await cgroup.outcome()) };
+  } finally {
+    await Promise.resolve(cgroup[Symbol.asyncDispose]()).catch((err: unknown) => {
+      log.warn({ err: String(err), cgroup: cgroup.dirs }, "shell_exec: a call's cgroup could not be removed");
+    });
+  }
+}
+
+/** Without a cgroup, processes × memory_mb is the only bound on a call, so that product must stay within memory_total_mb. */
+export function rlimitProcesses(config: ShellConfig): number {
+  return Math.max(1, Math.min(config.maxProcesses, Math.floor(config.memoryTotalBytes / config.memoryBytes)));
 }
 
 async function runUnconfined(
@@ -168,7 +321,7 @@ async function runUnconfined(
     return await runCaptured({
       file: "/bin/bash",
       // RLIMIT_NPROC is per user outside a user namespace: it would count the node's own threads.
-      args: ["-c", limitsPrologue(config, false), "kova-shell", ...argv],
+      args: ["-c", limitsPrologue(config, undefined), "kova-shell", ...argv],
       env: { ...SANDBOX_ENV, HOME: dir, TMPDIR: dir },
       cwd,
       ...common,
@@ -212,7 +365,7 @@ function callTimeout(limit: number, asked: unknown, deadline: number | undefined
   return ms;
 }
 
-function describeTool(config: ShellConfig): string {
+function describeTool(config: ShellConfig, memory: MemoryBound | undefined): string {
   const mib = (b: number) => `${Math.round(b / (1024 * 1024))} MiB`;
   const work =
     config.workRoot === undefined
@@ -222,9 +375,18 @@ function describeTool(config: ShellConfig): string {
     config.sandbox === "bwrap"
       ? `Runs in an isolated Linux sandbox: no network, read-only system files (/usr), writable ${work} and /tmp (${mib(config.tmpBytes)}).`
       : `Runs on the host with working directory ${work}.`;
+  // Before the probe has settled, the fallback's numbers: never more than what will hold.
+  const bound = memory ?? (config.sandbox === "none" ? { kind: "per-process" } : { kind: "rlimit", processes: rlimitProcesses(config), reason: "" });
+  const memoryLimits =
+    bound.kind === "cgroup"
+      ? `${mib(config.memoryTotalBytes)} of memory for all processes together (${mib(config.memoryBytes)} per process), ${config.maxProcesses} processes and threads`
+      : bound.kind === "rlimit"
+        ? `${mib(config.memoryBytes)} of memory per process, ${bound.processes} processes and threads`
+        : `${mib(config.memoryBytes)} of memory per process`;
   return [
     `Runs a command and returns its exit code, stdout and stderr. ${where}`,
-    `Limits: ${config.timeoutMs} ms wall time, ${config.maxOutputBytes} bytes of output (stdout + stderr), ${mib(config.memoryBytes)} of memory per process, ${config.maxProcesses} processes, ${mib(config.maxFileBytes)} per file; at a limit every process of the call is killed and timedOut or truncated says so.`,
+    `Limits: ${config.timeoutMs} ms wall time, ${config.maxOutputBytes} bytes of output (stdout + stderr), ${memoryLimits}, ${mib(config.maxFileBytes)} per file.`,
+    "Past the time, output or total memory limit every process of the call is killed and timedOut, truncated or memoryExceeded says so; past a per-process limit the allocation or the new process fails inside the command.",
     "Background processes do not survive the call.",
   ].join(" ");
 }

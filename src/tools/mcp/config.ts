@@ -5,11 +5,12 @@ import { isValidId } from "../../core/ids.js";
 import { ENV_NAME, templateVariables } from "./env-template.js";
 
 /**
- * `[[mcp.servers]]` in kova.toml, parsed. The seed's form loads as written:
+ * `[[mcp.servers]]` in kova.toml, parsed (documented in docs/tools.md, "MCP servers:
+ * [[mcp.servers]]"). The seed's form loads as written:
  *
  * ```toml
  * [[mcp.servers]]
- * name = "everything"                  # tools appear as everything/<tool>
+ * name = "everything"                  # tools appear as everything/<tool>; 1-64 of [A-Za-z0-9_-]
  * command = "npx"
  * args = ["-y", "@modelcontextprotocol/server-everything"]
  * env = { API_KEY = "${EVERYTHING_KEY}", MODE = "demo" }   # ${VAR}: from the node's environment
@@ -65,6 +66,7 @@ export interface McpConfig {
 }
 
 export const DEFAULT_MCP_TIMEOUT_MS = 60_000;
+const MAX_SERVER_NAME = 64;
 
 const SERVER_KEYS = ["name", "command", "args", "env", "cwd", "url", "headers_env", "start", "timeout_ms", "idempotent_tools"];
 const STDIO_ONLY = ["command", "args", "env", "cwd"];
@@ -111,8 +113,10 @@ export function mcpConfigFrom(raw: unknown, keyPrefix = "mcp", opts: McpConfigOp
 function serverFrom(t: ConfigTable, key: string, env: NodeJS.ProcessEnv, baseDir: string): McpServerConfig {
   rejectUnknown(t, SERVER_KEYS, `${key}.`);
   if (t.name === undefined) throw new ConfigError(`${key}.name`, 'is required: name the server, e.g. name = "everything" (its tools become everything/<tool>)');
-  if (!isValidId(t.name)) {
-    throw new ConfigError(`${key}.name`, `${describeValue(t.name)} is not a valid server name: use 1-128 characters from [A-Za-z0-9_-]`);
+  // 64, not the 128 of other ids: `<server>/<tool>` must stay a valid tool name (names.ts),
+  // or the registry would leave every tool of the server out.
+  if (!isValidId(t.name) || t.name.length > MAX_SERVER_NAME) {
+    throw new ConfigError(`${key}.name`, `${describeValue(t.name)} is not a valid server name: use 1-${MAX_SERVER_NAME} characters from [A-Za-z0-9_-]`);
   }
   const base: McpServerConfigBase = {
     name: t.name,

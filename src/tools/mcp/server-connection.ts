@@ -2,7 +2,10 @@ import type { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import type { CallToolResult, Tool as McpToolDefinition } from "@modelcontextprotocol/sdk/types.js";
 import { ConfigError } from "../../core/errors.js";
 import { componentLogger, silentLogger, type Logger } from "../../core/logger.js";
-import type { ToolContext } from "../types.js";
+import { KOVA_VERSION } from "../../core/version.js";
+import { ToolDefinitionError } from "../errors.js";
+import type { JsonSchema, ToolContext } from "../types.js";
+import { compileArgumentSchema } from "../validate.js";
 import { Backoff, DEFAULT_RESTART_POLICY, type RestartPolicy } from "./backoff.js";
 import type { McpServerConfig } from "./config.js";
 import {
@@ -62,7 +65,7 @@ export interface McpConnectionOptions {
   restart?: Partial<RestartPolicy>;
   /** Bound of connect + initialize + the tool listing of one attempt (default 30 s). */
   connectTimeoutMs?: number;
-  /** What the client calls itself in `initialize` (default kova 0.1.0). */
+  /** What the client calls itself in `initialize` (default `kova` and KOVA_VERSION). */
   clientInfo?: { name: string; version: string };
 }
 
@@ -123,7 +126,7 @@ export class McpServerConnection {
     this.#env = opts.env ?? process.env;
     this.#backoff = new Backoff({ ...DEFAULT_RESTART_POLICY, ...opts.restart });
     this.#connectTimeoutMs = opts.connectTimeoutMs ?? 30_000;
-    this.#clientInfo = opts.clientInfo ?? { name: "kova", version: "0.1.0" };
+    this.#clientInfo = opts.clientInfo ?? { name: "kova", version: KOVA_VERSION };
     this.#state = "idle";
   }
 
@@ -429,7 +432,7 @@ export class McpServerConnection {
           ? "listed twice"
           : t.execution?.taskSupport === "required"
             ? "needs task-based execution, which Kova does not use"
-            : undefined;
+            : this.#schemaProblem(t);
       seen.add(t.name);
       if (reason === undefined) kept.push(t);
       else skipped.push({ name: t.name, reason });
@@ -440,6 +443,22 @@ export class McpServerConnection {
     if (unknown.length > 0)
       this.#log.warn({ tools: unknown, key: `${this.config.key}.idempotent_tools` }, "idempotent_tools names tools the server does not list");
     this.#setTools(kept, skipped);
+  }
+
+  /**
+   * Why a tool's input schema cannot validate arguments, or undefined. Offered anyway, its
+   * first call would fail the calling run (a broken tool, not a model error, so no repair
+   * turn): a server must not be able to do that, so such a tool is not offered. The schema
+   * is compiled here once; its tool's calls reuse the compiled validator (same object).
+   */
+  #schemaProblem(t: McpToolDefinition): string | undefined {
+    try {
+      compileArgumentSchema(`${this.name}/${t.name}`, t.inputSchema as JsonSchema);
+      return undefined;
+    } catch (err) {
+      const cause = err instanceof ToolDefinitionError ? (err.cause as Error | undefined) : undefined;
+      return `inputSchema is not a valid JSON Schema: ${message(cause ?? err)}`;
+    }
   }
 
   #setTools(tools: McpToolDefinition[], skipped: { name: string; reason: string }[]): void {
