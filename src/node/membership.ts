@@ -80,8 +80,13 @@ export class Membership {
   private readonly listeners = new Set<() => void>();
   private timer: NodeJS.Timeout | undefined;
   private stopped = false;
-  /** When our last successful heartbeat write started, on both clocks (see selfHealthy). */
+  /** When our last heartbeat write that counts started, on both clocks (see selfHealthy and counts). */
   private lastOkStart: TimeMark | undefined;
+  /**
+   * When an ack last arrived after our heartbeat had gone stale (see counts): writes
+   * started before it do not make this node healthy again.
+   */
+  private staleAckAt: TimeMark | undefined;
   /** Our heartbeat writes whose echo the watch has not delivered yet: revision and start. */
   private readonly unechoed: Array<{ revision: number; start: number }> = [];
   /**
@@ -167,7 +172,7 @@ export class Membership {
       actors: this.opts.actorCount?.() ?? 0,
     };
     const revision = await this.kv.put(this.opts.self.id, encodeJson(record));
-    if (this.lastOkStart === undefined || start.mono > this.lastOkStart.mono) this.lastOkStart = start;
+    if (this.counts(start, markTime())) this.lastOkStart = start;
     this.unechoed.push({ revision, start: start.mono });
     this.unechoed.sort((a, b) => a.revision - b.revision);
     // A watch that never delivers is restarted by the mirror; meanwhile keep the newest.
@@ -176,6 +181,38 @@ export class Membership {
     await this.prune();
     // Staleness of peers is re-evaluated on our own beat too: a silent peer changes no key.
     this.notifyIfChanged();
+  }
+
+  /**
+   * Whether a heartbeat write that started at `start` and was acked at `ack` makes this
+   * node healthy from `start` on. Peers count a node dead once they saw nothing from it for
+   * the staleness window, so a write restores health only if no peer can have done so
+   * before it landed:
+   * - the ack came while we were still healthy by the write before it: no gap that long;
+   * - or the write started after the first ack that came once we were stale
+   *   (`staleAckAt`): the gap is over and was noticed, this node has been unhealthy since
+   *   (its fence refused steps), and its lease view is re-checked as after any gap.
+   * A write that started before or during a gap and was acked after it (a stalled link
+   * that came back, a frozen process) does not count, although its start may be recent:
+   * peers saw nothing during the gap and may have taken this node's actors over. After
+   * any gap, health therefore comes back one heartbeat after the link does.
+   */
+  private counts(start: TimeMark, ack: TimeMark): boolean {
+    const last = this.lastOkStart;
+    if (last === undefined) return true;
+    if (start.mono <= last.mono) return false;
+    if (elapsedSince(last, ack) < this.healthyForMs()) return true;
+    // Kept from the first stale ack of this gap on: moved with every late ack, it would
+    // run ahead of writes that overlap (up to two are in flight) and none would count.
+    const noticed = this.staleAckAt !== undefined && this.staleAckAt.mono > last.mono ? this.staleAckAt : undefined;
+    if (noticed !== undefined && start.mono >= noticed.mono) return true;
+    if (noticed === undefined) this.staleAckAt = ack;
+    this.opts.logger.debug({ latencyMs: Math.round(ack.mono - start.mono) }, "a heartbeat acked after this node went stale does not count; the next one will");
+    return false;
+  }
+
+  private healthyForMs(): number {
+    return this.opts.staleAfterMs - this.opts.heartbeatMs;
   }
 
   /**
@@ -229,7 +266,7 @@ export class Membership {
    */
   selfHealthy(): boolean {
     if (this.stopped || this.lastOkStart === undefined) return false;
-    return elapsedSince(this.lastOkStart) < this.opts.staleAfterMs - this.opts.heartbeatMs;
+    return elapsedSince(this.lastOkStart) < this.healthyForMs();
   }
 
   /** Whether the nodes mirror is current (see KvMirror.healthy). */

@@ -12,6 +12,7 @@ import {
   ActorTemplateRegistry,
   ActorTypeRegistry,
   LeaseLostError,
+  NatsCheckpointStore,
   UnknownActorTypeError,
   type ActorState,
   type ActorTemplate,
@@ -210,6 +211,11 @@ export class KovaNode {
     // Every node moves messages that exhausted max_deliver to the DLQ; several movers are
     // safe because a DLQ entry's msg id is derived from the original's stream sequence.
     this.dlqMover = this.bus.startDlqMover();
+    // Opened (created on a fresh cluster) now rather than at the first actor start: on
+    // nats-server 2.9 a KV Direct Get sent right after several nodes created the bucket at
+    // once sometimes gets no answer, and that first start then waited out the 5 s request
+    // timeout (docs/benchmarks.md, "Activation latency").
+    const checkpoints = await this.whenNatsReady("checkpoints", () => NatsCheckpointStore.open({ js: this.bus.js, cluster, replicas, bus: this.bus }));
 
     this.wal = await Wal.open({
       dir: join(config.dataDir, "wal"),
@@ -274,7 +280,7 @@ export class KovaNode {
       types: this.types,
       logger: this.scope,
       mailbox: config.mailbox,
-      checkpointReplicas: replicas,
+      checkpoints,
       processedWindow: config.processedWindow,
       stepJournal: config.natsJournal ? "nats" : "local",
       fence: (actorId: string) => this.fence(actorId),
