@@ -437,8 +437,10 @@ class SwarmRun {
   async finishUnanswered(status: "failed" | "cancelled", err: unknown): Promise<SwarmResult> {
     const result = failedResult(this.runId, this.sessionId, this.usage, err, status);
     try {
-      if (status === "failed") await this.emit(RunEventType.failed, { error: result.error });
-      else await this.emit(RunEventType.cancelled, {});
+      // The coordinator's own model calls so far, as an agent's run_failed carries its
+      // usage; the children's runs report theirs in their own events.
+      if (status === "failed") await this.emit(RunEventType.failed, { error: result.error, usage: this.usage });
+      else await this.emit(RunEventType.cancelled, { usage: this.usage });
       await this.emit(RunEventType.streamEnd, { status });
     } catch (emitErr) {
       // A run whose end cannot be published still answers its requester.

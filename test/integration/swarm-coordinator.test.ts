@@ -6,11 +6,11 @@ import { agentTool } from "../../src/agents/agent-tool.js";
 import { DelegationErrorCode } from "../../src/agents/delegation-errors.js";
 import { readRunEvents } from "../../src/swarm/history.js";
 import { defineCoordinator, runSwarm, SwarmErrorCode, SwarmEventType, type CoordinatorOptions } from "../../src/swarm/index.js";
-import { startScriptedModelServer } from "../../src/testing/index.js";
+import { scriptedReply, startScriptedModelServer } from "../../src/testing/index.js";
 import { ErrorCode, isKovaError } from "../../src/core/errors.js";
 import { fileServer, startRig, uniqueCluster, type HostRig } from "../fixtures/actors/helpers.js";
 import { contractAgentDefinitions, type ContractAgentState } from "../fixtures/swarm/contract-agent-defs.mjs";
-import { declareAgents, isPlanRequest, swarmModel } from "../fixtures/swarm/helpers.js";
+import { declareAgents, isPlanRequest, isSynthesisRequest, swarmModel } from "../fixtures/swarm/helpers.js";
 import { toolContext } from "../fixtures/tool-call.js";
 import { poll } from "../fixtures/poll.js";
 
@@ -250,6 +250,33 @@ describe("swarm coordinator", () => {
     await using rig = await swarmRig(model.url);
     const err = await runSwarm(rig.bus, "planner", "x", { plan: [{ task: "t", capability: "translate" }] }).catch((e: unknown) => e);
     expect((err as { data: { error: { code: string } } }).data.error.code).toBe(SwarmErrorCode.SWARM_NO_AGENT);
+  });
+
+  it("swarm - a run that fails after its model planned carries the coordinator's own usage on run_failed, as an agent's does", async () => {
+    const planner = swarmModel({ plan: [{ task: "research A", capability: "research" }] });
+    // The plan is made and the subtask answered; the model refuses the synthesis.
+    await using model = await startScriptedModelServer({
+      handler: (req) => (isSynthesisRequest(req) ? scriptedReply.error(400, { message: "synthesis refused" }) : planner(req)),
+    });
+    await using rig = await swarmRig(model.url);
+    const err = await runSwarm(rig.bus, "planner", "x", { sessionId: "s-fail-usage", runId: "r-fail-usage" }).catch((e: unknown) => e);
+    expect(isKovaError(err, SwarmErrorCode.SWARM_RUN_FAILED)).toBe(true);
+    const events = await poll(
+      async () => {
+        const got = await readRunEvents(rig.bus, "s-fail-usage", "r-fail-usage");
+        return got.some((e) => e.type === "run_stream_end") ? got : undefined;
+      },
+      { timeoutMs: 10_000, what: "the failed run's end events" },
+    );
+    const planned = events.filter((e) => e.type === "model_response").map((e) => (e.data as { usage: { inputTokens: number; outputTokens: number } }).usage);
+    expect(planned.length).toBeGreaterThan(0);
+    const failed = events.find((e) => e.type === "run_failed")!.data as { usage: { inputTokens: number; outputTokens: number } };
+    // The tokens of the model calls the run made before it failed, not zero and not missing.
+    expect(failed.usage).toMatchObject({
+      inputTokens: planned.reduce((n, u) => n + u.inputTokens, 0),
+      outputTokens: planned.reduce((n, u) => n + u.outputTokens, 0),
+    });
+    expect(failed.usage.inputTokens).toBeGreaterThan(0);
   });
 });
 
