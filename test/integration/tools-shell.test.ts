@@ -1,4 +1,5 @@
 import { spawn } from "node:child_process";
+import { once } from "node:events";
 import { createHash, randomBytes } from "node:crypto";
 import { mkdirSync, readFileSync, rmdirSync } from "node:fs";
 import { access, chmod, mkdir, readdir, readFile, rmdir, stat, writeFile } from "node:fs/promises";
@@ -16,7 +17,7 @@ import { runCaptured } from "../../src/tools/builtin/shell-process.js";
 import { bwrapArgs, SANDBOX_ENV } from "../../src/tools/builtin/shell-sandbox.js";
 import { poll } from "../fixtures/poll.js";
 import { loadCorpus } from "../fixtures/security/corpus.js";
-import { tempDir } from "../fixtures/disposable.js";
+import { defer, tempDir } from "../fixtures/disposable.js";
 import { toolContext } from "../fixtures/tool-call.js";
 
 const silent = createLogger({ level: "silent" });
@@ -162,7 +163,7 @@ async function hostCgroup(table: Record<string, unknown> = {}): Promise<HostCgro
   }
   const bound = status.memory;
   const callDirs = async () => {
-    const under = bound.version === 2 ? [[bound.parent, "call-"]] : [bound.memory, bound.pids].map((dir) => [dir, `kova-shell-${process.pid}-`]);
+    const under = bound.version === 2 ? [[bound.parent, `call-${process.pid}-`]] : [bound.memory, bound.pids].map((dir) => [dir, `kova-shell-${process.pid}-`]);
     const found: string[] = [];
     for (const [dir, prefix] of under) found.push(...(await readdir(dir!)).filter((n) => n.startsWith(prefix!)).map((n) => join(dir!, n)));
     return found;
@@ -540,6 +541,26 @@ describe("shell_exec memory bound of a call", () => {
     await cgroup[Symbol.asyncDispose]();
     for (const dir of cgroup.dirs) await expect(access(dir)).rejects.toMatchObject({ code: "ENOENT" });
     expect(await processesWith(["7373.5"])).toEqual([]);
+  });
+
+  it("shell_exec - a node starting on a host removes the call cgroups that killed nodes left there, and no live node's", async () => {
+    await using host = await hostCgroup();
+    const parents = host.bound.version === 2 ? [[host.bound.parent, "call-"]] : [host.bound.memory, host.bound.pids].map((dir) => [dir, "kova-shell-"]);
+    // A node that is gone: a process that ran and was reaped. A live one: vitest's main process.
+    const gone = spawn("true");
+    await once(gone, "exit");
+    const name = (pid: number) => `${pid}-${randomBytes(6).toString("hex")}`;
+    const left = parents.map(([dir, prefix]) => join(dir!, prefix + name(gone.pid!)));
+    const live = parents.map(([dir, prefix]) => join(dir!, prefix + name(process.ppid)));
+    await using _dirs = defer(async () => {
+      for (const dir of [...left, ...live]) await rmdir(dir).catch(() => {});
+    });
+    for (const dir of [...left, ...live]) await mkdir(dir);
+    // The cgroup directories a SIGKILLed node's call leaves: empty, its sandbox died with it.
+    const tool = createShellTool(shellConfigFrom({ cgroup: host.bound.version === 2 ? host.bound.parent : "auto" }, "tools.shell"), silent);
+    expect((await tool.ready()).ok).toBe(true);
+    for (const dir of left) await expect(access(dir), dir).rejects.toMatchObject({ code: "ENOENT" });
+    for (const dir of live) expect(await exists(dir), dir).toBe(true);
   });
 
   it("shell_exec - with a cgroup the call's processes together stay under memory_total_mb: the kernel stops the call and all of it is killed", async () => {

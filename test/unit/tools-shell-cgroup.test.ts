@@ -2,7 +2,7 @@ import { spawn } from "node:child_process";
 import { once } from "node:events";
 import { dirname, join } from "node:path";
 import { describe, expect, it } from "vitest";
-import { type CgroupFs, createCallCgroup, prepareCgroupParent } from "../../src/tools/builtin/shell-cgroup.js";
+import { type CgroupFs, createCallCgroup, prepareCgroupParent, sweepDeadCallCgroups } from "../../src/tools/builtin/shell-cgroup.js";
 import { createCallCgroupV1, findCgroupV1Parents, ownCgroupV1Dirs } from "../../src/tools/builtin/shell-cgroup-v1.js";
 
 /**
@@ -53,6 +53,11 @@ class FakeCgroupFs implements CgroupFs {
     if (!this.dirs.has(path) && !this.files.has(path)) throw errno("ENOENT", path);
   }
 
+  async readdir(path: string): Promise<string[]> {
+    if (!this.dirs.has(path)) throw errno("ENOENT", path);
+    return [...this.dirs, ...this.files.keys()].filter((p) => dirname(p) === path && p !== path).map((p) => p.slice(path.length + 1));
+  }
+
   /** The writes under `dir`, as [file name, data]. */
   writesIn(dir: string): Array<[string, string]> {
     return this.writes.filter(([p]) => dirname(p) === dir).map(([p, d]) => [p.slice(dir.length + 1), d]);
@@ -95,7 +100,7 @@ describe("shell_exec cgroup v2 backend (file writes)", () => {
     const fs = new FakeCgroupFs({ ...V2_FILES, "memory.swap.max": "max" }).dir("/cg", {}).dir("/cg/kova-shell");
     await using child = sleeper();
     const cgroup = await createCallCgroup("/cg/kova-shell", { memoryBytes: 512 * 2 ** 20, pids: 16 }, fs);
-    expect(cgroup.dirs).toEqual([expect.stringMatching(/^\/cg\/kova-shell\/call-[0-9a-f]{12}$/)]);
+    expect(cgroup.dirs).toEqual([expect.stringMatching(new RegExp(`^/cg/kova-shell/call-${process.pid}-[0-9a-f]{12}$`))]);
     const dir = cgroup.dirs[0]!;
     await cgroup.join(child.pid);
     expect(fs.writesIn(dir)).toEqual([
@@ -113,6 +118,42 @@ describe("shell_exec cgroup v2 backend (file writes)", () => {
     await cgroup[Symbol.asyncDispose]();
     expect(fs.writesIn(dir).at(-1)).toEqual(["cgroup.kill", "1"]);
     expect(fs.dirs.has(dir)).toBe(false);
+  });
+
+  it("cgroup - a sweep removes the call cgroups of dead node pids (killing what they still hold) and leaves this node's, live pids' and other directories", async () => {
+    const fs = new FakeCgroupFs(V2_FILES).dir("/cg", {}).dir("/cg/kova-shell");
+    await using child = sleeper();
+    // Pids as the injected check sees them: 777 alive, any other dead.
+    const dead = process.pid + 1;
+    for (const name of [
+      `call-${dead}-aaaaaaaaaaaa`,
+      `call-${dead}-bbbbbbbbbbbb`,
+      `call-${process.pid}-cccccccccccc`,
+      "call-777-dddddddddddd",
+      "call-eeeeeeeeeeee",
+      "other",
+    ])
+      fs.dir(`/cg/kova-shell/${name}`);
+    // A leftover that still lists a process: it is killed (cgroup.kill) before the rmdir.
+    fs.files.set(`/cg/kova-shell/call-${dead}-bbbbbbbbbbbb/cgroup.procs`, "");
+    const swept = await sweepDeadCallCgroups("/cg/kova-shell", "call-", fs, (pid) => pid === 777);
+    expect(swept).toEqual({ removed: [`/cg/kova-shell/call-${dead}-aaaaaaaaaaaa`, `/cg/kova-shell/call-${dead}-bbbbbbbbbbbb`], failed: [] });
+    expect(fs.writesIn(`/cg/kova-shell/call-${dead}-bbbbbbbbbbbb`)).toEqual([["cgroup.kill", "1"]]);
+    expect([...fs.dirs].filter((d) => dirname(d) === "/cg/kova-shell").sort()).toEqual(
+      [
+        `/cg/kova-shell/call-${process.pid}-cccccccccccc`,
+        "/cg/kova-shell/call-777-dddddddddddd",
+        "/cg/kova-shell/call-eeeeeeeeeeee",
+        "/cg/kova-shell/other",
+      ].sort(),
+    );
+    // One that will not empty (a live process the kill cannot reach here) is reported, not thrown.
+    fs.dir(`/cg/kova-shell/call-${dead}-ffffffffffff`);
+    fs.files.set(`/cg/kova-shell/call-${dead}-ffffffffffff/cgroup.procs`, String(child.pid));
+    const stuck = await sweepDeadCallCgroups("/cg/kova-shell", "call-", fs, (pid) => pid === 777);
+    expect(stuck).toEqual({ removed: [], failed: [{ dir: `/cg/kova-shell/call-${dead}-ffffffffffff`, reason: "EBUSY" }] });
+    // A parent that is not there is nothing to sweep.
+    expect(await sweepDeadCallCgroups("/cg/none", "call-", fs)).toEqual({ removed: [], failed: [] });
   });
 
   it("cgroup v2 - without swap accounting (no memory.swap.max) the call cgroup is still made", async () => {

@@ -24,6 +24,9 @@ import { type CallCgroup, type CallLimits, type CgroupFs, counter, errnoText, ig
  * a call held at its limit.
  */
 
+/** Names of v1 call cgroups: `kova-shell-<node pid>-<random>`. */
+export const CALL_CGROUP_V1_PREFIX = "kova-shell-";
+
 /** The directories under which a node makes its v1 call cgroups: its own memory and pids cgroups. */
 export interface CgroupV1Parents {
   memory: string;
@@ -96,8 +99,8 @@ export async function findCgroupV1Parents(fs: CgroupFs = nodeCgroupFs): Promise<
  * @throws the filesystem error when a directory or a limit cannot be written
  */
 export async function createCallCgroupV1(parents: CgroupV1Parents, limits: CallLimits = {}, fs: CgroupFs = nodeCgroupFs): Promise<CallCgroup> {
-  // The node's pid in the name: a test (or an operator) can tell one node's call cgroups from another's in a shared hierarchy.
-  const name = `kova-shell-${process.pid}-${randomBytes(6).toString("hex")}`;
+  // The node's pid in the name: sweepDeadCallCgroups (and an operator) tells a dead node's leftovers from a live node's calls by it.
+  const name = `${CALL_CGROUP_V1_PREFIX}${process.pid}-${randomBytes(6).toString("hex")}`;
   const memory = join(parents.memory, name);
   const pids = join(parents.pids, name);
   const dirs: string[] = [];

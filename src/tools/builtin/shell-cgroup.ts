@@ -1,6 +1,6 @@
 import { randomBytes } from "node:crypto";
 import { constants } from "node:fs";
-import { access, mkdir, readFile, rmdir, writeFile } from "node:fs/promises";
+import { access, mkdir, readdir, readFile, rmdir, writeFile } from "node:fs/promises";
 import { dirname, join } from "node:path";
 
 /**
@@ -8,7 +8,7 @@ import { dirname, join } from "node:path";
  * `memory_total_mb` and `max_processes` (rlimits bound each process alone: 64 processes of
  * 1 GiB each were 64 GiB for one call). Layout: a parent directory the node owns
  * (`/sys/fs/cgroup/kova-shell` by default) with the memory and pids controllers enabled for
- * its children, and one `call-<random>` child per call with `memory.max`,
+ * its children, and one `call-<node pid>-<random>` child per call with `memory.max`,
  * `memory.swap.max = 0`, `pids.max` and `memory.oom.group = 1` (at the limit the kernel
  * kills the whole call, not one process picked from it).
  *
@@ -41,6 +41,8 @@ export interface CgroupFs {
   rmdir(path: string): Promise<void>;
   /** Resolves when `path` exists (and, with `writable`, may be written); rejects with the errno otherwise. */
   access(path: string, writable?: boolean): Promise<void>;
+  /** The names in a directory. */
+  readdir(path: string): Promise<string[]>;
 }
 
 export const nodeCgroupFs: CgroupFs = {
@@ -51,6 +53,7 @@ export const nodeCgroupFs: CgroupFs = {
   },
   rmdir: (path) => rmdir(path),
   access: (path, writable) => access(path, writable ? constants.W_OK : constants.F_OK),
+  readdir: (path) => readdir(path),
 };
 
 export type CgroupParent = { ok: true; dir: string } | { ok: false; reason: string };
@@ -121,14 +124,18 @@ export interface CallCgroup extends AsyncDisposable {
   outcome(): Promise<CgroupOutcome>;
 }
 
+/** Names of v2 call cgroups: `call-<node pid>-<random>`. */
+export const CALL_CGROUP_V2_PREFIX = "call-";
+
 /**
- * Creates `<parent>/call-<random>` with the limits given (a limit left out is not written,
+ * Creates `<parent>/call-<node pid>-<random>` with the limits given (a limit left out is not written,
  * so the mechanism also works where a controller is missing, as in tests). Disposing kills
  * whatever is still inside and removes the directory.
  * @throws the filesystem error when the directory or a limit cannot be written
  */
 export async function createCallCgroup(parent: string, limits: CallLimits = {}, fs: CgroupFs = nodeCgroupFs): Promise<CallCgroup> {
-  const dir = join(parent, `call-${randomBytes(6).toString("hex")}`);
+  // The node's pid in the name: sweepDeadCallCgroups tells a dead node's leftovers from a live node's calls by it.
+  const dir = join(parent, `${CALL_CGROUP_V2_PREFIX}${process.pid}-${randomBytes(6).toString("hex")}`);
   await fs.mkdir(dir);
   const cgroup: CallCgroup = {
     dirs: [dir],
@@ -183,6 +190,49 @@ export async function removeCgroups(dirs: readonly string[], fs: CgroupFs = node
         await new Promise((r) => setTimeout(r, 20));
       }
     }
+  }
+}
+
+/**
+ * Removes the call cgroups under `parent` (named `<prefix><node pid>-<random>`) whose node
+ * process is gone: a node killed mid-call leaves its call's directories behind (its
+ * sandbox dies with it, `--die-with-parent`), and a cgroup directory is never removed by the
+ * kernel. Directories of this process and of any live pid are left alone (a live pid may be
+ * another node's on the same host, or a reused pid: then the leftover stays, which is safe).
+ * What a leftover still holds is killed first (removeCgroups).
+ * @returns the directories removed, and the ones that could not be, with the reason
+ */
+export async function sweepDeadCallCgroups(
+  parent: string,
+  prefix: string,
+  fs: CgroupFs = nodeCgroupFs,
+  alive: (pid: number) => boolean = processAlive,
+): Promise<{ removed: string[]; failed: Array<{ dir: string; reason: string }> }> {
+  const removed: string[] = [];
+  const failed: Array<{ dir: string; reason: string }> = [];
+  const names = await fs.readdir(parent).catch(() => [] as string[]);
+  for (const name of names) {
+    if (!name.startsWith(prefix)) continue;
+    const pid = /^(\d+)-[0-9a-f]+$/.exec(name.slice(prefix.length))?.[1];
+    if (pid === undefined || Number(pid) === process.pid || alive(Number(pid))) continue;
+    const dir = join(parent, name);
+    try {
+      await removeCgroups([dir], fs);
+      removed.push(dir);
+    } catch (err) {
+      failed.push({ dir, reason: errnoText(err) });
+    }
+  }
+  return { removed, failed };
+}
+
+/** Whether a process with this pid exists (EPERM: it does, owned by someone else). */
+export function processAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === "EPERM";
   }
 }
 

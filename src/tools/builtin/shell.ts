@@ -6,8 +6,16 @@ import { ArgumentError } from "../../core/errors.js";
 import type { Logger } from "../../core/logger.js";
 import type { Tool, ToolContext } from "../types.js";
 import type { ShellConfig } from "./shell-config.js";
-import { type CallCgroup, type CallLimits, createCallCgroup, DEFAULT_CGROUP_PARENT, prepareCgroupParent } from "./shell-cgroup.js";
-import { type CgroupV1Parents, createCallCgroupV1, findCgroupV1Parents } from "./shell-cgroup-v1.js";
+import {
+  CALL_CGROUP_V2_PREFIX,
+  type CallCgroup,
+  type CallLimits,
+  createCallCgroup,
+  DEFAULT_CGROUP_PARENT,
+  prepareCgroupParent,
+  sweepDeadCallCgroups,
+} from "./shell-cgroup.js";
+import { CALL_CGROUP_V1_PREFIX, type CgroupV1Parents, createCallCgroupV1, findCgroupV1Parents } from "./shell-cgroup-v1.js";
 import { ShellSandboxUnavailableError, ShellSpawnFailedError } from "./shell-errors.js";
 import { runCaptured, type CapturedOutcome } from "./shell-process.js";
 import { bwrapArgs, limitsPrologue, NOBODY, SANDBOX_ENV, SANDBOX_WORK_DIR, type SandboxWork } from "./shell-sandbox.js";
@@ -205,14 +213,31 @@ async function cgroupBound(config: ShellConfig, identity: Identity | undefined, 
   };
   const v2 = await prepareCgroupParent(config.cgroup);
   const picked = await tryBound("v2", v2.ok ? { kind: "cgroup", version: 2, parent: v2.dir } : v2);
-  if (picked !== undefined) return picked;
+  if (picked !== undefined) return sweptOf(picked, log);
   // A directory the operator named is a cgroup v2 delegation; only "auto" may use what the node finds itself in.
   if (config.cgroup === DEFAULT_CGROUP_PARENT) {
     const v1 = await findCgroupV1Parents();
     const found = await tryBound("v1", v1.ok ? { kind: "cgroup", version: 1, memory: v1.memory, pids: v1.pids } : v1);
-    if (found !== undefined) return found;
+    if (found !== undefined) return sweptOf(found, log);
   }
   return { reason: reasons.join("; ") };
+}
+
+/** `bound`, once the call cgroups that dead nodes left under it are removed (logged, never fatal). */
+async function sweptOf(bound: CgroupBound, log: Logger): Promise<CgroupBound> {
+  const under: Array<[string, string]> =
+    bound.version === 2
+      ? [[bound.parent, CALL_CGROUP_V2_PREFIX]]
+      : [
+          [bound.memory, CALL_CGROUP_V1_PREFIX],
+          [bound.pids, CALL_CGROUP_V1_PREFIX],
+        ];
+  for (const [parent, prefix] of under) {
+    const { removed, failed } = await sweepDeadCallCgroups(parent, prefix);
+    if (removed.length > 0) log.info({ parent, removed: removed.length }, "removed call cgroups that stopped nodes left behind");
+    for (const f of failed) log.warn({ dir: f.dir, reason: f.reason }, "could not remove a call cgroup a stopped node left behind: rmdir it");
+  }
+  return bound;
 }
 
 /** How a call's memory is bounded, in words, for the log and for reasons. */
