@@ -20,7 +20,7 @@ import {
 } from "../agents/run-protocol.js";
 import { RunWatcher, type RunOutcome } from "../agents/run-watcher.js";
 import { assignSubtasks, natsAgentDirectory, type AgentCandidate, type AgentDirectory } from "./directory.js";
-import { SwarmNoAgentError, SwarmNoResultsError } from "./errors.js";
+import { SwarmErrorCode, SwarmNoAgentError, SwarmNoResultsError } from "./errors.js";
 import { readRunEvents } from "./history.js";
 import { decompose, readStaticPlan, type ModelCall, type StaticSubtask, type Subtask } from "./plan.js";
 import { missingNote, synthesize, type MissingSubtask, type SubtaskResult } from "./synthesize.js";
@@ -316,21 +316,23 @@ class SwarmRun {
       const capabilities = [...new Set(agents.flatMap((a) => a.capabilities))].sort();
       if (capabilities.length === 0) throw new SwarmNoAgentError(ctx.actorId, ["any capability"], []);
       const call = await this.modelCall();
-      const d = await ctx.step(
-        "plan",
-        () =>
-          decompose(call, {
-            coordinator: ctx.actorId,
-            task: req.input,
-            capabilities,
-            maxSubtasks: deps.maxSubtasks,
-            ...(deps.opts.planRepairs !== undefined ? { maxRepairs: deps.opts.planRepairs } : {}),
-            ...(deps.opts.instructions?.plan ? { instructions: deps.opts.instructions.plan } : {}),
-            ...(req.constraints?.max_tokens ? { maxTokens: req.constraints.max_tokens } : {}),
-            signal: ctx.signal,
-          }),
-        { idempotent: true },
-      );
+      const d = await ctx
+        .step(
+          "plan",
+          () =>
+            decompose(call, {
+              coordinator: ctx.actorId,
+              task: req.input,
+              capabilities,
+              maxSubtasks: deps.maxSubtasks,
+              ...(deps.opts.planRepairs !== undefined ? { maxRepairs: deps.opts.planRepairs } : {}),
+              ...(deps.opts.instructions?.plan ? { instructions: deps.opts.instructions.plan } : {}),
+              ...(req.constraints?.max_tokens ? { maxTokens: req.constraints.max_tokens } : {}),
+              signal: ctx.signal,
+            }),
+          { idempotent: true },
+        )
+        .catch((err: unknown) => this.planFailed(err));
       subtasks = d.subtasks;
       await this.ownCall("plan", d.model, d.usage, { calls: d.calls });
     }
@@ -448,6 +450,15 @@ class SwarmRun {
     }
     if (status === "failed") this.deps.log.warn({ err, runId: this.runId, coordinator: this.ctx.actorId }, "swarm run failed");
     return result;
+  }
+
+  /** A plan the model never got right still cost its calls: they go into the run's usage before the run fails. */
+  private async planFailed(err: unknown): Promise<never> {
+    if (isKovaError(err, SwarmErrorCode.SWARM_PLAN_INVALID)) {
+      const spent = err.data as { attempts?: number; usage?: RunUsage; model?: string } | undefined;
+      if (spent?.usage && spent.model) await this.ownCall("plan", spent.model, spent.usage, { calls: spent.attempts });
+    }
+    throw err;
   }
 
   /**

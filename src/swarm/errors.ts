@@ -1,5 +1,6 @@
 import { defineErrorCodes, KovaError } from "../core/errors.js";
 import type { ArgumentIssue } from "../tools/validate.js";
+import type { RunUsage } from "../agents/run-protocol.js";
 
 export const SwarmErrorCode = defineErrorCodes("swarm", {
   /** The coordinator's model gave no valid plan within the repair budget. */
@@ -14,12 +15,16 @@ export const SwarmErrorCode = defineErrorCodes("swarm", {
 
 /** The plan the model produced failed validation after every repair attempt. */
 export class SwarmPlanInvalidError extends KovaError {
-  constructor(coordinator: string, attempts: number, issues: readonly ArgumentIssue[]) {
+  /**
+   * @param spent the tokens of the `attempts` model calls and the model that answered: the
+   * run still owes them to its usage (swarm runs count their own calls, docs/swarm.md)
+   */
+  constructor(coordinator: string, attempts: number, issues: readonly ArgumentIssue[], spent?: { usage: RunUsage; model: string }) {
     const list = issues.map((i) => `${i.path}: expected ${i.expected}, got ${i.given}`).join("; ");
     super(
       SwarmErrorCode.SWARM_PLAN_INVALID,
       `coordinator ${coordinator}: the model gave no valid plan after ${attempts} attempt(s) (${list}); give a static plan, raise plan_repairs, or use a model that follows tool schemas`,
-      { data: { coordinator, attempts, issues } },
+      { data: { coordinator, attempts, issues, ...spent } },
     );
   }
 }

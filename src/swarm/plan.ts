@@ -134,7 +134,7 @@ export async function decompose(call: ModelCall, o: DecomposeOptions): Promise<D
       return { subtasks, usage, calls, model: res.model };
     }
     const verdict = budget.onInvalid(PLAN_TOOL, check.issues);
-    if (verdict.action === "fail") throw new SwarmPlanInvalidError(o.coordinator, calls, check.issues);
+    if (verdict.action === "fail") throw new SwarmPlanInvalidError(o.coordinator, calls, check.issues, { usage, model: res.model });
     messages.push(res.message, ...repairMessages(res.message.toolCalls ?? [], planCall, check.issues));
   }
 }

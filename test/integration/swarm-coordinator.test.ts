@@ -252,6 +252,30 @@ describe("swarm coordinator", () => {
     expect((err as { data: { error: { code: string } } }).data.error.code).toBe(SwarmErrorCode.SWARM_NO_AGENT);
   });
 
+  it("swarm - a plan the model never gets right fails the run with SWARM_PLAN_INVALID and still counts the tokens of every attempt", async () => {
+    // A capability no agent offers, every time: the first plan and both repairs are refused.
+    await using model = await startScriptedModelServer({ handler: swarmModel({ plan: [{ task: "t", capability: "cooking" }] }) });
+    await using rig = await swarmRig(model.url);
+    const err = await runSwarm(rig.bus, "planner", "x", { sessionId: "s-plan-bad", runId: "r-plan-bad" }).catch((e: unknown) => e);
+    expect((err as { data: { error: { code: string } } }).data.error.code).toBe(SwarmErrorCode.SWARM_PLAN_INVALID);
+    expect(model.requests.filter(isPlanRequest)).toHaveLength(3);
+    const events = await poll(
+      async () => {
+        const got = await readRunEvents(rig.bus, "s-plan-bad", "r-plan-bad");
+        return got.some((e) => e.type === "run_stream_end") ? got : undefined;
+      },
+      { timeoutMs: 10_000, what: "the failed run's end events" },
+    );
+    const responses = events
+      .filter((e) => e.type === "model_response")
+      .map((e) => e.data as { usage: { inputTokens: number; outputTokens: number }; calls?: number });
+    expect(responses).toHaveLength(1);
+    expect(responses[0]!.calls).toBe(3);
+    const failed = events.find((e) => e.type === "run_failed")!.data as { usage: { inputTokens: number; outputTokens: number } };
+    expect(failed.usage).toMatchObject(responses[0]!.usage);
+    expect(failed.usage.inputTokens).toBeGreaterThan(0);
+  });
+
   it("swarm - a run that fails after its model planned carries the coordinator's own usage on run_failed, as an agent's does", async () => {
     const planner = swarmModel({ plan: [{ task: "research A", capability: "research" }] });
     // The plan is made and the subtask answered; the model refuses the synthesis.
