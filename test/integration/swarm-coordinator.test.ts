@@ -51,6 +51,17 @@ async function agentCounts(bus: Bus): Promise<Record<string, number>> {
   return out;
 }
 
+/** A run's stored events once its run_stream_end is among them. */
+function endedRunEvents(bus: Bus, sessionId: string, runId: string): Promise<KovaEvent[]> {
+  return poll(
+    async () => {
+      const got = await readRunEvents(bus, sessionId, runId);
+      return got.some((e) => e.type === "run_stream_end") ? got : undefined;
+    },
+    { timeoutMs: 10_000, what: `the end events of run ${runId}` },
+  );
+}
+
 /** The agents' counts once they add up to `total` (an outcome can arrive before its turn's checkpoint). */
 function settledCounts(bus: Bus, total: number): Promise<Record<string, number>> {
   return poll(
@@ -206,13 +217,7 @@ describe("swarm coordinator", () => {
     await using rig = await swarmRig(model.url);
     const err = await runSwarm(rig.bus, "planner", "x", { sessionId: "s-bad", runId: "r-bad", constraints: { max_tokens: 0 } }).catch((e: unknown) => e);
     expect(isKovaError(err, SwarmErrorCode.SWARM_RUN_FAILED)).toBe(true);
-    const events = await poll(
-      async () => {
-        const got = await readRunEvents(rig.bus, "s-bad", "r-bad");
-        return got.some((e) => e.type === "run_stream_end") ? got : undefined;
-      },
-      { timeoutMs: 10_000, what: "the failed run's end events" },
-    );
+    const events = await endedRunEvents(rig.bus, "s-bad", "r-bad");
     expect(events.map((e) => e.type)).toEqual(["run_failed", "run_stream_end"]);
     expect(events[0]!.data).toMatchObject({ error: { code: ErrorCode.INVALID_ARGUMENT, message: expect.stringContaining("max_tokens") } });
     expect(events[1]!.data).toEqual({ status: "failed" });
@@ -259,13 +264,7 @@ describe("swarm coordinator", () => {
     const err = await runSwarm(rig.bus, "planner", "x", { sessionId: "s-plan-bad", runId: "r-plan-bad" }).catch((e: unknown) => e);
     expect((err as { data: { error: { code: string } } }).data.error.code).toBe(SwarmErrorCode.SWARM_PLAN_INVALID);
     expect(model.requests.filter(isPlanRequest)).toHaveLength(3);
-    const events = await poll(
-      async () => {
-        const got = await readRunEvents(rig.bus, "s-plan-bad", "r-plan-bad");
-        return got.some((e) => e.type === "run_stream_end") ? got : undefined;
-      },
-      { timeoutMs: 10_000, what: "the failed run's end events" },
-    );
+    const events = await endedRunEvents(rig.bus, "s-plan-bad", "r-plan-bad");
     const responses = events
       .filter((e) => e.type === "model_response")
       .map((e) => e.data as { usage: { inputTokens: number; outputTokens: number }; calls?: number });
@@ -285,13 +284,7 @@ describe("swarm coordinator", () => {
     await using rig = await swarmRig(model.url);
     const err = await runSwarm(rig.bus, "planner", "x", { sessionId: "s-fail-usage", runId: "r-fail-usage" }).catch((e: unknown) => e);
     expect(isKovaError(err, SwarmErrorCode.SWARM_RUN_FAILED)).toBe(true);
-    const events = await poll(
-      async () => {
-        const got = await readRunEvents(rig.bus, "s-fail-usage", "r-fail-usage");
-        return got.some((e) => e.type === "run_stream_end") ? got : undefined;
-      },
-      { timeoutMs: 10_000, what: "the failed run's end events" },
-    );
+    const events = await endedRunEvents(rig.bus, "s-fail-usage", "r-fail-usage");
     const planned = events.filter((e) => e.type === "model_response").map((e) => (e.data as { usage: { inputTokens: number; outputTokens: number } }).usage);
     expect(planned.length).toBeGreaterThan(0);
     const failed = events.find((e) => e.type === "run_failed")!.data as { usage: { inputTokens: number; outputTokens: number } };
