@@ -1,4 +1,4 @@
-// A swarm of 100 subtasks over contract agents on 3 node processes (issue 12), with a
+// A swarm of 100 subtasks over contract agents on 3 node processes (docs/swarm.md), with a
 // scripted model of zero latency and of 1 s latency (the coordinator's plan and answer,
 // and one call per subtask by the agent that runs it). Reports end-to-end time, its parts
 // (plan out, all delegated, last child done, answer), Kova's overhead per subtask, and for

@@ -1,6 +1,6 @@
 // full mode, 256 concurrent writers (each append then complete, not awaited), vs raw
-// batched puts from 256 writers (each `await put`, no flush wait: the baseline the issue
-// names, ~590k puts/s on an idle machine). Measurement windows alternate between the two.
+// batched puts from 256 writers (each `await put`, no flush wait: the baseline the WAL's
+// target is set against, ~590k puts/s on an idle machine). Measurement windows alternate between the two.
 // Targets: ≥ 100,000 appends/s and ≥ 0.3 × raw.
 import { PAYLOAD, RING_BITS, Wal, interleaved, rate, rawLmdb, report, reportCpu, tempDir } from "./wal-bench-lib.mjs";
 

@@ -84,7 +84,7 @@ const CLAIM_TRIES = 5;
 const HEADER_ALLOWANCE = 1024;
 
 /**
- * The actors' step journal on NATS (DESIGN.md, "Step journal across nodes"): stream
+ * The actors' step journal on NATS (docs/actors.md, "Step journal on NATS"): stream
  * `KOVA_<C>_JOURNAL`, one subject per actor. The local WAL makes a restart on the same node
  * exact; this makes a takeover by another node exact too. Every append carries
  * `Nats-Expected-Last-Subject-Sequence` = the last sequence this host wrote or read on the

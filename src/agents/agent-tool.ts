@@ -58,7 +58,7 @@ const AGENT_TOOL_PARAMETERS = Object.freeze({
 export const AGENT_TOOL_PREFIX = "agent:";
 
 /**
- * Offers an agent as a tool named `agent:<agentId>` (issue 12, "agents as tools"). A call
+ * Offers an agent as a tool named `agent:<agentId>` (docs/swarm.md, "Agents as tools"). A call
  * is a child run of the calling run, on whatever node hosts the agent:
  * 1. the child's run id and the delegation's message id are derived from the call's
  *    idempotency key, so a call re-run after a crash (or on the node that took the caller

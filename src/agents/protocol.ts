@@ -12,7 +12,7 @@ import { AgentInputInvalidError } from "./errors.js";
 export const AGENT_CHAT = "agent.chat";
 registerMessageTypes("agents", AGENT_CHAT);
 
-/** `constraints` of a task (the seed's form): a token cap and a deadline for this run. */
+/** `constraints` of a task (as the short form writes them too): a token cap and a deadline for this run. */
 export interface TaskConstraints {
   max_tokens?: number;
   /** Epoch ms, an ISO date, or a duration from receipt: `"5min"`, `"30s"`, `"2h"`, `"500ms"`, or milliseconds. */
@@ -37,7 +37,7 @@ export interface HistoryTurn {
   content: string;
 }
 
-/** `task_delegate` payload. The seed form `{ task, constraints }` is accepted too (`task` = `input`). */
+/** `task_delegate` payload. The short form `{ task, constraints }` is accepted too (`task` = `input`). */
 export interface AgentTaskPayload {
   input: string;
   /**
@@ -139,7 +139,7 @@ export interface RunRequest {
 export function parseRunRequest(type: string, payload: unknown, receivedAt: number): RunRequest {
   if (typeof payload === "string" && type === "task_delegate") return { kind: "task", input: payload };
   if (typeof payload !== "object" || payload === null || Array.isArray(payload)) {
-    throw new AgentInputInvalidError("payload", type === AGENT_CHAT ? "must be { message, sessionId }" : "must be { input } (or the seed form { task })");
+    throw new AgentInputInvalidError("payload", type === AGENT_CHAT ? "must be { message, sessionId }" : "must be { input } (or the short form { task })");
   }
   const p = payload as Record<string, unknown>;
   const out: RunRequest =
@@ -240,7 +240,7 @@ export function parseDeadline(value: unknown, from: number): number {
 /** The payload forms a `task_delegate` to an agent takes, for errors that name what to send. */
 const TASK_PAYLOAD_FORM = "a task_delegate to an agent carries { input, sessionId?, constraints? }";
 
-/** A task's text: `input`, or `task` in the seed form. A payload with neither names `input`, the field to set. */
+/** A task's text: `input`, or `task` in the short form. A payload with neither names `input`, the field to set. */
 function taskInput(p: Record<string, unknown>): string {
   if (p.input === undefined && p.task !== undefined) return text(p.task, "payload.task");
   return text(p.input, "payload.input", ` (${TASK_PAYLOAD_FORM}; got the fields ${Object.keys(p).join(", ") || "none"})`);

@@ -11,7 +11,7 @@ import { priorityValue, type AgentResult, type AgentTaskPayload, type RunUsage, 
  */
 
 export type { AgentInfo, RunStatus, RunUsage, TaskConstraints } from "./protocol.js";
-/** Payload of `task_delegate` (the seed's `{ task, constraints }` is read as `input`). */
+/** Payload of `task_delegate` (the short form `{ task, constraints }` is read as `input`). */
 export type TaskDelegatePayload = AgentTaskPayload;
 /** Payload of the `result_notify` that answers a `task_delegate`. */
 export type ResultNotifyPayload = AgentResult;
@@ -22,7 +22,7 @@ export const ZERO_USAGE: Readonly<RunUsage> = Object.freeze({ inputTokens: 0, ou
 export { RunEventType } from "./events.js";
 
 /**
- * Reads a `task_delegate` payload in either form (`input` or the seed's `task`).
+ * Reads a `task_delegate` payload in either form (`input`, or `task` in the short form).
  * @throws ArgumentError naming the field at fault
  */
 export function readTaskPayload(payload: unknown): TaskDelegatePayload {
@@ -93,7 +93,7 @@ const UNIT_MS: Record<string, number> = {
 
 /**
  * A duration in milliseconds: a positive number of milliseconds, or a string such as
- * `"500ms"`, `"30s"`, `"5min"`, `"2h"`, `"1d"` (the seed writes `"5min"`).
+ * `"500ms"`, `"30s"`, `"5min"`, `"2h"`, `"1d"` (the short form's example writes `"5min"`).
  * @throws ArgumentError naming `field`
  */
 export function durationMs(value: unknown, field: string): number {

@@ -122,7 +122,7 @@ interface History {
 }
 
 /**
- * Defines a coordinator actor type (issue 12): it takes a `task_delegate` whose payload
+ * Defines a coordinator actor type (docs/swarm.md): it takes a `task_delegate` whose payload
  * follows the agent protocol (plus an optional static `plan`) and, in one journaled turn:
  *
  * 1. reads its run's stored events (`history`): a re-run after a takeover continues

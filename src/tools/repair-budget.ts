@@ -1,7 +1,7 @@
 import { ToolArgumentsInvalidError } from "./errors.js";
 import type { ArgumentIssue } from "./validate.js";
 
-/** Repair attempts a run allows by default (issue 11: two, then the run ends). */
+/** Repair attempts a run allows by default (two, then the run ends: docs/tools.md). */
 export const DEFAULT_ARGUMENT_REPAIRS = 2;
 
 export type RepairVerdict =

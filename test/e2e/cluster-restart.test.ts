@@ -5,7 +5,7 @@ import { poll } from "../fixtures/poll.js";
 
 /**
  * A node restarted with pending turns keeps serving: each recovered turn runs on its own
- * actor while the node places and serves the rest (issue 8, item 5).
+ * actor while the node places and serves the rest (docs/cluster.md).
  */
 let tc: TestCluster;
 

@@ -6,7 +6,7 @@ import { poll } from "../fixtures/poll.js";
 /**
  * A node whose WAL fails for real (its process runs under RLIMIT_FSIZE, so LMDB's commit
  * fails with EFBIG once the data file would outgrow it, as on a full disk) hands its
- * actors over and exits; their messages wait in the mailboxes (issue 8, item 7).
+ * actors over and exits; their messages wait in the mailboxes (docs/cluster.md).
  *
  * "Hands over" means it gives its leases up (releases them and leaves the membership):
  * its peer takes the actors at once, not when the dead node's heartbeats go stale. With

@@ -12,7 +12,7 @@ import { isPlanRequest, isSynthesisRequest, swarmModel, type ScriptedSubtask } f
 import { sessionEvents, startSwarmCluster } from "../fixtures/swarm/swarm-cluster.js";
 
 /**
- * Swarms on 3 node processes (issue 12): a coordinator `planner` ([[swarms]]) and contract
+ * Swarms on 3 node processes (docs/swarm.md): a coordinator `planner` ([[swarms]]) and contract
  * agents spread by placement, a scripted model server for the coordinator and for the
  * agents' own call (one per run). The tests share one cluster because starting three
  * processes is the slow part; the SIGKILL runs last.

@@ -39,7 +39,7 @@ describe("agent definitions, config, protocol and budgets (pure)", () => {
     expect(() => defineAgent({ id: "a", model: "m", hooks: { onStart: () => undefined } as never })).toThrow(/unknown hook/);
   });
 
-  it("config - [[agents]] as in the issue parses; errors name the key as written", () => {
+  it("config - [[agents]] as docs/agents.md writes it parses; errors name the key as written", () => {
     const cfg = parseConfig(
       [
         `[models.fast]`,
@@ -200,7 +200,7 @@ describe("agent definitions, config, protocol and budgets (pure)", () => {
     );
   });
 
-  it("protocol - task_delegate (and the seed form), agent.chat, constraints and deadlines", () => {
+  it("protocol - task_delegate (and the short form { task }), agent.chat, constraints and deadlines", () => {
     const now = 1_700_000_000_000;
     expect(parseRunRequest("task_delegate", { input: "hi", sessionId: "s", runId: "r", parentRunId: "p" }, now)).toEqual({
       kind: "task",
@@ -209,9 +209,9 @@ describe("agent definitions, config, protocol and budgets (pure)", () => {
       runId: "r",
       parentRunId: "p",
     });
-    expect(parseRunRequest("task_delegate", { task: "seed", constraints: { max_tokens: 2000, deadline: "5min" } }, now)).toEqual({
+    expect(parseRunRequest("task_delegate", { task: "short form", constraints: { max_tokens: 2000, deadline: "5min" } }, now)).toEqual({
       kind: "task",
-      input: "seed",
+      input: "short form",
       maxTokens: 2000,
       deadline: now + 300_000,
     });

@@ -13,7 +13,7 @@ function models(toml: string, env: NodeJS.ProcessEnv = {}, baseDir?: string) {
 }
 
 describe("models config", () => {
-  it("config - reads issue 10's [models.fast] as written, with defaults for the rest", () => {
+  it("config - reads docs/models.md's [models.fast] as written, with defaults for the rest", () => {
     const m = models(
       `[models.fast]
 base_url = "https://llm.example.com/v1"

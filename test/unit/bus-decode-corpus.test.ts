@@ -27,7 +27,7 @@ function causes(err: unknown): unknown[] {
 const prototypeKeys = () => Object.getOwnPropertyNames(Object.prototype).sort();
 
 describe("bus decode corpus", () => {
-  it("corpus - holds every kind of bad input the brief names", () => {
+  it("corpus - holds every kind of bad input docs/protocol.md names", () => {
     const names = corpus.map((c) => c.name).join("\n");
     for (const kind of [
       "truncated-at-000",

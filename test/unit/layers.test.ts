@@ -2,7 +2,7 @@ import { readdirSync, readFileSync, statSync } from "node:fs";
 import { join, relative } from "node:path";
 import { describe, expect, it } from "vitest";
 
-// DESIGN.md: imports point down only. Rank = position in the stack; a file may import
+// docs/architecture.md: imports point down only. Rank = position in the stack; a file may import
 // only from its own layer or layers of lower rank. `testing` sits on top: it may use
 // every layer, and nothing in production imports it.
 const RANK: Record<string, number> = {

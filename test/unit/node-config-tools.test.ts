@@ -3,8 +3,8 @@ import { describe, expect, it } from "vitest";
 import { parseConfig } from "../../src/node/config.js";
 import { configError } from "../fixtures/config-error.js";
 
-// Issue 11's example, as a user would paste it into kova.toml.
-const ISSUE_TOML = `
+// docs/tools.md's example, as a user would paste it into kova.toml.
+const TOOLS_TOML = `
 [tools.file]
 root = "${tmpdir()}"
 [tools.http]
@@ -28,8 +28,8 @@ headers_env = { Authorization = "REMOTE_MCP_TOKEN" }
 `;
 
 describe("node config: tools and MCP", () => {
-  it("config - the [tools] and [[mcp.servers]] example of the tools issue loads as written", () => {
-    const cfg = parseConfig(ISSUE_TOML, { env: { KOVA_DB_URL: "postgres://reader@127.0.0.1/test", REMOTE_MCP_TOKEN: "Bearer x" } });
+  it("config - the [tools] and [[mcp.servers]] example of docs/tools.md loads as written", () => {
+    const cfg = parseConfig(TOOLS_TOML, { env: { KOVA_DB_URL: "postgres://reader@127.0.0.1/test", REMOTE_MCP_TOKEN: "Bearer x" } });
     expect(cfg.tools.file?.rootWritten).toBe(tmpdir());
     expect(cfg.tools.shell).toMatchObject({ timeoutMs: 10000 });
     expect(cfg.tools.db).toBeDefined();

@@ -107,7 +107,7 @@ describe("swarm plan", () => {
     ).toThrow(/at most 1/);
   });
 
-  it("protocol - the seed's task_delegate form is read as written; durations as strings or ms; derived ids are stable tokens", () => {
+  it("protocol - the short task_delegate form { task, constraints } is read as written; durations as strings or ms; derived ids are stable tokens", () => {
     expect(readTaskPayload({ task: "Research X", constraints: { max_tokens: 2000, deadline: "5min" } })).toEqual({
       input: "Research X",
       constraints: { max_tokens: 2000, deadline: "5min" },

@@ -30,7 +30,7 @@ const CLEANUP_STATEMENT = [
 const EXEMPT: ReadonlyArray<{ file: string; block: string; why: string }> = [];
 
 /**
- * Files another change is converting at the time this check was written (issue 7): they may
+ * Files another change is converting at the time this check was written: they may
  * hold at most this many cleanup-only blocks, and only fewer from then on. Remove an entry
  * once its count is 0.
  */

@@ -14,7 +14,7 @@ function tools(toml: string, env: NodeJS.ProcessEnv = {}) {
 }
 
 describe("tools config", () => {
-  it("tools config - the issue's [tools] example parses into camelCase and enables those built-ins", () => {
+  it("tools config - the [tools] example of docs/tools.md parses into camelCase and enables those built-ins", () => {
     const cfg = tools(
       `
 [tools]

@@ -38,7 +38,7 @@ function keyOf(toml: string, env: NodeJS.ProcessEnv = {}): { key: string; messag
 }
 
 describe("mcp config", () => {
-  it("mcp config - loads the seed's [[mcp.servers]] form as written", () => {
+  it("mcp config - loads the documented [[mcp.servers]] example as written", () => {
     const config = configOf(SEED, { REMOTE_MCP_TOKEN: "Bearer t0ken-value" });
     const [everything, remote] = config.servers as [McpStdioServerConfig, McpHttpServerConfig];
     expect(everything).toEqual({

@@ -22,7 +22,7 @@ function expectInvalid(fn: () => unknown, ...parts: string[]): void {
 const wf = (steps: unknown[], head: Record<string, unknown> = { id: "w" }) => ({ workflow: head, steps }) as never;
 
 describe("workflow definitions", () => {
-  it("definition - the issue's example file loads as written", async () => {
+  it("definition - the example file of docs/workflows.md loads as written", async () => {
     const { definition } = await loadWorkflowFile(FIXTURE);
     expect(definition.id).toBe("report");
     expect(definition.input).toEqual({ topic: { type: "string", required: true } });

@@ -68,7 +68,7 @@ class Sim {
 const one = (steps: unknown[], input?: Record<string, unknown>) => defineWorkflow({ workflow: { id: "t", ...(input ? { input } : {}) }, steps } as never);
 
 describe("workflow engine", () => {
-  it("engine - the issue's example runs research, a parallel review, an approval and the publishing branch", async () => {
+  it("engine - the example file of docs/workflows.md runs research, a parallel review, an approval and the publishing branch", async () => {
     const { definition } = await loadWorkflowFile(join(import.meta.dirname, "../fixtures/workflow/report.toml"));
     const sim = new Sim();
     sim.start(definition, { topic: "vector databases" });

@@ -6,7 +6,8 @@ import { ENV_NAME, templateVariables } from "./env-template.js";
 
 /**
  * `[[mcp.servers]]` in kova.toml, parsed (documented in docs/tools.md, "MCP servers:
- * [[mcp.servers]]"). The seed's form loads as written:
+ * [[mcp.servers]]"). An entry as a user writes it (`name`, `command`, `args` and `env`
+ * are the usual minimum):
  *
  * ```toml
  * [[mcp.servers]]

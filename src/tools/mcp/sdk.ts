@@ -1,6 +1,7 @@
 /**
  * The MCP SDK, imported on first use: a node whose config names no MCP server (or only lazy
- * ones nobody has used yet) never loads it (DESIGN.md, "Feature levels").
+ * ones nobody has used yet) never loads it: an optional feature costs nothing until the
+ * config uses it.
  */
 export interface McpSdk {
   Client: typeof import("@modelcontextprotocol/sdk/client/index.js").Client;
