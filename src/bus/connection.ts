@@ -16,6 +16,13 @@ export interface ConnectionOptions {
 }
 
 /**
+ * nats.js PINGs every `intervalMs` and drops the connection at the tick that finds `maxOut`
+ * PINGs unanswered: `maxOut x intervalMs` to `(maxOut + 1) x intervalMs` after the server's
+ * last PONG (the nats.js default, 2 minutes x 2, takes 4-6 minutes to notice).
+ */
+export const CLIENT_PING = { intervalMs: 5_000, maxOut: 2 } as const;
+
+/**
  * Connects once and then reconnects forever: a node must outlive a NATS restart, and
  * nats.js gives up after 10 attempts by default. Every status change is logged, so a
  * flapping link is visible in the node's logs.
@@ -35,9 +42,11 @@ export async function connectNats(opts: ConnectionOptions): Promise<NatsConnecti
       reconnectTimeWait: 250,
       reconnectJitter: 100,
       timeout: opts.connectTimeoutMs ?? 5_000,
-      // A dead TCP peer that never closes the socket is found by pings.
-      pingInterval: 10_000,
-      maxPingOut: 3,
+      // A server that stopped answering (hung, frozen, or cut off without a reset) is found
+      // by pings: 10-15 s after its last PONG the connection is dropped and the client
+      // reconnects, to another server of a cluster if there is one.
+      pingInterval: CLIENT_PING.intervalMs,
+      maxPingOut: CLIENT_PING.maxOut,
       // nats.js otherwise builds an Error (with a stack) per request in case it fails:
       // ~15 % of a busy bus's CPU. Our errors name the subject instead.
       noAsyncTraces: true,

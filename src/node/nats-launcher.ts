@@ -54,6 +54,17 @@ export interface StartNatsServerOptions {
   signal?: AbortSignal;
 }
 
+/**
+ * How a server Kova starts finds a client that stopped answering (a frozen node, a host cut
+ * off the network): it PINGs a client it has not heard from for `interval` seconds and
+ * closes the connection after `max` unanswered PINGs, 12-15 s after the client went
+ * silent (`(max + 1) x interval` to `(max + 2) x interval`: the first PING goes out at the
+ * first timer tick at least one interval after the client's last word). The nats-server
+ * default, 2 minutes x 2, keeps a dead client's subscriptions for 4-6 minutes. The same
+ * values are in deploy/nats/ and deploy/k8s/ (test/unit/nats-ping.test.ts checks them).
+ */
+export const SERVER_PING = { intervalS: 3, max: 3 } as const;
+
 /** A nats-server could not be found or did not start. */
 export class NatsLaunchError extends KovaError {
   constructor(message: string, cause?: unknown, data?: Record<string, unknown>) {
@@ -254,6 +265,8 @@ export class NatsServerProcess implements NatsServerHandle {
       `listen: "127.0.0.1:${this.port}"`,
       `http: "127.0.0.1:${this.monitorPort}"`,
       `ports_file_dir: ${JSON.stringify(portsDir)}`,
+      `ping_interval: "${SERVER_PING.intervalS}s"`,
+      `ping_max: ${SERVER_PING.max}`,
     ];
     if (o.jetstream !== false) {
       lines.push(`jetstream { store_dir: ${JSON.stringify(this.storeDir)}, max_mem: 256M, max_file: 4G }`);

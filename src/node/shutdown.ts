@@ -10,6 +10,8 @@ export interface ShutdownOptions {
   /** Injected for tests; defaults to process.exit. */
   exit?: (code: number) => void;
   signals?: NodeJS.Signals[];
+  /** Signals that are logged and otherwise ignored (default SIGHUP; see installShutdown). */
+  ignored?: NodeJS.Signals[];
 }
 
 /**
@@ -18,6 +20,13 @@ export interface ShutdownOptions {
  * orchestrator's escalation) exits at once with 130, and so does a stop that outlasts
  * `graceMs`. Exiting without the graceful path is safe, only slower for the cluster:
  * leases then expire by staleness and the WAL finishes the interrupted turns on restart.
+ *
+ * SIGHUP is ignored (logged): its default action ends the process, and it is sent without
+ * anyone asking for a stop. A terminal that closes sends it, and so does the kernel to a
+ * process group that becomes orphaned while one of its members is stopped: a node frozen
+ * with SIGSTOP under a service manager was killed 2 s later by the SIGHUP that followed
+ * another member's exit, turning a freeze into a crash. Nothing is reloaded on SIGHUP;
+ * a changed kova.toml takes effect on restart.
  * @returns a function that removes the handlers
  */
 export function installShutdown(opts: ShutdownOptions): () => void {
@@ -52,8 +61,14 @@ export function installShutdown(opts: ShutdownOptions): () => void {
         exit(1);
       });
   };
+  const ignored = opts.ignored ?? ["SIGHUP"];
+  const onIgnored = (signal: NodeJS.Signals) => {
+    log.info({ signal }, `${signal} ignored: nothing is reloaded on it (restart the process to apply configuration changes); SIGTERM stops it`);
+  };
   for (const s of signals) process.on(s, onSignal);
+  for (const s of ignored) process.on(s, onIgnored);
   return () => {
     for (const s of signals) process.off(s, onSignal);
+    for (const s of ignored) process.off(s, onIgnored);
   };
 }

@@ -5,6 +5,7 @@ import { connect } from "@nats-io/transport-node";
 import { jetstream, jetstreamManager } from "@nats-io/jetstream";
 import { DEPLOY, NATS_HOSTS, startDeployNatsCluster, type DeployNatsCluster } from "../fixtures/deploy/nats-cluster.js";
 import { poll } from "../fixtures/poll.js";
+import { SERVER_PING } from "../../src/node/nats-launcher.js";
 
 let cluster: DeployNatsCluster | undefined;
 
@@ -24,6 +25,11 @@ describe("deploy NATS cluster", () => {
     }
     cluster = await startDeployNatsCluster();
     const { servers } = cluster;
+    for (const s of servers) {
+      // The shipped ping settings as the server applied them (test/unit/nats-ping.test.ts).
+      const varz = (await (await fetch(`${s.monitor}/varz`)).json()) as { ping_interval: number; ping_max: number };
+      expect({ intervalS: varz.ping_interval / 1e9, max: varz.ping_max }, s.host).toEqual(SERVER_PING);
+    }
 
     // all three see each other as routes
     for (const s of servers) {

@@ -4,12 +4,16 @@ import { jetstreamManager } from "@nats-io/jetstream";
 import { freePort, HarnessError, NatsPortInUseError, startNatsCluster, startNatsServer } from "../../src/testing/index.js";
 import { poll } from "../fixtures/poll.js";
 import { holdPort } from "../fixtures/ports.js";
+import { SERVER_PING } from "../../src/node/nats-launcher.js";
 
 describe("test harness", () => {
   it("harness - starts a JetStream server on a free port and restarts it on the same store", async () => {
     await using server = await startNatsServer({ allowExternal: false });
     expect(server.url).toMatch(/^nats:\/\/127\.0\.0\.1:\d+$/);
     expect(server.url).not.toBe("nats://127.0.0.1:4222");
+    // The server's own view of the ping settings the launcher writes (test/unit/nats-ping.test.ts).
+    const varz = (await (await fetch(`${server.monitorUrl}/varz`)).json()) as { ping_interval: number; ping_max: number };
+    expect({ intervalS: varz.ping_interval / 1e9, max: varz.ping_max }).toEqual(SERVER_PING);
     let nc = await connect({ servers: server.url });
     const jsm = await jetstreamManager(nc);
     await jsm.streams.add({ name: "H", subjects: ["h.>"] });

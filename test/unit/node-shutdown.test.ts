@@ -1,6 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { createLogger } from "../../src/core/logger.js";
 import { installShutdown } from "../../src/node/shutdown.js";
+import { captureLogs } from "../fixtures/capture-logs.js";
 import { poll } from "../fixtures/poll.js";
 
 const logger = createLogger();
@@ -61,5 +62,27 @@ describe("node shutdown", () => {
     await poll(() => exits.length > 0, { timeoutMs: 1_000, what: "the exit after the grace period" });
     expect(exits).toEqual([1]);
     uninstall();
+  });
+
+  it("shutdown - SIGHUP neither stops nor ends the process: it is logged and ignored", async () => {
+    const exits: number[] = [];
+    let stops = 0;
+    const { logger: captured, text } = captureLogs();
+    const uninstall = installShutdown({
+      logger: captured,
+      signals: ["SIGUSR2"],
+      exit: (c) => exits.push(c),
+      stop: async () => {
+        stops++;
+      },
+    });
+    // A listener of our own is what keeps the default action (terminate) away.
+    expect(process.listenerCount("SIGHUP")).toBeGreaterThan(0);
+    process.emit("SIGHUP", "SIGHUP");
+    expect(stops).toBe(0);
+    expect(exits).toEqual([]);
+    expect(text()).toContain('"msg":"SIGHUP ignored');
+    uninstall();
+    expect(process.listenerCount("SIGHUP")).toBe(0);
   });
 });
