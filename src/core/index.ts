@@ -7,3 +7,4 @@ export * from "./format-version.js";
 export * from "./config-table.js";
 export * from "./close-matches.js";
 export * from "./phases.js";
+export * from "./duration.js";

@@ -9,7 +9,7 @@ export { ToolRegistry, type ToolDescription, type ToolProvider } from "./registr
 export { ToolSet, type ModelToolSpec } from "./tool-set.js";
 export { isValidToolName, MCP_PREFIX, TOOL_NAME_RULE } from "./names.js";
 export { idempotencyClass, isIdempotentCall, type IdempotencyClass } from "./idempotency.js";
-export { validateArguments, type ArgumentCheck, type ArgumentIssue } from "./validate.js";
+export { compileArgumentSchema, validateAgainstSchema, validateArguments, type ArgumentCheck, type ArgumentIssue } from "./validate.js";
 export { ArgumentRepairBudget, DEFAULT_ARGUMENT_REPAIRS, type RepairVerdict } from "./repair-budget.js";
 export { capText, DEFAULT_RESULT_MAX_BYTES, serializeToolResult, toolResultText, truncateUtf8, type CappedText } from "./result-cap.js";
 export { checkToolCall, runTool, type ToolCallCheck, type ToolRunOutcome } from "./invoke.js";

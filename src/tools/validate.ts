@@ -111,6 +111,20 @@ export function validateArguments<A = unknown>(tool: Tool<A>, raw: unknown): Arg
   return { ok: true, args: args as A };
 }
 
+/**
+ * Validates any JSON value (not only an object of arguments) against a JSON Schema, with
+ * the issues argument validation gives: what a verifier of structured output uses.
+ * @param name names the schema in the error when it does not compile
+ * @throws ToolDefinitionError when the schema does not compile
+ */
+export function validateAgainstSchema(schema: JsonSchema, value: unknown, name = "schema"): ArgumentCheck {
+  const validate = compileArgumentSchema(name, schema);
+  // The validator fills in defaults in place: never in the caller's value.
+  const copy = typeof value === "object" && value !== null ? structuredClone(value) : value;
+  if (!validate(copy)) return invalid(issuesFromAjv(validate.errors ?? [], copy));
+  return { ok: true, args: copy };
+}
+
 function invalid(issues: ArgumentIssue[]): { ok: false; issues: ArgumentIssue[] } {
   if (issues.length > MAX_ISSUES) {
     const rest = issues.length - MAX_ISSUES + 1;

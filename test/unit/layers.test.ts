@@ -14,10 +14,11 @@ const RANK: Record<string, number> = {
   agents: 4,
   workflow: 5,
   swarm: 6,
-  node: 7,
-  gateway: 8,
-  cli: 9,
-  testing: 10,
+  eval: 7,
+  node: 8,
+  gateway: 9,
+  cli: 10,
+  testing: 11,
 };
 
 /**

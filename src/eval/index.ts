@@ -1,0 +1,55 @@
+/**
+ * Kova's evaluation layer: experiments of subjects × tasks × repetitions, run as durable
+ * work on the cluster, scored by verifiers, reported side by side (docs/evals.md).
+ */
+export {
+  cellCount,
+  cellIndex,
+  cellRef,
+  compileRegex,
+  defineExperiment,
+  DEFAULT_CONCURRENCY,
+  DEFAULT_MAX_ATTEMPTS,
+  DEFAULT_TIMEOUT_MS,
+  EXPERIMENT_SPEC_VERSION,
+  loadExperimentFile,
+  MAX_CELLS,
+  parseExperimentText,
+  specDigest,
+  VERIFIER_TYPES,
+  type A2aSubject,
+  type ActorSubject,
+  type AgentOverrides,
+  type AgentSubject,
+  type CellRef,
+  type ExpandOptions,
+  type ExperimentBudget,
+  type ExperimentSpec,
+  type OpenAiSubject,
+  type SubjectSpec,
+  type TaskSpec,
+  type VerifierSpec,
+  type VerifierType,
+} from "./spec.js";
+export {
+  answerNumber,
+  combineVerdicts,
+  isDeterministic,
+  judgePrompt,
+  loadCodeVerifier,
+  normalizeAnswer,
+  readJudgeReply,
+  runCodeVerifier,
+  verifyAnswer,
+  type CodeVerifier,
+  type CodeVerifierInput,
+  type CodeVerifierResult,
+  type Verdict,
+} from "./verifiers.js";
+export {
+  EvalErrorCode,
+  ExperimentNotFoundError,
+  ExperimentStateError,
+  ExternalSubjectError,
+  SubjectUnavailableError,
+} from "./errors.js";
