@@ -36,6 +36,9 @@ export function placementHostPort(d: HostPortDeps): HostPort {
 
 /**
  * Deletes an actor's durable consumer before hosting an actor that was hosted before.
+ * The delivery a killed host was working on stays ack-pending on the consumer, and with
+ * `max_ack_pending: 1` the server sends nothing more until `ack_wait` expires: the same
+ * node restarted on its data dir (recovery-policy.ts) needs the reset as much as a peer.
  * A SIGKILLed node's pull requests vanish with its connection, but a frozen one
  * (SIGSTOP, a long GC, a VM pause) keeps them parked on the server, and a gracefully
  * stopped mailbox may leave its last pull request there too; the server would hand the

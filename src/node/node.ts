@@ -311,8 +311,11 @@ export class KovaNode {
 
     // Decided now, finished in the background: each recovered actor replays its turns
     // while placement starts and serves the node's other actors (recovery-policy.ts).
+    // Recovery starts the actors it reclaims the way placement starts any actor it takes
+    // over: the mailbox consumer reset first (host-port.ts).
+    const hostPort = placementHostPort(this.parts);
     await recoverPendingTurns(
-      { nodeId, wal: this.wal, host: this.host, leases: this.leases, registry: this.registry, types: this.types, templates: this.templates, log: this.log },
+      { nodeId, wal: this.wal, host: this.host, port: hostPort, leases: this.leases, registry: this.registry, types: this.types, log: this.log },
       this.recovery,
     );
     for (const a of config.actors) {
@@ -329,7 +332,7 @@ export class KovaNode {
       membership: this.membership,
       leases: this.leases,
       registry: this.registry,
-      host: placementHostPort(this.parts),
+      host: hostPort,
       logger: this.scope,
       reconcileMs: config.reconcileMs,
       maxActors: config.maxActorsPerNode,

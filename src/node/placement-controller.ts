@@ -214,6 +214,7 @@ export class PlacementController {
     // Rank only nodes that place actors: a node still recovering its WAL is alive (its
     // leases hold) but must not be handed actors it would leave unserved for a while.
     const live = membership.readyNodes();
+    const ranked = live.includes(nodeId);
     const healthy = membership.selfHealthy();
     const hosted = new Set(host.hosted());
     this.hostedSnapshot = new Set(hosted);
@@ -251,7 +252,9 @@ export class PlacementController {
         continue;
       }
       if (mine) {
-        if (owner !== nodeId && owner !== undefined && healthy) stop(id, () => this.giveUp(id, `rebalance to ${owner}`));
+        // Not while this node is still starting (not ranked yet): it would hand the actors
+        // it just recovered to a peer, only to take them back once it is up.
+        if (owner !== nodeId && owner !== undefined && healthy && ranked) stop(id, () => this.giveUp(id, `rebalance to ${owner}`));
         else if (!hosted.has(id)) startNew(id, () => this.take(record));
         continue;
       }

@@ -1,8 +1,9 @@
 import type { Logger } from "../core/logger.js";
-import type { ActorHost, ActorTemplateRegistry, ActorTypeRegistry, TemplateBinding } from "../actors/index.js";
+import type { ActorHost, ActorTypeRegistry } from "../actors/index.js";
 import type { Wal } from "../wal/index.js";
 import type { LeaseTable } from "./lease.js";
-import type { AgentRegistry } from "./registry.js";
+import type { HostPort } from "./placement-controller.js";
+import type { AgentRecord, AgentRegistry } from "./registry.js";
 
 /** What a node found in its WAL at start and what it did with it (part of `status`). */
 export interface NodeRecoveryReport {
@@ -20,11 +21,16 @@ export interface RecoveryDeps {
   readonly nodeId: string;
   readonly wal: Wal;
   readonly host: ActorHost;
+  /**
+   * How placement starts actors (host-port.ts): a recovered actor is started the same way,
+   * as a takeover, so that its mailbox consumer is reset first. The delivery this node's
+   * previous life held when it died is ack-pending on the consumer (`max_ack_pending` 1),
+   * and without the reset the actor's next message would wait out `ack_wait`.
+   */
+  readonly port: Pick<HostPort, "start">;
   readonly leases: LeaseTable;
   readonly registry: AgentRegistry;
   readonly types: ActorTypeRegistry;
-  /** Binds recovered template instances to their template. */
-  readonly templates?: ActorTemplateRegistry;
   readonly log: Logger;
 }
 
@@ -68,14 +74,15 @@ export async function recoverPendingTurns(d: RecoveryDeps, report: NodeRecoveryR
       continue;
     }
     report.recovering.push(actorId);
-    starts.push(finish(d, report, actorId, record.type, record.template === undefined ? undefined : d.templates?.resolve(actorId)?.binding));
+    starts.push(finish(d, report, record));
   }
   return { settled: Promise.all(starts).then(() => undefined) };
 }
 
-async function finish(d: RecoveryDeps, report: NodeRecoveryReport, actorId: string, type: string, template: TemplateBinding | undefined): Promise<void> {
+async function finish(d: RecoveryDeps, report: NodeRecoveryReport, record: AgentRecord): Promise<void> {
+  const actorId = record.id;
   try {
-    await d.host.start(actorId, type, template ? { template } : {});
+    await d.port.start(actorId, record.type, record, { takeover: true });
     report.finished.push(actorId);
     d.log.info({ actorId }, "recovery: finished a pending turn this node still owns");
   } catch (err) {
