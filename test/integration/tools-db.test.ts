@@ -7,7 +7,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { isKovaError } from "../../src/core/errors.js";
 import { createLogger } from "../../src/core/logger.js";
 import { createDbTool, dbConfigFrom, type DbTool } from "../../src/tools/builtin/db.js";
-import { DbErrorCode } from "../../src/tools/builtin/db-errors.js";
+import { DbErrorCode, type WriteFinding } from "../../src/tools/builtin/db-errors.js";
 import { poll } from "../fixtures/poll.js";
 import { loadCorpus } from "../fixtures/security/corpus.js";
 import { tempDir } from "../fixtures/disposable.js";
@@ -19,20 +19,33 @@ const ADMIN_URL = "postgres://postgres@127.0.0.1:5432/test";
 /** The functions whose EXECUTE right db_query's start-up check requires the query's identities not to hold. */
 const SIGNAL_FUNCTIONS = "pg_catalog.pg_terminate_backend(integer, bigint), pg_catalog.pg_cancel_backend(integer)";
 const SET_CONFIG = "pg_catalog.set_config(text, text, boolean)";
+const EMIT_MESSAGE = "pg_catalog.pg_logical_emit_message(boolean, text, text), pg_catalog.pg_logical_emit_message(boolean, text, bytea)";
 
 /**
  * A database of its own (function privileges are per database, so revoking them here
  * touches nobody else's tests) with a table, a sequence and SECURITY DEFINER writers, plus
  * two roles: a login that holds write grants on all of it, and a NOLOGIN reader with SELECT
  * only that the login may SET ROLE to. The database is set up the way docs/tools-shell-db.md
- * asks: the signal functions and set_config revoked from PUBLIC, set_config granted back to
- * the login alone (so without a role a query may still call it, and the read-only
- * transaction must hold; with the role it may not, so the role holds). Everything is
- * dropped on dispose.
+ * asks: the signal functions, pg_logical_emit_message and set_config revoked from PUBLIC,
+ * set_config granted back to the login alone (so without a role a query may still call it,
+ * and the read-only transaction must hold; with the role it may not, so the role holds),
+ * and the SECURITY DEFINER writers and dblink executable by the login alone. `kova_exec`
+ * runs any statement as its caller (a plpgsql EXECUTE): what a query can do to its session
+ * through a function. pg_walinspect lets the test read the WAL. Everything is dropped on
+ * dispose.
  */
 async function pgFixture() {
   const sfx = randomBytes(4).toString("hex");
-  const names = { database: `kova_t_${sfx}`, schema: `kova_t_${sfx}`, table: "items", seq: "items_seq", writer: `kova_rw_${sfx}`, reader: `kova_ro_${sfx}` };
+  const names = {
+    database: `kova_t_${sfx}`,
+    schema: `kova_t_${sfx}`,
+    table: "items",
+    seq: "items_seq",
+    writer: `kova_rw_${sfx}`,
+    reader: `kova_ro_${sfx}`,
+    /** The prefix of every logical message a test entry would write, so the WAL can be searched for it. */
+    messagePrefix: `kova-msg-${sfx}`,
+  };
   const { database, schema, table, seq, writer, reader } = names;
   const server = new pg.Client({ connectionString: ADMIN_URL });
   await server.connect();
@@ -42,8 +55,9 @@ async function pgFixture() {
   const admin = new pg.Client({ connectionString: `postgres://postgres@127.0.0.1:5432/${database}` });
   await admin.connect();
   await admin.query(`
-    REVOKE EXECUTE ON FUNCTION ${SIGNAL_FUNCTIONS}, ${SET_CONFIG} FROM PUBLIC;
+    REVOKE EXECUTE ON FUNCTION ${SIGNAL_FUNCTIONS}, ${SET_CONFIG}, ${EMIT_MESSAGE} FROM PUBLIC;
     GRANT EXECUTE ON FUNCTION ${SET_CONFIG} TO ${writer};
+    CREATE EXTENSION pg_walinspect;
     CREATE SCHEMA ${schema};
     CREATE TABLE ${schema}.${table} (id int PRIMARY KEY, name text NOT NULL, born timestamp, big bigint, price numeric, doc jsonb, ok boolean);
     INSERT INTO ${schema}.${table} VALUES
@@ -53,6 +67,8 @@ async function pgFixture() {
     CREATE SEQUENCE ${schema}.${seq};
     CREATE FUNCTION ${schema}.kova_writer() RETURNS int LANGUAGE plpgsql SECURITY DEFINER AS $$ BEGIN DELETE FROM ${schema}.${table}; RETURN 1; END $$;
     CREATE PROCEDURE ${schema}.kova_writer_proc() LANGUAGE plpgsql SECURITY DEFINER AS $$ BEGIN DELETE FROM ${schema}.${table}; END $$;
+    REVOKE EXECUTE ON FUNCTION ${schema}.kova_writer() FROM PUBLIC;
+    REVOKE EXECUTE ON PROCEDURE ${schema}.kova_writer_proc() FROM PUBLIC;
     GRANT USAGE, CREATE ON SCHEMA ${schema} TO ${writer};
     GRANT SELECT, INSERT, UPDATE, DELETE, TRUNCATE, REFERENCES, TRIGGER ON ${schema}.${table} TO ${writer};
     GRANT USAGE, SELECT, UPDATE ON SEQUENCE ${schema}.${seq} TO ${writer};
@@ -61,7 +77,17 @@ async function pgFixture() {
     GRANT USAGE ON SCHEMA ${schema} TO ${reader};
     GRANT SELECT ON ${schema}.${table} TO ${reader};`);
   const dblink = (await admin.query("SELECT 1 FROM pg_available_extensions WHERE name = 'dblink'")).rowCount === 1;
-  if (dblink) await admin.query(`CREATE EXTENSION dblink SCHEMA ${schema}; GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA ${schema} TO ${writer}`);
+  if (dblink) {
+    await admin.query(`CREATE EXTENSION dblink SCHEMA ${schema}; REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA ${schema} FROM PUBLIC;
+                       GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA ${schema} TO ${writer}`);
+  }
+  // The WAL a test reads back must not be recycled by a checkpoint meanwhile: a temporary
+  // slot of the admin session holds it, and goes with the session even if the test dies.
+  await admin.query("SELECT pg_create_physical_replication_slot($1, true, true)", [`kova_wal_${sfx}`]);
+  // Created after the revoke above: PUBLIC keeps EXECUTE on it, as on any new function.
+  await admin.query(
+    `CREATE FUNCTION ${schema}.kova_exec(statement text) RETURNS int LANGUAGE plpgsql VOLATILE AS $$ BEGIN EXECUTE statement; RETURN 1; END $$`,
+  );
   return {
     ...names,
     admin,
@@ -137,6 +163,55 @@ async function snapshot(f: PgFixture): Promise<string> {
   }
 }
 
+/**
+ * What a call's session looks like to the next call: who it runs as, whether it is read-only,
+ * random()'s next value, and state a call could set in its session (prepared statements,
+ * LISTEN, a custom setting, the search_path).
+ */
+const NEXT_CALL = `SELECT current_user::text, current_setting('transaction_read_only'), random(),
+  (SELECT count(*) FROM pg_prepared_statements)::int, (SELECT count(*) FROM pg_listening_channels())::int,
+  current_setting('kova.leak', true), current_setting('search_path')`;
+const CLEAN_SESSION = [0, 0, null, '"$user", public'];
+
+/** The value random() gives right after setseed(0.5): what the next call would see if a seed survived. */
+async function seededRandom(): Promise<number> {
+  const c = new pg.Client({ connectionString: ADMIN_URL });
+  await c.connect();
+  try {
+    await c.query("SELECT setseed(0.5)");
+    return (await c.query("SELECT random() AS r")).rows[0].r as number;
+  } finally {
+    await c.end();
+  }
+}
+
+/** An LSN (`16/B374D848`) as a number, to order WAL positions. */
+function lsnValue(text: string): bigint {
+  const [hi = "0", lo = "0"] = text.split("/");
+  return (BigInt(`0x${hi}`) << 32n) + BigInt(`0x${lo}`);
+}
+
+/** The WAL position flushed now (a start for pg_walinspect, which reads only flushed WAL). */
+async function walFlushed(f: PgFixture): Promise<string> {
+  return (await f.admin.query("SELECT pg_current_wal_flush_lsn()::text AS lsn")).rows[0].lsn as string;
+}
+
+/**
+ * Where the WAL written since `from` holds a logical message with the fixture's prefix. Waits
+ * until everything inserted so far is flushed (a transaction that wrote no WAL of its own
+ * commits without a flush, so the WAL writer may take up to wal_writer_delay).
+ */
+async function loggedMessages(f: PgFixture, from: string): Promise<bigint[]> {
+  const end = (await f.admin.query("SELECT pg_current_wal_insert_lsn()::text AS lsn")).rows[0].lsn as string;
+  await poll(async () => lsnValue(await walFlushed(f)) >= lsnValue(end), { timeoutMs: 10_000, what: "the WAL to be flushed" });
+  const r = await f.admin.query(
+    `SELECT start_lsn::text AS lsn FROM pg_get_wal_records_info($1::pg_lsn, $2::pg_lsn)
+      WHERE resource_manager = 'LogicalMessage' AND description LIKE $3`,
+    [from, end, `%prefix "${f.messagePrefix}"%`],
+  );
+  return r.rows.map((row) => lsnValue(row.lsn as string));
+}
+
 describe("db_query write corpus", () => {
   it("db_query - every write in the corpus is refused or contained, checked by its effect", { timeout: 120_000 }, async () => {
     await using f = await pgFixture();
@@ -159,22 +234,31 @@ describe("db_query write corpus", () => {
         .replaceAll("{login_canary_pid}", String(loginCanary.pid))
         .replaceAll("{canary_file}", canaryFile)
         .replaceAll("{writer_fn}", "kova_writer")
-        .replaceAll("{writer_proc}", "kova_writer_proc");
+        .replaceAll("{writer_proc}", "kova_writer_proc")
+        .replaceAll("{message_prefix}", f.messagePrefix);
+    const seeded = await seededRandom();
     const before = await snapshot(f);
+    const walStart = await walFlushed(f);
+    const entryStarts: Array<{ lsn: bigint; label: string }> = [];
     const violations: string[] = [];
     const report: string[] = [];
     // Pass A leans on the read-only transaction and the one-query rule alone (the login may
-    // write); pass B adds a role without write grants.
+    // write, so the start-up check is told to accept it); pass B adds a role without write
+    // grants, which the check accepts as it is.
     for (const pass of [
-      { label: "login with write grants", role: undefined, expectUser: f.writer },
-      { label: `and role ${f.reader}`, role: f.reader, expectUser: f.reader },
+      { label: "login with write grants", role: undefined, expectUser: f.writer, extra: { allow_write_privileges: true } },
+      { label: `and role ${f.reader}`, role: f.reader, expectUser: f.reader, extra: {} },
     ]) {
-      // One connection, so whatever an entry leaves in the session meets the next call.
-      await using tool = dbTool(f.writerUrl, { pool_size: 1, statement_timeout_ms: 3000, ...(pass.role ? { role: pass.role } : {}) });
+      // One call at a time, so whatever an entry leaves in its session would meet the next call.
+      await using tool = dbTool(f.writerUrl, { pool_size: 1, statement_timeout_ms: 3000, ...pass.extra, ...(pass.role ? { role: pass.role } : {}) });
       report.push(`-- pass: ${pass.label}`);
       for (const entry of corpus) {
         const sql = fill(entry.text);
         const fail = (what: string) => violations.push(`${pass.label} / ${entry.name}: ${what}`);
+        entryStarts.push({
+          lsn: lsnValue((await f.admin.query("SELECT pg_current_wal_insert_lsn()::text AS lsn")).rows[0].lsn),
+          label: `${pass.label} / ${entry.name}`,
+        });
         let outcome: string;
         let output = "";
         try {
@@ -206,10 +290,18 @@ describe("db_query write corpus", () => {
         if (lock.rows[0].got) await f.admin.query("SELECT pg_advisory_unlock(4242)");
         else fail("an advisory lock outlived the call");
         if (output.includes("root:")) fail("a server file was read");
-        const next = await tool.run({ sql: "SELECT current_user::text, current_setting('transaction_read_only')" }, toolContext());
-        if (next.rows[0]![0] !== pass.expectUser || next.rows[0]![1] !== "on") fail(`the next call ran as ${JSON.stringify(next.rows[0])}`);
+        const next = await tool.run({ sql: NEXT_CALL }, toolContext());
+        const [user, readOnly, random, ...state] = next.rows[0]!;
+        if (user !== pass.expectUser || readOnly !== "on") fail(`the next call ran as ${JSON.stringify(next.rows[0])}`);
+        if (random === seeded) fail("the next call's random() followed the seed a call set");
+        if (JSON.stringify(state) !== JSON.stringify(CLEAN_SESSION)) fail(`the next call's session kept state: ${JSON.stringify(state)}`);
         report.push(`${violations.some((v) => v.startsWith(`${pass.label} / ${entry.name}:`)) ? "FAIL" : "ok  "} ${entry.name.padEnd(36)} ${outcome}`);
       }
+    }
+    // Logical messages are WAL records that no snapshot shows: read the WAL the corpus ran over.
+    for (const lsn of await loggedMessages(f, walStart)) {
+      const entry = entryStarts.filter((e) => e.lsn <= lsn).pop();
+      violations.push(`${entry?.label ?? "before the first entry"}: wrote a logical message into the WAL`);
     }
     console.log(`db_query corpus: ${corpus.length} entries x 2 passes${f.dblink ? "" : " (dblink not installed here)"}\n${report.join("\n")}`);
     expect(corpus.length).toBeGreaterThanOrEqual(20);
@@ -222,7 +314,8 @@ describe("db_query", () => {
   let tool: DbTool;
   beforeAll(async () => {
     f = await pgFixture();
-    tool = dbTool(f.writerUrl, { max_rows: 2, statement_timeout_ms: 400 });
+    // As the reader role: the login itself holds write grants, which the start-up check refuses.
+    tool = dbTool(f.writerUrl, { role: f.reader, max_rows: 2, statement_timeout_ms: 400 });
   });
   afterAll(async () => {
     await tool?.close();
@@ -267,7 +360,7 @@ describe("db_query", () => {
   });
 
   it("db_query - a call whose backend the server ends mid-query fails with an error (never an uncaught exception) and the next call works", async () => {
-    await using slow = dbTool(f.writerUrl, { pool_size: 1, statement_timeout_ms: 20_000 });
+    await using slow = dbTool(f.writerUrl, { role: f.reader, pool_size: 1, statement_timeout_ms: 20_000 });
     // Several rounds: whether pg reports the end as the query's error or also as a
     // connection 'error' event depends on which arrives first.
     for (let round = 0; round < 5; round++) {
@@ -330,12 +423,23 @@ describe("db_query", () => {
     }
   });
 
-  it("db_query - hands its connection to the next call clean: same backend, no advisory lock, no setting kept", async () => {
-    await using t = dbTool(f.writerUrl, { pool_size: 1 });
-    const pid = (await t.run({ sql: "SELECT pg_backend_pid()" }, toolContext())).rows[0]![0];
-    await t.run({ sql: "SELECT pg_advisory_lock(4343), set_config('search_path', 'pg_catalog', false)" }, toolContext());
-    const next = await t.run({ sql: "SELECT pg_backend_pid(), current_setting('search_path')" }, toolContext());
-    expect(next.rows[0]).toEqual([pid, '"$user", public']);
+  it("db_query - nothing a call sets reaches the next call: random()'s seed, settings, prepared statements, LISTEN, advisory locks", async () => {
+    // One session at a time, so a reused backend would carry the first call's state into the second.
+    await using t = dbTool(f.writerUrl, { role: f.reader, pool_size: 1 });
+    const exec = (statement: string) => `${f.schema}.kova_exec(${pg.escapeLiteral(statement)})`;
+    await t.run(
+      {
+        sql: `SELECT setseed(0.5), pg_advisory_lock(4343), ${exec("SET search_path = pg_catalog")}, ${exec("SET kova.leak = 'x'")},
+                     ${exec("PREPARE kova_prepared AS SELECT 1")}, ${exec("LISTEN kova_channel")}`,
+      },
+      toolContext(),
+    );
+    const next = await t.run({ sql: NEXT_CALL }, toolContext());
+    const [user, readOnly, random, ...state] = next.rows[0]!;
+    expect([user, readOnly]).toEqual([f.reader, "on"]);
+    // DISCARD ALL alone left this: the seed survives it (and a custom setting stays defined, empty).
+    expect(random).not.toBe(await seededRandom());
+    expect(state).toEqual(CLEAN_SESSION);
     expect((await f.admin.query("SELECT pg_try_advisory_lock(4343) AS got")).rows[0].got).toBe(true);
     await f.admin.query("SELECT pg_advisory_unlock(4343)");
   });
@@ -384,7 +488,7 @@ describe("db_query", () => {
 
     // Why the check exists: with the opt-out, one SELECT ends a session of the same login.
     await using other = await sleepingSession(f.writerUrl);
-    await using lax = dbTool(f.writerDefaultsUrl, { allow_session_signals: true });
+    await using lax = dbTool(f.writerDefaultsUrl, { allow_session_signals: true, allow_write_privileges: true });
     expect((await lax.run({ sql: "SELECT pg_terminate_backend($1)", params: [other.pid] }, toolContext())).rows).toEqual([[true]]);
     await poll(() => other.settled() || undefined, { timeoutMs: 5000, what: "the other session to end" });
   });
@@ -402,7 +506,7 @@ describe("db_query", () => {
     expect((err as Error).message).toContain("REVOKE EXECUTE ON FUNCTION pg_catalog.set_config(text,text,boolean) FROM PUBLIC;");
     expect((err as Error).message).toContain("allow_role_reset = true");
     // Why: where the role may run set_config, one SELECT drops it and acts as the login.
-    await using lax = dbTool(f.writerDefaultsUrl, { role: f.reader, allow_session_signals: true, allow_role_reset: true });
+    await using lax = dbTool(f.writerDefaultsUrl, { role: f.reader, allow_session_signals: true, allow_role_reset: true, allow_write_privileges: true });
     expect((await lax.run({ sql: "SELECT set_config('role', 'none', true), current_user::text" }, toolContext())).rows).toEqual([["none", f.writer]]);
     // In the fixture's database the role may not, so the same query is refused and the role stays.
     await using confined = dbTool(f.writerUrl, { role: f.reader });
@@ -438,8 +542,116 @@ describe("db_query", () => {
     }
   });
 
-  it("db_query - an aborted call is cancelled on the server and its connection serves the next call", async () => {
-    await using t = dbTool(f.writerUrl, { pool_size: 1, statement_timeout_ms: 60_000 });
+  it("db_query - refuses a login that may write WAL with pg_logical_emit_message (PUBLIC by default), naming the REVOKE; with the opt-out one SELECT writes 1 MB of WAL", async () => {
+    // The shared database keeps PostgreSQL's defaults: EXECUTE on pg_logical_emit_message for PUBLIC.
+    await using strict = dbTool(f.writerDefaultsUrl, { allow_session_signals: true });
+    const err = await strict.run({ sql: "SELECT 1" }, toolContext()).catch((e: unknown) => e);
+    expect(err).toMatchObject({ code: DbErrorCode.DB_LOGIN_MAY_WRITE, data: { login: f.writer, database: "test" } });
+    const findings = (err as { data: { findings: WriteFinding[] } }).data.findings;
+    for (const variant of ["text", "bytea"]) {
+      expect(findings).toContainEqual({
+        kind: "function",
+        object: `pg_catalog.pg_logical_emit_message(boolean, text, ${variant})`,
+        privileges: ["EXECUTE"],
+        holders: expect.arrayContaining([f.writer]),
+        grantees: ["PUBLIC"],
+        owners: [],
+      });
+    }
+    expect((err as Error).message).toContain(
+      "REVOKE EXECUTE ON FUNCTION pg_catalog.pg_logical_emit_message(boolean, text, bytea), pg_catalog.pg_logical_emit_message(boolean, text, text) FROM PUBLIC;",
+    );
+    expect((err as Error).message).toContain("allow_write_privileges = true");
+    await expect(strict.run({ sql: "SELECT 1" }, toolContext())).rejects.toMatchObject({ code: DbErrorCode.DB_LOGIN_MAY_WRITE });
+
+    // Why: granted to the role, one read-only SELECT writes 1 MB of WAL that its ROLLBACK keeps.
+    try {
+      await f.admin.query(`GRANT EXECUTE ON FUNCTION ${EMIT_MESSAGE} TO ${f.reader}`);
+      await using asRole = dbTool(f.writerUrl, { role: f.reader });
+      await expect(asRole.run({ sql: "SELECT 1" }, toolContext())).rejects.toMatchObject({
+        code: DbErrorCode.DB_LOGIN_MAY_WRITE,
+        data: { role: f.reader, findings: [{ object: "pg_catalog.pg_logical_emit_message(boolean, text, bytea)", grantees: [f.reader] }, {}] },
+      });
+      await using lax = dbTool(f.writerUrl, { role: f.reader, allow_write_privileges: true });
+      const sql = "SELECT pg_logical_emit_message(false, $1, repeat('W', 1000000))::text";
+      const lsn = (await lax.run({ sql, params: [f.messagePrefix] }, toolContext())).rows[0]![0] as string;
+      await poll(async () => lsnValue(await walFlushed(f)) > lsnValue(lsn), { timeoutMs: 10_000, what: "the WAL to be flushed" });
+      // The LSN returned is where the record ends: look in the megabyte before it.
+      const record = await f.admin.query(
+        `SELECT record_length, left(description, 80) AS description FROM pg_get_wal_records_info($1::pg_lsn - 1100000, $1::pg_lsn)
+          WHERE resource_manager = 'LogicalMessage' AND description LIKE $2`,
+        [lsn, `%prefix "${f.messagePrefix}"%`],
+      );
+      expect(record.rows).toEqual([
+        { record_length: expect.any(Number), description: expect.stringContaining(`non-transactional, prefix "${f.messagePrefix}"; payload (1000000 bytes)`) },
+      ]);
+      expect(record.rows[0].record_length).toBeGreaterThan(1_000_000);
+    } finally {
+      await f.admin.query(`REVOKE EXECUTE ON FUNCTION ${EMIT_MESSAGE} FROM ${f.reader}`);
+    }
+  });
+
+  it("db_query - refuses a login with write grants on tables, sequences, schemas, SECURITY DEFINER functions and dblink, naming each REVOKE", async () => {
+    await using t = dbTool(f.writerUrl);
+    const err = await t.run({ sql: "SELECT 1" }, toolContext()).catch((e: unknown) => e);
+    expect(err).toMatchObject({ code: DbErrorCode.DB_LOGIN_MAY_WRITE, data: { login: f.writer, database: f.database } });
+    const findings = (err as { data: { findings: WriteFinding[] } }).data.findings;
+    // The login may run set_config, so it can act as the reader too; the reader holds none of these.
+    const mine = (kind: WriteFinding["kind"], object: string, privileges: string[]) => ({
+      kind,
+      object,
+      privileges,
+      holders: [f.writer],
+      grantees: [f.writer],
+      owners: [],
+    });
+    expect(findings).toEqual(
+      expect.arrayContaining([
+        mine("table", `${f.schema}.items`, ["DELETE", "INSERT", "REFERENCES", "TRIGGER", "TRUNCATE", "UPDATE"]),
+        mine("sequence", `${f.schema}.items_seq`, ["UPDATE", "USAGE"]),
+        mine("schema", f.schema, ["CREATE"]),
+        mine("function", `${f.schema}.kova_writer()`, ["EXECUTE"]),
+        mine("procedure", `${f.schema}.kova_writer_proc()`, ["EXECUTE"]),
+      ]),
+    );
+    if (f.dblink)
+      expect(findings).toContainEqual(
+        expect.objectContaining({ kind: "function", object: expect.stringMatching(new RegExp(`^${f.schema}\\.dblink_exec\\(`)) }),
+      );
+    // kova_exec runs as its caller in a trusted language: calling it grants nothing.
+    expect(findings.some((x) => x.object.includes("kova_exec"))).toBe(false);
+    const message = (err as Error).message;
+    expect(message).toContain(`REVOKE DELETE, INSERT, REFERENCES, TRIGGER, TRUNCATE, UPDATE ON TABLE ${f.schema}.items FROM ${f.writer};`);
+    expect(message).toContain(`REVOKE EXECUTE ON PROCEDURE ${f.schema}.kova_writer_proc() FROM ${f.writer};`);
+  });
+
+  it("db_query - refuses a role with a writer's attributes or membership (CREATEDB, pg_write_all_data), naming the ALTER ROLE and REVOKE", async () => {
+    try {
+      await f.admin.query(`ALTER ROLE ${f.reader} CREATEDB; GRANT pg_write_all_data TO ${f.reader}`);
+      await using t = dbTool(f.writerUrl, { role: f.reader });
+      const err = await t.run({ sql: "SELECT 1" }, toolContext()).catch((e: unknown) => e);
+      expect(err).toMatchObject({ code: DbErrorCode.DB_LOGIN_MAY_WRITE, data: { role: f.reader } });
+      const findings = (err as { data: { findings: WriteFinding[] } }).data.findings;
+      expect(findings).toContainEqual({ kind: "role attribute", object: f.reader, privileges: ["CREATEDB"], holders: [f.reader], grantees: [], owners: [] });
+      expect(findings).toContainEqual({
+        kind: "role membership",
+        object: "pg_write_all_data",
+        privileges: ["MEMBER"],
+        holders: [f.reader],
+        grantees: [f.reader],
+        owners: [],
+      });
+      // pg_write_all_data reaches the fixture's table too.
+      expect(findings).toContainEqual(expect.objectContaining({ kind: "table", object: `${f.schema}.items`, holders: [f.reader] }));
+      expect((err as Error).message).toContain(`ALTER ROLE ${f.reader} NOCREATEDB;`);
+      expect((err as Error).message).toContain(`REVOKE pg_write_all_data FROM ${f.reader};`);
+    } finally {
+      await f.admin.query(`ALTER ROLE ${f.reader} NOCREATEDB; REVOKE pg_write_all_data FROM ${f.reader}`);
+    }
+  });
+
+  it("db_query - an aborted call is cancelled on the server and the next call runs", async () => {
+    await using t = dbTool(f.writerUrl, { role: f.reader, pool_size: 1, statement_timeout_ms: 60_000 });
     const ac = new AbortController();
     const running = t.run({ sql: "SELECT pg_sleep(30)" }, toolContext({ signal: ac.signal }));
     const active = () =>
@@ -450,7 +662,10 @@ describe("db_query", () => {
     const t0 = performance.now();
     await expect(running).rejects.toMatchObject({ code: DbErrorCode.DB_ABORTED });
     expect(performance.now() - t0).toBeLessThan(5000);
+    // Each call has a session of its own, so only the cancel stops the sleep this soon: a
+    // backend does not notice its client's closed socket while it sleeps.
     expect((await active()).rowCount).toBe(0);
-    expect((await t.run({ sql: "SELECT pg_backend_pid()" }, toolContext())).rows).toEqual([[pid]]);
+    expect((await f.admin.query("SELECT 1 FROM pg_stat_activity WHERE pid = $1 AND state = 'active'", [pid])).rowCount).toBe(0);
+    expect((await t.run({ sql: "SELECT 1" }, toolContext())).rows).toEqual([[1]]);
   });
 });

@@ -96,6 +96,7 @@ describe("[tools.db] config", () => {
       allowPrivilegedLogin: false,
       allowSessionSignals: false,
       allowRoleReset: false,
+      allowWritePrivileges: false,
     });
     const c = dbConfigFrom(
       {
@@ -107,6 +108,7 @@ describe("[tools.db] config", () => {
         allow_privileged_login: true,
         allow_session_signals: true,
         allow_role_reset: true,
+        allow_write_privileges: true,
       },
       "tools.db",
       env,
@@ -119,6 +121,7 @@ describe("[tools.db] config", () => {
       allowPrivilegedLogin: true,
       allowSessionSignals: true,
       allowRoleReset: true,
+      allowWritePrivileges: true,
     });
   });
 
@@ -148,5 +151,9 @@ describe("[tools.db] config", () => {
       "tools.db.allow_privileged_login",
     );
     expect(configError(() => dbConfigFrom({ url_env: "KOVA_DB_URL", allow_role_reset: 1 }, "tools.db", env)).key).toBe("tools.db.allow_role_reset");
+    const write = configError(() => dbConfigFrom({ url_env: "KOVA_DB_URL", allow_write_privileges: "no" }, "tools.db", env));
+    expect(write.key).toBe("tools.db.allow_write_privileges");
+    expect(write.message).toMatch(/^tools\.db\.allow_write_privileges: /);
+    expect(configError(() => dbConfigFrom({ url_env: "KOVA_DB_URL", allow_writes: true }, "tools.db", env)).message).toContain("allow_write_privileges");
   });
 });

@@ -17,9 +17,10 @@ import { boolAt, intAt, keyOf, secretAt, stringAt } from "./toml-values.js";
  * allow_privileged_login = false # true lets a superuser login run queries (not recommended)
  * allow_session_signals = false  # true accepts a login that may run pg_cancel_backend / pg_terminate_backend
  * allow_role_reset = false       # true accepts a role that may run set_config, so a query can drop it
+ * allow_write_privileges = false # true accepts an identity with write privileges (pg_logical_emit_message included)
  * ```
  *
- * The three `allow_*` keys accept what db.ts's start-up check (db-login.ts) refuses; each
+ * The four `allow_*` keys accept what db.ts's start-up check (db-login.ts) refuses; each
  * names one thing a query could otherwise do beyond reading.
  */
 export interface DbConfig {
@@ -36,6 +37,8 @@ export interface DbConfig {
   allowSessionSignals: boolean;
   /** Accepts a `role` that a query can undo with set_config('role', 'none', true). */
   allowRoleReset: boolean;
+  /** Accepts an identity that holds write privileges; the read-only transaction then stops only the transactional writes. */
+  allowWritePrivileges: boolean;
 }
 
 const KEYS = [
@@ -50,6 +53,7 @@ const KEYS = [
   "allow_privileged_login",
   "allow_session_signals",
   "allow_role_reset",
+  "allow_write_privileges",
 ] as const;
 
 const ROLE = /^[A-Za-z_][A-Za-z0-9_$]{0,62}$/;
@@ -79,6 +83,7 @@ export function dbConfigFrom(table: ConfigTable | undefined, keyPrefix = "tools.
     allowPrivilegedLogin: boolAt(t, keyPrefix, "allow_privileged_login") ?? false,
     allowSessionSignals: boolAt(t, keyPrefix, "allow_session_signals") ?? false,
     allowRoleReset: boolAt(t, keyPrefix, "allow_role_reset") ?? false,
+    allowWritePrivileges: boolAt(t, keyPrefix, "allow_write_privileges") ?? false,
   };
   const role = stringAt(t, keyPrefix, "role");
   if (role !== undefined) {

@@ -9,6 +9,7 @@ export const DbErrorCode = defineErrorCodes("tools", {
   DB_UNAVAILABLE: "DB_UNAVAILABLE",
   DB_PRIVILEGED_LOGIN: "DB_PRIVILEGED_LOGIN",
   DB_LOGIN_NOT_CONFINED: "DB_LOGIN_NOT_CONFINED",
+  DB_LOGIN_MAY_WRITE: "DB_LOGIN_MAY_WRITE",
   DB_ABORTED: "DB_ABORTED",
 });
 
@@ -139,4 +140,103 @@ export class DbLoginNotConfinedError extends KovaError {
       { data: { login, role, database, findings, fix, keys } },
     );
   }
+}
+
+/** One object a query's identities may write, found by the start-up check (db-write-privileges.ts). */
+export interface WriteFinding {
+  kind: "table" | "sequence" | "schema" | "database" | "large object" | "function" | "procedure" | "role attribute" | "role membership";
+  /** As SQL names it: `app.items`, `app.f(integer)`, a large object's oid, a role. */
+  object: string;
+  /** INSERT, UPDATE, …, EXECUTE, CREATE; CREATEDB, CREATEROLE, REPLICATION; MEMBER. */
+  privileges: string[];
+  /** The roles a query can act as that hold them. */
+  holders: string[];
+  /** Where the privileges come from: PUBLIC or a (quoted) role name; what to revoke from. */
+  grantees: string[];
+  /** The object's owner when a holder owns it (an owner's rights cannot be revoked). */
+  owners: string[];
+}
+
+/** Statements spelled out in the message, and objects named in each; `data.fix` has them whole. */
+const SHOWN_STATEMENTS = 12;
+const SHOWN_OBJECTS = 20;
+/** Findings kept in `data` (a database where PUBLIC may write to every table could list thousands). */
+const KEPT_FINDINGS = 200;
+
+/**
+ * The identity a query runs as may write: a table grant the read-only transaction stops,
+ * or a function it does not stop (pg_logical_emit_message writes WAL that ROLLBACK keeps).
+ * The message names the objects and the statements that take the privileges away, one per
+ * kind of object, privileges and grantees.
+ */
+export class DbLoginMayWriteError extends KovaError {
+  constructor(info: { login: string; role: string | undefined; database: string; findings: WriteFinding[] }) {
+    const { login, role, database, findings } = info;
+    const groups = groupFindings(findings);
+    const reasons = groups.map((g) => `${g.holders.join(", ")} may ${g.privileges} ${g.kind} ${listed(g.objects, 3)}`);
+    const shown = groups.slice(0, SHOWN_STATEMENTS).map((g) => g.fix(listed(g.objects, SHOWN_OBJECTS)));
+    const more = groups.length > SHOWN_STATEMENTS ? ` … and ${groups.length - SHOWN_STATEMENTS} more statements (in the error's data)` : "";
+    super(
+      DbErrorCode.DB_LOGIN_MAY_WRITE,
+      `db_query refuses to run as ${login}${role ? ` with role ${role}` : ""}: a query may write (${reasons.slice(0, SHOWN_STATEMENTS).join("; ")}), and a read-only transaction does not stop every write: pg_logical_emit_message writes WAL that ROLLBACK keeps, a SECURITY DEFINER function acts as its owner. Run as a superuser in database ${database}: ${shown.join(" ")}${more} Then GRANT back to other roles what they need. Or set [tools.db] allow_write_privileges = true if you knowingly accept it`,
+      {
+        data: {
+          login,
+          role,
+          database,
+          findings: findings.slice(0, KEPT_FINDINGS),
+          total: findings.length,
+          fix: groups.map((g) => g.fix(g.objects.join(", "))).slice(0, KEPT_FINDINGS),
+          keys: ["allow_write_privileges"],
+        },
+      },
+    );
+  }
+}
+
+interface FindingGroup {
+  kind: string;
+  privileges: string;
+  holders: string[];
+  objects: string[];
+  /** The statement for these objects (written as given). */
+  fix(objects: string): string;
+}
+
+/** Findings that one statement fixes together: same kind, privileges, grantees and owners. */
+function groupFindings(findings: WriteFinding[]): FindingGroup[] {
+  const groups = new Map<string, FindingGroup>();
+  for (const f of findings) {
+    const key = JSON.stringify([f.kind, f.privileges, f.grantees, f.owners, f.kind === "role attribute" ? f.object : ""]);
+    const group = groups.get(key);
+    if (group) {
+      group.objects.push(f.object);
+      group.holders = [...new Set([...group.holders, ...f.holders])].sort();
+    } else {
+      groups.set(key, {
+        kind: f.kind,
+        privileges: f.privileges.join(", "),
+        holders: [...f.holders],
+        objects: [f.object],
+        fix: (objects) => writeFix(f, objects),
+      });
+    }
+  }
+  return [...groups.values()];
+}
+
+function listed(objects: string[], at: number): string {
+  return objects.length <= at ? objects.join(", ") : `${objects.slice(0, at).join(", ")} and ${objects.length - at} more`;
+}
+
+/** The statement that takes a finding's privileges away from its grantees (or names the owner to change), for `objects`. */
+function writeFix(f: WriteFinding, objects: string): string {
+  const from = f.grantees.join(", ");
+  const privileges = f.privileges.join(", ");
+  const owned = f.owners.length > 0 ? `(${objects}: owned by ${f.owners.join(", ")}, so give it another owner: ALTER … OWNER TO …)` : "";
+  let revoke = "";
+  if (f.kind === "role attribute") revoke = `ALTER ROLE ${f.object} ${f.privileges.map((p) => `NO${p}`).join(" ")};`;
+  else if (f.kind === "role membership") revoke = from ? `REVOKE ${objects} FROM ${from};` : "";
+  else if (from) revoke = `REVOKE ${privileges} ON ${f.kind === "table" ? "TABLE" : f.kind.toUpperCase()} ${objects} FROM ${from};`;
+  return [revoke, owned].filter(Boolean).join(" ") || `(${objects}: revoke ${privileges} where it is granted)`;
 }

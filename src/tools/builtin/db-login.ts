@@ -1,11 +1,13 @@
 import type { Pool } from "pg";
 import type { DbConfig } from "./db-config.js";
-import { DbLoginNotConfinedError, DbPrivilegedLoginError, type LoginFinding } from "./db-errors.js";
+import { DbLoginMayWriteError, DbLoginNotConfinedError, DbPrivilegedLoginError, type LoginFinding } from "./db-errors.js";
+import { IDENTITIES } from "./db-identities.js";
+import { writePrivileges } from "./db-write-privileges.js";
 
 /**
  * What db_query's login may do beyond reading, checked once before the first query. The
  * identity a query acts as is the configured `role`, or the login without one. Three kinds
- * of power survive a READ ONLY transaction:
+ * of power survive a READ ONLY transaction, and any write privilege is refused besides:
  *
  * - server powers: a superuser, or a member of pg_execute_server_program,
  *   pg_read_server_files, pg_write_server_files or pg_signal_backend (COPY … TO PROGRAM,
@@ -20,6 +22,9 @@ import { DbLoginNotConfinedError, DbPrivilegedLoginError, type LoginFinding } fr
  *   always including its own login's other sessions: other agents' db_query calls, and the
  *   application's own sessions when it shares the login. Checked for every identity a
  *   query can reach. Refused unless `allow_session_signals`.
+ * - writes: any write privilege of those identities (db-write-privileges.ts), because a
+ *   read-only transaction stops table writes but not pg_logical_emit_message, a SECURITY
+ *   DEFINER function or dblink. Refused unless `allow_write_privileges`.
  *
  * The refusal names the exact REVOKE statements (from PUBLIC, or from the role that holds
  * the grant) for the database the tool connects to: function privileges are per database.
@@ -32,6 +37,7 @@ const SERVER_POWER_ROLES = ["pg_execute_server_program", "pg_read_server_files",
  * Resolves with the login's name.
  * @throws DbPrivilegedLoginError for server powers (superuser, pg_* roles)
  * @throws DbLoginNotConfinedError for signal functions or a role set_config can undo
+ * @throws DbLoginMayWriteError for any write privilege (db-write-privileges.ts)
  * @throws the driver's error when the check cannot run (the caller reports it as unavailable)
  */
 export async function checkLogin(pool: Pool, config: DbConfig): Promise<string> {
@@ -42,6 +48,10 @@ export async function checkLogin(pool: Pool, config: DbConfig): Promise<string> 
     (f) => f.holders.length > 0 && (f.kind === "role_reset" ? !config.allowRoleReset : !config.allowSessionSignals),
   );
   if (findings.length > 0) throw new DbLoginNotConfinedError({ login: powers.login, role: config.role, database: powers.database, findings });
+  if (!config.allowWritePrivileges) {
+    const writes = await writePrivileges(pool, config.role ?? null);
+    if (writes.length > 0) throw new DbLoginMayWriteError({ login: powers.login, role: config.role, database: powers.database, findings: writes });
+  }
   return powers.login;
 }
 
@@ -77,18 +87,12 @@ async function serverPowers(pool: Pool): Promise<{ login: string; database: stri
 async function functionGrants(pool: Pool, role: string | null): Promise<LoginFinding[]> {
   const r = await pool.query<LoginFinding>(
     `
-    WITH login AS (SELECT oid FROM pg_roles WHERE rolname = session_user),
-         start AS (SELECT coalesce((SELECT oid FROM pg_roles WHERE rolname = $1::text), (SELECT oid FROM login)) AS oid),
+    WITH ${IDENTITIES},
          fn AS (SELECT p.oid, p.proname::text AS name, 'pg_catalog.' || p.oid::regprocedure::text AS sig,
                        coalesce(p.proacl, acldefault('f', p.proowner)) AS acl
                   FROM pg_proc p
                  WHERE p.pronamespace = 'pg_catalog'::regnamespace
                    AND p.proname IN ('set_config', 'pg_cancel_backend', 'pg_terminate_backend')),
-         reset AS (SELECT coalesce(bool_or(has_function_privilege(start.oid, fn.oid, 'EXECUTE')), false) AS yes
-                     FROM start, fn WHERE fn.name = 'set_config'),
-         reach AS (SELECT oid FROM start
-                   UNION
-                   SELECT r.oid FROM pg_roles r, login, reset WHERE reset.yes AND pg_has_role(login.oid, r.oid, 'MEMBER')),
          checks AS (SELECT 'role_reset' AS kind, fn.oid, fn.sig, fn.acl, ARRAY(SELECT oid FROM start) AS who
                       FROM fn WHERE fn.name = 'set_config' AND $1::text IS NOT NULL
                     UNION ALL

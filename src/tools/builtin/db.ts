@@ -68,11 +68,14 @@ const TYPES = { getTypeParser: ((oid: number) => PARSERS[oid] ?? ((v: string) =>
  * role needs EXECUTE on set_config), the query as a cursor (`DECLARE … CURSOR FOR`,
  * which PostgreSQL itself only accepts for a SELECT or VALUES without data-modifying
  * CTEs) through the extended protocol with bind parameters, `FETCH max_rows + 1`, and
- * always `ROLLBACK; DISCARD ALL` so no session state (advisory locks, settings) reaches
- * the next call. Before the first query the login is checked (db-login.ts): server
- * powers, signal functions a query could reach and a role set_config could undo are
- * refused unless the matching `allow_*` key is set, because a read-only transaction
- * stops none of them. `pg` is imported on first use. Idempotent: it never writes.
+ * always `ROLLBACK; DISCARD ALL` (advisory locks are released before the result is
+ * returned); then the session ends: every call has a session of its own, because some
+ * session state survives DISCARD ALL (the random() seed). Before the first query the
+ * login is checked (db-login.ts): server powers, signal functions a query could reach, a
+ * role set_config could undo, and any write privilege are refused unless the matching
+ * `allow_*` key is set, because a read-only transaction stops none of the first three
+ * and not every write (pg_logical_emit_message). `pg` is imported on first use.
+ * Idempotent: it never writes.
  */
 export function createDbTool(config: DbConfig, logger: Logger): DbTool {
   const log = componentLogger(logger, "tools", { tool: "db_query" });
@@ -90,6 +93,11 @@ export function createDbTool(config: DbConfig, logger: Logger): DbTool {
         query_timeout: config.statementTimeoutMs + CLIENT_GRACE_MS,
         application_name: "kova-db_query",
         allowExitOnIdle: true,
+        // One call per session: a session keeps state that neither ROLLBACK nor DISCARD ALL
+        // resets (the random() seed setseed() sets, custom setting names, a dblink
+        // connection, whatever an extension keeps per backend), so the next call, perhaps
+        // another agent's, starts from a backend of its own.
+        maxUses: 1,
       });
       // An idle pooled connection that the server drops emits here; unhandled, it would end the node.
       p.on("error", (err) => log.warn({ err: err.message }, "db_query: idle connection failed"));
@@ -105,6 +113,7 @@ export function createDbTool(config: DbConfig, logger: Logger): DbTool {
           config.allowPrivilegedLogin && "allow_privileged_login",
           config.allowSessionSignals && "allow_session_signals",
           config.allowRoleReset && "allow_role_reset",
+          config.allowWritePrivileges && "allow_write_privileges",
         ].filter(Boolean);
         log.info({ login: name, role: config.role, accepted }, "db_query login checked: no power beyond reading, except what accepted lists");
       },
@@ -192,7 +201,7 @@ export function createDbTool(config: DbConfig, logger: Logger): DbTool {
           broken = true;
         }
       }
-      // A connection whose state we cannot vouch for is closed, never handed to the next call.
+      // The pool ends the session after this one use (maxUses 1); a broken one is dropped the same way.
       client.removeListener("error", onConnectionError);
       client.release(broken);
     }
