@@ -38,22 +38,47 @@ export function register(program: Command): void {
   targetOptions(keys.command("add <name>").description("create a key: prints it once; only its hash is stored"))
     .option("--agents <ids>", "comma-separated agents the key may use (default: every agent)")
     .option("--rate <perMinute>", "requests per minute for this key (default: [gateway] rate_per_minute)")
+    .option("--max-instances <n>", "template instances the key may hold (default: [gateway] max_instances)")
+    .option("--max-concurrent-runs <n>", "runs the key may have going at once (default: [gateway] max_concurrent_runs)")
+    .option("--tokens-per-minute <n>", "tokens the key's runs may use per minute (default: [gateway] tokens_per_minute)")
+    .option("--admin", "an operator's key: sees every key's sessions, instances and agents (never the default)")
     .option("--json", "print JSON")
-    .action((name: string, o: TargetOpts & { agents?: string; rate?: string }) =>
-      withCluster(o, async (nc, cluster) => {
-        const rate = o.rate === undefined ? undefined : Number(o.rate);
-        if (rate !== undefined && (!Number.isInteger(rate) || rate < 1))
-          throw new ArgumentError("--rate", "must be a whole number of requests per minute, at least 1");
-        const admin = await (await gatewayModule()).KeyAdmin.open(nc, cluster);
-        const agents = o.agents
-          ?.split(",")
-          .map((a) => a.trim())
-          .filter(Boolean);
-        const { key, record } = await admin.add(name, { ...(agents ? { agents } : {}), ...(rate ? { ratePerMinute: rate } : {}) });
-        if (o.json) return print({ name, key, agents: record.agents ?? null, ratePerMinute: record.ratePerMinute ?? null });
-        process.stdout.write(`${key}\n`);
-        process.stderr.write(`key ${name} created; this is the only time it is shown: store it now (gateways accept it within a second)\n`);
-      }),
+    .action(
+      (
+        name: string,
+        o: TargetOpts & { agents?: string; rate?: string; maxInstances?: string; maxConcurrentRuns?: string; tokensPerMinute?: string; admin?: boolean },
+      ) =>
+        withCluster(o, async (nc, cluster) => {
+          const rate = positive(o.rate, "--rate", "requests per minute");
+          const limits = {
+            ...(rate ? { ratePerMinute: rate } : {}),
+            ...optional("maxInstances", positive(o.maxInstances, "--max-instances", "instances")),
+            ...optional("maxConcurrentRuns", positive(o.maxConcurrentRuns, "--max-concurrent-runs", "runs")),
+            ...optional("tokensPerMinute", positive(o.tokensPerMinute, "--tokens-per-minute", "tokens per minute")),
+            ...(o.admin ? { admin: true } : {}),
+          };
+          const keys = await (await gatewayModule()).KeyAdmin.open(nc, cluster);
+          const agents = o.agents
+            ?.split(",")
+            .map((a) => a.trim())
+            .filter(Boolean);
+          const { key, record } = await keys.add(name, { ...(agents ? { agents } : {}), ...limits });
+          const id = (await gatewayModule()).keyIdOf(record.hash);
+          if (o.json)
+            return print({
+              name,
+              id,
+              key,
+              agents: record.agents ?? null,
+              ratePerMinute: record.ratePerMinute ?? null,
+              admin: record.admin === true,
+              maxInstances: record.maxInstances ?? null,
+              maxConcurrentRuns: record.maxConcurrentRuns ?? null,
+              tokensPerMinute: record.tokensPerMinute ?? null,
+            });
+          process.stdout.write(`${key}\n`);
+          process.stderr.write(`key ${name} (id ${id}) created; this is the only time it is shown: store it now (gateways accept it within a second)\n`);
+        }),
     );
   targetOptions(keys.command("ls").description("list keys (names and limits, never the keys)"))
     .option("--json", "print JSON")
@@ -62,8 +87,15 @@ export function register(program: Command): void {
         const list = await (await (await gatewayModule()).KeyAdmin.open(nc, cluster)).list();
         if (o.json) return print(list);
         table(
-          ["NAME", "AGENTS", "RATE/MIN", "CREATED"],
-          list.map((k) => [k.name, k.agents?.join(",") ?? "*", k.ratePerMinute ? String(k.ratePerMinute) : "default", new Date(k.createdAt).toISOString()]),
+          ["NAME", "ID", "AGENTS", "RATE/MIN", "ADMIN", "CREATED"],
+          list.map((k) => [
+            k.name,
+            k.id,
+            k.agents?.join(",") ?? "*",
+            k.ratePerMinute ? String(k.ratePerMinute) : "default",
+            k.admin ? "yes" : "no",
+            new Date(k.createdAt).toISOString(),
+          ]),
         );
       }),
     );
@@ -103,4 +135,16 @@ export async function startGatewayFor(config: NodeConfig, logger: Logger, opts: 
     ...(config.security ? { security: config.security } : {}),
     ...(config.replicas ? { replicas: config.replicas } : {}),
   });
+}
+
+/** A whole number of at least 1 from a flag, or undefined when the flag is absent. */
+function positive(value: string | undefined, flag: string, what: string): number | undefined {
+  if (value === undefined) return undefined;
+  const n = Number(value);
+  if (!Number.isSafeInteger(n) || n < 1) throw new ArgumentError(flag, `must be a whole number of ${what}, at least 1, not ${JSON.stringify(value)}`);
+  return n;
+}
+
+function optional<K extends string>(key: K, value: number | undefined): Partial<Record<K, number>> {
+  return value === undefined ? {} : ({ [key]: value } as Record<K, number>);
 }

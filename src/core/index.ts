@@ -8,3 +8,4 @@ export * from "./config-table.js";
 export * from "./close-matches.js";
 export * from "./phases.js";
 export * from "./duration.js";
+export * from "./principals.js";

@@ -28,8 +28,9 @@ import {
 } from "@a2a-js/sdk/errors";
 import { isValidId, newId } from "../core/ids.js";
 import type { Logger } from "../core/logger.js";
-import { mayUse, type Principal } from "./auth.js";
+import { newRunId, resolveAgent, type Principal } from "./auth.js";
 import type { GatewayHttpError } from "./errors.js";
+import type { RunTicket } from "./quotas.js";
 import type { SignalReply } from "../node/control.js";
 import type { RunClient } from "./runs.js";
 import type { NatsTaskStore } from "./task-store.js";
@@ -38,17 +39,28 @@ import { isTerminal, kovaMeta, messageText, newTask, type KovaTaskMeta } from ".
 import type { LiveTask, TaskTracker } from "./task-tracker.js";
 import { endUserOf, scopedSessionId } from "./sessions.js";
 
-/** The A2A `User` of a request: the API key that authenticated it. */
+/**
+ * The A2A `User` of a request: the API key that authenticated it, and the run its request
+ * was admitted for under the key's quotas (gateway.ts admits a send before the JSON-RPC
+ * layer, so that a key past a quota gets HTTP 429), taken by the run it starts.
+ */
 export class KeyUser implements User {
   constructor(
     readonly principal: Principal,
     private readonly authenticated: boolean,
+    private readonly admitted?: { ticket?: RunTicket | undefined },
   ) {}
   get isAuthenticated(): boolean {
     return this.authenticated;
   }
   get userName(): string {
     return this.principal.name;
+  }
+  /** The admitted run's ticket, once (the caller then ends it). */
+  takeTicket(): RunTicket | undefined {
+    const t = this.admitted?.ticket;
+    if (this.admitted) this.admitted.ticket = undefined;
+    return t;
   }
 }
 
@@ -223,31 +235,35 @@ export class KovaA2AHandler implements A2ARequestHandler {
     }
     const input = messageText(message);
     if (input.trim() === "") throw new RequestMalformedError("the message has no text: send at least one text part");
-    const principal = (context.user as KeyUser | undefined)?.principal;
-    const agentId = this.agentId ?? agentFromMetadata(message, params);
-    if (!mayUse(principal, agentId)) {
-      // The SDK maps A2A errors only; a 403 is answered before the JSON-RPC layer for
-      // /agents/<id>, and here (the shared endpoint) as an invalid request naming the key.
-      throw new RequestMalformedError(`key ${principal?.name ?? "?"} may not use agent ${agentId}`);
-    }
+    const keyUser = context.user as KeyUser | undefined;
+    const principal = keyUser?.principal;
+    // Admitted under the key's quotas before the JSON-RPC layer (gateway.ts); ended with the run.
+    const ticket = keyUser?.takeTicket();
+    let agentId: string;
+    let sessionId: string;
     try {
+      // The SDK maps A2A errors only: an agent the key may not use is answered as one that
+      // does not exist (the /agents/<id> endpoint answers HTTP 404 before the JSON-RPC layer).
+      agentId = resolveAgent(principal, this.agentId ?? agentFromMetadata(message, params), this.deps.runs.cluster);
       await this.deps.runs.ready(agentId);
+      // Scoped by the key: two keys naming one context do not share the agent's memory of it.
+      sessionId = scopedSessionId(message.contextId || newId(), principal?.sessionScope);
     } catch (err) {
+      ticket?.end();
+      if (err instanceof RequestMalformedError) throw err;
       throw new RequestMalformedError({ message: (err as GatewayHttpError).message, cause: err });
     }
-    const contextId = message.contextId || newId();
-    const runId = newId();
-    // Scoped by the key: two keys naming one context do not share the agent's memory of it.
-    const meta: KovaTaskMeta = {
-      agentId,
-      sessionId: scopedSessionId(contextId, principal?.sessionScope),
-      runId,
-      owner: ownerOf(context),
-      messageId: newId(),
-    };
+    const contextId = message.contextId || sessionId;
+    const runId = newRunId(principal);
+    const meta: KovaTaskMeta = { agentId, sessionId, runId, owner: ownerOf(context), messageId: newId() };
     const task = newTask({ taskId: runId, contextId, message, meta });
     const user = endUserOf(principal, undefined);
-    await this.deps.store.save(task, context);
+    try {
+      await this.deps.store.save(task, context);
+    } catch (err) {
+      ticket?.end();
+      throw err;
+    }
     this.deps.log.debug({ taskId: runId, agentId }, "a2a task started");
     return this.deps.tracker.start(task, {
       agentId,
@@ -259,6 +275,7 @@ export class KovaA2AHandler implements A2ARequestHandler {
       messageId: meta.messageId!,
       timeoutMs: this.deps.taskTimeoutMs,
       ...(user ? { constraints: { user } } : {}),
+      ...(ticket ? { quota: ticket } : {}),
     });
   }
 }

@@ -1,20 +1,59 @@
 import type { NextFunction, Request, Response } from "express";
 import { GatewayErrorCode, GatewayHttpError } from "./errors.js";
-import type { ApiKey, KeyRing } from "./keys.js";
-import { parseInstanceId } from "../core/ids.js";
-import { sessionScopeOf } from "./sessions.js";
+import { keyPrincipal, type ApiKey, type KeyRing } from "./keys.js";
+import { BusErrorCode } from "../bus/errors.js";
+import { newId, parseInstanceId } from "../core/ids.js";
+import { ANONYMOUS_PRINCIPAL, ownedAgentId, ownerScopeOf, ownsInstance } from "../core/principals.js";
 
-/** Who is calling: the key's name and what it may use. */
+/**
+ * Who is calling: a key (docs/security.md, "Principals"). Everything it creates is owned by
+ * its `id` (`key:<key id>`, never its name): tasks under it, sessions and template
+ * instances under its `scope`.
+ */
 export interface Principal {
-  /** The key's name (`anonymous` under `auth = "none"`); tasks are scoped by it. */
+  /** The principal id: `key:<key id>`, or `anonymous` under `auth = "none"`. */
+  id: string;
+  /** The key's name, for messages and logs only. */
   name: string;
+  /** Prefix of the ids of its sessions, instances and end users (core/principals.ts); undefined under `auth = "none"`. */
+  sessionScope?: string;
+  /** Sees and may use everything: an admin key, or anyone under `auth = "none"` (loopback only). */
+  admin: boolean;
   agents?: string[];
   ratePerMinute?: number;
-  /** Prefix of the session ids of this key's sessions (sessions.ts); undefined under `auth = "none"`. */
-  sessionScope?: string;
+  /** The key's own quotas (the rest: [gateway]'s defaults). */
+  quotas?: Pick<ApiKey, "maxInstances" | "maxConcurrentRuns" | "tokensPerMinute">;
 }
 
-const ANONYMOUS: Principal = { name: "anonymous" };
+/** The caller under `auth = "none"` (loopback only): sees everything, as the machine's own user does. */
+export const ANONYMOUS: Principal = { id: ANONYMOUS_PRINCIPAL, name: ANONYMOUS_PRINCIPAL, admin: true };
+
+const principals = new WeakMap<ApiKey, Principal>();
+
+/** principalOf, computed once per key (two hashes). */
+function cachedPrincipal(key: ApiKey): Principal {
+  let p = principals.get(key);
+  if (!p) principals.set(key, (p = principalOf(key)));
+  return p;
+}
+
+/** The principal a key stands for. */
+export function principalOf(key: ApiKey): Principal {
+  const id = keyPrincipal(key);
+  return {
+    id,
+    name: key.name,
+    sessionScope: ownerScopeOf(id),
+    admin: key.admin === true,
+    ...(key.agents ? { agents: key.agents } : {}),
+    ...(key.ratePerMinute ? { ratePerMinute: key.ratePerMinute } : {}),
+    quotas: {
+      ...(key.maxInstances ? { maxInstances: key.maxInstances } : {}),
+      ...(key.maxConcurrentRuns ? { maxConcurrentRuns: key.maxConcurrentRuns } : {}),
+      ...(key.tokensPerMinute ? { tokensPerMinute: key.tokensPerMinute } : {}),
+    },
+  };
+}
 export const UI_COOKIE = "kova_key";
 
 declare module "express-serve-static-core" {
@@ -34,10 +73,10 @@ export class RateLimiter {
   /** @returns 0 when admitted, else the seconds until a request would be */
   take(p: Principal, now = performance.now()): number {
     const rate = p.ratePerMinute ?? this.defaultRate;
-    let b = this.buckets.get(p.name);
+    let b = this.buckets.get(p.id);
     if (!b) {
       b = { tokens: rate, at: now };
-      this.buckets.set(p.name, b);
+      this.buckets.set(p.id, b);
     }
     b.tokens = Math.min(rate, b.tokens + ((now - b.at) / 60_000) * rate);
     b.at = now;
@@ -112,12 +151,7 @@ export function authenticate(opts: { mode: "keys" | "none"; keys: KeyRing; limit
         next(new GatewayHttpError(401, GatewayErrorCode.UNAUTHORIZED, "the API key is not valid: check it, or create one with kova gateway keys add <name>"));
         return;
       }
-      principal = {
-        name: key.name,
-        sessionScope: sessionScopeOf(key.name),
-        ...(key.agents ? { agents: key.agents } : {}),
-        ...(key.ratePerMinute ? { ratePerMinute: key.ratePerMinute } : {}),
-      };
+      principal = cachedPrincipal(key);
     }
     const wait = opts.limiter.take(principal);
     if (wait > 0) {
@@ -133,19 +167,49 @@ export function authenticate(opts: { mode: "keys" | "none"; keys: KeyRing; limit
   };
 }
 
-/** Whether the caller may use this agent: a key listing a template's name may use all its instances. */
+/**
+ * Whether the caller may use (and see) this agent: one its `agents` list (every agent
+ * without one), and of a template instance only its own (its key in the caller's scope),
+ * a listed template's instances included. An admin sees every instance of what it may use.
+ */
 export function mayUse(p: Principal | undefined, agentId: string): boolean {
   if (p === undefined) return false;
-  if (p.agents === undefined || p.agents.includes(agentId)) return true;
   const inst = parseInstanceId(agentId);
-  return inst !== undefined && p.agents.includes(inst.template);
+  if (inst !== undefined && !p.admin && (p.sessionScope === undefined || !ownsInstance(agentId, p.sessionScope))) return false;
+  return p.agents === undefined || p.agents.includes(agentId) || (inst !== undefined && p.agents.includes(inst.template));
 }
 
-/** @throws GatewayHttpError 403 when the key may not use the agent */
-export function requireAgent(p: Principal | undefined, agentId: string): void {
-  if (!mayUse(p, agentId)) {
-    throw new GatewayHttpError(403, GatewayErrorCode.FORBIDDEN, `key ${p?.name ?? "?"} may not use agent ${agentId}: add it to the key's agents`, {
+/**
+ * The 404 of an agent the caller may not use: the same answer as for an agent that does
+ * not exist, so that a key learns nothing of what others have.
+ */
+export function agentNotFound(agentId: string, cluster: string): GatewayHttpError {
+  return new GatewayHttpError(
+    404,
+    BusErrorCode.UNKNOWN_AGENT,
+    `no agent ${JSON.stringify(agentId)} in cluster ${cluster}: GET /v1/models or /agents lists the agents`,
+    {
       data: { agentId },
-    });
-  }
+    },
+  );
+}
+
+/**
+ * The agent a caller's `agentId` stands for: a template instance it names is its own
+ * (`support--user-42` is `support--<its scope>user-42`, core/principals.ts); an admin's
+ * names are taken as they are.
+ * @throws GatewayHttpError 404 (as for an unknown agent) when the key may not use it, or it names another principal's instance
+ */
+export function resolveAgent(p: Principal | undefined, agentId: string, cluster: string): string {
+  const id = p === undefined || p.admin || p.sessionScope === undefined ? agentId : ownedAgentId(agentId, p.sessionScope);
+  if (id === undefined || !mayUse(p, id)) throw agentNotFound(agentId, cluster);
+  return id;
+}
+
+/**
+ * A new run id of the caller's: its scope and a UUID (50 characters), so that a stateless
+ * run's session (its run id) is the caller's too and the web view shows it to it.
+ */
+export function newRunId(p: Principal | undefined): string {
+  return `${p?.sessionScope ?? ""}${newId()}`;
 }

@@ -3,7 +3,7 @@ import { isAbsolute, resolve } from "node:path";
 import { type ConfigTable, boolValue, intValue, rejectUnknown, stringList, stringValue, tableAt, tablesAt } from "../core/config-table.js";
 import { ConfigError } from "../core/errors.js";
 import { isValidId } from "../core/ids.js";
-import { hashKey, isKeyHash } from "./keys.js";
+import { hashKey, isKeyHash, type ApiKey } from "./keys.js";
 
 /**
  * `[gateway]` in kova.toml: what `kova gateway start` (or a node with this table) serves.
@@ -16,6 +16,9 @@ import { hashKey, isKeyHash } from "./keys.js";
  * keys_bucket = true                 # also accept keys added with `kova gateway keys add`
  * max_body_bytes = 1048576
  * rate_per_minute = 600              # default per key; a key may set its own
+ * max_instances = 100                # default quotas per key (a key may set its own): template
+ * max_concurrent_runs = 16           #   instances it holds, runs at once, tokens its runs use
+ * tokens_per_minute = 1000000        #   per minute (docs/security.md, "Quotas per principal")
  * task_timeout_ms = 600000           # how long a run may take before its task fails
  * ui = true                          # the web view at /ui
  *
@@ -26,6 +29,8 @@ import { hashKey, isKeyHash } from "./keys.js";
  * # key_file = "/run/secrets/ci.key" # the key itself in a file
  * agents = ["researcher"]            # agents this key may call (default: every agent)
  * rate_per_minute = 120
+ * # admin = true                     # an operator's view of every principal (never by default)
+ * # max_instances = 10               # this key's quotas
  *
  * [gateway.otel]
  * endpoint = "http://127.0.0.1:4318/v1/traces"
@@ -41,19 +46,27 @@ export interface GatewayConfig {
   keysBucket: boolean;
   maxBodyBytes: number;
   ratePerMinute: number;
+  /** Quotas of a key that sets none of its own. */
+  quotas: QuotaLimits;
   taskTimeoutMs: number;
   ui: boolean;
   otel?: OtelConfig;
 }
 
-export interface ConfiguredKey {
-  name: string;
-  /** `sha256:<hex>` of the key. */
-  hash: string;
-  /** Agents the key may use; undefined: every agent. */
-  agents?: string[];
-  ratePerMinute?: number;
+/** A key of `[[gateway.keys]]`: the fields of a stored key (`hash` is `sha256:<hex>` of the key). */
+export type ConfiguredKey = ApiKey;
+
+/** What one principal may hold and spend (docs/security.md, "Quotas per principal"). */
+export interface QuotaLimits {
+  /** Template instances it holds (registered, not passivated). */
+  maxInstances: number;
+  /** Runs it has going at once (per gateway replica). */
+  maxConcurrentRuns: number;
+  /** Tokens (input + output) its runs may use per minute (per gateway replica). */
+  tokensPerMinute: number;
 }
+
+export const DEFAULT_QUOTAS: QuotaLimits = { maxInstances: 100, maxConcurrentRuns: 16, tokensPerMinute: 1_000_000 };
 
 export interface OtelConfig {
   /** OTLP/HTTP traces endpoint (`…/v1/traces`). */
@@ -65,7 +78,21 @@ export interface OtelConfig {
 
 export const DEFAULT_GATEWAY_PORT = 8080;
 
-const KEYS = ["listen", "public_url", "auth", "keys", "keys_bucket", "max_body_bytes", "rate_per_minute", "task_timeout_ms", "ui", "otel"];
+const KEYS = [
+  "listen",
+  "public_url",
+  "auth",
+  "keys",
+  "keys_bucket",
+  "max_body_bytes",
+  "rate_per_minute",
+  "max_instances",
+  "max_concurrent_runs",
+  "tokens_per_minute",
+  "task_timeout_ms",
+  "ui",
+  "otel",
+];
 
 /**
  * Validates `[gateway]`. `baseDir` anchors relative key files; `env` supplies keys named by `key_env`.
@@ -92,6 +119,11 @@ export function parseGatewayConfig(raw: ConfigTable | undefined, opts: { baseDir
     keysBucket: boolValue(t.keys_bucket, "gateway.keys_bucket") ?? true,
     maxBodyBytes: intValue(t.max_body_bytes, "gateway.max_body_bytes", 1024, 64 * 1024 * 1024) ?? 1024 * 1024,
     ratePerMinute: intValue(t.rate_per_minute, "gateway.rate_per_minute", 1, 1_000_000) ?? 600,
+    quotas: {
+      maxInstances: intValue(t.max_instances, "gateway.max_instances", 1, 10_000_000) ?? DEFAULT_QUOTAS.maxInstances,
+      maxConcurrentRuns: intValue(t.max_concurrent_runs, "gateway.max_concurrent_runs", 1, 1_000_000) ?? DEFAULT_QUOTAS.maxConcurrentRuns,
+      tokensPerMinute: intValue(t.tokens_per_minute, "gateway.tokens_per_minute", 1, 1_000_000_000_000) ?? DEFAULT_QUOTAS.tokensPerMinute,
+    },
     taskTimeoutMs: intValue(t.task_timeout_ms, "gateway.task_timeout_ms", 1000, 7 * 86_400_000) ?? 600_000,
     ui: boolValue(t.ui, "gateway.ui") ?? true,
   };
@@ -129,7 +161,11 @@ export function isLoopback(host: string): boolean {
 function keysFrom(raw: unknown, baseDir: string, env: NodeJS.ProcessEnv): ConfiguredKey[] {
   const seen = new Set<string>();
   return tablesAt(raw, "gateway.keys", "write each key as [[gateway.keys]] with name and hash").map(({ table: t, key }) => {
-    rejectUnknown(t, ["name", "hash", "key_env", "key_file", "agents", "rate_per_minute"], `${key}.`);
+    rejectUnknown(
+      t,
+      ["name", "hash", "key_env", "key_file", "agents", "rate_per_minute", "admin", "max_instances", "max_concurrent_runs", "tokens_per_minute"],
+      `${key}.`,
+    );
     const name = t.name;
     if (!isValidId(name)) throw new ConfigError(`${key}.name`, 'is required: 1-128 characters of [A-Za-z0-9_-], e.g. name = "ci"');
     if (seen.has(name)) throw new ConfigError(`${key}.name`, `"${name}" is used twice`);
@@ -167,6 +203,13 @@ function keysFrom(raw: unknown, baseDir: string, env: NodeJS.ProcessEnv): Config
     if (agents && !agents.includes("*")) out.agents = agents;
     const rate = intValue(t.rate_per_minute, `${key}.rate_per_minute`, 1, 1_000_000);
     if (rate !== undefined) out.ratePerMinute = rate;
+    if (boolValue(t.admin, `${key}.admin`) === true) out.admin = true;
+    const maxInstances = intValue(t.max_instances, `${key}.max_instances`, 1, 10_000_000);
+    if (maxInstances !== undefined) out.maxInstances = maxInstances;
+    const maxRuns = intValue(t.max_concurrent_runs, `${key}.max_concurrent_runs`, 1, 1_000_000);
+    if (maxRuns !== undefined) out.maxConcurrentRuns = maxRuns;
+    const tokens = intValue(t.tokens_per_minute, `${key}.tokens_per_minute`, 1, 1_000_000_000_000);
+    if (tokens !== undefined) out.tokensPerMinute = tokens;
     return out;
   });
 }

@@ -4,8 +4,10 @@ import { defineErrorCodes, KovaError, type KovaErrorOptions } from "../core/erro
 export const GatewayErrorCode = defineErrorCodes("gateway", {
   /** No API key, or one the gateway does not know. HTTP 401. */
   UNAUTHORIZED: "UNAUTHORIZED",
-  /** A known key that may not use this agent or endpoint. HTTP 403. */
+  /** A known key that may not use this endpoint. HTTP 403. (What another principal owns is 404, NOT_FOUND or UNKNOWN_AGENT: a key learns nothing of it.) */
   FORBIDDEN: "FORBIDDEN",
+  /** No such thing, or another principal's (a session, a task). HTTP 404. */
+  NOT_FOUND: "NOT_FOUND",
   /** The key sent more requests than its rate allows. HTTP 429. */
   RATE_LIMITED: "RATE_LIMITED",
   /** The request body is larger than `[gateway] max_body_bytes`. HTTP 413. */

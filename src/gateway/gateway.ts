@@ -8,7 +8,7 @@ import { componentLogger, silentLogger, type Logger } from "../core/logger.js";
 import { Bus, type NatsSecurity } from "../bus/index.js";
 import { AgentRegistry } from "../node/registry.js";
 import { KovaA2AHandler, KeyUser, type A2AHandlerDeps } from "./a2a-handler.js";
-import { authenticate, mayUse, RateLimiter, requireAgent } from "./auth.js";
+import { ANONYMOUS, authenticate, mayUse, RateLimiter, resolveAgent } from "./auth.js";
 import { limitBodyDepth } from "./body-depth.js";
 import { agentCard, directoryCard, type CardOptions } from "./cards.js";
 import { requireLoopbackWithoutAuth, type GatewayConfig } from "./config.js";
@@ -20,9 +20,14 @@ import { RunClient } from "./runs.js";
 import { NatsTaskStore } from "./task-store.js";
 import { TaskTracker } from "./task-tracker.js";
 import { mountWebView } from "./web.js";
+import { PrincipalQuotas, type RunTicket } from "./quotas.js";
 
 /** Per-agent routers kept (each is a JSON-RPC handler; rebuilding one is cheap). */
 const MAX_AGENT_ROUTERS = 1024;
+/** JSON-RPC methods that start a run (A2A v1.0 and v0.3 names): admitted under the key's quotas. */
+const SEND_METHODS = new Set(["SendMessage", "SendStreamingMessage", "message/send", "message/stream"]);
+/** The run an A2A send was admitted for, until its handler takes it (KeyUser). */
+const admittedRuns = new WeakMap<Request, { ticket?: RunTicket | undefined }>();
 import type { RunTraceExporter } from "./otel.js";
 
 export interface GatewayOptions {
@@ -88,7 +93,11 @@ export class Gateway {
     private readonly runs: RunClient,
     private readonly server: Server,
     private readonly log: Logger,
-  ) {}
+  ) {
+    this.quotas = new PrincipalQuotas(config.quotas, registry);
+  }
+
+  private readonly quotas: PrincipalQuotas;
 
   /**
    * Connects to NATS, opens the registry mirror and the gateway's buckets, and listens.
@@ -169,7 +178,7 @@ export class Gateway {
     return { runs: this.runs, store: this.store, tracker: this.tracker, taskTimeoutMs: this.config.taskTimeoutMs, log: this.log, card };
   }
 
-  private userBuilder: UserBuilder = async (req) => new KeyUser(req.principal ?? { name: "anonymous" }, this.config.auth === "keys");
+  private userBuilder: UserBuilder = async (req) => new KeyUser(req.principal ?? ANONYMOUS, this.config.auth === "keys", admittedRuns.get(req));
 
   private liveAgents() {
     return this.registry.list().filter((r) => r.desired !== "killed");
@@ -204,7 +213,11 @@ export class Gateway {
 
     app.get("/v1/models", (req, res) => listModels({ registry: this.registry }, req, res));
     app.post("/v1/chat/completions", (req, res, next) => {
-      chatCompletions({ runs: this.runs, registry: this.registry, tracker: this.tracker, taskTimeoutMs: this.config.taskTimeoutMs }, req, res).catch(next);
+      chatCompletions(
+        { runs: this.runs, registry: this.registry, tracker: this.tracker, quotas: this.quotas, taskTimeoutMs: this.config.taskTimeoutMs },
+        req,
+        res,
+      ).catch(next);
     });
 
     app.get("/agents", (req, res) => {
@@ -228,15 +241,20 @@ export class Gateway {
     const directory = async () => directoryCard(this.liveAgents(), this.cardOptions());
     app.use(
       "/a2a/jsonrpc",
+      (req, res, next) => this.admitSend(req, res, next, undefined),
       jsonRpcHandler({ requestHandler: new KovaA2AHandler(this.handlerDeps(directory)), userBuilder: this.userBuilder, legacyCompat: { enabled: true } }),
     );
     app.use("/agents/:agentId", (req, res, next) => {
       try {
-        const agentId = req.params.agentId as string;
-        if (!isValidId(agentId)) throw new GatewayHttpError(404, GatewayErrorCode.BAD_REQUEST, `${JSON.stringify(agentId)} is not an agent id`);
-        requireAgent(req.principal, agentId);
+        const named = req.params.agentId as string;
+        if (!isValidId(named)) throw new GatewayHttpError(404, GatewayErrorCode.BAD_REQUEST, `${JSON.stringify(named)} is not an agent id`);
+        // The caller's own instance (`support--user-42` is its `support--<scope>user-42`); another's is 404.
+        const agentId = resolveAgent(req.principal, named, this.bus.cluster);
+        this.quotas.admitInstance(req.principal, agentId);
         // A template instance is activated here (its card and its endpoint then work).
-        this.runs.ready(agentId).then(() => this.agentRouter(agentId)(req, res, next), next);
+        this.runs
+          .ready(agentId)
+          .then(() => this.admitSend(req, res, (err?: unknown) => (err ? next(err) : this.agentRouter(agentId)(req, res, next)), agentId), next);
       } catch (err) {
         next(err);
       }
@@ -245,6 +263,43 @@ export class Gateway {
     app.use((req, _res, next) => next(new GatewayHttpError(404, "NOT_FOUND", `no route ${req.method} ${req.path}: see docs/gateway.md`)));
     app.use((err: unknown, req: Request, res: Response, _next: NextFunction) => this.sendError(err, req, res));
     return app;
+  }
+
+  /**
+   * Admits an A2A send under the caller's quotas before the JSON-RPC layer, which could
+   * only answer 200 with an error: a key past a quota gets HTTP 429 naming it. The
+   * admitted run's ticket goes to the handler with the request's user (KeyUser); one the
+   * handler never took (the request failed first) is ended when the response closes. On
+   * the shared endpoint the agent is the message's `metadata.agent` (a new instance there
+   * counts against `max_instances`).
+   */
+  private admitSend(req: Request, res: Response, next: (err?: unknown) => void, agentId: string | undefined): void {
+    const body = req.body as { method?: unknown; params?: { message?: { metadata?: { agent?: unknown } }; metadata?: { agent?: unknown } } } | undefined;
+    if (req.method !== "POST" || !SEND_METHODS.has(body?.method as string)) {
+      next();
+      return;
+    }
+    try {
+      if (agentId === undefined) {
+        const named = body?.params?.message?.metadata?.agent ?? body?.params?.metadata?.agent;
+        if (isValidId(named)) {
+          const resolved = (() => {
+            try {
+              return resolveAgent(req.principal, named, this.bus.cluster);
+            } catch {
+              return undefined; // the handler answers it as an unknown agent
+            }
+          })();
+          if (resolved) this.quotas.admitInstance(req.principal, resolved);
+        }
+      }
+      const admitted = { ticket: this.quotas.startRun(req.principal) as RunTicket | undefined };
+      admittedRuns.set(req, admitted);
+      res.on("close", () => admitted.ticket?.end());
+      next();
+    } catch (err) {
+      next(err);
+    }
   }
 
   private sendError(err: unknown, req: Request, res: Response): void {

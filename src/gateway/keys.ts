@@ -23,6 +23,30 @@ export interface ApiKey {
   /** Agents the key may use; undefined: every agent. */
   agents?: string[];
   ratePerMinute?: number;
+  /**
+   * An operator's key: it sees every principal's sessions, instances and agents in the web
+   * view, `/v1/models` and the cards, and may use any instance. Never given by default.
+   */
+  admin?: boolean;
+  /** This key's quotas; unset ones take `[gateway]`'s defaults (quotas.ts). */
+  maxInstances?: number;
+  maxConcurrentRuns?: number;
+  tokensPerMinute?: number;
+}
+
+/**
+ * A key's id: the principal it stands for (`key:<id>` owns its tasks, sessions and
+ * instances). Derived from the key's hash, so it is stable for the key's life and new for
+ * every new key: a key removed and added again under the same name is another principal
+ * and sees nothing of the old one. It reveals nothing of the key (a hash of its hash).
+ */
+export function keyIdOf(hash: string): string {
+  return createHash("sha256").update(hash, "utf8").digest("hex").slice(0, 20);
+}
+
+/** The principal id of a key. */
+export function keyPrincipal(key: Pick<ApiKey, "hash">): string {
+  return `key:${keyIdOf(key.hash)}`;
 }
 
 /** What the bucket holds per key name. */
@@ -108,6 +132,9 @@ export class KeyRing {
   }
 }
 
+/** What `kova gateway keys add` may set on a key besides its name. */
+export type KeyLimits = Pick<ApiKey, "agents" | "ratePerMinute" | "admin" | "maxInstances" | "maxConcurrentRuns" | "tokensPerMinute">;
+
 /**
  * The bucket side of `kova gateway keys add|ls|rm`: the CLI writes, gateways watch.
  */
@@ -127,13 +154,17 @@ export class KeyAdmin {
    * Creates a key and stores its hash; returns the key itself (shown once, never stored).
    * @throws ArgumentError for a bad name or agent id, or a name already in use
    */
-  async add(name: string, opts: { agents?: string[]; ratePerMinute?: number } = {}): Promise<{ key: string; record: StoredKey }> {
+  async add(name: string, opts: KeyLimits = {}): Promise<{ key: string; record: StoredKey }> {
     if (!isValidId(name)) throw new ArgumentError("name", `${JSON.stringify(name)} is not a valid key name: use 1-128 characters of [A-Za-z0-9_-]`);
     for (const a of opts.agents ?? []) if (!isValidId(a)) throw new ArgumentError("--agents", `${JSON.stringify(a)} is not an agent id`);
     const key = generateKey();
     const record: StoredKey = { v: STORED_KEY_VERSION, name, hash: hashKey(key), createdAt: Date.now() };
     if (opts.agents && opts.agents.length > 0) record.agents = opts.agents;
     if (opts.ratePerMinute !== undefined) record.ratePerMinute = opts.ratePerMinute;
+    if (opts.admin === true) record.admin = true;
+    if (opts.maxInstances !== undefined) record.maxInstances = opts.maxInstances;
+    if (opts.maxConcurrentRuns !== undefined) record.maxConcurrentRuns = opts.maxConcurrentRuns;
+    if (opts.tokensPerMinute !== undefined) record.tokensPerMinute = opts.tokensPerMinute;
     try {
       await this.kv.create(name, encodeJson(record));
     } catch (err) {
@@ -148,11 +179,11 @@ export class KeyAdmin {
    * Key names with their limits (never their hashes).
    * @throws UnsupportedFormatError when a newer Kova stored a key (upgrade the CLI)
    */
-  async list(): Promise<Array<Omit<StoredKey, "hash">>> {
-    const out: Array<Omit<StoredKey, "hash">> = [];
+  async list(): Promise<Array<Omit<StoredKey, "hash"> & { id: string }>> {
+    const out: Array<Omit<StoredKey, "hash"> & { id: string }> = [];
     for (const [name, e] of await readKvEntries(this.nc, this.bucket)) {
-      const { hash: _hash, ...rest } = readStoredKey(name, e.json<unknown>());
-      out.push(rest);
+      const { hash, ...rest } = readStoredKey(name, e.json<unknown>());
+      out.push({ ...rest, id: keyIdOf(hash) });
     }
     return out;
   }

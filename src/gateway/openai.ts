@@ -3,8 +3,10 @@ import type { Request, Response } from "express";
 import { Role, TaskState } from "@a2a-js/sdk";
 import { INSTANCE_SEPARATOR, isValidId, isValidTemplateName, newId, parseInstanceId } from "../core/ids.js";
 import type { AgentRegistry } from "../node/registry.js";
-import { mayUse, requireAgent } from "./auth.js";
+import { mayUse, newRunId, resolveAgent } from "./auth.js";
+import type { PrincipalQuotas } from "./quotas.js";
 import { ErrorCode } from "../core/errors.js";
+import { ANONYMOUS_PRINCIPAL } from "../core/principals.js";
 import { BusErrorCode } from "../bus/index.js";
 import { GatewayErrorCode, GatewayHttpError } from "./errors.js";
 import { endUserOf, scopedSessionId } from "./sessions.js";
@@ -35,6 +37,7 @@ export interface OpenAiDeps {
   runs: RunClient;
   registry: AgentRegistry;
   tracker: TaskTracker;
+  quotas: PrincipalQuotas;
   taskTimeoutMs: number;
 }
 
@@ -132,7 +135,7 @@ export function chatRun(req: Request, timeoutMs: number): RunRequest & { stream:
       `a stateless conversation may bring at most ${MAX_HISTORY_TURNS} earlier turns, not ${history.length}: name a session (the user field or X-Kova-Session) so the agent keeps them`,
       "messages",
     );
-  const runId = newId();
+  const runId = newRunId(req.principal);
   const streamOptions = body.stream_options as { include_usage?: unknown } | undefined;
   const run: RunRequest & { stream: boolean; includeUsage: boolean; named: boolean } = {
     agentId: model,
@@ -209,6 +212,22 @@ function usageBody(u: RunUsage) {
   };
 }
 
+/**
+ * The agent the request reaches (addressed, as the caller's own: auth.ts resolveAgent),
+ * admitted under the caller's quotas: a new instance within `max_instances`, the run
+ * within `max_concurrent_runs` and `tokens_per_minute`.
+ * @throws GatewayHttpError 404 model_not_found for an agent the key may not use (as for one that does not exist); 429 QUOTA_EXCEEDED
+ */
+function admitted(deps: OpenAiDeps, req: Request, run: RunRequest & { named: boolean }) {
+  try {
+    run.agentId = resolveAgent(req.principal, addressed(deps, run), deps.runs.cluster);
+  } catch (err) {
+    throw new GatewayHttpError(404, "model_not_found", (err as Error).message, { data: { param: "model" } });
+  }
+  deps.quotas.admitInstance(req.principal, run.agentId);
+  return deps.quotas.startRun(req.principal);
+}
+
 export function listModels(deps: Pick<OpenAiDeps, "registry">, req: Request, res: Response): void {
   const data = deps.registry
     .list()
@@ -240,11 +259,12 @@ function addressed(deps: Pick<OpenAiDeps, "registry">, run: RunRequest & { named
 
 export async function chatCompletions(deps: OpenAiDeps, req: Request, res: Response): Promise<void> {
   const run = chatRun(req, deps.taskTimeoutMs);
-  run.agentId = addressed(deps, run);
-  requireAgent(req.principal, run.agentId);
+  const ticket = admitted(deps, req, run);
+  run.quota = ticket;
   try {
     await deps.runs.ready(run.agentId);
   } catch (err) {
+    ticket.end();
     if (err instanceof GatewayHttpError && err.status === 404) throw new GatewayHttpError(404, "model_not_found", err.message, { data: { param: "model" } });
     throw err;
   }
@@ -307,7 +327,7 @@ async function streamChat(
       extensions: [],
       referenceTaskIds: [],
     },
-    meta: { agentId: run.agentId, sessionId: run.sessionId, runId: run.runId, owner: req.principal?.name ?? "anonymous", messageId: run.messageId },
+    meta: { agentId: run.agentId, sessionId: run.sessionId, runId: run.runId, owner: req.principal?.id ?? ANONYMOUS_PRINCIPAL, messageId: run.messageId },
   });
   const live = deps.tracker.start(task, run, { persist: false });
   // An approval wait is part of the run here: the stream goes on until the answer.

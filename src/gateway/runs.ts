@@ -9,6 +9,7 @@ import { NodeErrorCode } from "../node/errors.js";
 import type { AgentRecord, AgentRegistry } from "../node/registry.js";
 import { GatewayErrorCode, GatewayHttpError } from "./errors.js";
 import { usageOf, zeroUsage, type RunOutcome } from "./task-projection.js";
+import type { RunTicket } from "./quotas.js";
 
 /** What the gateway asks an agent to do: one run, under ids the gateway chose. */
 export interface RunRequest {
@@ -38,6 +39,8 @@ export interface RunRequest {
   /** `max_tokens`, and the end user the run is for (sessions.ts, endUserOf). */
   constraints?: { max_tokens?: number; user?: string };
   traceId?: string;
+  /** The caller's quotas (quotas.ts): ended with the run's usage when the run ends. */
+  quota?: RunTicket;
 }
 
 /** The payload of the message that starts a run (docs/protocol.md, "Agents"). */
@@ -83,6 +86,10 @@ export class RunClient {
     private readonly registry: AgentRegistry,
     private readonly log: Logger,
   ) {}
+
+  get cluster(): string {
+    return this.bus.cluster;
+  }
 
   /**
    * The agent's record, checked before anything is sent.
@@ -151,22 +158,31 @@ export class RunClient {
    * that never answers) would hold the agent and every message queued behind it.
    */
   run(req: RunRequest): Promise<RunOutcome> {
-    const payload = runPayload(req);
-    const env = createEnvelope({
-      id: req.messageId,
-      from: this.bus.clientId,
-      to: req.agentId,
-      type: req.kind,
-      payload,
-      ...(req.traceId ? { traceId: req.traceId } : {}),
-    });
-    return this.bus.ask<unknown>(env, { timeoutMs: req.timeoutMs, checkAgent: false }).then(
-      (reply) => outcomeOf(reply.payload),
-      (err: unknown) => {
-        if (isTimeout(err)) this.abandon(req, "past its timeout");
-        return failureOf(err);
-      },
-    );
+    return Promise.resolve()
+      .then(() =>
+        this.bus.ask<unknown>(
+          createEnvelope({
+            id: req.messageId,
+            from: this.bus.clientId,
+            to: req.agentId,
+            type: req.kind,
+            payload: runPayload(req),
+            ...(req.traceId ? { traceId: req.traceId } : {}),
+          }),
+          { timeoutMs: req.timeoutMs, checkAgent: false },
+        ),
+      )
+      .then(
+        (reply) => outcomeOf(reply.payload),
+        (err: unknown) => {
+          if (isTimeout(err)) this.abandon(req, "past its timeout");
+          return failureOf(err);
+        },
+      )
+      .then((outcome) => {
+        req.quota?.end(outcome.usage);
+        return outcome;
+      });
   }
 
   /**

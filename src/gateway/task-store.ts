@@ -7,6 +7,7 @@ import type { ServerCallContext, TaskStore } from "@a2a-js/sdk/server";
 import { RequestMalformedError } from "@a2a-js/sdk/errors";
 import { checkFormatVersion } from "../core/format-version.js";
 import { isValidId } from "../core/ids.js";
+import { ANONYMOUS_PRINCIPAL } from "../core/principals.js";
 import { encodeJson } from "../node/kv-mirror.js";
 import { isCasConflict } from "../node/lease.js";
 import { isTerminal, kovaMeta } from "./task-projection.js";
@@ -17,11 +18,13 @@ import { isTerminal, kovaMeta } from "./task-projection.js";
  * the same tasks and a restarted gateway finds them all. Entries expire with the bucket's
  * max age (default 7 days, the EVENTS stream's), so the bucket does not grow forever.
  *
- * Tasks are scoped by their owner, the API key name that created them: another key gets
- * "not found", as if the task did not exist. The owner is the key's first token
- * (`<owner>.<task id>`), so a key's listing reads its own tasks only, however many other
- * keys have. (Older gateways keyed a task by its bare id; such entries are still read,
- * and expire with the bucket's max age.)
+ * Tasks are scoped by their owner, the principal that created them (the API key's id,
+ * `key:<id>`, never its name: a key removed and added again under its name is another
+ * principal): another key gets "not found", as if the task did not exist. The owner is
+ * the key's first token (`<owner>.<task id>`), so a key's listing reads its own tasks
+ * only, however many other keys have. (Older gateways keyed a task by its bare id, and
+ * owned it by the key's name; such entries are still read for `anonymous`, and expire
+ * with the bucket's max age.)
  */
 export interface StoredTask {
   v: number;
@@ -40,19 +43,19 @@ export function tasksBucket(cluster: string): string {
 }
 
 /**
- * The KV key of a task: `<owner>.<task id>`. An owner that is not one key token (key
- * names and `anonymous` always are) is written as `=` and its base64url form, which no
- * valid name starts with.
+ * The KV key of a task: `<owner>.<task id>`. An owner that is not one key token (a
+ * principal id `key:<id>` is not; `anonymous` is) is written as `=` and its base64url
+ * form, which no valid name starts with.
  */
 export function taskKey(owner: string, taskId: string): string {
   const token = isValidId(owner) ? owner : `=${Buffer.from(owner, "utf8").toString("base64url")}`;
   return `${token}.${taskId}`;
 }
 
-/** The owner a call context stands for (the API key's name). */
+/** The owner a call context stands for: its principal's id (a2a-handler.ts, KeyUser). */
 export function ownerOf(context: ServerCallContext | undefined): string {
-  const user = context?.user;
-  return user?.isAuthenticated ? user.userName : "anonymous";
+  const user = context?.user as { isAuthenticated?: boolean; principal?: { id?: unknown } } | undefined;
+  return user?.isAuthenticated && typeof user.principal?.id === "string" ? user.principal.id : ANONYMOUS_PRINCIPAL;
 }
 
 /**

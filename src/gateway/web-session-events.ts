@@ -3,6 +3,7 @@ import { isValidId } from "../core/ids.js";
 import type { Bus, KovaEvent, StoredEventsReader } from "../bus/index.js";
 import { mayUse, type Principal } from "./auth.js";
 import { GatewayErrorCode, GatewayHttpError } from "./errors.js";
+import { sessionNotFound } from "./sessions.js";
 
 /** A comment line this often keeps proxies from closing an idle stream. */
 const KEEP_ALIVE_MS = 15_000;
@@ -14,11 +15,14 @@ const KEEP_ALIVE_MS = 15_000;
  * must stop and delete it: the close handler is hooked before the first await, and every
  * await is followed by a check that the client is still there.
  *
- * A key restricted to some agents sees only the events of their runs (RunAgentFilter).
+ * A key sees its own sessions only (an admin key every one), and a key restricted to some
+ * agents only the events of their runs (RunAgentFilter).
  */
 export async function sessionEvents(deps: { bus: Bus }, req: Request, res: Response): Promise<void> {
   const sessionId = req.params.sessionId as string;
   if (!isValidId(sessionId)) throw new GatewayHttpError(400, GatewayErrorCode.BAD_REQUEST, `${JSON.stringify(sessionId)} is not a session id`);
+  // Only the caller's own sessions (its scope: core/principals.ts); another's is 404 as if it did not exist.
+  if (!seesSession(req.principal, sessionId)) throw sessionNotFound(sessionId);
   const { bus } = deps;
   const visible = new RunAgentFilter(req.principal);
   let closed = false;
@@ -85,6 +89,11 @@ export class RunAgentFilter {
     const owner = this.agentOfRun.get(event.runId);
     return owner !== undefined && mayUse(this.principal, owner);
   }
+}
+
+/** Whether the caller may watch a session: its own (in its scope), or any for an admin. */
+export function seesSession(p: Principal | undefined, sessionId: string): boolean {
+  return p !== undefined && (p.admin || (p.sessionScope !== undefined && sessionId.startsWith(p.sessionScope)));
 }
 
 /** Tokens are many and the tree needs only their count: send their size, not their text. */

@@ -5,6 +5,7 @@ import { nodesBucket, readNodeRecord, type NodeRecord } from "../node/membership
 import type { AgentRegistry } from "../node/registry.js";
 import { KvMirror, openBucket } from "../node/kv-mirror.js";
 import { mayUse } from "./auth.js";
+import { ownsInstance } from "../core/principals.js";
 import { sessionEvents } from "./web-session-events.js";
 import { LOGIN_HTML, WEB_VIEW_HTML } from "./web-page.js";
 
@@ -13,7 +14,10 @@ import { LOGIN_HTML, WEB_VIEW_HTML } from "./web-page.js";
  * here) over three JSON/SSE endpoints that read NATS directly, so any replica serves it.
  *
  * - `GET /ui/api/cluster`: nodes (state, heartbeat age, actors), agents (state, node,
- *   backlog from their mailbox consumer, usage from their `info_request`), DLQ counts.
+ *   backlog from their mailbox consumer, usage from their `info_request`), DLQ counts. A
+ *   key sees the agents it may use and its own instances; the backlog and usage of its own
+ *   instances only (a shared agent's count every key's work); nodes and dead letters are
+ *   an admin's.
  * - `GET /ui/api/sessions/<id>/events`: SSE of a session's events from its first one,
  *   then live; the page folds them into the run tree.
  */
@@ -78,8 +82,10 @@ export function mountWebView(app: Express, deps: WebViewDeps): { stop(): void } 
 async function clusterView(deps: WebViewDeps, req: Request, nodesMirror: () => Promise<KvMirror<NodeRecord>>) {
   const { bus, registry } = deps;
   const now = Date.now();
+  const admin = req.principal?.admin === true;
+  const scope = req.principal?.sessionScope;
   const nodes: Array<Record<string, unknown>> = [];
-  const mirror = await bounded(nodesMirror(), DETAIL_MS);
+  const mirror = admin ? await bounded(nodesMirror(), DETAIL_MS) : null;
   for (const [, e] of [...(mirror?.entries() ?? [])].sort(([a], [b]) => a.localeCompare(b))) {
     const r = e.value;
     const age = Math.max(0, now - r.heartbeatAt);
@@ -101,7 +107,7 @@ async function clusterView(deps: WebViewDeps, req: Request, nodesMirror: () => P
   const agents = await Promise.all(
     records.map(async (r, i) => {
       const out: Record<string, unknown> = { id: r.id, type: r.type, state: r.state, node: r.node, desired: r.desired, capabilities: r.capabilities };
-      if (i >= DETAIL_LIMIT) return out;
+      if (i >= DETAIL_LIMIT || !(admin || (scope !== undefined && ownsInstance(r.id, scope)))) return out;
       // Each detail is bounded: a slow server shows a blank cell, not a stalled page.
       const [backlog, info] = await Promise.all([
         bounded(
@@ -120,10 +126,10 @@ async function clusterView(deps: WebViewDeps, req: Request, nodesMirror: () => P
   );
   const dlq: Record<string, number> = {};
   try {
-    const info = await bounded(bus.jsm.streams.info(bus.subjects.streams.dlq, { subjects_filter: ">" }), DETAIL_MS);
+    const info = admin ? await bounded(bus.jsm.streams.info(bus.subjects.streams.dlq, { subjects_filter: ">" }), DETAIL_MS) : null;
     for (const [subject, n] of Object.entries(info?.state.subjects ?? {})) dlq[subject.split(".").pop()!] = n;
   } catch (err) {
     deps.log.debug({ err }, "DLQ stream not readable");
   }
-  return { cluster: bus.cluster, at: now, nodes, agents, dlq };
+  return { cluster: bus.cluster, at: now, admin, nodes, agents, dlq };
 }

@@ -6,6 +6,8 @@ import { Kvm } from "@nats-io/kv";
 import { connect } from "@nats-io/transport-node";
 import { scriptedReply, type ScriptedHandler } from "../../src/testing/index.js";
 import { taskKey, tasksBucket } from "../../src/gateway/task-store.js";
+import { principalOf } from "../../src/gateway/auth.js";
+import { hashKey } from "../../src/gateway/keys.js";
 import type { KovaEvent } from "../../src/bus/index.js";
 import { defer } from "../fixtures/disposable.js";
 import { approve } from "../fixtures/gateway/agents.js";
@@ -138,7 +140,10 @@ describe("gateway: A2A v1.0", () => {
     // and the task is stored completed in the bucket every replica reads
     const nc = await connect({ servers: rig.nats.url });
     const kv = await new Kvm(nc).open(tasksBucket(rig.cluster));
-    expect((await kv.get(taskKey("test", task.id)))?.json<{ task: { status: { state: string } } }>().task.status.state).toBe("TASK_STATE_COMPLETED");
+    expect(
+      (await kv.get(taskKey(principalOf({ name: "test", hash: hashKey(rig.key) }).id, task.id)))?.json<{ task: { status: { state: string } } }>().task.status
+        .state,
+    ).toBe("TASK_STATE_COMPLETED");
     await nc.close();
   }, 90_000);
 
@@ -216,8 +221,11 @@ describe("gateway: A2A v1.0", () => {
     const unknownAgent = await fetch(`${rig.url}/agents/nobody/.well-known/agent-card.json`, { headers: { authorization: `Bearer ${rig.key}` } });
     expect(unknownAgent.status).toBe(404);
     expect(await unknownAgent.json()).toMatchObject({ error: { code: "UNKNOWN_AGENT" } });
+    // an agent the key may not use is answered as one that does not exist: 404, never 403
     const forbidden = await fetch(`${rig.url}/agents/helper/.well-known/agent-card.json`, { headers: { authorization: `Bearer ${rig.keys.narrow}` } });
-    expect(forbidden.status).toBe(403);
+    expect(forbidden.status).toBe(404);
+    const nobody = await fetch(`${rig.url}/agents/nobody/.well-known/agent-card.json`, { headers: { authorization: `Bearer ${rig.keys.narrow}` } });
+    expect(JSON.stringify(await forbidden.json())).toBe(JSON.stringify(await nobody.json()).replaceAll("nobody", "helper"));
     const noKey = await fetch(`${rig.url}/agents/helper/.well-known/agent-card.json`);
     expect(noKey.status).toBe(401);
     const huge = await rpc(
@@ -393,14 +401,14 @@ describe("gateway: A2A v1.0", () => {
     expect(promptOf("key A again")).toContain("key A's secret");
   }, 60_000);
 
-  it("a2a - a task is for its key's end user: the task_delegate names the key in constraints.user (fair share, user_max_tokens)", async () => {
+  it("a2a - a task is for its key's end user: the task_delegate names the key (its owner scope) in constraints.user (fair share, user_max_tokens)", async () => {
     await using rig = await startGatewayRig({ handler });
     using published = await recordPublished(rig.node.busClient, ["helper"]);
     const client = await clientFor(`${rig.url}/agents/helper/`, rig.key);
     const sent = (await client.sendMessage(message("hello"))) as Task;
     expect(sent.status?.state).toBe(TaskState.TASK_STATE_COMPLETED);
     const run = published.to("helper").find((e) => (e.payload as { runId?: string }).runId === sent.id);
-    expect(run?.payload).toMatchObject({ constraints: { user: "test" } });
+    expect(run?.payload).toMatchObject({ constraints: { user: rig.scope("test").slice(0, -1) } });
   });
 });
 

@@ -1,7 +1,6 @@
 import { describe, expect, it } from "vitest";
 import OpenAI from "openai";
 import { connect } from "@nats-io/transport-node";
-import { sessionScopeOf } from "../../src/gateway/sessions.js";
 import { NatsMemoryStore } from "../../src/agents/memory/store.js";
 import { BucketNotFoundError, listKvKeys } from "../../src/bus/index.js";
 import { scriptedReply, type ScriptedHandler } from "../../src/testing/index.js";
@@ -78,7 +77,7 @@ describe("gateway: OpenAI-compatible endpoint", () => {
     expect(raw.status).toBe(200);
     // the session id is scoped by the key (sessions are per key); sent back, it names the same session
     const sessionId = raw.headers.get("x-kova-session-id");
-    expect(sessionId).toBe(`${sessionScopeOf("test")}conv-1`);
+    expect(sessionId).toBe(`${rig.scope("test")}conv-1`);
     expect(((await raw.json()) as { choices: Array<{ message: { content: string } }> }).choices[0]?.message.content).toBe("echo: third (history 4)");
     const again = await client.chat.completions.create({ model: "helper", user: sessionId!, messages: [{ role: "user", content: "fourth" }] });
     expect(again.choices[0]?.message.content).toBe("echo: fourth (history 6)");
@@ -140,8 +139,8 @@ describe("gateway: OpenAI-compatible endpoint", () => {
     }
     // a template's instance per key and user
     const instances = rig.node.agents().map((x) => x.id);
-    expect(instances).toContain(`support--${sessionScopeOf("test")}alice`);
-    expect(instances).toContain(`support--${sessionScopeOf("other")}alice`);
+    expect(instances).toContain(`support--${rig.scope("test")}alice`);
+    expect(instances).toContain(`support--${rig.scope("other")}alice`);
   }, 60_000);
 
   it("openai - refuses bad input and bad keys with clear errors: unknown model, no key, wrong key, forbidden agent, malformed and oversized bodies, over the rate", async () => {
@@ -167,8 +166,9 @@ describe("gateway: OpenAI-compatible endpoint", () => {
 
     const narrow = new OpenAI({ baseURL: `${rig.url}/v1`, apiKey: rig.keys.narrow!, maxRetries: 0 });
     expect((await narrow.models.list()).data.map((m) => m.id)).toEqual(["coordinator"]);
+    // An agent the key may not use is answered as one that does not exist: 404, never 403.
     const forbidden = await narrow.chat.completions.create({ model: "helper", messages: [{ role: "user", content: "hi" }] }).catch((e: unknown) => e);
-    expect(forbidden).toBeInstanceOf(OpenAI.PermissionDeniedError);
+    expect(forbidden).toBeInstanceOf(OpenAI.NotFoundError);
 
     const auth = { authorization: `Bearer ${rig.key}` };
     const malformed = await post("{not json", auth);
@@ -191,7 +191,7 @@ describe("gateway: OpenAI-compatible endpoint", () => {
     // The template name and a session: that session's instance (activated on first use).
     expect(await chat("support", "hello", "user-42")).toBe("echo: hello (history 0)");
     // The instance's key is the session id, scoped by the API key (sessions are per key).
-    const instance = `support--${sessionScopeOf("test")}user-42`;
+    const instance = `support--${rig.scope("test")}user-42`;
     expect(rig.node.agents().map((a) => a.id)).toContain(instance);
     expect(await chat("support", "again", "user-42")).toBe("echo: again (history 2)");
     // The instance by its id, same session: the same memory; another instance: its own.
@@ -204,12 +204,15 @@ describe("gateway: OpenAI-compatible endpoint", () => {
     expect(nosuch).toBeInstanceOf(OpenAI.NotFoundError);
     expect((nosuch as Error).message).toContain("templates: support");
 
+    // A key scoped to the template uses its own instances: the instance it names is its own
+    // (support--<its scope>user-9), and it lists only those (the admin key's are not its to see).
     const scoped = new OpenAI({ baseURL: `${rig.url}/v1`, apiKey: rig.keys.scoped!, maxRetries: 0 });
     const viaScoped = await scoped.chat.completions.create({ model: "support--user-9", messages: [{ role: "user", content: "yo" }] });
     expect(viaScoped.choices[0]?.message.content).toBe("echo: yo (history 0)");
-    expect((await scoped.models.list()).data.map((m) => m.id).sort()).toEqual([instance, "support--user-7", "support--user-9"]);
+    expect(viaScoped.model).toBe(`support--${rig.scope("scoped")}user-9`);
+    expect((await scoped.models.list()).data.map((m) => m.id).sort()).toEqual([`support--${rig.scope("scoped")}user-9`]);
     const denied = await scoped.chat.completions.create({ model: "coordinator", messages: [{ role: "user", content: "hi" }] }).catch((e: unknown) => e);
-    expect(denied).toBeInstanceOf(OpenAI.PermissionDeniedError);
+    expect(denied).toBeInstanceOf(OpenAI.NotFoundError);
 
     // The A2A card of a never-addressed instance: activated, then described.
     const card = await fetch(`${rig.url}/agents/support--card-1/.well-known/agent-card.json`, { headers: { authorization: `Bearer ${rig.key}` } });
@@ -290,8 +293,8 @@ describe("gateway: OpenAI-compatible endpoint", () => {
     };
     // The user field names the session and the end user, both under the key's prefix.
     const alice = await asked({ user: "alice", max_tokens: 40 });
-    expect(alice.constraints).toEqual({ max_tokens: 40, user: `${sessionScopeOf("test")}alice` });
-    // No user field: the key is the user (a stateless task).
-    expect((await asked({})).constraints).toEqual({ user: "test" });
+    expect(alice.constraints).toEqual({ max_tokens: 40, user: `${rig.scope("test")}alice` });
+    // No user field: the key (its owner scope, not its name) is the user (a stateless task).
+    expect((await asked({})).constraints).toEqual({ user: rig.scope("test").slice(0, -1) });
   });
 });

@@ -9,8 +9,9 @@ import { fileServer, uniqueCluster } from "../fixtures/bus/helpers.js";
 
 const nats = fileServer();
 
-function callerOf(userName: string): ServerCallContext {
-  return { user: { isAuthenticated: true, userName } } as unknown as ServerCallContext;
+/** A caller whose principal id is `id` (a2a-handler.ts, KeyUser). */
+function callerOf(id: string): ServerCallContext {
+  return { user: { isAuthenticated: true, userName: id, principal: { id } } } as unknown as ServerCallContext;
 }
 
 function taskOf(owner: string, n: number): Task {

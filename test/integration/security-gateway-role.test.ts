@@ -58,7 +58,7 @@ beforeAll(async () => {
   // The shipped deploy/kova/kova-gateway.toml, as `kova gateway start --config` reads it,
   // pointed at this server and a free port, with one key from the environment.
   const shipped = await readFile(resolve(import.meta.dirname, "../../deploy/kova/kova-gateway.toml"), "utf8");
-  const gwConfig = parseConfig(`${shipped}\n[[gateway.keys]]\nname = "test"\nkey_env = "${KEY_ENV}"\n`, { env: process.env });
+  const gwConfig = parseConfig(`${shipped}\n[[gateway.keys]]\nname = "test"\nkey_env = "${KEY_ENV}"\nadmin = true\n`, { env: process.env });
   gateway = await startGatewayFor({ ...gwConfig, natsUrls: [server.url] }, logger(), { listen: "127.0.0.1:0" });
 }, 60_000);
 

@@ -4,11 +4,12 @@ import { MAX_HISTORY_TURNS, parseRunRequest } from "../../src/agents/protocol.js
 import { GatewayHttpError } from "../../src/gateway/errors.js";
 import { chatRun } from "../../src/gateway/openai.js";
 import { runPayload } from "../../src/gateway/runs.js";
-import { sessionScopeOf } from "../../src/gateway/sessions.js";
+import { principalOf } from "../../src/gateway/auth.js";
+import { hashKey } from "../../src/gateway/keys.js";
 
-/** A chat request as express hands it over: a parsed body and no headers. */
+/** A chat request as express hands it over: a parsed body and no headers (the key's secret here is its name). */
 function requestOf(body: unknown, keyName?: string): Request {
-  const principal = keyName === undefined ? undefined : { name: keyName, sessionScope: sessionScopeOf(keyName) };
+  const principal = keyName === undefined ? undefined : principalOf({ name: keyName, hash: hashKey(keyName) });
   return { body, header: () => undefined, principal } as unknown as Request;
 }
 
@@ -94,14 +95,32 @@ describe("gateway chat → agent payload (the contract between the OpenAI endpoi
     // A named session (the user field) of key team-a, with a token limit: both reach the agent.
     const alice = parse({ user: "alice@example.com", max_tokens: 50 }, "team-a");
     expect(alice).toMatchObject({ kind: "chat", maxTokens: 50 });
-    expect(alice.user).toMatch(/^k[0-9a-f]+_/);
+    expect(alice.user).toMatch(/^o[0-9a-f]{12}_/);
     // The same user id under another key is another user: no key can pass as another's users.
     const other = parse({ user: "alice@example.com" }, "team-b");
     expect(other.user).not.toBe(alice.user);
     expect(parse({ user: "alice@example.com" }, "team-a").user).toBe(alice.user);
-    // No user field: the key is the user, for a stateless task as for a chat.
-    expect(parse({}, "team-a")).toMatchObject({ kind: "task", user: "team-a" });
-    expect(parse({ max_tokens: 9 }, "team-a")).toMatchObject({ kind: "task", user: "team-a", maxTokens: 9 });
+    // No user field: the key is the user (its owner scope, never its name), for a stateless task as for a chat.
+    const teamA = principalOf({ name: "team-a", hash: hashKey("team-a") }).sessionScope!.slice(0, -1);
+    expect(parse({}, "team-a")).toMatchObject({ kind: "task", user: teamA });
+    expect(parse({ max_tokens: 9 }, "team-a")).toMatchObject({ kind: "task", user: teamA, maxTokens: 9 });
+    // A key of the same name with another secret is another principal, so another user.
+    expect(parse({}, "team-a").user).not.toBe(
+      parseRunRequest(
+        "task_delegate",
+        runPayload(
+          chatRun(
+            {
+              body: { model: "helper", messages },
+              header: () => undefined,
+              principal: principalOf({ name: "team-a", hash: hashKey("another secret") }),
+            } as unknown as Request,
+            60_000,
+          ),
+        ),
+        Date.now(),
+      ).user,
+    );
     // auth = "none" and no user field: no end user (the run counts as the gateway's).
     expect(parse({})).not.toHaveProperty("user");
   });

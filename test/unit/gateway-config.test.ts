@@ -8,7 +8,7 @@ import { configError } from "../fixtures/config-error.js";
 import { tempDir } from "../fixtures/disposable.js";
 
 describe("gateway config", () => {
-  it("gateway config - defaults: loopback 8080, keys auth, 1 MiB bodies, 600 requests a minute", () => {
+  it("gateway config - defaults: loopback 8080, keys auth, 1 MiB bodies, 600 requests a minute, quotas per key", () => {
     expect(parseGatewayConfig(undefined)).toEqual({
       host: "127.0.0.1",
       port: 8080,
@@ -17,6 +17,7 @@ describe("gateway config", () => {
       keysBucket: true,
       maxBodyBytes: 1024 * 1024,
       ratePerMinute: 600,
+      quotas: { maxInstances: 100, maxConcurrentRuns: 16, tokensPerMinute: 1_000_000 },
       taskTimeoutMs: 600_000,
       ui: true,
     });
@@ -44,7 +45,9 @@ describe("gateway config", () => {
           { name: "env", key_env: "GW_KEY" },
           { name: "file", key_file: "./ops.key" },
           { name: "all", hash: hashKey("x"), agents: ["*"] },
+          { name: "ops", hash: hashKey("y"), admin: true, max_instances: 5, max_concurrent_runs: 2, tokens_per_minute: 1000 },
         ],
+        max_instances: 7,
       },
       { baseDir: dir, env: { GW_KEY: key } },
     );
@@ -53,7 +56,11 @@ describe("gateway config", () => {
       { name: "env", hash: hashKey(key) },
       { name: "file", hash: hashKey(key) },
       { name: "all", hash: hashKey("x") },
+      { name: "ops", hash: hashKey("y"), admin: true, maxInstances: 5, maxConcurrentRuns: 2, tokensPerMinute: 1000 },
     ]);
+    expect(c.quotas).toEqual({ maxInstances: 7, maxConcurrentRuns: 16, tokensPerMinute: 1_000_000 });
+    expect(configError(() => parseGatewayConfig({ keys: [{ name: "a", hash: hashKey("1"), max_instances: 0 }] })).message).toContain("max_instances");
+    expect(configError(() => parseGatewayConfig({ keys: [{ name: "a", hash: hashKey("1"), admin: "yes" }] })).message).toContain("admin");
     expect(JSON.stringify(c)).not.toContain(key);
     expect(configError(() => parseGatewayConfig({ keys: [{ name: "a", key_env: "NOPE" }] }, { env: {} })).message).toContain("NOPE is not set");
     expect(configError(() => parseGatewayConfig({ keys: [{ name: "a", hash: "md5:abc" }] })).message).toContain("sha256:");
