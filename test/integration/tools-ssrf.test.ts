@@ -224,7 +224,7 @@ describe("http_request SSRF guard", () => {
     expect(servers.sinkHits).toEqual([]);
   });
 
-  it("http_request - follows allowed redirects, switching POST to GET on 303 and dropping credentials across origins", async () => {
+  it("http_request - follows allowed redirects, switching POST to GET on 303 and dropping custom headers across origins", async () => {
     await using servers = await startServers();
     const dns = testResolver(new Map([["api.example.com", ["127.0.0.3"]]]));
     const tool = httpTool(dns.resolver);
@@ -244,7 +244,7 @@ describe("http_request SSRF guard", () => {
     expect(seen.method).toBe("GET");
     expect(seen.body).toBe("");
     expect(seen.headers.authorization).toBeUndefined();
-    expect(seen.headers["x-trace"]).toBe("t1");
+    expect(seen.headers["x-trace"]).toBeUndefined();
 
     const kept = await callTool(tool, {
       url: `http://127.0.0.3:${servers.port}/hop?n=1&status=307&to=${encodeURIComponent("/echo")}`,
@@ -255,6 +255,104 @@ describe("http_request SSRF guard", () => {
     const seen307 = JSON.parse((kept.value as { body: string }).body);
     expect(seen307).toMatchObject({ method: "POST", body: '{"a":1}' });
     expect(seen307.headers).toMatchObject({ authorization: "Bearer secret", "content-type": "application/json", "accept-encoding": "identity" });
+  });
+
+  describe("redirects to another origin", () => {
+    /** The redirector's origin (A), and a second server on another port (B) that records what reaches it. */
+    async function twoOrigins() {
+      const servers = await startServers();
+      const seenByB: Array<{ method: string; url: string; headers: Record<string, unknown>; body: string }> = [];
+      const b = await listen("127.0.0.3", 0, (req, res, body) => {
+        seenByB.push({ method: req.method!, url: req.url!, headers: req.headers, body });
+        const u = new URL(req.url!, "http://x");
+        // /back redirects to origin A's echo: a chain that returns to the first origin.
+        if (u.pathname === "/back") res.writeHead(302, { location: `http://127.0.0.3:${servers.port}/echo` }).end();
+        else res.setHeader("content-type", "application/json").end(JSON.stringify({ headers: req.headers, body }));
+      });
+      const a = `http://127.0.0.3:${servers.port}`;
+      const bOrigin = `http://127.0.0.3:${(b.address() as AddressInfo).port}`;
+      return {
+        a,
+        b: bOrigin,
+        seenByB,
+        hop: (status: number, to: string) => `${a}/hop?n=1&status=${status}&to=${encodeURIComponent(to)}`,
+        async [Symbol.asyncDispose]() {
+          b.closeAllConnections();
+          await new Promise((r) => b.close(r));
+          await servers[Symbol.asyncDispose]();
+        },
+      };
+    }
+    const secrets = {
+      Authorization: "Bearer secret-a",
+      Cookie: "session=secret-b",
+      "X-Api-Key": "secret-c",
+      "X-Trace": "t1",
+      Accept: "application/json",
+      "Accept-Language": "de",
+      "User-Agent": "kova-test-agent",
+    };
+    /** The request headers a server saw, without those of the connection itself. */
+    const sent = (headers: Record<string, unknown>) => Object.fromEntries(Object.entries(headers).filter(([k]) => k !== "host" && k !== "connection"));
+
+    it("http_request - a redirect to another origin carries only Accept, Accept-Language, User-Agent (and Kova's Accept-Encoding)", async () => {
+      await using o = await twoOrigins();
+      const tool = httpTool(testResolver(new Map()).resolver);
+      for (const status of [301, 302, 303, 307, 308]) {
+        const out = await callTool(tool, { url: o.hop(status, `${o.b}/echo`), method: "GET", headers: secrets });
+        expect(out.status, JSON.stringify(out.error)).toBe("ok");
+        expect((out.value as { url: string }).url).toBe(`${o.b}/echo`);
+      }
+      expect(o.seenByB).toHaveLength(5);
+      for (const seen of o.seenByB) {
+        expect(sent(seen.headers)).toEqual({
+          accept: "application/json",
+          "accept-language": "de",
+          "user-agent": "kova-test-agent",
+          "accept-encoding": "identity",
+        });
+      }
+      // Dropped headers stay dropped when a later hop returns to the first origin.
+      const back = await callTool(tool, { url: o.hop(302, `${o.b}/back`), headers: secrets });
+      const echoed = JSON.parse((back.value as { body: string }).body);
+      expect((back.value as { redirects: string[] }).redirects).toEqual([`${o.b}/back`, `${o.a}/echo`]);
+      expect(echoed.headers["x-api-key"]).toBeUndefined();
+      expect(echoed.headers.authorization).toBeUndefined();
+    });
+
+    it("http_request - a redirect within the origin keeps every header, and the body on 307/308", async () => {
+      await using o = await twoOrigins();
+      const tool = httpTool(testResolver(new Map()).resolver);
+      const get = await callTool(tool, { url: o.hop(302, "/echo"), headers: secrets });
+      expect(sent(JSON.parse((get.value as { body: string }).body).headers)).toMatchObject({
+        authorization: "Bearer secret-a",
+        cookie: "session=secret-b",
+        "x-api-key": "secret-c",
+        "x-trace": "t1",
+      });
+      const post = await callTool(tool, { url: o.hop(308, "/echo"), method: "POST", headers: secrets, body: '{"k":1}' });
+      expect(JSON.parse((post.value as { body: string }).body)).toMatchObject({ body: '{"k":1}', headers: { "x-api-key": "secret-c" } });
+      expect(o.seenByB).toEqual([]);
+    });
+
+    it("http_request - a 307/308 to another origin that would resend the body is handed back, not followed", async () => {
+      await using o = await twoOrigins();
+      const tool = httpTool(testResolver(new Map()).resolver);
+      for (const status of [307, 308]) {
+        const out = await callTool(tool, { url: o.hop(status, `${o.b}/echo`), method: "POST", headers: secrets, body: '{"password":"p"}' });
+        expect(out.value).toMatchObject({
+          status,
+          url: o.hop(status, `${o.b}/echo`),
+          headers: { location: `${o.b}/echo` },
+          redirects: [],
+          redirect_not_followed: expect.stringContaining("would send the request body there"),
+        });
+      }
+      // 301/302/303 turn the POST into a GET without a body: that one is followed, with the safe headers only.
+      const out = await callTool(tool, { url: o.hop(303, `${o.b}/echo`), method: "POST", headers: secrets, body: '{"password":"p"}' });
+      expect((out.value as { status: number }).status).toBe(200);
+      expect(o.seenByB.map((s) => [s.method, s.body, s.headers["x-api-key"]])).toEqual([["GET", "", undefined]]);
+    });
   });
 
   it("http_request - caps the response body without splitting a character and stops downloading", async () => {

@@ -15,7 +15,9 @@ import { guardedLookup, systemResolver, type Resolver } from "./ssrf-guard.js";
  * `http_request`: lets a model call HTTP APIs without letting a hostile page it read turn
  * the node against its own network. Every connection's addresses are checked at connect
  * time (see ssrf-guard.ts), every redirect hop is checked again, and the host lists,
- * scheme rule and size and time limits apply to each hop.
+ * scheme rule and size and time limits apply to each hop. What the model sent for one
+ * origin stays there: a redirect to another carries only the safe headers
+ * (CROSS_ORIGIN_HEADERS), and one that would resend the body is handed back unfollowed.
  *
  * ```toml
  * [tools.http]
@@ -106,6 +108,8 @@ export interface HttpToolResult {
   truncated: boolean;
   /** Every URL redirected to, in order. */
   redirects: string[];
+  /** Set when the response is a redirect the tool did not follow, and why. */
+  redirect_not_followed?: string;
 }
 
 /** For tests: resolve names with this instead of the system resolver. */
@@ -189,8 +193,17 @@ async function follow(
       body = undefined;
       headers = withoutHeaders(headers, ["content-type"]);
     }
-    // Credentials given for one origin never travel to another.
-    if (next.origin !== url.origin) headers = withoutHeaders(headers, ["authorization", "cookie", "proxy-authorization"]);
+    if (next.origin !== url.origin) {
+      // What the model sent to one origin does not travel to another: a body would (307/308),
+      // so that redirect is handed back instead; of the headers, only the safe list goes on.
+      if (body !== undefined) {
+        return {
+          ...toResult(url, reply, redirects, method),
+          redirect_not_followed: `a ${reply.status} redirect to another origin (${next.origin}) would send the request body there; send the request to ${shortUrl(next.href)} yourself if that is meant`,
+        };
+      }
+      headers = crossOriginHeaders(headers);
+    }
     redirects.push(next.href);
     url = next;
   }
@@ -274,6 +287,18 @@ function isJson(text: string): boolean {
   } catch {
     return false;
   }
+}
+
+/**
+ * Headers that go on to another origin after a redirect: content negotiation and the user
+ * agent, nothing that could identify or authorize (Authorization, Cookie, X-Api-Key and any
+ * other custom header are dropped, and stay dropped if a later hop comes back). No
+ * Content-Type: a request that keeps its body is not redirected to another origin.
+ */
+const CROSS_ORIGIN_HEADERS = new Set(["accept", "accept-language", "user-agent", "accept-encoding"]);
+
+function crossOriginHeaders(headers: OutgoingHttpHeaders): OutgoingHttpHeaders {
+  return Object.fromEntries(Object.entries(headers).filter(([name]) => CROSS_ORIGIN_HEADERS.has(name)));
 }
 
 function withoutHeaders(headers: OutgoingHttpHeaders, names: string[]): OutgoingHttpHeaders {
