@@ -120,10 +120,10 @@ function bearer(req: Request): string | undefined {
  * view's cookie) unless the gateway runs with `auth = "none"`. Unknown keys get 401,
  * keys past their rate 429. The key is never logged, echoed or stored.
  */
-export function authenticate(opts: { mode: "keys" | "none"; keys: KeyRing; limiter: RateLimiter }) {
+export function authenticate(opts: { mode: "keys" | "none"; keys: KeyRing; limiter: RateLimiter; staticPaths?: ReadonlySet<string> }) {
   return (req: Request, res: Response, next: NextFunction): void => {
-    // The web view's login page is static (no cluster data): it puts a key in the cookie.
-    if (req.method === "GET" && req.path === "/ui/login") {
+    // The web view's login page and its script and styles are static (no cluster data): the page puts a key in the cookie.
+    if (req.method === "GET" && opts.staticPaths?.has(req.path)) {
       next();
       return;
     }

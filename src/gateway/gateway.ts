@@ -19,7 +19,7 @@ import { chatCompletions, listModels } from "./openai.js";
 import { RunClient } from "./runs.js";
 import { NatsTaskStore } from "./task-store.js";
 import { TaskTracker } from "./task-tracker.js";
-import { mountWebView } from "./web.js";
+import { mountWebView, WEB_VIEW_STATIC, webViewHeaders } from "./web.js";
 import { PrincipalQuotas, type RunTicket } from "./quotas.js";
 
 /** Per-agent routers kept (each is a JSON-RPC handler; rebuilding one is cheap). */
@@ -205,7 +205,8 @@ export class Gateway {
     app.disable("x-powered-by");
     app.set("etag", false);
     const limiter = new RateLimiter(this.config.ratePerMinute);
-    app.use(authenticate({ mode: this.config.auth, keys: this.keys, limiter }));
+    if (this.config.ui) app.use("/ui", webViewHeaders);
+    app.use(authenticate({ mode: this.config.auth, keys: this.keys, limiter, ...(this.config.ui ? { staticPaths: WEB_VIEW_STATIC } : {}) }));
     // One parser for every route, with the configured limit: the SDK's own (100 kB) then
     // sees a parsed body and skips.
     app.use(express.json({ limit: this.config.maxBodyBytes, type: ["application/json", "application/*+json"] }));

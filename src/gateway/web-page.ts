@@ -1,6 +1,8 @@
 /**
- * The web view's page: plain HTML, CSS and JavaScript in one string, so the gateway
- * serves it without a build step or a static directory. The script polls
+ * The web view's page: plain HTML, CSS and JavaScript, so the gateway serves it without a
+ * build step or a static directory. No script or style is inline: the pages load
+ * `/ui/app.js`, `/ui/login.js` and `/ui/app.css`, so their Content-Security-Policy
+ * (web.ts) allows scripts and styles from the gateway's own origin only. The script polls
  * `/ui/api/cluster` every 2 s and folds a session's SSE events into a run tree.
  */
 export const WEB_VIEW_HTML = `<!doctype html>
@@ -8,8 +10,27 @@ export const WEB_VIEW_HTML = `<!doctype html>
 <head>
 <meta charset="utf-8">
 <title>Kova</title>
-<style>
-  body { font: 14px/1.4 system-ui, sans-serif; margin: 1.5rem; color: #1d1d1f; }
+<link rel="stylesheet" href="/ui/app.css">
+<script src="/ui/app.js" defer></script>
+</head>
+<body>
+<h1>Kova cluster <span id="cluster"></span> <span id="status"></span></h1>
+<h2>Nodes</h2>
+<table id="nodes"><thead><tr><th>node</th><th>state</th><th>heartbeat age</th><th>actors</th><th>version</th><th>host</th></tr></thead><tbody></tbody></table>
+<h2>Agents</h2>
+<table id="agents"><thead><tr><th>agent</th><th>type</th><th>state</th><th>node</th><th>backlog</th><th>usage (in / out tokens, cost)</th></tr></thead><tbody></tbody></table>
+<h2>Dead letters</h2>
+<table id="dlq"><thead><tr><th>reason</th><th>messages</th></tr></thead><tbody></tbody></table>
+<h2>Session</h2>
+<form id="session-form"><input id="session-id" placeholder="session id" autocomplete="off"> <button>watch</button></form>
+<div id="session-status"></div>
+<ul class="tree" id="tree"></ul>
+</body>
+</html>
+`;
+
+/** The page's styles (`/ui/app.css`), the login page's included. */
+export const WEB_VIEW_CSS = `  body { font: 14px/1.4 system-ui, sans-serif; margin: 1.5rem; color: #1d1d1f; }
   h1 { font-size: 1.3rem; margin: 0 0 1rem; }
   h2 { font-size: 1.05rem; margin: 1.5rem 0 .5rem; }
   table { border-collapse: collapse; min-width: 40rem; }
@@ -27,22 +48,11 @@ export const WEB_VIEW_HTML = `<!doctype html>
   .tools { font-size: 12px; color: #333; }
   input { font: inherit; padding: .2rem .4rem; width: 22rem; }
   #status { color: #555; font-size: 12px; }
-</style>
-</head>
-<body>
-<h1>Kova cluster <span id="cluster"></span> <span id="status"></span></h1>
-<h2>Nodes</h2>
-<table id="nodes"><thead><tr><th>node</th><th>state</th><th>heartbeat age</th><th>actors</th><th>version</th><th>host</th></tr></thead><tbody></tbody></table>
-<h2>Agents</h2>
-<table id="agents"><thead><tr><th>agent</th><th>type</th><th>state</th><th>node</th><th>backlog</th><th>usage (in / out tokens, cost)</th></tr></thead><tbody></tbody></table>
-<h2>Dead letters</h2>
-<table id="dlq"><thead><tr><th>reason</th><th>messages</th></tr></thead><tbody></tbody></table>
-<h2>Session</h2>
-<form id="session-form"><input id="session-id" placeholder="session id" autocomplete="off"> <button>watch</button></form>
-<div id="session-status"></div>
-<ul class="tree" id="tree"></ul>
-<script>
-"use strict";
+body.login { font: 14px/1.4 system-ui, sans-serif; margin: 3rem; } body.login input { font: inherit; width: 28rem; padding: .3rem; }
+`;
+
+/** The page's script (`/ui/app.js`). */
+export const WEB_VIEW_JS = `"use strict";
 const $ = (s) => document.querySelector(s);
 const esc = (v) => String(v ?? "").replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" })[c]);
 function row(cells) { return "<tr>" + cells.map((c) => "<td>" + c + "</td>").join("") + "</tr>"; }
@@ -122,9 +132,6 @@ function watch(sessionId) {
 $("#session-form").addEventListener("submit", (e) => { e.preventDefault(); const id = $("#session-id").value.trim(); location.hash = id; });
 window.addEventListener("hashchange", () => watch(decodeURIComponent(location.hash.slice(1))));
 if (location.hash.length > 1) { $("#session-id").value = decodeURIComponent(location.hash.slice(1)); watch(decodeURIComponent(location.hash.slice(1))); }
-</script>
-</body>
-</html>
 `;
 
 /**
@@ -134,20 +141,22 @@ if (location.hash.length > 1) { $("#session-id").value = decodeURIComponent(loca
 export const LOGIN_HTML = `<!doctype html>
 <html lang="en">
 <head><meta charset="utf-8"><title>Kova: sign in</title>
-<style>body { font: 14px/1.4 system-ui, sans-serif; margin: 3rem; } input { font: inherit; width: 28rem; padding: .3rem; }</style></head>
-<body>
+<link rel="stylesheet" href="/ui/app.css">
+<script src="/ui/login.js" defer></script></head>
+<body class="login">
 <h1>Kova web view</h1>
 <form id="f"><label>API key <input id="k" type="password" autocomplete="off"></label> <button>open</button></form>
 <p>Create a key with <code>kova gateway keys add &lt;name&gt;</code>. It is kept in a cookie for this page only.</p>
-<script>
-"use strict";
+</body>
+</html>
+`;
+
+/** The login page's script (`/ui/login.js`). */
+export const LOGIN_JS = `"use strict";
 document.getElementById("f").addEventListener("submit", (e) => {
   e.preventDefault();
   const key = document.getElementById("k").value.trim();
   document.cookie = "kova_key=" + encodeURIComponent(key) + "; Path=/ui; SameSite=Strict" + (location.protocol === "https:" ? "; Secure" : "");
   location.href = "/ui";
 });
-</script>
-</body>
-</html>
 `;

@@ -1,4 +1,4 @@
-import type { Express, Request } from "express";
+import type { Express, NextFunction, Request, Response } from "express";
 import type { Logger } from "../core/logger.js";
 import type { Bus } from "../bus/index.js";
 import { nodesBucket, readNodeRecord, type NodeRecord } from "../node/membership.js";
@@ -7,7 +7,7 @@ import { KvMirror, openBucket } from "../node/kv-mirror.js";
 import { mayUse } from "./auth.js";
 import { ownsInstance } from "../core/principals.js";
 import { sessionEvents } from "./web-session-events.js";
-import { LOGIN_HTML, WEB_VIEW_HTML } from "./web-page.js";
+import { LOGIN_HTML, LOGIN_JS, WEB_VIEW_CSS, WEB_VIEW_HTML, WEB_VIEW_JS } from "./web-page.js";
 
 /**
  * The web view: one page (`/ui`, no build step: HTML and a little JavaScript served from
@@ -26,6 +26,26 @@ export interface WebViewDeps {
   registry: AgentRegistry;
   log: Logger;
 }
+
+/**
+ * What every `/ui` response carries (answers with a key's data, and the 401 before one):
+ * no script or style but the gateway's own files, no framing by any page (clickjacking:
+ * `frame-ancestors 'none'`, and `X-Frame-Options` for browsers older than CSP 2), no
+ * content-type sniffing, no referrer.
+ */
+export const WEB_VIEW_CSP =
+  "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'";
+
+export function webViewHeaders(_req: Request, res: Response, next: NextFunction): void {
+  res.setHeader("Content-Security-Policy", WEB_VIEW_CSP);
+  res.setHeader("X-Frame-Options", "DENY");
+  res.setHeader("X-Content-Type-Options", "nosniff");
+  res.setHeader("Referrer-Policy", "no-referrer");
+  next();
+}
+
+/** The web view's files that hold no cluster data: served without a key (the login page needs them). */
+export const WEB_VIEW_STATIC = new Set(["/ui/login", "/ui/login.js", "/ui/app.js", "/ui/app.css"]);
 
 /** Agents whose backlog and usage the cluster view asks for (the rest show the registry only). */
 const DETAIL_LIMIT = 200;
@@ -54,16 +74,16 @@ export function mountWebView(app: Express, deps: WebViewDeps): { stop(): void } 
     nodes.catch(() => (nodes = undefined));
     return nodes;
   };
-  app.get("/ui", (_req, res) => {
-    res.setHeader("Content-Type", "text/html; charset=utf-8");
-    res.setHeader("Content-Security-Policy", "default-src 'self'; script-src 'unsafe-inline'; style-src 'unsafe-inline'");
-    res.send(WEB_VIEW_HTML);
-  });
-  app.get("/ui/login", (_req, res) => {
-    res.setHeader("Content-Type", "text/html; charset=utf-8");
-    res.setHeader("Content-Security-Policy", "default-src 'self'; script-src 'unsafe-inline'; style-src 'unsafe-inline'");
-    res.send(LOGIN_HTML);
-  });
+  const serve = (path: string, type: string, body: string) =>
+    app.get(path, (_req, res) => {
+      res.setHeader("Content-Type", `${type}; charset=utf-8`);
+      res.send(body);
+    });
+  serve("/ui", "text/html", WEB_VIEW_HTML);
+  serve("/ui/login", "text/html", LOGIN_HTML);
+  serve("/ui/app.js", "text/javascript", WEB_VIEW_JS);
+  serve("/ui/login.js", "text/javascript", LOGIN_JS);
+  serve("/ui/app.css", "text/css", WEB_VIEW_CSS);
   app.get("/ui/api/cluster", (req, res, next) => {
     clusterView(deps, req, nodesMirror)
       .then((v) => res.json(v))

@@ -54,11 +54,33 @@ describe("gateway: web view", () => {
     });
     const unauth = await fetch(`${rig.url}/ui`);
     expect(unauth.status).toBe(401);
+    // Every /ui answer, the 401 included, forbids framing and any script or style but the gateway's own files.
+    for (const res of [unauth, await fetch(`${rig.url}/ui`, { headers: { authorization: `Bearer ${rig.key}` } }), await fetch(`${rig.url}/ui/login`)]) {
+      const csp = res.headers.get("content-security-policy") ?? "";
+      expect(csp).toContain("frame-ancestors 'none'");
+      expect(csp).toContain("script-src 'self'");
+      expect(csp).not.toContain("unsafe-inline");
+      expect(res.headers.get("x-frame-options")).toBe("DENY");
+      expect(res.headers.get("x-content-type-options")).toBe("nosniff");
+    }
+    // No inline script or style in the pages: each <script> has a src and no body, no <style>, no on* handler.
+    for (const path of ["/ui", "/ui/login"]) {
+      const html = await (await fetch(`${rig.url}${path}`, { headers: { authorization: `Bearer ${rig.key}` } })).text();
+      expect(html).toMatch(/<script src="\/ui\/[a-z]+\.js" defer><\/script>/);
+      expect(html.match(/<script[^>]*>[^<]+<\/script>/g) ?? []).toEqual([]);
+      expect(html.match(/<script(?![^>]*\bsrc=)[^>]*>/g) ?? []).toEqual([]);
+      expect(html).not.toMatch(/<style|\son[a-z]+=/i);
+    }
 
     const browser = await chromium.launch({ executablePath: "/usr/bin/chromium", args: ["--no-sandbox", "--disable-gpu"] });
     await using _browser = defer(() => browser.close());
     const context = await browser.newContext({ extraHTTPHeaders: { authorization: `Bearer ${rig.key}` }, viewport: { width: 1100, height: 900 } });
     const page = await context.newPage();
+    // Anything the policy refuses shows as a console error: the page must cause none.
+    const refusals: string[] = [];
+    page.on("console", (m) => {
+      if (m.text().includes("Content Security Policy")) refusals.push(m.text());
+    });
     const session = "swarm-1";
     await page.goto(`${rig.url}/ui#${session}`);
     // the cluster tables fill from /ui/api/cluster
@@ -216,6 +238,17 @@ describe("gateway: web view", () => {
     const failed = page.locator('.run[data-run-id="failed-run"]');
     await expect.poll(() => failed.getAttribute("data-status"), { timeout: 20_000 }).toBe("failed");
     expect(await failed.locator(".meta").textContent()).toBe("run failed-run · model main · tokens 130 in / 15 out, $0.00016 · 1.50 s · refused");
+
+    expect(refusals).toEqual([]);
+
+    // Another site cannot frame the view (clickjacking): the browser refuses to show it in an iframe.
+    const framer = await context.newPage();
+    const framerLog: string[] = [];
+    framer.on("console", (m) => framerLog.push(m.text()));
+    // setContent resolves on the framing page's load, which waits for its iframe's.
+    await framer.setContent(`<iframe id="f" src="${rig.url}/ui"></iframe>`);
+    await expect.poll(() => framerLog.join("\n"), { timeout: 10_000 }).toContain("frame-ancestors 'none'");
+    expect(await framer.frameLocator("#f").locator("#nodes").count()).toBe(0);
 
     // a browser without the header is sent to the login page, whose cookie opens the view
     const plain = await browser.newContext();
