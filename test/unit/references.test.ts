@@ -20,7 +20,7 @@ const FORBIDDEN: ReadonlyArray<{ what: string; re: RegExp }> = [
 ];
 
 /** What is scanned: the repository's own text, wherever a reader meets it. */
-const ROOTS = ["src", "test", "docs", "bench", "deploy", "README.md", ".ci"];
+const ROOTS = ["src", "test", "docs", "bench", "deploy", "scripts", "README.md", ".ci"];
 const TEXT = new Set([".ts", ".mts", ".mjs", ".js", ".md", ".toml", ".yaml", ".yml", ".conf", ".service", ".sh", ".txt", ".json", ""]);
 /** This file names the forms it forbids. */
 const SELF = "test/unit/references.test.ts";
@@ -42,7 +42,7 @@ function findReferences(text: string): Array<{ line: number; what: string; text:
 }
 
 describe("references", () => {
-  it("references - no file in src, test, docs, bench, deploy, .ci or the README cites an outside document, a tracker issue or the starting design", () => {
+  it("references - no file in src, test, docs, bench, deploy, scripts, .ci or the README cites an outside document, a tracker issue or the starting design", () => {
     const found: string[] = [];
     let scanned = 0;
     for (const root of ROOTS) {
