@@ -1,10 +1,10 @@
+import { derivedId } from "../core/ids.js";
 import type { Logger } from "../core/logger.js";
 import { createEnvelope, type A2AEnvelope, type KovaEvent, type MailboxContext } from "../bus/index.js";
 import type { HostDeps } from "./ports.js";
 import { crashPoint } from "./crash-points.js";
 import type { TurnJournal } from "./turn-journal.js";
 import type { TemplateBinding } from "./templates.js";
-import { derivedId } from "./turn-record.js";
 import type { ActorContext, EmitOptions } from "./types.js";
 
 /** The actor a context speaks for. */
@@ -61,7 +61,7 @@ export function makeContext(
       // message, step index), so a replay on any node sends the same id and JetStream's
       // duplicate window (or the receiver's processed ids) drops the repeat. A v1 record
       // (written before this rule) drew it from ctx.newId(), and replays that way.
-      const id = fields.id ?? (journal.record.v >= 2 ? derivedId(actor.id, env.id, `send:${journal.nextStep}`) : journal.newId());
+      const id = fields.id ?? (journal.record.v >= 2 ? derivedId("uuid", actor.id, env.id, `send:${journal.nextStep}`) : journal.newId());
       return journal.step(
         `send:${fields.type}:${fields.to}`,
         async () => {

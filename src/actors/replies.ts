@@ -1,11 +1,11 @@
 import { backoffMs } from "../core/clock.js";
 import { fromWire } from "../core/errors.js";
+import { derivedId } from "../core/ids.js";
 import type { Logger } from "../core/logger.js";
 import type { A2AEnvelope } from "../bus/index.js";
 import type { CheckpointReply, OwedReply, ReplyAddress } from "./checkpoint-store.js";
 import type { ActorMemory } from "./memory.js";
 import type { HostDeps } from "./ports.js";
-import { derivedId } from "./turn-record.js";
 
 /**
  * The answer of a committed turn (docs/actors.md, "Owed replies"): sent under an id derived
@@ -43,7 +43,7 @@ export const DEFAULT_REPLY_RETRY: Required<ReplyRetryOptions> = { baseMs: 1_000,
 export async function sendReply(actor: Pick<ReplyingActor, "id" | "deps">, asked: A2AEnvelope, answer: CheckpointReply): Promise<void> {
   // No flush of its own: the mailbox ack goes out after it on the same connection (a
   // reply lost with the connection loses that ack too, and the redelivery resends it).
-  const opts = { id: derivedId(actor.id, asked.id, "reply"), flush: false, ...(answer.encoding === "json" ? { encoding: "json" as const } : {}) };
+  const opts = { id: derivedId("uuid", actor.id, asked.id, "reply"), flush: false, ...(answer.encoding === "json" ? { encoding: "json" as const } : {}) };
   if (answer.error !== undefined) await actor.deps.bus.respond(asked, null, { ...opts, error: fromWire(answer.error) ?? new Error(String(answer.error)) });
   else await actor.deps.bus.respond(asked, answer.result, opts);
 }

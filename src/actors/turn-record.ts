@@ -1,4 +1,3 @@
-import { createHash } from "node:crypto";
 import type { WireError } from "../core/errors.js";
 import { checkFormatVersion } from "../core/format-version.js";
 import type { CheckpointReply } from "./checkpoint-store.js";
@@ -83,18 +82,6 @@ export function newTurnRecord(actorId: string, type: string, envelope: A2AEnvelo
     ids: [],
     ...(streamSeq === undefined ? {} : { streamSeq }),
   };
-}
-
-/**
- * An envelope id that every replay of a turn computes alike: what a turn sends is named by
- * the actor, the message it handles, what it is (a send at step `index`, the reply) — all
- * fixed in the journal before the publish. A replayed publish therefore carries the same
- * `Nats-Msg-Id` on any node, and JetStream (or the receiver's processed ids) drops it.
- * UUID-shaped (hex, version nibble 8: "custom"), inside the id alphabet.
- */
-export function derivedId(actorId: string, envelopeId: string, what: string): string {
-  const h = createHash("sha256").update(`${actorId}\u0000${envelopeId}\u0000${what}`).digest("hex");
-  return `${h.slice(0, 8)}-${h.slice(8, 12)}-8${h.slice(13, 16)}-${h.slice(16, 20)}-${h.slice(20, 32)}`;
 }
 
 const RANK: Record<StepStatus, number> = { started: 1, done: 2, failed: 2, unknown: 2 };

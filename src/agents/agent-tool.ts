@@ -1,11 +1,11 @@
 import { ArgumentError } from "../core/errors.js";
-import { assertId } from "../core/ids.js";
+import { assertId, derivedId } from "../core/ids.js";
 import type { Bus, KovaClient } from "../bus/index.js";
 import { defineTool } from "../tools/define-tool.js";
 import type { Tool, ToolContext } from "../tools/types.js";
 import { delegateTask } from "./delegate.js";
 import { DelegatedRunCancelledError, DelegatedRunFailedError, DelegatedRunTimeoutError } from "./delegation-errors.js";
-import { derivedId, RunEventType, type RunUsage, type TaskConstraints } from "./run-protocol.js";
+import { RunEventType, type RunUsage, type TaskConstraints } from "./run-protocol.js";
 import { RunWatcher } from "./run-watcher.js";
 
 /** The arguments the model gives an agent tool. */
@@ -97,8 +97,8 @@ async function callAgent(
   opts: AgentToolOptions,
   timeoutMs: number,
 ): Promise<AgentToolResult> {
-  const childRunId = derivedId("run", ctx.idempotencyKey, agentId);
-  const messageId = derivedId("call", ctx.idempotencyKey, agentId);
+  const childRunId = derivedId({ prefix: "run" }, ctx.idempotencyKey, agentId);
+  const messageId = derivedId({ prefix: "call" }, ctx.idempotencyKey, agentId);
   const started = Date.now();
   const until = Math.min(ctx.deadline ?? Number.POSITIVE_INFINITY, started + timeoutMs);
   // On the calling run's subject, as every event of that run: with its parent, so the link
@@ -112,7 +112,7 @@ async function callAgent(
       ts: Date.now(),
       data: { childRunId, callId: ctx.callId, agentId },
     },
-    { msgId: derivedId("link", messageId) },
+    { msgId: derivedId({ prefix: "link" }, messageId) },
   );
   await using watcher = await RunWatcher.start(bus, { sessionId: ctx.sessionId, runId: childRunId, logger: ctx.logger });
   watcher.expect(messageId, childRunId);

@@ -15,7 +15,7 @@ export type InterruptDelegation = (agentId: string, messageId: string) => Promis
 export interface Delegation {
   /**
    * The envelope id (and `Nats-Msg-Id`). Derive it from what the delegator has recorded
-   * (`derivedId`): a re-send after a crash is then a duplicate the stream and the agent drop.
+   * (`derivedId`, core/ids.ts): a re-send after a crash is then a duplicate the stream and the agent drop.
    */
   id: string;
   from: string;

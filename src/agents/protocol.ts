@@ -1,3 +1,4 @@
+import { parseDuration } from "../core/duration.js";
 import { isValidId } from "../core/ids.js";
 import { registerMessageTypes } from "../bus/message-types.js";
 import { AgentInputInvalidError } from "./errors.js";
@@ -211,7 +212,6 @@ function historyTurns(value: unknown): HistoryTurn[] {
   });
 }
 
-const UNITS: Record<string, number> = { ms: 1, s: 1000, sec: 1000, m: 60_000, min: 60_000, h: 3_600_000, hr: 3_600_000, d: 86_400_000 };
 // Anything below this is a duration in ms, above it an epoch timestamp (2001-09-09).
 const EPOCH_FLOOR = 1_000_000_000_000;
 
@@ -223,11 +223,8 @@ const EPOCH_FLOOR = 1_000_000_000_000;
 export function parseDeadline(value: unknown, from: number): number {
   if (typeof value === "number" && Number.isFinite(value) && value > 0) return value >= EPOCH_FLOOR ? value : from + value;
   if (typeof value === "string") {
-    const m = /^\s*(\d+(?:\.\d+)?)\s*([a-z]+)?\s*$/i.exec(value);
-    if (m) {
-      const unit = UNITS[(m[2] ?? "ms").toLowerCase()];
-      if (unit !== undefined) return from + Math.round(Number(m[1]) * unit);
-    }
+    const ms = parseDuration(value, { unitOptional: true });
+    if (ms !== undefined) return from + ms;
     const date = Date.parse(value);
     if (!Number.isNaN(date)) return date;
   }

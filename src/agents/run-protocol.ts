@@ -1,4 +1,4 @@
-import { createHash } from "node:crypto";
+import { AS_ARGUMENT, durationMs } from "../core/duration.js";
 import { ArgumentError } from "../core/errors.js";
 import { isValidId } from "../core/ids.js";
 import { priorityValue, type AgentResult, type AgentTaskPayload, type RunUsage, type TaskConstraints } from "./protocol.js";
@@ -58,7 +58,7 @@ function readConstraints(raw: unknown): TaskConstraints {
     out.max_tokens = c.max_tokens as number;
   }
   if (c.deadline !== undefined) {
-    durationMs(c.deadline, "payload.constraints.deadline");
+    durationMs(c.deadline, "payload.constraints.deadline", AS_ARGUMENT);
     out.deadline = c.deadline as string | number;
   }
   if (c.budget_group !== undefined) {
@@ -76,38 +76,6 @@ function readConstraints(raw: unknown): TaskConstraints {
   return out;
 }
 
-const DURATION = /^(\d+(?:\.\d+)?)\s*(ms|s|sec|secs|m|min|mins|h|hr|hrs|d)$/;
-const UNIT_MS: Record<string, number> = {
-  ms: 1,
-  s: 1000,
-  sec: 1000,
-  secs: 1000,
-  m: 60_000,
-  min: 60_000,
-  mins: 60_000,
-  h: 3_600_000,
-  hr: 3_600_000,
-  hrs: 3_600_000,
-  d: 86_400_000,
-};
-
-/**
- * A duration in milliseconds: a positive number of milliseconds, or a string such as
- * `"500ms"`, `"30s"`, `"5min"`, `"2h"`, `"1d"` (the short form's example writes `"5min"`).
- * @throws ArgumentError naming `field`
- */
-export function durationMs(value: unknown, field: string): number {
-  if (typeof value === "number" && Number.isFinite(value) && value > 0) return Math.round(value);
-  if (typeof value === "string") {
-    const m = DURATION.exec(value.trim());
-    if (m) {
-      const ms = Math.round(Number(m[1]) * UNIT_MS[m[2]!]!);
-      if (ms > 0) return ms;
-    }
-  }
-  throw new ArgumentError(field, `must be a duration: milliseconds, or a string like "30s", "5min", "2h", not ${JSON.stringify(value)}`);
-}
-
 /** Sums usages (cost only when some part has one). */
 export function addUsage(a: RunUsage, b: RunUsage | undefined): RunUsage {
   if (!b) return a;
@@ -123,18 +91,4 @@ export function readUsage(raw: unknown): RunUsage {
   const out: RunUsage = { inputTokens: num(u.inputTokens), outputTokens: num(u.outputTokens) };
   if (typeof u.costUsd === "number" && Number.isFinite(u.costUsd)) out.costUsd = u.costUsd;
   return out;
-}
-
-/**
- * A deterministic id token: `<prefix>-<hash of parts>` (22 base64url characters of
- * SHA-256). Delegators derive message and run ids with it from what they already have
- * recorded (their run id, a subtask's index, a tool call's idempotency key), so that a
- * re-run after a crash or a takeover sends the same ids and the stream and the agent drop
- * the repeat.
- * @throws ArgumentError when `prefix` is not an id token of at most 64 characters
- */
-export function derivedId(prefix: string, ...parts: string[]): string {
-  if (!isValidId(prefix) || prefix.length > 64) throw new ArgumentError("prefix", "must be an id token of at most 64 characters");
-  const hash = createHash("sha256").update(parts.join("\u0000")).digest("base64url").slice(0, 22);
-  return `${prefix}-${hash}`;
 }

@@ -1,6 +1,6 @@
 import type { Command } from "commander";
 import { ArgumentError } from "../core/errors.js";
-import { durationMs } from "../agents/run-protocol.js";
+import { AS_ARGUMENT, durationMs } from "../core/duration.js";
 import { runSwarm, type StaticSubtask } from "../swarm/index.js";
 import { withClient } from "./bus-commands.js";
 import { print } from "./output.js";
@@ -46,7 +46,7 @@ export function register(program: Command): void {
       withClient(o, async (client) => {
         const constraints: Record<string, unknown> = {};
         if (o.deadline) {
-          durationMs(/^\d+$/.test(o.deadline) ? Number(o.deadline) : o.deadline, "--deadline");
+          durationMs(/^\d+$/.test(o.deadline) ? Number(o.deadline) : o.deadline, "--deadline", AS_ARGUMENT);
           constraints.deadline = /^\d+$/.test(o.deadline) ? Number(o.deadline) : o.deadline;
         }
         if (o.maxTokens) {

@@ -1,5 +1,5 @@
-import { randomUUID } from "node:crypto";
-import { InvalidIdError } from "./errors.js";
+import { createHash, randomUUID } from "node:crypto";
+import { ArgumentError, InvalidIdError } from "./errors.js";
 
 /**
  * Ids become NATS subject tokens and KV keys, so they are restricted to one safe
@@ -20,6 +20,33 @@ export function assertId(kind: string, value: unknown): string {
 /** A new random id (UUID v4, which is inside the id alphabet). */
 export function newId(): string {
   return randomUUID();
+}
+
+/**
+ * The two shapes of derived id that are stored today (in turn records, streams and event
+ * histories), each kept byte for byte:
+ * - `"uuid"`: UUID-shaped hex (version nibble 8, "custom"), the envelope ids of a turn's
+ *   sends and replies (actors);
+ * - `{ prefix }`: `<prefix>-` and 22 base64url characters, the run, message and event ids
+ *   a delegator derives (agents as tools, swarms).
+ */
+export type DerivedIdForm = "uuid" | { readonly prefix: string };
+
+/**
+ * A deterministic id: SHA-256 of `parts` joined by NUL, in the shape `form` names. What is
+ * sent again after a crash or a takeover is named by what was already recorded (the actor,
+ * the message it handles, the step; a run id and a subtask's index), so the repeat carries
+ * the same id and JetStream's `Nats-Msg-Id` window or the receiver's processed ids drop it.
+ * @throws ArgumentError when a prefix is not an id token of at most 64 characters
+ */
+export function derivedId(form: DerivedIdForm, ...parts: string[]): string {
+  const digest = createHash("sha256").update(parts.join("\u0000"));
+  if (form === "uuid") {
+    const h = digest.digest("hex");
+    return `${h.slice(0, 8)}-${h.slice(8, 12)}-8${h.slice(13, 16)}-${h.slice(16, 20)}-${h.slice(20, 32)}`;
+  }
+  if (!isValidId(form.prefix) || form.prefix.length > 64) throw new ArgumentError("prefix", "must be an id token of at most 64 characters");
+  return `${form.prefix}-${digest.digest("base64url").slice(0, 22)}`;
 }
 
 /**

@@ -3,6 +3,7 @@ import { isAbsolute, resolve } from "node:path";
 import { type ConfigTable, boolValue, intValue, rejectUnknown, stringList, stringValue, tableAt, tablesAt } from "../core/config-table.js";
 import { ConfigError } from "../core/errors.js";
 import { isValidId } from "../core/ids.js";
+import { isLoopbackHost } from "../core/loopback.js";
 import { hashKey, isKeyHash, type ApiKey } from "./keys.js";
 
 /**
@@ -145,17 +146,12 @@ function listenAddress(listen: string): { host: string; port: number } {
  * @throws ConfigError for `auth = "none"` on an address other machines can reach
  */
 export function requireLoopbackWithoutAuth(c: Pick<GatewayConfig, "auth" | "host" | "port">): void {
-  if (c.auth === "none" && !isLoopback(c.host)) {
+  if (c.auth === "none" && !isLoopbackHost(c.host)) {
     throw new ConfigError(
       "gateway.auth",
       `"none" is only accepted on a loopback address, and listen is ${c.host}: use listen = "127.0.0.1:${c.port}", or keep auth = "keys" and add keys with kova gateway keys add`,
     );
   }
-}
-
-/** True for addresses only this machine can reach. */
-export function isLoopback(host: string): boolean {
-  return host === "localhost" || host === "::1" || /^127\.\d+\.\d+\.\d+$/.test(host);
 }
 
 function keysFrom(raw: unknown, baseDir: string, env: NodeJS.ProcessEnv): ConfiguredKey[] {

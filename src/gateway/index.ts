@@ -3,7 +3,7 @@
  * view, API keys). docs/gateway.md describes it; `kova gateway start` runs it.
  */
 export { Gateway, type GatewayOptions } from "./gateway.js";
-export { parseGatewayConfig, isLoopback, DEFAULT_GATEWAY_PORT, type GatewayConfig, type ConfiguredKey, type OtelConfig } from "./config.js";
+export { parseGatewayConfig, DEFAULT_GATEWAY_PORT, type GatewayConfig, type ConfiguredKey, type OtelConfig } from "./config.js";
 export { GatewayErrorCode, GatewayHttpError } from "./errors.js";
 export { KeyAdmin, KeyRing, generateKey, hashKey, isKeyHash, keyIdOf, keysBucket, type ApiKey, type KeyLimits, type StoredKey } from "./keys.js";
 export { NatsTaskStore, tasksBucket, type StoredTask } from "./task-store.js";

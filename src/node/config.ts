@@ -1,7 +1,6 @@
 import { readFile } from "node:fs/promises";
 import { hostname } from "node:os";
 import { dirname, isAbsolute, resolve } from "node:path";
-import { parse as parseToml, TomlError } from "smol-toml";
 import {
   type ConfigTable,
   intValue,
@@ -15,6 +14,7 @@ import {
   tablesAt,
 } from "../core/config-table.js";
 import { ConfigError } from "../core/errors.js";
+import { parseTomlText } from "../core/toml.js";
 import { durationOrNever } from "../core/duration.js";
 import { isValidId, parseInstanceId } from "../core/ids.js";
 import { validateTemplate, type ActorTemplate } from "../actors/templates.js";
@@ -263,15 +263,8 @@ export async function loadConfig(path: string, env: NodeJS.ProcessEnv = process.
  * @throws ConfigError naming the key and the fix
  */
 export function parseConfig(text: string, opts: { path?: string; env?: NodeJS.ProcessEnv } = {}): NodeConfig {
-  let doc: Table;
-  try {
-    doc = parseToml(text) as Table;
-  } catch (err) {
-    const where = err instanceof TomlError ? `line ${err.line}, column ${err.column}` : "unknown position";
-    const first = err instanceof Error ? err.message.split("\n")[0] : String(err);
-    // The key names the file: a node started with --config k.toml says which file to fix.
-    throw new ConfigError(opts.path ?? "(config text)", `invalid TOML at ${where}: ${first}; fix the syntax there`, { cause: err });
-  }
+  // The error's key names the file: a node started with --config k.toml says which file to fix.
+  const doc = parseTomlText(text, opts.path ?? "(config text)") as Table;
   return buildConfig(doc, opts.path, opts.env ?? process.env);
 }
 

@@ -1,7 +1,7 @@
 import { intValue, rejectUnknown, stringList, stringValue, tablesAt } from "../core/config-table.js";
-import { ArgumentError, ConfigError, isKovaError } from "../core/errors.js";
+import { ConfigError } from "../core/errors.js";
 import { isValidId } from "../core/ids.js";
-import { durationMs } from "../agents/run-protocol.js";
+import { durationMs } from "../core/duration.js";
 import { DEFAULT_MAX_SUBTASKS, DEFAULT_SWARM_DEADLINE_MS } from "./coordinator.js";
 
 /**
@@ -71,7 +71,7 @@ export function swarmsConfigFrom(raw: unknown, models: ReadonlySet<string>): Swa
       id,
       model,
       maxSubtasks: intValue(t.max_subtasks, `${key}.max_subtasks`, 1, 1000) ?? DEFAULT_MAX_SUBTASKS,
-      deadlineMs: t.deadline === undefined ? DEFAULT_SWARM_DEADLINE_MS : deadline(t.deadline, `${key}.deadline`),
+      deadlineMs: t.deadline === undefined ? DEFAULT_SWARM_DEADLINE_MS : durationMs(t.deadline, `${key}.deadline`),
       capabilities: stringList(t.capabilities, `${key}.capabilities`, '["plan"]') ?? [],
     };
     const maxTokens = intValue(t.subtask_max_tokens, `${key}.subtask_max_tokens`, 1, 10_000_000);
@@ -84,13 +84,4 @@ export function swarmsConfigFrom(raw: unknown, models: ReadonlySet<string>): Swa
     if (synthesis) spec.synthesisInstructions = synthesis;
     return spec;
   });
-}
-
-function deadline(value: unknown, key: string): number {
-  try {
-    return durationMs(value, key);
-  } catch (err) {
-    if (isKovaError(err) && err instanceof ArgumentError) throw new ConfigError(key, err.message.replace(/^[^:]*: /, ""), { cause: err });
-    throw err;
-  }
 }

@@ -1,5 +1,7 @@
 import { ArgumentError, isKovaError, toWire } from "../core/errors.js";
 import { componentLogger, silentLogger, type Logger } from "../core/logger.js";
+import { AS_ARGUMENT, durationMs } from "../core/duration.js";
+import { derivedId } from "../core/ids.js";
 import { BusErrorCode, type Bus, type KovaEvent } from "../bus/index.js";
 import { defineActor } from "../actors/definition.js";
 import { isLeaseLost, TurnInterruptedError } from "../actors/errors.js";
@@ -8,8 +10,6 @@ import { costOf, type ModelCallScheduler, type ModelClient, type ModelPrice } fr
 import { delegateTask, type InterruptDelegation } from "../agents/delegate.js";
 import {
   addUsage,
-  derivedId,
-  durationMs,
   readTaskPayload,
   RunEventType,
   ZERO_USAGE,
@@ -198,7 +198,7 @@ async function runSwarmTurn(ctx: ActorContext<Record<string, never>>, deps: Turn
 async function swarmTurn(ctx: ActorContext<Record<string, never>>, deps: TurnDeps): Promise<SwarmResult> {
   const env = ctx.message;
   // Ids derived from the message, so a re-run of this turn (redelivery, takeover) is the same run.
-  const fallbackRun = derivedId("swarm", env.id);
+  const fallbackRun = derivedId({ prefix: "swarm" }, env.id);
   let req: SwarmRequest;
   try {
     req = readSwarmRequest(env.payload);
@@ -262,7 +262,8 @@ class SwarmRun {
       return history.completed;
     }
     const startedAt = history.startedAt ?? ctx.now();
-    const totalMs = req.constraints?.deadline !== undefined ? durationMs(req.constraints.deadline, "payload.constraints.deadline") : deps.deadlineMs;
+    const totalMs =
+      req.constraints?.deadline !== undefined ? durationMs(req.constraints.deadline, "payload.constraints.deadline", AS_ARGUMENT) : deps.deadlineMs;
     const deadline = startedAt + totalMs;
     const cutoff = deadline - (deps.opts.synthesisReserve ?? defaultReserve)(totalMs);
     if (history.startedAt === undefined) {
@@ -345,7 +346,10 @@ class SwarmRun {
     const assignments = assignSubtasks(subtasks, agents);
     const planned = subtasks.map((s, i): PlannedSubtask => {
       const a = assignments[i]!;
-      const ids = { childRunId: derivedId("run", this.runId, String(s.index)), messageId: derivedId("task", this.runId, String(s.index)) };
+      const ids = {
+        childRunId: derivedId({ prefix: "run" }, this.runId, String(s.index)),
+        messageId: derivedId({ prefix: "task" }, this.runId, String(s.index)),
+      };
       return a.agentId === null ? { ...s, ...ids, agentId: null, reason: a.reason } : { ...s, ...ids, agentId: a.agentId, node: a.node };
     });
     if (planned.every((p) => p.agentId === null)) {
@@ -495,7 +499,7 @@ class SwarmRun {
   private publish(type: string, data: unknown, key = ""): Promise<void> {
     const event: KovaEvent = { type, sessionId: this.sessionId, runId: this.runId, ts: Date.now(), data };
     if (this.req.parentRunId) event.parentRunId = this.req.parentRunId;
-    return this.bus.publishEvent(event, { msgId: derivedId("ev", this.runId, type, key) });
+    return this.bus.publishEvent(event, { msgId: derivedId({ prefix: "ev" }, this.runId, type, key) });
   }
 }
 

@@ -1,6 +1,7 @@
-import { assertId } from "../core/ids.js";
+import { assertId, derivedId } from "../core/ids.js";
 import { createEnvelope, type Bus, type KovaClient, type KovaEvent } from "../bus/index.js";
-import { derivedId, durationMs, type TaskConstraints } from "../agents/run-protocol.js";
+import type { TaskConstraints } from "../agents/run-protocol.js";
+import { AS_ARGUMENT, durationMs } from "../core/duration.js";
 import { DelegatedRunTimeoutError } from "../agents/delegation-errors.js";
 import { RunWatcher, type RunOutcome } from "../agents/run-watcher.js";
 import { DEFAULT_SWARM_DEADLINE_MS, type SwarmRequest, type SwarmResult } from "./coordinator.js";
@@ -39,10 +40,11 @@ export interface RunSwarmOptions {
 export async function runSwarm(via: Bus | KovaClient, coordinator: string, task: string, opts: RunSwarmOptions = {}): Promise<SwarmResult> {
   const bus = "bus" in via ? via.bus : via;
   assertId("coordinator id", coordinator);
-  const requestId = opts.requestId ?? derivedId("swarmreq", coordinator, task, String(Date.now()), String(Math.random()));
-  const runId = opts.runId ?? derivedId("swarm", requestId);
+  const requestId = opts.requestId ?? derivedId({ prefix: "swarmreq" }, coordinator, task, String(Date.now()), String(Math.random()));
+  const runId = opts.runId ?? derivedId({ prefix: "swarm" }, requestId);
   const sessionId = opts.sessionId ?? runId;
-  const deadlineMs = opts.constraints?.deadline !== undefined ? durationMs(opts.constraints.deadline, "constraints.deadline") : DEFAULT_SWARM_DEADLINE_MS;
+  const deadlineMs =
+    opts.constraints?.deadline !== undefined ? durationMs(opts.constraints.deadline, "constraints.deadline", AS_ARGUMENT) : DEFAULT_SWARM_DEADLINE_MS;
   // A coordinator nobody declared would leave the request in the stream and the caller
   // waiting out the whole deadline: fail now, as `ask` does.
   await bus.checkAgent(coordinator);

@@ -1,10 +1,10 @@
 import { readFile } from "node:fs/promises";
 import { extname } from "node:path";
-import { parse as parseToml } from "smol-toml";
 import { closeMatches } from "../core/close-matches.js";
 import { durationMs } from "../core/duration.js";
 import { isKovaError } from "../core/errors.js";
 import { isValidId } from "../core/ids.js";
+import { parseTomlText } from "../core/toml.js";
 import { conditionPaths, parseCondition } from "./condition.js";
 import { WorkflowDefinitionError, WorkflowInputError } from "./errors.js";
 import { parseTemplate, type Placeholder, type TemplatePart } from "./template.js";
@@ -514,12 +514,15 @@ export function defineWorkflow(raw: { workflow: Raw; steps: Raw[] }): WorkflowDe
  * @throws WorkflowDefinitionError for a syntax error (with the file name) or an invalid definition
  */
 export function parseWorkflowText(text: string, fileName = "workflow.toml"): { raw: Raw; definition: WorkflowDefinition } {
+  const unparsable = (field: string, why: string, cause: unknown) => new WorkflowDefinitionError({ field }, `cannot parse: ${why}`, { cause });
   let raw: Raw;
-  try {
-    raw = (extname(fileName).toLowerCase() === ".json" ? JSON.parse(text) : parseToml(text)) as Raw;
-  } catch (err) {
-    throw new WorkflowDefinitionError({ field: fileName }, `cannot parse: ${(err as Error).message}`, { cause: err });
-  }
+  if (extname(fileName).toLowerCase() === ".json") {
+    try {
+      raw = JSON.parse(text) as Raw;
+    } catch (err) {
+      throw unparsable(fileName, (err as Error).message, err);
+    }
+  } else raw = parseTomlText(text, fileName, unparsable) as Raw;
   return { raw, definition: parseWorkflow(raw, fileName) };
 }
 

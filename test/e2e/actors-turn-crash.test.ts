@@ -5,7 +5,7 @@ import { createInbox } from "@nats-io/transport-node";
 import { beforeAll, describe, expect, it } from "vitest";
 import { createEnvelope, decodeEnvelope, type A2AEnvelope } from "../../src/bus/index.js";
 import type { CounterState } from "../../src/actors/index.js";
-import { derivedId } from "../../src/actors/turn-record.js";
+import { derivedId } from "../../src/core/ids.js";
 import { REPO, TestCluster } from "../fixtures/node/cluster-harness.js";
 import { waitForConsumer } from "../fixtures/bus/helpers.js";
 import { poll } from "../fixtures/poll.js";
@@ -66,7 +66,7 @@ describe("turns across SIGKILL at their crash points (node processes)", () => {
     await killedByHook(tc, "n1");
 
     await startWith(tc, "n1", ["r1", "c1"]);
-    const sentId = derivedId("r1", order.id, "send:0");
+    const sentId = derivedId("uuid", "r1", order.id, "send:0");
     const counted = await poll(
       async () => {
         const c = await tc.info<CounterState>("c1");
@@ -127,7 +127,7 @@ describe("turns across SIGKILL at their crash points (node processes)", () => {
       const got = replies.get(actor)!;
       const question = asked.get(actor)!;
       // A resend after a crash is the same reply (same id); an asker takes the first.
-      expect(new Set(got.map((r) => r.id)), `${actor} (${points[i]})`).toEqual(new Set([derivedId(actor, question.id, "reply")]));
+      expect(new Set(got.map((r) => r.id)), `${actor} (${points[i]})`).toEqual(new Set([derivedId("uuid", actor, question.id, "reply")]));
       expect(got[0]).toMatchObject({ type: "result_notify", correlationId: question.id, payload: { answer: `answer to ${points[i]}`, turns: 1 } });
       expect(await tc.info<{ turns: number }>(actor)).toEqual({ turns: 1 });
     }

@@ -1,7 +1,8 @@
 import { describe, expect, it } from "vitest";
 import { createEnvelope, type A2AEnvelope, type Bus } from "../../src/bus/index.js";
 import { ActorHost, ActorTypeRegistry, defineActor } from "../../src/actors/index.js";
-import { derivedId, parseTurnRecord } from "../../src/actors/turn-record.js";
+import { parseTurnRecord } from "../../src/actors/turn-record.js";
+import { derivedId } from "../../src/core/ids.js";
 import { createLogger } from "../../src/core/logger.js";
 import { Wal } from "../../src/wal/index.js";
 import { actorEvents, fileServer, uniqueCluster } from "../fixtures/actors/helpers.js";
@@ -191,7 +192,7 @@ async function parkedPastTheWindow(cluster: string, dir: string, opts: { mover?:
     async expectSettled(hostWal: Wal = wal) {
       const reply = await answer;
       expect(reply.payload).toBe("answer 1 to q");
-      expect(reply.id).toBe(derivedId("p1", question.id, "reply"));
+      expect(reply.id).toBe(derivedId("uuid", "p1", question.id, "reply"));
       expect(runs).toEqual([question.id, ...later.map((e) => e.id)]);
       expect(charged).toEqual(runs);
       await poll(() => hostWal.pendingFor("p1").length === 0, { timeoutMs: 5_000, what: "the parked record completed" });

@@ -1,7 +1,8 @@
 import { describe, expect, it } from "vitest";
 import { ErrorCode, isKovaError } from "../../src/core/errors.js";
 import { TurnJournal, type JournalIo } from "../../src/actors/turn-journal.js";
-import { derivedId, markCommitted, newTurnRecord, parseTurnRecord, TURN_RECORD_VERSION } from "../../src/actors/turn-record.js";
+import { derivedId } from "../../src/core/ids.js";
+import { markCommitted, newTurnRecord, parseTurnRecord, TURN_RECORD_VERSION } from "../../src/actors/turn-record.js";
 import { makeContext } from "../../src/actors/actor-context.js";
 import type { HostDeps } from "../../src/actors/ports.js";
 import type { A2AEnvelope } from "../../src/bus/index.js";
@@ -66,7 +67,7 @@ describe("persisted formats (golden files)", () => {
 
     const { record, id } = await replay("turn-record-v2.json");
     expect(record).toMatchObject({ v: 2, streamSeq: 42 });
-    expect(id).toBe(derivedId("agent-7", "m-0002", "send:1"));
+    expect(id).toBe(derivedId("uuid", "agent-7", "m-0002", "send:1"));
     expect(id).toBe((await replay("turn-record-v2.json")).id);
     expect(sent.map((e) => e.id)).toEqual(["4b7c1a52-0000-4000-8000-000000000001", id, id]);
   });

@@ -2,7 +2,7 @@ import { writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { parse as parseToml } from "smol-toml";
 import { describe, expect, it } from "vitest";
-import { isLoopback, parseModelsConfig } from "../../src/agents/model/index.js";
+import { parseModelsConfig } from "../../src/agents/model/index.js";
 import { configError } from "../fixtures/config-error.js";
 import { tempDir } from "../fixtures/disposable.js";
 
@@ -115,11 +115,13 @@ scheduling = "fair_share"
     expect(models(`[node]\nid = "n1"\n`).size).toBe(0);
   });
 
-  it("config - loopback means localhost, 127.0.0.0/8 and ::1", () => {
-    expect(isLoopback("http://localhost:8080/v1")).toBe(true);
-    expect(isLoopback("http://127.1.2.3/v1")).toBe(true);
-    expect(isLoopback("http://[::1]:8000/v1")).toBe(true);
-    expect(isLoopback("http://10.0.0.5/v1")).toBe(false);
-    expect(isLoopback("https://localhost.example.com/v1")).toBe(false);
+  it("config - an endpoint on this machine (localhost, 127.0.0.0/8, [::1]) may go without its key; any other needs it", () => {
+    for (const url of ["http://localhost:8080/v1", "http://127.1.2.3/v1", "http://[::1]:8000/v1"]) {
+      expect(models(`[models.local]\nbase_url = "${url}"\nmodel = "m"\napi_key_env = "UNSET_KEY"\n`).get("local")!.apiKey).toBeUndefined();
+    }
+    for (const url of ["http://10.0.0.5/v1", "https://localhost.example.com/v1"]) {
+      const err = configError(() => models(`[models.remote]\nbase_url = "${url}"\nmodel = "m"\napi_key_env = "UNSET_KEY"\n`));
+      expect(err.key).toBe("models.remote.api_key_env");
+    }
   });
 });

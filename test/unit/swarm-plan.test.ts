@@ -1,6 +1,7 @@
 import { describe, expect, it } from "vitest";
 import type { ModelRequest, ModelResponse } from "../../src/agents/model/index.js";
-import { derivedId, durationMs, readTaskPayload } from "../../src/agents/run-protocol.js";
+import { readTaskPayload } from "../../src/agents/run-protocol.js";
+import { derivedId } from "../../src/core/ids.js";
 import { ErrorCode, isKovaError } from "../../src/core/errors.js";
 import { parseConfig } from "../../src/node/config.js";
 import { LiveRunTree } from "../../src/cli/run-tree.js";
@@ -107,20 +108,23 @@ describe("swarm plan", () => {
     ).toThrow(/at most 1/);
   });
 
-  it("protocol - the short task_delegate form { task, constraints } is read as written; durations as strings or ms; derived ids are stable tokens", () => {
+  it("protocol - the short task_delegate form { task, constraints } is read as written", () => {
     expect(readTaskPayload({ task: "Research X", constraints: { max_tokens: 2000, deadline: "5min" } })).toEqual({
       input: "Research X",
       constraints: { max_tokens: 2000, deadline: "5min" },
     });
-    expect(durationMs("5min", "d")).toBe(300_000);
-    expect(durationMs("1.5s", "d")).toBe(1500);
-    expect(durationMs(250, "d")).toBe(250);
-    expect(() => durationMs("soon", "payload.constraints.deadline")).toThrow(/payload\.constraints\.deadline/);
+  });
+
+  it("protocol - a deadline that is no duration, or an id that is no token, is refused naming the field", () => {
+    expect(() => readTaskPayload({ input: "x", constraints: { deadline: "soon" } })).toThrow(/payload\.constraints\.deadline: must be a duration/);
     expect(() => readTaskPayload({ input: "x", runId: "a.b" })).toThrow(/payload\.runId/);
-    const id = derivedId("run", "swarm-1", "3");
+  });
+
+  it("protocol - derived ids are stable tokens: the same parts give the same id, other parts another", () => {
+    const id = derivedId({ prefix: "run" }, "swarm-1", "3");
     expect(id).toMatch(/^run-[A-Za-z0-9_-]{22}$/);
-    expect(derivedId("run", "swarm-1", "3")).toBe(id);
-    expect(derivedId("run", "swarm-1", "4")).not.toBe(id);
+    expect(derivedId({ prefix: "run" }, "swarm-1", "3")).toBe(id);
+    expect(derivedId({ prefix: "run" }, "swarm-1", "4")).not.toBe(id);
   });
 
   it("missing note - names each missing subtask, its agent and why", () => {

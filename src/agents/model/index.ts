@@ -34,7 +34,6 @@ export { DEFAULT_RETRY_POLICY, type RetryPolicy } from "./retry.js";
 export {
   DEFAULT_BASE_URL,
   DEFAULT_MAX_CONCURRENCY,
-  isLoopback,
   type ModelConfig,
   type ModelPrice,
   type ParseModelsOptions,

@@ -1,6 +1,5 @@
-import { rejectUnknown, type ConfigTable } from "../../core/config-table.js";
+import { boolAt, intAt, keyOf, rejectUnknown, secretAt, stringAt, type ConfigTable } from "../../core/config-table.js";
 import { ConfigError } from "../../core/errors.js";
-import { boolAt, intAt, keyOf, secretAt, stringAt } from "./toml-values.js";
 
 /**
  * `[tools.db]`, parsed. The connection URL (with its password) never appears in the file:

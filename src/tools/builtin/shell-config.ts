@@ -1,9 +1,8 @@
 import { accessSync, constants } from "node:fs";
 import { delimiter, isAbsolute, join, resolve } from "node:path";
-import { rejectUnknown, type ConfigTable } from "../../core/config-table.js";
+import { intAt, keyOf, pathAt, rejectUnknown, stringAt, type ConfigTable } from "../../core/config-table.js";
 import { ConfigError } from "../../core/errors.js";
 import { CGROUP_ROOT, DEFAULT_CGROUP_PARENT } from "./shell-cgroup.js";
-import { intAt, keyOf, pathAt, stringAt } from "./toml-values.js";
 
 /**
  * `[tools.shell]`, parsed. Limits apply to every call; a call may ask for a shorter
