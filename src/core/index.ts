@@ -9,3 +9,5 @@ export * from "./close-matches.js";
 export * from "./phases.js";
 export * from "./duration.js";
 export * from "./principals.js";
+export * from "./loopback.js";
+export * from "./toml.js";

@@ -2,10 +2,10 @@ import { createHash } from "node:crypto";
 import { existsSync, readFileSync } from "node:fs";
 import { readFile } from "node:fs/promises";
 import { dirname, extname, isAbsolute, resolve } from "node:path";
-import { parse as parseToml, TomlError } from "smol-toml";
 import {
   ConfigError,
   closeMatches,
+  parseTomlText,
   describeValue,
   durationMs,
   intValue,
@@ -191,13 +191,13 @@ export function defineExperiment(raw: Record<string, unknown>, opts: ExpandOptio
  */
 export function parseExperimentText(text: string, fileName = "experiment.toml", opts: ExpandOptions = {}): ExperimentSpec {
   let raw: unknown;
-  try {
-    raw = extname(fileName).toLowerCase() === ".json" ? JSON.parse(text) : parseToml(text);
-  } catch (err) {
-    const where = err instanceof TomlError ? ` at line ${err.line}, column ${err.column}` : "";
-    const first = err instanceof Error ? err.message.split("\n")[0] : String(err);
-    throw new ConfigError(fileName, `cannot parse${where}: ${first}; fix the syntax there`, { cause: err });
-  }
+  if (extname(fileName).toLowerCase() === ".json") {
+    try {
+      raw = JSON.parse(text);
+    } catch (err) {
+      throw new ConfigError(fileName, `cannot parse: ${(err as Error).message}; fix the syntax there`, { cause: err });
+    }
+  } else raw = parseTomlText(text, fileName);
   return expandExperiment(tableAt(raw, fileName), opts);
 }
 

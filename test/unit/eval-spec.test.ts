@@ -163,7 +163,7 @@ describe("experiment spec", () => {
 
   // One case per field: the error names the field as written and says the fix.
   const cases: Array<[string, () => unknown, string, RegExp]> = [
-    ["toml syntax", () => parseExperimentText("[experiment\nname=1", "bad.toml"), "bad.toml", /cannot parse at line 1/],
+    ["toml syntax", () => parseExperimentText("[experiment\nname=1", "bad.toml"), "bad.toml", /invalid TOML at line 1/],
     ["unknown top key", () => defineExperiment({ ...withField("experiment.name", "x"), verifier: [] }), "verifier", /did you mean verifiers/],
     ["name missing", () => defineExperiment(withField("experiment.name", undefined)), "experiment.name", /is required/],
     ["name not a token", () => defineExperiment(withField("experiment.name", "a b")), "experiment.name", /\[A-Za-z0-9_-\]/],
