@@ -24,6 +24,8 @@ export interface NatsServerHandle {
   readonly serverName: string;
   /** True when this handle points at a server it did not start (NATS_URL). */
   readonly external: boolean;
+  /** The server's process id while this handle runs it (benchmarks read its CPU time in /proc); undefined for external servers and containers. */
+  readonly pid?: number | undefined;
   /** Stops the server (SIGTERM, then SIGKILL) and removes its temporary files. */
   stop(): Promise<void>;
   /** SIGKILLs the server, keeping its store so that `restart()` can bring it back. */
@@ -232,6 +234,10 @@ export class NatsServerProcess implements NatsServerHandle {
   private child: ChildProcess | undefined;
   private port = -1;
   private monitorPort = -1;
+
+  get pid(): number | undefined {
+    return this.child?.pid;
+  }
 
   constructor(
     private readonly bin: string,

@@ -36,6 +36,12 @@ export interface ScriptedModelServerOptions {
   models?: string[];
   /** When set, a request without `Authorization: Bearer <apiKey>` gets a 401. */
   apiKey?: string;
+  /**
+   * False: requests are answered and numbered but not kept, so `requests` stays empty and
+   * `waitForRequests` never resolves (a benchmark's hundreds of thousands of requests).
+   * Default true.
+   */
+  keepRequests?: boolean;
 }
 
 /** A chat message as it arrived on the wire (OpenAI's shape, snake_case). */
@@ -110,6 +116,7 @@ export class ScriptedModelServer {
   private readonly queue: ScriptedReply[];
   private handler: ScriptedHandler | undefined;
   private readonly log: RecordedRequest[] = [];
+  private received = 0;
   private readonly waiters = new Set<() => void>();
   private readonly inFlight = new Set<AbortController>();
   private port = 0;
@@ -343,7 +350,7 @@ export class ScriptedModelServer {
     for (const [k, v] of Object.entries(req.headers)) if (v !== undefined) headers[k] = Array.isArray(v) ? v.join(", ") : v;
     const messages = Array.isArray(body?.messages) ? (body.messages as WireChatMessage[]) : [];
     const entry: RecordedRequest = {
-      index: this.log.length,
+      index: this.received++,
       at: Date.now(),
       headers,
       body,
@@ -356,6 +363,7 @@ export class ScriptedModelServer {
       status: 0,
       clientClosed: false,
     };
+    if (this.options.keepRequests === false) return entry;
     this.log.push(entry);
     for (const w of [...this.waiters]) w();
     return entry;
