@@ -18,7 +18,7 @@
 // package's own `node` dependency). PEERS_ROUNDS (default 5), PEERS_RUNS (c=1 runs per
 // window, 200), PEERS_WINDOW_MS (c=16 window, 2000), PEERS_WARMUP (c=1 runs before measuring,
 // 1,100: past Kova's processed window), PEERS_SYSTEMS (comma list), PEERS_SCENARIOS
-// (one,tools), PG_URL (default postgresql://postgres@127.0.0.1:5432/test), KOVA_BENCH_DIR, KOVA_DIST.
+// (one,tools), PEERS_TRACE=1 (Kova's phase timeline after the figures), PG_URL (default postgresql://postgres@127.0.0.1:5432/test), KOVA_BENCH_DIR, KOVA_DIST.
 import { fork } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { loadavg, tmpdir } from "node:os";
@@ -37,11 +37,11 @@ if (Number(process.versions.node.split(".")[0]) < 22) {
 }
 
 // KOVA_DIST runs another build (a copy of dist/ inside this repository, so that it finds
-// node_modules): the same bench before and after a change.
-const DIST = env.KOVA_DIST ? pathToFileURL(`${resolve(env.KOVA_DIST)}/`).href : new URL("../../dist/", import.meta.url).href;
-const { KovaClient, KovaNode, askAgent, defineAgent, defineTool, parseConfig, KOVA_VERSION } = await import(`${DIST}index.js`);
-const { startNatsServer } = await import(`${DIST}testing/index.js`);
-const { createLogger } = await import(`${DIST}core/logger.js`);
+// node_modules); KOVA_BASE_DIST adds a second Kova from such a copy (`kova-base`, on a
+// nats-server of its own): a change's before and after, side by side in one run.
+const distUrl = (dir) => pathToFileURL(`${resolve(dir)}/`).href;
+const DIST = env.KOVA_DIST ? distUrl(env.KOVA_DIST) : new URL("../../dist/", import.meta.url).href;
+const { KOVA_VERSION } = await import(`${DIST}index.js`);
 const { startFloor } = await import("../agents-floor.mjs");
 const { default: OpenAI } = await import("openai");
 const { z } = await import("zod");
@@ -94,8 +94,14 @@ const cpuMs = (pid) => {
   }
 };
 
+/** nats-server's message and byte counters (in = from clients, out = to clients). */
+const natsCounters = async (nats) => (await fetch(`${nats.monitorUrl}/varz`)).json();
+
 // ---- the systems ------------------------------------------------------------------------
-async function kova() {
+async function kova(dist, name) {
+  const { KovaClient, KovaNode, askAgent, defineAgent, defineTool, parseConfig } = await import(`${dist}index.js`);
+  const { startNatsServer } = await import(`${dist}testing/index.js`);
+  const { createLogger } = await import(`${dist}core/logger.js`);
   const nats = await startNatsServer({ allowExternal: false });
   const dir = mkdtempSync(join(env.KOVA_BENCH_DIR ?? tmpdir(), "kova-peers-"));
   const cluster = `p${Math.random().toString(36).slice(2, 10)}`;
@@ -103,14 +109,14 @@ async function kova() {
   // max_concurrency above the bench's 16 callers: the provider's capacity, not a Kova setting.
   const config = parseConfig(
     `[node]\nid = "peers"\ndata_dir = "${join(dir, "node")}"\n[cluster]\nname = "${cluster}"\n[nats]\nurls = ["${nats.url}"]\n` +
-      `[models.main]\nbase_url = "${mockUrl}"\nmodel = "kova"\nmax_concurrency = 64\n`,
+      `[models.main]\nbase_url = "${mockUrl}"\nmodel = "${name}"\nmax_concurrency = 64\n`,
     { env: {} },
   );
   const tool = defineTool({
     ...WEATHER,
     idempotent: true,
     parameters: { type: "object", properties: { city: { type: "string" } }, required: ["city"] },
-    run: ({ city }) => weather("kova", city),
+    run: ({ city }) => weather(name, city),
   });
   const agents = [];
   for (let i = 0; i < CONCURRENCY; i++) {
@@ -125,8 +131,8 @@ async function kova() {
     if (r.status !== "completed") throw new Error(`kova: run ${r.status}: ${JSON.stringify(r.error)}`);
   };
   return {
-    name: "kova",
-    label: `Kova ${KOVA_VERSION} (in-process node, WAL full)`,
+    name,
+    label: `Kova ${name === "kova" ? "" : `${name} `}(in-process node, WAL full)`,
     nats,
     run: { one: (w) => ask(`one${w}`), tools: (w) => ask(`tools${w}`) },
     async close() {
@@ -240,16 +246,17 @@ async function bareOpenai() {
 // ---- measuring --------------------------------------------------------------------------
 const wanted = env.PEERS_SYSTEMS?.split(",");
 const systems = [];
-const k = await kova();
+const k = await kova(DIST, "kova");
 for (const [name, make] of [
   ["kova", async () => k],
+  ...(env.KOVA_BASE_DIST ? [["kova-base", () => kova(distUrl(env.KOVA_BASE_DIST), "kova-base")]] : []),
   ["floor", () => floor(k.nats.url)],
   ["langgraph-memory", () => langgraph("memory")],
   ["langgraph-postgres", () => langgraph("postgres")],
   ["openai-agents", openaiAgents],
   ["openai", bareOpenai],
 ]) {
-  if (!wanted || wanted.includes(name) || name === "kova") systems.push(await make());
+  if (!wanted || wanted.includes(name) || name === "kova" || name === "kova-base") systems.push(await make());
 }
 
 const failures = [];
@@ -257,7 +264,9 @@ const failures = [];
 async function window(system, scenario, { runs, ms }) {
   const fn = system.run[scenario];
   const before = { counts: (await modelCounts())[system.name], tools: toolCalls.get(system.name) ?? 0 };
-  const cpu0 = { self: process.cpuUsage(), nats: cpuMs(k.nats.pid), mock: cpuMs(mock.pid) };
+  const nats = system.nats ?? k.nats;
+  const varz0 = await natsCounters(nats);
+  const cpu0 = { self: process.cpuUsage(), nats: cpuMs(nats.pid), mock: cpuMs(mock.pid) };
   const t0 = performance.now();
   const latencies = [];
   let done = 0;
@@ -281,7 +290,10 @@ async function window(system, scenario, { runs, ms }) {
   }
   const elapsed = performance.now() - t0;
   const self = process.cpuUsage(cpu0.self);
-  const cpu = { self: (self.user + self.system) / 1000 / done, nats: (cpuMs(k.nats.pid) - cpu0.nats) / done, mock: (cpuMs(mock.pid) - cpu0.mock) / done };
+  const cpu = { self: (self.user + self.system) / 1000 / done, nats: (cpuMs(nats.pid) - cpu0.nats) / done, mock: (cpuMs(mock.pid) - cpu0.mock) / done };
+  const varz1 = await natsCounters(nats);
+  cpu.natsMsgs = (varz1.in_msgs - varz0.in_msgs + varz1.out_msgs - varz0.out_msgs) / done;
+  cpu.natsKB = (varz1.in_bytes - varz0.in_bytes + varz1.out_bytes - varz0.out_bytes) / 1024 / done;
   const after = { counts: (await modelCounts())[system.name], tools: toolCalls.get(system.name) ?? 0 };
   const got = {
     modelCalls: (after.counts?.modelCalls ?? 0) - (before.counts?.modelCalls ?? 0),
@@ -339,7 +351,8 @@ const versions = [
   `OpenAI Agents JS ${pkg("@openai/agents")}`,
   `openai ${pkg("openai")}`,
 ];
-console.log(`peers bench, ${start.toISOString()}: ${versions.join(", ")}${env.KOVA_DIST ? ` (Kova from ${env.KOVA_DIST})` : ""}`);
+const builds = [env.KOVA_DIST ? `Kova from ${env.KOVA_DIST}` : "", env.KOVA_BASE_DIST ? `kova-base from ${env.KOVA_BASE_DIST}` : ""].filter(Boolean);
+console.log(`peers bench, ${start.toISOString()}: ${versions.join(", ")}${builds.length ? ` (${builds.join("; ")})` : ""}`);
 console.log(`load average (1 min) at start, after warm-up and after each round: ${loads.map((l) => fmt(l, 1)).join(" ")}`);
 console.log(
   `${ROUNDS} rounds; per round and system: ${RUNS} runs at c=1, ${WINDOW_MS} ms at c=${CONCURRENCY}. CPU is ms per run: this process / nats-server / mock model.`,
@@ -354,6 +367,7 @@ for (const scenario of SCENARIOS) {
   console.log(
     `  ${"system".padEnd(46)} ${"c=1 p50".padStart(8)} ${"p99".padStart(7)} ${"c=16 runs/s".padStart(11)}   ${"Kova÷ p50".padStart(9)} ${"Kova÷ runs/s".padStart(12)}   per-round ratios p50 | runs/s   CPU c=1 | c=16`,
   );
+  const extra = [];
   for (const s of systems.filter((x) => x.run[scenario])) {
     const r = results.get(`${scenario}/${s.name}`);
     const p50 = median(r.c1.flat());
@@ -361,9 +375,36 @@ for (const scenario of SCENARIOS) {
     const rounds1 = base.c1.map((xs, i) => median(xs) / median(r.c1[i]));
     const rounds16 = base.c16.map((x, i) => x / r.c16[i]);
     const range = (xs) => `${fmt(Math.min(...xs))}–${fmt(Math.max(...xs))}`;
+    if (s.nats || s.name === "floor")
+      extra.push(
+        `  ${s.label}: NATS messages (in + out) per run c=1 ${fmt(avg(r.cpu1.map((c) => c.natsMsgs)), 1)}, c=16 ${fmt(avg(r.cpu16.map((c) => c.natsMsgs)), 1)}; KB per run ${fmt(avg(r.cpu16.map((c) => c.natsKB)), 1)}`,
+      );
     console.log(
       `  ${s.label.padEnd(46)} ${fmt(p50).padStart(8)} ${fmt(pct(r.c1.flat(), 0.99)).padStart(7)} ${fmt(rps, 0).padStart(11)}   ${fmt(kovaP50 / p50).padStart(9)} ${fmt(kovaRps / rps).padStart(12)}   ${range(rounds1)} | ${range(rounds16)}   ${cpuText(r.cpu1)} | ${cpuText(r.cpu16)}`,
     );
+  }
+  for (const line of extra) console.log(line);
+}
+if (env.PEERS_TRACE) {
+  // Where a Kova run's time goes: one more c=1 window per scenario with the kova:phase
+  // channel subscribed (the timed windows ran without it), p50 of each phase's start and end.
+  const { subscribe, unsubscribe } = await import("node:diagnostics_channel");
+  const { phaseTable } = await import("../agents-lib.mjs");
+  for (const scenario of SCENARIOS) {
+    const spans = [];
+    // A tool step is named by its call id: one row per call position instead.
+    const onSpan = (sp) => spans.push({ ...sp, phase: sp.phase.replace(/^step:tool:.*_(\d+)$/, "step:tool[$1]") });
+    subscribe("kova:phase", onSpan);
+    const runs = [];
+    for (let i = 0; i < RUNS; i++) {
+      const t0 = performance.now();
+      await k.run[scenario](0);
+      runs.push({ t0, t1: performance.now(), spans: [] });
+    }
+    unsubscribe("kova:phase", onSpan);
+    for (const sp of spans) runs[runs.findLastIndex((r) => r.t0 <= sp.start)]?.spans.push(sp);
+    console.log(`\nwhere a Kova run's time goes, ${scenario} (p50 over ${RUNS} runs, ms after askAgent is called):`);
+    for (const line of phaseTable(runs)) console.log(`  ${line}`);
   }
 }
 for (const f of failures) console.log(`MISMATCH ${f}`);
