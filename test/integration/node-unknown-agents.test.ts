@@ -118,4 +118,23 @@ describe("messages to agents nobody declared", () => {
       { timeoutMs: 10_000, what: "tally--x's message consumed" },
     );
   });
+
+  it("unknown agents - ask looks a declared agent up in the registry once per period, an unknown id every time", async () => {
+    await using n = await nodeWith("");
+    const { bus } = n;
+    // Every registry lookup is a direct get on the agents bucket; a plain subscriber sees each request.
+    const lookups: string[] = [];
+    const watch = bus.nc.subscribe(`$JS.API.DIRECT.GET.KV_${bus.subjects.kv.agents}`, {
+      callback: (_err, m) => {
+        lookups.push(String(JSON.parse(new TextDecoder().decode(m.data)).last_by_subj));
+      },
+    });
+    const ask = (to: string) => bus.ask(createEnvelope({ from: "tester", to, type: "task_delegate", payload: null }), { timeoutMs: 10_000 });
+    for (let i = 0; i < 3; i++) expect((await ask("known")).type).toBe("result_notify");
+    for (let i = 0; i < 2; i++) expect(isKovaError(await ask("nobody-here").catch((e: unknown) => e), "UNKNOWN_AGENT")).toBe(true);
+    await bus.nc.flush();
+    watch.unsubscribe();
+    expect(lookups.filter((s) => s.endsWith(".known"))).toHaveLength(1);
+    expect(lookups.filter((s) => s.endsWith(".nobody-here"))).toHaveLength(2);
+  });
 });
