@@ -4,8 +4,11 @@ import { ReplayMismatchError, StepOutcomeUnknownError } from "./errors.js";
 import type { StepRecord, TurnRecord } from "./turn-record.js";
 import type { StepInfo, StepOptions } from "./types.js";
 
-/** What a write changed: one step's record (its intent or outcome), or the turn was cut by a stop. */
-export type JournalChange = { step: number } | { yielded: true };
+/**
+ * What a write changed: steps' records (their intents or outcomes; several when concurrent
+ * steps ended together and share the write), or the turn was cut by a stop.
+ */
+export type JournalChange = { steps: readonly number[] } | { yielded: true };
 
 /** What a journal needs from its host: durable writes, the lease check and the pause gate. */
 export interface JournalIo {
@@ -40,6 +43,10 @@ export class TurnJournal {
   #dirty = false;
   /** Writes run one after another: concurrent steps (an agent's parallel tool calls) each persist the record. */
   #writing: Promise<void> = Promise.resolve();
+  /** The write that has not started yet: a step ending before it starts joins it. */
+  #queued: { steps: number[]; done: Promise<void> } | undefined;
+  /** Recorded steps whose function is running (concurrent steps of one turn). */
+  #running = 0;
 
   constructor(
     readonly actorId: string,
@@ -118,9 +125,11 @@ export class TurnJournal {
     // An idempotent step needs no "started" mark: without a result it simply runs again.
     if (!idempotent) await this.#write(index);
     let result: R;
+    this.#running++;
     try {
       result = await timedPhase(`step:${name}`, this.actorId, async () => fn(this.#info(index)));
     } catch (err) {
+      this.#running--;
       // Cut short by the turn's end (a stop, an interrupt, a kill, a lost lease), not failed
       // on its own: what it did is unknown, so nothing is recorded as its outcome. On replay
       // a non-idempotent step, `started`, is then outcome unknown and an idempotent one runs
@@ -131,6 +140,7 @@ export class TurnJournal {
       await this.#write(index);
       throw err;
     }
+    this.#running--;
     entry.status = "done";
     entry.result = result;
     await this.#write(index);
@@ -149,12 +159,25 @@ export class TurnJournal {
   #write(step?: number): Promise<void> {
     // Steps may run concurrently (their indices are drawn in call order, so replay is
     // exact), but the host's persist replaces one WAL record by sequence: two at once
-    // would both name the same old sequence. Each write persists the latest record.
-    const next = this.#writing.then(() => {
+    // would both name the same old sequence. Each write persists the latest record, so a
+    // step that ends while a write waits to start joins that write: its record is in it.
+    const queued = this.#queued;
+    if (queued) {
+      if (step !== undefined) queued.steps.push(step);
+      return queued.done;
+    }
+    const steps = step === undefined ? [] : [step];
+    // With sibling steps still running, the write starts after the I/O callbacks at hand:
+    // siblings whose results arrived in the same read (parallel tool calls) end first and
+    // share it, one flushed WAL write instead of one each. Alone, it starts at once.
+    const start = this.#running > 0 ? this.#writing.then(() => new Promise<void>((r) => setImmediate(r))) : this.#writing;
+    const done = start.then(() => {
+      this.#queued = undefined;
       this.#dirty = false;
-      return this.io.persist(this.record, step === undefined ? undefined : { step });
+      return this.io.persist(this.record, steps.length === 0 ? undefined : { steps });
     });
-    this.#writing = next.catch(() => undefined);
-    return next;
+    this.#queued = { steps, done };
+    this.#writing = done.catch(() => undefined);
+    return done;
   }
 }

@@ -142,8 +142,8 @@ export async function runTurn(actor: TurnActor, env: A2AEnvelope, src: TurnSourc
       let shared: Promise<void> | undefined;
       if (remote && change) {
         shared =
-          "step" in change
-            ? timedPhase("journal.append", actor.id, () => remote.step(r, change.step))
+          "steps" in change
+            ? timedPhase("journal.append", actor.id, () => appendSteps(remote, r, change.steps))
             : remote.yielded(r).catch((err: unknown) => actor.log.warn({ err }, "could not mark the turn yielded in the step journal"));
       }
       const [a, b] = await Promise.allSettled([local, shared]);
@@ -266,6 +266,11 @@ async function settleDuplicate(actor: TurnActor, env: A2AEnvelope, src: TurnSour
   if (saved && env.replyTo) await deliverReply(actor, env, saved);
   if (remote?.openTurn(env.id)) await closeJournal(actor, remote, env.id, src.recovered?.record.attempt ?? 1);
   if (src.recovered) await actor.deps.wal.complete(src.recovered.seq);
+}
+
+/** One entry per step, in step order (steps that ended together share one WAL write, not one entry). */
+async function appendSteps(remote: ActorJournal, record: TurnRecord, steps: readonly number[]): Promise<void> {
+  for (const i of [...steps].sort((a, b) => a - b)) await remote.step(record, i);
 }
 
 /** Best effort: a turn left open on NATS after its checkpoint is recognised as done by any reader. */

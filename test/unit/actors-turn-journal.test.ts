@@ -237,6 +237,34 @@ describe("turn journal (deterministic replay)", () => {
     const again = await Promise.all(["tool:a", "tool:b", "tool:c"].map((n) => replay.step(n, () => "re-run")));
     expect(again).toEqual(["A", "B", "C"]);
   });
+  it("concurrent steps - steps that end together share one write, which names each of them; a step ending alone writes at once", async () => {
+    const h = harness(0);
+    const changes: unknown[] = [];
+    const io: JournalIo = {
+      ...h.io,
+      persist: async (r, change) => {
+        changes.push(change);
+        h.writes.push(structuredClone(r));
+      },
+    };
+    const journal = new TurnJournal("a", newTurnRecord("a", "t", env), io);
+    let release!: () => void;
+    const together = new Promise<void>((r) => (release = r));
+    const tools = Promise.all(["tool:a", "tool:b", "tool:c"].map((n) => journal.step(n, () => together.then(() => n.slice(5)), { idempotent: true })));
+    await new Promise((r) => setTimeout(r, 5));
+    release();
+    expect(await tools).toEqual(["a", "b", "c"]);
+    expect(changes).toEqual([{ steps: [0, 1, 2] }]);
+    // Non-idempotent ones started together share the write of their intents too.
+    const intents = new TurnJournal("b", newTurnRecord("b", "t", env), io);
+    await Promise.all(["x", "y"].map((n) => intents.step(n, () => n)));
+    expect(changes.slice(1)).toEqual([{ steps: [0, 1] }, { steps: [0, 1] }]);
+    changes.splice(1);
+    expect(parseTurnRecord(h.writes[0])!.steps.map((s) => s.status)).toEqual(["done", "done", "done"]);
+    // Alone: its own write, with no sibling to wait for.
+    await journal.step("llm", () => "x", { idempotent: true });
+    expect(changes).toEqual([{ steps: [0, 1, 2] }, { steps: [3] }]);
+  });
 });
 
 describe("merging the local and the NATS journal of a turn", () => {
