@@ -1,5 +1,4 @@
 import { headers as natsHeaders } from "@nats-io/transport-node";
-import { newInbox } from "./inbox.js";
 import { fromWire, toWire } from "../core/errors.js";
 import { timedPhase } from "../core/phases.js";
 import { decodeEnvelope, encodeEnvelope, type Encoding } from "./codec.js";
@@ -37,37 +36,52 @@ export const DEFAULT_ASK_TIMEOUT_MS = 120_000;
  */
 export async function ask<R>(ctx: BusContext, envelope: A2AEnvelope, opts: AskOptions = {}): Promise<A2AEnvelope<R>> {
   const timeoutMs = opts.timeoutMs ?? DEFAULT_ASK_TIMEOUT_MS;
-  const inbox = newInbox(ctx.nc);
-  const env = validateOutgoing({
-    ...envelope,
-    replyTo: inbox,
-    correlationId: envelope.correlationId ?? envelope.id,
-    deadline: envelope.deadline ?? Date.now() + timeoutMs,
+  let answered!: (reply: A2AEnvelope<R>) => void;
+  let failed!: (err: unknown) => void;
+  const answer = new Promise<A2AEnvelope<R>>((resolve, reject) => {
+    answered = resolve;
+    failed = reject;
   });
-  const subject = ctx.subjects.a2a(env.to);
-  // Nobody would ever answer: say so now instead of after the whole timeout.
-  if (opts.checkAgent !== false) await assertAgentAddressable(ctx, env.to);
-  // Subscribe before sending: the reply may come back faster than the send's ack.
-  const sub = ctx.nc.subscribe(inbox);
-  const timer = setTimeout(() => sub.unsubscribe(), timeoutMs);
-  try {
-    await timedPhase("a2a.send", undefined, () => sendEnvelope(ctx, env, opts.send));
-    for await (const msg of sub) {
+  answer.catch(() => undefined); // rejected after a failed send, nobody awaits it
+  let correlationId = "";
+  // The reply inbox: a token on the connection's request mux (one wildcard subscription),
+  // not a subscription of its own per ask. It exists before the send: the reply may come
+  // back faster than the send's ack.
+  const inbox = ctx.mux.listen(
+    (msg) => {
       let reply: A2AEnvelope;
       try {
-        reply = decodeEnvelope(msg.data, msg.headers, ctx.limits, inbox);
+        reply = decodeEnvelope(msg.data, msg.headers, ctx.limits, inbox.subject);
       } catch (err) {
-        ctx.log.warn({ err, inbox }, "ignored an undecodable reply");
-        continue;
+        ctx.log.warn({ err, inbox: inbox.subject }, "ignored an undecodable reply");
+        return;
       }
-      if (reply.type !== "result_notify" || reply.correlationId !== env.correlationId) continue;
-      if (reply.error) throw fromWire(reply.error) ?? new Error(reply.error.message);
-      return reply as A2AEnvelope<R>;
+      if (reply.type !== "result_notify" || reply.correlationId !== correlationId) return;
+      if (reply.error) failed(fromWire(reply.error) ?? new Error(reply.error.message));
+      else answered(reply as A2AEnvelope<R>);
+    },
+    (err) => failed(err),
+  );
+  try {
+    const env = validateOutgoing({
+      ...envelope,
+      replyTo: inbox.subject,
+      correlationId: envelope.correlationId ?? envelope.id,
+      deadline: envelope.deadline ?? Date.now() + timeoutMs,
+    });
+    correlationId = env.correlationId!;
+    const subject = ctx.subjects.a2a(env.to);
+    // Nobody would ever answer: say so now instead of after the whole timeout.
+    if (opts.checkAgent !== false) await assertAgentAddressable(ctx, env.to);
+    const timer = setTimeout(() => failed(subjectTimeout(`ask ${env.type} ${env.id}`, subject, timeoutMs)), timeoutMs);
+    try {
+      await timedPhase("a2a.send", undefined, () => sendEnvelope(ctx, env, opts.send));
+      return await answer;
+    } finally {
+      clearTimeout(timer);
     }
-    throw subjectTimeout(`ask ${env.type} ${env.id}`, subject, timeoutMs);
   } finally {
-    clearTimeout(timer);
-    sub.unsubscribe();
+    inbox.close();
   }
 }
 

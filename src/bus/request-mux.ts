@@ -10,6 +10,11 @@ export interface MuxRequestOptions {
   timedOut: () => Error;
 }
 
+interface MuxListener {
+  onMessage(msg: Msg): void;
+  onClosed(err: Error): void;
+}
+
 /**
  * Request/reply over one wildcard inbox subscription, like nats.js's own "mux", for the
  * fast path. It exists because nats.js 3.4 builds a `RequestError` (with its stack)
@@ -19,6 +24,7 @@ export interface MuxRequestOptions {
 export class RequestMux {
   private readonly prefix: string;
   private readonly pending = new Map<string, { resolve(m: Msg): void; reject(e: Error): void; timer: NodeJS.Timeout; opts: MuxRequestOptions }>();
+  private readonly listeners = new Map<string, MuxListener>();
   private next = 0;
   private sub: Subscription | undefined;
 
@@ -27,8 +33,7 @@ export class RequestMux {
   }
 
   request(subject: string, data: Uint8Array, opts: MuxRequestOptions): Promise<Msg> {
-    this.sub ??= this.nc.subscribe(`${this.prefix}.*`, { callback: (_err, msg) => this.dispatch(msg) });
-    const token = (this.next++).toString(36);
+    const token = this.token();
     return new Promise<Msg>((resolve, reject) => {
       const timer = setTimeout(() => {
         this.pending.delete(token);
@@ -45,9 +50,41 @@ export class RequestMux {
     });
   }
 
+  /**
+   * A reply inbox on this mux's one subscription, open until `close()`: every message to
+   * `subject` goes to `onMessage` (an ask's replies). No subscription of its own, so the
+   * server's interest graph does not change with each one. `onClosed` hears why the mux
+   * stopped (the bus closed, or the connection for good).
+   */
+  listen(onMessage: (msg: Msg) => void, onClosed: (err: Error) => void): { subject: string; close(): void } {
+    const token = this.token();
+    this.listeners.set(token, { onMessage, onClosed });
+    // A connection closed for good ends the wildcard subscription: nothing will arrive.
+    this.watchingClose ??= this.nc.closed().then((err) => this.closeListeners(err ?? new Error("the NATS connection closed")));
+    return { subject: `${this.prefix}.${token}`, close: () => void this.listeners.delete(token) };
+  }
+
+  private watchingClose: Promise<void> | undefined;
+
+  private token(): string {
+    this.sub ??= this.nc.subscribe(`${this.prefix}.*`, { callback: (_err, msg) => this.dispatch(msg) });
+    return (this.next++).toString(36);
+  }
+
+  private closeListeners(err: Error): void {
+    const all = [...this.listeners.values()];
+    this.listeners.clear();
+    for (const l of all) l.onClosed(err);
+  }
+
   private dispatch(msg: Msg | undefined): void {
     if (!msg) return;
     const token = msg.subject.slice(this.prefix.length + 1);
+    const l = this.listeners.get(token);
+    if (l) {
+      l.onMessage(msg);
+      return;
+    }
     const p = this.pending.get(token);
     if (!p) return; // timed out already
     this.pending.delete(token);
@@ -60,6 +97,7 @@ export class RequestMux {
   /** Fails every waiting request with `err` and drops the subscription. */
   close(err: Error): void {
     this.sub?.unsubscribe();
+    this.closeListeners(err);
     for (const p of this.pending.values()) {
       clearTimeout(p.timer);
       p.reject(err);
