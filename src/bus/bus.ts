@@ -4,7 +4,7 @@ import { assertId, newId } from "../core/ids.js";
 import { componentLogger, silentLogger, type Logger } from "../core/logger.js";
 import { publishToStream } from "./acked-publish.js";
 import { ask, respond, type AskOptions, type RespondOptions } from "./ask.js";
-import { DEFAULT_CODEC_LIMITS, type CodecLimits } from "./codec.js";
+import { DEFAULT_CODEC_LIMITS, storedEnvelopeId, type CodecLimits } from "./codec.js";
 import { connectNats } from "./connection.js";
 import type { BusContext } from "./context.js";
 import { sweepUnknownAgents, type UnknownAgentSweep } from "./unknown-agents.js";
@@ -312,13 +312,17 @@ export class Bus {
    * Whether `agentId`'s mailbox stream still holds the message stored at `seq` with envelope
    * id `envelopeId` (not acknowledged, not moved to the DLQ). A work queue deletes a message
    * when it is acked or dead-lettered, so "no" means nothing will deliver it again.
+   * The message is recognised by its sequence and the envelope it carries, whatever its
+   * headers: a reply published to a `replyTo` inbox and a plain NATS client's message carry
+   * no `Nats-Msg-Id` (or one of the publisher's own), and must not pass for gone.
    * @throws JetStream errors other than "no message at that sequence"
    */
   async inboxHolds(agentId: string, seq: number, envelopeId: string): Promise<boolean> {
     this.open("inboxHolds");
     try {
       const m = await this.ctx.jsm.streams.getMessage(this.ctx.subjects.streams.a2a, { seq });
-      return m !== null && m.subject === this.ctx.subjects.a2a(agentId) && m.header?.get(Header.MsgId) === envelopeId;
+      if (m === null || m.subject !== this.ctx.subjects.a2a(agentId)) return false;
+      return m.header?.get(Header.MsgId) === envelopeId || storedEnvelopeId(m.data, m.header, this.ctx.limits) === envelopeId;
     } catch (err) {
       if (isMessageGone(err)) return false;
       throw err;

@@ -68,6 +68,20 @@ export function encodeEnvelope(env: A2AEnvelope, encoding: Encoding = "msgpack")
 }
 
 /**
+ * The `id` of the envelope stored in a message, read within the limits; undefined when the
+ * bytes are not a decodable object with a string id (what the mailbox dead-letters).
+ */
+export function storedEnvelopeId(data: Uint8Array, headers: MsgHdrs | undefined, limits: CodecLimits = DEFAULT_CODEC_LIMITS): string | undefined {
+  try {
+    const value = decodeValue(data, encodingOf(headers), limits);
+    const id = typeof value === "object" && value !== null ? (value as { id?: unknown }).id : undefined;
+    return typeof id === "string" ? id : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/**
  * Bytes (plus headers, for the content type) → a validated envelope.
  * @throws PayloadTooLargeError, DecodeError, InvalidEnvelopeError, UnknownMessageTypeError
  */

@@ -5,7 +5,7 @@ import { defineActor, TURN_KIND, type TurnRecord } from "../../src/actors/index.
 import { newTurnRecord } from "../../src/actors/turn-record.js";
 import { startNatsServer } from "../../src/testing/index.js";
 import { fileServer, startRig, uniqueCluster } from "../fixtures/actors/helpers.js";
-import { waitForConsumer } from "../fixtures/bus/helpers.js";
+import { connectBus, waitForConsumer } from "../fixtures/bus/helpers.js";
 import { tempDir } from "../fixtures/disposable.js";
 import { poll } from "../fixtures/poll.js";
 import { captureLogs } from "../fixtures/capture-logs.js";
@@ -114,6 +114,45 @@ describe("actor recovery from the WAL", () => {
     const s2 = await again.bus.request<StepperState>("s2", "info_request", null);
     expect(s2).toMatchObject({ reply: "r2", fetched: "f2", charge: "outcome unknown" });
     expect(again.states.map(([, st]) => st)).toEqual(["Idle", "Idle"]);
+  });
+
+  it("recovery - a pending turn of a reply published to a replyTo inbox (no Nats-Msg-Id) is finished, not dropped as if its message were gone", async () => {
+    const cluster = uniqueCluster();
+    await using tmp = await tempDir("kova-actors-reply-");
+    // An agent's answer to a run's task: published to the run's inbox by core NATS, stored by the A2A stream.
+    await using publisher = await connectBus(server.url, cluster);
+    const inbox = publisher.subjects.a2a("run-1");
+    const task = createEnvelope({ from: "run-1", to: "agent-1", type: "task_delegate", payload: "step", replyTo: inbox });
+    const reply = await publisher.respond(task, { output: "done" });
+    const stored = await poll(() => publisher.jsm.streams.getMessage(publisher.subjects.streams.a2a, { last_by_subj: inbox }), {
+      timeoutMs: 5_000,
+      retryErrors: true,
+      what: "the reply stored",
+    });
+    expect(stored!.header?.get("Nats-Msg-Id") ?? "").toBe("");
+    await crashedWal(tmp.path, newTurnRecord("run-1", "collector", reply, stored!.seq));
+
+    const handled: string[] = [];
+    const collector = defineActor<{ results: unknown[] }>({
+      type: "collector",
+      initialState: () => ({ results: [] }),
+      handlers: {
+        result_notify: async (ctx) => {
+          handled.push(ctx.message.id);
+          ctx.state.results.push(ctx.message.payload);
+        },
+      },
+      rpc: { info_request: (_e, st) => st },
+    });
+    await using rig = await startRig(server.url, cluster, [collector], { dir: tmp.path });
+    await rig.host.start("run-1", "collector");
+    expect(rig.states.map(([, st]) => st)).toEqual(["Recovering", "Idle"]);
+    expect(handled).toEqual([reply.id]);
+    expect(rig.wal.pendingFor("run-1")).toEqual([]);
+    // Its delivery is then recognised as handled: acked, no second turn.
+    await waitForConsumer(rig.bus, "run-1", "to ack the recovered reply", (ci) => ci.ack_floor.stream_seq >= stored!.seq && ci.num_ack_pending === 0);
+    expect(handled).toEqual([reply.id]);
+    expect(await rig.bus.request("run-1", "info_request", null)).toEqual({ results: [{ output: "done" }] });
   });
 
   it("recovery - a turn whose process died during every attempt ends Failed without running again, its message dead-lettered", async () => {

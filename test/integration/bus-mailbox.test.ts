@@ -121,6 +121,45 @@ describe("bus mailbox", () => {
     expect(got[0]).toEqual(body);
   });
 
+  it("inboxHolds - recognises a stored message by its sequence and envelope id, whatever it carries: a durable send, a reply to replyTo (no Nats-Msg-Id), a plain client's message with its own Nats-Msg-Id", async () => {
+    const cluster = uniqueCluster();
+    await using bus = await connectBus(server.url, cluster);
+    await using plain = await connect({ servers: server.url });
+    const inbox = bus.subjects.a2a("holder");
+    const lastSeq = async () => (await bus.jsm.streams.getMessage(bus.subjects.streams.a2a, { last_by_subj: inbox }))!.seq;
+
+    const sent = createEnvelope({ from: "tester", to: "holder", type: "task_delegate", payload: 1 });
+    const { seq: sentSeq } = await bus.send(sent);
+    // A reply to a replyTo inbox is a plain publish (core NATS), in msgpack or JSON.
+    const asked = createEnvelope({ from: "holder", to: "worker", type: "task_delegate", payload: 2, replyTo: inbox });
+    const packed = await bus.respond(asked, { output: "packed" });
+    const packedSeq = await poll(async () => (await lastSeq()) > sentSeq && lastSeq(), { timeoutMs: 5_000, what: "the msgpack reply stored" });
+    const json = await bus.respond(asked, { output: "json" }, { encoding: "json" });
+    const jsonSeq = await poll(async () => (await lastSeq()) > packedSeq && lastSeq(), { timeoutMs: 5_000, what: "the JSON reply stored" });
+    // A plain client's own Nats-Msg-Id, not the envelope's.
+    const body = { id: "plain-2", from: "python-svc", to: "holder", type: "task_delegate", payload: 3 };
+    const { headers } = await import("@nats-io/transport-node");
+    const h = headers();
+    h.set("Content-Type", "application/json");
+    h.set("Nats-Msg-Id", "python-svc-dedup-17");
+    const plainSeq = (await plain.request(inbox, JSON.stringify(body), { headers: h, timeout: 5_000 })).json<{ seq: number }>().seq;
+
+    const stored: Array<[number, string]> = [
+      [sentSeq, sent.id],
+      [packedSeq, packed.id],
+      [jsonSeq, json.id],
+      [plainSeq, body.id],
+    ];
+    for (const [seq, id] of stored) {
+      expect(await bus.inboxHolds("holder", seq, id), `message ${id} at ${seq}`).toBe(true);
+      expect(await bus.inboxHolds("holder", seq, "another-id"), `another id at ${seq}`).toBe(false);
+      expect(await bus.inboxHolds("someone-else", seq, id), `another agent at ${seq}`).toBe(false);
+    }
+    // Acknowledged (a work queue deletes it): gone.
+    await bus.jsm.streams.deleteMessage(bus.subjects.streams.a2a, packedSeq);
+    expect(await bus.inboxHolds("holder", packedSeq, packed.id)).toBe(false);
+  });
+
   it("send - with no stream capturing the inbox it fails with NO_RESPONDERS naming the subject", async () => {
     await using bus = await Bus.connect({ servers: server.url, cluster: uniqueCluster() }); // no ensureStreams
     const env = createEnvelope({ from: "tester", to: "nowhere", type: "task_delegate", payload: 1 });
