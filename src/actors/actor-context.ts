@@ -75,7 +75,11 @@ export function makeContext(
     },
     emit: async (type, data, opts = {}) => {
       const event = eventOf(actor, type, data, opts, journal.now());
-      await journal.step(`emit:${type}`, () => deps.bus.publishEvent(event), { idempotent: true });
+      // Its Nats-Msg-Id is derived like a send's id (actor, message, step index): the step
+      // runs again when the turn is resumed before its result was recorded (a restart, a
+      // takeover), and the EVENTS stream's duplicate window then stores the event once.
+      const msgId = derivedId("uuid", actor.id, env.id, `emit:${journal.nextStep}`);
+      await journal.step(`emit:${type}`, () => deps.bus.publishEvent(event, { msgId }), { idempotent: true });
     },
     stream: (type, data, opts = {}) => {
       const event = eventOf(actor, type, data, opts, Date.now());

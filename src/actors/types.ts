@@ -86,7 +86,11 @@ export interface ActorContext<S> {
    * replayed send is deduplicated by JetStream's `Nats-Msg-Id`). Resolves to the id.
    */
   send(env: Omit<A2AEnvelope, "id" | "from"> & { id?: string }, opts?: ActorSendOptions): Promise<string>;
-  /** Publishes an event, as an idempotent step. */
+  /**
+   * Publishes an event, as an idempotent step, under a `Nats-Msg-Id` derived from the actor,
+   * the message and the step's index: an emit that runs again (a turn resumed before its
+   * result was recorded) is stored once.
+   */
   emit(type: string, data?: unknown, opts?: EmitOptions): Promise<void>;
   /**
    * Publishes a high-rate event (tokens, progress) with a plain NATS publish: not stored,

@@ -89,14 +89,12 @@ async function requestAndWait(s: RunScope, gated: readonly GatedCall[]): Promise
           expiresAt,
           status: "pending",
         });
-        await publish(s, RunEventType.approvalRequested, {
-          agentId: s.agentId,
+        await publish(
+          s,
+          RunEventType.approvalRequested,
+          { agentId: s.agentId, approvalId, callId: c.call.id, tool: c.tool.name, args: c.args, expiresAt: rec.expiresAt },
           approvalId,
-          callId: c.call.id,
-          tool: c.tool.name,
-          args: c.args,
-          expiresAt: rec.expiresAt,
-        });
+        );
         out.push({ callId: c.call.id, approvalId });
       }
       return out;
@@ -118,15 +116,20 @@ async function requestAndWait(s: RunScope, gated: readonly GatedCall[]): Promise
             stop.abort(err);
             throw err;
           });
-          await publish(s, rec.status === "approved" ? RunEventType.approvalGranted : RunEventType.approvalRejected, {
-            agentId: s.agentId,
-            approvalId: a.approvalId,
-            callId: a.callId,
-            tool: rec.tool,
-            ...(rec.by !== undefined ? { by: rec.by } : {}),
-            ...(rec.comment !== undefined ? { comment: rec.comment } : {}),
-            ...(rec.timedOut ? { timedOut: true } : {}),
-          });
+          await publish(
+            s,
+            rec.status === "approved" ? RunEventType.approvalGranted : RunEventType.approvalRejected,
+            {
+              agentId: s.agentId,
+              approvalId: a.approvalId,
+              callId: a.callId,
+              tool: rec.tool,
+              ...(rec.by !== undefined ? { by: rec.by } : {}),
+              ...(rec.comment !== undefined ? { comment: rec.comment } : {}),
+              ...(rec.timedOut ? { timedOut: true } : {}),
+            },
+            a.approvalId,
+          );
           return rec;
         }),
       ).finally(() => s.ctx.signal.removeEventListener("abort", forward));

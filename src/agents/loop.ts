@@ -96,9 +96,9 @@ async function loop(s: RunScope): Promise<AgentResult> {
   if (s.request.sessionId !== undefined || def.hooks.beforeUserMessage) {
     const loaded = await ctx.step(
       "run:start",
-      async () => {
+      async ({ key }) => {
         // The event's ack and the conversation's read, in one round trip's time.
-        const [, history] = await Promise.all([publishStarted(s), loadHistory(s)]);
+        const [, history] = await Promise.all([publishStarted(s, key), loadHistory(s)]);
         return history;
       },
       { idempotent: true },
@@ -237,9 +237,11 @@ async function finish(s: RunScope, output: string, status: RunStatus, error?: { 
   const final = result;
   if (status === "cancelled") {
     // No step can start once the turn is interrupted (the journal refuses): the end events
-    // go out directly, best effort. A crash now replays the turn, which then runs on.
-    await publish(s, "run_cancelled", { agentId: s.agentId, usage: final.usage }).catch(() => undefined);
-    await publish(s, "run_stream_end", { status }).catch(() => undefined);
+    // go out directly, best effort, under ids of this turn's end (a repeat is stored once).
+    // A crash now replays the turn, which then runs on.
+    const endKey = `${s.agentId}.${s.ctx.message.id}.end`;
+    await publish(s, "run_cancelled", { agentId: s.agentId, usage: final.usage }, endKey).catch(() => undefined);
+    await publish(s, "run_stream_end", { status }, endKey).catch(() => undefined);
     s.ctx.state.usage = addRun(s.ctx.state.usage, s.tally);
     return final;
   }

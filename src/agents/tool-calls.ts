@@ -104,7 +104,8 @@ async function runCall(s: RunScope, call: ToolCall, tool: Tool, args: unknown): 
     return await s.ctx.step(
       `tool:${call.id}`,
       async (info) => {
-        await publish(s, "tool_call", { agentId: s.agentId, callId: call.id, tool: tool.name, args });
+        // Under the step's key: a call run again (an idempotent one, after a crash) is stored once.
+        await publish(s, "tool_call", { agentId: s.agentId, callId: call.id, tool: tool.name, args }, info.key);
         const started = performance.now();
         const outcome = await runTool(
           tool,
@@ -136,14 +137,19 @@ async function runCall(s: RunScope, call: ToolCall, tool: Tool, args: unknown): 
         // a lost lease cuts the turn, and the journal records nothing for the step, so a
         // resumed turn runs the call again if it is idempotent, else hears outcome unknown.
         if (s.ctx.signal.aborted) throw s.ctx.signal.reason;
-        await publish(s, "tool_result", {
-          agentId: s.agentId,
-          callId: call.id,
-          tool: tool.name,
-          ok: rec.ok,
-          ms: rec.ms,
-          ...(rec.error ? { error: { code: rec.error.code, message: rec.error.message } } : {}),
-        });
+        await publish(
+          s,
+          "tool_result",
+          {
+            agentId: s.agentId,
+            callId: call.id,
+            tool: tool.name,
+            ok: rec.ok,
+            ms: rec.ms,
+            ...(rec.error ? { error: { code: rec.error.code, message: rec.error.message } } : {}),
+          },
+          info.key,
+        );
         return rec;
       },
       { idempotent },
@@ -172,9 +178,9 @@ async function runCall(s: RunScope, call: ToolCall, tool: Tool, args: unknown): 
 function refuse(s: RunScope, call: ToolCall, tool: string, args: unknown, content: string, error: WireError): Promise<ToolCallRecord> {
   return s.ctx.step(
     `tool:${call.id}`,
-    async () => {
-      await publish(s, "tool_call", { agentId: s.agentId, callId: call.id, tool, args });
-      await publish(s, "tool_result", { agentId: s.agentId, callId: call.id, tool, ok: false, error: { code: error.code, message: error.message } });
+    async ({ key }) => {
+      await publish(s, "tool_call", { agentId: s.agentId, callId: call.id, tool, args }, key);
+      await publish(s, "tool_result", { agentId: s.agentId, callId: call.id, tool, ok: false, error: { code: error.code, message: error.message } }, key);
       return { content, ok: false, ms: 0, error };
     },
     { idempotent: true },

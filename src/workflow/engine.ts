@@ -130,6 +130,12 @@ export interface RunState {
   output?: unknown;
   error?: WireError;
   retired?: boolean;
+  /**
+   * The run ended and its end events (`run_completed` / `run_failed` / `run_cancelled`,
+   * `run_stream_end`) are still to be published: by the turn of its retire timer, the
+   * first turn after the one that ended it, so they follow that turn's commit.
+   */
+  endPending?: boolean;
 }
 
 export type Effect =
@@ -319,6 +325,7 @@ export class RunEngine {
     if (t.kind === "retire") {
       if (this.s.status === "running" || this.s.retired) return false;
       this.s.retired = true;
+      this.announceEnd();
       this.effects.push({ kind: "retire" });
       return true;
     }
@@ -428,14 +435,26 @@ export class RunEngine {
       rec.status = "cancelled";
       rec.endedAt = this.now;
     }
-    const durationMs = this.now - this.s.createdAt;
-    if (status === "completed") this.event("run_completed", { output, usage: this.s.usage, durationMs });
-    else if (status === "failed") this.event("run_failed", { error, usage: this.s.usage, durationMs });
-    else this.event("run_cancelled", { error, durationMs });
-    this.event("run_stream_end", { status });
+    // The end events wait for the retire timer's turn (announceEnd): published here, they
+    // went out before this turn's state was committed, and a node killed in between left
+    // `run_completed` seen by `--follow` and `events tail` while `workflow status` (the
+    // committed state) still said running, with the last step running.
+    this.s.endPending = true;
     this.effects.push({ kind: "clear_timers" });
     if (Object.values(this.s.steps).some((r) => r.waitId !== undefined)) this.effects.push({ kind: "clear_subject_waits" });
     this.timer("retire", this.now);
+  }
+
+  /** The end events of a run that ended in an earlier, committed turn (see `endPending`). */
+  private announceEnd(): void {
+    if (!this.s.endPending) return; // ended under a build that published them in the ending turn
+    delete this.s.endPending;
+    const { status, output, error, usage } = this.s;
+    const durationMs = (this.s.endedAt ?? this.now) - this.s.createdAt;
+    if (status === "completed") this.event("run_completed", { output, usage, durationMs });
+    else if (status === "failed") this.event("run_failed", { error, usage, durationMs });
+    else this.event("run_cancelled", { error, durationMs });
+    this.event("run_stream_end", { status });
   }
 
   private sequence(steps: readonly StepDef[], scope: Scope): Outcome {

@@ -54,6 +54,8 @@ export interface RunSummary {
     attempts: number;
     agent?: string;
     durationMs?: number;
+    /** What a settled step produced (null for a skipped one), as later steps' templates read it. */
+    output?: unknown;
     error?: WireError;
     childRunId?: string;
   }>;
@@ -78,6 +80,8 @@ export function runSummary(s: RunState): RunSummary {
       attempts: r.attempt,
       ...(r.agent ? { agent: r.agent } : {}),
       ...(typeof m.durationMs === "number" ? { durationMs: m.durationMs } : {}),
+      // Inline: the summary is built from the run's checkpoint state, which holds every output already.
+      ...(r.status === "completed" || r.status === "skipped" ? { output: r.output ?? null } : {}),
       ...(r.error && r.status !== "completed" ? { error: r.error } : {}),
       ...(r.childRunId ? { childRunId: r.childRunId } : {}),
     };

@@ -76,8 +76,19 @@ describe("kova workflow run", () => {
     // The writer saw the object input as JSON, one task per iteration of `while loop.iteration < input.rounds`.
     expect((await counts("writer")).inputs).toEqual(['draft 0 with {"deep":true}', 'draft 1 with {"deep":true}']);
 
+    // Read as soon as --follow ended: the end it printed is the committed state's, and each
+    // step shows its status, attempts and output.
     const status = await tc.cli(["workflow", "status", runId!, "--json"]);
-    expect(JSON.parse(status.stdout)).toMatchObject({ status: "completed", input: { topic: "nats", rounds: 2, tags: ["a", "b"], opts: { deep: true } } });
+    const summary = JSON.parse(status.stdout) as { steps: Array<{ key: string; status: string; attempts: number; output?: unknown }> };
+    expect(summary).toMatchObject({ status: "completed", input: { topic: "nats", rounds: 2, tags: ["a", "b"], opts: { deep: true } } });
+    expect(Object.fromEntries(summary.steps.map((st) => [st.key, [st.status, st.attempts, st.output]]))).toEqual({
+      research: ["completed", 2, "researcher(research nats tagged b)"],
+      "draft@0": ["completed", 1, 'writer(draft 0 with {"deep":true})'],
+      "draft@1": ["completed", 1, 'writer(draft 1 with {"deep":true})'],
+      drafts: ["completed", 1, 'writer(draft 1 with {"deep":true})'],
+      "publish.then": ["completed", 1, output],
+      publish: ["completed", 1, output],
+    });
   }, 60_000);
 
   it("workflow run - --follow exits 1 when the run fails, after printing why", async () => {

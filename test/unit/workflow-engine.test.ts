@@ -84,16 +84,14 @@ describe("workflow engine", () => {
       expect.objectContaining({ kind: "event", type: "approval_granted" }),
     );
     expect(sim.open("writer").payload.input).toBe('Write the final report from R and ["C","F"]');
-    sim.reply("writer", "FINAL");
+    const ending = sim.reply("writer", "FINAL");
     expect(sim.state.status).toBe("completed");
     expect(sim.state.output).toBe("FINAL");
     expect(sim.state.usage).toEqual({ inputTokens: 40, outputTokens: 20 });
-    expect(
-      sim
-        .events()
-        .map((e) => e.type)
-        .slice(-2),
-    ).toEqual(["run_completed", "run_stream_end"]);
+    // The turn that ends the run announces nothing yet: the end events go out from the next
+    // turn (its retire timer's), once this one's state is committed.
+    expect(ending.flatMap((e) => (e.kind === "event" ? [e.type] : []))).toEqual(["step_completed", "step_completed"]);
+    expect(sim.events("run_completed")).toEqual([]);
     // every agent step is a child run linked to its step
     expect(sim.events("child_run_linked").map((e) => `${e.stepId}->${e.childRunId}`)).toEqual([
       "research->wf-1-t0r",
@@ -103,6 +101,13 @@ describe("workflow engine", () => {
     ]);
     // the approval's own timeout timer was dropped when the approval came
     expect(Object.values(sim.state.timers).map((t) => t.kind)).toEqual(["retire"]);
+    const retired = sim.fire("retire");
+    expect(retired.map((e) => (e.kind === "event" ? e.type : e.kind))).toEqual(["run_completed", "run_stream_end", "retire"]);
+    expect(sim.events("run_completed")).toEqual([{ type: "run_completed", output: "FINAL", usage: { inputTokens: 40, outputTokens: 20 }, durationMs: 0 }]);
+    expect(sim.events("run_stream_end")).toEqual([{ type: "run_stream_end", status: "completed" }]);
+    // a second retire timer message (a repeat) announces nothing again
+    expect(new RunEngine(sim.state, sim.now).fired("none")).toBe(false);
+    expect(sim.state.endPending).toBeUndefined();
   });
 
   it("engine - a turn computed twice from the same state yields the same message ids (a re-run after a crash sends duplicates only)", () => {
@@ -190,8 +195,10 @@ describe("workflow engine", () => {
     expect(sim.state.steps.b).toBeUndefined();
     expect(sim.sends().map((s) => s.to)).toEqual(["x"]);
     expect(sim.events("step_retry")).toEqual([]);
+    sim.fire("retire");
     const events = sim.effects.flatMap((e) => (e.kind === "event" ? [e.type] : []));
     expect(events.slice(-3)).toEqual(["step_failed", "run_failed", "run_stream_end"]);
+    expect(sim.events("run_failed")[0]).toMatchObject({ error: { code: "MODEL_DOWN" } });
     expect(sim.events("step_started").map((e) => e.stepId)).toEqual(["a"]);
   });
 
@@ -373,14 +380,18 @@ describe("workflow engine", () => {
     // the agent turn the run still waited for is interrupted (that message only)
     expect(cancelled.filter((e) => e.kind === "interrupt")).toEqual([{ kind: "interrupt", agent: "x", messageId: d.id, childRunId: d.payload.runId }]);
     expect(sim.state).toMatchObject({ status: "cancelled", error: { code: WorkflowErrorCode.WORKFLOW_CANCELLED } });
-    expect(
-      sim
-        .events()
-        .map((e) => e.type)
-        .slice(-2),
-    ).toEqual(["run_cancelled", "run_stream_end"]);
+    expect(sim.events("run_cancelled")).toEqual([]);
     expect(new RunEngine(sim.state, sim.now).result(d.id, { output: "x" }, undefined)).toBe(false);
     expect(new RunEngine(sim.state, sim.now).signal({ event: "x" })).toBe("ignored");
+    expect(sim.fire("retire").map((e) => (e.kind === "event" ? e.type : e.kind))).toEqual(["run_cancelled", "run_stream_end", "retire"]);
+    expect(sim.events("run_cancelled")[0]).toMatchObject({ error: { code: WorkflowErrorCode.WORKFLOW_CANCELLED } });
+  });
+
+  it("end events - a run that ended under a build which announced its end in the ending turn (no endPending) is retired without announcing it again", () => {
+    const sim = new Sim();
+    sim.start(one([{ id: "a", agent: "x", task: "t" }]));
+    sim.reply("x", "done");
+    delete sim.state.endPending;
     expect(sim.fire("retire").map((e) => e.kind)).toEqual(["retire"]);
   });
 });

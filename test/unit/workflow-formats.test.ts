@@ -46,7 +46,11 @@ describe("workflow formats (golden files)", () => {
     expect(e.result("wf-0123456789abcdef0123-t1", payload, undefined)).toBe(true);
     e.advance();
     expect(state).toMatchObject({ status: "completed", output: "Report: tides", usage: { inputTokens: 415, outputTokens: 227 } });
-    expect(e.effects.map((x) => (x.kind === "event" ? x.type : x.kind))).toContain("run_completed");
+    // Its end is announced by the next turn, its retire timer's.
+    const [retireId] = Object.entries(state.timers).find(([, t]) => t.kind === "retire")!;
+    const next = new RunEngine(state, 1764450009001);
+    expect(next.fired(retireId)).toBe(true);
+    expect(next.effects.map((x) => (x.kind === "event" ? x.type : x.kind))).toEqual(["run_completed", "run_stream_end", "retire"]);
   });
 
   it("formats - a timer, wait or run state of an unknown version is refused naming it and the versions this build reads", () => {
