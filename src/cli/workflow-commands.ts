@@ -320,10 +320,13 @@ export async function tailTree(
   process.once("SIGTERM", stop);
   let n = 0;
   try {
-    for await (const e of events) {
-      const ended = view.apply(e);
+    for await (const { event, caughtUp } of events) {
+      view.apply(event);
       n++;
-      if ((opts.max !== undefined && n >= opts.max) || (opts.untilDone && ended && view.tree.done())) break;
+      // Done only once the stored history is read: a session whose runs came one after
+      // another has every run seen so far ended at the end of each (the first one's end
+      // used to stop the tail there).
+      if ((opts.max !== undefined && n >= opts.max) || (opts.untilDone && caughtUp && view.tree.done())) break;
     }
   } finally {
     events.stop();
@@ -331,15 +334,28 @@ export async function tailTree(
   }
 }
 
+/** An event, and whether every event stored before it was read (nothing pending: what follows is live). */
+interface TailedEvent {
+  event: KovaEvent;
+  caughtUp: boolean;
+}
+
 /** A session's events from the start of the EVENTS stream, then live; or all live events without a session. */
-async function sessionEvents(client: KovaClient, sessionId: string | undefined): Promise<AsyncIterable<KovaEvent> & { stop(): void }> {
-  if (sessionId === undefined) return client.events();
+async function sessionEvents(client: KovaClient, sessionId: string | undefined): Promise<AsyncIterable<TailedEvent> & { stop(): void }> {
+  if (sessionId === undefined) {
+    const live = client.events();
+    async function* all(): AsyncGenerator<TailedEvent> {
+      for await (const event of live) yield { event, caughtUp: true };
+    }
+    const it = all();
+    return { [Symbol.asyncIterator]: () => it, stop: () => live.stop() };
+  }
   const bus = client.bus;
   const reader = await bus.readStoredEvents(bus.subjects.sessionEvents(sessionId));
-  async function* iterate(): AsyncGenerator<KovaEvent> {
+  async function* iterate(): AsyncGenerator<TailedEvent> {
     for await (const m of reader.messages) {
       try {
-        yield m.json<KovaEvent>();
+        yield { event: m.json<KovaEvent>(), caughtUp: m.info.pending === 0 };
       } catch {
         // not an event
       }
