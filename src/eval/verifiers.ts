@@ -60,9 +60,9 @@ export function answerNumber(output: string): number | undefined {
 }
 
 /** The JSON an answer holds: the whole answer, or its first fenced ```json block. */
-function answerJson(output: string): { ok: true; value: unknown } | { ok: false; why: string } {
-  const fenced = /```(?:json)?\s*\n([\s\S]*?)```/i.exec(output);
-  const text = (fenced ? fenced[1]! : output).trim();
+function answerJson(answer: string): { ok: true; value: unknown } | { ok: false; why: string } {
+  const fenced = /```(?:json)?\s*\n([\s\S]*?)```/i.exec(answer);
+  const text = (fenced ? fenced[1]! : answer).trim();
   try {
     return { ok: true, value: JSON.parse(text) };
   } catch (err) {

@@ -10,7 +10,7 @@ import { createDbTool, dbConfigFrom, type DbTool } from "../../src/tools/builtin
 import { DbErrorCode, type WriteFinding } from "../../src/tools/builtin/db-errors.js";
 import { poll } from "../fixtures/poll.js";
 import { loadCorpus } from "../fixtures/security/corpus.js";
-import { tempDir } from "../fixtures/disposable.js";
+import { defer, tempDir } from "../fixtures/disposable.js";
 import { toolContext } from "../fixtures/tool-call.js";
 
 const silent = createLogger({ level: "silent" });
@@ -177,12 +177,9 @@ const CLEAN_SESSION = [0, 0, null, '"$user", public'];
 async function seededRandom(): Promise<number> {
   const c = new pg.Client({ connectionString: ADMIN_URL });
   await c.connect();
-  try {
-    await c.query("SELECT setseed(0.5)");
-    return (await c.query("SELECT random() AS r")).rows[0].r as number;
-  } finally {
-    await c.end();
-  }
+  await using _client = defer(() => c.end());
+  await c.query("SELECT setseed(0.5)");
+  return (await c.query("SELECT random() AS r")).rows[0].r as number;
 }
 
 /** An LSN (`16/B374D848`) as a number, to order WAL positions. */
