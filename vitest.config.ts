@@ -1,13 +1,26 @@
 import { defineConfig } from "vitest/config";
 
+/**
+ * Three tiers, each a vitest project (docs/architecture.md, "Tests"):
+ * - unit: pure logic, no build and no server (`npm run test:unit`, well under a minute);
+ * - integration: one process against real nats-server, LMDB, PostgreSQL, MCP servers, a
+ *   browser (`npm run test:integration`);
+ * - e2e: spawned node processes from `dist/`, SIGKILL and restarts (`npm run test:e2e`,
+ *   which builds first).
+ * `npm test` builds and runs all three.
+ */
 export default defineConfig({
   test: {
-    include: ["test/**/*.test.ts"],
     // Integration and e2e suites start real nats-server processes and spawn node
     // processes; two cores cannot run many of them at once without timeouts.
     maxWorkers: 2,
     testTimeout: 30_000,
     hookTimeout: 60_000,
     teardownTimeout: 30_000,
+    projects: [
+      { extends: true, test: { name: "unit", include: ["test/unit/**/*.test.ts"] } },
+      { extends: true, test: { name: "integration", include: ["test/integration/**/*.test.ts"] } },
+      { extends: true, test: { name: "e2e", include: ["test/e2e/**/*.test.ts"] } },
+    ],
   },
 });
