@@ -1,4 +1,4 @@
-import { describe, expect, it } from "vitest";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import OpenAI from "openai";
 import { connect } from "@nats-io/transport-node";
 import { NatsMemoryStore } from "../../src/agents/memory/store.js";
@@ -6,7 +6,7 @@ import { BucketNotFoundError, listKvKeys } from "../../src/bus/index.js";
 import { scriptedReply, type ScriptedHandler } from "../../src/testing/index.js";
 import { defer } from "../fixtures/disposable.js";
 import { streamText } from "../fixtures/gateway/openai-stream.js";
-import { startGatewayRig } from "../fixtures/gateway/rig.js";
+import { startGatewayRig, type GatewayRig } from "../fixtures/gateway/rig.js";
 import { recordPublished } from "../fixtures/bus/published.js";
 import { poll } from "../fixtures/poll.js";
 
@@ -22,36 +22,47 @@ const handler: ScriptedHandler = (r) => {
 };
 
 describe("gateway: OpenAI-compatible endpoint", () => {
-  it("openai - the openai client lists agents as models and chats with one that uses a tool, with and without streaming", async () => {
-    await using rig = await startGatewayRig({ handler, agents: ["helper"] });
-    const client = new OpenAI({ baseURL: `${rig.url}/v1`, apiKey: rig.key, maxRetries: 0 });
+  describe("one agent with a tool", () => {
+    let rig: GatewayRig;
+    let client: OpenAI;
+    beforeAll(async () => {
+      rig = await startGatewayRig({ handler, agents: ["helper"] });
+      client = new OpenAI({ baseURL: `${rig.url}/v1`, apiKey: rig.key, maxRetries: 0 });
+    }, 60_000);
+    afterAll(() => rig?.[Symbol.asyncDispose]());
 
-    const models = await client.models.list();
-    expect(models.data.map((m) => m.id).sort()).toEqual(["coordinator", "helper"]);
+    it("openai - the openai client lists the agents as models", async () => {
+      const models = await client.models.list();
+      expect(models.data.map((m) => m.id).sort()).toEqual(["coordinator", "helper"]);
+    });
 
-    const done = await client.chat.completions.create({ model: "helper", messages: [{ role: "user", content: "please add 2 and 3" }] });
-    expect(done.choices[0]?.message.content).toBe("The sum is 5.");
-    expect(done.choices[0]?.finish_reason).toBe("stop");
-    // usage is the agent's: both model calls of the run (the tool call and the answer)
-    expect(done.usage).toMatchObject({ prompt_tokens: 50, completion_tokens: 10, total_tokens: 60 });
-    // the tool call stayed inside Kova: the model saw the tool result, the client only the answer
-    const toolTurn = rig.model.requests.find((q) => q.lastMessage?.role === "tool");
-    expect(toolTurn?.lastMessage?.content).toBe("5");
+    it("openai - a chat with an agent that uses a tool answers with its final text and the usage of both model calls; the tool call stays inside Kova", async () => {
+      const done = await client.chat.completions.create({ model: "helper", messages: [{ role: "user", content: "please add 2 and 3" }] });
+      expect(done.choices[0]?.message.content).toBe("The sum is 5.");
+      expect(done.choices[0]?.finish_reason).toBe("stop");
+      // usage is the agent's: both model calls of the run (the tool call and the answer)
+      expect(done.usage).toMatchObject({ prompt_tokens: 50, completion_tokens: 10, total_tokens: 60 });
+      // the model saw the tool result, the client only the answer
+      const toolTurn = rig.model.requests.find((q) => q.lastMessage?.role === "tool");
+      expect(toolTurn?.lastMessage?.content).toBe("5");
+    }, 60_000);
 
-    const { pieces, text, usage, finish } = await streamText(
-      await client.chat.completions.create({
-        model: "helper",
-        messages: [{ role: "user", content: "add them again" }],
-        stream: true,
-        stream_options: { include_usage: true },
-      }),
-    );
-    expect(text).toBe("The sum is 5.");
-    // tokens arrive as the model streams them: more than one piece
-    expect(pieces.length).toBeGreaterThan(1);
-    expect(finish).toBe("stop");
-    expect(usage).toMatchObject({ prompt_tokens: 50, completion_tokens: 10 });
-  }, 60_000);
+    it("openai - a streamed chat arrives in more than one piece, then its finish reason and usage", async () => {
+      const { pieces, text, usage, finish } = await streamText(
+        await client.chat.completions.create({
+          model: "helper",
+          messages: [{ role: "user", content: "add them again" }],
+          stream: true,
+          stream_options: { include_usage: true },
+        }),
+      );
+      expect(text).toBe("The sum is 5.");
+      // tokens arrive as the model streams them
+      expect(pieces.length).toBeGreaterThan(1);
+      expect(finish).toBe("stop");
+      expect(usage).toMatchObject({ prompt_tokens: 50, completion_tokens: 10 });
+    }, 60_000);
+  });
 
   it("openai - a session named by the user field keeps the conversation in the agent's memory", async () => {
     await using rig = await startGatewayRig({ handler });
@@ -143,84 +154,117 @@ describe("gateway: OpenAI-compatible endpoint", () => {
     expect(instances).toContain(`support--${rig.scope("other")}alice`);
   }, 60_000);
 
-  it("openai - refuses bad input and bad keys with clear errors: unknown model, no key, wrong key, forbidden agent, malformed and oversized bodies, over the rate", async () => {
-    await using rig = await startGatewayRig({ handler, keys: { narrow: ["coordinator"] }, gateway: { max_body_bytes: 4096 } });
-    const client = new OpenAI({ baseURL: `${rig.url}/v1`, apiKey: rig.key, maxRetries: 0 });
-    const unknown = await client.chat.completions.create({ model: "nobody", messages: [{ role: "user", content: "hi" }] }).catch((e: unknown) => e);
-    expect(unknown).toBeInstanceOf(OpenAI.NotFoundError);
-    expect((unknown as InstanceType<typeof OpenAI.NotFoundError>).message).toContain("nobody");
-
+  describe("bad input and bad keys", () => {
+    let rig: GatewayRig;
+    let client: OpenAI;
     const post = (body: string, headers: Record<string, string> = {}) =>
       fetch(`${rig.url}/v1/chat/completions`, { method: "POST", headers: { "content-type": "application/json", ...headers }, body });
     const good = JSON.stringify({ model: "helper", messages: [{ role: "user", content: "hi" }] });
+    const auth = () => ({ authorization: `Bearer ${rig.key}` });
+    beforeAll(async () => {
+      rig = await startGatewayRig({ handler, keys: { narrow: ["coordinator"] }, gateway: { max_body_bytes: 4096 } });
+      client = new OpenAI({ baseURL: `${rig.url}/v1`, apiKey: rig.key, maxRetries: 0 });
+    }, 60_000);
+    afterAll(() => rig?.[Symbol.asyncDispose]());
 
-    const noKey = await post(good);
-    expect(noKey.status).toBe(401);
-    expect(noKey.headers.get("www-authenticate")).toContain("Bearer");
-    expect(await noKey.json()).toMatchObject({ error: { code: "UNAUTHORIZED" } });
+    it("openai - an unknown model is 404 naming it", async () => {
+      const unknown = await client.chat.completions.create({ model: "nobody", messages: [{ role: "user", content: "hi" }] }).catch((e: unknown) => e);
+      expect(unknown).toBeInstanceOf(OpenAI.NotFoundError);
+      expect((unknown as InstanceType<typeof OpenAI.NotFoundError>).message).toContain("nobody");
+    });
 
-    const wrong = await post(good, { authorization: "Bearer kova_not-a-key" });
-    expect(wrong.status).toBe(401);
-    const wrongBody = await wrong.text();
-    expect(wrongBody).not.toContain("kova_not-a-key");
+    it("openai - no key is 401 UNAUTHORIZED with a Bearer challenge", async () => {
+      const noKey = await post(good);
+      expect(noKey.status).toBe(401);
+      expect(noKey.headers.get("www-authenticate")).toContain("Bearer");
+      expect(await noKey.json()).toMatchObject({ error: { code: "UNAUTHORIZED" } });
+    });
 
-    const narrow = new OpenAI({ baseURL: `${rig.url}/v1`, apiKey: rig.keys.narrow!, maxRetries: 0 });
-    expect((await narrow.models.list()).data.map((m) => m.id)).toEqual(["coordinator"]);
-    // An agent the key may not use is answered as one that does not exist: 404, never 403.
-    const forbidden = await narrow.chat.completions.create({ model: "helper", messages: [{ role: "user", content: "hi" }] }).catch((e: unknown) => e);
-    expect(forbidden).toBeInstanceOf(OpenAI.NotFoundError);
+    it("openai - a wrong key is 401, and the answer does not repeat it", async () => {
+      const wrong = await post(good, { authorization: "Bearer kova_not-a-key" });
+      expect(wrong.status).toBe(401);
+      expect(await wrong.text()).not.toContain("kova_not-a-key");
+    });
 
-    const auth = { authorization: `Bearer ${rig.key}` };
-    const malformed = await post("{not json", auth);
-    expect(malformed.status).toBe(400);
-    expect(await malformed.json()).toMatchObject({ error: { code: "BAD_REQUEST" } });
-    const noMessages = await post(JSON.stringify({ model: "helper", messages: [] }), auth);
-    expect(noMessages.status).toBe(400);
-    expect(await noMessages.json()).toMatchObject({ error: { message: expect.stringContaining("messages") } });
-    const big = await post(JSON.stringify({ model: "helper", messages: [{ role: "user", content: "x".repeat(10_000) }] }), auth);
-    expect(big.status).toBe(413);
-    expect(await big.json()).toMatchObject({ error: { code: "BODY_TOO_LARGE" } });
-  }, 60_000);
+    it("openai - a key limited to some agents lists only those, and another agent is 404 for it, never 403", async () => {
+      const narrow = new OpenAI({ baseURL: `${rig.url}/v1`, apiKey: rig.keys.narrow!, maxRetries: 0 });
+      expect((await narrow.models.list()).data.map((m) => m.id)).toEqual(["coordinator"]);
+      const forbidden = await narrow.chat.completions.create({ model: "helper", messages: [{ role: "user", content: "hi" }] }).catch((e: unknown) => e);
+      expect(forbidden).toBeInstanceOf(OpenAI.NotFoundError);
+    });
 
-  it("openai - template instances: model = support--<key> activates the instance; model = support with a user addresses support--<user>; a key scoped to the template may use its instances; the instance's A2A card is served", async () => {
-    await using rig = await startGatewayRig({ handler, agents: [], templates: ["support"], keys: { scoped: ["support"] } });
-    const client = new OpenAI({ baseURL: `${rig.url}/v1`, apiKey: rig.key, maxRetries: 0 });
+    it("openai - a body that is no JSON is 400 BAD_REQUEST", async () => {
+      const malformed = await post("{not json", auth());
+      expect(malformed.status).toBe(400);
+      expect(await malformed.json()).toMatchObject({ error: { code: "BAD_REQUEST" } });
+    });
+
+    it("openai - a chat without messages is 400 naming messages", async () => {
+      const noMessages = await post(JSON.stringify({ model: "helper", messages: [] }), auth());
+      expect(noMessages.status).toBe(400);
+      expect(await noMessages.json()).toMatchObject({ error: { message: expect.stringContaining("messages") } });
+    });
+
+    it("openai - a body over max_body_bytes is 413 BODY_TOO_LARGE", async () => {
+      const big = await post(JSON.stringify({ model: "helper", messages: [{ role: "user", content: "x".repeat(10_000) }] }), auth());
+      expect(big.status).toBe(413);
+      expect(await big.json()).toMatchObject({ error: { code: "BODY_TOO_LARGE" } });
+    });
+  });
+
+  describe("template instances", () => {
+    let rig: GatewayRig;
+    let client: OpenAI;
     const chat = (model: string, content: string, user?: string) =>
       client.chat.completions.create({ model, messages: [{ role: "user", content }], ...(user ? { user } : {}) }).then((r) => r.choices[0]?.message.content);
+    beforeAll(async () => {
+      rig = await startGatewayRig({ handler, agents: [], templates: ["support"], keys: { scoped: ["support"] } });
+      client = new OpenAI({ baseURL: `${rig.url}/v1`, apiKey: rig.key, maxRetries: 0 });
+    }, 60_000);
+    afterAll(() => rig?.[Symbol.asyncDispose]());
 
-    // The template name and a session: that session's instance (activated on first use).
-    expect(await chat("support", "hello", "user-42")).toBe("echo: hello (history 0)");
-    // The instance's key is the session id, scoped by the API key (sessions are per key).
-    const instance = `support--${rig.scope("test")}user-42`;
-    expect(rig.node.agents().map((a) => a.id)).toContain(instance);
-    expect(await chat("support", "again", "user-42")).toBe("echo: again (history 2)");
-    // The instance by its id, same session: the same memory; another instance: its own.
-    expect(await chat(instance, "third", "user-42")).toBe("echo: third (history 4)");
-    expect(await chat("support--user-7", "hi", "user-42")).toBe("echo: hi (history 0)");
-    // Without a session, "support" is no agent: 404, as for any unknown model.
-    const bare = await chat("support", "hi").catch((e: unknown) => e);
-    expect(bare).toBeInstanceOf(OpenAI.NotFoundError);
-    const nosuch = await chat("nosuch--x", "hi").catch((e: unknown) => e);
-    expect(nosuch).toBeInstanceOf(OpenAI.NotFoundError);
-    expect((nosuch as Error).message).toContain("templates: support");
+    it("openai - model = support with a user addresses that session's instance (activated on first use), which keeps the conversation", async () => {
+      expect(await chat("support", "hello", "user-42")).toBe("echo: hello (history 0)");
+      // The instance's key is the session id, scoped by the API key (sessions are per key).
+      const instance = `support--${rig.scope("test")}user-42`;
+      expect(rig.node.agents().map((a) => a.id)).toContain(instance);
+      expect(await chat("support", "again", "user-42")).toBe("echo: again (history 2)");
+      // The instance by its id, same session: the same memory.
+      expect(await chat(instance, "third", "user-42")).toBe("echo: third (history 4)");
+    }, 60_000);
 
-    // A key scoped to the template uses its own instances: the instance it names is its own
-    // (support--<its scope>user-9), and it lists only those (the admin key's are not its to see).
-    const scoped = new OpenAI({ baseURL: `${rig.url}/v1`, apiKey: rig.keys.scoped!, maxRetries: 0 });
-    const viaScoped = await scoped.chat.completions.create({ model: "support--user-9", messages: [{ role: "user", content: "yo" }] });
-    expect(viaScoped.choices[0]?.message.content).toBe("echo: yo (history 0)");
-    expect(viaScoped.model).toBe(`support--${rig.scope("scoped")}user-9`);
-    expect((await scoped.models.list()).data.map((m) => m.id).sort()).toEqual([`support--${rig.scope("scoped")}user-9`]);
-    const denied = await scoped.chat.completions.create({ model: "coordinator", messages: [{ role: "user", content: "hi" }] }).catch((e: unknown) => e);
-    expect(denied).toBeInstanceOf(OpenAI.NotFoundError);
+    it("openai - model = support--<key> activates that instance, with a memory of its own", async () => {
+      expect(await chat("support--user-7", "hi", "user-43")).toBe("echo: hi (history 0)");
+      expect(await chat("support--user-7", "and", "user-43")).toBe("echo: and (history 2)");
+      expect(await chat("support--user-8", "hi", "user-43")).toBe("echo: hi (history 0)");
+    }, 60_000);
 
-    // The A2A card of a never-addressed instance: activated, then described.
-    const card = await fetch(`${rig.url}/agents/support--card-1/.well-known/agent-card.json`, { headers: { authorization: `Bearer ${rig.key}` } });
-    expect(card.status).toBe(200);
-    expect(await card.json()).toMatchObject({ name: "support--card-1" });
-    const noCard = await fetch(`${rig.url}/agents/nosuch--x/.well-known/agent-card.json`, { headers: { authorization: `Bearer ${rig.key}` } });
-    expect(noCard.status).toBe(404);
-  }, 60_000);
+    it("openai - a template name without a session, or a template nobody defined, is 404 naming the templates", async () => {
+      expect(await chat("support", "hi").catch((e: unknown) => e)).toBeInstanceOf(OpenAI.NotFoundError);
+      const nosuch = await chat("nosuch--x", "hi").catch((e: unknown) => e);
+      expect(nosuch).toBeInstanceOf(OpenAI.NotFoundError);
+      expect((nosuch as Error).message).toContain("templates: support");
+    });
+
+    it("openai - a key scoped to the template uses and lists only its own instances, and no other agent", async () => {
+      // The instance it names is its own (support--<its scope>user-9): the admin key's are not its to see.
+      const scoped = new OpenAI({ baseURL: `${rig.url}/v1`, apiKey: rig.keys.scoped!, maxRetries: 0 });
+      const viaScoped = await scoped.chat.completions.create({ model: "support--user-9", messages: [{ role: "user", content: "yo" }] });
+      expect(viaScoped.choices[0]?.message.content).toBe("echo: yo (history 0)");
+      expect(viaScoped.model).toBe(`support--${rig.scope("scoped")}user-9`);
+      expect((await scoped.models.list()).data.map((m) => m.id).sort()).toEqual([`support--${rig.scope("scoped")}user-9`]);
+      const denied = await scoped.chat.completions.create({ model: "coordinator", messages: [{ role: "user", content: "hi" }] }).catch((e: unknown) => e);
+      expect(denied).toBeInstanceOf(OpenAI.NotFoundError);
+    }, 60_000);
+
+    it("openai - the A2A card of a never-addressed instance is served (the instance activated); of an unknown template, 404", async () => {
+      const card = await fetch(`${rig.url}/agents/support--card-1/.well-known/agent-card.json`, { headers: { authorization: `Bearer ${rig.key}` } });
+      expect(card.status).toBe(200);
+      expect(await card.json()).toMatchObject({ name: "support--card-1" });
+      const noCard = await fetch(`${rig.url}/agents/nosuch--x/.well-known/agent-card.json`, { headers: { authorization: `Bearer ${rig.key}` } });
+      expect(noCard.status).toBe(404);
+    }, 60_000);
+  });
 
   it("openai - a key over its rate gets 429 with Retry-After", async () => {
     await using rig = await startGatewayRig({ handler, gateway: { rate_per_minute: 3 } });
