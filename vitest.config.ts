@@ -3,8 +3,9 @@ import { defineConfig } from "vitest/config";
 /**
  * Three tiers, each a vitest project (docs/architecture.md, "Tests"):
  * - unit: pure logic, no build and no server (`npm run test:unit`, well under a minute);
- * - integration: one process against real nats-server, LMDB, PostgreSQL, MCP servers, a
- *   browser (`npm run test:integration`);
+ * - integration: one test process against real nats-server, LMDB, PostgreSQL, MCP servers,
+ *   a browser (`npm run test:integration`, which builds first: actor modules that nodes
+ *   load from config import `dist/`);
  * - e2e: spawned node processes from `dist/`, SIGKILL and restarts (`npm run test:e2e`,
  *   which builds first).
  * `npm test` builds and runs all three.

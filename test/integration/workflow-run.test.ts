@@ -1,5 +1,5 @@
 import { join } from "node:path";
-import { describe, expect, it } from "vitest";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { loadWorkflowFile } from "../../src/workflow/index.js";
 import { WorkflowErrorCode } from "../../src/workflow/errors.js";
 import { readRun, startRun } from "../../src/cli/workflow-commands.js";
@@ -11,64 +11,74 @@ import { WORKFLOW_FIXTURES, WorkflowRig } from "../fixtures/workflow/rig.js";
 
 // Needs the built test agents: npm run build
 describe("workflow runs on real nodes", () => {
-  it("workflow - every step type and error strategy on two nodes: retries, skip, fallback, parallel, loop, timer and event waits", async () => {
-    await using rig = await WorkflowRig.start(2);
-    const { raw } = await loadWorkflowFile(join(WORKFLOW_FIXTURES, "every-step.toml"));
-    const { runId } = await startRun(rig.client, { raw, input: { topic: "nats" } });
-    // Sent before the run reaches its wait: the run keeps it until then.
-    await poll(() => rig.runEvents(runId, "run_started").length > 0, { timeoutMs: 10_000, what: "the run to start" });
-    await rig.client.send(runId, "workflow.signal", { event: "go", data: { ok: true } });
+  describe("every step type and error strategy on two nodes", () => {
+    let rig: WorkflowRig;
+    let runId: string;
+    let run: Awaited<ReturnType<WorkflowRig["finished"]>>;
+    beforeAll(async () => {
+      rig = await WorkflowRig.start(2);
+      const { raw } = await loadWorkflowFile(join(WORKFLOW_FIXTURES, "every-step.toml"));
+      ({ runId } = await startRun(rig.client, { raw, input: { topic: "nats" } }));
+      // Sent before the run reaches its wait: the run keeps it until then.
+      await poll(() => rig.runEvents(runId, "run_started").length > 0, { timeoutMs: 10_000, what: "the run to start" });
+      await rig.client.send(runId, "workflow.signal", { event: "go", data: { ok: true } });
+      run = await rig.finished(runId);
+    }, 60_000);
+    afterAll(() => rig?.[Symbol.asyncDispose]());
 
-    const run = await rig.finished(runId);
-    expect(run.status).toBe("completed");
-    expect(run.output).toBe("writer(final writer(draft 1 of nats) / fact_checker(check writer))");
-    expect(Object.fromEntries(run.steps.map((s) => [s.key, `${s.status}/${s.attempts}`]))).toMatchObject({
-      flaky: "completed/3",
-      optional: "skipped/1",
-      primary: "completed/1",
-      both: "completed/1",
-      "draft@0": "completed/1",
-      "draft@1": "completed/1",
-      drafts: "completed/1",
-      pause: "completed/1",
-      go: "completed/1",
-      finish: "completed/1",
-    });
-    // each task_delegate was handled once: retries are new messages, nothing ran twice
-    expect((await rig.counts("researcher")).inputs).toEqual(["[fail-2] dig nats", "[fail-2] dig nats", "[fail-2] dig nats"]);
-    expect((await rig.counts("critic")).calls).toBe(3);
-    expect((await rig.counts("writer")).inputs).toEqual([
-      "backup for researcher(dig nats)",
-      "draft 0 of nats",
-      "draft 1 of nats",
-      "final writer(draft 1 of nats) / fact_checker(check writer)",
-    ]);
-    expect((await rig.counts("fact_checker")).calls).toBe(1);
-    expect(rig.runEvents(runId, "step_retry").map((e) => (e.data as { delayMs: number }).delayMs)).toEqual([50, 100]);
-
-    // one run tree: every agent run is a child of the workflow run, linked by child_run_linked
-    const linked = rig.runEvents(runId, "child_run_linked").map((e) => (e.data as { childRunId: string }).childRunId);
-    expect(linked).toHaveLength(11);
-    for (const child of linked) {
-      const started = await poll(() => rig.events.find((e) => e.runId === child && e.type === "run_started"), {
-        timeoutMs: 5000,
-        what: `run_started of ${child}`,
+    it("workflow - retries, skip, fallback, parallel, loop, timer and event waits each end as written and the run completes with their output", () => {
+      expect(run.status).toBe("completed");
+      expect(run.output).toBe("writer(final writer(draft 1 of nats) / fact_checker(check writer))");
+      expect(Object.fromEntries(run.steps.map((s) => [s.key, `${s.status}/${s.attempts}`]))).toMatchObject({
+        flaky: "completed/3",
+        optional: "skipped/1",
+        primary: "completed/1",
+        both: "completed/1",
+        "draft@0": "completed/1",
+        "draft@1": "completed/1",
+        drafts: "completed/1",
+        pause: "completed/1",
+        go: "completed/1",
+        finish: "completed/1",
       });
-      expect(started).toMatchObject({ parentRunId: runId, sessionId: runId });
-    }
-    const tree = new RunTree();
-    for (const e of rig.events.filter((e) => e.sessionId === runId)) tree.apply(e);
-    const lines = tree.render();
-    expect(lines[0]).toMatch(new RegExp(`^workflow:every-step  ${runId}  completed`));
-    expect(lines.filter((l) => /^[├└]─ /.test(l))).toHaveLength(11);
-    expect(lines.join("\n")).toContain("└─ finish.then → writer");
-
-    // a finished run is retired from placement; its state stays readable
-    await poll(async () => (await readRun(rig.client, runId)).status === "completed" && rig.nodes.every((n) => !n.agents().some((a) => a.id === runId)), {
-      timeoutMs: 10_000,
-      what: "the run's actor to be retired",
     });
-  }, 60_000);
+
+    it("workflow - each task_delegate is handled once: a retry is a new message, with the backoff delays of its strategy", async () => {
+      expect((await rig.counts("researcher")).inputs).toEqual(["[fail-2] dig nats", "[fail-2] dig nats", "[fail-2] dig nats"]);
+      expect((await rig.counts("critic")).calls).toBe(3);
+      expect((await rig.counts("writer")).inputs).toEqual([
+        "backup for researcher(dig nats)",
+        "draft 0 of nats",
+        "draft 1 of nats",
+        "final writer(draft 1 of nats) / fact_checker(check writer)",
+      ]);
+      expect((await rig.counts("fact_checker")).calls).toBe(1);
+      expect(rig.runEvents(runId, "step_retry").map((e) => (e.data as { delayMs: number }).delayMs)).toEqual([50, 100]);
+    });
+
+    it("workflow - one run tree: every agent run is a child of the workflow run, linked by child_run_linked", async () => {
+      const linked = rig.runEvents(runId, "child_run_linked").map((e) => (e.data as { childRunId: string }).childRunId);
+      expect(linked).toHaveLength(11);
+      for (const child of linked) {
+        const started = await poll(() => rig.events.find((e) => e.runId === child && e.type === "run_started"), {
+          timeoutMs: 5000,
+          what: `run_started of ${child}`,
+        });
+        expect(started).toMatchObject({ parentRunId: runId, sessionId: runId });
+      }
+      const tree = new RunTree();
+      for (const e of rig.events.filter((e) => e.sessionId === runId)) tree.apply(e);
+      const lines = tree.render();
+      expect(lines[0]).toMatch(new RegExp(`^workflow:every-step  ${runId}  completed`));
+      expect(lines.filter((l) => /^[├└]─ /.test(l))).toHaveLength(11);
+      expect(lines.join("\n")).toContain("└─ finish.then → writer");
+    });
+
+    it("workflow - a finished run is retired from placement; its state stays readable", async () => {
+      await poll(() => rig.nodes.every((n) => !n.agents().some((a) => a.id === runId)), { timeoutMs: 10_000, what: "the run's actor to be retired" });
+      expect((await readRun(rig.client, runId)).status).toBe("completed");
+    });
+  });
 
   it("workflow - a fallback step stands in for a failed one; an explicit abort ends the run there, no later step is sent", async () => {
     await using rig = await WorkflowRig.start(1);
@@ -130,27 +140,41 @@ describe("workflow runs on real nodes", () => {
     expect((await rig.counts("writer")).calls).toBe(0);
   }, 60_000);
 
-  it("workflow - an approval wait holds the run until approve; a rejection takes the else arm; an invalid start fails visibly", async () => {
-    await using rig = await WorkflowRig.start(1);
-    const { raw } = await loadWorkflowFile(join(WORKFLOW_FIXTURES, "report.toml"));
-    const ok = await startRun(rig.client, { raw, input: { topic: "vector databases" } });
-    const no = await startRun(rig.client, { raw, input: { topic: "other" } });
-    for (const r of [ok, no])
-      await poll(() => rig.runEvents(r.runId, "approval_requested").length > 0, { timeoutMs: 20_000, what: `${r.runId} to ask for approval` });
-    expect((await readRun(rig.client, ok.runId)).approvals).toEqual([{ approvalId: "approve", stepId: "approve" }]);
-    const reply = await rig.client.ask<{ outcome: string }>(ok.runId, "workflow.signal", { approvalId: "approve", approved: true, by: "ann" });
-    expect(reply.payload.outcome).toBe("delivered");
-    await rig.client.ask(no.runId, "workflow.signal", { approvalId: "approve", approved: false });
-    expect((await rig.finished(no.runId)).status).toBe("failed");
-    expect((await rig.finished(ok.runId)).output).toBe(
-      'writer(Write the final report from researcher(Research vector databases) and ["critic(Critique researcher(Research vector databases))","fact_checker(Check researcher(Research vector databases))"])',
-    );
-    expect((await readRun(rig.client, no.runId)).error).toMatchObject({ code: WorkflowErrorCode.WORKFLOW_FAILED, message: "not approved" });
-    expect((await rig.counts("writer")).calls).toBe(1);
+  describe("approval waits", () => {
+    let rig: WorkflowRig;
+    let ok: { runId: string };
+    let no: { runId: string };
+    beforeAll(async () => {
+      rig = await WorkflowRig.start(1);
+      const { raw } = await loadWorkflowFile(join(WORKFLOW_FIXTURES, "report.toml"));
+      ok = await startRun(rig.client, { raw, input: { topic: "vector databases" } });
+      no = await startRun(rig.client, { raw, input: { topic: "other" } });
+      for (const r of [ok, no])
+        await poll(() => rig.runEvents(r.runId, "approval_requested").length > 0, { timeoutMs: 20_000, what: `${r.runId} to ask for approval` });
+    }, 60_000);
+    afterAll(() => rig?.[Symbol.asyncDispose]());
 
-    const bad = await startRun(rig.client, { raw: { workflow: { id: "x" }, steps: [{ id: "a", agent: "w" }] }, input: {} });
-    expect((await rig.finished(bad.runId)).error).toMatchObject({ code: WorkflowErrorCode.WORKFLOW_INVALID });
-  }, 60_000);
+    it("workflow - an approval wait holds the run, shown by its status, until approve; then the then arm runs", async () => {
+      expect((await readRun(rig.client, ok.runId)).approvals).toEqual([{ approvalId: "approve", stepId: "approve" }]);
+      const reply = await rig.client.ask<{ outcome: string }>(ok.runId, "workflow.signal", { approvalId: "approve", approved: true, by: "ann" });
+      expect(reply.payload.outcome).toBe("delivered");
+      expect((await rig.finished(ok.runId)).output).toBe(
+        'writer(Write the final report from researcher(Research vector databases) and ["critic(Critique researcher(Research vector databases))","fact_checker(Check researcher(Research vector databases))"])',
+      );
+    }, 60_000);
+
+    it("workflow - a rejection takes the else arm: the run fails with not approved and its writer step is never sent", async () => {
+      await rig.client.ask(no.runId, "workflow.signal", { approvalId: "approve", approved: false });
+      expect((await rig.finished(no.runId)).status).toBe("failed");
+      expect((await readRun(rig.client, no.runId)).error).toMatchObject({ code: WorkflowErrorCode.WORKFLOW_FAILED, message: "not approved" });
+      expect((await rig.counts("writer")).inputs.filter((w) => w.includes("other"))).toEqual([]);
+    }, 60_000);
+
+    it("workflow - an invalid definition sent to start a run fails that run visibly with WORKFLOW_INVALID", async () => {
+      const bad = await startRun(rig.client, { raw: { workflow: { id: "x" }, steps: [{ id: "a", agent: "w" }] }, input: {} });
+      expect((await rig.finished(bad.runId)).error).toMatchObject({ code: WorkflowErrorCode.WORKFLOW_INVALID });
+    }, 60_000);
+  });
 
   it("workflow - a wait on a subject ends on the first message published after it began, its data as the output; the capture is released", async () => {
     await using rig = await WorkflowRig.start(2);
