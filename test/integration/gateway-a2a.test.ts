@@ -1,4 +1,4 @@
-import { describe, expect, it } from "vitest";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { randomUUID } from "node:crypto";
 import { SendMessageRequest, TaskState, type StreamResponse, type Task } from "@a2a-js/sdk";
 import type { Client } from "@a2a-js/sdk/client";
@@ -12,7 +12,7 @@ import type { KovaEvent } from "../../src/bus/index.js";
 import { defer } from "../fixtures/disposable.js";
 import { approve } from "../fixtures/gateway/agents.js";
 import { answer, answerChunks, clientFor, collect, message, sseData } from "../fixtures/gateway/a2a-client.js";
-import { startGatewayRig } from "../fixtures/gateway/rig.js";
+import { startGatewayRig, type GatewayRig } from "../fixtures/gateway/rig.js";
 import { recordPublished } from "../fixtures/bus/published.js";
 import { poll } from "../fixtures/poll.js";
 
@@ -27,77 +27,93 @@ const handler: ScriptedHandler = (r) => {
 };
 
 describe("gateway: A2A v1.0", () => {
-  it("a2a - the SDK's client discovers the card, sends, streams, gets, lists and cancels tasks", async () => {
-    await using rig = await startGatewayRig({ handler });
-    const client = await clientFor(`${rig.url}/agents/helper/`, rig.key);
-    const card = await client.getAgentCard();
-    expect(card.name).toBe("helper");
-    expect(card.skills.map((s) => s.id)).toEqual(["chat", "math"]);
-    expect(card.capabilities?.streaming).toBe(true);
-    expect(Object.values(card.securitySchemes)[0]?.scheme).toMatchObject({ $case: "httpAuthSecurityScheme", value: { scheme: "bearer" } });
-    expect(card.supportedInterfaces.map((i) => i.protocolVersion).sort()).toEqual(["0.3", "1.0"]);
+  describe("the SDK's client", () => {
+    let rig: GatewayRig;
+    let client: Client;
+    beforeAll(async () => {
+      rig = await startGatewayRig({ handler, keys: { lister: undefined } });
+      client = await clientFor(`${rig.url}/agents/helper/`, rig.key);
+    }, 60_000);
+    afterAll(() => rig?.[Symbol.asyncDispose]());
 
-    // blocking send: the agent uses a tool; the task comes back completed with the answer
-    const sent = (await client.sendMessage(message("please add 2 and 3"))) as Task;
-    expect(sent.status?.state).toBe(TaskState.TASK_STATE_COMPLETED);
-    expect(answer(sent)).toBe("The tool said 5.");
-    expect(sent.metadata?.kova).toMatchObject({ agentId: "helper", usage: { inputTokens: 50, outputTokens: 10 } });
-
-    // streaming: the task, working, tool steps, token chunks, the whole answer, completed
-    const events = await collect(client.sendMessageStream(message("add once more")));
-    const kinds = events.map((e) => e.payload?.$case);
-    expect(kinds[0]).toBe("task");
-    const states = events.flatMap((e) => (e.payload?.$case === "statusUpdate" ? [e.payload.value.status?.state] : []));
-    expect(states[0]).toBe(TaskState.TASK_STATE_WORKING);
-    expect(states.at(-1)).toBe(TaskState.TASK_STATE_COMPLETED);
-    const chunks = answerChunks(events);
-    expect(chunks.length).toBeGreaterThan(1);
-    expect(chunks[0]?.append).toBe(false);
-    expect(chunks.slice(1).every((c) => c.append)).toBe(true);
-    expect(chunks.map((c) => answer({ artifacts: c.artifact ? [c.artifact] : [] })).join("")).toBe("The tool said 5.");
-    const streamedTask = (events[0]!.payload as { value: Task }).value;
-
-    const got = await client.getTask({ tenant: "", id: streamedTask.id, historyLength: undefined });
-    expect(got.status?.state).toBe(TaskState.TASK_STATE_COMPLETED);
-    expect(answer(got)).toBe("The tool said 5.");
-    expect(got.history[0]?.parts[0]?.content).toEqual({ $case: "text", value: "add once more" });
-
-    const listed = await client.listTasks({
-      tenant: "",
-      contextId: "",
-      status: TaskState.TASK_STATE_UNSPECIFIED,
-      pageToken: "",
-      statusTimestampAfter: undefined,
-      pageSize: 10,
+    it("a2a - the client discovers the agent's card: skills, streaming, bearer auth, protocol versions 0.3 and 1.0", async () => {
+      const card = await client.getAgentCard();
+      expect(card.name).toBe("helper");
+      expect(card.skills.map((s) => s.id)).toEqual(["chat", "math"]);
+      expect(card.capabilities?.streaming).toBe(true);
+      expect(Object.values(card.securitySchemes)[0]?.scheme).toMatchObject({ $case: "httpAuthSecurityScheme", value: { scheme: "bearer" } });
+      expect(card.supportedInterfaces.map((i) => i.protocolVersion).sort()).toEqual(["0.3", "1.0"]);
     });
-    expect(listed.tasks.map((t) => t.id).sort()).toEqual([sent.id, streamedTask.id].sort());
-    expect(listed.totalSize).toBe(2);
 
-    // cancel: a run whose model call hangs is interrupted, its model call aborted
-    const slow = (await client.sendMessage(
-      SendMessageRequest.fromJSON({
-        message: { messageId: randomUUID(), role: "ROLE_USER", parts: [{ text: "slow please" }] },
-        configuration: { returnImmediately: true },
-      }),
-    )) as Task;
-    expect(slow.status?.state).toBe(TaskState.TASK_STATE_SUBMITTED);
-    await poll(async () => (await client.getTask({ tenant: "", id: slow.id })).status?.state === TaskState.TASK_STATE_WORKING, {
-      timeoutMs: 10_000,
-      what: "the slow task to be working",
-    });
-    await poll(() => rig.model.requests.some((q) => q.lastMessage?.content === "slow please"), { timeoutMs: 10_000, what: "the slow model call to start" });
-    const cancelled = await client.cancelTask({ tenant: "", id: slow.id, metadata: {} });
-    expect(cancelled.status?.state).toBe(TaskState.TASK_STATE_CANCELED);
-    await poll(() => rig.model.requests.find((q) => q.lastMessage?.content === "slow please")?.clientClosed === true, {
-      timeoutMs: 10_000,
-      what: "the model call to be aborted",
-    });
-    // a finished task cannot be cancelled
-    await expect(client.cancelTask({ tenant: "", id: sent.id, metadata: {} })).rejects.toThrow(/ended|cancel/i);
-    // another key sees none of these tasks
-    const other = await startOtherKeyClient(rig);
-    await expect(other.getTask({ tenant: "", id: sent.id })).rejects.toThrow(/not found/i);
-  }, 90_000);
+    it("a2a - a blocking send to an agent that uses a tool comes back completed with the answer and the run's usage", async () => {
+      const sent = (await client.sendMessage(message("please add 2 and 3"))) as Task;
+      expect(sent.status?.state).toBe(TaskState.TASK_STATE_COMPLETED);
+      expect(answer(sent)).toBe("The tool said 5.");
+      expect(sent.metadata?.kova).toMatchObject({ agentId: "helper", usage: { inputTokens: 50, outputTokens: 10 } });
+    }, 60_000);
+
+    it("a2a - a streamed send gives the task, working, token chunks appended to one artifact, then completed; GetTask reads it back", async () => {
+      const events = await collect(client.sendMessageStream(message("add once more")));
+      expect(events[0]?.payload?.$case).toBe("task");
+      const states = events.flatMap((e) => (e.payload?.$case === "statusUpdate" ? [e.payload.value.status?.state] : []));
+      expect(states[0]).toBe(TaskState.TASK_STATE_WORKING);
+      expect(states.at(-1)).toBe(TaskState.TASK_STATE_COMPLETED);
+      const chunks = answerChunks(events);
+      expect(chunks.length).toBeGreaterThan(1);
+      expect(chunks[0]?.append).toBe(false);
+      expect(chunks.slice(1).every((c) => c.append)).toBe(true);
+      expect(chunks.map((c) => answer({ artifacts: c.artifact ? [c.artifact] : [] })).join("")).toBe("The tool said 5.");
+      const streamedTask = (events[0]!.payload as { value: Task }).value;
+      const got = await client.getTask({ tenant: "", id: streamedTask.id, historyLength: undefined });
+      expect(got.status?.state).toBe(TaskState.TASK_STATE_COMPLETED);
+      expect(answer(got)).toBe("The tool said 5.");
+      expect(got.history[0]?.parts[0]?.content).toEqual({ $case: "text", value: "add once more" });
+    }, 60_000);
+
+    it("a2a - ListTasks lists the tasks of the caller's key", async () => {
+      const lister = await clientFor(`${rig.url}/agents/helper/`, rig.keys.lister!);
+      const mine = [(await lister.sendMessage(message("one"))) as Task, (await lister.sendMessage(message("two"))) as Task];
+      const listed = await lister.listTasks({
+        tenant: "",
+        contextId: "",
+        status: TaskState.TASK_STATE_UNSPECIFIED,
+        pageToken: "",
+        statusTimestampAfter: undefined,
+        pageSize: 10,
+      });
+      expect(listed.tasks.map((t) => t.id).sort()).toEqual(mine.map((t) => t.id).sort());
+      expect(listed.totalSize).toBe(2);
+    }, 60_000);
+
+    it("a2a - CancelTask interrupts a run whose model call hangs: the task is canceled and the model call aborted", async () => {
+      const slow = (await client.sendMessage(
+        SendMessageRequest.fromJSON({
+          message: { messageId: randomUUID(), role: "ROLE_USER", parts: [{ text: "slow please" }] },
+          configuration: { returnImmediately: true },
+        }),
+      )) as Task;
+      expect(slow.status?.state).toBe(TaskState.TASK_STATE_SUBMITTED);
+      await poll(async () => (await client.getTask({ tenant: "", id: slow.id })).status?.state === TaskState.TASK_STATE_WORKING, {
+        timeoutMs: 10_000,
+        what: "the slow task to be working",
+      });
+      await poll(() => rig.model.requests.some((q) => q.lastMessage?.content === "slow please"), { timeoutMs: 10_000, what: "the slow model call to start" });
+      const cancelled = await client.cancelTask({ tenant: "", id: slow.id, metadata: {} });
+      expect(cancelled.status?.state).toBe(TaskState.TASK_STATE_CANCELED);
+      await poll(() => rig.model.requests.find((q) => q.lastMessage?.content === "slow please")?.clientClosed === true, {
+        timeoutMs: 10_000,
+        what: "the model call to be aborted",
+      });
+    }, 60_000);
+
+    it("a2a - a finished task cannot be cancelled, and another key does not see it", async () => {
+      const sent = (await client.sendMessage(message("hello"))) as Task;
+      expect(sent.status?.state).toBe(TaskState.TASK_STATE_COMPLETED);
+      await expect(client.cancelTask({ tenant: "", id: sent.id, metadata: {} })).rejects.toThrow(/ended|cancel/i);
+      const other = await startOtherKeyClient(rig);
+      await expect(other.getTask({ tenant: "", id: sent.id })).rejects.toThrow(/not found/i);
+    }, 60_000);
+  });
 
   it("a2a - two replicas answer for the same task, and a client subscribes again after its gateway restarts", async () => {
     await using rig = await startGatewayRig({ handler, gateways: 2 });
@@ -147,8 +163,9 @@ describe("gateway: A2A v1.0", () => {
     await nc.close();
   }, 90_000);
 
-  it("a2a - raw JSON-RPC: v1.0 and v0.3 method names, the directory, and bad requests get JSON-RPC errors", async () => {
-    await using rig = await startGatewayRig({ handler, keys: { narrow: ["coordinator"] } });
+  describe("raw JSON-RPC", () => {
+    let rig: GatewayRig;
+    const v1 = { "A2A-Version": "1.0" };
     const rpc = async (path: string, body: unknown, headers: Record<string, string> = {}) => {
       const r = await fetch(`${rig.url}${path}`, {
         method: "POST",
@@ -157,90 +174,107 @@ describe("gateway: A2A v1.0", () => {
       });
       return { status: r.status, body: (await r.json()) as Record<string, any> };
     };
-    const v1 = { "A2A-Version": "1.0" };
-    const sent = await rpc(
-      "/agents/helper/a2a/jsonrpc",
-      { jsonrpc: "2.0", id: 1, method: "SendMessage", params: { message: { messageId: "m1", role: "ROLE_USER", parts: [{ text: "hi there" }] } } },
-      v1,
-    );
-    expect(sent.status).toBe(200);
-    expect(sent.body.result.task.status.state).toBe("TASK_STATE_COMPLETED");
-    expect(sent.body.result.task.artifacts[0].parts[0].text).toBe("echo: hi there");
-    const id = sent.body.result.task.id as string;
-    const got = await rpc("/agents/helper/a2a/jsonrpc", { jsonrpc: "2.0", id: 2, method: "GetTask", params: { id } }, v1);
-    expect(got.body.result.id).toBe(id);
+    const card = (agent: string, key?: string) =>
+      fetch(`${rig.url}/agents/${agent}/.well-known/agent-card.json`, key === undefined ? {} : { headers: { authorization: `Bearer ${key}` } });
+    beforeAll(async () => {
+      rig = await startGatewayRig({ handler, keys: { narrow: ["coordinator"] } });
+    }, 60_000);
+    afterAll(() => rig?.[Symbol.asyncDispose]());
 
-    // v0.3 (no A2A-Version header): message/send and tasks/get, v0.3 shapes
-    const legacy = await rpc("/agents/helper/a2a/jsonrpc", {
-      jsonrpc: "2.0",
-      id: 3,
-      method: "message/send",
-      params: { message: { kind: "message", messageId: "m2", role: "user", parts: [{ kind: "text", text: "old client" }] } },
+    it("a2a - v1.0 method names: SendMessage completes the task with the answer, GetTask reads it", async () => {
+      const sent = await rpc(
+        "/agents/helper/a2a/jsonrpc",
+        { jsonrpc: "2.0", id: 1, method: "SendMessage", params: { message: { messageId: "m1", role: "ROLE_USER", parts: [{ text: "hi there" }] } } },
+        v1,
+      );
+      expect(sent.status).toBe(200);
+      expect(sent.body.result.task.status.state).toBe("TASK_STATE_COMPLETED");
+      expect(sent.body.result.task.artifacts[0].parts[0].text).toBe("echo: hi there");
+      const id = sent.body.result.task.id as string;
+      const got = await rpc("/agents/helper/a2a/jsonrpc", { jsonrpc: "2.0", id: 2, method: "GetTask", params: { id } }, v1);
+      expect(got.body.result.id).toBe(id);
+    }, 60_000);
+
+    it("a2a - without the A2A-Version header, v0.3 names and shapes: message/send and tasks/get", async () => {
+      const legacy = await rpc("/agents/helper/a2a/jsonrpc", {
+        jsonrpc: "2.0",
+        id: 3,
+        method: "message/send",
+        params: { message: { kind: "message", messageId: "m2", role: "user", parts: [{ kind: "text", text: "old client" }] } },
+      });
+      expect(legacy.body.result).toMatchObject({ kind: "task", status: { state: "completed" } });
+      expect(legacy.body.result.artifacts[0].parts[0]).toMatchObject({ kind: "text", text: "echo: old client" });
+      const legacyGet = await rpc("/agents/helper/a2a/jsonrpc", { jsonrpc: "2.0", id: 4, method: "tasks/get", params: { id: legacy.body.result.id } });
+      expect(legacyGet.body.result).toMatchObject({ kind: "task", id: legacy.body.result.id, status: { state: "completed" } });
+    }, 60_000);
+
+    it("a2a - the shared endpoint routes by metadata.agent, and a message without it is an error naming metadata.agent", async () => {
+      const shared = await rpc(
+        "/a2a/jsonrpc",
+        {
+          jsonrpc: "2.0",
+          id: 5,
+          method: "SendMessage",
+          params: { message: { messageId: "m3", role: "ROLE_USER", parts: [{ text: "via directory" }], metadata: { agent: "helper" } } },
+        },
+        v1,
+      );
+      expect(shared.body.result.task.artifacts[0].parts[0].text).toBe("echo: via directory");
+      const noAgent = await rpc(
+        "/a2a/jsonrpc",
+        { jsonrpc: "2.0", id: 6, method: "SendMessage", params: { message: { messageId: "m4", role: "ROLE_USER", parts: [{ text: "x" }] } } },
+        v1,
+      );
+      expect(noAgent.body.error.message).toContain("metadata.agent");
+    }, 60_000);
+
+    it("a2a - the directory card has a skill per agent; the agent listing holds only what the key may use", async () => {
+      const dir = await fetch(`${rig.url}/.well-known/agent-card.json`, { headers: { authorization: `Bearer ${rig.key}`, ...v1 } });
+      expect(dir.status).toBe(200);
+      expect(((await dir.json()) as { skills: Array<{ id: string }> }).skills.map((s) => s.id).sort()).toEqual(["coordinator", "helper"]);
+      const listing = await fetch(`${rig.url}/agents`, { headers: { authorization: `Bearer ${rig.keys.narrow}` } });
+      expect(((await listing.json()) as { agents: Array<{ id: string }> }).agents.map((a) => a.id)).toEqual(["coordinator"]);
     });
-    expect(legacy.body.result).toMatchObject({ kind: "task", status: { state: "completed" } });
-    expect(legacy.body.result.artifacts[0].parts[0]).toMatchObject({ kind: "text", text: "echo: old client" });
-    const legacyGet = await rpc("/agents/helper/a2a/jsonrpc", { jsonrpc: "2.0", id: 4, method: "tasks/get", params: { id: legacy.body.result.id } });
-    expect(legacyGet.body.result).toMatchObject({ kind: "task", id: legacy.body.result.id, status: { state: "completed" } });
 
-    // the shared endpoint routes by metadata.agent
-    const shared = await rpc(
-      "/a2a/jsonrpc",
-      {
-        jsonrpc: "2.0",
-        id: 5,
-        method: "SendMessage",
-        params: { message: { messageId: "m3", role: "ROLE_USER", parts: [{ text: "via directory" }], metadata: { agent: "helper" } } },
-      },
-      v1,
-    );
-    expect(shared.body.result.task.artifacts[0].parts[0].text).toBe("echo: via directory");
-    const noAgent = await rpc(
-      "/a2a/jsonrpc",
-      { jsonrpc: "2.0", id: 6, method: "SendMessage", params: { message: { messageId: "m4", role: "ROLE_USER", parts: [{ text: "x" }] } } },
-      v1,
-    );
-    expect(noAgent.body.error.message).toContain("metadata.agent");
+    it("a2a - malformed JSON, an unknown method and a body that is no JSON-RPC get JSON-RPC errors -32700, -32601, -32602", async () => {
+      expect((await rpc("/agents/helper/a2a/jsonrpc", "{oops", v1)).body.error.code).toBe(-32700);
+      expect((await rpc("/agents/helper/a2a/jsonrpc", { jsonrpc: "2.0", id: 7, method: "NoSuchMethod", params: {} }, v1)).body.error.code).toBe(-32601);
+      // the SDK answers a request that is not JSON-RPC as malformed (-32602), naming it
+      const notRpc = await rpc("/agents/helper/a2a/jsonrpc", { hello: "world" }, v1);
+      expect(notRpc.body.error).toMatchObject({ code: -32602, message: expect.stringContaining("Invalid JSON-RPC") });
+    });
 
-    // directory card and listing
-    const dir = await fetch(`${rig.url}/.well-known/agent-card.json`, { headers: { authorization: `Bearer ${rig.key}`, ...v1 } });
-    expect(dir.status).toBe(200);
-    expect(((await dir.json()) as { skills: Array<{ id: string }> }).skills.map((s) => s.id).sort()).toEqual(["coordinator", "helper"]);
-    const listing = await fetch(`${rig.url}/agents`, { headers: { authorization: `Bearer ${rig.keys.narrow}` } });
-    expect(((await listing.json()) as { agents: Array<{ id: string }> }).agents.map((a) => a.id)).toEqual(["coordinator"]);
+    it("a2a - GetTask of a task nobody has is -32001", async () => {
+      const noTask = await rpc("/agents/helper/a2a/jsonrpc", { jsonrpc: "2.0", id: 8, method: "GetTask", params: { id: "no-such-task" } }, v1);
+      expect(noTask.body.error.code).toBe(-32001);
+    });
 
-    // bad requests
-    const malformed = await rpc("/agents/helper/a2a/jsonrpc", "{oops", v1);
-    expect(malformed.body.error.code).toBe(-32700);
-    const unknownMethod = await rpc("/agents/helper/a2a/jsonrpc", { jsonrpc: "2.0", id: 7, method: "NoSuchMethod", params: {} }, v1);
-    expect(unknownMethod.body.error.code).toBe(-32601);
-    const notRpc = await rpc("/agents/helper/a2a/jsonrpc", { hello: "world" }, v1);
-    // the SDK answers a request that is not JSON-RPC as malformed (-32602), naming it
-    expect(notRpc.body.error).toMatchObject({ code: -32602, message: expect.stringContaining("Invalid JSON-RPC") });
-    const noTask = await rpc("/agents/helper/a2a/jsonrpc", { jsonrpc: "2.0", id: 8, method: "GetTask", params: { id: "no-such-task" } }, v1);
-    expect(noTask.body.error.code).toBe(-32001);
-    const unknownAgent = await fetch(`${rig.url}/agents/nobody/.well-known/agent-card.json`, { headers: { authorization: `Bearer ${rig.key}` } });
-    expect(unknownAgent.status).toBe(404);
-    expect(await unknownAgent.json()).toMatchObject({ error: { code: "UNKNOWN_AGENT" } });
-    // an agent the key may not use is answered as one that does not exist: 404, never 403
-    const forbidden = await fetch(`${rig.url}/agents/helper/.well-known/agent-card.json`, { headers: { authorization: `Bearer ${rig.keys.narrow}` } });
-    expect(forbidden.status).toBe(404);
-    const nobody = await fetch(`${rig.url}/agents/nobody/.well-known/agent-card.json`, { headers: { authorization: `Bearer ${rig.keys.narrow}` } });
-    expect(JSON.stringify(await forbidden.json())).toBe(JSON.stringify(await nobody.json()).replaceAll("nobody", "helper"));
-    const noKey = await fetch(`${rig.url}/agents/helper/.well-known/agent-card.json`);
-    expect(noKey.status).toBe(401);
-    const huge = await rpc(
-      "/agents/helper/a2a/jsonrpc",
-      {
-        jsonrpc: "2.0",
-        id: 9,
-        method: "SendMessage",
-        params: { message: { messageId: "m5", role: "ROLE_USER", parts: [{ text: "x".repeat(2 * 1024 * 1024) }] } },
-      },
-      v1,
-    );
-    expect(huge.status).toBe(413);
-    expect(huge.body.error.code).toBe(-32600);
-  }, 90_000);
+    it("a2a - the card of an unknown agent is 404 UNKNOWN_AGENT; of an agent the key may not use, the same 404, never 403; without a key, 401", async () => {
+      const unknownAgent = await card("nobody", rig.key);
+      expect(unknownAgent.status).toBe(404);
+      expect(await unknownAgent.json()).toMatchObject({ error: { code: "UNKNOWN_AGENT" } });
+      const forbidden = await card("helper", rig.keys.narrow!);
+      expect(forbidden.status).toBe(404);
+      const nobody = await card("nobody", rig.keys.narrow!);
+      expect(JSON.stringify(await forbidden.json())).toBe(JSON.stringify(await nobody.json()).replaceAll("nobody", "helper"));
+      expect((await card("helper")).status).toBe(401);
+    });
+
+    it("a2a - a request over the body limit is 413 with JSON-RPC error -32600", async () => {
+      const huge = await rpc(
+        "/agents/helper/a2a/jsonrpc",
+        {
+          jsonrpc: "2.0",
+          id: 9,
+          method: "SendMessage",
+          params: { message: { messageId: "m5", role: "ROLE_USER", parts: [{ text: "x".repeat(2 * 1024 * 1024) }] } },
+        },
+        v1,
+      );
+      expect(huge.status).toBe(413);
+      expect(huge.body.error.code).toBe(-32600);
+    });
+  });
 
   it("a2a - raw JSON-RPC with the v0.3 method names: message/stream streams the task, its updates and the answer; tasks/resubscribe follows a running task; tasks/cancel cancels it", async () => {
     await using rig = await startGatewayRig({ handler });
