@@ -1,57 +1,79 @@
-import { constants, type Stats } from "node:fs";
-import { lstat, open, readlink, realpath, type FileHandle } from "node:fs/promises";
-import { basename, dirname, isAbsolute, join, relative, resolve, sep } from "node:path";
+import { constants, fstatSync, openSync, closeSync, statSync, type Stats } from "node:fs";
+import { lstat, mkdir, open, readlink, type FileHandle } from "node:fs/promises";
+import { isAbsolute, relative, resolve, sep } from "node:path";
 import { FileNotFoundError, FilePathRefusedError, FileTypeRefusedError } from "../errors.js";
 import { shortenText } from "../result-cap.js";
 
 /**
- * Confinement of file_read / file_write to one directory. A path is accepted only when it
- * is inside the root both as written (after `..` is resolved) and as it really is on disk
- * (after every symlink in its existing part is resolved: the realpath of the deepest
- * existing ancestor, then a prefix check that ends at a path separator, so `/srv/root2` is
- * not inside `/srv/root`). Files are then opened with O_NOFOLLOW and checked again through
- * the open descriptor, which closes the window between the check and the open: a component
- * swapped for a symlink in between is caught by the second check.
+ * Confinement of file_read / file_write to one directory, without a window between a check
+ * and a use. Node has no openat(2), but Linux resolves `/proc/self/fd/<n>/<name>` from the
+ * directory that descriptor n holds open, wherever that directory is now, so
+ * `at(dir, name)` names one entry of an open directory. A path is walked from the root's
+ * descriptor one name at a time, each directory opened with O_DIRECTORY | O_NOFOLLOW
+ * through the one before it; the kernel never follows a symlink on the way. A symlink met
+ * on the way is read (readlink) and its target, which must lie inside the root, walked again
+ * from the root. The file itself is opened, created, renamed, linked and removed through its
+ * directory's descriptor, so a directory swapped for a symlink after it was checked is not
+ * on the path: what was opened is what is used. Checks by descriptor (fstat dev/inode):
+ * the root is the directory the config named; a file opened is the one lstat saw; a temp
+ * file removed is the one created.
  */
 
 /** Linux NAME_MAX and PATH_MAX; longer names fail in the kernel anyway, refused here with a clear message. */
 const NAME_MAX = 255;
 const PATH_MAX = 4096;
+/** Symlinks followed in one walk before it is called a loop (Linux's own limit). */
+const MAX_LINKS = 40;
+const DIR_FLAGS = constants.O_RDONLY | constants.O_DIRECTORY | constants.O_NOFOLLOW | constants.O_NONBLOCK;
+
+/** An entry of an open directory, as a path the kernel resolves from that directory's descriptor. */
+export function at(dir: FileHandle, name: string): string {
+  return `/proc/self/fd/${dir.fd}/${name}`;
+}
+
+/** Where a walk ended: the open directory that holds the last name, and that name. */
+export interface Located {
+  /** The directory holding `name`, open; the caller closes it. */
+  dir: FileHandle;
+  name: string;
+  /** The entry's lstat, when it exists (never a symlink: those are followed). */
+  stats?: Stats;
+  /** The path as shown to the model: relative to the root, symlinks resolved. */
+  display: string;
+}
+
+export interface WalkOptions {
+  /** Create missing directories on the way (file_write's create_dirs). */
+  createDirs: boolean;
+  /** The error for a missing directory on the way, given the part of the path that exists. */
+  missingDir(display: string): Error;
+}
 
 export class FileRoot {
-  /**
-   * @param real the root's realpath (FileRoot.open makes it)
-   * @param written the root as configured (absolute), accepted as a prefix of absolute paths too
-   */
   private constructor(
+    /** The root's realpath. */
     readonly real: string,
+    /** The root as configured (absolute), accepted as a prefix of absolute paths too. */
     readonly written: string,
+    private readonly dev: number,
+    private readonly ino: number,
   ) {}
 
   /**
-   * @throws Error when the root does not exist or is not a directory (config checks this first)
+   * The root from a realpath already checked (by the config parser). Records the directory's
+   * identity, and proves that `/proc/self/fd` resolves names from a descriptor here.
+   * @throws Error when /proc/self/fd does not work (no /proc mounted) or the root is no directory
    */
-  static async open(root: string): Promise<FileRoot> {
-    const real = await realpath(root);
-    if (!(await lstat(real)).isDirectory()) throw new Error(`${root} is not a directory`);
-    return new FileRoot(real, resolve(root));
-  }
-
-  /** The root from a realpath already checked (by the config parser). */
   static fromChecked(real: string, written: string): FileRoot {
-    return new FileRoot(real, resolve(written));
-  }
-
-  /**
-   * Where `path` really is, if it is inside the root. Does not require the file to exist.
-   * @throws FilePathRefusedError when it is outside the root or not a usable path
-   */
-  async resolve(path: string): Promise<string> {
-    checkShape(path);
-    const lexical = this.#lexical(path);
-    const real = await realOf(lexical, path);
-    if (!this.contains(real)) throw new FilePathRefusedError(path, "it leads outside the file root (through a symbolic link)");
-    return real;
+    const fd = openSync(real, DIR_FLAGS);
+    try {
+      const st = fstatSync(fd);
+      const viaProc = statSync(`/proc/self/fd/${fd}/.`);
+      if (viaProc.ino !== st.ino || viaProc.dev !== st.dev) throw new Error("/proc/self/fd/<n>/. is not the directory n holds open");
+      return new FileRoot(real, resolve(written), st.dev, st.ino);
+    } finally {
+      closeSync(fd);
+    }
   }
 
   /** Whether an absolute real path is the root or below it. */
@@ -59,70 +81,148 @@ export class FileRoot {
     return real === this.real || real.startsWith(this.real.endsWith(sep) ? this.real : this.real + sep);
   }
 
-  /** The path as shown to the model: relative to the root. */
-  display(real: string): string {
-    return relative(this.real, real) || ".";
-  }
-
-  #lexical(path: string): string {
-    if (isAbsolute(path)) {
-      const abs = resolve(path);
-      for (const base of [this.real, this.written]) {
-        if (abs === base || abs.startsWith(base + sep)) return join(this.real, relative(base, abs));
-      }
-      throw new FilePathRefusedError(path, "absolute paths must lie inside the file root; give a path relative to it");
+  /**
+   * Walks `path` from the root, following symlinks only inside it, and returns the open
+   * directory that holds its last name. The root itself is refused (it is a directory).
+   * @throws FilePathRefusedError for a path outside the root, through a symlink out of it, a
+   *   loop, a file where a directory should be; `missingDir`'s error; FileTypeRefusedError
+   */
+  async locate(path: string, opts: WalkOptions): Promise<Located> {
+    checkShape(path);
+    let names = this.#lexical(path);
+    /** How many of `names`, from the start, came from the last symlink's target. */
+    let fromLink = 0;
+    for (let links = 0; ; links++) {
+      if (links > MAX_LINKS) throw new FilePathRefusedError(path, "it goes through a symbolic link loop");
+      if (names.length === 0) throw new FileTypeRefusedError(path, "directory");
+      const walked = await this.#walk(path, names, fromLink, opts);
+      if ("located" in walked) return walked.located;
+      names = walked.names;
+      fromLink = walked.fromLink;
     }
-    const abs = resolve(this.real, path);
-    if (!this.contains(abs)) throw new FilePathRefusedError(path, "it leads outside the file root (through ..)");
-    return abs;
   }
 
   /**
-   * Opens a regular file inside the root without following a final symlink, and proves
-   * through the descriptor that what was opened is the file that was checked.
-   * @throws FileNotFoundError, FileTypeRefusedError, FilePathRefusedError
+   * One walk from the root; stops at the first symlink and hands back the names to walk
+   * instead (its target, then what was left).
    */
-  async openChecked(real: string, written: string, flags: number): Promise<{ handle: FileHandle; stats: Stats }> {
-    const before = await lstatOrMissing(real);
-    if (!before) throw new FileNotFoundError(written);
-    refuseNonRegular(before, written);
-    let handle: FileHandle;
+  async #walk(path: string, names: string[], fromLink: number, opts: WalkOptions): Promise<{ located: Located } | { names: string[]; fromLink: number }> {
+    let dir = await this.#openRoot(path);
     try {
-      // O_NONBLOCK: if a FIFO is swapped in after the lstat, the open returns instead of
-      // waiting forever for a writer; the fstat below then refuses it.
-      handle = await open(real, flags | constants.O_NOFOLLOW | constants.O_NONBLOCK | constants.O_NOCTTY);
-    } catch (err) {
-      throw openError(err, written);
-    }
-    try {
-      const stats = await handle.stat();
-      refuseNonRegular(stats, written);
-      if (stats.ino !== before.ino || stats.dev !== before.dev) {
-        throw new FilePathRefusedError(written, "the file changed while it was being opened; try again");
+      for (let i = 0; i < names.length; i++) {
+        const name = names[i]!;
+        const last = i === names.length - 1;
+        const entry = await lstatAt(dir, name, path);
+        if (entry?.isSymbolicLink()) {
+          const target = await this.#linkTarget(dir, name, names.slice(0, i), path);
+          await dir.close();
+          return { names: [...target, ...names.slice(i + 1)], fromLink: target.length };
+        }
+        if (last) {
+          if (!entry && i < fromLink) throw new FilePathRefusedError(path, "it goes through a symbolic link whose target does not exist");
+          const located: Located = { dir, name, display: names.join("/") };
+          if (entry) located.stats = entry;
+          return { located };
+        }
+        if (!entry) {
+          if (i < fromLink) throw new FilePathRefusedError(path, "it goes through a symbolic link whose target does not exist");
+          if (!opts.createDirs) throw opts.missingDir(names.slice(0, i + 1).join("/"));
+          // Created inside the directory held open: wherever the path's names point now.
+          await mkdir(at(dir, name)).catch((err: NodeJS.ErrnoException) => {
+            if (err.code !== "EEXIST") throw openError(err, path);
+          });
+        } else if (!entry.isDirectory()) {
+          throw new FilePathRefusedError(path, "a part of it that should be a directory is not one");
+        }
+        const next = await open(at(dir, name), DIR_FLAGS).catch(async (err: NodeJS.ErrnoException) => {
+          // Swapped for a symlink (ELOOP) or a file since the lstat: refuse rather than guess.
+          if (err.code === "ELOOP" || err.code === "ENOTDIR" || err.code === "ENOENT") throw changed(path);
+          throw openError(err, path);
+        });
+        await dir.close();
+        dir = next;
       }
-      await this.verifyDescriptor(handle, real, written);
-      return { handle, stats };
+      throw new Error("unreachable: a walk ends at its last name");
     } catch (err) {
-      await handle.close();
+      await dir.close().catch(() => undefined);
       throw err;
     }
   }
 
+  /** The root, opened and proven to be the directory the config named. */
+  async #openRoot(path: string): Promise<FileHandle> {
+    const dir = await open(this.real, DIR_FLAGS);
+    const st = await dir.stat();
+    if (st.dev !== this.dev || st.ino !== this.ino) {
+      await dir.close();
+      throw new FilePathRefusedError(path, `the file root ${this.written} was replaced since the node started; restart it`);
+    }
+    return dir;
+  }
+
   /**
-   * Checks through /proc/self/fd that an open descriptor lies inside the root at `real`.
-   * Where /proc is missing, the dev/inode comparison of openChecked is the check.
+   * A symlink's target as names below the root, resolved against the directory it is in.
+   * @throws FilePathRefusedError when the target leaves the root
+   */
+  async #linkTarget(dir: FileHandle, name: string, parent: string[], path: string): Promise<string[]> {
+    const target = await readlink(at(dir, name)).catch((err: NodeJS.ErrnoException) => {
+      // EINVAL: no longer a symlink since the lstat.
+      throw err.code === "EINVAL" || err.code === "ENOENT" ? changed(path) : openError(err, path);
+    });
+    const out = isAbsolute(target) ? this.#insideNames(target) : [...parent];
+    if (out === undefined) throw new FilePathRefusedError(path, "it leads outside the file root (through a symbolic link)");
+    for (const part of isAbsolute(target) ? [] : target.split("/")) {
+      if (part === "" || part === ".") continue;
+      if (part !== "..") out.push(part);
+      else if (out.pop() === undefined) throw new FilePathRefusedError(path, "it leads outside the file root (through a symbolic link)");
+    }
+    return out;
+  }
+
+  /** An absolute path's names below the root (its real or its written form), or undefined outside it. */
+  #insideNames(abs: string): string[] | undefined {
+    const normal = resolve(abs);
+    for (const base of [this.real, this.written]) {
+      if (normal === base || normal.startsWith(base + sep)) return relative(base, normal).split(sep).filter(Boolean);
+    }
+    return undefined;
+  }
+
+  /** The path's names below the root, with `..` resolved as written (never above the root). */
+  #lexical(path: string): string[] {
+    if (isAbsolute(path)) {
+      const names = this.#insideNames(path);
+      if (names === undefined) throw new FilePathRefusedError(path, "absolute paths must lie inside the file root; give a path relative to it");
+      return names;
+    }
+    const abs = resolve(this.real, path);
+    if (!this.contains(abs)) throw new FilePathRefusedError(path, "it leads outside the file root (through ..)");
+    return relative(this.real, abs).split(sep).filter(Boolean);
+  }
+
+  /**
+   * Checks through /proc/self/fd that a directory held open still lies inside the root: a
+   * directory moved out of it (by someone who may write both places) after the walk would
+   * otherwise take the write with it.
    * @throws FilePathRefusedError when it does not
    */
-  async verifyDescriptor(handle: FileHandle, real: string, written: string): Promise<void> {
-    let actual: string;
-    try {
-      actual = await readlink(`/proc/self/fd/${handle.fd}`);
-    } catch {
-      return;
-    }
-    if (actual !== real || !this.contains(actual)) {
-      throw new FilePathRefusedError(written, "a directory on the path changed while the file was opened; try again");
-    }
+  async checkInside(dir: FileHandle, path: string): Promise<void> {
+    const now = await readlink(`/proc/self/fd/${dir.fd}`);
+    if (!this.contains(now)) throw new FilePathRefusedError(path, "a directory on the path was moved out of the file root; try again");
+  }
+}
+
+function changed(path: string): FilePathRefusedError {
+  return new FilePathRefusedError(path, "a directory on the path changed while it was walked; try again");
+}
+
+/** lstat of an entry of an open directory; undefined when it does not exist. */
+async function lstatAt(dir: FileHandle, name: string, path: string): Promise<Stats | undefined> {
+  try {
+    return await lstat(at(dir, name));
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === "ENOENT") return undefined;
+    throw openError(err, path);
   }
 }
 
@@ -137,43 +237,6 @@ function checkShape(path: string): void {
 
 function shorten(path: string): string {
   return shortenText(path, 80);
-}
-
-/**
- * The real location of `lexical`: the realpath of its deepest existing ancestor joined with
- * the components that do not exist yet (plain names: they cannot be links).
- */
-async function realOf(lexical: string, written: string): Promise<string> {
-  const missing: string[] = [];
-  let current = lexical;
-  for (;;) {
-    try {
-      const real = await realpath(current);
-      return missing.length === 0 ? real : join(real, ...missing.reverse());
-    } catch (err) {
-      const code = (err as NodeJS.ErrnoException).code;
-      if (code === "ELOOP") throw new FilePathRefusedError(written, "it goes through a symbolic link loop");
-      if (code !== "ENOENT" && code !== "ENOTDIR") throw openError(err, written);
-      // realpath fails on a dangling link too: refuse it rather than create its target.
-      if (code === "ENOENT" && (await lstatOrMissing(current))?.isSymbolicLink()) {
-        throw new FilePathRefusedError(written, "it goes through a symbolic link whose target does not exist");
-      }
-      if (code === "ENOTDIR") throw new FilePathRefusedError(written, "a part of it that should be a directory is a file");
-    }
-    const parent = dirname(current);
-    if (parent === current) throw new FilePathRefusedError(written, "no part of it exists");
-    missing.push(basename(current));
-    current = parent;
-  }
-}
-
-async function lstatOrMissing(path: string): Promise<Stats | undefined> {
-  try {
-    return await lstat(path);
-  } catch (err) {
-    if ((err as NodeJS.ErrnoException).code === "ENOENT") return undefined;
-    throw err;
-  }
 }
 
 /** @throws FileTypeRefusedError unless the file is a regular file */
@@ -195,7 +258,7 @@ export function refuseNonRegular(stats: Stats, written: string): void {
   throw new FileTypeRefusedError(written, kind);
 }
 
-/** Maps an errno from open/realpath to the tools layer's errors. */
+/** Maps an errno from open/lstat/readlink to the tools layer's errors. */
 export function openError(err: unknown, written: string): Error {
   const code = (err as NodeJS.ErrnoException).code;
   if (code === "ENOENT") return new FileNotFoundError(written);

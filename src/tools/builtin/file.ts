@@ -1,14 +1,14 @@
 import { randomBytes } from "node:crypto";
-import { constants, realpathSync, statSync } from "node:fs";
-import { link, lstat, mkdir, open, rename, unlink } from "node:fs/promises";
-import { basename, dirname, isAbsolute, join, resolve } from "node:path";
+import { constants, realpathSync, type Stats, statSync } from "node:fs";
+import { type FileHandle, link, lstat, open, rename, unlink } from "node:fs/promises";
+import { isAbsolute, resolve } from "node:path";
 import { boolValue, intValue, rejectUnknown, stringValue, type ConfigTable } from "../../core/config-table.js";
 import { ConfigError } from "../../core/errors.js";
 import { defineTool } from "../define-tool.js";
-import { FileExistsError, FileNotFoundError, FilePathRefusedError, FileTooLargeError, FileTypeRefusedError } from "../errors.js";
+import { FileExistsError, FileNotFoundError, FilePathRefusedError, FileTooLargeError } from "../errors.js";
 import { utf8Boundary } from "../result-cap.js";
 import type { Tool } from "../types.js";
-import { FileRoot, openError, refuseNonRegular } from "./file-root.js";
+import { at, FileRoot, type Located, openError, refuseNonRegular } from "./file-root.js";
 
 /**
  * `file_read` and `file_write`, confined to one directory (see file-root.ts).
@@ -54,6 +54,15 @@ export function fileConfigFrom(table: ConfigTable, keyPrefix = "tools.file", _en
     throw new ConfigError(`${keyPrefix}.root`, `${rootWritten} is not a usable directory (${code}): create it (mkdir -p ${rootWritten}) or fix the path`, {
       cause: err,
     });
+  }
+  try {
+    FileRoot.fromChecked(root, rootWritten);
+  } catch (err) {
+    throw new ConfigError(
+      `${keyPrefix}.root`,
+      `file_read and file_write open paths below ${rootWritten} through /proc/self/fd, which does not work here (${(err as Error).message}): run the node on Linux with /proc mounted`,
+      { cause: err },
+    );
   }
   return {
     root,
@@ -146,108 +155,113 @@ export function createFileTools(config: FileToolConfig): Tool[] {
 }
 
 async function readFile(root: FileRoot, config: FileToolConfig, args: ReadArgs): Promise<FileReadResult> {
-  const real = await root.resolve(args.path);
-  const { handle, stats } = await root.openChecked(real, args.path, constants.O_RDONLY);
+  const loc = await root.locate(args.path, { createDirs: false, missingDir: () => new FileNotFoundError(args.path) });
   try {
-    const want = Math.min(args.length ?? config.maxBytes, config.maxBytes, Math.max(0, stats.size - args.offset));
-    const buf = Buffer.alloc(want);
-    let got = 0;
-    while (got < want) {
-      const { bytesRead } = await handle.read(buf, got, want - got, args.offset + got);
-      if (bytesRead === 0) break;
-      got += bytesRead;
+    if (!loc.stats) throw new FileNotFoundError(args.path);
+    refuseNonRegular(loc.stats, args.path);
+    // O_NONBLOCK: a FIFO swapped in after the lstat does not hang the open; the fstat refuses it.
+    const handle = await open(at(loc.dir, loc.name), constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK | constants.O_NOCTTY).catch(
+      (err: unknown) => {
+        throw openError(err, args.path);
+      },
+    );
+    try {
+      const stats = await handle.stat();
+      refuseNonRegular(stats, args.path);
+      if (stats.ino !== loc.stats.ino || stats.dev !== loc.stats.dev)
+        throw new FilePathRefusedError(args.path, "the file changed while it was being opened; try again");
+      return await readRange(handle, stats.size, loc.display, config, args);
+    } finally {
+      await handle.close();
     }
-    let data = buf.subarray(0, got);
-    const more = args.offset + got < stats.size;
-    // A text read cut by the cap ends at a character boundary; next_offset resumes there.
-    if (args.encoding === "utf8" && more) data = data.subarray(0, utf8Boundary(data, data.length));
-    const result: FileReadResult = {
-      path: root.display(real),
-      size: stats.size,
-      offset: args.offset,
-      bytes: data.length,
-      content: args.encoding === "base64" ? data.toString("base64") : data.toString("utf8"),
-      encoding: args.encoding,
-      truncated: more,
-    };
-    if (more) result.next_offset = args.offset + data.length;
-    return result;
   } finally {
-    await handle.close();
+    await loc.dir.close();
   }
+}
+
+async function readRange(handle: FileHandle, size: number, display: string, config: FileToolConfig, args: ReadArgs): Promise<FileReadResult> {
+  const want = Math.min(args.length ?? config.maxBytes, config.maxBytes, Math.max(0, size - args.offset));
+  const buf = Buffer.alloc(want);
+  let got = 0;
+  while (got < want) {
+    const { bytesRead } = await handle.read(buf, got, want - got, args.offset + got);
+    if (bytesRead === 0) break;
+    got += bytesRead;
+  }
+  let data = buf.subarray(0, got);
+  const more = args.offset + got < size;
+  // A text read cut by the cap ends at a character boundary; next_offset resumes there.
+  if (args.encoding === "utf8" && more) data = data.subarray(0, utf8Boundary(data, data.length));
+  const result: FileReadResult = {
+    path: display,
+    size,
+    offset: args.offset,
+    bytes: data.length,
+    content: args.encoding === "base64" ? data.toString("base64") : data.toString("utf8"),
+    encoding: args.encoding,
+    truncated: more,
+  };
+  if (more) result.next_offset = args.offset + data.length;
+  return result;
 }
 
 async function writeFile(root: FileRoot, config: FileToolConfig, args: WriteArgs): Promise<FileWriteResult> {
   const data = Buffer.from(args.content, args.encoding);
   if (data.length > config.maxBytes) throw new FileTooLargeError(args.path, data.length, config.maxBytes);
-  const real = await root.resolve(args.path);
-  if (real === root.real) throw new FileTypeRefusedError(args.path, "directory");
-  const dir = dirname(real);
-  await ensureDir(root, dir, args);
-  const existing = await lstat(real).catch((err: NodeJS.ErrnoException) => {
-    if (err.code === "ENOENT") return undefined;
+  const loc = await root.locate(args.path, {
+    createDirs: args.create_dirs,
+    missingDir: (dir) => new FileNotFoundError(dir, "directory", "pass create_dirs: true to create it"),
+  });
+  try {
+    if (loc.stats) refuseNonRegular(loc.stats, args.path);
+    if (loc.stats && args.mode === "create") throw new FileExistsError(args.path);
+    await root.checkInside(loc.dir, args.path);
+    await placeAtomically(loc, data, args, loc.stats ? loc.stats.mode & 0o777 : 0o644);
+    return { path: loc.display, bytes: data.length, created: loc.stats === undefined };
+  } finally {
+    await loc.dir.close();
+  }
+}
+
+/**
+ * Atomic replace: a temp file in the same directory (same filesystem, so rename is atomic),
+ * fsynced before the rename and the directory fsynced after it, so a crash leaves the old
+ * file or the new one, never a torn one. Every step names the directory by its descriptor
+ * (`at`), so it happens in the directory the walk checked. A temp file left by a failure is
+ * removed through the same descriptor, after checking by dev/inode that it is ours.
+ */
+async function placeAtomically(loc: Located, data: Buffer, args: WriteArgs, mode: number): Promise<void> {
+  const tmp = `.${loc.name.slice(0, 200)}.${randomBytes(6).toString("hex")}.kova-tmp`;
+  const handle = await open(at(loc.dir, tmp), constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW, mode).catch((err: unknown) => {
     throw openError(err, args.path);
   });
-  if (existing) refuseNonRegular(existing, args.path);
-  if (existing && args.mode === "create") throw new FileExistsError(args.path);
-
-  // Atomic replace: a temp file in the same directory (same filesystem, so rename is
-  // atomic), fsynced before the rename and the directory fsynced after it, so a crash
-  // leaves the old file or the new one, never a torn one.
-  const tmp = join(dir, `.${basename(real).slice(0, 200)}.${randomBytes(6).toString("hex")}.kova-tmp`);
-  const handle = await open(tmp, constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW, existing ? existing.mode & 0o777 : 0o644);
-  let renamed = false;
+  let made: Stats | undefined;
+  let tmpGone = false;
   try {
-    await root.verifyDescriptor(handle, tmp, args.path);
+    made = await handle.stat();
     await handle.writeFile(data);
     await handle.sync();
     await handle.close();
     if (args.mode === "create") {
       // link() fails with EEXIST if the name appeared meanwhile: no-clobber without a race.
-      await link(tmp, real).catch((err: NodeJS.ErrnoException) => {
+      await link(at(loc.dir, tmp), at(loc.dir, loc.name)).catch((err: NodeJS.ErrnoException) => {
         throw err.code === "EEXIST" ? new FileExistsError(args.path) : openError(err, args.path);
       });
-      await unlink(tmp);
     } else {
-      await rename(tmp, real);
+      await rename(at(loc.dir, tmp), at(loc.dir, loc.name)).catch((err: unknown) => {
+        throw openError(err, args.path);
+      });
+      tmpGone = true;
     }
-    renamed = true;
-    await syncDir(dir);
+    await loc.dir.sync();
   } finally {
     await handle.close().catch(() => undefined);
-    if (!renamed) await unlink(tmp).catch(() => undefined);
-  }
-  return { path: root.display(real), bytes: data.length, created: existing === undefined };
-}
-
-/** Creates missing directories one level at a time, each checked to be inside the root. */
-async function ensureDir(root: FileRoot, dir: string, args: WriteArgs): Promise<void> {
-  const st = await lstat(dir).catch(() => undefined);
-  if (st?.isDirectory()) return;
-  if (st) throw new FilePathRefusedError(args.path, "a part of it that should be a directory is not one");
-  if (!args.create_dirs) throw new FileNotFoundError(root.display(dir), "directory", "pass create_dirs: true to create it");
-  const missing: string[] = [];
-  let current = dir;
-  while (!(await lstat(current).catch(() => undefined))) {
-    missing.unshift(current);
-    current = dirname(current);
-  }
-  for (const d of missing) {
-    await mkdir(d).catch((err: NodeJS.ErrnoException) => {
-      if (err.code !== "EEXIST") throw err;
-    });
-    // Re-resolve: a link planted at this name since the check would show up here.
-    if ((await root.resolve(d)) !== d || !(await lstat(d)).isDirectory()) {
-      throw new FilePathRefusedError(args.path, "a directory on the path changed while it was being created; try again");
-    }
+    if (!tmpGone && made) await removeIfSame(loc.dir, tmp, made);
   }
 }
 
-async function syncDir(dir: string): Promise<void> {
-  const handle = await open(dir, constants.O_RDONLY | constants.O_DIRECTORY);
-  try {
-    await handle.sync();
-  } finally {
-    await handle.close();
-  }
+/** Unlinks `name` in an open directory if it is still the file `made` describes. */
+async function removeIfSame(dir: FileHandle, name: string, made: Stats): Promise<void> {
+  const now = await lstat(at(dir, name)).catch(() => undefined);
+  if (now && now.ino === made.ino && now.dev === made.dev) await unlink(at(dir, name)).catch(() => undefined);
 }
