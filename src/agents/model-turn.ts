@@ -133,12 +133,20 @@ async function chooseAndCall(s: RunScope, turn: number): Promise<ModelTurnRecord
   };
 }
 
-function complete(s: RunScope, client: ModelClient, model: string, req: Omit<ModelRequest, "signal" | "acquireSlot">, streamTokens: boolean) {
+async function complete(s: RunScope, client: ModelClient, model: string, req: Omit<ModelRequest, "signal" | "acquireSlot">, streamTokens: boolean) {
   const { runtime, agentId, ctx } = s;
   // The task's priority overrides the agent's (docs/models.md, "What an agent's call asks for").
   const priority = s.request.priority ?? s.def.priority;
-  return timedPhase("model.call", agentId, () =>
-    client.complete({
+  const deltas = new DeltaBatch((text) => stream(s, RunEventType.modelDelta, { text }));
+  try {
+    return await timedPhase("model.call", agentId, () => call());
+  } finally {
+    // The last tokens go out before anything the run publishes after the call.
+    deltas.flush();
+  }
+
+  function call() {
+    return client.complete({
       ...req,
       signal: ctx.signal,
       acquireSlot: runtime.scheduler.slotFor({
@@ -156,8 +164,11 @@ function complete(s: RunScope, client: ModelClient, model: string, req: Omit<Mod
       onDelta: (d) => {
         ctx.working();
         if (!streamTokens) return;
-        if (d.type === "text") stream(s, RunEventType.modelDelta, { text: d.text });
-        else if (d.type === "restart") stream(s, RunEventType.modelDelta, { text: "", restart: d.attempt });
+        if (d.type === "text") deltas.add(d.text);
+        else if (d.type === "restart") {
+          deltas.flush();
+          stream(s, RunEventType.modelDelta, { text: "", restart: d.attempt });
+        }
       },
       onRetry: (info) => {
         runtime.log.warn({ agentId, runId: s.runId, model, ...info }, "model call failed; retrying");
@@ -172,8 +183,35 @@ function complete(s: RunScope, client: ModelClient, model: string, req: Omit<Mod
           });
         }
       },
-    }),
-  );
+    });
+  }
+}
+
+/**
+ * The text deltas of one model call that arrive together (one network read of the stream,
+ * often many tokens when the provider is fast) go out as one `model_delta`: a publish per
+ * I/O turn instead of one per token. Their text is the same, in the same order; a token
+ * that arrives alone still goes out at once, after the I/O callbacks at hand.
+ */
+export class DeltaBatch {
+  #text = "";
+  #scheduled: NodeJS.Immediate | undefined;
+
+  constructor(private readonly send: (text: string) => void) {}
+
+  add(text: string): void {
+    this.#text += text;
+    this.#scheduled ??= setImmediate(() => this.flush());
+  }
+
+  flush(): void {
+    if (this.#scheduled) clearImmediate(this.#scheduled);
+    this.#scheduled = undefined;
+    if (this.#text === "") return;
+    const text = this.#text;
+    this.#text = "";
+    this.send(text);
+  }
 }
 
 async function waitForBucket(s: RunScope): Promise<void> {
