@@ -237,7 +237,8 @@ export class ActorInstance implements TurnActor {
     if (!store) return Promise.resolve(undefined);
     if (!this.#journal) {
       // Fenced first: a node that lost the actor must not claim its journal from the new host.
-      const opening = this.deps.fence(this.id).then(() => store.open(this.id));
+      // The checkpoint's processed ids tell a spent last turn from an open one.
+      const opening = this.deps.fence(this.id).then(() => store.open(this.id, (envelopeId) => this.memory.has(envelopeId)));
       this.#journal = opening;
       opening.catch(() => {
         if (this.#journal === opening) this.#journal = undefined;

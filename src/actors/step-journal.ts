@@ -33,6 +33,9 @@ export function readJournalEntry(actorId: string, seq: number, data: Uint8Array)
  * - `result`: a step's outcome (done, failed, or unknown after a takeover);
  * - `yield`: a stop cut the turn on purpose (resuming it is not a new attempt);
  * - `turn_done`: the turn's checkpoint is saved; a rollup that purges the turn's entries.
+ *   Written by earlier builds after every turn; this one no longer writes it (the next
+ *   turn's first entry is the rollup, and a turn the checkpoint names is done), but still
+ *   reads it.
  */
 export type JournalEntryKind = "claim" | "intent" | "result" | "yield" | "turn_done";
 
@@ -100,13 +103,14 @@ export class NatsStepJournal {
 
   /**
    * Reads the actor's journal and claims it for this host: the open turn its previous host
-   * left (if any) is returned by `ActorJournal.openTurn`.
+   * left (if any) is returned by `ActorJournal.openTurn`. `committed` says which turns the
+   * actor's checkpoint names (its processed ids): such a turn's entries are spent, not open.
    * @throws JournalUnavailableError when NATS does not answer in time; UnsupportedFormatError
    *   when the journal holds an entry of a version this build does not read
    */
-  async open(actorId: string): Promise<ActorJournal> {
+  async open(actorId: string, committed: (envelopeId: string) => boolean = () => false): Promise<ActorJournal> {
     const j = new ActorJournal(actorId, this.opts.bus, this.opts.nodeId, this.opts.log, this.#timeoutMs);
-    await j.claim();
+    await j.claim(committed);
     return j;
   }
 }
@@ -147,7 +151,7 @@ export class ActorJournal {
   }
 
   /** Reads the subject and appends a claim, retried while another host keeps writing. */
-  async claim(): Promise<void> {
+  async claim(committed: (envelopeId: string) => boolean = () => false): Promise<void> {
     for (let attempt = 1; ; attempt++) {
       const last = await this.#read(() => this.#lastEntry(), "read");
       if (last === undefined) {
@@ -156,8 +160,10 @@ export class ActorJournal {
         return; // nothing was ever journaled: nobody to fence
       }
       this.#last = last.seq;
-      const open =
-        last.entry.k === "turn_done" || last.entry.turn === undefined ? undefined : await this.#read(() => this.#readTurn(last.entry, last.seq), "read");
+      // The last turn's entries stay until the next turn's first entry rolls them up: a turn
+      // the checkpoint names is done (a `turn_done`, from an earlier build, says so too).
+      const done = last.entry.k === "turn_done" || last.entry.turn === undefined || committed(last.entry.turn);
+      const open = done ? undefined : await this.#read(() => this.#readTurn(last.entry, last.seq), "read");
       try {
         const entry: JournalEntry = { v: JOURNAL_ENTRY_VERSION, k: "claim", node: this.nodeId };
         if (open) Object.assign(entry, { turn: open.envelopeId, start: open.start, attempt: open.attempt });
@@ -214,17 +220,14 @@ export class ActorJournal {
   }
 
   /**
-   * Closes the turn after its checkpoint is saved: a `turn_done` rollup that purges the
-   * turn's entries. Skipped when the turn journaled nothing (and no open turn is pending).
+   * Closes the turn after its checkpoint is saved. Nothing is written: the checkpoint names
+   * the turn, which is how a reader knows it is done (a `turn_done` entry per turn was one
+   * more JetStream write and purge per turn), and the actor's next turn's first entry is a
+   * rollup that purges these entries. Until then the subject holds one spent turn.
    */
-  async done(envelopeId: string, attempt: number): Promise<void> {
-    const turn = this.#turn?.envelopeId === envelopeId ? this.#turn : undefined;
-    const open = this.openTurn(envelopeId);
-    this.#turn = undefined;
-    if (open) this.#open = undefined;
-    if (turn?.start === undefined && open === undefined) return;
-    const entry: JournalEntry = { v: JOURNAL_ENTRY_VERSION, k: "turn_done", node: this.nodeId, turn: envelopeId, attempt };
-    await this.#append(entry, { rollup: true });
+  done(envelopeId: string): void {
+    if (this.#turn?.envelopeId === envelopeId) this.#turn = undefined;
+    if (this.openTurn(envelopeId)) this.#open = undefined;
   }
 
   #cursor(record: TurnRecord): TurnCursor {
@@ -250,8 +253,11 @@ export class ActorJournal {
         "step result too large for the NATS journal; a takeover re-runs or reports this step",
       );
     }
-    const seq = await this.#append(entry, { data });
-    // The turn's first entry carries no `start`: its own sequence is the start.
+    // A fresh turn's first entry carries no `start` (its own sequence is the start) and rolls
+    // up the subject: the previous turns' entries are spent (their checkpoint is saved, or
+    // their message gone: the next message is never delivered while one is un-acked). A
+    // turn resumed from NATS has its `start` and purges nothing.
+    const seq = await this.#append(entry, { data, rollup: turn.start === undefined });
     turn.start ??= seq;
     if (step.status !== "started") turn.synced.add(index);
   }

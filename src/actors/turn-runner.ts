@@ -70,7 +70,7 @@ export type TurnOutcome =
  * Runs one message as a journaled, supervised turn (docs/actors.md, "Turn protocol"):
  * WAL append (or the recovered record, merged with what the step journal on NATS holds)
  * → handler, each step a `wal.replace` and (with the NATS journal) an append there → reply
- * saved with the checkpoint to NATS KV → `turn_done` on the journal and the reply → `wal.complete`
+ * saved with the checkpoint to NATS KV → the reply → `wal.complete`
  * with the local checkpoint. The caller acks the mailbox message when this resolves, and
  * naks it when this throws (an infrastructure failure: the record stays PENDING and the
  * redelivery resumes it). The completion is issued, not awaited (`src.completion`): see below.
@@ -232,10 +232,9 @@ export async function runTurn(actor: TurnActor, env: A2AEnvelope, src: TurnSourc
     throw err;
   }
   crashPoint("after-checkpoint", actor.id);
-  // The turn is committed: its journal entries on NATS are spent. The close is not waited
-  // for (the actor's next append queues behind it): if it is lost, any reader still finds
-  // the turn's id in the checkpoint and treats the open turn as done.
-  void closeJournal(actor, remote, env.id, record.attempt);
+  // The turn is committed: its journal entries on NATS are spent (a reader finds the turn's
+  // id in the checkpoint; the next turn's first entry purges them). Nothing is written.
+  remote?.done(env.id);
   // A reply that cannot be sent is owed (saved with the checkpoint, retried on a timer) and
   // keeps the record PENDING (the caller naks; the redelivery is a duplicate that sends the
   // saved reply), so an asker is never left without one.
@@ -257,28 +256,20 @@ export async function runTurn(actor: TurnActor, env: A2AEnvelope, src: TurnSourc
 
 /**
  * A message whose turn is already committed (its id is in the checkpoint, or its parked
- * record was committed): send the saved reply again if it was not confirmed, close the
+ * record was committed): send the saved reply again if it was not confirmed, forget the
  * turn on the step journal, complete a recovered record. Never runs the handler.
  */
 async function settleDuplicate(actor: TurnActor, env: A2AEnvelope, src: TurnSource, remote: ActorJournal | undefined): Promise<void> {
   // The checkpoint keeps the last asked turn's reply and the owed ones; a parked record keeps its own.
   const saved = actor.memory.replyFor(env.id) ?? src.recovered?.record.reply;
   if (saved && env.replyTo) await deliverReply(actor, env, saved);
-  if (remote?.openTurn(env.id)) await closeJournal(actor, remote, env.id, src.recovered?.record.attempt ?? 1);
+  remote?.done(env.id);
   if (src.recovered) await actor.deps.wal.complete(src.recovered.seq);
 }
 
 /** One entry per step, in step order (steps that ended together share one WAL write, not one entry). */
 async function appendSteps(remote: ActorJournal, record: TurnRecord, steps: readonly number[]): Promise<void> {
   for (const i of [...steps].sort((a, b) => a - b)) await remote.step(record, i);
-}
-
-/** Best effort: a turn left open on NATS after its checkpoint is recognised as done by any reader. */
-async function closeJournal(actor: TurnActor, remote: ActorJournal | undefined, envelopeId: string, attempt: number): Promise<void> {
-  if (!remote) return;
-  await timedPhase("journal.turn_done", actor.id, () => remote.done(envelopeId, attempt)).catch((err: unknown) =>
-    actor.log.warn({ err, envelopeId }, "could not close the turn in the step journal"),
-  );
 }
 
 /** Runs the attempts of a turn under the supervision policy; never throws. */

@@ -97,20 +97,29 @@ describe("step journal on NATS (takeover by another node)", () => {
     expect(w2.log).toEqual([`fetched by A at ${t2} | acted by B | t=${t2}`]);
     // fetch ran once per turn (on A), act once on A for each, and again on B only when idempotent.
     expect(calls.sort()).toEqual(["A:act", "A:act", "A:fetch", "A:fetch", "B:act"]);
-    // The turns are closed: each actor's journal subject holds only the turn_done rollup.
-    for (const id of ["w1", "w2"]) {
-      const last = await poll(
-        async () => {
-          const m = await b.bus.jsm.streams.getMessage(b.bus.subjects.streams.journal, { last_by_subj: b.bus.subjects.journal(id) });
-          const e = m && (decodeValue(m.data, "msgpack") as JournalEntry);
-          return e?.k === "turn_done" ? e : undefined;
-        },
-        { timeoutMs: 5_000, what: `${id}'s turn_done` },
-      );
-      expect(last).toMatchObject({ k: "turn_done", node: "B" });
-      const info = await b.bus.jsm.streams.info(b.bus.subjects.streams.journal, { subjects_filter: b.bus.subjects.journal(id) });
-      expect(info.state.subjects?.[b.bus.subjects.journal(id)]).toBe(1);
-    }
+    // The turns are done, and nothing was written after their checkpoints: each subject's last
+    // entry is B's result, until the actor's next turn.
+    const lastEntry = async (id: string) => {
+      const m = await b.bus.jsm.streams.getMessage(b.bus.subjects.streams.journal, { last_by_subj: b.bus.subjects.journal(id) });
+      return decodeValue(m!.data, "msgpack") as JournalEntry;
+    };
+    for (const id of ["w1", "w2"]) expect(await lastEntry(id)).toMatchObject({ k: "result", node: "B" });
+    // The next turn's first entry rolls the spent turns up: the subject then holds that turn's entries only.
+    await b.bus.send(createEnvelope({ from: "tester", to: "w2", type: "task_delegate", payload: "idempotent" }));
+    await poll(async () => (await b.bus.request<WorkerState>("w2", "info_request", null)).log.length === 2, { timeoutMs: 15_000, what: "w2's next turn" });
+    const info = await b.bus.jsm.streams.info(b.bus.subjects.streams.journal, { subjects_filter: b.bus.subjects.journal("w2") });
+    expect(info.state.subjects?.[b.bus.subjects.journal("w2")]).toBe(3); // fetch's intent and result, act's result
+    // A host claiming w1's journal with its checkpoint finds its last turn done, not open.
+    const ids = (await b.bus.request<WorkerState>("w1", "info_request", null)).log;
+    expect(ids).toHaveLength(1);
+    const claimed = await new NatsStepJournal({ bus: b.bus, nodeId: "C", log: silent }).open("w1", () => true);
+    expect(claimed.openTurn()).toBeUndefined();
+    expect(await lastEntry("w1")).toMatchObject({ k: "claim", node: "C" });
+    expect(
+      (await b.bus.jsm.streams.info(b.bus.subjects.streams.journal, { subjects_filter: b.bus.subjects.journal("w1") })).state.subjects?.[
+        b.bus.subjects.journal("w1")
+      ],
+    ).toBe(1);
   }, 60_000);
 
   it("fencing - once another host claimed the journal, the old host's next append fails, its turn stops and its record is abandoned", async () => {
