@@ -42,6 +42,8 @@ export { agentsConfigFrom, agentTemplatesConfigFrom, budgetGroupsFrom, checkBudg
 export { agentActor } from "./agent-actor.js";
 export { AgentRuntime, type AgentRuntimeOptions } from "./runtime.js";
 export { askAgent, type AskAgentOptions } from "./client.js";
+export { addUsage, readUsage, ZERO_USAGE, type ResultNotifyPayload, type TaskDelegatePayload } from "./run-protocol.js";
+export { emptyTotals } from "./usage.js";
 export {
   AGENT_CHAT,
   parseDeadline,

@@ -53,3 +53,79 @@ export {
   ExternalSubjectError,
   SubjectUnavailableError,
 } from "./errors.js";
+export {
+  assertExperimentId,
+  attemptId,
+  EvalMessageType,
+  EXPERIMENT_IDLE_AFTER_MS,
+  EXPERIMENT_TEMPLATE,
+  experimentActorId,
+  experimentOfActor,
+  isExperimentId,
+  judgeId,
+  newExperimentId,
+  parseRunnerKey,
+  runnerActorId,
+  startMessageId,
+  SUBJECT_IDLE_AFTER_MS,
+  SUBJECT_TEMPLATE,
+  type RunnerKey,
+} from "./protocol.js";
+export {
+  ATTEMPT_RECORD_VERSION,
+  ENDED_STATUSES,
+  OUTPUT_MAX_CHARS,
+  readAttemptRecord,
+  readStatusRecord,
+  STATUS_RECORD_VERSION,
+  type AttemptRecord,
+  type AttemptStatus,
+  type EvalUsage,
+  type ExperimentStatus,
+  type StatusRecord,
+} from "./records.js";
+export { attemptKey, EvalStore, evalsBucket } from "./store.js";
+export { SpecCache } from "./spec-cache.js";
+export {
+  classifyAnswer,
+  emptyExperimentState,
+  EXPERIMENT_STATE_VERSION,
+  ExperimentEngine,
+  readExperimentState,
+  type Answer,
+  type Effect,
+  type ExperimentState,
+  type InFlight,
+  type Outcome,
+} from "./engine.js";
+export { evalExperimentActor, experimentSummary, type ExperimentActorPorts, type ExperimentSummary } from "./experiment-actor.js";
+export { evalSubjectActor, subjectDefinition, type EvalAgentsPort, type SubjectActorPorts } from "./subject-actor.js";
+export { checkSpecOnCluster } from "./check.js";
+export { openAiConfig, runExternalSubject, type ExternalDeps } from "./external.js";
+export { bootstrapInterval, passAtK, percentile, seededRandom, seedOf, t975, tInterval } from "./stats.js";
+export {
+  authoritative,
+  compareSubjects,
+  summarize,
+  type CompareSide,
+  type Comparison,
+  type ExperimentReport,
+  type SubjectReport,
+  type TaskRow,
+} from "./report.js";
+export {
+  cancelExperiment,
+  compareExperiments,
+  evalStore,
+  followExperiment,
+  listExperiments,
+  readExperimentSummary,
+  readReport,
+  resumeExperiment,
+  runExperiment,
+  startExperiment,
+  type ExperimentProgress,
+  type FollowOptions,
+  type RunExperimentOptions,
+  type StartExperimentOptions,
+} from "./client.js";

@@ -167,9 +167,21 @@ export function cellIndex(spec: Pick<ExperimentSpec, "tasks" | "repetitions">, s
   return subject * spec.tasks.length * spec.repetitions + repetition * spec.tasks.length + task;
 }
 
-/** SHA-256 of the spec's JSON: names the spec an experiment runs (checked when it is read back). */
+/** SHA-256 of the spec's JSON with sorted keys: names the spec an experiment runs (checked when it is read back). */
 export function specDigest(spec: ExperimentSpec): string {
-  return createHash("sha256").update(JSON.stringify(spec)).digest("hex");
+  const canonical = (x: unknown): unknown =>
+    Array.isArray(x)
+      ? x.map(canonical)
+      : typeof x === "object" && x !== null
+        ? Object.fromEntries(
+            Object.keys(x)
+              .sort()
+              .map((k) => [k, canonical((x as Record<string, unknown>)[k])]),
+          )
+        : x;
+  return createHash("sha256")
+    .update(JSON.stringify(canonical(spec)))
+    .digest("hex");
 }
 
 export interface ExpandOptions {

@@ -29,6 +29,7 @@ import { startNodeService } from "./node-service.js";
 import type { NodeParts } from "./node-parts.js";
 import { startMarkerCompaction, startUnknownAgentSweep, type NodeJob } from "./node-jobs.js";
 import { WorkflowWiring, workflowRunPorts } from "./workflow-wiring.js";
+import { registerEvalTypes } from "./eval-wiring.js";
 import { mirrorTiming } from "./kv-mirror.js";
 import { LeaseTable } from "./lease.js";
 import { Membership } from "./membership.js";
@@ -173,6 +174,20 @@ export class KovaNode {
     if (!types.has(WORKFLOW_ACTOR_TYPE)) {
       const n = node;
       types.register(workflowActor(workflowRunPorts(() => n.workflow)));
+    }
+    // Every node can host experiments and their subjects' runners (docs/evals.md).
+    {
+      const n = node;
+      registerEvalTypes(types, templates, {
+        cluster: opts.config.cluster,
+        bus: () => n.bus,
+        replicas: () => n.replicas(),
+        agents: () => n.agentDefs,
+        runtime: () => n.agentServices?.runtime,
+        timers: () => n.workflow.timers(),
+        interrupt: (agentId, messageId) => n.workflow.interruptDelegation(agentId, messageId),
+        logger,
+      });
     }
     try {
       await node.boot(opts);

@@ -1,0 +1,287 @@
+import { fromWire, isKovaError, isTimeout, KovaError } from "../core/index.js";
+import { createEnvelope, isNoResponders, type Bus, type KovaClient, type KovaEvent, type MessageType } from "../bus/index.js";
+import type { RunUsage } from "../agents/index.js";
+import { ExperimentNotFoundError, ExperimentStateError } from "./errors.js";
+import type { ExperimentSummary } from "./experiment-actor.js";
+import { assertExperimentId, EvalMessageType, experimentActorId, newExperimentId, startMessageId } from "./protocol.js";
+import { ENDED_STATUSES, type StatusRecord } from "./records.js";
+import { compareSubjects, summarize, type Comparison, type ExperimentReport } from "./report.js";
+import type { ExperimentBudget, ExperimentSpec } from "./spec.js";
+import { EvalStore } from "./store.js";
+
+/**
+ * Experiments from code and from the CLI (docs/evals.md, "From code"): everything goes by
+ * the public protocol — the spec into KV `kova_<c>_evals`, `eval.*` messages to the
+ * experiment's actor, its events and records read back.
+ */
+
+type Client = KovaClient | Bus | { bus: Bus };
+
+function busOf(c: Client): Bus {
+  return "bus" in c ? c.bus : c;
+}
+
+const stores = new WeakMap<Bus, Promise<EvalStore>>();
+
+/** The cluster's eval bucket through this client, opened (or created) once. */
+export function evalStore(c: Client): Promise<EvalStore> {
+  const bus = busOf(c);
+  let s = stores.get(bus);
+  if (!s) {
+    s = EvalStore.open({ js: bus.js, cluster: bus.cluster });
+    s.catch(() => stores.delete(bus));
+    stores.set(bus, s);
+  }
+  return s;
+}
+
+export interface StartExperimentOptions {
+  /** The experiment id (default `<name>-<8 hex>`). */
+  experimentId?: string;
+  /** Who owns it (default the client's id). */
+  owner?: string;
+  /** How long to wait for the experiment to accept its start (default 60 s). */
+  timeoutMs?: number;
+}
+
+/**
+ * Stores the spec and starts the experiment; resolves once its actor accepted the start (it
+ * runs on without the caller from then on).
+ * @throws KovaError INVALID_CONFIG naming the spec's field when the cluster cannot run it (an
+ *   agent, model or tool it does not have); KovaTimeoutError when no node took the start in time
+ */
+export async function startExperiment(
+  client: Client,
+  spec: ExperimentSpec,
+  opts: StartExperimentOptions = {},
+): Promise<{ experimentId: string; summary: ExperimentSummary }> {
+  const bus = busOf(client);
+  const experimentId = opts.experimentId === undefined ? newExperimentId(spec.name) : assertExperimentId(opts.experimentId);
+  const store = await evalStore(bus);
+  const digest = await store.putSpec(experimentId, spec);
+  const env = createEnvelope({
+    id: startMessageId(experimentId),
+    from: bus.clientId,
+    to: experimentActorId(experimentId),
+    type: EvalMessageType.start,
+    payload: { digest, ...(opts.owner ? { owner: opts.owner } : {}) },
+  });
+  const reply = await bus.ask<ExperimentSummary & { outcome: string }>(env, { timeoutMs: opts.timeoutMs ?? 60_000 });
+  const summary = reply.payload;
+  if (summary.status === "failed") throw fromWire(summary.error) ?? new KovaError("INTERNAL", `experiment ${experimentId} failed to start`);
+  return { experimentId, summary };
+}
+
+/** Progress of a running experiment, from one of its events. */
+export interface ExperimentProgress {
+  experimentId: string;
+  /** `eval_started`, `eval_attempt`, `eval_resumed` or `eval_ended`. */
+  type: string;
+  /** Cells with a result, cells in error, all cells. */
+  done: number;
+  errors: number;
+  total: number;
+  /** Tokens and cost so far, subjects and judges together. */
+  spent: RunUsage;
+  /** Since the current run began (start or resume). */
+  elapsedMs: number;
+  /** Time left at the pace so far; undefined before the first cell. */
+  etaMs?: number;
+  /** The event itself (an attempt's cell, subject, status and score are in its data). */
+  event: KovaEvent;
+}
+
+function progressOf(e: KovaEvent, last: ExperimentProgress | undefined, base: { done: number; errors: number; since?: number }): ExperimentProgress {
+  const d = (e.data ?? {}) as Record<string, unknown>;
+  const num = (v: unknown, dflt: number) => (typeof v === "number" ? v : dflt);
+  const done = num(d.done, last?.done ?? 0);
+  const errors = num(d.errors, last?.errors ?? 0);
+  const total = num(d.total ?? d.cells, last?.total ?? 0);
+  const since = num(d.runningSince ?? d.startedAt, base.since ?? e.ts);
+  const elapsedMs = Math.max(0, e.ts - since);
+  const finishedThisRun = done + errors - base.done - base.errors;
+  const left = total - done - errors;
+  return {
+    experimentId: String(d.experimentId ?? e.runId),
+    type: e.type,
+    done,
+    errors,
+    total,
+    spent: (d.spent as RunUsage | undefined) ?? last?.spent ?? { inputTokens: 0, outputTokens: 0 },
+    elapsedMs,
+    ...(finishedThisRun > 0 && e.type === "eval_attempt" ? { etaMs: Math.round((elapsedMs / finishedThisRun) * left) } : {}),
+    event: e,
+  };
+}
+
+export interface FollowOptions {
+  /** Stop following (the experiment runs on). */
+  signal?: AbortSignal;
+  /** Follow until the end of this run of the experiment (1: the start; each resume adds one). Default: the current one. */
+  round?: number;
+}
+
+/**
+ * Streams an experiment's progress, from its first event (stored, so nothing is missed) to
+ * the end of its current run.
+ * @throws ExperimentNotFoundError when the cluster has no such experiment
+ */
+export async function* followExperiment(client: Client, experimentId: string, opts: FollowOptions = {}): AsyncGenerator<ExperimentProgress> {
+  const bus = busOf(client);
+  assertExperimentId(experimentId);
+  const round = opts.round ?? (await currentRound(bus, experimentId));
+  const reader = await bus.readStoredEvents(bus.subjects.events(experimentId, experimentId));
+  const stop = () => reader.close();
+  opts.signal?.addEventListener("abort", stop, { once: true });
+  let last: ExperimentProgress | undefined;
+  let base = { done: 0, errors: 0, since: undefined as number | undefined };
+  try {
+    for await (const m of reader.messages) {
+      let e: KovaEvent;
+      try {
+        e = m.json<KovaEvent>();
+      } catch {
+        continue;
+      }
+      const d = (e.data ?? {}) as Record<string, unknown>;
+      const r = typeof d.round === "number" ? d.round : 1;
+      if (e.type === "eval_started" || e.type === "eval_resumed") base = { done: Number(d.done ?? 0), errors: Number(d.errors ?? 0), since: e.ts };
+      if (e.type === "run_stream_end") {
+        if (r >= round) return;
+        continue;
+      }
+      last = progressOf(e, last, base);
+      yield last;
+    }
+  } finally {
+    opts.signal?.removeEventListener("abort", stop);
+    reader.close();
+  }
+}
+
+async function currentRound(bus: Bus, experimentId: string): Promise<number> {
+  return (await readExperimentSummary(bus, experimentId)).round;
+}
+
+export interface RunExperimentOptions extends StartExperimentOptions {
+  /** Each progress event of the run, as it comes. */
+  onProgress?: (p: ExperimentProgress) => void;
+  signal?: AbortSignal;
+}
+
+/**
+ * Runs an experiment to its end and returns its report: `kova eval run` from code.
+ * @throws what startExperiment throws
+ */
+export async function runExperiment(client: Client, spec: ExperimentSpec, opts: RunExperimentOptions = {}): Promise<ExperimentReport> {
+  const { experimentId } = await startExperiment(client, spec, opts);
+  for await (const p of followExperiment(client, experimentId, { round: 1, ...(opts.signal ? { signal: opts.signal } : {}) })) opts.onProgress?.(p);
+  return readReport(client, experimentId);
+}
+
+/**
+ * An experiment's progress: from its actor while it is hosted, else from its status record.
+ * @throws ExperimentNotFoundError
+ */
+export async function readExperimentSummary(client: Client, experimentId: string): Promise<ExperimentSummary> {
+  const bus = busOf(client);
+  assertExperimentId(experimentId);
+  const status = await (await evalStore(bus)).getStatus(experimentId);
+  if (!status) throw new ExperimentNotFoundError(experimentId, bus.cluster);
+  if (!ENDED_STATUSES.includes(status.status)) {
+    try {
+      return await bus.request<ExperimentSummary>(experimentActorId(experimentId), "info_request", {}, { timeoutMs: 2000 });
+    } catch (err) {
+      // Passivated or between nodes: the status record says as much as is known.
+      if (!isNoResponders(err) && !isTimeout(err) && !isKovaError(err, "NOT_HOSTED")) throw err;
+    }
+  }
+  return {
+    experimentId,
+    status: status.status,
+    cells: status.cells,
+    done: 0,
+    errors: 0,
+    inFlight: 0,
+    spent: { inputTokens: 0, outputTokens: 0 },
+    judgeSpent: { inputTokens: 0, outputTokens: 0 },
+    budget: status.budget,
+    round: status.round ?? 1,
+    ...(status.startedAt === undefined ? {} : { startedAt: status.startedAt }),
+    ...(status.endedAt === undefined ? {} : { endedAt: status.endedAt }),
+    ...(status.stopReason ? { stopReason: status.stopReason } : {}),
+  };
+}
+
+/**
+ * The report of an experiment, from its records (running or ended).
+ * @throws ExperimentNotFoundError
+ */
+export async function readReport(client: Client, experimentId: string): Promise<ExperimentReport> {
+  const bus = busOf(client);
+  assertExperimentId(experimentId);
+  const store = await evalStore(bus);
+  const [stored, status, records] = await Promise.all([store.getSpec(experimentId), store.getStatus(experimentId), store.attempts(experimentId)]);
+  if (!stored) throw new ExperimentNotFoundError(experimentId, bus.cluster);
+  return summarize(experimentId, stored.spec, records, status);
+}
+
+/** Every experiment of the cluster, newest first. */
+export async function listExperiments(client: Client): Promise<StatusRecord[]> {
+  return (await evalStore(client)).statuses();
+}
+
+async function control(client: Client, experimentId: string, type: MessageType, payload: unknown): Promise<ExperimentSummary & { outcome: string }> {
+  const bus = busOf(client);
+  assertExperimentId(experimentId);
+  const status = await (await evalStore(bus)).getStatus(experimentId);
+  if (!status) throw new ExperimentNotFoundError(experimentId, bus.cluster);
+  const env = createEnvelope({ from: bus.clientId, to: experimentActorId(experimentId), type, payload });
+  return (await bus.ask<ExperimentSummary & { outcome: string }>(env, { timeoutMs: 60_000 })).payload;
+}
+
+/**
+ * Cancels a running experiment: the cells in flight are interrupted; what finished stays.
+ * @throws ExperimentNotFoundError; ExperimentStateError when it is not running
+ */
+export async function cancelExperiment(client: Client, experimentId: string, reason?: string): Promise<ExperimentSummary> {
+  const r = await control(client, experimentId, EvalMessageType.cancel, reason ? { reason } : {});
+  if (r.outcome !== "cancelled") throw new ExperimentStateError(experimentId, r.status, "only a running experiment can be cancelled");
+  return r;
+}
+
+/**
+ * Continues a stopped experiment (cancelled, or at its budget), with a new budget if given.
+ * @returns the summary, with the run's `round` to follow
+ * @throws ExperimentNotFoundError; ExperimentStateError when it is not stopped
+ */
+export async function resumeExperiment(client: Client, experimentId: string, budget?: ExperimentBudget): Promise<ExperimentSummary> {
+  const r = await control(client, experimentId, EvalMessageType.resume, budget ? { budget } : {});
+  if (r.outcome !== "resumed")
+    throw new ExperimentStateError(experimentId, r.status, "only a cancelled experiment or one stopped at its budget can be resumed");
+  return r;
+}
+
+/** `<experiment>[:<subject>]`: one side of `kova eval compare`. */
+export async function compareExperiments(
+  client: Client,
+  a: { experimentId: string; subject?: string },
+  b: { experimentId: string; subject?: string },
+): Promise<Comparison> {
+  const store = await evalStore(client);
+  const side = async (x: { experimentId: string; subject?: string }, which: string) => {
+    assertExperimentId(x.experimentId);
+    const stored = await store.getSpec(x.experimentId);
+    if (!stored) throw new ExperimentNotFoundError(x.experimentId, busOf(client).cluster);
+    const ids = stored.spec.subjects.map((s) => s.id);
+    const subject = x.subject ?? (ids.length === 1 ? ids[0]! : undefined);
+    if (subject === undefined || !ids.includes(subject)) {
+      throw new KovaError(
+        "INVALID_ARGUMENT",
+        `${which}: ${subject === undefined ? `experiment ${x.experimentId} has ${ids.length} subjects: name one as ${x.experimentId}:<subject>` : `experiment ${x.experimentId} has no subject ${subject}`} (it has ${ids.join(", ")})`,
+      );
+    }
+    return { experimentId: x.experimentId, subject, records: await store.attempts(x.experimentId) };
+  };
+  return compareSubjects(await side(a, "A"), await side(b, "B"));
+}

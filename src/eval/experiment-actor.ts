@@ -1,0 +1,315 @@
+import { isValidId, toWire, type WireError } from "../core/index.js";
+import { createEnvelope, type Bus } from "../bus/index.js";
+import { defineActor, type ActorContext, type ActorDefinition } from "../actors/index.js";
+import type { WorkflowTimers } from "../workflow/index.js";
+import { WorkflowMessageType } from "../workflow/index.js";
+import { checkSpecOnCluster } from "./check.js";
+import { classifyAnswer, emptyExperimentState, ExperimentEngine, readExperimentState, type Effect, type ExperimentState } from "./engine.js";
+import { EvalMessageType, EXPERIMENT_TEMPLATE, experimentOfActor } from "./protocol.js";
+import { readAttemptRecord, STATUS_RECORD_VERSION, type AttemptRecord, type StatusRecord } from "./records.js";
+import type { SpecCache } from "./spec-cache.js";
+import { cellRef, type ExperimentBudget, type ExperimentSpec, type VerifierSpec } from "./spec.js";
+import type { EvalStore } from "./store.js";
+import type { EvalAgentsPort } from "./subject-actor.js";
+import { runCodeVerifier, type Verdict } from "./verifiers.js";
+
+export interface ExperimentActorPorts {
+  bus: () => Bus;
+  store: () => Promise<EvalStore>;
+  specs: SpecCache;
+  agents: EvalAgentsPort;
+  /** The cluster's durable timers (the workflow timers bucket): the experiment's watchdog. */
+  timers: () => Promise<WorkflowTimers>;
+  /** Interrupts a delegated turn wherever its actor is hosted (a timed-out or cut attempt). */
+  interrupt?: (agentId: string, messageId: string) => Promise<boolean>;
+}
+
+/** What `info_request` answers and every control message replies: the experiment's progress. */
+export interface ExperimentSummary {
+  experimentId: string;
+  status: ExperimentState["status"];
+  cells: number;
+  done: number;
+  errors: number;
+  inFlight: number;
+  spent: ExperimentState["spent"];
+  judgeSpent: ExperimentState["judgeSpent"];
+  budget: ExperimentBudget;
+  /** Runs so far (1 after the start, one more per resume): what `followExperiment` follows to its end. */
+  round: number;
+  startedAt?: number;
+  runningSince?: number;
+  endedAt?: number;
+  stopReason?: { code: string; message: string };
+  error?: WireError;
+}
+
+export function experimentSummary(s: ExperimentState): ExperimentSummary {
+  return {
+    experimentId: s.experimentId,
+    status: s.status,
+    cells: s.cells,
+    done: s.done,
+    errors: s.errors,
+    inFlight: Object.keys(s.inflight).length,
+    spent: s.spent,
+    judgeSpent: s.judgeSpent,
+    budget: s.budget,
+    round: s.round,
+    ...(s.startedAt === undefined ? {} : { startedAt: s.startedAt }),
+    ...(s.runningSince === undefined ? {} : { runningSince: s.runningSince }),
+    ...(s.endedAt === undefined ? {} : { endedAt: s.endedAt }),
+    ...(s.stopReason ? { stopReason: s.stopReason } : {}),
+    ...(s.error ? { error: s.error } : {}),
+  };
+}
+
+type Ctx = ActorContext<ExperimentState>;
+
+function field(payload: unknown, name: string): unknown {
+  return typeof payload === "object" && payload !== null ? (payload as Record<string, unknown>)[name] : undefined;
+}
+
+/**
+ * The `eval` actor type (docs/evals.md, "Execution"): an experiment is its instance
+ * `eval--<experiment id>`. Each message is one turn: the engine applies it to the state
+ * (the checkpoint) and the turn performs the engine's effects in one journaled step keyed by
+ * derived ids. Register it (and the template of the same name) on every node; a KovaNode does.
+ */
+export function evalExperimentActor(ports: ExperimentActorPorts): ActorDefinition<ExperimentState> {
+  /** Runs one turn: `apply` changes the state through the engine, then the effects go out. */
+  const turn = async (ctx: Ctx, apply: (engine: ExperimentEngine, spec: ExperimentSpec) => Promise<unknown>): Promise<unknown> => {
+    const s = ctx.state;
+    if (s.status === "new") return { outcome: "not started", ...experimentSummary(s) };
+    const { spec } = await ports.specs.get(s.experimentId);
+    const engine = new ExperimentEngine(s, spec, ctx.now());
+    const outcome = await apply(engine, spec);
+    engine.advance();
+    await perform(ctx, engine, spec, ports);
+    return { outcome, ...experimentSummary(s) };
+  };
+
+  const start = async (ctx: Ctx): Promise<unknown> => {
+    const s = ctx.state;
+    if (s.status !== "new") return { outcome: "already started", ...experimentSummary(s) };
+    const digest = String(field(ctx.message.payload, "digest") ?? "");
+    const ownerField = field(ctx.message.payload, "owner");
+    const owner = isValidId(ownerField) ? ownerField : isValidId(ctx.message.from) ? ctx.message.from : undefined;
+    // What this node says about the spec is journaled: a replay elsewhere decides the same.
+    const check = await ctx.step(
+      "check",
+      async (): Promise<{ ok: true } | { ok: false; error: WireError }> => {
+        try {
+          const stored = await ports.specs.get(s.experimentId);
+          if (digest && stored.digest !== digest) {
+            throw new Error(`the stored spec (digest ${stored.digest.slice(0, 12)}…) is not the one started (${digest.slice(0, 12)}…)`);
+          }
+          await checkSpecOnCluster(stored.spec, { agents: ports.agents, bus: ports.bus() });
+          return { ok: true };
+        } catch (err) {
+          return { ok: false, error: toWire(err) };
+        }
+      },
+      { idempotent: true },
+    );
+    s.createdAt = ctx.now();
+    if (!check.ok) {
+      const spec = await ports.specs.get(s.experimentId).then(
+        (x) => x.spec,
+        () => undefined,
+      );
+      const engine = new ExperimentEngine(s, spec ?? ({} as ExperimentSpec), ctx.now());
+      engine.reject(digest, check.error, owner);
+      await perform(ctx, engine, spec, ports);
+      return { outcome: "rejected", ...experimentSummary(s) };
+    }
+    const { spec, digest: stored } = await ports.specs.get(s.experimentId);
+    const engine = new ExperimentEngine(s, spec, ctx.now());
+    engine.start(stored, owner);
+    engine.advance();
+    await perform(ctx, engine, spec, ports);
+    return { outcome: "started", ...experimentSummary(s) };
+  };
+
+  const result = (ctx: Ctx) =>
+    turn(ctx, async (engine, spec) => {
+      const f = engine.inFlight(ctx.message.correlationId);
+      if (!f) return "ignored";
+      const answer = { payload: ctx.message.payload, ...(ctx.message.error ? { error: ctx.message.error } : {}) };
+      const extra: { codeVerdicts?: Verdict[]; pending?: AttemptRecord } = {};
+      if (f.phase === "subject") {
+        const o = classifyAnswer(answer);
+        const code = spec.verifiers.filter((v): v is Extract<VerifierSpec, { type: "code" }> => v.type === "code");
+        if (o.kind === "completed" && code.length > 0) {
+          const ref = cellRef(spec, f.cell);
+          extra.codeVerdicts = await ctx.step(
+            `verify:${f.messageId}`,
+            () => Promise.all(code.map((v) => runCodeVerifier(v, o.output, spec.tasks[ref.task]!, spec.subjects[ref.subject]!))),
+            { idempotent: true },
+          );
+        }
+      } else {
+        const pending = await readPending(ctx, ports, spec, [f.cell], `pending:${f.messageId}`);
+        if (pending[0]) extra.pending = pending[0];
+      }
+      return engine.result(ctx.message.correlationId, answer, extra) ? "accepted" : "ignored";
+    });
+
+  const timer = (ctx: Ctx) =>
+    turn(ctx, async (engine, spec) => {
+      const timerId = String(field(ctx.message.payload, "timerId") ?? "");
+      const overdue = engine.overdueJudges().map((f) => f.cell);
+      const pending = overdue.length > 0 ? await readPending(ctx, ports, spec, overdue, `pending:${timerId}`) : [];
+      return engine.timerFired(timerId, new Map(pending.map((r) => [r.cell, r]))) ? "fired" : "ignored";
+    });
+
+  return defineActor<ExperimentState>({
+    type: EXPERIMENT_TEMPLATE,
+    capabilities: [],
+    initialState: (binding) => emptyExperimentState(binding?.key ?? "", 0),
+    handlers: {
+      [EvalMessageType.start]: (ctx) => {
+        if (!ctx.state.experimentId) ctx.state.experimentId = experimentOfActor(ctx.actorId) ?? ctx.actorId;
+        return start(ctx);
+      },
+      result_notify: result,
+      [WorkflowMessageType.timer]: timer,
+      [EvalMessageType.cancel]: (ctx) =>
+        turn(ctx, async (engine) => {
+          const reason = field(ctx.message.payload, "reason");
+          return engine.cancel(typeof reason === "string" ? reason : undefined, ctx.message.from) ? "cancelled" : "not running";
+        }),
+      [EvalMessageType.resume]: (ctx) =>
+        turn(ctx, async (engine) => {
+          const budget = field(ctx.message.payload, "budget") as ExperimentBudget | undefined;
+          return engine.resume(budget && typeof budget === "object" ? budget : undefined) ? "resumed" : "not stopped";
+        }),
+    },
+    rpc: { info_request: (_env, state) => experimentSummary(readExperimentState("experiment", state)) },
+  });
+}
+
+/** The records in progress (waiting for a judge) of some cells, read in a journaled step. */
+async function readPending(ctx: Ctx, ports: ExperimentActorPorts, spec: ExperimentSpec, cells: number[], name: string): Promise<AttemptRecord[]> {
+  const s = ctx.state;
+  const raw = await ctx.step(
+    name,
+    async () => {
+      const store = await ports.store();
+      const found = await Promise.all(
+        cells.map((cell) => {
+          const f = s.inflight[String(cell)]!;
+          const ref = cellRef(spec, cell);
+          return store.getAttempt({
+            experimentId: s.experimentId,
+            subject: spec.subjects[ref.subject]!.id,
+            task: spec.tasks[ref.task]!.id,
+            repetition: ref.repetition,
+            attempt: f.attempt,
+          });
+        }),
+      );
+      return found.filter((r): r is AttemptRecord => r !== undefined && r.status === "judging");
+    },
+    { idempotent: true },
+  );
+  return raw.map((r) => readAttemptRecord(`${s.experimentId}.${r.cell}`, r));
+}
+
+function statusRecord(s: ExperimentState, spec: ExperimentSpec | undefined): StatusRecord {
+  return {
+    v: STATUS_RECORD_VERSION,
+    experimentId: s.experimentId,
+    name: spec?.name ?? s.experimentId.replace(/-[0-9a-f]{8}$/, ""),
+    ...(spec?.description ? { description: spec.description } : {}),
+    status: s.status,
+    cells: s.cells,
+    subjects: spec?.subjects.map((x) => x.id) ?? [],
+    tasks: spec?.tasks.length ?? 0,
+    repetitions: spec?.repetitions ?? 0,
+    budget: s.budget,
+    round: s.round,
+    ...(s.owner ? { owner: s.owner } : {}),
+    digest: s.digest,
+    createdAt: s.createdAt,
+    ...(s.startedAt === undefined ? {} : { startedAt: s.startedAt }),
+    ...(s.endedAt === undefined ? {} : { endedAt: s.endedAt }),
+    ...(s.stopReason ? { stopReason: s.stopReason } : {}),
+  };
+}
+
+/**
+ * Performs a turn's effects, all in one step. Every effect is keyed by an id derived from the
+ * experiment, the cell and the attempt (a message id, a KV key, an event's message id, a
+ * timer id), so a replay of the turn performs them again without repeating any: the step is
+ * not recorded (one journal write less per turn). A delegation sent and interrupted in the
+ * same turn (the budget ran out as it was sent) is neither.
+ */
+async function perform(ctx: Ctx, engine: ExperimentEngine, spec: ExperimentSpec | undefined, ports: ExperimentActorPorts): Promise<void> {
+  const effects = engine.effects.splice(0);
+  if (effects.length === 0) return;
+  const s = ctx.state;
+  const now = engine.now;
+  const interrupted = new Set(effects.filter((e) => e.kind === "interrupt").map((e) => (e as Extract<Effect, { kind: "interrupt" }>).messageId));
+  const sent = new Set(effects.filter((e) => e.kind === "send").map((e) => (e as Extract<Effect, { kind: "send" }>).id));
+  // The last record of each attempt wins (an answer waiting for its judge, then cut by the budget).
+  const records = new Map<string, AttemptRecord>();
+  for (const e of effects) if (e.kind === "record") records.set(`${e.record.cell}.${e.record.attempt}`, e.record);
+  const status = effects.some((e) => e.kind === "status") ? statusRecord(s, spec) : undefined;
+  await ctx.step(
+    "effects",
+    async () => {
+      const bus = ports.bus();
+      const store = await ports.store();
+      const inbox = bus.subjects.a2a(ctx.actorId);
+      const work: Array<Promise<unknown>> = [...[...records.values()].map((r) => store.putAttempt(r))];
+      const publish = (e: Extract<Effect, { kind: "event" }>) =>
+        bus.publishEvent(
+          { type: e.type, sessionId: s.experimentId, runId: s.experimentId, ts: now, data: e.data },
+          { msgId: `${s.experimentId}-${e.type}-${e.key}` },
+        );
+      // The end events go last: whoever they wake (a follower that then reads the report) finds every record and the status written.
+      const last: Array<Extract<Effect, { kind: "event" }>> = [];
+      for (const e of effects) {
+        switch (e.kind) {
+          case "send":
+            if (interrupted.has(e.id)) break;
+            work.push(
+              bus.send(
+                createEnvelope({
+                  id: e.id,
+                  from: ctx.actorId,
+                  to: e.to,
+                  type: "task_delegate",
+                  payload: { input: e.input, runId: e.id, sessionId: s.experimentId, parentRunId: s.experimentId },
+                  correlationId: e.id,
+                  replyTo: inbox,
+                }),
+              ),
+            );
+            break;
+          case "event":
+            if (e.type === "eval_ended" || e.type === "run_stream_end") last.push(e);
+            else work.push(publish(e));
+            break;
+          case "timer":
+            work.push(ports.timers().then((t) => t.set({ runId: ctx.actorId, timerId: e.timerId, due: e.due })));
+            break;
+          case "clear_timers":
+            work.push(ports.timers().then((t) => t.clear(ctx.actorId)));
+            break;
+          case "interrupt":
+            if (!sent.has(e.messageId) && ports.interrupt) work.push(ports.interrupt(e.to, e.messageId));
+            break;
+          default:
+            break;
+        }
+      }
+      await Promise.all(work);
+      if (status) await store.putStatus(status);
+      for (const e of last) await publish(e);
+      return true;
+    },
+    { idempotent: true, record: false },
+  );
+}

@@ -1,0 +1,205 @@
+import { ConfigError, isKovaError, toWire } from "../core/index.js";
+import type { KovaEvent } from "../bus/index.js";
+import { TurnInterruptedError, type ActorContext } from "../actors/index.js";
+import { costOf, parseModelsConfig, parseRunRequest, readUsage, type AgentResult, type ModelClient, type ModelConfig, type RunUsage } from "../agents/index.js";
+import type { Bus } from "../bus/index.js";
+import { ExternalSubjectError, SubjectUnavailableError } from "./errors.js";
+import type { A2aSubject, OpenAiSubject } from "./spec.js";
+
+/**
+ * Subjects outside Kova (docs/evals.md, "Subjects"): an OpenAI-compatible endpoint or an A2A
+ * agent, called from an `eval-subject` instance's turn. The call is one journaled step (a
+ * replayed turn reuses its answer), and the run publishes the agent protocol's events
+ * (`run_started`, `run_completed` / `run_failed`, `run_stream_end`) under the run id the
+ * experiment chose, so the run tree shows it like an agent's run.
+ */
+
+/** What the call step records: the answer or the failure, with the usage. */
+type CallOutcome =
+  | { ok: true; output: string; usage: RunUsage; model?: string }
+  | { ok: false; error: { code: string; message: string; retryable: boolean }; usage: RunUsage };
+
+export interface ExternalDeps {
+  bus: Bus;
+  /** The model client of an OpenAI-compatible subject (built once per experiment and subject). */
+  modelClient: (config: ModelConfig) => Promise<ModelClient>;
+}
+
+/** Runs one task against an external subject and answers as an agent would. */
+export async function runExternalSubject(ctx: ActorContext<unknown>, subject: OpenAiSubject | A2aSubject, deps: ExternalDeps): Promise<AgentResult> {
+  const req = parseRunRequest(ctx.message.type, ctx.message.payload, ctx.now());
+  const runId = req.runId ?? ctx.newId();
+  const sessionId = req.sessionId ?? runId;
+  const publish = (type: string, data: unknown) => {
+    const e: KovaEvent = { type, sessionId, runId, ts: ctx.now(), data };
+    if (req.parentRunId) e.parentRunId = req.parentRunId;
+    return deps.bus.publishEvent(e, { msgId: `${runId}-${type}` });
+  };
+  let outcome: CallOutcome;
+  try {
+    outcome = await ctx.step(
+      "call",
+      async () => {
+        await publish("run_started", { agentId: ctx.actorId, subject: subject.id, input: req.input });
+        return subject.kind === "openai" ? callOpenAi(ctx, subject, req.input, runId, deps) : callA2a(ctx, subject, req.input, runId);
+      },
+      { idempotent: true },
+    );
+  } catch (err) {
+    const reason: unknown = ctx.signal.aborted ? ctx.signal.reason : err;
+    // Interrupted (the experiment's timeout, a cancel): the run ends cancelled; anything else is the node's to handle.
+    if (!(reason instanceof TurnInterruptedError) || reason.by !== "interrupt") throw reason;
+    await publish("run_cancelled", { agentId: ctx.actorId }).catch(() => undefined);
+    await publish("run_stream_end", { status: "cancelled" }).catch(() => undefined);
+    return {
+      output: "",
+      usage: { inputTokens: 0, outputTokens: 0 },
+      runId,
+      sessionId,
+      status: "cancelled",
+      error: { code: reason.code, message: "the run was interrupted" },
+      node: ctx.nodeId,
+    };
+  }
+  await ctx.step(
+    "run:end",
+    async () => {
+      if (outcome.ok) await publish("run_completed", { agentId: ctx.actorId, output: outcome.output, usage: outcome.usage });
+      else await publish("run_failed", { agentId: ctx.actorId, error: outcome.error, usage: outcome.usage });
+      await publish("run_stream_end", { status: outcome.ok ? "completed" : "failed" });
+      return true;
+    },
+    { idempotent: true, record: false },
+  );
+  return outcome.ok
+    ? { output: outcome.output, usage: outcome.usage, runId, sessionId, status: "completed", node: ctx.nodeId }
+    : { output: "", usage: outcome.usage, runId, sessionId, status: "failed", error: outcome.error, node: ctx.nodeId };
+}
+
+/**
+ * The subject's `openai` table as a model config, read on this node (its API key from this
+ * node's environment).
+ * @throws SubjectUnavailableError when this node cannot call it (the key's variable is not set here)
+ */
+export function openAiConfig(subject: OpenAiSubject): ModelConfig {
+  try {
+    return parseModelsConfig({ [subject.id]: subject.openai }).get(subject.id)!;
+  } catch (err) {
+    if (err instanceof ConfigError) throw new SubjectUnavailableError(subject.id, `on this node: ${err.message}`);
+    throw err;
+  }
+}
+
+async function callOpenAi(ctx: ActorContext<unknown>, subject: OpenAiSubject, input: string, runId: string, deps: ExternalDeps): Promise<CallOutcome> {
+  const zero = { inputTokens: 0, outputTokens: 0 };
+  let config: ModelConfig;
+  try {
+    config = openAiConfig(subject);
+  } catch (err) {
+    return { ok: false, error: { ...failure(err), retryable: false }, usage: zero };
+  }
+  const model = await deps.modelClient(config);
+  try {
+    const r = await model.complete({
+      messages: [...(subject.system ? [{ role: "system" as const, content: subject.system }] : []), { role: "user" as const, content: input }],
+      ...(subject.temperature === undefined ? {} : { temperature: subject.temperature }),
+      ...(subject.maxOutputTokens === undefined ? {} : { maxTokens: subject.maxOutputTokens }),
+      signal: ctx.signal,
+      headers: { "x-kova-agent": ctx.actorId, "x-kova-run": runId },
+    });
+    const usage: RunUsage = { inputTokens: r.usage?.inputTokens ?? 0, outputTokens: r.usage?.outputTokens ?? 0 };
+    if (config.price) usage.costUsd = costOf(usage, config.price).total;
+    return { ok: true, output: r.message.content ?? "", usage, model: r.model };
+  } catch (err) {
+    if (ctx.signal.aborted) throw err;
+    return { ok: false, error: failure(err), usage: zero };
+  }
+}
+
+function failure(err: unknown): { code: string; message: string; retryable: boolean } {
+  const w = toWire(err);
+  return { code: w.code, message: w.message, retryable: isKovaError(err) ? err.retryable : true };
+}
+
+const TERMINAL = new Set(["completed", "failed", "canceled", "rejected", "auth-required", "input-required", "unknown"]);
+
+/** One JSON-RPC call to an A2A endpoint. @throws ExternalSubjectError (retryable for 5xx, 429 and the network) */
+async function rpc(subject: A2aSubject, method: string, params: unknown, id: string, signal: AbortSignal): Promise<Record<string, unknown>> {
+  const headers: Record<string, string> = { "content-type": "application/json" };
+  for (const [name, env] of Object.entries(subject.headersEnv ?? {})) {
+    const value = process.env[env];
+    if (!value) throw new SubjectUnavailableError(subject.id, `environment variable ${env} (header ${name}) is not set on this node`);
+    headers[name] = value;
+  }
+  let res: Response;
+  try {
+    res = await fetch(subject.url, { method: "POST", headers, body: JSON.stringify({ jsonrpc: "2.0", id, method, params }), signal });
+  } catch (err) {
+    if (signal.aborted) throw err;
+    throw new ExternalSubjectError(subject.id, `${method} to ${subject.url} failed: ${(err as Error).message}`, true);
+  }
+  const text = await res.text();
+  if (!res.ok)
+    throw new ExternalSubjectError(subject.id, `${method}: HTTP ${res.status} ${text.slice(0, 200)}`, res.status >= 500 || res.status === 429, res.status);
+  let body: Record<string, unknown>;
+  try {
+    body = JSON.parse(text) as Record<string, unknown>;
+  } catch {
+    throw new ExternalSubjectError(subject.id, `${method}: the answer is not JSON: ${text.slice(0, 200)}`, false);
+  }
+  if (body.error) {
+    const e = body.error as { code?: number; message?: string };
+    throw new ExternalSubjectError(subject.id, `${method}: JSON-RPC error ${e.code ?? "?"}: ${e.message ?? ""}`, false);
+  }
+  if (typeof body.result !== "object" || body.result === null) throw new ExternalSubjectError(subject.id, `${method}: the answer has no result`, false);
+  return body.result as Record<string, unknown>;
+}
+
+function textOf(parts: unknown): string {
+  if (!Array.isArray(parts)) return "";
+  return parts
+    .map((p: Record<string, unknown>) => (typeof p.text === "string" ? p.text : p.kind === "data" || p.data !== undefined ? JSON.stringify(p.data) : ""))
+    .filter((t) => t !== "")
+    .join("\n");
+}
+
+/**
+ * Sends the task with `message/send` (A2A's JSON-RPC, the v0.3 method names every server
+ * speaks) and reads the answer's text: a message's parts, or a task's artifacts (its status
+ * message when it has none). A task not finished yet is polled with `tasks/get`.
+ */
+async function callA2a(ctx: ActorContext<unknown>, subject: A2aSubject, input: string, runId: string): Promise<CallOutcome> {
+  const zero = { inputTokens: 0, outputTokens: 0 };
+  try {
+    let r = await rpc(
+      subject,
+      "message/send",
+      { message: { kind: "message", messageId: runId, role: "user", parts: [{ kind: "text", text: input }] } },
+      runId,
+      ctx.signal,
+    );
+    if (r.kind === "message") return { ok: true, output: textOf(r.parts), usage: zero };
+    for (let polls = 0; !TERMINAL.has(String((r.status as { state?: string } | undefined)?.state)); polls++) {
+      await new Promise((res) => setTimeout(res, Math.min(2000, 100 * 2 ** Math.min(polls, 4))));
+      if (ctx.signal.aborted) throw ctx.signal.reason;
+      r = await rpc(subject, "tasks/get", { id: r.id }, `${runId}-get${polls}`, ctx.signal);
+    }
+    const status = r.status as { state: string; message?: { parts?: unknown } };
+    const usage = readUsage(((r.metadata as Record<string, unknown> | undefined)?.kova as Record<string, unknown> | undefined)?.usage);
+    const artifacts = Array.isArray(r.artifacts) ? (r.artifacts as Array<{ parts?: unknown }>) : [];
+    const text = artifacts.map((a) => textOf(a.parts)).join("\n") || textOf(status.message?.parts);
+    if (status.state === "completed") return { ok: true, output: text, usage };
+    return {
+      ok: false,
+      error: {
+        code: "EVAL_EXTERNAL_REJECTED",
+        message: `subject ${subject.id}: the task ended ${status.state}${text ? `: ${text.slice(0, 200)}` : ""}`,
+        retryable: false,
+      },
+      usage,
+    };
+  } catch (err) {
+    if (ctx.signal.aborted) throw err;
+    return { ok: false, error: failure(err), usage: zero };
+  }
+}

@@ -1,0 +1,94 @@
+import { randomBytes } from "node:crypto";
+import { ArgumentError, INSTANCE_SEPARATOR } from "../core/index.js";
+import { registerMessageTypes } from "../bus/index.js";
+
+/**
+ * The experiment protocol on the A2A bus (docs/evals.md, "Execution"). An experiment is the
+ * virtual actor `eval--<experiment id>`; its cells go as `task_delegate`s to subjects, whose
+ * `result_notify`s come back to its inbox. These namespaced types go to its inbox too:
+ *
+ * | type | payload | sent by |
+ * | --- | --- | --- |
+ * | `eval.start` | `{ digest, owner? }` (the spec is in KV first) | `kova eval run`, `startExperiment` |
+ * | `eval.cancel` | `{ reason? }` | `kova eval cancel` |
+ * | `eval.resume` | `{ budget? }` | `kova eval resume` |
+ *
+ * and `workflow.timer { timerId }` from the nodes' timer services (the experiment's watchdog).
+ */
+export const EvalMessageType = {
+  start: "eval.start",
+  cancel: "eval.cancel",
+  resume: "eval.resume",
+} as const;
+
+registerMessageTypes("eval", ...Object.values(EvalMessageType));
+
+/** The template (and actor type) of experiments: `eval--<experiment id>`. */
+export const EXPERIMENT_TEMPLATE = "eval";
+/** The template (and actor type) that runs subjects and judges: `eval-subject--<experiment>-<s|j><index>-<slot>`. */
+export const SUBJECT_TEMPLATE = "eval-subject";
+/** An idle experiment (waiting for its cells' answers) is passivated after this long; its next message activates it again. */
+export const EXPERIMENT_IDLE_AFTER_MS = 120_000;
+export const SUBJECT_IDLE_AFTER_MS = 60_000;
+
+const EXPERIMENT_ID = /^[A-Za-z0-9_-]{1,48}-[0-9a-f]{8}$/;
+
+/** A new experiment id: the spec's name and 8 hex digits. */
+export function newExperimentId(name: string): string {
+  return `${name}-${randomBytes(4).toString("hex")}`;
+}
+
+export function isExperimentId(value: unknown): value is string {
+  return typeof value === "string" && EXPERIMENT_ID.test(value);
+}
+
+/** @throws ArgumentError for what cannot be an experiment id */
+export function assertExperimentId(value: unknown): string {
+  if (!isExperimentId(value)) throw new ArgumentError("experimentId", `must be <name>-<8 hex digits> as kova eval ls lists them, not ${JSON.stringify(value)}`);
+  return value;
+}
+
+/** The experiment's actor id. */
+export function experimentActorId(experimentId: string): string {
+  return `${EXPERIMENT_TEMPLATE}${INSTANCE_SEPARATOR}${experimentId}`;
+}
+
+/** The experiment id of an experiment's actor id, or undefined. */
+export function experimentOfActor(actorId: string): string | undefined {
+  const prefix = `${EXPERIMENT_TEMPLATE}${INSTANCE_SEPARATOR}`;
+  return actorId.startsWith(prefix) ? actorId.slice(prefix.length) : undefined;
+}
+
+/** Who runs a subject's or a judge's delegations: `s<subject index>` or `j<verifier index>`, on one concurrency slot. */
+export interface RunnerKey {
+  experimentId: string;
+  role: "s" | "j";
+  index: number;
+  slot: number;
+}
+
+export function runnerActorId(k: RunnerKey): string {
+  return `${SUBJECT_TEMPLATE}${INSTANCE_SEPARATOR}${k.experimentId}-${k.role}${k.index}-${k.slot}`;
+}
+
+/** Reads an `eval-subject` instance's key back; undefined for a key of another form. */
+export function parseRunnerKey(key: string): RunnerKey | undefined {
+  const m = /^(.+)-([sj])(\d{1,4})-(\d{1,4})$/.exec(key);
+  if (!m || !isExperimentId(m[1])) return undefined;
+  return { experimentId: m[1]!, role: m[2] as "s" | "j", index: Number(m[3]), slot: Number(m[4]) };
+}
+
+/** A subject attempt's message id and run id: `<experiment>-c<cell>-a<attempt>`. */
+export function attemptId(experimentId: string, cell: number, attempt: number): string {
+  return `${experimentId}-c${cell}-a${attempt}`;
+}
+
+/** A judge's message id and run id for an attempt: `<attempt id>-j<verifier>-<try>`. */
+export function judgeId(experimentId: string, cell: number, attempt: number, verifier: number, attemptOfJudge: number): string {
+  return `${attemptId(experimentId, cell, attempt)}-j${verifier}-${attemptOfJudge}`;
+}
+
+/** The id of an experiment's `eval.start`: one per experiment, so a start sent again is stored once. */
+export function startMessageId(experimentId: string): string {
+  return `${experimentId}-start`;
+}

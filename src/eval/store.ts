@@ -1,0 +1,140 @@
+import type { JetStreamClient } from "@nats-io/jetstream";
+import type { KV } from "@nats-io/kv";
+import { checkFormatVersion, KovaError } from "../core/index.js";
+import { openOrCreateBucket, readKvEntries } from "../bus/index.js";
+import { readAttemptRecord, readStatusRecord, type AttemptRecord, type StatusRecord } from "./records.js";
+import { EXPERIMENT_SPEC_VERSION, specDigest, type ExperimentSpec, type TaskSpec } from "./spec.js";
+
+/**
+ * KV bucket `kova_<c>_evals` (docs/evals.md, "Results"): per experiment its expanded spec
+ * (tasks in chunks, so a large dataset fits NATS' max_payload), its status, and one record
+ * per attempt. Keys are `<experiment>.<kind>[.…]`, so `nats kv watch kova_<c>_evals
+ * '<experiment>.attempt.>'` follows one experiment's records.
+ */
+export function evalsBucket(cluster: string): string {
+  return `kova_${cluster}_evals`;
+}
+
+/** Bytes of tasks per KV value: well under NATS' default 1 MiB max_payload. */
+const TASK_CHUNK_BYTES = 256 * 1024;
+
+const enc = new TextEncoder();
+const dec = new TextDecoder();
+
+/** The stored spec without its tasks, and how many task chunks follow. */
+interface StoredSpecHead {
+  v: number;
+  experimentId: string;
+  digest: string;
+  taskChunks: number;
+  spec: Omit<ExperimentSpec, "tasks">;
+}
+
+export function attemptKey(r: Pick<AttemptRecord, "experimentId" | "subject" | "task" | "repetition" | "attempt">): string {
+  return `${r.experimentId}.attempt.${r.subject}.${r.task}.${r.repetition}.${r.attempt}`;
+}
+
+export class EvalStore {
+  private constructor(
+    readonly kv: KV,
+    private readonly js: JetStreamClient,
+    readonly bucket: string,
+  ) {}
+
+  /**
+   * Opens (creating if needed) the bucket.
+   * @throws JetStream errors when JetStream is unavailable
+   */
+  static async open(opts: { js: JetStreamClient; cluster: string; replicas?: number }): Promise<EvalStore> {
+    const bucket = evalsBucket(opts.cluster);
+    const kv = await openOrCreateBucket(opts.js, bucket, { history: 1, replicas: opts.replicas ?? 1, storage: "file" });
+    return new EvalStore(kv, opts.js, bucket);
+  }
+
+  private async putJson(key: string, value: unknown): Promise<void> {
+    await this.kv.put(key, enc.encode(JSON.stringify(value)));
+  }
+
+  private async getJson(key: string): Promise<unknown> {
+    const e = await this.kv.get(key);
+    return e && e.operation === "PUT" ? (JSON.parse(dec.decode(e.value)) as unknown) : undefined;
+  }
+
+  /** Stores an expanded spec: the tasks first, then the head that names them, so a head is never read without its tasks. */
+  async putSpec(experimentId: string, spec: ExperimentSpec): Promise<string> {
+    const digest = specDigest(spec);
+    const chunks: TaskSpec[][] = [[]];
+    let bytes = 0;
+    for (const t of spec.tasks) {
+      const size = enc.encode(JSON.stringify(t)).length;
+      if (bytes + size > TASK_CHUNK_BYTES && chunks.at(-1)!.length > 0) {
+        chunks.push([]);
+        bytes = 0;
+      }
+      chunks.at(-1)!.push(t);
+      bytes += size;
+    }
+    await Promise.all(chunks.map((c, i) => this.putJson(`${experimentId}.tasks.${i}`, { v: EXPERIMENT_SPEC_VERSION, tasks: c })));
+    const { tasks: _, ...rest } = spec;
+    const head: StoredSpecHead = { v: EXPERIMENT_SPEC_VERSION, experimentId, digest, taskChunks: chunks.length, spec: rest };
+    await this.putJson(`${experimentId}.spec`, head);
+    return digest;
+  }
+
+  /**
+   * Reads an experiment's spec back and checks it is the one its digest names.
+   * @returns undefined when the experiment has no spec here
+   * @throws UnsupportedFormatError for a spec a newer Kova wrote; KovaError INTERNAL when the stored tasks do not match the digest
+   */
+  async getSpec(experimentId: string): Promise<{ spec: ExperimentSpec; digest: string } | undefined> {
+    const head = (await this.getJson(`${experimentId}.spec`)) as StoredSpecHead | undefined;
+    if (!head) return undefined;
+    checkFormatVersion(`experiment spec ${experimentId}`, head.v, [1]);
+    const parts = await Promise.all(
+      Array.from({ length: head.taskChunks }, async (_, i) => {
+        const c = (await this.getJson(`${experimentId}.tasks.${i}`)) as { v: number; tasks: TaskSpec[] } | undefined;
+        checkFormatVersion(`experiment tasks ${experimentId}.${i}`, c?.v, [1]);
+        return c!.tasks;
+      }),
+    );
+    const spec = { ...head.spec, tasks: parts.flat() } as ExperimentSpec;
+    if (specDigest(spec) !== head.digest) {
+      throw new KovaError("INTERNAL", `experiment ${experimentId}: the stored spec does not match its digest (its keys were changed by hand?)`, {
+        data: { experimentId },
+      });
+    }
+    return { spec, digest: head.digest };
+  }
+
+  putStatus(r: StatusRecord): Promise<void> {
+    return this.putJson(`${r.experimentId}.status`, r);
+  }
+
+  async getStatus(experimentId: string): Promise<StatusRecord | undefined> {
+    const v = await this.getJson(`${experimentId}.status`);
+    return v === undefined ? undefined : readStatusRecord(experimentId, v);
+  }
+
+  /** Every experiment's status, newest first. */
+  async statuses(): Promise<StatusRecord[]> {
+    const entries = await readKvEntries(this.js, this.bucket, { filter: "*.status" });
+    return [...entries.values()]
+      .map((e) => readStatusRecord(e.key, JSON.parse(dec.decode(e.value))))
+      .sort((a, b) => b.createdAt - a.createdAt || a.experimentId.localeCompare(b.experimentId));
+  }
+
+  putAttempt(r: AttemptRecord): Promise<void> {
+    return this.putJson(attemptKey(r), r);
+  }
+
+  async getAttempt(key: Pick<AttemptRecord, "experimentId" | "subject" | "task" | "repetition" | "attempt">): Promise<AttemptRecord | undefined> {
+    const v = await this.getJson(attemptKey(key));
+    return v === undefined ? undefined : readAttemptRecord(attemptKey(key), v);
+  }
+
+  /** Every attempt record of an experiment, by cell then attempt. */
+  async attempts(experimentId: string): Promise<AttemptRecord[]> {
+    const entries = await readKvEntries(this.js, this.bucket, { filter: `${experimentId}.attempt.>` });
+    return [...entries.values()].map((e) => readAttemptRecord(e.key, JSON.parse(dec.decode(e.value)))).sort((a, b) => a.cell - b.cell || a.attempt - b.attempt);
+  }
+}

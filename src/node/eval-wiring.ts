@@ -1,0 +1,48 @@
+import type { Logger } from "../core/logger.js";
+import type { Bus } from "../bus/index.js";
+import type { ActorTemplateRegistry, ActorTypeRegistry } from "../actors/index.js";
+import type { AgentDefinition, AgentRuntime } from "../agents/index.js";
+import type { WorkflowTimers } from "../workflow/index.js";
+import {
+  EvalStore,
+  evalExperimentActor,
+  evalSubjectActor,
+  EXPERIMENT_IDLE_AFTER_MS,
+  EXPERIMENT_TEMPLATE,
+  SpecCache,
+  SUBJECT_IDLE_AFTER_MS,
+  SUBJECT_TEMPLATE,
+} from "../eval/index.js";
+import { openOnce } from "./open-once.js";
+
+/** What experiments need from the node; each reaches its part when called (the node boots after types are registered). */
+export interface EvalWiringDeps {
+  cluster: string;
+  bus: () => Bus;
+  replicas: () => number;
+  agents: () => readonly AgentDefinition[];
+  runtime: () => AgentRuntime | undefined;
+  timers: () => Promise<WorkflowTimers>;
+  interrupt: (agentId: string, messageId: string) => Promise<boolean>;
+  logger: Logger;
+}
+
+/**
+ * Lets every node run experiments (docs/evals.md): the `eval` actor type and template (an
+ * experiment is `eval--<id>`) and the `eval-subject` type and template (its subjects' and
+ * judges' runners), over the cluster's eval bucket opened once. An application that
+ * registered a type of one of these names keeps its own.
+ */
+export function registerEvalTypes(types: ActorTypeRegistry, templates: ActorTemplateRegistry, deps: EvalWiringDeps): void {
+  const store = openOnce(() => EvalStore.open({ js: deps.bus().js, cluster: deps.cluster, replicas: deps.replicas() }));
+  const specs = new SpecCache(store, () => deps.cluster);
+  const agents = { definitions: deps.agents, runtime: deps.runtime };
+  if (!types.has(EXPERIMENT_TEMPLATE)) {
+    types.register(evalExperimentActor({ bus: deps.bus, store, specs, agents, timers: deps.timers, interrupt: deps.interrupt }));
+    templates.register({ name: EXPERIMENT_TEMPLATE, type: EXPERIMENT_TEMPLATE, idleAfterMs: EXPERIMENT_IDLE_AFTER_MS }, "eval");
+  }
+  if (!types.has(SUBJECT_TEMPLATE)) {
+    types.register(evalSubjectActor({ bus: deps.bus, specs, agents, logger: deps.logger }));
+    templates.register({ name: SUBJECT_TEMPLATE, type: SUBJECT_TEMPLATE, idleAfterMs: SUBJECT_IDLE_AFTER_MS }, "eval-subject");
+  }
+}

@@ -1,0 +1,266 @@
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import {
+  cancelExperiment,
+  defineExperiment,
+  evalStore,
+  followExperiment,
+  readReport,
+  resumeExperiment,
+  runExperiment,
+  startExperiment,
+  type AttemptRecord,
+  type ExperimentProgress,
+} from "../../src/eval/index.js";
+import { scriptedReply, startScriptedModelServer, type ScriptedModelServer, type ScriptedRequest } from "../../src/testing/index.js";
+import { startAgentNode, type AgentNode } from "../fixtures/agents/node-rig.js";
+import { fileServer, uniqueCluster } from "../fixtures/bus/helpers.js";
+
+const nats = fileServer();
+
+/** Task i asks for i + i; the answer is 2i. */
+const tasks = (n: number) => Array.from({ length: n }, (_, i) => ({ id: `t${i}`, input: `q${i}: what is ${i} + ${i}?`, expected: String(2 * i) }));
+const taskOf = (req: ScriptedRequest) => Number(/^q(\d+):/.exec(String(req.messages.at(-1)?.content))?.[1] ?? -1);
+const systemOf = (req: ScriptedRequest) => String(req.messages.find((m) => m.role === "system")?.content ?? "");
+const usage = { inputTokens: 10, outputTokens: 2 };
+
+/** How often each input reached the model, per system prompt: the n-th request of an input is told apart. */
+const seen = new Map<string, number>();
+function nth(req: ScriptedRequest): number {
+  const key = `${systemOf(req)}|${req.body?.model}|${String(req.messages.at(-1)?.content)}`;
+  const n = (seen.get(key) ?? 0) + 1;
+  seen.set(key, n);
+  return n;
+}
+
+/**
+ * The scripted model: subject A (system "You are A.") always right; subject B right on tasks
+ * 0-9, right on its first request only for 10-14, wrong on 15-19; model `flaky-model` fails
+ * with a 500 on its first two requests for q0 and always for q1; the judge grades by the
+ * answer it is shown; `slow-model` answers after 4 s.
+ */
+function answer(req: ScriptedRequest) {
+  const n = nth(req);
+  const system = systemOf(req);
+  const model = String(req.body?.model);
+  const last = String(req.messages.at(-1)?.content);
+  if (last.startsWith("You grade")) {
+    const graded = /Answer to grade:\n(.*)\n/.exec(last)?.[1] ?? "";
+    const ref = /Reference answer:\n(.*)\n/.exec(last)?.[1] ?? "";
+    return scriptedReply.text(graded === ref ? '{"score": 1, "reason": "right"}' : graded === "" ? "no idea" : '{"score": 0.25, "reason": "wrong"}', {
+      usage: { inputTokens: 50, outputTokens: 5 },
+    });
+  }
+  const i = taskOf(req);
+  if (model === "flaky-model" && (i === 1 || (i === 0 && n <= 2)))
+    return scriptedReply.error(500, { body: { error: { message: "upstream down", type: "server_error" } } });
+  if (model === "slow-model") return scriptedReply.text(String(2 * i), { usage, latencyMs: 4000 });
+  if (model === "external-model") return scriptedReply.text(i % 2 === 0 ? String(2 * i) : "dunno", { usage: { inputTokens: 20, outputTokens: 4 } });
+  if (system === "You are B.") {
+    const right = i < 10 || (i < 15 && n === 1);
+    return scriptedReply.text(right ? String(2 * i) : String(2 * i + 1), { usage });
+  }
+  return scriptedReply.text(String(2 * i), { usage });
+}
+
+let model: ScriptedModelServer;
+let rig: AgentNode;
+
+beforeAll(async () => {
+  model = await startScriptedModelServer({ handler: answer });
+  const toml = [
+    `[models.main]`,
+    `base_url = "${model.url}"`,
+    `model = "gpt-4o-mini"`,
+    `max_concurrency = 64`,
+    `price = { input_per_mtok = 1, output_per_mtok = 2 }`,
+    `[models.flaky]`,
+    `base_url = "${model.url}"`,
+    `model = "flaky-model"`,
+    `max_retries = 0`,
+    `[models.slow]`,
+    `base_url = "${model.url}"`,
+    `model = "slow-model"`,
+    `[[agents]]`,
+    `id = "helper"`,
+    `model = "main"`,
+    `system = "You are A."`,
+    `[[agents]]`,
+    `id = "grader"`,
+    `model = "main"`,
+  ].join("\n");
+  rig = await startAgentNode(nats.url, uniqueCluster("eval"), { toml, ready: ["helper"] });
+}, 60_000);
+
+afterAll(async () => {
+  await rig?.[Symbol.asyncDispose]();
+  await model?.close();
+});
+
+function requestsOf(runIdPrefix: string): ScriptedRequest[] {
+  return model.requests.filter((r) => String(r.headers["x-kova-run"] ?? "").startsWith(`${runIdPrefix}-`));
+}
+
+describe("experiments on a node (KovaNode in process, scripted model)", () => {
+  it("eval - 2 subjects × 20 tasks × 3 repetitions with known answers give the expected scores exactly, one model request per cell", async () => {
+    const spec = defineExperiment({
+      experiment: { name: "known", repetitions: 3, concurrency: 12, per_subject: 6 },
+      subjects: [
+        { id: "a", agent: "helper" },
+        { id: "b", agent: "helper", system: "You are B." },
+      ],
+      tasks: tasks(20),
+      verifiers: [{ type: "exact" }],
+    });
+    const progress: ExperimentProgress[] = [];
+    const report = await runExperiment(rig.client, spec, { onProgress: (p) => progress.push(p) });
+    expect(report.status).toBe("completed");
+    const [a, b] = report.subjects;
+    expect(a).toMatchObject({ subject: "a", cells: 60, scored: 60, errors: 0, unfinished: 0, meanScore: 1, passRate: 1, attempts: 60, failures: {} });
+    expect(a!.passAtK).toEqual({ "1": 1, "2": 1, "3": 1 });
+    expect(a!.ci95).toEqual([1, 1]);
+    expect(b).toMatchObject({ subject: "b", scored: 60, meanScore: 0.583333, passRate: 0.583333, failures: {} });
+    expect(b!.passAtK).toEqual({ "1": 0.583333, "2": 0.666667, "3": 0.75 });
+    expect(b!.ci95![0]).toBeLessThan(0.583333);
+    expect(b!.ci95![1]).toBeGreaterThan(0.583333);
+    expect(a!.usage).toEqual({ inputTokens: 600, outputTokens: 120, costUsd: 0.00084 });
+    expect(report.perTask.find((t) => t.task === "t12")!.scores).toEqual({ a: 1, b: 0.333333 });
+    expect(report.perTask.find((t) => t.task === "t17")!.scores).toEqual({ a: 1, b: 0 });
+    expect(a!.latencyMs!.p95).toBeGreaterThanOrEqual(a!.latencyMs!.p50);
+    // one model request per cell, each under its cell's run id
+    const runs = requestsOf(report.experimentId).map((r) => String(r.headers["x-kova-run"]));
+    expect(runs).toHaveLength(120);
+    expect(new Set(runs).size).toBe(120);
+    // progress: every cell once, ending at 120 of 120
+    const attempts = progress.filter((p) => p.type === "eval_attempt");
+    expect(attempts).toHaveLength(120);
+    expect(progress.at(-1)).toMatchObject({ type: "eval_ended", done: 120, total: 120 });
+    expect(progress.at(-1)!.spent.inputTokens).toBe(1200);
+  });
+
+  it("eval - a subject failing with 5xx gets replacement attempts; the first valid one counts, a cell that never gets one ends in error", async () => {
+    const spec = defineExperiment({
+      experiment: { name: "flaky", max_attempts: 3, concurrency: 4 },
+      subjects: [{ id: "f", agent: "helper", model: "flaky" }],
+      tasks: tasks(3),
+      verifiers: [{ type: "exact" }],
+    });
+    const report = await runExperiment(rig.client, spec);
+    const records = await (await evalStore(rig.client)).attempts(report.experimentId);
+    const shape = (r: AttemptRecord) => `${r.task}#${r.attempt}:${r.status}:${r.reason?.code ?? ""}`;
+    expect(records.map(shape)).toEqual([
+      "t0#1:infra_error:MODEL_CALL_FAILED",
+      "t0#2:infra_error:MODEL_CALL_FAILED",
+      "t0#3:completed:",
+      "t1#1:infra_error:MODEL_CALL_FAILED",
+      "t1#2:infra_error:MODEL_CALL_FAILED",
+      "t1#3:infra_error:MODEL_CALL_FAILED",
+      "t2#1:completed:",
+    ]);
+    expect(records.filter((r) => r.valid).map((r) => `${r.task}#${r.attempt}`)).toEqual(["t0#3", "t2#1"]);
+    expect(report.subjects[0]).toMatchObject({ scored: 2, errors: 1, unfinished: 0, meanScore: 1, attempts: 7, failures: { MODEL_CALL_FAILED: 5 } });
+    // each attempt made its own model request, under its own run id
+    expect(requestsOf(report.experimentId).map((r) => String(r.headers["x-kova-run"]).replace(`${report.experimentId}-`, ""))).toHaveLength(7);
+  });
+
+  it("eval - a budget stops the experiment with what it has, marked so; resume with a larger budget finishes it", async () => {
+    const spec = defineExperiment({
+      experiment: { name: "budget", concurrency: 1 },
+      budget: { max_tokens: 50 },
+      subjects: [{ id: "a", agent: "helper" }],
+      tasks: tasks(10),
+      verifiers: [{ type: "exact" }],
+    });
+    const stopped = await runExperiment(rig.client, spec);
+    expect(stopped.status).toBe("budget_exhausted");
+    expect(stopped.stopReason).toMatchObject({ code: "EVAL_BUDGET_EXHAUSTED", message: "max_tokens: 60 tokens used of 50" });
+    expect(stopped.subjects[0]).toMatchObject({ scored: 5, unfinished: 5, meanScore: 1 });
+    const resumed = await resumeExperiment(rig.client, stopped.experimentId, { maxTokens: 1000 });
+    expect(resumed).toMatchObject({ status: "running", round: 2 });
+    for await (const _ of followExperiment(rig.client, stopped.experimentId, { round: 2 })) void _;
+    const done = await readReport(rig.client, stopped.experimentId);
+    expect(done.status).toBe("completed");
+    expect(done.subjects[0]).toMatchObject({ scored: 10, unfinished: 0, attempts: 10 });
+  });
+
+  it("eval - a judge verifier scores with its rubric through an agent; its usage is counted apart", async () => {
+    const spec = defineExperiment({
+      experiment: { name: "judged", concurrency: 4 },
+      subjects: [
+        { id: "a", agent: "helper" },
+        { id: "b", agent: "helper", system: "You are B." },
+      ],
+      tasks: [9, 16, 17, 18].map((i) => tasks(20)[i]!),
+      verifiers: [
+        { type: "exact", weight: 1 },
+        { type: "judge", agent: "grader", rubric: "The exact sum, nothing else.", weight: 1 },
+      ],
+    });
+    const report = await runExperiment(rig.client, spec);
+    const [a, b] = report.subjects;
+    // a: right everywhere (1, 1); b: right on t9, wrong on t16-18 (0 and 0.25 → 0.125)
+    expect(a).toMatchObject({ meanScore: 1, passRate: 1 });
+    expect(b).toMatchObject({ meanScore: round((1 + 3 * 0.125) / 4), passRate: 0.25 });
+    expect(a!.judgeUsage).toEqual({ inputTokens: 200, outputTokens: 20, costUsd: 0.00024 });
+    expect(a!.usage).toEqual({ inputTokens: 40, outputTokens: 8, costUsd: 0.000056 });
+    const records = await (await evalStore(rig.client)).attempts(report.experimentId);
+    const wrong = records.find((r) => r.subject === "b" && r.task === "t16")!;
+    expect(wrong.verifiers.map((v) => `${v.id}:${v.score}:${v.pass}:${v.reason}`)).toEqual(['exact:0:false:"33" is not "32"', "judge-1:0.25:false:wrong"]);
+  });
+
+  it("eval - an external OpenAI-compatible subject is called from the cluster and priced by its own table", async () => {
+    const spec = defineExperiment({
+      experiment: { name: "external", concurrency: 4 },
+      subjects: [
+        { id: "ext", openai: { base_url: model.url, model: "external-model", price: { input_per_mtok: 2, output_per_mtok: 4 } }, system: "Be brief." },
+      ],
+      tasks: tasks(4),
+      verifiers: [{ type: "numeric" }],
+    });
+    const report = await runExperiment(rig.client, spec);
+    expect(report.subjects[0]).toMatchObject({ kind: "openai", scored: 4, meanScore: 0.5, usage: { inputTokens: 80, outputTokens: 16, costUsd: 0.000224 } });
+    const reqs = requestsOf(report.experimentId);
+    expect(reqs.map((r) => r.body?.model)).toEqual(["external-model", "external-model", "external-model", "external-model"]);
+    expect(reqs[0]!.messages[0]).toEqual({ role: "system", content: "Be brief." });
+    // the subject's runs are child runs of the experiment, with the agent protocol's events
+    const ends = rig.events.filter((e) => e.parentRunId === report.experimentId && e.type === "run_completed");
+    expect(ends).toHaveLength(4);
+  });
+
+  it("eval - an attempt past its timeout is interrupted and replaced; cancel stops what is in flight", async () => {
+    const spec = defineExperiment({
+      experiment: { name: "slow", timeout: "1s", max_attempts: 2, concurrency: 2 },
+      subjects: [{ id: "s", agent: "helper", model: "slow" }],
+      tasks: tasks(1),
+      verifiers: [{ type: "exact" }],
+    });
+    const timedOut = await runExperiment(rig.client, spec);
+    expect(timedOut.subjects[0]).toMatchObject({ scored: 0, errors: 1, failures: { EVAL_ATTEMPT_TIMEOUT: 2 } });
+    const cancelSpec = defineExperiment({
+      experiment: { name: "cancelled", concurrency: 2 },
+      subjects: [{ id: "s", agent: "helper", model: "slow" }],
+      tasks: tasks(4),
+      verifiers: [{ type: "exact" }],
+    });
+    const { experimentId } = await startExperiment(rig.client, cancelSpec);
+    await expect(cancelExperiment(rig.client, experimentId, "enough")).resolves.toMatchObject({ status: "cancelled" });
+    const report = await readReport(rig.client, experimentId);
+    expect(report).toMatchObject({ status: "cancelled", stopReason: { code: "EVAL_CANCELLED" } });
+    expect(report.subjects[0]).toMatchObject({ scored: 0, unfinished: 4, failures: { EVAL_CANCELLED: 2 } });
+  });
+
+  it("eval - a spec naming what the cluster lacks is refused at start, naming the field", async () => {
+    const bad = (subjects: unknown[], verifiers: unknown[] = [{ type: "exact" }]) =>
+      startExperiment(rig.client, defineExperiment({ experiment: { name: "bad" }, subjects, tasks: tasks(1), verifiers }));
+    await expect(bad([{ id: "x", agent: "helpr" }])).rejects.toThrow('subjects[0].agent: no agent "helpr" in this cluster (did you mean helper?)');
+    await expect(bad([{ id: "x", agent: "helper", model: "mian" }])).rejects.toThrow(/subjects\[0\]\.model: no model "mian" .*\(did you mean main\?\)/);
+    await expect(bad([{ id: "x", agent: "helper", tools: ["calculater"] }])).rejects.toThrow(/subjects\[0\]\.tools/);
+    await expect(bad([{ id: "x", actor: "nobody" }])).rejects.toThrow(/subjects\[0\]\.actor: /);
+    await expect(bad([{ id: "x", agent: "helper" }], [{ type: "judge", agent: "gradr", rubric: "r" }])).rejects.toThrow(
+      /verifiers\[0\]\.agent: no agent "gradr"/,
+    );
+  });
+});
+
+function round(x: number): number {
+  return Math.round(x * 1e6) / 1e6;
+}
