@@ -49,7 +49,6 @@ export interface InFlight {
  * attempt (or a resumed run), `d` done (a valid attempt), `e` error (every attempt failed
  * for the infrastructure), `c` cut by a cancel or the budget (runs again on resume).
  */
-type CellStatus = "." | "r" | "q" | "d" | "e" | "c";
 
 export interface ExperimentState {
   v: number;
@@ -296,9 +295,13 @@ export class ExperimentEngine {
     const s = this.s;
     s.spent = addUsage(s.spent, o.usage);
     const node = o.node === undefined ? {} : { node: o.node };
-    if (o.kind === "infra") return this.attemptFailed(f, "infra_error", o.reason, o.usage, undefined, o.node);
+    if (o.kind === "infra") {
+      this.attemptFailed(f, "infra_error", o.reason, o.usage, undefined, o.node);
+      return;
+    }
     if (o.kind === "failed") {
-      return this.finish(f, { status: "failed", score: 0, pass: false, verifiers: [], reason: o.reason, usage: o.usage, ...node });
+      this.finish(f, { status: "failed", score: 0, pass: false, verifiers: [], reason: o.reason, usage: o.usage, ...node });
+      return;
     }
     const task = this.spec.tasks[cellRef(this.spec, f.cell).task]!;
     const verdicts = this.spec.verifiers.flatMap((v): Verdict[] => {
@@ -309,7 +312,7 @@ export class ExperimentEngine {
     const { text, truncated } = capOutput(o.output);
     const firstJudge = this.nextJudge(-1);
     if (firstJudge === undefined) {
-      return this.finish(f, {
+      this.finish(f, {
         status: "completed",
         ...combineVerdicts(this.spec.verifiers, verdicts),
         verifiers: verdicts,
@@ -319,6 +322,7 @@ export class ExperimentEngine {
         usage: o.usage,
         ...node,
       });
+      return;
     }
     const pending = this.record(f, {
       status: "judging",
@@ -344,15 +348,19 @@ export class ExperimentEngine {
     const v = this.spec.verifiers[f.judge!] as Extract<VerifierSpec, { type: "judge" }>;
     if (!pending) {
       // The answer waiting for its judge is gone from KV (removed by hand): the attempt cannot be finished.
-      return this.attemptFailed(
+      this.attemptFailed(
         f,
         "infra_error",
         { code: ErrorCode.INTERNAL, message: "the attempt's record waiting for its judge is missing" },
         f.usage ?? ZERO_USAGE,
         f.judgeUsage,
       );
+      return;
     }
-    if (o.kind === "infra") return this.judgeFailed(f, o.reason, pending);
+    if (o.kind === "infra") {
+      this.judgeFailed(f, o.reason, pending);
+      return;
+    }
     const verdict: Verdict =
       o.kind === "failed"
         ? { id: v.id, type: v.type, score: 0, pass: false, reason: `the judge's run failed: ${o.reason.message} [${o.reason.code}]` }
@@ -368,7 +376,8 @@ export class ExperimentEngine {
     if (next !== undefined) {
       const updated: AttemptRecord = { ...pending, verifiers: verdicts, judgeUsage: f.judgeUsage };
       this.effects.push({ kind: "record", record: updated });
-      return this.askJudge(f, next, 1, updated);
+      this.askJudge(f, next, 1, updated);
+      return;
     }
     const order = new Map(this.spec.verifiers.map((x, i) => [x.id, i]));
     verdicts.sort((a, b) => order.get(a.id)! - order.get(b.id)!);
@@ -387,7 +396,10 @@ export class ExperimentEngine {
 
   /** A judge failed for the infrastructure: ask it again, within max_attempts, else the attempt fails. */
   private judgeFailed(f: InFlight, reason: { code: string; message: string }, pending: AttemptRecord): void {
-    if ((f.judgeTry ?? 1) < this.spec.maxAttempts) return this.askJudge(f, f.judge!, (f.judgeTry ?? 1) + 1, pending);
+    if ((f.judgeTry ?? 1) < this.spec.maxAttempts) {
+      this.askJudge(f, f.judge!, (f.judgeTry ?? 1) + 1, pending);
+      return;
+    }
     this.attemptFailed(
       f,
       "infra_error",
@@ -480,7 +492,10 @@ export class ExperimentEngine {
     const s = this.s;
     if (s.status !== "running") return;
     const stop = this.budgetReached();
-    if (stop) return this.stop("budget_exhausted", stop);
+    if (stop) {
+      this.stop("budget_exhausted", stop);
+      return;
+    }
     const S = this.spec.subjects.length;
     const inFlight = () => Object.keys(s.inflight).length;
     let idle = 0;
@@ -495,7 +510,10 @@ export class ExperimentEngine {
       idle = 0;
       this.dispatch(cell, subject);
     }
-    if (inFlight() === 0 && s.retry.length === 0 && s.next.every((n) => n >= this.spec.tasks.length * this.spec.repetitions)) return this.end("completed");
+    if (inFlight() === 0 && s.retry.length === 0 && s.next.every((n) => n >= this.spec.tasks.length * this.spec.repetitions)) {
+      this.end("completed");
+      return;
+    }
     this.armTimer();
   }
 
