@@ -44,12 +44,6 @@ export interface InFlight {
   judgeUsage?: EvalUsage;
 }
 
-/**
- * Per cell, one character: `.` not started, `r` in flight, `q` waiting for a replacement
- * attempt (or a resumed run), `d` done (a valid attempt), `e` error (every attempt failed
- * for the infrastructure), `c` cut by a cancel or the budget (runs again on resume).
- */
-
 export interface ExperimentState {
   v: number;
   experimentId: string;
@@ -63,6 +57,11 @@ export interface ExperimentState {
   endedAt?: number;
   stopReason?: { code: string; message: string };
   cells: number;
+  /**
+   * Per cell, one character: `.` not started, `r` in flight, `q` waiting for a replacement
+   * attempt (or a resumed run), `d` done (a valid attempt), `e` error (every attempt failed
+   * for the infrastructure), `c` cut by a cancel or the budget (runs again on resume).
+   */
   cellStatus: string;
   /** Per cell, the attempts made (base 36). */
   attempts: string;
