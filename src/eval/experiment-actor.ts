@@ -8,7 +8,7 @@ import { classifyAnswer, emptyExperimentState, ExperimentEngine, readExperimentS
 import { EvalMessageType, EXPERIMENT_TEMPLATE, experimentOfActor } from "./protocol.js";
 import { readAttemptRecord, STATUS_RECORD_VERSION, type AttemptRecord, type StatusRecord } from "./records.js";
 import type { SpecCache } from "./spec-cache.js";
-import { cellRef, type ExperimentBudget, type ExperimentSpec, type VerifierSpec } from "./spec.js";
+import { agentsNamed, cellRef, type ExperimentBudget, type ExperimentSpec, type VerifierSpec } from "./spec.js";
 import type { EvalStore } from "./store.js";
 import type { EvalAgentsPort } from "./subject-actor.js";
 import { runCodeVerifier, type Verdict } from "./verifiers.js";
@@ -225,6 +225,7 @@ function statusRecord(s: ExperimentState, spec: ExperimentSpec | undefined): Sta
     status: s.status,
     cells: s.cells,
     subjects: spec?.subjects.map((x) => x.id) ?? [],
+    agents: spec ? agentsNamed(spec) : [],
     tasks: spec?.tasks.length ?? 0,
     repetitions: spec?.repetitions ?? 0,
     budget: s.budget,

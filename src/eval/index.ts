@@ -3,6 +3,7 @@
  * work on the cluster, scored by verifiers, reported side by side (docs/evals.md).
  */
 export {
+  agentsNamed,
   cellCount,
   cellIndex,
   cellRef,

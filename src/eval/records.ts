@@ -66,6 +66,8 @@ export interface StatusRecord {
   status: ExperimentStatus;
   cells: number;
   subjects: string[];
+  /** The agents and actors its subjects and judges name (what a gateway key must be allowed to see it). */
+  agents: string[];
   tasks: number;
   repetitions: number;
   budget: ExperimentBudget;

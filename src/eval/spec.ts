@@ -148,6 +148,15 @@ export interface CellRef {
   repetition: number;
 }
 
+/** The agents and actors a spec names: its agent and actor subjects, and its judges. */
+export function agentsNamed(spec: Pick<ExperimentSpec, "subjects" | "verifiers">): string[] {
+  const named = [
+    ...spec.subjects.flatMap((s) => (s.kind === "agent" ? [s.agent] : s.kind === "actor" ? [s.actor] : [])),
+    ...spec.verifiers.flatMap((v) => (v.type === "judge" ? [v.agent] : [])),
+  ];
+  return [...new Set(named)];
+}
+
 export function cellCount(spec: Pick<ExperimentSpec, "subjects" | "tasks" | "repetitions">): number {
   return spec.subjects.length * spec.tasks.length * spec.repetitions;
 }
