@@ -20,6 +20,7 @@ const groups: Array<() => Promise<{ register: Register }>> = [
   () => import("./tools-commands.js"),
   () => import("./gateway-commands.js"),
   () => import("./swarm-commands.js"),
+  () => import("./eval-commands.js"),
 ];
 
 export async function buildProgram(): Promise<Command> {

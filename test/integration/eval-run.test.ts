@@ -12,8 +12,12 @@ import {
   type ExperimentProgress,
 } from "../../src/eval/index.js";
 import { scriptedReply, startScriptedModelServer, type ScriptedModelServer, type ScriptedRequest } from "../../src/testing/index.js";
+import { mkdtemp, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { startAgentNode, type AgentNode } from "../fixtures/agents/node-rig.js";
 import { fileServer, uniqueCluster } from "../fixtures/bus/helpers.js";
+import { kovaCli } from "../fixtures/kova-cli.js";
 
 const nats = fileServer();
 
@@ -258,6 +262,101 @@ describe("experiments on a node (KovaNode in process, scripted model)", () => {
     await expect(bad([{ id: "x", agent: "helper" }], [{ type: "judge", agent: "gradr", rubric: "r" }])).rejects.toThrow(
       /verifiers\[0\]\.agent: no agent "gradr"/,
     );
+  });
+});
+
+// Runs bin/kova.js from dist/: run `npm run build` first.
+describe("kova eval (the CLI against a node in process)", () => {
+  it("eval - run shows progress on stderr and ends with the table per subject; ls, show, compare and --json read the same experiment", async () => {
+    const dir = await mkdtemp(join(tmpdir(), "kova-eval-cli-"));
+    const file = join(dir, "ab.toml");
+    await writeFile(
+      file,
+      [
+        "[experiment]",
+        'name = "cli"',
+        "repetitions = 2",
+        "concurrency = 4",
+        "[[subjects]]",
+        'id = "a"',
+        'agent = "helper"',
+        "[[subjects]]",
+        'id = "b"',
+        'agent = "helper"',
+        'system = "You are B."',
+        ...tasks(20)
+          .slice(16, 20)
+          .flatMap((t) => ["[[tasks]]", `id = "${t.id}"`, `input = "${t.input}"`, `expected = "${t.expected}"`]),
+        "[[verifiers]]",
+        'type = "exact"',
+      ].join("\n"),
+    );
+    const kova = (...args: string[]) => kovaCli(nats.url, rig.cluster, args);
+    const plan = await kova("eval", "run", file, "--plan");
+    expect(plan.stdout.split("\n")[0]).toBe("experiment cli: 2 subjects × 4 tasks × 2 repetitions = 16 cells");
+    const run = await kova("eval", "run", file);
+    expect(run.code, run.stderr).toBe(0);
+    const id = /^started experiment (\S+): 16 cells$/m.exec(run.stderr)![1]!;
+    expect(run.stderr).toMatch(/^16\/16 cells · 192 tokens · \$0\.00022\d* · /m);
+    const lines = run.stdout.trimEnd().split("\n");
+    expect(lines[0]).toMatch(new RegExp(`^experiment ${id} completed in .*: 2 subjects × 4 tasks × 2 repetitions = 16 cells$`));
+    expect(lines[1]).toMatch(/^subject\s+score \[95% CI\]\s+pass\s+pass@1\s+pass@2\s+cells/);
+    expect(lines[2]).toMatch(/^a\s+1\.000 \[1\.000, 1\.000\]\s+1\.000\s+1\.000\s+1\.000\s+8\/8\s+80\/16/);
+    expect(lines[3]).toMatch(/^b\s+0\.000 \[0\.000, 0\.000\]\s+0\.000/);
+
+    const ls = JSON.parse((await kova("eval", "ls", "--json")).stdout) as Array<{ experimentId: string; status: string }>;
+    expect(ls.find((x) => x.experimentId === id)).toMatchObject({ status: "completed" });
+    const shown = JSON.parse((await kova("eval", "show", id, "--json")).stdout) as { subjects: Array<{ subject: string; meanScore: number }> };
+    expect(shown.subjects.map((x) => [x.subject, x.meanScore])).toEqual([
+      ["a", 1],
+      ["b", 0],
+    ]);
+    const tasksShown = await kova("eval", "show", id, "--tasks");
+    expect(tasksShown.stdout).toMatch(/^t17\s+1\.000\s+0\.000$/m);
+    const cmp = await kova("eval", "compare", `${id}:a`, `${id}:b`);
+    expect(cmp.stdout.trim()).toBe(`${id}:b − ${id}:a: -1.000 [-1.000, -1.000] over 4 paired tasks (B better on 0, worse on 4, equal on 0); A 1.000, B 0.000`);
+    const noSubject = await kova("eval", "compare", id, `${id}:b`);
+    expect(noSubject.code).toBe(1);
+    expect(noSubject.stderr).toContain(`A: experiment ${id} has 2 subjects: name one as ${id}:<subject> (it has a, b)`);
+  });
+
+  it("eval - run --detach returns the id; cancel stops it and resume with a budget finishes it; a bad spec names its field", async () => {
+    const dir = await mkdtemp(join(tmpdir(), "kova-eval-cli-"));
+    const file = join(dir, "slow.toml");
+    const body = (extra: string) =>
+      [
+        "[experiment]",
+        'name = "detached"',
+        "concurrency = 1",
+        extra,
+        "[[subjects]]",
+        'id = "s"',
+        'agent = "helper"',
+        'model = "slow"',
+        "[[tasks]]",
+        'input = "q3: what is 3 + 3?"',
+        'expected = "6"',
+        "[[verifiers]]",
+        'type = "exact"',
+      ].join("\n");
+    await writeFile(file, body(""));
+    const kova = (...args: string[]) => kovaCli(nats.url, rig.cluster, args);
+    const started = await kova("eval", "run", file, "--detach", "--json");
+    expect(started.code, started.stderr).toBe(0);
+    const { experimentId } = JSON.parse(started.stdout) as { experimentId: string };
+    const cancelled = await kova("eval", "cancel", experimentId, "--reason", "later");
+    expect(cancelled.stdout.trim()).toBe(`experiment ${experimentId} cancelled after 0/1 cells`);
+    const again = await kova("eval", "cancel", experimentId);
+    expect(again.code).toBe(1);
+    expect(again.stderr).toContain(`experiment ${experimentId} is cancelled: only a running experiment can be cancelled [EXPERIMENT_STATE]`);
+    const resumed = await kova("eval", "resume", experimentId, "--max-wall-time", "1h", "--json");
+    expect(resumed.code, resumed.stderr).toBe(0);
+    expect(JSON.parse(resumed.stdout)).toMatchObject({ status: "completed", subjects: [{ scored: 1, meanScore: 1, failures: { EVAL_CANCELLED: 1 } }] });
+
+    await writeFile(file, body("repetitions = 0"));
+    const bad = await kova("eval", "run", file);
+    expect(bad.code).toBe(1);
+    expect(bad.stderr).toBe("kova: experiment.repetitions: must be an integer from 1 to 100, not number 0 [INVALID_CONFIG]\n");
   });
 });
 
