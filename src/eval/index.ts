@@ -85,7 +85,7 @@ export {
   type ExperimentStatus,
   type StatusRecord,
 } from "./records.js";
-export { attemptKey, EvalStore, evalsBucket } from "./store.js";
+export { attemptKey, EvalStore, evalsBucket, readStoredSpec } from "./store.js";
 export { SpecCache } from "./spec-cache.js";
 export {
   classifyAnswer,

@@ -34,6 +34,30 @@ export function attemptKey(r: Pick<AttemptRecord, "experimentId" | "subject" | "
   return `${r.experimentId}.attempt.${r.subject}.${r.task}.${r.repetition}.${r.attempt}`;
 }
 
+/**
+ * An experiment's spec as stored: its head (`<experiment>.spec`) and its task chunks
+ * (`<experiment>.tasks.<n>`), checked against the digest the head names.
+ * @throws UnsupportedFormatError for a part a newer Kova wrote; KovaError INTERNAL when a chunk is missing or the spec does not match its digest
+ */
+export function readStoredSpec(experimentId: string, rawHead: unknown, rawChunks: readonly unknown[]): { spec: ExperimentSpec; digest: string } {
+  const head = rawHead as StoredSpecHead;
+  checkFormatVersion(`experiment spec ${experimentId}`, head?.v, [EXPERIMENT_SPEC_VERSION]);
+  const tasks = rawChunks.map((raw, i) => {
+    const c = raw as { v?: number; tasks?: TaskSpec[] } | undefined;
+    if (c === undefined)
+      throw new KovaError("INTERNAL", `experiment ${experimentId}: task chunk ${i} of ${head.taskChunks} is missing from KV`, { data: { experimentId } });
+    checkFormatVersion(`experiment tasks ${experimentId}.${i}`, c.v, [EXPERIMENT_SPEC_VERSION]);
+    return c.tasks ?? [];
+  });
+  const spec = { ...head.spec, tasks: tasks.flat() } as ExperimentSpec;
+  if (specDigest(spec) !== head.digest) {
+    throw new KovaError("INTERNAL", `experiment ${experimentId}: the stored spec does not match its digest (its keys were changed by hand?)`, {
+      data: { experimentId },
+    });
+  }
+  return { spec, digest: head.digest };
+}
+
 export class EvalStore {
   private constructor(
     readonly kv: KV,
@@ -87,23 +111,11 @@ export class EvalStore {
    * @throws UnsupportedFormatError for a spec a newer Kova wrote; KovaError INTERNAL when the stored tasks do not match the digest
    */
   async getSpec(experimentId: string): Promise<{ spec: ExperimentSpec; digest: string } | undefined> {
-    const head = (await this.getJson(`${experimentId}.spec`)) as StoredSpecHead | undefined;
-    if (!head) return undefined;
-    checkFormatVersion(`experiment spec ${experimentId}`, head.v, [1]);
-    const parts = await Promise.all(
-      Array.from({ length: head.taskChunks }, async (_, i) => {
-        const c = (await this.getJson(`${experimentId}.tasks.${i}`)) as { v: number; tasks: TaskSpec[] } | undefined;
-        checkFormatVersion(`experiment tasks ${experimentId}.${i}`, c?.v, [1]);
-        return c!.tasks;
-      }),
-    );
-    const spec = { ...head.spec, tasks: parts.flat() } as ExperimentSpec;
-    if (specDigest(spec) !== head.digest) {
-      throw new KovaError("INTERNAL", `experiment ${experimentId}: the stored spec does not match its digest (its keys were changed by hand?)`, {
-        data: { experimentId },
-      });
-    }
-    return { spec, digest: head.digest };
+    const head = await this.getJson(`${experimentId}.spec`);
+    if (head === undefined) return undefined;
+    const n = (head as { taskChunks?: unknown }).taskChunks;
+    const chunks = await Promise.all(Array.from({ length: typeof n === "number" ? n : 0 }, (_, i) => this.getJson(`${experimentId}.tasks.${i}`)));
+    return readStoredSpec(experimentId, head, chunks);
   }
 
   putStatus(r: StatusRecord): Promise<void> {
