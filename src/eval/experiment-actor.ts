@@ -94,7 +94,9 @@ export function evalExperimentActor(ports: ExperimentActorPorts): ActorDefinitio
     if (s.status !== "new") return { outcome: "already started", ...experimentSummary(s) };
     const digest = String(field(ctx.message.payload, "digest") ?? "");
     const ownerField = field(ctx.message.payload, "owner");
-    const owner = isValidId(ownerField) ? ownerField : isValidId(ctx.message.from) ? ctx.message.from : undefined;
+    // A principal id (`key:<id>`, `nats:<account>:<user>`) or the sender's id.
+    const owner =
+      typeof ownerField === "string" && /^[\x21-\x7e]{1,200}$/.test(ownerField) ? ownerField : isValidId(ctx.message.from) ? ctx.message.from : undefined;
     // What this node says about the spec is journaled: a replay elsewhere decides the same.
     const check = await ctx.step(
       "check",

@@ -20,6 +20,7 @@ import { RunClient } from "./runs.js";
 import { NatsTaskStore } from "./task-store.js";
 import { TaskTracker } from "./task-tracker.js";
 import { mountWebView, WEB_VIEW_STATIC, webViewHeaders } from "./web.js";
+import { mountExperimentsView } from "./web-experiments.js";
 import { PrincipalQuotas, type RunTicket } from "./quotas.js";
 
 /** Per-agent routers kept (each is a JSON-RPC handler; rebuilding one is cheap). */
@@ -260,7 +261,10 @@ export class Gateway {
         next(err);
       }
     });
-    if (this.config.ui) this.webView = mountWebView(app, { bus: this.bus, registry: this.registry, log: this.log });
+    if (this.config.ui) {
+      this.webView = mountWebView(app, { bus: this.bus, registry: this.registry, log: this.log });
+      mountExperimentsView(app, { bus: this.bus, log: this.log });
+    }
     app.use((req, _res, next) => next(new GatewayHttpError(404, "NOT_FOUND", `no route ${req.method} ${req.path}: see docs/gateway.md`)));
     app.use((err: unknown, req: Request, res: Response, _next: NextFunction) => this.sendError(err, req, res));
     return app;

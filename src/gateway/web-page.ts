@@ -15,6 +15,7 @@ export const WEB_VIEW_HTML = `<!doctype html>
 </head>
 <body>
 <h1>Kova cluster <span id="cluster"></span> <span id="status"></span></h1>
+<p><a href="/ui/experiments">experiments</a></p>
 <h2>Nodes</h2>
 <table id="nodes"><thead><tr><th>node</th><th>state</th><th>heartbeat age</th><th>actors</th><th>version</th><th>host</th></tr></thead><tbody></tbody></table>
 <h2>Agents</h2>

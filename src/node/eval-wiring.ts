@@ -1,6 +1,6 @@
 import type { Logger } from "../core/logger.js";
 import type { Bus } from "../bus/index.js";
-import type { ActorTemplateRegistry, ActorTypeRegistry } from "../actors/index.js";
+import type { ActorTemplate, ActorTemplateRegistry, ActorTypeRegistry } from "../actors/index.js";
 import type { AgentDefinition, AgentRuntime } from "../agents/index.js";
 import type { WorkflowTimers } from "../workflow/index.js";
 import {
@@ -28,21 +28,30 @@ export interface EvalWiringDeps {
 }
 
 /**
- * Lets every node run experiments (docs/evals.md): the `eval` actor type and template (an
- * experiment is `eval--<id>`) and the `eval-subject` type and template (its subjects' and
- * judges' runners), over the cluster's eval bucket opened once. An application that
- * registered a type of one of these names keeps its own.
+ * Lets every node run experiments (docs/evals.md): the `eval` actor type (an experiment is
+ * `eval--<id>`) and the `eval-subject` type (its subjects' and judges' runners), over the
+ * cluster's eval bucket opened once. An application that registered a type of one of these
+ * names keeps its own. Their templates are registered by `registerEvalTemplates`, after the
+ * node's own (so a list of templates names the cluster's first).
+ * @returns the templates to register
  */
-export function registerEvalTypes(types: ActorTypeRegistry, templates: ActorTemplateRegistry, deps: EvalWiringDeps): void {
+export function registerEvalTypes(types: ActorTypeRegistry, deps: EvalWiringDeps): ActorTemplate[] {
   const store = openOnce(() => EvalStore.open({ js: deps.bus().js, cluster: deps.cluster, replicas: deps.replicas() }));
   const specs = new SpecCache(store, () => deps.cluster);
   const agents = { definitions: deps.agents, runtime: deps.runtime };
+  const templates: ActorTemplate[] = [];
   if (!types.has(EXPERIMENT_TEMPLATE)) {
     types.register(evalExperimentActor({ bus: deps.bus, store, specs, agents, timers: deps.timers, interrupt: deps.interrupt }));
-    templates.register({ name: EXPERIMENT_TEMPLATE, type: EXPERIMENT_TEMPLATE, idleAfterMs: EXPERIMENT_IDLE_AFTER_MS }, "eval");
+    templates.push({ name: EXPERIMENT_TEMPLATE, type: EXPERIMENT_TEMPLATE, idleAfterMs: EXPERIMENT_IDLE_AFTER_MS });
   }
   if (!types.has(SUBJECT_TEMPLATE)) {
     types.register(evalSubjectActor({ bus: deps.bus, specs, agents, logger: deps.logger }));
-    templates.register({ name: SUBJECT_TEMPLATE, type: SUBJECT_TEMPLATE, idleAfterMs: SUBJECT_IDLE_AFTER_MS }, "eval-subject");
+    templates.push({ name: SUBJECT_TEMPLATE, type: SUBJECT_TEMPLATE, idleAfterMs: SUBJECT_IDLE_AFTER_MS });
   }
+  return templates;
+}
+
+/** Registers the experiment templates `registerEvalTypes` returned, unless the node already has templates of those names. */
+export function registerEvalTemplates(registry: ActorTemplateRegistry, templates: readonly ActorTemplate[]): void {
+  for (const t of templates) if (!registry.list().some((r) => r.name === t.name)) registry.register(t, t.name);
 }

@@ -29,7 +29,7 @@ import { startNodeService } from "./node-service.js";
 import type { NodeParts } from "./node-parts.js";
 import { startMarkerCompaction, startUnknownAgentSweep, type NodeJob } from "./node-jobs.js";
 import { WorkflowWiring, workflowRunPorts } from "./workflow-wiring.js";
-import { registerEvalTypes } from "./eval-wiring.js";
+import { registerEvalTemplates, registerEvalTypes } from "./eval-wiring.js";
 import { mirrorTiming } from "./kv-mirror.js";
 import { LeaseTable } from "./lease.js";
 import { Membership } from "./membership.js";
@@ -100,6 +100,8 @@ export class KovaNode {
   private parts!: NodeParts;
   /** Workflow runs' and swarm coordinators' ports; set once the actor host exists. */
   private workflow!: WorkflowWiring;
+  /** The experiment templates (eval, eval-subject), registered after the node's own. */
+  private evalTemplates: ActorTemplate[] = [];
   /** The node's own lines (`component: "node"`). */
   private readonly log: Logger;
   /**
@@ -178,7 +180,7 @@ export class KovaNode {
     // Every node can host experiments and their subjects' runners (docs/evals.md).
     {
       const n = node;
-      registerEvalTypes(types, templates, {
+      n.evalTemplates = registerEvalTypes(types, {
         cluster: opts.config.cluster,
         bus: () => n.bus,
         replicas: () => n.replicas(),
@@ -255,6 +257,7 @@ export class KovaNode {
       if (a.template)
         this.templates.register({ name: a.id, type: a.id, idleAfterMs: a.template.idleAfterMs, capabilities: [...a.capabilities] }, `agent_templates.${a.id}`);
     }
+    registerEvalTemplates(this.templates, this.evalTemplates);
     this.recovery.pendingRecords = this.wal.recovery.pending.length;
 
     const nc = this.bus.nc;

@@ -76,7 +76,12 @@ describe("agent templates (KovaNode in process, real NATS, scripted model over H
         .map((a) => a.id)
         .sort(),
     ).toEqual(["support--alice", "support--bob"]);
-    expect(rig.node.status().virtual.templates).toEqual([{ name: "support", type: "support", idleAfterMs: 600_000, hosted: 2 }]);
+    // besides every node's experiment templates (docs/evals.md)
+    expect(rig.node.status().virtual.templates).toEqual([
+      { name: "eval", type: "eval", idleAfterMs: 120_000, hosted: 0 },
+      { name: "eval-subject", type: "eval-subject", idleAfterMs: 60_000, hosted: 0 },
+      { name: "support", type: "support", idleAfterMs: 600_000, hosted: 2 },
+    ]);
     // The template is not an agent anyone can address.
     const none = await askAgent(rig.client, "support", "hi", { timeoutMs: 10_000 }).catch((e: unknown) => e);
     expect(isKovaError(none, "UNKNOWN_AGENT")).toBe(true);

@@ -243,7 +243,7 @@ describe("gateway: OpenAI-compatible endpoint", () => {
       expect(await chat("support", "hi").catch((e: unknown) => e)).toBeInstanceOf(OpenAI.NotFoundError);
       const nosuch = await chat("nosuch--x", "hi").catch((e: unknown) => e);
       expect(nosuch).toBeInstanceOf(OpenAI.NotFoundError);
-      expect((nosuch as Error).message).toContain("templates: support");
+      expect((nosuch as Error).message).toContain("templates: eval, eval-subject, support");
     });
 
     it("openai - a key scoped to the template uses and lists only its own instances, and no other agent", async () => {

@@ -73,14 +73,19 @@ describe("virtual actors (templates, activation, passivation)", () => {
     const reply = await client.ask<{ count: number; key: string; greeting: string }>("support--user-42", "task_delegate", task("hi"), { timeoutMs: 15_000 });
     expect(reply.payload).toMatchObject({ count: 1, key: "user-42", greeting: "hello" });
     expect(rig.node.agents().find((a) => a.id === "support--user-42")).toMatchObject({ template: "support", type: "session" });
-    expect(rig.node.status().virtual.templates).toEqual([{ name: "support", type: "session", idleAfterMs: 0, hosted: 2 }]);
+    // besides every node's experiment templates (docs/evals.md)
+    expect(rig.node.status().virtual.templates).toEqual([
+      { name: "eval", type: "eval", idleAfterMs: 120_000, hosted: 0 },
+      { name: "eval-subject", type: "eval-subject", idleAfterMs: 60_000, hosted: 0 },
+      { name: "support", type: "session", idleAfterMs: 0, hosted: 2 },
+    ]);
     expect(rig.node.status().virtual.activations).toBe(2);
 
     // A template nobody registered: ask fails at once, naming the templates there are.
     const t1 = Date.now();
     const err = await client.ask("nosuch--x", "task_delegate", null, { timeoutMs: 30_000 }).catch((e: unknown) => e);
     expect(isKovaError(err, "UNKNOWN_AGENT")).toBe(true);
-    expect((err as Error).message).toContain("templates: support");
+    expect((err as Error).message).toContain("templates: eval, eval-subject, support");
     expect(Date.now() - t1).toBeLessThan(5_000);
     // An invalid key never reaches NATS.
     const bad = await client.activate("support--has.dot").catch((e: unknown) => e);
