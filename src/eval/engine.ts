@@ -309,31 +309,13 @@ export class ExperimentEngine {
       return [];
     });
     const { text, truncated } = capOutput(o.output);
+    const answered = { verifiers: verdicts, output: text, truncated, reason: null, usage: o.usage, ...node };
     const firstJudge = this.nextJudge(-1);
     if (firstJudge === undefined) {
-      this.finish(f, {
-        status: "completed",
-        ...combineVerdicts(this.spec.verifiers, verdicts),
-        verifiers: verdicts,
-        output: text,
-        truncated,
-        reason: null,
-        usage: o.usage,
-        ...node,
-      });
+      this.finish(f, { status: "completed", ...combineVerdicts(this.spec.verifiers, verdicts), ...answered });
       return;
     }
-    const pending = this.record(f, {
-      status: "judging",
-      score: null,
-      pass: null,
-      verifiers: verdicts,
-      output: text,
-      truncated,
-      reason: null,
-      usage: o.usage,
-      ...node,
-    });
+    const pending = this.record(f, { status: "judging", score: null, pass: null, ...answered });
     this.effects.push({ kind: "record", record: pending });
     f.usage = o.usage;
     f.judgeUsage = { ...ZERO_USAGE };
