@@ -39,7 +39,8 @@ export {
   type CheckpointStore,
   type NatsCheckpointStoreOptions,
 } from "./checkpoint-store.js";
-export { TURN_KIND, TURN_RECORD_VERSION, type StepRecord, type TurnRecord } from "./turn-record.js";
+export { TURN_KIND, TURN_RECORD_VERSION, parseTurnRecord, type StepRecord, type TurnRecord } from "./turn-record.js";
+export { describeReplay, replayTurn, type ReplayDivergence, type ReplayOptions, type ReplayReport } from "./replay.js";
 export type { ActorWal } from "./ports.js";
 export {
   ActorFailedError,

@@ -82,6 +82,11 @@ export class TurnJournal {
     return this.#step;
   }
 
+  /** How many steps and values this attempt has taken so far (recorded or new). */
+  get consumed(): { steps: number; clock: number; random: number; ids: number } {
+    return { steps: this.#step, clock: this.#clock, random: this.#random, ids: this.#ids };
+  }
+
   #next<T>(recorded: T[], index: number, make: () => T): T {
     if (index < recorded.length) return recorded[index]!;
     const value = make();

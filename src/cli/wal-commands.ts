@@ -1,6 +1,19 @@
+import { join, resolve } from "node:path";
 import { Option, type Command } from "commander";
 import { ArgumentError } from "../core/errors.js";
-import { inspectWal, keyFromEnv, verifyWal, type WalInspection, type WalVerification } from "../wal/index.js";
+import { inspectWal, keyFromEnv, readWalRecords, verifyWal, type WalInspection, type WalVerification } from "../wal/index.js";
+import {
+  ActorTypeRegistry,
+  counterActor,
+  describeReplay,
+  parseTurnRecord,
+  replayTurn,
+  TURN_KIND,
+  type ReplayReport,
+  type TurnRecord,
+} from "../actors/index.js";
+import { defaultConfig, loadConfig } from "../node/config.js";
+import { loadActorModules } from "../node/actor-modules.js";
 import { secretFromFlags } from "./secret-flags.js";
 
 interface KeyOpts {
@@ -17,6 +30,8 @@ interface KeyOpts {
 
 /** Exit code of `kova wal verify` when it finds corruption or a broken chain. */
 export const EXIT_CORRUPT = 2;
+/** Exit code of `kova wal replay` when today's code parts from a recorded turn. */
+export const EXIT_DIVERGED = 3;
 
 /**
  * `kova wal inspect <dir>` and `kova wal verify <dir>`: offline, read-only views of a
@@ -54,6 +69,53 @@ export function register(program: Command): void {
       if (!result.ok) process.exitCode = EXIT_CORRUPT;
     },
   );
+
+  keys(
+    wal
+      .command("replay <actor>")
+      .description(`re-run the actor's recorded turns against today's code; report the first step where they part (exit ${EXIT_DIVERGED})`),
+  )
+    .option("-c, --config <path>", "kova.toml: its data_dir holds the WAL, its modules define the actor types")
+    .option("--dir <dir>", "the WAL directory (default: <data_dir>/wal of the config)")
+    .option("--module <file...>", "more modules that define actor types (built JavaScript)")
+    .action(async (actorId: string, o: KeyOpts & { config?: string; dir?: string; module?: string[] }) => {
+      const reports = await replayActor(actorId, o);
+      if (o.json) write(JSON.stringify(reports, null, 2));
+      else for (const r of reports) write(typeof r === "string" ? r : describeReplay(r));
+      if (reports.some((r) => typeof r !== "string" && r.outcome === "diverged")) process.exitCode = EXIT_DIVERGED;
+    });
+}
+
+/**
+ * Replays every turn of `actorId` its WAL still holds (the newest record of each message),
+ * oldest first, each from the type's initial state. A turn whose type this process cannot
+ * define (an agent, a workflow run, a swarm coordinator: the node builds those from its
+ * runtime) is reported by a line, not replayed: replay it in code with `replayTurn`.
+ */
+async function replayActor(actorId: string, o: KeyOpts & { config?: string; dir?: string; module?: string[] }): Promise<Array<ReplayReport | string>> {
+  const config = o.config ? await loadConfig(o.config) : defaultConfig();
+  const modules = (o.module ?? []).map((m) => resolve(m));
+  const types = new ActorTypeRegistry([counterActor]);
+  await loadActorModules({ ...config, modules: [...config.modules, ...modules] }, types);
+  const dir = o.dir ?? join(config.dataDir, "wal");
+  const latest = new Map<string, { record: TurnRecord; complete: boolean }>();
+  for (const r of readWalRecords(dir, resolveKeys(o), { kind: TURN_KIND, owner: actorId })) {
+    const record = parseTurnRecord(r.payload);
+    if (record !== undefined) latest.set(record.envelope.id, { record, complete: r.status === "COMPLETE" });
+  }
+  if (latest.size === 0)
+    throw new ArgumentError("actor", `no turn of ${actorId} is left in the WAL at ${dir}: its records were reused by later ones, or it never ran on this node`);
+  const out: Array<ReplayReport | string> = [];
+  for (const { record, complete } of latest.values()) {
+    if (!types.has(record.type)) {
+      out.push(
+        `${actorId} ${record.envelope.type} ${record.envelope.id}: not replayed: type ${record.type} is not defined here (known: ${types.types().join(", ")}); name its module with --module, or replay it in code with replayTurn`,
+      );
+      continue;
+    }
+    out.push(await replayTurn(types.get(record.type), record, { complete }));
+  }
+  return out;
 }
 
 /** @throws ArgumentError for a key given as a flag value, an unset variable or an unreadable file */

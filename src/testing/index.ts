@@ -24,3 +24,6 @@ export {
   type ScriptedUsage,
 } from "./scripted-model-replies.js";
 export { type ModelCallLoad, type ModelCallLoadOptions, type ModelCallTask, startModelCallLoad } from "./model-call-load.js";
+// Replay as a tool: re-run a recorded turn against today's code (docs/actors.md).
+export { describeReplay, replayTurn, type ReplayDivergence, type ReplayOptions, type ReplayReport } from "../actors/replay.js";
+export { parseTurnRecord, type TurnRecord } from "../actors/turn-record.js";

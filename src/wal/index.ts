@@ -18,5 +18,5 @@ export { LockOrderError, WalBadKeyError, WalClosedError, WalCorruptError, WalFai
 export { BufferLock, LockManager, QueueLock, TransactionLock } from "./locks.js";
 export { crc32 } from "./crc32.js";
 export { FORMAT_VERSION } from "./record-format.js";
-export { inspectWal, verifyWal, type WalInspection, type WalVerification } from "./inspect.js";
+export { inspectWal, readWalRecords, verifyWal, type WalInspection, type WalRecordRead, type WalVerification } from "./inspect.js";
 export { WalErrorCode } from "./errors.js";

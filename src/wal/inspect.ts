@@ -3,7 +3,9 @@ import { join } from "node:path";
 import { ArgumentError } from "../core/errors.js";
 import type { CipherAlgorithm } from "./crypto.js";
 import { resolveSecurity } from "./keys.js";
-import type { Security } from "./record-seal.js";
+import { decodePayload } from "./codec.js";
+import { parseRecord } from "./record-format.js";
+import { openRecord, type Security } from "./record-seal.js";
 import { scan, type ScanResult, type StoredEntry } from "./recovery.js";
 import { Ring } from "./ring.js";
 import { WalStorage, type WalMeta } from "./storage.js";
@@ -98,7 +100,25 @@ function entries(range: Iterable<{ key: unknown; value: unknown }>): Iterable<St
   return range as Iterable<StoredEntry>;
 }
 
-function run(dir: string, keys: OfflineKeys): { meta: WalMeta; result: ScanResult; quarantined: CorruptRecord[]; notes: string[]; overflow: number } {
+interface OfflineScan {
+  meta: WalMeta;
+  result: ScanResult;
+  quarantined: CorruptRecord[];
+  notes: string[];
+  overflow: number;
+}
+
+/**
+ * Scans the WAL read-only. `visit` runs while the environment is still open (to read record
+ * bytes the scan did not keep); `decode` also decodes the PENDING records' payloads.
+ */
+function run(dir: string, keys: OfflineKeys): OfflineScan;
+function run<T>(dir: string, keys: OfflineKeys, opts: { decode: boolean; visit: (scanned: OfflineScan, storage: WalStorage, security: Security) => T }): T;
+function run<T>(
+  dir: string,
+  keys: OfflineKeys,
+  opts?: { decode: boolean; visit: (scanned: OfflineScan, storage: WalStorage, security: Security) => T },
+): OfflineScan | T {
   const { storage, meta } = openReadOnly(dir);
   try {
     const { security, notes } = securityFor(storage, meta, keys);
@@ -117,11 +137,12 @@ function run(dir: string, keys: OfflineKeys): { meta: WalMeta; result: ScanResul
       head: security.chain !== undefined ? storage.readHead() : undefined,
       quarantined: new Set(quarantined.map((q) => q.seq)),
       policy: "skip",
-      decode: false,
+      decode: opts?.decode ?? false,
       collect: true,
     });
     if (result.unreadBatches > 0) notes.push(`${result.unreadBatches} completion batches are encrypted: record statuses are unknown without --key`);
-    return { meta, result, quarantined, notes, overflow };
+    const scanned = { meta, result, quarantined, notes, overflow };
+    return opts === undefined ? scanned : opts.visit(scanned, storage, security);
   } finally {
     void storage.close();
   }
@@ -188,4 +209,50 @@ export function verifyWal(dir: string, keys: OfflineKeys = {}): WalVerification 
     chainBreaks: result.chainBreaks,
     notes,
   };
+}
+
+/** A record still in the WAL, decoded. */
+export interface WalRecordRead {
+  seq: number;
+  status: "PENDING" | "COMPLETE";
+  kind: string;
+  owner?: string;
+  payload: unknown;
+}
+
+/**
+ * The records a WAL still holds, decoded: every PENDING one, and the COMPLETE ones whose
+ * slot the ring has not reused yet. What `kova wal replay` replays. Read-only, as inspect.
+ * @param filter only records of this kind and/or owner
+ * @throws ArgumentError (INVALID_ARGUMENT) when `dir` holds no WAL, or holds an encrypted one
+ *   and no key was given; WalBadKeyError on a wrong key
+ */
+export function readWalRecords(dir: string, keys: OfflineKeys = {}, filter: { kind?: string; owner?: string } = {}): WalRecordRead[] {
+  return run(dir, keys, {
+    decode: true,
+    visit: ({ meta, result }, storage, security) => {
+      if (meta.cipher !== undefined && keys.key === undefined) {
+        throw new ArgumentError("--key-env", `the WAL in ${dir} is encrypted with ${meta.cipher.algorithm}: give its key to read the records`);
+      }
+      const wanted = (kind: string, owner: string | undefined) =>
+        (filter.kind === undefined || kind === filter.kind) && (filter.owner === undefined || owner === filter.owner);
+      const out: WalRecordRead[] = [];
+      for (const p of result.pending) {
+        const r = p.record;
+        if (!wanted(r.kind, r.owner) || r.payload === undefined) continue;
+        out.push({ seq: r.seq, status: "PENDING", kind: r.kind, ...(r.owner === undefined ? {} : { owner: r.owner }), payload: r.payload });
+      }
+      for (const [seq, p] of result.present) {
+        if (!p.complete || !wanted(p.kind, p.owner)) continue;
+        const bytes = storage.ring.get(p.slot);
+        const parsed = bytes === undefined ? undefined : parseRecord(bytes);
+        if (parsed === undefined || !parsed.ok || parsed.record.seq !== seq) continue;
+        const opened = openRecord(security, parsed.record);
+        if (!opened.ok) continue;
+        const payload = decodePayload(opened.plaintext ?? parsed.record.body);
+        out.push({ seq, status: "COMPLETE", kind: p.kind, ...(p.owner === undefined ? {} : { owner: p.owner }), payload });
+      }
+      return out.sort((a, b) => a.seq - b.seq);
+    },
+  });
 }
