@@ -76,6 +76,16 @@ const EXEMPT: ReadonlyArray<{ file: string; line: string; why: string }> = [
     why: "runEvent is published only inside the step that produces the event (see publish there): the event's timestamp is the publish's",
   },
   {
+    file: "agents/model-turn.ts",
+    line: "this.#scheduled ??= setImmediate(() => this.flush());",
+    why: "DeltaBatch groups a model call's streamed deltas inside the `model:<turn>` step; `stream` events are not journaled",
+  },
+  {
+    file: "eval/external.ts",
+    line: "await new Promise((res) => setTimeout(res, Math.min(2000, 100 * 2 ** Math.min(polls, 4))));",
+    why: "callA2a runs inside the `call` step: the polled answer is its recorded result",
+  },
+  {
     file: "agents/approval-gate.ts",
     line: "const now = Date.now();",
     why: "inside the `approval:request` step: the approval's expiry is part of its recorded result",
