@@ -28,7 +28,9 @@ function model(): ScriptedHandler {
     const last = r.lastMessage;
     if (last?.role === "tool") {
       const { result } = JSON.parse(String(last.content)) as { result: number };
-      return scriptedReply.text(`Six times seven is ${result}.`, { usage: { inputTokens: 30, outputTokens: 6 } });
+      // chunks apart in time, so a streamed answer reaches the client in several pieces (tokens
+      // that arrive together go out as one delta)
+      return scriptedReply.text(`Six times seven is ${result}.`, { usage: { inputTokens: 30, outputTokens: 6 }, chunkDelayMs: 15 });
     }
     const text = String(last?.content ?? "");
     if (text.includes("multiply"))

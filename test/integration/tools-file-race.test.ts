@@ -6,6 +6,7 @@ import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { createFileTools, fileConfigFrom } from "../../src/tools/builtin/file.js";
 import type { Tool } from "../../src/tools/types.js";
+import { defer } from "../fixtures/disposable.js";
 import { callTool } from "../fixtures/tool-call.js";
 
 /**
@@ -67,63 +68,60 @@ describe("file tools under a swapping symlink", () => {
     timeout: 300_000,
   }, async () => {
     const dir = await base();
-    try {
-      const root = join(dir, "root");
-      const outside = join(dir, "outside");
-      mkdirSync(join(root, "d"), { recursive: true });
-      mkdirSync(outside);
-      const secret = `SECRET-${Math.random()}`;
-      writeFileSync(join(outside, "secret.txt"), secret);
-      writeFileSync(join(root, "d", "inside.txt"), "inside");
-      const outsideBefore = listing(outside);
-      const [read, write] = createFileTools(fileConfigFrom({ root })) as [Tool, Tool];
+    await using _dir = defer(() => rm(dir, { recursive: true, force: true }));
+    const root = join(dir, "root");
+    const outside = join(dir, "outside");
+    mkdirSync(join(root, "d"), { recursive: true });
+    mkdirSync(outside);
+    const secret = `SECRET-${Math.random()}`;
+    writeFileSync(join(outside, "secret.txt"), secret);
+    writeFileSync(join(root, "d", "inside.txt"), "inside");
+    const outsideBefore = listing(outside);
+    const [read, write] = createFileTools(fileConfigFrom({ root })) as [Tool, Tool];
 
-      const swapper = await swapping(root, outside);
-      const counts = { written: 0, refused: 0, readOk: 0, readRefused: 0 };
-      const codes = new Map<string, number>();
-      const leaks: string[] = [];
-      const WRITES = 3000;
-      const CONCURRENCY = 8;
-      let next = 0;
-      const worker = async () => {
-        for (let i = next++; i < 2 * WRITES; i = next++) {
-          const createDirs = i >= WRITES;
-          const path = createDirs ? `d/sub-${i}/f.txt` : `d/f-${i}.txt`;
-          const w = await callTool(write, { path, content: `W${i}`, create_dirs: createDirs });
-          if (w.status === "ok") counts.written++;
-          else {
-            counts.refused++;
-            codes.set(w.error!.code, (codes.get(w.error!.code) ?? 0) + 1);
-          }
-          if (i % 4 === 0) {
-            // secret.txt exists only outside; inside.txt only in the real d/.
-            const r = await callTool(read, { path: i % 8 === 0 ? "d/secret.txt" : "d/inside.txt" });
-            if (r.content.includes(secret)) leaks.push(`read ${i}`);
-            if (r.status === "ok") counts.readOk++;
-            else counts.readRefused++;
-          }
+    const swapper = await swapping(root, outside);
+    const counts = { written: 0, refused: 0, readOk: 0, readRefused: 0 };
+    const codes = new Map<string, number>();
+    const leaks: string[] = [];
+    const WRITES = 3000;
+    const CONCURRENCY = 8;
+    let next = 0;
+    const worker = async () => {
+      for (let i = next++; i < 2 * WRITES; i = next++) {
+        const createDirs = i >= WRITES;
+        const path = createDirs ? `d/sub-${i}/f.txt` : `d/f-${i}.txt`;
+        const w = await callTool(write, { path, content: `W${i}`, create_dirs: createDirs });
+        if (w.status === "ok") counts.written++;
+        else {
+          counts.refused++;
+          codes.set(w.error!.code, (codes.get(w.error!.code) ?? 0) + 1);
         }
-      };
-      await Promise.all(Array.from({ length: CONCURRENCY }, worker));
-      const swaps = await swapper.stop();
-      console.log(`file race: ${swaps} swaps; ${JSON.stringify(counts)}; write errors ${JSON.stringify(Object.fromEntries(codes))}`);
+        if (i % 4 === 0) {
+          // secret.txt exists only outside; inside.txt only in the real d/.
+          const r = await callTool(read, { path: i % 8 === 0 ? "d/secret.txt" : "d/inside.txt" });
+          if (r.content.includes(secret)) leaks.push(`read ${i}`);
+          if (r.status === "ok") counts.readOk++;
+          else counts.readRefused++;
+        }
+      }
+    };
+    await Promise.all(Array.from({ length: CONCURRENCY }, worker));
+    const swaps = await swapper.stop();
+    console.log(`file race: ${swaps} swaps; ${JSON.stringify(counts)}; write errors ${JSON.stringify(Object.fromEntries(codes))}`);
 
-      expect(leaks).toEqual([]);
-      // Nothing outside the root changed: no file, no directory, no temp file.
-      expect([...listing(outside)]).toEqual([...outsideBefore]);
-      expect(readdirSync(dir).sort()).toEqual(["outside", "root"]);
-      expect(readFileSync(join(outside, "secret.txt"), "utf8")).toBe(secret);
-      // No temp file anywhere, and no empty file: every file in the root is a finished write.
-      const inRoot = [...listing(root)];
-      expect(inRoot.filter(([p]) => p.includes(".kova-tmp"))).toEqual([]);
-      expect(inRoot.filter(([, size]) => size === 0)).toEqual([]);
-      // The race was real: the swap both let writes through and made some fail.
-      expect(counts.written).toBeGreaterThan(0);
-      expect(counts.refused).toBeGreaterThan(0);
-      expect(counts.readOk).toBeGreaterThan(0);
-      expect(swaps).toBeGreaterThan(100);
-    } finally {
-      await rm(dir, { recursive: true, force: true });
-    }
+    expect(leaks).toEqual([]);
+    // Nothing outside the root changed: no file, no directory, no temp file.
+    expect([...listing(outside)]).toEqual([...outsideBefore]);
+    expect(readdirSync(dir).sort()).toEqual(["outside", "root"]);
+    expect(readFileSync(join(outside, "secret.txt"), "utf8")).toBe(secret);
+    // No temp file anywhere, and no empty file: every file in the root is a finished write.
+    const inRoot = [...listing(root)];
+    expect(inRoot.filter(([p]) => p.includes(".kova-tmp"))).toEqual([]);
+    expect(inRoot.filter(([, size]) => size === 0)).toEqual([]);
+    // The race was real: the swap both let writes through and made some fail.
+    expect(counts.written).toBeGreaterThan(0);
+    expect(counts.refused).toBeGreaterThan(0);
+    expect(counts.readOk).toBeGreaterThan(0);
+    expect(swaps).toBeGreaterThan(100);
   });
 });
