@@ -1,7 +1,7 @@
 import { defineConfig } from "vitest/config";
 
 /**
- * Three tiers, each a vitest project (docs/architecture.md, "Tests"):
+ * Three tiers, each a vitest project (docs/architecture.md, "Tests in tiers"):
  * - unit: pure logic, no build and no server (`npm run test:unit`, well under a minute);
  * - integration: one test process against real nats-server, LMDB, PostgreSQL, MCP servers,
  *   a browser (`npm run test:integration`, which builds first: actor modules that nodes

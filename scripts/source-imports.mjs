@@ -1,4 +1,4 @@
-// Reads the import graph of src/ as the layer rules see it (docs/architecture.md, "Layers"):
+// Reads the import graph of src/ as the layer rules see it (docs/architecture.md, "The layer map"):
 // test/unit/layers.test.ts enforces the rules with it, scripts/architecture-figures.mjs
 // counts with it. Plain ESM so that both a test and `node` can load it without a build.
 import { readdirSync, readFileSync, statSync } from "node:fs";

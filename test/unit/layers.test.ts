@@ -2,7 +2,7 @@ import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { importedPackages, importedPaths, LAYER_RANK as RANK, sourceImports } from "../../scripts/source-imports.mjs";
 
-// docs/architecture.md, "Layers": imports point down only. A file may import only from its
+// docs/architecture.md, "The layer map": imports point down only. A file may import only from its
 // own layer or layers of lower rank (scripts/source-imports.mjs holds the ranks). `testing`
 // sits on top: it may use every layer, and nothing in production imports it.
 

@@ -1,7 +1,6 @@
 /**
  * The MCP SDK, imported on first use: a node whose config names no MCP server (or only lazy
- * ones nobody has used yet) never loads it: an optional feature costs nothing until the
- * config uses it.
+ * ones nobody has used yet) never loads it (docs/architecture.md, "Feature levels").
  */
 export interface McpSdk {
   Client: typeof import("@modelcontextprotocol/sdk/client/index.js").Client;
