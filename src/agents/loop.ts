@@ -207,15 +207,19 @@ async function hook(s: RunScope, name: HookName, call: () => HookResult | undefi
   return r ?? undefined;
 }
 
-/** The last step of a run: save the conversation, publish the end events, add the usage to the agent's totals. */
-async function finish(s: RunScope, output: string, status: RunStatus, error?: { code: string; message: string }): Promise<AgentResult> {
+/**
+ * The last step of a run: save the conversation, publish the end events, add the usage to
+ * the agent's totals. `error.data` (a failed model call's endpoint and status…) is for
+ * operators: it goes into the `run_failed` event, not into the reply.
+ */
+async function finish(s: RunScope, output: string, status: RunStatus, error?: { code: string; message: string; data?: unknown }): Promise<AgentResult> {
   let result: AgentResult = {
     output,
     usage: runUsage(s.tally),
     runId: s.runId,
     sessionId: s.sessionId,
     status,
-    ...(error ? { error } : {}),
+    ...(error ? { error: { code: error.code, message: error.message } } : {}),
     node: s.ctx.nodeId,
   };
   if (status === "completed") {
@@ -287,8 +291,8 @@ async function endAbnormally(s: RunScope, err: unknown, signal: AbortSignal): Pr
   }
   if (!isRunFailure(err)) throw err;
   const e = err as KovaError;
-  s.runtime.log.info({ agentId: s.agentId, runId: s.runId, code: e.code, err: e.message }, "run failed");
-  return finish(s, "", "failed", { code: e.code, message: e.message });
+  s.runtime.log.info({ agentId: s.agentId, runId: s.runId, code: e.code, err: e.message, data: e.data }, "run failed");
+  return finish(s, "", "failed", { code: e.code, message: e.message, ...(e.data === undefined ? {} : { data: e.data }) });
 }
 
 function isRunFailure(err: unknown): boolean {

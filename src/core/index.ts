@@ -11,3 +11,4 @@ export * from "./duration.js";
 export * from "./principals.js";
 export * from "./loopback.js";
 export * from "./toml.js";
+export * from "./public-error.js";

@@ -27,6 +27,7 @@ import {
   UnsupportedOperationError,
 } from "@a2a-js/sdk/errors";
 import { isValidId, newId } from "../core/ids.js";
+import { publicText } from "../core/public-error.js";
 import type { Logger } from "../core/logger.js";
 import { newRunId, resolveAgent, type Principal } from "./auth.js";
 import type { GatewayHttpError } from "./errors.js";
@@ -151,7 +152,7 @@ export class KovaA2AHandler implements A2ARequestHandler {
         reply = await interrupt();
       } catch (err) {
         throw new TaskNotCancelableError({
-          message: `could not interrupt agent ${agentId}: ${err instanceof Error ? err.message : String(err)}`,
+          message: `could not interrupt agent ${agentId}: ${publicText(err instanceof Error ? err.message : String(err))}: try again`,
           cause: err,
         });
       }

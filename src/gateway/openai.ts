@@ -6,13 +6,14 @@ import type { AgentRegistry } from "../node/registry.js";
 import { mayUse, newRunId, resolveAgent } from "./auth.js";
 import type { PrincipalQuotas } from "./quotas.js";
 import { ErrorCode } from "../core/errors.js";
+import { publicError } from "../core/public-error.js";
 import { ANONYMOUS_PRINCIPAL } from "../core/principals.js";
 import { BusErrorCode } from "../bus/index.js";
 import { GatewayErrorCode, GatewayHttpError } from "./errors.js";
 import { endUserOf, scopedSessionId } from "./sessions.js";
 import { MAX_HISTORY_TURNS, type HistoryTurn } from "../agents/protocol.js";
 import type { RunClient, RunRequest } from "./runs.js";
-import { kovaMeta, newTask, textPart, type RunUsage } from "./task-projection.js";
+import { kovaMeta, newTask, textPart, type RunOutcome, type RunUsage } from "./task-projection.js";
 import type { TaskTracker } from "./task-tracker.js";
 import { DIVERGED, SentAnswer } from "./sent-answer.js";
 
@@ -257,6 +258,42 @@ function addressed(deps: Pick<OpenAiDeps, "registry">, run: RunRequest & { named
   return isValidId(key) ? key : run.agentId;
 }
 
+/**
+ * The HTTP error of a chat completion whose run did not complete. Its message names the
+ * agent, the code and what to do; the run's error text has its internals taken out
+ * (core/public-error.ts): the caller is an end user, the node's log and the run's events
+ * keep the whole error. A run past task_timeout_ms is the gateway's timeout (the run was
+ * interrupted): 504; a conversation too large for one bus message never started a run: 413.
+ */
+export function runFailure(
+  run: { agentId: string; runId: string; named: boolean },
+  outcome: Pick<RunOutcome, "status"> & { error?: RunOutcome["error"] },
+): GatewayHttpError {
+  const error = outcome.error && publicError(outcome.error, { code: GatewayErrorCode.RUN_FAILED, message: "the run failed" });
+  const code = error?.code;
+  if (code === BusErrorCode.PAYLOAD_TOO_LARGE)
+    return new GatewayHttpError(
+      413,
+      code,
+      run.named
+        ? `the message is too large for one message to agent ${run.agentId} (${error!.message}): send a shorter one`
+        : `the conversation is too large for one message to agent ${run.agentId} (${error!.message}): name a session (the user field or X-Kova-Session) so the agent keeps the earlier turns, and send only the new message`,
+      { data: { runId: run.runId } },
+    );
+  return new GatewayHttpError(
+    code === ErrorCode.TIMEOUT ? 504 : 502,
+    code ?? (outcome.status === "cancelled" ? "RUN_CANCELLED" : GatewayErrorCode.RUN_FAILED),
+    `agent ${run.agentId}: the run ended ${outcome.status}${error ? `: ${error.message}` : ""}`,
+    { data: { runId: run.runId } },
+  );
+}
+
+/** The error event that ends a streamed chat completion whose run did not complete (see runFailure). */
+export function streamFailure(agentId: string, err: { code?: string; message?: string } | undefined, fallback: string): string {
+  const e = publicError(err, { code: GatewayErrorCode.RUN_FAILED, message: fallback });
+  return `data: ${JSON.stringify({ error: { message: `agent ${agentId}: ${e.message}`, type: "server_error", code: e.code } })}\n\n`;
+}
+
 export async function chatCompletions(deps: OpenAiDeps, req: Request, res: Response): Promise<void> {
   const run = chatRun(req, deps.taskTimeoutMs);
   const ticket = admitted(deps, req, run);
@@ -274,26 +311,7 @@ export async function chatCompletions(deps: OpenAiDeps, req: Request, res: Respo
   res.setHeader("X-Kova-Session-Id", run.sessionId);
   if (!run.stream) {
     const outcome = await deps.runs.run(run);
-    if (outcome.status !== "completed") {
-      // A run past task_timeout_ms is the gateway's timeout (the run was interrupted): 504.
-      // A conversation too large for one bus message never started a run: the client's 413.
-      const code = outcome.error?.code;
-      if (code === BusErrorCode.PAYLOAD_TOO_LARGE)
-        throw new GatewayHttpError(
-          413,
-          code,
-          run.named
-            ? `the message is too large for one message to agent ${run.agentId} (${outcome.error!.message}): send a shorter one`
-            : `the conversation is too large for one message to agent ${run.agentId} (${outcome.error!.message}): name a session (the user field or X-Kova-Session) so the agent keeps the earlier turns, and send only the new message`,
-          { data: { runId: run.runId } },
-        );
-      throw new GatewayHttpError(
-        code === ErrorCode.TIMEOUT ? 504 : 502,
-        code ?? (outcome.status === "cancelled" ? "RUN_CANCELLED" : GatewayErrorCode.RUN_FAILED),
-        `agent ${run.agentId}: the run ended ${outcome.status}${outcome.error ? `: ${outcome.error.message}` : ""}`,
-        { data: { runId: run.runId } },
-      );
-    }
+    if (outcome.status !== "completed") throw runFailure(run, outcome);
     res.json({
       id,
       object: "chat.completion",
@@ -360,8 +378,7 @@ async function streamChat(
   const state = live.projection;
   const meta = kovaMeta(state.task);
   if (!state.terminal || state.task.status?.state !== TaskState.TASK_STATE_COMPLETED) {
-    const err = meta.error ?? { code: GatewayErrorCode.RUN_FAILED, message: state.terminal ? "the run did not complete" : "the run stopped without an answer" };
-    res.write(`data: ${JSON.stringify({ error: { message: `agent ${run.agentId}: ${err.message}`, type: "server_error", code: err.code } })}\n\n`);
+    res.write(streamFailure(run.agentId, meta.error, state.terminal ? "the run did not complete" : "the run stopped without an answer"));
   } else {
     res.write(chunk({}, "stop"));
     if (run.includeUsage) {

@@ -1,6 +1,8 @@
 import { randomUUID } from "node:crypto";
 import { Role, TaskState, type Message, type Part, type StreamResponse, type Task } from "@a2a-js/sdk";
 import type { KovaEvent } from "../bus/index.js";
+import { publicError } from "../core/public-error.js";
+import { publicEventData } from "./public-events.js";
 
 /**
  * A Kova run seen as an A2A task. The run's events on NATS are the source of truth; this
@@ -191,7 +193,12 @@ export class TaskProjection {
       case "tool_result": {
         const what =
           event.type === "tool_call" ? `calling tool ${String(data.tool)}` : `tool ${String(data.tool)} ${data.ok === false ? "failed" : "returned"}`;
-        out.push(this.setState(TaskState.TASK_STATE_WORKING, agentMessage(this.task, [textPart(what), dataPart({ kovaEvent: event.type, ...data })])));
+        out.push(
+          this.setState(
+            TaskState.TASK_STATE_WORKING,
+            agentMessage(this.task, [textPart(what), dataPart({ kovaEvent: event.type, ...(publicEventData(data) as Record<string, unknown>) })]),
+          ),
+        );
         break;
       }
       case "approval_requested":
@@ -214,18 +221,16 @@ export class TaskProjection {
           }),
         );
         break;
-      case "run_failed": {
-        const err = (data.error ?? {}) as { code?: string; message?: string };
+      case "run_failed":
         out.push(
           ...this.finish({
             status: "failed",
             output: "",
             usage: usageOf(data.usage) ?? this.meta().usage ?? zeroUsage(),
-            error: { code: err.code ?? "RUN_FAILED", message: err.message ?? "the run failed" },
+            error: data.error as RunOutcome["error"],
           }),
         );
         break;
-      }
       case "run_cancelled":
         out.push(...this.finish({ status: "cancelled", output: "", usage: usageOf(data.usage) ?? this.meta().usage ?? zeroUsage() }));
         break;
@@ -284,7 +289,8 @@ export class TaskProjection {
     } else if (outcome.status === "cancelled") {
       out.push(this.setState(TaskState.TASK_STATE_CANCELED, agentMessage(this.task, [textPart("the run was cancelled")])));
     } else {
-      m.error = outcome.error ?? { code: "RUN_FAILED", message: "the run failed" };
+      // What the task's reader sees (A2A status, the OpenAI stream's error): code and fix, no internals.
+      m.error = publicError(outcome.error, { code: "RUN_FAILED", message: "the run failed" });
       out.push(this.setState(TaskState.TASK_STATE_FAILED, agentMessage(this.task, [textPart(`${m.error.code}: ${m.error.message}`)])));
     }
     return out;

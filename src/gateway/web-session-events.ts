@@ -4,6 +4,7 @@ import type { Bus, KovaEvent, StoredEventsReader } from "../bus/index.js";
 import { mayUse, type Principal } from "./auth.js";
 import { GatewayErrorCode, GatewayHttpError } from "./errors.js";
 import { sessionNotFound } from "./sessions.js";
+import { publicEvent } from "./public-events.js";
 
 /** A comment line this often keeps proxies from closing an idle stream. */
 const KEEP_ALIVE_MS = 15_000;
@@ -96,7 +97,11 @@ export function seesSession(p: Principal | undefined, sessionId: string): boolea
   return p !== undefined && (p.admin || (p.sessionScope !== undefined && sessionId.startsWith(p.sessionScope)));
 }
 
-/** Tokens are many and the tree needs only their count: send their size, not their text. */
-function forView(event: KovaEvent): KovaEvent {
-  return event.type === "model_delta" ? { ...event, data: { chars: String((event.data as { text?: unknown })?.text ?? "").length } } : event;
+/**
+ * An event as the web view gets it. Tokens are many and the tree needs only their count:
+ * their size, not their text. Errors are the user's version (public-events.ts): code and
+ * message, no endpoint, path, key or stack trace.
+ */
+export function forView(event: KovaEvent): KovaEvent {
+  return event.type === "model_delta" ? { ...event, data: { chars: String((event.data as { text?: unknown })?.text ?? "").length } } : publicEvent(event);
 }

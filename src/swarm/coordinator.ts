@@ -2,6 +2,7 @@ import { ArgumentError, isKovaError, toWire } from "../core/errors.js";
 import { componentLogger, silentLogger, type Logger } from "../core/logger.js";
 import { AS_ARGUMENT, durationMs } from "../core/duration.js";
 import { derivedId } from "../core/ids.js";
+import { publicText } from "../core/public-error.js";
 import { BusErrorCode, type Bus, type KovaEvent } from "../bus/index.js";
 import { defineActor } from "../actors/definition.js";
 import { isLeaseLost, TurnInterruptedError } from "../actors/errors.js";
@@ -513,11 +514,16 @@ function defaultReserve(totalMs: number): number {
   return Math.min(30_000, Math.round(totalMs * 0.2));
 }
 
-function missingReason(p: PlannedSubtask, o: RunOutcome | undefined): string {
+/**
+ * Why a subtask has no result, as the answer names it to the user: the child's error with
+ * its internals (a model's endpoint, a file path, a key) taken out; its run_failed event
+ * keeps the whole error for operators.
+ */
+export function missingReason(p: Pick<PlannedSubtask, "agentId" | "reason">, o: RunOutcome | undefined): string {
   if (p.agentId === null) return p.reason ?? "no agent could take it";
   if (!o) return "no result before the deadline";
   if (o.status === "cancelled") return "the agent's run was cancelled";
-  return `the agent's run failed${o.error ? `: ${o.error.message} [${o.error.code}]` : ""}`;
+  return `the agent's run failed${o.error ? `: ${publicText(o.error.message)} [${o.error.code}]` : ""}`;
 }
 
 /** What the run's stored events say was done already. */

@@ -15,7 +15,10 @@ export interface ModelCallErrorData {
   name: string;
   /** Provider model id. */
   model: string;
-  /** Base URL without credentials or query. */
+  /**
+   * Base URL without credentials or query: for operators (logs, events), never in the
+   * message, which reaches end users through answers and the gateway.
+   */
   endpoint: string;
   reason: ModelFailureReason;
   /** HTTP status of the last attempt, when there was a response. */
@@ -54,11 +57,11 @@ export class ModelCallError extends KovaError {
   constructor(data: ModelCallErrorData, detail: string, options: KovaErrorOptions = {}) {
     const status = data.status === undefined ? "" : `HTTP ${data.status}: `;
     const advice = (data.status !== undefined && STATUS_ADVICE[data.status]) || ADVICE[data.reason];
-    super(
-      ModelErrorCode.MODEL_CALL_FAILED,
-      `model ${data.name} (${data.model} at ${data.endpoint}) failed after ${data.attempts} attempt(s): ${status}${detail}; ${advice}`,
-      { retryable: data.reason !== "rejected", ...options, data },
-    );
+    super(ModelErrorCode.MODEL_CALL_FAILED, `model ${data.name} (${data.model}) failed after ${data.attempts} attempt(s): ${status}${detail}; ${advice}`, {
+      retryable: data.reason !== "rejected",
+      ...options,
+      data,
+    });
   }
 }
 
@@ -96,7 +99,7 @@ export class ModelResponseTooLargeError extends KovaError {
   constructor(data: { name: string; model: string; endpoint: string; limitBytes: number; receivedBytes: number }) {
     super(
       ModelErrorCode.MODEL_RESPONSE_TOO_LARGE,
-      `model ${data.name} (${data.model} at ${data.endpoint}) sent a response over ${data.limitBytes} bytes ` +
+      `model ${data.name} (${data.model}) sent a response over ${data.limitBytes} bytes ` +
         `(${data.receivedBytes} bytes of text and tool-call arguments when the request was aborted): ` +
         "ask for a shorter answer (max_output_tokens), or raise max_response_bytes if the node's NATS max_payload allows it",
       { retryable: false, data },
