@@ -1,23 +1,11 @@
 import { describe, expect, it } from "vitest";
-import { Role, TaskState } from "@a2a-js/sdk";
+import { TaskState } from "@a2a-js/sdk";
 import type { KovaEvent } from "../../src/bus/index.js";
 import { sessionIdFor } from "../../src/gateway/sessions.js";
 import { outcomeOf } from "../../src/gateway/runs.js";
-import { newTask, TaskProjection, textPart, type KovaTaskMeta } from "../../src/gateway/task-projection.js";
+import type { KovaTaskMeta, TaskProjection } from "../../src/gateway/task-projection.js";
+import { projection } from "../fixtures/gateway/projection.js";
 
-function projection() {
-  const message = {
-    messageId: "m1",
-    contextId: "c1",
-    taskId: "t1",
-    role: Role.ROLE_USER,
-    parts: [textPart("hi")],
-    metadata: {},
-    extensions: [],
-    referenceTaskIds: [],
-  };
-  return new TaskProjection(newTask({ taskId: "t1", contextId: "c1", message, meta: { agentId: "a", sessionId: "c1", runId: "t1", owner: "k" } }));
-}
 const ev = (type: string, data: unknown = {}): KovaEvent => ({ type, sessionId: "c1", runId: "t1", ts: Date.now(), data });
 const taskUsage = (p: TaskProjection) => (p.task.metadata?.kova as KovaTaskMeta | undefined)?.usage;
 

@@ -1,10 +1,10 @@
 import { describe, expect, it } from "vitest";
-import { Role } from "@a2a-js/sdk";
 import type { KovaEvent } from "../../src/bus/index.js";
 import { publicError, publicText } from "../../src/core/public-error.js";
 import { ModelCallError, ModelResponseTooLargeError } from "../../src/agents/model/errors.js";
 import { runFailure, streamFailure } from "../../src/gateway/openai.js";
-import { newTask, TaskProjection, textPart, type KovaTaskMeta } from "../../src/gateway/task-projection.js";
+import type { KovaTaskMeta } from "../../src/gateway/task-projection.js";
+import { projection } from "../fixtures/gateway/projection.js";
 import { forView } from "../../src/gateway/web-session-events.js";
 import { missingNote } from "../../src/swarm/synthesize.js";
 import { missingReason } from "../../src/swarm/coordinator.js";
@@ -99,17 +99,7 @@ describe("errors that reach end users", () => {
   });
 
   it("A2A - a failed task's status message and a failed tool call's status data carry the code and a message without internals", () => {
-    const message = {
-      messageId: "m1",
-      contextId: "c1",
-      taskId: "t1",
-      role: Role.ROLE_USER,
-      parts: [textPart("hi")],
-      metadata: {},
-      extensions: [],
-      referenceTaskIds: [],
-    };
-    const p = new TaskProjection(newTask({ taskId: "t1", contextId: "c1", message, meta: { agentId: "a", sessionId: "c1", runId: "t1", owner: "k" } }));
+    const p = projection();
     const tool = p.apply(
       ev("tool_result", {
         agentId: "a",
