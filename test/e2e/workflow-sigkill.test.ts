@@ -33,8 +33,13 @@ function runEnded(tc: TestCluster, runId: string, timeoutMs: number): Promise<st
 
 /** Rounds per mode: each round kills once, with one run at each of the six moments. */
 const KILL_ROUNDS = Number(process.env.KOVA_KILL_ROUNDS ?? 4);
-/** What a killed run may take beyond its remaining timed work, from the node answering again. */
-const END_SLACK_MS = 10_000;
+/**
+ * What a killed run may take beyond its remaining timed work, from the node answering again:
+ * its remaining steps' turns, the other runs' and agents' recoveries beside it, on a loaded
+ * machine (measured: median 0.9 s, max 8.9 s at load 15-25 on 2 cores). A delivery left
+ * ack-pending by the killed node would add ack_wait (60 s here).
+ */
+const END_SLACK_MS = 20_000;
 
 // Spawns node processes from dist/: run `npm run build` first.
 describe("workflows across node processes", () => {
@@ -92,8 +97,7 @@ describe("workflows across node processes", () => {
         final: "completed/1",
       });
       // Ends within its remaining timed work (the rest of its 3 s wait) plus the slack, counted
-      // from the node answering again (restart) or taking the run over (takeover); a delivery
-      // left ack-pending by the killed node would hold it for ack_wait (30 s).
+      // from the node answering again (restart) or taking the run over (takeover).
       expect(r.endedAfterMs - r.remainingMs, `${what}: ms past its remaining work`).toBeLessThan(END_SLACK_MS);
       const key = `${r.mode}, ${r.moment}`;
       figures.set(key, [...(figures.get(key) ?? []), `${Math.round(r.endedAfterMs - r.remainingMs)}${r.turnCut ? " (turn cut)" : ""}`]);
