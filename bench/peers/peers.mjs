@@ -359,11 +359,15 @@ console.log(
 );
 const avg = (xs) => xs.reduce((a, b) => a + b, 0) / xs.length;
 const cpuText = (xs) => `${fmt(avg(xs.map((c) => c.self)))} / ${fmt(avg(xs.map((c) => c.nats)))} / ${fmt(avg(xs.map((c) => c.mock)))}`;
+/** CPU per run of every process the system used (this one, nats-server, the mock), c=16 windows. */
+const cpuTotal = (xs) => avg(xs.map((c) => c.self + c.nats + c.mock));
 for (const scenario of SCENARIOS) {
   console.log(`\n${scenario === "one" ? "one model call per run" : "tool loop: model → 2 parallel tool calls → model"}`);
   const base = results.get(`${scenario}/kova`);
   const kovaP50 = median(base.c1.flat());
   const kovaRps = avg(base.c16);
+  const kovaCpu = cpuTotal(base.cpu16);
+  const cpuLines = [];
   console.log(
     `  ${"system".padEnd(46)} ${"c=1 p50".padStart(8)} ${"p99".padStart(7)} ${"c=16 runs/s".padStart(11)}   ${"Kova÷ p50".padStart(9)} ${"Kova÷ runs/s".padStart(12)}   per-round ratios p50 | runs/s   CPU c=1 | c=16`,
   );
@@ -375,6 +379,8 @@ for (const scenario of SCENARIOS) {
     const rounds1 = base.c1.map((xs, i) => median(xs) / median(r.c1[i]));
     const rounds16 = base.c16.map((x, i) => x / r.c16[i]);
     const range = (xs) => `${fmt(Math.min(...xs))}–${fmt(Math.max(...xs))}`;
+    // On two saturated cores throughput follows CPU per run: the ratio the load disturbs least.
+    cpuLines.push(`${s.label} ${fmt(cpuTotal(r.cpu16))} ms (Kova÷ ${fmt(cpuTotal(r.cpu16) / kovaCpu)})`);
     if (s.nats || s.name === "floor")
       extra.push(
         `  ${s.label}: NATS messages (in + out) per run c=1 ${fmt(avg(r.cpu1.map((c) => c.natsMsgs)), 1)}, c=16 ${fmt(avg(r.cpu16.map((c) => c.natsMsgs)), 1)}; KB per run ${fmt(avg(r.cpu16.map((c) => c.natsKB)), 1)}`,
@@ -384,6 +390,8 @@ for (const scenario of SCENARIOS) {
     );
   }
   for (const line of extra) console.log(line);
+  console.log(`  CPU per run at c=16, all processes (runs/s at equal CPU, Kova÷ = peer's CPU ÷ Kova's): ${cpuLines.join("; ")}`);
+  console.log("  (PostgreSQL's own CPU is not counted: LangGraph + PostgresSaver costs more than shown.)");
 }
 if (env.PEERS_TRACE) {
   // Where a Kova run's time goes: one more c=1 window per scenario with the kova:phase
