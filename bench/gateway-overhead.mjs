@@ -71,7 +71,12 @@ await withServer(async (server) => {
   while (node.agents().filter((a) => a.state === "Idle").length < AGENTS) await new Promise((r) => setTimeout(r, 50));
   const key = generateKey();
   const gateway = await Gateway.start({
-    config: parseGatewayConfig({ listen: "127.0.0.1:0", keys: [{ name: "bench", hash: hashKey(key) }], rate_per_minute: 1_000_000 }),
+    // The key's quotas above the bench's 64 clients: the gateway's own cost is measured, not its limits.
+    config: parseGatewayConfig({
+      listen: "127.0.0.1:0",
+      keys: [{ name: "bench", hash: hashKey(key), max_concurrent_runs: CLIENTS * 2 }],
+      rate_per_minute: 1_000_000,
+    }),
     servers: server.url,
     cluster,
     logger: silent,
