@@ -66,6 +66,12 @@ export function experimentSummary(s: ExperimentState): ExperimentSummary {
 
 type Ctx = ActorContext<ExperimentState>;
 
+/** When a subject's runner ended the run, as its answer says (`at`, epoch ms), if it does. */
+function answerTime(payload: unknown): number | undefined {
+  const at = field(payload, "at");
+  return typeof at === "number" && Number.isFinite(at) && at > 0 ? at : undefined;
+}
+
 function field(payload: unknown, name: string): unknown {
   return typeof payload === "object" && payload !== null ? (payload as Record<string, unknown>)[name] : undefined;
 }
@@ -77,12 +83,16 @@ function field(payload: unknown, name: string): unknown {
  * derived ids. Register it (and the template of the same name) on every node; a KovaNode does.
  */
 export function evalExperimentActor(ports: ExperimentActorPorts): ActorDefinition<ExperimentState> {
-  /** Runs one turn: `apply` changes the state through the engine, then the effects go out. */
-  const turn = async (ctx: Ctx, apply: (engine: ExperimentEngine, spec: ExperimentSpec) => Promise<unknown>): Promise<unknown> => {
+  /**
+   * Runs one turn: `apply` changes the state through the engine, then the effects go out.
+   * `at` is the turn's time when the message brings one (an answer's, a timer's due time):
+   * a turn that reads no clock writes its record once less (docs/actors.md).
+   */
+  const turn = async (ctx: Ctx, apply: (engine: ExperimentEngine, spec: ExperimentSpec) => Promise<unknown>, at?: number): Promise<unknown> => {
     const s = ctx.state;
     if (s.status === "new") return { outcome: "not started", ...experimentSummary(s) };
     const { spec } = await ports.specs.get(s.experimentId);
-    const engine = new ExperimentEngine(s, spec, ctx.now());
+    const engine = new ExperimentEngine(s, spec, at ?? ctx.now());
     const outcome = await apply(engine, spec);
     engine.advance();
     await perform(ctx, engine, spec, ports);
@@ -134,36 +144,44 @@ export function evalExperimentActor(ports: ExperimentActorPorts): ActorDefinitio
   };
 
   const result = (ctx: Ctx) =>
-    turn(ctx, async (engine, spec) => {
-      const f = engine.inFlight(ctx.message.correlationId);
-      if (!f) return "ignored";
-      const answer = { payload: ctx.message.payload, ...(ctx.message.error ? { error: ctx.message.error } : {}) };
-      const extra: { codeVerdicts?: Verdict[]; pending?: AttemptRecord } = {};
-      if (f.phase === "subject") {
-        const o = classifyAnswer(answer);
-        const code = spec.verifiers.filter((v): v is Extract<VerifierSpec, { type: "code" }> => v.type === "code");
-        if (o.kind === "completed" && code.length > 0) {
-          const ref = cellRef(spec, f.cell);
-          extra.codeVerdicts = await ctx.step(
-            `verify:${f.messageId}`,
-            () => Promise.all(code.map((v) => runCodeVerifier(v, o.output, spec.tasks[ref.task]!, spec.subjects[ref.subject]!))),
-            { idempotent: true },
-          );
+    turn(
+      ctx,
+      async (engine, spec) => {
+        const f = engine.inFlight(ctx.message.correlationId);
+        if (!f) return "ignored";
+        const answer = { payload: ctx.message.payload, ...(ctx.message.error ? { error: ctx.message.error } : {}) };
+        const extra: { codeVerdicts?: Verdict[]; pending?: AttemptRecord } = {};
+        if (f.phase === "subject") {
+          const o = classifyAnswer(answer);
+          const code = spec.verifiers.filter((v): v is Extract<VerifierSpec, { type: "code" }> => v.type === "code");
+          if (o.kind === "completed" && code.length > 0) {
+            const ref = cellRef(spec, f.cell);
+            extra.codeVerdicts = await ctx.step(
+              `verify:${f.messageId}`,
+              () => Promise.all(code.map((v) => runCodeVerifier(v, o.output, spec.tasks[ref.task]!, spec.subjects[ref.subject]!))),
+              { idempotent: true },
+            );
+          }
+        } else {
+          const pending = await readPending(ctx, ports, spec, [f.cell], `pending:${f.messageId}`);
+          if (pending[0]) extra.pending = pending[0];
         }
-      } else {
-        const pending = await readPending(ctx, ports, spec, [f.cell], `pending:${f.messageId}`);
-        if (pending[0]) extra.pending = pending[0];
-      }
-      return engine.result(ctx.message.correlationId, answer, extra) ? "accepted" : "ignored";
-    });
+        return engine.result(ctx.message.correlationId, answer, extra) ? "accepted" : "ignored";
+      },
+      answerTime(ctx.message.payload),
+    );
 
   const timer = (ctx: Ctx) =>
-    turn(ctx, async (engine, spec) => {
-      const timerId = String(field(ctx.message.payload, "timerId") ?? "");
-      const overdue = engine.overdueJudges().map((f) => f.cell);
-      const pending = overdue.length > 0 ? await readPending(ctx, ports, spec, overdue, `pending:${timerId}`) : [];
-      return engine.timerFired(timerId, new Map(pending.map((r) => [r.cell, r]))) ? "fired" : "ignored";
-    });
+    turn(
+      ctx,
+      async (engine, spec) => {
+        const timerId = String(field(ctx.message.payload, "timerId") ?? "");
+        const overdue = engine.overdueJudges().map((f) => f.cell);
+        const pending = overdue.length > 0 ? await readPending(ctx, ports, spec, overdue, `pending:${timerId}`) : [];
+        return engine.timerFired(timerId, new Map(pending.map((r) => [r.cell, r]))) ? "fired" : "ignored";
+      },
+      ctx.state.timer?.id === field(ctx.message.payload, "timerId") ? ctx.state.timer?.due : undefined,
+    );
 
   return defineActor<ExperimentState>({
     type: EXPERIMENT_TEMPLATE,

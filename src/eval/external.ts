@@ -26,7 +26,11 @@ export interface ExternalDeps {
 }
 
 /** Runs one task against an external subject and answers as an agent would. */
-export async function runExternalSubject(ctx: ActorContext<unknown>, subject: OpenAiSubject | A2aSubject, deps: ExternalDeps): Promise<AgentResult> {
+export async function runExternalSubject(
+  ctx: ActorContext<unknown>,
+  subject: OpenAiSubject | A2aSubject,
+  deps: ExternalDeps,
+): Promise<AgentResult & { at?: number }> {
   const req = parseRunRequest(ctx.message.type, ctx.message.payload, ctx.now());
   const runId = req.runId ?? ctx.newId();
   const sessionId = req.sessionId ?? runId;
@@ -35,13 +39,14 @@ export async function runExternalSubject(ctx: ActorContext<unknown>, subject: Op
     if (req.parentRunId) e.parentRunId = req.parentRunId;
     return deps.bus.publishEvent(e, { msgId: `${runId}-${type}` });
   };
-  let outcome: CallOutcome;
+  let outcome: CallOutcome & { at?: number };
   try {
     outcome = await ctx.step(
       "call",
       async () => {
         await publish("run_started", { agentId: ctx.actorId, subject: subject.id, input: req.input });
-        return subject.kind === "openai" ? callOpenAi(ctx, subject, req.input, runId, deps) : callA2a(ctx, subject, req.input, runId);
+        const outcome = await (subject.kind === "openai" ? callOpenAi(ctx, subject, req.input, runId, deps) : callA2a(ctx, subject, req.input, runId));
+        return { ...outcome, at: ctx.now() };
       },
       { idempotent: true },
     );
@@ -71,9 +76,10 @@ export async function runExternalSubject(ctx: ActorContext<unknown>, subject: Op
     },
     { idempotent: true, record: false },
   );
+  const at = outcome.at === undefined ? {} : { at: outcome.at };
   return outcome.ok
-    ? { output: outcome.output, usage: outcome.usage, runId, sessionId, status: "completed", node: ctx.nodeId }
-    : { output: "", usage: outcome.usage, runId, sessionId, status: "failed", error: outcome.error, node: ctx.nodeId };
+    ? { output: outcome.output, usage: outcome.usage, runId, sessionId, status: "completed", node: ctx.nodeId, ...at }
+    : { output: "", usage: outcome.usage, runId, sessionId, status: "failed", error: outcome.error, node: ctx.nodeId, ...at };
 }
 
 /**

@@ -165,7 +165,9 @@ export function evalSubjectActor(ports: SubjectActorPorts): ActorDefinition<Agen
       // One per experiment subject: forget the oldest when many experiments ran on this node.
       if (agentTypes.size > 256) agentTypes.delete(agentTypes.keys().next().value!);
     }
-    return type.handlers.task_delegate!(ctx);
+    const result = (await type.handlers.task_delegate!(ctx)) as AgentResult;
+    // When the run ended: the experiment's turn takes its time from the answer instead of reading a clock.
+    return { ...result, at: ctx.now() };
   };
 
   return defineActor<AgentState>({
