@@ -12,12 +12,15 @@ import {
   type ExperimentProgress,
 } from "../../src/eval/index.js";
 import { scriptedReply, startScriptedModelServer, type ScriptedModelServer, type ScriptedRequest } from "../../src/testing/index.js";
+import { createServer } from "node:http";
+import type { AddressInfo } from "node:net";
 import { mkdtemp, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { startAgentNode, type AgentNode } from "../fixtures/agents/node-rig.js";
 import { fileServer, uniqueCluster } from "../fixtures/bus/helpers.js";
 import { kovaCli } from "../fixtures/kova-cli.js";
+import { defer } from "../fixtures/disposable.js";
 
 const nats = fileServer();
 
@@ -228,6 +231,72 @@ describe("experiments on a node (KovaNode in process, scripted model)", () => {
     // the subject's runs are child runs of the experiment, with the agent protocol's events
     const ends = rig.events.filter((e) => e.parentRunId === report.experimentId && e.type === "run_completed");
     expect(ends).toHaveLength(4);
+  });
+
+  it("eval - an A2A subject by URL: message/send, a task polled with tasks/get until it ends, a 5xx replaced", async () => {
+    // A2A JSON-RPC (v0.3 method names): q0 answers with a message, q1 with a task finished on
+    // its second tasks/get, q2 with a 503 the first time.
+    const calls: string[] = [];
+    const polls = new Map<string, number>();
+    let failedOnce = false;
+    const server = createServer((req, res) => {
+      let body = "";
+      req.on("data", (d: Buffer) => (body += d.toString()));
+      req.on("end", () => {
+        const rpc = JSON.parse(body) as { id: string; method: string; params: { id?: string; message?: { parts: Array<{ text: string }> } } };
+        calls.push(`${rpc.method}${req.headers.authorization ? " authorized" : ""}`);
+        const reply = (result: unknown) =>
+          res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify({ jsonrpc: "2.0", id: rpc.id, result }));
+        if (rpc.method === "tasks/get") {
+          const n = (polls.get(rpc.params.id!) ?? 0) + 1;
+          polls.set(rpc.params.id!, n);
+          const done = n >= 2;
+          return reply({
+            kind: "task",
+            id: rpc.params.id,
+            status: { state: done ? "completed" : "working" },
+            artifacts: done ? [{ parts: [{ kind: "text", text: "2" }] }] : [],
+            metadata: { kova: { usage: { inputTokens: 7, outputTokens: 1 } } },
+          });
+        }
+        const i = taskOf({ messages: [{ role: "user", content: rpc.params.message!.parts[0]!.text }] } as ScriptedRequest);
+        if (i === 0) return reply({ kind: "message", parts: [{ kind: "text", text: "0" }] });
+        if (i === 1) return reply({ kind: "task", id: "task-1", status: { state: "submitted" } });
+        if (!failedOnce) {
+          failedOnce = true;
+          return res.writeHead(503).end("busy");
+        }
+        return reply({ kind: "message", parts: [{ kind: "text", text: "4" }] });
+      });
+    });
+    await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
+    await using _server = defer(() => new Promise((r) => server.close(r)));
+    process.env.EVAL_TEST_A2A_TOKEN = "Bearer t0ken";
+    await using _env = defer(() => delete process.env.EVAL_TEST_A2A_TOKEN);
+    const spec = defineExperiment({
+      experiment: { name: "a2a", concurrency: 1 },
+      subjects: [
+        { id: "remote", a2a: `http://127.0.0.1:${(server.address() as AddressInfo).port}/a2a`, headers_env: { Authorization: "EVAL_TEST_A2A_TOKEN" } },
+      ],
+      tasks: tasks(3),
+      verifiers: [{ type: "exact" }],
+    });
+    const report = await runExperiment(rig.client, spec);
+    expect(report.subjects[0]).toMatchObject({
+      kind: "a2a",
+      scored: 3,
+      meanScore: 1,
+      failures: { EVAL_EXTERNAL_FAILED: 1 },
+      usage: { inputTokens: 7, outputTokens: 1 },
+    });
+    expect(calls).toEqual([
+      "message/send authorized",
+      "message/send authorized",
+      "tasks/get authorized",
+      "tasks/get authorized",
+      "message/send authorized",
+      "message/send authorized",
+    ]);
   });
 
   it("eval - an attempt past its timeout is interrupted and replaced; cancel stops what is in flight", async () => {
