@@ -1,4 +1,4 @@
-import { describe, expect, it } from "vitest";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { hasNoOrphans } from "../../src/agents/index.js";
 import { defineTool } from "../../src/tools/define-tool.js";
 import { scriptedReply, startScriptedModelServer, type RecordedRequest } from "../../src/testing/index.js";
@@ -85,14 +85,9 @@ describe("agent decision loop (real NATS, WAL, openai client, scripted server)",
     expect(cap.capabilities).toEqual(["math"]);
   }, 30_000);
 
-  it("retries - a 429 with Retry-After and a stream cut mid-answer are retried and the run succeeds; 5 consecutive 500s end it failed with a clear error event and result", async () => {
+  it("retries - a 429 with Retry-After and a stream cut mid-answer are retried and the run succeeds; the 429 is a rate_limited event", async () => {
     await using model = await startScriptedModelServer({
-      replies: [
-        scriptedReply.error(429, { retryAfter: 1 }),
-        scriptedReply.drop(2, scriptedReply.text("never whole")),
-        scriptedReply.text("recovered"),
-        ...Array.from({ length: 5 }, () => scriptedReply.error(500, { message: "upstream broke" })),
-      ],
+      replies: [scriptedReply.error(429, { retryAfter: 1 }), scriptedReply.drop(2, scriptedReply.text("never whole")), scriptedReply.text("recovered")],
     });
     await using rig = await startAgentRig(nats.url, uniqueCluster("ar"), {
       modelUrl: model.url,
@@ -103,7 +98,7 @@ describe("agent decision loop (real NATS, WAL, openai client, scripted server)",
     const ok = await rig.ask("retrier", "hello", { runId: "run-429" });
     expect(ok).toMatchObject({ status: "completed", output: "recovered" });
     expect(performance.now() - t0).toBeGreaterThanOrEqual(950); // Retry-After: 1 was honoured
-    expect(model.requests.slice(0, 3).map((r) => r.outcome)).toEqual(["error", "drop", "completion"]);
+    expect(model.requests.map((r) => r.outcome)).toEqual(["error", "drop", "completion"]);
     // the 429 is visible to a dashboard as a rate_limited event (the cut stream is not one)
     const limited = await poll(
       () => {
@@ -114,13 +109,23 @@ describe("agent decision loop (real NATS, WAL, openai client, scripted server)",
     );
     expect(limited).toHaveLength(1);
     expect(limited[0]!.data).toMatchObject({ agentId: "retrier", model: "flaky", attempt: 1, status: 429, retryAfterMs: 1000 });
+  }, 40_000);
 
+  it("retries - 5 consecutive 500s end the run failed with MODEL_CALL_FAILED in its result and its events; the agent's next run works", async () => {
+    await using model = await startScriptedModelServer({
+      replies: Array.from({ length: 5 }, () => scriptedReply.error(500, { message: "upstream broke" })),
+    });
+    await using rig = await startAgentRig(nats.url, uniqueCluster("ar"), {
+      modelUrl: model.url,
+      models: { flaky: { model: "gpt-4o-mini", max_retries: 4 } },
+      agents: [{ id: "retrier", model: "flaky" }],
+    });
     const failed = await rig.ask("retrier", "again", { runId: "run-fail" });
     expect(failed.status).toBe("failed");
     expect(failed.error?.code).toBe("MODEL_CALL_FAILED");
     expect(failed.error?.message).toContain("5 attempt(s)");
     expect(failed.error?.message).toContain("HTTP 500");
-    expect(model.requests).toHaveLength(8);
+    expect(model.requests).toHaveLength(5);
     const ev = await poll(
       () => {
         const e = rig.eventsOf("run-fail");
@@ -136,55 +141,68 @@ describe("agent decision loop (real NATS, WAL, openai client, scripted server)",
     expect(await rig.ask("retrier", "once more")).toMatchObject({ status: "completed", output: "fine again" });
   }, 40_000);
 
-  it("policies - max_turns ends a run that never answers; invalid arguments or an unknown tool are sent back for repair, then the run fails with TOOL_ARGUMENTS_INVALID naming what was wrong", async () => {
-    await using model = await startScriptedModelServer({
-      handler: (req) => {
-        if (req.headers["x-kova-agent"] === "looper") return scriptedReply.toolCalls([{ name: "clock_now", arguments: {} }]);
-        if (req.headers["x-kova-agent"] === "dreamer") return scriptedReply.toolCalls([{ name: "send_email", arguments: { to: "x" } }]);
-        if (req.headers["x-kova-agent"] === "cutoff")
-          return scriptedReply.toolCalls([{ name: "calculator", arguments: { expression: "1+" } }], { finishReason: "length" });
-        return scriptedReply.toolCalls([{ name: "calculator", arguments: { expr: "1+1" } }]);
-      },
+  describe("run policies", () => {
+    let model: Awaited<ReturnType<typeof startScriptedModelServer>>;
+    let rig: Awaited<ReturnType<typeof startAgentRig>>;
+    const requestsOf = (agent: string) => model.requests.filter((r) => r.headers["x-kova-agent"] === agent);
+    beforeAll(async () => {
+      model = await startScriptedModelServer({
+        handler: (req) => {
+          if (req.headers["x-kova-agent"] === "looper") return scriptedReply.toolCalls([{ name: "clock_now", arguments: {} }]);
+          if (req.headers["x-kova-agent"] === "dreamer") return scriptedReply.toolCalls([{ name: "send_email", arguments: { to: "x" } }]);
+          if (req.headers["x-kova-agent"] === "cutoff")
+            return scriptedReply.toolCalls([{ name: "calculator", arguments: { expression: "1+" } }], { finishReason: "length" });
+          return scriptedReply.toolCalls([{ name: "calculator", arguments: { expr: "1+1" } }]);
+        },
+      });
+      rig = await startAgentRig(nats.url, uniqueCluster("ap"), {
+        modelUrl: model.url,
+        agents: [
+          { id: "looper", model: "main", tools: ["clock_now"], run: { maxTurns: 3 } },
+          { id: "sloppy", model: "main", tools: ["calculator"] },
+          { id: "dreamer", model: "main", tools: ["calculator"] },
+          { id: "cutoff", model: "main", tools: ["calculator"], maxOutputTokens: 64 },
+        ],
+      });
+    }, 30_000);
+    afterAll(async () => {
+      await rig?.[Symbol.asyncDispose]();
+      await model?.[Symbol.asyncDispose]();
     });
-    await using rig = await startAgentRig(nats.url, uniqueCluster("ap"), {
-      modelUrl: model.url,
-      agents: [
-        { id: "looper", model: "main", tools: ["clock_now"], run: { maxTurns: 3 } },
-        { id: "sloppy", model: "main", tools: ["calculator"] },
-        { id: "dreamer", model: "main", tools: ["calculator"] },
-        { id: "cutoff", model: "main", tools: ["calculator"], maxOutputTokens: 64 },
-      ],
-    });
-    const loop = await rig.ask("looper", "go");
-    expect(loop).toMatchObject({ status: "failed", error: { code: "RUN_LIMIT_EXCEEDED" } });
-    expect(loop.error!.message).toContain("max_turns");
-    expect(model.requests.filter((r) => r.headers["x-kova-agent"] === "looper")).toHaveLength(3);
 
-    const sloppy = await rig.ask("sloppy", "add");
-    expect(sloppy).toMatchObject({ status: "failed", error: { code: "TOOL_ARGUMENTS_INVALID" } });
-    const calls = model.requests.filter((r) => r.headers["x-kova-agent"] === "sloppy");
-    expect(calls).toHaveLength(3); // the first call, then two repair turns (the default budget)
-    const repair = calls[1]!.messages.at(-1)!;
-    expect(repair.role).toBe("tool");
-    expect(String(repair.content)).toContain("TOOL_ARGUMENTS_INVALID");
-    expect(String(repair.content)).toContain("$.expression");
+    it("policies - max_turns ends a run that never answers with RUN_LIMIT_EXCEEDED, after exactly that many model calls", async () => {
+      const loop = await rig.ask("looper", "go");
+      expect(loop).toMatchObject({ status: "failed", error: { code: "RUN_LIMIT_EXCEEDED" } });
+      expect(loop.error!.message).toContain("max_turns");
+      expect(requestsOf("looper")).toHaveLength(3);
+    }, 30_000);
 
-    // A tool the agent was not offered: the model is told so, and the run's error says it
-    // is the tool's name that is wrong, not its arguments.
-    const dreamer = await rig.ask("dreamer", "mail it");
-    expect(dreamer).toMatchObject({ status: "failed", error: { code: "TOOL_ARGUMENTS_INVALID" } });
-    expect(dreamer.error!.message).toContain('the model kept calling tool "send_email", which it was not offered');
-    expect(dreamer.error!.message).toContain("offered: calculator");
-    const told = model.requests.filter((r) => r.headers["x-kova-agent"] === "dreamer")[1]!.messages.at(-1)!;
-    expect(String(told.content)).toContain("TOOL_UNKNOWN");
+    it("policies - invalid arguments go back to the model for repair (two turns), then the run fails with TOOL_ARGUMENTS_INVALID naming the path", async () => {
+      const sloppy = await rig.ask("sloppy", "add");
+      expect(sloppy).toMatchObject({ status: "failed", error: { code: "TOOL_ARGUMENTS_INVALID" } });
+      const calls = requestsOf("sloppy");
+      expect(calls).toHaveLength(3); // the first call, then two repair turns (the default budget)
+      const repair = calls[1]!.messages.at(-1)!;
+      expect(repair.role).toBe("tool");
+      expect(String(repair.content)).toContain("TOOL_ARGUMENTS_INVALID");
+      expect(String(repair.content)).toContain("$.expression");
+    }, 30_000);
 
-    // Cut off at the output limit while writing a tool call: no repair turns (they would be
-    // cut at the same place), the run says which limit to raise.
-    const cutoff = await rig.ask("cutoff", "compute");
-    expect(cutoff).toMatchObject({ status: "failed", error: { code: "MODEL_OUTPUT_TRUNCATED" } });
-    expect(cutoff.error!.message).toContain('max_output_tokens 64) while writing a call of "calculator"');
-    expect(model.requests.filter((r) => r.headers["x-kova-agent"] === "cutoff")).toHaveLength(1);
-  }, 30_000);
+    it("policies - a tool the agent was not offered is TOOL_UNKNOWN to the model, and the run's error names the tool, not its arguments", async () => {
+      const dreamer = await rig.ask("dreamer", "mail it");
+      expect(dreamer).toMatchObject({ status: "failed", error: { code: "TOOL_ARGUMENTS_INVALID" } });
+      expect(dreamer.error!.message).toContain('the model kept calling tool "send_email", which it was not offered');
+      expect(dreamer.error!.message).toContain("offered: calculator");
+      expect(String(requestsOf("dreamer")[1]!.messages.at(-1)!.content)).toContain("TOOL_UNKNOWN");
+    }, 30_000);
+
+    it("policies - a call cut off at the output limit gets no repair turn, and the run names the limit to raise", async () => {
+      const cutoff = await rig.ask("cutoff", "compute");
+      expect(cutoff).toMatchObject({ status: "failed", error: { code: "MODEL_OUTPUT_TRUNCATED" } });
+      expect(cutoff.error!.message).toContain('max_output_tokens 64) while writing a call of "calculator"');
+      expect(requestsOf("cutoff")).toHaveLength(1);
+    }, 30_000);
+  });
 
   it("scheduling - a call waiting for a full model's slot is visible as a schedule_blocked event of its run", async () => {
     await using model = await startScriptedModelServer({
