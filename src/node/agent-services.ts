@@ -70,7 +70,7 @@ export async function startAgentServices(
   let mcp: McpManager | undefined;
   if (config.mcp.servers.length > 0) {
     const { McpManager } = await import("../tools/mcp/manager.js");
-    const manager = new McpManager(config.mcp, { logger: deps.logger });
+    const manager = new McpManager(config.mcp, { logger: deps.logger, maxResultBytes: config.tools.maxResultBytes });
     mcp = manager;
     for (const name of manager.servers) {
       tools.addProvider(`mcp:${name}`, {

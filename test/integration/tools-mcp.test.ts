@@ -5,7 +5,8 @@ import { join } from "node:path";
 import { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
 import { StreamableHTTPServerTransport } from "@modelcontextprotocol/sdk/server/streamableHttp.js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { isKovaError, type KovaError } from "../../src/core/errors.js";
+import { isKovaError, type KovaError, toWire } from "../../src/core/errors.js";
+import { MAX_ATTACHMENTS, type McpToolOutput } from "../../src/tools/mcp/call-result.js";
 import { mcpConfigFrom } from "../../src/tools/mcp/config.js";
 import { McpErrorCode } from "../../src/tools/mcp/errors.js";
 import { McpManager, type McpManagerOptions } from "../../src/tools/mcp/manager.js";
@@ -130,6 +131,25 @@ describe("mcp over stdio: server-everything", () => {
 });
 
 describe("mcp over stdio: the fixture server", () => {
+  it("mcp stdio - a 1 MB result (and a 1 MB error) is capped at max_result_bytes before it leaves the tool", async () => {
+    await using manager = await startManager([dynamic({})], { maxResultBytes: 4096 });
+    const big = toolNamed(manager, "fixture/big");
+    const out = (await big.run({ bytes: 1_000_000, images: 100 }, toolContext())) as McpToolOutput;
+    // What the registry would serialize, journal and send: bounded by the cap, not the server.
+    expect(Buffer.byteLength(JSON.stringify(out))).toBeLessThan(3 * 4096);
+    expect(Buffer.byteLength(out.text!)).toBeLessThanOrEqual(4096);
+    expect(out.text).toMatch(/^T+\n\[… truncated by Kova: showing the first \d+ of 1000000 bytes\]$/);
+    expect(out.structuredContent).toMatch(/^\{"data":"S+\n\[… truncated by Kova: showing the first \d+ of 1000011 bytes\]$/);
+    expect(out.attachments).toHaveLength(MAX_ATTACHMENTS);
+    expect(out.moreAttachments).toBe(100 - MAX_ATTACHMENTS);
+    // An error's data is journaled with the step: capped the same way.
+    const err = await failure(Promise.resolve(big.run({ bytes: 1_000_000, error: true }, toolContext())));
+    expect(err.code).toBe(McpErrorCode.MCP_TOOL_ERROR);
+    expect(Buffer.byteLength(JSON.stringify(toWire(err)))).toBeLessThan(4 * 4096);
+    // A small result passes untouched.
+    expect(await big.run({ bytes: 3 }, toolContext())).toEqual({ text: "TTT", structuredContent: { data: "SSS" } });
+  });
+
   it("mcp stdio - a call past timeout_ms fails with MCP_CALL_TIMEOUT naming the key, and the server is told to cancel", async () => {
     const logs = captureLogs();
     await using manager = await startManager([dynamic({}, { timeout_ms: 300 })], { logger: logs.logger });

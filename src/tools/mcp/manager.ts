@@ -18,7 +18,10 @@ export interface McpToolProvider {
   close(): Promise<void>;
 }
 
-export type McpManagerOptions = McpConnectionOptions;
+export interface McpManagerOptions extends McpConnectionOptions {
+  /** The cap of one tool result (`[tools] max_result_bytes`): MCP results are cut to it before they leave the tool. */
+  maxResultBytes?: number;
+}
 
 /**
  * All `[[mcp.servers]]` of a node. `start()` spawns the eager servers; a lazy one starts at
@@ -32,9 +35,11 @@ export class McpManager implements McpToolProvider, AsyncDisposable {
   readonly #log: Logger;
   #tools: Tool[] = [];
   #closing: Promise<void> | undefined;
+  readonly #maxResultBytes: number | undefined;
 
   constructor(config: McpConfig, opts: McpManagerOptions = {}) {
     this.#log = componentLogger(opts.logger ?? silentLogger(), "mcp");
+    this.#maxResultBytes = opts.maxResultBytes;
     for (const server of config.servers) {
       const connection = new McpServerConnection(server, opts);
       connection.onToolsChanged(() => this.#rebuild());
@@ -123,7 +128,7 @@ export class McpManager implements McpToolProvider, AsyncDisposable {
     const tools: Tool[] = [];
     for (const c of this.#connections.values()) {
       const overrides = new Set(c.config.idempotentTools);
-      for (const def of c.tools) tools.push(mcpTool(c, def, overrides));
+      for (const def of c.tools) tools.push(mcpTool(c, def, overrides, this.#maxResultBytes));
     }
     this.#tools = tools;
     for (const listener of this.#listeners) {

@@ -15,9 +15,14 @@ export function isIdempotent(def: McpToolDefinition, overrides: ReadonlySet<stri
 /**
  * One MCP tool as a Kova `Tool` named `<server>/<tool>`: the server's input schema is what
  * the model sees and what arguments are validated against; the result is mapped to JSON
- * for the model (see `toolOutput`).
+ * for the model and capped at `maxResultBytes` (see `toolOutput`).
  */
-export function mcpTool(connection: McpServerConnection, def: McpToolDefinition, overrides: ReadonlySet<string>): Tool<Record<string, unknown>, McpToolOutput> {
+export function mcpTool(
+  connection: McpServerConnection,
+  def: McpToolDefinition,
+  overrides: ReadonlySet<string>,
+  maxResultBytes?: number,
+): Tool<Record<string, unknown>, McpToolOutput> {
   const name = `${connection.name}/${def.name}`;
   const idempotent = isIdempotent(def, overrides);
   return Object.freeze({
@@ -29,7 +34,7 @@ export function mcpTool(connection: McpServerConnection, def: McpToolDefinition,
      * @throws McpToolError when the tool reports an error; the errors of McpServerConnection.callTool otherwise
      */
     async run(args: Record<string, unknown>, ctx: ToolContext): Promise<McpToolOutput> {
-      return toolOutput(name, await connection.callTool(def.name, args ?? {}, ctx, idempotent));
+      return toolOutput(name, await connection.callTool(def.name, args ?? {}, ctx, idempotent), maxResultBytes);
     },
   });
 }
