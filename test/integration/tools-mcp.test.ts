@@ -1,7 +1,8 @@
-import { mkdtempSync, writeFileSync } from "node:fs";
+import { execFileSync } from "node:child_process";
+import { chmodSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { createServer, type Server } from "node:http";
 import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
 import { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
 import { StreamableHTTPServerTransport } from "@modelcontextprotocol/sdk/server/streamableHttp.js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -41,6 +42,20 @@ const dynamic = (env: Record<string, string> = {}, extra: Record<string, unknown
   env,
   ...extra,
 });
+
+/** Host pids of processes whose command line holds `script` (a server run inside a sandbox has a pid of its own there). */
+function serverProcesses(script: string): number[] {
+  return readdirSync("/proc")
+    .filter((d) => /^\d+$/.test(d))
+    .filter((d) => {
+      try {
+        return readFileSync(`/proc/${d}/cmdline`, "utf8").includes(script);
+      } catch {
+        return false;
+      }
+    })
+    .map(Number);
+}
 
 /** The error a promise rejects with (fails the test if it resolves). */
 async function failure(p: Promise<unknown>): Promise<KovaError> {
@@ -182,7 +197,7 @@ describe("mcp over stdio: the fixture server", () => {
   it("mcp stdio - lists every page of a paginated tools/list", async () => {
     await using manager = await startManager([dynamic({ FIXTURE_PAGE_SIZE: "3", FIXTURE_EXTRA_TOOLS: "10" })]);
     const names = manager.list().map((t) => t.name);
-    expect(names).toHaveLength(14);
+    expect(names).toHaveLength(16);
     expect(names).toEqual(
       expect.arrayContaining(["fixture/report-env", "fixture/add-tool", "fixture/slow", "fixture/plain", "fixture/filler-0", "fixture/filler-9"]),
     );
@@ -195,7 +210,7 @@ describe("mcp over stdio: the fixture server", () => {
     const changed = toolsWhen(manager, (tools) => tools.some((t) => t.name === "fixture/late"));
     expect(await toolNamed(manager, "fixture/add-tool").run({ name: "late" }, toolContext())).toEqual({ text: "added late" });
     const tools = await changed;
-    expect(tools).toHaveLength(5);
+    expect(tools).toHaveLength(7);
     const late = toolNamed(manager, "fixture/late");
     expect(late.idempotent).toBe(true);
     expect(await late.run({}, toolContext())).toEqual({ text: "late" });
@@ -335,6 +350,104 @@ describe("mcp over stdio: server-filesystem", () => {
     const err = await failure(Promise.resolve(read.run({ path: "/etc/hostname" }, toolContext())));
     expect(err.code).toBe(McpErrorCode.MCP_TOOL_ERROR);
     expect(err.message).toMatch(/outside allowed directories|Access denied/);
+  });
+});
+
+describe("mcp over stdio: sandbox = true", () => {
+  /**
+   * A host layout for the sandbox: a secret and a world-writable directory it must not reach,
+   * a directory bound read-write and one bound read-only. The directories are open to
+   * uid 65534, which a root node's sandbox runs as.
+   */
+  function hostLayout() {
+    const base = mkdtempSync(join(tmpdir(), "kova-mcp-box-"));
+    chmodSync(base, 0o755);
+    const dirs = { secret: join(base, "secret"), out: join(base, "out"), shared: join(base, "shared"), ro: join(base, "ro") };
+    for (const d of Object.values(dirs)) mkdirSync(d, { mode: 0o777 });
+    for (const d of Object.values(dirs)) chmodSync(d, 0o777);
+    const secretText = `SECRET-${Math.random()}`;
+    writeFileSync(join(dirs.secret, "secret.txt"), secretText);
+    writeFileSync(join(dirs.ro, "readme.txt"), "read me");
+    return { base, ...dirs, secretText, [Symbol.dispose]: () => rmSync(base, { recursive: true, force: true }) };
+  }
+  const modules = join(import.meta.dirname, "../../node_modules");
+
+  it("mcp stdio sandbox - the server runs as uid 65534 on a root node, in /work, with the sandbox's environment plus its own env only", async () => {
+    const env = { ...process.env, KOVA_TEST_MCP_KEY: "k-123456", LOGNAME: "root", SHELL: "/bin/bash", TERM: "xterm" };
+    const fixture = { ...dynamic({ API_KEY: "${KOVA_TEST_MCP_KEY}" }), sandbox: true, ro_binds: [modules, dirname(DYNAMIC)] };
+    await using manager = await startManager([fixture], { env });
+    expect(manager.status()[0], JSON.stringify(manager.status()[0])).toMatchObject({ state: "ready" });
+    const who = (await toolNamed(manager, "fixture/report-process").run({}, toolContext())) as McpToolOutput;
+    const id = process.getuid?.() === 0 ? 65534 : process.getuid?.();
+    expect(who.structuredContent).toEqual({ uid: id, gid: process.getuid?.() === 0 ? 65534 : process.getgid?.(), cwd: "/work" });
+    const names = ["HOME", "USER", "PATH", "LOGNAME", "SHELL", "TERM", "API_KEY", "KOVA_TEST_MCP_KEY"];
+    const seen = (await toolNamed(manager, "fixture/report-env").run({ names }, toolContext())) as McpToolOutput;
+    expect(seen.structuredContent).toEqual({
+      HOME: "/work",
+      USER: "sandbox",
+      PATH: "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin",
+      LOGNAME: null,
+      SHELL: null,
+      TERM: null,
+      API_KEY: "k-123456",
+      KOVA_TEST_MCP_KEY: null,
+    });
+    // Closing it ends bwrap (host pid) and with it the sandboxed server (--die-with-parent).
+    const pid = manager.status()[0]!.pid!;
+    const inside = serverProcesses(DYNAMIC);
+    expect(inside.length).toBeGreaterThan(0);
+    await manager.close();
+    await waitGone(pid);
+    await poll(() => inside.every((p) => !isAlive(p)), { timeoutMs: 6000, what: "the sandboxed server process to exit" });
+  });
+
+  it("mcp stdio sandbox - server-filesystem allowed everything reads and writes only what is bound; unsandboxed the same calls reach the host", async () => {
+    using host = hostLayout();
+    // The sandbox's user must reach the server's code, as it must on a real node.
+    const unreadable = execFileSync("setpriv", [
+      "--reuid=65534",
+      "--regid=65534",
+      "--clear-groups",
+      "--",
+      "/bin/sh",
+      "-c",
+      `test -r ${JSON.stringify(FILESYSTEM)} || echo no`,
+    ]);
+    expect(unreadable.toString(), `uid 65534 (the sandbox's user) cannot read ${FILESYSTEM}: give the repository's directories o+rx`).toBe("");
+    // "/" as the server's allowed directory: the server itself refuses nothing, so every refusal below is the sandbox's.
+    const fs = { name: "fs", command: process.execPath, args: [FILESYSTEM, "/"] };
+    await using boxed = await startManager([{ ...fs, sandbox: true, ro_binds: [modules, host.ro], rw_binds: [host.shared] }]);
+    expect(boxed.status()[0], JSON.stringify(boxed.status()[0])).toMatchObject({ state: "ready" });
+    const call = (m: McpManager, tool: string, args: Record<string, unknown>) => Promise.resolve(toolNamed(m, `fs/${tool}`).run(args, toolContext()));
+
+    // Read: the bound directory yes; the secret, /etc/passwd and /root no.
+    expect(((await call(boxed, "read_text_file", { path: join(host.ro, "readme.txt") })) as { text: string }).text).toBe("read me");
+    for (const path of [join(host.secret, "secret.txt"), "/etc/passwd", "/root"]) {
+      const err = await failure(call(boxed, "read_text_file", { path }));
+      expect(err.code, path).toBe(McpErrorCode.MCP_TOOL_ERROR);
+      expect(err.message).not.toContain(host.secretText);
+    }
+    // Write: the rw bind yes; a world-writable host directory outside the binds, and the ro bind, no.
+    await call(boxed, "write_file", { path: join(host.shared, "ok.txt"), content: "from the sandbox" });
+    expect(readFileSync(join(host.shared, "ok.txt"), "utf8")).toBe("from the sandbox");
+    for (const path of [join(host.out, "pwned.txt"), join(host.ro, "pwned.txt")]) {
+      expect((await failure(call(boxed, "write_file", { path, content: "pwned" }))).code, path).toBe(McpErrorCode.MCP_TOOL_ERROR);
+      expect(existsSync(path), path).toBe(false);
+    }
+    // The binds' parent exists in the sandbox only as a directory of its own /tmp (a tmpfs):
+    // a write there succeeds and never reaches the host.
+    await call(boxed, "write_file", { path: join(host.base, "pwned.txt"), content: "pwned" });
+    expect(existsSync(join(host.base, "pwned.txt"))).toBe(false);
+    // What the server sees of the host: the allow-list, not the host's root.
+    const listing = ((await call(boxed, "list_directory", { path: "/" })) as { text: string }).text;
+    expect(listing).toContain("[DIR] usr");
+    for (const hidden of ["root", "home", "var", "srv", "opt"]) expect(listing).not.toContain(`[DIR] ${hidden}\n`);
+
+    // The control: the same server and calls without the sandbox reach the host.
+    await using open = await startManager([fs]);
+    expect(((await call(open, "read_text_file", { path: join(host.secret, "secret.txt") })) as { text: string }).text).toBe(host.secretText);
+    await call(open, "write_file", { path: join(host.out, "reached.txt"), content: "x" });
+    expect(existsSync(join(host.out, "reached.txt"))).toBe(true);
   });
 });
 

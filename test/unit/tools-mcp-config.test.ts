@@ -145,6 +145,50 @@ idempotent_tools = ["search", "tools_1/lookup"]`,
   });
 });
 
+describe("mcp sandbox config", () => {
+  const PATH = "/usr/local/bin:/usr/bin:/bin";
+  const stdio = (extra: string) => `[[mcp.servers]]\nname = "fs"\ncommand = "node"\n${extra}`;
+
+  it("mcp sandbox config - sandbox = true with ro_binds and rw_binds finds bwrap (and setpriv on a root node)", () => {
+    const [server] = configOf(stdio('sandbox = true\nro_binds = ["/opt/mcp"]\nrw_binds = ["/srv/files"]\ncwd = "/srv/files/work"'), { PATH }).servers as [
+      McpStdioServerConfig,
+    ];
+    expect(server.sandbox).toMatchObject({ bwrapPath: expect.stringMatching(/\/bwrap$/), roBinds: ["/opt/mcp"], rwBinds: ["/srv/files"] });
+    expect(server.sandbox!.setprivPath !== undefined).toBe(process.getuid?.() === 0);
+    expect((configOf(stdio("sandbox = false")).servers[0] as McpStdioServerConfig).sandbox).toBeUndefined();
+  });
+
+  it("mcp sandbox config - each mistake is a ConfigError naming its key", () => {
+    expect(keyOf(stdio('sandbox = "yes"'), { PATH })).toEqual({
+      key: "mcp.servers[0].sandbox",
+      message: 'mcp.servers[0].sandbox: must be true (run the server in the bubblewrap sandbox shell_exec uses) or false, not "yes"',
+    });
+    expect(keyOf(stdio('ro_binds = ["/opt/mcp"]'), { PATH })).toMatchObject({
+      key: "mcp.servers[0].ro_binds",
+      message: expect.stringContaining("only with sandbox = true"),
+    });
+    expect(keyOf(stdio('sandbox = false\nrw_binds = ["/srv"]'), { PATH }).key).toBe("mcp.servers[0].rw_binds");
+    expect(keyOf(stdio('sandbox = true\nrw_binds = ["srv/files"]'), { PATH }).key).toBe("mcp.servers[0].rw_binds[0]");
+    expect(keyOf(stdio('sandbox = true\nro_binds = ["/opt", "/etc"]'), { PATH })).toMatchObject({
+      key: "mcp.servers[0].ro_binds[1]",
+      message: expect.stringContaining("never shown to the sandbox"),
+    });
+    expect(keyOf(stdio('sandbox = true\nrw_binds = "/srv"'), { PATH }).message).toContain('rw_binds = ["/opt/tools"]');
+    expect(keyOf(stdio('sandbox = true\nrw_binds = ["/srv/files"]\ncwd = "/srv/other"'), { PATH })).toMatchObject({
+      key: "mcp.servers[0].cwd",
+      message: expect.stringContaining("not visible in the sandbox"),
+    });
+    expect(keyOf(stdio("sandbox = true"), { PATH: "/nonexistent" })).toMatchObject({
+      key: "mcp.servers[0].sandbox",
+      message: expect.stringContaining("apt-get install bubblewrap"),
+    });
+    expect(keyOf('[[mcp.servers]]\nname = "r"\nurl = "https://mcp.example.com/mcp"\nsandbox = true', { PATH })).toMatchObject({
+      key: "mcp.servers[0].sandbox",
+      message: expect.stringContaining("only to command (stdio) servers"),
+    });
+  });
+});
+
 describe("mcp result mapping", () => {
   it("mcp result - joins text, keeps structuredContent, summarises images and resources with MIME type and size", () => {
     const png = Buffer.alloc(70, 7).toString("base64");

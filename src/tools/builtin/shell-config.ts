@@ -102,7 +102,7 @@ export function shellConfigFrom(
     maxFileBytes: (intAt(t, keyPrefix, "max_file_mb", 1, 1024 * 1024) ?? 64) * MIB,
     tmpBytes: (intAt(t, keyPrefix, "tmp_size_mb", 1, 1024 * 1024) ?? 64) * MIB,
     workBytes: (intAt(t, keyPrefix, "work_size_mb", 1, 1024 * 1024) ?? 64) * MIB,
-    roBinds: roBinds(t.ro_binds, keyOf(keyPrefix, "ro_binds")),
+    roBinds: bindList(t.ro_binds, keyOf(keyPrefix, "ro_binds")),
   };
   if (config.memoryTotalBytes < config.memoryBytes) {
     throw new ConfigError(
@@ -139,9 +139,15 @@ function cgroupAt(t: ConfigTable, keyPrefix: string): string {
   return path;
 }
 
-function roBinds(raw: unknown, key: string): string[] {
+/**
+ * A list of host paths to bind into a bubblewrap sandbox (`ro_binds`, and MCP servers'
+ * `rw_binds`): absolute, and none that may hold secrets or other users' data.
+ * @throws ConfigError naming the entry (`key[i]`)
+ */
+export function bindList(raw: unknown, key: string): string[] {
   if (raw === undefined) return [];
-  if (!Array.isArray(raw)) throw new ConfigError(key, 'must be an array of absolute paths, e.g. ro_binds = ["/opt/tools"]');
+  const name = key.slice(key.lastIndexOf(".") + 1);
+  if (!Array.isArray(raw)) throw new ConfigError(key, `must be an array of absolute paths, e.g. ${name} = ["/opt/tools"]`);
   return raw.map((p, i) => {
     const k = `${key}[${i}]`;
     if (typeof p !== "string" || !isAbsolute(p) || p.includes("\0")) {
@@ -155,7 +161,8 @@ function roBinds(raw: unknown, key: string): string[] {
   });
 }
 
-function findOnPath(name: string, path: string | undefined): string | undefined {
+/** The first executable `name` in the directories of a PATH value. */
+export function findOnPath(name: string, path: string | undefined): string | undefined {
   for (const dir of (path ?? "").split(delimiter)) {
     if (dir === "" || !isAbsolute(dir)) continue;
     const candidate = join(dir, name);

@@ -67,11 +67,12 @@ export function limitsPrologue(config: ShellConfig, nproc: number | undefined): 
   const kib = (bytes: number) => Math.ceil(bytes / 1024);
   const limits = [`-v ${kib(config.memoryBytes)}`, `-f ${kib(config.maxFileBytes)}`, "-c 0"];
   if (nproc !== undefined) limits.push(`-u ${nproc}`);
-  return [
-    `ulimit -HS ${limits.join(" ")} || exit 125`,
-    'for fd in /proc/self/fd/*; do fd=${fd##*/}; case $fd in 0|1|2) ;; *) eval "exec $fd>&-" 2>/dev/null;; esac; done',
-    'exec "$@"',
-  ].join("; ");
+  return execPrologue(`ulimit -HS ${limits.join(" ")} || exit 125`);
+}
+
+/** `first` (e.g. the limits), then close every inherited descriptor above 2, then exec `"$@"`. */
+export function execPrologue(first: string): string {
+  return [first, 'for fd in /proc/self/fd/*; do fd=${fd##*/}; case $fd in 0|1|2) ;; *) eval "exec $fd>&-" 2>/dev/null;; esac; done', 'exec "$@"'].join("; ");
 }
 
 /** Per call: the RLIMIT_NPROC to set, and whether bwrap waits on fd 4 after reporting its child on fd 3 (cgroup join). */
@@ -85,6 +86,35 @@ export interface SandboxRun {
  * prologue, then `argv`. `cwd` is absolute inside the sandbox (under /work).
  */
 export function bwrapArgs(config: ShellConfig, work: SandboxWork, cwd: string, argv: readonly string[], run: SandboxRun): string[] {
+  return [
+    ...sandboxArgs({ roBinds: config.roBinds, tmpBytes: config.tmpBytes, work, cwd, gated: run.gated }),
+    "--",
+    "/bin/bash",
+    "-c",
+    limitsPrologue(config, run.nproc),
+    "kova-sandbox",
+    ...argv,
+  ];
+}
+
+/** What one sandbox shows and where it starts (see the top of this file). */
+export interface SandboxLayout {
+  /** Host paths bound read-only at the same place, before /proc (shell_exec's `ro_binds`). */
+  roBinds: readonly string[];
+  /** Host paths bound at the same place after /work is set up, so they may lie below /work too. */
+  lateBinds?: ReadonlyArray<{ path: string; writable: boolean }>;
+  /** Size of each of the tmpfs /tmp and /dev/shm. */
+  tmpBytes: number;
+  work: SandboxWork;
+  /** Absolute inside the sandbox. */
+  cwd: string;
+  /** bwrap reports its child on fd 3 and waits on fd 4 (the cgroup join of shell_exec). */
+  gated?: boolean;
+}
+
+/** bwrap's options for a sandbox, up to (not including) the `--` before the command. */
+export function sandboxArgs(layout: SandboxLayout): string[] {
+  const { roBinds, tmpBytes, work, cwd } = layout;
   const args = [
     "--unshare-all",
     "--unshare-user",
@@ -110,15 +140,15 @@ export function bwrapArgs(config: ShellConfig, work: SandboxWork, cwd: string, a
     else if (kind === "dir") args.push("--ro-bind", host, host);
   }
   for (const file of ETC_FILES) args.push("--ro-bind-try", file, file);
-  for (const path of config.roBinds) args.push("--ro-bind", path, path);
+  for (const path of roBinds) args.push("--ro-bind", path, path);
   args.push("--proc", "/proc", "--dev", "/dev");
-  args.push("--size", String(config.tmpBytes), "--tmpfs", "/dev/shm");
-  args.push("--size", String(config.tmpBytes), "--tmpfs", "/tmp");
+  args.push("--size", String(tmpBytes), "--tmpfs", "/dev/shm");
+  args.push("--size", String(tmpBytes), "--tmpfs", "/tmp");
   if (work.kind === "tmpfs") args.push("--size", String(work.bytes), "--tmpfs", SANDBOX_WORK_DIR);
   else args.push("--bind", work.hostDir, SANDBOX_WORK_DIR);
+  for (const bind of layout.lateBinds ?? []) args.push(bind.writable ? "--bind" : "--ro-bind", bind.path, bind.path);
   args.push("--remount-ro", "/dev", "--remount-ro", "/", "--chdir", cwd);
-  if (run.gated) args.push("--info-fd", "3", "--block-fd", "4");
-  args.push("--", "/bin/bash", "-c", limitsPrologue(config, run.nproc), "kova-sandbox", ...argv);
+  if (layout.gated) args.push("--info-fd", "3", "--block-fd", "4");
   return args;
 }
 

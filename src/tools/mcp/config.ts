@@ -1,7 +1,8 @@
-import { isAbsolute, resolve } from "node:path";
+import { isAbsolute, relative, resolve } from "node:path";
 import { describeValue, intValue, rejectUnknown, tableAt, tablesAt, type ConfigTable } from "../../core/config-table.js";
 import { ConfigError } from "../../core/errors.js";
 import { isValidId } from "../../core/ids.js";
+import { bindList, findOnPath } from "../builtin/shell-config.js";
 import { ENV_NAME, templateVariables } from "./env-template.js";
 
 /**
@@ -19,6 +20,9 @@ import { ENV_NAME, templateVariables } from "./env-template.js";
  * start = "lazy"                       # or "eager" (default): spawned when the node starts
  * timeout_ms = 30000                   # per call (default 60000)
  * idempotent_tools = ["search"]        # safe to re-run after a crash, whatever the server says
+ * sandbox = true                       # run it in shell_exec's bubblewrap sandbox (stdio only)
+ * ro_binds = ["/opt/mcp/node_modules"] # with sandbox: host paths it may read
+ * rw_binds = ["/srv/agent-files"]      # with sandbox: host paths it may write
  *
  * [[mcp.servers]]
  * name = "remote"
@@ -51,6 +55,19 @@ export interface McpStdioServerConfig extends McpServerConfigBase {
   env: Record<string, string>;
   /** Absolute working directory of the server process. */
   cwd?: string;
+  /** Run inside the bubblewrap sandbox (`sandbox = true`). */
+  sandbox?: McpSandboxConfig;
+}
+
+/** How a sandboxed stdio server is started: see transport.ts and docs/tools.md. */
+export interface McpSandboxConfig {
+  bwrapPath: string;
+  /** Drops a root node's sandbox to uid/gid 65534, as shell_exec does (found only when the node is root). */
+  setprivPath?: string;
+  /** Host paths the server sees read-only, at the same place. */
+  roBinds: string[];
+  /** Host paths the server may write, at the same place. */
+  rwBinds: string[];
 }
 
 export interface McpHttpServerConfig extends McpServerConfigBase {
@@ -69,8 +86,22 @@ export interface McpConfig {
 export const DEFAULT_MCP_TIMEOUT_MS = 60_000;
 const MAX_SERVER_NAME = 64;
 
-const SERVER_KEYS = ["name", "command", "args", "env", "cwd", "url", "headers_env", "start", "timeout_ms", "idempotent_tools"];
-const STDIO_ONLY = ["command", "args", "env", "cwd"];
+const SERVER_KEYS = [
+  "name",
+  "command",
+  "args",
+  "env",
+  "cwd",
+  "sandbox",
+  "ro_binds",
+  "rw_binds",
+  "url",
+  "headers_env",
+  "start",
+  "timeout_ms",
+  "idempotent_tools",
+];
+const STDIO_ONLY = ["command", "args", "env", "cwd", "sandbox", "ro_binds", "rw_binds"];
 const HTTP_ONLY = ["url", "headers_env"];
 /** RFC 9110 token characters: what an HTTP header name may hold. */
 const HEADER_NAME = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/;
@@ -158,9 +189,56 @@ function serverFrom(t: ConfigTable, key: string, env: NodeJS.ProcessEnv, baseDir
       if (typeof t.cwd !== "string" || t.cwd === "") throw new ConfigError(`${key}.cwd`, `must be a directory path, not ${describeValue(t.cwd)}`);
       server.cwd = isAbsolute(t.cwd) ? t.cwd : resolve(baseDir, t.cwd);
     }
+    const sandbox = sandboxFrom(t, key, env);
+    if (sandbox) {
+      server.sandbox = sandbox;
+      if (server.cwd !== undefined && ![...sandbox.roBinds, ...sandbox.rwBinds].some((b) => !relative(b, server.cwd!).startsWith(".."))) {
+        throw new ConfigError(
+          `${key}.cwd`,
+          `${server.cwd} is not visible in the sandbox: name a directory inside ro_binds or rw_binds, or leave cwd out (the server then starts in a fresh /work)`,
+        );
+      }
+    }
     return server;
   }
   return { ...base, transport: "http", url: httpUrl(t.url, `${key}.url`), headersEnv: headersEnvTable(t.headers_env, `${key}.headers_env`, env) };
+}
+
+/**
+ * `sandbox`, `ro_binds`, `rw_binds` of a stdio server; undefined without `sandbox = true`.
+ * @throws ConfigError for a non-boolean `sandbox`, binds without it, a bad bind, or no bwrap (or setpriv, on a root node) on PATH
+ */
+function sandboxFrom(t: ConfigTable, key: string, env: NodeJS.ProcessEnv): McpSandboxConfig | undefined {
+  if (t.sandbox !== undefined && typeof t.sandbox !== "boolean") {
+    throw new ConfigError(
+      `${key}.sandbox`,
+      `must be true (run the server in the bubblewrap sandbox shell_exec uses) or false, not ${describeValue(t.sandbox)}`,
+    );
+  }
+  if (t.sandbox !== true) {
+    const stray = ["ro_binds", "rw_binds"].find((k) => t[k] !== undefined);
+    if (stray) throw new ConfigError(`${key}.${stray}`, "applies only with sandbox = true: add it, or remove this key");
+    return undefined;
+  }
+  const bwrapPath = findOnPath("bwrap", env.PATH);
+  if (bwrapPath === undefined) {
+    throw new ConfigError(
+      `${key}.sandbox`,
+      "bwrap (bubblewrap) is not on the node's PATH: install it (apt-get install bubblewrap), or set sandbox = false knowingly",
+    );
+  }
+  const sandbox: McpSandboxConfig = { bwrapPath, roBinds: bindList(t.ro_binds, `${key}.ro_binds`), rwBinds: bindList(t.rw_binds, `${key}.rw_binds`) };
+  if (process.getuid?.() === 0) {
+    const setpriv = findOnPath("setpriv", env.PATH);
+    if (setpriv === undefined) {
+      throw new ConfigError(
+        `${key}.sandbox`,
+        "the node runs as root and setpriv (util-linux), which drops the sandbox to uid 65534, is not on its PATH: install util-linux",
+      );
+    }
+    sandbox.setprivPath = setpriv;
+  }
+  return sandbox;
 }
 
 function startMode(value: unknown, key: string): McpStartMode {

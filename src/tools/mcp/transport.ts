@@ -1,7 +1,8 @@
 import type { Transport } from "@modelcontextprotocol/sdk/shared/transport.js";
 import { ConfigError } from "../../core/errors.js";
 import type { Logger } from "../../core/logger.js";
-import type { McpServerConfig } from "./config.js";
+import { execPrologue, NOBODY, SANDBOX_ENV, SANDBOX_WORK_DIR, sandboxArgs } from "../builtin/shell-sandbox.js";
+import type { McpServerConfig, McpStdioServerConfig } from "./config.js";
 import { renderTemplate, templateVariables } from "./env-template.js";
 import type { McpSdk } from "./sdk.js";
 import { forwardLines } from "./stderr-lines.js";
@@ -36,17 +37,59 @@ export function createTransport(sdk: McpSdk, config: McpServerConfig, env: NodeJ
     for (const v of templateVariables(template)) secrets.push(env[v]!);
   }
   // Variable names only: their values may be secrets.
-  log.debug({ command: config.command, args: config.args, env: Object.keys(childEnv), cwd: config.cwd }, "spawning MCP server");
+  log.debug(
+    { command: config.command, args: config.args, env: Object.keys(childEnv), cwd: config.cwd, sandbox: config.sandbox !== undefined },
+    "spawning MCP server",
+  );
   const transport = new sdk.StdioClientTransport({
-    command: config.command,
-    args: config.args,
-    env: childEnv,
+    ...(config.sandbox
+      ? sandboxed(config, childEnv)
+      : { command: config.command, args: config.args, env: childEnv, ...(config.cwd ? { cwd: config.cwd } : {}) }),
     stderr: "pipe",
-    ...(config.cwd ? { cwd: config.cwd } : {}),
   });
   const redact = redactor(secrets);
   forwardLines(transport.stderr!, (line) => onStderr(redact(line)));
   return transport;
+}
+
+/** Sizes of the sandbox's tmpfs /tmp, /dev/shm and /work (shell_exec's defaults). */
+const SANDBOX_TMPFS_BYTES = 64 * 1024 * 1024;
+/** Variables the SDK passes from the node on its own (besides PATH, HOME, USER, which SANDBOX_ENV sets). */
+const NODE_VARIABLES = ["LOGNAME", "SHELL", "TERM"];
+
+/**
+ * The process to spawn for a sandboxed server: bwrap with shell_exec's sandbox (sandboxArgs:
+ * namespaces, no network, the read-only allow-list of host paths, tmpfs /tmp, /dev/shm and
+ * /work) plus the server's own ro_binds and rw_binds, then bash closing inherited descriptors
+ * and exec'ing the command. A root node starts bwrap through setpriv as uid/gid 65534, as
+ * shell_exec does. The environment is SANDBOX_ENV and the server's `env`, passed through the
+ * environment (not bwrap's argv, which other users of the host can read); the variables the
+ * SDK adds from the node are unset.
+ */
+function sandboxed(config: McpStdioServerConfig, childEnv: Record<string, string>): { command: string; args: string[]; env: Record<string, string> } {
+  const box = config.sandbox!;
+  const lateBinds = [...box.roBinds.map((path) => ({ path, writable: false })), ...box.rwBinds.map((path) => ({ path, writable: true }))];
+  const bwrap = [
+    ...sandboxArgs({
+      roBinds: [],
+      lateBinds,
+      tmpBytes: SANDBOX_TMPFS_BYTES,
+      work: { kind: "tmpfs", bytes: SANDBOX_TMPFS_BYTES },
+      cwd: config.cwd ?? SANDBOX_WORK_DIR,
+    }),
+    ...NODE_VARIABLES.flatMap((name) => ["--unsetenv", name]),
+    "--",
+    "/bin/bash",
+    "-c",
+    execPrologue("ulimit -HS -c 0"),
+    "kova-mcp",
+    config.command,
+    ...config.args,
+  ];
+  const env = { ...SANDBOX_ENV, ...childEnv };
+  if (box.setprivPath === undefined) return { command: box.bwrapPath, args: bwrap, env };
+  const id = String(NOBODY);
+  return { command: box.setprivPath, args: [`--reuid=${id}`, `--regid=${id}`, "--clear-groups", "--", box.bwrapPath, ...bwrap], env };
 }
 
 function redactor(secrets: string[]): (line: string) => string {
