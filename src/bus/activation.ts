@@ -4,8 +4,10 @@ import type { BusContext } from "./context.js";
 
 /** A node's answer to an activation request (the `activate` endpoint). */
 export interface ActivationReply {
+  /** The agent to send to: a bus client's instance id is its own (principals.ts), which may differ from the one asked. */
   id: string;
-  template: string;
+  /** The instance's template; absent when the id is a declared agent (no instance: nothing was activated). */
+  template?: string;
   /** True when this request registered the instance; false when it was registered already. */
   created: boolean;
   /** The node that answered (placement then chooses the host). */

@@ -13,25 +13,30 @@ import { registryKnows } from "./unknown-agents.js";
 export const KNOWN_AGENT_TTL_MS = 10_000;
 /** Agents remembered per connection: a client addressing many template instances keeps the most recent. */
 const KNOWN_AGENTS_MAX = 1024;
-const knownAgents = new WeakMap<BusContext, Map<string, number>>();
+const knownAgents = new WeakMap<BusContext, Map<string, { until: number; id: string }>>();
 
-/** True when the registry said `agentId` is declared less than KNOWN_AGENT_TTL_MS ago on this connection. */
-function recentlyKnown(ctx: BusContext, agentId: string, now: number): boolean {
-  const until = knownAgents.get(ctx)?.get(agentId);
-  return until !== undefined && until > now;
+/**
+ * The id to send to when the registry (or a node) said `agentId` is declared less than
+ * KNOWN_AGENT_TTL_MS ago on this connection: `agentId` itself, or a bus client's own
+ * instance it stands for (principals.ts).
+ */
+function recentlyKnown(ctx: BusContext, agentId: string, now: number): string | undefined {
+  const known = knownAgents.get(ctx)?.get(agentId);
+  return known !== undefined && known.until > now ? known.id : undefined;
 }
 
-function rememberKnown(ctx: BusContext, agentId: string, now: number): void {
+function rememberKnown(ctx: BusContext, agentId: string, now: number, id = agentId): void {
   let known = knownAgents.get(ctx);
   if (!known) knownAgents.set(ctx, (known = new Map()));
   known.delete(agentId);
-  known.set(agentId, now + KNOWN_AGENT_TTL_MS);
+  known.set(agentId, { until: now + KNOWN_AGENT_TTL_MS, id });
   // Insertion order is refresh order: the first key is the least recently confirmed.
   if (known.size > KNOWN_AGENTS_MAX) known.delete(known.keys().next().value!);
 }
 
 /**
- * Makes sure a message to `agentId` can ever be answered, before it is sent: a durable
+ * Makes sure a message to `agentId` can ever be answered, before it is sent, and says
+ * where to send it: a durable
  * send to an id nobody declared is stored anyway (the A2A stream captures every
  * `kova.<c>.a2a.*`), so a typo would otherwise cost the caller its whole timeout. An id
  * of the instance form `<template>--<key>` is activated instead (a node answers
@@ -41,23 +46,36 @@ function rememberKnown(ctx: BusContext, agentId: string, now: number): void {
  * cannot be read (no node ran yet, no permission) it lets the send go ahead: the
  * unknown-agent sweep deals with it later. A "declared" answer is trusted for
  * KNOWN_AGENT_TTL_MS on this connection: an agent asked again and again costs one lookup
- * per period instead of a round trip before every send.
+ * per period instead of a round trip before every send. A connection whose user may not
+ * read the registry (a bus client, docs/security.md) asks the nodes instead.
+ * @returns the id to send to (a bus client's instance: its own, principals.ts)
  * @throws UnknownAgentError (or RemoteError UNKNOWN_AGENT, the nodes' answer) when no
  *   such agent is declared; RemoteError QUOTA_EXCEEDED … from the activation of an instance id
  */
-export async function assertAgentAddressable(ctx: BusContext, agentId: string): Promise<void> {
+export async function addressableAgent(ctx: BusContext, agentId: string): Promise<string> {
   const now = Date.now();
-  if (recentlyKnown(ctx, agentId, now)) return;
-  const known = await registryKnows(ctx, agentId);
-  if (known === true) rememberKnown(ctx, agentId, now);
-  if (known !== false) return;
-  if (parseInstanceId(agentId) !== undefined) {
-    await requestActivation(ctx, agentId);
-    return;
+  const remembered = recentlyKnown(ctx, agentId, now);
+  if (remembered !== undefined) return remembered;
+  const known = unreadable.has(ctx) ? undefined : await registryKnows(ctx, agentId, 1000, () => unreadable.add(ctx));
+  if (known === true) {
+    rememberKnown(ctx, agentId, now);
+    return agentId;
   }
-  // Not an instance id, so the nodes refuse to activate it; but their refusal says more
-  // than the registry can: that the id is a template's name (and how to address one of
-  // its instances), and which templates there are.
-  await requestActivation(ctx, agentId);
-  throw new UnknownAgentError(agentId);
+  // The registry cannot tell (a bus client may not read it; no node ran yet) or knows no
+  // such id: the nodes can. An instance id is activated (a bus client's is its own: the
+  // reply names it); a declared agent is answered as found; anything else is refused,
+  // with a reply that says more than the registry can (that the id is a template's name,
+  // and which templates there are).
+  const reply = await requestActivation(ctx, agentId);
+  if (reply) {
+    rememberKnown(ctx, agentId, now, reply.id);
+    return reply.id;
+  }
+  // No node answered: a known-missing plain id is refused; otherwise the send goes ahead
+  // (the unknown-agent sweep deals with it later).
+  if (known === false && parseInstanceId(agentId) === undefined) throw new UnknownAgentError(agentId);
+  return agentId;
 }
+
+/** Connections whose user may not read the registry (a bus client): the nodes answer instead. */
+const unreadable = new WeakSet<BusContext>();

@@ -5,7 +5,7 @@ import { decodeEnvelope, encodeEnvelope, type Encoding } from "./codec.js";
 import type { BusContext } from "./context.js";
 import { createEnvelope, validateOutgoing, type A2AEnvelope } from "./envelope.js";
 import { InvalidEnvelopeError, subjectTimeout } from "./errors.js";
-import { assertAgentAddressable } from "./agent-check.js";
+import { addressableAgent } from "./agent-check.js";
 import { replyToProblem } from "./reply-subject.js";
 import { sendEnvelope, type SendOptions } from "./send.js";
 import { ContentType, Header } from "./wire.js";
@@ -63,16 +63,20 @@ export async function ask<R>(ctx: BusContext, envelope: A2AEnvelope, opts: AskOp
     (err) => failed(err),
   );
   try {
-    const env = validateOutgoing({
+    let env = validateOutgoing({
       ...envelope,
       replyTo: inbox.subject,
       correlationId: envelope.correlationId ?? envelope.id,
       deadline: envelope.deadline ?? Date.now() + timeoutMs,
     });
     correlationId = env.correlationId!;
+    // Nobody would ever answer: say so now instead of after the whole timeout. (A bus
+    // client's instance is its own: the check names the id to send to.)
+    if (opts.checkAgent !== false) {
+      const to = await addressableAgent(ctx, env.to);
+      if (to !== env.to) env = { ...env, to };
+    }
     const subject = ctx.subjects.a2a(env.to);
-    // Nobody would ever answer: say so now instead of after the whole timeout.
-    if (opts.checkAgent !== false) await assertAgentAddressable(ctx, env.to);
     const timer = setTimeout(() => failed(subjectTimeout(`ask ${env.type} ${env.id}`, subject, timeoutMs)), timeoutMs);
     try {
       await timedPhase("a2a.send", undefined, () => sendEnvelope(ctx, env, opts.send));

@@ -9,13 +9,14 @@ import { connectNats } from "./connection.js";
 import type { BusContext } from "./context.js";
 import { sweepUnknownAgents, type UnknownAgentSweep } from "./unknown-agents.js";
 import { requestActivation, type ActivationReply } from "./activation.js";
-import { assertAgentAddressable } from "./agent-check.js";
+import { addressableAgent } from "./agent-check.js";
 import { deadLetterEnvelope, listDlq, startDlqMover, type DeadLetterOptions, type DlqEntry, type DlqMover } from "./dlq.js";
 import type { A2AEnvelope, MessageType } from "./envelope.js";
 import { BusClosedError, JetStreamUnavailableError, typedNatsError } from "./errors.js";
 import { redactUrl, type NatsSecurity } from "./nats-security.js";
 import { DEFAULT_INBOX_PREFIX } from "./reply-subject.js";
 import { ReplyGuard } from "./reply-guard.js";
+import { SenderIdentity, type BusPrincipal, type SenderTrust } from "./principals.js";
 import { publishEvent, subscribeEvents, type EventStream, type KovaEvent, type PublishEventOptions } from "./events.js";
 import { readStoredEvents, type StoredEventsFrom, type StoredEventsReader } from "./stored-events.js";
 import { openMailbox, type Mailbox, type MailboxHandler, type MailboxOptions } from "./mailbox.js";
@@ -50,6 +51,11 @@ export interface BusConnectOptions {
    * and `_INBOX` are always allowed): the prefixes the account grants to clients.
    */
   replyPrefixes?: string[];
+  /**
+   * Which senders act for others (principals.ts): messages from users of other NATS
+   * accounts are held to what those users own. Default: no account is trusted.
+   */
+  senders?: SenderTrust;
 }
 
 /**
@@ -111,6 +117,7 @@ export class Bus {
       mux: new RequestMux(nc),
       inboxPrefixes,
       replies: new ReplyGuard(inboxPrefixes, log),
+      senders: new SenderIdentity(opts.senders),
     });
   }
 
@@ -227,15 +234,25 @@ export class Bus {
   }
 
   /**
+   * Who sent a message or request with these headers (principals.ts): undefined for a
+   * trusted sender (a node, an operator, a gateway), else the bus principal.
+   * @throws UnnamedSenderError, InvalidEnvelopeError for a header that is not the server's
+   */
+  senderOf(headers: MsgHdrs | undefined): BusPrincipal | undefined {
+    return this.ctx.senders.of(headers);
+  }
+
+  /**
    * Fails at once when no agent of this id is declared, instead of sending a message
    * nobody will answer (`ask` does this by itself; a caller that sends and then waits some
    * other way calls it first). An instance id (`<template>--<key>`) is activated instead.
-   * Passes when the registry cannot be read. See agent-check.ts.
+   * Passes when neither the registry nor a node can tell. See agent-check.ts.
+   * @returns the id to send to: a bus client's instance is its own (`support--x` is its `support--<scope>x`)
    * @throws UnknownAgentError; RemoteError UNKNOWN_AGENT (no such template); BusClosedError
    */
-  checkAgent(agentId: string): Promise<void> {
+  checkAgent(agentId: string): Promise<string> {
     this.open("checkAgent");
-    return assertAgentAddressable(this.ctx, agentId);
+    return addressableAgent(this.ctx, agentId);
   }
 
   /**

@@ -4,6 +4,7 @@ import type { Logger } from "../core/logger.js";
 import type { CodecLimits } from "./codec.js";
 import type { ReplyGuard } from "./reply-guard.js";
 import type { RequestMux } from "./request-mux.js";
+import type { SenderIdentity } from "./principals.js";
 import type { Subjects } from "./subjects.js";
 
 /** What the bus's parts share: one connection and the names derived from the cluster. */
@@ -25,4 +26,6 @@ export interface BusContext {
   readonly inboxPrefixes: readonly string[];
   /** Which core requests' reply subjects this process answers (the rpc fast path, a node's control endpoints). */
   readonly replies: ReplyGuard;
+  /** Who sent a message (principals.ts): tenants' messages are held to what they own. */
+  readonly senders: SenderIdentity;
 }

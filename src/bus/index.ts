@@ -72,3 +72,15 @@ export {
   isWrongLastSequence,
   jsApiCode,
 } from "./nats-errors.js";
+export {
+  SenderIdentity,
+  admitFromTenant,
+  requireOwnInstance,
+  tenantAgentId,
+  NotOwnedError,
+  UnnamedSenderError,
+  DEFAULT_CLIENT_INBOX_PREFIX,
+  REQUEST_INFO_HEADER,
+  type BusPrincipal,
+  type SenderTrust,
+} from "./principals.js";

@@ -1,4 +1,4 @@
-import type { Msg, MsgHdrs, NatsConnection, Subscription } from "@nats-io/transport-node";
+import { PermissionViolationError, type Msg, type MsgHdrs, type NatsConnection, type Subscription } from "@nats-io/transport-node";
 
 import { newInbox } from "./inbox.js";
 
@@ -23,7 +23,11 @@ interface MuxListener {
  */
 export class RequestMux {
   private readonly prefix: string;
-  private readonly pending = new Map<string, { resolve(m: Msg): void; reject(e: Error): void; timer: NodeJS.Timeout; opts: MuxRequestOptions }>();
+  private readonly pending = new Map<
+    string,
+    { resolve(m: Msg): void; reject(e: Error): void; timer: NodeJS.Timeout; opts: MuxRequestOptions; subject: string }
+  >();
+  private watchingRefusals = false;
   private readonly listeners = new Map<string, MuxListener>();
   private next = 0;
   private sub: Subscription | undefined;
@@ -34,12 +38,13 @@ export class RequestMux {
 
   request(subject: string, data: Uint8Array, opts: MuxRequestOptions): Promise<Msg> {
     const token = this.token();
+    if (!this.watchingRefusals) this.watchRefusals();
     return new Promise<Msg>((resolve, reject) => {
       const timer = setTimeout(() => {
         this.pending.delete(token);
         reject(opts.timedOut());
       }, opts.timeoutMs);
-      this.pending.set(token, { resolve, reject, timer, opts });
+      this.pending.set(token, { resolve, reject, timer, opts, subject });
       try {
         this.nc.publish(subject, data, { reply: `${this.prefix}.${token}`, ...(opts.headers ? { headers: opts.headers } : {}) });
       } catch (err) {
@@ -92,6 +97,26 @@ export class RequestMux {
     // The server answers a request nobody can take with an empty 503 status message.
     if (msg.data.length === 0 && msg.headers?.code === 503) p.reject(p.opts.noResponders());
     else p.resolve(msg);
+  }
+
+  /**
+   * A publish the user's permissions refuse is never answered: the server says so once, on
+   * the connection (`-ERR Permissions Violation`). The requests to that subject fail with
+   * it at once rather than after their whole timeout.
+   */
+  private watchRefusals(): void {
+    this.watchingRefusals = true;
+    void (async () => {
+      for await (const s of this.nc.status()) {
+        if (s.type !== "error" || !(s.error instanceof PermissionViolationError) || s.error.operation !== "publish") continue;
+        for (const [token, p] of this.pending) {
+          if (p.subject !== s.error.subject) continue;
+          this.pending.delete(token);
+          clearTimeout(p.timer);
+          p.reject(s.error);
+        }
+      }
+    })().catch(() => undefined);
   }
 
   /** Fails every waiting request with `err` and drops the subscription. */

@@ -4,6 +4,7 @@ import { decodeValue, encodeValue, encodingOf, type Encoding } from "./codec.js"
 import type { BusContext } from "./context.js";
 import { createEnvelope, validateEnvelope, type A2AEnvelope, type MessageType } from "./envelope.js";
 import { KovaNoRespondersError, subjectTimeout } from "./errors.js";
+import { requireOwnInstance } from "./principals.js";
 import { ContentType, Header } from "./wire.js";
 
 /** The reply body of the fast path (docs/protocol.md). */
@@ -75,6 +76,9 @@ async function answer(ctx: BusContext, agentId: string, msg: Msg, handler: RpcHa
   let reply: RpcReply;
   try {
     const env = validateEnvelope(decodeValue(msg.data, encoding, ctx.limits, msg.subject));
+    // A bus client's request reaches its own instances only (principals.ts).
+    const sender = msg.headers ? ctx.senders.of(msg.headers) : undefined;
+    if (sender) requireOwnInstance(agentId, sender);
     reply = { ok: true, result: await handler(env, { encoding }) };
   } catch (err) {
     ctx.log.debug({ err, agentId }, "rpc request failed");

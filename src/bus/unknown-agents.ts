@@ -4,7 +4,7 @@ import { isValidId } from "../core/ids.js";
 import type { BusContext } from "./context.js";
 import { moveStored } from "./dlq.js";
 import { UnknownAgentError } from "./errors.js";
-import { isMessageGone, isStreamNotFound } from "./nats-errors.js";
+import { isMessageGone, isPermissionDenied, isStreamNotFound } from "./nats-errors.js";
 import { DlqReason } from "./wire.js";
 
 /** What a sweep asks about each agent id with messages waiting in the A2A stream. */
@@ -85,9 +85,10 @@ function notAnAgentId(token: string): UnknownAgentError {
  * Whether the registry (KV `kova_<c>_agents`) knows `agentId`, read with one direct get
  * over the connection's request mux: a missing bucket answers "no responders" at once
  * (nats.js's own direct get would wait out its timeout), and the wait is bounded.
+ * @param onRefused called when the user's permissions refuse the lookup (it never will be answered)
  * @returns true/false, or undefined when it cannot tell (no registry yet, no permission, a timeout)
  */
-export async function registryKnows(ctx: BusContext, agentId: string, timeoutMs = 1000): Promise<boolean | undefined> {
+export async function registryKnows(ctx: BusContext, agentId: string, timeoutMs = 1000, onRefused?: () => void): Promise<boolean | undefined> {
   const bucket = ctx.subjects.kv.agents;
   const body = new TextEncoder().encode(JSON.stringify({ last_by_subj: `$KV.${bucket}.${agentId}` }));
   let reply: Msg;
@@ -97,7 +98,8 @@ export async function registryKnows(ctx: BusContext, agentId: string, timeoutMs 
       noResponders: () => new Error("no registry"),
       timedOut: () => new Error("registry lookup timed out"),
     });
-  } catch {
+  } catch (err) {
+    if (isPermissionDenied(err)) onRefused?.();
     return undefined;
   }
   // A direct get answers a missing key with a status message (404) and no body.

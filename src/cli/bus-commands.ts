@@ -41,8 +41,9 @@ export function register(program: Command): void {
     .option("--allow-unknown", "store the message even when no agent of that id is declared (yet)")
     .action((target: string, o: MessageOpts & { allowUnknown?: boolean }) =>
       withClient(o, async (client) => {
-        const agentId = address(target, o.key);
-        if (!o.allowUnknown) await refuseUnknownAgent(client, agentId);
+        const named = address(target, o.key);
+        // A bus client's instance is its own: the check names the id to send to.
+        const agentId = o.allowUnknown ? named : await refuseUnknownAgent(client, named);
         const r = await client.send(agentId, messageType(o.type ?? ""), payload(o.payload), { ...(o.id ? { id: o.id } : {}) });
         const subject = client.bus.subjects.a2a(agentId);
         if (o.json) return print({ ...r, subject });
@@ -189,11 +190,12 @@ export async function withClient(o: BusOpts, fn: (client: KovaClient) => Promise
  * A send to an id nobody declared is stored anyway and waits, unanswered, until the
  * unknown-agent sweep moves it to the DLQ; for a typo the user wants to hear it now. An
  * instance id is activated instead; an unreadable registry lets the send go ahead.
+ * @returns the id to send to (a bus client's instance: its own)
  * @throws KovaError UNKNOWN_AGENT saying how to check the id and how to send anyway
  */
-async function refuseUnknownAgent(client: KovaClient, agentId: string): Promise<void> {
+async function refuseUnknownAgent(client: KovaClient, agentId: string): Promise<string> {
   try {
-    await client.bus.checkAgent(agentId);
+    return await client.bus.checkAgent(agentId);
   } catch (err) {
     if (!isKovaError(err, BusErrorCode.UNKNOWN_AGENT)) throw err;
     throw new KovaError(

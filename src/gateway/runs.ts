@@ -139,8 +139,8 @@ export class RunClient {
     return (
       this.registry.get(agentId) ?? {
         id: agentId,
-        type: reply.template,
-        template: reply.template,
+        type: reply.template ?? agentId,
+        ...(reply.template ? { template: reply.template } : {}),
         node: null,
         state: "Created",
         capabilities: [],

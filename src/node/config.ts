@@ -18,7 +18,7 @@ import { parseTomlText } from "../core/toml.js";
 import { durationOrNever } from "../core/duration.js";
 import { isValidId, parseInstanceId } from "../core/ids.js";
 import { validateTemplate, type ActorTemplate } from "../actors/templates.js";
-import { redactUrl, type NatsSecurity } from "../bus/index.js";
+import { redactUrl, type NatsSecurity, type SenderTrust } from "../bus/index.js";
 import { urlHasCredentials } from "../bus/nats-security.js";
 import { NATS_SECURITY_KEYS, natsSecurityFrom } from "./nats-config.js";
 import { toolsConfigFrom, type ToolsConfig } from "../tools/config.js";
@@ -114,6 +114,8 @@ export interface NodeConfig {
   security?: NatsSecurity;
   /** Clients' inbox prefixes this node may send replies to (besides `_INBOX`). */
   replyPrefixes?: string[];
+  /** Which NATS accounts' users act for others; the others' are bus principals (`[nats] trusted_accounts`, `client_inbox_prefix`). */
+  senders?: SenderTrust;
   /**
    * Replicas of Kova's streams and KV buckets. Undefined: chosen from the server the node
    * connects to (3 on a clustered NATS, else 1), so a cluster deployment that forgets the

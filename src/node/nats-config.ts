@@ -2,7 +2,7 @@ import { readFileSync } from "node:fs";
 import { resolve } from "node:path";
 import { ConfigError } from "../core/errors.js";
 import { rejectUnknown, stringList, stringValue, tableAt, type ConfigTable } from "../core/config-table.js";
-import type { NatsSecurity } from "../bus/index.js";
+import type { NatsSecurity, SenderTrust } from "../bus/index.js";
 
 /** The `[nats]` keys about identity and transport security (urls and replicas are parsed in config.ts). */
 export const NATS_SECURITY_KEYS = [
@@ -20,6 +20,8 @@ export const NATS_SECURITY_KEYS = [
   "tls",
   "inbox_prefix",
   "reply_prefixes",
+  "trusted_accounts",
+  "client_inbox_prefix",
 ] as const;
 
 const SUBJECT_TOKEN = /^[A-Za-z0-9_-]+$/;
@@ -36,6 +38,9 @@ const SUBJECT_TOKEN = /^[A-Za-z0-9_-]+$/;
  * tls = { ca_file = "ca.pem", cert_file = "node.pem", key_file = "node-key.pem" }
  * inbox_prefix = "_INBOX_kova"             # this process's reply inboxes
  * reply_prefixes = ["_INBOX_billing"]      # clients' inbox prefixes a node may reply to
+ * trusted_accounts = ["OPERATOR", "GATEWAY"]  # accounts whose users act for others; every
+ *                                          #   other account's users are bus principals
+ * client_inbox_prefix = "_INBOX_client"    # a bus principal (user U) gets replies under <prefix>.U
  * ```
  *
  * Secrets come only from an environment variable or a file the config names: a secret
@@ -44,7 +49,11 @@ const SUBJECT_TOKEN = /^[A-Za-z0-9_-]+$/;
  * @param base directory that relative paths are relative to (the config file's)
  * @throws ConfigError naming the key and the fix
  */
-export function natsSecurityFrom(nats: ConfigTable, base: string, env: NodeJS.ProcessEnv): { security?: NatsSecurity; replyPrefixes?: string[] } {
+export function natsSecurityFrom(
+  nats: ConfigTable,
+  base: string,
+  env: NodeJS.ProcessEnv,
+): { security?: NatsSecurity; replyPrefixes?: string[]; senders?: SenderTrust } {
   const sec: NatsSecurity = {};
   const user = stringValue(nats.user, "nats.user");
   if (user !== undefined) sec.user = user;
@@ -83,9 +92,19 @@ export function natsSecurityFrom(nats: ConfigTable, base: string, env: NodeJS.Pr
   const inbox = stringValue(nats.inbox_prefix, "nats.inbox_prefix");
   if (inbox !== undefined) sec.inboxPrefix = inboxPrefix(inbox, "nats.inbox_prefix");
   const replyPrefixes = stringList(nats.reply_prefixes, "nats.reply_prefixes", '["_INBOX_billing"]', inboxPrefix);
+  const trustedAccounts = stringList(nats.trusted_accounts, "nats.trusted_accounts", '["OPERATOR", "GATEWAY"]', (a, k) => {
+    if (!/^[A-Za-z0-9_-]+$/.test(a)) throw new ConfigError(k, `must be a NATS account name such as "GATEWAY", not ${JSON.stringify(a)}`);
+    return a;
+  });
+  const clientInbox = stringValue(nats.client_inbox_prefix, "nats.client_inbox_prefix");
+  const senders: SenderTrust = {
+    ...(trustedAccounts ? { trustedAccounts } : {}),
+    ...(clientInbox !== undefined ? { clientInboxPrefix: inboxPrefix(clientInbox, "nats.client_inbox_prefix") } : {}),
+  };
   return {
     ...(Object.keys(sec).length > 0 ? { security: sec } : {}),
     ...(replyPrefixes ? { replyPrefixes } : {}),
+    ...(Object.keys(senders).length > 0 ? { senders } : {}),
   };
 }
 

@@ -1,4 +1,5 @@
-import { decodeValue, type CodecLimits } from "../bus/index.js";
+import { decodeValue, tenantAgentId, type CodecLimits } from "../bus/index.js";
+import { assertId } from "../core/ids.js";
 import { ArgumentError, isKovaError } from "../core/errors.js";
 import { KOVA_VERSION } from "../core/version.js";
 import type { ModelSlotStats } from "../agents/model/index.js";
@@ -62,7 +63,12 @@ function nodeEndpoints(d: NodeServiceDeps): MicroEndpoint[] {
     {
       name: "activate",
       subject: bus.subjects.activate,
-      handler: async (data) => virtual.activate(body(data, "activate").id as string, "request"),
+      // A bus client activates its own instances only: `support--x` is its `support--<scope>x` (the reply names it).
+      handler: async (data, headers) => {
+        const id = body(data, "activate").id as string;
+        const sender = bus.senderOf(headers);
+        return virtual.activate(sender ? tenantAgentId(assertId("actor id", id), sender) : id, "request");
+      },
     },
     {
       name: "schedules",

@@ -213,6 +213,7 @@ export class KovaNode {
         logger: this.scope,
         ...(config.security ? { security: config.security } : {}),
         ...(config.replyPrefixes ? { replyPrefixes: config.replyPrefixes } : {}),
+        ...(config.senders ? { senders: config.senders } : {}),
       }),
     );
     try {

@@ -1,4 +1,5 @@
-import type { Subscription } from "@nats-io/transport-node";
+import type { MsgHdrs, Subscription } from "@nats-io/transport-node";
+import { ownsInstance } from "../core/principals.js";
 import { assertId } from "../core/ids.js";
 import type { Logger } from "../core/logger.js";
 import { isConsumerNotFound, UnknownAgentError, type ActivationReply, type Bus } from "../bus/index.js";
@@ -93,7 +94,7 @@ export class VirtualActors {
       this.sub = this.o.bus.nc.subscribe(this.o.bus.subjects.a2aWildcard, {
         queue: "kova-activator",
         callback: (err, msg) => {
-          if (!err) this.onMessage(msg.subject.slice(this.prefix.length));
+          if (!err) this.onMessage(msg.subject.slice(this.prefix.length), msg.headers);
         },
       });
     }
@@ -115,8 +116,15 @@ export class VirtualActors {
     };
   }
 
-  private onMessage(id: string): void {
+  private onMessage(id: string, headers: MsgHdrs | undefined): void {
     if (this.o.registry.get(id) !== undefined || this.o.templates.resolve(id) === undefined) return;
+    // A bus client's message brings only its own instance to life (principals.ts); its mailbox refuses the rest.
+    try {
+      const sender = this.o.bus.senderOf(headers);
+      if (sender && !ownsInstance(id, sender.scope)) return;
+    } catch {
+      return;
+    }
     this.activate(id, "listener").catch((err: unknown) => this.log.debug({ err, actorId: id }, "activation from the listener failed; the sweep retries"));
   }
 
@@ -149,6 +157,10 @@ export class VirtualActors {
     const { registry, templates, types, nodeId } = this.o;
     assertId("actor id", id);
     const resolved = templates.resolve(id);
+    // A declared agent is no instance, but a caller that cannot read the registry (a bus
+    // client) learns here that it exists, as ask's check needs.
+    const declared = resolved ? undefined : registry.get(id);
+    if (declared && declared.desired !== "killed") return { id, created: false, via: nodeId };
     if (!resolved) {
       const names = templates.list().map((t) => t.name);
       // A template's own name is the likeliest mistake: it is no agent, its instances are.

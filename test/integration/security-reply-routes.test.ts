@@ -69,7 +69,8 @@ const registryMsgGet: Route = {
 };
 
 const ROUTES: Record<Exclude<Role, "node">, Route[]> = {
-  client: [a2aSend, rpc, directGet, activate],
+  // (a client reads no registry: it is a principal of its own, docs/security.md)
+  client: [a2aSend, rpc, activate],
   operator: [
     a2aSend,
     rpc,
