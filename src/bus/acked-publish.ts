@@ -1,7 +1,7 @@
 import { type ApiError, JetStreamApiError, type PubAck } from "@nats-io/jetstream";
 import { type MsgHdrs, NoRespondersError as NatsNoResponders, TimeoutError as NatsTimeout } from "@nats-io/transport-node";
 import { sleep } from "../core/clock.js";
-import { ErrorCode, KovaError } from "../core/errors.js";
+import { ErrorCode, fromWire, KovaError } from "../core/errors.js";
 import type { BusContext } from "./context.js";
 import { KovaNoRespondersError, subjectTimeout } from "./errors.js";
 
@@ -90,7 +90,8 @@ interface AckBody {
   seq?: number;
   duplicate?: boolean;
   domain?: string;
-  error?: { code?: number; err_code?: number; description?: string };
+  /** `kova`: a Kova node's refusal at a client's ingress (ingress.ts), as a wire error. */
+  error?: { code?: number; err_code?: number; description?: string; kova?: unknown };
 }
 
 /** `{"stream":"S","seq":1,"duplicate":true}` or `{"error":{"code":…,"err_code":…,"description":…}}`. */
@@ -115,6 +116,8 @@ function parsePubAck(data: Uint8Array, subject: string): PubAck {
   const body = ackBody(data, subject);
   if (body.error) {
     const e = body.error;
+    const refused = fromWire(e.kova);
+    if (refused) throw refused;
     throw new KovaError(
       ErrorCode.REMOTE_ERROR,
       `publish on ${subject} refused by JetStream: ${e.description ?? "invalid ack"} (${e.err_code ?? e.code ?? "?"})`,

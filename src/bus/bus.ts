@@ -17,6 +17,7 @@ import { redactUrl, type NatsSecurity } from "./nats-security.js";
 import { DEFAULT_INBOX_PREFIX } from "./reply-subject.js";
 import { ReplyGuard } from "./reply-guard.js";
 import { SenderIdentity, type BusPrincipal, type SenderTrust } from "./principals.js";
+import { serveIngress } from "./ingress.js";
 import { publishEvent, subscribeEvents, type EventStream, type KovaEvent, type PublishEventOptions } from "./events.js";
 import { readStoredEvents, type StoredEventsFrom, type StoredEventsReader } from "./stored-events.js";
 import { openMailbox, type Mailbox, type MailboxHandler, type MailboxOptions } from "./mailbox.js";
@@ -65,7 +66,7 @@ export interface BusConnectOptions {
 export class Bus {
   private readonly ctx: BusContext;
   private readonly mailboxes = new Set<Mailbox>();
-  private readonly services = new Set<RpcService | DlqMover>();
+  private readonly services = new Set<RpcService | DlqMover | { stop(): Promise<void> }>();
   private closing: Promise<void> | undefined;
 
   private constructor(ctx: BusContext) {
@@ -295,6 +296,17 @@ export class Bus {
   }
 
   /** Moves messages that exhausted max_deliver to the DLQ (run one per node; they share the work). */
+  /**
+   * Serves the ingress of bus clients' durable sends (ingress.ts): nodes run it, so that a
+   * client account that imports it as its agents' inboxes is held to what its users own.
+   */
+  serveIngress(): { stop(): Promise<void> } {
+    this.open("serveIngress");
+    const svc = serveIngress(this.ctx);
+    this.services.add(svc);
+    return svc;
+  }
+
   startDlqMover(): DlqMover {
     this.open("startDlqMover");
     const mover = startDlqMover(this.ctx);

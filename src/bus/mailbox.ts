@@ -12,8 +12,6 @@ import { validateEnvelope, type A2AEnvelope } from "./envelope.js";
 import { InvalidEnvelopeError, type DecodeError, BusErrorCode } from "./errors.js";
 import { publishDlq } from "./dlq.js";
 import { replyToProblem } from "./reply-subject.js";
-import { admitFromTenant, NotOwnedError } from "./principals.js";
-import { respond } from "./ask.js";
 import { DlqReason } from "./wire.js";
 import { nakNow, PullInbox, type PullTarget } from "./pull-inbox.js";
 import { PulledMsg } from "./pulled-msg.js";
@@ -268,7 +266,7 @@ class MailboxImpl implements Mailbox, PullTarget {
   }
 
   private async handle(m: PulledMsg): Promise<void> {
-    let env: A2AEnvelope | undefined;
+    let env: A2AEnvelope;
     const encoding = encodingOf(m.headers);
     try {
       env = validateEnvelope(decodeValue(m.data, encoding, this.ctx.limits, m.subject));
@@ -277,12 +275,7 @@ class MailboxImpl implements Mailbox, PullTarget {
       }
       const badReply = env.replyTo === undefined ? undefined : replyToProblem(env.replyTo, this.ctx.subjects, this.ctx.inboxPrefixes);
       if (badReply) throw new InvalidEnvelopeError("replyTo", badReply);
-      // A bus client's message (principals.ts): held to what its sender owns, before any turn.
-      const sender = this.ctx.senders.of(m.headers);
-      if (sender) env = admitFromTenant(env, sender);
     } catch (err) {
-      // Its own inbox waits for an answer: say "not found" there rather than let it time out.
-      if (err instanceof NotOwnedError && env?.replyTo) await respond(this.ctx, env, null, { error: err, encoding }).catch(() => undefined);
       return this.deadLetter(m, reasonFor(err), err);
     }
     if (env.deadline !== undefined && env.deadline < Date.now() && this.opts.dropExpired !== false) {
@@ -427,6 +420,5 @@ function reasonFor(err: unknown): DlqReason {
   }
   if (isKovaError(err, BusErrorCode.PAYLOAD_TOO_LARGE)) return DlqReason.payloadTooLarge;
   if (isKovaError(err, BusErrorCode.UNKNOWN_MESSAGE_TYPE)) return DlqReason.unknownType;
-  if (err instanceof NotOwnedError) return DlqReason.notOwner;
   return DlqReason.invalidEnvelope;
 }

@@ -109,8 +109,8 @@ const OWNED_FIELDS = ["sessionId", "runId", "parentRunId"] as const;
  * A tenant's message as the node takes it: addressed to no instance but its own, replying
  * to no inbox but its own, and with every id in its payload that names a session, a run, a
  * budget group or an end user made its own (the caller's names get its scope; one that
- * carries another principal's scope is refused as not found). A task with neither session
- * nor run gets a run id of its own (from the message id, so a redelivery gets the same).
+ * carries another principal's scope is refused as not found). A message without a run id
+ * gets one of its own (from the message id, so a resend gets the same).
  * Checking is a few string comparisons: no lookup.
  * @throws InvalidEnvelopeError for a `replyTo` outside its inbox; NotOwnedError (UNKNOWN_AGENT)
  *   for another principal's instance or id, as for one that does not exist
@@ -125,7 +125,7 @@ export function admitFromTenant(env: A2AEnvelope, p: BusPrincipal): A2AEnvelope 
   const src = payload as Record<string, unknown>;
   const out: Record<string, unknown> = { ...src };
   for (const field of OWNED_FIELDS) if (isValidId(src[field])) out[field] = owned(src[field] as string, p);
-  if (out.sessionId === undefined && out.runId === undefined) out.runId = owned(env.id, p);
+  out.runId ??= owned(env.id, p);
   const c = src.constraints;
   if (c !== null && typeof c === "object" && !Array.isArray(c)) {
     const constraints: Record<string, unknown> = { ...(c as Record<string, unknown>) };

@@ -10,6 +10,12 @@ export interface Subjects {
   /** An agent's durable inbox: `kova.<c>.a2a.<agentId>`. */
   a2a(agentId: string): string;
   readonly a2aWildcard: string;
+  /**
+   * Where a bus client's durable sends land (principals.ts, ingress.ts): `kova.<c>.ingress.a2a.<agentId>`,
+   * which its account imports as `kova.<c>.a2a.>`; a node admits each one and stores it.
+   */
+  ingress(agentId: string): string;
+  readonly ingressWildcard: string;
   /** The fast, unstored request path: `kova.<c>.rpc.<agentId>`. */
   rpc(agentId: string): string;
   /** `kova.<c>.events.<sessionId>.<runId>`. */
@@ -51,6 +57,8 @@ export function subjectsFor(cluster: string): Subjects {
     prefix,
     a2a: (agentId) => `${prefix}.a2a.${assertId("agent id", agentId)}`,
     a2aWildcard: `${prefix}.a2a.*`,
+    ingress: (agentId) => `${prefix}.ingress.a2a.${assertId("agent id", agentId)}`,
+    ingressWildcard: `${prefix}.ingress.a2a.*`,
     rpc: (agentId) => `${prefix}.rpc.${assertId("agent id", agentId)}`,
     events: (sessionId, runId) => `${prefix}.events.${assertId("session id", sessionId)}.${assertId("run id", runId)}`,
     sessionEvents: (sessionId) => `${prefix}.events.${assertId("session id", sessionId)}.*`,

@@ -64,6 +64,4 @@ export const DlqReason = defineDlqReasons("bus", {
   maxDeliver: "max_deliver",
   /** Addressed to an agent id nothing declared, for longer than the configured wait. */
   unknownAgent: "unknown_agent",
-  /** A bus client's message naming another principal's instance, session or run (principals.ts). */
-  notOwner: "not_owner",
 });

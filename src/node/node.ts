@@ -229,6 +229,9 @@ export class KovaNode {
     // Every node moves messages that exhausted max_deliver to the DLQ; several movers are
     // safe because a DLQ entry's msg id is derived from the original's stream sequence.
     this.dlqMover = this.bus.startDlqMover();
+    // Bus clients' durable sends come in through here (their account imports it as the
+    // agents' inboxes): held to what their users own, then stored (docs/security.md).
+    this.bus.serveIngress();
     // Opened (created on a fresh cluster) now rather than at the first actor start: on
     // nats-server 2.9 a KV Direct Get sent right after several nodes created the bucket at
     // once sometimes gets no answer, and that first start then waited out the 5 s request

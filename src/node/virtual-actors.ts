@@ -1,5 +1,4 @@
-import type { MsgHdrs, Subscription } from "@nats-io/transport-node";
-import { ownsInstance } from "../core/principals.js";
+import type { Subscription } from "@nats-io/transport-node";
 import { assertId } from "../core/ids.js";
 import type { Logger } from "../core/logger.js";
 import { isConsumerNotFound, UnknownAgentError, type ActivationReply, type Bus } from "../bus/index.js";
@@ -94,7 +93,7 @@ export class VirtualActors {
       this.sub = this.o.bus.nc.subscribe(this.o.bus.subjects.a2aWildcard, {
         queue: "kova-activator",
         callback: (err, msg) => {
-          if (!err) this.onMessage(msg.subject.slice(this.prefix.length), msg.headers);
+          if (!err) this.onMessage(msg.subject.slice(this.prefix.length));
         },
       });
     }
@@ -116,15 +115,8 @@ export class VirtualActors {
     };
   }
 
-  private onMessage(id: string, headers: MsgHdrs | undefined): void {
+  private onMessage(id: string): void {
     if (this.o.registry.get(id) !== undefined || this.o.templates.resolve(id) === undefined) return;
-    // A bus client's message brings only its own instance to life (principals.ts); its mailbox refuses the rest.
-    try {
-      const sender = this.o.bus.senderOf(headers);
-      if (sender && !ownsInstance(id, sender.scope)) return;
-    } catch {
-      return;
-    }
     this.activate(id, "listener").catch((err: unknown) => this.log.debug({ err, actorId: id }, "activation from the listener failed; the sweep retries"));
   }
 

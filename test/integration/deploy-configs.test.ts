@@ -98,7 +98,7 @@ describe("deploy configs", () => {
       // A subject its user may publish to without an import would reach no node (no
       // responders); an import its user may not publish to would be dead weight.
       const services = a.imports.filter((i) => i.kind === "service");
-      expect(services.map((i) => i.subject).sort(), `${name}: service imports = publish permissions`).toEqual([...a.publish].sort());
+      expect(services.map((i) => i.to ?? i.subject).sort(), `${name}: service imports = publish permissions`).toEqual([...a.publish].sort());
       // What its users may subscribe to arrives through a stream import, and every stream
       // import serves a subscription (a client user's own inbox sits under the role's).
       const streams = a.imports.filter((i) => i.kind === "stream").map((i) => i.subject);
@@ -128,6 +128,14 @@ describe("deploy configs", () => {
         ).toBe(true);
       }
     }
+    // A client is a principal (docs/security.md, "Bus principals"): the server names its user
+    // on every request that leaves its account, and its durable sends reach a node's
+    // ingress rather than the stream (which would drop that name); it reads no registry.
+    const client = accounts.get("CLIENT")!;
+    for (const i of client.imports.filter((x) => x.kind === "service")) expect(i.share, `CLIENT imports ${i.subject} with share: true`).toBe(true);
+    expect(client.imports.find((i) => i.to === "kova.default.a2a.>")?.subject).toBe("kova.default.ingress.a2a.>");
+    expect(client.imports.some((i) => i.subject === "kova.default.a2a.>" || i.subject.includes("KV_kova_default_agents"))).toBe(false);
+    expect(read("kova/kova-node1.toml")).toContain('trusted_accounts = ["OPERATOR", "GATEWAY"]');
     // Requests answered more than once: every node's $SRV answer, a pull's messages.
     const multi = exports.filter((e) => e.responseType === "stream").map((e) => e.subject);
     expect(multi.sort()).toEqual(["$JS.API.CONSUMER.MSG.NEXT.KOVA_DEFAULT_EVENTS.>", "$SRV.>"]);
