@@ -1,4 +1,4 @@
-import { classifyErrorCodes, defineErrorCodes, KovaError } from "../core/errors.js";
+import { classifyErrorCodes, defineErrorCodes, KovaError } from "../core/index.js";
 
 /** The eval layer's error codes (stable: they appear in attempt records, events and scripts). */
 export const EvalErrorCode = defineErrorCodes("eval", {

@@ -1,5 +1,5 @@
 import type { Express, Request, Response } from "express";
-import type { Logger } from "../core/logger.js";
+import type { Logger } from "../core/index.js";
 import type { Bus } from "../bus/index.js";
 import { evalStore, isExperimentId, summarize, type StatusRecord } from "../eval/index.js";
 import { mayUse, type Principal } from "./auth.js";
