@@ -60,6 +60,7 @@ describe("experiments across node processes", () => {
     const victim = await tc.hostOf(experimentActorId(experimentId));
     tc.kill(victim);
     const killedAt = Date.now();
+    const killedAtPerf = performance.now();
     const doneAtKill = attempts();
 
     for await (const _ of followExperiment(tc.bus, experimentId, { round: 1 })) void _;
@@ -76,8 +77,9 @@ describe("experiments across node processes", () => {
     expect(report.subjects.map((s) => [s.subject, s.meanScore, s.passRate, s.passAtK])).toEqual(
       calm.subjects.map((s) => [s.subject, s.meanScore, s.passRate, s.passAtK]),
     );
-    // model requests per cell: one, except a call that was in flight on the killed node, which its
-    // agent's resumed turn makes again (the same run, not a new attempt)
+    // model requests per cell: one, except a call whose run was under way on the killed node: its
+    // agent's turn, resumed elsewhere, makes again the model call whose answer it had not yet
+    // journaled (the same run, not a new attempt); a run that had ended is never run again
     const mine = model.requests.filter((r) => String(r.headers["x-kova-run"] ?? "").startsWith(`${experimentId}-`));
     const perRun = new Map<string, ScriptedRequest[]>();
     for (const r of mine) perRun.set(String(r.headers["x-kova-run"]), [...(perRun.get(String(r.headers["x-kova-run"])) ?? []), r]);
@@ -86,10 +88,12 @@ describe("experiments across node processes", () => {
     const repeated = [...perRun].filter(([, rs]) => rs.length > 1);
     for (const [run, rs] of repeated) {
       expect(rs, `${run} was asked again`).toHaveLength(2);
-      // the first of the two was still open when the node died
-      const first = model.requests.find((r) => r === rs[0]) as (typeof model.requests)[number];
-      expect(first.at, run).toBeLessThanOrEqual(killedAt + 50);
-      expect(first.clientClosed || (first.endedAt ?? 0) >= killedAt - 50, run).toBe(true);
+      // the first of the two went out before the kill, and its run had not ended by then
+      expect(rs[0]!.at, run).toBeLessThanOrEqual(killedAt + 50);
+      expect(
+        tc.events.filter((e) => e.runId === run && e.type === "run_completed" && e.at < killedAtPerf),
+        `${run} had ended before the kill`,
+      ).toEqual([]);
     }
     expect(repeated.length).toBeLessThanOrEqual(8);
     process.stderr.write(
