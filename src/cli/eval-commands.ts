@@ -159,7 +159,9 @@ export function register(program: Command): void {
         if (o.follow && !ENDED_STATUSES.includes(summary.status)) return followAndReport(client, experimentId, summary.round, o);
         const report = await readReport(client, experimentId);
         if (!o.json && !ENDED_STATUSES.includes(summary.status)) {
-          process.stderr.write(`running: ${summary.done + summary.errors}/${summary.cells} cells, ${summary.inFlight} in flight\n`);
+          // From the records: a passivated experiment's summary knows no counts.
+          const finished = report.subjects.reduce((n, x) => n + x.scored + x.errors, 0);
+          process.stderr.write(`running: ${finished}/${report.cells} cells${summary.inFlight ? `, ${summary.inFlight} in flight` : ""}\n`);
         }
         showReport(report, o);
       }),
