@@ -43,8 +43,24 @@ describe("gateway from the CLI", () => {
     const key = added.stdout.trim();
     expect(key).toMatch(/^kova_[A-Za-z0-9_-]{40,}$/);
     expect(added.stderr).toContain("only time it is shown");
+    // An operator's key with quotas: never an admin unless asked (ci above is none).
+    const ops = await tc.cli(["gateway", "keys", "add", "ops", "--admin", "--max-instances", "3", "--tokens-per-minute", "5000", "--json"]);
+    expect(ops.code, ops.stderr).toBe(0);
+    expect(JSON.parse(ops.stdout)).toMatchObject({
+      name: "ops",
+      id: expect.stringMatching(/^[0-9a-f]{20}$/),
+      admin: true,
+      maxInstances: 3,
+      tokensPerMinute: 5000,
+    });
+    const badQuota = await tc.cli(["gateway", "keys", "add", "bad", "--max-concurrent-runs", "0"]);
+    expect(badQuota.code).not.toBe(0);
+    expect(badQuota.stderr).toContain("--max-concurrent-runs");
     const ls = await tc.cli(["gateway", "keys", "ls", "--json"]);
-    expect(JSON.parse(ls.stdout)).toEqual([expect.objectContaining({ name: "ci", agents: ["p-0"] })]);
+    const listed = JSON.parse(ls.stdout) as Array<{ name: string; id: string; admin?: boolean }>;
+    expect(listed.find((k) => k.name === "ci")).toMatchObject({ name: "ci", agents: ["p-0"], id: expect.stringMatching(/^[0-9a-f]{20}$/) });
+    expect(listed.find((k) => k.name === "ci")?.admin).toBeUndefined();
+    expect(listed.find((k) => k.name === "ops")).toMatchObject({ admin: true, id: JSON.parse(ops.stdout).id });
     expect(ls.stdout).not.toContain("sha256");
 
     const auth = { authorization: `Bearer ${key}` };

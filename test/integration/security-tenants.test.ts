@@ -53,7 +53,7 @@ let gateway: Gateway;
 let admin: Bus;
 const conns: NatsConnection[] = [];
 const logs = captureLogs();
-const keys = { a: generateKey(), b: generateKey() };
+const keys = { a: generateKey(), b: generateKey(), ops: generateKey() };
 const scopeOf = (key: string, name: string) => principalOf({ name, hash: hashKey(key) }).sessionScope!;
 const clientUser = (user: string): NatsSecurity => ({ user, password: passwords.client, inboxPrefix: `_INBOX_client.${user}` });
 
@@ -80,7 +80,7 @@ const reached = (text: string) => model.requests.some((q) => JSON.stringify(q.me
 // those are the refusals the cases expect, and nothing else is hidden.
 const consoleError = console.error;
 console.error = (...args: unknown[]) => {
-  if (/^(Pre-stream error|Error during SSE streaming) for request/.test(String(args[0]))) return;
+  if (/^(Pre-stream error for request|Error during SSE streaming \(request)/.test(String(args[0]))) return;
   consoleError(...args);
 };
 
@@ -119,6 +119,7 @@ beforeAll(async () => {
       keys: [
         { name: "key-a", hash: hashKey(keys.a), agents: ["helper", "support", "clerk"] },
         { name: "key-b", hash: hashKey(keys.b), agents: ["helper", "writer", "support"] },
+        { name: "ops", hash: hashKey(keys.ops), admin: true },
       ],
     }),
     servers: server.url,
@@ -194,7 +195,7 @@ function message(text: string, extra: Record<string, unknown> = {}) {
   return { messageId: randomUUID(), role: "ROLE_USER", parts: [{ text }], ...extra };
 }
 
-function openai(key: "a" | "b", body: Record<string, unknown>, extra: Record<string, string> = {}) {
+function openai(key: keyof typeof keys, body: Record<string, unknown>, extra: Record<string, string> = {}) {
   return fetch(`${gateway.url}/v1/chat/completions`, {
     method: "POST",
     headers: { authorization: `Bearer ${keys[key]}`, "content-type": "application/json", ...extra },
@@ -202,7 +203,7 @@ function openai(key: "a" | "b", body: Record<string, unknown>, extra: Record<str
   });
 }
 
-async function rpc(key: "a" | "b", path: string, method: string, params: unknown, legacy = false) {
+async function rpc(key: keyof typeof keys, path: string, method: string, params: unknown, legacy = false) {
   const res = await fetch(`${gateway.url}${path}`, {
     method: "POST",
     headers: { authorization: `Bearer ${keys[key]}`, "content-type": "application/json", ...(legacy ? {} : { "A2A-Version": "1.0" }) },
@@ -214,7 +215,7 @@ async function rpc(key: "a" | "b", path: string, method: string, params: unknown
   return { status: res.status, body: JSON.parse(json) as Record<string, any> };
 }
 
-function get(key: "a" | "b", path: string) {
+function get(key: keyof typeof keys, path: string) {
   return fetch(`${gateway.url}${path}`, { headers: { authorization: `Bearer ${keys[key]}` } });
 }
 
@@ -459,6 +460,29 @@ add("keys - a key removed and added again under the same name is a new principal
     task.metadata.kova.sessionId,
   );
   expect(JSON.stringify(model.requests.find((q) => q.lastMessage?.content === "carol again")?.messages)).not.toContain("CAROL-SECRET");
+});
+add("admin - an admin key (given explicitly) sees A's instance and client-a's in /v1/models and A's session's events: the operator's view", async () => {
+  const models = ((await (await get("ops", "/v1/models")).json()) as { data: Array<{ id: string }> }).data.map((m) => m.id);
+  expect(models).toEqual(expect.arrayContaining([A.instance, CA.instance]));
+  const ac = new AbortController();
+  const res = await fetch(`${gateway.url}/ui/api/sessions/${A.session}/events`, { headers: { authorization: `Bearer ${keys.ops}` }, signal: ac.signal });
+  expect(res.status).toBe(200);
+  ac.abort();
+  const view = (await (await get("ops", "/ui/api/cluster")).json()) as { nodes: unknown[] };
+  expect(view.nodes.length).toBeGreaterThan(0);
+});
+add("admin - a key added by kova gateway keys add without --admin is no admin: A's session is 404 and its instance unlisted", async () => {
+  const keyAdmin = await KeyAdmin.open(admin.nc, "default");
+  const { key, record } = await keyAdmin.add("dave");
+  expect(record.admin).toBeUndefined();
+  await poll(async () => (await fetch(`${gateway.url}/v1/models`, { headers: { authorization: `Bearer ${key}` } })).status === 200, {
+    timeoutMs: 10_000,
+    what: "dave's key to be accepted",
+  });
+  expect((await fetch(`${gateway.url}/ui/api/sessions/${A.session}/events`, { headers: { authorization: `Bearer ${key}` } })).status).toBe(404);
+  const models = ((await (await fetch(`${gateway.url}/v1/models`, { headers: { authorization: `Bearer ${key}` } })).json()) as { data: Array<{ id: string }> })
+    .data;
+  expect(models.map((m) => m.id)).not.toContain(A.instance);
 });
 add("agents - key A asking writer (not its agent) gets 404 as for an agent that does not exist, never 403", async () => {
   const text = marker("writer");
