@@ -1,7 +1,7 @@
 // Shared helpers of the actor benchmarks: a nats-server of their own, node processes
 // started with `bin/kova.js node start`, registry polling, and reporting.
 import { spawn } from "node:child_process";
-import { mkdtempSync, rmSync, writeFileSync, createWriteStream } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync, createWriteStream } from "node:fs";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
@@ -131,6 +131,8 @@ export async function startCluster({
   };
   const hostedBy = (id) => controlRequest(nc, nodeSubject(cluster, id, "agents"), {}, 10_000);
   const spawnActor = (id, type) => controlRequest(nc, spawnSubject(cluster), { id, type }, 10_000);
+  /** The node processes' pids, by node id. */
+  const pids = () => new Map([...procs].map(([id, p]) => [id, p.child.pid]));
   const varz = async () => await (await fetch(`${server.monitorUrl}/varz`)).json();
   /**
    * nats-server's Go memory right after a forced GC (pprof `heap?gc=1`): `heapAlloc` is what
@@ -153,7 +155,7 @@ export async function startCluster({
     else rmSync(dir, { recursive: true, force: true });
   };
   for (const id of nodes) await startNode(id);
-  return { server, cluster, nc, bus, dir, status, startNode, kill, term, agents, hostedBy, spawnActor, varz, goMemory, stop };
+  return { server, cluster, nc, bus, dir, status, startNode, kill, term, agents, hostedBy, spawnActor, varz, pids, goMemory, stop };
 }
 
 /** Polls `cond` every `everyMs` until it returns a value; throws after `timeoutMs`. */
@@ -165,6 +167,13 @@ export async function waitFor(cond, timeoutMs, what, everyMs = 100) {
     if (performance.now() - start > timeoutMs) throw new Error(`${what}: not within ${timeoutMs} ms`);
     await sleep(everyMs);
   }
+}
+
+/** CPU time (user + system) a process has used so far, ms, from /proc (USER_HZ = 100). */
+export function cpuMs(pid) {
+  const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+  const f = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+  return (Number(f[11]) + Number(f[12])) * 10;
 }
 
 export function machine() {

@@ -2,7 +2,10 @@
 // asked three ways by 64 concurrent clients: KovaClient.ask (what `kova ask` does), an A2A
 // SendMessage through the gateway (JSON-RPC over HTTP), and an OpenAI-compatible chat
 // call through the gateway. Rounds alternate; prints requests/s, p50, p99 and the ratio
-// to ask. GW_BENCH_MS per measurement (default 8000), GW_BENCH_ROUNDS (default 2).
+// to ask, and what each request cost, counted rather than timed (the machine's load moves
+// these far less): NATS messages in + out at the server, CPU µs of this process (clients,
+// gateway, node, model) and of nats-server. GW_BENCH_MS per measurement (default 8000),
+// GW_BENCH_ROUNDS (default 2).
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -14,6 +17,8 @@ import { KovaNode, parseConfig } from "../dist/node/index.js";
 import { Gateway, generateKey, hashKey, parseGatewayConfig } from "../dist/gateway/index.js";
 import { scriptedReply, startScriptedModelServer } from "../dist/testing/index.js";
 import { drive, fmt, report, silent, withServer } from "./bus-lib.mjs";
+import { cpuMs } from "./actors-lib.mjs";
+import { loadavg } from "node:os";
 
 const MS = Number(process.env.GW_BENCH_MS ?? 8000);
 const ROUNDS = Number(process.env.GW_BENCH_ROUNDS ?? 2);
@@ -111,22 +116,36 @@ await withServer(async (server) => {
     await r.json();
   };
 
+  const varz = async () => (await fetch(`${server.monitorUrl}/varz`)).json();
+  /** drive() with nats-server's CPU and the NATS messages per request beside this process's CPU. */
+  const measure = async (ms, f) => {
+    const [v0, n0] = [await varz(), cpuMs(server.pid)];
+    const r = await drive(ms, CLIENTS, f);
+    const [v1, n1] = [await varz(), cpuMs(server.pid)];
+    const calls = (r.rps * ms) / 1000;
+    return { ...r, natsCpu: ((n1 - n0) * 1000) / calls, msgs: (v1.in_msgs - v0.in_msgs + v1.out_msgs - v0.out_msgs) / calls };
+  };
+
   // warm-up: JIT, consumers, connections
   for (const f of [ask, a2a, openai]) await drive(1500, CLIENTS, f);
   const results = { ask: [], a2a: [], openai: [] };
   for (let round = 0; round < ROUNDS; round++) {
-    results.ask.push(await drive(MS, CLIENTS, ask));
-    results.a2a.push(await drive(MS, CLIENTS, a2a));
-    results.openai.push(await drive(MS, CLIENTS, openai));
+    results.ask.push(await measure(MS, ask));
+    results.a2a.push(await measure(MS, a2a));
+    results.openai.push(await measure(MS, openai));
   }
   const best = (xs) => xs.reduce((a, b) => (b.rps > a.rps ? b : a));
   const base = best(results.ask);
   const line = (name, r) =>
-    `${name.padEnd(28)} ${fmt(r.rps).padStart(6)} req/s   p50 ${(r.p50 / 1000).toFixed(1).padStart(6)} ms   p99 ${(r.p99 / 1000).toFixed(1).padStart(6)} ms   ratio ${(r.rps / base.rps).toFixed(2)}`;
+    `${name.padEnd(28)} ${fmt(r.rps).padStart(6)} req/s   p50 ${(r.p50 / 1000).toFixed(1).padStart(6)} ms   p99 ${(r.p99 / 1000).toFixed(1).padStart(6)} ms   ratio ${(r.rps / base.rps).toFixed(2)}` +
+    `   per request: ${r.msgs.toFixed(1)} NATS messages, CPU ${fmt(r.cpu)} µs here + ${fmt(r.natsCpu)} µs nats-server`;
   report(`gateway overhead: ${CLIENTS} concurrent clients, ${AGENTS} agents, zero-latency scripted model (best of ${ROUNDS} rounds of ${MS} ms)`, [
     line("KovaClient.ask (kova ask)", base),
     line("A2A SendMessage (gateway)", best(results.a2a)),
     line("OpenAI chat (gateway)", best(results.openai)),
+    `load average ${loadavg()
+      .map((l) => l.toFixed(1))
+      .join(" ")}`,
   ]);
   await client.close();
   await gateway.close();
