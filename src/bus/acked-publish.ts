@@ -65,10 +65,10 @@ export async function publishAcked(ctx: BusContext, subject: string, data: Uint8
  * their own retry and fencing rules (the step journal, checkpoint compare-and-set):
  * `js.publish` builds an Error with its stack for every call, even one that succeeds.
  */
-export async function publishToStream(ctx: BusContext, subject: string, data: Uint8Array, headers: MsgHdrs, timeoutMs: number): Promise<PubAck> {
+export async function publishToStream(ctx: BusContext, subject: string, data: Uint8Array, headers: MsgHdrs | undefined, timeoutMs: number): Promise<PubAck> {
   const reply = await ctx.mux.request(subject, data, {
     timeoutMs,
-    headers,
+    ...(headers ? { headers } : {}),
     noResponders: () => new NatsNoResponders(subject),
     timedOut: () => new NatsTimeout(),
   });

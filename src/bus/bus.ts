@@ -174,9 +174,9 @@ export class Bus {
    * One JetStream publish (no retry) through the connection's request mux: what
    * `js.publish` does, without the Error it builds for every call; it fails the same way
    * (nats.js TimeoutError / NoRespondersError, JetStreamApiError with the API code).
-   * For the node's hot compare-and-set writes (step journal, checkpoints).
+   * For hot writes: the node's compare-and-set writes (step journal, checkpoints), the gateway's task saves.
    */
-  publishToStream(subject: string, data: Uint8Array, opts: { headers: MsgHdrs; timeoutMs: number }): Promise<PubAck> {
+  publishToStream(subject: string, data: Uint8Array, opts: { headers?: MsgHdrs; timeoutMs: number }): Promise<PubAck> {
     this.open("publishToStream");
     return publishToStream(this.ctx, subject, data, opts.headers, opts.timeoutMs);
   }

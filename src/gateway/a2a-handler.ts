@@ -37,7 +37,7 @@ import type { RunClient } from "./runs.js";
 import type { NatsTaskStore } from "./task-store.js";
 import { ownerOf } from "./task-store.js";
 import { isTerminal, kovaMeta, messageText, newTask, type KovaTaskMeta } from "./task-projection.js";
-import type { LiveTask, TaskTracker } from "./task-tracker.js";
+import { FOLLOW_AFTER_MS, type LiveTask, type TaskTracker } from "./task-tracker.js";
 import { endUserOf, scopedSessionId } from "./sessions.js";
 
 /**
@@ -105,14 +105,16 @@ export class KovaA2AHandler implements A2ARequestHandler {
   }
 
   async sendMessage(params: SendMessageRequest, context: ServerCallContext): Promise<Message | Task> {
-    const live = await this.start(params, context);
-    if (params.configuration?.returnImmediately === true) return withHistory(structuredClone(live.task), params.configuration.historyLength);
+    const immediately = params.configuration?.returnImmediately === true;
+    // A blocking send is answered from the run's reply; its events are read only if the run takes a while.
+    const live = await this.start(params, context, immediately ? "now" : FOLLOW_AFTER_MS);
+    if (immediately) return withHistory(structuredClone(live.task), params.configuration?.historyLength);
     await settled(live);
     return withHistory(structuredClone(live.task), params.configuration?.historyLength);
   }
 
   async *sendMessageStream(params: SendMessageRequest, context: ServerCallContext): AsyncGenerator<StreamResponse, void, undefined> {
-    const live = await this.start(params, context);
+    const live = await this.start(params, context, "now");
     // Listen before yielding the snapshot: nothing that happens meanwhile is lost.
     const updates = live.updates();
     yield { payload: { $case: "task", value: structuredClone(live.task) } };
@@ -219,7 +221,7 @@ export class KovaA2AHandler implements A2ARequestHandler {
     return t;
   }
 
-  private async start(params: SendMessageRequest, context: ServerCallContext): Promise<LiveTask> {
+  private async start(params: SendMessageRequest, context: ServerCallContext, follow: "now" | number): Promise<LiveTask> {
     const message = params.message;
     if (!message?.messageId) throw new RequestMalformedError("message.messageId is required");
     if (message.taskId) {
@@ -259,25 +261,30 @@ export class KovaA2AHandler implements A2ARequestHandler {
     const meta: KovaTaskMeta = { agentId, sessionId, runId, owner: ownerOf(context), messageId: newId() };
     const task = newTask({ taskId: runId, contextId, message, meta });
     const user = endUserOf(principal, undefined);
+    let revision: number;
     try {
-      await this.deps.store.save(task, context);
+      revision = await this.deps.store.put(task, context);
     } catch (err) {
       ticket?.end();
       throw err;
     }
     this.deps.log.debug({ taskId: runId, agentId }, "a2a task started");
-    return this.deps.tracker.start(task, {
-      agentId,
-      // A client-chosen context is a conversation: the agent keeps its memory per session.
-      kind: message.contextId ? "agent.chat" : "task_delegate",
-      input,
-      sessionId: meta.sessionId,
-      runId,
-      messageId: meta.messageId!,
-      timeoutMs: this.deps.taskTimeoutMs,
-      ...(user ? { constraints: { user } } : {}),
-      ...(ticket ? { quota: ticket } : {}),
-    });
+    return this.deps.tracker.start(
+      task,
+      {
+        agentId,
+        // A client-chosen context is a conversation: the agent keeps its memory per session.
+        kind: message.contextId ? "agent.chat" : "task_delegate",
+        input,
+        sessionId: meta.sessionId,
+        runId,
+        messageId: meta.messageId!,
+        timeoutMs: this.deps.taskTimeoutMs,
+        ...(user ? { constraints: { user } } : {}),
+        ...(ticket ? { quota: ticket } : {}),
+      },
+      { follow, revision },
+    );
   }
 }
 

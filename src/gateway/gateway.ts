@@ -6,7 +6,7 @@ import { agentCardHandler, jsonRpcHandler, type UserBuilder } from "@a2a-js/sdk/
 import { isValidId } from "../core/ids.js";
 import { componentLogger, silentLogger, type Logger } from "../core/logger.js";
 import { Bus, type NatsSecurity } from "../bus/index.js";
-import { AgentRegistry } from "../node/registry.js";
+import { AgentRegistry, type AgentRecord } from "../node/registry.js";
 import { KovaA2AHandler, KeyUser, type A2AHandlerDeps } from "./a2a-handler.js";
 import { ANONYMOUS, authenticate, mayUse, RateLimiter, resolveAgent } from "./auth.js";
 import { limitBodyDepth } from "./body-depth.js";
@@ -132,7 +132,7 @@ export class Gateway {
         ...(opts.replicas ? { replicas: opts.replicas } : {}),
       });
       opened.push(keys);
-      const store = await NatsTaskStore.open(bus.nc, opts.cluster, { ...(opts.replicas ? { replicas: opts.replicas } : {}) });
+      const store = await NatsTaskStore.open(bus.nc, opts.cluster, { bus, ...(opts.replicas ? { replicas: opts.replicas } : {}) });
       const runs = new RunClient(bus, registry, log);
       // Watching outlives the run's own timeout a little: its reply or last events still land.
       const tracker = new TaskTracker(runs, store, log, opts.config.taskTimeoutMs + 60_000);
@@ -188,7 +188,14 @@ export class Gateway {
   private agentRouter(agentId: string): Router {
     let r = this.agentRouters.get(agentId);
     if (r) return r;
-    const card = async () => agentCard(await this.runs.ready(agentId), this.cardOptions());
+    // The SDK asks for the card on every request (to check the protocol version): built
+    // again only when the agent's registry record changes.
+    let built: { record: AgentRecord; card: AgentCard } | undefined;
+    const card = async () => {
+      const record = await this.runs.ready(agentId);
+      if (built?.record !== record) built = { record, card: agentCard(record, this.cardOptions()) };
+      return built.card;
+    };
     r = express.Router();
     r.use("/.well-known/agent-card.json", cardRoute(card));
     r.use(

@@ -1,7 +1,8 @@
 import type { KV, KvEntry } from "@nats-io/kv";
 import { openOrCreateBucket } from "../bus/kv-buckets.js";
 import { readKvEntries } from "../bus/kv-keys.js";
-import type { NatsConnection } from "@nats-io/transport-node";
+import { headers as natsHeaders, type MsgHdrs, type NatsConnection } from "@nats-io/transport-node";
+import type { Bus } from "../bus/index.js";
 import { Task, TaskState, type ListTasksRequest, type ListTasksResponse } from "@a2a-js/sdk";
 import type { ServerCallContext, TaskStore } from "@a2a-js/sdk/server";
 import { RequestMalformedError } from "@a2a-js/sdk/errors";
@@ -72,15 +73,28 @@ function storedTask(taskId: string, e: KvEntry): StoredTask {
   return readStoredTask(taskId, e.json<unknown>());
 }
 
+/** How long a task save waits for JetStream's ack (nats.js's default for KV writes). */
+const SAVE_TIMEOUT_MS = 5_000;
+const utf8 = new TextEncoder();
+
 export class NatsTaskStore implements TaskStore {
   private constructor(
     readonly kv: KV,
     private readonly nc: NatsConnection,
     private readonly bucket: string,
+    private readonly bus: Pick<Bus, "publishToStream"> | undefined,
   ) {}
 
-  /** Opens (creating when missing) the bucket. */
-  static async open(nc: NatsConnection, cluster: string, opts: { replicas?: number; maxAgeMs?: number } = {}): Promise<NatsTaskStore> {
+  /**
+   * Opens (creating when missing) the bucket. With `bus` (the gateway's), the saves of a
+   * task's start and end go through its request mux instead of `kv.put`/`kv.update`, which
+   * build an Error (with its stack) for every call.
+   */
+  static async open(
+    nc: NatsConnection,
+    cluster: string,
+    opts: { replicas?: number; maxAgeMs?: number; bus?: Pick<Bus, "publishToStream"> } = {},
+  ): Promise<NatsTaskStore> {
     const bucket = tasksBucket(cluster);
     const kv = await openOrCreateBucket(nc, bucket, {
       history: 1,
@@ -88,39 +102,69 @@ export class NatsTaskStore implements TaskStore {
       storage: "file",
       ttl: opts.maxAgeMs ?? 7 * 86_400_000,
     });
-    return new NatsTaskStore(kv, nc, bucket);
+    return new NatsTaskStore(kv, nc, bucket, opts.bus);
+  }
+
+  /** `kv.put`, or (`expected`) `kv.update` on that revision, through the bus when there is one; resolves with the new revision. */
+  private async write(key: string, json: string, expected?: number): Promise<number> {
+    if (!this.bus) return expected === undefined ? this.kv.put(key, json) : this.kv.update(key, json, expected);
+    const data = utf8.encode(json);
+    let h: MsgHdrs | undefined;
+    if (expected !== undefined) {
+      h = natsHeaders();
+      h.set("Nats-Expected-Last-Subject-Sequence", String(expected));
+    }
+    return (await this.bus.publishToStream(`$KV.${this.bucket}.${key}`, data, { ...(h ? { headers: h } : {}), timeoutMs: SAVE_TIMEOUT_MS })).seq;
   }
 
   async save(task: Task, context: ServerCallContext): Promise<void> {
+    await this.put(task, context);
+  }
+
+  /** Saves a task as it is; resolves with the entry's revision (what `saveProgress` may expect). */
+  put(task: Task, context: ServerCallContext): Promise<number> {
     const owner = kovaMeta(task).owner ?? ownerOf(context);
     const stored: StoredTask = { v: STORED_TASK_VERSION, owner, updatedAt: Date.now(), task: Task.toJSON(task) };
-    await this.kv.put(taskKey(owner, task.id), encodeJson(stored));
+    return this.write(taskKey(owner, task.id), encodeJson(stored));
   }
 
   /**
    * Saves a watched task's progress. Two replicas may watch one task (the one that started
    * it and one a client asked): a write never replaces a terminal task, and it is a
    * compare-and-set, so a replica that lags behind cannot undo the end of a task.
+   *
+   * `known`: the entry's revision as this replica last wrote it. The save is then first a
+   * compare-and-set on it alone (one round trip): if it holds, nobody wrote since, and the
+   * entry is this replica's own non-terminal save. Otherwise, or without `known`, the entry
+   * is read first, and a terminal one is left as it is.
+   * Resolves with the entry's revision after the save (undefined when it was left as it was).
    * @throws UnsupportedFormatError when a newer gateway stored the task (it is not overwritten)
    */
-  async saveProgress(task: Task): Promise<void> {
+  async saveProgress(task: Task, known?: number): Promise<number | undefined> {
     const owner = kovaMeta(task).owner ?? ownerOf(undefined);
     const key = taskKey(owner, task.id);
+    if (known !== undefined) {
+      const stored: StoredTask = { v: STORED_TASK_VERSION, owner, updatedAt: Date.now(), task: Task.toJSON(task) };
+      try {
+        return await this.write(key, encodeJson(stored), known);
+      } catch (err) {
+        if (!isCasConflict(err)) throw err;
+      }
+    }
     for (let attempt = 0; attempt < 10; attempt++) {
       const e = await this.kv.get(key);
       // Not under its owner yet: maybe an older gateway's task, stored under its bare id.
       const found = e ?? (await this.kv.get(task.id));
       const current = found && found.operation === "PUT" ? storedTask(task.id, found) : undefined;
-      if (current && isTerminal(Task.fromJSON(current.task).status?.state)) return;
+      if (current && isTerminal(Task.fromJSON(current.task).status?.state)) return undefined;
       const stored: StoredTask = { v: STORED_TASK_VERSION, owner, updatedAt: Date.now(), task: Task.toJSON(task) };
       try {
-        if (e) await this.kv.update(key, encodeJson(stored), e.revision);
-        else await this.kv.create(key, encodeJson(stored));
-        return;
+        return e ? await this.write(key, encodeJson(stored), e.revision) : await this.kv.create(key, encodeJson(stored));
       } catch (err) {
         if (!isCasConflict(err)) throw err;
       }
     }
+    return undefined;
   }
 
   async load(taskId: string, context: ServerCallContext): Promise<Task | undefined> {

@@ -10,6 +10,22 @@ type Listener = (update: StreamResponse | undefined) => void;
 /** How often, and how far apart, the interrupt of a canceled task's late-starting run is sent (about 10 s in all). */
 const LATE_START_ATTEMPTS = 40;
 const LATE_START_RETRY_MS = 250;
+/**
+ * How long a blocking send's task waits for its run's reply before it follows the run's
+ * events (docs/gateway.md, "Tasks"): a run answered sooner costs no events consumer.
+ */
+export const FOLLOW_AFTER_MS = 2_000;
+
+export interface LiveTaskOptions {
+  /**
+   * When to start following the run's events: `now` (default), or after this many ms
+   * unless the run's reply settles the task first. Streaming it, getting it, cancelling it
+   * or subscribing to it starts following at once.
+   */
+  follow?: "now" | number;
+  /** The task entry's revision as this replica saved it (its saves are then one compare-and-set). */
+  revision?: number;
+}
 
 /**
  * One task this gateway replica is watching: it folds the run's events (read from the
@@ -17,11 +33,20 @@ const LATE_START_RETRY_MS = 250;
  * updates to the clients streaming it. A task is watched by the replica that started it,
  * and by any replica a client asks about a task that is still running (a subscribe, a
  * get): those replay the run's events from its first one, so they reach the same task.
+ *
+ * A blocking send's task follows the events only once its run has taken `FOLLOW_AFTER_MS`
+ * (or someone asks about it): a run that ends sooner is settled by its reply alone, which
+ * carries what the task's end needs (status, answer, usage, error), and the task's saved
+ * state goes from `submitted` to the end in one save. Following replays from the run's
+ * first event, so a task followed late reaches the same state.
  */
 export class LiveTask {
   readonly projection: TaskProjection;
   private readonly listeners = new Set<Listener>();
-  private readonly abort = new AbortController();
+  /** Stops the reading of the run's events (made when following starts: a task settled without it needs none). */
+  private abort: AbortController | undefined;
+  /** Set by `settle` or `stop`: a reading that starts after it ends at once. */
+  private stopped = false;
   private caughtUp = false;
   private readonly caughtUpWaiters = new Set<() => void>();
   private lastSeq = 0;
@@ -29,6 +54,12 @@ export class LiveTask {
   private reinterrupt: (() => Promise<SignalReply>) | undefined;
   /** The run's events have ended (or the tracker stopped following them). */
   private followed = false;
+  /** Set once the run's events are being read. */
+  private following: Promise<void> | undefined;
+  private followTimer: NodeJS.Timeout | undefined;
+  private revision: number | undefined;
+  private ended = false;
+  private resolveDone!: () => void;
   /** Resolves when the task is terminal (or the tracker stopped). */
   readonly done: Promise<void>;
 
@@ -38,15 +69,37 @@ export class LiveTask {
     private readonly store: NatsTaskStore | undefined,
     private readonly log: Logger,
     private readonly onEnd: () => void,
+    opts: LiveTaskOptions = {},
   ) {
     this.projection = new TaskProjection(initial);
-    this.done = this.followEvents().finally(() => {
-      this.followed = true;
-      this.markCaughtUp();
-      for (const l of this.listeners) l(undefined);
-      this.listeners.clear();
-      this.onEnd();
-    });
+    this.revision = opts.revision;
+    this.done = new Promise((r) => (this.resolveDone = r));
+    const follow = opts.follow ?? "now";
+    if (follow === "now") this.follow();
+    else {
+      this.followTimer = setTimeout(() => this.follow(), follow);
+      this.followTimer.unref();
+    }
+  }
+
+  /** Follows the run's events from its first one, unless already following (or ended). */
+  follow(): void {
+    if (this.following || this.ended) return;
+    clearTimeout(this.followTimer);
+    this.following = this.followEvents().finally(() => this.end());
+  }
+
+  /** The task is settled or no longer watched: listeners hear the end, the tracker forgets it. */
+  private end(): void {
+    if (this.ended) return;
+    this.ended = true;
+    clearTimeout(this.followTimer);
+    this.followed = true;
+    this.markCaughtUp();
+    for (const l of this.listeners) l(undefined);
+    this.listeners.clear();
+    this.onEnd();
+    this.resolveDone();
   }
 
   get task(): Task {
@@ -54,6 +107,8 @@ export class LiveTask {
   }
 
   private async followEvents(): Promise<void> {
+    const abort = (this.abort = new AbortController());
+    if (this.stopped) return;
     const m = kovaMeta(this.projection.task);
     // A run with no event stored yet (its message still queued) has nothing to replay: a
     // get or cancel of it need not wait out the catch-up timeout.
@@ -62,7 +117,7 @@ export class LiveTask {
       () => undefined,
     );
     try {
-      for await (const { seq, event, pending } of this.runs.follow(m.sessionId, m.runId, { signal: this.abort.signal })) {
+      for await (const { seq, event, pending } of this.runs.follow(m.sessionId, m.runId, { signal: abort.signal })) {
         this.lastSeq = seq;
         if (this.reinterrupt) {
           if (event.type === "run_started") void this.cutLateStart(this.reinterrupt);
@@ -74,7 +129,7 @@ export class LiveTask {
         if (this.projection.terminal && !this.reinterrupt) return;
       }
     } catch (err) {
-      if (!this.abort.signal.aborted) this.log.warn({ err, taskId: this.task.id }, "stopped following a run's events");
+      if (!abort.signal.aborted) this.log.warn({ err, taskId: this.task.id }, "stopped following a run's events");
     }
   }
 
@@ -102,10 +157,13 @@ export class LiveTask {
     const store = this.store;
     if (!this.projection.dirty || !store) return;
     this.projection.dirty = false;
-    await store.saveProgress(this.projection.task).catch((err: unknown) => {
+    try {
+      this.revision = await store.saveProgress(this.projection.task, this.revision);
+    } catch (err) {
       this.projection.dirty = true;
+      this.revision = undefined;
       this.log.warn({ err, taskId: this.task.id }, "could not save the task; the next change retries");
-    });
+    }
   }
 
   private emit(updates: StreamResponse[]): void {
@@ -118,16 +176,21 @@ export class LiveTask {
    * reply ends the task after a short grace, so an actor that emits no events at all
    * still completes its task.
    */
-  async settle(outcome: RunOutcome, lastSeq: number, graceMs: number): Promise<void> {
-    const deadline = performance.now() + graceMs;
-    while (!this.projection.terminal && this.lastSeq < lastSeq && performance.now() < deadline) {
-      await new Promise((r) => setTimeout(r, 10));
+  async settle(outcome: RunOutcome, graceMs: number): Promise<void> {
+    if (this.following) {
+      const m = kovaMeta(this.projection.task);
+      const lastSeq = await this.runs.lastSeq(m.sessionId, m.runId).catch(() => Number.MAX_SAFE_INTEGER);
+      const deadline = performance.now() + graceMs;
+      while (!this.projection.terminal && this.lastSeq < lastSeq && performance.now() < deadline) {
+        await new Promise((r) => setTimeout(r, 10));
+      }
     }
     if (!this.projection.terminal) this.emit(this.projection.finish(outcome));
     // The reply means the run is over: nothing more to follow (a task canceled while queued
     // is followed until now, and its run may end without the events that would stop it).
-    this.abort.abort();
+    this.halt();
     await this.save();
+    if (!this.following) this.end();
   }
 
   /**
@@ -182,6 +245,8 @@ export class LiveTask {
    * snapshot sent first misses nothing that happens meanwhile.
    */
   updates(until: "settled" | "terminal" = "settled"): AsyncGenerator<StreamResponse> {
+    // A client streams it: every event counts from now on.
+    this.follow();
     const queue: Array<StreamResponse | undefined> = [];
     let wake: (() => void) | undefined;
     const off = this.listen((u) => {
@@ -211,7 +276,14 @@ export class LiveTask {
   }
 
   stop(): void {
-    this.abort.abort();
+    this.halt();
+    if (!this.following) this.end();
+  }
+
+  /** Ends the reading of the run's events, or keeps one from starting. */
+  private halt(): void {
+    this.stopped = true;
+    this.abort?.abort();
   }
 }
 
@@ -230,31 +302,45 @@ export class TaskTracker {
     return this.live.get(taskId);
   }
 
-  /** Watches a task (a new one, or one another replica started), unless already watched. */
-  watch(task: Task): LiveTask {
+  /**
+   * Watches a task (a new one, or one another replica started), unless already watched; a
+   * watched task not following its run's events yet follows them now (a client asks about it).
+   */
+  watch(task: Task, opts: LiveTaskOptions = {}): LiveTask {
     const existing = this.live.get(task.id);
-    if (existing) return existing;
+    if (existing) {
+      existing.follow();
+      return existing;
+    }
     const timer = setTimeout(() => lt.stop(), this.maxWatchMs);
     timer.unref();
-    const lt: LiveTask = new LiveTask(task, this.runs, this.store, this.log, () => {
-      clearTimeout(timer);
-      if (this.live.get(task.id) === lt) this.live.delete(task.id);
-    });
+    const lt: LiveTask = new LiveTask(
+      task,
+      this.runs,
+      this.store,
+      this.log,
+      () => {
+        clearTimeout(timer);
+        if (this.live.get(task.id) === lt) this.live.delete(task.id);
+      },
+      opts,
+    );
     this.live.set(task.id, lt);
     return lt;
   }
 
   /**
    * Starts a run for a new (already saved) task and watches it: the run's message is sent
-   * durably, and the agent's reply settles the task if its events did not.
+   * durably, and the agent's reply settles the task if its events did not. `follow` and
+   * `revision`: see LiveTaskOptions.
    */
-  start(task: Task, req: RunRequest, opts: { graceMs?: number; persist?: boolean } = {}): LiveTask {
+  start(task: Task, req: RunRequest, opts: { graceMs?: number; persist?: boolean } & LiveTaskOptions = {}): LiveTask {
+    const { graceMs, persist, ...watch } = opts;
     // An OpenAI-style call keeps no task: it is watched for its stream only.
-    const lt = opts.persist === false ? new LiveTask(task, this.runs, undefined, this.log, () => undefined) : this.watch(task);
-    const m = kovaMeta(task);
+    const lt = persist === false ? new LiveTask(task, this.runs, undefined, this.log, () => undefined, watch) : this.watch(task, watch);
     void this.runs
       .run(req)
-      .then(async (outcome) => lt.settle(outcome, await this.runs.lastSeq(m.sessionId, m.runId).catch(() => Number.MAX_SAFE_INTEGER), opts.graceMs ?? 2000))
+      .then((outcome) => lt.settle(outcome, graceMs ?? 2000))
       .catch((err: unknown) => this.log.warn({ err, taskId: task.id }, "could not settle a task from its reply"));
     return lt;
   }

@@ -6,6 +6,7 @@ import { Kvm } from "@nats-io/kv";
 import { connect } from "@nats-io/transport-node";
 import { scriptedReply, type ScriptedHandler } from "../../src/testing/index.js";
 import { taskKey, tasksBucket } from "../../src/gateway/task-store.js";
+import { FOLLOW_AFTER_MS } from "../../src/gateway/task-tracker.js";
 import { principalOf } from "../../src/gateway/auth.js";
 import { hashKey } from "../../src/gateway/keys.js";
 import type { KovaEvent } from "../../src/bus/index.js";
@@ -50,6 +51,45 @@ describe("gateway: A2A v1.0", () => {
       expect(sent.status?.state).toBe(TaskState.TASK_STATE_COMPLETED);
       expect(answer(sent)).toBe("The tool said 5.");
       expect(sent.metadata?.kova).toMatchObject({ agentId: "helper", usage: { inputTokens: 50, outputTokens: 10 } });
+    }, 60_000);
+
+    it("a2a - a blocking send answered within FOLLOW_AFTER_MS reads no events (no consumer on EVENTS) and writes its task twice: submitted, then completed", async () => {
+      const nc = await connect({ servers: rig.nats.url });
+      await using _nc = defer(() => nc.close());
+      const seen: string[] = [];
+      const subs = ["$JS.API.CONSUMER.>", `$KV.${tasksBucket(rig.cluster)}.>`].map((subject) =>
+        nc.subscribe(subject, { callback: (_e, m) => void seen.push(m.subject) }),
+      );
+      await nc.flush();
+      const sent = (await client.sendMessage(message("a quick one"))) as Task;
+      expect(sent.status?.state).toBe(TaskState.TASK_STATE_COMPLETED);
+      expect(answer(sent)).toBe("echo: a quick one");
+      expect(sent.metadata?.kova).toMatchObject({ usage: { inputTokens: 10, outputTokens: 5 } });
+      // the task's final save is on its way when the answer is: wait for it, then for anything later
+      await poll(() => seen.filter((s) => s.endsWith(`.${sent.id}`)).length >= 2, { timeoutMs: 5000, what: "the task's two saves" });
+      await new Promise((r) => setTimeout(r, FOLLOW_AFTER_MS + 200));
+      await nc.flush();
+      for (const s of subs) s.unsubscribe();
+      const events = rig.node.busClient.subjects.streams.events;
+      expect(seen.filter((s) => s.includes(`.${events}`))).toEqual([]);
+      expect(seen.filter((s) => s.endsWith(`.${sent.id}`))).toHaveLength(2);
+      const got = await client.getTask({ tenant: "", id: sent.id });
+      expect(got.status?.state).toBe(TaskState.TASK_STATE_COMPLETED);
+      expect(answer(got)).toBe("echo: a quick one");
+    }, 60_000);
+
+    it("a2a - a blocking send whose run waits for an approval comes back input_required (its events followed once the run takes FOLLOW_AFTER_MS); approved, GetTask reads it completed", async () => {
+      const waiting = (await client.sendMessage(message("this needs approval too"))) as Task;
+      expect(waiting.status?.state).toBe(TaskState.TASK_STATE_INPUT_REQUIRED);
+      approve(waiting.id);
+      const done = await poll(
+        async () => {
+          const t = await client.getTask({ tenant: "", id: waiting.id });
+          return t.status?.state === TaskState.TASK_STATE_COMPLETED ? t : undefined;
+        },
+        { timeoutMs: 10_000, what: "the approved task to complete" },
+      );
+      expect(answer(done)).toBe("The tool said approved.");
     }, 60_000);
 
     it("a2a - a streamed send gives the task, working, token chunks appended to one artifact, then completed; GetTask reads it back", async () => {

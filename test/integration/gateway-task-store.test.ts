@@ -87,4 +87,37 @@ describe("gateway task store: one owner's listing", () => {
     await store.saveProgress(taskOf("key-a", 4));
     expect((await store.load("key-a-task-4", a))?.status?.state).toBe(TaskState.TASK_STATE_COMPLETED);
   });
+
+  it("tasks - a save on the revision this replica wrote is one compare-and-set, no read; on a revision another replica moved past, it reads first and leaves an ended task ended", async () => {
+    const cluster = uniqueCluster("tasks");
+    await using nc = await connect({ servers: nats.url });
+    const store = await NatsTaskStore.open(nc, cluster);
+    const other = await NatsTaskStore.open(nc, cluster);
+    const a = callerOf("key-a");
+    // A KV get is a direct get (the bucket allows them) or the stream's MSG.GET: count both.
+    let reads = 0;
+    const bucket = `KV_${tasksBucket(cluster)}`;
+    const spies = [`$JS.API.DIRECT.GET.${bucket}`, `$JS.API.DIRECT.GET.${bucket}.>`, `$JS.API.STREAM.MSG.GET.${bucket}`].map((subject) =>
+      nc.subscribe(subject, { callback: () => void reads++ }),
+    );
+    await nc.flush();
+    const state = (s: TaskState) => {
+      const t = taskOf("key-a", 1);
+      t.status = { state: s, message: undefined, timestamp: new Date().toISOString() };
+      return t;
+    };
+    const created = await store.put(taskOf("key-a", 1), a);
+    const working = await store.saveProgress(state(TaskState.TASK_STATE_WORKING), created);
+    expect(working).toBeGreaterThan(created);
+    await nc.flush();
+    expect(reads).toBe(0);
+    // another replica ends the task; this one, lagging behind, saves on the revision it wrote
+    await other.saveProgress(state(TaskState.TASK_STATE_COMPLETED));
+    reads = 0;
+    expect(await store.saveProgress(state(TaskState.TASK_STATE_WORKING), working)).toBeUndefined();
+    await nc.flush();
+    for (const spy of spies) spy.unsubscribe();
+    expect(reads).toBeGreaterThan(0);
+    expect((await store.load("key-a-task-1", a))?.status?.state).toBe(TaskState.TASK_STATE_COMPLETED);
+  });
 });
