@@ -186,7 +186,7 @@ export class DbLoginMayWriteError extends KovaError {
           database,
           findings: findings.slice(0, KEPT_FINDINGS),
           total: findings.length,
-          fix: groups.map((g) => g.fix(g.objects.join(", "))).slice(0, KEPT_FINDINGS),
+          fix: groups.slice(0, KEPT_FINDINGS).map((g) => g.fix(listed(g.objects, KEPT_FINDINGS))),
           keys: ["allow_write_privileges"],
         },
       },
