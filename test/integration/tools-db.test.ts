@@ -194,13 +194,19 @@ async function walFlushed(f: PgFixture): Promise<string> {
 }
 
 /**
- * Where the WAL written since `from` holds a logical message with the fixture's prefix. Waits
- * until everything inserted so far is flushed (a transaction that wrote no WAL of its own
- * commits without a flush, so the WAL writer may take up to wal_writer_delay).
+ * Flushes all WAL inserted so far and returns where it ends. WAL of a transaction that
+ * committed nothing (a rolled-back call, a non-transactional message) is flushed by the WAL
+ * writer only page by page, so the tail may wait for other traffic; a committed transaction
+ * that wrote WAL is flushed at its commit (synchronous_commit), with everything before it.
  */
+async function flushWal(f: PgFixture): Promise<string> {
+  await f.admin.query("SELECT pg_logical_emit_message(true, 'kova-test-flush', '')");
+  return walFlushed(f);
+}
+
+/** Where the WAL written since `from` holds a logical message with the fixture's prefix. */
 async function loggedMessages(f: PgFixture, from: string): Promise<bigint[]> {
-  const end = (await f.admin.query("SELECT pg_current_wal_insert_lsn()::text AS lsn")).rows[0].lsn as string;
-  await poll(async () => lsnValue(await walFlushed(f)) >= lsnValue(end), { timeoutMs: 10_000, what: "the WAL to be flushed" });
+  const end = await flushWal(f);
   const r = await f.admin.query(
     `SELECT start_lsn::text AS lsn FROM pg_get_wal_records_info($1::pg_lsn, $2::pg_lsn)
       WHERE resource_manager = 'LogicalMessage' AND description LIKE $3`,
@@ -572,7 +578,7 @@ describe("db_query", () => {
       await using lax = dbTool(f.writerUrl, { role: f.reader, allow_write_privileges: true });
       const sql = "SELECT pg_logical_emit_message(false, $1, repeat('W', 1000000))::text";
       const lsn = (await lax.run({ sql, params: [f.messagePrefix] }, toolContext())).rows[0]![0] as string;
-      await poll(async () => lsnValue(await walFlushed(f)) > lsnValue(lsn), { timeoutMs: 10_000, what: "the WAL to be flushed" });
+      expect(lsnValue(await flushWal(f))).toBeGreaterThanOrEqual(lsnValue(lsn));
       // The LSN returned is where the record ends: look in the megabyte before it.
       const record = await f.admin.query(
         `SELECT record_length, left(description, 80) AS description FROM pg_get_wal_records_info($1::pg_lsn - 1100000, $1::pg_lsn)
