@@ -11,7 +11,7 @@ import { Kvm } from "@nats-io/kv";
 import { startNatsServer } from "../dist/testing/index.js";
 import { Bus, createEnvelope } from "../dist/bus/index.js";
 import { createLogger } from "../dist/core/logger.js";
-import { controlRequest, nodeSubject, spawnSubject } from "../dist/node/control.js";
+import { controlRequest, nodeSubject, spawnSubject } from "../dist/cluster/control.js";
 
 export { createEnvelope };
 export const REPO = resolve(dirname(fileURLToPath(import.meta.url)), "..");

@@ -11,7 +11,7 @@ import { ActorHost, ActorTypeRegistry } from "../dist/actors/index.js";
 import { ToolRegistry, builtinTools, toolsConfigFrom } from "../dist/tools/index.js";
 import { AgentRuntime, agentActor, defineAgent, parseModelsConfig } from "../dist/agents/index.js";
 import { createLogger } from "../dist/core/logger.js";
-import { MirroredSettingsStore } from "../dist/node/settings-mirror.js";
+import { MirroredSettingsStore } from "../dist/cluster/settings-mirror.js";
 
 export const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 export const pct = (xs, q) => [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.floor(q * xs.length))];

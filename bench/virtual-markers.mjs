@@ -5,7 +5,7 @@
 // buckets. One node process (marker_compaction = "0": the bench compacts by itself).
 import { Kvm } from "@nats-io/kv";
 import { jetstreamManager } from "@nats-io/jetstream";
-import { compactMarkers } from "../dist/node/marker-compaction.js";
+import { compactMarkers } from "../dist/cluster/marker-compaction.js";
 import { fmt, machine, startCluster } from "./actors-lib.mjs";
 
 const MARKERS = Number(process.env.KOVA_BENCH_MARKERS ?? 100_000);

@@ -31,7 +31,7 @@ import { readFileSync } from "node:fs";
 import { jetstreamManager } from "@nats-io/jetstream";
 import { Kvm } from "@nats-io/kv";
 import { headers } from "@nats-io/transport-node";
-import { compactMarkers } from "../dist/node/marker-compaction.js";
+import { compactMarkers } from "../dist/cluster/marker-compaction.js";
 import { createEnvelope, fmt, machine, sleep, startCluster, waitFor } from "./actors-lib.mjs";
 
 const ACTIVE = Number(process.env.KOVA_BENCH_ACTIVE ?? 1000);

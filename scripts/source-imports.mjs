@@ -19,10 +19,11 @@ export const LAYER_RANK = Object.freeze({
   workflow: 5,
   swarm: 6,
   eval: 7,
-  node: 8,
-  gateway: 9,
-  cli: 10,
-  testing: 11,
+  cluster: 8,
+  node: 9,
+  gateway: 10,
+  cli: 11,
+  testing: 12,
 });
 
 /** Every `.ts` file under `dir`, depth first. */

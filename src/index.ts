@@ -110,7 +110,7 @@ export { WalBadKeyError, WalCorruptError, WalErrorCode, WalFailedError } from ".
 export { KovaNode, CLUSTER_EVENTS_SESSION, type StartNodeOptions } from "./node/node.js";
 export { defaultConfig, loadConfig, parseConfig, type ActorSpec, type NodeConfig, type WalConfig } from "./node/config.js";
 export { NodeErrorCode } from "./node/errors.js";
-export type { AgentStatusView, NodeStatusView, SignalReply, SpawnReply } from "./node/control.js";
+export type { AgentStatusView, NodeStatusView, SignalReply, SpawnReply } from "./cluster/control.js";
 
 // Tools
 export { defineTool, type JsonSchemaToolSpec, type ZodToolSpec } from "./tools/define-tool.js";

@@ -7,4 +7,5 @@ export * as core from "./core/index.js";
 export * as bus from "./bus/index.js";
 export * as wal from "./wal/index.js";
 export * as actors from "./actors/index.js";
+export * as cluster from "./cluster/index.js";
 export * as node from "./node/index.js";

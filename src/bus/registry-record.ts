@@ -2,7 +2,7 @@ import { formatReader } from "../core/format-version.js";
 
 /**
  * A value of the agents registry, KV `kova_<cluster>_agents` (docs/protocol.md): actor id →
- * where it runs, its lifecycle state and capabilities. Nodes write it (src/node/registry.ts);
+ * where it runs, its lifecycle state and capabilities. Nodes write it (src/cluster/registry.ts);
  * anyone who reads the bucket — the CLI, a swarm's directory, the gateway — reads it through
  * `readAgentRecord`, so a record a newer Kova wrote is refused by everyone, not misread by some.
  */

@@ -5,7 +5,7 @@ import type { KovaClient, KovaEvent } from "../bus/index.js";
 import { askAgent } from "../agents/client.js";
 import { forProfile, inProfile, isEventProfile, type EventProfile } from "../agents/events.js";
 import type { AgentInfo, AgentResult } from "../agents/protocol.js";
-import { agentsBucket, readAgentRecord } from "../node/registry.js";
+import { agentsBucket, readAgentRecord } from "../cluster/index.js";
 import { print, table } from "./output.js";
 
 /**

@@ -4,7 +4,7 @@ import { KovaError, isKovaError } from "../core/errors.js";
 import { isValidId } from "../core/ids.js";
 import { BusErrorCode } from "../bus/index.js";
 import { APPROVAL_ID_FORM, ApprovalErrorCode } from "../agents/approvals.js";
-import { approveSubject, controlRequest, type ApproveReply } from "../node/control.js";
+import { approveSubject, controlRequest, type ApproveReply } from "../cluster/index.js";
 import { WorkflowErrorCode } from "../workflow/index.js";
 import { targetOptions, type TargetOpts } from "./target.js";
 import { sendSignal, withClient } from "./workflow-commands.js";

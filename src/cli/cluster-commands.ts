@@ -6,14 +6,25 @@ import { isValidId } from "../core/ids.js";
 import { resolveTarget, targetOptions, type TargetOpts } from "./target.js";
 import { credentialsFromUrls, redactUrls, securityOptions } from "../bus/nats-security.js";
 import { connectError } from "../bus/connection.js";
-import { controlRequest, nodeSubject, spawnSubject, type AgentStatusView, type NodeStatusView, type SignalReply, type SpawnReply } from "../node/control.js";
-import { nodesBucket, readNodeRecord } from "../node/membership.js";
-import { agentsBucket, readAgentRecord, type AgentRecord } from "../node/registry.js";
+import {
+  controlRequest,
+  nodeSubject,
+  spawnSubject,
+  type AgentStatusView,
+  type NodeStatusView,
+  type SignalReply,
+  type SpawnReply,
+  nodesBucket,
+  readNodeRecord,
+  agentsBucket,
+  readAgentRecord,
+  type AgentRecord,
+  ClusterErrorCode,
+} from "../cluster/index.js";
 import { ActorErrorCode } from "../actors/errors.js";
 import { BusErrorCode, typedNatsError } from "../bus/errors.js";
 import { isStreamNotFound } from "../bus/nats-errors.js";
 import { readKvEntries } from "../bus/kv-keys.js";
-import { NodeErrorCode } from "../node/errors.js";
 import { print, table } from "./output.js";
 
 type ClusterOpts = TargetOpts;
@@ -240,7 +251,7 @@ export async function readAgent(nc: NatsConnection, cluster: string, id: string)
 
 function unknownCluster(bucket: string, cluster: string, cause: unknown): KovaError {
   return new KovaError(
-    NodeErrorCode.UNKNOWN_CLUSTER,
+    ClusterErrorCode.UNKNOWN_CLUSTER,
     `no cluster "${cluster}" here (bucket ${bucket} missing): start a node with kova node start, or pass --cluster`,
     { cause, data: { cluster, bucket } },
   );

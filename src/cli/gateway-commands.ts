@@ -1,8 +1,7 @@
 import type { Command } from "commander";
 import { ArgumentError } from "../core/errors.js";
 import { createTerminalLogger, type Logger } from "../core/logger.js";
-import { defaultConfig, loadConfig, type NodeConfig } from "../node/config.js";
-import { installShutdown } from "../node/shutdown.js";
+import { defaultConfig, loadConfig, type NodeConfig, installShutdown } from "../node/index.js";
 import type { Bus } from "../bus/index.js";
 import type { Gateway } from "../gateway/index.js";
 import { dirname } from "node:path";

@@ -1,9 +1,7 @@
 import type { Command } from "commander";
 import { createTerminalLogger } from "../core/logger.js";
-import { defaultConfig, loadConfig } from "../node/config.js";
-import { KovaNode } from "../node/node.js";
+import { defaultConfig, loadConfig, KovaNode, installShutdown } from "../node/index.js";
 import { ActorTypeRegistry, counterActor } from "../actors/index.js";
-import { installShutdown } from "../node/shutdown.js";
 
 /**
  * `kova node start [--config kova.toml]`: runs one cluster node in the foreground until

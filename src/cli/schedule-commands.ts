@@ -1,8 +1,7 @@
 import type { Command } from "commander";
 import { ArgumentError } from "../core/errors.js";
-import { controlRequest, schedulesSubject } from "../node/control.js";
-import type { ScheduleView } from "../node/schedules.js";
-import { scheduleTarget } from "../node/schedule-spec.js";
+import { controlRequest, schedulesSubject } from "../cluster/index.js";
+import { type ScheduleView, scheduleTarget } from "../node/index.js";
 import { withCluster } from "./cluster-commands.js";
 import { print, table } from "./output.js";
 import { targetOptions, type TargetOpts } from "./target.js";

@@ -2,7 +2,7 @@ import type { Command } from "commander";
 import { ArgumentError } from "../core/errors.js";
 import type { NatsSecurity } from "../bus/index.js";
 import { redactUrls, urlHasCredentials } from "../bus/nats-security.js";
-import { loadConfig } from "../node/config.js";
+import { loadConfig } from "../node/index.js";
 import { readableFile, secretFromFlags } from "./secret-flags.js";
 
 /** The options every networked CLI command takes to find its cluster and prove who it is. */

@@ -12,8 +12,7 @@ import {
   type ReplayReport,
   type TurnRecord,
 } from "../actors/index.js";
-import { defaultConfig, loadConfig } from "../node/config.js";
-import { loadActorModules } from "../node/actor-modules.js";
+import { defaultConfig, loadConfig, loadActorModules } from "../node/index.js";
 import { secretFromFlags } from "./secret-flags.js";
 
 interface KeyOpts {

@@ -4,8 +4,7 @@ import { isValidId } from "../core/ids.js";
 import { type KovaClient, isNoResponders, type KovaEvent } from "../bus/index.js";
 import { readKvEntries } from "../bus/kv-keys.js";
 import { NatsCheckpointStore } from "../actors/index.js";
-import { controlRequest, spawnSubject, type SpawnReply } from "../node/control.js";
-import { agentsBucket, readAgentRecord, type AgentRecord } from "../node/registry.js";
+import { controlRequest, spawnSubject, type SpawnReply, agentsBucket, readAgentRecord, type AgentRecord } from "../cluster/index.js";
 import {
   assertRunId,
   checkInput,

@@ -1,22 +1,22 @@
-import type {
-  AgentCard,
-  CancelTaskRequest,
-  DeleteTaskPushNotificationConfigRequest,
-  GetExtendedAgentCardRequest,
-  GetTaskPushNotificationConfigRequest,
-  GetTaskRequest,
-  ListTaskPushNotificationConfigsRequest,
-  ListTaskPushNotificationConfigsResponse,
-  ListTasksRequest,
-  ListTasksResponse,
-  Message,
-  SendMessageRequest,
-  StreamResponse,
-  SubscribeToTaskRequest,
-  Task,
-  TaskPushNotificationConfig,
+import {
+  type AgentCard,
+  type CancelTaskRequest,
+  type DeleteTaskPushNotificationConfigRequest,
+  type GetExtendedAgentCardRequest,
+  type GetTaskPushNotificationConfigRequest,
+  type GetTaskRequest,
+  type ListTaskPushNotificationConfigsRequest,
+  type ListTaskPushNotificationConfigsResponse,
+  type ListTasksRequest,
+  type ListTasksResponse,
+  type Message,
+  type SendMessageRequest,
+  type StreamResponse,
+  type SubscribeToTaskRequest,
+  type Task,
+  type TaskPushNotificationConfig,
+  TaskState,
 } from "@a2a-js/sdk";
-import { TaskState } from "@a2a-js/sdk";
 import type { A2ARequestHandler, ServerCallContext, User } from "@a2a-js/sdk/server";
 import {
   ContentTypeNotSupportedError,
@@ -32,10 +32,9 @@ import type { Logger } from "../core/logger.js";
 import { newRunId, resolveAgent, type Principal } from "./auth.js";
 import type { GatewayHttpError } from "./errors.js";
 import type { RunTicket } from "./quotas.js";
-import type { SignalReply } from "../node/control.js";
+import type { SignalReply } from "../cluster/index.js";
 import type { RunClient } from "./runs.js";
-import type { NatsTaskStore } from "./task-store.js";
-import { ownerOf } from "./task-store.js";
+import { type NatsTaskStore, ownerOf } from "./task-store.js";
 import { isTerminal, kovaMeta, messageText, newTask, type KovaTaskMeta } from "./task-projection.js";
 import { FOLLOW_AFTER_MS, type LiveTask, type TaskTracker } from "./task-tracker.js";
 import { endUserOf, scopedSessionId } from "./sessions.js";

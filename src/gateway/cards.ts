@@ -1,7 +1,7 @@
 import type { AgentCard, AgentInterface, AgentSkill, SecurityRequirement, SecurityScheme } from "@a2a-js/sdk";
 import { duplicateInterfacesForLegacy } from "@a2a-js/sdk/compat/v0_3";
 import { KOVA_VERSION } from "../core/version.js";
-import type { AgentRecord } from "../node/registry.js";
+import type { AgentRecord } from "../cluster/index.js";
 
 /**
  * Agent Cards. Each agent has its own (`/agents/<id>/.well-known/agent-card.json`), with

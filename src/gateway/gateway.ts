@@ -6,7 +6,7 @@ import { agentCardHandler, jsonRpcHandler, type UserBuilder } from "@a2a-js/sdk/
 import { isValidId } from "../core/ids.js";
 import { componentLogger, silentLogger, type Logger } from "../core/logger.js";
 import { Bus, type NatsSecurity } from "../bus/index.js";
-import { AgentRegistry, type AgentRecord } from "../node/registry.js";
+import { AgentRegistry, type AgentRecord } from "../cluster/index.js";
 import { KovaA2AHandler, KeyUser, type A2AHandlerDeps } from "./a2a-handler.js";
 import { ANONYMOUS, authenticate, mayUse, RateLimiter, resolveAgent } from "./auth.js";
 import { limitBodyDepth } from "./body-depth.js";

@@ -6,8 +6,7 @@ import { isValidId } from "../core/ids.js";
 import type { Logger } from "../core/logger.js";
 import { checkFormatVersion } from "../core/format-version.js";
 import { ArgumentError } from "../core/errors.js";
-import { KvMirror, encodeJson, openBucket } from "../node/kv-mirror.js";
-import { isCasConflict } from "../node/lease.js";
+import { KvMirror, encodeJson, openBucket, isCasConflict } from "../cluster/index.js";
 import type { ConfiguredKey } from "./config.js";
 
 /**

@@ -2,7 +2,7 @@ import { randomUUID } from "node:crypto";
 import type { Request, Response } from "express";
 import { Role, TaskState } from "@a2a-js/sdk";
 import { INSTANCE_SEPARATOR, isValidId, isValidTemplateName, newId, parseInstanceId } from "../core/ids.js";
-import type { AgentRegistry } from "../node/registry.js";
+import type { AgentRegistry } from "../cluster/index.js";
 import { mayUse, newRunId, resolveAgent } from "./auth.js";
 import type { PrincipalQuotas } from "./quotas.js";
 import { ErrorCode } from "../core/errors.js";

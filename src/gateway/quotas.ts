@@ -1,5 +1,4 @@
-import { NodeErrorCode } from "../node/errors.js";
-import type { AgentRegistry } from "../node/registry.js";
+import { ClusterErrorCode, type AgentRegistry } from "../cluster/index.js";
 import { ownsInstance } from "../core/principals.js";
 import { parseInstanceId } from "../core/ids.js";
 import type { Principal } from "./auth.js";
@@ -122,7 +121,7 @@ export class PrincipalQuotas {
 }
 
 function exceeded(p: Principal, quota: string, limit: number, why: string, retryAfterS = 1): GatewayHttpError {
-  return new GatewayHttpError(429, NodeErrorCode.QUOTA_EXCEEDED, `key ${p.name} is at its quota ${quota} (${limit}): ${why}`, {
+  return new GatewayHttpError(429, ClusterErrorCode.QUOTA_EXCEEDED, `key ${p.name} is at its quota ${quota} (${limit}): ${why}`, {
     data: { quota, limit, retryAfterS },
   });
 }

@@ -4,9 +4,7 @@ import { parseInstanceId } from "../core/ids.js";
 import type { Logger } from "../core/logger.js";
 import { ActorErrorCode } from "../actors/errors.js";
 import { BusErrorCode, createEnvelope, type ActivationReply, type Bus, type KovaEvent } from "../bus/index.js";
-import { controlRequest, nodeSubject, type SignalReply } from "../node/control.js";
-import { NodeErrorCode } from "../node/errors.js";
-import type { AgentRecord, AgentRegistry } from "../node/registry.js";
+import { controlRequest, nodeSubject, type SignalReply, type AgentRecord, type AgentRegistry, ClusterErrorCode } from "../cluster/index.js";
 import { GatewayErrorCode, GatewayHttpError } from "./errors.js";
 import { usageOf, zeroUsage, type RunOutcome } from "./task-projection.js";
 import type { RunTicket } from "./quotas.js";
@@ -125,8 +123,8 @@ export class RunClient {
     } catch (err) {
       if (isKovaError(err, BusErrorCode.UNKNOWN_AGENT))
         throw new GatewayHttpError(404, BusErrorCode.UNKNOWN_AGENT, err.message, { data: { agentId }, cause: err });
-      if (isKovaError(err, NodeErrorCode.QUOTA_EXCEEDED))
-        throw new GatewayHttpError(429, NodeErrorCode.QUOTA_EXCEEDED, err.message, { data: { agentId }, cause: err });
+      if (isKovaError(err, ClusterErrorCode.QUOTA_EXCEEDED))
+        throw new GatewayHttpError(429, ClusterErrorCode.QUOTA_EXCEEDED, err.message, { data: { agentId }, cause: err });
       throw err;
     }
     if (!reply)

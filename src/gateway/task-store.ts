@@ -9,8 +9,7 @@ import { RequestMalformedError } from "@a2a-js/sdk/errors";
 import { checkFormatVersion } from "../core/format-version.js";
 import { isValidId } from "../core/ids.js";
 import { ANONYMOUS_PRINCIPAL } from "../core/principals.js";
-import { encodeJson } from "../node/kv-mirror.js";
-import { isCasConflict } from "../node/lease.js";
+import { encodeJson, isCasConflict } from "../cluster/index.js";
 import { isTerminal, kovaMeta } from "./task-projection.js";
 
 /**

@@ -1,9 +1,7 @@
 import type { Express, NextFunction, Request, Response } from "express";
 import type { Logger } from "../core/logger.js";
 import type { Bus } from "../bus/index.js";
-import { nodesBucket, readNodeRecord, type NodeRecord } from "../node/membership.js";
-import type { AgentRegistry } from "../node/registry.js";
-import { KvMirror, openBucket } from "../node/kv-mirror.js";
+import { nodesBucket, readNodeRecord, type NodeRecord, type AgentRegistry, KvMirror, openBucket } from "../cluster/index.js";
 import { mayUse } from "./auth.js";
 import { ownsInstance } from "../core/principals.js";
 import { sessionEvents } from "./web-session-events.js";

@@ -3,7 +3,7 @@ import { assertId, parseInstanceId } from "../core/ids.js";
 import { BusErrorCode } from "../bus/index.js";
 import { NatsApprovalStore, readDecision } from "../agents/approvals.js";
 import type { AgentServices } from "./agent-services.js";
-import type { ApproveReply, SchedulesRequest, ToolsReply, ToolsRequest } from "./control.js";
+import type { ApproveReply, SchedulesRequest, ToolsReply, ToolsRequest } from "../cluster/index.js";
 import type { NodeParts } from "./node-parts.js";
 import { openOnce } from "./open-once.js";
 import { parseSchedule } from "./schedule-spec.js";

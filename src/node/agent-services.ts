@@ -2,8 +2,8 @@ import { ConfigError, KovaError } from "../core/errors.js";
 import { BusErrorCode } from "../bus/errors.js";
 import { idempotencyClass } from "../tools/idempotency.js";
 import { needsApproval } from "../agents/approval-gate.js";
-import type { SkippedToolView, ToolView } from "./control.js";
-import type { Logger } from "../core/logger.js";
+import { type SkippedToolView, type ToolView, mirrorTiming, MirroredSettingsStore } from "../cluster/index.js";
+import { type Logger, componentLogger } from "../core/logger.js";
 import type { Bus } from "../bus/bus.js";
 import type { ActorTypeRegistry } from "../actors/registry.js";
 import { builtinTools } from "../tools/config.js";
@@ -18,9 +18,6 @@ import type { AgentDefinition } from "../agents/definition.js";
 import { AgentRuntime } from "../agents/runtime.js";
 import type { ModelCallScheduler } from "../agents/model/scheduler.js";
 import type { NodeConfig } from "./config.js";
-import { mirrorTiming } from "./kv-mirror.js";
-import { MirroredSettingsStore } from "./settings-mirror.js";
-import { componentLogger } from "../core/logger.js";
 
 /** The agent level of a node: its runtime, tool registry and MCP servers. */
 export interface AgentServices {

@@ -3,16 +3,24 @@ import { assertId } from "../core/ids.js";
 import { KOVA_VERSION } from "../core/version.js";
 import { redactUrls } from "../bus/index.js";
 import { ActorErrorCode, UnknownActorTypeError, isSignal, type ActorHost, type ActorTypeRegistry, type Signal } from "../actors/index.js";
-import type { AgentStatusView, NodeStatusView, SignalReply, SignalRequest, SpawnReply, SpawnRequest } from "./control.js";
-import type { LeaseTable } from "./lease.js";
-import type { ActorAdmission } from "./admission.js";
-import { QuotaExceededError } from "./errors.js";
-import type { Membership } from "./membership.js";
+import {
+  type AgentStatusView,
+  type NodeStatusView,
+  type SignalReply,
+  type SignalRequest,
+  type SpawnReply,
+  type SpawnRequest,
+  type LeaseTable,
+  type ActorAdmission,
+  QuotaExceededError,
+  type Membership,
+  type AgentRecord,
+  type AgentRegistry,
+  type VirtualActorsView,
+} from "../cluster/index.js";
 import type { ResolvedNats } from "./nats-bootstrap.js";
 import type { PlacementController } from "./placement-controller.js";
 import type { NodeRecoveryReport } from "./recovery-policy.js";
-import type { AgentRecord, AgentRegistry } from "./registry.js";
-import type { VirtualActorsView } from "./virtual-actors.js";
 import type { ModelSlotStats } from "../agents/model/index.js";
 
 /** What the control endpoints read and change: the node's parts, once it has booted. */

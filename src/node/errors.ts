@@ -1,38 +1,13 @@
-import { defineErrorCodes, KovaError } from "../core/errors.js";
-
-/** The node layer's error codes (stable: they travel over NATS and scripts match on them). */
-export const NodeErrorCode = defineErrorCodes("node", {
-  NATS_LAUNCH_FAILED: "NATS_LAUNCH_FAILED",
-  /** No Kova cluster of that name on this NATS (its buckets do not exist). */
-  UNKNOWN_CLUSTER: "UNKNOWN_CLUSTER",
-  /** A configured limit (actors per cluster) would be exceeded. */
-  QUOTA_EXCEEDED: "QUOTA_EXCEEDED",
-  /** Near `[cluster] max_actors`, the registry kept changing while an actor was admitted (retryable). */
-  ADMISSION_CONFLICT: "ADMISSION_CONFLICT",
-});
-
-/** A spawn (or another request) would pass a configured quota. */
-export class QuotaExceededError extends KovaError {
-  constructor(
-    readonly quota: string,
-    readonly limit: number,
-    readonly current: number,
-    fix: string,
-  ) {
-    super(NodeErrorCode.QUOTA_EXCEEDED, `${quota} is ${limit} and ${current} are in use: ${fix}`, { data: { quota, limit, current } });
-  }
-}
+import { defineErrorCodes } from "../core/errors.js";
+import { ClusterErrorCode } from "../cluster/index.js";
 
 /**
- * A registry entry written under a fence (`Nats-Expected-Last-Sequence`) lost to another
- * write of the bucket: the count it was admitted on is stale (ActorAdmission retries).
+ * The node layer's error codes (stable: they travel over NATS and scripts match on them),
+ * with the cluster state's, which a node's requests also answer with.
  */
-export class FenceConflictError extends KovaError {
-  constructor(id: string, fence: number, options: { cause?: unknown } = {}) {
-    super(NodeErrorCode.ADMISSION_CONFLICT, `the agents bucket moved past revision ${fence} before ${id} was written: admit it again`, {
-      retryable: true,
-      data: { actorId: id, fence },
-      ...options,
-    });
-  }
-}
+export const NodeErrorCode = Object.freeze({
+  ...ClusterErrorCode,
+  ...defineErrorCodes("node", {
+    NATS_LAUNCH_FAILED: "NATS_LAUNCH_FAILED",
+  }),
+});

@@ -1,5 +1,5 @@
 import type { NodeConfig } from "./config.js";
-import { compactMarkers } from "./marker-compaction.js";
+import { compactMarkers } from "../cluster/index.js";
 import type { NodeParts } from "./node-parts.js";
 import type { VirtualActors } from "./virtual-actors.js";
 

@@ -2,9 +2,7 @@ import type { Logger } from "../core/logger.js";
 import type { Bus } from "../bus/index.js";
 import type { ActorHost, ActorTemplateRegistry } from "../actors/index.js";
 import type { NodeConfig } from "./config.js";
-import type { LeaseTable } from "./lease.js";
-import type { Membership } from "./membership.js";
-import type { AgentRecord, AgentRegistry } from "./registry.js";
+import type { LeaseTable, Membership, AgentRecord, AgentRegistry } from "../cluster/index.js";
 
 /**
  * The parts of a node that its agent-side handlers, workflow wiring, host port and

@@ -14,8 +14,10 @@ import {
   type SignalRequest,
   type SpawnRequest,
   type ToolsRequest,
-} from "./control.js";
-import { startMicroService, type MicroEndpoint, type MicroService } from "./micro-service.js";
+  startMicroService,
+  type MicroEndpoint,
+  type MicroService,
+} from "../cluster/index.js";
 import type { NodeParts } from "./node-parts.js";
 import type { VirtualActors } from "./virtual-actors.js";
 

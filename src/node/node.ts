@@ -22,7 +22,18 @@ import { WORKFLOW_ACTOR_TYPE, workflowActor } from "../workflow/index.js";
 import type { NodeConfig } from "./config.js";
 import type { StartNodeOptions } from "./start-options.js";
 import { loadActorModules } from "./actor-modules.js";
-import type { AgentStatusView, NodeStatusView } from "./control.js";
+import {
+  type AgentStatusView,
+  type NodeStatusView,
+  mirrorTiming,
+  LeaseTable,
+  Membership,
+  type MicroService,
+  ActorAdmission,
+  refuseNodeIdInUse,
+  AgentRegistry,
+  RegistryWrites,
+} from "../cluster/index.js";
 import { NodeControl } from "./control-handlers.js";
 import { AgentControl } from "./agent-control.js";
 import { startNodeService } from "./node-service.js";
@@ -30,19 +41,11 @@ import type { NodeParts } from "./node-parts.js";
 import { startMarkerCompaction, startUnknownAgentSweep, type NodeJob } from "./node-jobs.js";
 import { WorkflowWiring, workflowRunPorts } from "./workflow-wiring.js";
 import { registerEvalTemplates, registerEvalTypes } from "./eval-wiring.js";
-import { mirrorTiming } from "./kv-mirror.js";
-import { LeaseTable } from "./lease.js";
-import { Membership } from "./membership.js";
-import type { MicroService } from "./micro-service.js";
-import { ActorAdmission } from "./admission.js";
-import { refuseNodeIdInUse } from "./node-id-check.js";
 import { jetStreamReplicas, resolveNats, type ResolvedNats } from "./nats-bootstrap.js";
 import { PlacementController } from "./placement-controller.js";
 import { placementHostPort } from "./host-port.js";
 import { whenNatsReady } from "./nats-ready.js";
 import { recoverPendingTurns, type NodeRecoveryReport } from "./recovery-policy.js";
-import { AgentRegistry } from "./registry.js";
-import { RegistryWrites } from "./registry-writes.js";
 import { ScheduleService } from "./schedules.js";
 import { VirtualActors } from "./virtual-actors.js";
 import { startAgentServices, type AgentServices } from "./agent-services.js";

@@ -1,9 +1,6 @@
-import type { Logger } from "../core/logger.js";
-import type { LeaseRecord, LeaseTable } from "./lease.js";
-import type { Membership } from "./membership.js";
+import { type Logger, componentLogger } from "../core/logger.js";
+import type { LeaseRecord, LeaseTable, Membership, AgentRecord, AgentRegistry } from "../cluster/index.js";
 import { ownerOf } from "./placement.js";
-import type { AgentRecord, AgentRegistry } from "./registry.js";
-import { componentLogger } from "../core/logger.js";
 
 /** What placement needs from the actor host; the node adapts ActorHost to it. */
 export interface HostPort {

@@ -1,11 +1,10 @@
 import type { NatsConnection } from "@nats-io/transport-node";
 import type { KV } from "@nats-io/kv";
 import { checkFormatVersion } from "../core/format-version.js";
-import type { Logger } from "../core/logger.js";
+import { type Logger, componentLogger } from "../core/logger.js";
 import { createEnvelope, isWrongLastSequence, type Bus } from "../bus/index.js";
-import { KvMirror, encodeJson, openBucket } from "./kv-mirror.js";
+import { KvMirror, encodeJson, openBucket } from "../cluster/index.js";
 import { dueTick, nextTick, scheduledRunId, scheduleTarget, type ScheduleSpec } from "./schedule-spec.js";
-import { componentLogger } from "../core/logger.js";
 import { startMessageId, WORKFLOW_ACTOR_TYPE, WorkflowMessageType } from "../workflow/index.js";
 
 /** Version 2: the spec may start a workflow (`spec.workflow`); a message schedule is still written as 1, which older nodes read. */

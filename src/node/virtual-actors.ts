@@ -1,15 +1,11 @@
 import type { Subscription } from "@nats-io/transport-node";
 import { assertId } from "../core/ids.js";
-import type { Logger } from "../core/logger.js";
+import { type Logger, componentLogger } from "../core/logger.js";
 import { isConsumerNotFound, UnknownAgentError, type ActivationReply, type Bus } from "../bus/index.js";
 import { isMessageGone } from "../bus/nats-errors.js";
 import { UnknownActorTypeError, type ActorHost, type ActorTemplateRegistry, type ActorTypeRegistry, type RegisteredTemplate } from "../actors/index.js";
-import type { ActorAdmission } from "./admission.js";
-import { QuotaExceededError } from "./errors.js";
-import type { LeaseTable } from "./lease.js";
+import { type ActorAdmission, QuotaExceededError, type LeaseTable, type AgentRecord, type AgentRegistry, type VirtualActorsView } from "../cluster/index.js";
 import type { PlacementController } from "./placement-controller.js";
-import type { AgentRecord, AgentRegistry } from "./registry.js";
-import { componentLogger } from "../core/logger.js";
 
 export interface VirtualActorsOptions {
   nodeId: string;
@@ -35,17 +31,6 @@ export interface VirtualActorsOptions {
   publish(type: string, runId: string, data: unknown): void;
   /** An instance hosted here was passivated: release what the node keeps for it outside the actor. */
   onPassivated?(id: string): void;
-}
-
-/** Part of the node's status: templates and what activation and passivation did here. */
-export interface VirtualActorsView {
-  templates: Array<{ name: string; type: string; idleAfterMs: number; hosted: number }>;
-  /** Instances this node registered on their first message (or after a passivation). */
-  activations: number;
-  /** Instances this node passivated. */
-  passivations: number;
-  /** Activations refused by `[cluster] max_actors` (their messages wait in the stream). */
-  refused: number;
 }
 
 /** Passivations running at once on one node (each is a handful of JetStream requests). */

@@ -3,7 +3,7 @@ import { sleep } from "../core/clock.js";
 import { createEnvelope } from "../bus/index.js";
 import { ActorErrorCode } from "../actors/index.js";
 import { SubjectWaitService, SubjectWaits, TimerService, WorkflowMessageType, WorkflowTimers, type WorkflowActorPorts } from "../workflow/index.js";
-import { controlRequest, nodeSubject } from "./control.js";
+import { controlRequest, nodeSubject } from "../cluster/index.js";
 import { resetMailbox } from "./host-port.js";
 import type { NodeConfig } from "./config.js";
 import type { NodeParts } from "./node-parts.js";

@@ -3,7 +3,7 @@ import { join } from "node:path";
 import { headers } from "@nats-io/transport-node";
 import { describe, expect, it } from "vitest";
 import { createEnvelope, decodeValue, encodingOf, type RpcReply } from "../../src/bus/index.js";
-import { controlRequest, spawnSubject } from "../../src/node/control.js";
+import { controlRequest, spawnSubject } from "../../src/cluster/control.js";
 import { expectCorpusDeadLettered, expectedReason, loadCorpus, publishCorpus } from "../fixtures/bus/decode-corpus.js";
 import { REPO, TestCluster } from "../fixtures/node/cluster-harness.js";
 import { poll } from "../fixtures/poll.js";

@@ -2,7 +2,7 @@ import { readFile, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { createEnvelope, type A2AEnvelope } from "../../src/bus/index.js";
-import type { NodeRecord } from "../../src/node/membership.js";
+import type { NodeRecord } from "../../src/cluster/membership.js";
 import { ownerOf } from "../../src/node/placement.js";
 import { REPO, TestCluster } from "../fixtures/node/cluster-harness.js";
 import { poll } from "../fixtures/poll.js";

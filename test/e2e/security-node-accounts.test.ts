@@ -2,7 +2,7 @@ import { existsSync } from "node:fs";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { KovaClient } from "../../src/bus/index.js";
-import { controlRequest, spawnSubject } from "../../src/node/control.js";
+import { controlRequest, spawnSubject } from "../../src/cluster/control.js";
 import { tempDir } from "../fixtures/disposable.js";
 import { REPO, TestCluster, type ProbeState } from "../fixtures/node/cluster-harness.js";
 import { poll } from "../fixtures/poll.js";

@@ -4,7 +4,7 @@ import { askAgent, type AgentResult } from "../../src/agents/index.js";
 import { NatsApprovalStore, type ApprovalRecord } from "../../src/agents/approvals.js";
 import type { KovaEvent } from "../../src/bus/index.js";
 import { isKovaError } from "../../src/core/errors.js";
-import { approveSubject, controlRequest, nodeSubject, type ApproveReply, type ApproveRequest } from "../../src/node/control.js";
+import { approveSubject, controlRequest, nodeSubject, type ApproveReply, type ApproveRequest } from "../../src/cluster/control.js";
 import { defineTool } from "../../src/tools/define-tool.js";
 import { scriptedReply, startScriptedModelServer, type ScriptedModelServer } from "../../src/testing/index.js";
 import { startAgentNode, type AgentNode } from "../fixtures/agents/node-rig.js";

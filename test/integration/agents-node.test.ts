@@ -8,7 +8,7 @@ import { isPlanRequest, swarmModel } from "../fixtures/swarm/helpers.js";
 import { poll } from "../fixtures/poll.js";
 import { DYNAMIC, EVERYTHING } from "../fixtures/mcp/helpers.js";
 import { kovaCli } from "../fixtures/kova-cli.js";
-import { controlRequest, nodeSubject, type ToolsReply } from "../../src/node/control.js";
+import { controlRequest, nodeSubject, type ToolsReply } from "../../src/cluster/control.js";
 import { defineTool } from "../../src/tools/define-tool.js";
 import { isKovaError } from "../../src/core/errors.js";
 

@@ -9,7 +9,7 @@ import { startAgentNode } from "../fixtures/agents/node-rig.js";
 import { supportTemplateToml } from "../fixtures/agents/support-template.js";
 import { fileServer, uniqueCluster } from "../fixtures/bus/helpers.js";
 import { poll } from "../fixtures/poll.js";
-import { controlRequest, nodeSubject } from "../../src/node/control.js";
+import { controlRequest, nodeSubject } from "../../src/cluster/control.js";
 
 const nats = fileServer();
 

@@ -7,7 +7,7 @@ import { connect, type NatsConnection } from "@nats-io/transport-node";
 import { Kvm } from "@nats-io/kv";
 import { Bus, createEnvelope } from "../../src/bus/index.js";
 import { createLogger } from "../../src/core/logger.js";
-import type { AgentRecord } from "../../src/node/registry.js";
+import type { AgentRecord } from "../../src/cluster/registry.js";
 import { requestMany, schemaProblems } from "../fixtures/deploy/micro-responses.js";
 import { DEPLOY, startDeployNatsCluster, type DeployNatsCluster } from "../fixtures/deploy/nats-cluster.js";
 import { poll } from "../fixtures/poll.js";

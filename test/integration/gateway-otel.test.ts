@@ -2,7 +2,7 @@ import { describe, expect, it } from "vitest";
 import { createServer, type IncomingMessage } from "node:http";
 import type { AddressInfo } from "node:net";
 import { KovaClient } from "../../src/bus/index.js";
-import { controlRequest, nodeSubject } from "../../src/node/control.js";
+import { controlRequest, nodeSubject } from "../../src/cluster/control.js";
 import { scriptedReply, type ScriptedHandler } from "../../src/testing/index.js";
 import { defer } from "../fixtures/disposable.js";
 import { endingsScript, FIRST_CALL, SECOND_CALL } from "../fixtures/gateway/endings.js";

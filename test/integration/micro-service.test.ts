@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { connect, headers, type Msg, type NatsConnection } from "@nats-io/transport-node";
 import { startNatsServer, type NatsServerHandle } from "../../src/testing/index.js";
-import { startMicroService, type MicroService } from "../../src/node/micro-service.js";
+import { startMicroService, type MicroService } from "../../src/cluster/micro-service.js";
 import { ConfigError, KovaError } from "../../src/core/errors.js";
 import { requestMany, schemaProblems } from "../fixtures/deploy/micro-responses.js";
 import { ActorErrorCode } from "../../src/actors/errors.js";

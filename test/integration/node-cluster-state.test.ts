@@ -3,10 +3,10 @@ import { connect, type NatsConnection } from "@nats-io/transport-node";
 import { randomUUID } from "node:crypto";
 import { startNatsServer, type NatsServerHandle } from "../../src/testing/index.js";
 import { createLogger } from "../../src/core/logger.js";
-import { LeaseTable } from "../../src/node/lease.js";
+import { LeaseTable } from "../../src/cluster/lease.js";
 import { LeaseLostError } from "../../src/actors/errors.js";
-import { Membership } from "../../src/node/membership.js";
-import { AgentRegistry } from "../../src/node/registry.js";
+import { Membership } from "../../src/cluster/membership.js";
+import { AgentRegistry } from "../../src/cluster/registry.js";
 import { poll } from "../fixtures/poll.js";
 
 const logger = createLogger();

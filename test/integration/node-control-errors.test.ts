@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
 import type { Msg } from "@nats-io/transport-node";
 import { ActorTypeRegistry, counterActor } from "../../src/actors/index.js";
-import { nodeSubject, spawnSubject } from "../../src/node/control.js";
+import { nodeSubject, spawnSubject } from "../../src/cluster/control.js";
 import { inProcessNode } from "../fixtures/node/in-process-node.js";
 
 /** The status header and the error body of a failed `kova-node` request. */

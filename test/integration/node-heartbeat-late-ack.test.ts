@@ -3,7 +3,7 @@ import { connect } from "@nats-io/transport-node";
 import { describe, expect, it } from "vitest";
 import { sleep } from "../../src/core/clock.js";
 import { createLogger } from "../../src/core/logger.js";
-import { Membership, nodesBucket, type NodeRecord } from "../../src/node/membership.js";
+import { Membership, nodesBucket, type NodeRecord } from "../../src/cluster/membership.js";
 import { startNatsServer } from "../../src/testing/index.js";
 import { defer } from "../fixtures/disposable.js";
 import { poll } from "../fixtures/poll.js";

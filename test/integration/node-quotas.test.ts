@@ -8,7 +8,7 @@ import { listKvKeys } from "../../src/bus/index.js";
 import { isKovaError } from "../../src/core/errors.js";
 import { createLogger } from "../../src/core/logger.js";
 import { parseConfig } from "../../src/node/config.js";
-import { controlRequest, spawnSubject } from "../../src/node/control.js";
+import { controlRequest, spawnSubject } from "../../src/cluster/control.js";
 import { CLUSTER_EVENTS_SESSION, KovaNode } from "../../src/node/node.js";
 import { startNatsServer } from "../../src/testing/index.js";
 import { defer, tempDir } from "../fixtures/disposable.js";

@@ -4,7 +4,7 @@ import { Kvm } from "@nats-io/kv";
 import { describe, expect, it, vi } from "vitest";
 import { silentLogger } from "../../src/core/logger.js";
 import { NatsSettingsStore } from "../../src/agents/settings.js";
-import { MirroredSettingsStore } from "../../src/node/settings-mirror.js";
+import { MirroredSettingsStore } from "../../src/cluster/settings-mirror.js";
 import { fileServer, uniqueCluster } from "../fixtures/bus/helpers.js";
 import { defer } from "../fixtures/disposable.js";
 import { poll } from "../fixtures/poll.js";

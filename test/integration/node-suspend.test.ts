@@ -3,8 +3,8 @@ import { connect, type NatsConnection } from "@nats-io/transport-node";
 import { randomUUID } from "node:crypto";
 import { startNatsServer, type NatsServerHandle } from "../../src/testing/index.js";
 import { createLogger } from "../../src/core/logger.js";
-import { LeaseTable } from "../../src/node/lease.js";
-import { Membership } from "../../src/node/membership.js";
+import { LeaseTable } from "../../src/cluster/lease.js";
+import { Membership } from "../../src/cluster/membership.js";
 import { defer } from "../fixtures/disposable.js";
 import { poll } from "../fixtures/poll.js";
 

@@ -7,7 +7,7 @@ import { AckPolicy, jetstreamManager } from "@nats-io/jetstream";
 import { Kvm } from "@nats-io/kv";
 import { KovaClient, listKvKeys } from "../../src/bus/index.js";
 import { ActorTypeRegistry, counterActor, type CounterState } from "../../src/actors/index.js";
-import { approveSubject, controlRequest, nodeSubject, spawnSubject, type NodeStatusView } from "../../src/node/control.js";
+import { approveSubject, controlRequest, nodeSubject, spawnSubject, type NodeStatusView } from "../../src/cluster/control.js";
 import { parseConfig } from "../../src/node/config.js";
 import { KovaNode } from "../../src/node/node.js";
 import { createLogger } from "../../src/core/logger.js";

@@ -4,7 +4,7 @@ import { describe, expect, it } from "vitest";
 import { ActorTypeRegistry, counterActor, NatsCheckpointStore, type CounterState } from "../../src/actors/index.js";
 import { readCheckpoint, type Checkpoint } from "../../src/actors/checkpoint-store.js";
 import { createEnvelope, encodeEnvelope, KovaClient } from "../../src/bus/index.js";
-import { approveSubject, controlRequest, nodeSubject, schedulesSubject, spawnSubject, type NodeStatusView } from "../../src/node/control.js";
+import { approveSubject, controlRequest, nodeSubject, schedulesSubject, spawnSubject, type NodeStatusView } from "../../src/cluster/control.js";
 import { captureLogs } from "../fixtures/capture-logs.js";
 import { inProcessNode } from "../fixtures/node/in-process-node.js";
 import { poll } from "../fixtures/poll.js";

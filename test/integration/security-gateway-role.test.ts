@@ -12,7 +12,7 @@ import { createLogger, silentLogger } from "../../src/core/logger.js";
 import { startGatewayFor } from "../../src/cli/gateway-commands.js";
 import type { Gateway } from "../../src/gateway/index.js";
 import { generateKey } from "../../src/gateway/keys.js";
-import { controlRequest, spawnSubject } from "../../src/node/control.js";
+import { controlRequest, spawnSubject } from "../../src/cluster/control.js";
 import { parseConfig } from "../../src/node/config.js";
 import { KovaNode } from "../../src/node/node.js";
 import { scriptedReply, startScriptedModelServer, type NatsServerHandle, type ScriptedModelServer } from "../../src/testing/index.js";

@@ -6,7 +6,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ActorTypeRegistry, counterActor, type CounterState } from "../../src/actors/index.js";
 import { createEnvelope, encodeEnvelope, KovaClient } from "../../src/bus/index.js";
 import { parseConfig } from "../../src/node/config.js";
-import { nodeSubject, schedulesSubject } from "../../src/node/control.js";
+import { nodeSubject, schedulesSubject } from "../../src/cluster/control.js";
 import { KovaNode } from "../../src/node/node.js";
 import type { NatsServerHandle } from "../../src/testing/index.js";
 import { captureLogs } from "../fixtures/capture-logs.js";

@@ -5,7 +5,7 @@ import { NatsCheckpointStore, type CounterState } from "../../src/actors/index.j
 import { readCheckpoint, type Checkpoint } from "../../src/actors/checkpoint-store.js";
 import { fileServer, startRig, uniqueCluster } from "../fixtures/actors/helpers.js";
 import { poll } from "../fixtures/poll.js";
-import { openBucket } from "../../src/node/kv-mirror.js";
+import { openBucket } from "../../src/cluster/kv-mirror.js";
 
 const server = fileServer();
 

@@ -12,7 +12,7 @@ import { generateKey, hashKey, KeyAdmin } from "../../src/gateway/keys.js";
 import { principalOf } from "../../src/gateway/auth.js";
 import { parseConfig } from "../../src/node/config.js";
 import { KovaNode } from "../../src/node/node.js";
-import { approveSubject, nodeSubject, spawnSubject } from "../../src/node/control.js";
+import { approveSubject, nodeSubject, spawnSubject } from "../../src/cluster/control.js";
 import { scriptedReply, startScriptedModelServer, type NatsServerHandle, type ScriptedModelServer } from "../../src/testing/index.js";
 import { captureLogs } from "../fixtures/capture-logs.js";
 import { tempDir, type TempDir } from "../fixtures/disposable.js";

@@ -1,10 +1,9 @@
 import type { JetStreamClient } from "@nats-io/jetstream";
 import type { NatsConnection } from "@nats-io/transport-node";
-import type { Logger } from "../core/logger.js";
+import { type Logger, componentLogger } from "../core/logger.js";
 import { UnsupportedFormatError } from "../core/format-version.js";
 import { NatsSettingsStore, readAgentSettings, type AgentSettings, type SettingsStore } from "../agents/settings.js";
 import { KvMirror, type MirrorTiming } from "./kv-mirror.js";
-import { componentLogger } from "../core/logger.js";
 
 /**
  * The agents' run-time settings (`kova_<cluster>_agent_settings`, the model a `model=<name>`

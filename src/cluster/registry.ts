@@ -2,12 +2,11 @@ import type { NatsConnection } from "@nats-io/transport-node";
 import { jetstream, type JetStreamClient } from "@nats-io/jetstream";
 import type { KV } from "@nats-io/kv";
 import { backoffMs, sleep } from "../core/clock.js";
-import type { Logger } from "../core/logger.js";
+import { type Logger, componentLogger } from "../core/logger.js";
 import { AGENT_RECORD_VERSION, readAgentRecord, type AgentRecord } from "../bus/registry-record.js";
 import { FenceConflictError } from "./errors.js";
 import { isCasConflict } from "./lease.js";
 import { KvMirror, encodeJson, openBucket, type MirrorEntry, type MirrorTiming } from "./kv-mirror.js";
-import { componentLogger } from "../core/logger.js";
 
 // The record's format lives with the bus, so that every reader of the bucket checks it.
 export { AGENT_RECORD_READABLE, AGENT_RECORD_VERSION, readAgentRecord, type AgentRecord } from "../bus/registry-record.js";

@@ -1,11 +1,10 @@
 import type { NatsConnection } from "@nats-io/transport-node";
 import type { KV } from "@nats-io/kv";
 import { LeaseLostError } from "../actors/errors.js";
-import type { Logger } from "../core/logger.js";
+import { type Logger, componentLogger } from "../core/logger.js";
 import { KvMirror, encodeJson, openBucket, type MirrorEntry, type MirrorTiming } from "./kv-mirror.js";
 import { isWrongLastSequence } from "../bus/nats-errors.js";
 import { formatReader } from "../core/format-version.js";
-import { componentLogger } from "../core/logger.js";
 
 /**
  * One lease per actor in KV `kova_<cluster>_leases`, changed only by compare-and-set

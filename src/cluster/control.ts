@@ -3,7 +3,6 @@ import { ErrorCode, KovaError, fromWire } from "../core/errors.js";
 import { BusErrorCode } from "../bus/errors.js";
 import { isNatsNoResponders, isNatsTimeout } from "../bus/nats-errors.js";
 import type { ModelSlotStats } from "../agents/model/index.js";
-import type { VirtualActorsView } from "./virtual-actors.js";
 
 /**
  * The node control protocol: endpoints of the `kova-node` micro service. Per-node
@@ -161,6 +160,17 @@ export interface NodeStatusView {
   virtual: VirtualActorsView;
   /** The provider-call scheduler per model: policy, slots in use, queued calls, wait times per class. */
   models: ModelSlotStats[];
+}
+
+/** Part of the node's status: templates and what activation and passivation did here. */
+export interface VirtualActorsView {
+  templates: Array<{ name: string; type: string; idleAfterMs: number; hosted: number }>;
+  /** Instances this node registered on their first message (or after a passivation). */
+  activations: number;
+  /** Instances this node passivated. */
+  passivations: number;
+  /** Activations refused by `[cluster] max_actors` (their messages wait in the stream). */
+  refused: number;
 }
 
 const utf8 = new TextEncoder();

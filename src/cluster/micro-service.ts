@@ -1,5 +1,4 @@
-import { headers as natsHeaders, nuid } from "@nats-io/transport-node";
-import type { Msg, MsgHdrs, NatsConnection, Subscription } from "@nats-io/transport-node";
+import { headers as natsHeaders, nuid, type Msg, type MsgHdrs, type NatsConnection, type Subscription } from "@nats-io/transport-node";
 import { ConfigError, errorKindOf, isKovaError, toWire, type ErrorKind } from "../core/errors.js";
 import { componentLogger, silentLogger, type Logger } from "../core/logger.js";
 

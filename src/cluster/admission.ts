@@ -1,6 +1,6 @@
 import { backoffMs, sleep } from "../core/clock.js";
 import { KovaError } from "../core/errors.js";
-import { FenceConflictError, NodeErrorCode } from "./errors.js";
+import { ClusterErrorCode, FenceConflictError } from "./errors.js";
 import type { AgentRegistry } from "./registry.js";
 
 /**
@@ -188,10 +188,14 @@ export class ActorAdmission {
         if (!(err instanceof FenceConflictError)) throw err;
       }
     }
-    throw new KovaError(NodeErrorCode.ADMISSION_CONFLICT, `the agents registry kept changing while ${id} was admitted near [cluster] max_actors: try again`, {
-      retryable: true,
-      data: { actorId: id },
-    });
+    throw new KovaError(
+      ClusterErrorCode.ADMISSION_CONFLICT,
+      `the agents registry kept changing while ${id} was admitted near [cluster] max_actors: try again`,
+      {
+        retryable: true,
+        data: { actorId: id },
+      },
+    );
   }
 }
 
