@@ -6,8 +6,8 @@ import type { AgentServices } from "./agent-services.js";
 import type { ApproveReply, SchedulesRequest, ToolsReply, ToolsRequest } from "../cluster/index.js";
 import type { NodeParts } from "./node-parts.js";
 import { openOnce } from "./open-once.js";
-import { parseSchedule } from "./schedule-spec.js";
-import type { ScheduleService } from "./schedules.js";
+import { parseSchedule } from "./schedules/spec.js";
+import type { ScheduleService } from "./schedules/service.js";
 
 /** What the agent-side control endpoints read and change: the node's parts, once it has booted. */
 export interface AgentControlDeps extends Pick<NodeParts, "nodeId" | "cluster" | "bus" | "host" | "registry" | "templates" | "replicas" | "log"> {

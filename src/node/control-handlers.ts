@@ -18,8 +18,8 @@ import {
   type AgentRegistry,
   type VirtualActorsView,
 } from "../cluster/index.js";
-import type { ResolvedNats } from "./nats-bootstrap.js";
-import type { PlacementController } from "./placement-controller.js";
+import type { ResolvedNats } from "./nats/bootstrap.js";
+import type { PlacementController } from "./placement/controller.js";
 import type { NodeRecoveryReport } from "./recovery-policy.js";
 import type { ModelSlotStats } from "../agents/model/index.js";
 

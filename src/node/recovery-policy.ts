@@ -2,7 +2,7 @@ import type { Logger } from "../core/logger.js";
 import type { ActorHost, ActorTypeRegistry } from "../actors/index.js";
 import type { Wal } from "../wal/index.js";
 import type { LeaseTable, AgentRecord, AgentRegistry } from "../cluster/index.js";
-import type { HostPort } from "./placement-controller.js";
+import type { HostPort } from "./placement/controller.js";
 
 /** What a node found in its WAL at start and what it did with it (part of `status`). */
 export interface NodeRecoveryReport {

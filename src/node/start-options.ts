@@ -4,7 +4,7 @@ import type { AgentDefinition } from "../agents/definition.js";
 import type { ModelCallScheduler } from "../agents/model/scheduler.js";
 import type { Tool } from "../tools/types.js";
 import type { NodeConfig } from "./config.js";
-import type { ResolveNatsOptions } from "./nats-bootstrap.js";
+import type { ResolveNatsOptions } from "./nats/bootstrap.js";
 
 /**
  * What `KovaNode.start` takes: the config and what an embedding application adds in code.

@@ -5,7 +5,7 @@ import { isConsumerNotFound, UnknownAgentError, type ActivationReply, type Bus }
 import { isMessageGone } from "../bus/nats-errors.js";
 import { UnknownActorTypeError, type ActorHost, type ActorTemplateRegistry, type ActorTypeRegistry, type RegisteredTemplate } from "../actors/index.js";
 import { type ActorAdmission, QuotaExceededError, type LeaseTable, type AgentRecord, type AgentRegistry, type VirtualActorsView } from "../cluster/index.js";
-import type { PlacementController } from "./placement-controller.js";
+import type { PlacementController } from "./placement/controller.js";
 
 export interface VirtualActorsOptions {
   nodeId: string;

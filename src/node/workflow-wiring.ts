@@ -4,7 +4,7 @@ import { createEnvelope } from "../bus/index.js";
 import { ActorErrorCode } from "../actors/index.js";
 import { SubjectWaitService, SubjectWaits, TimerService, WorkflowMessageType, WorkflowTimers, type WorkflowActorPorts } from "../workflow/index.js";
 import { controlRequest, nodeSubject } from "../cluster/index.js";
-import { resetMailbox } from "./host-port.js";
+import { resetMailbox } from "./placement/host-port.js";
 import type { NodeConfig } from "./config.js";
 import type { NodeParts } from "./node-parts.js";
 import { openOnce } from "./open-once.js";

@@ -3,7 +3,7 @@ import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { createEnvelope, type A2AEnvelope } from "../../src/bus/index.js";
 import type { NodeRecord } from "../../src/cluster/membership.js";
-import { ownerOf } from "../../src/node/placement.js";
+import { ownerOf } from "../../src/node/placement/rendezvous.js";
 import { REPO, TestCluster } from "../fixtures/node/cluster-harness.js";
 import { poll } from "../fixtures/poll.js";
 import type { CutMode } from "../fixtures/tcp-proxy.js";

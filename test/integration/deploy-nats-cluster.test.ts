@@ -5,7 +5,7 @@ import { connect } from "@nats-io/transport-node";
 import { jetstream, jetstreamManager } from "@nats-io/jetstream";
 import { DEPLOY, NATS_HOSTS, startDeployNatsCluster, type DeployNatsCluster } from "../fixtures/deploy/nats-cluster.js";
 import { poll } from "../fixtures/poll.js";
-import { SERVER_PING } from "../../src/node/nats-launcher.js";
+import { SERVER_PING } from "../../src/node/nats/launcher.js";
 
 let cluster: DeployNatsCluster | undefined;
 

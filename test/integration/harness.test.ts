@@ -4,7 +4,7 @@ import { jetstreamManager } from "@nats-io/jetstream";
 import { freePort, HarnessError, NatsPortInUseError, startNatsCluster, startNatsServer } from "../../src/testing/index.js";
 import { poll } from "../fixtures/poll.js";
 import { holdPort } from "../fixtures/ports.js";
-import { SERVER_PING } from "../../src/node/nats-launcher.js";
+import { SERVER_PING } from "../../src/node/nats/launcher.js";
 
 describe("test harness", () => {
   it("harness - starts a JetStream server on a free port and restarts it on the same store", async () => {

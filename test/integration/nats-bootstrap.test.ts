@@ -5,7 +5,7 @@ import { join } from "node:path";
 import { connect } from "@nats-io/transport-node";
 import { jetstreamManager } from "@nats-io/jetstream";
 import { startNatsCluster, startNatsServer } from "../../src/testing/index.js";
-import { jetStreamReplicas, NatsBootstrapError, resolveNats, type ResolvedNats } from "../../src/node/nats-bootstrap.js";
+import { jetStreamReplicas, NatsBootstrapError, resolveNats, type ResolvedNats } from "../../src/node/nats/bootstrap.js";
 import { BusErrorCode } from "../../src/bus/errors.js";
 import { poll } from "../fixtures/poll.js";
 

@@ -6,7 +6,7 @@ import { createLogger } from "../../src/core/logger.js";
 import { LeaseTable } from "../../src/cluster/lease.js";
 import { Membership } from "../../src/cluster/membership.js";
 import { AgentRegistry } from "../../src/cluster/registry.js";
-import { PlacementController, type HostPort } from "../../src/node/placement-controller.js";
+import { PlacementController, type HostPort } from "../../src/node/placement/controller.js";
 import { defer } from "../fixtures/disposable.js";
 import { poll } from "../fixtures/poll.js";
 

@@ -1,8 +1,8 @@
 import { describe, expect, it } from "vitest";
 import { decodeEnvelope } from "../../src/bus/index.js";
 import { silentLogger } from "../../src/core/logger.js";
-import { parseSchedule } from "../../src/node/schedule-spec.js";
-import { ScheduleService } from "../../src/node/schedules.js";
+import { parseSchedule } from "../../src/node/schedules/spec.js";
+import { ScheduleService } from "../../src/node/schedules/service.js";
 import { connectBus, fileServer, uniqueCluster } from "../fixtures/bus/helpers.js";
 import { defer } from "../fixtures/disposable.js";
 import { poll } from "../fixtures/poll.js";

@@ -3,7 +3,7 @@ import { readFileSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { parse as parseYaml, parseAllDocuments } from "yaml";
 import { CLIENT_PING } from "../../src/bus/connection.js";
-import { SERVER_PING } from "../../src/node/nats-launcher.js";
+import { SERVER_PING } from "../../src/node/nats/launcher.js";
 
 const DEPLOY = resolve(import.meta.dirname, "../../deploy");
 const read = (p: string) => readFileSync(join(DEPLOY, p), "utf8");

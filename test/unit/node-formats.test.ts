@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
-import { nextTick, scheduleTarget } from "../../src/node/schedule-spec.js";
-import { readScheduleRecord, SCHEDULE_RECORD_VERSION } from "../../src/node/schedules.js";
+import { nextTick, scheduleTarget } from "../../src/node/schedules/spec.js";
+import { readScheduleRecord, SCHEDULE_RECORD_VERSION } from "../../src/node/schedules/service.js";
 import { parseWorkflow } from "../../src/workflow/index.js";
 import { expectRefused, goldenJson, withVersion } from "../fixtures/formats.js";
 

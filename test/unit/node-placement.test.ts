@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { assign, ownerOf } from "../../src/node/placement.js";
+import { assign, ownerOf } from "../../src/node/placement/rendezvous.js";
 
 const actors = Array.from({ length: 3000 }, (_, i) => `actor-${i}`);
 

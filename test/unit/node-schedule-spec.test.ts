@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { dueTick, durationMs, nextTick, parseSchedule, scheduledRunId, scheduleTarget } from "../../src/node/schedule-spec.js";
+import { dueTick, durationMs, nextTick, parseSchedule, scheduledRunId, scheduleTarget } from "../../src/node/schedules/spec.js";
 import { configError } from "../fixtures/config-error.js";
 import { join } from "node:path";
 

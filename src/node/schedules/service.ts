@@ -1,11 +1,11 @@
 import type { NatsConnection } from "@nats-io/transport-node";
 import type { KV } from "@nats-io/kv";
-import { checkFormatVersion } from "../core/format-version.js";
-import { type Logger, componentLogger } from "../core/logger.js";
-import { createEnvelope, isWrongLastSequence, type Bus } from "../bus/index.js";
-import { KvMirror, encodeJson, openBucket } from "../cluster/index.js";
-import { dueTick, nextTick, scheduledRunId, scheduleTarget, type ScheduleSpec } from "./schedule-spec.js";
-import { startMessageId, WORKFLOW_ACTOR_TYPE, WorkflowMessageType } from "../workflow/index.js";
+import { checkFormatVersion } from "../../core/format-version.js";
+import { type Logger, componentLogger } from "../../core/logger.js";
+import { createEnvelope, isWrongLastSequence, type Bus } from "../../bus/index.js";
+import { KvMirror, encodeJson, openBucket } from "../../cluster/index.js";
+import { dueTick, nextTick, scheduledRunId, scheduleTarget, type ScheduleSpec } from "./spec.js";
+import { startMessageId, WORKFLOW_ACTOR_TYPE, WorkflowMessageType } from "../../workflow/index.js";
 
 /** Version 2: the spec may start a workflow (`spec.workflow`); a message schedule is still written as 1, which older nodes read. */
 export const SCHEDULE_RECORD_VERSION = 2;

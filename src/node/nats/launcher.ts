@@ -4,9 +4,9 @@ import { mkdir, mkdtemp, readdir, readFile, rm, writeFile } from "node:fs/promis
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { delimiter, join } from "node:path";
-import { KovaError } from "../core/errors.js";
-import { sleep } from "../core/clock.js";
-import { NodeErrorCode } from "./errors.js";
+import { KovaError } from "../../core/errors.js";
+import { sleep } from "../../core/clock.js";
+import { NodeErrorCode } from "../errors.js";
 
 /**
  * Starts and stops a local nats-server process: what `kova node start` does when no

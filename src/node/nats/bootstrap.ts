@@ -1,12 +1,12 @@
 import { readdir, readFile, rm, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
-import { KovaError } from "../core/errors.js";
-import { sleep } from "../core/clock.js";
-import { componentLogger, silentLogger, type Logger } from "../core/logger.js";
-import { findNatsServerBinary, launchNatsServer, type NatsServerProcess } from "./nats-launcher.js";
-import { BusErrorCode } from "../bus/errors.js";
-import { redactUrls } from "../bus/nats-security.js";
+import { KovaError } from "../../core/errors.js";
+import { sleep } from "../../core/clock.js";
+import { componentLogger, silentLogger, type Logger } from "../../core/logger.js";
+import { findNatsServerBinary, launchNatsServer, type NatsServerProcess } from "./launcher.js";
+import { BusErrorCode } from "../../bus/errors.js";
+import { redactUrls } from "../../bus/nats-security.js";
 
 /**
  * How a node finds NATS, in order:

@@ -1,7 +1,7 @@
-import { ErrorCode, isKovaError } from "../core/errors.js";
-import { sleep } from "../core/clock.js";
-import type { Logger } from "../core/logger.js";
-import { BusErrorCode, isTransientNatsError } from "../bus/index.js";
+import { ErrorCode, isKovaError } from "../../core/errors.js";
+import { sleep } from "../../core/clock.js";
+import type { Logger } from "../../core/logger.js";
+import { BusErrorCode, isTransientNatsError } from "../../bus/index.js";
 
 /**
  * Runs a start-up step, waiting for NATS: nodes are often started together with their

@@ -1,6 +1,6 @@
-import { type Logger, componentLogger } from "../core/logger.js";
-import type { LeaseRecord, LeaseTable, Membership, AgentRecord, AgentRegistry } from "../cluster/index.js";
-import { ownerOf } from "./placement.js";
+import { type Logger, componentLogger } from "../../core/logger.js";
+import type { LeaseRecord, LeaseTable, Membership, AgentRecord, AgentRegistry } from "../../cluster/index.js";
+import { ownerOf } from "./rendezvous.js";
 
 /** What placement needs from the actor host; the node adapts ActorHost to it. */
 export interface HostPort {

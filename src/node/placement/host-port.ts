@@ -1,7 +1,7 @@
-import { isConsumerNotFound, UnknownAgentError, type Bus } from "../bus/index.js";
-import type { NodeConfig } from "./config.js";
-import type { NodeParts } from "./node-parts.js";
-import type { HostPort } from "./placement-controller.js";
+import { isConsumerNotFound, UnknownAgentError, type Bus } from "../../bus/index.js";
+import type { NodeConfig } from "../config.js";
+import type { NodeParts } from "../node-parts.js";
+import type { HostPort } from "./controller.js";
 
 /** What the port starts actors with; `config.drainTimeoutMs` is how long a stopping actor may take to finish its turn. */
 export interface HostPortDeps extends Pick<NodeParts, "nodeId" | "bus" | "host" | "templates"> {
