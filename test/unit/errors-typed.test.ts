@@ -49,7 +49,7 @@ const MESSAGE_MATCHING = [
  */
 const EXEMPT: ReadonlyArray<{ file: string; line: string; why: string }> = [
   {
-    file: "node/nats-launcher.ts",
+    file: "node/nats/launcher.ts",
     line: "/listen tcp \\S*?:(\\d+): bind: address already in use/.exec(log)",
     why:
       "nats-server has exited during start; its log tail is all it left, and this reads the port it could not bind out of " +
