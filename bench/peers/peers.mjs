@@ -383,7 +383,7 @@ for (const scenario of SCENARIOS) {
     cpuLines.push(`${s.label} ${fmt(cpuTotal(r.cpu16))} ms (Kova÷ ${fmt(cpuTotal(r.cpu16) / kovaCpu)})`);
     if (s.nats || s.name === "floor")
       extra.push(
-        `  ${s.label}: NATS messages (in + out) per run c=1 ${fmt(avg(r.cpu1.map((c) => c.natsMsgs)), 1)}, c=16 ${fmt(avg(r.cpu16.map((c) => c.natsMsgs)), 1)}; KB per run ${fmt(avg(r.cpu16.map((c) => c.natsKB)), 1)}`,
+        `  ${s.label}: NATS messages (in + out) per run c=1 ${fmt(avg(r.cpu1.map((c) => c.natsMsgs)), 1)}, c=16 ${fmt(avg(r.cpu16.map((c) => c.natsMsgs)), 1)}; KB per run c=1 ${fmt(avg(r.cpu1.map((c) => c.natsKB)), 1)} (its agent's window of processed ids full), c=16 ${fmt(avg(r.cpu16.map((c) => c.natsKB)), 1)}`,
       );
     console.log(
       `  ${s.label.padEnd(46)} ${fmt(p50).padStart(8)} ${fmt(pct(r.c1.flat(), 0.99)).padStart(7)} ${fmt(rps, 0).padStart(11)}   ${fmt(kovaP50 / p50).padStart(9)} ${fmt(kovaRps / rps).padStart(12)}   ${range(rounds1)} | ${range(rounds16)}   ${cpuText(r.cpu1)} | ${cpuText(r.cpu16)}`,

@@ -1,10 +1,10 @@
 import { ErrorCode, KovaError } from "../core/errors.js";
 import type { Logger } from "../core/logger.js";
 import type { A2AEnvelope, Mailbox, MailboxContext, RpcService } from "../bus/index.js";
-import { readCheckpoint, type Checkpoint } from "./checkpoint-store.js";
+import { isSplit, readCheckpoint, readWindow, type Checkpoint, type StoredCheckpoint } from "./checkpoint-store.js";
 import { ActorDlqReason, TurnInterruptedError, ActorErrorCode, NotHostedError, isLeaseLost } from "./errors.js";
 import { ActorLifecycle, type ActorState } from "./lifecycle.js";
-import { ActorMemory, localCheckpointKey } from "./memory.js";
+import { ActorMemory, localCheckpointKey, localWindowKey } from "./memory.js";
 import { PauseGate } from "./pause-gate.js";
 import type { HostDeps } from "./ports.js";
 import type { ActorJournal } from "./step-journal.js";
@@ -227,9 +227,20 @@ export class ActorInstance implements TurnActor {
   async reload(): Promise<void> {
     const store = await this.deps.checkpoints();
     const shared = await store.load(this.id);
-    const stored = this.deps.wal.getKv<Checkpoint>(localCheckpointKey(this.id));
-    const local = stored === undefined ? undefined : readCheckpoint(`local checkpoint of actor ${this.id} in the WAL`, stored);
+    const local = this.#localCheckpoint();
     this.memory = ActorMemory.from(shared, local, () => this.def.initialState(this.template), this.deps.processedWindow);
+  }
+
+  /** The local copy of the checkpoint in the WAL's side table, with the window a split one names. */
+  #localCheckpoint(): Checkpoint | undefined {
+    const stored = this.deps.wal.getKv<StoredCheckpoint>(localCheckpointKey(this.id));
+    if (stored === undefined) return undefined;
+    const window = isSplit(stored) ? this.deps.wal.getKv<unknown>(localWindowKey(this.id)) : undefined;
+    return readCheckpoint(
+      `local checkpoint of actor ${this.id} in the WAL`,
+      stored,
+      window === undefined ? undefined : readWindow(`local processed-ids window of actor ${this.id} in the WAL`, window),
+    );
   }
 
   journal(): Promise<ActorJournal | undefined> {

@@ -9,6 +9,8 @@ export type CrashPoint =
   | "after-publish-ack"
   /** The handler returned (an unrecorded last step ran); the turn's checkpoint is not saved yet. */
   | "before-checkpoint"
+  /** A split checkpoint's stored window is written on NATS; the checkpoint that names it is not (docs/actors.md, "Dedupe windows"). */
+  | "after-window"
   /** The turn's checkpoint is saved on NATS; its reply, journal close and WAL completion are not done. */
   | "after-checkpoint"
   /** The reply was published; the WAL record is still PENDING. */

@@ -1,9 +1,14 @@
-import { checkpointVersion, PROCESSED_LIMIT, type Checkpoint, type CheckpointReply, type OwedReply } from "./checkpoint-store.js";
+import { CHECKPOINT_RECENT_IDS, checkpointVersion, PROCESSED_LIMIT, type Checkpoint, type CheckpointReply, type OwedReply } from "./checkpoint-store.js";
 import { extendIds } from "./processed-ids.js";
 
 /** Key of an actor's local checkpoint in the WAL's side table (written with the turn's completion). */
 export function localCheckpointKey(actorId: string): string {
   return `actors/${actorId}/checkpoint`;
+}
+
+/** Key of the window a split local checkpoint names (written in the same transaction as the checkpoint that moves it). */
+export function localWindowKey(actorId: string): string {
+  return `actors/${actorId}/ids`;
 }
 
 /**
@@ -20,6 +25,12 @@ export class ActorMemory<S = unknown> {
   readonly #owed: Map<string, OwedReply>;
   /** The window the last next() proposed from this one: apply() adopts it instead of extending again. */
   #proposed: readonly string[] | undefined;
+  /**
+   * The revision whose window the stores hold apart, as the last checkpoint this memory
+   * applied named it (split: Checkpoint.split). Unknown after a load: the first turn then
+   * stores the window again, to the NATS and the local store alike, whichever it came from.
+   */
+  #base: number | undefined;
 
   private constructor(
     public state: S,
@@ -72,7 +83,14 @@ export class ActorMemory<S = unknown> {
 
   /** The committed checkpoint as it stands, with the replies owed now (saved when a reply is owed outside a commit). */
   current(meta: { type: string; nodeId: string; ts: number }): Checkpoint {
-    return this.#withOwed({ state: this.state, processed: this.#processed, revision: this.revision, ...meta, ...(this.#reply ? { reply: this.#reply } : {}) });
+    return this.#withOwed({
+      state: this.state,
+      processed: this.#processed,
+      revision: this.revision,
+      ...meta,
+      ...(this.#reply ? { reply: this.#reply } : {}),
+      ...(this.#base !== undefined ? { split: { base: this.#base } } : {}),
+    });
   }
 
   get processed(): readonly string[] {
@@ -83,12 +101,27 @@ export class ActorMemory<S = unknown> {
   next(state: S, envelopeId: string, meta: { type: string; nodeId: string; ts: number }, reply?: CheckpointReply): Checkpoint {
     const processed = extendIds(this.#processed, envelopeId, this.window);
     this.#proposed = processed;
-    return this.#withOwed({ state, processed, revision: this.revision + 1, ...meta, ...(reply ? { reply } : {}) });
+    const revision = this.revision + 1;
+    const split = this.#split(revision, processed);
+    return this.#withOwed({ state, processed, revision, ...meta, ...(reply ? { reply } : {}), ...(split ? { split } : {}) });
+  }
+
+  /**
+   * How the checkpoint of `revision` stores its window (docs/actors.md, "Dedupe windows"):
+   * whole while the window, or the actor's whole history, is at most CHECKPOINT_RECENT_IDS
+   * ids; else split, the ids after the stored window's revision in the checkpoint, and every
+   * CHECKPOINT_RECENT_IDS turns (or first after a load) the committed window stored again.
+   */
+  #split(revision: number, processed: readonly string[]): Checkpoint["split"] {
+    if (this.window <= CHECKPOINT_RECENT_IDS) return undefined;
+    if (this.#base !== undefined && revision - this.#base <= CHECKPOINT_RECENT_IDS) return { base: this.#base };
+    if (this.revision === 0 || (revision <= CHECKPOINT_RECENT_IDS && processed.length === revision)) return undefined;
+    return { base: this.revision, ids: this.#processed };
   }
 
   #withOwed(body: Omit<Checkpoint, "v" | "owed">): Checkpoint {
     const owed = this.#owed.size > 0 ? this.owed() : undefined;
-    return { v: checkpointVersion({ owed }), ...body, ...(owed ? { owed } : {}) };
+    return { v: checkpointVersion({ owed, split: body.split }), ...body, ...(owed ? { owed } : {}) };
   }
 
   /** Makes a saved checkpoint the committed memory (the owed replies stay this memory's own: some may have gone out meanwhile). */
@@ -96,6 +129,7 @@ export class ActorMemory<S = unknown> {
     this.state = cp.state as S;
     this.revision = cp.revision;
     this.#reply = cp.reply;
+    this.#base = cp.split?.base;
     const id = cp.processed.at(-1);
     if (id === undefined || this.#seen.has(id)) return;
     const next = cp.processed === this.#proposed ? cp.processed : extendIds(this.#processed, id, this.window);

@@ -58,6 +58,14 @@ export function packIds(ids: readonly string[]): Buffer {
   return packed;
 }
 
+/** The packed bytes of the newest `count` ids of a window (a view of its packed form, not a copy). */
+export function packedTail(ids: readonly string[], count: number): Buffer {
+  const packed = packIds(ids);
+  let from = 0;
+  for (let i = ids.length - Math.min(count, ids.length); i > 0; i--) from += entryLength(packed, from);
+  return packed.subarray(from);
+}
+
 /** The window after `id`: at most `window` ids, newest last; a new array, packed incrementally from `ids`' bytes. */
 export function extendIds(ids: readonly string[], id: string, window: number): readonly string[] {
   const drop = Math.max(0, ids.length + 1 - window);

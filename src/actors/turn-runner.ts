@@ -5,10 +5,10 @@ import type { Logger } from "../core/logger.js";
 import { markPhase, timedPhase } from "../core/phases.js";
 import type { A2AEnvelope, MailboxContext } from "../bus/index.js";
 import { makeContext } from "./actor-context.js";
-import { localCheckpoint, type Checkpoint, type CheckpointReply } from "./checkpoint-store.js";
+import { localCheckpoint, localWindow, type Checkpoint, type CheckpointReply } from "./checkpoint-store.js";
 import { crashPoint } from "./crash-points.js";
 import { ActorDlqReason, ActorFailedError, CheckpointConflictError, isLeaseLost, TurnInterruptedError, ActorErrorCode } from "./errors.js";
-import { localCheckpointKey, type ActorMemory } from "./memory.js";
+import { localCheckpointKey, localWindowKey, type ActorMemory } from "./memory.js";
 import type { PauseGate } from "./pause-gate.js";
 import type { HostDeps } from "./ports.js";
 import { deliverReply, type ReplyingActor } from "./replies.js";
@@ -248,9 +248,12 @@ export async function runTurn(actor: TurnActor, env: A2AEnvelope, src: TurnSourc
   // mailbox or named by the checkpoint, and settles it without running it.
   // Deferred as well: it rides in the transaction of the WAL's next write (the next turn's
   // record, typically), instead of costing a commit and a flush of its own.
-  src.completion = timedPhase("wal.complete", actor.id, () =>
-    deps.wal.complete(slot.seq, { kv: [{ key: localCheckpointKey(actor.id), value: localCheckpoint(cp) }], defer: true }),
-  ).then(() => crashPoint("after-wal-complete", actor.id));
+  // A checkpoint that stores its window anew writes it in the same transaction.
+  const kv = [{ key: localCheckpointKey(actor.id), value: localCheckpoint(cp) as unknown }];
+  if (cp.split?.ids) kv.push({ key: localWindowKey(actor.id), value: localWindow(cp.split.base, cp.split.ids) });
+  src.completion = timedPhase("wal.complete", actor.id, () => deps.wal.complete(slot.seq, { kv, defer: true })).then(() =>
+    crashPoint("after-wal-complete", actor.id),
+  );
   return outcome;
 }
 

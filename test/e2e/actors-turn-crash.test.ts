@@ -3,7 +3,8 @@ import { writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { createInbox } from "@nats-io/transport-node";
 import { beforeAll, describe, expect, it } from "vitest";
-import { createEnvelope, decodeEnvelope, type A2AEnvelope } from "../../src/bus/index.js";
+import { Kvm } from "@nats-io/kv";
+import { createEnvelope, decodeEnvelope, encodeEnvelope, type A2AEnvelope } from "../../src/bus/index.js";
 import type { CounterState } from "../../src/actors/index.js";
 import { derivedId } from "../../src/core/ids.js";
 import { REPO, TestCluster } from "../fixtures/node/cluster-harness.js";
@@ -131,6 +132,44 @@ describe("turns across SIGKILL at their crash points (node processes)", () => {
       expect(got[0]).toMatchObject({ type: "result_notify", correlationId: question.id, payload: { answer: `answer to ${points[i]}`, turns: 1 } });
       expect(await tc.info<{ turns: number }>(actor)).toEqual({ turns: 1 });
     }
+  }, 180_000);
+
+  it("window - killed right after a busy actor's window was stored, before the checkpoint that names it: restarted, the turn runs once and each of the last 100 ids is still a duplicate", async () => {
+    await using tc = await TestCluster.create({
+      nodes: ["n1"],
+      start: false,
+      modules: [TURN_ACTORS],
+      extraToml: `${actorsToml([["w1", "answerer"]])}
+[checkpoint]
+processed_window = 100`,
+      logLevel: process.env.KOVA_LOG_LEVEL ?? "warn",
+    });
+    const turns = async (n: number) =>
+      poll(async () => (await tc.info<{ turns: number }>("w1")).turns === n, { timeoutMs: 30_000, what: `w1 to have run ${n} turns`, retryErrors: true });
+    const sent = Array.from({ length: 128 }, (_, i) => createEnvelope({ from: "tester", to: "w1", type: "task_delegate", payload: i }));
+    await startWith(tc, "n1", ["w1"]);
+    for (const env of sent) await tc.bus.send(env);
+    await turns(128);
+    // Restarted with the hook: the first turn after a load stores the window (of 128), and the node dies before its checkpoint.
+    tc.kill("n1");
+    await tc.procs.get("n1")!.exited;
+    await startWith(tc, "n1", ["w1"], "after-window@w1");
+    const next = createEnvelope({ from: "tester", to: "w1", type: "task_delegate", payload: 128 });
+    sent.push(next);
+    await tc.bus.send(next);
+    await killedByHook(tc, "n1");
+    const kv = await new Kvm(tc.nc).open(`kova_${tc.cluster}_checkpoints`);
+    expect((await kv.get("w1.ids"))?.json<{ revision: number }>().revision).toBe(128);
+    expect((await kv.get("w1"))?.json<{ revision: number; base: number }>()).toMatchObject({ revision: 128, base: 64 });
+
+    await startWith(tc, "n1", ["w1"]);
+    await turns(129);
+    // The same envelopes again under other Nats-Msg-Ids (past JetStream's duplicate window), then a new one.
+    for (const old of [sent[30]!, sent[128]!]) await tc.bus.js.publish(tc.bus.subjects.a2a("w1"), encodeEnvelope(old, "msgpack"), { msgID: `again-${old.id}` });
+    await tc.bus.send(createEnvelope({ from: "tester", to: "w1", type: "task_delegate", payload: 129 }));
+    await waitForConsumer(tc.bus, "w1", "to ack every delivery", (ci) => ci.num_pending === 0 && ci.num_ack_pending === 0);
+    expect(await tc.info<{ turns: number }>("w1")).toEqual({ turns: 130 });
+    expect((await kv.get("w1"))?.json<{ revision: number }>().revision).toBe(130);
   }, 180_000);
 
   it("takeover - a node killed inside a step that appended a line: the new host reports outcome unknown (one line), re-runs the idempotent step, reuses a recorded result", async () => {

@@ -2,6 +2,7 @@ import { describe, expect, it } from "vitest";
 import { createEnvelope, encodeEnvelope, type KovaEvent } from "../../src/bus/index.js";
 import { isKovaError } from "../../src/core/errors.js";
 import { defineActor, NatsCheckpointStore, type CounterState } from "../../src/actors/index.js";
+import { windowJson } from "../../src/actors/checkpoint-store.js";
 import { fileServer, startRig, uniqueCluster } from "../fixtures/actors/helpers.js";
 import { waitForConsumer } from "../fixtures/bus/helpers.js";
 import { defer } from "../fixtures/disposable.js";
@@ -94,6 +95,103 @@ describe("actor host", () => {
     await mine.load("cas1");
     await mine.save("cas1", cp(4, "n1"));
     expect((await theirs.load("cas1"))?.processed).toEqual(["m4"]);
+  });
+
+  it("checkpoint - a busy actor's window (processed_window 100) is stored apart every 64 turns: its checkpoints stay small, and a host on another WAL or a restart on the same WAL resumes with the exact window", async () => {
+    const cluster = uniqueCluster();
+    const tally = defineActor<{ n: number }>({
+      type: "tally",
+      initialState: () => ({ n: 0 }),
+      handlers: {
+        task_delegate: async (ctx) => {
+          ctx.state.n += 1;
+          return ctx.state.n;
+        },
+      },
+      rpc: { info_request: (_env, state) => state },
+    });
+    const host = { processedWindow: 100 };
+    const sent = Array.from({ length: 300 }, () => task("t1"));
+    // The same envelope again under another Nats-Msg-Id (past JetStream's duplicate window): the window must drop it.
+    const resend = (b: typeof a, env: (typeof sent)[0]) =>
+      b.bus.js.publish(b.bus.subjects.a2a("t1"), encodeEnvelope(env, "msgpack"), { msgID: `again-${env.id}` });
+    // The tally the fast path answers: the committed state.
+    const tallied = (r: { bus: typeof a.bus }, n: number) =>
+      poll(async () => (await r.bus.request<{ n: number }>("t1", "info_request", null)).n === n, {
+        timeoutMs: 20_000,
+        what: `t1 to have counted ${n}`,
+        retryErrors: true,
+      });
+    await using a = await startRig(server.url, cluster, [tally], { nodeId: "na", host });
+    await a.host.start("t1", "tally");
+    for (const env of sent) await a.bus.send(env);
+    await tallied(a, 300);
+    const kv = (await NatsCheckpointStore.open({ js: a.bus.js, cluster })).kv;
+    const raw = (await kv.get("t1"))!;
+    const window = (await kv.get(NatsCheckpointStore.windowKey("t1")))!.json<{ v: number; revision: number }>();
+    // Stored by turns 65, 129, 193, 257 (the windows of 64, 128, 192, 256); the checkpoint carries the 44 ids after 256.
+    expect(raw.json<{ v: number; base: number; revision: number }>()).toMatchObject({ v: 4, base: 256, revision: 300 });
+    expect(window).toMatchObject({ v: 1, revision: 256 });
+    expect(raw.value.length).toBeLessThan(44 * 23 + 300);
+    const loaded = await (await NatsCheckpointStore.open({ js: a.bus.js, cluster })).load("t1");
+    expect(loaded!.processed.slice(-100)).toEqual(sent.slice(-100).map((e) => e.id));
+    await a.host.stop("t1", { reason: "moved" });
+
+    // Another host, another WAL: every one of the last 100 ids is a duplicate.
+    {
+      await using b = await startRig(server.url, cluster, [tally], { nodeId: "nb", host });
+      await b.host.start("t1", "tally");
+      await resend(b, sent[200]!);
+      await resend(b, sent[299]!);
+      // Sent after the resends: once it is counted, they have had their turns.
+      const fresh = task("t1");
+      await b.bus.send(fresh);
+      await tallied(b, 301);
+      expect(b.host.status("t1")?.handled).toBe(1);
+      sent.push(fresh);
+      await b.host.stop("t1", { reason: "moved" });
+    }
+    // Back on the first WAL (its local copy is older: NATS's is newer and wins), then 100 more turns.
+    await a.host.start("t1", "tally");
+    for (const env of Array.from({ length: 100 }, () => task("t1"))) {
+      sent.push(env);
+      await a.bus.send(env);
+    }
+    await resend(a, sent[350]!);
+    const last = task("t1");
+    sent.push(last);
+    await a.bus.send(last);
+    await tallied(a, 402);
+    const after = await (await NatsCheckpointStore.open({ js: a.bus.js, cluster })).load("t1");
+    expect(after!.processed.slice(-100)).toEqual(sent.slice(-100).map((e) => e.id));
+  });
+
+  it("checkpoint - a window is stored compare-and-set as its checkpoint is: a host that lost the actor cannot store its window over the new owner's, and a window stored by a turn whose checkpoint did not land reads as the same window", async () => {
+    const cluster = uniqueCluster();
+    await using rig = await startRig(server.url, cluster);
+    const old = await NatsCheckpointStore.open({ js: rig.bus.js, cluster, bus: rig.bus });
+    const ids = (from: number, to: number) => Array.from({ length: to - from + 1 }, (_, i) => `m${from + i}`);
+    const cp = (revision: number, base: number | undefined, stored?: readonly string[]) => ({
+      state: { n: revision },
+      processed: ids(Math.max(1, revision - 99), revision),
+      revision,
+      ...(base === undefined ? {} : { split: { base, ...(stored ? { ids: stored } : {}) } }),
+    });
+    await old.load("w1");
+    await old.save("w1", cp(64, undefined));
+    await old.save("w1", cp(65, 64, ids(1, 64)));
+    await old.save("w1", cp(70, 64));
+    // The actor moves: the new owner stores its window anew at its first turn.
+    const owner = await NatsCheckpointStore.open({ js: rig.bus.js, cluster, bus: rig.bus });
+    expect((await owner.load("w1"))!.processed).toEqual(ids(1, 70));
+    await owner.save("w1", cp(71, 70, ids(1, 70)));
+    // The old host, which has not noticed, stores its window of 70 at its next turn: refused.
+    const err = await old.save("w1", cp(71, 70, ids(1, 70))).catch((e: unknown) => e);
+    expect((err as Error).name).toBe("CheckpointConflictError");
+    // A turn that stored the window of 71 and whose checkpoint (72) was lost: 71's checkpoint still reads exactly.
+    await owner.kv.put(NatsCheckpointStore.windowKey("w1"), windowJson(71, ids(1, 71)));
+    const reader = await NatsCheckpointStore.open({ js: rig.bus.js, cluster });
+    expect((await reader.load("w1"))!.processed).toEqual(ids(1, 71));
   });
 
   it("checkpoint - a host whose checkpoint was written by another node meanwhile reloads it instead of overwriting it (compare-and-set)", async () => {

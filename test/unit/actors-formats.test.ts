@@ -7,10 +7,21 @@ import { makeContext } from "../../src/actors/actor-context.js";
 import type { HostDeps } from "../../src/actors/ports.js";
 import type { A2AEnvelope } from "../../src/bus/index.js";
 import { createLogger } from "../../src/core/logger.js";
-import { ActorMemory, localCheckpointKey } from "../../src/actors/memory.js";
+import { ActorMemory, localCheckpointKey, localWindowKey } from "../../src/actors/memory.js";
 import { Wal } from "../../src/wal/index.js";
 import { tempDir } from "../fixtures/disposable.js";
-import { CHECKPOINT_VERSION, checkpointJson, localCheckpoint, type Checkpoint } from "../../src/actors/checkpoint-store.js";
+import {
+  CHECKPOINT_VERSION,
+  checkpointJson,
+  isSplit,
+  localCheckpoint,
+  localWindow,
+  readWindow,
+  WINDOW_VERSION,
+  windowJson,
+  type Checkpoint,
+  type StoredCheckpoint,
+} from "../../src/actors/checkpoint-store.js";
 import { ActorErrorCode } from "../../src/actors/errors.js";
 import { readCheckpoint } from "../../src/actors/checkpoint-store.js";
 import { readAgentRecord, AGENT_RECORD_VERSION } from "../../src/cluster/registry.js";
@@ -106,7 +117,7 @@ describe("persisted formats (golden files)", () => {
     expect(cp.processed).toEqual(ids);
     expect(JSON.parse(checkpointJson(cp))).toEqual(raw);
     const local = localCheckpoint(cp);
-    expect(Buffer.from(local.processed).toString("base64")).toBe(raw.processed);
+    expect(Buffer.from(local.processed as Uint8Array).toString("base64")).toBe(raw.processed);
     const back = readCheckpoint("local checkpoint of actor c1", local as unknown as Checkpoint);
     const mem = ActorMemory.from(undefined, back, () => ({ count: 0, ids: [] }));
     expect([mem.revision, mem.has(ids[0]!), mem.has(ids[1]!), mem.has("3f2c9a1e")]).toEqual([2, true, true, false]);
@@ -129,7 +140,6 @@ describe("persisted formats (golden files)", () => {
   });
 
   it("formats - a version 3 checkpoint keeps the replies the actor owes, past the processed window; only a checkpoint that owes one is written as 3", () => {
-    expect(CHECKPOINT_VERSION).toBe(3);
     const raw = fixture("checkpoint-v3.json") as Checkpoint;
     const cp = readCheckpoint("checkpoint of actor c1", raw);
     expect(JSON.parse(checkpointJson(cp))).toEqual(raw);
@@ -155,6 +165,44 @@ describe("persisted formats (golden files)", () => {
       ],
     } as unknown as Checkpoint;
     expect(readCheckpoint("checkpoint of actor c1", odd).owed).toBeUndefined();
+  });
+
+  it("formats - a version 4 checkpoint (its window split: the ids after `base` in it, the window of `base` stored apart, version 1) loads as the actor's memory, from NATS and from the WAL; version 5 is refused", async () => {
+    expect([CHECKPOINT_VERSION, WINDOW_VERSION]).toEqual([4, 1]);
+    const raw = fixture("checkpoint-v4.json") as StoredCheckpoint;
+    const window = readWindow("processed-ids window of actor c1", fixture("window-v1.json"));
+    const ids = ["3f2c9a1e-8b7d-4c6e-9f01-23456789abcd", "client-id_7", "m-0003", "m-0004"];
+    expect(isSplit(raw)).toBe(true);
+    const cp = readCheckpoint("checkpoint of actor c1", raw, window);
+    expect([cp.processed, cp.revision]).toEqual([ids, 4]);
+    // Written again as it was, given the same split.
+    expect(JSON.parse(checkpointJson({ ...cp, split: { base: 2 } }))).toEqual(raw);
+    expect(JSON.parse(windowJson(2, ids.slice(0, 2)))).toEqual(fixture("window-v1.json"));
+    const mem = ActorMemory.from(cp, undefined, () => ({ count: 0, ids: [] }));
+    expect([mem.revision, ...ids.map((id) => mem.has(id)), mem.has("m-0005")]).toEqual([4, true, true, true, true, false]);
+    // Through a real WAL's side table: the checkpoint and its window, bytes in msgpack.
+    await using dir = await tempDir("cp-v4");
+    let wal = await Wal.open({ dir: dir.path, sync: "full", ringBits: 8 });
+    const seq = await wal.append("t", { n: 1 }, { owner: "c1" });
+    const split = { ...cp, split: { base: 2, ids: ids.slice(0, 2) } };
+    await wal.complete(seq, {
+      kv: [
+        { key: localCheckpointKey("c1"), value: localCheckpoint(split) },
+        { key: localWindowKey("c1"), value: localWindow(2, ids.slice(0, 2)) },
+      ],
+    });
+    await wal.close();
+    wal = await Wal.open({ dir: dir.path, sync: "full", ringBits: 8 });
+    const stored = wal.getKv<StoredCheckpoint>(localCheckpointKey("c1"))!;
+    const reread = readCheckpoint("local checkpoint of actor c1", stored, readWindow("w", wal.getKv(localWindowKey("c1"))));
+    await wal.close();
+    expect([stored.v, reread.processed]).toEqual([4, ids]);
+    expectRefused(() => readCheckpoint("checkpoint of actor c1", { ...raw, v: 5 }, window), "checkpoint of actor c1", [1, 2, 3, 4]);
+    expectRefused(
+      () => readWindow("processed-ids window of actor c1", { ...(fixture("window-v1.json") as object), v: 2 }),
+      "processed-ids window of actor c1",
+      [1],
+    );
   });
 
   it("formats - version 1 registry, lease and heartbeat values load, as written today (v: 1) and before versioning (no v)", () => {
@@ -185,9 +233,9 @@ describe("persisted formats (golden files)", () => {
     const turn = refused(() => parseTurnRecord({ ...(fixture("turn-record-v1.json") as object), v: 4 }));
     expect(turn.message).toContain("turn record of actor agent-7");
     expect(turn.data).toMatchObject({ readable: [1, 2, 3] });
-    const checkpoint = refused(() => readCheckpoint("checkpoint of actor c1", { ...(fixture("checkpoint-v2.json") as Checkpoint), v: 4 }));
+    const checkpoint = refused(() => readCheckpoint("checkpoint of actor c1", { ...(fixture("checkpoint-v2.json") as Checkpoint), v: 5 }));
     expect(checkpoint.message).toContain("checkpoint of actor c1");
-    expect(checkpoint.data).toMatchObject({ readable: [1, 2, 3] });
+    expect(checkpoint.data).toMatchObject({ readable: [1, 2, 3, 4] });
     const cases: Array<[string, () => unknown]> = [
       ["registry record of agent researcher", () => readAgentRecord("researcher", { ...(fixture("agent-record-v1.json", "node") as object), v: 2 })],
       ["lease of actor researcher", () => readLeaseRecord("researcher", { ...(fixture("lease-record-v1.json", "node") as object), v: "2" })],
