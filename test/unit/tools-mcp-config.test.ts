@@ -1,3 +1,5 @@
+import { chmodSync, mkdirSync, symlinkSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
 import { PassThrough } from "node:stream";
 import { parse } from "smol-toml";
 import { describe, expect, it } from "vitest";
@@ -10,6 +12,7 @@ import { McpErrorCode, McpToolError } from "../../src/tools/mcp/errors.js";
 import { McpManager } from "../../src/tools/mcp/manager.js";
 import { isIdempotent } from "../../src/tools/mcp/mcp-tool.js";
 import { forwardLines, MAX_LINE_CHARS } from "../../src/tools/mcp/stderr-lines.js";
+import { tempDir } from "../fixtures/disposable.js";
 
 const SEED = `
 [[mcp.servers]]
@@ -147,7 +150,8 @@ idempotent_tools = ["search", "tools_1/lookup"]`,
 
 describe("mcp sandbox config", () => {
   const PATH = "/usr/local/bin:/usr/bin:/bin";
-  const stdio = (extra: string) => `[[mcp.servers]]\nname = "fs"\ncommand = "node"\n${extra}`;
+  // sh: a command every host has on the sandbox's PATH (/usr/bin or /bin), so these parse anywhere.
+  const stdio = (extra: string) => `[[mcp.servers]]\nname = "fs"\ncommand = "sh"\n${extra}`;
 
   it("mcp sandbox config - sandbox = true with ro_binds and rw_binds finds bwrap (and setpriv on a root node)", () => {
     const [server] = configOf(stdio('sandbox = true\nro_binds = ["/opt/mcp"]\nrw_binds = ["/srv/files"]\ncwd = "/srv/files/work"'), { PATH }).servers as [
@@ -185,6 +189,69 @@ describe("mcp sandbox config", () => {
     expect(keyOf('[[mcp.servers]]\nname = "r"\nurl = "https://mcp.example.com/mcp"\nsandbox = true', { PATH })).toMatchObject({
       key: "mcp.servers[0].sandbox",
       message: expect.stringContaining("only to command (stdio) servers"),
+    });
+  });
+});
+
+describe("mcp sandbox config: the command", () => {
+  const PATH = "/usr/local/bin:/usr/bin:/bin";
+  /** A first, unsandboxed server, so that the sandboxed one is mcp.servers[1]. */
+  const boxed = (command: string, extra = "") =>
+    `[[mcp.servers]]\nname = "plain"\ncommand = "sh"\n[[mcp.servers]]\nname = "boxed"\ncommand = ${JSON.stringify(command)}\nsandbox = true\n${extra}`;
+  const binds = (...dirs: string[]) => `ro_binds = ${JSON.stringify(dirs)}`;
+
+  it("mcp sandbox config - a command the sandbox cannot see is a ConfigError naming mcp.servers[i].command and the directory to bind", async () => {
+    await using dir = await tempDir("kova-mcp-cmd-");
+    const bin = join(dir.path, "bin");
+    const links = join(dir.path, "links");
+    mkdirSync(bin);
+    mkdirSync(links);
+    const tool = join(bin, "kova-test-tool");
+    writeFileSync(tool, "#!/bin/sh\n");
+    chmodSync(tool, 0o755);
+    symlinkSync(tool, join(links, "kova-test-tool"));
+
+    // An absolute path: visible only once its directory is bound.
+    expect(keyOf(boxed(tool), { PATH })).toEqual({
+      key: "mcp.servers[1].command",
+      message: `mcp.servers[1].command: ${tool} is not visible in the sandbox (the sandbox shows only /usr, /bin, /lib*, /sbin and the server's ro_binds and rw_binds): add its directory to ro_binds: ro_binds = ["${bin}"]`,
+    });
+    expect((configOf(boxed(tool, binds(bin)), { PATH }).servers[1] as McpStdioServerConfig).command).toBe(tool);
+    expect(configOf(boxed(tool, `rw_binds = ["${bin}"]`), { PATH }).servers).toHaveLength(2);
+    // A symlink in a bound directory whose target is not bound dangles in the sandbox.
+    const link = join(links, "kova-test-tool");
+    expect(keyOf(boxed(link, binds(links)), { PATH }).message).toBe(
+      `mcp.servers[1].command: ${link} (a link to ${tool}) is not visible in the sandbox (the sandbox shows only /usr, /bin, /lib*, /sbin and the server's ro_binds and rw_binds): add its directory to ro_binds: ro_binds = ["${bin}"]`,
+    );
+    expect(configOf(boxed(link, binds(links, bin)), { PATH }).servers).toHaveLength(2);
+    // A bare name is looked up on the sandbox's PATH, not the node's: found by the node only, it is refused with where the node finds it.
+    expect(keyOf(boxed("kova-test-tool"), { PATH: `${bin}:${PATH}` })).toMatchObject({
+      key: "mcp.servers[1].command",
+      message: expect.stringContaining(`though the node finds it at ${tool}: set command = "${tool}" and add its directory to ro_binds: ro_binds = ["${bin}"]`),
+    });
+    // … the server's own env.PATH is the sandbox's PATH: there, with the directory bound, it is found.
+    expect(configOf(boxed("kova-test-tool", `${binds(bin)}\nenv = { PATH = "${bin}:/usr/bin:/bin" }`), { PATH }).servers).toHaveLength(2);
+    expect(keyOf(boxed("kova-test-tool", `env = { PATH = "${bin}:/usr/bin:/bin" }`), { PATH }).key).toBe("mcp.servers[1].command");
+    expect(keyOf(boxed("kova-no-such-program"), { PATH }).message).toMatch(
+      /^mcp\.servers\[1\]\.command: "kova-no-such-program" is not found on the sandbox's PATH \(\/usr\/local\/bin:\/usr\/bin:\/bin:\/usr\/sbin:\/sbin; .*\): install it there, or give its absolute path and add its directory to ro_binds$/,
+    );
+    // A relative path would be taken from the fresh /work; from a bound cwd it is found.
+    expect(keyOf(boxed("./kova-test-tool"), { PATH }).message).toContain("from the sandbox's fresh, empty /work");
+    expect(configOf(boxed("./kova-test-tool", `${binds(bin)}\ncwd = "${bin}"`), { PATH }).servers).toHaveLength(2);
+    // Under /root (or /home) the directory cannot be bound: the message says to install it elsewhere.
+    expect(keyOf(boxed("/root/.nvm/versions/node/v24/bin/node"), { PATH }).message).toContain(
+      "its directory /root/.nvm/versions/node/v24/bin may hold secrets and cannot be bound: install the program elsewhere",
+    );
+    // The system directories need no bind.
+    expect(configOf(boxed("/bin/sh"), { PATH }).servers).toHaveLength(2);
+  });
+
+  it("mcp sandbox config - a bind is judged by where it really leads: a symlink to /root is refused", async () => {
+    await using dir = await tempDir("kova-mcp-bind-");
+    symlinkSync("/root", join(dir.path, "innocent"));
+    expect(keyOf(boxed("/bin/sh", `rw_binds = ["${join(dir.path, "innocent", "data")}"]`), { PATH })).toMatchObject({
+      key: "mcp.servers[1].rw_binds[0]",
+      message: expect.stringContaining("leads through a symlink to /root/data, which may hold secrets"),
     });
   });
 });

@@ -1,4 +1,4 @@
-import { writeFileSync } from "node:fs";
+import { mkdirSync, symlinkSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { dbConfigFrom } from "../../src/tools/builtin/db-config.js";
@@ -80,6 +80,26 @@ describe("[tools.shell] config", () => {
       /^tools\.shell\.cgroup: must be "auto", "off" or a cgroup v2 directory under \/sys\/fs\/cgroup/,
     );
     expect(shellConfigFrom({ cgroup: "off" }, "tools.shell").cgroup).toBe("off");
+  });
+
+  it("shell config - a bind is judged by where it really leads: a symlink to /root, /etc or / is refused like the directory itself", async () => {
+    await using dir = await tempDir("kova-bind-links-");
+    const tools = join(dir.path, "tools-dir");
+    mkdirSync(tools);
+    for (const [name, target] of Object.entries({ root: "/root", etc: "/etc", slash: "/", tools })) symlinkSync(target, join(dir.path, name));
+    // A link to an ordinary directory is bound at the place written.
+    expect(shellConfigFrom({ ro_binds: [join(dir.path, "tools")] }, "tools.shell").roBinds).toEqual([join(dir.path, "tools")]);
+    for (const [bind, real] of [
+      ["root/.ssh", "/root/.ssh"],
+      ["etc", "/etc"],
+      ["slash", "/"],
+      ["root/not-yet-created/sub", "/root/not-yet-created/sub"],
+    ]) {
+      const err = configError(() => shellConfigFrom({ ro_binds: ["/opt/tools", join(dir.path, bind!)] }, "tools.shell"));
+      expect(err.key, bind).toBe("tools.shell.ro_binds[1]");
+      expect(err.message, bind).toContain(`${join(dir.path, bind!)} leads through a symlink to ${real}, which may hold secrets`);
+    }
+    expect(configError(() => shellConfigFrom({ work_root: join(dir.path, "etc") }, "tools.shell")).message).toContain("(really /etc) is a system directory");
   });
 });
 

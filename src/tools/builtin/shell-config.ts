@@ -2,6 +2,7 @@ import { accessSync, constants } from "node:fs";
 import { delimiter, isAbsolute, join, resolve } from "node:path";
 import { intAt, keyOf, pathAt, rejectUnknown, stringAt, type ConfigTable } from "../../core/config-table.js";
 import { ConfigError } from "../../core/errors.js";
+import { isWithin, realPath } from "./host-path.js";
 import { CGROUP_ROOT, DEFAULT_CGROUP_PARENT } from "./shell-cgroup.js";
 
 /**
@@ -112,8 +113,12 @@ export function shellConfigFrom(
   }
   const workRoot = pathAt(t, keyPrefix, "work_root", baseDir);
   if (workRoot !== undefined) {
-    if (FORBIDDEN_BINDS.includes(workRoot)) {
-      throw new ConfigError(keyOf(keyPrefix, "work_root"), `${workRoot} is a system directory: name a directory of its own, e.g. /srv/kova/shell`);
+    const real = realPath(workRoot);
+    if (FORBIDDEN_BINDS.includes(workRoot) || FORBIDDEN_BINDS.includes(real)) {
+      throw new ConfigError(
+        keyOf(keyPrefix, "work_root"),
+        `${workRoot}${real === workRoot ? "" : ` (really ${real})`} is a system directory: name a directory of its own, e.g. /srv/kova/shell`,
+      );
     }
     config.workRoot = workRoot;
   }
@@ -141,7 +146,9 @@ function cgroupAt(t: ConfigTable, keyPrefix: string): string {
 
 /**
  * A list of host paths to bind into a bubblewrap sandbox (`ro_binds`, and MCP servers'
- * `rw_binds`): absolute, and none that may hold secrets or other users' data.
+ * `rw_binds`): absolute, and none that may hold secrets or other users' data, judged both as
+ * written and where the path really leads (realPath), so that a symlink such as
+ * /opt/tools -> /root/.ssh is refused like /root/.ssh itself.
  * @throws ConfigError naming the entry (`key[i]`)
  */
 export function bindList(raw: unknown, key: string): string[] {
@@ -154,18 +161,31 @@ export function bindList(raw: unknown, key: string): string[] {
       throw new ConfigError(k, `must be an absolute path, not ${JSON.stringify(p)}`);
     }
     const path = resolve(p);
-    if (FORBIDDEN_BINDS.includes(path) || path.startsWith("/root/") || path.startsWith("/home/")) {
+    if (mayHoldSecrets(path)) {
       throw new ConfigError(k, `${path} may hold secrets or other users' data and is never shown to the sandbox: bind a narrower directory`);
+    }
+    const real = realPath(path);
+    if (mayHoldSecrets(real)) {
+      throw new ConfigError(
+        k,
+        `${path} leads through a symlink to ${real}, which may hold secrets or other users' data and is never shown to the sandbox: bind a narrower directory, not a link to one`,
+      );
     }
     return path;
   });
 }
 
-/** The first executable `name` in the directories of a PATH value. */
-export function findOnPath(name: string, path: string | undefined): string | undefined {
+/** Whether binding this (real or written) path would show the sandbox a system directory, or anything of /root or /home. */
+export function mayHoldSecrets(path: string): boolean {
+  return FORBIDDEN_BINDS.includes(path) || isWithin(path, "/root") || isWithin(path, "/home");
+}
+
+/** The first executable `name` in the directories of a PATH value (that `accept` takes, when given). */
+export function findOnPath(name: string, path: string | undefined, accept: (candidate: string) => boolean = () => true): string | undefined {
   for (const dir of (path ?? "").split(delimiter)) {
     if (dir === "" || !isAbsolute(dir)) continue;
     const candidate = join(dir, name);
+    if (!accept(candidate)) continue;
     try {
       accessSync(candidate, constants.X_OK);
       return candidate;

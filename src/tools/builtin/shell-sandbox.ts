@@ -1,4 +1,5 @@
 import { lstatSync, readlinkSync } from "node:fs";
+import { isWithin, realPath } from "./host-path.js";
 import type { ShellConfig } from "./shell-config.js";
 
 /**
@@ -55,6 +56,23 @@ export const NOBODY = 65534;
 /** Top-level names that on merged-/usr systems are symlinks into /usr, and directories elsewhere. */
 const SYSTEM_LINKS = ["bin", "sbin", "lib", "lib32", "lib64", "libx32"];
 const ETC_FILES = ["/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/alternatives", "/etc/localtime"];
+
+/** Host paths every sandbox shows read-only at the same place (sandboxArgs binds them, or links them into /usr). */
+const SYSTEM_PATHS = ["/usr", ...SYSTEM_LINKS.map((name) => `/${name}`), ...ETC_FILES];
+
+/**
+ * Whether host file `path` is found at the same path inside a sandbox that shows the system
+ * paths plus `binds` (bound after the tmpfs mounts, as an MCP server's ro_binds and rw_binds
+ * are). Both the path as written and where it really leads must lie within what is shown: a
+ * symlink /usr/local/bin/node -> /opt/node/bin/node dangles inside. /tmp, /dev/shm and /work
+ * are fresh tmpfs in the sandbox, so nothing the host keeps there is visible unless bound.
+ */
+export function visibleInSandbox(path: string, binds: readonly string[]): boolean {
+  const shown = [...SYSTEM_PATHS, ...binds];
+  if (!shown.some((dir) => isWithin(path, dir))) return false;
+  const real = realPath(path);
+  return shown.some((dir) => isWithin(real, realPath(dir)));
+}
 
 export type SandboxWork = { kind: "tmpfs"; bytes: number } | { kind: "bind"; hostDir: string };
 

@@ -1,9 +1,11 @@
-import { isAbsolute, relative, resolve } from "node:path";
+import { dirname, isAbsolute, resolve } from "node:path";
 import { describeValue, intValue, rejectUnknown, tableAt, tablesAt, type ConfigTable } from "../../core/config-table.js";
 import { ConfigError } from "../../core/errors.js";
 import { isValidId } from "../../core/ids.js";
-import { bindList, findOnPath } from "../builtin/shell-config.js";
-import { ENV_NAME, templateVariables } from "./env-template.js";
+import { isWithin, realPath } from "../builtin/host-path.js";
+import { bindList, findOnPath, mayHoldSecrets } from "../builtin/shell-config.js";
+import { SANDBOX_ENV, SANDBOX_WORK_DIR, visibleInSandbox } from "../builtin/shell-sandbox.js";
+import { ENV_NAME, renderTemplate, templateVariables } from "./env-template.js";
 
 /**
  * `[[mcp.servers]]` in kova.toml, parsed (documented in docs/tools.md, "MCP servers:
@@ -192,12 +194,13 @@ function serverFrom(t: ConfigTable, key: string, env: NodeJS.ProcessEnv, baseDir
     const sandbox = sandboxFrom(t, key, env);
     if (sandbox) {
       server.sandbox = sandbox;
-      if (server.cwd !== undefined && ![...sandbox.roBinds, ...sandbox.rwBinds].some((b) => !relative(b, server.cwd!).startsWith(".."))) {
+      if (server.cwd !== undefined && ![...sandbox.roBinds, ...sandbox.rwBinds].some((b) => isWithin(resolve(server.cwd!), b))) {
         throw new ConfigError(
           `${key}.cwd`,
           `${server.cwd} is not visible in the sandbox: name a directory inside ro_binds or rw_binds, or leave cwd out (the server then starts in a fresh /work)`,
         );
       }
+      checkSandboxedCommand(server, env);
     }
     return server;
   }
@@ -239,6 +242,59 @@ function sandboxFrom(t: ConfigTable, key: string, env: NodeJS.ProcessEnv): McpSa
     sandbox.setprivPath = setpriv;
   }
   return sandbox;
+}
+
+/** What a sandbox shows of the host, for messages. */
+const SHOWN = "the sandbox shows only /usr, /bin, /lib*, /sbin and the server's ro_binds and rw_binds";
+
+/**
+ * Checks that the sandbox's bash (transport.ts: `exec "$@"`) will find a sandboxed server's
+ * command, where it looks for it: a path with a slash from the server's cwd inside the
+ * sandbox (a fresh /work without cwd), a bare name on the sandbox's PATH (the server's
+ * `env.PATH`, else SANDBOX_ENV's). Otherwise the server would fail at every start with only
+ * "No such file or directory" on its stderr.
+ * @throws ConfigError naming `<key>.command` and the directory to add to ro_binds
+ */
+function checkSandboxedCommand(server: McpStdioServerConfig, env: NodeJS.ProcessEnv): void {
+  const box = server.sandbox!;
+  const binds = [...box.roBinds, ...box.rwBinds];
+  const key = `${server.key}.command`;
+  const { command } = server;
+  if (command.includes("/")) {
+    if (!isAbsolute(command) && server.cwd === undefined) {
+      throw new ConfigError(
+        key,
+        `"${command}" would be taken from the sandbox's fresh, empty ${SANDBOX_WORK_DIR}: give its absolute path and add its directory to ro_binds`,
+      );
+    }
+    const path = resolve(server.cwd ?? SANDBOX_WORK_DIR, command);
+    if (visibleInSandbox(path, binds)) return;
+    const real = realPath(path);
+    const what = real === path ? path : `${path} (a link to ${real})`;
+    throw new ConfigError(key, `${what} is not visible in the sandbox (${SHOWN}): ${bindAdvice(path)}`);
+  }
+  const sandboxPath =
+    server.env.PATH === undefined
+      ? SANDBOX_ENV.PATH!
+      : renderTemplate(server.env.PATH, env, (name) => {
+          throw new ConfigError(`${server.key}.env.PATH`, `environment variable ${name} is not set`);
+        });
+  if (findOnPath(command, sandboxPath, (candidate) => visibleInSandbox(candidate, binds)) !== undefined) return;
+  const onNode = findOnPath(command, env.PATH);
+  throw new ConfigError(
+    key,
+    onNode === undefined
+      ? `"${command}" is not found on the sandbox's PATH (${sandboxPath}; ${SHOWN}): install it there, or give its absolute path and add its directory to ro_binds`
+      : `"${command}" is not on the sandbox's PATH (${sandboxPath}; ${SHOWN}), though the node finds it at ${onNode}: set command = "${onNode}" and ${bindAdvice(onNode)}`,
+  );
+}
+
+/** How to make host file `path` visible: bind the directory it really lies in, unless that may not be bound. */
+function bindAdvice(path: string): string {
+  const dir = dirname(realPath(path));
+  return mayHoldSecrets(dir)
+    ? `its directory ${dir} may hold secrets and cannot be bound: install the program elsewhere (e.g. under /opt) and add that directory to ro_binds`
+    : `add its directory to ro_binds: ro_binds = ["${dir}"]`;
 }
 
 function startMode(value: unknown, key: string): McpStartMode {
