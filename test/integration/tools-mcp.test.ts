@@ -2,7 +2,7 @@ import { execFileSync } from "node:child_process";
 import { chmodSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { createServer, type Server } from "node:http";
 import { tmpdir } from "node:os";
-import { dirname, join } from "node:path";
+import { join } from "node:path";
 import { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
 import { StreamableHTTPServerTransport } from "@modelcontextprotocol/sdk/server/streamableHttp.js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -24,6 +24,7 @@ import {
   toolsWhen,
   waitGone,
 } from "../fixtures/mcp/helpers.js";
+import { type SandboxStage, sandboxStage } from "../fixtures/mcp/sandbox-stage.js";
 import { poll } from "../fixtures/poll.js";
 
 /** A started manager for these `[[mcp.servers]]` entries (as parsed TOML), closed by `await using`. */
@@ -370,11 +371,17 @@ describe("mcp over stdio: sandbox = true", () => {
     writeFileSync(join(dirs.ro, "readme.txt"), "read me");
     return { base, ...dirs, secretText, [Symbol.dispose]: () => rmSync(base, { recursive: true, force: true }) };
   }
-  const modules = join(import.meta.dirname, "../../node_modules");
+  // The servers' code and Node, copied where the sandbox's user can reach them and a bind may show them.
+  let stage: SandboxStage;
+  beforeAll(() => {
+    stage = sandboxStage(["@modelcontextprotocol/server-filesystem"], [DYNAMIC]);
+  });
+  afterAll(() => stage[Symbol.dispose]());
 
   it("mcp stdio sandbox - the server runs as uid 65534 on a root node, in /work, with the sandbox's environment plus its own env only", async () => {
     const env = { ...process.env, KOVA_TEST_MCP_KEY: "k-123456", LOGNAME: "root", SHELL: "/bin/bash", TERM: "xterm" };
-    const fixture = { ...dynamic({ API_KEY: "${KOVA_TEST_MCP_KEY}" }), sandbox: true, ro_binds: [modules, dirname(DYNAMIC)] };
+    const script = stage.at(DYNAMIC);
+    const fixture = { ...dynamic({ API_KEY: "${KOVA_TEST_MCP_KEY}" }), command: stage.node, args: [script], sandbox: true, ro_binds: [stage.dir] };
     await using manager = await startManager([fixture], { env });
     expect(manager.status()[0], JSON.stringify(manager.status()[0])).toMatchObject({ state: "ready" });
     const who = (await toolNamed(manager, "fixture/report-process").run({}, toolContext())) as McpToolOutput;
@@ -394,7 +401,7 @@ describe("mcp over stdio: sandbox = true", () => {
     });
     // Closing it ends bwrap (host pid) and with it the sandboxed server (--die-with-parent).
     const pid = manager.status()[0]!.pid!;
-    const inside = serverProcesses(DYNAMIC);
+    const inside = serverProcesses(script);
     expect(inside.length).toBeGreaterThan(0);
     await manager.close();
     await waitGone(pid);
@@ -404,6 +411,7 @@ describe("mcp over stdio: sandbox = true", () => {
   it("mcp stdio sandbox - server-filesystem allowed everything reads and writes only what is bound; unsandboxed the same calls reach the host", async () => {
     using host = hostLayout();
     // The sandbox's user must reach the server's code, as it must on a real node.
+    const server = stage.at(FILESYSTEM);
     const unreadable = execFileSync("setpriv", [
       "--reuid=65534",
       "--regid=65534",
@@ -411,12 +419,12 @@ describe("mcp over stdio: sandbox = true", () => {
       "--",
       "/bin/sh",
       "-c",
-      `test -r ${JSON.stringify(FILESYSTEM)} || echo no`,
+      `test -r ${JSON.stringify(server)} || echo no`,
     ]);
-    expect(unreadable.toString(), `uid 65534 (the sandbox's user) cannot read ${FILESYSTEM}: give the repository's directories o+rx`).toBe("");
+    expect(unreadable.toString(), `uid 65534 (the sandbox's user) cannot read ${server}`).toBe("");
     // "/" as the server's allowed directory: the server itself refuses nothing, so every refusal below is the sandbox's.
-    const fs = { name: "fs", command: process.execPath, args: [FILESYSTEM, "/"] };
-    await using boxed = await startManager([{ ...fs, sandbox: true, ro_binds: [modules, host.ro], rw_binds: [host.shared] }]);
+    const fs = { name: "fs", command: stage.node, args: [server, "/"] };
+    await using boxed = await startManager([{ ...fs, sandbox: true, ro_binds: [stage.dir, host.ro], rw_binds: [host.shared] }]);
     expect(boxed.status()[0], JSON.stringify(boxed.status()[0])).toMatchObject({ state: "ready" });
     const call = (m: McpManager, tool: string, args: Record<string, unknown>) => Promise.resolve(toolNamed(m, `fs/${tool}`).run(args, toolContext()));
 
