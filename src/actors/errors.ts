@@ -1,5 +1,5 @@
 import { defineDlqReasons } from "../bus/wire.js";
-import { classifyErrorCodes, defineErrorCodes, KovaError, type KovaErrorOptions } from "../core/errors.js";
+import { classifyErrorCodes, defineErrorCodes, ErrorCode, KovaError, type KovaErrorOptions } from "../core/errors.js";
 
 /** The actors layer's error codes (stable: they travel over NATS and scripts match on them). */
 export const ActorErrorCode = defineErrorCodes("actors", {
@@ -10,10 +10,15 @@ export const ActorErrorCode = defineErrorCodes("actors", {
   UNKNOWN_ACTOR_TYPE: "UNKNOWN_ACTOR_TYPE",
   STEP_OUTCOME_UNKNOWN: "STEP_OUTCOME_UNKNOWN",
   REPLAY_MISMATCH: "REPLAY_MISMATCH",
-  INTERRUPTED: "INTERRUPTED",
   JOURNAL_UNAVAILABLE: "JOURNAL_UNAVAILABLE",
 });
-classifyErrorCodes({ [ActorErrorCode.NOT_HOSTED]: "not_found", [ActorErrorCode.UNKNOWN_ACTOR_TYPE]: "bad_input" });
+classifyErrorCodes({
+  [ActorErrorCode.NOT_HOSTED]: "not_found",
+  [ActorErrorCode.UNKNOWN_ACTOR_TYPE]: "bad_input",
+  // The node lost the actor, or cannot reach its journal: the turn goes on at its next host.
+  [ActorErrorCode.LEASE_LOST]: "unavailable",
+  [ActorErrorCode.JOURNAL_UNAVAILABLE]: "unavailable",
+});
 
 /** The actor runtime's DLQ reasons. */
 export const ActorDlqReason = defineDlqReasons("actors", {
@@ -159,6 +164,6 @@ export class TurnInterruptedError extends KovaError {
     readonly actorId: string,
     readonly by: "interrupt" | "kill" | "stop",
   ) {
-    super(ActorErrorCode.INTERRUPTED, `actor ${actorId}: turn stopped by ${by}`, { data: { actorId, by } });
+    super(ErrorCode.INTERRUPTED, `actor ${actorId}: turn stopped by ${by}`, { data: { actorId, by } });
   }
 }

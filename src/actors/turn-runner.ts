@@ -3,7 +3,7 @@ import { isKovaError, toWire } from "../core/errors.js";
 import { newId } from "../core/ids.js";
 import type { Logger } from "../core/logger.js";
 import { markPhase, timedPhase } from "../core/phases.js";
-import type { A2AEnvelope, MailboxContext } from "../bus/index.js";
+import { isInfrastructureFailure, type A2AEnvelope, type MailboxContext } from "../bus/index.js";
 import { makeContext } from "./actor-context.js";
 import { localCheckpoint, localWindow, type Checkpoint, type CheckpointReply } from "./checkpoint-store.js";
 import { crashPoint } from "./crash-points.js";
@@ -17,7 +17,6 @@ import { TurnJournal, type JournalIo } from "./turn-journal.js";
 import type { ActorJournal } from "./step-journal.js";
 import { mergeTurn, newTurnRecord, TURN_KIND, type TurnRecord } from "./turn-record.js";
 import type { ActorDefinition, ActorHandler } from "./types.js";
-import { BusErrorCode } from "../bus/errors.js";
 
 /** What a turn needs from its actor. */
 export interface TurnActor extends ReplyingActor {
@@ -203,7 +202,9 @@ export async function runTurn(actor: TurnActor, env: A2AEnvelope, src: TurnSourc
     await io.persist(record, { yielded: true });
     return outcome;
   }
-  if (outcome.kind === "failed" && isInfrastructure(outcome.error)) throw outcome.error;
+  // Not the handler's failure: the message is redelivered and the PENDING record resumes,
+  // instead of a dead letter.
+  if (outcome.kind === "failed" && isInfrastructureFailure(outcome.error)) throw outcome.error;
 
   if (outcome.kind === "interrupted") {
     if (outcome.by === "kill") await deps.bus.deadLetter(env, ActorDlqReason.killed, { error: signal.reason });
@@ -359,14 +360,3 @@ function retryable(err: unknown): boolean {
   return !isLeaseLost(err) && !isKovaError(err, ActorErrorCode.REPLAY_MISMATCH) && !isKovaError(err, ActorErrorCode.STEP_OUTCOME_UNKNOWN);
 }
 
-// Failures of the runtime's own journaling (WAL, NATS) are not the handler's fault: the
-// message is redelivered and the PENDING record resumes, instead of a dead letter.
-function isInfrastructure(err: unknown): boolean {
-  return (
-    isKovaError(err) &&
-    (err.code.startsWith("WAL_") ||
-      err.code === BusErrorCode.NATS_UNREACHABLE ||
-      err.code === BusErrorCode.CONNECTION_CLOSED ||
-      err.code === ActorErrorCode.JOURNAL_UNAVAILABLE)
-  );
-}

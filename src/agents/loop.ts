@@ -1,9 +1,8 @@
-import { ErrorCode, KovaError } from "../core/errors.js";
+import { KovaError } from "../core/errors.js";
 import { timedPhase } from "../core/phases.js";
-import { ActorErrorCode, TurnInterruptedError } from "../actors/errors.js";
+import { TurnInterruptedError } from "../actors/errors.js";
 import type { ActorContext } from "../actors/types.js";
-import { BusErrorCode } from "../bus/errors.js";
-import { isTransientNatsError } from "../bus/nats-errors.js";
+import { isInfrastructureFailure } from "../bus/index.js";
 import { ArgumentRepairBudget } from "../tools/repair-budget.js";
 import { ToolSet } from "../tools/tool-set.js";
 import { groupsOf, shareKeyOf, type RunParty } from "./budget.js";
@@ -278,8 +277,8 @@ async function finish(s: RunScope, output: string, status: RunStatus, error?: { 
 
 /**
  * Ends a run that threw: an interrupt is `cancelled`, a failure of the run itself (model,
- * budget, run policy, tools, hooks, bad input) is `failed`; what the node must handle
- * (a stop, a kill, a lost lease, WAL or NATS trouble, a journal mismatch) propagates.
+ * budget, run policy, tools, hooks, bad input, a replay mismatch) is `failed`; what the node
+ * must handle (a stop, a kill, a lost lease, WAL or NATS trouble, the step journal) propagates.
  */
 async function endAbnormally(s: RunScope, err: unknown, signal: AbortSignal): Promise<AgentResult> {
   // `signal` is the turn's own (interrupt, kill, lost lease), not the run's limit.
@@ -295,16 +294,11 @@ async function endAbnormally(s: RunScope, err: unknown, signal: AbortSignal): Pr
   return finish(s, "", "failed", { code: e.code, message: e.message, ...(e.data === undefined ? {} : { data: e.data }) });
 }
 
+/**
+ * A typed failure of the run itself, which ends it `failed`; an interruption, a failure of
+ * the infrastructure (bus's isInfrastructureFailure) and an untyped error (a defect, which
+ * the turn's supervision retries) are not.
+ */
 function isRunFailure(err: unknown): boolean {
-  if (!(err instanceof KovaError) || err instanceof TurnInterruptedError || isTransientNatsError(err)) return false;
-  const code: string = err.code;
-  if (
-    code === ActorErrorCode.LEASE_LOST ||
-    code.startsWith("WAL_") ||
-    code === BusErrorCode.NATS_UNREACHABLE ||
-    code === BusErrorCode.CONNECTION_CLOSED ||
-    code === ErrorCode.TIMEOUT
-  )
-    return false;
-  return code !== ActorErrorCode.REPLAY_MISMATCH && code !== ErrorCode.INTERNAL;
+  return err instanceof KovaError && !(err instanceof TurnInterruptedError) && !isInfrastructureFailure(err);
 }

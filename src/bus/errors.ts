@@ -1,5 +1,14 @@
-import { classifyErrorCodes, defineErrorCodes, ErrorCode, isKovaError, KovaError, KovaTimeoutError, type KovaErrorOptions } from "../core/errors.js";
-import { isNatsTimeout, permissionViolation } from "./nats-errors.js";
+import {
+  classifyErrorCodes,
+  defineErrorCodes,
+  ErrorCode,
+  errorFamilyOf,
+  isKovaError,
+  KovaError,
+  KovaTimeoutError,
+  type KovaErrorOptions,
+} from "../core/errors.js";
+import { isNatsTimeout, isTransientNatsError, permissionViolation } from "./nats-errors.js";
 
 /** The bus layer's error codes (stable: they travel over NATS and scripts match on them). */
 export const BusErrorCode = defineErrorCodes("bus", {
@@ -24,7 +33,22 @@ classifyErrorCodes({
   [BusErrorCode.PAYLOAD_TOO_LARGE]: "bad_input",
   [BusErrorCode.UNKNOWN_MESSAGE_TYPE]: "bad_input",
   [BusErrorCode.UNKNOWN_AGENT]: "not_found",
+  [BusErrorCode.NATS_UNREACHABLE]: "unavailable",
+  [BusErrorCode.CONNECTION_CLOSED]: "unavailable",
+  [BusErrorCode.JETSTREAM_UNAVAILABLE]: "unavailable",
 });
+
+/**
+ * True for a failure of the infrastructure, not of the run or its caller: an error whose
+ * code is of the `infrastructure` family (core's ErrorFamily: a timeout, the WAL, the NATS
+ * connection, the step journal, a lost lease), or a nats.js failure of a cluster that is
+ * starting or electing leaders. The one place that decides it: the turn runner keeps the
+ * message and resumes the turn on it, and an agent or coordinator run lets it propagate
+ * instead of ending `failed`.
+ */
+export function isInfrastructureFailure(err: unknown): boolean {
+  return (isKovaError(err) && errorFamilyOf(err.code) === "infrastructure") || isTransientNatsError(err);
+}
 
 /**
  * The bus's typed failures. Each names what the caller needs to act on: the subject,

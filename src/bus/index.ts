@@ -44,6 +44,7 @@ export {
   BusErrorCode,
   BucketNotFoundError,
   isNoResponders,
+  isInfrastructureFailure,
   BusClosedError,
   DecodeError,
   InvalidEnvelopeError,

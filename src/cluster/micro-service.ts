@@ -254,9 +254,9 @@ function replyError(err: unknown, endpoint: MicroEndpoint, state: EndpointState,
 
 /**
  * An HTTP-like status for `Nats-Service-Error-Code`, from the kind the code's layer gave it
- * (core's classifyErrorCodes): 400 bad input, 404 not found, 504 timeout, else 500.
+ * (core's classifyErrorCodes): 400 bad input, 404 not found, 503 unavailable, 504 timeout, else 500.
  */
-const STATUS_OF_KIND: Record<ErrorKind, number> = { bad_input: 400, not_found: 404, timeout: 504 };
+const STATUS_OF_KIND: Record<ErrorKind, number> = { bad_input: 400, not_found: 404, unavailable: 503, timeout: 504 };
 
 function statusFor(err: unknown): number {
   const kind = isKovaError(err) ? errorKindOf(err.code) : undefined;

@@ -8,19 +8,43 @@
 const registered = new Map<string, string>();
 
 /**
- * What kind of failure a code reports, for protocols that answer with a class rather than a
- * code (the `kova-node` service's `Nats-Service-Error-Code`: 400, 404, 504). A layer files its
- * codes under a kind where it defines them, so no upper layer keeps a switch that must grow a
- * case for every code a layer adds. A code of no kind is an internal failure (500).
+ * What kind of failure a code reports. A layer files its codes under a kind where it defines
+ * them (`classifyErrorCodes`), so no upper layer keeps a list that must grow a case for every
+ * code a layer adds. The kind decides the code's family (`errorFamilyOf`) and the class that
+ * protocols answering with a class rather than a code use (the `kova-node` service's
+ * `Nats-Service-Error-Code`: 400, 404, 503, 504). A code of no kind is the run's own
+ * failure (500 where a class is needed).
  */
 export const ErrorKind = {
   /** The caller sent something wrong (an argument, an id, a config, a message); retrying as is fails again. */
   BAD_INPUT: "bad_input",
   /** What the caller named is not there (not hosted here, no such run or approval). */
   NOT_FOUND: "not_found",
+  /** Nothing answered in time (NATS, a node, an agent): the same request may succeed later. */
   TIMEOUT: "timeout",
+  /** The machinery under the work failed or moved (the WAL, the NATS connection, the step journal, a lease). */
+  UNAVAILABLE: "unavailable",
 } as const;
 export type ErrorKind = (typeof ErrorKind)[keyof typeof ErrorKind];
+
+/**
+ * Whose failure an error is, which decides who handles it:
+ * - `infrastructure`: the cluster's (a timeout or an unavailable part): nothing the run or
+ *   the caller did. A turn does not end on it: the runtime keeps the message and resumes
+ *   the turn, on this node or the actor's next host.
+ * - `user`: the caller's (bad input, something named that is not there): the message
+ *   says what to change; retrying as is fails again.
+ * - `run`: the work's own (a model, a budget, a tool, a policy, a defect): a run ends
+ *   `failed` with it, and an asker gets it.
+ */
+export type ErrorFamily = "infrastructure" | "user" | "run";
+
+const FAMILY_OF_KIND: Record<ErrorKind, ErrorFamily> = {
+  bad_input: "user",
+  not_found: "user",
+  timeout: "infrastructure",
+  unavailable: "infrastructure",
+};
 
 const kinds = new Map<string, ErrorKind>();
 
@@ -67,6 +91,15 @@ export function errorKindOf(code: string): ErrorKind | undefined {
   return kinds.get(code);
 }
 
+/**
+ * The family of `code` (see ErrorFamily), from the kind its layer filed it under: known for
+ * every code of a layer this process loaded, `run` for any other.
+ */
+export function errorFamilyOf(code: string): ErrorFamily {
+  const kind = kinds.get(code);
+  return kind === undefined ? "run" : FAMILY_OF_KIND[kind];
+}
+
 export const ErrorCode = defineErrorCodes("core", {
   // configuration and input
   INVALID_CONFIG: "INVALID_CONFIG",
@@ -77,8 +110,11 @@ export const ErrorCode = defineErrorCodes("core", {
   // NATS and transport
   TIMEOUT: "TIMEOUT",
   REMOTE_ERROR: "REMOTE_ERROR",
-  // WAL
-  // actors and cluster
+  /**
+   * Work stopped by a signal (an interrupt, a kill, a stop) before it finished: a turn, a
+   * tool call, a run. Defined here, below every layer that stops work or is stopped.
+   */
+  INTERRUPTED: "INTERRUPTED",
   INTERNAL: "INTERNAL",
 });
 classifyErrorCodes({

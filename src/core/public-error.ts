@@ -4,8 +4,11 @@
  * and say what to do; what only an operator should see is taken out of their text:
  * endpoints (URLs, `host:port`, addresses), file paths, keys and tokens, stack traces.
  * Operators keep the whole error in the node's logs and the events (docs/protocol.md,
- * "Errors on the wire").
+ * "Errors on the wire"). A failure of the infrastructure (core's ErrorFamily) is not the
+ * user's to fix: its text (which points an operator at a server, a stream or a disk) is
+ * replaced by what the user can do, try again.
  */
+import { errorFamilyOf, errorKindOf } from "./errors.js";
 
 /** An error as an end user gets it: its code and a message without internals. */
 export interface PublicError {
@@ -43,12 +46,20 @@ export function publicText(text: string): string {
   return out.length > MAX_CHARS ? `${out.slice(0, MAX_CHARS)}…` : out;
 }
 
+/** What an end user reads for a failure of the infrastructure, by its kind. */
+const INFRASTRUCTURE_TEXT = {
+  timeout: "the service did not answer in time; try again later, or allow more time",
+  unavailable: "a part of the service is unavailable for now; try again later",
+} as const;
+
 /**
  * An error (a wire error, a run's `error`, anything with a code and a message) as an end
- * user may see it: the code kept, the message scrubbed, `data` and causes left out.
+ * user may see it: the code kept, the message scrubbed (an infrastructure failure's
+ * replaced), `data` and causes left out.
  */
 export function publicError(err: { code?: unknown; message?: unknown } | undefined, fallback: PublicError): PublicError {
   const code = typeof err?.code === "string" && err.code.length > 0 ? err.code : fallback.code;
+  if (errorFamilyOf(code) === "infrastructure") return { code, message: INFRASTRUCTURE_TEXT[errorKindOf(code) === "timeout" ? "timeout" : "unavailable"] };
   const message = typeof err?.message === "string" && err.message.length > 0 ? err.message : fallback.message;
   return { code, message: publicText(message) };
 }

@@ -1,6 +1,4 @@
-import { ErrorCode, checkFormatVersion, type WireError } from "../core/index.js";
-import { BusErrorCode } from "../bus/index.js";
-import { ActorErrorCode } from "../actors/index.js";
+import { ErrorCode, checkFormatVersion, errorFamilyOf, type WireError } from "../core/index.js";
 import { addUsage, ModelErrorCode, readUsage, ZERO_USAGE } from "../agents/index.js";
 import { EvalErrorCode } from "./errors.js";
 import { attemptId, judgeId, runnerActorId } from "./protocol.js";
@@ -142,30 +140,29 @@ export type Outcome =
   | { kind: "failed"; reason: { code: string; message: string; retryable?: boolean }; usage: EvalUsage; node?: string }
   | { kind: "infra"; reason: { code: string; message: string; retryable?: boolean }; usage: EvalUsage; node?: string };
 
-/** Codes of a run's failure that are the infrastructure's, not the subject's: the attempt is replaced. */
-const INFRA_CODES: ReadonlySet<string> = new Set([
+/**
+ * Codes of a run's failure that are not the subject's doing though they are not the
+ * cluster's either: a model call that failed after its retries, a defect, a run cut by
+ * someone else, an external subject that failed. With the infrastructure's own (core's
+ * ErrorFamily: timeouts, the WAL, NATS, a lease, the step journal) the attempt is replaced.
+ */
+const NOT_THE_SUBJECTS: ReadonlySet<string> = new Set([
   ModelErrorCode.MODEL_CALL_FAILED,
   ModelErrorCode.MODEL_CALL_ABORTED,
   ModelErrorCode.MODEL_SCHEDULER_CLOSED,
-  ErrorCode.TIMEOUT,
   ErrorCode.INTERNAL,
-  BusErrorCode.NATS_UNREACHABLE,
-  BusErrorCode.CONNECTION_CLOSED,
-  ActorErrorCode.LEASE_LOST,
-  ActorErrorCode.JOURNAL_UNAVAILABLE,
-  ActorErrorCode.INTERRUPTED,
+  ErrorCode.INTERRUPTED,
   EvalErrorCode.EVAL_EXTERNAL_FAILED,
-  EvalErrorCode.EVAL_ATTEMPT_TIMEOUT,
 ]);
 
-function isInfraCode(code: string): boolean {
-  return INFRA_CODES.has(code) || code.startsWith("WAL_");
+function isNotTheSubjects(code: string): boolean {
+  return errorFamilyOf(code) === "infrastructure" || NOT_THE_SUBJECTS.has(code);
 }
 
 /**
- * Classifies what came back for a delegation. A run that failed with a code of
- * INFRA_CODES (a model call that failed after its retries, NATS, a lease, the journal),
- * one cancelled by anybody else than the experiment, and a message its actor failed on
+ * Classifies what came back for a delegation. A run that failed with a code of the
+ * infrastructure's family or of NOT_THE_SUBJECTS (NATS, a lease, the journal, a model call
+ * that failed after its retries), one cancelled by anybody else than the experiment, and a message its actor failed on
  * are infrastructure failures; any other failure is the subject's own — unless the failure
  * says it is not retryable (a provider's 4xx), which is always the subject's.
  */
@@ -180,10 +177,10 @@ export function classifyAnswer(a: Answer): Outcome {
     case "completed":
       return { kind: "completed", output: typeof p.output === "string" ? p.output : JSON.stringify(p.output ?? ""), usage, ...node };
     case "cancelled":
-      return { kind: "infra", reason: reason ?? { code: ActorErrorCode.INTERRUPTED, message: "the run was cancelled" }, usage, ...node };
+      return { kind: "infra", reason: reason ?? { code: ErrorCode.INTERRUPTED, message: "the run was cancelled" }, usage, ...node };
     case "failed": {
       const r = reason ?? { code: ErrorCode.INTERNAL, message: "the run failed without saying why" };
-      const infra = r.retryable !== false && isInfraCode(r.code);
+      const infra = r.retryable !== false && isNotTheSubjects(r.code);
       return { kind: infra ? "infra" : "failed", reason: r, usage, ...node };
     }
     default:

@@ -1,4 +1,4 @@
-import { isKovaError, isTimeout, KovaError } from "../core/errors.js";
+import { ErrorCode, isKovaError, isTimeout, KovaError } from "../core/errors.js";
 import type { HistoryTurn } from "../agents/protocol.js";
 import { parseInstanceId } from "../core/ids.js";
 import type { Logger } from "../core/logger.js";
@@ -260,7 +260,7 @@ export function outcomeOf(payload: unknown): RunOutcome {
 }
 
 function failureOf(err: unknown): RunOutcome {
-  if (isKovaError(err, ActorErrorCode.INTERRUPTED)) return { status: "cancelled", output: "", usage: zeroUsage() };
+  if (isKovaError(err, ErrorCode.INTERRUPTED)) return { status: "cancelled", output: "", usage: zeroUsage() };
   const code = isKovaError(err) ? err.code : GatewayErrorCode.RUN_FAILED;
   return { status: "failed", output: "", usage: zeroUsage(), error: { code, message: err instanceof Error ? err.message : String(err) } };
 }

@@ -3,7 +3,7 @@ import { componentLogger, silentLogger, type Logger } from "../core/logger.js";
 import { AS_ARGUMENT, durationMs } from "../core/duration.js";
 import { derivedId } from "../core/ids.js";
 import { publicText } from "../core/public-error.js";
-import { BusErrorCode, type Bus, type KovaEvent } from "../bus/index.js";
+import { isInfrastructureFailure, type Bus, type KovaEvent } from "../bus/index.js";
 import { defineActor } from "../actors/definition.js";
 import { isLeaseLost, TurnInterruptedError } from "../actors/errors.js";
 import type { ActorContext, ActorDefinition } from "../actors/types.js";
@@ -222,7 +222,7 @@ async function swarmTurn(ctx: ActorContext<Record<string, never>>, deps: TurnDep
     const reason: unknown = ctx.signal.aborted ? ctx.signal.reason : err;
     // Leaving this node (lease lost, a stop) or killed: the next host or nobody finishes it.
     if (isLeaseLost(reason) || (reason instanceof TurnInterruptedError && reason.by !== "interrupt")) throw reason;
-    if (isLeaseLost(err) || isInfrastructure(err)) throw err;
+    if (isInfrastructureFailure(err)) throw err;
     const cancelled = reason instanceof TurnInterruptedError;
     return run.finishUnanswered(cancelled ? "cancelled" : "failed", err);
   }
@@ -504,11 +504,6 @@ class SwarmRun {
   }
 }
 
-// The WAL or NATS failing under the turn is not the swarm's failure: the runtime keeps the
-// message and resumes the turn (actors/turn-runner.ts), so it must see the error.
-function isInfrastructure(err: unknown): boolean {
-  return isKovaError(err) && (err.code.startsWith("WAL_") || err.code === BusErrorCode.NATS_UNREACHABLE || err.code === BusErrorCode.CONNECTION_CLOSED);
-}
 
 function defaultReserve(totalMs: number): number {
   return Math.min(30_000, Math.round(totalMs * 0.2));

@@ -1,11 +1,10 @@
-import { KovaError, toWire, type WireError } from "../core/errors.js";
+import { ErrorCode, KovaError, toWire, type WireError } from "../core/errors.js";
 import { describeError } from "../core/describe-error.js";
 import { ToolFailedError, ToolsErrorCode } from "./errors.js";
 import type { ArgumentRepairBudget, RepairVerdict } from "./repair-budget.js";
 import { DEFAULT_RESULT_MAX_BYTES, capText, serializeToolResult } from "./result-cap.js";
 import type { Tool, ToolContext } from "./types.js";
 import { validateArguments, type ArgumentIssue } from "./validate.js";
-import { ActorErrorCode } from "../actors/errors.js";
 
 /**
  * The agent loop's entry to a tool call, in the pieces it journals between: validate
@@ -121,5 +120,5 @@ function untilAborted<T>(work: Promise<T>, signal: AbortSignal): Promise<T> {
 function interrupted(signal: AbortSignal): KovaError {
   if (signal.reason instanceof KovaError) return signal.reason;
   const reason = signal.reason === undefined ? "aborted" : describeError(signal.reason);
-  return new KovaError(ActorErrorCode.INTERRUPTED, `tool call stopped: ${reason}`, { cause: signal.reason });
+  return new KovaError(ErrorCode.INTERRUPTED, `tool call stopped: ${reason}`, { cause: signal.reason });
 }

@@ -1,4 +1,4 @@
-import { defineErrorCodes, KovaError, type KovaErrorOptions } from "../core/errors.js";
+import { classifyErrorCodes, defineErrorCodes, KovaError, type KovaErrorOptions } from "../core/errors.js";
 
 /** The wal layer's error codes (stable: they travel over NATS and scripts match on them). */
 export const WalErrorCode = defineErrorCodes("wal", {
@@ -8,6 +8,14 @@ export const WalErrorCode = defineErrorCodes("wal", {
   WAL_CLOSED: "WAL_CLOSED",
   WAL_BAD_KEY: "WAL_BAD_KEY",
   LOCK_ORDER: "LOCK_ORDER",
+});
+// A WAL that cannot write or read is the node's failure, never a run's (LOCK_ORDER is a defect).
+classifyErrorCodes({
+  [WalErrorCode.WAL_CORRUPT]: "unavailable",
+  [WalErrorCode.WAL_FAILED]: "unavailable",
+  [WalErrorCode.WAL_FULL]: "unavailable",
+  [WalErrorCode.WAL_CLOSED]: "unavailable",
+  [WalErrorCode.WAL_BAD_KEY]: "unavailable",
 });
 
 /**

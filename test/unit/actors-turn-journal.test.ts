@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { isKovaError } from "../../src/core/errors.js";
+import { ErrorCode, isKovaError } from "../../src/core/errors.js";
 import { TurnJournal, type JournalIo } from "../../src/actors/turn-journal.js";
 import { mergeTurn, newTurnRecord, parseTurnRecord, type TurnRecord } from "../../src/actors/turn-record.js";
 import { ActorErrorCode } from "../../src/actors/errors.js";
@@ -158,7 +158,7 @@ describe("turn journal (deterministic replay)", () => {
       journal.step("charge", untilCut("charge"), { idempotent: false }),
     ]);
     await Promise.all(entered);
-    const stop = Object.assign(new Error("turn stopped by stop"), { code: ActorErrorCode.INTERRUPTED });
+    const stop = Object.assign(new Error("turn stopped by stop"), { code: ErrorCode.INTERRUPTED });
     h.cut(stop);
     expect((await cutSteps).map((r) => (r.status === "rejected" ? r.reason : r.value))).toEqual([stop, stop]);
     // The host makes the record durable as the stop leaves it (the turn runner's `yield` write).

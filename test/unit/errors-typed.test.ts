@@ -178,7 +178,7 @@ describe("typed errors", () => {
     expect(() => defineErrorCodes("x", { lower: "lower" })).toThrow(/SCREAMING_SNAKE/);
   });
 
-  it("errors - a layer files its codes under a kind (bad input, not found, timeout); an undefined code or a second kind is refused", () => {
+  it("errors - a layer files its codes under a kind (bad input, not found, timeout, unavailable); an undefined code or a second kind is refused", () => {
     const codes = defineErrorCodes("kind-test-layer", { KIND_TEST_BAD: "KIND_TEST_BAD", KIND_TEST_PLAIN: "KIND_TEST_PLAIN" });
     classifyErrorCodes({ [codes.KIND_TEST_BAD]: "bad_input" });
     expect(errorKindOf(codes.KIND_TEST_BAD)).toBe("bad_input");
@@ -186,7 +186,12 @@ describe("typed errors", () => {
     // What the layers file: arguments, ids and actor types are bad input; a missing actor is not found.
     const badInput = ["INVALID_ARGUMENT", "INVALID_CONFIG", "INVALID_ID", ActorErrorCode.UNKNOWN_ACTOR_TYPE, BusErrorCode.INVALID_ENVELOPE];
     expect(badInput.map(errorKindOf)).toEqual(Array(5).fill("bad_input"));
-    expect([ActorErrorCode.NOT_HOSTED, "TIMEOUT", ActorErrorCode.LEASE_LOST].map(errorKindOf)).toEqual(["not_found", "timeout", undefined]);
+    expect([ActorErrorCode.NOT_HOSTED, "TIMEOUT", ActorErrorCode.LEASE_LOST, ActorErrorCode.ACTOR_FAILED].map(errorKindOf)).toEqual([
+      "not_found",
+      "timeout",
+      "unavailable",
+      undefined,
+    ]);
     expect(() => classifyErrorCodes({ KIND_TEST_NEVER_DEFINED: "bad_input" })).toThrow(/define the code first/);
     expect(() => classifyErrorCodes({ [codes.KIND_TEST_BAD]: "not_found" })).toThrow(/already of kind bad_input/);
   });

@@ -14,6 +14,8 @@ import {
   type ExperimentSpec,
   type ExperimentState,
 } from "../../src/eval/index.js";
+// The node that classifies answers hosts a WAL: its layer files the WAL's codes (infrastructure).
+import { WalErrorCode } from "../../src/wal/errors.js";
 
 function spec(over: Record<string, unknown> = {}, subjects = 2, tasks = 4): ExperimentSpec {
   return defineExperiment({
@@ -79,7 +81,9 @@ describe("experiment engine", () => {
     expect(failed("TOOL_ARGUMENTS_INVALID").kind).toBe("failed");
     expect(failed("MODEL_CALL_FAILED").kind).toBe("infra");
     expect(failed("MODEL_CALL_FAILED", { retryable: false }).kind).toBe("failed");
-    expect(failed("WAL_FAILED").kind).toBe("infra");
+    expect(failed(WalErrorCode.WAL_FAILED).kind).toBe("infra");
+    expect(failed("JOURNAL_UNAVAILABLE", { retryable: true }).kind).toBe("infra");
+    expect(failed("TIMEOUT", { retryable: true }).kind).toBe("infra");
     expect(failed("EVAL_EXTERNAL_FAILED", { retryable: true }).kind).toBe("infra");
     expect(classifyAnswer({ payload: { status: "cancelled" } }).kind).toBe("infra");
     expect(classifyAnswer({ payload: null, error: { code: "ACTOR_FAILED", message: "x", retryable: false } }).kind).toBe("infra");
