@@ -18,10 +18,12 @@ export {
   KovaError,
   KovaTimeoutError,
   RemoteError,
+  errorFamilyOf,
   fromWire,
   isKovaError,
   isTimeout,
   toWire,
+  type ErrorFamily,
   type KovaErrorOptions,
   type WireError,
 } from "./core/errors.js";
@@ -51,6 +53,7 @@ export {
   PermissionDeniedError,
   StreamConflictError,
   UnknownMessageTypeError,
+  isInfrastructureFailure,
   isNoResponders,
 } from "./bus/errors.js";
 

@@ -1,4 +1,4 @@
-import { fromWire, toWire } from "../core/errors.js";
+import { ErrorCode, fromWire, KovaError, toWire } from "../core/errors.js";
 import { timedPhase } from "../core/phases.js";
 import { ReplayMismatchError, StepOutcomeUnknownError } from "./errors.js";
 import type { StepRecord, TurnRecord } from "./turn-record.js";
@@ -109,7 +109,7 @@ export class TurnJournal {
         // The last step's failure is what a retry is for, if running it again is safe;
         // any earlier failure was seen (and handled) by the handler, so replay repeats it.
         const last = index === this.record.steps.length - 1;
-        if (!(last && idempotent)) throw fromWire(recorded.error) ?? new Error(`step ${name} failed`);
+        if (!(last && idempotent)) throw fromWire(recorded.error) ?? new KovaError(ErrorCode.INTERNAL, `step ${name} failed`);
       } else if (recorded.status === "unknown" || !idempotent) {
         // Recorded as unknown, so every later replay of this turn gives the same answer.
         if (recorded.status !== "unknown") {

@@ -1,5 +1,5 @@
 import { sleep } from "../core/clock.js";
-import { isKovaError, toWire } from "../core/errors.js";
+import { ErrorCode, isKovaError, KovaError, toWire } from "../core/errors.js";
 import { newId } from "../core/ids.js";
 import type { Logger } from "../core/logger.js";
 import { markPhase, timedPhase } from "../core/phases.js";
@@ -90,7 +90,7 @@ export async function runTurn(actor: TurnActor, env: A2AEnvelope, src: TurnSourc
     return { kind: "duplicate" };
   }
   const handler = actor.def.handlers[env.type] as ActorHandler<unknown> | undefined;
-  if (handler === undefined) throw new Error(`no handler for ${env.type}: the caller routes unhandled types`);
+  if (handler === undefined) throw new KovaError(ErrorCode.INTERNAL, `no handler for ${env.type}: the caller routes unhandled types`);
 
   // The turn's previous host (another node, or this one before a restart) left it open on NATS.
   const open = remote?.openTurn(env.id);
@@ -181,7 +181,7 @@ export async function runTurn(actor: TurnActor, env: A2AEnvelope, src: TurnSourc
     if (record.yielded) record.yielded = false;
     else record.attempt += 1;
     if (record.attempt > policy.maxAttempts) {
-      const error = new ActorFailedError(actor.id, policy.maxAttempts, new Error("the process ended during every attempt of this turn"));
+      const error = new ActorFailedError(actor.id, policy.maxAttempts, "the process ended during every attempt of this turn");
       outcome = { kind: "failed", error, attempts: policy.maxAttempts };
     } else {
       await io.persist(record);
@@ -359,4 +359,3 @@ function classify(err: unknown, signal: AbortSignal, attempts: number): TurnOutc
 function retryable(err: unknown): boolean {
   return !isLeaseLost(err) && !isKovaError(err, ActorErrorCode.REPLAY_MISMATCH) && !isKovaError(err, ActorErrorCode.STEP_OUTCOME_UNKNOWN);
 }
-

@@ -1,3 +1,5 @@
+import { ErrorCode, KovaError } from "../core/errors.js";
+
 /**
  * Header names, content types and DLQ reasons: the byte-level part of the public
  * contract (docs/protocol.md). Other languages match these strings exactly.
@@ -36,13 +38,13 @@ const dlqReasons = new Map<string, string>();
 /**
  * Registers a layer's DLQ reasons (values lowercase `[a-z0-9_]`), so an upper layer adds
  * its own without editing the bus. Returns them frozen.
- * @throws Error for a malformed reason or one another layer defined (a programming error)
+ * @throws KovaError INTERNAL for a malformed reason or one another layer defined (a programming error)
  */
 export function defineDlqReasons<const T extends Record<string, string>>(layer: string, reasons: T): Readonly<T> {
   for (const reason of Object.values(reasons)) {
-    if (!/^[a-z][a-z0-9_]*$/.test(reason)) throw new Error(`DLQ reason ${JSON.stringify(reason)}: use lowercase [a-z0-9_]`);
+    if (!/^[a-z][a-z0-9_]*$/.test(reason)) throw new KovaError(ErrorCode.INTERNAL, `DLQ reason ${JSON.stringify(reason)}: use lowercase [a-z0-9_]`);
     const owner = dlqReasons.get(reason);
-    if (owner !== undefined && owner !== layer) throw new Error(`DLQ reason ${reason} is already defined by ${owner}`);
+    if (owner !== undefined && owner !== layer) throw new KovaError(ErrorCode.INTERNAL, `DLQ reason ${reason} is already defined by ${owner}`);
     dlqReasons.set(reason, layer);
   }
   return Object.freeze(reasons);

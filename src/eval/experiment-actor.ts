@@ -1,9 +1,10 @@
-import { isValidId, toWire, type WireError } from "../core/index.js";
+import { isValidId, KovaError, toWire, type WireError } from "../core/index.js";
 import { createEnvelope, type Bus } from "../bus/index.js";
 import { defineActor, type ActorContext, type ActorDefinition } from "../actors/index.js";
 import type { WorkflowTimers } from "../workflow/index.js";
 import { WorkflowMessageType } from "../workflow/index.js";
 import { checkSpecOnCluster } from "./check.js";
+import { EvalErrorCode } from "./errors.js";
 import { classifyAnswer, emptyExperimentState, ExperimentEngine, readExperimentState, type Effect, type ExperimentState } from "./engine.js";
 import { EvalMessageType, EXPERIMENT_TEMPLATE, experimentOfActor } from "./protocol.js";
 import { readAttemptRecord, STATUS_RECORD_VERSION, type AttemptRecord, type StatusRecord } from "./records.js";
@@ -114,7 +115,11 @@ export function evalExperimentActor(ports: ExperimentActorPorts): ActorDefinitio
         try {
           const stored = await ports.specs.get(s.experimentId);
           if (digest && stored.digest !== digest) {
-            throw new Error(`the stored spec (digest ${stored.digest.slice(0, 12)}…) is not the one started (${digest.slice(0, 12)}…)`);
+            throw new KovaError(
+              EvalErrorCode.EXPERIMENT_STATE,
+              `the stored spec (digest ${stored.digest.slice(0, 12)}…) is not the one started (${digest.slice(0, 12)}…): start the experiment again`,
+              { data: { stored: stored.digest, started: digest } },
+            );
           }
           await checkSpecOnCluster(stored.spec, { agents: ports.agents, bus: ports.bus() });
           return { ok: true };

@@ -5,7 +5,7 @@ import { readKvEntries } from "../bus/kv-keys.js";
 import { isValidId } from "../core/ids.js";
 import type { Logger } from "../core/logger.js";
 import { checkFormatVersion } from "../core/format-version.js";
-import { ArgumentError } from "../core/errors.js";
+import { ArgumentError, ErrorCode, KovaError } from "../core/errors.js";
 import { KvMirror, encodeJson, openBucket, isCasConflict } from "../cluster/index.js";
 import type { ConfiguredKey } from "./config.js";
 
@@ -76,12 +76,15 @@ export function generateKey(): string {
 
 /**
  * A stored key as this build reads it.
- * @throws UnsupportedFormatError for a key a newer Kova wrote; an Error for one without a valid hash
+ * @throws UnsupportedFormatError for a key a newer Kova wrote; KovaError INVALID_CONFIG for one without a valid hash
  */
 export function readStoredKey(name: string, value: unknown): StoredKey {
   const k = value as StoredKey;
   checkFormatVersion(`gateway key ${name}`, k?.v, [STORED_KEY_VERSION]);
-  if (!isKeyHash(k.hash)) throw new Error(`gateway key ${name} has no valid hash`);
+  if (!isKeyHash(k.hash))
+    throw new KovaError(ErrorCode.INVALID_CONFIG, `gateway key ${name} has no valid hash: remove it and add it again (kova gateway keys rm / add)`, {
+      data: { key: name },
+    });
   return k;
 }
 

@@ -1,7 +1,7 @@
 import { hostname } from "node:os";
 import { join } from "node:path";
 import { mkdir } from "node:fs/promises";
-import { ErrorCode, isKovaError } from "../core/errors.js";
+import { ErrorCode, isKovaError, KovaError } from "../core/errors.js";
 import { newId } from "../core/ids.js";
 import { childLogger, componentLogger, createLogger, type Logger } from "../core/logger.js";
 import { KOVA_VERSION } from "../core/version.js";
@@ -398,7 +398,9 @@ export class KovaNode {
         logger: this.scope,
         nodeId: this.nodeId,
         // The control handlers exist once services start; a tick due before then is sent again after the reclaim wait.
-        spawn: (req) => (this.control as NodeControl | undefined)?.spawn(req) ?? Promise.reject(new Error("node services are not started yet")),
+        spawn: (req) =>
+          (this.control as NodeControl | undefined)?.spawn(req) ??
+          Promise.reject(new KovaError(ErrorCode.INTERNAL, "node services are not started yet", { retryable: true })),
         onFired: (e) => this.publish("schedule_fired", e.id, { ...e, node: this.nodeId }),
         onSkipped: (e) => this.publish("schedule_skipped", e.id, { ...e, node: this.nodeId }),
       }),

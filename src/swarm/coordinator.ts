@@ -504,7 +504,6 @@ class SwarmRun {
   }
 }
 
-
 function defaultReserve(totalMs: number): number {
   return Math.min(30_000, Math.round(totalMs * 0.2));
 }

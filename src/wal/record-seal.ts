@@ -1,3 +1,4 @@
+import { WalBadKeyError } from "./errors.js";
 import { type ChainKey, equalTags, hmac128, NonceDomain, type RecordCipher, ZERO_MAC, type SessionCipher } from "./crypto.js";
 import {
   assemble,
@@ -74,7 +75,7 @@ function headerFields(sec: Security, id: RecordIdentity, marker: boolean): Heade
 /** The session of `epoch`, which a writer must have. */
 function sessionFor(sec: Security, epoch: number): SessionCipher {
   const session = sec.sessions?.(epoch);
-  if (session === undefined) throw new Error(`WAL has no session key for epoch ${epoch}`);
+  if (session === undefined) throw new WalBadKeyError(`WAL has no session key for epoch ${epoch}: a writer needs the key of the open it writes in`);
   return session;
 }
 

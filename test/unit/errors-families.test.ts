@@ -100,10 +100,18 @@ describe("error families", () => {
       }
     };
     walk(src);
-    expect(lists).toEqual(["bus/errors.ts:" + lineOf(join(src, "bus/errors.ts"), "export function isInfrastructureFailure") + ": export function isInfrastructureFailure(err: unknown): boolean {"]);
+    expect(lists).toEqual([
+      "bus/errors.ts:" +
+        lineOf(join(src, "bus/errors.ts"), "export function isInfrastructureFailure") +
+        ": export function isInfrastructureFailure(err: unknown): boolean {",
+    ]);
   });
 });
 
 function lineOf(path: string, text: string): number {
-  return readFileSync(path, "utf8").split("\n").findIndex((l) => l.includes(text)) + 1;
+  return (
+    readFileSync(path, "utf8")
+      .split("\n")
+      .findIndex((l) => l.includes(text)) + 1
+  );
 }

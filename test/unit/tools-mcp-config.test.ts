@@ -133,7 +133,7 @@ idempotent_tools = ["search", "tools_1/lookup"]`,
   });
 
   it("mcp env template - renders every ${VAR} and names the first missing one", () => {
-    expect(templateVariables("a-${X}-${Y_2}")).toEqual(["X", "Y_2"]);
+    expect(templateVariables("a-${X}-${Y_2}", "mcp.servers[0].env.A")).toEqual(["X", "Y_2"]);
     expect(
       renderTemplate("a-${X}-${Y_2}", { X: "1", Y_2: "" }, () => {
         throw new Error("none missing");
@@ -144,7 +144,7 @@ idempotent_tools = ["search", "tools_1/lookup"]`,
         throw new Error(`missing ${name}`);
       }),
     ).toThrow("missing Z");
-    expect(() => templateVariables("${1X}")).toThrow("not a variable reference");
+    expect(() => templateVariables("${1X}", "mcp.servers[0].env.A")).toThrow("mcp.servers[0].env.A: ${1X} is not a variable reference");
   });
 });
 

@@ -1,11 +1,13 @@
 import type { NatsConnection } from "@nats-io/transport-node";
 import type { KV } from "@nats-io/kv";
+import { ErrorCode, KovaError } from "../../core/errors.js";
 import { checkFormatVersion } from "../../core/format-version.js";
 import { type Logger, componentLogger } from "../../core/logger.js";
 import { createEnvelope, isWrongLastSequence, type Bus } from "../../bus/index.js";
 import { KvMirror, encodeJson, openBucket } from "../../cluster/index.js";
 import { dueTick, nextTick, scheduledRunId, scheduleTarget, type ScheduleSpec } from "./spec.js";
 import { startMessageId, WORKFLOW_ACTOR_TYPE, WorkflowMessageType } from "../../workflow/index.js";
+import { NodeErrorCode } from "../errors.js";
 
 /** Version 2: the spec may start a workflow (`spec.workflow`); a message schedule is still written as 1, which older nodes read. */
 export const SCHEDULE_RECORD_VERSION = 2;
@@ -134,7 +136,10 @@ export class ScheduleService {
         if (!isWrongLastSequence(err)) throw err;
       }
     }
-    throw new Error(`schedule ${spec.id} kept changing under this update; try again`);
+    throw new KovaError(NodeErrorCode.SCHEDULE_CONFLICT, `schedule ${spec.id} kept changing under this update; try again`, {
+      retryable: true,
+      data: { scheduleId: spec.id },
+    });
   }
 
   /** @returns whether there was a schedule to remove */
@@ -246,7 +251,7 @@ export class ScheduleService {
     const runId = scheduledRunId(id, tick);
     const wf = spec.workflow!;
     const spawn = this.opts.spawn;
-    if (!spawn) throw new Error(`schedule ${id} starts workflow runs, but this scheduler was given no spawn`);
+    if (!spawn) throw new KovaError(ErrorCode.INTERNAL, `schedule ${id} starts workflow runs, but this scheduler was given no spawn`);
     await spawn({ id: runId, type: WORKFLOW_ACTOR_TYPE });
     await this.opts.bus.send(
       createEnvelope({

@@ -1,6 +1,7 @@
 import { constants, fstatSync, openSync, closeSync, statSync, type Stats } from "node:fs";
 import { lstat, mkdir, open, readlink, type FileHandle } from "node:fs/promises";
 import { isAbsolute, relative, resolve, sep } from "node:path";
+import { ErrorCode, KovaError } from "../../core/errors.js";
 import { FileNotFoundError, FilePathRefusedError, FileTypeRefusedError } from "../errors.js";
 import { shortenText } from "../result-cap.js";
 
@@ -62,14 +63,15 @@ export class FileRoot {
   /**
    * The root from a realpath already checked (by the config parser). Records the directory's
    * identity, and proves that `/proc/self/fd` resolves names from a descriptor here.
-   * @throws Error when /proc/self/fd does not work (no /proc mounted) or the root is no directory
+   * @throws KovaError INTERNAL when /proc/self/fd does not work (no /proc mounted) or the root is no directory
    */
   static fromChecked(real: string, written: string): FileRoot {
     const fd = openSync(real, DIR_FLAGS);
     try {
       const st = fstatSync(fd);
       const viaProc = statSync(`/proc/self/fd/${fd}/.`);
-      if (viaProc.ino !== st.ino || viaProc.dev !== st.dev) throw new Error("/proc/self/fd/<n>/. is not the directory n holds open");
+      if (viaProc.ino !== st.ino || viaProc.dev !== st.dev)
+        throw new KovaError(ErrorCode.INTERNAL, "/proc/self/fd/<n>/. is not the directory n holds open: mount /proc");
       return new FileRoot(real, resolve(written), st.dev, st.ino);
     } finally {
       closeSync(fd);

@@ -1,6 +1,7 @@
 import { spawn } from "node:child_process";
 import type { Readable, Writable } from "node:stream";
-import { ShellAbortedError, ShellSpawnFailedError } from "./shell-errors.js";
+import { KovaError } from "../../core/errors.js";
+import { ShellAbortedError, ShellErrorCode, ShellSpawnFailedError } from "./shell-errors.js";
 
 /** One child process to run with a wall-time limit and a cap on its output. */
 export interface CapturedRun {
@@ -158,7 +159,8 @@ async function openGate(info: Readable, block: Writable, gate: (pid: number) => 
   // stderr say why; nothing of the command can run.
   if (text === "") return;
   const pid = (JSON.parse(text) as { "child-pid"?: unknown })["child-pid"];
-  if (typeof pid !== "number") throw new Error(`bwrap reported no child pid (${JSON.stringify(text.slice(0, 200))})`);
+  if (typeof pid !== "number")
+    throw new KovaError(ShellErrorCode.SHELL_SANDBOX_UNAVAILABLE, `bwrap reported no child pid (${JSON.stringify(text.slice(0, 200))})`);
   await gate(pid);
   block.end("go");
 }

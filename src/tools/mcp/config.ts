@@ -352,13 +352,7 @@ function envTable(value: unknown, key: string, env: NodeJS.ProcessEnv): Record<s
     if (!ENV_NAME.test(name)) throw new ConfigError(at, "is not an environment variable name: use letters, digits and _ (not starting with a digit)");
     if (typeof template !== "string")
       throw new ConfigError(at, `must be a string (a value, or "\${VAR}" to take it from the node's environment), not ${describeValue(template)}`);
-    let names: string[];
-    try {
-      names = templateVariables(template);
-    } catch (err) {
-      throw new ConfigError(at, (err as Error).message);
-    }
-    for (const v of names) requireEnv(env, v, at);
+    for (const v of templateVariables(template, at)) requireEnv(env, v, at);
     out[name] = template;
   }
   return out;

@@ -1,6 +1,6 @@
 import type { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import type { CallToolResult, Tool as McpToolDefinition } from "@modelcontextprotocol/sdk/types.js";
-import { ConfigError } from "../../core/errors.js";
+import { ConfigError, KovaError } from "../../core/errors.js";
 import { componentLogger, silentLogger, type Logger } from "../../core/logger.js";
 import { KOVA_VERSION } from "../../core/version.js";
 import { ToolDefinitionError } from "../errors.js";
@@ -12,6 +12,7 @@ import {
   McpCallAbortedError,
   McpCallTimeoutError,
   McpConnectionLostError,
+  McpErrorCode,
   McpRequestFailedError,
   McpServerClosedError,
   McpServerUnavailableError,
@@ -414,12 +415,12 @@ export class McpServerConnection {
     const cursors = new Set<string>();
     let cursor: string | undefined;
     for (let page = 0; ; page++) {
-      if (page >= MAX_LIST_PAGES) throw new Error(`tools/list returned more than ${MAX_LIST_PAGES} pages`);
+      if (page >= MAX_LIST_PAGES) throw new KovaError(McpErrorCode.MCP_SERVER_UNAVAILABLE, `tools/list returned more than ${MAX_LIST_PAGES} pages`);
       const result = await client.listTools(cursor === undefined ? undefined : { cursor }, { timeout: this.#connectTimeoutMs });
       all.push(...result.tools);
       cursor = result.nextCursor;
       if (cursor === undefined) break;
-      if (cursors.has(cursor)) throw new Error(`tools/list returned cursor ${JSON.stringify(cursor)} twice`);
+      if (cursors.has(cursor)) throw new KovaError(McpErrorCode.MCP_SERVER_UNAVAILABLE, `tools/list returned cursor ${JSON.stringify(cursor)} twice`);
       cursors.add(cursor);
     }
     const kept: McpToolDefinition[] = [];

@@ -33,8 +33,9 @@ export function createTransport(sdk: McpSdk, config: McpServerConfig, env: NodeJ
   const childEnv: Record<string, string> = {};
   const secrets: string[] = [];
   for (const [name, template] of Object.entries(config.env)) {
-    childEnv[name] = renderTemplate(template, env, missing(`${config.key}.env.${name}`));
-    for (const v of templateVariables(template)) secrets.push(env[v]!);
+    const at = `${config.key}.env.${name}`;
+    childEnv[name] = renderTemplate(template, env, missing(at));
+    for (const v of templateVariables(template, at)) secrets.push(env[v]!);
   }
   // Variable names only: their values may be secrets.
   log.debug(
