@@ -1,8 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { createEnvelope, type A2AEnvelope } from "../../src/bus/index.js";
-import { KovaError } from "../../src/core/errors.js";
 import { createLogger } from "../../src/core/logger.js";
-import { Wal } from "../../src/wal/index.js";
+import { Wal, WalFailedError } from "../../src/wal/index.js";
 import { ActorHost, ActorTypeRegistry, defineActor, TURN_KIND, type ActorWal } from "../../src/actors/index.js";
 import { NatsStepJournal, type JournalEntry } from "../../src/actors/step-journal.js";
 import { newTurnRecord } from "../../src/actors/turn-record.js";
@@ -228,7 +227,7 @@ describe("dead-lettered turns and failed completions", () => {
     // turn's PENDING record (or resumes it) and naks, until max_deliver runs out.
     const failing = walWith(wal, {
       replace: async () => {
-        throw new KovaError("WAL_IO", "injected step write failure");
+        throw new WalFailedError(new Error("injected step write failure"));
       },
     });
     const newHost = (w: ActorWal) =>
@@ -285,7 +284,7 @@ describe("dead-lettered turns and failed completions", () => {
       complete: async (s, o) => {
         if (failOnce && o?.kv) {
           failOnce = false;
-          throw new KovaError("WAL_IO", "injected completion failure");
+          throw new WalFailedError(new Error("injected completion failure"));
         }
         return wal.complete(s, o);
       },
