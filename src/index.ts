@@ -135,8 +135,17 @@ export type {
   RunPolicy,
 } from "./agents/definition.js";
 export { askAgent, type AskAgentOptions } from "./agents/client.js";
-export { AGENT_CHAT } from "./agents/protocol.js";
-export type { AgentChatPayload, AgentInfo, AgentResult, AgentTaskPayload, AgentUsageTotals, RunStatus, RunUsage, TaskConstraints } from "./agents/protocol.js";
+export { AGENT_CHAT } from "./agents/run-protocol.js";
+export type {
+  AgentChatPayload,
+  AgentInfo,
+  AgentResult,
+  AgentTaskPayload,
+  AgentUsageTotals,
+  RunStatus,
+  RunUsage,
+  TaskConstraints,
+} from "./agents/run-protocol.js";
 export { EventProfiles, inProfile, RunEventType, type EventProfile } from "./agents/events.js";
 export { AgentErrorCode, BudgetExceededError, RunLimitExceededError } from "./agents/errors.js";
 export { ApprovalErrorCode, type ApprovalDecision, type ApprovalRecord } from "./agents/approvals.js";

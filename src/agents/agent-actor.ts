@@ -2,7 +2,7 @@ import { defineActor } from "../actors/definition.js";
 import type { ActorDefinition } from "../actors/types.js";
 import type { AgentDefinition } from "./definition.js";
 import { runAgentTurn } from "./loop.js";
-import { AGENT_CHAT, type AgentInfo } from "./protocol.js";
+import { AGENT_CHAT, type AgentInfo } from "./run-protocol.js";
 import type { AgentState } from "./run-scope.js";
 import type { AgentRuntime } from "./runtime.js";
 import { emptyTotals } from "./usage.js";

@@ -3,7 +3,7 @@ import { assertId, derivedId } from "../core/ids.js";
 import type { Bus, KovaClient } from "../bus/index.js";
 import { defineTool } from "../tools/define-tool.js";
 import type { Tool, ToolContext } from "../tools/types.js";
-import { delegateTask } from "./delegate.js";
+import { delegateTask } from "./client.js";
 import { DelegatedRunCancelledError, DelegatedRunFailedError, DelegatedRunTimeoutError } from "./delegation-errors.js";
 import { RunEventType, type RunUsage, type TaskConstraints } from "./run-protocol.js";
 import { RunWatcher } from "./run-watcher.js";

@@ -4,7 +4,13 @@ import { BusErrorCode } from "../bus/errors.js";
 import { createEnvelope } from "../bus/envelope.js";
 import type { Bus } from "../bus/bus.js";
 import type { KovaEvent } from "../bus/events.js";
-import { AGENT_CHAT, type AgentResult, type AgentTaskPayload, type HistoryTurn, type TaskConstraints } from "./protocol.js";
+import { AGENT_CHAT, runPayload, type AgentResult, type HistoryTurn, type TaskConstraints } from "./run-protocol.js";
+
+/**
+ * How a caller runs an agent: `askAgent` waits for the result (the CLI, the gateway, tests),
+ * `delegateTask` sends a task whose result arrives on an inbox of the delegator's (workflows,
+ * swarms, agents as tools). The payloads are the agent-run protocol's (run-protocol.ts).
+ */
 
 export interface AskAgentOptions {
   /** The conversation to continue (and keep); omitted: a task of its own, with no memory kept. */
@@ -50,16 +56,9 @@ export async function askAgent(client: Bus | { bus: Bus }, agentId: string, inpu
   const bus = "bus" in client ? client.bus : client;
   const runId = opts.runId ?? newId();
   const sessionId = opts.sessionId ?? runId;
-  const payload: AgentTaskPayload | Record<string, unknown> = opts.chat
-    ? { message: input, sessionId, runId, ...(opts.parentRunId ? { parentRunId: opts.parentRunId } : {}) }
-    : {
-        input,
-        runId,
-        ...(opts.sessionId ? { sessionId } : {}),
-        ...(opts.history ? { history: opts.history } : {}),
-        ...(opts.parentRunId ? { parentRunId: opts.parentRunId } : {}),
-        ...(opts.constraints ? { constraints: opts.constraints } : {}),
-      };
+  const payload = opts.chat
+    ? runPayload({ message: input, sessionId, runId, parentRunId: opts.parentRunId })
+    : runPayload({ input, runId, sessionId: opts.sessionId, history: opts.history, parentRunId: opts.parentRunId, constraints: opts.constraints });
   // Only a caller that follows the run subscribes to its events: a NATS user with the
   // `client` role of deploy/nats/accounts.conf may ask, but not read events.
   let ended!: () => void;
@@ -114,4 +113,55 @@ export async function askAgent(client: Bus | { bus: Bus }, agentId: string, inpu
   } finally {
     events?.unsubscribe();
   }
+}
+
+/**
+ * Interrupts the agent's turn on one delegated message (the node's `interrupt` signal for
+ * that message only, through the `signal` endpoint of the node hosting the agent), so a
+ * delegator that no longer wants a result — a cancelled workflow, a swarm past its deadline —
+ * ends the child run `cancelled` instead of letting it spend tokens for nothing. A message
+ * still queued is interrupted when its turn starts on that node. Resolves false when the
+ * agent could not be reached; it never throws (the delegator carries on either way).
+ */
+export type InterruptDelegation = (agentId: string, messageId: string) => Promise<boolean>;
+
+/** One `task_delegate` to an agent, with every id chosen by the delegator. */
+export interface Delegation {
+  /**
+   * The envelope id (and `Nats-Msg-Id`). Derive it from what the delegator has recorded
+   * (`derivedId`, core/ids.ts): a re-send after a crash is then a duplicate the stream and the agent drop.
+   */
+  id: string;
+  from: string;
+  to: string;
+  input: string;
+  sessionId: string;
+  runId: string;
+  parentRunId?: string;
+  constraints?: TaskConstraints;
+  /** Where the `result_notify` goes (a RunWatcher's inbox). */
+  replyTo?: string;
+  /** Envelope deadline, epoch ms: a message still queued after it goes to the DLQ (`expired`) instead of running late. */
+  deadline?: number;
+}
+
+/**
+ * Sends the delegation durably; resolves after JetStream stored it.
+ * @returns whether the stream already held it (a re-send inside the duplicate window)
+ * @throws what Bus.send throws (InvalidEnvelopeError naming a bad field, timeouts)
+ */
+export async function delegateTask(bus: Bus, d: Delegation): Promise<{ duplicate: boolean }> {
+  const payload = runPayload({ input: d.input, sessionId: d.sessionId, runId: d.runId, parentRunId: d.parentRunId, constraints: d.constraints });
+  const env = createEnvelope({
+    id: d.id,
+    from: d.from,
+    to: d.to,
+    type: "task_delegate",
+    payload,
+    correlationId: d.id,
+    ...(d.replyTo ? { replyTo: d.replyTo } : {}),
+    ...(d.deadline ? { deadline: Math.round(d.deadline) } : {}),
+  });
+  const ack = await bus.send(env);
+  return { duplicate: ack.duplicate };
 }

@@ -4,7 +4,7 @@ import { DEFAULT_IDLE_AFTER_MS } from "../actors/templates.js";
 import { parseToolPattern, TOOL_NAME_RULE } from "../tools/names.js";
 import { DEFAULT_APPROVAL_TIMEOUT_MS, MAX_APPROVAL_TIMEOUT_MS } from "./approvals.js";
 import type { ChatMessage } from "./model/types.js";
-import { priorityValue, type AgentResult } from "./protocol.js";
+import { priorityValue, type AgentResult } from "./run-protocol.js";
 
 /** How the conversation is fitted to the model's window before each model call (memory/policy.ts). */
 export interface MemoryPolicy {

@@ -41,23 +41,33 @@ export {
 export { agentsConfigFrom, agentTemplatesConfigFrom, budgetGroupsFrom, checkBudgetGroups, type BudgetGroupConfig } from "./config.js";
 export { agentActor } from "./agent-actor.js";
 export { AgentRuntime, type AgentRuntimeOptions } from "./runtime.js";
-export { askAgent, type AskAgentOptions } from "./client.js";
-export { addUsage, readUsage, ZERO_USAGE, type ResultNotifyPayload, type TaskDelegatePayload } from "./run-protocol.js";
+export { askAgent, delegateTask, type AskAgentOptions, type Delegation, type InterruptDelegation } from "./client.js";
 export { emptyTotals } from "./usage.js";
+// The agent-run protocol: payloads, results, usage, ids and deadlines.
 export {
+  addUsage,
   AGENT_CHAT,
+  MAX_HISTORY_TURNS,
   parseDeadline,
   parseRunRequest,
+  readTaskPayload,
+  readUsage,
+  reportedUsage,
+  runPayload,
+  ZERO_USAGE,
   type AgentChatPayload,
   type AgentInfo,
   type AgentResult,
   type AgentTaskPayload,
   type AgentUsageTotals,
+  type HistoryTurn,
+  type ResultNotifyPayload,
   type RunRequest,
   type RunStatus,
   type RunUsage,
   type TaskConstraints,
-} from "./protocol.js";
+  type TaskDelegatePayload,
+} from "./run-protocol.js";
 export { EventProfiles, forProfile, inProfile, isEventProfile, RunEventType, RunEventTypes, type EventProfile } from "./events.js";
 export { fitContext, summaryRequest, withSummary, SUMMARY_PREFIX, type FitResult } from "./memory/policy.js";
 export { hasNoOrphans, toUnits } from "./memory/units.js";

@@ -11,7 +11,7 @@ import { AgentHookFailedError, RunLimitExceededError } from "./errors.js";
 import { applyFit, modelTurn } from "./model-turn.js";
 import { ModelOutputTruncatedError } from "./model/errors.js";
 import type { ChatMessage } from "./model/types.js";
-import { parseRunRequest, type AgentResult, type RunRequest, type RunStatus } from "./protocol.js";
+import { parseRunRequest, type AgentResult, type RunRequest, type RunStatus } from "./run-protocol.js";
 import { hookContext, publish, publishStarted, type AgentState, type RunScope } from "./run-scope.js";
 import type { AgentRuntime } from "./runtime.js";
 import { armRunLimit } from "./budget-time.js";

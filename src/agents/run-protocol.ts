@@ -1,28 +1,294 @@
-import { AS_ARGUMENT, durationMs } from "../core/duration.js";
+import { AS_ARGUMENT, durationMs, parseDuration } from "../core/duration.js";
 import { ArgumentError } from "../core/errors.js";
 import { isValidId } from "../core/ids.js";
-import { priorityValue, type AgentResult, type AgentTaskPayload, type RunUsage, type TaskConstraints } from "./protocol.js";
+import { registerMessageTypes } from "../bus/message-types.js";
+import { AgentInputInvalidError } from "./errors.js";
 
 /**
- * The agent protocol contract (docs/protocol.md, "Agents"), as its callers see it: what a
- * `task_delegate` carries, what the `result_notify` answer and the run's events say. The
- * swarm coordinator and agents-as-tools talk to agents through this alone, never through
- * the agent loop's internals, so any actor that speaks it can be delegated to.
+ * The agent-run protocol (docs/protocol.md, "Agents"), in one place: what a `task_delegate`
+ * or `agent.chat` carries and how it is read, what the `result_notify` answer and a run's
+ * events say, usage, ids and deadlines. Every party speaks it through this module: the
+ * agent itself, the CLI, workflows, the swarm coordinator, experiments, the gateway, and
+ * (by the wire format it documents) plain NATS clients in any language. Nothing here does
+ * I/O: the sending is in client.ts.
  */
 
-export type { AgentInfo, RunStatus, RunUsage, TaskConstraints } from "./protocol.js";
-/** Payload of `task_delegate` (the short form `{ task, constraints }` is read as `input`). */
-export type TaskDelegatePayload = AgentTaskPayload;
-/** Payload of the `result_notify` that answers a `task_delegate`. */
-export type ResultNotifyPayload = AgentResult;
-
-export const ZERO_USAGE: Readonly<RunUsage> = Object.freeze({ inputTokens: 0, outputTokens: 0 });
+/** The chat message type: one turn of a conversation kept by `sessionId`. */
+export const AGENT_CHAT = "agent.chat";
+registerMessageTypes("agents", AGENT_CHAT);
 
 /** Event types of a run (`kova.<c>.events.<sessionId>.<runId>`): one list, kept in events.ts. */
 export { RunEventType } from "./events.js";
 
+/** `constraints` of a task (as the short form writes them too): a token cap and a deadline for this run. */
+export interface TaskConstraints {
+  max_tokens?: number;
+  /** Epoch ms, an ISO date, or a duration from receipt: `"5min"`, `"30s"`, `"2h"`, `"500ms"`, or milliseconds. */
+  deadline?: string | number;
+  /** The budget group a child run draws from (its parent's); see docs/agents.md. */
+  budget_group?: string;
+  /**
+   * The model-call priority of this run under `scheduling = "priority"`: an integer from
+   * -100 to 100, higher first; overrides the agent's `priority` (default 0).
+   */
+  priority?: number;
+  /**
+   * The end user the run is for (an id token): its fair-share key under `scheduling =
+   * "fair_share"` and its `user_max_tokens` group, instead of the sender (docs/models.md).
+   */
+  user?: string;
+}
+
+/** One earlier turn of a conversation a stateless task brings along (`history`). */
+export interface HistoryTurn {
+  role: "system" | "user" | "assistant";
+  content: string;
+}
+
+/** `task_delegate` payload. The short form `{ task, constraints }` is accepted too (`task` = `input`). */
+export interface TaskDelegatePayload {
+  input: string;
+  /**
+   * The conversation before `input`, for a task without `sessionId` (a client that keeps
+   * the conversation itself, as OpenAI chat clients do): the model sees these turns in
+   * their roles, after the agent's own system prompt, fitted by its memory policy.
+   */
+  history?: HistoryTurn[];
+  sessionId?: string;
+  runId?: string;
+  parentRunId?: string;
+  constraints?: TaskConstraints;
+}
+
+/** `agent.chat` payload: conversation memory is keyed by `sessionId`. */
+export interface AgentChatPayload {
+  message: string;
+  sessionId: string;
+  /**
+   * The conversation before `message` as the caller keeps it (an OpenAI chat client sends
+   * it whole every time): it starts the session when the agent has no memory of it yet,
+   * and is ignored once the session has memory (which then holds those turns).
+   */
+  history?: HistoryTurn[];
+  runId?: string;
+  parentRunId?: string;
+  /** Read as a task's are (the gateway sends `max_tokens` and the end user). */
+  constraints?: TaskConstraints;
+}
+
+/** The name the public API has long given the `task_delegate` payload. */
+export type AgentTaskPayload = TaskDelegatePayload;
+
+/** How an agent's run ended. */
+export type RunStatus = "completed" | "failed" | "cancelled";
+
+export interface RunUsage {
+  inputTokens: number;
+  outputTokens: number;
+  costUsd?: number;
+}
+
+/** The `result_notify` payload an agent replies with (what `ask` resolves to). */
+export interface AgentResult {
+  output: string;
+  usage: RunUsage;
+  runId: string;
+  sessionId: string;
+  status: RunStatus;
+  error?: { code: string; message: string };
+  /**
+   * The node that ended the run (after a takeover, the node that took it over): what a
+   * workflow step's `{{steps.<id>.metadata.node}}` reads.
+   */
+  node?: string;
+}
+
+/** Payload of the `result_notify` that answers a `task_delegate`. */
+export type ResultNotifyPayload = AgentResult;
+
+/** What `info_request` and `capability_query` answer on an agent's fast path. */
+export interface AgentInfo {
+  agentId: string;
+  model: string;
+  capabilities: string[];
+  /** `Running` while a run is in progress on the hosting node (`waiting_approval` while it waits for a human), else `Idle`. */
+  state: string;
+  usage: AgentUsageTotals;
+}
+
+/** Totals an agent keeps across runs (checkpointed with the actor). */
+export interface AgentUsageTotals {
+  runs: number;
+  inputTokens: number;
+  outputTokens: number;
+  costUsd: number;
+  modelCalls: number;
+  toolCalls: number;
+  toolMs: number;
+  byModel: Record<string, { calls: number; inputTokens: number; outputTokens: number; costUsd: number }>;
+  byTool: Record<string, { calls: number; errors: number; ms: number }>;
+}
+
+/** A run's request, normalised from either message type. */
+export interface RunRequest {
+  kind: "task" | "chat";
+  input: string;
+  /** Earlier turns: a stateless task's conversation, or a chat's to start a session the agent has no memory of. */
+  history?: HistoryTurn[];
+  sessionId?: string;
+  runId?: string;
+  parentRunId?: string;
+  maxTokens?: number;
+  /** Epoch ms. */
+  deadline?: number;
+  budgetGroup?: string;
+  /** Model-call priority (`constraints.priority`), -100..100. */
+  priority?: number;
+  /** The end user (`constraints.user`). */
+  user?: string;
+}
+
 /**
- * Reads a `task_delegate` payload in either form (`input`, or `task` in the short form).
+ * Reads a `task_delegate` or `agent.chat` payload.
+ * @param receivedAt epoch ms the run started, for relative deadlines (`"5min"`)
+ * @throws AgentInputInvalidError naming the field and the expected form
+ */
+export function parseRunRequest(type: string, payload: unknown, receivedAt: number): RunRequest {
+  if (typeof payload === "string" && type === "task_delegate") return { kind: "task", input: payload };
+  if (typeof payload !== "object" || payload === null || Array.isArray(payload)) {
+    throw new AgentInputInvalidError("payload", type === AGENT_CHAT ? "must be { message, sessionId }" : "must be { input } (or the short form { task })");
+  }
+  const p = payload as Record<string, unknown>;
+  const out: RunRequest =
+    type === AGENT_CHAT
+      ? { kind: "chat", input: text(p.message, "message"), sessionId: id(p.sessionId, "sessionId", true)! }
+      : { kind: "task", input: taskInput(p) };
+  const sessionId = out.sessionId ?? id(p.sessionId, "sessionId", false);
+  if (sessionId) out.sessionId = sessionId;
+  const runId = id(p.runId, "runId", false);
+  if (runId) out.runId = runId;
+  const parentRunId = id(p.parentRunId, "parentRunId", false);
+  if (parentRunId) out.parentRunId = parentRunId;
+  if (p.history !== undefined) {
+    if (out.kind === "task" && out.sessionId !== undefined)
+      throw new AgentInputInvalidError("history", "is for a task without sessionId: a session's memory already holds its conversation");
+    out.history = historyTurns(p.history);
+  }
+  if (p.constraints !== undefined) {
+    if (typeof p.constraints !== "object" || p.constraints === null) throw new AgentInputInvalidError("constraints", "must be an object");
+    const c = p.constraints as Record<string, unknown>;
+    if (c.max_tokens !== undefined) {
+      if (typeof c.max_tokens !== "number" || !Number.isInteger(c.max_tokens) || c.max_tokens < 1) {
+        throw new AgentInputInvalidError("constraints.max_tokens", "must be a positive integer");
+      }
+      out.maxTokens = c.max_tokens;
+    }
+    if (c.deadline !== undefined) out.deadline = parseDeadline(c.deadline, receivedAt);
+    const group = id(c.budget_group, "constraints.budget_group", false);
+    if (group) out.budgetGroup = group;
+    if (c.priority !== undefined) out.priority = priorityValue(c.priority, (why) => new AgentInputInvalidError("constraints.priority", why));
+    const user = id(c.user, "constraints.user", false);
+    if (user) out.user = user;
+  }
+  return out;
+}
+
+/** The range of an agent's or a task's model-call priority (higher first; 0 by default). */
+export const PRIORITY_MIN = -100;
+export const PRIORITY_MAX = 100;
+
+/**
+ * A model-call priority: an integer from PRIORITY_MIN to PRIORITY_MAX.
+ * @throws what `fail` makes of the reason
+ */
+export function priorityValue(value: unknown, fail: (why: string) => Error): number {
+  if (typeof value !== "number" || !Number.isInteger(value) || value < PRIORITY_MIN || value > PRIORITY_MAX) {
+    throw fail(`must be an integer from ${PRIORITY_MIN} to ${PRIORITY_MAX} (higher goes first, default 0), not ${JSON.stringify(value)}`);
+  }
+  return value;
+}
+
+/** Most turns a task's `history` may bring (the payload's size is bounded by the bus too). */
+export const MAX_HISTORY_TURNS = 1000;
+
+function historyTurns(value: unknown): HistoryTurn[] {
+  const form = 'must be an array of { role: "system" | "user" | "assistant", content: string }';
+  if (!Array.isArray(value)) throw new AgentInputInvalidError("history", form);
+  if (value.length > MAX_HISTORY_TURNS) throw new AgentInputInvalidError("history", `may bring at most ${MAX_HISTORY_TURNS} turns, not ${value.length}`);
+  return value.map((t: unknown, i) => {
+    const turn = t as { role?: unknown; content?: unknown } | null;
+    if (
+      typeof turn !== "object" ||
+      turn === null ||
+      (turn.role !== "system" && turn.role !== "user" && turn.role !== "assistant") ||
+      typeof turn.content !== "string"
+    )
+      throw new AgentInputInvalidError(`history[${i}]`, form);
+    return { role: turn.role, content: turn.content };
+  });
+}
+
+// Anything below this is a duration in ms, above it an epoch timestamp (2001-09-09).
+const EPOCH_FLOOR = 1_000_000_000_000;
+
+/**
+ * A deadline as epoch ms: an epoch timestamp, a duration in ms, a duration string
+ * (`"5min"`, `"30s"`), or an ISO date.
+ * @throws AgentInputInvalidError for anything else
+ */
+export function parseDeadline(value: unknown, from: number): number {
+  if (typeof value === "number" && Number.isFinite(value) && value > 0) return value >= EPOCH_FLOOR ? value : from + value;
+  if (typeof value === "string") {
+    const ms = parseDuration(value, { unitOptional: true });
+    if (ms !== undefined) return from + ms;
+    const date = Date.parse(value);
+    if (!Number.isNaN(date)) return date;
+  }
+  throw new AgentInputInvalidError(
+    "constraints.deadline",
+    `${JSON.stringify(value)} is not a deadline: use epoch ms, a duration such as "5min" or 30000, or an ISO date`,
+  );
+}
+
+/** The payload forms a `task_delegate` to an agent takes, for errors that name what to send. */
+const TASK_PAYLOAD_FORM = "a task_delegate to an agent carries { input, sessionId?, constraints? }";
+
+/** A task's text: `input`, or `task` in the short form. A payload with neither names `input`, the field to set. */
+function taskInput(p: Record<string, unknown>): string {
+  if (p.input === undefined && p.task !== undefined) return text(p.task, "payload.task");
+  return text(p.input, "payload.input", ` (${TASK_PAYLOAD_FORM}; got the fields ${Object.keys(p).join(", ") || "none"})`);
+}
+
+function text(value: unknown, field: string, hint = ""): string {
+  if (typeof value !== "string" || value.length === 0) throw new AgentInputInvalidError(field, `must be a non-empty string${hint}`);
+  return value;
+}
+
+function id(value: unknown, field: string, required: boolean): string | undefined {
+  if (value === undefined && !required) return undefined;
+  if (!isValidId(value)) throw new AgentInputInvalidError(field, "must be an id of 1-128 characters from [A-Za-z0-9_-]");
+  return value;
+}
+
+/**
+ * A `task_delegate` or `agent.chat` payload as every sender writes it: fields left undefined
+ * or empty (no history, no constraints) are left out.
+ */
+export function runPayload<T extends TaskDelegatePayload | AgentChatPayload>(fields: T): T {
+  const out: Record<string, unknown> = {};
+  for (const [key, value] of Object.entries(fields)) {
+    const empty = value === undefined || (typeof value === "object" && value !== null && Object.keys(value).length === 0);
+    if (!empty) out[key] = value;
+  }
+  return out as T;
+}
+
+export const ZERO_USAGE: Readonly<RunUsage> = Object.freeze({ inputTokens: 0, outputTokens: 0 });
+
+/**
+ * Reads a `task_delegate` payload in either form (`input`, or `task` in the short form), as
+ * a party that passes the task on reads it (the swarm coordinator): its deadline kept as
+ * written. The agent itself reads with parseRunRequest.
  * @throws ArgumentError naming the field at fault
  */
 export function readTaskPayload(payload: unknown): TaskDelegatePayload {
@@ -82,6 +348,11 @@ export function addUsage(a: RunUsage, b: RunUsage | undefined): RunUsage {
   const out: RunUsage = { inputTokens: a.inputTokens + (b.inputTokens || 0), outputTokens: a.outputTokens + (b.outputTokens || 0) };
   if (a.costUsd !== undefined || b.costUsd !== undefined) out.costUsd = Math.round(((a.costUsd ?? 0) + (b.costUsd ?? 0)) * 1e9) / 1e9;
   return out;
+}
+
+/** A usage a remote party reported, or undefined where it reported none (no object). */
+export function reportedUsage(raw: unknown): RunUsage | undefined {
+  return typeof raw === "object" && raw !== null ? readUsage(raw) : undefined;
 }
 
 /** Reads a usage a remote party reported, treating anything malformed as zero. */

@@ -5,7 +5,7 @@ import type { ToolSet } from "../tools/tool-set.js";
 import type { GroupLimit } from "./budget.js";
 import type { AgentDefinition, HookContext } from "./definition.js";
 import type { ChatMessage } from "./model/types.js";
-import type { AgentUsageTotals, RunRequest } from "./protocol.js";
+import type { AgentUsageTotals, RunRequest } from "./run-protocol.js";
 import type { AgentRuntime } from "./runtime.js";
 import type { RunTally } from "./usage.js";
 

@@ -1,4 +1,4 @@
-import type { AgentUsageTotals, RunUsage } from "./protocol.js";
+import type { AgentUsageTotals, RunUsage } from "./run-protocol.js";
 
 /** What one run used, kept as it goes (rebuilt identically on replay from recorded steps). */
 export interface RunTally {

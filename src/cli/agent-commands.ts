@@ -2,9 +2,9 @@ import type { Command } from "commander";
 import { ErrorCode, KovaError, isKovaError } from "../core/errors.js";
 import { BusErrorCode } from "../bus/errors.js";
 import type { KovaClient, KovaEvent } from "../bus/index.js";
-import { askAgent } from "../agents/client.js";
+import { askAgent } from "../agents/index.js";
 import { forProfile, inProfile, isEventProfile, type EventProfile } from "../agents/events.js";
-import type { AgentInfo, AgentResult } from "../agents/protocol.js";
+import type { AgentInfo, AgentResult } from "../agents/index.js";
 import { agentsBucket, readAgentRecord } from "../cluster/index.js";
 import { print, table } from "./output.js";
 

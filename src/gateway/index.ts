@@ -8,6 +8,6 @@ export { GatewayErrorCode, GatewayHttpError } from "./errors.js";
 export { KeyAdmin, KeyRing, generateKey, hashKey, isKeyHash, keyIdOf, keysBucket, type ApiKey, type KeyLimits, type StoredKey } from "./keys.js";
 export { NatsTaskStore, tasksBucket, type StoredTask } from "./task-store.js";
 export { RunClient, outcomeOf, type RunRequest, type RunEvent } from "./runs.js";
-export { TaskProjection, type RunOutcome, type RunUsage, type KovaTaskMeta } from "./task-projection.js";
+export { TaskProjection, type RunOutcome, type KovaTaskMeta } from "./task-projection.js";
 export { sessionIdFor, scopedSessionId } from "./sessions.js";
 export { principalOf, type Principal } from "./auth.js";

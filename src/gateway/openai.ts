@@ -11,9 +11,9 @@ import { ANONYMOUS_PRINCIPAL } from "../core/principals.js";
 import { BusErrorCode } from "../bus/index.js";
 import { GatewayErrorCode, GatewayHttpError } from "./errors.js";
 import { endUserOf, scopedSessionId } from "./sessions.js";
-import { MAX_HISTORY_TURNS, type HistoryTurn } from "../agents/protocol.js";
+import { MAX_HISTORY_TURNS, type HistoryTurn, type RunUsage } from "../agents/index.js";
 import type { RunClient, RunRequest } from "./runs.js";
-import { kovaMeta, newTask, textPart, type RunOutcome, type RunUsage } from "./task-projection.js";
+import { kovaMeta, newTask, textPart, type RunOutcome } from "./task-projection.js";
 import type { TaskTracker } from "./task-tracker.js";
 import { DIVERGED, SentAnswer } from "./sent-answer.js";
 

@@ -4,7 +4,7 @@ import { parseInstanceId } from "../core/ids.js";
 import type { Principal } from "./auth.js";
 import type { QuotaLimits } from "./config.js";
 import { GatewayHttpError } from "./errors.js";
-import type { RunUsage } from "./task-projection.js";
+import type { RunUsage } from "../agents/index.js";
 
 /**
  * Quotas per principal (docs/security.md, "Quotas per principal"): the template instances

@@ -1,12 +1,12 @@
 import { ErrorCode, isKovaError, isTimeout, KovaError } from "../core/errors.js";
-import type { HistoryTurn } from "../agents/protocol.js";
+import { reportedUsage, runPayload as payloadOf, type AgentChatPayload, type HistoryTurn, type TaskDelegatePayload } from "../agents/index.js";
 import { parseInstanceId } from "../core/ids.js";
 import type { Logger } from "../core/logger.js";
 import { ActorErrorCode } from "../actors/errors.js";
 import { BusErrorCode, createEnvelope, type ActivationReply, type Bus, type KovaEvent } from "../bus/index.js";
 import { controlRequest, nodeSubject, type SignalReply, type AgentRecord, type AgentRegistry, ClusterErrorCode } from "../cluster/index.js";
 import { GatewayErrorCode, GatewayHttpError } from "./errors.js";
-import { usageOf, zeroUsage, type RunOutcome } from "./task-projection.js";
+import { zeroUsage, type RunOutcome } from "./task-projection.js";
 import type { RunTicket } from "./quotas.js";
 
 /** What the gateway asks an agent to do: one run, under ids the gateway chose. */
@@ -42,21 +42,11 @@ export interface RunRequest {
 }
 
 /** The payload of the message that starts a run (docs/protocol.md, "Agents"). */
-export function runPayload(req: RunRequest): Record<string, unknown> {
-  if (req.kind === "agent.chat")
-    return {
-      message: req.input,
-      sessionId: req.sessionId,
-      runId: req.runId,
-      ...(req.chatHistory?.length ? { history: req.chatHistory } : {}),
-      ...(req.constraints ? { constraints: req.constraints } : {}),
-    };
-  return {
-    input: req.input,
-    ...(req.stateless ? (req.stateless.history.length > 0 ? { history: req.stateless.history } : {}) : { sessionId: req.sessionId }),
-    runId: req.runId,
-    ...(req.constraints ? { constraints: req.constraints } : {}),
-  };
+export function runPayload(req: RunRequest): AgentChatPayload | TaskDelegatePayload {
+  const { input, sessionId, runId, constraints } = req;
+  if (req.kind === "agent.chat") return payloadOf({ message: input, sessionId, runId, history: req.chatHistory, constraints });
+  // A task of its own names no session: the agent keeps no memory of it.
+  return payloadOf({ input, ...(req.stateless ? { history: req.stateless.history } : { sessionId }), runId, constraints });
 }
 
 /** One event of a run with its position in the events stream. */
@@ -250,7 +240,7 @@ export function outcomeOf(payload: unknown): RunOutcome {
     const out: RunOutcome = {
       status: p.status,
       output: typeof p.output === "string" ? p.output : JSON.stringify(p.output ?? ""),
-      usage: usageOf(p.usage) ?? zeroUsage(),
+      usage: reportedUsage(p.usage) ?? zeroUsage(),
     };
     const e = p.error as { code?: unknown; message?: unknown } | undefined;
     if (e && typeof e === "object") out.error = { code: String(e.code ?? "RUN_FAILED"), message: String(e.message ?? "") };

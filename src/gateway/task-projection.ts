@@ -1,6 +1,7 @@
 import { randomUUID } from "node:crypto";
 import { Role, TaskState, type Message, type Part, type StreamResponse, type Task } from "@a2a-js/sdk";
 import type { KovaEvent } from "../bus/index.js";
+import { addUsage, reportedUsage, ZERO_USAGE, type AgentResult, type RunUsage } from "../agents/index.js";
 import { publicError } from "../core/public-error.js";
 import { publicEventData } from "./public-events.js";
 
@@ -35,19 +36,8 @@ export interface KovaTaskMeta {
   error?: { code: string; message: string };
 }
 
-export interface RunUsage {
-  inputTokens: number;
-  outputTokens: number;
-  costUsd?: number;
-}
-
 /** The agent's reply to the message that started the run (`result_notify`), as the gateway reads it. */
-export interface RunOutcome {
-  status: "completed" | "failed" | "cancelled";
-  output: string;
-  usage: RunUsage;
-  error?: { code: string; message: string };
-}
+export type RunOutcome = Pick<AgentResult, "status" | "output" | "usage" | "error">;
 
 export const TERMINAL_STATES: readonly TaskState[] = [
   TaskState.TASK_STATE_COMPLETED,
@@ -179,13 +169,13 @@ export class TaskProjection {
       }
       case "model_response": {
         this.callStart = this.streamed.length;
-        const usage = usageOf(data.usage);
+        const usage = reportedUsage(data.usage);
         if (usage) {
           // The call's cost is beside its usage, not in it (docs/protocol.md, "Agent runs").
           const call: RunUsage = { inputTokens: usage.inputTokens, outputTokens: usage.outputTokens };
           if (typeof data.costUsd === "number") call.costUsd = data.costUsd;
           const m = this.meta();
-          m.usage = addUsage(m.usage, call);
+          m.usage = addUsage(m.usage ?? ZERO_USAGE, call);
         }
         break;
       }
@@ -217,7 +207,7 @@ export class TaskProjection {
           ...this.finish({
             status: "completed",
             output: typeof data.output === "string" ? data.output : JSON.stringify(data.output ?? ""),
-            usage: usageOf(data.usage) ?? this.meta().usage ?? zeroUsage(),
+            usage: reportedUsage(data.usage) ?? this.meta().usage ?? zeroUsage(),
           }),
         );
         break;
@@ -226,13 +216,13 @@ export class TaskProjection {
           ...this.finish({
             status: "failed",
             output: "",
-            usage: usageOf(data.usage) ?? this.meta().usage ?? zeroUsage(),
+            usage: reportedUsage(data.usage) ?? this.meta().usage ?? zeroUsage(),
             error: data.error as RunOutcome["error"],
           }),
         );
         break;
       case "run_cancelled":
-        out.push(...this.finish({ status: "cancelled", output: "", usage: usageOf(data.usage) ?? this.meta().usage ?? zeroUsage() }));
+        out.push(...this.finish({ status: "cancelled", output: "", usage: reportedUsage(data.usage) ?? this.meta().usage ?? zeroUsage() }));
         break;
       case "run_stream_end": {
         const status = data.status === "completed" || data.status === "failed" || data.status === "cancelled" ? data.status : "failed";
@@ -298,20 +288,5 @@ export class TaskProjection {
 }
 
 export function zeroUsage(): RunUsage {
-  return { inputTokens: 0, outputTokens: 0 };
-}
-
-export function usageOf(raw: unknown): RunUsage | undefined {
-  if (typeof raw !== "object" || raw === null) return undefined;
-  const u = raw as Record<string, unknown>;
-  const n = (v: unknown) => (typeof v === "number" && Number.isFinite(v) ? v : 0);
-  const out: RunUsage = { inputTokens: n(u.inputTokens), outputTokens: n(u.outputTokens) };
-  if (typeof u.costUsd === "number") out.costUsd = u.costUsd;
-  return out;
-}
-
-function addUsage(a: RunUsage | undefined, b: RunUsage): RunUsage {
-  const out: RunUsage = { inputTokens: (a?.inputTokens ?? 0) + b.inputTokens, outputTokens: (a?.outputTokens ?? 0) + b.outputTokens };
-  if (a?.costUsd !== undefined || b.costUsd !== undefined) out.costUsd = (a?.costUsd ?? 0) + (b.costUsd ?? 0);
-  return out;
+  return { ...ZERO_USAGE };
 }

@@ -1,6 +1,6 @@
 import type { Logger } from "../core/logger.js";
 import type { Bus } from "../bus/index.js";
-import type { InterruptDelegation } from "../agents/delegate.js";
+import type { InterruptDelegation } from "../agents/index.js";
 import type { ActorTypeRegistry } from "../actors/registry.js";
 import { createOpenAiModel, type ModelCallScheduler } from "../agents/model/index.js";
 import { defineCoordinator, swarmActorType } from "../swarm/index.js";

@@ -8,7 +8,7 @@ import { defineActor } from "../actors/definition.js";
 import { isLeaseLost, TurnInterruptedError } from "../actors/errors.js";
 import type { ActorContext, ActorDefinition } from "../actors/types.js";
 import { costOf, type ModelCallScheduler, type ModelClient, type ModelPrice } from "../agents/model/index.js";
-import { delegateTask, type InterruptDelegation } from "../agents/delegate.js";
+import { delegateTask, type InterruptDelegation } from "../agents/index.js";
 import {
   addUsage,
   readTaskPayload,
@@ -18,7 +18,7 @@ import {
   type RunUsage,
   type TaskConstraints,
   type TaskDelegatePayload,
-} from "../agents/run-protocol.js";
+} from "../agents/index.js";
 import { RunWatcher, type RunOutcome } from "../agents/run-watcher.js";
 import { assignSubtasks, natsAgentDirectory, type AgentCandidate, type AgentDirectory } from "./directory.js";
 import { SwarmErrorCode, SwarmNoAgentError, SwarmNoResultsError } from "./errors.js";

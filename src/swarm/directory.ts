@@ -2,7 +2,7 @@ import { isKovaError } from "../core/errors.js";
 import { componentLogger, silentLogger, type Logger } from "../core/logger.js";
 import { BusErrorCode, isNoResponders, readAgentRecord, readKvEntries, type AgentRecord, type Bus } from "../bus/index.js";
 import { UnsupportedFormatError } from "../core/format-version.js";
-import type { AgentInfo } from "../agents/run-protocol.js";
+import type { AgentInfo } from "../agents/index.js";
 
 /** An agent a coordinator may delegate to, as the cluster sees it now. */
 export interface AgentCandidate {

@@ -1,6 +1,6 @@
 import { defineErrorCodes, KovaError } from "../core/errors.js";
 import type { ArgumentIssue } from "../tools/validate.js";
-import type { RunUsage } from "../agents/run-protocol.js";
+import type { RunUsage } from "../agents/index.js";
 
 export const SwarmErrorCode = defineErrorCodes("swarm", {
   /** The coordinator's model gave no valid plan within the repair budget. */

@@ -1,7 +1,7 @@
 import { ArgumentError } from "../core/errors.js";
 import { isValidId } from "../core/ids.js";
 import type { ChatMessage, ModelRequest, ModelResponse, ToolCall } from "../agents/model/index.js";
-import { addUsage, ZERO_USAGE, type RunUsage } from "../agents/run-protocol.js";
+import { addUsage, ZERO_USAGE, type RunUsage } from "../agents/index.js";
 import { defineTool } from "../tools/define-tool.js";
 import { ArgumentRepairBudget } from "../tools/repair-budget.js";
 import type { JsonSchema, Tool } from "../tools/types.js";

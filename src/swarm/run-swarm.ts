@@ -1,6 +1,6 @@
 import { assertId, derivedId } from "../core/ids.js";
 import { createEnvelope, type Bus, type KovaClient, type KovaEvent } from "../bus/index.js";
-import type { TaskConstraints } from "../agents/run-protocol.js";
+import type { TaskConstraints } from "../agents/index.js";
 import { AS_ARGUMENT, durationMs } from "../core/duration.js";
 import { DelegatedRunTimeoutError } from "../agents/delegation-errors.js";
 import { RunWatcher, type RunOutcome } from "../agents/run-watcher.js";

@@ -1,4 +1,4 @@
-import { addUsage, ZERO_USAGE, type RunUsage } from "../agents/run-protocol.js";
+import { addUsage, ZERO_USAGE, type RunUsage } from "../agents/index.js";
 import type { ModelCall, Subtask } from "./plan.js";
 
 /** A subtask with the result its agent gave. */

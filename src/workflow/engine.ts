@@ -1,4 +1,5 @@
 import { toWire, type WireError } from "../core/errors.js";
+import { reportedUsage, runPayload, type RunStatus, type RunUsage, type TaskDelegatePayload } from "../agents/index.js";
 import { checkFormatVersion } from "../core/format-version.js";
 import { evaluateCondition, parseCondition, truthy } from "./condition.js";
 import {
@@ -38,21 +39,16 @@ export function readRunState(runId: string, value: unknown): RunState {
   return value as RunState;
 }
 
-export type RunStatus = "new" | "running" | "completed" | "failed" | "cancelled";
+/** A workflow run's status: an agent run's end states, and the two before them. */
+export type WorkflowRunStatus = "new" | "running" | RunStatus;
 /** `cancelled`: the run ended (cancelled, or failed elsewhere) while the step was still under way. */
 export type StepStatus = "running" | "backoff" | "retry" | "completed" | "failed" | "skipped" | "cancelled";
 
-export interface Usage {
-  inputTokens: number;
-  outputTokens: number;
-  costUsd?: number;
-}
-
 /** What arrived for a step and is settled at the next advance. */
-export type StepResult = { ok: true; output: unknown; usage?: Usage; node?: string } | { ok: false; error: WireError; retryable: boolean };
+export type StepResult = { ok: true; output: unknown; usage?: RunUsage; node?: string } | { ok: false; error: WireError; retryable: boolean };
 
 /** One run of one step (inside a loop, one per iteration: key `<id>@<i>`). */
-export interface StepRecord {
+export interface WorkflowStepRecord {
   key: string;
   id: string;
   type: StepDef["type"];
@@ -67,7 +63,7 @@ export interface StepRecord {
   agent?: string;
   dispatchId?: string;
   childRunId?: string;
-  usage?: Usage;
+  usage?: RunUsage;
   node?: string;
   timeoutTimer?: string;
   /** the fallback step is running (or ran) for this step */
@@ -112,21 +108,21 @@ export interface RunState {
   runId: string;
   sessionId: string;
   parentRunId?: string;
-  status: RunStatus;
+  status: WorkflowRunStatus;
   workflow?: WorkflowDefinition;
   input: Record<string, unknown>;
   createdAt: number;
   endedAt?: number;
   /** Counter behind every id this run draws (dispatches, child runs, timers): deterministic. */
   seq: number;
-  steps: Record<string, StepRecord>;
+  steps: Record<string, WorkflowStepRecord>;
   /** step id → key of its latest run (the last loop iteration). */
   latest: Record<string, string>;
   /** open agent dispatches: envelope id → step key. */
   dispatches: Record<string, string>;
   timers: Record<string, TimerRecord>;
   inbox: SignalRecord[];
-  usage: Usage;
+  usage: RunUsage;
   output?: unknown;
   error?: WireError;
   retired?: boolean;
@@ -150,15 +146,6 @@ export type Effect =
   /** The run ended with this agent turn open: interrupt it (the node's `interrupt` signal, for this message only). */
   | { kind: "interrupt"; agent: string; messageId: string; childRunId: string }
   | { kind: "retire" };
-
-/** The agent protocol's task_delegate payload (docs/protocol.md). */
-export interface TaskDelegatePayload {
-  input: string;
-  sessionId: string;
-  runId: string;
-  parentRunId: string;
-  constraints?: { max_tokens?: number; deadline?: string | number; budget_group?: string };
-}
 
 export interface StartPayload {
   workflow: WorkflowDefinition;
@@ -206,12 +193,12 @@ function failure(code: string, message: string, data?: unknown): WireError {
   return { code, message, retryable: false, ...(data === undefined ? {} : { data }) };
 }
 
-function settled(rec: StepRecord): boolean {
+function settled(rec: WorkflowStepRecord): boolean {
   return rec.status === "completed" || rec.status === "skipped" || rec.status === "failed" || rec.status === "cancelled";
 }
 
 /** What a step's `metadata` template reads. */
-export function stepMetadata(rec: StepRecord): Record<string, unknown> {
+export function stepMetadata(rec: WorkflowStepRecord): Record<string, unknown> {
   return {
     status: rec.status,
     attempts: rec.attempt,
@@ -292,7 +279,7 @@ export class RunEngine {
     delete rec.dispatchId;
     this.cancelTimer(rec);
     const p = (typeof payload === "object" && payload !== null ? payload : { output: payload }) as Record<string, unknown>;
-    const usage = readUsage(p.usage);
+    const usage = reportedUsage(p.usage);
     if (usage) {
       this.s.usage.inputTokens += usage.inputTokens;
       this.s.usage.outputTokens += usage.outputTokens;
@@ -386,7 +373,7 @@ export class RunEngine {
     return true;
   }
 
-  private deliver(rec: StepRecord, sig: SignalRecord): void {
+  private deliver(rec: WorkflowStepRecord, sig: SignalRecord): void {
     this.cancelTimer(rec);
     if (sig.approvalId !== undefined) {
       rec.result = { ok: true, output: { approved: sig.approved === true, by: sig.by ?? null, comment: sig.comment ?? null, at: sig.at } };
@@ -405,7 +392,7 @@ export class RunEngine {
     }
   }
 
-  private cancelTimer(rec: StepRecord): void {
+  private cancelTimer(rec: WorkflowStepRecord): void {
     if (rec.timeoutTimer) delete this.s.timers[rec.timeoutTimer];
     delete rec.timeoutTimer;
   }
@@ -421,7 +408,7 @@ export class RunEngine {
     else if (o.kind === "failed") this.finish("failed", undefined, o.error);
   }
 
-  private finish(status: "completed" | "failed" | "cancelled", output: unknown, error?: WireError): void {
+  private finish(status: RunStatus, output: unknown, error?: WireError): void {
     this.s.status = status;
     this.s.endedAt = this.now;
     if (error) this.s.error = error;
@@ -489,7 +476,7 @@ export class RunEngine {
     return o.kind === "pending" ? o : this.settle(step, rec, scope, o);
   }
 
-  private run(step: StepDef, rec: StepRecord, scope: Scope): Outcome {
+  private run(step: StepDef, rec: WorkflowStepRecord, scope: Scope): Outcome {
     switch (step.type) {
       case "agent":
         return this.agent(step, rec, scope);
@@ -510,7 +497,7 @@ export class RunEngine {
     }
   }
 
-  private settle(step: StepDef, rec: StepRecord, scope: Scope, o: Outcome & { kind: "done" | "failed" }): Outcome {
+  private settle(step: StepDef, rec: WorkflowStepRecord, scope: Scope, o: Outcome & { kind: "done" | "failed" }): Outcome {
     if (o.kind === "done") return this.complete(rec, o.output);
     const strategy = step.onError ?? { strategy: "abort" as const };
     if (strategy.strategy === "retry" && o.retryable && rec.attempt < strategy.attempts) {
@@ -538,7 +525,7 @@ export class RunEngine {
     return this.fail(rec, o.error);
   }
 
-  private complete(rec: StepRecord, output: unknown): Outcome {
+  private complete(rec: WorkflowStepRecord, output: unknown): Outcome {
     rec.status = "completed";
     rec.output = output;
     rec.endedAt = this.now;
@@ -553,7 +540,7 @@ export class RunEngine {
     return { kind: "done", output };
   }
 
-  private fail(rec: StepRecord, error: WireError): Outcome {
+  private fail(rec: WorkflowStepRecord, error: WireError): Outcome {
     rec.status = "failed";
     rec.error = error;
     rec.endedAt = this.now;
@@ -561,7 +548,7 @@ export class RunEngine {
     return { kind: "failed", error, retryable: false };
   }
 
-  private fallback(step: StepDef, rec: StepRecord, scope: Scope): Outcome {
+  private fallback(step: StepDef, rec: WorkflowStepRecord, scope: Scope): Outcome {
     const fb = (step.onError as { step: StepDef }).step;
     const o = this.exec(fb, scope);
     if (o.kind === "pending") return o;
@@ -573,7 +560,7 @@ export class RunEngine {
     return this.fail(rec, o.error);
   }
 
-  private agent(step: AgentStep, rec: StepRecord, scope: Scope): Outcome {
+  private agent(step: AgentStep, rec: WorkflowStepRecord, scope: Scope): Outcome {
     const r = rec.result;
     if (r) {
       delete rec.result;
@@ -600,13 +587,7 @@ export class RunEngine {
       kind: "send",
       id: dispatchId,
       to: step.agent,
-      payload: {
-        input,
-        sessionId: this.s.sessionId,
-        runId: childRunId,
-        parentRunId: this.s.runId,
-        ...(step.constraints ? { constraints: step.constraints } : {}),
-      },
+      payload: runPayload({ input, sessionId: this.s.sessionId, runId: childRunId, parentRunId: this.s.runId, constraints: step.constraints }),
     });
     this.event("child_run_linked", { childRunId, stepId: step.id, key: rec.key, agentId: step.agent, attempt: rec.attempt });
     if (step.timeoutMs !== undefined) rec.timeoutTimer = this.timer("timeout", this.now + step.timeoutMs, rec.key);
@@ -631,7 +612,7 @@ export class RunEngine {
     return { kind: "done", output: outcomes.map((o) => (o as { output: unknown }).output) };
   }
 
-  private branch(step: BranchStep, rec: StepRecord, scope: Scope): Outcome {
+  private branch(step: BranchStep, rec: WorkflowStepRecord, scope: Scope): Outcome {
     if (rec.arm === undefined) {
       const value = evaluateCondition(parseCondition(step.if, step.id), step.if, this.resolver(scope), step.id);
       rec.arm = truthy(value) ? "then" : step.whenFalse.length > 0 ? "else" : "none";
@@ -641,7 +622,7 @@ export class RunEngine {
     return this.sequence(rec.arm === "then" ? step.whenTrue : step.whenFalse, scope);
   }
 
-  private wait(step: WaitStep, rec: StepRecord, scope: Scope): Outcome {
+  private wait(step: WaitStep, rec: WorkflowStepRecord, scope: Scope): Outcome {
     if (rec.result) {
       const r = rec.result;
       delete rec.result;
@@ -696,7 +677,7 @@ export class RunEngine {
     return PENDING;
   }
 
-  private loop(step: LoopStep, rec: StepRecord, scope: Scope): Outcome {
+  private loop(step: LoopStep, rec: WorkflowStepRecord, scope: Scope): Outcome {
     rec.iteration ??= 0;
     for (;;) {
       const i: number = rec.iteration ?? 0;
@@ -752,7 +733,7 @@ export class RunEngine {
     };
   }
 
-  private lookup(id: string, scope: Scope): StepRecord | undefined {
+  private lookup(id: string, scope: Scope): WorkflowStepRecord | undefined {
     for (let depth = scope.loops.length; depth >= 0; depth--) {
       const suffix = scope.loops
         .slice(0, depth)
@@ -766,7 +747,7 @@ export class RunEngine {
   }
 }
 
-function pick(fb: StepRecord): Partial<StepRecord> {
+function pick(fb: WorkflowStepRecord): Partial<WorkflowStepRecord> {
   return {
     ...(fb.agent ? { agent: fb.agent } : {}),
     ...(fb.usage ? { usage: fb.usage } : {}),
@@ -775,7 +756,7 @@ function pick(fb: StepRecord): Partial<StepRecord> {
   };
 }
 
-function matches(rec: StepRecord, sig: SignalRecord, wf: WorkflowDefinition | undefined): boolean {
+function matches(rec: WorkflowStepRecord, sig: SignalRecord, wf: WorkflowDefinition | undefined): boolean {
   if (sig.approvalId !== undefined) return rec.approvalId === sig.approvalId;
   if (sig.waitId !== undefined) return rec.waitId === sig.waitId;
   if (sig.event === undefined || rec.type !== "wait") return false;
@@ -792,13 +773,6 @@ function findStep(steps: readonly StepDef[], id: string): StepDef | undefined {
     if (found) return found;
   }
   return undefined;
-}
-
-function readUsage(u: unknown): Usage | undefined {
-  if (typeof u !== "object" || u === null) return undefined;
-  const v = u as Record<string, unknown>;
-  const n = (x: unknown) => (typeof x === "number" && Number.isFinite(x) && x >= 0 ? x : 0);
-  return { inputTokens: n(v.inputTokens), outputTokens: n(v.outputTokens), ...(typeof v.costUsd === "number" ? { costUsd: v.costUsd } : {}) };
 }
 
 /** A failure as a run reports it, from anything thrown. */

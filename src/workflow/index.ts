@@ -34,12 +34,10 @@ export {
   stepMetadata,
   type Effect,
   type RunState,
-  type RunStatus,
+  type WorkflowRunStatus,
   type SignalPayload,
   type StartPayload,
-  type StepRecord,
-  type TaskDelegatePayload,
-  type Usage,
+  type WorkflowStepRecord,
 } from "./engine.js";
 export { runSummary, workflowActor, type RunSummary, type WorkflowActorPorts } from "./run-actor.js";
 export {

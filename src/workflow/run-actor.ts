@@ -3,11 +3,11 @@ import { BusErrorCode } from "../bus/index.js";
 import { isValidId } from "../core/ids.js";
 import { defineActor, type ActorContext, type ActorDefinition } from "../actors/index.js";
 import { checkInput, parseWorkflow } from "./definition.js";
-import { emptyRunState, readRunState, RunEngine, stepMetadata, type Effect, type RunState, type Usage } from "./engine.js";
+import { emptyRunState, readRunState, RunEngine, stepMetadata, type Effect, type RunState } from "./engine.js";
 import { parseSignal, WORKFLOW_ACTOR_TYPE, WorkflowMessageType } from "./protocol.js";
 import type { WorkflowTimers } from "./timers.js";
 import type { SubjectWaits } from "./subject-waits.js";
-import type { InterruptDelegation } from "../agents/delegate.js";
+import type { InterruptDelegation, RunUsage } from "../agents/index.js";
 
 /**
  * A workflow run is an actor (one per run, id = run id, type `workflow`). Every message
@@ -45,7 +45,7 @@ export interface RunSummary {
   input: Record<string, unknown>;
   output?: unknown;
   error?: WireError;
-  usage: Usage;
+  usage: RunUsage;
   steps: Array<{
     key: string;
     id: string;

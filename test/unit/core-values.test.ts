@@ -1,7 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { parseConfig } from "../../src/node/config.js";
-import { parseRunRequest } from "../../src/agents/protocol.js";
-import { readTaskPayload } from "../../src/agents/run-protocol.js";
+import { parseRunRequest, readTaskPayload } from "../../src/agents/run-protocol.js";
 import { parseWorkflowText } from "../../src/workflow/definition.js";
 import { AS_ARGUMENT, durationMs, parseDuration } from "../../src/core/duration.js";
 import { derivedId } from "../../src/core/ids.js";

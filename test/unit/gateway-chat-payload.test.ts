@@ -1,6 +1,6 @@
 import type { Request } from "express";
 import { describe, expect, it } from "vitest";
-import { MAX_HISTORY_TURNS, parseRunRequest } from "../../src/agents/protocol.js";
+import { MAX_HISTORY_TURNS, parseRunRequest } from "../../src/agents/run-protocol.js";
 import { GatewayHttpError } from "../../src/gateway/errors.js";
 import { chatRun } from "../../src/gateway/openai.js";
 import { runPayload } from "../../src/gateway/runs.js";
