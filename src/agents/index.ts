@@ -43,15 +43,20 @@ export { agentActor } from "./agent-actor.js";
 export { AgentRuntime, type AgentRuntimeOptions } from "./runtime.js";
 export { askAgent, delegateTask, type AskAgentOptions, type Delegation, type InterruptDelegation } from "./client.js";
 export { emptyTotals } from "./usage.js";
+export { RunWatcher, type RunOutcome, type RunWatcherOptions } from "./run-watcher.js";
+export { DelegatedRunCancelledError, DelegatedRunFailedError, DelegatedRunTimeoutError, DelegationErrorCode } from "./delegation-errors.js";
 // The agent-run protocol: payloads, results, usage, ids and deadlines.
 export {
   addUsage,
   AGENT_CHAT,
+  isRunStatus,
   MAX_HISTORY_TURNS,
+  msUntilDeadline,
   parseDeadline,
   parseRunRequest,
   readTaskPayload,
   readUsage,
+  reportedError,
   reportedUsage,
   runPayload,
   ZERO_USAGE,

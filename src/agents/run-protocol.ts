@@ -1,4 +1,4 @@
-import { AS_ARGUMENT, durationMs, parseDuration } from "../core/duration.js";
+import { parseDuration } from "../core/duration.js";
 import { ArgumentError } from "../core/errors.js";
 import { isValidId } from "../core/ids.js";
 import { registerMessageTypes } from "../bus/message-types.js";
@@ -81,6 +81,10 @@ export type AgentTaskPayload = TaskDelegatePayload;
 
 /** How an agent's run ended. */
 export type RunStatus = "completed" | "failed" | "cancelled";
+
+export function isRunStatus(value: unknown): value is RunStatus {
+  return value === "completed" || value === "failed" || value === "cancelled";
+}
 
 export interface RunUsage {
   inputTokens: number;
@@ -175,20 +179,12 @@ export function parseRunRequest(type: string, payload: unknown, receivedAt: numb
     out.history = historyTurns(p.history);
   }
   if (p.constraints !== undefined) {
-    if (typeof p.constraints !== "object" || p.constraints === null) throw new AgentInputInvalidError("constraints", "must be an object");
-    const c = p.constraints as Record<string, unknown>;
-    if (c.max_tokens !== undefined) {
-      if (typeof c.max_tokens !== "number" || !Number.isInteger(c.max_tokens) || c.max_tokens < 1) {
-        throw new AgentInputInvalidError("constraints.max_tokens", "must be a positive integer");
-      }
-      out.maxTokens = c.max_tokens;
-    }
-    if (c.deadline !== undefined) out.deadline = parseDeadline(c.deadline, receivedAt);
-    const group = id(c.budget_group, "constraints.budget_group", false);
-    if (group) out.budgetGroup = group;
-    if (c.priority !== undefined) out.priority = priorityValue(c.priority, (why) => new AgentInputInvalidError("constraints.priority", why));
-    const user = id(c.user, "constraints.user", false);
-    if (user) out.user = user;
+    const { constraints: c, deadline } = readConstraints(p.constraints, receivedAt, agentInput);
+    if (c.max_tokens !== undefined) out.maxTokens = c.max_tokens;
+    if (deadline !== undefined) out.deadline = deadline;
+    if (c.budget_group !== undefined) out.budgetGroup = c.budget_group;
+    if (c.priority !== undefined) out.priority = c.priority;
+    if (c.user !== undefined) out.user = c.user;
   }
   return out;
 }
@@ -206,6 +202,15 @@ export function priorityValue(value: unknown, fail: (why: string) => Error): num
     throw fail(`must be an integer from ${PRIORITY_MIN} to ${PRIORITY_MAX} (higher goes first, default 0), not ${JSON.stringify(value)}`);
   }
   return value;
+}
+
+/**
+ * Milliseconds from `from` to the deadline `value` names (as parseDeadline reads it), at
+ * least 0: how long a party that passes the task on (a swarm, its caller) gives it.
+ * @throws ArgumentError naming `field`
+ */
+export function msUntilDeadline(value: unknown, from: number, field = "constraints.deadline"): number {
+  return Math.max(0, parseDeadline(value, from, (_, why) => new ArgumentError(field, why)) - from);
 }
 
 /** Most turns a task's `history` may bring (the payload's size is bounded by the bus too). */
@@ -232,11 +237,12 @@ function historyTurns(value: unknown): HistoryTurn[] {
 const EPOCH_FLOOR = 1_000_000_000_000;
 
 /**
- * A deadline as epoch ms: an epoch timestamp, a duration in ms, a duration string
- * (`"5min"`, `"30s"`), or an ISO date.
- * @throws AgentInputInvalidError for anything else
+ * A deadline as epoch ms: an epoch timestamp, a duration in ms from `from`, a duration
+ * string (`"5min"`, `"30s"`), or an ISO date. The one reading of a run's deadline: the agent's,
+ * and a swarm's that passes the rest on.
+ * @throws what `fail` makes of the field and the reason (AgentInputInvalidError by default)
  */
-export function parseDeadline(value: unknown, from: number): number {
+export function parseDeadline(value: unknown, from: number, fail: Fail = agentInput): number {
   if (typeof value === "number" && Number.isFinite(value) && value > 0) return value >= EPOCH_FLOOR ? value : from + value;
   if (typeof value === "string") {
     const ms = parseDuration(value, { unitOptional: true });
@@ -244,10 +250,7 @@ export function parseDeadline(value: unknown, from: number): number {
     const date = Date.parse(value);
     if (!Number.isNaN(date)) return date;
   }
-  throw new AgentInputInvalidError(
-    "constraints.deadline",
-    `${JSON.stringify(value)} is not a deadline: use epoch ms, a duration such as "5min" or 30000, or an ISO date`,
-  );
+  throw fail("constraints.deadline", `${JSON.stringify(value)} is not a deadline: use epoch ms, a duration such as "5min" or 30000, or an ISO date`);
 }
 
 /** The payload forms a `task_delegate` to an agent takes, for errors that name what to send. */
@@ -264,10 +267,39 @@ function text(value: unknown, field: string, hint = ""): string {
   return value;
 }
 
-function id(value: unknown, field: string, required: boolean): string | undefined {
+function id(value: unknown, field: string, required: boolean, fail: Fail = agentInput): string | undefined {
   if (value === undefined && !required) return undefined;
-  if (!isValidId(value)) throw new AgentInputInvalidError(field, "must be an id of 1-128 characters from [A-Za-z0-9_-]");
+  if (!isValidId(value)) throw fail(field, `must be an id of 1-128 characters from [A-Za-z0-9_-], not ${JSON.stringify(value)}`);
   return value;
+}
+
+/** How a reader of the protocol reports a field at fault: the agent as AGENT_INPUT_INVALID, a passing-on party as INVALID_ARGUMENT. */
+type Fail = (field: string, why: string) => Error;
+const agentInput: Fail = (field, why) => new AgentInputInvalidError(field, why);
+const argument: Fail = (field, why) => new ArgumentError(`payload.${field}`, why);
+
+/**
+ * Reads `constraints`, each field checked here for every reader; the deadline is returned
+ * as epoch ms beside the constraints, which keep it as written.
+ */
+function readConstraints(raw: unknown, receivedAt: number, fail: Fail): { constraints: TaskConstraints; deadline?: number } {
+  if (typeof raw !== "object" || raw === null || Array.isArray(raw))
+    throw fail("constraints", 'must be an object, e.g. { "max_tokens": 2000, "deadline": "5min" }');
+  const c = raw as Record<string, unknown>;
+  const out: TaskConstraints = {};
+  if (c.max_tokens !== undefined) {
+    if (!Number.isInteger(c.max_tokens) || (c.max_tokens as number) < 1)
+      throw fail("constraints.max_tokens", `must be a positive integer, not ${JSON.stringify(c.max_tokens)}`);
+    out.max_tokens = c.max_tokens as number;
+  }
+  const deadline = c.deadline === undefined ? undefined : parseDeadline(c.deadline, receivedAt, fail);
+  if (deadline !== undefined) out.deadline = c.deadline as string | number;
+  for (const key of ["budget_group", "user"] as const) {
+    const v = id(c[key], `constraints.${key}`, false, fail);
+    if (v !== undefined) out[key] = v;
+  }
+  if (c.priority !== undefined) out.priority = priorityValue(c.priority, (why) => fail("constraints.priority", why));
+  return { constraints: out, ...(deadline === undefined ? {} : { deadline }) };
 }
 
 /**
@@ -287,8 +319,8 @@ export const ZERO_USAGE: Readonly<RunUsage> = Object.freeze({ inputTokens: 0, ou
 
 /**
  * Reads a `task_delegate` payload in either form (`input`, or `task` in the short form), as
- * a party that passes the task on reads it (the swarm coordinator): its deadline kept as
- * written. The agent itself reads with parseRunRequest.
+ * a party that passes the task on reads it (the swarm coordinator): checked as the agent
+ * checks it, its deadline kept as written. The agent itself reads with parseRunRequest.
  * @throws ArgumentError naming the field at fault
  */
 export function readTaskPayload(payload: unknown): TaskDelegatePayload {
@@ -302,43 +334,10 @@ export function readTaskPayload(payload: unknown): TaskDelegatePayload {
   }
   const out: TaskDelegatePayload = { input };
   for (const key of ["sessionId", "runId", "parentRunId"] as const) {
-    const v = p[key];
-    if (v === undefined || v === null) continue;
-    if (!isValidId(v)) throw new ArgumentError(`payload.${key}`, `must be an id of 1-128 characters of [A-Za-z0-9_-], got ${JSON.stringify(v)}`);
-    out[key] = v;
+    const v = p[key] === null ? undefined : id(p[key], key, false, argument);
+    if (v !== undefined) out[key] = v;
   }
-  if (p.constraints !== undefined && p.constraints !== null) out.constraints = readConstraints(p.constraints);
-  return out;
-}
-
-function readConstraints(raw: unknown): TaskConstraints {
-  if (typeof raw !== "object" || raw === null || Array.isArray(raw)) {
-    throw new ArgumentError("payload.constraints", 'must be an object, e.g. { "max_tokens": 2000, "deadline": "5min" }');
-  }
-  const c = raw as Record<string, unknown>;
-  const out: TaskConstraints = {};
-  if (c.max_tokens !== undefined) {
-    if (!Number.isInteger(c.max_tokens) || (c.max_tokens as number) < 1) {
-      throw new ArgumentError("payload.constraints.max_tokens", `must be a positive integer, got ${JSON.stringify(c.max_tokens)}`);
-    }
-    out.max_tokens = c.max_tokens as number;
-  }
-  if (c.deadline !== undefined) {
-    durationMs(c.deadline, "payload.constraints.deadline", AS_ARGUMENT);
-    out.deadline = c.deadline as string | number;
-  }
-  if (c.budget_group !== undefined) {
-    if (typeof c.budget_group !== "string" || c.budget_group === "" || c.budget_group.length > 256) {
-      throw new ArgumentError("payload.constraints.budget_group", "must be a string of 1-256 characters");
-    }
-    out.budget_group = c.budget_group;
-  }
-  if (c.priority !== undefined) out.priority = priorityValue(c.priority, (why) => new ArgumentError("payload.constraints.priority", why));
-  if (c.user !== undefined) {
-    if (!isValidId(c.user))
-      throw new ArgumentError("payload.constraints.user", `must be an id of 1-128 characters of [A-Za-z0-9_-], got ${JSON.stringify(c.user)}`);
-    out.user = c.user;
-  }
+  if (p.constraints !== undefined && p.constraints !== null) out.constraints = readConstraints(p.constraints, 0, argument).constraints;
   return out;
 }
 
@@ -348,6 +347,13 @@ export function addUsage(a: RunUsage, b: RunUsage | undefined): RunUsage {
   const out: RunUsage = { inputTokens: a.inputTokens + (b.inputTokens || 0), outputTokens: a.outputTokens + (b.outputTokens || 0) };
   if (a.costUsd !== undefined || b.costUsd !== undefined) out.costUsd = Math.round(((a.costUsd ?? 0) + (b.costUsd ?? 0)) * 1e9) / 1e9;
   return out;
+}
+
+/** A run's `error` as a remote party reported it (a result's, an event's), or undefined where it reported none. */
+export function reportedError(raw: unknown): { code: string; message: string } | undefined {
+  if (typeof raw !== "object" || raw === null) return undefined;
+  const e = raw as Record<string, unknown>;
+  return { code: typeof e.code === "string" ? e.code : "RUN_FAILED", message: typeof e.message === "string" ? e.message : "the run failed" };
 }
 
 /** A usage a remote party reported, or undefined where it reported none (no object). */

@@ -2,7 +2,7 @@ import type { ConsumerMessages } from "@nats-io/jetstream";
 import type { Subscription } from "@nats-io/transport-node";
 import { componentLogger, silentLogger, type Logger } from "../core/logger.js";
 import { DEFAULT_CODEC_LIMITS, decodeEnvelope, newInbox, type Bus, type KovaEvent, type StoredEventsReader } from "../bus/index.js";
-import { readUsage, RunEventType, type ResultNotifyPayload, type RunStatus, type RunUsage } from "./run-protocol.js";
+import { isRunStatus, readUsage, reportedError, RunEventType, type ResultNotifyPayload, type RunStatus, type RunUsage } from "./run-protocol.js";
 
 /** How a delegated run ended, from its `result_notify` or its terminal event. */
 export interface RunOutcome {
@@ -194,7 +194,7 @@ export class RunWatcher implements AsyncDisposable {
       return;
     }
     const status = TERMINAL[e.type] ?? (e.type === RunEventType.streamEnd ? (data.status as RunStatus | undefined) : undefined);
-    if (status === undefined || !(status in STATUS_SET)) return;
+    if (!isRunStatus(status)) return;
     const outcome: RunOutcome = {
       runId: e.runId,
       status,
@@ -203,7 +203,7 @@ export class RunWatcher implements AsyncDisposable {
       source: "event",
       detail: data,
     };
-    const err = readError(data.error);
+    const err = reportedError(data.error);
     if (err) outcome.error = err;
     this.#record(outcome);
   }
@@ -220,7 +220,7 @@ export class RunWatcher implements AsyncDisposable {
     const p = (env.payload ?? {}) as Partial<ResultNotifyPayload>;
     const runId = typeof p.runId === "string" ? p.runId : env.correlationId ? this.#correlations.get(env.correlationId) : undefined;
     if (!runId) return;
-    const status: RunStatus = env.error ? "failed" : p.status && p.status in STATUS_SET ? p.status : "completed";
+    const status: RunStatus = env.error ? "failed" : isRunStatus(p.status) ? p.status : "completed";
     const outcome: RunOutcome = {
       runId,
       status,
@@ -229,7 +229,7 @@ export class RunWatcher implements AsyncDisposable {
       source: "reply",
       detail: p as Record<string, unknown>,
     };
-    const err = env.error ? { code: env.error.code, message: env.error.message } : readError(p.error);
+    const err = env.error ? { code: env.error.code, message: env.error.message } : reportedError(p.error);
     if (err) outcome.error = err;
     this.#record(outcome);
   }
@@ -244,12 +244,4 @@ export class RunWatcher implements AsyncDisposable {
       if (w.runIds.has(o.runId) && [...w.runIds].every((id) => this.#outcomes.has(id))) w.settle();
     }
   }
-}
-
-const STATUS_SET: Record<RunStatus, true> = { completed: true, failed: true, cancelled: true };
-
-function readError(raw: unknown): { code: string; message: string } | undefined {
-  if (typeof raw !== "object" || raw === null) return undefined;
-  const e = raw as Record<string, unknown>;
-  return { code: typeof e.code === "string" ? e.code : "RUN_FAILED", message: typeof e.message === "string" ? e.message : "the run failed" };
 }

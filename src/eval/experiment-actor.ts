@@ -1,5 +1,6 @@
 import { isValidId, KovaError, toWire, type WireError } from "../core/index.js";
-import { createEnvelope, type Bus } from "../bus/index.js";
+import type { Bus } from "../bus/index.js";
+import { delegateTask } from "../agents/index.js";
 import { defineActor, type ActorContext, type ActorDefinition } from "../actors/index.js";
 import type { WorkflowTimers } from "../workflow/index.js";
 import { WorkflowMessageType } from "../workflow/index.js";
@@ -301,17 +302,16 @@ async function perform(ctx: Ctx, engine: ExperimentEngine, spec: ExperimentSpec 
           case "send":
             if (interrupted.has(e.id)) break;
             work.push(
-              bus.send(
-                createEnvelope({
-                  id: e.id,
-                  from: ctx.actorId,
-                  to: e.to,
-                  type: "task_delegate",
-                  payload: { input: e.input, runId: e.id, sessionId: s.experimentId, parentRunId: s.experimentId },
-                  correlationId: e.id,
-                  replyTo: inbox,
-                }),
-              ),
+              delegateTask(bus, {
+                id: e.id,
+                from: ctx.actorId,
+                to: e.to,
+                input: e.input,
+                runId: e.id,
+                sessionId: s.experimentId,
+                parentRunId: s.experimentId,
+                replyTo: inbox,
+              }),
             );
             break;
           case "event":

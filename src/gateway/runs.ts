@@ -1,5 +1,13 @@
 import { ErrorCode, isKovaError, isTimeout, KovaError } from "../core/errors.js";
-import { reportedUsage, runPayload as payloadOf, type AgentChatPayload, type HistoryTurn, type TaskDelegatePayload } from "../agents/index.js";
+import {
+  isRunStatus,
+  reportedError,
+  reportedUsage,
+  runPayload as payloadOf,
+  type AgentChatPayload,
+  type HistoryTurn,
+  type TaskDelegatePayload,
+} from "../agents/index.js";
 import { parseInstanceId } from "../core/ids.js";
 import type { Logger } from "../core/logger.js";
 import { ActorErrorCode } from "../actors/errors.js";
@@ -236,17 +244,11 @@ export class RunClient {
 /** Reads an agent's `result_notify` payload; a plain actor's reply becomes its JSON text. */
 export function outcomeOf(payload: unknown): RunOutcome {
   const p = (payload ?? {}) as Record<string, unknown>;
-  if (p.status === "completed" || p.status === "failed" || p.status === "cancelled") {
-    const out: RunOutcome = {
-      status: p.status,
-      output: typeof p.output === "string" ? p.output : JSON.stringify(p.output ?? ""),
-      usage: reportedUsage(p.usage) ?? zeroUsage(),
-    };
-    const e = p.error as { code?: unknown; message?: unknown } | undefined;
-    if (e && typeof e === "object") out.error = { code: String(e.code ?? "RUN_FAILED"), message: String(e.message ?? "") };
-    return out;
-  }
-  return { status: "completed", output: typeof payload === "string" ? payload : JSON.stringify(payload ?? null), usage: zeroUsage() };
+  if (!isRunStatus(p.status))
+    return { status: "completed", output: typeof payload === "string" ? payload : JSON.stringify(payload ?? null), usage: zeroUsage() };
+  const error = reportedError(p.error);
+  const output = typeof p.output === "string" ? p.output : JSON.stringify(p.output ?? "");
+  return { status: p.status, output, usage: reportedUsage(p.usage) ?? zeroUsage(), ...(error ? { error } : {}) };
 }
 
 function failureOf(err: unknown): RunOutcome {

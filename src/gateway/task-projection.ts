@@ -1,7 +1,7 @@
 import { randomUUID } from "node:crypto";
 import { Role, TaskState, type Message, type Part, type StreamResponse, type Task } from "@a2a-js/sdk";
 import type { KovaEvent } from "../bus/index.js";
-import { addUsage, reportedUsage, ZERO_USAGE, type AgentResult, type RunUsage } from "../agents/index.js";
+import { addUsage, isRunStatus, reportedUsage, ZERO_USAGE, type AgentResult, type RunUsage } from "../agents/index.js";
 import { publicError } from "../core/public-error.js";
 import { publicEventData } from "./public-events.js";
 
@@ -225,7 +225,7 @@ export class TaskProjection {
         out.push(...this.finish({ status: "cancelled", output: "", usage: reportedUsage(data.usage) ?? this.meta().usage ?? zeroUsage() }));
         break;
       case "run_stream_end": {
-        const status = data.status === "completed" || data.status === "failed" || data.status === "cancelled" ? data.status : "failed";
+        const status = isRunStatus(data.status) ? data.status : "failed";
         out.push(...this.finish({ status, output: this.streamed, usage: this.meta().usage ?? zeroUsage() }));
         break;
       }

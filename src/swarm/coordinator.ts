@@ -1,6 +1,5 @@
 import { ArgumentError, isKovaError, toWire } from "../core/errors.js";
 import { componentLogger, silentLogger, type Logger } from "../core/logger.js";
-import { AS_ARGUMENT, durationMs } from "../core/duration.js";
 import { derivedId } from "../core/ids.js";
 import { publicText } from "../core/public-error.js";
 import { isInfrastructureFailure, type Bus, type KovaEvent } from "../bus/index.js";
@@ -8,9 +7,11 @@ import { defineActor } from "../actors/definition.js";
 import { isLeaseLost, TurnInterruptedError } from "../actors/errors.js";
 import type { ActorContext, ActorDefinition } from "../actors/types.js";
 import { costOf, type ModelCallScheduler, type ModelClient, type ModelPrice } from "../agents/model/index.js";
-import { delegateTask, type InterruptDelegation } from "../agents/index.js";
 import {
   addUsage,
+  delegateTask,
+  type InterruptDelegation,
+  msUntilDeadline,
   readTaskPayload,
   RunEventType,
   ZERO_USAGE,
@@ -18,8 +19,9 @@ import {
   type RunUsage,
   type TaskConstraints,
   type TaskDelegatePayload,
+  RunWatcher,
+  type RunOutcome,
 } from "../agents/index.js";
-import { RunWatcher, type RunOutcome } from "../agents/run-watcher.js";
 import { assignSubtasks, natsAgentDirectory, type AgentCandidate, type AgentDirectory } from "./directory.js";
 import { SwarmErrorCode, SwarmNoAgentError, SwarmNoResultsError } from "./errors.js";
 import { readRunEvents } from "./history.js";
@@ -264,7 +266,7 @@ class SwarmRun {
     }
     const startedAt = history.startedAt ?? ctx.now();
     const totalMs =
-      req.constraints?.deadline !== undefined ? durationMs(req.constraints.deadline, "payload.constraints.deadline", AS_ARGUMENT) : deps.deadlineMs;
+      req.constraints?.deadline === undefined ? deps.deadlineMs : msUntilDeadline(req.constraints.deadline, startedAt, "payload.constraints.deadline");
     const deadline = startedAt + totalMs;
     const cutoff = deadline - (deps.opts.synthesisReserve ?? defaultReserve)(totalMs);
     if (history.startedAt === undefined) {

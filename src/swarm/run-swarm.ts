@@ -1,9 +1,6 @@
 import { assertId, derivedId } from "../core/ids.js";
 import { createEnvelope, type Bus, type KovaClient, type KovaEvent } from "../bus/index.js";
-import type { TaskConstraints } from "../agents/index.js";
-import { AS_ARGUMENT, durationMs } from "../core/duration.js";
-import { DelegatedRunTimeoutError } from "../agents/delegation-errors.js";
-import { RunWatcher, type RunOutcome } from "../agents/run-watcher.js";
+import { DelegatedRunTimeoutError, msUntilDeadline, RunWatcher, type RunOutcome, type TaskConstraints } from "../agents/index.js";
 import { DEFAULT_SWARM_DEADLINE_MS, type SwarmRequest, type SwarmResult } from "./coordinator.js";
 import { SwarmRunFailedError } from "./errors.js";
 import type { StaticSubtask } from "./plan.js";
@@ -43,8 +40,7 @@ export async function runSwarm(via: Bus | KovaClient, coordinator: string, task:
   const requestId = opts.requestId ?? derivedId({ prefix: "swarmreq" }, coordinator, task, String(Date.now()), String(Math.random()));
   const runId = opts.runId ?? derivedId({ prefix: "swarm" }, requestId);
   const sessionId = opts.sessionId ?? runId;
-  const deadlineMs =
-    opts.constraints?.deadline !== undefined ? durationMs(opts.constraints.deadline, "constraints.deadline", AS_ARGUMENT) : DEFAULT_SWARM_DEADLINE_MS;
+  const deadlineMs = opts.constraints?.deadline === undefined ? DEFAULT_SWARM_DEADLINE_MS : msUntilDeadline(opts.constraints.deadline, Date.now());
   // A coordinator nobody declared would leave the request in the stream and the caller
   // waiting out the whole deadline: fail now, as `ask` does.
   await bus.checkAgent(coordinator);

@@ -1,5 +1,5 @@
 import { toWire, type WireError } from "../core/errors.js";
-import { reportedUsage, runPayload, type RunStatus, type RunUsage, type TaskDelegatePayload } from "../agents/index.js";
+import { addUsage, reportedUsage, runPayload, type RunStatus, type RunUsage, type TaskDelegatePayload } from "../agents/index.js";
 import { checkFormatVersion } from "../core/format-version.js";
 import { evaluateCondition, parseCondition, truthy } from "./condition.js";
 import {
@@ -280,11 +280,7 @@ export class RunEngine {
     this.cancelTimer(rec);
     const p = (typeof payload === "object" && payload !== null ? payload : { output: payload }) as Record<string, unknown>;
     const usage = reportedUsage(p.usage);
-    if (usage) {
-      this.s.usage.inputTokens += usage.inputTokens;
-      this.s.usage.outputTokens += usage.outputTokens;
-      if (usage.costUsd !== undefined) this.s.usage.costUsd = (this.s.usage.costUsd ?? 0) + usage.costUsd;
-    }
+    this.s.usage = addUsage(this.s.usage, usage);
     if (error) {
       rec.result = { ok: false, error, retryable: true };
     } else if (p.status === "failed" || p.status === "cancelled") {

@@ -116,7 +116,10 @@ describe("swarm plan", () => {
   });
 
   it("protocol - a deadline that is no duration, or an id that is no token, is refused naming the field", () => {
-    expect(() => readTaskPayload({ input: "x", constraints: { deadline: "soon" } })).toThrow(/payload\.constraints\.deadline: must be a duration/);
+    expect(() => readTaskPayload({ input: "x", constraints: { deadline: "soon" } })).toThrow(/payload\.constraints\.deadline: "soon" is not a deadline/);
+    // A deadline is read as the agent reads it: epoch ms and ISO dates too, kept as written.
+    for (const deadline of [1_900_000_000_000, "2030-01-01T00:00:00Z", "5min", 30_000])
+      expect(readTaskPayload({ input: "x", constraints: { deadline } }).constraints).toEqual({ deadline });
     expect(() => readTaskPayload({ input: "x", runId: "a.b" })).toThrow(/payload\.runId/);
   });
 
