@@ -2,7 +2,9 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { hasNoOrphans } from "../../src/agents/index.js";
 import { defineTool } from "../../src/tools/define-tool.js";
 import { scriptedReply, startScriptedModelServer, type RecordedRequest } from "../../src/testing/index.js";
+import { JournalUnavailableError } from "../../src/actors/errors.js";
 import { startAgentRig } from "../fixtures/agents/rig.js";
+import { walWith } from "../fixtures/actors/helpers.js";
 import { fileServer, uniqueCluster } from "../fixtures/bus/helpers.js";
 import { poll } from "../fixtures/poll.js";
 
@@ -139,6 +141,36 @@ describe("agent decision loop (real NATS, WAL, openai client, scripted server)",
     // The agent is not Failed: the next run works.
     model.enqueue(scriptedReply.text("fine again"));
     expect(await rig.ask("retrier", "once more")).toMatchObject({ status: "completed", output: "fine again" });
+  }, 40_000);
+
+  it("infrastructure - the step journal failing under a run does not end it failed: the turn runs again, reusing the model's answer, and the run completes", async () => {
+    await using model = await startScriptedModelServer({ replies: [scriptedReply.text("done")] });
+    // The first step write of the run fails as the step journal on NATS does when NATS is away.
+    let failures = 0;
+    await using rig = await startAgentRig(nats.url, uniqueCluster("aj"), {
+      modelUrl: model.url,
+      agents: [{ id: "journaled", model: "main" }],
+      hostWal: (wal) =>
+        walWith(wal, {
+          replace: (seq, payload, opts) => {
+            if (failures++ === 0) return Promise.reject(new JournalUnavailableError("journaled", "written", new Error("injected")));
+            return wal.replace(seq, payload, opts);
+          },
+        }),
+    });
+    const result = await rig.ask("journaled", "hello", { runId: "run-journal" });
+    expect(failures).toBeGreaterThan(1);
+    expect(result).toMatchObject({ status: "completed", output: "done", runId: "run-journal" });
+    expect(model.requests).toHaveLength(1);
+    const ev = await poll(
+      () => {
+        const e = rig.eventsOf("run-journal");
+        return e.some((x) => x.type === "run_stream_end") ? e : undefined;
+      },
+      { timeoutMs: 5000, what: "run-journal events" },
+    );
+    expect(ev.filter((e) => e.type === "run_failed")).toEqual([]);
+    expect(ev.at(-1)).toMatchObject({ type: "run_stream_end", data: { status: "completed" } });
   }, 40_000);
 
   describe("run policies", () => {
