@@ -158,35 +158,51 @@ export interface RunRequest {
  * @throws AgentInputInvalidError naming the field and the expected form
  */
 export function parseRunRequest(type: string, payload: unknown, receivedAt: number): RunRequest {
-  if (typeof payload === "string" && type === "task_delegate") return { kind: "task", input: payload };
+  return readRequest(type, payload, receivedAt, agentInput).request;
+}
+
+/**
+ * Reads a `task_delegate` payload in either form (`input`, or `task` in the short form), as
+ * a party that passes the task on reads it (the swarm coordinator): checked as the agent
+ * checks it, its constraints kept as written.
+ * @throws ArgumentError naming the field at fault
+ */
+export function readTaskPayload(payload: unknown): TaskDelegatePayload {
+  if (typeof payload !== "object" || payload === null || Array.isArray(payload))
+    throw new ArgumentError("payload", 'a task_delegate payload is an object: { "input": "...", "constraints": { ... } }');
+  const { request: r, constraints } = readRequest("task_delegate", payload, 0, argument);
+  return runPayload({ input: r.input, sessionId: r.sessionId, runId: r.runId, parentRunId: r.parentRunId, constraints });
+}
+
+function readRequest(type: string, payload: unknown, receivedAt: number, fail: Fail): { request: RunRequest; constraints?: TaskConstraints } {
+  if (typeof payload === "string" && type === "task_delegate") return { request: { kind: "task", input: payload } };
   if (typeof payload !== "object" || payload === null || Array.isArray(payload)) {
-    throw new AgentInputInvalidError("payload", type === AGENT_CHAT ? "must be { message, sessionId }" : "must be { input } (or the short form { task })");
+    throw fail("payload", type === AGENT_CHAT ? "must be { message, sessionId }" : "must be { input } (or the short form { task })");
   }
   const p = payload as Record<string, unknown>;
   const out: RunRequest =
     type === AGENT_CHAT
-      ? { kind: "chat", input: text(p.message, "message"), sessionId: id(p.sessionId, "sessionId", true)! }
-      : { kind: "task", input: taskInput(p) };
-  const sessionId = out.sessionId ?? id(p.sessionId, "sessionId", false);
+      ? { kind: "chat", input: text(p.message, "message", fail), sessionId: id(p.sessionId, "sessionId", true, fail)! }
+      : { kind: "task", input: taskInput(p, fail) };
+  const sessionId = out.sessionId ?? id(p.sessionId, "sessionId", false, fail);
   if (sessionId) out.sessionId = sessionId;
-  const runId = id(p.runId, "runId", false);
+  const runId = id(p.runId, "runId", false, fail);
   if (runId) out.runId = runId;
-  const parentRunId = id(p.parentRunId, "parentRunId", false);
+  const parentRunId = id(p.parentRunId, "parentRunId", false, fail);
   if (parentRunId) out.parentRunId = parentRunId;
   if (p.history !== undefined) {
     if (out.kind === "task" && out.sessionId !== undefined)
-      throw new AgentInputInvalidError("history", "is for a task without sessionId: a session's memory already holds its conversation");
-    out.history = historyTurns(p.history);
+      throw fail("history", "is for a task without sessionId: a session's memory already holds its conversation");
+    out.history = historyTurns(p.history, fail);
   }
-  if (p.constraints !== undefined) {
-    const { constraints: c, deadline } = readConstraints(p.constraints, receivedAt, agentInput);
-    if (c.max_tokens !== undefined) out.maxTokens = c.max_tokens;
-    if (deadline !== undefined) out.deadline = deadline;
-    if (c.budget_group !== undefined) out.budgetGroup = c.budget_group;
-    if (c.priority !== undefined) out.priority = c.priority;
-    if (c.user !== undefined) out.user = c.user;
-  }
-  return out;
+  if (p.constraints === undefined || p.constraints === null) return { request: out };
+  const { constraints: c, deadline } = readConstraints(p.constraints, receivedAt, fail);
+  if (c.max_tokens !== undefined) out.maxTokens = c.max_tokens;
+  if (deadline !== undefined) out.deadline = deadline;
+  if (c.budget_group !== undefined) out.budgetGroup = c.budget_group;
+  if (c.priority !== undefined) out.priority = c.priority;
+  if (c.user !== undefined) out.user = c.user;
+  return { request: out, constraints: c };
 }
 
 /** The range of an agent's or a task's model-call priority (higher first; 0 by default). */
@@ -216,10 +232,10 @@ export function msUntilDeadline(value: unknown, from: number, field = "constrain
 /** Most turns a task's `history` may bring (the payload's size is bounded by the bus too). */
 export const MAX_HISTORY_TURNS = 1000;
 
-function historyTurns(value: unknown): HistoryTurn[] {
+function historyTurns(value: unknown, fail: Fail): HistoryTurn[] {
   const form = 'must be an array of { role: "system" | "user" | "assistant", content: string }';
-  if (!Array.isArray(value)) throw new AgentInputInvalidError("history", form);
-  if (value.length > MAX_HISTORY_TURNS) throw new AgentInputInvalidError("history", `may bring at most ${MAX_HISTORY_TURNS} turns, not ${value.length}`);
+  if (!Array.isArray(value)) throw fail("history", form);
+  if (value.length > MAX_HISTORY_TURNS) throw fail("history", `may bring at most ${MAX_HISTORY_TURNS} turns, not ${value.length}`);
   return value.map((t: unknown, i) => {
     const turn = t as { role?: unknown; content?: unknown } | null;
     if (
@@ -228,7 +244,7 @@ function historyTurns(value: unknown): HistoryTurn[] {
       (turn.role !== "system" && turn.role !== "user" && turn.role !== "assistant") ||
       typeof turn.content !== "string"
     )
-      throw new AgentInputInvalidError(`history[${i}]`, form);
+      throw fail(`history[${i}]`, form);
     return { role: turn.role, content: turn.content };
   });
 }
@@ -257,18 +273,18 @@ export function parseDeadline(value: unknown, from: number, fail: Fail = agentIn
 const TASK_PAYLOAD_FORM = "a task_delegate to an agent carries { input, sessionId?, constraints? }";
 
 /** A task's text: `input`, or `task` in the short form. A payload with neither names `input`, the field to set. */
-function taskInput(p: Record<string, unknown>): string {
-  if (p.input === undefined && p.task !== undefined) return text(p.task, "payload.task");
-  return text(p.input, "payload.input", ` (${TASK_PAYLOAD_FORM}; got the fields ${Object.keys(p).join(", ") || "none"})`);
+function taskInput(p: Record<string, unknown>, fail: Fail): string {
+  if (p.input === undefined && p.task !== undefined) return text(p.task, "payload.task", fail);
+  return text(p.input, "payload.input", fail, ` (${TASK_PAYLOAD_FORM}; got the fields ${Object.keys(p).join(", ") || "none"})`);
 }
 
-function text(value: unknown, field: string, hint = ""): string {
-  if (typeof value !== "string" || value.length === 0) throw new AgentInputInvalidError(field, `must be a non-empty string${hint}`);
+function text(value: unknown, field: string, fail: Fail, hint = ""): string {
+  if (typeof value !== "string" || value.length === 0) throw fail(field, `must be a non-empty string${hint}`);
   return value;
 }
 
-function id(value: unknown, field: string, required: boolean, fail: Fail = agentInput): string | undefined {
-  if (value === undefined && !required) return undefined;
+function id(value: unknown, field: string, required: boolean, fail: Fail): string | undefined {
+  if ((value === undefined || value === null) && !required) return undefined;
   if (!isValidId(value)) throw fail(field, `must be an id of 1-128 characters from [A-Za-z0-9_-], not ${JSON.stringify(value)}`);
   return value;
 }
@@ -276,7 +292,7 @@ function id(value: unknown, field: string, required: boolean, fail: Fail = agent
 /** How a reader of the protocol reports a field at fault: the agent as AGENT_INPUT_INVALID, a passing-on party as INVALID_ARGUMENT. */
 type Fail = (field: string, why: string) => Error;
 const agentInput: Fail = (field, why) => new AgentInputInvalidError(field, why);
-const argument: Fail = (field, why) => new ArgumentError(`payload.${field}`, why);
+const argument: Fail = (field, why) => new ArgumentError(field.startsWith("payload") ? field : `payload.${field}`, why);
 
 /**
  * Reads `constraints`, each field checked here for every reader; the deadline is returned
@@ -316,30 +332,6 @@ export function runPayload<T extends TaskDelegatePayload | AgentChatPayload>(fie
 }
 
 export const ZERO_USAGE: Readonly<RunUsage> = Object.freeze({ inputTokens: 0, outputTokens: 0 });
-
-/**
- * Reads a `task_delegate` payload in either form (`input`, or `task` in the short form), as
- * a party that passes the task on reads it (the swarm coordinator): checked as the agent
- * checks it, its deadline kept as written. The agent itself reads with parseRunRequest.
- * @throws ArgumentError naming the field at fault
- */
-export function readTaskPayload(payload: unknown): TaskDelegatePayload {
-  if (typeof payload !== "object" || payload === null || Array.isArray(payload)) {
-    throw new ArgumentError("payload", 'a task_delegate payload is an object: { "input": "...", "constraints": { ... } }');
-  }
-  const p = payload as Record<string, unknown>;
-  const input = p.input ?? p.task;
-  if (typeof input !== "string" || input.trim() === "") {
-    throw new ArgumentError("payload.input", 'is required: the task as text, e.g. { "input": "Compare the three biggest vector databases" }');
-  }
-  const out: TaskDelegatePayload = { input };
-  for (const key of ["sessionId", "runId", "parentRunId"] as const) {
-    const v = p[key] === null ? undefined : id(p[key], key, false, argument);
-    if (v !== undefined) out[key] = v;
-  }
-  if (p.constraints !== undefined && p.constraints !== null) out.constraints = readConstraints(p.constraints, 0, argument).constraints;
-  return out;
-}
 
 /** Sums usages (cost only when some part has one). */
 export function addUsage(a: RunUsage, b: RunUsage | undefined): RunUsage {
