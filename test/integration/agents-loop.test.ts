@@ -128,13 +128,7 @@ describe("agent decision loop (real NATS, WAL, openai client, scripted server)",
     expect(failed.error?.message).toContain("5 attempt(s)");
     expect(failed.error?.message).toContain("HTTP 500");
     expect(model.requests).toHaveLength(5);
-    const ev = await poll(
-      () => {
-        const e = rig.eventsOf("run-fail");
-        return e.some((x) => x.type === "run_stream_end") ? e : undefined;
-      },
-      { timeoutMs: 5000, what: "run-fail events" },
-    );
+    const ev = await rig.endedEvents("run-fail");
     const runFailed = ev.find((e) => e.type === "run_failed")!;
     expect((runFailed.data as { error: { code: string } }).error.code).toBe("MODEL_CALL_FAILED");
     expect(ev.at(-1)).toMatchObject({ type: "run_stream_end", data: { status: "failed" } });
@@ -162,13 +156,7 @@ describe("agent decision loop (real NATS, WAL, openai client, scripted server)",
     expect(failures).toBeGreaterThan(1);
     expect(result).toMatchObject({ status: "completed", output: "done", runId: "run-journal" });
     expect(model.requests).toHaveLength(1);
-    const ev = await poll(
-      () => {
-        const e = rig.eventsOf("run-journal");
-        return e.some((x) => x.type === "run_stream_end") ? e : undefined;
-      },
-      { timeoutMs: 5000, what: "run-journal events" },
-    );
+    const ev = await rig.endedEvents("run-journal");
     expect(ev.filter((e) => e.type === "run_failed")).toEqual([]);
     expect(ev.at(-1)).toMatchObject({ type: "run_stream_end", data: { status: "completed" } });
   }, 40_000);
