@@ -1,8 +1,8 @@
 import { ErrorCode, KovaError } from "../core/errors.js";
 import type { Logger } from "../core/logger.js";
-import type { A2AEnvelope, Mailbox, MailboxContext, RpcService } from "../bus/index.js";
+import { RpcDeclined, type A2AEnvelope, type Mailbox, type MailboxContext, type RpcService } from "../bus/index.js";
 import { isSplit, readCheckpoint, readWindow, type Checkpoint, type StoredCheckpoint } from "./checkpoint-store.js";
-import { ActorDlqReason, TurnInterruptedError, ActorErrorCode, NotHostedError, isLeaseLost } from "./errors.js";
+import { ActorDlqReason, TurnInterruptedError, ActorErrorCode, isLeaseLost } from "./errors.js";
 import { ActorLifecycle, type ActorState } from "./lifecycle.js";
 import { ActorMemory, localCheckpointKey, localWindowKey } from "./memory.js";
 import { PauseGate } from "./pause-gate.js";
@@ -209,7 +209,7 @@ export class ActorInstance implements TurnActor {
       if (outcome.kind === "lease_lost") throw (outcome as { error: unknown }).error;
       if (outcome.kind === "failed") {
         // Failed stays inspectable (rpc) and can be resumed; the mailbox opens on resume.
-        this.#rpc ??= this.deps.bus.serveRpc(this.id, (env) => this.#answerRpc(env));
+        this.#rpc ??= this.deps.bus.serveRpc(this.id, (env) => this.#answerRpc(env), { node: this.deps.nodeId });
         this.#fail(record.envelope, outcome);
         return false;
       }
@@ -261,7 +261,7 @@ export class ActorInstance implements TurnActor {
   async #open(): Promise<void> {
     await this.#mailboxStopping;
     this.#mailboxStopping = undefined;
-    this.#rpc ??= this.deps.bus.serveRpc(this.id, (env) => this.#answerRpc(env));
+    this.#rpc ??= this.deps.bus.serveRpc(this.id, (env) => this.#answerRpc(env), { node: this.deps.nodeId });
     this.#mailbox = await this.deps.bus.openMailbox(this.id, (env, mctx) => this.#onMessage(env, mctx), this.deps.mailbox);
   }
 
@@ -393,20 +393,18 @@ export class ActorInstance implements TurnActor {
   }
 
   /**
-   * Refuses rather than stays silent: the caller learns at once that it should retry, and
-   * the rpc queue group may route the retry to the actor's current host.
-   * @throws NotHostedError (retryable) when the lease cannot be proven now
+   * Stays silent rather than refuses: every host of the actor's rpc subject gets each
+   * request (no queue group), so while the actor moves the node it left and its new host
+   * may both have it. The new host answers; a refusal from this node could reach the
+   * caller first and cost it a retry, and would say nothing the caller needs.
+   * @throws RpcDeclined when the lease cannot be proven now
    */
   #fenceFastPath(): void {
     try {
       this.deps.fenceNow(this.id);
     } catch (err) {
       if (!isLeaseLost(err)) throw err;
-      throw new NotHostedError(this.id, `node ${this.deps.nodeId} cannot prove that it still holds its lease; retry`, {
-        retryable: true,
-        cause: err,
-        data: { nodeId: this.deps.nodeId, ...(err.data as object | undefined) },
-      });
+      throw new RpcDeclined(`node ${this.deps.nodeId} cannot prove that it holds the lease of ${this.id}: ${err.message}`);
     }
   }
 

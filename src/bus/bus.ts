@@ -22,7 +22,7 @@ import { publishEvent, subscribeEvents, type EventStream, type KovaEvent, type P
 import { readStoredEvents, type StoredEventsFrom, type StoredEventsReader } from "./stored-events.js";
 import { openMailbox, type Mailbox, type MailboxHandler, type MailboxOptions } from "./mailbox.js";
 import { RequestMux } from "./request-mux.js";
-import { request, serveRpc, type RequestOptions, type RpcHandler, type RpcService } from "./rpc.js";
+import { request, serveRpc, type RequestOptions, type RpcHandler, type RpcService, type ServeRpcOptions } from "./rpc.js";
 import { sendEnvelope, type SendOptions } from "./send.js";
 import { ensureStreams, type StreamOptions } from "./streams.js";
 import { subjectsFor, type Subjects } from "./subjects.js";
@@ -199,9 +199,9 @@ export class Bus {
   }
 
   /** Answers fast requests for `agentId` on `kova.<c>.rpc.<agentId>`. @throws InvalidIdError */
-  serveRpc(agentId: string, handler: RpcHandler): RpcService {
+  serveRpc(agentId: string, handler: RpcHandler, opts?: ServeRpcOptions): RpcService {
     this.open("serveRpc");
-    const svc = serveRpc(this.ctx, agentId, handler);
+    const svc = serveRpc(this.ctx, agentId, handler, opts);
     this.services.add(svc);
     // Forgotten once stopped: a node that hosts actors for a while (passivated template
     // instances, moves) must not keep every service it ever served.
@@ -215,7 +215,8 @@ export class Bus {
   }
 
   /**
-   * Fast request/reply (core NATS, not stored). Default timeout 10 s.
+   * Fast request/reply (core NATS, not stored), in short tries within `timeoutMs` (default
+   * 10 s; see rpc.ts `request`).
    * @throws KovaNoRespondersError / KovaTimeoutError naming the subject; RemoteError from the handler
    */
   request<R>(to: string, type: MessageType, payload: unknown, opts?: RequestOptions): Promise<R> {

@@ -30,7 +30,7 @@ export { DEFAULT_INBOX_PREFIX, replyToProblem } from "./reply-subject.js";
 export { kovaStreamConfigs, type StreamOptions } from "./streams.js";
 export type { SendOptions } from "./send.js";
 export type { Mailbox, MailboxContext, MailboxHandler, MailboxOptions } from "./mailbox.js";
-export { DEFAULT_RPC_TIMEOUT_MS, type RequestOptions, type RpcHandler, type RpcReply, type RpcService } from "./rpc.js";
+export { DEFAULT_RPC_TIMEOUT_MS, RpcDeclined, type RequestOptions, type RpcHandler, type RpcReply, type RpcService, type ServeRpcOptions } from "./rpc.js";
 export { DEFAULT_ASK_TIMEOUT_MS, type AskOptions, type RespondOptions } from "./ask.js";
 export type { EventStream, KovaEvent, PublishEventOptions } from "./events.js";
 export type { StoredEventsFrom, StoredEventsReader } from "./stored-events.js";

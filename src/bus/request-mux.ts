@@ -10,6 +10,19 @@ export interface MuxRequestOptions {
   timedOut: () => Error;
 }
 
+/** Where the reply to one request sent with `RequestMux.send` goes. */
+export interface ReplyWaiter {
+  /** The reply (at most once per token; a "no responders" status message included, see isNoRespondersStatus). */
+  reply(msg: Msg): void;
+  /** No reply will come: the mux was closed, or the server refused the publish (permissions). */
+  closed(err: Error): void;
+}
+
+/** The server answers a request nobody can take with an empty 503 status message. */
+export function isNoRespondersStatus(msg: Msg): boolean {
+  return msg.data.length === 0 && msg.headers?.code === 503;
+}
+
 interface MuxListener {
   onMessage(msg: Msg): void;
   onClosed(err: Error): void;
@@ -23,10 +36,7 @@ interface MuxListener {
  */
 export class RequestMux {
   private readonly prefix: string;
-  private readonly pending = new Map<
-    string,
-    { resolve(m: Msg): void; reject(e: Error): void; timer: NodeJS.Timeout; opts: MuxRequestOptions; subject: string }
-  >();
+  private readonly pending = new Map<string, { waiter: ReplyWaiter; subject: string }>();
   private watchingRefusals = false;
   private readonly listeners = new Map<string, MuxListener>();
   private next = 0;
@@ -36,23 +46,56 @@ export class RequestMux {
     this.prefix = newInbox(nc);
   }
 
+  /** One request with its own timeout: resolves with the reply, rejects with `timedOut()` or `noResponders()`. */
   request(subject: string, data: Uint8Array, opts: MuxRequestOptions): Promise<Msg> {
-    const token = this.token();
-    if (!this.watchingRefusals) this.watchRefusals();
     return new Promise<Msg>((resolve, reject) => {
+      let token = "";
       const timer = setTimeout(() => {
         this.pending.delete(token);
         reject(opts.timedOut());
       }, opts.timeoutMs);
-      this.pending.set(token, { resolve, reject, timer, opts, subject });
+      const waiter: ReplyWaiter = {
+        reply: (msg) => {
+          clearTimeout(timer);
+          if (isNoRespondersStatus(msg)) reject(opts.noResponders());
+          else resolve(msg);
+        },
+        closed: (err) => {
+          clearTimeout(timer);
+          reject(err);
+        },
+      };
       try {
-        this.nc.publish(subject, data, { reply: `${this.prefix}.${token}`, ...(opts.headers ? { headers: opts.headers } : {}) });
+        token = this.send(subject, data, opts.headers, waiter);
       } catch (err) {
         clearTimeout(timer);
-        this.pending.delete(token);
         reject(err as Error);
       }
     });
+  }
+
+  /**
+   * Publishes one request and hands its reply to `waiter` until `forget(token)`; no timer of
+   * its own, for callers that run several tries under one deadline (rpc.ts).
+   * @returns the request's token
+   * @throws what `nc.publish` throws (a closed connection, a payload over max_payload)
+   */
+  send(subject: string, data: Uint8Array, headers: MsgHdrs | undefined, waiter: ReplyWaiter): string {
+    const token = this.token();
+    if (!this.watchingRefusals) this.watchRefusals();
+    this.pending.set(token, { waiter, subject });
+    try {
+      this.nc.publish(subject, data, { reply: `${this.prefix}.${token}`, ...(headers ? { headers } : {}) });
+    } catch (err) {
+      this.pending.delete(token);
+      throw err;
+    }
+    return token;
+  }
+
+  /** Stops waiting for the reply of `token` (a late reply is dropped). */
+  forget(token: string): void {
+    this.pending.delete(token);
   }
 
   /**
@@ -91,12 +134,9 @@ export class RequestMux {
       return;
     }
     const p = this.pending.get(token);
-    if (!p) return; // timed out already
+    if (!p) return; // timed out or forgotten already
     this.pending.delete(token);
-    clearTimeout(p.timer);
-    // The server answers a request nobody can take with an empty 503 status message.
-    if (msg.data.length === 0 && msg.headers?.code === 503) p.reject(p.opts.noResponders());
-    else p.resolve(msg);
+    p.waiter.reply(msg);
   }
 
   /**
@@ -112,8 +152,7 @@ export class RequestMux {
         for (const [token, p] of this.pending) {
           if (p.subject !== s.error.subject) continue;
           this.pending.delete(token);
-          clearTimeout(p.timer);
-          p.reject(s.error);
+          p.waiter.closed(s.error);
         }
       }
     })().catch(() => undefined);
@@ -123,10 +162,8 @@ export class RequestMux {
   close(err: Error): void {
     this.sub?.unsubscribe();
     this.closeListeners(err);
-    for (const p of this.pending.values()) {
-      clearTimeout(p.timer);
-      p.reject(err);
-    }
+    const waiting = [...this.pending.values()];
     this.pending.clear();
+    for (const p of waiting) p.waiter.closed(err);
   }
 }

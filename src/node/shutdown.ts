@@ -63,7 +63,7 @@ export function installShutdown(opts: ShutdownOptions): () => void {
   };
   const ignored = opts.ignored ?? ["SIGHUP"];
   const onIgnored = (signal: NodeJS.Signals) => {
-    log.info({ signal }, `${signal} ignored: nothing is reloaded on it (restart the process to apply configuration changes); SIGTERM stops it`);
+    log.warn({ signal }, `${signal} ignored: nothing is reloaded on it (restart the process to apply configuration changes); SIGTERM stops it`);
   };
   for (const s of signals) process.on(s, onSignal);
   for (const s of ignored) process.on(s, onIgnored);

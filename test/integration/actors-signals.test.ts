@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { createEnvelope, type KovaEvent } from "../../src/bus/index.js";
-import { isKovaError } from "../../src/core/errors.js";
+import { isKovaError, isTimeout } from "../../src/core/errors.js";
 import { defineActor, LeaseLostError, type CounterState } from "../../src/actors/index.js";
 import { fileServer, startRig, uniqueCluster } from "../fixtures/actors/helpers.js";
 import { waitForConsumer } from "../fixtures/bus/helpers.js";
@@ -271,9 +271,10 @@ describe("actor signals", () => {
     expect(calls).toEqual(["na", "nb"]);
   });
 
-  it("fence - a host that cannot prove it holds the lease refuses the fast path (NOT_HOSTED, retryable), also when it loses it mid-answer; the other member of the rpc queue group answers", async () => {
+  it("fence - a host that cannot prove it holds the lease stays silent on the fast path, also when it loses it mid-answer; the host that holds it answers every request", async () => {
     const cluster = uniqueCluster();
     let aHolds = true;
+    let aAsked = 0;
     let gate: Promise<void> | undefined;
     let entered: (() => void) | undefined;
     const who = (node: string) =>
@@ -293,6 +294,7 @@ describe("actor signals", () => {
       nodeId: "na",
       host: {
         fenceNow: (id) => {
+          aAsked++;
           if (!aHolds) throw new LeaseLostError(id, { data: { holder: "nb" } });
         },
       },
@@ -300,35 +302,28 @@ describe("actor signals", () => {
     await using b = await startRig(server.url, cluster, [who("nb")], { nodeId: "nb" });
     await a.host.start("w1", "who");
     await b.host.start("w1", "who");
-    const ask = () => a.bus.request<string>("w1", "info_request", null, { timeoutMs: 2_000 }).catch((e: unknown) => e);
-    const askMany = () => Promise.all(Array.from({ length: 40 }, ask));
+    const ask = (timeoutMs = 2_000) => a.bus.request<string>("w1", "info_request", null, { timeoutMs }).catch((e: unknown) => e);
+    const askMany = () => Promise.all(Array.from({ length: 40 }, () => ask()));
 
-    // The server spreads a queue group's requests over its members: both answer.
-    expect(new Set(await askMany())).toEqual(new Set(["na", "nb"]));
-
+    // na lost the lease to nb but is still subscribed (it has not noticed yet): no queue
+    // group, so both get every request; na says nothing, nb answers each one.
     aHolds = false;
-    const after = await askMany();
-    expect(after).not.toContain("na");
-    expect(after).toContain("nb");
-    const refusals = after.filter((x) => x !== "nb");
-    expect(refusals.length).toBeGreaterThan(0);
-    for (const err of refusals) {
-      expect(isKovaError(err, ActorErrorCode.NOT_HOSTED), String(err)).toBe(true);
-      expect(err).toMatchObject({ retryable: true, data: { actorId: "w1", nodeId: "na", holder: "nb" } });
-    }
+    expect(await askMany()).toEqual(Array.from({ length: 40 }, () => "nb"));
+    expect(aAsked).toBeGreaterThanOrEqual(40);
 
-    // Lost while the answer was being computed (an async rpc handler waited across a freeze).
+    // Lost while the answer was being computed (an async rpc handler waited across a
+    // freeze): nothing goes out, and with nobody else to answer the caller's deadline ends it.
     await b.host.stop("w1");
     aHolds = true;
     let open!: () => void;
     gate = new Promise<void>((r) => (open = r));
     const started = new Promise<void>((r) => (entered = r));
-    const pending = ask();
+    const pending = ask(800);
     await started;
     aHolds = false;
     open();
     const err = await pending;
-    expect(isKovaError(err, ActorErrorCode.NOT_HOSTED), String(err)).toBe(true);
+    expect(isTimeout(err), String(err)).toBe(true);
   });
 
   it("send - a handler's ctx.send reaches another actor with a recorded id; emit and stream publish events", async () => {

@@ -1,7 +1,8 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { KovaError, isTimeout } from "../../src/core/errors.js";
+import { KovaError, isKovaError, isTimeout } from "../../src/core/errors.js";
 import { isNoResponders } from "../../src/bus/errors.js";
-import { KovaClient, createEnvelope, type KovaEvent } from "../../src/bus/index.js";
+import { KovaClient, RpcDeclined, createEnvelope, type KovaEvent } from "../../src/bus/index.js";
+import { decodeValue, encodeValue } from "../../src/bus/codec.js";
 import { startNatsServer, type NatsServerHandle } from "../../src/testing/index.js";
 import { connectBus, uniqueCluster } from "../fixtures/bus/helpers.js";
 import { poll } from "../fixtures/poll.js";
@@ -45,13 +46,105 @@ describe("bus rpc, ask and events", () => {
   it("rpc - a handler error comes back as a typed error with its code", async () => {
     await using bus = await connectBus(server.url, uniqueCluster());
     bus.serveRpc("grumpy", async () => {
-      throw new KovaError("NOT_HOSTED", "agent grumpy moved", { retryable: true, data: { node: "n2" } });
+      throw new KovaError("BAD_MOOD", "agent grumpy will not say", { data: { node: "n2" } });
     });
     const err = await bus.request("grumpy", "info_request", null).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(KovaError);
-    expect((err as KovaError).code).toBe("NOT_HOSTED");
-    expect((err as KovaError).retryable).toBe(true);
+    expect((err as KovaError).code).toBe("BAD_MOOD");
+    expect((err as KovaError).retryable).toBe(false);
     expect((err as KovaError).data).toEqual({ node: "n2" });
+  });
+
+  it("rpc - every subscriber gets each request (no queue group): a host that never answers beside the real one costs nothing; the reply names the node that answered", async () => {
+    const cluster = uniqueCluster();
+    await using host = await connectBus(server.url, cluster);
+    await using caller = await connectBus(server.url, cluster);
+    host.serveRpc("moved", async () => "from the new host", { node: "n2" });
+    // The node the agent left, frozen: subscribed, never answering. With a queue group the
+    // server gave it about half of the requests, and each of those waited for a timeout.
+    await using frozen = await connectBus(server.url, cluster);
+    let swallowed = 0;
+    let thaw!: () => void;
+    const thawed = new Promise<string>((r) => (thaw = () => r("stale, after the thaw")));
+    frozen.serveRpc("moved", () => {
+      swallowed++;
+      return thawed;
+    });
+    await frozen.nc.flush();
+    const answers = await Promise.all(Array.from({ length: 40 }, () => caller.request<string>("moved", "info_request", null, { timeoutMs: 5_000 })));
+    expect(answers).toEqual(Array.from({ length: 40 }, () => "from the new host"));
+    // Each was sent once: none waited for a try to time out and went out again.
+    expect(swallowed).toBe(40);
+    // A plain NATS caller sees who answered.
+    const raw = await caller.nc.request(
+      caller.subjects.rpc("moved"),
+      encodeValue(createEnvelope({ from: "x", to: "moved", type: "info_request", payload: null }), "msgpack"),
+    );
+    expect(decodeValue(raw.data, "msgpack")).toEqual({ ok: true, result: "from the new host", node: "n2" });
+    thaw();
+  });
+
+  it("rpc - a handler that declines sends nothing; tries go out within the deadline until one is answered, and a silent subscriber alone ends in a TIMEOUT", async () => {
+    const cluster = uniqueCluster();
+    await using silent = await connectBus(server.url, cluster);
+    await using caller = await connectBus(server.url, cluster);
+    let asked = 0;
+    silent.serveRpc("mute", async () => {
+      asked++;
+      throw new RpcDeclined("cannot prove the lease");
+    });
+    const started = performance.now();
+    const err = await caller.request("mute", "info_request", null, { timeoutMs: 1_200 }).catch((e: unknown) => e);
+    expect(isTimeout(err), String(err)).toBe(true);
+    expect((err as Error).message).toContain(caller.subjects.rpc("mute"));
+    expect(performance.now() - started).toBeGreaterThanOrEqual(1_100);
+    // 300 ms tries, the gap doubling: 0, ~0.3, ~0.9 s (jittered).
+    expect(asked).toBeGreaterThanOrEqual(2);
+
+    // The host appears while the caller is already waiting: a later try reaches it.
+    const pending = caller.request<string>("mute2", "info_request", null, { timeoutMs: 4_000 });
+    await using late = await connectBus(server.url, cluster);
+    let lateAsked = 0;
+    silent.serveRpc("mute2", async () => {
+      throw new RpcDeclined("not mine");
+    });
+    await new Promise((r) => setTimeout(r, 100));
+    late.serveRpc("mute2", async () => {
+      lateAsked++;
+      return "here now";
+    });
+    expect(await pending).toBe("here now");
+    expect(lateAsked).toBe(1);
+  });
+
+  it("rpc - a retryable refusal (NOT_HOSTED) is asked again at once; refused until the deadline, the caller gets the refusal", async () => {
+    const cluster = uniqueCluster();
+    await using host = await connectBus(server.url, cluster);
+    await using caller = await connectBus(server.url, cluster);
+    let asked = 0;
+    host.serveRpc("flaky", async () => {
+      if (++asked < 3) throw new KovaError("NOT_HOSTED", "agent flaky is starting here", { retryable: true });
+      return "ok now";
+    });
+    expect(await caller.request<string>("flaky", "info_request", null, { timeoutMs: 5_000 })).toBe("ok now");
+    expect(asked).toBe(3);
+
+    host.serveRpc("never", async () => {
+      throw new KovaError("NOT_HOSTED", "agent never is not hosted here", { retryable: true, data: { node: "n1" } });
+    });
+    const err = await caller.request("never", "info_request", null, { timeoutMs: 600 }).catch((e: unknown) => e);
+    expect(isKovaError(err, "NOT_HOSTED"), String(err)).toBe(true);
+    expect(err).toMatchObject({ retryable: true, data: { node: "n1" } });
+  });
+
+  it("rpc - no responders is retried for half a second: an agent that is being placed answers", async () => {
+    const cluster = uniqueCluster();
+    await using host = await connectBus(server.url, cluster);
+    await using caller = await connectBus(server.url, cluster);
+    const pending = caller.request<string>("arriving", "info_request", null, { timeoutMs: 5_000 });
+    await new Promise((r) => setTimeout(r, 150));
+    host.serveRpc("arriving", async () => "placed");
+    expect(await pending).toBe("placed");
   });
 
   it("ask - durable send and the result_notify comes back on the reply inbox; KovaClient does the same", async () => {
