@@ -27,3 +27,18 @@ export { type ModelCallLoad, type ModelCallLoadOptions, type ModelCallTask, star
 // Replay as a tool: re-run a recorded turn against today's code (docs/actors.md).
 export { describeReplay, replayTurn, type ReplayDivergence, type ReplayOptions, type ReplayReport } from "../actors/replay.js";
 export { parseTurnRecord, type TurnRecord } from "../actors/turn-record.js";
+export { createNetworkTopology, type NetworkTopology, type NetworkTopologyOptions, networkNamespacesAvailable } from "./netns.js";
+export { startNatsServersIn, type TopologyNatsOptions, type TopologyNatsServer } from "./nats-in-topology.js";
+export { createFreezer, type Freezer, type FreezeMethod, freezeMethod } from "./freezer.js";
+export {
+  createToolLoopLoad,
+  type JobRecord,
+  LEDGER_TOOL_MODULE,
+  type LedgerEntry,
+  type Prober,
+  type ProbeSample,
+  type ProbeWindow,
+  ToolLoopLoad,
+  type ToolLoopLoadOptions,
+  type ToolLoopReport,
+} from "./tool-loop-load.js";

@@ -17,6 +17,7 @@ export {
   NatsLaunchError,
   NatsPortInUseError,
   type NatsServerHandle,
+  type RestartOptions,
   type SpawnedNatsServer,
   spawnNatsServer,
   type StartNatsServerOptions,

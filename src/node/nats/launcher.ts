@@ -30,9 +30,20 @@ export interface NatsServerHandle {
   stop(): Promise<void>;
   /** SIGKILLs the server, keeping its store so that `restart()` can bring it back. */
   kill(): Promise<void>;
-  /** Starts the server again on the same ports and store directory. */
-  restart(): Promise<void>;
+  /**
+   * Starts the server again on the same ports and store directory, and waits until it is
+   * healthy (`startTimeoutMs`, or `healthTimeoutMs` when given: a member of a JetStream
+   * cluster is healthy once its streams and consumers caught up with the others), or with
+   * `jetStreamOnly` until its JetStream runs, caught up or not.
+   */
+  restart(opts?: RestartOptions): Promise<void>;
   [Symbol.asyncDispose](): Promise<void>;
+}
+
+export interface RestartOptions {
+  healthTimeoutMs?: number;
+  /** Wait for `/healthz?js-enabled-only=true` (JetStream runs) rather than every stream and consumer current. */
+  jetStreamOnly?: boolean;
 }
 
 export interface StartNatsServerOptions {
@@ -147,7 +158,7 @@ export async function spawnNatsServer(
   bin: string,
   confPath: string,
   portsDir: string,
-  o: { name: string; timeoutMs: number; signal?: AbortSignal },
+  o: { name: string; timeoutMs: number; signal?: AbortSignal; healthQuery?: string },
 ): Promise<SpawnedNatsServer> {
   o.signal?.throwIfAborted();
   let tail = "";
@@ -205,7 +216,7 @@ export async function spawnNatsServer(
     for (;;) {
       alive();
       try {
-        const res = await fetch(`http://127.0.0.1:${monitorPort}/healthz`, o.signal ? { signal: o.signal } : {});
+        const res = await fetch(`http://127.0.0.1:${monitorPort}/healthz${o.healthQuery ?? ""}`, o.signal ? { signal: o.signal } : {});
         if (res.ok) return { child, port, monitorPort, stderr };
         last = await res.text();
       } catch (err) {
@@ -285,14 +296,15 @@ export class NatsServerProcess implements NatsServerHandle {
     return `${lines.join("\n")}\n`;
   }
 
-  private async launch(signal?: AbortSignal): Promise<void> {
+  private async launch(signal?: AbortSignal, restart: RestartOptions = {}): Promise<void> {
     const portsDir = join(this.baseDir, `ports-${Date.now()}-${Math.random().toString(36).slice(2, 6)}`);
     await mkdir(portsDir, { recursive: true });
     const confPath = join(this.baseDir, "nats-server.conf");
     await writeFile(confPath, this.configText(portsDir));
     const started = await spawnNatsServer(this.bin, confPath, portsDir, {
       name: this.serverName,
-      timeoutMs: this.options.startTimeoutMs ?? 15_000,
+      timeoutMs: restart.healthTimeoutMs ?? this.options.startTimeoutMs ?? 15_000,
+      ...(restart.jetStreamOnly ? { healthQuery: "?js-enabled-only=true" } : {}),
       ...(signal ? { signal } : {}),
     });
     this.child = started.child;
@@ -306,9 +318,9 @@ export class NatsServerProcess implements NatsServerHandle {
     await this.terminate("SIGKILL");
   }
 
-  async restart(): Promise<void> {
+  async restart(opts: RestartOptions = {}): Promise<void> {
     await this.terminate("SIGTERM");
-    await this.launch();
+    await this.launch(undefined, opts);
   }
 
   async stop(): Promise<void> {
