@@ -8,6 +8,7 @@
  * processes share the file.
  */
 import { appendFileSync } from "node:fs";
+import { sleep } from "../core/clock.js";
 import { defineTool } from "../tools/define-tool.js";
 
 export interface LedgerArgs {
@@ -16,21 +17,6 @@ export interface LedgerArgs {
   job: string;
   step: number;
   holdMs?: number;
-}
-
-function hold(ms: number, signal: AbortSignal): Promise<void> {
-  return new Promise((resolve, reject) => {
-    if (signal.aborted) return reject(signal.reason);
-    const t = setTimeout(resolve, ms);
-    signal.addEventListener(
-      "abort",
-      () => {
-        clearTimeout(t);
-        reject(signal.reason);
-      },
-      { once: true },
-    );
-  });
 }
 
 export const ledgerCharge = defineTool<LedgerArgs, { charged: number }>({
@@ -50,7 +36,7 @@ export const ledgerCharge = defineTool<LedgerArgs, { charged: number }>({
     additionalProperties: false,
   },
   run: async (args, ctx) => {
-    if (args.holdMs) await hold(args.holdMs, ctx.signal);
+    if (args.holdMs) await sleep(args.holdMs, ctx.signal);
     appendFileSync(args.ledger, `${JSON.stringify({ agent: args.agent, job: args.job, step: args.step, pid: process.pid, at: Date.now() })}\n`);
     return { charged: args.step };
   },
