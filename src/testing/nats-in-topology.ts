@@ -3,7 +3,7 @@ import { mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { sleep } from "../core/clock.js";
-import { findNatsServerBinary, SERVER_PING, type NatsServerHandle, type RestartOptions } from "../node/nats/launcher.js";
+import { findNatsServerBinary, SERVER_PING, terminateServer, type NatsServerHandle, type RestartOptions } from "../node/nats/launcher.js";
 import { HarnessError } from "./errors.js";
 import type { NetworkTopology } from "./netns.js";
 
@@ -112,13 +112,7 @@ class TopologyServer implements TopologyNatsServer {
   }
 
   private async terminate(signal: NodeJS.Signals): Promise<void> {
-    const child = this.child;
-    if (!child || child.exitCode !== null || child.signalCode !== null) return;
-    const exited = new Promise<void>((r) => child.once("exit", () => r()));
-    child.kill(signal);
-    const forced = setTimeout(() => child.kill("SIGKILL"), 5_000);
-    await exited;
-    clearTimeout(forced);
+    await terminateServer(this.child, signal);
     this.child = undefined;
   }
 

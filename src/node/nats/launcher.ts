@@ -333,13 +333,17 @@ export class NatsServerProcess implements NatsServerHandle {
   }
 
   private async terminate(signal: NodeJS.Signals): Promise<void> {
-    const child = this.child;
-    if (!child || child.exitCode !== null || child.signalCode !== null) return;
-    const exited = new Promise<void>((resolve) => child.once("exit", () => resolve()));
-    child.kill(signal);
-    const forced = setTimeout(() => child.kill("SIGKILL"), 5_000);
-    await exited;
-    clearTimeout(forced);
+    await terminateServer(this.child, signal);
     this.child = undefined;
   }
+}
+
+/** Sends `signal` to a nats-server process that still runs and waits for its exit (SIGKILL after 5 s). */
+export async function terminateServer(child: ChildProcess | undefined, signal: NodeJS.Signals): Promise<void> {
+  if (!child || child.exitCode !== null || child.signalCode !== null) return;
+  const exited = new Promise<void>((resolve) => child.once("exit", () => resolve()));
+  child.kill(signal);
+  const forced = setTimeout(() => child.kill("SIGKILL"), 5_000);
+  await exited;
+  clearTimeout(forced);
 }
