@@ -15,6 +15,12 @@ import { controlRequest, nodeSubject, spawnSubject } from "../dist/cluster/contr
 
 export { createEnvelope };
 export const REPO = resolve(dirname(fileURLToPath(import.meta.url)), "..");
+/**
+ * What the node processes run: KOVA_BENCH_BIN names another build's `bin/kova.js` (beside
+ * its own dist/, inside this repository so that it finds node_modules), to measure a
+ * change's before and after with the same bench.
+ */
+const KOVA_BIN = process.env.KOVA_BENCH_BIN ? resolve(process.env.KOVA_BENCH_BIN) : join(REPO, "bin/kova.js");
 
 export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 export const fmt = (n) => Math.round(n).toLocaleString("en-US");
@@ -82,7 +88,7 @@ export async function startCluster({
     delete env.NATS_URL;
     const child = spawn(
       process.execPath,
-      [...(process.env.KOVA_BENCH_NODE_ARGS?.split(" ").filter(Boolean) ?? []), join(REPO, "bin/kova.js"), "node", "start", "--config", configFor(id)],
+      [...(process.env.KOVA_BENCH_NODE_ARGS?.split(" ").filter(Boolean) ?? []), KOVA_BIN, "node", "start", "--config", configFor(id)],
       { env, stdio: ["ignore", "pipe", "pipe"] },
     );
     const log = createWriteStream(join(dir, `${id}.log`), { flags: "a" });

@@ -225,6 +225,21 @@ export class ActorHost {
     return [...this.#actors.values()].map((a) => a.status());
   }
 
+  /** Ids of the actors hosted here (what `list` names, without a status object per actor): a live view, not a copy. */
+  ids(): IterableIterator<string> {
+    return this.#actors.keys();
+  }
+
+  /** Whether an actor is hosted here (starting, running or leaving). */
+  hosts(actorId: string): boolean {
+    return this.#actors.has(actorId);
+  }
+
+  /** How many actors are hosted here. */
+  get size(): number {
+    return this.#actors.size;
+  }
+
   /** Actors with PENDING turns in this node's WAL (recovery: start them, or abandon those that moved). */
   pendingActors(): string[] {
     const owners = new Set<string>();

@@ -48,7 +48,7 @@ interface CurrentTurn {
 export class ActorInstance implements TurnActor {
   readonly lifecycle: ActorLifecycle;
   readonly gate = new PauseGate();
-  readonly log: Logger;
+  #log: Logger | undefined;
   // biome-ignore lint/suspicious/noExplicitAny: actors of every state type share this code; handlers take ActorContext<S>, so only any accepts them all
   memory!: ActorMemory<any>;
   #mailbox: Mailbox | undefined;
@@ -64,15 +64,17 @@ export class ActorInstance implements TurnActor {
   #left: Promise<void> | undefined;
   #events: Promise<void> = Promise.resolve();
   #journal: Promise<ActorJournal> | undefined;
+  // What an idle actor holds is kept small (docs/benchmarks.md, "Memory per idle actor"):
+  // the maps, the retry timer and the logger below are made when first needed.
   /**
    * Messages to interrupt as soon as their turn starts here (message id → expiry): an
    * interrupt aimed at one message that is still queued behind others.
    */
-  readonly #interruptOnStart = new Map<string, number>();
+  #interruptOnStart: Map<string, number> | undefined;
   /** Turns whose journaling failed (NATS or WAL trouble): the redelivery resumes the same record. */
-  readonly #parked = new Map<string, { seq: number; record: TurnRecord }>();
+  #parked: Map<string, { seq: number; record: TurnRecord }> | undefined;
   /** Sends the replies this actor owes (committed turns whose reply publish failed) while it is hosted here. */
-  readonly #owedReplies: ReplyRetry;
+  #owedReplies: ReplyRetry | undefined;
 
   constructor(
     readonly id: string,
@@ -82,9 +84,18 @@ export class ActorInstance implements TurnActor {
     private readonly onGone: (actor: ActorInstance) => void,
     readonly template?: TemplateBinding,
   ) {
-    this.log = deps.log.child({ actorId: id, actorType: def.type });
     this.lifecycle = new ActorLifecycle(id, (state, previous, info) => this.#reportState(state, previous, info));
-    this.#owedReplies = new ReplyRetry(() => this.#sendOwed(), deps.replyRetry, this.log);
+  }
+
+  /** The actor's logger (a child of the host's, made on first use). */
+  get log(): Logger {
+    return (this.#log ??= this.deps.log.child({ actorId: this.id, actorType: this.def.type }));
+  }
+
+  /** The owed-reply retry, made when a reply is first owed; none once the actor leaves. */
+  #retry(): ReplyRetry | undefined {
+    if (this.#leaving) return undefined;
+    return (this.#owedReplies ??= new ReplyRetry(() => this.#sendOwed(), this.deps.replyRetry, this.log));
   }
 
   status(): ActorStatus {
@@ -121,14 +132,14 @@ export class ActorInstance implements TurnActor {
     // Replies owed by the actor's previous host (or by this node before a restart) go out
     // now: after the recovered turns, which send their own records' replies, and even when
     // the actor ends Failed.
-    if (this.memory.owed().length > 0) this.#owedReplies.arm(0);
+    if (this.memory.owed().length > 0) this.#retry()?.arm(0);
     if (!finished || this.#leaving) return;
     await this.#open();
     this.lifecycle.transition(this.gate.paused ? "Paused" : "Idle");
   }
 
   replyOwed(): void {
-    this.#owedReplies.arm();
+    this.#retry()?.arm();
   }
 
   /**
@@ -161,13 +172,13 @@ export class ActorInstance implements TurnActor {
    * the committed mark, so the record stays parked and that delivery settles it.
    */
   async #releaseParked(envelopeId: string): Promise<void> {
-    const parked = this.#parked.get(envelopeId);
+    const parked = this.#parked?.get(envelopeId);
     const streamSeq = parked?.record.streamSeq;
     if (!parked || streamSeq === undefined) return;
     const held = await this.deps.bus.inboxHolds(this.id, streamSeq, envelopeId).catch(() => true);
     // A delivery of it may have started (or settled it) meanwhile.
-    if (held || this.#parked.get(envelopeId) !== parked || this.#turn?.env.id === envelopeId) return;
-    this.#parked.delete(envelopeId);
+    if (held || this.#parked?.get(envelopeId) !== parked || this.#turn?.env.id === envelopeId) return;
+    this.#parked?.delete(envelopeId);
     await this.deps.wal
       .complete(parked.seq)
       .catch((err: unknown) => this.log.warn({ err, envelopeId }, "could not complete a settled parked turn; the next start settles it"));
@@ -280,7 +291,7 @@ export class ActorInstance implements TurnActor {
       throw new KovaError(ActorErrorCode.NOT_HOSTED, `actor ${this.id} is not taking messages (${this.lifecycle.state})`);
     }
     if (this.def.handlers[env.type] === undefined) return this.#unhandled(env, mctx);
-    const parked = this.#parked.get(env.id);
+    const parked = this.#parked?.get(env.id);
     const outcome = await this.#turnOf(env, { mailbox: mctx, ...(parked ? { recovered: parked } : {}) }, false);
     if (outcome.kind === "lease_lost") {
       void this.leave("lease_lost");
@@ -297,7 +308,7 @@ export class ActorInstance implements TurnActor {
       throw new KovaError(ErrorCode.INTERNAL, `actor ${this.id}: a second turn started while one is running`);
     }
     const abort = new AbortController();
-    if (this.#interruptOnStart.delete(env.id)) abort.abort(new TurnInterruptedError(this.id, "interrupt"));
+    if (this.#interruptOnStart?.delete(env.id)) abort.abort(new TurnInterruptedError(this.id, "interrupt"));
     this.#turn = { env, abort, recovering };
     this.#inFlight++;
     this.#lastActiveAt = Date.now();
@@ -309,7 +320,7 @@ export class ActorInstance implements TurnActor {
       source.completion?.catch((err: unknown) =>
         this.log.error({ err, envelopeId: env.id }, "the WAL record of a committed turn could not be completed; the next start settles it"),
       );
-      this.#parked.delete(env.id);
+      this.#parked?.delete(env.id);
       if (outcome.kind !== "duplicate" && outcome.kind !== "lease_lost") this.#handled++;
       return outcome;
     } catch (err) {
@@ -354,7 +365,7 @@ export class ActorInstance implements TurnActor {
         this.log.error({ err, envelopeId: env.id }, "could not mark a parked committed turn in the WAL; only this process knows it is committed");
       }
     }
-    this.#parked.set(env.id, { seq, record });
+    (this.#parked ??= new Map()).set(env.id, { seq, record });
   }
 
   async #unhandled(env: A2AEnvelope, mctx?: MailboxContext): Promise<void> {
@@ -473,8 +484,9 @@ export class ActorInstance implements TurnActor {
       return "interrupted";
     }
     const now = Date.now();
-    for (const [id, until] of this.#interruptOnStart) if (until < now || this.#interruptOnStart.size >= INTERRUPT_MEMORY) this.#interruptOnStart.delete(id);
-    this.#interruptOnStart.set(messageId, now + INTERRUPT_MEMORY_MS);
+    const pending = (this.#interruptOnStart ??= new Map());
+    for (const [id, until] of pending) if (until < now || pending.size >= INTERRUPT_MEMORY) pending.delete(id);
+    pending.set(messageId, now + INTERRUPT_MEMORY_MS);
     return "when_started";
   }
 
@@ -495,7 +507,7 @@ export class ActorInstance implements TurnActor {
 
   async #leave(reason: string, drainTimeoutMs?: number): Promise<void> {
     this.#leaving = true;
-    this.#owedReplies.stop();
+    this.#owedReplies?.stop();
     const cut = () => this.#turn?.abort.abort(new TurnInterruptedError(this.id, "stop"));
     if (this.gate.paused) cut();
     this.gate.resume();

@@ -5,7 +5,8 @@
  */
 export class PauseGate {
   #paused = false;
-  #waiters = new Set<() => void>();
+  /** Made by the first wait while paused: an actor that is never paused holds none. */
+  #waiters: Set<() => void> | undefined;
 
   get paused(): boolean {
     return this.#paused;
@@ -17,8 +18,9 @@ export class PauseGate {
 
   resume(): void {
     this.#paused = false;
-    for (const wake of this.#waiters) wake();
-    this.#waiters.clear();
+    const waiters = this.#waiters;
+    this.#waiters = undefined;
+    if (waiters) for (const wake of waiters) wake();
   }
 
   /** Resolves at once when not paused, else on resume; rejects with the abort reason. */
@@ -26,15 +28,16 @@ export class PauseGate {
     if (signal?.aborted) return Promise.reject(signal.reason);
     if (!this.#paused) return Promise.resolve();
     return new Promise<void>((resolve, reject) => {
+      const waiters = (this.#waiters ??= new Set());
       const onAbort = () => {
-        this.#waiters.delete(wake);
+        waiters.delete(wake);
         reject(signal?.reason);
       };
       const wake = () => {
         signal?.removeEventListener("abort", onAbort);
         resolve();
       };
-      this.#waiters.add(wake);
+      waiters.add(wake);
       signal?.addEventListener("abort", onAbort, { once: true });
     });
   }

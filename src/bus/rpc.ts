@@ -1,6 +1,7 @@
 import { headers as natsHeaders, type Msg, type MsgHdrs, type Subscription } from "@nats-io/transport-node";
 import { ErrorCode, KovaError, fromWire, toWire, type WireError } from "../core/errors.js";
 import { decodeValue, encodeValue, encodingOf, type Encoding } from "./codec.js";
+import type { Logger } from "../core/logger.js";
 import type { BusContext } from "./context.js";
 import { createEnvelope, validateEnvelope, type A2AEnvelope, type MessageType } from "./envelope.js";
 import { KovaNoRespondersError, subjectTimeout } from "./errors.js";
@@ -70,18 +71,20 @@ export const DEFAULT_RPC_TIMEOUT_MS = 10_000;
  */
 export function serveRpc(ctx: BusContext, agentId: string, handler: RpcHandler, opts: ServeRpcOptions = {}): RpcService {
   const subject = ctx.subjects.rpc(agentId);
-  const log = ctx.log.child({ agentId, rpc: subject });
+  // Made on the first error: a node serves one of these per hosted actor, most never log.
+  let logger: Logger | undefined;
+  const log = () => (logger ??= ctx.log.child({ agentId, rpc: subject }));
   // A counter, not a set of promises: this is the hot path (docs/benchmarks.md).
   let inflight = 0;
   let idle: (() => void) | undefined;
   const settled = () => {
     if (--inflight === 0) idle?.();
   };
-  const failed = (e: unknown) => log.error({ err: e }, "rpc reply failed");
+  const failed = (e: unknown) => log().error({ err: e }, "rpc reply failed");
   const sub: Subscription = ctx.nc.subscribe(subject, {
     callback: (err, msg) => {
       if (err) {
-        log.error({ err }, "rpc subscription failed");
+        log().error({ err }, "rpc subscription failed");
         return;
       }
       // Checked before the handler runs: a reply subject this node may not write to is dropped.

@@ -16,8 +16,6 @@ import { WatchGapChecker } from "./kv-watch-gaps.js";
 export interface MirrorEntry<T> {
   value: T;
   revision: number;
-  /** Server time the entry was written. */
-  created: Date;
 }
 
 export type MirrorListener<T> = (key: string, entry: MirrorEntry<T> | undefined) => void;
@@ -478,7 +476,7 @@ export class KvMirror<T> {
       if (this.map.delete(e.key)) this.emit(e.key, undefined);
       return;
     }
-    const entry: MirrorEntry<T> = { value, revision: e.revision, created: e.created };
+    const entry: MirrorEntry<T> = { value, revision: e.revision };
     this.map.set(e.key, entry);
     this.emit(e.key, entry);
   }
@@ -538,7 +536,7 @@ export class KvMirror<T> {
     this.expect(revision, markTime());
     const previous = this.map.get(key);
     if (previous && previous.revision >= revision) return;
-    const entry = { value, revision, created: new Date() };
+    const entry = { value, revision };
     this.map.set(key, entry);
     this.emit(key, entry);
   }
@@ -549,6 +547,10 @@ export class KvMirror<T> {
 
   entries(): IterableIterator<[string, MirrorEntry<T>]> {
     return this.map.entries();
+  }
+
+  values(): IterableIterator<MirrorEntry<T>> {
+    return this.map.values();
   }
 
   get size(): number {

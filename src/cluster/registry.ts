@@ -80,6 +80,11 @@ export class AgentRegistry {
     return [...this.mirror.entries()].map(([, e]) => e.value);
   }
 
+  /** Calls `fn` with every record the mirror holds, without copying them into a list (a placement pass visits them all). */
+  forEach(fn: (record: AgentRecord) => void): void {
+    for (const e of this.mirror.values()) fn(e.value);
+  }
+
   ids(): string[] {
     return [...this.mirror.entries()].map(([id]) => id);
   }
@@ -204,7 +209,7 @@ export class AgentRegistry {
       let current = this.mirror.get(id);
       if (n > 0 || !current) {
         const e = await this.kv.get(id);
-        current = e && e.operation === "PUT" ? { value: readAgentRecord(id, e.json<unknown>()), revision: e.revision, created: e.created } : undefined;
+        current = e && e.operation === "PUT" ? { value: readAgentRecord(id, e.json<unknown>()), revision: e.revision } : undefined;
       }
       if (!current) return null;
       try {

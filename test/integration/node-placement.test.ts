@@ -48,6 +48,15 @@ class RecordingHost implements HostPort {
   hosted(): string[] {
     return [...this.actors];
   }
+  hosts(id: string): boolean {
+    return this.actors.has(id);
+  }
+  /** Placement asks once per reconcile pass: counts the passes. */
+  passes = 0;
+  hostedCount(): number {
+    this.passes++;
+    return this.actors.size;
+  }
 }
 
 interface TestNode {
@@ -87,6 +96,24 @@ function hostedOnce(nodes: TestNode[], ids: string[]): boolean {
 }
 
 describe("placement over live nodes", () => {
+  it("placement - a burst of registrations is placed in few passes: the registry and lease changes that arrive together share one (each pass visits every actor)", async () => {
+    const cluster = `p${randomUUID().slice(0, 8)}`;
+    const n1 = await startNode(cluster, "n1", new Map(), []);
+    let changes = 0;
+    const offs = [n1.registry.onChange(() => void changes++), n1.leases.onChange(() => void changes++)];
+    const ids = Array.from({ length: 300 }, (_, i) => `b${i}`);
+    const before = n1.host.passes;
+    await Promise.all(ids.map((id) => n1.registry.declare({ id, type: "counter" })));
+    await poll(() => hostedOnce([n1], ids), { timeoutMs: 10_000, what: "all 300 hosted" });
+    await n1.placement.idle();
+    for (const off of offs) off();
+    const passes = n1.host.passes - before;
+    // Each registration and each lease it takes is a change, and each change asks for a pass;
+    // the changes that arrive together share one.
+    expect(changes).toBeGreaterThanOrEqual(600);
+    expect(passes).toBeLessThan(changes / 10);
+  });
+
   it("placement - hosts each actor exactly once, spread over nodes, and takes over a dead node's actors", async () => {
     const cluster = `p${randomUUID().slice(0, 8)}`;
     const running = new Map<string, string>();

@@ -14,7 +14,21 @@ export interface HostPort {
   start(actorId: string, type: string, record: AgentRecord, opts: { takeover: boolean }): Promise<void>;
   /** Stops taking messages, waits for (or checkpoints) the in-flight turn, closes. */
   stop(actorId: string, reason: string): Promise<void>;
-  hosted(): string[];
+  /** The ids hosted here (starting, running or leaving). */
+  hosted(): Iterable<string>;
+  hosts(actorId: string): boolean;
+  hostedCount(): number;
+}
+
+/** What one reconcile pass decides with. */
+interface Pass {
+  live: string[];
+  ranked: boolean;
+  healthy: boolean;
+  signature: string;
+  cap: number;
+  load: number;
+  capped: number;
 }
 
 export interface PlacementOptions {
@@ -50,13 +64,13 @@ export class PlacementController {
   private startsRunning = 0;
   /** type/desired per actor as last seen, to ignore registry writes that are state only. */
   private readonly seen = new Map<string, string>();
-  /** Actors hosted here as of the last pass (plus starts since): filters lease events. */
-  private hostedSnapshot = new Set<string>();
   private readonly owners = new Map<string, { type: string; owner: string | undefined }>();
   private ownerSignature = "";
   private timer: NodeJS.Timeout | undefined;
+  /** The last pass scheduled, until it has run. */
   private running: Promise<void> | undefined;
-  private again = false;
+  /** A pass is scheduled and has not started yet. */
+  private pending = false;
   private stopped = false;
   private readonly unsubscribe: Array<() => void> = [];
   private readonly log: Logger;
@@ -86,8 +100,9 @@ export class PlacementController {
       }),
       this.opts.leases.onChange((id, e) => {
         // A lease freed by its holder is the signal that an actor is ready to move here;
-        // a lease of an actor hosted here that names someone else means it was lost.
-        if (!e || e.value.node === null || this.hostedSnapshot.has(id) || this.opts.leases.holds(id)) kick();
+        // a lease of an actor hosted here (or being started or stopped) that names someone
+        // else means it was lost.
+        if (!e || e.value.node === null || this.opts.host.hosts(id) || this.busy.has(id) || this.opts.leases.holds(id)) kick();
       }),
       // Passes are skipped while a view is stale (below): catch up as soon as it is current.
       this.opts.leases.onHealth(kickWhenHealthy),
@@ -122,22 +137,25 @@ export class PlacementController {
     return owner;
   }
 
-  /** Schedules a reconcile pass; passes never overlap, a request during one runs another after it. */
+  /**
+   * Schedules a reconcile pass, after the I/O callbacks at hand: the KV changes that arrive
+   * together (a burst of spawns: each one's registry entry and lease) share one pass instead
+   * of a pass over every actor each, which made a burst O(actors²). A request while a pass
+   * waits to start is that pass's; passes never overlap.
+   */
   kick(): void {
-    if (this.stopped) return;
-    if (this.running) {
-      this.again = true;
-      return;
-    }
-    this.running = this.reconcile()
+    if (this.stopped || this.pending) return;
+    this.pending = true;
+    const pass: Promise<void> = new Promise<void>((resolve) => setImmediate(resolve))
+      .then(() => {
+        this.pending = false;
+        if (!this.stopped) return this.reconcile();
+      })
       .catch((err: unknown) => this.log.error({ err }, "reconcile failed; retrying on the next tick"))
       .finally(() => {
-        this.running = undefined;
-        if (this.again) {
-          this.again = false;
-          this.kick();
-        }
+        if (this.running === pass) this.running = undefined;
       });
+    this.running = pass;
   }
 
   /**
@@ -211,69 +229,83 @@ export class PlacementController {
     // Rank only nodes that place actors: a node still recovering its WAL is alive (its
     // leases hold) but must not be handed actors it would leave unserved for a while.
     const live = membership.readyNodes();
-    const ranked = live.includes(nodeId);
-    const healthy = membership.selfHealthy();
-    const hosted = new Set(host.hosted());
-    this.hostedSnapshot = new Set(hosted);
-    // Node records carry their types; a type list change shows in the signature too.
-    const signature = live.map((n) => `${n}:${membership.record(n)?.types?.join("+") ?? "*"}`).join(",");
-    const stop = (id: string, job: () => Promise<void>) => this.schedule(id, "stop", job);
-    const start = (id: string, job: () => Promise<void>) => this.schedule(id, "start", job);
-
-    // Starts already queued count against the cap too, so one pass cannot overshoot it.
-    const cap = this.opts.maxActors ?? Number.POSITIVE_INFINITY;
-    let load = hosted.size + this.startQueue.length + this.startsRunning;
-    let capped = 0;
-    const startNew = (id: string, job: () => Promise<void>) => {
-      if (load >= cap) {
-        capped++;
-        return;
-      }
-      load++;
-      start(id, job);
+    const hosted = host.hostedCount();
+    const pass: Pass = {
+      live,
+      ranked: live.includes(nodeId),
+      healthy: membership.selfHealthy(),
+      // Node records carry their types; a type list change shows in the signature too.
+      signature: live.map((n) => `${n}:${membership.record(n)?.types?.join("+") ?? "*"}`).join(","),
+      cap: this.opts.maxActors ?? Number.POSITIVE_INFINITY,
+      // Starts already queued count against the cap too, so one pass cannot overshoot it.
+      load: hosted + this.startQueue.length + this.startsRunning,
+      capped: 0,
     };
-
-    for (const record of registry.list()) {
-      const id = record.id;
-      if (this.busy.has(id)) continue;
-      const lease = leases.get(id)?.value;
-      const mine = leases.holds(id);
-      const owner = this.ownerFor(id, record.type, live, signature);
-
-      if (hosted.has(id) && !mine) {
-        stop(id, () => this.drop(id, "lease-lost"));
-        continue;
-      }
-      if (record.desired === "killed") {
-        if (hosted.has(id) || mine) stop(id, () => this.giveUp(id, "killed"));
-        continue;
-      }
-      if (mine) {
-        // Not while this node is still starting (not ranked yet): it would hand the actors
-        // it just recovered to a peer, only to take them back once it is up.
-        if (owner !== nodeId && owner !== undefined && healthy && ranked) stop(id, () => this.giveUp(id, `rebalance to ${owner}`));
-        else if (!hosted.has(id)) startNew(id, () => this.take(record));
-        continue;
-      }
-      if (!healthy) continue;
-      if (lease?.node === nodeId) {
-        // Left by this node's previous life (a restart): reclaim it if it is still ours by
-        // hashing, else free it so that its owner does not wait for staleness.
-        if (owner === nodeId) startNew(id, () => this.take(record));
-        else stop(id, () => this.freeOld(id));
-        continue;
-      }
-      if (owner === nodeId && (lease === undefined || this.mayTake(lease))) startNew(id, () => this.take(record));
-    }
-    if (capped > 0) {
+    // Every record, visited in place and decided without allocating: a pass runs on every
+    // registry and lease change, so what a pass allocated per record (a copy of the registry,
+    // the host's list, closures) was most of what a burst of spawns allocated (O(actors²)).
+    registry.forEach((record) => {
+      this.decide(record, pass);
+    });
+    if (pass.capped > 0) {
       this.log.warn(
-        { hosted: hosted.size, waiting: capped, max: cap },
+        { hosted, waiting: pass.capped, max: pass.cap },
         "max_actors_per_node reached: actors this node owns stay unplaced (their messages wait in their mailboxes); add a node or raise [cluster] max_actors_per_node",
       );
-      this.opts.onCapped?.({ hosted: hosted.size, waiting: capped, max: cap });
+      this.opts.onCapped?.({ hosted, waiting: pass.capped, max: pass.cap });
     }
     // Leases this process holds for actors that left the registry (deleted).
-    for (const id of hosted) if (!registry.get(id) && !this.busy.has(id)) stop(id, () => this.giveUp(id, "deregistered"));
+    for (const id of host.hosted()) if (!registry.get(id) && !this.busy.has(id)) this.stopJob(id, "giveUp", "deregistered");
+  }
+
+  /** What a pass decides for one registered actor: nothing, or one start or stop job. */
+  private decide(record: AgentRecord, pass: Pass): void {
+    const { leases, host, nodeId } = this.opts;
+    const id = record.id;
+    if (this.busy.has(id)) return;
+    const lease = leases.get(id)?.value;
+    const mine = leases.holds(id);
+    const owner = this.ownerFor(id, record.type, pass.live, pass.signature);
+    const hosted = host.hosts(id);
+
+    if (hosted && !mine) {
+      this.stopJob(id, "drop", "lease-lost");
+      return;
+    }
+    if (record.desired === "killed") {
+      if (hosted || mine) this.stopJob(id, "giveUp", "killed");
+      return;
+    }
+    if (mine) {
+      // Not while this node is still starting (not ranked yet): it would hand the actors
+      // it just recovered to a peer, only to take them back once it is up.
+      if (owner !== nodeId && owner !== undefined && pass.healthy && pass.ranked) this.stopJob(id, "giveUp", `rebalance to ${owner}`);
+      else if (!hosted) this.startJob(record, pass);
+      return;
+    }
+    if (!pass.healthy) return;
+    if (lease?.node === nodeId) {
+      // Left by this node's previous life (a restart): reclaim it if it is still ours by
+      // hashing, else free it so that its owner does not wait for staleness.
+      if (owner === nodeId) this.startJob(record, pass);
+      else this.stopJob(id, "freeOld", "restart");
+      return;
+    }
+    if (owner === nodeId && (lease === undefined || this.mayTake(lease))) this.startJob(record, pass);
+  }
+
+  /** Queues taking an actor, unless this node is at its cap. */
+  private startJob(record: AgentRecord, pass: Pass): void {
+    if (pass.load >= pass.cap) {
+      pass.capped++;
+      return;
+    }
+    pass.load++;
+    this.schedule(record.id, "start", () => this.take(record));
+  }
+
+  private stopJob(id: string, kind: "drop" | "giveUp" | "freeOld", reason: string): void {
+    this.schedule(id, "stop", () => (kind === "drop" ? this.drop(id, reason) : kind === "giveUp" ? this.giveUp(id, reason) : this.freeOld(id)));
   }
 
   private mayTake(lease: LeaseRecord): boolean {
@@ -303,7 +335,6 @@ export class PlacementController {
       if (!won) return;
       this.opts.onPlacement?.({ actorId: record.id, action: "acquired", reason: before?.node ? `takeover from ${before.node}` : "placement" });
     }
-    this.hostedSnapshot.add(record.id);
     try {
       await this.opts.host.start(record.id, record.type, record, { takeover });
     } catch (err) {
@@ -313,13 +344,8 @@ export class PlacementController {
     }
   }
 
-  /**
-   * @param hosted what the host held when the caller looked (a pass, releaseAll): asking
-   * the host per actor lists every hosted actor each time, and a shutdown that gives up
-   * 5,000 instances then held the event loop for seconds (docs/benchmarks.md).
-   */
-  private async giveUp(id: string, reason: string, hosted?: ReadonlySet<string>): Promise<void> {
-    if (hosted ? hosted.has(id) : this.opts.host.hosted().includes(id)) await this.opts.host.stop(id, reason);
+  private async giveUp(id: string, reason: string): Promise<void> {
+    if (this.opts.host.hosts(id)) await this.opts.host.stop(id, reason);
     if (await this.opts.leases.release(id, reason)) {
       this.opts.onPlacement?.({ actorId: id, action: "released", reason });
     }
@@ -345,9 +371,8 @@ export class PlacementController {
 
   /** Gives up every hosted actor (graceful shutdown): drain, checkpoint, release. */
   async releaseAll(reason: string): Promise<void> {
-    const hosted = new Set(this.opts.host.hosted());
-    const ids = new Set(hosted);
+    const ids = new Set(this.opts.host.hosted());
     for (const [id] of this.opts.leases.entries()) if (this.opts.leases.holds(id)) ids.add(id);
-    await Promise.all([...ids].map((id) => this.guard(id, () => this.giveUp(id, reason, hosted))));
+    await Promise.all([...ids].map((id) => this.guard(id, () => this.giveUp(id, reason))));
   }
 }

@@ -30,7 +30,9 @@ export function placementHostPort(d: HostPortDeps): HostPort {
       if (record.desired === "paused") await host.signal(id, "pause");
     },
     stop: (id, reason) => host.stop(id, { reason, drainTimeoutMs: d.config.drainTimeoutMs }),
-    hosted: () => host.list().map((s) => s.id),
+    hosted: () => host.ids(),
+    hosts: (id) => host.hosts(id),
+    hostedCount: () => host.size,
   };
 }
 
