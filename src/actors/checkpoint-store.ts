@@ -1,13 +1,8 @@
-import type { JetStreamClient } from "@nats-io/jetstream";
-import type { KV } from "@nats-io/kv";
-import { headers as natsHeaders } from "@nats-io/transport-node";
-import type { A2AEnvelope, Bus } from "../bus/index.js";
-import { openOrCreateBucket } from "../bus/kv-buckets.js";
+import { KvStore, type A2AEnvelope, type Bus, type KvConnection } from "../bus/index.js";
 import type { WireError } from "../core/errors.js";
 import { CheckpointConflictError } from "./errors.js";
 import { crashPoint } from "./crash-points.js";
-import { checkFormatVersion } from "../core/format-version.js";
-import { isWrongLastSequence } from "../bus/nats-errors.js";
+import { checkFormatVersion, recordFormat } from "../core/format-version.js";
 import { CorruptProcessedIdsError, packedTail, packIds, unpackIds } from "./processed-ids.js";
 
 /**
@@ -178,7 +173,11 @@ export function readWindow(what: string, value: unknown): StoredWindow {
 
 /** A stored window as NATS KV stores it: JSON, its ids packed in base64. */
 export function windowJson(revision: number, ids: readonly string[]): string {
-  return JSON.stringify({ v: WINDOW_VERSION, revision, ids: packIds(ids).toString("base64") });
+  return JSON.stringify(natsWindow(revision, ids));
+}
+
+function natsWindow(revision: number, ids: readonly string[]): { v: number; revision: number; ids: string } {
+  return { v: WINDOW_VERSION, revision, ids: packIds(ids).toString("base64") };
 }
 
 /** A stored window as the WAL's side table keeps it: its ids packed as bytes. */
@@ -214,7 +213,11 @@ function stored(cp: Checkpoint, pack: (ids: Buffer) => unknown): StoredCheckpoin
 
 /** A checkpoint as NATS KV stores it: JSON, with the processed ids (or a split one's recent ids) packed in base64. */
 export function checkpointJson(cp: Checkpoint): string {
-  return JSON.stringify(stored(cp, (ids) => ids.toString("base64")));
+  return JSON.stringify(natsCheckpoint(cp));
+}
+
+function natsCheckpoint(cp: Checkpoint): StoredCheckpoint {
+  return stored(cp, (ids) => ids.toString("base64"));
 }
 
 /** A checkpoint as the WAL's side table keeps it (msgpack): the processed ids (or a split one's recent ids) packed as bytes. */
@@ -232,24 +235,30 @@ export interface CheckpointStore {
 }
 
 export interface NatsCheckpointStoreOptions {
-  js: JetStreamClient;
+  js: KvConnection;
   cluster: string;
   /** Bucket replicas: the number of servers in a clustered NATS (default 1). */
   replicas?: number;
-  /**
-   * The bus of the connection: a node's saves (one per turn) then go through its request
-   * mux (Bus.publishToStream) instead of `kv.update`, which builds an Error per call.
-   */
+  /** The bus of the connection: a node's saves (one per turn) then go through its request mux (KvStoreOptions.bus). */
   bus?: Pick<Bus, "publishToStream">;
 }
 
-/** How long a checkpoint save waits for JetStream's ack (nats.js's default for KV writes). */
-const SAVE_TIMEOUT_MS = 5_000;
-
-const enc = new TextEncoder();
-
 /** How often a load reads a checkpoint again when its stored window is newer than it (a writer went on meanwhile). */
 const LOAD_TRIES = 3;
+
+/** The key of an actor's stored window (format v4): an actor id has no dot. */
+const WINDOW_SUFFIX = ".ids";
+
+/**
+ * The bucket's records as stored: a checkpoint under the actor's id, a window under
+ * `<actorId>.ids`; their readers (readCheckpoint, readWindow) check each kind's versions.
+ */
+const STORED_FORMAT = recordFormat<unknown>({
+  describe: (key) =>
+    key.endsWith(WINDOW_SUFFIX) ? `processed-ids window of actor ${key.slice(0, -WINDOW_SUFFIX.length)} in NATS KV` : `checkpoint of actor ${key} in NATS KV`,
+  version: CHECKPOINT_VERSION,
+  readable: [...new Set([...CHECKPOINT_READABLE, ...WINDOW_READABLE])],
+});
 
 /**
  * Checkpoints in NATS KV `kova_<cluster>_checkpoints`, one key per actor id, JSON so that
@@ -263,19 +272,11 @@ export class NatsCheckpointStore implements CheckpointStore {
   /** KV revision of each actor's stored window, as this store last read or wrote it. */
   readonly #windowRevisions = new Map<string, number>();
 
-  private constructor(
-    readonly kv: KV,
-    private readonly bucket: string,
-    private readonly bus: Pick<Bus, "publishToStream"> | undefined,
-  ) {}
-
-  static bucketName(cluster: string): string {
-    return `kova_${cluster}_checkpoints`;
-  }
+  private constructor(readonly store: KvStore<unknown>) {}
 
   /** The key of an actor's stored window (format v4). */
   static windowKey(actorId: string): string {
-    return `${actorId}.ids`;
+    return `${actorId}${WINDOW_SUFFIX}`;
   }
 
   /**
@@ -283,34 +284,27 @@ export class NatsCheckpointStore implements CheckpointStore {
    * @throws JetStream errors when JetStream is unavailable or the bucket exists with other settings
    */
   static async open(opts: NatsCheckpointStoreOptions): Promise<NatsCheckpointStore> {
-    const bucket = NatsCheckpointStore.bucketName(opts.cluster);
-    const kv = await openOrCreateBucket(opts.js, bucket, {
-      history: 1,
-      replicas: opts.replicas ?? 1,
-    });
-    return new NatsCheckpointStore(kv, bucket, opts.bus);
+    return new NatsCheckpointStore(await KvStore.open(opts.js, opts.cluster, "checkpoints", STORED_FORMAT, { replicas: opts.replicas, bus: opts.bus }));
   }
 
   async load(actorId: string): Promise<Checkpoint | undefined> {
     for (let attempt = 1; ; attempt++) {
-      const entry = await this.kv.get(actorId);
-      if (entry === null || entry.operation !== "PUT") {
-        if (entry === null) this.#revisions.delete(actorId);
-        else this.#revisions.set(actorId, entry.revision);
+      const entry = await this.store.get(actorId);
+      if (!entry) {
+        this.#revisions.delete(actorId);
         return undefined;
       }
-      const raw = entry.json<StoredCheckpoint>();
+      const raw = entry.value as StoredCheckpoint;
       let window: StoredWindow | undefined;
       if (isSplit(raw)) {
-        const w = await this.kv.get(NatsCheckpointStore.windowKey(actorId));
-        if (w?.operation === "PUT") {
-          window = readWindow(`processed-ids window of actor ${actorId} in NATS KV`, w.json<unknown>());
+        const w = await this.store.get(NatsCheckpointStore.windowKey(actorId));
+        if (w) {
+          window = readWindow(`processed-ids window of actor ${actorId} in NATS KV`, w.value);
           // Written after the checkpoint was read, by a host whose turns went on meanwhile
           // (it has not noticed losing the actor yet): read both again.
           if (window.revision > (raw.revision ?? 0) && attempt < LOAD_TRIES) continue;
-        }
-        if (w) this.#windowRevisions.set(actorId, w.revision);
-        else this.#windowRevisions.delete(actorId);
+          this.#windowRevisions.set(actorId, w.revision);
+        } else this.#windowRevisions.delete(actorId);
       }
       this.#revisions.set(actorId, entry.revision);
       return readCheckpoint(`checkpoint of actor ${actorId} in NATS KV`, raw, window);
@@ -323,26 +317,14 @@ export class NatsCheckpointStore implements CheckpointStore {
       await this.#saveWindow(actorId, cp.split.base, cp.split.ids);
       crashPoint("after-window", actorId);
     }
-    const data = enc.encode(checkpointJson(cp));
     const known = this.#revisions.get(actorId);
-    try {
-      const rev = known === undefined ? await this.kv.create(actorId, data) : await this.#update(actorId, data, known);
-      this.#revisions.set(actorId, rev);
-    } catch (err) {
-      if (isWrongLastSequence(err)) {
-        this.#revisions.delete(actorId);
-        throw new CheckpointConflictError(actorId, err);
-      }
-      throw err;
+    const value = natsCheckpoint(cp);
+    const rev = known === undefined ? await this.store.create(actorId, value) : await this.store.update(actorId, value, known);
+    if (rev === undefined) {
+      this.#revisions.delete(actorId);
+      throw new CheckpointConflictError(actorId, new Error(`the checkpoint moved past revision ${known ?? "none"} this node knew`));
     }
-  }
-
-  /** `kv.update(actorId, data, known)`: a publish to the key's subject expecting `known` as its last revision. */
-  async #update(actorId: string, data: Uint8Array, known: number): Promise<number> {
-    if (!this.bus) return this.kv.update(actorId, data, known);
-    const h = natsHeaders();
-    h.set("Nats-Expected-Last-Subject-Sequence", String(known));
-    return (await this.bus.publishToStream(`$KV.${this.bucket}.${actorId}`, data, { headers: h, timeoutMs: SAVE_TIMEOUT_MS })).seq;
+    this.#revisions.set(actorId, rev);
   }
 
   /**
@@ -355,26 +337,25 @@ export class NatsCheckpointStore implements CheckpointStore {
    */
   async #saveWindow(actorId: string, revision: number, ids: readonly string[]): Promise<void> {
     const key = NatsCheckpointStore.windowKey(actorId);
-    const data = enc.encode(windowJson(revision, ids));
-    try {
-      let known = this.#windowRevisions.get(actorId);
-      if (known === undefined) {
-        const e = await this.kv.get(key);
-        if (e?.operation === "PUT" && readWindow(`processed-ids window of actor ${actorId} in NATS KV`, e.json<unknown>()).revision > revision) {
-          throw new CheckpointConflictError(actorId, new Error(`a window newer than revision ${revision} is stored`));
-        }
-        known = e?.revision;
-      }
-      const rev = known === undefined ? await this.kv.create(key, data) : await this.kv.update(key, data, known);
-      this.#windowRevisions.set(actorId, rev);
-    } catch (err) {
-      if (err instanceof CheckpointConflictError || isWrongLastSequence(err)) {
-        this.#windowRevisions.delete(actorId);
-        this.#revisions.delete(actorId);
-        throw err instanceof CheckpointConflictError ? err : new CheckpointConflictError(actorId, err);
-      }
-      throw err;
+    let known = this.#windowRevisions.get(actorId);
+    let conflict: string | undefined;
+    if (known === undefined) {
+      const e = await this.store.get(key);
+      if (e && readWindow(`processed-ids window of actor ${actorId} in NATS KV`, e.value).revision > revision)
+        conflict = `a window newer than revision ${revision} is stored`;
+      known = e?.revision;
     }
+    const rev = conflict
+      ? undefined
+      : known === undefined
+        ? await this.store.create(key, natsWindow(revision, ids))
+        : await this.store.update(key, natsWindow(revision, ids), known);
+    if (rev === undefined) {
+      this.#windowRevisions.delete(actorId);
+      this.#revisions.delete(actorId);
+      throw new CheckpointConflictError(actorId, new Error(conflict ?? `the stored window moved past revision ${known ?? "none"} this node knew`));
+    }
+    this.#windowRevisions.set(actorId, rev);
   }
 
   forget(actorId: string): void {
@@ -384,8 +365,8 @@ export class NatsCheckpointStore implements CheckpointStore {
 
   /** Removes an actor's checkpoint and its stored window (a deleted actor). */
   async delete(actorId: string): Promise<void> {
-    await this.kv.delete(actorId);
-    await this.kv.delete(NatsCheckpointStore.windowKey(actorId));
+    await this.store.delete(actorId);
+    await this.store.delete(NatsCheckpointStore.windowKey(actorId));
     this.forget(actorId);
   }
 }

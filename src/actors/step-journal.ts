@@ -1,5 +1,3 @@
-import type { PubAck, StoredMsg } from "@nats-io/jetstream";
-import { headers as natsHeaders } from "@nats-io/transport-node";
 import { sleep } from "../core/clock.js";
 import { checkFormatVersion, UnsupportedFormatError } from "../core/format-version.js";
 import { newId } from "../core/ids.js";
@@ -285,20 +283,17 @@ export class ActorJournal {
     return p;
   }
 
-  async #publish(data: Uint8Array, rollup: boolean): Promise<PubAck> {
+  async #publish(data: Uint8Array, rollup: boolean): Promise<{ seq: number }> {
     const expected = this.#last;
-    const h = natsHeaders();
     // A retry of an append whose ack was lost is a duplicate (same id), not a second entry;
     // an id per append, never per (actor, sequence): a deposed host's append must not pass
     // for the new host's.
-    h.set("Nats-Msg-Id", newId());
-    h.set("Nats-Expected-Last-Subject-Sequence", String(expected));
-    if (rollup) h.set("Nats-Rollup", "sub");
+    const fence = { msgId: newId(), expectLastSubjectSequence: expected, rollup, timeoutMs: ATTEMPT_TIMEOUT_MS };
     const copy = data.slice();
     const started = performance.now();
     for (let attempt = 1; ; attempt++) {
       try {
-        return await this.bus.publishToStream(this.#subject, copy, { headers: h, timeoutMs: ATTEMPT_TIMEOUT_MS });
+        return await this.bus.publishToStream(this.#subject, copy, fence);
       } catch (err) {
         if (isWrongLastSequence(err)) throw new JournalFencedError(this.actorId, expected, err);
         if (!isTransientNatsError(err) || performance.now() - started > this.timeoutMs) throw new JournalUnavailableError(this.actorId, "written", err);
@@ -342,7 +337,7 @@ export class ActorJournal {
     return open;
   }
 
-  async #get(query: { seq: number } | { last_by_subj: string }): Promise<StoredMsg | null> {
+  async #get(query: { seq: number } | { last_by_subj: string }): Promise<StoredMessage | null> {
     try {
       return await this.bus.jsm.streams.getMessage(this.#stream, query);
     } catch (err) {
@@ -351,9 +346,15 @@ export class ActorJournal {
     }
   }
 
-  #decode(m: StoredMsg): JournalEntry {
+  #decode(m: StoredMessage): JournalEntry {
     return readJournalEntry(this.actorId, m.seq, m.data);
   }
+}
+
+/** A message of the journal stream as read back. */
+interface StoredMessage {
+  seq: number;
+  data: Uint8Array;
 }
 
 /** Folds one entry into the open turn it belongs to (entries of other turns are skipped). */

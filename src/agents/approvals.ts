@@ -1,11 +1,8 @@
-import type { JetStreamClient } from "@nats-io/jetstream";
-import type { KV, KvEntry } from "@nats-io/kv";
-import { openOrCreateBucket } from "../bus/kv-buckets.js";
-import { readKvEntries } from "../bus/kv-keys.js";
+import { KvStore, type KvConnection } from "../bus/index.js";
 import { ArgumentError, classifyErrorCodes, defineErrorCodes, KovaError } from "../core/errors.js";
-import { checkFormatVersion } from "../core/format-version.js";
+import { recordFormat } from "../core/format-version.js";
 import { assertId } from "../core/ids.js";
-import { isWrongLastSequence } from "../bus/nats-errors.js";
+import { silentLogger } from "../core/logger.js";
 
 /**
  * Human approval of tool calls (docs/tools.md, "Approval"). A call that needs approval is
@@ -26,9 +23,6 @@ export const ApprovalErrorCode = defineErrorCodes("agents", {
 classifyErrorCodes({ [ApprovalErrorCode.APPROVAL_NOT_FOUND]: "not_found" });
 
 export type ApprovalStatus = "pending" | "approved" | "rejected";
-
-/** Format versions of a stored approval this build reads. */
-const APPROVAL_READABLE: readonly number[] = [1];
 
 /** One approval, as stored (JSON, format version `v`). */
 export interface ApprovalRecord {
@@ -63,7 +57,6 @@ export interface ApprovalDecision {
 export const MAX_APPROVAL_TIMEOUT_MS = 7 * 86_400_000;
 export const DEFAULT_APPROVAL_TIMEOUT_MS = 3_600_000;
 
-const enc = new TextEncoder();
 const BY_MAX = 128;
 const COMMENT_MAX = 2_000;
 /** Models' call ids are short (`call_` and 24 characters from OpenAI); this only bounds a hostile one. */
@@ -157,17 +150,18 @@ export interface ApprovalStore {
   waitForDecision(runId: string, approvalId: string, signal: AbortSignal): Promise<ApprovalRecord>;
 }
 
+/** An approval under its key `<runId>.<approvalId>`; one a newer Kova wrote is refused (deciding it here could drop what that version added). */
+export const APPROVAL_FORMAT = recordFormat<ApprovalRecord>({
+  describe: (key) => `approval ${key.slice(key.indexOf(".") + 1)} of run ${key.slice(0, key.indexOf("."))}`,
+  version: 1,
+  readable: [1],
+});
+
 export class NatsApprovalStore implements ApprovalStore {
   private constructor(
-    readonly kv: KV,
-    private readonly js: JetStreamClient,
-    private readonly bucket: string,
+    readonly store: KvStore<ApprovalRecord>,
     private readonly recheckMs: number,
   ) {}
-
-  static bucketName(cluster: string): string {
-    return `kova_${cluster}_approvals`;
-  }
 
   /**
    * Opens (creating) the bucket. Records are kept twice the longest timeout, for audit and
@@ -176,59 +170,47 @@ export class NatsApprovalStore implements ApprovalStore {
    *   an update across a reconnect; default 5 s)
    * @throws JetStream errors when JetStream is unavailable
    */
-  static async open(opts: { js: JetStreamClient; cluster: string; replicas?: number; recheckMs?: number }): Promise<NatsApprovalStore> {
-    const bucket = NatsApprovalStore.bucketName(opts.cluster);
-    const kv = await openOrCreateBucket(opts.js, bucket, {
-      history: 1,
-      replicas: opts.replicas ?? 1,
-      ttl: 2 * MAX_APPROVAL_TIMEOUT_MS,
-    });
-    return new NatsApprovalStore(kv, opts.js, bucket, opts.recheckMs ?? 5_000);
+  static async open(opts: { js: KvConnection; cluster: string; replicas?: number; recheckMs?: number }): Promise<NatsApprovalStore> {
+    const store = await KvStore.open(opts.js, opts.cluster, "approvals", APPROVAL_FORMAT, { replicas: opts.replicas, ttlMs: 2 * MAX_APPROVAL_TIMEOUT_MS });
+    return new NatsApprovalStore(store, opts.recheckMs ?? 5_000);
   }
 
   async request(record: ApprovalRecord): Promise<ApprovalRecord> {
-    const key = keyOf(record.runId, record.approvalId);
-    try {
-      await this.kv.create(key, enc.encode(JSON.stringify(record)));
-      return record;
-    } catch (err) {
-      // Written before a crash (the step runs again): keep that record and its deadline.
-      if (!isWrongLastSequence(err)) throw err;
-      const existing = await this.get(record.runId, record.approvalId);
-      if (!existing) throw err;
-      return existing;
-    }
+    // Written before a crash (the step runs again): keep that record and its deadline.
+    const out = await this.store.change(keyOf(record.runId, record.approvalId), (cur) => (cur ? undefined : record));
+    return out?.value ?? record;
   }
 
   async get(runId: string, approvalId: string): Promise<ApprovalRecord | undefined> {
-    return (await this.#entry(runId, approvalId))?.record;
+    return (await this.store.get(keyOf(runId, approvalId)))?.value;
   }
 
   async decide(runId: string, approvalId: string, decision: ApprovalDecision): Promise<{ record: ApprovalRecord; changed: boolean }> {
     const status: ApprovalStatus = decision.approved ? "approved" : "rejected";
-    for (;;) {
-      const cur = await this.#entry(runId, approvalId);
+    let changed = false;
+    const out = await this.store.change(keyOf(runId, approvalId), (cur) => {
       if (!cur) throw new ApprovalNotFoundError(runId, approvalId);
-      if (cur.record.status !== "pending") {
-        if (cur.record.status === status && !cur.record.timedOut) return { record: cur.record, changed: false };
-        throw new ApprovalAlreadyDecidedError(cur.record);
+      changed = cur.value.status === "pending";
+      if (!changed) {
+        if (cur.value.status === status && !cur.value.timedOut) return undefined;
+        throw new ApprovalAlreadyDecidedError(cur.value);
       }
-      const next: ApprovalRecord = {
-        ...cur.record,
+      return {
+        ...cur.value,
         status,
         decidedAt: Date.now(),
         ...(decision.by !== undefined ? { by: decision.by } : {}),
         ...(decision.comment !== undefined ? { comment: decision.comment } : {}),
       };
-      if (await this.#swap(runId, approvalId, next, cur.revision)) return { record: next, changed: true };
-    }
+    });
+    return { record: out!.value, changed };
   }
 
   async approvalIdOf(runId: string, target: ApprovalTarget): Promise<string> {
     if ("approvalId" in target) return target.approvalId;
     // A run asks few approvals: its keys (`<runId>.*`) are read in one listing.
-    const entries = await readKvEntries(this.js, this.bucket, { filter: `${runId}.*`, timeoutMs: 10_000 });
-    const asked = [...entries.values()].map(parse).filter((r) => r.callId === target.callId);
+    const entries = await this.store.entries({ filter: `${runId}.*`, timeoutMs: 10_000 });
+    const asked = [...entries.values()].map((e) => e.value).filter((r) => r.callId === target.callId);
     const pick = asked.find((r) => r.status === "pending") ?? asked.sort((a, b) => b.requestedAt - a.requestedAt)[0];
     if (!pick) throw new ApprovalNotFoundError(runId, target.callId, "callId");
     return pick.approvalId;
@@ -236,13 +218,14 @@ export class NatsApprovalStore implements ApprovalStore {
 
   async waitForDecision(runId: string, approvalId: string, signal: AbortSignal): Promise<ApprovalRecord> {
     signal.throwIfAborted();
-    const watch = await this.kv.watch({ key: keyOf(runId, approvalId) });
+    let settle: (r: ApprovalRecord | undefined) => void = () => undefined;
+    const watch = await this.store.follow(keyOf(runId, approvalId), { onPut: (_key, r) => settle(r) }, silentLogger());
     let timer: NodeJS.Timeout | undefined;
     let recheck: NodeJS.Timeout | undefined;
     let onAbort: (() => void) | undefined;
     try {
       return await new Promise<ApprovalRecord>((resolve, reject) => {
-        const settle = (r: ApprovalRecord | undefined) => {
+        settle = (r) => {
           if (r && r.status !== "pending") resolve(r);
         };
         onAbort = () => reject(signal.reason);
@@ -253,9 +236,6 @@ export class NatsApprovalStore implements ApprovalStore {
         const check = () => this.get(runId, approvalId).then(settle, reject);
         recheck = setInterval(check, this.recheckMs);
         recheck.unref();
-        void (async () => {
-          for await (const e of watch) if (e.operation === "PUT") settle(parse(e));
-        })().catch(reject);
         void (async () => {
           const first = await this.get(runId, approvalId);
           if (!first) throw new ApprovalNotFoundError(runId, approvalId);
@@ -275,49 +255,14 @@ export class NatsApprovalStore implements ApprovalStore {
   }
 
   async #expire(runId: string, approvalId: string): Promise<ApprovalRecord> {
-    for (;;) {
-      const cur = await this.#entry(runId, approvalId);
+    const out = await this.store.change(keyOf(runId, approvalId), (cur) => {
       if (!cur) throw new ApprovalNotFoundError(runId, approvalId);
-      if (cur.record.status !== "pending") return cur.record;
-      const next: ApprovalRecord = { ...cur.record, status: "rejected", decidedAt: Date.now(), timedOut: true };
-      if (await this.#swap(runId, approvalId, next, cur.revision)) return next;
-    }
-  }
-
-  async #entry(runId: string, approvalId: string): Promise<{ record: ApprovalRecord; revision: number } | undefined> {
-    const e = await this.kv.get(keyOf(runId, approvalId));
-    if (e === null || e.operation !== "PUT") return undefined;
-    return { record: parse(e), revision: e.revision };
-  }
-
-  /** Compare-and-set; false when another writer changed the key first. */
-  async #swap(runId: string, approvalId: string, next: ApprovalRecord, revision: number): Promise<boolean> {
-    try {
-      await this.kv.update(keyOf(runId, approvalId), enc.encode(JSON.stringify(next)), revision);
-      return true;
-    } catch (err) {
-      if (isWrongLastSequence(err)) return false;
-      throw err;
-    }
+      return cur.value.status !== "pending" ? undefined : { ...cur.value, status: "rejected", decidedAt: Date.now(), timedOut: true };
+    });
+    return out!.value;
   }
 }
 
 function keyOf(runId: string, approvalId: string): string {
   return `${runId}.${approvalId}`;
-}
-
-function parse(e: KvEntry): ApprovalRecord {
-  return readApprovalRecord(e.key, e.json<unknown>());
-}
-
-/**
- * A stored approval as this build reads it.
- * @param key its KV key, `<runId>.<approvalId>`
- * @throws UnsupportedFormatError for an approval a newer Kova wrote (deciding it here could
- *   drop what that version added)
- */
-export function readApprovalRecord(key: string, value: unknown): ApprovalRecord {
-  const dot = key.indexOf(".");
-  checkFormatVersion(`approval ${key.slice(dot + 1)} of run ${key.slice(0, dot)}`, (value as { v?: unknown } | null)?.v, APPROVAL_READABLE);
-  return value as ApprovalRecord;
 }

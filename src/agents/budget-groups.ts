@@ -1,8 +1,5 @@
-import type { JetStreamClient } from "@nats-io/jetstream";
-import type { KV } from "@nats-io/kv";
-import { openOrCreateBucket } from "../bus/kv-buckets.js";
-import { checkFormatVersion } from "../core/format-version.js";
-import { isWrongLastSequence } from "../bus/nats-errors.js";
+import { bucketName, KvStore, type KvConnection } from "../bus/index.js";
+import { recordFormat } from "../core/format-version.js";
 import { BudgetChargeInvalidError, BudgetLedgerCorruptError } from "./budget-errors.js";
 import { isUsageAmount } from "./usage.js";
 
@@ -23,31 +20,44 @@ export interface GroupLedger {
   charge(key: string, tokens: number): Promise<number>;
 }
 
-const enc = new TextEncoder();
-const dec = new TextDecoder();
-
 /** Format version of a group's stored total (totals written before versioning have no `v`: version 1). */
 export const GROUP_TOTAL_VERSION = 1;
-const READABLE: readonly number[] = [1];
+
+/** A group's total as stored: `{ v, used, ts }`. */
+interface GroupTotal {
+  used: number;
+  /** Epoch ms of the last charge. */
+  ts: number;
+}
+
+/** Charges that lose their compare-and-set to other nodes' charges of the group, before one gives up (KV_CONFLICT). */
+const CHARGE_ATTEMPTS = 50;
 
 /**
- * The total a group's stored value holds. Anything but a finite number >= 0 is corrupt,
- * never read as 0; a value a newer Kova wrote is refused, so no charge overwrites it.
+ * A group's total in `bucket`. Anything but a finite number >= 0 is corrupt, never read as 0;
+ * a value a newer Kova wrote is refused, so no charge overwrites it.
+ */
+function groupTotalFormat(bucket: string) {
+  return recordFormat<GroupTotal>({
+    describe: (key) => `budget group ${key} in ${bucket}`,
+    version: GROUP_TOTAL_VERSION,
+    readable: [1],
+    read: (key, value) => {
+      const used = (value as { used?: unknown } | null)?.used;
+      if (typeof value !== "object" || value === null || !isUsageAmount(used))
+        throw new BudgetLedgerCorruptError(bucket, key, JSON.stringify(value).slice(0, 200));
+      return value as GroupTotal;
+    },
+  });
+}
+
+/**
+ * The total a group's stored value holds.
  * @param bucket named in errors, so an operator can fix a key by hand
  * @throws BudgetLedgerCorruptError; UnsupportedFormatError for a newer format
  */
-export function readGroupTotal(bucket: string, key: string, value: Uint8Array): number {
-  const text = dec.decode(value);
-  let stored: { v?: unknown; used?: unknown } | null | undefined;
-  try {
-    stored = JSON.parse(text) as typeof stored;
-  } catch {
-    stored = undefined;
-  }
-  if (typeof stored !== "object" || stored === null) throw new BudgetLedgerCorruptError(bucket, key, text.slice(0, 200));
-  checkFormatVersion(`budget group ${key} in ${bucket}`, stored.v, READABLE);
-  if (!isUsageAmount(stored.used)) throw new BudgetLedgerCorruptError(bucket, key, text.slice(0, 200));
-  return stored.used;
+export function readGroupTotal(bucket: string, key: string, value: unknown): number {
+  return groupTotalFormat(bucket).decode(key, value).used;
 }
 
 /**
@@ -57,47 +67,26 @@ export function readGroupTotal(bucket: string, key: string, value: Uint8Array): 
  * nodes add to one total and none of their charges is lost.
  */
 export class NatsGroupLedger implements GroupLedger {
-  private constructor(
-    readonly kv: KV,
-    /** Named in errors so an operator can fix a key by hand. */
-    private readonly bucket: string,
-  ) {}
-
-  static bucketName(cluster: string): string {
-    return `kova_${cluster}_agent_budgets`;
-  }
+  private constructor(readonly store: KvStore<GroupTotal>) {}
 
   /** @throws JetStream errors when JetStream is unavailable */
-  static async open(opts: { js: JetStreamClient; cluster: string; replicas?: number }): Promise<NatsGroupLedger> {
-    const bucket = NatsGroupLedger.bucketName(opts.cluster);
-    const kv = await openOrCreateBucket(opts.js, bucket, { history: 1, replicas: opts.replicas ?? 1 });
-    return new NatsGroupLedger(kv, bucket);
+  static async open(opts: { js: KvConnection; cluster: string; replicas?: number }): Promise<NatsGroupLedger> {
+    const bucket = bucketName(opts.cluster, "agentBudgets");
+    const store = await KvStore.open(opts.js, opts.cluster, "agentBudgets", groupTotalFormat(bucket), {
+      replicas: opts.replicas,
+      unreadable: (key, text) => new BudgetLedgerCorruptError(bucket, key, text.slice(0, 200)),
+    });
+    return new NatsGroupLedger(store);
   }
 
   async used(key: string): Promise<number> {
-    const e = await this.kv.get(key);
-    return e === null || e.operation !== "PUT" ? 0 : this.storedTotal(key, e.value);
+    return (await this.store.get(key))?.value.used ?? 0;
   }
 
   async charge(key: string, tokens: number): Promise<number> {
     if (!isUsageAmount(tokens)) throw new BudgetChargeInvalidError(key, tokens);
-    for (;;) {
-      const e = await this.kv.get(key);
-      const exists = e !== null && e.operation === "PUT";
-      const used = (exists ? this.storedTotal(key, e.value) : 0) + tokens;
-      const data = enc.encode(JSON.stringify({ v: GROUP_TOTAL_VERSION, used, ts: Date.now() }));
-      try {
-        if (e === null) await this.kv.create(key, data);
-        else await this.kv.update(key, data, e.revision);
-        return used;
-      } catch (err) {
-        // Another node charged the group between our read and write: read again.
-        if (!isWrongLastSequence(err)) throw err;
-      }
-    }
-  }
-
-  private storedTotal(key: string, value: Uint8Array): number {
-    return readGroupTotal(this.bucket, key, value);
+    // Another node charging the group between our read and write makes us read again.
+    const out = await this.store.change(key, (cur) => ({ used: (cur?.value.used ?? 0) + tokens, ts: Date.now() }), { attempts: CHARGE_ATTEMPTS });
+    return out!.value.used;
   }
 }

@@ -1,5 +1,3 @@
-import type { ConsumerMessages } from "@nats-io/jetstream";
-import type { Subscription } from "@nats-io/transport-node";
 import { componentLogger, silentLogger, type Logger } from "../core/logger.js";
 import { DEFAULT_CODEC_LIMITS, decodeEnvelope, newInbox, type Bus, type KovaEvent, type StoredEventsReader } from "../bus/index.js";
 import { isRunStatus, readUsage, reportedError, RunEventType, type ResultNotifyPayload, type RunStatus, type RunUsage } from "./run-protocol.js";
@@ -64,7 +62,7 @@ export class RunWatcher implements AsyncDisposable {
   readonly #waiters = new Set<Waiter>();
   readonly #listeners = new Set<(o: RunOutcome) => void>();
   readonly #log: Logger;
-  #sub: Subscription | undefined;
+  #sub: { unsubscribe(): void } | undefined;
   #events: StoredEventsReader | undefined;
   #closed = false;
   #markCaughtUp!: () => void;
@@ -171,7 +169,7 @@ export class RunWatcher implements AsyncDisposable {
     return this.close();
   }
 
-  async #readEvents(messages: ConsumerMessages): Promise<void> {
+  async #readEvents(messages: StoredEventsReader["messages"]): Promise<void> {
     try {
       for await (const m of messages) {
         try {

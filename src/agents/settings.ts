@@ -1,7 +1,5 @@
-import type { JetStreamClient } from "@nats-io/jetstream";
-import type { KV } from "@nats-io/kv";
-import { openOrCreateBucket } from "../bus/kv-buckets.js";
-import { checkFormatVersion } from "../core/format-version.js";
+import { KvStore, type KvConnection } from "../bus/index.js";
+import { recordFormat } from "../core/format-version.js";
 
 /** Run-time settings of an agent that outlive its host: the model it was switched to. */
 export interface AgentSettings {
@@ -18,20 +16,17 @@ export interface SettingsStore {
 
 /** Format version of stored settings (values written before versioning have no `v`: version 1). */
 export const SETTINGS_VERSION = 1;
-const READABLE: readonly number[] = [1];
 
-/**
- * An agent's stored settings as this build reads them.
- * @throws UnsupportedFormatError for settings a newer Kova wrote (running the agent on the
- *   model it was not switched to would be worse than refusing)
- */
-export function readAgentSettings(agentId: string, value: unknown): AgentSettings {
-  const stored = value as (AgentSettings & { v?: number }) | null;
-  checkFormatVersion(`settings of agent ${agentId}`, stored?.v, READABLE);
-  return stored?.model === undefined ? {} : { model: stored.model };
-}
-
-const enc = new TextEncoder();
+/** Settings a newer Kova wrote are refused: running the agent on a model it was not switched to would be worse. */
+export const SETTINGS_FORMAT = recordFormat<AgentSettings>({
+  describe: (agentId) => `settings of agent ${agentId}`,
+  version: SETTINGS_VERSION,
+  readable: [1],
+  read: (_agentId, value) => {
+    const model = (value as AgentSettings | null)?.model;
+    return model === undefined ? {} : { model };
+  },
+});
 
 /**
  * Settings in NATS KV `kova_<cluster>_agent_settings`, key = agent id, JSON. A model
@@ -39,28 +34,18 @@ const enc = new TextEncoder();
  * keeps using the model it was switched to.
  */
 export class NatsSettingsStore implements SettingsStore {
-  private constructor(readonly kv: KV) {}
-
-  static bucketName(cluster: string): string {
-    return `kova_${cluster}_agent_settings`;
-  }
+  private constructor(readonly store: KvStore<AgentSettings>) {}
 
   /** @throws JetStream errors when JetStream is unavailable */
-  static async open(opts: { js: JetStreamClient; cluster: string; replicas?: number }): Promise<NatsSettingsStore> {
-    return new NatsSettingsStore(await openOrCreateBucket(opts.js, NatsSettingsStore.bucketName(opts.cluster), { history: 1, replicas: opts.replicas ?? 1 }));
+  static async open(opts: { js: KvConnection; cluster: string; replicas?: number }): Promise<NatsSettingsStore> {
+    return new NatsSettingsStore(await KvStore.open(opts.js, opts.cluster, "agentSettings", SETTINGS_FORMAT, { replicas: opts.replicas }));
   }
 
   async get(agentId: string): Promise<AgentSettings> {
-    const e = await this.kv.get(agentId);
-    return e === null || e.operation !== "PUT" ? {} : readAgentSettings(agentId, e.json<unknown>());
+    return (await this.store.get(agentId))?.value ?? {};
   }
 
   async set(agentId: string, settings: AgentSettings): Promise<void> {
-    await this.put(agentId, settings);
-  }
-
-  /** `set`, resolving with the entry's revision (a watched copy notes the write under it). */
-  put(agentId: string, settings: AgentSettings): Promise<number> {
-    return this.kv.put(agentId, enc.encode(JSON.stringify({ v: SETTINGS_VERSION, ...settings })));
+    await this.store.put(agentId, settings);
   }
 }

@@ -1,5 +1,5 @@
 import { jetstream, jetstreamManager, type JetStreamClient, type JetStreamManager, type PubAck } from "@nats-io/jetstream";
-import type { MsgHdrs, NatsConnection } from "@nats-io/transport-node";
+import { headers as natsHeaders, type MsgHdrs, type NatsConnection } from "@nats-io/transport-node";
 import { assertId, newId } from "../core/ids.js";
 import { componentLogger, silentLogger, type Logger } from "../core/logger.js";
 import { publishToStream } from "./acked-publish.js";
@@ -175,10 +175,22 @@ export class Bus {
    * `js.publish` does, without the Error it builds for every call; it fails the same way
    * (nats.js TimeoutError / NoRespondersError, JetStreamApiError with the API code).
    * For hot writes: the node's compare-and-set writes (step journal, checkpoints), the gateway's task saves.
+   * @param opts.msgId `Nats-Msg-Id` (a retry within the duplicate window is stored once)
+   * @param opts.expectLastSubjectSequence `Nats-Expected-Last-Subject-Sequence`: a compare-and-set on the subject
+   * @param opts.rollup `Nats-Rollup: sub`: the subject is purged down to this message
    */
-  publishToStream(subject: string, data: Uint8Array, opts: { headers?: MsgHdrs; timeoutMs: number }): Promise<PubAck> {
+  publishToStream(
+    subject: string,
+    data: Uint8Array,
+    opts: { timeoutMs: number; msgId?: string; expectLastSubjectSequence?: number; rollup?: boolean },
+  ): Promise<PubAck> {
     this.open("publishToStream");
-    return publishToStream(this.ctx, subject, data, opts.headers, opts.timeoutMs);
+    let h: MsgHdrs | undefined;
+    const set = (name: string, value: string) => (h ??= natsHeaders()).set(name, value);
+    if (opts.msgId !== undefined) set("Nats-Msg-Id", opts.msgId);
+    if (opts.expectLastSubjectSequence !== undefined) set("Nats-Expected-Last-Subject-Sequence", String(opts.expectLastSubjectSequence));
+    if (opts.rollup) set("Nats-Rollup", "sub");
+    return publishToStream(this.ctx, subject, data, h, opts.timeoutMs);
   }
 
   /**

@@ -58,6 +58,18 @@ export async function connectNats(opts: ConnectionOptions): Promise<NatsConnecti
   return nc;
 }
 
+/** Connects briefly: "jetstream" when a NATS server with JetStream answers, "no-jetstream", or "none". */
+export async function probeNats(url: string, timeoutMs: number): Promise<"jetstream" | "no-jetstream" | "none"> {
+  try {
+    const nc = await connect({ servers: url, timeout: timeoutMs, reconnect: false, name: "kova-probe" });
+    const js = nc.info?.jetstream === true;
+    await nc.close();
+    return js ? "jetstream" : "no-jetstream";
+  } catch {
+    return "none";
+  }
+}
+
 /**
  * The error for a first connection that failed: NATS_AUTH_FAILED when the server refused
  * the credentials, else NatsUnreachableError. `shown` is the redacted server list.

@@ -26,6 +26,10 @@ export const BusErrorCode = defineErrorCodes("bus", {
   PERMISSION_DENIED: "PERMISSION_DENIED",
   UNKNOWN_AGENT: "UNKNOWN_AGENT",
   BUCKET_NOT_FOUND: "BUCKET_NOT_FOUND",
+  /** A KV record kept changing under a compare-and-set update (every try lost; retryable). */
+  KV_CONFLICT: "KV_CONFLICT",
+  /** A KV value is not JSON: written by hand or damaged. */
+  KV_RECORD_CORRUPT: "KV_RECORD_CORRUPT",
 });
 classifyErrorCodes({
   [BusErrorCode.INVALID_ENVELOPE]: "bad_input",

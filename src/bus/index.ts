@@ -23,9 +23,14 @@ export {
   type CodecLimits,
   type Encoding,
 } from "./codec.js";
-export { subjectsFor, type Subjects } from "./subjects.js";
-export { AGENT_RECORD_READABLE, AGENT_RECORD_VERSION, readAgentRecord, type AgentRecord } from "./registry-record.js";
+export { KV_BUCKETS, bucketName, subjectsFor, type KvBucket, type Subjects } from "./subjects.js";
+export { AGENT_RECORD_FORMAT, AGENT_RECORD_VERSION, type AgentRecord } from "./registry-record.js";
+export { KvStore, openOrCreateBucket, type KvConnection, type KvStoreOptions, type StoredRecord } from "./kv-store.js";
+export { SubjectCapture, type JetStreamAccess } from "./subject-capture.js";
 export { redactUrl, redactUrls, securityOptions, type NatsSecurity } from "./nats-security.js";
+export { connectNats, probeNats } from "./connection.js";
+/** The NATS connection as other layers hold it (they import no NATS package themselves). */
+export type { NatsConnection } from "@nats-io/transport-node";
 export { DEFAULT_INBOX_PREFIX, replyToProblem } from "./reply-subject.js";
 export { kovaStreamConfigs, type StreamOptions } from "./streams.js";
 export type { SendOptions } from "./send.js";
@@ -56,7 +61,6 @@ export {
   StreamConflictError,
   UnknownMessageTypeError,
 } from "./errors.js";
-export { openOrCreateBucket } from "./kv-buckets.js";
 export { DEFAULT_KV_LIST_TIMEOUT_MS, listKvKeys, readKvEntries, type KvListOptions } from "./kv-keys.js";
 export {
   JsApiCode,

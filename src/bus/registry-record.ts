@@ -1,10 +1,10 @@
-import { formatReader } from "../core/format-version.js";
+import { recordFormat } from "../core/format-version.js";
 
 /**
  * A value of the agents registry, KV `kova_<cluster>_agents` (docs/protocol.md): actor id →
  * where it runs, its lifecycle state and capabilities. Nodes write it (src/cluster/registry.ts);
  * anyone who reads the bucket — the CLI, a swarm's directory, the gateway — reads it through
- * `readAgentRecord`, so a record a newer Kova wrote is refused by everyone, not misread by some.
+ * `AGENT_RECORD_FORMAT`, so a record a newer Kova wrote is refused by everyone, not misread by some.
  */
 export interface AgentRecord {
   /** Format version (AGENT_RECORD_VERSION). */
@@ -27,11 +27,10 @@ export interface AgentRecord {
 }
 
 export const AGENT_RECORD_VERSION = 1;
-/** Registry record versions this build reads. */
-export const AGENT_RECORD_READABLE: readonly number[] = [1];
 
-/**
- * A registry value as stored, checked for its format version.
- * @throws UnsupportedFormatError for a record a newer Kova wrote
- */
-export const readAgentRecord = formatReader<AgentRecord>((id) => `registry record of agent ${id}`, AGENT_RECORD_READABLE);
+/** Every reader of the registry reads its values through this: a record a newer Kova wrote is refused by all, misread by none. */
+export const AGENT_RECORD_FORMAT = recordFormat<AgentRecord>({
+  describe: (id) => `registry record of agent ${id}`,
+  version: AGENT_RECORD_VERSION,
+  readable: [1],
+});

@@ -31,8 +31,10 @@ export interface Subjects {
   /** An actor's step journal, read by the node that takes the actor over: `kova.<c>.journal.<actorId>`. */
   journal(actorId: string): string;
   readonly journalWildcard: string;
-  readonly streams: { readonly a2a: string; readonly events: string; readonly dlq: string; readonly journal: string };
-  readonly kv: { readonly agents: string; readonly nodes: string };
+  /** The streams: Kova's four, and `waits`, which holds the subjects workflow runs wait on while a wait exists. */
+  readonly streams: { readonly a2a: string; readonly events: string; readonly dlq: string; readonly journal: string; readonly waits: string };
+  /** Every KV bucket, `kova_<c>_<name>` (KV_BUCKETS). */
+  readonly kv: { readonly [B in KvBucket]: string };
   /** The durable consumer name of an agent's mailbox. */
   consumer(agentId: string): string;
   /**
@@ -42,6 +44,34 @@ export interface Subjects {
   readonly activate: string;
 }
 
+/** Kova's KV buckets by role, each `kova_<cluster>_<name>` (docs/architecture.md, "KV buckets"). */
+export const KV_BUCKETS = {
+  agents: "agents",
+  nodes: "nodes",
+  leases: "leases",
+  checkpoints: "checkpoints",
+  schedules: "schedules",
+  approvals: "approvals",
+  agentMemory: "agent_memory",
+  agentSettings: "agent_settings",
+  agentBudgets: "agent_budgets",
+  workflowTimers: "workflow_timers",
+  workflowWaits: "workflow_waits",
+  gatewayKeys: "gateway_keys",
+  gatewayTasks: "gateway_tasks",
+  evals: "evals",
+} as const;
+export type KvBucket = keyof typeof KV_BUCKETS;
+
+/**
+ * The name of one of a cluster's buckets. Bucket names keep the cluster's case, because
+ * `nats kv` users type them.
+ * @throws InvalidIdError for a cluster name that is not a token of `[A-Za-z0-9_-]`
+ */
+export function bucketName(cluster: string, bucket: KvBucket): string {
+  return `kova_${assertId("cluster name", cluster)}_${KV_BUCKETS[bucket]}`;
+}
+
 /**
  * @throws InvalidIdError when `cluster` (or, later, an agent id) is not a token of
  *   `[A-Za-z0-9_-]`: a dot would add a subject level, `*`/`>` are wildcards.
@@ -49,10 +79,15 @@ export interface Subjects {
 export function subjectsFor(cluster: string): Subjects {
   assertId("cluster name", cluster);
   const prefix = `kova.${cluster}`;
-  // Stream names are upper case by convention (KOVA_DEFAULT_A2A); KV bucket names
-  // keep the cluster's case because `nats kv` users type them.
+  // Stream names are upper case by convention (KOVA_DEFAULT_A2A).
   const upper = cluster.toUpperCase();
-  const streams = { a2a: `KOVA_${upper}_A2A`, events: `KOVA_${upper}_EVENTS`, dlq: `KOVA_${upper}_DLQ`, journal: `KOVA_${upper}_JOURNAL` };
+  const streams = {
+    a2a: `KOVA_${upper}_A2A`,
+    events: `KOVA_${upper}_EVENTS`,
+    dlq: `KOVA_${upper}_DLQ`,
+    journal: `KOVA_${upper}_JOURNAL`,
+    waits: `KOVA_${upper}_WAITS`,
+  };
   return {
     prefix,
     a2a: (agentId) => `${prefix}.a2a.${assertId("agent id", agentId)}`,
@@ -69,7 +104,7 @@ export function subjectsFor(cluster: string): Subjects {
     journal: (actorId) => `${prefix}.journal.${assertId("actor id", actorId)}`,
     journalWildcard: `${prefix}.journal.*`,
     streams,
-    kv: { agents: `kova_${cluster}_agents`, nodes: `kova_${cluster}_nodes` },
+    kv: Object.fromEntries(Object.keys(KV_BUCKETS).map((b) => [b, bucketName(cluster, b as KvBucket)])) as Subjects["kv"],
     consumer: (agentId) => `agent_${assertId("agent id", agentId)}`,
     activate: `${prefix}.control.activate`,
   };

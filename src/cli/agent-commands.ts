@@ -5,7 +5,7 @@ import type { KovaClient, KovaEvent } from "../bus/index.js";
 import { askAgent } from "../agents/index.js";
 import { forProfile, inProfile, isEventProfile, type EventProfile } from "../agents/events.js";
 import type { AgentInfo, AgentResult } from "../agents/index.js";
-import { agentsBucket, readAgentRecord } from "../cluster/index.js";
+import { readRegistry } from "../cluster/index.js";
 import { print, table } from "./output.js";
 
 /**
@@ -159,16 +159,7 @@ export function registerUsage(
 }
 
 async function agentIds(client: KovaClient): Promise<string[]> {
-  const { readKvEntries } = await import("../bus/kv-keys.js");
-  let entries: Awaited<ReturnType<typeof readKvEntries>>;
-  try {
-    entries = await readKvEntries(client.bus.nc, agentsBucket(client.bus.cluster));
-  } catch (err) {
-    if (!isKovaError(err, BusErrorCode.BUCKET_NOT_FOUND)) throw err;
-    throw new KovaError(ErrorCode.REMOTE_ERROR, `cannot read the agent registry of cluster ${client.bus.cluster}: is a node running?`, { cause: err });
-  }
-  return [...entries.values()]
-    .map((e) => readAgentRecord(e.key, e.json<unknown>()))
+  return (await readRegistry(client.bus.nc, client.bus.cluster))
     .filter((r) => r.desired !== "killed")
     .map((r) => r.id)
     .sort();

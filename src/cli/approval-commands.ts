@@ -1,8 +1,7 @@
 import type { Command } from "commander";
-import type { NatsConnection } from "@nats-io/transport-node";
 import { KovaError, isKovaError } from "../core/errors.js";
 import { isValidId } from "../core/ids.js";
-import { BusErrorCode } from "../bus/index.js";
+import { BusErrorCode, type NatsConnection } from "../bus/index.js";
 import { APPROVAL_ID_FORM, ApprovalErrorCode } from "../agents/approvals.js";
 import { approveSubject, controlRequest, type ApproveReply } from "../cluster/index.js";
 import { WorkflowErrorCode } from "../workflow/index.js";

@@ -1,30 +1,23 @@
 import type { Command } from "commander";
-import { connect, type NatsConnection } from "@nats-io/transport-node";
-import { Kvm, type KvEntry } from "@nats-io/kv";
 import { ArgumentError, ErrorCode, KovaError, isKovaError } from "../core/errors.js";
 import { isValidId } from "../core/ids.js";
+import { silentLogger } from "../core/logger.js";
 import { resolveTarget, targetOptions, type TargetOpts } from "./target.js";
-import { credentialsFromUrls, redactUrls, securityOptions } from "../bus/nats-security.js";
-import { connectError } from "../bus/connection.js";
+import { BusErrorCode, connectNats, redactUrls, type NatsConnection } from "../bus/index.js";
 import {
   controlRequest,
   nodeSubject,
+  readAgent,
+  readNodes,
+  readRegistry,
   spawnSubject,
+  type AgentRecord,
   type AgentStatusView,
   type NodeStatusView,
   type SignalReply,
   type SpawnReply,
-  nodesBucket,
-  readNodeRecord,
-  agentsBucket,
-  readAgentRecord,
-  type AgentRecord,
-  ClusterErrorCode,
 } from "../cluster/index.js";
-import { ActorErrorCode } from "../actors/errors.js";
-import { BusErrorCode, typedNatsError } from "../bus/errors.js";
-import { isStreamNotFound } from "../bus/nats-errors.js";
-import { readKvEntries } from "../bus/kv-keys.js";
+import { ActorErrorCode } from "../actors/index.js";
 import { print, table } from "./output.js";
 
 type ClusterOpts = TargetOpts;
@@ -40,7 +33,7 @@ export function register(program: Command): void {
   const nodes = program.command("nodes").description("cluster nodes");
   common(nodes.command("ls").description("list nodes with their heartbeat and actor count")).action((o: ClusterOpts) =>
     withCluster(o, async (nc, cluster) => {
-      const records = await readBucket(nc, nodesBucket(cluster), cluster, readNodeRecord);
+      const records = await readNodes(nc, cluster);
       const now = Date.now();
       const rows = records.map((r) => ({ ...r, silentMs: now - r.heartbeatAt }));
       if (o.json) return print(rows);
@@ -63,11 +56,11 @@ export function register(program: Command): void {
   common(agents.command("ls").description("list actors: type, hosting node, state").option("--node <id>", "only actors on this node")).action(
     (o: ClusterOpts & { node?: string }) =>
       withCluster(o, async (nc, cluster) => {
-        let records = await readBucket(nc, agentsBucket(cluster), cluster, readAgentRecord);
+        let records = await readRegistry(nc, cluster);
         if (o.node) records = records.filter((r) => r.node === o.node);
         if (o.json) return print(records);
         // A registry entry keeps naming a node that died until the takeover rewrites it.
-        const nodeRecords = await readBucket(nc, nodesBucket(cluster), cluster, readNodeRecord).catch(() => []);
+        const nodeRecords = await readNodes(nc, cluster).catch(() => []);
         const alive = new Set(nodeRecords.filter((n) => n.state !== "leaving" && Date.now() - n.heartbeatAt < 15_000).map((n) => n.id));
         const where = (r: AgentRecord) => (r.node === null ? "-" : alive.has(r.node) ? r.node : `${r.node} (not responding)`);
         table(
@@ -79,8 +72,8 @@ export function register(program: Command): void {
 
   common(program.command("status").description("cluster summary and each live node's status")).action((o: ClusterOpts) =>
     withCluster(o, async (nc, cluster) => {
-      const nodeRecords = await readBucket(nc, nodesBucket(cluster), cluster, readNodeRecord);
-      const agentRecords = await readBucket(nc, agentsBucket(cluster), cluster, readAgentRecord).catch(() => []);
+      const nodeRecords = await readNodes(nc, cluster);
+      const agentRecords = await readRegistry(nc, cluster).catch(() => []);
       const statuses: Array<NodeStatusView | { nodeId: string; error: string }> = await Promise.all(
         nodeRecords
           .filter((r) => r.state === "up")
@@ -207,15 +200,13 @@ export function register(program: Command): void {
 }
 
 export async function withCluster(o: TargetOpts, fn: (nc: NatsConnection, cluster: string) => Promise<void>): Promise<void> {
-  const { urls, cluster, security: given } = await resolveTarget(o);
-  // NATS_URL may carry user info; nats.js would not use it, so it moves into the options.
-  const { servers, security } = credentialsFromUrls(urls.split(","), given);
+  const { urls, cluster, security } = await resolveTarget(o);
   let nc: NatsConnection;
   try {
-    nc = await connect({ servers, timeout: 3000, name: "kova-cli", ...securityOptions(security) });
+    // NATS_URL may carry user info; connectNats moves it into the options.
+    nc = await connectNats({ servers: urls, name: "kova-cli", connectTimeoutMs: 3000, security, logger: silentLogger() });
   } catch (err) {
-    const refused = connectError(err, redactUrls(urls.split(",")).join(","));
-    if (refused.code === BusErrorCode.NATS_AUTH_FAILED) throw refused;
+    if (isKovaError(err, BusErrorCode.NATS_AUTH_FAILED)) throw err;
     throw new KovaError(
       BusErrorCode.NATS_UNREACHABLE,
       `NATS unreachable at ${redactUrls(urls.split(",")).join(",")}: start the cluster's nats-server, or pass --server / set NATS_URL (and credentials: --creds, --user, see kova --help)`,
@@ -227,48 +218,4 @@ export async function withCluster(o: TargetOpts, fn: (nc: NatsConnection, cluste
   } finally {
     await nc.close();
   }
-}
-
-/**
- * An agent's registry record, read from the server (one key, as an operator may).
- * @returns undefined when the cluster has no such agent
- * @throws KovaError UNKNOWN_CLUSTER when the registry bucket does not exist; PERMISSION_DENIED
- *   or TIMEOUT (typedNatsError) for any other failure; UnsupportedFormatError for a newer record
- */
-export async function readAgent(nc: NatsConnection, cluster: string, id: string): Promise<AgentRecord | undefined> {
-  const bucket = agentsBucket(cluster);
-  // Kvm.open binds without asking the server, so a missing bucket shows up at the get.
-  const kv = await new Kvm(nc).open(bucket);
-  let entry: KvEntry | null;
-  try {
-    entry = await kv.get(id);
-  } catch (err) {
-    if (isStreamNotFound(err)) throw unknownCluster(bucket, cluster, err);
-    throw typedNatsError(err, `reading agent ${id} from KV bucket ${bucket}`);
-  }
-  return entry?.operation === "PUT" ? readAgentRecord(id, entry.json<unknown>()) : undefined;
-}
-
-function unknownCluster(bucket: string, cluster: string, cause: unknown): KovaError {
-  return new KovaError(
-    ClusterErrorCode.UNKNOWN_CLUSTER,
-    `no cluster "${cluster}" here (bucket ${bucket} missing): start a node with kova node start, or pass --cluster`,
-    { cause, data: { cluster, bucket } },
-  );
-}
-
-/**
- * Every live value of a bucket (a one-shot read needs no watch), each read by `decode`
- * (readNodeRecord, readAgentRecord: a record a newer Kova wrote is refused, not misread).
- */
-export async function readBucket<T>(nc: NatsConnection, bucket: string, cluster: string, decode: (key: string, value: unknown) => T): Promise<T[]> {
-  let entries: Awaited<ReturnType<typeof readKvEntries>>;
-  try {
-    entries = await readKvEntries(nc, bucket);
-  } catch (err) {
-    if (isKovaError(err, BusErrorCode.BUCKET_NOT_FOUND)) throw unknownCluster(bucket, cluster, err);
-    throw typedNatsError(err, `reading KV bucket ${bucket}`);
-  }
-  const out = [...entries.values()].map((e) => decode(e.key, e.json<unknown>()));
-  return out.sort((a, b) => String((a as { id?: string }).id).localeCompare(String((b as { id?: string }).id)));
 }

@@ -1,9 +1,8 @@
 import type { Command } from "commander";
-import type { NatsConnection } from "@nats-io/transport-node";
 import { KovaError } from "../core/errors.js";
-import { BusErrorCode } from "../bus/errors.js";
-import { controlRequest, nodeSubject, type ToolsReply, type ToolView, nodesBucket, readNodeRecord } from "../cluster/index.js";
-import { readAgent, readBucket, withCluster } from "./cluster-commands.js";
+import { BusErrorCode, type NatsConnection } from "../bus/index.js";
+import { controlRequest, nodeSubject, readAgent, readNodes, type ToolsReply, type ToolView } from "../cluster/index.js";
+import { withCluster } from "./cluster-commands.js";
 import { print, table } from "./output.js";
 import { targetOptions, type TargetOpts } from "./target.js";
 
@@ -47,7 +46,7 @@ async function pickNode(nc: NatsConnection, cluster: string, agent: string | und
     if (record.node) return record.node;
   }
   const now = Date.now();
-  const live = (await readBucket(nc, nodesBucket(cluster), cluster, readNodeRecord)).filter((n) => n.state === "up" && now - n.heartbeatAt < 15_000);
+  const live = (await readNodes(nc, cluster)).filter((n) => n.state === "up" && now - n.heartbeatAt < 15_000);
   if (live.length === 0) throw new KovaError(BusErrorCode.NO_RESPONDERS, `no live node in cluster ${cluster}: start one with kova node start`);
   return live[0]!.id;
 }

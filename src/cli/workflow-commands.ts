@@ -2,9 +2,8 @@ import type { Command } from "commander";
 import { ArgumentError, KovaError } from "../core/errors.js";
 import { isValidId } from "../core/ids.js";
 import { type KovaClient, isNoResponders, type KovaEvent } from "../bus/index.js";
-import { readKvEntries } from "../bus/kv-keys.js";
 import { NatsCheckpointStore } from "../actors/index.js";
-import { controlRequest, spawnSubject, type SpawnReply, agentsBucket, readAgentRecord, type AgentRecord } from "../cluster/index.js";
+import { controlRequest, spawnSubject, type SpawnReply, readRegistry } from "../cluster/index.js";
 import {
   assertRunId,
   checkInput,
@@ -257,11 +256,7 @@ export function register(program: Command): void {
     .option("--json", "print JSON")
     .action((o: TargetOpts) =>
       withClient(o, async (client) => {
-        const records: AgentRecord[] = [];
-        for (const [id, e] of await readKvEntries(client.bus.nc, agentsBucket(client.bus.cluster))) {
-          const r = readAgentRecord(id, e.json<unknown>());
-          if (r.type === WORKFLOW_ACTOR_TYPE) records.push(r);
-        }
+        const records = (await readRegistry(client.bus.nc, client.bus.cluster)).filter((r) => r.type === WORKFLOW_ACTOR_TYPE);
         const store = await NatsCheckpointStore.open({ js: client.bus.js, cluster: client.bus.cluster });
         const runs = await Promise.all(
           records.map(async (r) => {

@@ -1,7 +1,7 @@
 import type { NatsConnection } from "@nats-io/transport-node";
 import { jetstream, jetstreamManager, type JetStreamManager } from "@nats-io/jetstream";
 import { Kvm, type KV, type KvEntry } from "@nats-io/kv";
-import { openOrCreateBucket } from "../bus/kv-buckets.js";
+import { KvStore } from "../bus/index.js";
 import { backoffMs, elapsedSince, markTime, sleep, type TimeMark } from "../core/clock.js";
 import { KovaTimeoutError } from "../core/errors.js";
 import type { Logger } from "../core/logger.js";
@@ -19,14 +19,6 @@ export interface MirrorEntry<T> {
 }
 
 export type MirrorListener<T> = (key: string, entry: MirrorEntry<T> | undefined) => void;
-
-/**
- * Opens (creating when missing) a KV bucket with one value of history per key.
- * `replicas` must match the NATS cluster size for the bucket to survive a server loss.
- */
-export async function openBucket(nc: NatsConnection, name: string, replicas = 1): Promise<KV> {
-  return openOrCreateBucket(nc, name, { history: 1, replicas, storage: "file" });
-}
 
 /**
  * Turns a stored value into a record, or throws (an UnsupportedFormatError for a value a
@@ -162,8 +154,10 @@ export class KvMirror<T> {
    * @throws KovaTimeoutError when the watch does not catch up within `readyTimeoutMs`;
    *   NATS errors when the bucket cannot be read
    */
-  static async start<T>(kv: KV, logger: Logger, opts: KvMirrorOptions<T>): Promise<KvMirror<T>> {
+  static async start<T>(source: KV | KvStore<T>, logger: Logger, opts: KvMirrorOptions<T>): Promise<KvMirror<T>> {
     const timeout = opts.requestTimeoutMs ?? 2000;
+    const kv = source instanceof KvStore ? source.kv : source;
+    if (source instanceof KvStore) opts = { decode: (key, value) => source.decode(key, value), ...opts };
     const watchKv = await new Kvm(jetstream(opts.nc, { timeout })).open((await kv.status()).bucket);
     // No API check: the bucket's status was just read, so JetStream answers.
     const mirror = new KvMirror<T>(watchKv, logger, await jetstreamManager(opts.nc, { timeout, checkAPI: false }), opts);
@@ -570,8 +564,4 @@ export class KvMirror<T> {
     this.listeners.clear();
     this.healthListeners.clear();
   }
-}
-
-export function encodeJson(value: unknown): string {
-  return JSON.stringify(value);
 }

@@ -1,10 +1,10 @@
 import type { NatsConnection } from "@nats-io/transport-node";
 import type { KV } from "@nats-io/kv";
-import { LeaseLostError } from "../actors/errors.js";
+import { LeaseLostError } from "../actors/index.js";
 import { type Logger, componentLogger } from "../core/logger.js";
-import { KvMirror, encodeJson, openBucket, type MirrorEntry, type MirrorTiming } from "./kv-mirror.js";
-import { isWrongLastSequence } from "../bus/nats-errors.js";
-import { formatReader } from "../core/format-version.js";
+import { recordFormat } from "../core/format-version.js";
+import { KvStore } from "../bus/index.js";
+import { KvMirror, type MirrorEntry, type MirrorTiming } from "./kv-mirror.js";
 
 /**
  * One lease per actor in KV `kova_<cluster>_leases`, changed only by compare-and-set
@@ -27,26 +27,19 @@ export interface LeaseRecord {
 }
 
 export const LEASE_RECORD_VERSION = 1;
-/** Lease record versions this build reads. */
-export const LEASE_RECORD_READABLE: readonly number[] = [1];
 
-/**
- * A lease value as stored, checked for its format version.
- * @throws UnsupportedFormatError for a lease a newer Kova wrote
- */
-export const readLeaseRecord = formatReader<LeaseRecord>((actorId) => `lease of actor ${actorId}`, LEASE_RECORD_READABLE);
-
-export function leasesBucket(cluster: string): string {
-  return `kova_${cluster}_leases`;
-}
+export const LEASE_RECORD_FORMAT = recordFormat<LeaseRecord>({
+  describe: (actorId) => `lease of actor ${actorId}`,
+  version: LEASE_RECORD_VERSION,
+  readable: [1],
+});
 
 export class LeaseTable {
   private constructor(
-    readonly kv: KV,
+    readonly store: KvStore<LeaseRecord>,
     private readonly mirror: KvMirror<LeaseRecord>,
     private readonly nodeId: string,
     private readonly incarnation: string,
-    private readonly logger: Logger,
   ) {}
 
   /** @throws when the bucket cannot be opened */
@@ -60,10 +53,13 @@ export class LeaseTable {
     /** How the lease mirror checks its watch (default: a 1 s heartbeat's). */
     timing?: MirrorTiming;
   }): Promise<LeaseTable> {
-    const kv = await openBucket(opts.nc, leasesBucket(opts.cluster), opts.replicas);
-    const logger = componentLogger(opts.logger, "lease");
-    const mirror = await KvMirror.start<LeaseRecord>(kv, logger, { decode: readLeaseRecord, nc: opts.nc, ...opts.timing });
-    return new LeaseTable(kv, mirror, opts.nodeId, opts.incarnation, logger);
+    const store = await KvStore.open(opts.nc, opts.cluster, "leases", LEASE_RECORD_FORMAT, { replicas: opts.replicas });
+    const mirror = await KvMirror.start(store, componentLogger(opts.logger, "lease"), { nc: opts.nc, ...opts.timing });
+    return new LeaseTable(store, mirror, opts.nodeId, opts.incarnation);
+  }
+
+  get kv(): KV {
+    return this.store.kv;
   }
 
   get(actorId: string): MirrorEntry<LeaseRecord> | undefined {
@@ -129,14 +125,10 @@ export class LeaseTable {
     const current = this.mirror.get(actorId);
     if (current && current.value.node !== null && !mayTake(current.value)) return false;
     const record: LeaseRecord = { v: LEASE_RECORD_VERSION, node: this.nodeId, incarnation: this.incarnation, at: Date.now() };
-    try {
-      const revision = current ? await this.kv.update(actorId, encodeJson(record), current.revision) : await this.kv.create(actorId, encodeJson(record));
-      this.mirror.note(actorId, record, revision);
-      return true;
-    } catch (err) {
-      if (isCasConflict(err)) return false;
-      throw err;
-    }
+    const revision = current ? await this.store.update(actorId, record, current.revision) : await this.store.create(actorId, record);
+    if (revision === undefined) return false;
+    this.mirror.note(actorId, record, revision);
+    return true;
   }
 
   /**
@@ -149,14 +141,10 @@ export class LeaseTable {
     // anyIncarnation: a restarted node frees the leases its previous life left behind.
     if (!opts.anyIncarnation && current.value.incarnation !== this.incarnation) return false;
     const record: LeaseRecord = { v: LEASE_RECORD_VERSION, node: null, incarnation: null, at: Date.now(), reason };
-    try {
-      const revision = await this.kv.update(actorId, encodeJson(record), current.revision);
-      this.mirror.note(actorId, record, revision);
-      return true;
-    } catch (err) {
-      if (isCasConflict(err)) return false;
-      throw err;
-    }
+    const revision = await this.store.update(actorId, record, current.revision);
+    if (revision === undefined) return false;
+    this.mirror.note(actorId, record, revision);
+    return true;
   }
 
   /**
@@ -167,15 +155,9 @@ export class LeaseTable {
   async remove(actorId: string): Promise<boolean> {
     const current = this.mirror.get(actorId);
     if (!current || current.value.node !== this.nodeId || current.value.incarnation !== this.incarnation) return false;
-    try {
-      // A delete, not a purge: see AgentRegistry.remove.
-      await this.kv.delete(actorId, { previousSeq: current.revision });
-      this.mirror.forget(actorId, current.revision);
-      return true;
-    } catch (err) {
-      if (isCasConflict(err)) return false;
-      throw err;
-    }
+    if (!(await this.store.delete(actorId, current.revision))) return false;
+    this.mirror.forget(actorId, current.revision);
+    return true;
   }
 
   /**
@@ -184,8 +166,7 @@ export class LeaseTable {
    * @throws LeaseLostError
    */
   async verify(actorId: string): Promise<void> {
-    const e = await this.kv.get(actorId);
-    const value = e && e.operation === "PUT" ? readLeaseRecord(actorId, e.json<unknown>()) : undefined;
+    const value = (await this.store.get(actorId))?.value;
     if (value?.node !== this.nodeId || value.incarnation !== this.incarnation) {
       throw new LeaseLostError(actorId, { data: { holder: value?.node ?? null } });
     }
@@ -195,6 +176,3 @@ export class LeaseTable {
     this.mirror.stop();
   }
 }
-
-/** A create on an existing key or an update at a stale revision. */
-export const isCasConflict = isWrongLastSequence;

@@ -1,9 +1,9 @@
 import type { NatsConnection } from "@nats-io/transport-node";
-import type { KV } from "@nats-io/kv";
 import { elapsedSince, markTime, type TimeMark } from "../core/clock.js";
 import type { Logger } from "../core/logger.js";
-import { formatReader } from "../core/format-version.js";
-import { KvMirror, encodeJson, openBucket, type MirrorEntry, type MirrorTiming } from "./kv-mirror.js";
+import { recordFormat } from "../core/format-version.js";
+import { KvStore } from "../bus/index.js";
+import { KvMirror, type MirrorEntry, type MirrorTiming } from "./kv-mirror.js";
 
 /** What a node writes into `kova_<cluster>_nodes` at every heartbeat. */
 export interface NodeRecord {
@@ -29,15 +29,18 @@ export interface NodeRecord {
 }
 
 export const NODE_RECORD_VERSION = 1;
-/** Heartbeat versions this build reads. */
-export const NODE_RECORD_READABLE: readonly number[] = [1];
 
-/**
- * A heartbeat as stored, checked for its format version. A node whose heartbeat this build
- * cannot read is left out of its view (docs/protocol.md, Format versions).
- * @throws UnsupportedFormatError for a heartbeat a newer Kova wrote
- */
-export const readNodeRecord = formatReader<NodeRecord>((id) => `heartbeat of node ${id}`, NODE_RECORD_READABLE);
+/** A heartbeat; a node whose heartbeat this build cannot read is left out of its view (docs/protocol.md, Format versions). */
+export const NODE_RECORD_FORMAT = recordFormat<NodeRecord>({
+  describe: (id) => `heartbeat of node ${id}`,
+  version: NODE_RECORD_VERSION,
+  readable: [1],
+});
+
+/** A watched copy of the nodes bucket, for a process that reads heartbeats without joining (the gateway's web view). */
+export async function mirrorNodes(nc: NatsConnection, cluster: string, logger: Logger): Promise<KvMirror<NodeRecord>> {
+  return KvMirror.start(await KvStore.open(nc, cluster, "nodes", NODE_RECORD_FORMAT), logger.child({ bucket: "nodes" }), { nc });
+}
 
 export interface NodeView {
   record: NodeRecord;
@@ -63,10 +66,6 @@ export interface MembershipOptions {
   pruneAfterMs?: number;
   /** How the nodes mirror checks its watch (default: a 1 s heartbeat's). */
   timing?: MirrorTiming;
-}
-
-export function nodesBucket(cluster: string): string {
-  return `kova_${cluster}_nodes`;
 }
 
 /**
@@ -101,7 +100,7 @@ export class Membership {
 
   private constructor(
     private readonly opts: MembershipOptions,
-    readonly kv: KV,
+    readonly store: KvStore<NodeRecord>,
     private readonly mirror: KvMirror<NodeRecord>,
   ) {}
 
@@ -110,9 +109,9 @@ export class Membership {
    * @throws when the bucket cannot be opened or the first heartbeat fails
    */
   static async join(opts: MembershipOptions): Promise<Membership> {
-    const kv = await openBucket(opts.nc, nodesBucket(opts.cluster), opts.replicas);
-    const mirror = await KvMirror.start<NodeRecord>(kv, opts.logger.child({ bucket: "nodes" }), { decode: readNodeRecord, nc: opts.nc, ...opts.timing });
-    const m = new Membership(opts, kv, mirror);
+    const store = await KvStore.open(opts.nc, opts.cluster, "nodes", NODE_RECORD_FORMAT, { replicas: opts.replicas });
+    const mirror = await KvMirror.start(store, opts.logger.child({ bucket: "nodes" }), { nc: opts.nc, ...opts.timing });
+    const m = new Membership(opts, store, mirror);
     // Entries present at start count as just seen: a node that really is dead is found
     // out staleAfterMs later, and a live one is never mistaken for dead on our start.
     const now = performance.now();
@@ -171,7 +170,7 @@ export class Membership {
       heartbeatAt: Date.now(),
       actors: this.opts.actorCount?.() ?? 0,
     };
-    const revision = await this.kv.put(this.opts.self.id, encodeJson(record));
+    const revision = await this.store.put(this.opts.self.id, record);
     if (this.counts(start, markTime())) this.lastOkStart = start;
     this.unechoed.push({ revision, start: start.mono });
     this.unechoed.sort((a, b) => a.revision - b.revision);
@@ -245,7 +244,7 @@ export class Membership {
       const seen = this.lastSeen.get(id);
       if (id === this.opts.self.id || seen === undefined || now - seen < after) continue;
       this.lastSeen.delete(id); // one attempt; a failed CAS means the node wrote again
-      await this.kv.delete(id, { previousSeq: e.revision }).catch(() => undefined);
+      await this.store.delete(id, e.revision).catch(() => undefined);
       this.opts.logger.info({ nodeId: id, silentMs: Math.round(now - seen) }, "removed the record of a long-dead node");
     }
   }
@@ -353,7 +352,7 @@ export class Membership {
     await Promise.all([...this.inFlight]);
     try {
       await this.beat("leaving");
-      await this.kv.delete(this.opts.self.id);
+      await this.store.delete(this.opts.self.id);
     } finally {
       this.stop();
     }

@@ -1,19 +1,13 @@
 import type { NatsConnection } from "@nats-io/transport-node";
-import { jetstream, type JetStreamClient } from "@nats-io/jetstream";
 import type { KV } from "@nats-io/kv";
-import { backoffMs, sleep } from "../core/clock.js";
+import { isKovaError } from "../core/errors.js";
 import { type Logger, componentLogger } from "../core/logger.js";
-import { AGENT_RECORD_VERSION, readAgentRecord, type AgentRecord } from "../bus/registry-record.js";
+import { AGENT_RECORD_FORMAT, AGENT_RECORD_VERSION, BusErrorCode, KvStore, type AgentRecord, type StoredRecord } from "../bus/index.js";
 import { FenceConflictError } from "./errors.js";
-import { isCasConflict } from "./lease.js";
-import { KvMirror, encodeJson, openBucket, type MirrorEntry, type MirrorTiming } from "./kv-mirror.js";
+import { KvMirror, type MirrorEntry, type MirrorTiming } from "./kv-mirror.js";
 
 // The record's format lives with the bus, so that every reader of the bucket checks it.
-export { AGENT_RECORD_READABLE, AGENT_RECORD_VERSION, readAgentRecord, type AgentRecord } from "../bus/registry-record.js";
-
-export function agentsBucket(cluster: string): string {
-  return `kova_${cluster}_agents`;
-}
+export { AGENT_RECORD_VERSION, AGENT_RECORD_FORMAT, type AgentRecord } from "../bus/index.js";
 
 /**
  * The agents registry, KV `kova_<cluster>_agents`: actor id → where it runs, its
@@ -30,11 +24,9 @@ export class AgentRegistry {
   private readonly live = new Set<string>();
 
   private constructor(
-    readonly kv: KV,
+    readonly store: KvStore<AgentRecord>,
     private readonly mirror: KvMirror<AgentRecord>,
     private readonly logger: Logger,
-    private readonly js: JetStreamClient,
-    private readonly bucket: string,
   ) {
     // Read and subscribed in one synchronous step: no change falls in between.
     for (const [id, e] of mirror.entries()) if (e.value.desired !== "killed") this.live.add(id);
@@ -46,11 +38,14 @@ export class AgentRegistry {
 
   /** @throws when the bucket cannot be opened */
   static async open(opts: { nc: NatsConnection; cluster: string; replicas?: number; logger: Logger; timing?: MirrorTiming }): Promise<AgentRegistry> {
-    const bucket = agentsBucket(opts.cluster);
-    const kv = await openBucket(opts.nc, bucket, opts.replicas);
+    const store = await KvStore.open(opts.nc, opts.cluster, "agents", AGENT_RECORD_FORMAT, { replicas: opts.replicas });
     const logger = componentLogger(opts.logger, "registry");
-    const mirror = await KvMirror.start<AgentRecord>(kv, logger, { decode: readAgentRecord, nc: opts.nc, ...opts.timing });
-    return new AgentRegistry(kv, mirror, logger, jetstream(opts.nc), bucket);
+    const mirror = await KvMirror.start(store, logger, { nc: opts.nc, ...opts.timing });
+    return new AgentRegistry(store, mirror, logger);
+  }
+
+  get kv(): KV {
+    return this.store.kv;
   }
 
   /** Whether the registry mirror is current (see KvMirror.healthy). */
@@ -112,15 +107,13 @@ export class AgentRegistry {
       ...(spec.template ? { template: spec.template } : {}),
     };
     if (opts.fence !== undefined) return this.declareFenced(spec.id, record, opts.fence);
-    try {
-      const revision = await this.kv.create(spec.id, encodeJson(record));
-      this.mirror.note(spec.id, record, revision);
-      return true;
-    } catch (err) {
-      if (!isCasConflict(err)) throw err;
+    const revision = await this.store.create(spec.id, record);
+    if (revision === undefined) {
       await this.adoptExisting(spec.id);
       return false;
     }
+    this.mirror.note(spec.id, record, revision);
+    return true;
   }
 
   /**
@@ -132,14 +125,10 @@ export class AgentRegistry {
    * @throws FenceConflictError when another write came first
    */
   private async declareFenced(id: string, record: AgentRecord, fence: number): Promise<boolean> {
-    try {
-      const ack = await this.js.publish(`$KV.${this.bucket}.${id}`, encodeJson(record), { expect: { lastSequence: fence } });
-      this.mirror.note(id, record, ack.seq);
-      return true;
-    } catch (err) {
-      if (isCasConflict(err)) throw new FenceConflictError(id, fence, { cause: err });
-      throw err;
-    }
+    const revision = await this.store.putFenced(id, record, fence);
+    if (revision === undefined) throw new FenceConflictError(id, fence);
+    this.mirror.note(id, record, revision);
+    return true;
   }
 
   /**
@@ -152,33 +141,33 @@ export class AgentRegistry {
    * attempt (the A2A sweep makes one every activation_sweep_ms while messages wait).
    */
   private async adoptExisting(id: string): Promise<void> {
-    const e = await this.kv.get(id).catch(() => null);
-    if (e?.operation !== "PUT" || (this.mirror.get(id)?.revision ?? 0) >= e.revision) return;
+    let e: StoredRecord<AgentRecord> | undefined;
+    try {
+      e = await this.store.get(id);
+    } catch (err) {
+      this.logger.debug({ err, id }, "registry entry not readable here; left out of the mirror");
+      return;
+    }
+    if (!e || (this.mirror.get(id)?.revision ?? 0) >= e.revision) return;
     if (this.mirror.watchedRevision > e.revision) {
       this.logger.warn({ id, revision: e.revision, watched: this.mirror.watchedRevision }, "registry watch missed an entry; taken from the server");
     }
-    try {
-      this.mirror.note(id, readAgentRecord(id, e.json<unknown>()), e.revision);
-    } catch (err) {
-      this.logger.debug({ err, id }, "registry entry not readable here; left out of the mirror");
-    }
+    this.mirror.note(id, e.value, e.revision);
   }
 
   /**
-   * Read-modify-write with compare-and-set, retried on conflict. `change` returns the
-   * new record, or undefined to leave the entry as it is.
+   * Read-modify-write with compare-and-set (the mirror's entry first, then the server's),
+   * retried on conflict. `change` returns the new record, or undefined to leave the entry
+   * as it is.
+   * @returns the entry after the call; undefined when there is none or the conflicts never ended
    */
   async update(id: string, change: (current: AgentRecord) => AgentRecord | undefined): Promise<AgentRecord | undefined> {
-    const out = await this.casLoop(id, "update", async (current) => {
-      const next = change(current.value);
-      if (!next) return { done: current.value };
-      next.v = AGENT_RECORD_VERSION;
-      next.updatedAt = Date.now();
-      const revision = await this.kv.update(id, encodeJson(next), current.revision);
-      this.mirror.note(id, next, revision);
-      return { done: next };
+    const out = await this.change(id, "update", (cur) => {
+      const next = cur && change(cur.value);
+      return next ? { ...next, v: AGENT_RECORD_VERSION, updatedAt: Date.now() } : undefined;
     });
-    return out ?? undefined;
+    if (out) this.mirror.note(id, out.value, out.revision);
+    return out?.value;
   }
 
   /**
@@ -187,39 +176,29 @@ export class AgentRegistry {
    * @returns true when this call removed it
    */
   async remove(id: string, mayRemove: (current: AgentRecord) => boolean): Promise<boolean> {
-    const out = await this.casLoop(id, "removal", async (current) => {
-      if (!mayRemove(current.value)) return { done: false };
-      // A delete, not a purge: in this one-value-per-key bucket both leave one marker, but a
-      // purge makes other nodes' watches skip entries on nats-server < 2.10.11 (KvMirror).
-      await this.kv.delete(id, { previousSeq: current.revision });
-      this.mirror.forget(id, current.revision);
-      return { done: true };
+    let removed: number | undefined;
+    await this.change(id, "removal", (cur) => {
+      removed = cur && mayRemove(cur.value) ? cur.revision : undefined;
+      return removed === undefined ? undefined : null;
     });
-    return out === true;
+    if (removed === undefined) return false;
+    this.mirror.forget(id, removed);
+    return true;
   }
 
-  /**
-   * Runs `attempt` against the current entry (the mirror's first, then the server's),
-   * again after a CAS conflict, up to 20 times with backoff.
-   * @returns what `attempt` settled on; null when the entry does not exist or the conflicts never ended
-   */
-  private async casLoop<R>(id: string, what: string, attempt: (current: MirrorEntry<AgentRecord>) => Promise<{ done: R }>): Promise<R | null> {
-    for (let n = 0; n < 20; n++) {
-      if (n > 0) await sleep(backoffMs(n, 5, 200));
-      let current = this.mirror.get(id);
-      if (n > 0 || !current) {
-        const e = await this.kv.get(id);
-        current = e && e.operation === "PUT" ? { value: readAgentRecord(id, e.json<unknown>()), revision: e.revision } : undefined;
-      }
-      if (!current) return null;
-      try {
-        return (await attempt(current)).done;
-      } catch (err) {
-        if (!isCasConflict(err)) throw err;
-      }
+  /** KvStore.change from the mirror's entry, 20 tries; a change whose conflicts never end is logged and given up. */
+  private async change(
+    id: string,
+    what: string,
+    next: (current: StoredRecord<AgentRecord> | undefined) => AgentRecord | null | undefined,
+  ): Promise<StoredRecord<AgentRecord> | undefined> {
+    try {
+      return await this.store.change(id, next, { attempts: 20, first: this.mirror.get(id) });
+    } catch (err) {
+      if (!isKovaError(err, BusErrorCode.KV_CONFLICT)) throw err;
+      this.logger.warn({ id }, `registry ${what} kept conflicting; giving up this change`);
+      return undefined;
     }
-    this.logger.warn({ id }, `registry ${what} kept conflicting; giving up this change`);
-    return null;
   }
 
   stop(): void {

@@ -2,7 +2,7 @@ import type { JetStreamClient } from "@nats-io/jetstream";
 import type { NatsConnection } from "@nats-io/transport-node";
 import { type Logger, componentLogger } from "../core/logger.js";
 import { UnsupportedFormatError } from "../core/format-version.js";
-import { NatsSettingsStore, readAgentSettings, type AgentSettings, type SettingsStore } from "../agents/settings.js";
+import { NatsSettingsStore, SETTINGS_FORMAT, type AgentSettings, type SettingsStore } from "../agents/settings.js";
 import { KvMirror, type MirrorTiming } from "./kv-mirror.js";
 
 /**
@@ -31,7 +31,7 @@ export class MirroredSettingsStore implements SettingsStore {
   }): Promise<MirroredSettingsStore> {
     const bucket = await NatsSettingsStore.open(opts);
     const mirror = await KvMirror.start<AgentSettings | UnsupportedFormatError>(
-      bucket.kv,
+      bucket.store.kv,
       componentLogger(opts.logger, "settings", { bucket: "agent_settings" }),
       {
         decode: readOrRefusal,
@@ -51,7 +51,7 @@ export class MirroredSettingsStore implements SettingsStore {
   }
 
   async set(agentId: string, settings: AgentSettings): Promise<void> {
-    this.mirror.note(agentId, settings, await this.bucket.put(agentId, settings));
+    this.mirror.note(agentId, settings, await this.bucket.store.put(agentId, settings));
   }
 
   close(): void {
@@ -62,7 +62,7 @@ export class MirroredSettingsStore implements SettingsStore {
 /** Unreadable settings stay in the copy as the error (a mirror leaves out what its decoder throws). */
 function readOrRefusal(agentId: string, value: unknown): AgentSettings | UnsupportedFormatError {
   try {
-    return readAgentSettings(agentId, value);
+    return SETTINGS_FORMAT.decode(agentId, value);
   } catch (err) {
     if (err instanceof UnsupportedFormatError) return err;
     throw err;

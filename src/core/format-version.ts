@@ -23,14 +23,42 @@ export class UnsupportedFormatError extends KovaError {
 }
 
 /**
- * The reader of one kind of record whose fields need no conversion: it checks `v` and
- * returns the value as it is (e.g. readLeaseRecord, readNodeRecord).
- * @param describe names the record of a key for the error, e.g. "lease of actor c1"
+ * One kind of stored record: what a record is called in errors, the format version this
+ * build writes and the versions it reads. Every KV store keeps one (bus KvStore), and its
+ * `decode` is the record's reader.
  */
-export function formatReader<T>(describe: (key: string) => string, readable: readonly number[]): (key: string, value: unknown) => T {
-  return (key, value) => {
-    checkFormatVersion(describe(key), (value as { v?: unknown } | null | undefined)?.v, readable);
-    return value as T;
+export interface RecordFormat<T> {
+  /** Names the record of a key for errors, e.g. "lease of actor c1". */
+  describe(key: string): string;
+  /** The version this build writes (a record may carry an older one it fits, as a message schedule does). */
+  readonly version: number;
+  /** The versions this build reads. */
+  readonly readable: readonly number[];
+  /**
+   * A stored value as this build reads it: its version checked, then converted.
+   * @throws UnsupportedFormatError for a version this build does not read; what `read` throws
+   */
+  decode(key: string, value: unknown): T;
+}
+
+/**
+ * @param spec.read converts a value whose version was checked (default: the value as it is)
+ */
+export function recordFormat<T>(spec: {
+  describe(key: string): string;
+  version: number;
+  readable: readonly number[];
+  read?: (key: string, value: unknown) => T;
+}): RecordFormat<T> {
+  const read = spec.read ?? ((_key: string, value: unknown) => value as T);
+  return {
+    describe: spec.describe,
+    version: spec.version,
+    readable: spec.readable,
+    decode: (key, value) => {
+      checkFormatVersion(spec.describe(key), (value as { v?: unknown } | null | undefined)?.v, spec.readable);
+      return read(key, value);
+    },
   };
 }
 

@@ -1,7 +1,5 @@
-import type { JetStreamClient } from "@nats-io/jetstream";
-import type { KV } from "@nats-io/kv";
-import { checkFormatVersion, KovaError } from "../core/index.js";
-import { openOrCreateBucket, readKvEntries } from "../bus/index.js";
+import { checkFormatVersion, KovaError, recordFormat } from "../core/index.js";
+import { bucketName, KvStore, type KvConnection } from "../bus/index.js";
 import { readAttemptRecord, readStatusRecord, type AttemptRecord, type StatusRecord } from "./records.js";
 import { EXPERIMENT_SPEC_VERSION, specDigest, type ExperimentSpec, type TaskSpec } from "./spec.js";
 
@@ -12,14 +10,25 @@ import { EXPERIMENT_SPEC_VERSION, specDigest, type ExperimentSpec, type TaskSpec
  * '<experiment>.attempt.>'` follows one experiment's records.
  */
 export function evalsBucket(cluster: string): string {
-  return `kova_${cluster}_evals`;
+  return bucketName(cluster, "evals");
 }
+
+/** A record of the bucket by its key, named as its kind's reader names it. Every kind is at version 1. */
+const EVAL_RECORD_FORMAT = recordFormat<unknown>({
+  describe: (key) => {
+    const [experimentId, kind, chunk] = key.split(".");
+    if (kind === "spec") return `experiment spec ${experimentId}`;
+    if (kind === "tasks") return `experiment tasks ${experimentId}.${chunk}`;
+    return kind === "status" ? `experiment status ${key}` : `attempt record ${key}`;
+  },
+  version: EXPERIMENT_SPEC_VERSION,
+  readable: [1],
+});
 
 /** Bytes of tasks per KV value: well under NATS' default 1 MiB max_payload. */
 const TASK_CHUNK_BYTES = 256 * 1024;
 
 const enc = new TextEncoder();
-const dec = new TextDecoder();
 
 /** The stored spec without its tasks, and how many task chunks follow. */
 interface StoredSpecHead {
@@ -59,29 +68,22 @@ export function readStoredSpec(experimentId: string, rawHead: unknown, rawChunks
 }
 
 export class EvalStore {
-  private constructor(
-    readonly kv: KV,
-    private readonly js: JetStreamClient,
-    readonly bucket: string,
-  ) {}
+  private constructor(readonly store: KvStore<unknown>) {}
 
   /**
    * Opens (creating if needed) the bucket.
    * @throws JetStream errors when JetStream is unavailable
    */
-  static async open(opts: { js: JetStreamClient; cluster: string; replicas?: number }): Promise<EvalStore> {
-    const bucket = evalsBucket(opts.cluster);
-    const kv = await openOrCreateBucket(opts.js, bucket, { history: 1, replicas: opts.replicas ?? 1, storage: "file" });
-    return new EvalStore(kv, opts.js, bucket);
+  static async open(opts: { js: KvConnection; cluster: string; replicas?: number }): Promise<EvalStore> {
+    return new EvalStore(await KvStore.open(opts.js, opts.cluster, "evals", EVAL_RECORD_FORMAT, { replicas: opts.replicas }));
   }
 
   private async putJson(key: string, value: unknown): Promise<void> {
-    await this.kv.put(key, enc.encode(JSON.stringify(value)));
+    await this.store.put(key, value);
   }
 
   private async getJson(key: string): Promise<unknown> {
-    const e = await this.kv.get(key);
-    return e && e.operation === "PUT" ? (JSON.parse(dec.decode(e.value)) as unknown) : undefined;
+    return (await this.store.get(key))?.value;
   }
 
   /** Stores an expanded spec: the tasks first, then the head that names them, so a head is never read without its tasks. */
@@ -129,9 +131,8 @@ export class EvalStore {
 
   /** Every experiment's status, newest first. */
   async statuses(): Promise<StatusRecord[]> {
-    const entries = await readKvEntries(this.js, this.bucket, { filter: "*.status" });
-    return [...entries.values()]
-      .map((e) => readStatusRecord(e.key, JSON.parse(dec.decode(e.value))))
+    return [...(await this.store.entries({ filter: "*.status" }))]
+      .map(([key, e]) => readStatusRecord(key, e.value))
       .sort((a, b) => b.createdAt - a.createdAt || a.experimentId.localeCompare(b.experimentId));
   }
 
@@ -146,7 +147,8 @@ export class EvalStore {
 
   /** Every attempt record of an experiment, by cell then attempt. */
   async attempts(experimentId: string): Promise<AttemptRecord[]> {
-    const entries = await readKvEntries(this.js, this.bucket, { filter: `${experimentId}.attempt.>` });
-    return [...entries.values()].map((e) => readAttemptRecord(e.key, JSON.parse(dec.decode(e.value)))).sort((a, b) => a.cell - b.cell || a.attempt - b.attempt);
+    return [...(await this.store.entries({ filter: `${experimentId}.attempt.>` }))]
+      .map(([key, e]) => readAttemptRecord(key, e.value))
+      .sort((a, b) => a.cell - b.cell || a.attempt - b.attempt);
   }
 }

@@ -1,12 +1,10 @@
 import { createHash, randomBytes } from "node:crypto";
-import type { NatsConnection } from "@nats-io/transport-node";
-import type { KV } from "@nats-io/kv";
-import { readKvEntries } from "../bus/kv-keys.js";
+import { KvStore, type NatsConnection } from "../bus/index.js";
 import { isValidId } from "../core/ids.js";
 import type { Logger } from "../core/logger.js";
-import { checkFormatVersion } from "../core/format-version.js";
+import { recordFormat } from "../core/format-version.js";
 import { ArgumentError, ErrorCode, KovaError } from "../core/errors.js";
-import { KvMirror, encodeJson, openBucket, isCasConflict } from "../cluster/index.js";
+import { KvMirror } from "../cluster/index.js";
 import type { ConfiguredKey } from "./config.js";
 
 /**
@@ -56,10 +54,6 @@ export interface StoredKey extends ApiKey {
 
 export const STORED_KEY_VERSION = 1;
 
-export function keysBucket(cluster: string): string {
-  return `kova_${cluster}_gateway_keys`;
-}
-
 /** `sha256:<hex>` of a key. */
 export function hashKey(key: string): string {
   return `sha256:${createHash("sha256").update(key, "utf8").digest("hex")}`;
@@ -74,19 +68,19 @@ export function generateKey(): string {
   return `kova_${randomBytes(32).toString("base64url")}`;
 }
 
-/**
- * A stored key as this build reads it.
- * @throws UnsupportedFormatError for a key a newer Kova wrote; KovaError INVALID_CONFIG for one without a valid hash
- */
-export function readStoredKey(name: string, value: unknown): StoredKey {
-  const k = value as StoredKey;
-  checkFormatVersion(`gateway key ${name}`, k?.v, [STORED_KEY_VERSION]);
-  if (!isKeyHash(k.hash))
-    throw new KovaError(ErrorCode.INVALID_CONFIG, `gateway key ${name} has no valid hash: remove it and add it again (kova gateway keys rm / add)`, {
-      data: { key: name },
-    });
-  return k;
-}
+export const STORED_KEY_FORMAT = recordFormat<StoredKey>({
+  describe: (name) => `gateway key ${name}`,
+  version: STORED_KEY_VERSION,
+  readable: [STORED_KEY_VERSION],
+  read: (name, value) => {
+    const k = value as StoredKey;
+    if (!isKeyHash(k.hash))
+      throw new KovaError(ErrorCode.INVALID_CONFIG, `gateway key ${name} has no valid hash: remove it and add it again (kova gateway keys rm / add)`, {
+        data: { key: name },
+      });
+    return k;
+  },
+});
 
 /**
  * The keys a gateway accepts: those of its config, and (unless `keys_bucket = false`)
@@ -106,8 +100,8 @@ export class KeyRing {
   /** @throws when the bucket cannot be opened (NATS permissions, JetStream down) */
   static async open(opts: { configured: ConfiguredKey[]; nc?: NatsConnection; cluster: string; replicas?: number; logger: Logger }): Promise<KeyRing> {
     if (!opts.nc) return new KeyRing(opts.configured, undefined);
-    const kv = await openBucket(opts.nc, keysBucket(opts.cluster), opts.replicas);
-    const mirror = await KvMirror.start<StoredKey>(kv, opts.logger.child({ bucket: "gateway_keys" }), { decode: readStoredKey, nc: opts.nc });
+    const store = await KvStore.open(opts.nc, opts.cluster, "gatewayKeys", STORED_KEY_FORMAT, { replicas: opts.replicas });
+    const mirror = await KvMirror.start(store, opts.logger.child({ bucket: "gateway_keys" }), { nc: opts.nc });
     return new KeyRing(opts.configured, mirror);
   }
 
@@ -141,15 +135,10 @@ export type KeyLimits = Pick<ApiKey, "agents" | "ratePerMinute" | "admin" | "max
  * The bucket side of `kova gateway keys add|ls|rm`: the CLI writes, gateways watch.
  */
 export class KeyAdmin {
-  private constructor(
-    private readonly kv: KV,
-    private readonly nc: NatsConnection,
-    private readonly bucket: string,
-  ) {}
+  private constructor(private readonly store: KvStore<StoredKey>) {}
 
   static async open(nc: NatsConnection, cluster: string, replicas?: number): Promise<KeyAdmin> {
-    const bucket = keysBucket(cluster);
-    return new KeyAdmin(await openBucket(nc, bucket, replicas), nc, bucket);
+    return new KeyAdmin(await KvStore.open(nc, cluster, "gatewayKeys", STORED_KEY_FORMAT, { replicas }));
   }
 
   /**
@@ -167,13 +156,8 @@ export class KeyAdmin {
     if (opts.maxInstances !== undefined) record.maxInstances = opts.maxInstances;
     if (opts.maxConcurrentRuns !== undefined) record.maxConcurrentRuns = opts.maxConcurrentRuns;
     if (opts.tokensPerMinute !== undefined) record.tokensPerMinute = opts.tokensPerMinute;
-    try {
-      await this.kv.create(name, encodeJson(record));
-    } catch (err) {
-      if (isCasConflict(err))
-        throw new ArgumentError("name", `a key named ${name} exists: remove it first (kova gateway keys rm ${name}) or pick another name`);
-      throw err;
-    }
+    if ((await this.store.create(name, record)) === undefined)
+      throw new ArgumentError("name", `a key named ${name} exists: remove it first (kova gateway keys rm ${name}) or pick another name`);
     return { key, record };
   }
 
@@ -183,8 +167,8 @@ export class KeyAdmin {
    */
   async list(): Promise<Array<Omit<StoredKey, "hash"> & { id: string }>> {
     const out: Array<Omit<StoredKey, "hash"> & { id: string }> = [];
-    for (const [name, e] of await readKvEntries(this.nc, this.bucket)) {
-      const { hash, ...rest } = readStoredKey(name, e.json<unknown>());
+    for (const e of (await this.store.entries()).values()) {
+      const { hash, ...rest } = e.value;
       out.push({ ...rest, id: keyIdOf(hash) });
     }
     return out;
@@ -192,9 +176,8 @@ export class KeyAdmin {
 
   /** @returns false when no key had that name */
   async remove(name: string): Promise<boolean> {
-    const e = await this.kv.get(name);
-    if (e?.operation !== "PUT") return false;
-    await this.kv.delete(name);
+    if (!(await this.store.get(name))) return false;
+    await this.store.delete(name);
     return true;
   }
 }

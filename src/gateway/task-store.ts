@@ -1,15 +1,11 @@
-import type { KV, KvEntry } from "@nats-io/kv";
-import { openOrCreateBucket } from "../bus/kv-buckets.js";
-import { readKvEntries } from "../bus/kv-keys.js";
-import { headers as natsHeaders, type MsgHdrs, type NatsConnection } from "@nats-io/transport-node";
-import type { Bus } from "../bus/index.js";
 import { Task, TaskState, type ListTasksRequest, type ListTasksResponse } from "@a2a-js/sdk";
 import type { ServerCallContext, TaskStore } from "@a2a-js/sdk/server";
 import { RequestMalformedError } from "@a2a-js/sdk/errors";
-import { checkFormatVersion } from "../core/format-version.js";
+import { BusErrorCode, KvStore, type Bus, type NatsConnection } from "../bus/index.js";
+import { isKovaError } from "../core/errors.js";
+import { recordFormat } from "../core/format-version.js";
 import { isValidId } from "../core/ids.js";
 import { ANONYMOUS_PRINCIPAL } from "../core/principals.js";
-import { encodeJson, isCasConflict } from "../cluster/index.js";
 import { isTerminal, kovaMeta } from "./task-projection.js";
 
 /**
@@ -38,10 +34,6 @@ export interface StoredTask {
 export const STORED_TASK_VERSION = 1;
 const DEFAULT_PAGE_SIZE = 50;
 
-export function tasksBucket(cluster: string): string {
-  return `kova_${cluster}_gateway_tasks`;
-}
-
 /**
  * The KV key of a task: `<owner>.<task id>`. An owner that is not one key token (a
  * principal id `key:<id>` is not; `anonymous` is) is written as `=` and its base64url
@@ -58,62 +50,31 @@ export function ownerOf(context: ServerCallContext | undefined): string {
   return user?.isAuthenticated && typeof user.principal?.id === "string" ? user.principal.id : ANONYMOUS_PRINCIPAL;
 }
 
-/**
- * A stored task as this build reads it.
- * @throws UnsupportedFormatError for a version this gateway does not read
- */
-export function readStoredTask(taskId: string, value: unknown): StoredTask {
-  const stored = value as StoredTask;
-  checkFormatVersion(`gateway task ${taskId}`, stored?.v, [STORED_TASK_VERSION]);
-  return stored;
-}
-
-function storedTask(taskId: string, e: KvEntry): StoredTask {
-  return readStoredTask(taskId, e.json<unknown>());
-}
-
-/** How long a task save waits for JetStream's ack (nats.js's default for KV writes). */
-const SAVE_TIMEOUT_MS = 5_000;
-const utf8 = new TextEncoder();
+export const STORED_TASK_FORMAT = recordFormat<StoredTask>({
+  // A key is `<owner>.<task id>`, or an older gateway's bare task id.
+  describe: (key) => `gateway task ${key.slice(key.indexOf(".") + 1)}`,
+  version: STORED_TASK_VERSION,
+  readable: [STORED_TASK_VERSION],
+});
 
 export class NatsTaskStore implements TaskStore {
-  private constructor(
-    readonly kv: KV,
-    private readonly nc: NatsConnection,
-    private readonly bucket: string,
-    private readonly bus: Pick<Bus, "publishToStream"> | undefined,
-  ) {}
+  private constructor(readonly store: KvStore<StoredTask>) {}
 
   /**
    * Opens (creating when missing) the bucket. With `bus` (the gateway's), the saves of a
-   * task's start and end go through its request mux instead of `kv.put`/`kv.update`, which
-   * build an Error (with its stack) for every call.
+   * task's start and end go through its request mux (see KvStoreOptions.bus).
    */
   static async open(
     nc: NatsConnection,
     cluster: string,
     opts: { replicas?: number; maxAgeMs?: number; bus?: Pick<Bus, "publishToStream"> } = {},
   ): Promise<NatsTaskStore> {
-    const bucket = tasksBucket(cluster);
-    const kv = await openOrCreateBucket(nc, bucket, {
-      history: 1,
-      replicas: opts.replicas ?? 1,
-      storage: "file",
-      ttl: opts.maxAgeMs ?? 7 * 86_400_000,
+    const store = await KvStore.open(nc, cluster, "gatewayTasks", STORED_TASK_FORMAT, {
+      replicas: opts.replicas,
+      ttlMs: opts.maxAgeMs ?? 7 * 86_400_000,
+      bus: opts.bus,
     });
-    return new NatsTaskStore(kv, nc, bucket, opts.bus);
-  }
-
-  /** `kv.put`, or (`expected`) `kv.update` on that revision, through the bus when there is one; resolves with the new revision. */
-  private async write(key: string, json: string, expected?: number): Promise<number> {
-    if (!this.bus) return expected === undefined ? this.kv.put(key, json) : this.kv.update(key, json, expected);
-    const data = utf8.encode(json);
-    let h: MsgHdrs | undefined;
-    if (expected !== undefined) {
-      h = natsHeaders();
-      h.set("Nats-Expected-Last-Subject-Sequence", String(expected));
-    }
-    return (await this.bus.publishToStream(`$KV.${this.bucket}.${key}`, data, { ...(h ? { headers: h } : {}), timeoutMs: SAVE_TIMEOUT_MS })).seq;
+    return new NatsTaskStore(store);
   }
 
   async save(task: Task, context: ServerCallContext): Promise<void> {
@@ -123,8 +84,7 @@ export class NatsTaskStore implements TaskStore {
   /** Saves a task as it is; resolves with the entry's revision (what `saveProgress` may expect). */
   put(task: Task, context: ServerCallContext): Promise<number> {
     const owner = kovaMeta(task).owner ?? ownerOf(context);
-    const stored: StoredTask = { v: STORED_TASK_VERSION, owner, updatedAt: Date.now(), task: Task.toJSON(task) };
-    return this.write(taskKey(owner, task.id), encodeJson(stored));
+    return this.store.put(taskKey(owner, task.id), stored(owner, task));
   }
 
   /**
@@ -143,41 +103,35 @@ export class NatsTaskStore implements TaskStore {
     const owner = kovaMeta(task).owner ?? ownerOf(undefined);
     const key = taskKey(owner, task.id);
     if (known !== undefined) {
-      const stored: StoredTask = { v: STORED_TASK_VERSION, owner, updatedAt: Date.now(), task: Task.toJSON(task) };
-      try {
-        return await this.write(key, encodeJson(stored), known);
-      } catch (err) {
-        if (!isCasConflict(err)) throw err;
-      }
+      const revision = await this.store.update(key, stored(owner, task), known);
+      if (revision !== undefined) return revision;
     }
-    for (let attempt = 0; attempt < 10; attempt++) {
-      const e = await this.kv.get(key);
-      // Not under its owner yet: maybe an older gateway's task, stored under its bare id.
-      const found = e ?? (await this.kv.get(task.id));
-      const current = found && found.operation === "PUT" ? storedTask(task.id, found) : undefined;
-      if (current && isTerminal(Task.fromJSON(current.task).status?.state)) return undefined;
-      const stored: StoredTask = { v: STORED_TASK_VERSION, owner, updatedAt: Date.now(), task: Task.toJSON(task) };
-      try {
-        return e ? await this.write(key, encodeJson(stored), e.revision) : await this.kv.create(key, encodeJson(stored));
-      } catch (err) {
-        if (!isCasConflict(err)) throw err;
-      }
+    let left = false;
+    try {
+      const out = await this.store.change(key, async (cur) => {
+        // Not under its owner yet: maybe an older gateway's task, stored under its bare id.
+        const current = cur ?? (await this.store.get(task.id));
+        left = current !== undefined && isTerminal(Task.fromJSON(current.value.task).status?.state);
+        return left ? undefined : stored(owner, task);
+      });
+      return left ? undefined : out?.revision;
+    } catch (err) {
+      if (isKovaError(err, BusErrorCode.KV_CONFLICT)) return undefined;
+      throw err;
     }
-    return undefined;
   }
 
   async load(taskId: string, context: ServerCallContext): Promise<Task | undefined> {
     if (!isValidId(taskId)) return undefined;
     const owner = ownerOf(context);
     // An entry from before owner-first keys, stored under the bare task id.
-    const stored = (await this.read(taskKey(owner, taskId), taskId)) ?? (await this.read(taskId, taskId));
+    const stored = (await this.read(taskKey(owner, taskId))) ?? (await this.read(taskId));
     if (!stored || stored.owner !== owner) return undefined;
     return Task.fromJSON(stored.task);
   }
 
-  private async read(key: string, taskId: string): Promise<StoredTask | undefined> {
-    const e = await this.kv.get(key);
-    return e?.operation === "PUT" ? storedTask(taskId, e) : undefined;
+  private async read(key: string): Promise<StoredTask | undefined> {
+    return (await this.store.get(key))?.value;
   }
 
   /**
@@ -189,8 +143,8 @@ export class NatsTaskStore implements TaskStore {
     const owner = ownerOf(context);
     const pageSize = params.pageSize ?? DEFAULT_PAGE_SIZE;
     const [own, older] = await Promise.all([
-      readKvEntries(this.nc, this.bucket, { filter: taskKey(owner, "*") }),
-      readKvEntries(this.nc, this.bucket, { filter: "*" }),
+      this.store.entries({ filter: taskKey(owner, "*"), skipUnreadable: true }),
+      this.store.entries({ filter: "*", skipUnreadable: true }),
     ]);
     // By task id: a task an older gateway stored and a newer one then saved under its owner
     // is listed once, as saved last. An entry this gateway cannot read (a newer format, a
@@ -198,13 +152,7 @@ export class NatsTaskStore implements TaskStore {
     const byId = new Map<string, StoredTask>();
     for (const [key, e] of [...own, ...older]) {
       const taskId = key.slice(key.indexOf(".") + 1);
-      if (byId.has(taskId) || !isValidId(taskId)) continue;
-      try {
-        const stored = storedTask(taskId, e);
-        if (stored.owner === owner) byId.set(taskId, stored);
-      } catch {
-        // not listed
-      }
+      if (!byId.has(taskId) && isValidId(taskId) && e.value.owner === owner) byId.set(taskId, e.value);
     }
     let tasks = [...byId.values()].map((s) => Task.fromJSON(s.task));
     if (params.contextId) tasks = tasks.filter((t) => t.contextId === params.contextId);
@@ -229,4 +177,8 @@ export class NatsTaskStore implements TaskStore {
     const nextPageToken = tasks.length > page.length ? Buffer.from(key(page[page.length - 1]!), "utf8").toString("base64url") : "";
     return { tasks: page, nextPageToken, pageSize, totalSize };
   }
+}
+
+function stored(owner: string, task: Task): StoredTask {
+  return { v: STORED_TASK_VERSION, owner, updatedAt: Date.now(), task: Task.toJSON(task) };
 }

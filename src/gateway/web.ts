@@ -1,7 +1,7 @@
 import type { Express, NextFunction, Request, Response } from "express";
 import type { Logger } from "../core/logger.js";
 import type { Bus } from "../bus/index.js";
-import { nodesBucket, readNodeRecord, type NodeRecord, type AgentRegistry, KvMirror, openBucket } from "../cluster/index.js";
+import { mirrorNodes, type NodeRecord, type AgentRegistry, type KvMirror } from "../cluster/index.js";
 import { mayUse } from "./auth.js";
 import { ownsInstance } from "../core/principals.js";
 import { sessionEvents } from "./web-session-events.js";
@@ -66,9 +66,7 @@ const NODE_STALE_MS = 10_000;
 export function mountWebView(app: Express, deps: WebViewDeps): { stop(): void } {
   let nodes: Promise<KvMirror<NodeRecord>> | undefined;
   const nodesMirror = () => {
-    nodes ??= openBucket(deps.bus.nc, nodesBucket(deps.bus.cluster)).then((kv) =>
-      KvMirror.start<NodeRecord>(kv, deps.log.child({ bucket: "nodes" }), { decode: readNodeRecord, nc: deps.bus.nc }),
-    );
+    nodes ??= mirrorNodes(deps.bus.nc, deps.bus.cluster, deps.log);
     nodes.catch(() => (nodes = undefined));
     return nodes;
   };

@@ -9,7 +9,5 @@ export const NodeErrorCode = Object.freeze({
   ...ClusterErrorCode,
   ...defineErrorCodes("node", {
     NATS_LAUNCH_FAILED: "NATS_LAUNCH_FAILED",
-    /** A schedule kept changing under an update (compare-and-set lost every try; retryable). */
-    SCHEDULE_CONFLICT: "SCHEDULE_CONFLICT",
   }),
 });

@@ -1,4 +1,3 @@
-import type { Subscription } from "@nats-io/transport-node";
 import { assertId } from "../core/ids.js";
 import { type Logger, componentLogger } from "../core/logger.js";
 import { isConsumerNotFound, UnknownAgentError, type ActivationReply, type Bus } from "../bus/index.js";
@@ -58,7 +57,7 @@ const REFUSED_EVENT_MS = 5_000;
  * looks for one at the end and activates the instance again.
  */
 export class VirtualActors {
-  private sub: Subscription | undefined;
+  private sub: { unsubscribe(): void } | undefined;
   private timer: NodeJS.Timeout | undefined;
   private stopped = false;
   private passivating = 0;

@@ -39,8 +39,7 @@ export class WorkflowWiring {
   /** The workflow subject waits (bucket and capture stream), opened once. */
   readonly waits = openOnce(() =>
     SubjectWaits.open({
-      js: this.d.bus.js,
-      jsm: this.d.bus.jsm,
+      nats: this.d.bus,
       cluster: this.d.cluster,
       replicas: this.d.replicas(),
       owner: `${this.d.nodeId}/${this.d.incarnation}`,

@@ -1,6 +1,6 @@
 import { isKovaError } from "../core/errors.js";
 import { componentLogger, silentLogger, type Logger } from "../core/logger.js";
-import { BusErrorCode, isNoResponders, readAgentRecord, readKvEntries, type AgentRecord, type Bus } from "../bus/index.js";
+import { BusErrorCode, isNoResponders, AGENT_RECORD_FORMAT, readKvEntries, type AgentRecord, type Bus } from "../bus/index.js";
 import { UnsupportedFormatError } from "../core/format-version.js";
 import type { AgentInfo } from "../agents/index.js";
 
@@ -59,7 +59,7 @@ export function natsAgentDirectory(bus: Bus, opts: NatsDirectoryOptions = {}): A
     const out: AgentRecord[] = [];
     for (const [key, e] of await readKvEntries(bus.nc, bus.subjects.kv.agents)) {
       try {
-        out.push(readAgentRecord(key, e.json<unknown>()));
+        out.push(AGENT_RECORD_FORMAT.decode(key, e.json<unknown>()));
       } catch (err) {
         // A newer Kova's record (or a damaged one): that agent gets no work from this
         // coordinator, and the others still do.

@@ -198,7 +198,7 @@ export class ToolLoopLoad implements AsyncDisposable {
   async start(bus: Bus, nc: NatsConnection): Promise<void> {
     this.bus = bus;
     this.nc = nc;
-    const kv = await new Kvm(nc).open(`kova_${bus.cluster}_leases`);
+    const kv = await new Kvm(nc).open(bus.subjects.kv.leases);
     await this.watchLeases(kv);
     void this.reconcile();
     this.sending = true;

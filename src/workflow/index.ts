@@ -44,11 +44,9 @@ export {
   messageData,
   SubjectWaits,
   SubjectWaitService,
-  waitsBucket,
-  waitsStream,
   type SubjectWaitEntry,
   type SubjectWaitServiceOptions,
 } from "./subject-waits.js";
-export { TimerService, WorkflowTimers, timersBucket, type TimerEntry, type TimerServiceOptions } from "./timers.js";
+export { TimerService, WorkflowTimers, type TimerEntry, type TimerServiceOptions } from "./timers.js";
 export { assertRunId, MAX_RUN_ID, newRunId, parseSignal, startMessageId, WORKFLOW_ACTOR_TYPE, WorkflowMessageType } from "./protocol.js";
 export { TemplateError, WorkflowDefinitionError, WorkflowErrorCode, WorkflowInputError } from "./errors.js";

@@ -1,14 +1,7 @@
 import { createHash } from "node:crypto";
-import { DeliverPolicy, DiscardPolicy, RetentionPolicy, StorageType, type JetStreamClient, type JetStreamManager } from "@nats-io/jetstream";
-import { nanos } from "@nats-io/transport-node";
-import type { KV } from "@nats-io/kv";
-import { openOrCreateBucket } from "../bus/kv-buckets.js";
-import { listKvKeys, readKvEntries } from "../bus/kv-keys.js";
-import { KovaTimeoutError } from "../core/errors.js";
-import { checkFormatVersion } from "../core/format-version.js";
+import { KvStore, SubjectCapture, subjectsFor, type JetStreamAccess } from "../bus/index.js";
+import { recordFormat } from "../core/format-version.js";
 import { componentLogger, silentLogger, type Logger } from "../core/logger.js";
-import { isStreamNotFound, isSubjectOverlap, isWrongLastSequence } from "../bus/index.js";
-import { followBucket } from "./kv-watch.js";
 
 /**
  * Waits on a NATS subject (`wait for = "event"` with `subject = "…"`, docs/workflows.md).
@@ -30,12 +23,9 @@ import { followBucket } from "./kv-watch.js";
  *   a live host), then sends it to the run as a `workflow.signal` whose message id is derived
  *   from the wait, so two nodes that both read it store one message.
  *
- * Changing a stream's subject list is read-modify-write with no compare-and-set in the
- * JetStream API: two nodes adding subjects at once could each drop the other's. Every
- * change of `KOVA_<C>_WAITS` is therefore made under a lock (a KV key created with
- * compare-and-set; taken over when its holder has not released it for `LOCK_STALE_MS`),
- * and a wait's entry is written under the same lock, so a subject is never removed while a
- * wait that needs it is being set up.
+ * The capture stream is changed under a lock (bus SubjectCapture, KvStore.locked), and a
+ * wait's entry is written under the same lock, so a subject is never removed while a wait
+ * that needs it is being set up.
  */
 
 /** One open wait. */
@@ -51,33 +41,22 @@ export interface SubjectWaitEntry {
 
 /** Format version of a stored wait (waits written before versioning have no `v`: version 1). */
 export const SUBJECT_WAIT_VERSION = 1;
-const READABLE: readonly number[] = [1];
 
-/**
- * A stored wait as this build reads it.
- * @throws UnsupportedFormatError for a wait a newer Kova wrote
- */
-export function readSubjectWait(key: string, value: unknown): SubjectWaitEntry {
-  const s = value as (SubjectWaitEntry & { v?: number }) | null;
-  checkFormatVersion(`workflow wait ${key}`, s?.v, READABLE);
-  return { runId: s!.runId, waitId: s!.waitId, subject: s!.subject, stream: s!.stream, startSeq: s!.startSeq };
-}
+export const SUBJECT_WAIT_FORMAT = recordFormat<SubjectWaitEntry>({
+  describe: (key) => `workflow wait ${key}`,
+  version: SUBJECT_WAIT_VERSION,
+  readable: [1],
+  read: (_key, value) => {
+    const s = value as SubjectWaitEntry;
+    return { runId: s.runId, waitId: s.waitId, subject: s.subject, stream: s.stream, startSeq: s.startSeq };
+  },
+});
 
-const enc = new TextEncoder();
 const dec = new TextDecoder();
+/** The lock every change of the capture stream is made under (KvStore.locked). */
 const LOCK_KEY = "capture-lock";
 /** A lock older than this is taken over (its holder died); a stream update takes milliseconds. */
-const LOCK_STALE_MS = 15_000;
-const LOCK_WAIT_MS = 30_000;
-const WAITS_MAX_AGE_MS = 7 * 24 * 60 * 60 * 1000;
-
-export function waitsBucket(cluster: string): string {
-  return `kova_${cluster}_workflow_waits`;
-}
-
-export function waitsStream(cluster: string): string {
-  return `KOVA_${cluster.toUpperCase()}_WAITS`;
-}
+const LOCK = { staleMs: 15_000, waitMs: 30_000, what: "taking the workflow waits' capture lock" };
 
 function subjectKey(subject: string): string {
   return createHash("sha256").update(subject).digest("hex").slice(0, 16);
@@ -99,23 +78,19 @@ export function messageData(bytes: Uint8Array): unknown {
 
 export class SubjectWaits {
   private constructor(
-    readonly kv: KV,
-    private readonly jsm: JetStreamManager,
-    readonly js: JetStreamClient,
-    private readonly bucket: string,
-    private readonly stream: string,
-    private readonly replicas: number,
+    readonly store: KvStore<SubjectWaitEntry>,
+    readonly capture: SubjectCapture,
     private readonly owner: string,
   ) {}
 
   /**
    * Opens (creating if needed) the waits bucket.
+   * @param opts.nats JetStream (the node's Bus)
    * @throws JetStream errors when JetStream is unavailable
    */
-  static async open(opts: { js: JetStreamClient; jsm: JetStreamManager; cluster: string; replicas?: number; owner: string }): Promise<SubjectWaits> {
-    const bucket = waitsBucket(opts.cluster);
-    const kv = await openOrCreateBucket(opts.js, bucket, { history: 1, replicas: opts.replicas ?? 1, storage: "file" });
-    return new SubjectWaits(kv, opts.jsm, opts.js, bucket, waitsStream(opts.cluster), opts.replicas ?? 1, opts.owner);
+  static async open(opts: { nats: JetStreamAccess; cluster: string; replicas?: number; owner: string }): Promise<SubjectWaits> {
+    const store = await KvStore.open(opts.nats.js, opts.cluster, "workflowWaits", SUBJECT_WAIT_FORMAT, { replicas: opts.replicas });
+    return new SubjectWaits(store, new SubjectCapture(opts.nats, subjectsFor(opts.cluster).streams.waits, opts.replicas), opts.owner);
   }
 
   /**
@@ -125,115 +100,40 @@ export class SubjectWaits {
    */
   async begin(w: { runId: string; waitId: string; subject: string }): Promise<SubjectWaitEntry> {
     const key = keyOf(w);
-    const existing = await this.read(key);
-    if (existing) return existing;
-    return this.locked(async () => {
-      const again = await this.read(key);
-      if (again) return again;
-      const entry: SubjectWaitEntry = { ...w, ...(await this.capture(w.subject)) };
-      await this.kv.put(key, enc.encode(JSON.stringify({ v: SUBJECT_WAIT_VERSION, ...entry })));
-      return entry;
-    });
+    const existing = await this.store.get(key);
+    if (existing) return existing.value;
+    return this.store.locked(
+      LOCK_KEY,
+      this.owner,
+      async () => {
+        const again = await this.store.get(key);
+        if (again) return again.value;
+        const entry: SubjectWaitEntry = { ...w, ...(await this.capture.capture(w.subject)) };
+        await this.store.put(key, entry);
+        return entry;
+      },
+      LOCK,
+    );
   }
 
   /** Ends a wait; its subject leaves KOVA_<C>_WAITS when no other wait names it. */
   async end(w: { runId: string; waitId: string; subject: string }): Promise<void> {
-    await this.kv.delete(keyOf(w));
-    await this.release(w.subject);
+    await this.store.delete(keyOf(w));
+    await this.store.locked(
+      LOCK_KEY,
+      this.owner,
+      async () => {
+        if ((await this.store.keys({ filter: `${subjectKey(w.subject)}.*.*` })).length === 0) await this.capture.release(w.subject);
+      },
+      LOCK,
+    );
   }
 
   /** Ends every wait of a run (it ended). */
   async clear(runId: string): Promise<number> {
-    const entries = [...(await readKvEntries(this.js, this.bucket, { filter: `*.${runId}.*` }))].map(([key, e]) => readSubjectWait(key, e.json<unknown>()));
-    for (const e of entries) await this.end(e);
+    const entries = [...(await this.store.entries({ filter: `*.${runId}.*` })).values()];
+    for (const e of entries) await this.end(e.value);
     return entries.length;
-  }
-
-  private async read(key: string): Promise<SubjectWaitEntry | undefined> {
-    const e = await this.kv.get(key);
-    return e && e.operation === "PUT" ? readSubjectWait(key, e.json<unknown>()) : undefined;
-  }
-
-  /** The stream storing `subject` (adding it to KOVA_<C>_WAITS if none does) and the sequence its next message gets. Under the lock. */
-  private async capture(subject: string): Promise<{ stream: string; startSeq: number }> {
-    for (let attempt = 0; ; attempt++) {
-      const names: string[] = [];
-      for await (const n of this.jsm.streams.names(subject)) names.push(...(Array.isArray(n) ? n : [n]));
-      const holder = names.find((n) => n === this.stream) ?? names[0];
-      if (holder !== undefined) {
-        const info = await this.jsm.streams.info(holder);
-        return { stream: holder, startSeq: info.state.last_seq + 1 };
-      }
-      try {
-        const info = await this.jsm.streams.info(this.stream).catch((err: unknown) => {
-          if (isStreamNotFound(err)) return undefined;
-          throw err;
-        });
-        if (info) {
-          await this.jsm.streams.update(this.stream, { ...info.config, subjects: [...(info.config.subjects ?? []), subject] });
-          return { stream: this.stream, startSeq: info.state.last_seq + 1 };
-        }
-        await this.jsm.streams.add({
-          name: this.stream,
-          subjects: [subject],
-          retention: RetentionPolicy.Limits,
-          storage: StorageType.File,
-          num_replicas: this.replicas,
-          max_age: nanos(WAITS_MAX_AGE_MS),
-          discard: DiscardPolicy.Old,
-        });
-        return { stream: this.stream, startSeq: 1 };
-      } catch (err) {
-        // Another stream began storing the subject meanwhile: read it from there.
-        if (!isSubjectOverlap(err) || attempt > 2) throw err;
-      }
-    }
-  }
-
-  private async release(subject: string): Promise<void> {
-    const prefix = subjectKey(subject);
-    await this.locked(async () => {
-      if ((await listKvKeys(this.js, this.bucket, { filter: `${prefix}.*.*` })).length > 0) return; // still needed
-      const info = await this.jsm.streams.info(this.stream).catch((err: unknown) => {
-        if (isStreamNotFound(err)) return undefined;
-        throw err;
-      });
-      const subjects = info?.config.subjects ?? [];
-      if (!info || !subjects.includes(subject)) return;
-      const rest = subjects.filter((s) => s !== subject);
-      if (rest.length === 0) await this.jsm.streams.delete(this.stream);
-      else await this.jsm.streams.update(this.stream, { ...info.config, subjects: rest });
-    });
-  }
-
-  /** Runs `fn` holding the capture lock. */
-  private async locked<T>(fn: () => Promise<T>): Promise<T> {
-    const deadline = Date.now() + LOCK_WAIT_MS;
-    const mine = () => enc.encode(JSON.stringify({ owner: this.owner, at: Date.now() }));
-    let revision: number | undefined;
-    while (revision === undefined) {
-      try {
-        revision = await this.kv.create(LOCK_KEY, mine());
-      } catch (err) {
-        if (!isWrongLastSequence(err)) throw err;
-        const held = await this.kv.get(LOCK_KEY);
-        if (held && held.operation === "PUT" && Date.now() - held.json<{ at: number }>().at > LOCK_STALE_MS) {
-          revision = await this.kv.update(LOCK_KEY, mine(), held.revision).catch((e: unknown) => {
-            if (isWrongLastSequence(e)) return undefined;
-            throw e;
-          });
-        }
-        if (revision === undefined) {
-          if (Date.now() > deadline) throw new KovaTimeoutError("taking the workflow waits' capture lock", LOCK_WAIT_MS, { data: { holder: held?.string() } });
-          await new Promise((r) => setTimeout(r, 20 + Math.random() * 30));
-        }
-      }
-    }
-    try {
-      return await fn();
-    } finally {
-      await this.kv.delete(LOCK_KEY, { previousSeq: revision }).catch(() => undefined);
-    }
   }
 }
 
@@ -248,10 +148,6 @@ export interface SubjectWaitServiceOptions {
   logger?: Logger;
 }
 
-interface Reader {
-  stop(): void;
-}
-
 /**
  * Reads waited subjects for the runs this node hosts. One per node; the KV watch tells it
  * every open wait, and a reader (an ordered consumer from the wait's start sequence) runs
@@ -260,7 +156,7 @@ interface Reader {
  */
 export class SubjectWaitService {
   readonly #entries = new Map<string, SubjectWaitEntry>();
-  readonly #readers = new Map<string, Reader>();
+  readonly #readers = new Map<string, { stop(): void }>();
   #stopped = false;
   #watch: { stop(): void } | undefined;
   #timer: NodeJS.Timeout | undefined;
@@ -273,22 +169,12 @@ export class SubjectWaitService {
   /** @throws JetStream errors when the watch cannot start */
   static async start(o: SubjectWaitServiceOptions): Promise<SubjectWaitService> {
     const svc = new SubjectWaitService(o);
-    svc.#watch = await followBucket<SubjectWaitEntry>(
-      o.waits.kv,
-      "*.*.*",
-      {
-        decode: readSubjectWait,
-        onPut: (key, e) => {
-          svc.#entries.set(key, e);
-          svc.#reconcile();
-        },
-        onDelete: (key) => {
-          svc.#entries.delete(key);
-          svc.#reconcile();
-        },
-      },
-      svc.#log,
-    );
+    const changed = (key: string, e?: SubjectWaitEntry) => {
+      if (e) svc.#entries.set(key, e);
+      else svc.#entries.delete(key);
+      svc.#reconcile();
+    };
+    svc.#watch = await o.waits.store.follow("*.*.*", { onPut: changed, onDelete: changed }, svc.#log);
     svc.#timer = setInterval(() => svc.#reconcile(), o.recheckMs ?? 1000);
     svc.#timer.unref();
     return svc;
@@ -309,45 +195,14 @@ export class SubjectWaitService {
       }
     }
     for (const [key, e] of this.#entries) {
-      if (!this.#readers.has(key) && this.o.isLocal(e.runId)) this.#readers.set(key, this.#read(key, e));
+      if (this.#readers.has(key) || !this.o.isLocal(e.runId)) continue;
+      // Sent, the run's turn ends the wait and deletes the entry; the reader stays stopped
+      // (not removed) meanwhile, so the same message is not sent again.
+      this.#readers.set(
+        key,
+        this.o.waits.capture.readFirst(e, (data, seq) => this.o.fire(e, messageData(data), seq), this.#log.child({ wait: key })),
+      );
     }
-  }
-
-  #read(key: string, e: SubjectWaitEntry): Reader {
-    let stopped = false;
-    let messages: { stop(): void } | undefined;
-    const reader = {
-      stop: () => {
-        stopped = true;
-        messages?.stop();
-      },
-    };
-    void (async () => {
-      while (!stopped) {
-        try {
-          const consumer = await this.o.waits.js.consumers.get(e.stream, {
-            filter_subjects: e.subject,
-            deliver_policy: DeliverPolicy.StartSequence,
-            opt_start_seq: e.startSeq,
-          });
-          const iter = await consumer.consume({ max_messages: 1 });
-          messages = iter;
-          if (stopped) iter.stop();
-          for await (const m of iter) {
-            await this.o.fire(e, messageData(m.data), m.seq);
-            iter.stop();
-            // Sent: the run's turn ends the wait and deletes the entry; the reader stays
-            // stopped (not removed) so the same message is not sent again meanwhile.
-            stopped = true;
-          }
-        } catch (err) {
-          if (stopped) return;
-          this.#log.warn({ err, wait: key }, "could not read a waited subject; retrying");
-          await new Promise((r) => setTimeout(r, 1000));
-        }
-      }
-    })();
-    return reader;
   }
 
   stop(): void {

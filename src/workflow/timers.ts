@@ -1,10 +1,6 @@
-import type { JetStreamClient } from "@nats-io/jetstream";
-import type { KV } from "@nats-io/kv";
-import { openOrCreateBucket } from "../bus/kv-buckets.js";
-import { listKvKeys } from "../bus/kv-keys.js";
-import { checkFormatVersion } from "../core/format-version.js";
+import { KvStore, type KvConnection } from "../bus/index.js";
+import { recordFormat } from "../core/format-version.js";
 import { componentLogger, silentLogger, type Logger } from "../core/logger.js";
-import { followBucket } from "./kv-watch.js";
 
 /**
  * Durable timers of workflow runs: retry backoffs, step and wait timeouts, timer waits.
@@ -24,41 +20,28 @@ export interface TimerEntry {
 
 /** Format version of a stored timer (timers written before versioning have no `v`: version 1). */
 export const TIMER_VERSION = 1;
-const READABLE: readonly number[] = [1];
 
-/**
- * A stored timer as this build reads it.
- * @throws UnsupportedFormatError for a timer a newer Kova wrote (a node that reads it fires it)
- */
-export function readTimerEntry(key: string, value: unknown): TimerEntry {
-  const stored = value as (TimerEntry & { v?: number }) | null;
-  checkFormatVersion(`workflow timer ${key}`, stored?.v, READABLE);
-  return { runId: stored!.runId, timerId: stored!.timerId, due: stored!.due };
-}
-
-const enc = new TextEncoder();
-
-export function timersBucket(cluster: string): string {
-  return `kova_${cluster}_workflow_timers`;
-}
+export const TIMER_FORMAT = recordFormat<TimerEntry>({
+  describe: (key) => `workflow timer ${key}`,
+  version: TIMER_VERSION,
+  readable: [1],
+  read: (_key, value) => {
+    const stored = value as TimerEntry;
+    return { runId: stored.runId, timerId: stored.timerId, due: stored.due };
+  },
+});
 
 export class WorkflowTimers {
   readonly #local = new Set<(e: TimerEntry) => void>();
 
-  private constructor(
-    readonly kv: KV,
-    private readonly js: JetStreamClient,
-    private readonly bucket: string,
-  ) {}
+  private constructor(readonly store: KvStore<TimerEntry>) {}
 
   /**
    * Opens (creating if needed) the timers bucket.
    * @throws JetStream errors when JetStream is unavailable
    */
-  static async open(opts: { js: JetStreamClient; cluster: string; replicas?: number }): Promise<WorkflowTimers> {
-    const bucket = timersBucket(opts.cluster);
-    const kv = await openOrCreateBucket(opts.js, bucket, { history: 1, replicas: opts.replicas ?? 1, storage: "file" });
-    return new WorkflowTimers(kv, opts.js, bucket);
+  static async open(opts: { js: KvConnection; cluster: string; replicas?: number }): Promise<WorkflowTimers> {
+    return new WorkflowTimers(await KvStore.open(opts.js, opts.cluster, "workflowTimers", TIMER_FORMAT, { replicas: opts.replicas }));
   }
 
   static key(e: Pick<TimerEntry, "runId" | "timerId">): string {
@@ -67,19 +50,19 @@ export class WorkflowTimers {
 
   /** Stores a timer (idempotent: the same id again overwrites it) and tells this process's service at once. */
   async set(e: TimerEntry): Promise<void> {
-    await this.kv.put(WorkflowTimers.key(e), enc.encode(JSON.stringify({ v: TIMER_VERSION, runId: e.runId, timerId: e.timerId, due: e.due })));
+    await this.store.put(WorkflowTimers.key(e), { runId: e.runId, timerId: e.timerId, due: e.due });
     for (const l of this.#local) l(e);
   }
 
   /** Removes every timer of a run (it ended). */
   async clear(runId: string): Promise<number> {
-    const keys = await listKvKeys(this.js, this.bucket, { filter: `${runId}.>` });
-    await Promise.all(keys.map((k) => this.kv.delete(k)));
+    const keys = await this.store.keys({ filter: `${runId}.>` });
+    await Promise.all(keys.map((k) => this.store.delete(k)));
     return keys.length;
   }
 
   async delete(e: Pick<TimerEntry, "runId" | "timerId">): Promise<void> {
-    await this.kv.delete(WorkflowTimers.key(e));
+    await this.store.delete(WorkflowTimers.key(e));
   }
 
   /** Timers set through this handle, as they are set (the service arms them without waiting for its watch). */
@@ -123,12 +106,7 @@ export class TimerService {
   static async start(o: TimerServiceOptions): Promise<TimerService> {
     const svc = new TimerService(o);
     svc.#unlisten = o.timers.onLocalSet((e) => svc.#add(e));
-    svc.#watch = await followBucket<TimerEntry>(
-      o.timers.kv,
-      ">",
-      { decode: readTimerEntry, onPut: (_key, e) => svc.#add(e), onDelete: (key) => svc.#entries.delete(key) },
-      svc.#log,
-    );
+    svc.#watch = await o.timers.store.follow(">", { onPut: (_key, e) => svc.#add(e), onDelete: (key) => svc.#entries.delete(key) }, svc.#log);
     return svc;
   }
 

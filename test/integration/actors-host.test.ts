@@ -83,7 +83,7 @@ describe("actor host", () => {
     await mine.load("cas1");
     await mine.save("cas1", cp(1, "n1")); // create
     await mine.save("cas1", cp(2, "n1")); // update through the mux
-    const entry = await mine.kv.get("cas1");
+    const entry = await mine.store.kv.get("cas1");
     expect(entry?.revision).toBeGreaterThan(1);
     expect((await theirs.load("cas1"))?.revision).toBe(2);
     await theirs.save("cas1", cp(3, "n2"));
@@ -126,7 +126,7 @@ describe("actor host", () => {
     await a.host.start("t1", "tally");
     for (const env of sent) await a.bus.send(env);
     await tallied(a, 300);
-    const kv = (await NatsCheckpointStore.open({ js: a.bus.js, cluster })).kv;
+    const kv = (await NatsCheckpointStore.open({ js: a.bus.js, cluster })).store.kv;
     const raw = (await kv.get("t1"))!;
     const window = (await kv.get(NatsCheckpointStore.windowKey("t1")))!.json<{ v: number; revision: number }>();
     // Stored by turns 65, 129, 193, 257 (the windows of 64, 128, 192, 256); the checkpoint carries the 44 ids after 256.
@@ -189,7 +189,7 @@ describe("actor host", () => {
     const err = await old.save("w1", cp(71, 70, ids(1, 70))).catch((e: unknown) => e);
     expect((err as Error).name).toBe("CheckpointConflictError");
     // A turn that stored the window of 71 and whose checkpoint (72) was lost: 71's checkpoint still reads exactly.
-    await owner.kv.put(NatsCheckpointStore.windowKey("w1"), windowJson(71, ids(1, 71)));
+    await owner.store.kv.put(NatsCheckpointStore.windowKey("w1"), windowJson(71, ids(1, 71)));
     const reader = await NatsCheckpointStore.open({ js: rig.bus.js, cluster });
     expect((await reader.load("w1"))!.processed).toEqual(ids(1, 71));
   });

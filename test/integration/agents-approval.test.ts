@@ -2,7 +2,7 @@ import { describe, expect, it } from "vitest";
 import { Kvm } from "@nats-io/kv";
 import { askAgent, type AgentResult } from "../../src/agents/index.js";
 import { NatsApprovalStore, type ApprovalRecord } from "../../src/agents/approvals.js";
-import type { KovaEvent } from "../../src/bus/index.js";
+import { type KovaEvent, bucketName } from "../../src/bus/index.js";
 import { isKovaError } from "../../src/core/errors.js";
 import { approveSubject, controlRequest, nodeSubject, type ApproveReply, type ApproveRequest } from "../../src/cluster/control.js";
 import { defineTool } from "../../src/tools/define-tool.js";
@@ -245,7 +245,7 @@ describe("human approval of tool calls (KovaNode in process, real NATS KV, scrip
     const asked = await requested(rig, "run-t");
     const rejected = rig.eventsOf("run-t").find((e) => e.type === "approval_rejected")!;
     expect(rejected.data).toMatchObject({ approvalId: asked.data.approvalId, timedOut: true });
-    const kv = await new Kvm(rig.client.js).open(NatsApprovalStore.bucketName(rig.cluster));
+    const kv = await new Kvm(rig.client.js).open(bucketName(rig.cluster, "approvals"));
     const stored = (await kv.get(`run-t.${asked.data.approvalId}`))!.json<ApprovalRecord>();
     expect(stored).toMatchObject({ status: "rejected", timedOut: true, expiresAt: asked.data.expiresAt });
     const late = await decide(rig, { runId: "run-t", approvalId: asked.data.approvalId, approved: true }).catch((e: unknown) => e);

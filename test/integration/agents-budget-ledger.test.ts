@@ -21,17 +21,17 @@ describe("shared budget ledger (NATS KV)", () => {
     const cluster = uniqueCluster("bl");
     await using bus = await connectBus(nats.url, cluster);
     const ledger = await NatsGroupLedger.open({ js: bus.js, cluster });
-    const bucket = NatsGroupLedger.bucketName(cluster);
+    const bucket = ledger.store.name;
     // What the probe found after bad usage numbers: NaN stored as null, and a string total.
     for (const stored of ['{"used":null}', '{"used":"0NaN12"}', "not json", '{"used":-3}']) {
-      await ledger.kv.put("group.team", stored);
+      await ledger.store.kv.put("group.team", stored);
       const read = await ledger.used("group.team").catch((e: unknown) => e);
       expect(read).toMatchObject({ code: "BUDGET_LEDGER_CORRUPT", data: { bucket, key: "group.team" } });
       expect((read as Error).message).toContain(`nats kv del ${bucket} group.team`);
       await expect(ledger.charge("group.team", 10)).rejects.toMatchObject({ code: "BUDGET_LEDGER_CORRUPT" });
     }
     // Deleting the key restarts the count.
-    await ledger.kv.delete("group.team");
+    await ledger.store.kv.delete("group.team");
     expect(await ledger.used("group.team")).toBe(0);
     expect(await ledger.charge("group.team", 10)).toBe(10);
   }, 30_000);

@@ -5,11 +5,11 @@ import type { Client } from "@a2a-js/sdk/client";
 import { Kvm } from "@nats-io/kv";
 import { connect } from "@nats-io/transport-node";
 import { scriptedReply, type ScriptedHandler } from "../../src/testing/index.js";
-import { taskKey, tasksBucket } from "../../src/gateway/task-store.js";
+import { taskKey } from "../../src/gateway/task-store.js";
 import { FOLLOW_AFTER_MS } from "../../src/gateway/task-tracker.js";
 import { principalOf } from "../../src/gateway/auth.js";
 import { hashKey } from "../../src/gateway/keys.js";
-import type { KovaEvent } from "../../src/bus/index.js";
+import { type KovaEvent, bucketName } from "../../src/bus/index.js";
 import { defer } from "../fixtures/disposable.js";
 import { approve } from "../fixtures/gateway/agents.js";
 import { answer, answerChunks, clientFor, collect, message, sseData } from "../fixtures/gateway/a2a-client.js";
@@ -57,7 +57,7 @@ describe("gateway: A2A v1.0", () => {
       const nc = await connect({ servers: rig.nats.url });
       await using _nc = defer(() => nc.close());
       const seen: string[] = [];
-      const subs = ["$JS.API.CONSUMER.>", `$KV.${tasksBucket(rig.cluster)}.>`].map((subject) =>
+      const subs = ["$JS.API.CONSUMER.>", `$KV.${bucketName(rig.cluster, "gatewayTasks")}.>`].map((subject) =>
         nc.subscribe(subject, { callback: (_e, m) => void seen.push(m.subject) }),
       );
       await nc.flush();
@@ -195,7 +195,7 @@ describe("gateway: A2A v1.0", () => {
     expect(answer(onBTask)).toBe("The tool said approved.");
     // and the task is stored completed in the bucket every replica reads
     const nc = await connect({ servers: rig.nats.url });
-    const kv = await new Kvm(nc).open(tasksBucket(rig.cluster));
+    const kv = await new Kvm(nc).open(bucketName(rig.cluster, "gatewayTasks"));
     expect(
       (await kv.get(taskKey(principalOf({ name: "test", hash: hashKey(rig.key) }).id, task.id)))?.json<{ task: { status: { state: string } } }>().task.status
         .state,

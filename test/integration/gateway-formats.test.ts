@@ -2,10 +2,11 @@ import { connect } from "@nats-io/transport-node";
 import { Kvm } from "@nats-io/kv";
 import { Task, TaskState } from "@a2a-js/sdk";
 import { describe, expect, it } from "vitest";
-import { KeyAdmin, keysBucket } from "../../src/gateway/keys.js";
-import { NatsTaskStore, taskKey, tasksBucket } from "../../src/gateway/task-store.js";
+import { KeyAdmin } from "../../src/gateway/keys.js";
+import { NatsTaskStore, taskKey } from "../../src/gateway/task-store.js";
 import { fileServer, uniqueCluster } from "../fixtures/bus/helpers.js";
 import { goldenJson, withVersion } from "../fixtures/formats.js";
+import { bucketName } from "../../src/bus/index.js";
 
 const nats = fileServer();
 
@@ -14,7 +15,7 @@ describe("gateway records a newer gateway stored", () => {
     const cluster = uniqueCluster("gwf");
     await using nc = await connect({ servers: nats.url });
     const store = await NatsTaskStore.open(nc, cluster);
-    const kv = await new Kvm(nc).open(tasksBucket(cluster));
+    const kv = await new Kvm(nc).open(bucketName(cluster, "gatewayTasks"));
     const newer = JSON.stringify(withVersion("gateway", "task-v1.json", 2));
     await kv.put(taskKey("ci-bot", "r-42"), newer);
     // The same task in progress, as an older replica's projection would save it.
@@ -35,7 +36,7 @@ describe("gateway records a newer gateway stored", () => {
     const admin = await KeyAdmin.open(nc, cluster);
     await admin.add("today");
     expect((await admin.list()).map((k) => k.name)).toEqual(["today"]);
-    const kv = await new Kvm(nc).open(keysBucket(cluster));
+    const kv = await new Kvm(nc).open(bucketName(cluster, "gatewayKeys"));
     await kv.put("ci-bot", JSON.stringify(withVersion("gateway", "key-v1.json", 2)));
     await expect(admin.list()).rejects.toMatchObject({ code: "UNSUPPORTED_FORMAT", data: { record: "gateway key ci-bot", version: 2 } });
   });

@@ -1,8 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import OpenAI from "openai";
 import { connect } from "@nats-io/transport-node";
-import { NatsMemoryStore } from "../../src/agents/memory/store.js";
-import { BucketNotFoundError, listKvKeys } from "../../src/bus/index.js";
+import { BucketNotFoundError, bucketName, listKvKeys } from "../../src/bus/index.js";
 import { scriptedReply, type ScriptedHandler } from "../../src/testing/index.js";
 import { defer } from "../fixtures/disposable.js";
 import { streamText } from "../fixtures/gateway/openai-stream.js";
@@ -126,7 +125,7 @@ describe("gateway: OpenAI-compatible endpoint", () => {
     expect(res.headers.get("x-kova-session-id")).toBe(runId);
     const nc = await connect({ servers: rig.nats.url });
     await using _nc = defer(() => nc.close());
-    const memory = await listKvKeys(nc, NatsMemoryStore.bucketName(rig.cluster)).catch((err: unknown) => {
+    const memory = await listKvKeys(nc, bucketName(rig.cluster, "agentMemory")).catch((err: unknown) => {
       if (err instanceof BucketNotFoundError) return [];
       throw err;
     });

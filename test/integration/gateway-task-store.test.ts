@@ -3,9 +3,10 @@ import { Kvm } from "@nats-io/kv";
 import { Role, Task, TaskState } from "@a2a-js/sdk";
 import type { ServerCallContext } from "@a2a-js/sdk/server";
 import { describe, expect, it } from "vitest";
-import { NatsTaskStore, STORED_TASK_VERSION, taskKey, tasksBucket } from "../../src/gateway/task-store.js";
+import { NatsTaskStore, STORED_TASK_VERSION, taskKey } from "../../src/gateway/task-store.js";
 import { newTask } from "../../src/gateway/task-projection.js";
 import { fileServer, uniqueCluster } from "../fixtures/bus/helpers.js";
+import { bucketName } from "../../src/bus/index.js";
 
 const nats = fileServer();
 
@@ -37,13 +38,13 @@ describe("gateway task store: one owner's listing", () => {
     for (const i of [1, 2]) await store.save(taskOf("key-a", i), a);
     // A task a gateway of the previous layout stored under its bare id.
     const legacy = taskOf("key-a", 3);
-    const kv = await new Kvm(nc).open(tasksBucket(cluster));
+    const kv = await new Kvm(nc).open(bucketName(cluster, "gatewayTasks"));
     await kv.put(legacy.id, JSON.stringify({ v: STORED_TASK_VERSION, owner: "key-a", updatedAt: Date.now(), task: Task.toJSON(legacy) }));
     expect((await kv.get(taskKey("key-a", "key-a-task-1")))?.operation).toBe("PUT");
 
     // Every entry read goes to the stream's MSG.GET API: count them.
     let reads = 0;
-    const spy = nc.subscribe(`$JS.API.STREAM.MSG.GET.KV_${tasksBucket(cluster)}`, {
+    const spy = nc.subscribe(`$JS.API.STREAM.MSG.GET.KV_${bucketName(cluster, "gatewayTasks")}`, {
       callback: () => {
         reads++;
       },
@@ -96,7 +97,7 @@ describe("gateway task store: one owner's listing", () => {
     const a = callerOf("key-a");
     // A KV get is a direct get (the bucket allows them) or the stream's MSG.GET: count both.
     let reads = 0;
-    const bucket = `KV_${tasksBucket(cluster)}`;
+    const bucket = `KV_${bucketName(cluster, "gatewayTasks")}`;
     const spies = [`$JS.API.DIRECT.GET.${bucket}`, `$JS.API.DIRECT.GET.${bucket}.>`, `$JS.API.STREAM.MSG.GET.${bucket}`].map((subject) =>
       nc.subscribe(subject, { callback: () => void reads++ }),
     );

@@ -5,9 +5,9 @@ import { join } from "node:path";
 import { chromium } from "playwright-core";
 import { connect, headers } from "@nats-io/transport-node";
 import { Kvm } from "@nats-io/kv";
-import { KovaClient, type KovaEvent } from "../../src/bus/index.js";
+import { KovaClient, type KovaEvent, bucketName } from "../../src/bus/index.js";
 import { controlRequest, nodeSubject } from "../../src/cluster/control.js";
-import { nodesBucket, NODE_RECORD_VERSION, type NodeRecord } from "../../src/cluster/membership.js";
+import { NODE_RECORD_VERSION, type NodeRecord } from "../../src/cluster/membership.js";
 import { scriptedReply, type ScriptedHandler } from "../../src/testing/index.js";
 import { defer } from "../fixtures/disposable.js";
 import { isPlanRequest, isSynthesisRequest, swarmModel } from "../fixtures/swarm/helpers.js";
@@ -199,7 +199,7 @@ describe("gateway: web view", () => {
       pid: 1,
       host: "gone",
     };
-    const nodesKv = await new Kvm(nc).open(nodesBucket(rig.cluster));
+    const nodesKv = await new Kvm(nc).open(bucketName(rig.cluster, "nodes"));
     await nodesKv.put("ghost", JSON.stringify(ghost));
     const ghostRow = page.locator("#nodes tbody tr", { hasText: "ghost" });
     await ghostRow.waitFor({ timeout: 20_000 });

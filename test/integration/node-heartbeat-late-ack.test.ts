@@ -3,11 +3,12 @@ import { connect } from "@nats-io/transport-node";
 import { describe, expect, it } from "vitest";
 import { sleep } from "../../src/core/clock.js";
 import { createLogger } from "../../src/core/logger.js";
-import { Membership, nodesBucket, type NodeRecord } from "../../src/cluster/membership.js";
+import { Membership, type NodeRecord } from "../../src/cluster/membership.js";
 import { startNatsServer } from "../../src/testing/index.js";
 import { defer } from "../fixtures/disposable.js";
 import { poll } from "../fixtures/poll.js";
 import { startTcpProxy } from "../fixtures/tcp-proxy.js";
+import { bucketName } from "../../src/bus/index.js";
 
 const logger = createLogger({ level: "silent" });
 
@@ -36,7 +37,7 @@ describe("a heartbeat acked after a gap", () => {
     await poll(() => membership.selfHealthy(), { timeoutMs: 5000, what: "healthy after the first heartbeat" });
     // Every heartbeat as it reaches the server (the bucket keeps only the newest).
     const landed: Array<{ record: NodeRecord; at: number }> = [];
-    const sub = observer.subscribe(`$KV.${nodesBucket(cluster)}.a`, {
+    const sub = observer.subscribe(`$KV.${bucketName(cluster, "nodes")}.a`, {
       callback: (_err, m) => void landed.push({ record: m.json<NodeRecord>(), at: Date.now() }),
     });
     await observer.flush();

@@ -5,12 +5,13 @@ import { Kvm, type KV } from "@nats-io/kv";
 import { randomUUID } from "node:crypto";
 import { startNatsCluster, startNatsServer, type NatsClusterHandle } from "../../src/testing/index.js";
 import { createLogger } from "../../src/core/logger.js";
-import { LEASE_RECORD_VERSION, LeaseTable, leasesBucket } from "../../src/cluster/lease.js";
+import { LEASE_RECORD_VERSION, LeaseTable } from "../../src/cluster/lease.js";
 import { KvMirror } from "../../src/cluster/kv-mirror.js";
 import { AgentRegistry } from "../../src/cluster/registry.js";
 import { poll } from "../fixtures/poll.js";
 import { captureLogs } from "../fixtures/capture-logs.js";
 import { defer } from "../fixtures/disposable.js";
+import { bucketName } from "../../src/bus/index.js";
 
 const logger = createLogger();
 const timing = { checkMs: 200, stallMs: 1000, idleCheckMs: 500 };
@@ -73,7 +74,7 @@ describe("kv mirror watch", () => {
     const bootstrap = await nc(cluster.urls);
     (await open(bootstrap)).stop();
     const jsm = await jetstreamManager(bootstrap);
-    const stream = `KV_${leasesBucket(c)}`;
+    const stream = `KV_${bucketName(c, "leases")}`;
     // The watch's consumer has one replica, on one server: that server is the one to kill.
     // It must lead neither the JetStream meta group nor the bucket's stream, nor carry the
     // reader's connection (the reader connects to the stream leader), so that the kill
@@ -97,7 +98,7 @@ describe("kv mirror watch", () => {
     const lt = leases!;
     await using _lt = defer(() => lt.stop());
     const survivors = cluster.servers.filter((s) => s !== victim).map((s) => s.url);
-    const writer = await new Kvm(await nc(survivors)).open(leasesBucket(c));
+    const writer = await new Kvm(await nc(survivors)).open(bucketName(c, "leases"));
 
     await writeLease(writer, "before", "b");
     await poll(() => lt.get("before")?.value.node === "b", { timeoutMs: 5000, what: "a change before the kill" });
@@ -127,7 +128,7 @@ describe("kv mirror health", () => {
     const c = `h${randomUUID().slice(0, 8)}`;
     const a = await LeaseTable.open({ nc: await nc(server.url), cluster: c, nodeId: "a", incarnation: "ia", logger, timing });
     await using _a = defer(() => a.stop());
-    const writer = await new Kvm(await nc(server.url)).open(leasesBucket(c));
+    const writer = await new Kvm(await nc(server.url)).open(bucketName(c, "leases"));
     expect(await a.acquire("mine", () => false)).toBe(true);
     expect(a.holds("mine")).toBe(true);
     await server.kill();

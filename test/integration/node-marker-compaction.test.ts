@@ -3,8 +3,7 @@ import { jetstreamManager } from "@nats-io/jetstream";
 import { Kvm } from "@nats-io/kv";
 import { describe, expect, it } from "vitest";
 import { ActorTypeRegistry, defineActor } from "../../src/actors/index.js";
-import { KovaClient } from "../../src/bus/index.js";
-import { openBucket } from "../../src/cluster/kv-mirror.js";
+import { KovaClient, openOrCreateBucket } from "../../src/bus/index.js";
 import { compactMarkers } from "../../src/cluster/marker-compaction.js";
 import { fileServer, uniqueCluster } from "../fixtures/bus/helpers.js";
 import { inProcessNode } from "../fixtures/node/in-process-node.js";
@@ -28,7 +27,7 @@ describe("compaction of KV delete markers (passivated instances)", () => {
   it("compactMarkers - removes old delete and purge markers only: live values, a value written after a marker, young markers and the stream's last message stay; idempotent", async () => {
     await using nc = await connect({ servers: nats.url });
     const jsm = await jetstreamManager(nc);
-    const kv = await openBucket(nc, `kova_${uniqueCluster("mc")}_agents`);
+    const kv = await openOrCreateBucket(nc, `kova_${uniqueCluster("mc")}_agents`, { history: 1, storage: "file" });
     for (let i = 0; i < 50; i++) await kv.put(`gone-${i}`, enc.encode("v"));
     for (let i = 0; i < 50; i++) await (i % 2 === 0 ? kv.purge(`gone-${i}`) : kv.delete(`gone-${i}`));
     await kv.put("live", enc.encode("v"));

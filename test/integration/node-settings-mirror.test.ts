@@ -4,6 +4,7 @@ import { Kvm } from "@nats-io/kv";
 import { describe, expect, it, vi } from "vitest";
 import { silentLogger } from "../../src/core/logger.js";
 import { NatsSettingsStore } from "../../src/agents/settings.js";
+import { bucketName } from "../../src/bus/index.js";
 import { MirroredSettingsStore } from "../../src/cluster/settings-mirror.js";
 import { fileServer, uniqueCluster } from "../fixtures/bus/helpers.js";
 import { defer } from "../fixtures/disposable.js";
@@ -28,11 +29,11 @@ describe("agent settings from a watched copy (MirroredSettingsStore)", () => {
     expect(await host.get("ops")).toEqual({ model: "fast" });
     await poll(async () => (await other.get("ops")).model === "fast", { timeoutMs: 5_000, what: "the switch on the other node's copy" });
     // Written by anything else (an older node, `nats kv put`): the watch brings it too.
-    const raw = await new Kvm(nc).open(NatsSettingsStore.bucketName(cluster));
+    const raw = await new Kvm(nc).open(bucketName(cluster, "agentSettings"));
     await raw.put("ops", JSON.stringify({ model: "slow" }));
     await poll(async () => (await host.get("ops")).model === "slow", { timeoutMs: 5_000, what: "an outside write on the host's copy" });
     // Current copy: a run's read is answered locally, no KV request.
-    const kvGet = vi.spyOn((other as unknown as { bucket: NatsSettingsStore }).bucket.kv, "get");
+    const kvGet = vi.spyOn((other as unknown as { bucket: NatsSettingsStore }).bucket.store.kv, "get");
     await poll(async () => (await other.get("ops")).model === "slow", { timeoutMs: 5_000, what: "the outside write on the other copy" });
     for (let i = 0; i < 20; i++) expect(await other.get("ops")).toEqual({ model: "slow" });
     expect(kvGet).not.toHaveBeenCalled();
@@ -45,7 +46,7 @@ describe("agent settings from a watched copy (MirroredSettingsStore)", () => {
     await using nc = await connect({ servers: nats.url });
     const copy = await MirroredSettingsStore.open({ js: jetstream(nc), nc, cluster, replicas: 1, logger: silentLogger() });
     await using _copy = defer(() => copy.close());
-    const raw = await new Kvm(nc).open(NatsSettingsStore.bucketName(cluster));
+    const raw = await new Kvm(nc).open(bucketName(cluster, "agentSettings"));
     await raw.put("ops", JSON.stringify({ v: 2, model: "fast", effort: "high" }));
     const refusal = { code: "UNSUPPORTED_FORMAT", data: { record: "settings of agent ops", version: 2, readable: [1] } };
     const err = await poll(

@@ -1,9 +1,9 @@
 import { Kvm, type KV } from "@nats-io/kv";
 import { headers as natsHeaders } from "@nats-io/transport-node";
 import { describe, expect, it } from "vitest";
-import { ActorTypeRegistry, counterActor, NatsCheckpointStore, type CounterState } from "../../src/actors/index.js";
+import { ActorTypeRegistry, counterActor, type CounterState } from "../../src/actors/index.js";
 import { readCheckpoint, type Checkpoint } from "../../src/actors/checkpoint-store.js";
-import { createEnvelope, encodeEnvelope, KovaClient } from "../../src/bus/index.js";
+import { createEnvelope, encodeEnvelope, KovaClient, bucketName } from "../../src/bus/index.js";
 import { approveSubject, controlRequest, nodeSubject, schedulesSubject, spawnSubject, type NodeStatusView } from "../../src/cluster/control.js";
 import { captureLogs } from "../fixtures/capture-logs.js";
 import { inProcessNode } from "../fixtures/node/in-process-node.js";
@@ -41,7 +41,7 @@ describe("security: reply subjects of core requests", () => {
       leases: { bucket: `kova_${cluster}_leases`, key: "c1", valid: (v: unknown) => isObject(v) && typeof v.incarnation === "string" },
       nodes: { bucket: `kova_${cluster}_nodes`, key: "n1", valid: (v: unknown) => isObject(v) && v.id === "n1" && typeof v.incarnation === "string" },
       checkpoints: {
-        bucket: NatsCheckpointStore.bucketName(cluster),
+        bucket: bucketName(cluster, "checkpoints"),
         key: "c1",
         valid: (v: unknown) => readCheckpoint("checkpoint of c1", v as Checkpoint).processed.length > 0,
       },

@@ -1,11 +1,10 @@
 import { describe, expect, it } from "vitest";
 import { Kvm } from "@nats-io/kv";
-import { createEnvelope, type A2AEnvelope } from "../../src/bus/index.js";
-import { NatsCheckpointStore, type CounterState } from "../../src/actors/index.js";
+import { createEnvelope, type A2AEnvelope, bucketName, openOrCreateBucket } from "../../src/bus/index.js";
+import type { CounterState } from "../../src/actors/index.js";
 import { readCheckpoint, type Checkpoint } from "../../src/actors/checkpoint-store.js";
 import { fileServer, startRig, uniqueCluster } from "../fixtures/actors/helpers.js";
 import { poll } from "../fixtures/poll.js";
-import { openBucket } from "../../src/cluster/kv-mirror.js";
 
 const server = fileServer();
 
@@ -24,15 +23,17 @@ describe("security: replyTo", () => {
         retryErrors: true,
       });
       const kvm = new Kvm(rig.bus.nc);
-      const checkpoints = await kvm.open(NatsCheckpointStore.bucketName(cluster));
+      const checkpoints = await kvm.open(bucketName(cluster, "checkpoints"));
       const before = await checkpoints.get("c2");
       expect(before?.revision).toBeGreaterThan(0);
       // A host without a node has no leases or agents bucket: made here, as a node would, so a
       // forged reply would have somewhere to land.
-      const named = await Promise.all([`kova_${cluster}_leases`, `kova_${cluster}_agents`].map((b) => openBucket(rig.bus.nc, b)));
+      const named = await Promise.all(
+        [`kova_${cluster}_leases`, `kova_${cluster}_agents`].map((b) => openOrCreateBucket(rig.bus.nc, b, { history: 1, storage: "file" })),
+      );
 
       const targets = [
-        `$KV.${NatsCheckpointStore.bucketName(cluster)}.c2`,
+        `$KV.${bucketName(cluster, "checkpoints")}.c2`,
         `$KV.kova_${cluster}_leases.c2`,
         `$KV.kova_${cluster}_agents.c2`,
         `$JS.API.STREAM.DELETE.KOVA_${cluster.toUpperCase()}_A2A`,

@@ -4,8 +4,7 @@ import { loadWorkflowFile } from "../../src/workflow/index.js";
 import { WorkflowErrorCode } from "../../src/workflow/errors.js";
 import { readRun, startRun } from "../../src/cli/workflow-commands.js";
 import { RunTree } from "../../src/cli/run-tree.js";
-import { waitsStream } from "../../src/workflow/subject-waits.js";
-import { isStreamNotFound } from "../../src/bus/index.js";
+import { isStreamNotFound, subjectsFor } from "../../src/bus/index.js";
 import { poll } from "../fixtures/poll.js";
 import { WORKFLOW_FIXTURES, WorkflowRig } from "../fixtures/workflow/rig.js";
 
@@ -208,7 +207,7 @@ describe("workflow runs on real nodes", () => {
     const jsm = rig.client.bus.jsm;
     await poll(
       () =>
-        jsm.streams.info(waitsStream(rig.cluster)).then(
+        jsm.streams.info(subjectsFor(rig.cluster).streams.waits).then(
           () => false,
           (err: unknown) => isStreamNotFound(err),
         ),
@@ -227,7 +226,7 @@ describe("workflow runs on real nodes", () => {
     await waiting(third.runId);
     await rig.client.bus.publishEvent({ type: "deploy_done", sessionId: "s-ext", runId: "r-ext", ts: Date.now(), data: {} });
     expect((await rig.finished(third.runId)).output).toBe("writer(saw deploy_done)");
-    await expect(jsm.streams.info(waitsStream(rig.cluster))).rejects.toSatisfy(isStreamNotFound);
+    await expect(jsm.streams.info(subjectsFor(rig.cluster).streams.waits)).rejects.toSatisfy(isStreamNotFound);
   }, 60_000);
 
   it("workflow - cancel interrupts the agent turns the run started, running or still queued: its children end cancelled", async () => {

@@ -5,7 +5,7 @@ import { derivedId } from "../../src/core/ids.js";
 import { markCommitted, newTurnRecord, parseTurnRecord, TURN_RECORD_VERSION } from "../../src/actors/turn-record.js";
 import { makeContext } from "../../src/actors/actor-context.js";
 import type { HostDeps } from "../../src/actors/ports.js";
-import type { A2AEnvelope } from "../../src/bus/index.js";
+import { type A2AEnvelope, encodeValue } from "../../src/bus/index.js";
 import { createLogger } from "../../src/core/logger.js";
 import { ActorMemory, localCheckpointKey, localWindowKey } from "../../src/actors/memory.js";
 import { Wal } from "../../src/wal/index.js";
@@ -21,14 +21,13 @@ import {
   windowJson,
   type Checkpoint,
   type StoredCheckpoint,
+  readCheckpoint,
 } from "../../src/actors/checkpoint-store.js";
 import { ActorErrorCode } from "../../src/actors/errors.js";
-import { readCheckpoint } from "../../src/actors/checkpoint-store.js";
-import { readAgentRecord, AGENT_RECORD_VERSION } from "../../src/cluster/registry.js";
-import { readLeaseRecord, LEASE_RECORD_VERSION } from "../../src/cluster/lease.js";
-import { readNodeRecord, NODE_RECORD_VERSION } from "../../src/cluster/membership.js";
+import { AGENT_RECORD_FORMAT, AGENT_RECORD_VERSION } from "../../src/cluster/registry.js";
+import { LEASE_RECORD_FORMAT, LEASE_RECORD_VERSION } from "../../src/cluster/lease.js";
+import { NODE_RECORD_FORMAT, NODE_RECORD_VERSION } from "../../src/cluster/membership.js";
 import { JOURNAL_ENTRY_VERSION, readJournalEntry } from "../../src/actors/step-journal.js";
-import { encodeValue } from "../../src/bus/index.js";
 import { expectRefused, goldenBytes, goldenJson, refused } from "../fixtures/formats.js";
 
 const fixture = (name: string, dir = "actors"): unknown => goldenJson(dir, name);
@@ -209,7 +208,7 @@ describe("persisted formats (golden files)", () => {
     expect([AGENT_RECORD_VERSION, LEASE_RECORD_VERSION, NODE_RECORD_VERSION]).toEqual([1, 1, 1]);
     // test/integration/node-formats.test.ts checks that a running node writes the -tagged shapes.
     for (const name of ["agent-record-v1.json", "agent-record-v1-tagged.json"]) {
-      expect(readAgentRecord("researcher", fixture(name, "node")), name).toMatchObject({
+      expect(AGENT_RECORD_FORMAT.decode("researcher", fixture(name, "node")), name).toMatchObject({
         id: "researcher",
         node: "kova-2",
         desired: "running",
@@ -217,10 +216,10 @@ describe("persisted formats (golden files)", () => {
       });
     }
     for (const name of ["lease-record-v1.json", "lease-record-v1-tagged.json"]) {
-      expect(readLeaseRecord("researcher", fixture(name, "node")), name).toMatchObject({ node: "kova-2", at: 1764450000000 });
+      expect(LEASE_RECORD_FORMAT.decode("researcher", fixture(name, "node")), name).toMatchObject({ node: "kova-2", at: 1764450000000 });
     }
     for (const name of ["node-record-v1.json", "node-record-v1-tagged.json"]) {
-      expect(readNodeRecord("kova-2", fixture(name, "node")), name).toMatchObject({
+      expect(NODE_RECORD_FORMAT.decode("kova-2", fixture(name, "node")), name).toMatchObject({
         id: "kova-2",
         state: "up",
         heartbeatAt: 1764450000000,
@@ -237,9 +236,9 @@ describe("persisted formats (golden files)", () => {
     expect(checkpoint.message).toContain("checkpoint of actor c1");
     expect(checkpoint.data).toMatchObject({ readable: [1, 2, 3, 4] });
     const cases: Array<[string, () => unknown]> = [
-      ["registry record of agent researcher", () => readAgentRecord("researcher", { ...(fixture("agent-record-v1.json", "node") as object), v: 2 })],
-      ["lease of actor researcher", () => readLeaseRecord("researcher", { ...(fixture("lease-record-v1.json", "node") as object), v: "2" })],
-      ["heartbeat of node kova-2", () => readNodeRecord("kova-2", { ...(fixture("node-record-v1-tagged.json", "node") as object), v: 2 })],
+      ["registry record of agent researcher", () => AGENT_RECORD_FORMAT.decode("researcher", { ...(fixture("agent-record-v1.json", "node") as object), v: 2 })],
+      ["lease of actor researcher", () => LEASE_RECORD_FORMAT.decode("researcher", { ...(fixture("lease-record-v1.json", "node") as object), v: "2" })],
+      ["heartbeat of node kova-2", () => NODE_RECORD_FORMAT.decode("kova-2", { ...(fixture("node-record-v1-tagged.json", "node") as object), v: 2 })],
     ];
     for (const [record, read] of cases) {
       const err = refused(read);

@@ -1,11 +1,9 @@
 import { describe, expect, it } from "vitest";
-import { readApprovalRecord } from "../../src/agents/approvals.js";
+import { APPROVAL_FORMAT } from "../../src/agents/approvals.js";
 import { GROUP_TOTAL_VERSION, readGroupTotal } from "../../src/agents/budget-groups.js";
 import { MEMORY_VERSION, readStoredMemory } from "../../src/agents/memory/store.js";
-import { readAgentSettings, SETTINGS_VERSION } from "../../src/agents/settings.js";
-import { expectRefused, goldenBytes, goldenJson, withVersion } from "../fixtures/formats.js";
-
-const bytes = (value: unknown) => new TextEncoder().encode(JSON.stringify(value));
+import { SETTINGS_FORMAT, SETTINGS_VERSION } from "../../src/agents/settings.js";
+import { expectRefused, goldenJson, withVersion } from "../fixtures/formats.js";
 
 // What each store writes today is the -tagged (or only) file's shape; values written before versioning have no `v`.
 describe("agents formats (golden files)", () => {
@@ -20,22 +18,22 @@ describe("agents formats (golden files)", () => {
   it("formats - version 1 settings load, as written today (v: 1) and before versioning (no v)", () => {
     expect(SETTINGS_VERSION).toBe(1);
     for (const name of ["settings-v1.json", "settings-v1-tagged.json"])
-      expect(readAgentSettings("researcher", goldenJson("agents", name)), name).toEqual({ model: "fast" });
+      expect(SETTINGS_FORMAT.decode("researcher", goldenJson("agents", name)), name).toEqual({ model: "fast" });
   });
 
   it("formats - a version 1 budget group total loads, as written today (v: 1) and before versioning (no v)", () => {
     expect(GROUP_TOTAL_VERSION).toBe(1);
     for (const name of ["budget-group-v1.json", "budget-group-v1-tagged.json"]) {
-      expect(readGroupTotal("kova_default_agent_budgets", "group.research", goldenBytes("agents", name)), name).toBe(1234);
+      expect(readGroupTotal("kova_default_agent_budgets", "group.research", goldenJson("agents", name)), name).toBe(1234);
     }
     // A damaged total is still corrupt, not a format question.
-    expect(() => readGroupTotal("kova_default_agent_budgets", "group.research", bytes({ v: 1, used: -5 }))).toThrow(
+    expect(() => readGroupTotal("kova_default_agent_budgets", "group.research", { v: 1, used: -5 })).toThrow(
       expect.objectContaining({ code: "BUDGET_LEDGER_CORRUPT" }),
     );
   });
 
   it("formats - a version 1 approval still loads with its decision", () => {
-    expect(readApprovalRecord("r-42.ap-1", goldenJson("agents", "approval-v1.json"))).toMatchObject({
+    expect(APPROVAL_FORMAT.decode("r-42.ap-1", goldenJson("agents", "approval-v1.json"))).toMatchObject({
       v: 1,
       runId: "r-42",
       approvalId: "ap-1",
@@ -49,12 +47,12 @@ describe("agents formats (golden files)", () => {
 
   it("formats - a conversation, settings, budget total or approval of an unknown version is refused naming it and the versions this build reads", () => {
     expectRefused(() => readStoredMemory("researcher", "s-7", withVersion("agents", "memory-v1.json", 2)), "memory of researcher session s-7", [1]);
-    expectRefused(() => readAgentSettings("researcher", withVersion("agents", "settings-v1-tagged.json", 2)), "settings of agent researcher", [1]);
+    expectRefused(() => SETTINGS_FORMAT.decode("researcher", withVersion("agents", "settings-v1-tagged.json", 2)), "settings of agent researcher", [1]);
     expectRefused(
-      () => readGroupTotal("kova_default_agent_budgets", "group.research", bytes(withVersion("agents", "budget-group-v1-tagged.json", 2))),
+      () => readGroupTotal("kova_default_agent_budgets", "group.research", withVersion("agents", "budget-group-v1-tagged.json", 2)),
       "budget group group.research in kova_default_agent_budgets",
       [1],
     );
-    expectRefused(() => readApprovalRecord("r-42.ap-1", withVersion("agents", "approval-v1.json", 2)), "approval ap-1 of run r-42", [1]);
+    expectRefused(() => APPROVAL_FORMAT.decode("r-42.ap-1", withVersion("agents", "approval-v1.json", 2)), "approval ap-1 of run r-42", [1]);
   });
 });

@@ -97,8 +97,30 @@ describe("bus envelope", () => {
     expect(s.dlq("max_deliver")).toBe("kova.prod-1.dlq.max_deliver");
     expect(s.journal("researcher")).toBe("kova.prod-1.journal.researcher");
     expect(s.journalWildcard).toBe("kova.prod-1.journal.*");
-    expect(s.streams).toEqual({ a2a: "KOVA_PROD-1_A2A", events: "KOVA_PROD-1_EVENTS", dlq: "KOVA_PROD-1_DLQ", journal: "KOVA_PROD-1_JOURNAL" });
-    expect(s.kv).toEqual({ agents: "kova_prod-1_agents", nodes: "kova_prod-1_nodes" });
+    expect(s.streams).toEqual({
+      a2a: "KOVA_PROD-1_A2A",
+      events: "KOVA_PROD-1_EVENTS",
+      dlq: "KOVA_PROD-1_DLQ",
+      journal: "KOVA_PROD-1_JOURNAL",
+      waits: "KOVA_PROD-1_WAITS",
+    });
+    // Every bucket of docs/architecture.md's table, by role, named once.
+    expect(s.kv).toEqual({
+      agents: "kova_prod-1_agents",
+      nodes: "kova_prod-1_nodes",
+      leases: "kova_prod-1_leases",
+      checkpoints: "kova_prod-1_checkpoints",
+      schedules: "kova_prod-1_schedules",
+      approvals: "kova_prod-1_approvals",
+      agentMemory: "kova_prod-1_agent_memory",
+      agentSettings: "kova_prod-1_agent_settings",
+      agentBudgets: "kova_prod-1_agent_budgets",
+      workflowTimers: "kova_prod-1_workflow_timers",
+      workflowWaits: "kova_prod-1_workflow_waits",
+      gatewayKeys: "kova_prod-1_gateway_keys",
+      gatewayTasks: "kova_prod-1_gateway_tasks",
+      evals: "kova_prod-1_evals",
+    });
     expect(s.consumer("researcher")).toBe("agent_researcher");
     expect(s.maxDeliveriesAdvisory).toBe("$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.KOVA_PROD-1_A2A.*");
     expect(() => subjectsFor("a.b")).toThrow(/cluster name/);

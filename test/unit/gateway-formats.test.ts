@@ -1,13 +1,13 @@
 import { Task, TaskState } from "@a2a-js/sdk";
 import { describe, expect, it } from "vitest";
-import { hashKey, readStoredKey, STORED_KEY_VERSION } from "../../src/gateway/keys.js";
-import { readStoredTask, STORED_TASK_VERSION } from "../../src/gateway/task-store.js";
+import { hashKey, STORED_KEY_FORMAT, STORED_KEY_VERSION } from "../../src/gateway/keys.js";
+import { STORED_TASK_FORMAT, STORED_TASK_VERSION } from "../../src/gateway/task-store.js";
 import { expectRefused, goldenJson, withVersion } from "../fixtures/formats.js";
 
 describe("gateway formats (golden files)", () => {
   it("formats - a version 1 API key loads: its hash still recognises the key, its limits still apply", () => {
     expect(STORED_KEY_VERSION).toBe(1);
-    const key = readStoredKey("ci-bot", goldenJson("gateway", "key-v1.json"));
+    const key = STORED_KEY_FORMAT.decode("ci-bot", goldenJson("gateway", "key-v1.json"));
     // The golden file stores the hash of this (public, test-only) key.
     expect(key.hash).toBe(hashKey("kova_golden-fixture-key-not-a-secret"));
     expect(key).toMatchObject({ name: "ci-bot", agents: ["researcher", "writer"], ratePerMinute: 60 });
@@ -15,7 +15,7 @@ describe("gateway formats (golden files)", () => {
 
   it("formats - a version 1 task loads as the A2A task it was, with its owner", () => {
     expect(STORED_TASK_VERSION).toBe(1);
-    const stored = readStoredTask("r-42", goldenJson("gateway", "task-v1.json"));
+    const stored = STORED_TASK_FORMAT.decode("r-42", goldenJson("gateway", "task-v1.json"));
     expect(stored.owner).toBe("ci-bot");
     const task = Task.fromJSON(stored.task);
     expect(task).toMatchObject({ id: "r-42", contextId: "s-7", status: { state: TaskState.TASK_STATE_COMPLETED } });
@@ -24,7 +24,7 @@ describe("gateway formats (golden files)", () => {
   });
 
   it("formats - a key or task of an unknown version is refused naming it and the versions this build reads", () => {
-    expectRefused(() => readStoredKey("ci-bot", withVersion("gateway", "key-v1.json", 2)), "gateway key ci-bot", [1]);
-    expectRefused(() => readStoredTask("r-42", withVersion("gateway", "task-v1.json", 2)), "gateway task r-42", [1]);
+    expectRefused(() => STORED_KEY_FORMAT.decode("ci-bot", withVersion("gateway", "key-v1.json", 2)), "gateway key ci-bot", [1]);
+    expectRefused(() => STORED_TASK_FORMAT.decode("r-42", withVersion("gateway", "task-v1.json", 2)), "gateway task r-42", [1]);
   });
 });

@@ -1,6 +1,7 @@
-import { join } from "node:path";
+import { readFileSync } from "node:fs";
+import { join, relative, sep } from "node:path";
 import { describe, expect, it } from "vitest";
-import { importedPackages, importedPaths, LAYER_RANK as RANK, sourceImports } from "../../scripts/source-imports.mjs";
+import { importedPackages, importedPaths, LAYER_RANK as RANK, sourceFiles, sourceImports } from "../../scripts/source-imports.mjs";
 
 // docs/architecture.md, "The layer map": imports point down only. A file may import only from its
 // own layer or layers of lower rank (scripts/source-imports.mjs holds the ranks). `testing`
@@ -31,6 +32,21 @@ describe("layering", () => {
     expect(checked).toBeGreaterThan(500);
     expect([...checkedEntries].sort()).toEqual(["index.ts", "internal.ts"]);
     expect(violations).toEqual([]);
+  });
+
+  it("layers - NATS is reached through the bus and cluster layers: no other file imports @nats-io/* (testing may, to start servers)", () => {
+    const src = join(import.meta.dirname, "../../src");
+    const NATS_LAYERS = ["bus", "cluster", "testing"];
+    const outside: string[] = [];
+    let natsFiles = 0;
+    for (const file of sourceFiles(src)) {
+      const path = relative(src, file).split(sep).join("/");
+      if (!importedPackages(readFileSync(file, "utf8")).some((p) => p.startsWith("@nats-io/"))) continue;
+      natsFiles++;
+      if (!NATS_LAYERS.includes(path.split("/")[0]!)) outside.push(path);
+    }
+    expect(natsFiles).toBeGreaterThan(10);
+    expect(outside).toEqual([]);
   });
 
   it("layers - the import scan sees every form of import, and only relative ones", () => {

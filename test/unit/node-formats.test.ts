@@ -1,13 +1,13 @@
 import { describe, expect, it } from "vitest";
 import { nextTick, scheduleTarget } from "../../src/node/schedules/spec.js";
-import { readScheduleRecord, SCHEDULE_RECORD_VERSION } from "../../src/node/schedules/service.js";
+import { SCHEDULE_RECORD_FORMAT, SCHEDULE_RECORD_VERSION } from "../../src/node/schedules/service.js";
 import { parseWorkflow } from "../../src/workflow/index.js";
 import { expectRefused, goldenJson, withVersion } from "../fixtures/formats.js";
 
 // Registry, lease and heartbeat values: test/unit/actors-formats.test.ts; a running node beside newer entries: test/integration/node-formats.test.ts.
 describe("node formats (golden files)", () => {
   it("formats - a version 1 schedule (a message on an interval, with a pending claim) still loads and ticks", () => {
-    const r = readScheduleRecord("hourly-digest", goldenJson("node", "schedule-v1.json"));
+    const r = SCHEDULE_RECORD_FORMAT.decode("hourly-digest", goldenJson("node", "schedule-v1.json"));
     expect(r).toMatchObject({ v: 1, source: "config", pending: { tick: 1764457200000, node: "kova-2", missed: 0 } });
     expect(scheduleTarget(r.spec)).toBe("reporter");
     expect(r.spec).toMatchObject({ type: "task_delegate", payload: { input: "Summarise the last hour" }, catchUp: "run_once" });
@@ -16,7 +16,7 @@ describe("node formats (golden files)", () => {
 
   it("formats - a version 2 schedule (a workflow run per cron tick) still loads, its stored workflow still parses", () => {
     expect(SCHEDULE_RECORD_VERSION).toBe(2);
-    const r = readScheduleRecord("nightly", goldenJson("node", "schedule-v2.json"));
+    const r = SCHEDULE_RECORD_FORMAT.decode("nightly", goldenJson("node", "schedule-v2.json"));
     expect(r).toMatchObject({ v: 2, source: "api", spec: { cron: "0 2 * * *", tz: "Europe/Berlin", catchUp: "skip" } });
     expect(scheduleTarget(r.spec)).toBe("workflow:digest");
     expect(parseWorkflow(r.spec.workflow!.definition).id).toBe("digest");
@@ -26,6 +26,6 @@ describe("node formats (golden files)", () => {
   });
 
   it("formats - a schedule of an unknown version is refused naming it and the versions this build reads", () => {
-    expectRefused(() => readScheduleRecord("nightly", withVersion("node", "schedule-v2.json", 3)), "schedule nightly", [1, 2]);
+    expectRefused(() => SCHEDULE_RECORD_FORMAT.decode("nightly", withVersion("node", "schedule-v2.json", 3)), "schedule nightly", [1, 2]);
   });
 });

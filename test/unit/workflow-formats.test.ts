@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { readRunState, RUN_STATE_VERSION, RunEngine, runSummary } from "../../src/workflow/index.js";
-import { readSubjectWait, SUBJECT_WAIT_VERSION } from "../../src/workflow/subject-waits.js";
-import { readTimerEntry, TIMER_VERSION } from "../../src/workflow/timers.js";
+import { SUBJECT_WAIT_FORMAT, SUBJECT_WAIT_VERSION } from "../../src/workflow/subject-waits.js";
+import { TIMER_FORMAT, TIMER_VERSION } from "../../src/workflow/timers.js";
 import { expectRefused, goldenJson, withVersion } from "../fixtures/formats.js";
 
 // What the stores write today is the -tagged file's shape; values written before versioning have no `v`.
@@ -9,7 +9,7 @@ describe("workflow formats (golden files)", () => {
   it("formats - a version 1 timer loads, as written today (v: 1) and before versioning (no v)", () => {
     expect(TIMER_VERSION).toBe(1);
     for (const name of ["timer-v1.json", "timer-v1-tagged.json"]) {
-      expect(readTimerEntry("run-7.retry-research-2", goldenJson("workflow", name)), name).toEqual({
+      expect(TIMER_FORMAT.decode("run-7.retry-research-2", goldenJson("workflow", name)), name).toEqual({
         runId: "run-7",
         timerId: "retry-research-2",
         due: 1764450030000,
@@ -20,7 +20,7 @@ describe("workflow formats (golden files)", () => {
   it("formats - a version 1 subject wait loads, as written today (v: 1) and before versioning (no v)", () => {
     expect(SUBJECT_WAIT_VERSION).toBe(1);
     for (const name of ["wait-v1.json", "wait-v1-tagged.json"]) {
-      expect(readSubjectWait("3e1f.run-7.approval", goldenJson("workflow", name)), name).toEqual({
+      expect(SUBJECT_WAIT_FORMAT.decode("3e1f.run-7.approval", goldenJson("workflow", name)), name).toEqual({
         runId: "run-7",
         waitId: "approval",
         subject: "orders.approved",
@@ -55,11 +55,15 @@ describe("workflow formats (golden files)", () => {
 
   it("formats - a timer, wait or run state of an unknown version is refused naming it and the versions this build reads", () => {
     expectRefused(
-      () => readTimerEntry("run-7.retry-research-2", withVersion("workflow", "timer-v1-tagged.json", 2)),
+      () => TIMER_FORMAT.decode("run-7.retry-research-2", withVersion("workflow", "timer-v1-tagged.json", 2)),
       "workflow timer run-7.retry-research-2",
       [1],
     );
-    expectRefused(() => readSubjectWait("3e1f.run-7.approval", withVersion("workflow", "wait-v1-tagged.json", 2)), "workflow wait 3e1f.run-7.approval", [1]);
+    expectRefused(
+      () => SUBJECT_WAIT_FORMAT.decode("3e1f.run-7.approval", withVersion("workflow", "wait-v1-tagged.json", 2)),
+      "workflow wait 3e1f.run-7.approval",
+      [1],
+    );
     // A run's state: read by the CLI (kova workflow status, ls) and by every turn of the run.
     const newer = withVersion("workflow", "run-state-v1.json", 2);
     expectRefused(() => readRunState("wf-0123456789abcdef0123", newer), "state of workflow run wf-0123456789abcdef0123", [1]);

@@ -1,13 +1,10 @@
-import type { JetStreamClient } from "@nats-io/jetstream";
-import type { KV } from "@nats-io/kv";
-import { openOrCreateBucket } from "../../bus/kv-buckets.js";
-import { checkFormatVersion } from "../../core/format-version.js";
+import { KvStore, type KvConnection } from "../../bus/index.js";
+import { recordFormat } from "../../core/format-version.js";
 import type { ChatMessage } from "../model/types.js";
 import { toUnits } from "./units.js";
 
 /** Format version of a stored conversation; old versions keep loading. */
 export const MEMORY_VERSION = 1;
-const READABLE: readonly number[] = [1];
 
 /** Where a session's conversation lives between runs. */
 export interface MemoryStore {
@@ -22,17 +19,20 @@ export interface StoredMemory {
   ts: number;
 }
 
+/** A conversation under its key `<agentId>.<sessionId>` (an agent id has no dot). */
+const MEMORY_FORMAT = recordFormat<StoredMemory>({
+  describe: (key) => `memory of ${key.slice(0, key.indexOf("."))} session ${key.slice(key.indexOf(".") + 1)}`,
+  version: MEMORY_VERSION,
+  readable: [1],
+});
+
 /**
  * A stored conversation as this build reads it: its messages.
  * @throws UnsupportedFormatError for a conversation a newer Kova stored
  */
 export function readStoredMemory(agentId: string, sessionId: string, value: unknown): ChatMessage[] {
-  const stored = value as StoredMemory;
-  checkFormatVersion(`memory of ${agentId} session ${sessionId}`, stored?.v, READABLE);
-  return stored.messages;
+  return MEMORY_FORMAT.decode(`${agentId}.${sessionId}`, value).messages;
 }
-
-const enc = new TextEncoder();
 
 /**
  * Conversations in NATS KV `kova_<cluster>_agent_memory`, key `<agentId>.<sessionId>`,
@@ -44,42 +44,29 @@ const enc = new TextEncoder();
  */
 export class NatsMemoryStore implements MemoryStore {
   private constructor(
-    readonly kv: KV,
+    readonly store: KvStore<StoredMemory>,
     private readonly maxBytes: number,
   ) {}
-
-  static bucketName(cluster: string): string {
-    return `kova_${cluster}_agent_memory`;
-  }
 
   /**
    * Opens the bucket, creating it if needed.
    * @param maxBytes the server's max_payload (values are kept below it)
    * @throws JetStream errors when JetStream is unavailable
    */
-  static async open(opts: { js: JetStreamClient; cluster: string; replicas?: number; maxBytes?: number }): Promise<NatsMemoryStore> {
-    const kv = await openOrCreateBucket(opts.js, NatsMemoryStore.bucketName(opts.cluster), { history: 1, replicas: opts.replicas ?? 1 });
-    return new NatsMemoryStore(kv, (opts.maxBytes ?? 1024 * 1024) - 4096);
+  static async open(opts: { js: KvConnection; cluster: string; replicas?: number; maxBytes?: number }): Promise<NatsMemoryStore> {
+    const store = await KvStore.open(opts.js, opts.cluster, "agentMemory", MEMORY_FORMAT, { replicas: opts.replicas });
+    return new NatsMemoryStore(store, (opts.maxBytes ?? 1024 * 1024) - 4096);
   }
 
   /** @throws UnsupportedFormatError for a conversation stored by a newer format */
   async load(agentId: string, sessionId: string): Promise<ChatMessage[]> {
-    const entry = await this.kv.get(`${agentId}.${sessionId}`);
-    if (entry === null || entry.operation !== "PUT") return [];
-    return readStoredMemory(agentId, sessionId, entry.json<unknown>());
+    return (await this.store.get(`${agentId}.${sessionId}`))?.value.messages ?? [];
   }
 
   async save(agentId: string, sessionId: string, messages: readonly ChatMessage[]): Promise<void> {
     let units = toUnits(messages);
-    let data = encode(units.flat());
-    while (data.length > this.maxBytes && units.length > 1) {
-      units = units.slice(Math.max(1, Math.floor(units.length / 8)));
-      data = encode(units.flat());
-    }
-    await this.kv.put(`${agentId}.${sessionId}`, data);
+    const stored = () => ({ v: MEMORY_VERSION, messages: units.flat(), ts: Date.now() });
+    while (this.store.encode(stored()).length > this.maxBytes && units.length > 1) units = units.slice(Math.max(1, Math.floor(units.length / 8)));
+    await this.store.put(`${agentId}.${sessionId}`, stored());
   }
-}
-
-function encode(messages: ChatMessage[]): Uint8Array {
-  return enc.encode(JSON.stringify({ v: MEMORY_VERSION, messages, ts: Date.now() } satisfies StoredMemory));
 }

@@ -1,12 +1,10 @@
 import { readdir, readFile, rm, writeFile } from "node:fs/promises";
 import { join } from "node:path";
-import { connect, type NatsConnection } from "@nats-io/transport-node";
 import { KovaError } from "../../core/errors.js";
 import { sleep } from "../../core/clock.js";
 import { componentLogger, silentLogger, type Logger } from "../../core/logger.js";
 import { findNatsServerBinary, launchNatsServer, type NatsServerProcess } from "./launcher.js";
-import { BusErrorCode } from "../../bus/errors.js";
-import { redactUrls } from "../../bus/nats-security.js";
+import { BusErrorCode, probeNats, redactUrls, type NatsConnection } from "../../bus/index.js";
 
 /**
  * How a node finds NATS, in order:
@@ -172,18 +170,6 @@ async function startLocal(dataDir: string, probeMs: number, log: Logger): Promis
  */
 export function jetStreamReplicas(nc: NatsConnection): 1 | 3 {
   return nc.info?.cluster ? 3 : 1;
-}
-
-/** Connects briefly: "jetstream" when a NATS server with JetStream answers, "no-jetstream", or "none". */
-async function probeNats(url: string, timeoutMs: number): Promise<"jetstream" | "no-jetstream" | "none"> {
-  try {
-    const nc = await connect({ servers: url, timeout: timeoutMs, reconnect: false, name: "kova-probe" });
-    const js = nc.info?.jetstream === true;
-    await nc.close();
-    return js ? "jetstream" : "no-jetstream";
-  } catch {
-    return "none";
-  }
 }
 
 function splitUrls(value: string | undefined): string[] {

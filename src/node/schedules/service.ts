@@ -1,13 +1,10 @@
-import type { NatsConnection } from "@nats-io/transport-node";
-import type { KV } from "@nats-io/kv";
 import { ErrorCode, KovaError } from "../../core/errors.js";
-import { checkFormatVersion } from "../../core/format-version.js";
+import { recordFormat } from "../../core/format-version.js";
 import { type Logger, componentLogger } from "../../core/logger.js";
-import { createEnvelope, isWrongLastSequence, type Bus } from "../../bus/index.js";
-import { KvMirror, encodeJson, openBucket } from "../../cluster/index.js";
+import { createEnvelope, KvStore, type Bus, type NatsConnection } from "../../bus/index.js";
+import { KvMirror } from "../../cluster/index.js";
 import { dueTick, nextTick, scheduledRunId, scheduleTarget, type ScheduleSpec } from "./spec.js";
 import { startMessageId, WORKFLOW_ACTOR_TYPE, WorkflowMessageType } from "../../workflow/index.js";
-import { NodeErrorCode } from "../errors.js";
 
 /** Version 2: the spec may start a workflow (`spec.workflow`); a message schedule is still written as 1, which older nodes read. */
 export const SCHEDULE_RECORD_VERSION = 2;
@@ -38,19 +35,11 @@ export interface ScheduleView extends ScheduleRecord {
   next: number[];
 }
 
-export function schedulesBucket(cluster: string): string {
-  return `kova_${cluster}_schedules`;
-}
-
-/**
- * A stored schedule as this build reads it (version 1 or 2).
- * @throws UnsupportedFormatError for a schedule a newer Kova wrote
- */
-export function readScheduleRecord(id: string, value: unknown): ScheduleRecord {
-  const r = value as ScheduleRecord;
-  checkFormatVersion(`schedule ${id}`, r?.v, READABLE);
-  return r;
-}
+export const SCHEDULE_RECORD_FORMAT = recordFormat<ScheduleRecord>({
+  describe: (id) => `schedule ${id}`,
+  version: SCHEDULE_RECORD_VERSION,
+  readable: READABLE,
+});
 
 export interface ScheduleServiceOptions {
   nc: NatsConnection;
@@ -97,16 +86,16 @@ export class ScheduleService {
 
   private constructor(
     private readonly opts: ScheduleServiceOptions,
-    readonly kv: KV,
+    readonly store: KvStore<ScheduleRecord>,
     private readonly mirror: KvMirror<ScheduleRecord>,
   ) {
     this.log = componentLogger(opts.logger, "schedules");
   }
 
   static async start(opts: ScheduleServiceOptions): Promise<ScheduleService> {
-    const kv = await openBucket(opts.nc, schedulesBucket(opts.cluster), opts.replicas);
-    const mirror = await KvMirror.start<ScheduleRecord>(kv, componentLogger(opts.logger, "schedules"), { decode: readScheduleRecord, nc: opts.nc });
-    const svc = new ScheduleService(opts, kv, mirror);
+    const store = await KvStore.open(opts.nc, opts.cluster, "schedules", SCHEDULE_RECORD_FORMAT, { replicas: opts.replicas });
+    const mirror = await KvMirror.start(store, componentLogger(opts.logger, "schedules"), { nc: opts.nc });
+    const svc = new ScheduleService(opts, store, mirror);
     svc.timer = setInterval(() => void svc.check(), opts.checkMs ?? 250);
     svc.timer.unref();
     return svc;
@@ -117,36 +106,21 @@ export class ScheduleService {
    * kova.toml does not re-fire anything); a new one starts counting now.
    */
   async upsert(spec: ScheduleSpec, source: ScheduleRecord["source"]): Promise<{ created: boolean }> {
-    for (let attempt = 0; attempt < 10; attempt++) {
-      const cur = await this.kv.get(spec.id);
+    let created = false;
+    await this.store.change(spec.id, (cur) => {
       const now = Date.now();
-      try {
-        if (cur?.operation !== "PUT") {
-          const record: ScheduleRecord = { v: recordVersion(spec), spec, anchor: now, lastTick: now, source, updatedAt: now };
-          if (cur) await this.kv.update(spec.id, encodeJson(record), cur.revision);
-          else await this.kv.create(spec.id, encodeJson(record));
-          return { created: true };
-        }
-        const old = readScheduleRecord(spec.id, cur.json<unknown>());
-        if (JSON.stringify(old.spec) === JSON.stringify(spec) && old.source === source) return { created: false };
-        const record: ScheduleRecord = { ...old, v: recordVersion(spec), spec, source, updatedAt: now };
-        await this.kv.update(spec.id, encodeJson(record), cur.revision);
-        return { created: false };
-      } catch (err) {
-        if (!isWrongLastSequence(err)) throw err;
-      }
-    }
-    throw new KovaError(NodeErrorCode.SCHEDULE_CONFLICT, `schedule ${spec.id} kept changing under this update; try again`, {
-      retryable: true,
-      data: { scheduleId: spec.id },
+      created = cur === undefined;
+      if (!cur) return { v: recordVersion(spec), spec, anchor: now, lastTick: now, source, updatedAt: now };
+      if (JSON.stringify(cur.value.spec) === JSON.stringify(spec) && cur.value.source === source) return undefined;
+      return { ...cur.value, v: recordVersion(spec), spec, source, updatedAt: now };
     });
+    return { created };
   }
 
   /** @returns whether there was a schedule to remove */
   async remove(id: string): Promise<boolean> {
-    const cur = await this.kv.get(id);
-    if (cur?.operation !== "PUT") return false;
-    await this.kv.delete(id);
+    if (!(await this.store.get(id))) return false;
+    await this.store.delete(id);
     return true;
   }
 
@@ -267,14 +241,9 @@ export class ScheduleService {
 
   /** Writes `rec` if the schedule is still at `revision`; undefined when another node changed it first. */
   private async cas(id: string, rec: ScheduleRecord, revision: number): Promise<number | undefined> {
-    try {
-      const rev = await this.kv.update(id, encodeJson(rec), revision);
-      this.mirror.note(id, rec, rev);
-      return rev;
-    } catch (err) {
-      if (isWrongLastSequence(err)) return undefined;
-      throw err;
-    }
+    const rev = await this.store.update(id, { ...rec, v: recordVersion(rec.spec) }, revision);
+    if (rev !== undefined) this.mirror.note(id, rec, rev);
+    return rev;
   }
 
   stop(): void {
