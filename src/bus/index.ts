@@ -25,7 +25,7 @@ export {
 } from "./codec.js";
 export { KV_BUCKETS, bucketName, subjectsFor, type KvBucket, type Subjects } from "./subjects.js";
 export { AGENT_RECORD_FORMAT, AGENT_RECORD_VERSION, type AgentRecord } from "./registry-record.js";
-export { KvStore, openOrCreateBucket, type KvConnection, type KvStoreOptions, type StoredRecord } from "./kv-store.js";
+export { KvStore, openOrCreateBucket, type KvConnection, type KvStoreOptions, type StoredRecord } from "./kv/store.js";
 export { SubjectCapture, type JetStreamAccess } from "./subject-capture.js";
 export { redactUrl, redactUrls, securityOptions, type NatsSecurity } from "./nats-security.js";
 export { connectNats, probeNats } from "./connection.js";
@@ -61,7 +61,7 @@ export {
   StreamConflictError,
   UnknownMessageTypeError,
 } from "./errors.js";
-export { DEFAULT_KV_LIST_TIMEOUT_MS, listKvKeys, readKvEntries, type KvListOptions } from "./kv-keys.js";
+export { DEFAULT_KV_LIST_TIMEOUT_MS, listKvKeys, readKvEntries, type KvListOptions } from "./kv/keys.js";
 export {
   JsApiCode,
   isConsumerNotFound,

@@ -1,5 +1,4 @@
 import type { NatsConnection } from "@nats-io/transport-node";
-import type { KV } from "@nats-io/kv";
 import { LeaseLostError } from "../actors/index.js";
 import { type Logger, componentLogger } from "../core/logger.js";
 import { recordFormat } from "../core/format-version.js";
@@ -56,10 +55,6 @@ export class LeaseTable {
     const store = await KvStore.open(opts.nc, opts.cluster, "leases", LEASE_RECORD_FORMAT, { replicas: opts.replicas });
     const mirror = await KvMirror.start(store, componentLogger(opts.logger, "lease"), { nc: opts.nc, ...opts.timing });
     return new LeaseTable(store, mirror, opts.nodeId, opts.incarnation);
-  }
-
-  get kv(): KV {
-    return this.store.kv;
   }
 
   get(actorId: string): MirrorEntry<LeaseRecord> | undefined {

@@ -1,5 +1,4 @@
 import type { NatsConnection } from "@nats-io/transport-node";
-import type { KV } from "@nats-io/kv";
 import { isKovaError } from "../core/errors.js";
 import { type Logger, componentLogger } from "../core/logger.js";
 import { AGENT_RECORD_FORMAT, AGENT_RECORD_VERSION, BusErrorCode, KvStore, type AgentRecord, type StoredRecord } from "../bus/index.js";
@@ -42,10 +41,6 @@ export class AgentRegistry {
     const logger = componentLogger(opts.logger, "registry");
     const mirror = await KvMirror.start(store, logger, { nc: opts.nc, ...opts.timing });
     return new AgentRegistry(store, mirror, logger);
-  }
-
-  get kv(): KV {
-    return this.store.kv;
   }
 
   /** Whether the registry mirror is current (see KvMirror.healthy). */

@@ -50,7 +50,7 @@ export function startMarkerCompaction(d: NodeJobsDeps): NodeJob | undefined {
   if (every === 0) return undefined;
   const tick = async () => {
     if (d.membership.liveNodes()[0] !== d.nodeId) return;
-    for (const kv of [d.registry.kv, d.leases.kv]) {
+    for (const kv of [d.registry.store.kv, d.leases.store.kv]) {
       const r = await compactMarkers(kv, d.bus.jsm, { olderThanMs: every });
       if (r.removed === 0) continue;
       d.log.info(r, "delete markers of passivated instances compacted");

@@ -77,7 +77,7 @@ describe("actor admission", () => {
     expect(admission.view()).toEqual({ running: 0, waiting: 0, fenced: false });
 
     // The fence is the revision the watch applied: wait for it to have delivered every write.
-    await poll(async () => rig.registry.watchedRevision() === (await rig.registry.kv.status()).streamInfo.state.last_seq, {
+    await poll(async () => rig.registry.watchedRevision() === (await rig.registry.store.kv.status()).streamInfo.state.last_seq, {
       timeoutMs: 5000,
       what: "the registry watch caught up",
     });

@@ -60,8 +60,8 @@ describe("cluster state in KV", () => {
     await poll(() => b.get("y") !== undefined, { timeoutMs: 2000, what: "b to see y" });
     const stale = b.get("y")!.revision;
     // a writes again behind b's back (a new revision); b's takeover with the old revision must fail.
-    const fresh = await a.kv.put("y", JSON.stringify({ node: "a", incarnation: "ia", at: Date.now() }));
-    await expect(b.kv.update("y", JSON.stringify({ node: "b" }), stale)).rejects.toThrow(/wrong last sequence/);
+    const fresh = await a.store.kv.put("y", JSON.stringify({ node: "a", incarnation: "ia", at: Date.now() }));
+    await expect(b.store.kv.update("y", JSON.stringify({ node: "b" }), stale)).rejects.toThrow(/wrong last sequence/);
     await poll(() => b.get("y")!.revision === fresh, { timeoutMs: 2000, what: "b to see the fresh revision of y" });
     expect(await b.acquire("y", () => false)).toBe(false);
     expect(await b.acquire("y", () => true)).toBe(true);

@@ -213,8 +213,8 @@ describe("kv mirror removals", () => {
     await poll(() => b.get(id) !== undefined, { timeoutMs: 5000, what: "the declaration on b" });
     // Node a passivates the instance; between its delete's reply and its next step, node
     // b declares the instance again (a message arrived for it) and a's watch delivers it.
-    const remove = a.kv.delete.bind(a.kv);
-    a.kv.delete = async (key, opts) => {
+    const remove = a.store.kv.delete.bind(a.store.kv);
+    a.store.kv.delete = async (key, opts) => {
       await remove(key, opts);
       await poll(async () => b.declare({ id, type: "agent", template: "support" }), { timeoutMs: 5000, what: "b's new declaration" });
       await poll(() => a.get(id) !== undefined, { timeoutMs: 5000, what: "b's declaration seen by a's watch" });

@@ -25,9 +25,9 @@
 import { jetstream, type JetStreamClient, type StreamInfo } from "@nats-io/jetstream";
 import { Kvm, type KvEntry } from "@nats-io/kv";
 import type { NatsConnection } from "@nats-io/transport-node";
-import { ArgumentError, KovaTimeoutError } from "../core/errors.js";
-import { BucketNotFoundError } from "./errors.js";
-import { isStreamNotFound } from "./nats-errors.js";
+import { ArgumentError, KovaTimeoutError } from "../../core/errors.js";
+import { BucketNotFoundError } from "../errors.js";
+import { isStreamNotFound } from "../nats-errors.js";
 
 /** How long a listing may take by default: every page and every read together. */
 export const DEFAULT_KV_LIST_TIMEOUT_MS = 30_000;

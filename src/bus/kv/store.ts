@@ -1,15 +1,15 @@
 import { jetstream, type JetStreamClient } from "@nats-io/jetstream";
 import { Kvm, type KV, type KvEntry, type KvOptions } from "@nats-io/kv";
 import type { NatsConnection } from "@nats-io/transport-node";
-import type { Bus } from "./bus.js";
-import { backoffMs, sleep } from "../core/clock.js";
-import { KovaError, KovaTimeoutError } from "../core/errors.js";
-import type { RecordFormat } from "../core/format-version.js";
-import type { Logger } from "../core/logger.js";
-import { BusErrorCode } from "./errors.js";
-import { type KvListOptions, readKvEntries } from "./kv-keys.js";
-import { isStreamNameInUse, isSubjectOverlap, isWrongLastSequence } from "./nats-errors.js";
-import { bucketName, type KvBucket } from "./subjects.js";
+import type { Bus } from "../bus.js";
+import { backoffMs, sleep } from "../../core/clock.js";
+import { KovaError, KovaTimeoutError } from "../../core/errors.js";
+import type { RecordFormat } from "../../core/format-version.js";
+import type { Logger } from "../../core/logger.js";
+import { BusErrorCode } from "../errors.js";
+import { type KvListOptions, readKvEntries } from "./keys.js";
+import { isStreamNameInUse, isSubjectOverlap, isWrongLastSequence } from "../nats-errors.js";
+import { bucketName, type KvBucket } from "../subjects.js";
 
 /** What a KV store is opened on: a connection, or a JetStream client (its timeouts apply). */
 export type KvConnection = NatsConnection | JetStreamClient;
