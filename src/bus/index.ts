@@ -61,6 +61,7 @@ export {
   StreamConflictError,
   UnknownMessageTypeError,
 } from "./errors.js";
+export { controlRequest } from "./control-request.js";
 export { DEFAULT_KV_LIST_TIMEOUT_MS, listKvKeys, readKvEntries, type KvListOptions } from "./kv/keys.js";
 export {
   JsApiCode,

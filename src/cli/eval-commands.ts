@@ -28,6 +28,7 @@ import { targetOptions, type TargetOpts } from "./target.js";
 
 interface RunOpts extends TargetOpts {
   id?: string;
+  owner?: string;
   detach?: boolean;
   plan?: boolean;
   tasks?: boolean;
@@ -115,6 +116,7 @@ export function register(program: Command): void {
     ev.command("run <spec>").description("start an experiment from a spec file (TOML, or JSON by extension), follow it, print the table per subject"),
   )
     .option("--id <id>", "experiment id (default <name>-<8 hex>)")
+    .option("--owner <principal>", "start it for a principal (key:<key id> as kova gateway keys ls shows it): its id carries that principal's scope, and the gateway shows it to that key")
     .option("--detach", "return once the experiment started (it runs on the cluster without this command)")
     .option("--plan", "print what the spec expands to and start nothing")
     .option("--tasks", "also print the score of every task per subject")
@@ -127,7 +129,10 @@ export function register(program: Command): void {
         return;
       }
       await withClient(o, async (client) => {
-        const { experimentId, summary } = await startExperiment(client, spec, o.id ? { experimentId: o.id } : {});
+        const { experimentId, summary } = await startExperiment(client, spec, {
+          ...(o.id ? { experimentId: o.id } : {}),
+          ...(o.owner ? { owner: o.owner } : {}),
+        });
         process.stderr.write(`started experiment ${experimentId}: ${summary.cells} cells\n`);
         if (o.detach) {
           if (o.json) print({ experimentId, status: summary.status, cells: summary.cells });

@@ -1,8 +1,7 @@
-import type { Msg, NatsConnection } from "@nats-io/transport-node";
-import { ErrorCode, KovaError, fromWire } from "../core/errors.js";
-import { BusErrorCode } from "../bus/errors.js";
-import { isNatsNoResponders, isNatsTimeout } from "../bus/nats-errors.js";
 import type { ModelSlotStats } from "../agents/model/index.js";
+
+// One control request with a JSON body (the bus's: the eval layer's client sends them too).
+export { controlRequest } from "../bus/control-request.js";
 
 /**
  * The node control protocol: endpoints of the `kova-node` micro service. Per-node
@@ -173,32 +172,3 @@ export interface VirtualActorsView {
   refused: number;
 }
 
-const utf8 = new TextEncoder();
-
-/**
- * One control request with a JSON body. A reply with an error header becomes the
- * remote error (same code); no responders means the node is not there.
- * @throws KovaError NO_RESPONDERS / TIMEOUT naming the subject, RemoteError from the node
- */
-export async function controlRequest<R>(nc: NatsConnection, subject: string, body: unknown, timeoutMs = 5000): Promise<R> {
-  let msg: Msg;
-  try {
-    msg = await nc.request(subject, utf8.encode(JSON.stringify(body ?? {})), { timeout: timeoutMs });
-  } catch (err) {
-    if (isNatsNoResponders(err)) {
-      throw new KovaError(BusErrorCode.NO_RESPONDERS, `no node answers on ${subject}: is the node running and in this cluster?`, { cause: err });
-    }
-    if (isNatsTimeout(err)) {
-      throw new KovaError(ErrorCode.TIMEOUT, `no reply on ${subject} within ${timeoutMs} ms: the node may be overloaded or stopping`, {
-        retryable: true,
-        cause: err,
-      });
-    }
-    throw err;
-  }
-  const body2 = msg.data.length > 0 ? (JSON.parse(new TextDecoder().decode(msg.data)) as unknown) : null;
-  if (msg.headers?.get("Nats-Service-Error-Code")) {
-    throw fromWire(body2) ?? new KovaError(ErrorCode.REMOTE_ERROR, msg.headers.get("Nats-Service-Error") || `error from ${subject}`);
-  }
-  return body2 as R;
-}

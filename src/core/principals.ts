@@ -48,21 +48,39 @@ export function ownedId(name: string, scope: string): string | undefined {
 }
 
 /**
+ * Templates whose instances only trusted parties address (nodes, operators, gateways acting
+ * for an admin key): an experiment `eval--<id>` and its runners `eval-subject--…` run what a
+ * stored spec says, with the powers of the cluster, so no principal may message, ask or
+ * activate one even when its id carries the principal's scope (an experiment started for
+ * it). Registered by the layer that defines them (eval), as message types are.
+ */
+const RESERVED_TEMPLATES = new Set<string>();
+
+export function reserveTemplates(...templates: string[]): void {
+  for (const t of templates) RESERVED_TEMPLATES.add(t);
+}
+
+/**
  * The template instance `agentId` stands for under `scope` (its key owned as ownedId
  * says); any other id as is.
- * @returns undefined for an instance whose key carries another principal's scope
+ * @returns undefined for an instance whose key carries another principal's scope, or of a
+ *   template reserved for trusted parties (reserveTemplates)
  */
 export function ownedAgentId(agentId: string, scope: string): string | undefined {
   const inst = parseInstanceId(agentId);
   if (!inst) return agentId;
+  if (RESERVED_TEMPLATES.has(inst.template)) return undefined;
   const key = ownedId(inst.key, scope);
   if (key === undefined) return undefined;
   const id = `${inst.template}${INSTANCE_SEPARATOR}${key}`;
   return isValidId(id) ? id : `${inst.template}${INSTANCE_SEPARATOR}${scope}h${digest(inst.key)}`;
 }
 
-/** Whether a principal of `scope` owns the template instance `agentId` (false for any other id). */
+/**
+ * Whether a principal of `scope` owns, and may address, the template instance `agentId`
+ * (false for any other id, and for an instance of a template reserved for trusted parties).
+ */
 export function ownsInstance(agentId: string, scope: string): boolean {
   const inst = parseInstanceId(agentId);
-  return inst?.key.startsWith(scope) === true;
+  return inst?.key.startsWith(scope) === true && !RESERVED_TEMPLATES.has(inst.template);
 }

@@ -1,18 +1,28 @@
 import { fromWire, isKovaError, isTimeout, KovaError } from "../core/index.js";
-import { createEnvelope, isNoResponders, type Bus, type KovaClient, type KovaEvent, type MessageType } from "../bus/index.js";
+import { controlRequest, createEnvelope, isNoResponders, type Bus, type KovaClient, type KovaEvent, type MessageType } from "../bus/index.js";
 import type { RunUsage } from "../agents/index.js";
 import { ExperimentNotFoundError, ExperimentStateError } from "./errors.js";
 import type { ExperimentSummary } from "./experiment-actor.js";
-import { assertExperimentId, EvalMessageType, experimentActorId, newExperimentId, startMessageId } from "./protocol.js";
+import {
+  assertExperimentId,
+  evalControlSubject,
+  EvalMessageType,
+  experimentActorId,
+  newExperimentId,
+  ownedExperimentId,
+  startMessageId,
+} from "./protocol.js";
+import type { EvalSpecReply } from "./spec-requests.js";
 import { ENDED_STATUSES, type StatusRecord } from "./records.js";
 import { compareSubjects, summarize, type Comparison, type ExperimentReport } from "./report.js";
 import type { ExperimentBudget, ExperimentSpec } from "./spec.js";
-import { EvalStore } from "./store.js";
+import { EvalStore, specParts } from "./store.js";
 
 /**
  * Experiments from code and from the CLI (docs/evals.md, "From code"): everything goes by
- * the public protocol — the spec into KV `kova_<c>_evals`, `eval.*` messages to the
- * experiment's actor, its events and records read back.
+ * the public protocol — the spec to the nodes' `kova.<c>.control.eval`, which store it in KV
+ * `kova_<c>_evals`, `eval.*` messages to the experiment's actor, its events and records read
+ * back (read only: an operator's or a gateway's role in deploy/nats/accounts.conf suffices).
  */
 
 type Client = KovaClient | Bus | { bus: Bus };
@@ -23,12 +33,12 @@ function busOf(c: Client): Bus {
 
 const stores = new WeakMap<Bus, Promise<EvalStore>>();
 
-/** The cluster's eval bucket through this client, opened (or created) once. */
+/** The cluster's eval bucket through this client, for reading (it is the nodes' to write), opened once. */
 export function evalStore(c: Client): Promise<EvalStore> {
   const bus = busOf(c);
   let s = stores.get(bus);
   if (!s) {
-    s = EvalStore.open({ js: bus.js, cluster: bus.cluster });
+    s = EvalStore.reader({ js: bus.js, cluster: bus.cluster });
     s.catch(() => stores.delete(bus));
     stores.set(bus, s);
   }
@@ -36,9 +46,13 @@ export function evalStore(c: Client): Promise<EvalStore> {
 }
 
 export interface StartExperimentOptions {
-  /** The experiment id (default `<name>-<8 hex>`). */
+  /** The experiment id (default `<name>-<8 hex>`; in the owner's scope when there is one). */
   experimentId?: string;
-  /** Who owns it (default the client's id). */
+  /**
+   * The principal it is started for (`key:<key id>`, `nats:<account>:<user>`): its id then
+   * carries that principal's owner scope, and the gateway shows it to that key (and to
+   * admins) only. Default: nobody's (the client's id is recorded as who started it).
+   */
   owner?: string;
   /** How long to wait for the experiment to accept its start (default 60 s). */
   timeoutMs?: number;
@@ -56,9 +70,8 @@ export async function startExperiment(
   opts: StartExperimentOptions = {},
 ): Promise<{ experimentId: string; summary: ExperimentSummary }> {
   const bus = busOf(client);
-  const experimentId = opts.experimentId === undefined ? newExperimentId(spec.name) : assertExperimentId(opts.experimentId);
-  const store = await evalStore(bus);
-  const digest = await store.putSpec(experimentId, spec);
+  const experimentId = opts.experimentId === undefined ? newExperimentId(spec.name, opts.owner) : ownedExperimentId(opts.experimentId, opts.owner);
+  const digest = await storeSpec(bus, experimentId, spec);
   const env = createEnvelope({
     id: startMessageId(experimentId),
     from: bus.clientId,
@@ -70,6 +83,19 @@ export async function startExperiment(
   const summary = reply.payload;
   if (summary.status === "failed") throw fromWire(summary.error) ?? new KovaError("INTERNAL", `experiment ${experimentId} failed to start`);
   return { experimentId, summary };
+}
+
+/** Sends a spec to the nodes in parts (docs/evals.md, "Starting an experiment"); they store it. */
+async function storeSpec(bus: Bus, experimentId: string, spec: ExperimentSpec): Promise<string> {
+  const subject = evalControlSubject(bus.cluster);
+  const { head, chunks } = specParts(experimentId, spec);
+  await Promise.all(
+    chunks.map((tasks, index) =>
+      controlRequest<EvalSpecReply>(bus.nc, subject, { op: "tasks", experimentId, digest: head.digest, index, tasks }, 30_000),
+    ),
+  );
+  await controlRequest<EvalSpecReply>(bus.nc, subject, { op: "spec", experimentId, head }, 30_000);
+  return head.digest;
 }
 
 /** Progress of a running experiment, from one of its events. */

@@ -7,7 +7,7 @@ import { WorkflowMessageType } from "../workflow/index.js";
 import { checkSpecOnCluster } from "./check.js";
 import { EvalErrorCode } from "./errors.js";
 import { classifyAnswer, emptyExperimentState, ExperimentEngine, readExperimentState, type Effect, type ExperimentState } from "./engine.js";
-import { EvalMessageType, EXPERIMENT_TEMPLATE, experimentOfActor } from "./protocol.js";
+import { EvalMessageType, EXPERIMENT_TEMPLATE, experimentOfActor, experimentOwnerProblem } from "./protocol.js";
 import { readAttemptRecord, STATUS_RECORD_VERSION, type AttemptRecord, type StatusRecord } from "./records.js";
 import type { SpecCache } from "./spec-cache.js";
 import { agentsNamed, cellRef, type ExperimentBudget, type ExperimentSpec, type VerifierSpec } from "./spec.js";
@@ -106,14 +106,16 @@ export function evalExperimentActor(ports: ExperimentActorPorts): ActorDefinitio
     if (s.status !== "new") return { outcome: "already started", ...experimentSummary(s) };
     const digest = String(field(ctx.message.payload, "digest") ?? "");
     const ownerField = field(ctx.message.payload, "owner");
-    // A principal id (`key:<id>`, `nats:<account>:<user>`) or the sender's id.
-    const owner =
-      typeof ownerField === "string" && /^[\x21-\x7e]{1,200}$/.test(ownerField) ? ownerField : isValidId(ctx.message.from) ? ctx.message.from : undefined;
+    // The principal it was started for (`key:<id>`, `nats:<account>:<user>`: the id carries its scope), else who started it.
+    const principal = typeof ownerField === "string" && /^[\x21-\x7e]{1,200}$/.test(ownerField) ? ownerField : undefined;
+    const owner = principal ?? (isValidId(ctx.message.from) ? ctx.message.from : undefined);
     // What this node says about the spec is journaled: a replay elsewhere decides the same.
     const check = await ctx.step(
       "check",
       async (): Promise<{ ok: true } | { ok: false; error: WireError }> => {
         try {
+          const problem = experimentOwnerProblem(s.experimentId, principal);
+          if (problem) throw new KovaError(EvalErrorCode.EXPERIMENT_STATE, problem, { data: { experimentId: s.experimentId, owner: principal ?? null } });
           const stored = await ports.specs.get(s.experimentId);
           if (digest && stored.digest !== digest) {
             throw new KovaError(

@@ -64,7 +64,11 @@ export {
   experimentOfActor,
   isExperimentId,
   judgeId,
+  evalControlSubject,
+  experimentOwnerProblem,
   newExperimentId,
+  ownedExperimentId,
+  ownsExperiment,
   parseRunnerKey,
   runnerActorId,
   startMessageId,
@@ -85,7 +89,8 @@ export {
   type ExperimentStatus,
   type StatusRecord,
 } from "./records.js";
-export { attemptKey, EvalStore, evalsBucket, readStoredSpec } from "./store.js";
+export { attemptKey, EvalStore, evalsBucket, readStoredSpec, specParts, type StoredSpecHead } from "./store.js";
+export { ExperimentsNotForPrincipalsError, handleEvalSpecRequest, type EvalSpecReply, type EvalSpecRequest } from "./spec-requests.js";
 export { SpecCache } from "./spec-cache.js";
 export {
   classifyAnswer,

@@ -1,5 +1,5 @@
 import { randomBytes } from "node:crypto";
-import { ArgumentError, INSTANCE_SEPARATOR } from "../core/index.js";
+import { ArgumentError, INSTANCE_SEPARATOR, isScoped, ownedId, ownerScopeOf, reserveTemplates } from "../core/index.js";
 import { registerMessageTypes } from "../bus/index.js";
 
 /**
@@ -9,7 +9,7 @@ import { registerMessageTypes } from "../bus/index.js";
  *
  * | type | payload | sent by |
  * | --- | --- | --- |
- * | `eval.start` | `{ digest, owner? }` (the spec is in KV first) | `kova eval run`, `startExperiment` |
+ * | `eval.start` | `{ digest, owner? }` (the spec is stored first, through `kova.<c>.control.eval`) | `kova eval run`, `startExperiment` |
  * | `eval.cancel` | `{ reason? }` | `kova eval cancel` |
  * | `eval.resume` | `{ budget? }` | `kova eval resume` |
  *
@@ -31,11 +31,62 @@ export const SUBJECT_TEMPLATE = "eval-subject";
 export const EXPERIMENT_IDLE_AFTER_MS = 120_000;
 export const SUBJECT_IDLE_AFTER_MS = 60_000;
 
-const EXPERIMENT_ID = /^[A-Za-z0-9_-]{1,48}-[0-9a-f]{8}$/;
+// Only trusted parties message experiments and their runners (docs/security.md, "Experiments").
+reserveTemplates(EXPERIMENT_TEMPLATE, SUBJECT_TEMPLATE);
 
-/** A new experiment id: the spec's name and 8 hex digits. */
-export function newExperimentId(name: string): string {
-  return `${name}-${randomBytes(4).toString("hex")}`;
+/** `<owner scope>?<name>-<8 hex>`: an experiment started for a principal carries its owner scope (core/principals.ts). */
+const EXPERIMENT_ID = /^(?:o[0-9a-f]{12}_)?[A-Za-z0-9_-]{1,48}-[0-9a-f]{8}$/;
+
+/**
+ * A new experiment id: the spec's name and 8 hex digits, behind the owner's scope when it
+ * is started for a principal (`o1f3…_prompt-v2-3f9a1c2b`), so that ownership is a prefix
+ * test and every id derived from it (its actor, its runners, its cells' runs, its session)
+ * is the owner's too.
+ */
+export function newExperimentId(name: string, owner?: string): string {
+  return `${owner === undefined ? "" : ownerScopeOf(owner)}${name}-${randomBytes(4).toString("hex")}`;
+}
+
+/**
+ * The id an experiment named `id` gets for `owner`: in the owner's scope (as ownedId
+ * makes a principal's names its own); without an owner, an id in nobody's scope.
+ * @throws ArgumentError for an id that is no experiment id, or that carries another principal's scope (or any scope, without an owner)
+ */
+export function ownedExperimentId(id: string, owner?: string): string {
+  const owned = owner === undefined ? (isScoped(id) ? undefined : id) : ownedId(id, ownerScopeOf(owner));
+  if (owned === undefined) {
+    throw new ArgumentError(
+      "experimentId",
+      `${JSON.stringify(id)} carries an owner scope (o<12 hex>_) that is not ${owner === undefined ? "anyone's here: name its owner (--owner)" : `${owner}'s`}`,
+    );
+  }
+  return assertExperimentId(owned);
+}
+
+/**
+ * Why `owner` cannot own experiment `experimentId`, or undefined when it can: an experiment
+ * in a principal's scope is that principal's, one in nobody's scope names no principal.
+ */
+export function experimentOwnerProblem(experimentId: string, owner: string | undefined): string | undefined {
+  if (owner === undefined) return isScoped(experimentId) ? `experiment ${experimentId} is in an owner's scope: start it with that owner` : undefined;
+  return experimentId.startsWith(ownerScopeOf(owner))
+    ? undefined
+    : `experiment ${experimentId} is not in the scope of its owner ${owner} (${ownerScopeOf(owner)}): let startExperiment name the id, or give one in that scope`;
+}
+
+/** Whether a principal of `scope` owns the experiment: a prefix test, as for every id it owns. */
+export function ownsExperiment(experimentId: string, scope: string): boolean {
+  return experimentId.startsWith(scope);
+}
+
+/**
+ * Where experiments' specs are stored (docs/evals.md, "Starting"): `kova.<c>.control.eval`,
+ * a control endpoint any node answers, so that an operator stores a spec without writing
+ * the evals bucket. JSON `{ op: "tasks", experimentId, digest, index, tasks }` for each
+ * chunk of tasks, then `{ op: "spec", experimentId, head }`.
+ */
+export function evalControlSubject(cluster: string): string {
+  return `kova.${cluster}.control.eval`;
 }
 
 export function isExperimentId(value: unknown): value is string {

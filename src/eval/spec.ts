@@ -4,6 +4,7 @@ import { readFile } from "node:fs/promises";
 import { dirname, extname, isAbsolute, resolve } from "node:path";
 import {
   ConfigError,
+  isScoped,
   closeMatches,
   parseTomlText,
   describeValue,
@@ -248,6 +249,8 @@ function expandExperiment(doc: ConfigTable, opts: ExpandOptions): ExperimentSpec
   if (name === undefined)
     throw new ConfigError("experiment.name", 'is required: a name of [A-Za-z0-9_-], e.g. name = "prompt-v2" (the experiment id is <name>-<8 hex>)');
   if (!NAME.test(name)) throw new ConfigError("experiment.name", `${JSON.stringify(name)}: use 1-48 characters from [A-Za-z0-9_-]`);
+  // An id in a principal's scope is that principal's (docs/security.md): a name may not pass for one.
+  if (isScoped(name)) throw new ConfigError("experiment.name", `${JSON.stringify(name)} reads as an owner scope (o<12 hex>_…): choose another name`);
   const concurrency = intValue(head.concurrency, "experiment.concurrency", 1, 1000) ?? DEFAULT_CONCURRENCY;
   const perSubject = intValue(head.per_subject, "experiment.per_subject", 1, 1000) ?? concurrency;
   if (perSubject > concurrency) {

@@ -1,7 +1,7 @@
 import type { Express, Request, Response } from "express";
 import type { Logger } from "../core/index.js";
 import type { Bus } from "../bus/index.js";
-import { evalStore, isExperimentId, summarize, type StatusRecord } from "../eval/index.js";
+import { evalStore, isExperimentId, ownsExperiment, summarize, type StatusRecord } from "../eval/index.js";
 import { mayUse, type Principal } from "./auth.js";
 import { EXPERIMENTS_CSS, EXPERIMENTS_HTML, EXPERIMENTS_SCRIPT } from "./web-experiments-page.js";
 
@@ -12,7 +12,8 @@ import { EXPERIMENTS_CSS, EXPERIMENTS_HTML, EXPERIMENTS_SCRIPT } from "./web-exp
  * script is a file of its own (`/ui/experiments.js`), so the page needs no inline script.
  *
  * Scoping, as for the rest of the view: an admin key sees every experiment, another key
- * those it owns whose agents it may use (mayViewExperiment); anything else is 404.
+ * those it owns whose agents it may use (mayViewExperiment); anything else is 404. The
+ * gateway reads the bucket only (its role in deploy/nats/accounts.conf).
  */
 export interface ExperimentsViewDeps {
   bus: Bus;
@@ -21,13 +22,13 @@ export interface ExperimentsViewDeps {
 
 /**
  * Whether a key may see an experiment: an admin key (or anyone under `auth = "none"`) sees
- * all; any other key the experiments it owns (started with `owner` = its principal id) that
- * name only agents it may use.
+ * all; any other key the experiments it owns (started for it: their ids carry its owner
+ * scope, a prefix test as for everything a principal owns) that name only agents it may use.
  */
-export function mayViewExperiment(p: Principal | undefined, s: Pick<StatusRecord, "owner" | "agents">): boolean {
+export function mayViewExperiment(p: Principal | undefined, s: Pick<StatusRecord, "experimentId" | "agents">): boolean {
   if (p === undefined) return false;
   if (p.admin) return true;
-  return s.owner === p.id && (s.agents ?? []).every((a) => mayUse(p, a));
+  return p.sessionScope !== undefined && ownsExperiment(s.experimentId, p.sessionScope) && (s.agents ?? []).every((a) => mayUse(p, a));
 }
 
 export function mountExperimentsView(app: Express, deps: ExperimentsViewDeps): void {

@@ -33,9 +33,10 @@ export interface EvalWiringDeps {
  * cluster's eval bucket opened once. An application that registered a type of one of these
  * names keeps its own. Their templates are registered by `registerEvalTemplates`, after the
  * node's own (so a list of templates names the cluster's first).
- * @returns the templates to register
+ * @returns the templates to register, and the bucket (opened on first use) that the node's
+ *   `control.eval` endpoint stores specs in
  */
-export function registerEvalTypes(types: ActorTypeRegistry, deps: EvalWiringDeps): ActorTemplate[] {
+export function registerEvalTypes(types: ActorTypeRegistry, deps: EvalWiringDeps): { templates: ActorTemplate[]; store: () => Promise<EvalStore> } {
   const store = openOnce(() => EvalStore.open({ js: deps.bus().js, cluster: deps.cluster, replicas: deps.replicas() }));
   const specs = new SpecCache(store, () => deps.cluster);
   const agents = { definitions: deps.agents, runtime: deps.runtime };
@@ -48,7 +49,7 @@ export function registerEvalTypes(types: ActorTypeRegistry, deps: EvalWiringDeps
     types.register(evalSubjectActor({ bus: deps.bus, specs, agents, logger: deps.logger }));
     templates.push({ name: SUBJECT_TEMPLATE, type: SUBJECT_TEMPLATE, idleAfterMs: SUBJECT_IDLE_AFTER_MS });
   }
-  return templates;
+  return { templates, store };
 }
 
 /** Registers the experiment templates `registerEvalTypes` returned, unless the node already has templates of those names. */

@@ -20,12 +20,15 @@ import {
 } from "../cluster/index.js";
 import type { NodeParts } from "./node-parts.js";
 import type { VirtualActors } from "./virtual-actors.js";
+import { evalControlSubject, handleEvalSpecRequest, type EvalStore } from "../eval/index.js";
 
 /** What the `kova-node` endpoints answer from. */
 export interface NodeServiceDeps extends Pick<NodeParts, "nodeId" | "cluster" | "bus" | "scope"> {
   readonly control: NodeControl;
   readonly agentControl: AgentControl;
   readonly virtual: VirtualActors;
+  /** The evals bucket: the `eval` endpoint stores experiments' specs there (docs/evals.md). */
+  evalStore(): Promise<EvalStore>;
   /** The provider-call scheduler's slots and waits per model. */
   models(): ModelSlotStats[];
 }
@@ -83,6 +86,12 @@ function nodeEndpoints(d: NodeServiceDeps): MicroEndpoint[] {
       handler: async (data) => control.signal(body(data, "signal") as unknown as SignalRequest),
     },
     { name: "approve", subject: approveSubject(cluster), handler: async (data) => agentControl.approve(body(data, "approve")) },
+    {
+      name: "eval",
+      subject: evalControlSubject(cluster),
+      // Stores an experiment's spec, in parts; a bus principal is refused (spec-requests.ts says why).
+      handler: async (data, headers) => handleEvalSpecRequest(await d.evalStore(), body(data, "eval"), bus.senderOf(headers)),
+    },
     {
       name: "tools",
       subject: nodeSubject(cluster, nodeId, "tools"),

@@ -41,6 +41,7 @@ import type { NodeParts } from "./node-parts.js";
 import { startMarkerCompaction, startUnknownAgentSweep, type NodeJob } from "./node-jobs.js";
 import { WorkflowWiring, workflowRunPorts } from "./workflow-wiring.js";
 import { registerEvalTemplates, registerEvalTypes } from "./eval-wiring.js";
+import type { EvalStore } from "../eval/index.js";
 import { jetStreamReplicas, resolveNats, type ResolvedNats } from "./nats/bootstrap.js";
 import { PlacementController } from "./placement/controller.js";
 import { placementHostPort } from "./placement/host-port.js";
@@ -105,6 +106,8 @@ export class KovaNode {
   private workflow!: WorkflowWiring;
   /** The experiment templates (eval, eval-subject), registered after the node's own. */
   private evalTemplates: ActorTemplate[] = [];
+  /** The evals bucket, where the `control.eval` endpoint stores experiments' specs. */
+  private evalStore!: () => Promise<EvalStore>;
   /** The node's own lines (`component: "node"`). */
   private readonly log: Logger;
   /**
@@ -183,7 +186,7 @@ export class KovaNode {
     // Every node can host experiments and their subjects' runners (docs/evals.md).
     {
       const n = node;
-      n.evalTemplates = registerEvalTypes(types, {
+      ({ templates: n.evalTemplates, store: n.evalStore } = registerEvalTypes(types, {
         cluster: opts.config.cluster,
         bus: () => n.bus,
         replicas: () => n.replicas(),
@@ -192,7 +195,7 @@ export class KovaNode {
         timers: () => n.workflow.timers(),
         interrupt: (agentId, messageId) => n.workflow.interruptDelegation(agentId, messageId),
         logger,
-      });
+      }));
     }
     try {
       await node.boot(opts);
@@ -499,6 +502,7 @@ export class KovaNode {
       control: this.control,
       agentControl,
       virtual: this.virtual,
+      evalStore: this.evalStore,
       models: () => this.modelScheduler.stats(),
     });
   }
