@@ -13,6 +13,15 @@ import { principalOf } from "../../src/gateway/auth.js";
 import { parseConfig } from "../../src/node/config.js";
 import { KovaNode } from "../../src/node/node.js";
 import { approveSubject, nodeSubject, spawnSubject } from "../../src/cluster/control.js";
+import {
+  defineExperiment,
+  evalControlSubject,
+  evalsBucket,
+  experimentActorId,
+  readExperimentSummary,
+  runnerActorId,
+  startExperiment,
+} from "../../src/eval/index.js";
 import { scriptedReply, startScriptedModelServer, type NatsServerHandle, type ScriptedModelServer } from "../../src/testing/index.js";
 import { captureLogs } from "../fixtures/capture-logs.js";
 import { tempDir, type TempDir } from "../fixtures/disposable.js";
@@ -35,7 +44,8 @@ import {
  * writer, support), and two NATS client users (client-a, client-b).
  *
  * A (key A) and client-a first create what principals own: sessions, template instances,
- * A2A tasks (completed, running, waiting for an approval), runs. Then every case tries one
+ * A2A tasks (completed, running, waiting for an approval), runs, and an experiment each
+ * that an operator started for them (running: its cell waits). Then every case tries one
  * endpoint or subject as key B or client-b with A's or client-a's ids, and is judged by
  * effect: what B gets back, and that nothing reached or changed A's things (each attempt
  * carries a marker the scripted model would see if any run started with it).
@@ -68,6 +78,8 @@ const A = {} as {
   approvalKey: string;
 };
 const CA = {} as { session: string; instance: string; run: string };
+/** The experiments started for key A and client-a (their ids carry their owners' scopes). */
+const EXP = {} as { a: string; ca: string };
 let clientA: KovaClient;
 let clientB: KovaClient;
 let rawB: NatsConnection;
@@ -175,6 +187,18 @@ beforeAll(async () => {
   CA.run = ca.payload.runId;
   const cai = await clientA.ask("support--cinst", "agent.chat", { message: "CA-SECRET-2", sessionId: "x" }, { timeoutMs: 20_000 });
   CA.instance = cai.from;
+
+  // An experiment for each, started by a trusted party (here a node's user) as an operator would.
+  const experiment = (name: string) =>
+    defineExperiment({
+      experiment: { name, concurrency: 1 },
+      subjects: [{ id: "s", agent: "helper" }],
+      tasks: [{ id: "t", input: `HOLD ${name}-SECRET`, expected: "x" }],
+      verifiers: [{ type: "exact" }],
+    });
+  EXP.a = (await startExperiment(admin, experiment("exp-a"), { owner: principalOf({ name: "key-a", hash: hashKey(keys.a) }).id })).experimentId;
+  EXP.ca = (await startExperiment(admin, experiment("exp-ca"), { owner: "nats:CLIENT:client-a" })).experimentId;
+  await poll(() => reached("HOLD exp-a-SECRET") && reached("HOLD exp-ca-SECRET"), { timeoutMs: 20_000, what: "the experiments' cells to call the model" });
 }, 120_000);
 
 afterAll(async () => {
@@ -636,6 +660,94 @@ add("runs - client-b interrupting A's running task is refused and it goes on", a
   );
   expect((await stateOfA()).held).toBe("TASK_STATE_WORKING");
 });
+// ---- experiments started for A and client-a (docs/security.md, "Experiments") ----
+
+const experimentIds = (body: unknown) => (body as { experiments: Array<{ experimentId: string }> }).experiments.map((e) => e.experimentId);
+add("experiments - key B's experiments page lists neither A's nor client-a's experiment, and each is 404 to it", async () => {
+  const list = await get("b", "/ui/api/experiments");
+  expect(list.status).toBe(200);
+  const ids = experimentIds(await list.json());
+  expect(ids).not.toContain(EXP.a);
+  expect(ids).not.toContain(EXP.ca);
+  for (const id of [EXP.a, EXP.ca]) {
+    const res = await get("b", `/ui/api/experiments/${id}`);
+    expect(res.status).toBe(404);
+    expect(await res.text()).not.toContain("SECRET");
+  }
+});
+add("experiments - key A lists and reads its own experiment (the check is by owner), and not client-a's", async () => {
+  expect(experimentIds(await (await get("a", "/ui/api/experiments")).json())).toEqual([EXP.a]);
+  expect((await get("a", `/ui/api/experiments/${EXP.a}`)).status).toBe(200);
+  expect((await get("a", `/ui/api/experiments/${EXP.ca}`)).status).toBe(404);
+});
+add("experiments - the admin key sees every experiment", async () => {
+  const ids = experimentIds(await (await get("ops", "/ui/api/experiments")).json());
+  expect(ids).toEqual(expect.arrayContaining([EXP.a, EXP.ca]));
+  expect((await get("ops", `/ui/api/experiments/${EXP.ca}`)).status).toBe(200);
+});
+const experimentActors: Record<string, () => string> = {
+  "A's experiment actor": () => experimentActorId(EXP.a),
+  "A's experiment's subject runner": () => runnerActorId({ experimentId: EXP.a, role: "s", index: 0, slot: 0 }),
+};
+for (const [what, id] of Object.entries(experimentActors)) {
+  for (const key of ["a", "b"] as const) {
+    add(`experiments - key ${key.toUpperCase()} with model = ${what} gets 404 (no key drives an experiment's actors, its owner's neither) and it runs nothing`, async () => {
+      const text = marker(`exp-openai-${key}-${what}`);
+      const res = await openai(key, { model: id(), messages: [{ role: "user", content: text }] });
+      expect(res.status).toBe(404);
+      expect(reached(text)).toBe(false);
+    });
+    add(`experiments - ${what} is not in key ${key.toUpperCase()}'s /v1/models`, async () => {
+      const body = (await (await get(key, "/v1/models")).json()) as { data: Array<{ id: string }> };
+      expect(body.data.map((m) => m.id)).not.toContain(id());
+    });
+  }
+}
+/** The experiment is still running: nothing a principal sent reached it. */
+const stillRunning = async (experimentId: string) => expect((await readExperimentSummary(admin, experimentId)).status).toBe("running");
+const onTheBus: Array<[string, () => KovaClient, () => string]> = [
+  ["client-b cancelling A's experiment", () => clientB, () => experimentActorId(EXP.a)],
+  ["client-b cancelling client-a's experiment", () => clientB, () => experimentActorId(EXP.ca)],
+  ["client-a cancelling the experiment started for it", () => clientA, () => experimentActorId(EXP.ca)],
+];
+for (const [what, client, id] of onTheBus) {
+  add(`experiments - ${what} on the bus is refused (UNKNOWN_AGENT) and it runs on`, async () => {
+    const err = await client()
+      .ask(id(), "eval.cancel", { reason: "intruder" }, { timeoutMs: 10_000 })
+      .catch((e: unknown) => e);
+    expect(isKovaError(err, "UNKNOWN_AGENT"), String(err)).toBe(true);
+    await stillRunning(id().slice("eval--".length));
+  });
+}
+add("experiments - client-a's task to the subject runner of the experiment started for it is refused, and it runs nothing", async () => {
+  const text = marker("exp-runner-ca");
+  const to = runnerActorId({ experimentId: EXP.ca, role: "s", index: 0, slot: 0 });
+  const err = await clientA.ask(to, "task_delegate", { input: text }, { timeoutMs: 10_000 }).catch((e: unknown) => e);
+  expect(isKovaError(err, "UNKNOWN_AGENT"), String(err)).toBe(true);
+  expect(reached(text)).toBe(false);
+});
+add("experiments - client-a's fast-path info_request to the experiment started for it is refused (its progress is the operator's to read)", async () => {
+  const err = await clientA.request(experimentActorId(EXP.ca), "info_request", {}, { timeoutMs: 5000 }).catch((e: unknown) => e);
+  expect(isKovaError(err, "UNKNOWN_AGENT"), String(err)).toBe(true);
+});
+add("experiments - client-b's raw publish of eval.cancel to A's experiment is refused at the ingress and stored nowhere", async () => {
+  const env = createEnvelope({ from: "intruder", to: experimentActorId(EXP.a), type: "eval.cancel", payload: {} });
+  const h = headers();
+  h.set("Content-Type", "application/json");
+  const reply = await rawB.request(`kova.default.a2a.${env.to}`, encodeEnvelope(env, "json"), { headers: h, timeout: 5000 });
+  expect(reply.json<{ error?: { kova?: { code: string } } }>().error?.kova?.code).toBe("UNKNOWN_AGENT");
+  await stillRunning(EXP.a);
+});
+add("experiments - client-b activating an experiment actor in its own scope is refused (UNKNOWN_AGENT): no principal starts one on the bus", async () => {
+  const err = await clientB.ask("eval--mine-0123abcd", "eval.start", { digest: "x" }, { timeoutMs: 10_000 }).catch((e: unknown) => e);
+  expect(isKovaError(err, "UNKNOWN_AGENT"), String(err)).toBe(true);
+});
+add("experiments - client-b may not store a spec (control.eval) nor read the evals bucket", async () => {
+  await expectPermissionDenied(rawB.request(evalControlSubject("default"), JSON.stringify({ op: "spec", experimentId: "x-0123abcd" }), { timeout: 5000 }));
+  await expectPermissionDenied(rawB.request(`$JS.API.STREAM.INFO.KV_${evalsBucket("default")}`, "", { timeout: 5000 }));
+  await expectPermissionDenied(rawB.request(`$JS.API.STREAM.MSG.GET.KV_${evalsBucket("default")}`, JSON.stringify({ last_by_subj: `$KV.${evalsBucket("default")}.${EXP.ca}.status` }), { timeout: 5000 }));
+});
+
 add("runs - client-b may not spawn", async () => {
   await expectPermissionDenied(rawB.request(spawnSubject("default"), JSON.stringify({ id: "intruder", type: "x" }), { timeout: 5000 }));
 });
@@ -647,6 +759,8 @@ describe("security: the cross-tenant corpus", () => {
   for (const c of cases) it(c.name, c.run, 30_000);
   it("corpus - afterwards A's and client-a's things are as they left them: memory without any intruder's turn, tasks and approval untouched", async () => {
     expect(await stateOfA()).toEqual({ held: "TASK_STATE_WORKING", waiting: "TASK_STATE_INPUT_REQUIRED", approval: "pending" });
+    await stillRunning(EXP.a);
+    await stillRunning(EXP.ca);
     const again = await openai("a", { model: "helper", messages: [{ role: "user", content: "A again" }] }, { "x-kova-session": "secret-s" });
     expect(again.status).toBe(200);
     const prompt = JSON.stringify(model.requests.find((q) => q.lastMessage?.content === "A again")?.messages);
