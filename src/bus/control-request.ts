@@ -1,6 +1,6 @@
 import type { Msg, NatsConnection } from "@nats-io/transport-node";
 import { ErrorCode, KovaError, fromWire } from "../core/errors.js";
-import { BusErrorCode } from "./errors.js";
+import { BusErrorCode, typedNatsError } from "./errors.js";
 import { isNatsNoResponders, isNatsTimeout } from "./nats-errors.js";
 
 const utf8 = new TextEncoder();
@@ -8,7 +8,7 @@ const utf8 = new TextEncoder();
 /**
  * One control request with a JSON body. A reply with an error header becomes the
  * remote error (same code); no responders means the node is not there.
- * @throws KovaError NO_RESPONDERS / TIMEOUT naming the subject, RemoteError from the node
+ * @throws KovaError NO_RESPONDERS / TIMEOUT naming the subject, PERMISSION_DENIED when this user may not send it, RemoteError from the node
  */
 export async function controlRequest<R>(nc: NatsConnection, subject: string, body: unknown, timeoutMs = 5000): Promise<R> {
   let msg: Msg;
@@ -24,7 +24,7 @@ export async function controlRequest<R>(nc: NatsConnection, subject: string, bod
         cause: err,
       });
     }
-    throw err;
+    throw typedNatsError(err, `request to ${subject}`);
   }
   const body2 = msg.data.length > 0 ? (JSON.parse(new TextDecoder().decode(msg.data)) as unknown) : null;
   if (msg.headers?.get("Nats-Service-Error-Code")) {

@@ -63,7 +63,7 @@ let gateway: Gateway;
 let admin: Bus;
 const conns: NatsConnection[] = [];
 const logs = captureLogs();
-const keys = { a: generateKey(), b: generateKey(), ops: generateKey() };
+const keys = { a: generateKey(), b: generateKey(), c: generateKey(), ops: generateKey() };
 const scopeOf = (key: string, name: string) => principalOf({ name, hash: hashKey(key) }).sessionScope!;
 const clientUser = (user: string): NatsSecurity => ({ user, password: passwords.client, inboxPrefix: `_INBOX_client.${user}` });
 
@@ -79,7 +79,7 @@ const A = {} as {
 };
 const CA = {} as { session: string; instance: string; run: string };
 /** The experiments started for key A and client-a (their ids carry their owners' scopes). */
-const EXP = {} as { a: string; ca: string };
+const EXP = {} as { a: string; c: string; ca: string };
 let clientA: KovaClient;
 let clientB: KovaClient;
 let rawB: NatsConnection;
@@ -132,6 +132,8 @@ beforeAll(async () => {
         { name: "key-a", hash: hashKey(keys.a), agents: ["helper", "support", "clerk"] },
         { name: "key-b", hash: hashKey(keys.b), agents: ["helper", "writer", "support"] },
         { name: "ops", hash: hashKey(keys.ops), admin: true },
+        // No agents list: it may use every agent, so only ownership keeps it from others' things.
+        { name: "key-c", hash: hashKey(keys.c) },
       ],
     }),
     servers: server.url,
@@ -197,8 +199,9 @@ beforeAll(async () => {
       verifiers: [{ type: "exact" }],
     });
   EXP.a = (await startExperiment(admin, experiment("exp-a"), { owner: principalOf({ name: "key-a", hash: hashKey(keys.a) }).id })).experimentId;
+  EXP.c = (await startExperiment(admin, experiment("exp-c"), { owner: principalOf({ name: "key-c", hash: hashKey(keys.c) }).id })).experimentId;
   EXP.ca = (await startExperiment(admin, experiment("exp-ca"), { owner: "nats:CLIENT:client-a" })).experimentId;
-  await poll(() => reached("HOLD exp-a-SECRET") && reached("HOLD exp-ca-SECRET"), { timeoutMs: 20_000, what: "the experiments' cells to call the model" });
+  await poll(() => ["exp-a", "exp-c", "exp-ca"].every((n) => reached(`HOLD ${n}-SECRET`)), { timeoutMs: 20_000, what: "the experiments' cells to call the model" });
 }, 120_000);
 
 afterAll(async () => {
@@ -685,12 +688,13 @@ add("experiments - the admin key sees every experiment", async () => {
   expect(ids).toEqual(expect.arrayContaining([EXP.a, EXP.ca]));
   expect((await get("ops", `/ui/api/experiments/${EXP.ca}`)).status).toBe(200);
 });
+// Key C may use every agent (no agents list): only ownership and the reserved templates keep it from these.
 const experimentActors: Record<string, () => string> = {
-  "A's experiment actor": () => experimentActorId(EXP.a),
-  "A's experiment's subject runner": () => runnerActorId({ experimentId: EXP.a, role: "s", index: 0, slot: 0 }),
+  "C's experiment actor": () => experimentActorId(EXP.c),
+  "C's experiment's subject runner": () => runnerActorId({ experimentId: EXP.c, role: "s", index: 0, slot: 0 }),
 };
 for (const [what, id] of Object.entries(experimentActors)) {
-  for (const key of ["a", "b"] as const) {
+  for (const key of ["c", "b"] as const) {
     add(`experiments - key ${key.toUpperCase()} with model = ${what} gets 404 (no key drives an experiment's actors, its owner's neither) and it runs nothing`, async () => {
       const text = marker(`exp-openai-${key}-${what}`);
       const res = await openai(key, { model: id(), messages: [{ role: "user", content: text }] });
@@ -759,8 +763,7 @@ describe("security: the cross-tenant corpus", () => {
   for (const c of cases) it(c.name, c.run, 30_000);
   it("corpus - afterwards A's and client-a's things are as they left them: memory without any intruder's turn, tasks and approval untouched", async () => {
     expect(await stateOfA()).toEqual({ held: "TASK_STATE_WORKING", waiting: "TASK_STATE_INPUT_REQUIRED", approval: "pending" });
-    await stillRunning(EXP.a);
-    await stillRunning(EXP.ca);
+    for (const id of [EXP.a, EXP.c, EXP.ca]) await stillRunning(id);
     const again = await openai("a", { model: "helper", messages: [{ role: "user", content: "A again" }] }, { "x-kova-session": "secret-s" });
     expect(again.status).toBe(200);
     const prompt = JSON.stringify(model.requests.find((q) => q.lastMessage?.content === "A again")?.messages);
