@@ -136,6 +136,21 @@ describe("deploy configs", () => {
     expect(client.imports.find((i) => i.to === "kova.default.a2a.>")?.subject).toBe("kova.default.ingress.a2a.>");
     expect(client.imports.some((i) => i.subject === "kova.default.a2a.>" || i.subject.includes("KV_kova_default_agents"))).toBe(false);
     expect(read("kova/kova-node1.toml")).toContain('trusted_accounts = ["OPERATOR", "GATEWAY"]');
+    // Experiments (docs/evals.md): the nodes write the evals bucket; an operator stores a spec
+    // through control.eval (within its control.>) and reads the bucket, a gateway reads it,
+    // the client neither.
+    const evals = (name: string) =>
+      accounts
+        .get(name)!
+        .imports.map((i) => i.subject)
+        .filter((x) => x.includes("kova_default_evals") || x.startsWith("kova.default.control"));
+    expect(evals("OPERATOR").sort()).toEqual(["$JS.API.STREAM.INFO.KV_kova_default_evals", "$JS.API.STREAM.MSG.GET.KV_kova_default_evals", "kova.default.control.>"]);
+    expect(evals("GATEWAY").sort()).toEqual([
+      "$JS.API.STREAM.INFO.KV_kova_default_evals",
+      "$JS.API.STREAM.MSG.GET.KV_kova_default_evals",
+      "kova.default.control.activate",
+    ]);
+    expect(evals("CLIENT")).toEqual(["kova.default.control.activate"]);
     // Requests answered more than once: every node's $SRV answer, a pull's messages.
     const multi = exports.filter((e) => e.responseType === "stream").map((e) => e.subject);
     expect(multi.sort()).toEqual(["$JS.API.CONSUMER.MSG.NEXT.KOVA_DEFAULT_EVENTS.>", "$SRV.>"]);

@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { isValidId } from "../../src/core/ids.js";
-import { isScoped, ownedAgentId, ownedId, ownerScopeOf, ownsInstance } from "../../src/core/principals.js";
+import { isScoped, ownedAgentId, ownedId, ownerScopeOf, ownsInstance, reserveTemplates } from "../../src/core/principals.js";
 
 describe("principals: ownership carried in ids", () => {
   const a = ownerScopeOf("key:aaaa");
@@ -33,5 +33,13 @@ describe("principals: ownership carried in ids", () => {
     expect(ownsInstance(`support--${a}x`, a)).toBe(true);
     expect(ownsInstance(`support--${b}x`, a)).toBe(false);
     expect(ownsInstance("helper", a)).toBe(false);
+  });
+
+  it("principals - an instance of a reserved template (an experiment's actors) is nobody's to address, in the caller's scope too", () => {
+    reserveTemplates("reserved-test");
+    expect(ownedAgentId("reserved-test--x", a)).toBeUndefined();
+    expect(ownedAgentId(`reserved-test--${a}x`, a)).toBeUndefined();
+    expect(ownsInstance(`reserved-test--${a}x`, a)).toBe(false);
+    expect(ownsInstance(`support--${a}x`, a)).toBe(true);
   });
 });
