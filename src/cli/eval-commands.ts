@@ -116,7 +116,10 @@ export function register(program: Command): void {
     ev.command("run <spec>").description("start an experiment from a spec file (TOML, or JSON by extension), follow it, print the table per subject"),
   )
     .option("--id <id>", "experiment id (default <name>-<8 hex>)")
-    .option("--owner <principal>", "start it for a principal (key:<key id> as kova gateway keys ls shows it): its id carries that principal's scope, and the gateway shows it to that key")
+    .option(
+      "--owner <principal>",
+      "start it for a principal (key:<key id> as kova gateway keys ls shows it): its id carries that principal's scope, and the gateway shows it to that key",
+    )
     .option("--detach", "return once the experiment started (it runs on the cluster without this command)")
     .option("--plan", "print what the spec expands to and start nothing")
     .option("--tasks", "also print the score of every task per subject")

@@ -171,4 +171,3 @@ export interface VirtualActorsView {
   /** Activations refused by `[cluster] max_actors` (their messages wait in the stream). */
   refused: number;
 }
-

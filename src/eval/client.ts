@@ -3,15 +3,7 @@ import { controlRequest, createEnvelope, isNoResponders, type Bus, type KovaClie
 import type { RunUsage } from "../agents/index.js";
 import { ExperimentNotFoundError, ExperimentStateError } from "./errors.js";
 import type { ExperimentSummary } from "./experiment-actor.js";
-import {
-  assertExperimentId,
-  evalControlSubject,
-  EvalMessageType,
-  experimentActorId,
-  newExperimentId,
-  ownedExperimentId,
-  startMessageId,
-} from "./protocol.js";
+import { assertExperimentId, evalControlSubject, EvalMessageType, experimentActorId, newExperimentId, ownedExperimentId, startMessageId } from "./protocol.js";
 import type { EvalSpecReply } from "./spec-requests.js";
 import { ENDED_STATUSES, type StatusRecord } from "./records.js";
 import { compareSubjects, summarize, type Comparison, type ExperimentReport } from "./report.js";
@@ -90,9 +82,7 @@ async function storeSpec(bus: Bus, experimentId: string, spec: ExperimentSpec): 
   const subject = evalControlSubject(bus.cluster);
   const { head, chunks } = specParts(experimentId, spec);
   await Promise.all(
-    chunks.map((tasks, index) =>
-      controlRequest<EvalSpecReply>(bus.nc, subject, { op: "tasks", experimentId, digest: head.digest, index, tasks }, 30_000),
-    ),
+    chunks.map((tasks, index) => controlRequest<EvalSpecReply>(bus.nc, subject, { op: "tasks", experimentId, digest: head.digest, index, tasks }, 30_000)),
   );
   await controlRequest<EvalSpecReply>(bus.nc, subject, { op: "spec", experimentId, head }, 30_000);
   return head.digest;

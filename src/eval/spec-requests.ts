@@ -41,11 +41,7 @@ export class ExperimentsNotForPrincipalsError extends KovaError {
  * @throws ExperimentsNotForPrincipalsError for a bus principal; ArgumentError for a malformed request;
  *   what EvalStore.putTasks / putHead throw (another spec stored under that id, a head whose tasks are missing or do not match)
  */
-export async function handleEvalSpecRequest(
-  store: EvalStore,
-  body: Record<string, unknown>,
-  sender: BusPrincipal | undefined,
-): Promise<EvalSpecReply> {
+export async function handleEvalSpecRequest(store: EvalStore, body: Record<string, unknown>, sender: BusPrincipal | undefined): Promise<EvalSpecReply> {
   if (sender) throw new ExperimentsNotForPrincipalsError(sender.id);
   const experimentId = assertExperimentId(body.experimentId);
   if (body.op === "tasks") {

@@ -144,7 +144,11 @@ describe("deploy configs", () => {
         .get(name)!
         .imports.map((i) => i.subject)
         .filter((x) => x.includes("kova_default_evals") || x.startsWith("kova.default.control"));
-    expect(evals("OPERATOR").sort()).toEqual(["$JS.API.STREAM.INFO.KV_kova_default_evals", "$JS.API.STREAM.MSG.GET.KV_kova_default_evals", "kova.default.control.>"]);
+    expect(evals("OPERATOR").sort()).toEqual([
+      "$JS.API.STREAM.INFO.KV_kova_default_evals",
+      "$JS.API.STREAM.MSG.GET.KV_kova_default_evals",
+      "kova.default.control.>",
+    ]);
     expect(evals("GATEWAY").sort()).toEqual([
       "$JS.API.STREAM.INFO.KV_kova_default_evals",
       "$JS.API.STREAM.MSG.GET.KV_kova_default_evals",

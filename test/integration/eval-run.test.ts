@@ -335,7 +335,12 @@ describe("experiments on a node (KovaNode in process, scripted model)", () => {
 
   it("eval - an experiment's spec is written once: an id taken by another spec is refused and the first runs on as it was", async () => {
     const spec = (expected: string) =>
-      defineExperiment({ experiment: { name: "once" }, subjects: [{ id: "s", agent: "helper" }], tasks: [{ id: "t", input: "q0", expected }], verifiers: [{ type: "exact" }] });
+      defineExperiment({
+        experiment: { name: "once" },
+        subjects: [{ id: "s", agent: "helper" }],
+        tasks: [{ id: "t", input: "q0", expected }],
+        verifiers: [{ type: "exact" }],
+      });
     const first = await startExperiment(rig.client, spec("a"), { experimentId: "once-0123abcd" });
     await expect(startExperiment(rig.client, spec("b"), { experimentId: first.experimentId })).rejects.toMatchObject({ code: "EXPERIMENT_STATE" });
     expect((await (await evalStore(rig.client)).getSpec(first.experimentId))?.spec.tasks[0]?.expected).toBe("a");

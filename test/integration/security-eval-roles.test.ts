@@ -121,9 +121,9 @@ describe("security: experiments under the roles of deploy/nats/accounts.conf", (
     expect([compared.pairedTasks, compared.meanDifference, compared.worse, compared.ties]).toEqual([4, -0.5, 2, 2]);
 
     // Started for the viewer key: its id carries the key's owner scope.
-    const detached = JSON.parse(
-      await kova("operator", ["eval", "run", join(dir.path, "slow.toml"), "--detach", "--json", "--owner", viewerId]),
-    ) as { experimentId: string };
+    const detached = JSON.parse(await kova("operator", ["eval", "run", join(dir.path, "slow.toml"), "--detach", "--json", "--owner", viewerId])) as {
+      experimentId: string;
+    };
     ran.forViewer = detached.experimentId;
     expect(ran.forViewer).toMatch(/^o[0-9a-f]{12}_slow-[0-9a-f]{8}$/);
     expect(await kova("operator", ["eval", "cancel", ran.forViewer, "--reason", "later"])).toContain(ran.forViewer);
@@ -166,7 +166,11 @@ describe("security: experiments under the roles of deploy/nats/accounts.conf", (
   });
 
   it("client cli - eval ls, show and run are refused (PERMISSION_DENIED naming what the role lacks); the client reads no evals bucket and stores no spec", async () => {
-    for (const args of [["eval", "ls"], ["eval", "show", ran.own], ["eval", "run", join(dir.path, "ab.toml")]]) {
+    for (const args of [
+      ["eval", "ls"],
+      ["eval", "show", ran.own],
+      ["eval", "run", join(dir.path, "ab.toml")],
+    ]) {
       const res = await kovaAs(server, "client", args);
       expect(res.code, `kova ${args.join(" ")}: ${res.stdout}`).not.toBe(0);
       expect(res.stderr).toContain("PERMISSION_DENIED");

@@ -201,7 +201,10 @@ beforeAll(async () => {
   EXP.a = (await startExperiment(admin, experiment("exp-a"), { owner: principalOf({ name: "key-a", hash: hashKey(keys.a) }).id })).experimentId;
   EXP.c = (await startExperiment(admin, experiment("exp-c"), { owner: principalOf({ name: "key-c", hash: hashKey(keys.c) }).id })).experimentId;
   EXP.ca = (await startExperiment(admin, experiment("exp-ca"), { owner: "nats:CLIENT:client-a" })).experimentId;
-  await poll(() => ["exp-a", "exp-c", "exp-ca"].every((n) => reached(`HOLD ${n}-SECRET`)), { timeoutMs: 20_000, what: "the experiments' cells to call the model" });
+  await poll(() => ["exp-a", "exp-c", "exp-ca"].every((n) => reached(`HOLD ${n}-SECRET`)), {
+    timeoutMs: 20_000,
+    what: "the experiments' cells to call the model",
+  });
 }, 120_000);
 
 afterAll(async () => {
@@ -695,12 +698,15 @@ const experimentActors: Record<string, () => string> = {
 };
 for (const [what, id] of Object.entries(experimentActors)) {
   for (const key of ["c", "b"] as const) {
-    add(`experiments - key ${key.toUpperCase()} with model = ${what} gets 404 (no key drives an experiment's actors, its owner's neither) and it runs nothing`, async () => {
-      const text = marker(`exp-openai-${key}-${what}`);
-      const res = await openai(key, { model: id(), messages: [{ role: "user", content: text }] });
-      expect(res.status).toBe(404);
-      expect(reached(text)).toBe(false);
-    });
+    add(
+      `experiments - key ${key.toUpperCase()} with model = ${what} gets 404 (no key drives an experiment's actors, its owner's neither) and it runs nothing`,
+      async () => {
+        const text = marker(`exp-openai-${key}-${what}`);
+        const res = await openai(key, { model: id(), messages: [{ role: "user", content: text }] });
+        expect(res.status).toBe(404);
+        expect(reached(text)).toBe(false);
+      },
+    );
     add(`experiments - ${what} is not in key ${key.toUpperCase()}'s /v1/models`, async () => {
       const body = (await (await get(key, "/v1/models")).json()) as { data: Array<{ id: string }> };
       expect(body.data.map((m) => m.id)).not.toContain(id());
@@ -749,7 +755,11 @@ add("experiments - client-b activating an experiment actor in its own scope is r
 add("experiments - client-b may not store a spec (control.eval) nor read the evals bucket", async () => {
   await expectPermissionDenied(rawB.request(evalControlSubject("default"), JSON.stringify({ op: "spec", experimentId: "x-0123abcd" }), { timeout: 5000 }));
   await expectPermissionDenied(rawB.request(`$JS.API.STREAM.INFO.KV_${evalsBucket("default")}`, "", { timeout: 5000 }));
-  await expectPermissionDenied(rawB.request(`$JS.API.STREAM.MSG.GET.KV_${evalsBucket("default")}`, JSON.stringify({ last_by_subj: `$KV.${evalsBucket("default")}.${EXP.ca}.status` }), { timeout: 5000 }));
+  await expectPermissionDenied(
+    rawB.request(`$JS.API.STREAM.MSG.GET.KV_${evalsBucket("default")}`, JSON.stringify({ last_by_subj: `$KV.${evalsBucket("default")}.${EXP.ca}.status` }), {
+      timeout: 5000,
+    }),
+  );
 });
 
 add("runs - client-b may not spawn", async () => {
