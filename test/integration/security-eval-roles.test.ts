@@ -34,18 +34,11 @@ const ran = {} as { own: string; forViewer: string };
 
 // Task qN's answer is 2N; subject "terse" (its own system prompt) gets q2 and q3 wrong. A task
 // that says "slow" takes a second, so that a detached run can be cancelled while it runs.
-const SPEC = (name: string, slow = false) => `[experiment]
+const SPEC = (name: string, slow = false) => `subjects = [{ id = "base", agent = "helper" }, { id = "terse", agent = "helper", system = "Be terse." }]
+
+[experiment]
 name = "${name}"
 concurrency = 2
-
-[[subjects]]
-id = "base"
-agent = "helper"
-
-[[subjects]]
-id = "terse"
-agent = "helper"
-system = "Be terse."
 
 ${Array.from({ length: 4 }, (_, i) => `[[tasks]]\nid = "t${i}"\ninput = "q${i}: ${i} + ${i}?${slow ? " slow" : ""}"\nexpected = "${2 * i}"\n`).join("\n")}
 [[verifiers]]
