@@ -337,7 +337,7 @@ export class ActorJournal {
     return open;
   }
 
-  async #get(query: { seq: number } | { last_by_subj: string }): Promise<StoredMessage | null> {
+  async #get(query: { seq: number } | { last_by_subj: string }): Promise<{ seq: number; data: Uint8Array } | null> {
     try {
       return await this.bus.jsm.streams.getMessage(this.#stream, query);
     } catch (err) {
@@ -346,15 +346,9 @@ export class ActorJournal {
     }
   }
 
-  #decode(m: StoredMessage): JournalEntry {
+  #decode(m: { seq: number; data: Uint8Array }): JournalEntry {
     return readJournalEntry(this.actorId, m.seq, m.data);
   }
-}
-
-/** A message of the journal stream as read back. */
-interface StoredMessage {
-  seq: number;
-  data: Uint8Array;
 }
 
 /** Folds one entry into the open turn it belongs to (entries of other turns are skipped). */

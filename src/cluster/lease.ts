@@ -91,15 +91,14 @@ export class LeaseTable {
 
   /** Actor ids whose lease, as last seen, names this very process (whatever the mirror's health). */
   heldHere(): string[] {
-    const out: string[] = [];
-    for (const [id, e] of this.mirror.entries()) if (e.value.node === this.nodeId && e.value.incarnation === this.incarnation) out.push(id);
-    return out;
+    return this.heldBy(this.nodeId, this.incarnation);
   }
 
-  /** Actor ids whose lease names `nodeId` (any incarnation). */
-  heldBy(nodeId: string): string[] {
+  /** Actor ids whose lease names `nodeId` (any incarnation, unless one is given). */
+  heldBy(nodeId: string, incarnation?: string): string[] {
     const out: string[] = [];
-    for (const [id, e] of this.mirror.entries()) if (e.value.node === nodeId) out.push(id);
+    for (const [id, e] of this.mirror.entries())
+      if (e.value.node === nodeId && (incarnation === undefined || e.value.incarnation === incarnation)) out.push(id);
     return out;
   }
 

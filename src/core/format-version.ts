@@ -41,23 +41,13 @@ export interface RecordFormat<T> {
   decode(key: string, value: unknown): T;
 }
 
-/**
- * @param spec.read converts a value whose version was checked (default: the value as it is)
- */
-export function recordFormat<T>(spec: {
-  describe(key: string): string;
-  version: number;
-  readable: readonly number[];
-  read?: (key: string, value: unknown) => T;
-}): RecordFormat<T> {
-  const read = spec.read ?? ((_key: string, value: unknown) => value as T);
+/** @param spec.read converts a value whose version was checked (default: the value as it is) */
+export function recordFormat<T>(spec: Omit<RecordFormat<T>, "decode"> & { read?: (key: string, value: unknown) => T }): RecordFormat<T> {
   return {
-    describe: spec.describe,
-    version: spec.version,
-    readable: spec.readable,
+    ...spec,
     decode: (key, value) => {
       checkFormatVersion(spec.describe(key), (value as { v?: unknown } | null | undefined)?.v, spec.readable);
-      return read(key, value);
+      return spec.read ? spec.read(key, value) : (value as T);
     },
   };
 }

@@ -27,11 +27,7 @@ export interface KvStoreOptions {
   replicas?: number;
   /** Values older than this are removed by the server (set when the bucket is created). */
   ttlMs?: number;
-  /**
-   * The bus of the connection, for hot writes (a checkpoint per turn, a task's progress):
-   * puts and updates then go through its request mux (Bus.publishToStream) instead of the
-   * KV client, which builds an Error with its stack for every call.
-   */
+  /** For hot writes (a checkpoint per turn): puts and updates go through the bus's request mux, not the KV client, which builds an Error per call. */
   bus?: Pick<Bus, "publishToStream">;
 }
 
@@ -75,10 +71,7 @@ export class KvStore<T> {
     return new KvStore(kv, conn, name, format, opts);
   }
 
-  /**
-   * The cluster's bucket of that role, bound without asking the server (a reader that must
-   * not create it, such as the CLI): a missing bucket shows up at the first read.
-   */
+  /** The bucket bound without asking the server, for a reader that must not create it (the CLI): a missing one fails the first read. */
   static async bind<T>(conn: KvConnection, cluster: string, bucket: KvBucket, format: RecordFormat<T>): Promise<KvStore<T>> {
     const name = bucketName(cluster, bucket);
     return new KvStore(await new Kvm(conn).open(name), conn, name, format);
@@ -143,19 +136,15 @@ export class KvStore<T> {
     return (await bus.publishToStream(`$KV.${this.name}.${key}`, data, { expectLastSubjectSequence: expected, timeoutMs: BUS_WRITE_TIMEOUT_MS })).seq;
   }
 
-  /**
-   * Writes the record only if the bucket's last revision is still `fence`: nothing at all was
-   * written to the bucket since (a check on the whole bucket, not the key).
-   * @returns its revision, undefined when another write came first
-   */
+  /** Writes the record only if nothing was written to the whole bucket since revision `fence`. @returns its revision, undefined when something was */
   async putFenced(key: string, value: T, fence: number): Promise<number | undefined> {
     const js = "jetstreamManager" in this.conn ? this.conn : jetstream(this.conn);
     return casLost(js.publish(`$KV.${this.name}.${key}`, this.encode(value), { expect: { lastSequence: fence } }).then((ack) => ack.seq));
   }
 
   /**
-   * Deletes the key's record (a marker, not a purge: a purge makes other nodes' watches
-   * skip entries on nats-server < 2.10.11), only if it is still at `revision` when one is given.
+   * Deletes the key's record, if it is still at `revision` when one is given (a marker, not a
+   * purge: a purge makes other nodes' watches skip entries on nats-server < 2.10.11).
    * @returns false when another write came first
    */
   async delete(key: string, revision?: number): Promise<boolean> {
@@ -250,10 +239,9 @@ export class KvStore<T> {
   }
 
   /**
-   * Follows the keys matching `key` (every current record, then each change): `onPut` gets
-   * each record as this build reads it (one it refuses, such as a newer format's, is
-   * logged and skipped), `onDelete` each removed key. A watch that ends (its server went
-   * away) is started again a second later. Resolves once the first watch runs.
+   * Follows the keys matching `key`, every current record then each change (one this build
+   * cannot read is logged and skipped); a watch that ends (its server went away) starts
+   * again a second later. Resolves once the first watch runs.
    * @throws JetStream errors when the first watch cannot start
    */
   async follow(key: string, handlers: { onPut: (key: string, value: T) => void; onDelete?: (key: string) => void }, log: Logger): Promise<{ stop(): void }> {
