@@ -97,6 +97,7 @@ describe("deploy Kova nodes", () => {
             "activate",
             "agents",
             "approve",
+            "eval",
             "schedules",
             "signal",
             "spawn",
