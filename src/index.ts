@@ -196,6 +196,7 @@ export {
   type ExperimentSummary,
   type FollowOptions,
   type RunExperimentOptions,
+  type StartedExperiment,
   type StartExperimentOptions,
   type StatusRecord,
   type SubjectReport,

@@ -59,6 +59,11 @@ async function followAndReport(client: KovaClient, experimentId: string, round: 
     process.stderr.write(`stopped following; the experiment runs on: kova eval show ${experimentId}  |  kova eval cancel ${experimentId}\n`);
     return;
   }
+  await reportOf(client, experimentId, o);
+}
+
+/** Prints an experiment's report; exit code 1 unless it completed. */
+async function reportOf(client: KovaClient, experimentId: string, o: { json?: boolean; tasks?: boolean }): Promise<void> {
   const report = await readReport(client, experimentId);
   showReport(report, o);
   if (report.status !== "completed") process.exitCode = 1;
@@ -132,17 +137,22 @@ export function register(program: Command): void {
         return;
       }
       await withClient(o, async (client) => {
-        const { experimentId, summary } = await startExperiment(client, spec, {
+        const { experimentId, summary, existing } = await startExperiment(client, spec, {
           ...(o.id ? { experimentId: o.id } : {}),
           ...(o.owner ? { owner: o.owner } : {}),
         });
-        process.stderr.write(`started experiment ${experimentId}: ${summary.cells} cells\n`);
+        const ended = ENDED_STATUSES.includes(summary.status);
+        process.stderr.write(
+          existing
+            ? `experiment ${experimentId} exists (${summary.status}, ${summary.done + summary.errors}/${summary.cells} cells): ${!ended ? "following it" : summary.status === "cancelled" || summary.status === "budget_exhausted" ? `its report follows (kova eval resume ${experimentId} continues it)` : "its report follows"}\n`
+            : `started experiment ${experimentId}: ${summary.cells} cells\n`,
+        );
         if (o.detach) {
-          if (o.json) print({ experimentId, status: summary.status, cells: summary.cells });
+          if (o.json) print({ experimentId, status: summary.status, cells: summary.cells, existing });
           else process.stdout.write(`${experimentId}\nfollow it: kova eval show ${experimentId}  |  kova events tail --session ${experimentId} --tree\n`);
           return;
         }
-        await followAndReport(client, experimentId, summary.round, o);
+        await (ended ? reportOf(client, experimentId, o) : followAndReport(client, experimentId, summary.round, o));
       });
     });
 

@@ -3,7 +3,7 @@ import { controlRequest, createEnvelope, isNoResponders, type Bus, type KovaClie
 import type { RunUsage } from "../agents/index.js";
 import { ExperimentNotFoundError, ExperimentStateError } from "./errors.js";
 import type { ExperimentSummary } from "./experiment-actor.js";
-import { assertExperimentId, evalControlSubject, EvalMessageType, experimentActorId, newExperimentId, ownedExperimentId, startMessageId } from "./protocol.js";
+import { assertExperimentId, evalControlSubject, EvalMessageType, experimentActorId, newExperimentId, ownedExperimentId } from "./protocol.js";
 import type { EvalSpecReply } from "./spec-requests.js";
 import { ENDED_STATUSES, type StatusRecord } from "./records.js";
 import { compareSubjects, summarize, type Comparison, type ExperimentReport } from "./report.js";
@@ -50,31 +50,44 @@ export interface StartExperimentOptions {
   timeoutMs?: number;
 }
 
+/** What `startExperiment` resolves to. */
+export interface StartedExperiment {
+  experimentId: string;
+  summary: ExperimentSummary;
+  /**
+   * True when the experiment had been started before (this id, this spec: a start sent
+   * again, a caller back after a crash, two callers at once): it was not started again, and
+   * `summary` is the experiment as it is; follow it (`summary.round`) or read its report.
+   */
+  existing: boolean;
+}
+
 /**
  * Stores the spec and starts the experiment; resolves once its actor accepted the start (it
- * runs on without the caller from then on).
+ * runs on without the caller from then on). Starting an experiment that exists (the same id
+ * and the same spec) answers at once with it as it is (`existing`): its actor takes one
+ * start, and answers every later one with its progress.
  * @throws KovaError INVALID_CONFIG naming the spec's field when the cluster cannot run it (an
- *   agent, model or tool it does not have); KovaTimeoutError when no node took the start in time
+ *   agent, model or tool it does not have); ExperimentStateError when the id is another spec's;
+ *   KovaTimeoutError when no node took the start in time
  */
-export async function startExperiment(
-  client: Client,
-  spec: ExperimentSpec,
-  opts: StartExperimentOptions = {},
-): Promise<{ experimentId: string; summary: ExperimentSummary }> {
+export async function startExperiment(client: Client, spec: ExperimentSpec, opts: StartExperimentOptions = {}): Promise<StartedExperiment> {
   const bus = busOf(client);
   const experimentId = opts.experimentId === undefined ? newExperimentId(spec.name, opts.owner) : ownedExperimentId(opts.experimentId, opts.owner);
   const digest = await storeSpec(bus, experimentId, spec);
+  // Each start is a message of its own (a new id): one with the id of an earlier start would be
+  // dropped as its duplicate (the mailbox's Nats-Msg-Id window, the actor's processed ids), and
+  // its asker would wait for a reply that went to the first. The actor starts the experiment once.
   const env = createEnvelope({
-    id: startMessageId(experimentId),
     from: bus.clientId,
     to: experimentActorId(experimentId),
     type: EvalMessageType.start,
     payload: { digest, ...(opts.owner ? { owner: opts.owner } : {}) },
   });
   const reply = await bus.ask<ExperimentSummary & { outcome: string }>(env, { timeoutMs: opts.timeoutMs ?? 60_000 });
-  const summary = reply.payload;
+  const { outcome, ...summary } = reply.payload;
   if (summary.status === "failed") throw fromWire(summary.error) ?? new KovaError("INTERNAL", `experiment ${experimentId} failed to start`);
-  return { experimentId, summary };
+  return { experimentId, summary, existing: outcome === "already started" };
 }
 
 /** Sends a spec to the nodes in parts (docs/evals.md, "Starting an experiment"); they store it. */
@@ -186,12 +199,18 @@ export interface RunExperimentOptions extends StartExperimentOptions {
 }
 
 /**
- * Runs an experiment to its end and returns its report: `kova eval run` from code.
+ * Runs an experiment to its end and returns its report: `kova eval run` from code. For an
+ * experiment that exists (the same id and spec, see startExperiment) it follows the run in
+ * progress, or reads the report of the one that ended.
  * @throws what startExperiment throws
  */
 export async function runExperiment(client: Client, spec: ExperimentSpec, opts: RunExperimentOptions = {}): Promise<ExperimentReport> {
-  const { experimentId } = await startExperiment(client, spec, opts);
-  for await (const p of followExperiment(client, experimentId, { round: 1, ...(opts.signal ? { signal: opts.signal } : {}) })) opts.onProgress?.(p);
+  const { experimentId, summary } = await startExperiment(client, spec, opts);
+  // An experiment that had ended (started before) has nothing more to follow.
+  if (!ENDED_STATUSES.includes(summary.status)) {
+    for await (const p of followExperiment(client, experimentId, { round: summary.round, ...(opts.signal ? { signal: opts.signal } : {}) }))
+      opts.onProgress?.(p);
+  }
   return readReport(client, experimentId);
 }
 

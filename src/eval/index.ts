@@ -71,7 +71,6 @@ export {
   ownsExperiment,
   parseRunnerKey,
   runnerActorId,
-  startMessageId,
   SUBJECT_IDLE_AFTER_MS,
   SUBJECT_TEMPLATE,
   type RunnerKey,
@@ -133,5 +132,6 @@ export {
   type ExperimentProgress,
   type FollowOptions,
   type RunExperimentOptions,
+  type StartedExperiment,
   type StartExperimentOptions,
 } from "./client.js";

@@ -138,8 +138,3 @@ export function attemptId(experimentId: string, cell: number, attempt: number): 
 export function judgeId(experimentId: string, cell: number, attempt: number, verifier: number, attemptOfJudge: number): string {
   return `${attemptId(experimentId, cell, attempt)}-j${verifier}-${attemptOfJudge}`;
 }
-
-/** The id of an experiment's `eval.start`: one per experiment, so a start sent again is stored once. */
-export function startMessageId(experimentId: string): string {
-  return `${experimentId}-start`;
-}

@@ -345,6 +345,37 @@ describe("experiments on a node (KovaNode in process, scripted model)", () => {
     await expect(startExperiment(rig.client, spec("b"), { experimentId: first.experimentId })).rejects.toMatchObject({ code: "EXPERIMENT_STATE" });
     expect((await (await evalStore(rig.client)).getSpec(first.experimentId))?.spec.tasks[0]?.expected).toBe("a");
   });
+
+  it("eval - starting an experiment that exists answers with it: again while it runs, twice at once, runExperiment again after it ended", async () => {
+    const spec = defineExperiment({
+      experiment: { name: "again", concurrency: 2 },
+      subjects: [{ id: "a", agent: "helper" }],
+      tasks: tasks(6),
+      verifiers: [{ type: "exact" }],
+    });
+    // The bound only turns a start that is never answered into a failure; it measures nothing.
+    const within = { timeoutMs: 25_000 };
+    const first = await startExperiment(rig.client, spec, { experimentId: "again-0123abcd", ...within });
+    expect(first).toMatchObject({ existing: false, summary: { status: "running", cells: 6 } });
+    const second = await startExperiment(rig.client, spec, { experimentId: first.experimentId, ...within });
+    expect(second).toMatchObject({ experimentId: first.experimentId, existing: true, summary: { cells: 6 } });
+    // runExperiment again (a caller that crashed and came back) follows the same run to its end
+    const report = await runExperiment(rig.client, spec, { experimentId: first.experimentId, ...within });
+    expect(report).toMatchObject({ experimentId: first.experimentId, status: "completed" });
+    expect(report.subjects[0]).toMatchObject({ scored: 6, meanScore: 1, attempts: 6 });
+    const again = await runExperiment(rig.client, spec, { experimentId: first.experimentId, ...within });
+    expect(again.subjects).toEqual(report.subjects);
+    // two callers at once: one starts it, the other gets it as it is
+    const both = await Promise.all([1, 2].map(() => startExperiment(rig.client, spec, { experimentId: "again-4567abcd", ...within })));
+    expect(both.map((b) => b.existing).sort()).toEqual([false, true]);
+    for await (const _ of followExperiment(rig.client, "again-4567abcd")) void _;
+    // every cell ran once in each experiment, however often it was started
+    for (const id of [first.experimentId, "again-4567abcd"]) {
+      const runs = requestsOf(id).map((r) => String(r.headers["x-kova-run"]));
+      expect(runs).toHaveLength(6);
+      expect(new Set(runs).size).toBe(6);
+    }
+  });
 });
 
 // Runs bin/kova.js from dist/: run `npm run build` first.
@@ -434,6 +465,12 @@ describe("kova eval (the CLI against a node in process)", () => {
     const resumed = await kova("eval", "resume", experimentId, "--max-wall-time", "1h", "--json");
     expect(resumed.code, resumed.stderr).toBe(0);
     expect(JSON.parse(resumed.stdout)).toMatchObject({ status: "completed", subjects: [{ scored: 1, meanScore: 1, failures: { EVAL_CANCELLED: 1 } }] });
+
+    // run again with the id of one that exists: no second start, its report (an ended experiment's) at once
+    const twice = await kova("eval", "run", file, "--id", experimentId, "--json");
+    expect(twice.code, twice.stderr).toBe(0);
+    expect(twice.stderr).toContain(`experiment ${experimentId} exists (completed, 1/1 cells): its report follows`);
+    expect(JSON.parse(twice.stdout)).toMatchObject({ experimentId, status: "completed", subjects: [{ scored: 1, attempts: 2 }] });
 
     await writeFile(file, body("repetitions = 0"));
     const bad = await kova("eval", "run", file);
