@@ -98,13 +98,11 @@ describe("node restart after SIGKILL", () => {
         ),
       { timeoutMs: 3_000, what: "the node to stop answering status" },
     );
-    const t0 = performance.now();
     proc.child.kill("SIGTERM");
     const exit = await proc.exited;
     // 130: cut short by the second signal. A graceful stop would have waited for the 4 s turn
     // (then exited 0) or for the 10 s drain.
     expect(exit.code).toBe(130);
-    expect(performance.now() - t0).toBeLessThan(2_000);
 
     await tc.startNode("solo");
     const s = await poll(

@@ -257,16 +257,17 @@ describe("a hostile provider (real openai client, raw HTTP)", () => {
     expect(server.stats.requests).toBe(3);
   });
 
-  it("hostile - a streamed tool-call index of 1e8 is just a key: the call completes at once, in index order", async () => {
+  it("hostile - a streamed tool-call index of 2^40 is just a key: the call completes, in index order", async () => {
     await using server = await rawServer((res) =>
       sse(res, [
-        chunk({ tool_calls: [{ index: 100_000_000, id: "far", function: { name: "f", arguments: "{}" } }] }),
+        chunk({ tool_calls: [{ index: 2 ** 40, id: "far", function: { name: "f", arguments: "{}" } }] }),
         chunk({ tool_calls: [{ index: 3, id: "near", function: { name: "g", arguments: "{}" } }] }, "tool_calls"),
       ]),
     );
     const started = performance.now();
     const res = await (await model(server.url)).complete({ messages: USER });
-    expect(performance.now() - started).toBeLessThan(1000);
+    // A dense array or a walk over the indices would take hours (or throw) at 2^40.
+    expect(performance.now() - started).toBeLessThan(10_000);
     expect(res.message.toolCalls?.map((c) => c.id)).toEqual(["near", "far"]);
   });
 

@@ -301,12 +301,11 @@ describe("gateway: OpenAI-compatible endpoint", () => {
     await poll(() => signals.length > 0, { timeoutMs: 5000, what: "the gateway's interrupt" });
     expect(signals[0]).toMatchObject({ actorId: "helper", signal: "interrupt", messageId: expect.any(String) });
 
-    // the hung run was cut: the next request is answered well within the timeout
-    const started = performance.now();
+    // the hung run was cut: the next request is answered (were the agent still in the hung
+    // run, it would wait out task_timeout_ms and get a 504 as well)
     const next = await post("hello");
     expect(next.status).toBe(200);
     expect(((await next.json()) as { choices: Array<{ message: { content: string } }> }).choices[0]?.message.content).toBe("echo: hello (history 0)");
-    expect(performance.now() - started).toBeLessThan(1500);
   }, 60_000);
   it("openai - streamed and plain chats leave no consumer on the EVENTS stream once answered (each follower deletes its own)", async () => {
     await using rig = await startGatewayRig({ handler, agents: ["helper"] });

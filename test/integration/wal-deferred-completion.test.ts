@@ -46,7 +46,7 @@ describe("wal deferred completions", () => {
       const seqs = await Promise.all([1, 2, 3].map((n) => wal.append("turn", { n }, { owner: `o${n}` })));
       const t0 = performance.now();
       await Promise.all(seqs.slice(0, 2).map((s, i) => wal.complete(s, { kv: [{ key: `cp:${i}`, value: i }], defer: true })));
-      expect(performance.now() - t0).toBeLessThan(2_000);
+      expect(performance.now() - t0).toBeLessThan(10_000); // on their own, not held until the close
       // The last one is still deferred when the WAL closes: the close writes it.
       void wal.complete(seqs[2]!, { defer: true });
     }

@@ -83,7 +83,9 @@ describe("token counting", () => {
     for (const text of ["B".repeat(1_000_000), `${"word ".repeat(1_000_000)}${"x".repeat(5_000_000)}`, " ".repeat(200_000)]) {
       const started = performance.now();
       const n = counter.countText(text);
-      expect(performance.now() - started).toBeLessThan(1000);
+      // Linear work takes ~0.1 s here; the quadratic path took minutes for these sizes, so a
+      // loaded machine cannot blur the two.
+      expect(performance.now() - started).toBeLessThan(10_000);
       expect(n).toBeGreaterThanOrEqual(Math.ceil(text.length / 4));
     }
     // A long run inside ordinary text is estimated (over, never under) and the rest stays exact.
