@@ -35,6 +35,7 @@ export {
   type JobRecord,
   LEDGER_TOOL_MODULE,
   type LedgerEntry,
+  type ModelCall,
   type Prober,
   type ProbeSample,
   type ProbeWindow,

@@ -43,6 +43,16 @@ export interface ToolLoopLoadOptions {
   jobsPerAgent?: number;
 }
 
+/** A model request of a job, as the scripted model received it: when an agent last ran. */
+export interface ModelCall {
+  agent: string;
+  job: string;
+  /** The tool call the model is asked for next (steps + 1: the final answer). */
+  step: number;
+  /** Epoch ms the request's body had been read. */
+  at: number;
+}
+
 export interface LedgerEntry {
   agent: string;
   job: string;
@@ -149,6 +159,7 @@ export class ToolLoopLoad implements AsyncDisposable {
   private readonly leases = new Map<string, LeaseChange[]>();
   private leaseWatch: { stop(): void } | undefined;
   private seq = 0;
+  private readonly modelCallListeners = new Set<(call: ModelCall) => void>();
 
   constructor(
     opts: ToolLoopLoadOptions,
@@ -166,7 +177,8 @@ export class ToolLoopLoad implements AsyncDisposable {
 
   /** @internal created by createToolLoopLoad */
   async listen(): Promise<void> {
-    this.model = await startScriptedModelServer({ handler: (req) => this.answer(req), latencyMs: this.latencyMs });
+    // Not kept: a chaos run makes hundreds of thousands of requests (onModelCall sees each).
+    this.model = await startScriptedModelServer({ handler: (req) => this.answer(req), latencyMs: this.latencyMs, keepRequests: false });
     await writeFile(this.keyPath, "scripted\n");
   }
 
@@ -188,10 +200,21 @@ export class ToolLoopLoad implements AsyncDisposable {
       if (typeof r.content === "string" && r.content.includes("TOOL_OUTCOME_UNKNOWN")) this.unknownOutcomes.add(`${job}/${r.tool_call_id?.split(":").at(-1)}`);
     }
     const step = results.length + 1;
+    for (const listener of this.modelCallListeners) listener({ agent, job, step, at: req.at });
     if (step > this.steps) return scriptedReply.text(`done ${job}`);
     return scriptedReply.toolCalls([
       { id: `${job}:${step}`, name: "ledger_charge", arguments: { ledger: this.ledgerPath, agent, job, step, holdMs: this.holdMs } },
     ]);
+  }
+
+  /**
+   * Calls `listener` with every model request of a job as it arrives: the moment an agent
+   * runs again after a fault (bench/chaos-agents.mjs measures takeovers by it).
+   * @returns a function that removes the listener
+   */
+  onModelCall(listener: (call: ModelCall) => void): () => void {
+    this.modelCallListeners.add(listener);
+    return () => this.modelCallListeners.delete(listener);
   }
 
   /** Starts the job loops (one per agent and depth), the event reader and the lease watch. */
