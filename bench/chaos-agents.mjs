@@ -106,6 +106,7 @@ if (netns.ok) {
 } else {
   servers = (await startNatsCluster({ size: 3 })).servers;
 }
+log(`NATS servers up (${servers.map((s) => s.url).join(", ")}); ensuring the streams`);
 const urls = servers.map((s) => s.url);
 const nodeUrls = netns.ok ? servers.map((s) => s.innerUrl) : urls;
 const nc = await connect({ servers: urls, maxReconnectAttempts: -1 });

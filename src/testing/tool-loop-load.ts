@@ -71,6 +71,8 @@ export interface JobRecord {
   end?: string;
   /** What a failed run said. */
   error?: string;
+  /** @internal when its stored events were last looked through for the run's end */
+  scannedAt?: number;
 }
 
 export interface ToolLoopReport {
@@ -288,13 +290,37 @@ export class ToolLoopLoad implements AsyncDisposable {
     // A task without a sessionId is a session of its own run.
     const subject = bus.subjects.events(job.id, job.id);
     const last = await bus.jsm.streams.getMessage(bus.subjects.streams.events, { last_by_subj: subject });
-    const e = last?.json<KovaEvent>();
+    let e = last?.json<KovaEvent>();
+    // A node frozen during a model call and woken after its agent moved on publishes that
+    // call's model_response when it wakes (a paid call, for usage accounting), possibly after
+    // the new host ended the run: a job open for a while is looked up in all its events.
+    if (e && e.type !== "run_stream_end" && Date.now() - job.ackedAt > 10_000 && Date.now() - (job.scannedAt ?? 0) > 5_000) {
+      job.scannedAt = Date.now();
+      e = (await this.endOf(subject)) ?? e;
+    }
     if (e?.type !== "run_stream_end" || job.end) return;
     const status = (e.data as { status?: string } | undefined)?.status;
     if (status !== "completed") job.error = await this.failureOf(subject).catch((err: unknown) => `its events could not be read: ${String(err)}`);
     job.end = status === "completed" ? "run_completed" : status === "failed" ? "run_failed" : "run_cancelled";
     job.endedAt = Date.now();
     this.wakers.get(job.id)?.();
+  }
+
+  /** The run's run_stream_end event among its stored events, if it has one (the read stops at the last stored one, or after 5 s). */
+  private async endOf(subject: string): Promise<KovaEvent | undefined> {
+    const reader = await this.bus!.readStoredEvents(subject);
+    const timer = setTimeout(() => reader.close(), 5_000);
+    try {
+      for await (const m of reader.messages) {
+        const e = m.json<KovaEvent>();
+        if (e.type === "run_stream_end") return e;
+        if (m.info.pending === 0) return undefined;
+      }
+      return undefined;
+    } finally {
+      clearTimeout(timer);
+      reader.close();
+    }
   }
 
   /** What a run that did not complete said: its run_failed event's error, else its end status. */
