@@ -319,14 +319,19 @@ async function nodeFault(kind, no) {
   const f = { no, kind, node: victim, agents: agents.length, jobs, load: loadavg()[0], t0: 0, releaseAt: Infinity, exitAt: undefined };
   const proc = procs.get(victim);
   f.t0 = Date.now();
-  // What counts as the agent running again: nothing the faulted process itself did.
+  // What counts as the agent running again: nothing the faulted process did while faulted.
+  // A frozen or cut-off node that kept an agent (no peer took it before the thaw or heal)
+  // runs it again itself afterwards: its model requests count from 1 s after that (what it
+  // began before the fault may still finish in that second), its tool effects only once they
+  // could have begun after it.
   const counts = (x) => {
     if (x.at <= f.t0) return false;
-    if (x.pid !== undefined) return x.pid !== pid;
+    const woken = (kind === "freeze" || kind === "partition") && x.at > f.releaseAt + 1000 + (x.pid !== undefined ? TOOL_HOLD_MS : 0);
+    if (x.pid !== undefined) return x.pid !== pid || woken;
     // A model request names no process: after a kill anyone's; during a freeze or cut only a
     // peer can reach the model; after SIGTERM once the node has exited.
     if (kind === "term") return f.exitAt !== undefined && x.at > f.exitAt;
-    if (kind === "freeze" || kind === "partition") return x.at < f.releaseAt;
+    if (kind === "freeze" || kind === "partition") return x.at < f.releaseAt || woken;
     return true;
   };
   let measured;
