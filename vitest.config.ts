@@ -24,8 +24,10 @@ export default defineConfig({
       // So a unit test must not depend on a fresh module state; the layers' registries accept
       // the same registration twice, and no unit test leaves a global changed.
       { extends: true, test: { name: "unit", include: ["test/unit/**/*.test.ts"], isolate: false } },
-      { extends: true, test: { name: "integration", include: ["test/integration/**/*.test.ts"] } },
-      { extends: true, test: { name: "e2e", include: ["test/e2e/**/*.test.ts"] } },
+      // Bounds for tests that start servers and processes: a wait that ends early costs
+      // nothing, so they are sized for a loaded machine (processes start 10× slower at load 30).
+      { extends: true, test: { name: "integration", include: ["test/integration/**/*.test.ts"], testTimeout: 60_000 } },
+      { extends: true, test: { name: "e2e", include: ["test/e2e/**/*.test.ts"], testTimeout: 120_000, hookTimeout: 180_000 } },
     ],
   },
 });

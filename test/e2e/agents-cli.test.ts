@@ -62,7 +62,7 @@ describe("agents from kova.toml, driven by the kova CLI (node processes, scripte
     tail.stdout.on("data", (d: Buffer) => (tailed += d.toString()));
     let tailErr = "";
     tail.stderr.on("data", (d: Buffer) => (tailErr += d.toString()));
-    await poll(() => tailErr.includes("tailing"), { timeoutMs: 10_000, what: "events tail to subscribe" });
+    await poll(() => tailErr.includes("tailing"), { timeoutMs: 30_000, what: "events tail to subscribe" });
 
     const asked = await tc.cli(["ask", "helper", "What", "is", "19*2+4?", "--session", "cli-s"]);
     expect(asked.stderr).toMatch(/\[completed · run [\w-]+ · session cli-s · 190 in \/ 27 out, \$0\.000119\]/);

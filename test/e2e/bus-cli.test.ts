@@ -84,7 +84,7 @@ describe("kova CLI bus commands", () => {
     tail.stdout.on("data", (c: Buffer) => (out += c.toString()));
     tail.stderr.on("data", (c: Buffer) => (err += c.toString()));
     const exited = new Promise<number | null>((r) => tail.once("exit", r));
-    await poll(() => err.includes("tailing"), { timeoutMs: 10_000, what: "tail to subscribe" });
+    await poll(() => err.includes("tailing"), { timeoutMs: 30_000, what: "tail to subscribe" });
     const event = { type: "run_started", sessionId: "s1", runId: "r1", ts: 1 };
     await bus.publishEvent(event);
     expect(await exited).toBe(0);

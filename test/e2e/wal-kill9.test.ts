@@ -30,7 +30,7 @@ function runChild(dir: string, delayMs: number, onReport: boolean): Promise<Fact
     let stderr = "";
     let timer: NodeJS.Timeout | undefined;
     let armed = false;
-    const guard = setTimeout(() => child.kill("SIGKILL"), 10_000); // never hang the suite
+    const guard = setTimeout(() => child.kill("SIGKILL"), 30_000); // never hang the suite (room for a loaded machine)
     child.stdout.setEncoding("utf8");
     child.stderr.on("data", (d) => (stderr += d));
     child.stdout.on("data", (chunk: string) => {
@@ -76,7 +76,7 @@ describe("wal kill -9 harness", () => {
       for (let i = 0; i < ITERATIONS; i++) {
         const facts = await runChild(t.dir, Math.floor(Math.random() * 40), i % 2 === 1);
         // A child the guard killed before READY tested nothing: say so instead of counting it.
-        expect(facts.ready, `kill ${i}: the child never reported READY within the guard's 10 s`).toBe(true);
+        expect(facts.ready, `kill ${i}: the child never reported READY within the guard's 30 s`).toBe(true);
         for (const [seq, n] of facts.appended) everAppended.set(seq, n);
         for (const seq of facts.completed) everCompleted.add(seq);
         appendedTotal += facts.appended.size;
