@@ -2,20 +2,21 @@ import { closeMatches, ConfigError, isKovaError } from "../core/index.js";
 import { BusErrorCode, type Bus } from "../bus/index.js";
 import type { EvalAgentsPort } from "./subject-actor.js";
 import { subjectDefinition } from "./subject-actor.js";
-import { openAiConfig } from "./external.js";
-import { SubjectUnavailableError } from "./errors.js";
+import { a2aHeaders, openAiConfig } from "./external.js";
+import type { EvalTrust } from "./node-trust.js";
 import type { ExperimentSpec } from "./spec.js";
 import { loadCodeVerifier } from "./verifiers.js";
 
 /**
  * Checks an expanded spec against the cluster, on the node that starts the experiment:
  * every agent, model and tool a subject or judge names exists here, every actor subject is
- * declared, every external subject can be called from here, every code verifier imports.
+ * declared, every external subject can be called from here with what this node lets it read
+ * (`[eval.env]`), every code verifier imports from where the node allows (`[eval] verifier_dirs`).
  * A file can be checked anywhere; this is what only a node knows. Nodes of a cluster carry
  * the same agents, models and modules, so what passes here runs everywhere.
  * @throws ConfigError naming the field as written in the spec (`subjects[1].model`) and the fix
  */
-export async function checkSpecOnCluster(spec: ExperimentSpec, deps: { agents: EvalAgentsPort; bus: Bus }): Promise<void> {
+export async function checkSpecOnCluster(spec: ExperimentSpec, deps: { agents: EvalAgentsPort; bus: Bus; trust: EvalTrust }): Promise<void> {
   const agents = deps.agents.definitions();
   const runtime = deps.agents.runtime();
   const checkAgent = (agentId: string, overrides: Parameters<typeof subjectDefinition>[2], key: string) => {
@@ -49,22 +50,9 @@ export async function checkSpecOnCluster(spec: ExperimentSpec, deps: { agents: E
   for (const [i, s] of spec.subjects.entries()) {
     const key = `subjects[${i}]`;
     if (s.kind === "agent") checkAgent(s.agent, s.overrides, key);
-    else if (s.kind === "openai") {
-      try {
-        openAiConfig(s);
-      } catch (err) {
-        if (err instanceof SubjectUnavailableError) throw new ConfigError(`${key}.openai`, err.message, { cause: err });
-        throw err;
-      }
-    } else if (s.kind === "a2a") {
-      for (const [name, env] of Object.entries(s.headersEnv ?? {})) {
-        if (!process.env[env])
-          throw new ConfigError(
-            `${key}.headers_env.${name}`,
-            `environment variable ${env} is not set on the node that runs the experiment: set it on every node`,
-          );
-      }
-    } else {
+    else if (s.kind === "openai") openAiConfig(s, deps.trust, key);
+    else if (s.kind === "a2a") a2aHeaders(s, deps.trust, key);
+    else {
       try {
         await deps.bus.checkAgent(s.actor);
       } catch (err) {
@@ -75,6 +63,6 @@ export async function checkSpecOnCluster(spec: ExperimentSpec, deps: { agents: E
   }
   for (const [i, v] of spec.verifiers.entries()) {
     if (v.type === "judge") checkAgent(v.agent, v.model ? { model: v.model } : {}, `verifiers[${i}]`);
-    if (v.type === "code") await loadCodeVerifier(v, `verifiers[${i}]`);
+    if (v.type === "code") await loadCodeVerifier(v, deps.trust, `verifiers[${i}]`);
   }
 }

@@ -7,6 +7,7 @@ import { WorkflowMessageType } from "../workflow/index.js";
 import { checkSpecOnCluster } from "./check.js";
 import { EvalErrorCode } from "./errors.js";
 import { classifyAnswer, emptyExperimentState, ExperimentEngine, readExperimentState, type Effect, type ExperimentState } from "./engine.js";
+import type { EvalTrust } from "./node-trust.js";
 import { EvalMessageType, EXPERIMENT_TEMPLATE, experimentOfActor, experimentOwnerProblem } from "./protocol.js";
 import { readAttemptRecord, STATUS_RECORD_VERSION, type AttemptRecord, type StatusRecord } from "./records.js";
 import type { SpecCache } from "./spec-cache.js";
@@ -20,6 +21,8 @@ export interface ExperimentActorPorts {
   store: () => Promise<EvalStore>;
   specs: SpecCache;
   agents: EvalAgentsPort;
+  /** What this node lets experiments use of its own (kova.toml `[eval]`): code verifiers' directories, external subjects' keys. */
+  trust: EvalTrust;
   /** The cluster's durable timers (the workflow timers bucket): the experiment's watchdog. */
   timers: () => Promise<WorkflowTimers>;
   /** Interrupts a delegated turn wherever its actor is hosted (a timed-out or cut attempt). */
@@ -124,7 +127,7 @@ export function evalExperimentActor(ports: ExperimentActorPorts): ActorDefinitio
               { data: { stored: stored.digest, started: digest } },
             );
           }
-          await checkSpecOnCluster(stored.spec, { agents: ports.agents, bus: ports.bus() });
+          await checkSpecOnCluster(stored.spec, { agents: ports.agents, bus: ports.bus(), trust: ports.trust });
           return { ok: true };
         } catch (err) {
           return { ok: false, error: toWire(err) };
@@ -166,7 +169,7 @@ export function evalExperimentActor(ports: ExperimentActorPorts): ActorDefinitio
             const ref = cellRef(spec, f.cell);
             extra.codeVerdicts = await ctx.step(
               `verify:${f.messageId}`,
-              () => Promise.all(code.map((v) => runCodeVerifier(v, o.output, spec.tasks[ref.task]!, spec.subjects[ref.subject]!))),
+              () => Promise.all(code.map((v) => runCodeVerifier(v, o.output, spec.tasks[ref.task]!, spec.subjects[ref.subject]!, ports.trust))),
               { idempotent: true },
             );
           }

@@ -4,6 +4,7 @@ import { TurnInterruptedError, type ActorContext } from "../actors/index.js";
 import { costOf, parseModelsConfig, parseRunRequest, readUsage, type AgentResult, type ModelClient, type ModelConfig, type RunUsage } from "../agents/index.js";
 import type { Bus } from "../bus/index.js";
 import { ExternalSubjectError, SubjectUnavailableError } from "./errors.js";
+import { trustedEnvValue, type EvalTrust } from "./node-trust.js";
 import type { A2aSubject, OpenAiSubject } from "./spec.js";
 
 /**
@@ -21,6 +22,10 @@ type CallOutcome =
 
 export interface ExternalDeps {
   bus: Bus;
+  /** What this node lets experiments read of its environment (kova.toml `[eval]`). */
+  trust: EvalTrust;
+  /** The subject as the spec names it (`subjects[2]`), for errors. */
+  key?: string;
   /** The model client of an OpenAI-compatible subject (built once per experiment and subject). */
   modelClient: (config: ModelConfig) => Promise<ModelClient>;
 }
@@ -45,7 +50,7 @@ export async function runExternalSubject(
       "call",
       async () => {
         await publish("run_started", { agentId: ctx.actorId, subject: subject.id, input: req.input });
-        const outcome = await (subject.kind === "openai" ? callOpenAi(ctx, subject, req.input, runId, deps) : callA2a(ctx, subject, req.input, runId));
+        const outcome = await (subject.kind === "openai" ? callOpenAi(ctx, subject, req.input, runId, deps) : callA2a(ctx, subject, req.input, runId, deps));
         return { ...outcome, at: ctx.now() };
       },
       { idempotent: true },
@@ -83,15 +88,37 @@ export async function runExternalSubject(
 }
 
 /**
- * The subject's `openai` table as a model config, read on this node (its API key from this
- * node's environment).
- * @throws SubjectUnavailableError when this node cannot call it (the key's variable is not set here)
+ * The subject's `openai` table as a model config, read on this node: its API key from this
+ * node's environment, and only from a variable `[eval.env]` lets go to the subject's
+ * `base_url` (a spec is not the node's config: whoever starts experiments writes it). A key
+ * file (`api_key_file`) is never read for a spec.
+ * @param key the subject as the spec names it (`subjects[2]`), for errors
+ * @throws ConfigError naming the spec's field and the fix: a key file, a variable or an
+ *   endpoint the node does not allow, a variable not set here, a bad `[models]`-style key
  */
-export function openAiConfig(subject: OpenAiSubject): ModelConfig {
+export function openAiConfig(subject: OpenAiSubject, trust: EvalTrust, key = `subject ${subject.id}`): ModelConfig {
+  const table = subject.openai;
+  const at = `${key}.openai`;
+  if (table.api_key_file !== undefined) {
+    throw new ConfigError(
+      `${at}.api_key_file`,
+      "a spec may not name a file of the node (its key would go to the spec's endpoint): use api_key_env, with a variable [eval.env] allows",
+    );
+  }
+  const parse = (env: NodeJS.ProcessEnv) => parseModelsConfig({ [subject.id]: table }, { env }).get(subject.id)!;
   try {
-    return parseModelsConfig({ [subject.id]: subject.openai }).get(subject.id)!;
+    // First with no variable of the node in view (its endpoint, the default one included),
+    // then with the one variable the node lets go to that endpoint, if it names one.
+    const config = parse(new Proxy({}, { get: () => "unread" }) as NodeJS.ProcessEnv);
+    const name = table.api_key_env;
+    if (typeof name !== "string") return table.api_key_env === undefined ? config : parse({});
+    return parse({ [name]: trustedEnvValue(trust, name, config.baseUrl, `${at}.api_key_env`, `${at}.base_url`) });
   } catch (err) {
-    if (err instanceof ConfigError) throw new SubjectUnavailableError(subject.id, `on this node: ${err.message}`);
+    // parseModelsConfig names its keys as kova.toml's (`models.<id>.base_url`): name the spec's.
+    const own = `models.${subject.id}`;
+    if (err instanceof ConfigError && err.key.startsWith(own)) {
+      throw new ConfigError(`${at}${err.key.slice(own.length)}`, err.message.slice(err.key.length + 2), { cause: err });
+    }
     throw err;
   }
 }
@@ -100,9 +127,10 @@ async function callOpenAi(ctx: ActorContext<unknown>, subject: OpenAiSubject, in
   const zero = { inputTokens: 0, outputTokens: 0 };
   let config: ModelConfig;
   try {
-    config = openAiConfig(subject);
+    config = openAiConfig(subject, deps.trust, deps.key);
   } catch (err) {
-    return { ok: false, error: { ...failure(err), retryable: false }, usage: zero };
+    const why = err instanceof ConfigError ? new SubjectUnavailableError(subject.id, `on this node: ${err.message}`) : err;
+    return { ok: false, error: { ...failure(why), retryable: false }, usage: zero };
   }
   const model = await deps.modelClient(config);
   try {
@@ -130,13 +158,15 @@ function failure(err: unknown): { code: string; message: string; retryable: bool
 const TERMINAL = new Set(["completed", "failed", "canceled", "rejected", "auth-required", "input-required", "unknown"]);
 
 /** One JSON-RPC call to an A2A endpoint. @throws ExternalSubjectError (retryable for 5xx, 429 and the network) */
-async function rpc(subject: A2aSubject, method: string, params: unknown, id: string, signal: AbortSignal): Promise<Record<string, unknown>> {
-  const headers: Record<string, string> = { "content-type": "application/json" };
-  for (const [name, env] of Object.entries(subject.headersEnv ?? {})) {
-    const value = process.env[env];
-    if (!value) throw new SubjectUnavailableError(subject.id, `environment variable ${env} (header ${name}) is not set on this node`);
-    headers[name] = value;
-  }
+async function rpc(
+  subject: A2aSubject,
+  method: string,
+  params: unknown,
+  id: string,
+  signal: AbortSignal,
+  auth: Record<string, string>,
+): Promise<Record<string, unknown>> {
+  const headers: Record<string, string> = { "content-type": "application/json", ...auth };
   let res: Response;
   try {
     res = await fetch(subject.url, { method: "POST", headers, body: JSON.stringify({ jsonrpc: "2.0", id, method, params }), signal });
@@ -161,6 +191,20 @@ async function rpc(subject: A2aSubject, method: string, params: unknown, id: str
   return body.result as Record<string, unknown>;
 }
 
+/**
+ * An A2A subject's `headers_env`, read on this node: each variable only if `[eval.env]` lets
+ * it go to the subject's URL.
+ * @param key the subject as the spec names it (`subjects[3]`), for errors
+ * @throws ConfigError naming the spec's field and the fix
+ */
+export function a2aHeaders(subject: A2aSubject, trust: EvalTrust, key = `subject ${subject.id}`): Record<string, string> {
+  const headers: Record<string, string> = {};
+  for (const [name, env] of Object.entries(subject.headersEnv ?? {})) {
+    headers[name] = trustedEnvValue(trust, env, subject.url, `${key}.headers_env.${name}`, `${key}.a2a`);
+  }
+  return headers;
+}
+
 function textOf(parts: unknown): string {
   if (!Array.isArray(parts)) return "";
   return parts
@@ -174,8 +218,15 @@ function textOf(parts: unknown): string {
  * speaks) and reads the answer's text: a message's parts, or a task's artifacts (its status
  * message when it has none). A task not finished yet is polled with `tasks/get`.
  */
-async function callA2a(ctx: ActorContext<unknown>, subject: A2aSubject, input: string, runId: string): Promise<CallOutcome> {
+async function callA2a(ctx: ActorContext<unknown>, subject: A2aSubject, input: string, runId: string, deps: ExternalDeps): Promise<CallOutcome> {
   const zero = { inputTokens: 0, outputTokens: 0 };
+  let auth: Record<string, string>;
+  try {
+    auth = a2aHeaders(subject, deps.trust, deps.key);
+  } catch (err) {
+    const why = err instanceof ConfigError ? new SubjectUnavailableError(subject.id, `on this node: ${err.message}`) : err;
+    return { ok: false, error: { ...failure(why), retryable: false }, usage: zero };
+  }
   try {
     let r = await rpc(
       subject,
@@ -183,12 +234,13 @@ async function callA2a(ctx: ActorContext<unknown>, subject: A2aSubject, input: s
       { message: { kind: "message", messageId: runId, role: "user", parts: [{ kind: "text", text: input }] } },
       runId,
       ctx.signal,
+      auth,
     );
     if (r.kind === "message") return { ok: true, output: textOf(r.parts), usage: zero };
     for (let polls = 0; !TERMINAL.has(String((r.status as { state?: string } | undefined)?.state)); polls++) {
       await new Promise((res) => setTimeout(res, Math.min(2000, 100 * 2 ** Math.min(polls, 4))));
       if (ctx.signal.aborted) throw ctx.signal.reason;
-      r = await rpc(subject, "tasks/get", { id: r.id }, `${runId}-get${polls}`, ctx.signal);
+      r = await rpc(subject, "tasks/get", { id: r.id }, `${runId}-get${polls}`, ctx.signal, auth);
     }
     const status = r.status as { state: string; message?: { parts?: unknown } };
     const usage = readUsage(((r.metadata as Record<string, unknown> | undefined)?.kova as Record<string, unknown> | undefined)?.usage);

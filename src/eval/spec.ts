@@ -371,7 +371,10 @@ function parseSubject(t: ConfigTable, key: string): SubjectSpec {
     rejectUnknown(t, ["id", "openai", "system", "temperature", "max_output_tokens"], `${key}.`);
     const table = tableAt(t.openai, `${key}.openai`);
     if (table.api_key_file !== undefined) {
-      throw new ConfigError(`${key}.openai.api_key_file`, "is read on the node that calls the endpoint, where this path may not exist: use api_key_env");
+      throw new ConfigError(
+        `${key}.openai.api_key_file`,
+        "a spec may not name a file of the nodes (its contents would go to the spec's endpoint): use api_key_env, a variable the nodes' [eval.env] lets go to base_url",
+      );
     }
     // Checked as a [models.<name>] table; the API key is read on the node that calls the
     // endpoint, so here any variable it names counts as set.

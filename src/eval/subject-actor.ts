@@ -15,6 +15,7 @@ import {
 } from "../agents/index.js";
 import { SubjectUnavailableError } from "./errors.js";
 import { runExternalSubject } from "./external.js";
+import type { EvalTrust } from "./node-trust.js";
 import { parseRunnerKey, SUBJECT_TEMPLATE, type RunnerKey } from "./protocol.js";
 import type { SpecCache } from "./spec-cache.js";
 import type { AgentOverrides, ExperimentSpec } from "./spec.js";
@@ -31,6 +32,8 @@ export interface SubjectActorPorts {
   bus: () => Bus;
   specs: SpecCache;
   agents: EvalAgentsPort;
+  /** What this node lets experiments read of its environment (kova.toml `[eval]`): external subjects' keys. */
+  trust: EvalTrust;
   /** Builds an external subject's model client (default: the `openai` package). */
   modelFactory?: (config: ModelConfig, logger: Logger) => Promise<ModelClient>;
   logger?: Logger;
@@ -133,6 +136,8 @@ export function evalSubjectActor(ports: SubjectActorPorts): ActorDefinition<Agen
       const cacheKey = `${k.experimentId}/${target.id}`;
       return runExternalSubject(ctx as ActorContext<unknown>, target, {
         bus: ports.bus(),
+        trust: ports.trust,
+        key: `subjects[${k.index}]`,
         modelClient: (config) => {
           let m = models.get(cacheKey);
           if (!m) {

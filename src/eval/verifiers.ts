@@ -2,6 +2,7 @@ import { pathToFileURL } from "node:url";
 import { ConfigError, KovaError } from "../core/index.js";
 import { validateAgainstSchema } from "../tools/index.js";
 import { EvalErrorCode } from "./errors.js";
+import { trustedVerifierModule, type EvalTrust } from "./node-trust.js";
 import { compileRegex, type SubjectSpec, type TaskSpec, type VerifierSpec } from "./spec.js";
 
 /**
@@ -203,14 +204,23 @@ export function readJudgeReply(v: Extract<VerifierSpec, { type: "judge" }>, repl
 const loaded = new Map<string, Promise<CodeVerifier>>();
 
 /**
- * Imports a code verifier's function (once per module and export in this process).
- * @throws ConfigError naming the verifier when the module cannot be imported or its export is not a function
+ * Imports a code verifier's function (once per module and export in this process), from
+ * under the directories this node imports code verifiers from (`[eval] verifier_dirs`): the
+ * spec names the module, the node runs it with its own powers.
+ * @throws ConfigError naming the verifier's field when the module is not under those
+ *   directories, cannot be imported, or its export is not a function
  */
-export function loadCodeVerifier(v: Extract<VerifierSpec, { type: "code" }>, key = `verifier ${v.id}`): Promise<CodeVerifier> {
-  const id = `${v.module}#${v.export}`;
+export function loadCodeVerifier(v: Extract<VerifierSpec, { type: "code" }>, trust: EvalTrust, key = `verifier ${v.id}`): Promise<CodeVerifier> {
+  let path: string;
+  try {
+    path = trustedVerifierModule(trust, v.module, `${key}.module`);
+  } catch (err) {
+    return Promise.reject(err);
+  }
+  const id = `${path}#${v.export}`;
   let p = loaded.get(id);
   if (!p) {
-    p = import(pathToFileURL(v.module).href).then(
+    p = import(pathToFileURL(path).href).then(
       (mod: Record<string, unknown>) => {
         const fn = mod[v.export];
         if (typeof fn !== "function") {
@@ -235,9 +245,17 @@ export function loadCodeVerifier(v: Extract<VerifierSpec, { type: "code" }>, key
  * Runs a code verifier on one answer. What it throws or returns wrongly becomes a failed
  * verdict with code EVAL_VERIFIER_FAILED in its reason: the subject answered, the
  * verifier could not score it.
+ * @throws ConfigError when this node may not or cannot import the module (the node's
+ *   trouble, not the subject's: the experiment's start checked it on the node that started it)
  */
-export async function runCodeVerifier(v: Extract<VerifierSpec, { type: "code" }>, output: string, task: TaskSpec, subject: SubjectSpec): Promise<Verdict> {
-  const fn = await loadCodeVerifier(v);
+export async function runCodeVerifier(
+  v: Extract<VerifierSpec, { type: "code" }>,
+  output: string,
+  task: TaskSpec,
+  subject: SubjectSpec,
+  trust: EvalTrust,
+): Promise<Verdict> {
+  const fn = await loadCodeVerifier(v, trust);
   let r: CodeVerifierResult;
   try {
     r = await fn({ output, expected: task.expected ?? null, input: task.input, metadata: task.metadata ?? {}, task: task.id, subject: subject.id });

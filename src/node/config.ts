@@ -28,6 +28,7 @@ import { parseModelsConfig, type ModelConfig } from "../agents/model/config.js";
 import { agentsConfigFrom, agentTemplatesConfigFrom, budgetGroupsFrom, checkBudgetGroups, idleAfterOf, type BudgetGroupConfig } from "../agents/config.js";
 import type { AgentDefinition } from "../agents/definition.js";
 import { swarmActorType, swarmsConfigFrom, type SwarmSpec } from "../swarm/config.js";
+import { evalTrustFrom, type EvalTrust } from "../eval/index.js";
 
 /**
  * `kova.toml`: what one node needs to join a cluster. The file uses snake_case keys
@@ -201,6 +202,12 @@ export interface NodeConfig {
   gateway?: Record<string, unknown>;
   /** Swarm coordinators (`[[swarms]]`, docs/swarm.md); each is also in `actors`, type `swarm-<id>`. */
   swarms: SwarmSpec[];
+  /**
+   * `[eval]`: what experiments may use of this node (docs/evals.md): the environment
+   * variables their external subjects may name, with where each may go, and the directories
+   * code verifiers are imported from. Absent: nothing.
+   */
+  eval?: EvalTrust;
   /** The file this came from, if any. */
   configPath?: string;
 }
@@ -231,6 +238,7 @@ const TOP_KEYS = [
   "budget_groups",
   "swarms",
   "gateway",
+  "eval",
 ];
 
 /** The node id used when neither the file nor KOVA_NODE_ID names one: the host name, made id-safe. */
@@ -366,6 +374,7 @@ function buildConfig(doc: Table, path: string | undefined, env: NodeJS.ProcessEn
   config.swarms = swarmsConfigFrom(doc.swarms, new Set(config.models.keys()));
   if (path) config.configPath = path;
   if (doc.gateway !== undefined) config.gateway = table(doc, "gateway");
+  if (doc.eval !== undefined) config.eval = evalTrustFrom(doc.eval, base);
   const urls = natsUrls(env.NATS_URL, nats.urls);
   if (urls) config.natsUrls = urls;
   Object.assign(config, natsSecurityFrom(nats, base, env));

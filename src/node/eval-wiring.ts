@@ -9,9 +9,11 @@ import {
   evalSubjectActor,
   EXPERIMENT_IDLE_AFTER_MS,
   EXPERIMENT_TEMPLATE,
+  NO_EVAL_TRUST,
   SpecCache,
   SUBJECT_IDLE_AFTER_MS,
   SUBJECT_TEMPLATE,
+  type EvalTrust,
 } from "../eval/index.js";
 import { openOnce } from "./open-once.js";
 
@@ -24,6 +26,8 @@ export interface EvalWiringDeps {
   runtime: () => AgentRuntime | undefined;
   timers: () => Promise<WorkflowTimers>;
   interrupt: (agentId: string, messageId: string) => Promise<boolean>;
+  /** kova.toml's `[eval]`: what experiments may read of this node (default nothing). */
+  trust?: EvalTrust;
   logger: Logger;
 }
 
@@ -40,13 +44,14 @@ export function registerEvalTypes(types: ActorTypeRegistry, deps: EvalWiringDeps
   const store = openOnce(() => EvalStore.open({ js: deps.bus().js, cluster: deps.cluster, replicas: deps.replicas() }));
   const specs = new SpecCache(store, () => deps.cluster);
   const agents = { definitions: deps.agents, runtime: deps.runtime };
+  const trust = deps.trust ?? NO_EVAL_TRUST;
   const templates: ActorTemplate[] = [];
   if (!types.has(EXPERIMENT_TEMPLATE)) {
-    types.register(evalExperimentActor({ bus: deps.bus, store, specs, agents, timers: deps.timers, interrupt: deps.interrupt }));
+    types.register(evalExperimentActor({ bus: deps.bus, store, specs, agents, trust, timers: deps.timers, interrupt: deps.interrupt }));
     templates.push({ name: EXPERIMENT_TEMPLATE, type: EXPERIMENT_TEMPLATE, idleAfterMs: EXPERIMENT_IDLE_AFTER_MS });
   }
   if (!types.has(SUBJECT_TEMPLATE)) {
-    types.register(evalSubjectActor({ bus: deps.bus, specs, agents, logger: deps.logger }));
+    types.register(evalSubjectActor({ bus: deps.bus, specs, agents, trust, logger: deps.logger }));
     templates.push({ name: SUBJECT_TEMPLATE, type: SUBJECT_TEMPLATE, idleAfterMs: SUBJECT_IDLE_AFTER_MS });
   }
   return { templates, store };

@@ -194,6 +194,7 @@ export class KovaNode {
         runtime: () => n.agentServices?.runtime,
         timers: () => n.workflow.timers(),
         interrupt: (agentId, messageId) => n.workflow.interruptDelegation(agentId, messageId),
+        ...(opts.config.eval ? { trust: opts.config.eval } : {}),
         logger,
       }));
     }

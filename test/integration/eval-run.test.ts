@@ -12,9 +12,9 @@ import {
   type ExperimentProgress,
 } from "../../src/eval/index.js";
 import { scriptedReply, startScriptedModelServer, type ScriptedModelServer, type ScriptedRequest } from "../../src/testing/index.js";
-import { createServer } from "node:http";
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
-import { mkdtemp, writeFile } from "node:fs/promises";
+import { mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { startAgentNode, type AgentNode } from "../fixtures/agents/node-rig.js";
@@ -71,9 +71,28 @@ function answer(req: ScriptedRequest) {
 
 let model: ScriptedModelServer;
 let rig: AgentNode;
+/** An A2A endpoint the node may send EVAL_TEST_A2A_TOKEN to: each test that uses it sets what it answers. */
+let a2aServer: Server;
+let a2aUrl: string;
+let a2aHandler: (req: IncomingMessage, body: string, res: ServerResponse) => void = (_req, _body, res) => void res.writeHead(503).end();
+/** The directory the node imports code verifiers from ([eval] verifier_dirs), and one it does not. */
+let verifierDir: string;
+let otherDir: string;
 
 beforeAll(async () => {
   model = await startScriptedModelServer({ handler: answer });
+  a2aServer = createServer((req, res) => {
+    let body = "";
+    req.on("data", (d: Buffer) => (body += d.toString()));
+    req.on("end", () => a2aHandler(req, body, res));
+  });
+  await new Promise<void>((r) => a2aServer.listen(0, "127.0.0.1", r));
+  a2aUrl = `http://127.0.0.1:${(a2aServer.address() as AddressInfo).port}/a2a`;
+  verifierDir = await mkdtemp(join(tmpdir(), "kova-eval-verifiers-"));
+  otherDir = await mkdtemp(join(tmpdir(), "kova-eval-elsewhere-"));
+  const verifier = "export default ({ output, expected }) => ({ score: output.trim() === String(expected) ? 1 : 0, reason: `checked ${output.trim()}` });";
+  await writeFile(join(verifierDir, "same.mjs"), verifier);
+  await writeFile(join(otherDir, "same.mjs"), verifier);
   const toml = [
     `[models.main]`,
     `base_url = "${model.url}"`,
@@ -94,6 +113,12 @@ beforeAll(async () => {
     `[[agents]]`,
     `id = "grader"`,
     `model = "main"`,
+    // What experiments may read of the node: two variables, each for one endpoint, and one verifier directory.
+    `[eval]`,
+    `verifier_dirs = [${JSON.stringify(verifierDir)}]`,
+    `[eval.env]`,
+    `EVAL_TEST_OPENAI_KEY = "${model.url}"`,
+    `EVAL_TEST_A2A_TOKEN = "${a2aUrl}"`,
   ].join("\n");
   rig = await startAgentNode(nats.url, uniqueCluster("eval"), { toml, ready: ["helper"] });
 }, 60_000);
@@ -101,6 +126,8 @@ beforeAll(async () => {
 afterAll(async () => {
   await rig?.[Symbol.asyncDispose]();
   await model?.close();
+  await new Promise((r) => (a2aServer ? a2aServer.close(r) : r(undefined)));
+  await Promise.all([verifierDir, otherDir].map((d) => d && rm(d, { recursive: true, force: true })));
 });
 
 function requestsOf(runIdPrefix: string): ScriptedRequest[] {
@@ -239,45 +266,36 @@ describe("experiments on a node (KovaNode in process, scripted model)", () => {
     const calls: string[] = [];
     const polls = new Map<string, number>();
     let failedOnce = false;
-    const server = createServer((req, res) => {
-      let body = "";
-      req.on("data", (d: Buffer) => (body += d.toString()));
-      req.on("end", () => {
-        const rpc = JSON.parse(body) as { id: string; method: string; params: { id?: string; message?: { parts: Array<{ text: string }> } } };
-        calls.push(`${rpc.method}${req.headers.authorization ? " authorized" : ""}`);
-        const reply = (result: unknown) =>
-          res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify({ jsonrpc: "2.0", id: rpc.id, result }));
-        if (rpc.method === "tasks/get") {
-          const n = (polls.get(rpc.params.id!) ?? 0) + 1;
-          polls.set(rpc.params.id!, n);
-          const done = n >= 2;
-          return reply({
-            kind: "task",
-            id: rpc.params.id,
-            status: { state: done ? "completed" : "working" },
-            artifacts: done ? [{ parts: [{ kind: "text", text: "2" }] }] : [],
-            metadata: { kova: { usage: { inputTokens: 7, outputTokens: 1 } } },
-          });
-        }
-        const i = taskOf({ messages: [{ role: "user", content: rpc.params.message!.parts[0]!.text }] } as ScriptedRequest);
-        if (i === 0) return reply({ kind: "message", parts: [{ kind: "text", text: "0" }] });
-        if (i === 1) return reply({ kind: "task", id: "task-1", status: { state: "submitted" } });
-        if (!failedOnce) {
-          failedOnce = true;
-          return res.writeHead(503).end("busy");
-        }
-        return reply({ kind: "message", parts: [{ kind: "text", text: "4" }] });
-      });
-    });
-    await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
-    await using _server = defer(() => new Promise((r) => server.close(r)));
+    a2aHandler = (req, body, res) => {
+      const rpc = JSON.parse(body) as { id: string; method: string; params: { id?: string; message?: { parts: Array<{ text: string }> } } };
+      calls.push(`${rpc.method}${req.headers.authorization === "Bearer t0ken" ? " authorized" : ""}`);
+      const reply = (result: unknown) => res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify({ jsonrpc: "2.0", id: rpc.id, result }));
+      if (rpc.method === "tasks/get") {
+        const n = (polls.get(rpc.params.id!) ?? 0) + 1;
+        polls.set(rpc.params.id!, n);
+        const done = n >= 2;
+        return reply({
+          kind: "task",
+          id: rpc.params.id,
+          status: { state: done ? "completed" : "working" },
+          artifacts: done ? [{ parts: [{ kind: "text", text: "2" }] }] : [],
+          metadata: { kova: { usage: { inputTokens: 7, outputTokens: 1 } } },
+        });
+      }
+      const i = taskOf({ messages: [{ role: "user", content: rpc.params.message!.parts[0]!.text }] } as ScriptedRequest);
+      if (i === 0) return reply({ kind: "message", parts: [{ kind: "text", text: "0" }] });
+      if (i === 1) return reply({ kind: "task", id: "task-1", status: { state: "submitted" } });
+      if (!failedOnce) {
+        failedOnce = true;
+        return res.writeHead(503).end("busy");
+      }
+      return reply({ kind: "message", parts: [{ kind: "text", text: "4" }] });
+    };
     process.env.EVAL_TEST_A2A_TOKEN = "Bearer t0ken";
     await using _env = defer(() => delete process.env.EVAL_TEST_A2A_TOKEN);
     const spec = defineExperiment({
       experiment: { name: "a2a", concurrency: 1 },
-      subjects: [
-        { id: "remote", a2a: `http://127.0.0.1:${(server.address() as AddressInfo).port}/a2a`, headers_env: { Authorization: "EVAL_TEST_A2A_TOKEN" } },
-      ],
+      subjects: [{ id: "remote", a2a: a2aUrl, headers_env: { Authorization: "EVAL_TEST_A2A_TOKEN" } }],
       tasks: tasks(3),
       verifiers: [{ type: "exact" }],
     });
@@ -344,6 +362,56 @@ describe("experiments on a node (KovaNode in process, scripted model)", () => {
     const first = await startExperiment(rig.client, spec("a"), { experimentId: "once-0123abcd" });
     await expect(startExperiment(rig.client, spec("b"), { experimentId: first.experimentId })).rejects.toMatchObject({ code: "EXPERIMENT_STATE" });
     expect((await (await evalStore(rig.client)).getSpec(first.experimentId))?.spec.tasks[0]?.expected).toBe("a");
+  });
+
+  it("eval - a node reads only what its [eval] allows: a key goes to its endpoint; another variable, endpoint, a key file or a code verifier elsewhere is refused at start, naming the field", async () => {
+    // A secret of the node (as NATS credentials or a provider key of its agents would be) and the key [eval.env] lists.
+    process.env.EVAL_TEST_NODE_SECRET = "node-secret-0";
+    process.env.EVAL_TEST_OPENAI_KEY = "sk-eval-1";
+    await using _env = defer(() => {
+      delete process.env.EVAL_TEST_NODE_SECRET;
+      delete process.env.EVAL_TEST_OPENAI_KEY;
+    });
+    // Whoever starts an experiment may name any URL: this one stands for theirs, and must hear nothing.
+    const heard: string[] = [];
+    const theirs = createServer((req, res) => {
+      heard.push(`${req.method} ${req.url} ${req.headers.authorization ?? ""}`);
+      res.writeHead(500).end();
+    });
+    await new Promise<void>((r) => theirs.listen(0, "127.0.0.1", r));
+    await using _theirs = defer(() => new Promise((r) => theirs.close(r)));
+    const theirUrl = `http://127.0.0.1:${(theirs.address() as AddressInfo).port}/v1`;
+    const one = (subject: Record<string, unknown>, verifiers: unknown[] = [{ type: "numeric" }]) =>
+      defineExperiment({ experiment: { name: "trust", concurrency: 2 }, subjects: [subject], tasks: tasks(2), verifiers });
+    const start = (spec: ReturnType<typeof one>) => startExperiment(rig.client, spec);
+    const ext = (openai: Record<string, unknown>) => ({ id: "ext", openai: { model: "external-model", ...openai } });
+
+    await expect(start(one(ext({ base_url: theirUrl, api_key_env: "EVAL_TEST_NODE_SECRET" })))).rejects.toThrow(
+      /subjects\[0\]\.openai\.api_key_env: "EVAL_TEST_NODE_SECRET" is not a variable this node lets experiments read: .*\[eval\.env\]/,
+    );
+    await expect(start(one(ext({ base_url: theirUrl, api_key_env: "EVAL_TEST_OPENAI_KEY" })))).rejects.toThrow(
+      `subjects[0].openai.base_url: ${theirUrl} is not an endpoint [eval.env] lets EVAL_TEST_OPENAI_KEY go to (it allows ${model.url}`,
+    );
+    await expect(start(one({ id: "remote", a2a: `${theirUrl}/a2a`, headers_env: { Authorization: "EVAL_TEST_NODE_SECRET" } }))).rejects.toThrow(
+      /subjects\[0\]\.headers_env\.Authorization: "EVAL_TEST_NODE_SECRET" is not a variable this node lets experiments read/,
+    );
+    // a spec stored by hand (defineExperiment refuses it) that names a file of the node
+    const withFile = one(ext({ base_url: theirUrl }));
+    (withFile.subjects[0] as { openai: Record<string, unknown> }).openai.api_key_file = "/etc/hostname";
+    await expect(start(withFile)).rejects.toThrow(/subjects\[0\]\.openai\.api_key_file: a spec may not name a file of the node/);
+    await expect(start(one({ id: "a", agent: "helper" }, [{ type: "code", module: join(otherDir, "same.mjs") }]))).rejects.toThrow(
+      /verifiers\[0\]\.module: .*same\.mjs is not under a directory this node imports code verifiers from/,
+    );
+    expect(heard).toEqual([]);
+
+    // the allowed path: the listed key reaches the listed endpoint, and a verifier from the listed directory scores
+    const report = await runExperiment(rig.client, one(ext({ base_url: model.url, api_key_env: "EVAL_TEST_OPENAI_KEY" })));
+    expect(report.subjects[0]).toMatchObject({ scored: 2, meanScore: 0.5 });
+    expect(requestsOf(report.experimentId).map((r) => r.headers.authorization)).toEqual(["Bearer sk-eval-1", "Bearer sk-eval-1"]);
+    const coded = await runExperiment(rig.client, one({ id: "a", agent: "helper" }, [{ type: "code", module: join(verifierDir, "same.mjs") }]));
+    expect(coded.subjects[0]).toMatchObject({ scored: 2, meanScore: 1, passRate: 1 });
+    // no request anywhere carried the node's secret
+    expect(model.requests.filter((r) => JSON.stringify(r.headers).includes("node-secret-0"))).toEqual([]);
   });
 
   it("eval - starting an experiment that exists answers with it: again while it runs, twice at once, runExperiment again after it ended", async () => {

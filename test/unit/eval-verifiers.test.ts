@@ -1,4 +1,4 @@
-import { mkdtempSync, writeFileSync } from "node:fs";
+import { mkdirSync, mkdtempSync, symlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
@@ -6,6 +6,7 @@ import {
   answerNumber,
   combineVerdicts,
   defineExperiment,
+  evalTrustFrom,
   judgePrompt,
   normalizeAnswer,
   readJudgeReply,
@@ -119,9 +120,10 @@ describe("verifiers", () => {
 
   it("eval - code: a module's function returns a verdict, a boolean or a number; a throw or a wrong value is a failed verdict naming EVAL_VERIFIER_FAILED", async () => {
     const subject = { id: "s", kind: "actor", actor: "x" } as const;
+    const trust = evalTrustFrom({ verifier_dirs: [dir] }, "/");
     const run = async (exportName: string | undefined, output: string) => {
       const { v, task } = verifier({ type: "code", module: "./verify.mjs", ...(exportName ? { export: exportName } : {}) }, "5");
-      return runCodeVerifier(v as Extract<VerifierSpec, { type: "code" }>, output, task, subject);
+      return runCodeVerifier(v as Extract<VerifierSpec, { type: "code" }>, output, task, subject, trust);
     };
     expect(await run(undefined, "abc")).toMatchObject({ score: 1, pass: true, reason: "length 3" });
     expect(await run(undefined, "abcdefgh")).toMatchObject({ score: 0.25, pass: false });
@@ -130,5 +132,26 @@ describe("verifiers", () => {
     expect(await run("throws", "x")).toMatchObject({ score: 0, pass: false, reason: "EVAL_VERIFIER_FAILED: the verifier threw: boom" });
     expect((await run("wrong", "x")).reason).toMatch(/^EVAL_VERIFIER_FAILED: the verifier returned "nope"/);
     await expect(run("notAFunction", "x")).rejects.toThrow(/verifier code\.export: .*verify\.mjs has no function export "notAFunction"/);
+  });
+
+  it("eval - code: a node imports a verifier only from under its [eval] verifier_dirs, links resolved; none by default", async () => {
+    const subject = { id: "s", kind: "actor", actor: "x" } as const;
+    const inside = join(dir, "trusted");
+    mkdirSync(inside, { recursive: true });
+    writeFileSync(join(inside, "ok.mjs"), "export default () => 1;");
+    symlinkSync(join(dir, "verify.mjs"), join(inside, "link.mjs"));
+    const trust = evalTrustFrom({ verifier_dirs: ["./trusted"] }, dir);
+    const run = (module: string, t = trust) => {
+      const { v, task } = verifier({ type: "code", module }, "5");
+      return runCodeVerifier(v as Extract<VerifierSpec, { type: "code" }>, "x", task, subject, t);
+    };
+    expect(await run("./trusted/ok.mjs")).toMatchObject({ score: 1, pass: true });
+    await expect(run("./verify.mjs")).rejects.toThrow(
+      `verifier code.module: ${join(dir, "verify.mjs")} is not under a directory this node imports code verifiers from ([eval] verifier_dirs: ${inside})`,
+    );
+    await expect(run("./trusted/link.mjs")).rejects.toThrow(/is not under a directory this node imports code verifiers from/);
+    await expect(run("./trusted/ok.mjs", evalTrustFrom(undefined, dir))).rejects.toThrow(
+      /^verifier code\.module: this node imports no code verifier: .*\[eval\] verifier_dirs/,
+    );
   });
 });
