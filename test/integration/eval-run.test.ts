@@ -12,6 +12,7 @@ import {
   type ExperimentProgress,
 } from "../../src/eval/index.js";
 import { scriptedReply, startScriptedModelServer, type ScriptedModelServer, type ScriptedRequest } from "../../src/testing/index.js";
+import { Kvm } from "@nats-io/kv";
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
 import { mkdtemp, rm, writeFile } from "node:fs/promises";
@@ -171,6 +172,24 @@ describe("experiments on a node (KovaNode in process, scripted model)", () => {
     expect(progress.at(-1)!.spent.inputTokens).toBe(1200);
   });
 
+  it("eval - an agent subject's overrides reach the model: system prompt, model, temperature, output limit and tools", async () => {
+    const report = await runExperiment(
+      rig.client,
+      defineExperiment({
+        experiment: { name: "overrides" },
+        subjects: [{ id: "o", agent: "helper", model: "main", system: "You are O.", temperature: 0.3, max_output_tokens: 64, tools: ["calculator"] }],
+        tasks: tasks(1),
+        verifiers: [{ type: "exact" }],
+      }),
+    );
+    expect(report.subjects[0]).toMatchObject({ scored: 1, meanScore: 1 });
+    const [req, ...more] = requestsOf(report.experimentId);
+    expect(more).toEqual([]);
+    expect(req!.body).toMatchObject({ model: "gpt-4o-mini", temperature: 0.3, max_tokens: 64 });
+    expect(req!.messages[0]).toEqual({ role: "system", content: "You are O." });
+    expect((req!.body!.tools as Array<{ function: { name: string } }>).map((t) => t.function.name)).toContain("calculator");
+  });
+
   it("eval - a subject failing with 5xx gets replacement attempts; the first valid one counts, a cell that never gets one ends in error", async () => {
     const spec = defineExperiment({
       experiment: { name: "flaky", max_attempts: 3, concurrency: 4 },
@@ -214,6 +233,59 @@ describe("experiments on a node (KovaNode in process, scripted model)", () => {
     const done = await readReport(rig.client, stopped.experimentId);
     expect(done.status).toBe("completed");
     expect(done.subjects[0]).toMatchObject({ scored: 10, unfinished: 0, attempts: 10 });
+  });
+
+  it("eval - a cost budget and a wall-time budget stop it too; its status and records read with a plain NATS KV client, keyed as documented", async () => {
+    // $0.000014 a cell (10 input and 2 output tokens at $1 and $2 per million): the third reaches $0.00004
+    const costly = await runExperiment(
+      rig.client,
+      defineExperiment({
+        experiment: { name: "costly", concurrency: 1 },
+        budget: { max_cost_usd: 0.00004 },
+        subjects: [{ id: "a", agent: "helper" }],
+        tasks: tasks(6),
+        verifiers: [{ type: "exact" }],
+      }),
+    );
+    expect(costly).toMatchObject({ status: "budget_exhausted", stopReason: { code: "EVAL_BUDGET_EXHAUSTED" } });
+    expect(costly.stopReason?.message).toMatch(/^max_cost_usd: \$0\.000042\d* spent of \$0\.00004$/);
+    expect(costly.subjects[0]).toMatchObject({ scored: 3, unfinished: 3, meanScore: 1 });
+    // the slow model answers after 4 s: the wall time runs out first, and the cells in flight are cut
+    const late = await runExperiment(
+      rig.client,
+      defineExperiment({
+        experiment: { name: "late", concurrency: 2 },
+        budget: { max_wall_time: "1s" },
+        subjects: [{ id: "s", agent: "helper", model: "slow" }],
+        tasks: tasks(3),
+        verifiers: [{ type: "exact" }],
+      }),
+    );
+    expect(late).toMatchObject({ status: "budget_exhausted", stopReason: { code: "EVAL_BUDGET_EXHAUSTED" } });
+    expect(late.stopReason?.message).toMatch(/^max_wall_time: ran \d+ ms of 1000$/);
+    expect(late.subjects[0]).toMatchObject({ scored: 0, unfinished: 3, failures: { EVAL_BUDGET_EXHAUSTED: 2 } });
+
+    // docs/evals.md, "Results": bucket kova_<c>_evals, keys <experiment>.status and <experiment>.attempt.<subject>.<task>.<repetition>.<attempt>
+    const kv = await new Kvm(rig.client.nc).open(`kova_${rig.cluster}_evals`);
+    const status = (await kv.get(`${costly.experimentId}.status`))!.json<Record<string, unknown>>();
+    expect(status).toMatchObject({ v: 1, experimentId: costly.experimentId, name: "costly", status: "budget_exhausted", cells: 6, subjects: ["a"] });
+    const keys: string[] = [];
+    for await (const k of await kv.keys(`${costly.experimentId}.attempt.>`)) keys.push(k);
+    expect(keys.sort()).toEqual(["t0", "t1", "t2"].map((t) => `${costly.experimentId}.attempt.a.${t}.0.1`));
+    const record = (await kv.get(keys[0]!))!.json<Record<string, unknown>>();
+    expect(record).toMatchObject({
+      v: 1,
+      cell: 0,
+      subject: "a",
+      task: "t0",
+      repetition: 0,
+      attempt: 1,
+      status: "completed",
+      valid: true,
+      score: 1,
+      output: "0",
+    });
+    expect(record.runId).toBe(`${costly.experimentId}-c0-a1`);
   });
 
   it("eval - a judge verifier scores with its rubric through an agent; its usage is counted apart", async () => {
