@@ -44,7 +44,8 @@ function nth(req: ScriptedRequest): number {
  * The scripted model: subject A (system "You are A.") always right; subject B right on tasks
  * 0-9, right on its first request only for 10-14, wrong on 15-19; model `flaky-model` fails
  * with a 500 on its first two requests for q0 and always for q1; the judge grades by the
- * answer it is shown; `slow-model` answers after 4 s.
+ * answer it is shown; `slow-model` answers after 4 s; `stall-model` answers an input's first
+ * request after 10 minutes (it is cancelled long before) and any later one at once.
  */
 function answer(req: ScriptedRequest) {
   const n = nth(req);
@@ -62,6 +63,7 @@ function answer(req: ScriptedRequest) {
   if (model === "flaky-model" && (i === 1 || (i === 0 && n <= 2)))
     return scriptedReply.error(500, { body: { error: { message: "upstream down", type: "server_error" } } });
   if (model === "slow-model") return scriptedReply.text(String(2 * i), { usage, latencyMs: 4000 });
+  if (model === "stall-model") return scriptedReply.text(String(2 * i), { usage, latencyMs: n === 1 ? 600_000 : 0 });
   if (model === "external-model") return scriptedReply.text(i % 2 === 0 ? String(2 * i) : "dunno", { usage: { inputTokens: 20, outputTokens: 4 } });
   if (system === "You are B.") {
     const right = i < 10 || (i < 15 && n === 1);
@@ -107,6 +109,9 @@ beforeAll(async () => {
     `[models.slow]`,
     `base_url = "${model.url}"`,
     `model = "slow-model"`,
+    `[models.stall]`,
+    `base_url = "${model.url}"`,
+    `model = "stall-model"`,
     `[[agents]]`,
     `id = "helper"`,
     `model = "main"`,
@@ -585,7 +590,8 @@ describe("kova eval (the CLI against a node in process)", () => {
         "[[subjects]]",
         'id = "s"',
         'agent = "helper"',
-        'model = "slow"',
+        // its first request waits until the cancel (which may take a while to come on a loaded machine), the resumed one is answered
+        'model = "stall"',
         "[[tasks]]",
         'input = "q3: what is 3 + 3?"',
         'expected = "6"',
