@@ -1,5 +1,4 @@
-import { derivedId } from "../core/ids.js";
-import type { Logger } from "../core/logger.js";
+import { derivedId, type Logger } from "../core/index.js";
 import { createEnvelope, type A2AEnvelope, type KovaEvent, type MailboxContext } from "../bus/index.js";
 import type { HostDeps } from "./ports.js";
 import { crashPoint } from "./crash-points.js";

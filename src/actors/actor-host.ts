@@ -1,6 +1,4 @@
-import { ConfigError, KovaError } from "../core/errors.js";
-import { assertId } from "../core/ids.js";
-import { componentLogger, silentLogger, type Logger } from "../core/logger.js";
+import { ConfigError, KovaError, assertId, componentLogger, silentLogger, type Logger } from "../core/index.js";
 import type { Bus, MailboxOptions } from "../bus/index.js";
 import { ActorInstance, type ActorStatus } from "./actor-instance.js";
 import { NatsCheckpointStore, PROCESSED_LIMIT, processedWindowLimit, type CheckpointStore } from "./checkpoint-store.js";

@@ -1,6 +1,5 @@
-import { ErrorCode, KovaError } from "../core/errors.js";
-import type { Logger } from "../core/logger.js";
-import { RpcDeclined, type A2AEnvelope, type Mailbox, type MailboxContext, type RpcService } from "../bus/index.js";
+import { ErrorCode, KovaError, type Logger } from "../core/index.js";
+import { RpcDeclined, type A2AEnvelope, type Mailbox, type MailboxContext, type RpcService, BusErrorCode } from "../bus/index.js";
 import { isSplit, readCheckpoint, readWindow, type Checkpoint, type StoredCheckpoint } from "./checkpoint-store.js";
 import { ActorDlqReason, TurnInterruptedError, ActorErrorCode, isLeaseLost } from "./errors.js";
 import { ActorLifecycle, type ActorState } from "./lifecycle.js";
@@ -13,7 +12,6 @@ import { runTurn, type TurnActor, type TurnOutcome, type TurnSource } from "./tu
 import { markCommitted, parseTurnRecord, TURN_KIND, type TurnRecord } from "./turn-record.js";
 import type { TemplateBinding } from "./templates.js";
 import type { ActorDefinition, Signal } from "./types.js";
-import { BusErrorCode } from "../bus/errors.js";
 
 export interface ActorStatus {
   id: string;

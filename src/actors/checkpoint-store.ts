@@ -1,8 +1,7 @@
 import { KvStore, type A2AEnvelope, type Bus, type KvConnection } from "../bus/index.js";
-import type { WireError } from "../core/errors.js";
+import { type WireError, checkFormatVersion, recordFormat } from "../core/index.js";
 import { CheckpointConflictError } from "./errors.js";
 import { crashPoint } from "./crash-points.js";
-import { checkFormatVersion, recordFormat } from "../core/format-version.js";
 import { CorruptProcessedIdsError, packedTail, packIds, unpackIds } from "./processed-ids.js";
 
 /**

@@ -1,5 +1,4 @@
-import { ConfigError } from "../core/errors.js";
-import { isValidId } from "../core/ids.js";
+import { ConfigError, isValidId } from "../core/index.js";
 import { isWellFormedType, registerMessageTypes } from "../bus/index.js";
 import type { ActorDefinition } from "./types.js";
 

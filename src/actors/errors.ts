@@ -1,5 +1,5 @@
-import { defineDlqReasons } from "../bus/wire.js";
-import { classifyErrorCodes, defineErrorCodes, ErrorCode, KovaError, type KovaErrorOptions } from "../core/errors.js";
+import { defineDlqReasons } from "../bus/index.js";
+import { classifyErrorCodes, defineErrorCodes, ErrorCode, KovaError, type KovaErrorOptions } from "../core/index.js";
 
 /** The actors layer's error codes (stable: they travel over NATS and scripts match on them). */
 export const ActorErrorCode = defineErrorCodes("actors", {

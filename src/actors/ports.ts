@@ -1,4 +1,4 @@
-import type { Logger } from "../core/logger.js";
+import type { Logger } from "../core/index.js";
 import type { Bus, MailboxOptions } from "../bus/index.js";
 import type { CheckpointStore } from "./checkpoint-store.js";
 import type { NatsStepJournal } from "./step-journal.js";

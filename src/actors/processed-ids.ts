@@ -1,5 +1,4 @@
-import { ErrorCode, KovaError } from "../core/errors.js";
-import { isValidId } from "../core/ids.js";
+import { ErrorCode, KovaError, isValidId } from "../core/index.js";
 
 /**
  * The processed-ids window of a checkpoint (its `processed` field, format v2), packed:

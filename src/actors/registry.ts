@@ -1,4 +1,4 @@
-import { ConfigError } from "../core/errors.js";
+import { ConfigError } from "../core/index.js";
 import { UnknownActorTypeError } from "./errors.js";
 import type { ActorDefinition } from "./types.js";
 

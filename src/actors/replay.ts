@@ -1,5 +1,4 @@
-import { ArgumentError, isKovaError, toWire, type WireError } from "../core/errors.js";
-import { silentLogger } from "../core/logger.js";
+import { ArgumentError, isKovaError, toWire, type WireError, silentLogger } from "../core/index.js";
 import { makeContext, type ContextActor } from "./actor-context.js";
 import { ActorErrorCode } from "./errors.js";
 import type { HostDeps } from "./ports.js";

@@ -1,7 +1,4 @@
-import { backoffMs } from "../core/clock.js";
-import { fromWire } from "../core/errors.js";
-import { derivedId } from "../core/ids.js";
-import type { Logger } from "../core/logger.js";
+import { backoffMs, fromWire, derivedId, type Logger } from "../core/index.js";
 import type { A2AEnvelope } from "../bus/index.js";
 import type { CheckpointReply, OwedReply, ReplyAddress } from "./checkpoint-store.js";
 import type { ActorMemory } from "./memory.js";

@@ -1,9 +1,5 @@
-import { sleep } from "../core/clock.js";
-import { checkFormatVersion, UnsupportedFormatError } from "../core/format-version.js";
-import { newId } from "../core/ids.js";
-import type { Logger } from "../core/logger.js";
-import { decodeValue, encodeValue, isTransientNatsError, isWrongLastSequence, type Bus } from "../bus/index.js";
-import { isMessageGone } from "../bus/nats-errors.js";
+import { sleep, checkFormatVersion, UnsupportedFormatError, newId, type Logger } from "../core/index.js";
+import { decodeValue, encodeValue, isTransientNatsError, isWrongLastSequence, type Bus, isMessageGone } from "../bus/index.js";
 import { JournalFencedError, JournalUnavailableError } from "./errors.js";
 import type { StepRecord, TurnRecord } from "./turn-record.js";
 

@@ -1,4 +1,4 @@
-import { backoffMs } from "../core/clock.js";
+import { backoffMs } from "../core/index.js";
 import type { ActorDefinition, SupervisionOptions } from "./types.js";
 
 export type SupervisionPolicy = Required<SupervisionOptions>;

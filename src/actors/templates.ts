@@ -1,5 +1,4 @@
-import { ConfigError } from "../core/errors.js";
-import { INSTANCE_SEPARATOR, isValidId, isValidTemplateName, parseInstanceId, TEMPLATE_NAME_MAX } from "../core/ids.js";
+import { ConfigError, INSTANCE_SEPARATOR, isValidId, isValidTemplateName, parseInstanceId, TEMPLATE_NAME_MAX } from "../core/index.js";
 
 /** Default idle time before an instance is passivated (10 min). */
 export const DEFAULT_IDLE_AFTER_MS = 600_000;

@@ -1,5 +1,4 @@
-import { ErrorCode, fromWire, KovaError, toWire } from "../core/errors.js";
-import { timedPhase } from "../core/phases.js";
+import { ErrorCode, fromWire, KovaError, toWire, timedPhase } from "../core/index.js";
 import { ReplayMismatchError, StepOutcomeUnknownError } from "./errors.js";
 import type { StepRecord, TurnRecord } from "./turn-record.js";
 import type { StepInfo, StepOptions } from "./types.js";

@@ -1,5 +1,4 @@
-import type { WireError } from "../core/errors.js";
-import { checkFormatVersion } from "../core/format-version.js";
+import { type WireError, checkFormatVersion } from "../core/index.js";
 import type { CheckpointReply } from "./checkpoint-store.js";
 import type { A2AEnvelope } from "./types.js";
 

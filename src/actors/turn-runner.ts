@@ -1,8 +1,4 @@
-import { sleep } from "../core/clock.js";
-import { ErrorCode, isKovaError, KovaError, toWire } from "../core/errors.js";
-import { newId } from "../core/ids.js";
-import type { Logger } from "../core/logger.js";
-import { markPhase, timedPhase } from "../core/phases.js";
+import { sleep, ErrorCode, isKovaError, KovaError, toWire, newId, type Logger, markPhase, timedPhase } from "../core/index.js";
 import { isInfrastructureFailure, type A2AEnvelope, type MailboxContext } from "../bus/index.js";
 import { makeContext } from "./actor-context.js";
 import { localCheckpoint, localWindow, type Checkpoint, type CheckpointReply } from "./checkpoint-store.js";

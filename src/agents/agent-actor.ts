@@ -1,5 +1,4 @@
-import { defineActor } from "../actors/definition.js";
-import type { ActorDefinition } from "../actors/types.js";
+import { defineActor, type ActorDefinition } from "../actors/index.js";
 import type { AgentDefinition } from "./definition.js";
 import { runAgentTurn } from "./loop.js";
 import { AGENT_CHAT, type AgentInfo } from "./run-protocol.js";

@@ -1,8 +1,6 @@
-import { ArgumentError } from "../core/errors.js";
-import { assertId, derivedId } from "../core/ids.js";
+import { ArgumentError, assertId, derivedId } from "../core/index.js";
 import type { Bus, KovaClient } from "../bus/index.js";
-import { defineTool } from "../tools/define-tool.js";
-import type { Tool, ToolContext } from "../tools/types.js";
+import { defineTool, type Tool, type ToolContext } from "../tools/index.js";
 import { delegateTask } from "./client.js";
 import { DelegatedRunCancelledError, DelegatedRunFailedError, DelegatedRunTimeoutError } from "./delegation-errors.js";
 import { RunEventType, type RunUsage, type TaskConstraints } from "./run-protocol.js";

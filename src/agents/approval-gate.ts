@@ -1,6 +1,5 @@
 import { createHash } from "node:crypto";
-import { parseToolPattern, type ToolPattern } from "../tools/names.js";
-import type { Tool } from "../tools/types.js";
+import { parseToolPattern, type ToolPattern, type Tool } from "../tools/index.js";
 import { ApprovalErrorCode, type ApprovalRecord } from "./approvals.js";
 import type { AgentDefinition } from "./definition.js";
 import { RunEventType } from "./events.js";

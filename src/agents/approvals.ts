@@ -1,8 +1,5 @@
 import { KvStore, type KvConnection } from "../bus/index.js";
-import { ArgumentError, classifyErrorCodes, defineErrorCodes, KovaError } from "../core/errors.js";
-import { recordFormat } from "../core/format-version.js";
-import { assertId } from "../core/ids.js";
-import { silentLogger } from "../core/logger.js";
+import { ArgumentError, classifyErrorCodes, defineErrorCodes, KovaError, recordFormat, assertId, silentLogger } from "../core/index.js";
 
 /**
  * Human approval of tool calls (docs/tools.md, "Approval"). A call that needs approval is

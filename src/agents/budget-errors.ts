@@ -1,4 +1,4 @@
-import { defineErrorCodes, KovaError } from "../core/errors.js";
+import { defineErrorCodes, KovaError } from "../core/index.js";
 
 /**
  * Error codes of the shared budget ledger. They live beside the ledger (budget*.ts) rather

@@ -1,5 +1,5 @@
 import { bucketName, KvStore, type KvConnection } from "../bus/index.js";
-import { recordFormat } from "../core/format-version.js";
+import { recordFormat } from "../core/index.js";
 import { BudgetChargeInvalidError, BudgetLedgerCorruptError } from "./budget-errors.js";
 import { isUsageAmount } from "./usage.js";
 

@@ -1,4 +1,4 @@
-import type { ActorContext } from "../actors/types.js";
+import type { ActorContext } from "../actors/index.js";
 import { RunLimitExceededError } from "./errors.js";
 
 // setTimeout fires at once for delays past 2^31-1 ms; a far deadline is re-armed instead.

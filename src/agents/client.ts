@@ -1,9 +1,5 @@
-import { newId } from "../core/ids.js";
-import { KovaError } from "../core/errors.js";
-import { BusErrorCode } from "../bus/errors.js";
-import { createEnvelope } from "../bus/envelope.js";
-import type { Bus } from "../bus/bus.js";
-import type { KovaEvent } from "../bus/events.js";
+import { newId, KovaError } from "../core/index.js";
+import { BusErrorCode, createEnvelope, type Bus, type KovaEvent } from "../bus/index.js";
 import { AGENT_CHAT, runPayload, type AgentResult, type HistoryTurn, type TaskConstraints } from "./run-protocol.js";
 
 /**

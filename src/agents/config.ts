@@ -1,7 +1,18 @@
-import { intValue, rejectUnknown, stringList, stringValue, tableAt, tablesAt, type ConfigTable } from "../core/config-table.js";
-import { ConfigError } from "../core/errors.js";
-import { durationMs, durationOrNever } from "../core/duration.js";
-import { isValidId, isValidTemplateName, TEMPLATE_NAME_MAX } from "../core/ids.js";
+import {
+  intValue,
+  rejectUnknown,
+  stringList,
+  stringValue,
+  tableAt,
+  tablesAt,
+  type ConfigTable,
+  ConfigError,
+  durationMs,
+  durationOrNever,
+  isValidId,
+  isValidTemplateName,
+  TEMPLATE_NAME_MAX,
+} from "../core/index.js";
 import { defineAgent, type AgentDefinition, type AgentSpec } from "./definition.js";
 
 /**

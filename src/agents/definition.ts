@@ -1,7 +1,6 @@
-import { ConfigError } from "../core/errors.js";
-import { INSTANCE_SEPARATOR, isValidId, isValidTemplateName, TEMPLATE_NAME_MAX } from "../core/ids.js";
-import { DEFAULT_IDLE_AFTER_MS } from "../actors/templates.js";
-import { parseToolPattern, TOOL_NAME_RULE } from "../tools/names.js";
+import { ConfigError, INSTANCE_SEPARATOR, isValidId, isValidTemplateName, TEMPLATE_NAME_MAX } from "../core/index.js";
+import { DEFAULT_IDLE_AFTER_MS } from "../actors/index.js";
+import { parseToolPattern, TOOL_NAME_RULE } from "../tools/index.js";
 import { DEFAULT_APPROVAL_TIMEOUT_MS, MAX_APPROVAL_TIMEOUT_MS } from "./approvals.js";
 import type { ChatMessage } from "./model/types.js";
 import { priorityValue, type AgentResult } from "./run-protocol.js";

@@ -1,4 +1,4 @@
-import { defineErrorCodes, KovaError } from "../core/errors.js";
+import { defineErrorCodes, KovaError } from "../core/index.js";
 
 /** Failures of a run delegated to another agent (agents as tools, swarm subtasks). */
 export const DelegationErrorCode = defineErrorCodes("agents", {

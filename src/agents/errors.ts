@@ -1,5 +1,4 @@
-import { classifyErrorCodes, defineErrorCodes, KovaError } from "../core/errors.js";
-import { describeError } from "../core/describe-error.js";
+import { classifyErrorCodes, defineErrorCodes, KovaError, describeError } from "../core/index.js";
 
 /** Error codes of the agent loop (the model layer's live in model/errors.ts). */
 export const AgentErrorCode = defineErrorCodes("agents", {

@@ -1,4 +1,4 @@
-import type { KovaEvent } from "../bus/events.js";
+import type { KovaEvent } from "../bus/index.js";
 
 /**
  * The events of an agent run, on `kova.<c>.events.<sessionId>.<runId>` (docs/protocol.md):

@@ -90,3 +90,12 @@ export {
   UnknownModelError,
   type BudgetName,
 } from "./errors.js";
+// For the layers above (every import from another layer comes through this file).
+export { AGENT_TOOL_PREFIX, agentTool } from "./agent-tool.js";
+export { needsApproval } from "./approval-gate.js";
+export { APPROVAL_ID_FORM, ApprovalErrorCode, NatsApprovalStore, readDecision } from "./approvals.js";
+export { idleAfterOf } from "./config.js";
+export type { ModelPrice, ModelSlotStats } from "./model/index.js";
+export type { SchedulePolicy } from "./model/scheduler.js";
+export { modelScheduler } from "./runtime.js";
+export { SETTINGS_FORMAT } from "./settings.js";

@@ -1,10 +1,7 @@
-import { KovaError } from "../core/errors.js";
-import { timedPhase } from "../core/phases.js";
-import { TurnInterruptedError } from "../actors/errors.js";
-import type { ActorContext } from "../actors/types.js";
+import { KovaError, timedPhase } from "../core/index.js";
+import { TurnInterruptedError, type ActorContext } from "../actors/index.js";
 import { isInfrastructureFailure } from "../bus/index.js";
-import { ArgumentRepairBudget } from "../tools/repair-budget.js";
-import { ToolSet } from "../tools/tool-set.js";
+import { ArgumentRepairBudget, ToolSet } from "../tools/index.js";
 import { groupsOf, shareKeyOf, type RunParty } from "./budget.js";
 import { DEFAULT_MAX_TURNS, type AgentDefinition, type HookResult } from "./definition.js";
 import { AgentHookFailedError, RunLimitExceededError } from "./errors.js";

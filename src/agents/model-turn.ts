@@ -1,5 +1,4 @@
-import { sleep } from "../core/clock.js";
-import { timedPhase } from "../core/phases.js";
+import { sleep, timedPhase } from "../core/index.js";
 import { checkBudgets } from "./budget.js";
 import { RunEventType } from "./events.js";
 import { costOf } from "./model/cost.js";

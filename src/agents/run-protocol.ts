@@ -1,7 +1,5 @@
-import { parseDuration } from "../core/duration.js";
-import { ArgumentError } from "../core/errors.js";
-import { isValidId } from "../core/ids.js";
-import { registerMessageTypes } from "../bus/message-types.js";
+import { parseDuration, ArgumentError, isValidId } from "../core/index.js";
+import { registerMessageTypes } from "../bus/index.js";
 import { AgentInputInvalidError } from "./errors.js";
 
 /**

@@ -1,7 +1,6 @@
-import type { ActorContext } from "../actors/types.js";
-import type { KovaEvent } from "../bus/events.js";
-import type { ArgumentRepairBudget } from "../tools/repair-budget.js";
-import type { ToolSet } from "../tools/tool-set.js";
+import type { ActorContext } from "../actors/index.js";
+import type { KovaEvent } from "../bus/index.js";
+import type { ArgumentRepairBudget, ToolSet } from "../tools/index.js";
 import type { GroupLimit } from "./budget.js";
 import type { AgentDefinition, HookContext } from "./definition.js";
 import type { ChatMessage } from "./model/types.js";

@@ -1,4 +1,4 @@
-import { componentLogger, silentLogger, type Logger } from "../core/logger.js";
+import { componentLogger, silentLogger, type Logger } from "../core/index.js";
 import { DEFAULT_CODEC_LIMITS, decodeEnvelope, newInbox, type Bus, type KovaEvent, type StoredEventsReader } from "../bus/index.js";
 import { isRunStatus, readUsage, reportedError, RunEventType, type ResultNotifyPayload, type RunStatus, type RunUsage } from "./run-protocol.js";
 

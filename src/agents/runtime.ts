@@ -1,11 +1,6 @@
-import { componentLogger, silentLogger, type Logger } from "../core/logger.js";
-import { timedPhase } from "../core/phases.js";
-import type { Bus } from "../bus/bus.js";
-import type { KovaEvent } from "../bus/events.js";
-import type { ToolRegistry } from "../tools/registry.js";
-import { ToolSet } from "../tools/tool-set.js";
-import { DEFAULT_ARGUMENT_REPAIRS } from "../tools/repair-budget.js";
-import { DEFAULT_RESULT_MAX_BYTES } from "../tools/result-cap.js";
+import { componentLogger, silentLogger, type Logger, timedPhase } from "../core/index.js";
+import type { Bus, KovaEvent } from "../bus/index.js";
+import { type ToolRegistry, ToolSet, DEFAULT_ARGUMENT_REPAIRS, DEFAULT_RESULT_MAX_BYTES } from "../tools/index.js";
 import type { ModelConfig } from "./model/config.js";
 import { createOpenAiModel } from "./model/openai-model.js";
 import { ModelCallScheduler } from "./model/scheduler.js";

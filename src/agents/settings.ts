@@ -1,5 +1,5 @@
 import { KvStore, type KvConnection } from "../bus/index.js";
-import { recordFormat } from "../core/format-version.js";
+import { recordFormat } from "../core/index.js";
 
 /** Run-time settings of an agent that outlive its host: the model it was switched to. */
 export interface AgentSettings {

@@ -1,8 +1,6 @@
-import { toWire, type WireError } from "../core/errors.js";
-import { StepOutcomeUnknownError } from "../actors/errors.js";
-import { isIdempotentCall } from "../tools/idempotency.js";
-import { checkToolCall, runTool } from "../tools/invoke.js";
-import type { Tool } from "../tools/types.js";
+import { toWire, type WireError } from "../core/index.js";
+import { StepOutcomeUnknownError } from "../actors/index.js";
+import { isIdempotentCall, checkToolCall, runTool, type Tool } from "../tools/index.js";
 import { awaitApprovals, rejectionError } from "./approval-gate.js";
 import { withoutRunLimit } from "./budget-time.js";
 import { DEFAULT_MAX_TOOL_CALLS } from "./definition.js";

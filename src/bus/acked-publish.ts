@@ -1,7 +1,6 @@
 import { type ApiError, JetStreamApiError, type PubAck } from "@nats-io/jetstream";
 import { type MsgHdrs, NoRespondersError as NatsNoResponders, TimeoutError as NatsTimeout } from "@nats-io/transport-node";
-import { sleep } from "../core/clock.js";
-import { ErrorCode, fromWire, KovaError } from "../core/errors.js";
+import { sleep, ErrorCode, fromWire, KovaError } from "../core/index.js";
 import type { BusContext } from "./context.js";
 import { KovaNoRespondersError, subjectTimeout } from "./errors.js";
 

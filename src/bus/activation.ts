@@ -1,5 +1,5 @@
 import type { Msg } from "@nats-io/transport-node";
-import { ErrorCode, fromWire, RemoteError } from "../core/errors.js";
+import { ErrorCode, fromWire, RemoteError } from "../core/index.js";
 import type { BusContext } from "./context.js";
 
 /** A node's answer to an activation request (the `activate` endpoint). */

@@ -1,4 +1,4 @@
-import { parseInstanceId } from "../core/ids.js";
+import { parseInstanceId } from "../core/index.js";
 import { requestActivation } from "./activation.js";
 import type { BusContext } from "./context.js";
 import { UnknownAgentError } from "./errors.js";

@@ -1,6 +1,5 @@
 import { headers as natsHeaders } from "@nats-io/transport-node";
-import { fromWire, toWire } from "../core/errors.js";
-import { timedPhase } from "../core/phases.js";
+import { fromWire, toWire, timedPhase } from "../core/index.js";
 import { decodeEnvelope, encodeEnvelope, type Encoding } from "./codec.js";
 import type { BusContext } from "./context.js";
 import { createEnvelope, validateOutgoing, type A2AEnvelope } from "./envelope.js";

@@ -1,7 +1,6 @@
 import { jetstream, jetstreamManager, type JetStreamClient, type JetStreamManager, type PubAck } from "@nats-io/jetstream";
 import { headers as natsHeaders, type MsgHdrs, type NatsConnection } from "@nats-io/transport-node";
-import { assertId, newId } from "../core/ids.js";
-import { componentLogger, silentLogger, type Logger } from "../core/logger.js";
+import { assertId, newId, componentLogger, silentLogger, type Logger } from "../core/index.js";
 import { publishToStream } from "./acked-publish.js";
 import { ask, respond, type AskOptions, type RespondOptions } from "./ask.js";
 import { DEFAULT_CODEC_LIMITS, storedEnvelopeId, type CodecLimits } from "./codec.js";

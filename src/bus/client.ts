@@ -1,4 +1,4 @@
-import { silentLogger, type Logger } from "../core/logger.js";
+import { silentLogger, type Logger } from "../core/index.js";
 import type { ActivationReply } from "./activation.js";
 import type { AskOptions } from "./ask.js";
 import { Bus } from "./bus.js";

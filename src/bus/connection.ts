@@ -1,6 +1,5 @@
 import { AuthorizationError, connect, UserAuthenticationExpiredError, type NatsConnection } from "@nats-io/transport-node";
-import { KovaError } from "../core/errors.js";
-import type { Logger } from "../core/logger.js";
+import { KovaError, type Logger } from "../core/index.js";
 import { NatsUnreachableError, BusErrorCode } from "./errors.js";
 import { credentialsFromUrls, redactUrl, redactUrls, securityOptions, type NatsSecurity } from "./nats-security.js";
 

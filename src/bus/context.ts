@@ -1,6 +1,6 @@
 import type { JetStreamClient, JetStreamManager } from "@nats-io/jetstream";
 import type { NatsConnection } from "@nats-io/transport-node";
-import type { Logger } from "../core/logger.js";
+import type { Logger } from "../core/index.js";
 import type { CodecLimits } from "./codec.js";
 import type { ReplyGuard } from "./reply-guard.js";
 import type { RequestMux } from "./request-mux.js";

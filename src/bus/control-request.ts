@@ -1,5 +1,5 @@
 import type { Msg, NatsConnection } from "@nats-io/transport-node";
-import { ErrorCode, KovaError, fromWire } from "../core/errors.js";
+import { ErrorCode, KovaError, fromWire } from "../core/index.js";
 import { BusErrorCode, typedNatsError } from "./errors.js";
 import { isNatsNoResponders, isNatsTimeout } from "./nats-errors.js";
 

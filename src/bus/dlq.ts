@@ -1,6 +1,6 @@
 import type { MsgRequest } from "@nats-io/jetstream";
 import { Match, headers as natsHeaders, type MsgHdrs, type Subscription } from "@nats-io/transport-node";
-import { toWire } from "../core/errors.js";
+import { toWire } from "../core/index.js";
 import { encodeEnvelope } from "./codec.js";
 import type { BusContext } from "./context.js";
 import type { A2AEnvelope } from "./envelope.js";

@@ -1,5 +1,4 @@
-import type { WireError } from "../core/errors.js";
-import { isValidId, newId } from "../core/ids.js";
+import { type WireError, isValidId, newId } from "../core/index.js";
 import { InvalidEnvelopeError } from "./errors.js";
 import { checkMessageType, type MessageType } from "./message-types.js";
 

@@ -7,7 +7,7 @@ import {
   KovaError,
   KovaTimeoutError,
   type KovaErrorOptions,
-} from "../core/errors.js";
+} from "../core/index.js";
 import { isNatsTimeout, isTransientNatsError, permissionViolation } from "./nats-errors.js";
 
 /** The bus layer's error codes (stable: they travel over NATS and scripts match on them). */

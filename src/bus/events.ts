@@ -1,6 +1,5 @@
 import { headers as natsHeaders } from "@nats-io/transport-node";
-import { KovaError } from "../core/errors.js";
-import { isValidId, newId } from "../core/ids.js";
+import { KovaError, isValidId, newId } from "../core/index.js";
 import { publishAcked } from "./acked-publish.js";
 import type { BusContext } from "./context.js";
 import { ContentType, Header } from "./wire.js";

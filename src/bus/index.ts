@@ -90,3 +90,5 @@ export {
   type BusPrincipal,
   type SenderTrust,
 } from "./principals.js";
+// For the layers above (every import from another layer comes through this file).
+export { urlHasCredentials } from "./nats-security.js";

@@ -1,5 +1,5 @@
 import { headers as natsHeaders, type Msg, type Subscription } from "@nats-io/transport-node";
-import { isKovaError, toWire } from "../core/errors.js";
+import { isKovaError, toWire } from "../core/index.js";
 import { decodeValue, encodingOf } from "./codec.js";
 import type { BusContext } from "./context.js";
 import { validateOutgoing } from "./envelope.js";

@@ -1,11 +1,7 @@
 import { AckPolicy, DeliverPolicy, type ConsumerConfig } from "@nats-io/jetstream";
 import { JetStreamStatus } from "@nats-io/jetstream/internal";
 import { nanos, type Msg } from "@nats-io/transport-node";
-import { backoffMs, sleep } from "../core/clock.js";
-import { isKovaError } from "../core/errors.js";
-import type { Logger } from "../core/logger.js";
-import { assertId } from "../core/ids.js";
-import { markPhase } from "../core/phases.js";
+import { backoffMs, sleep, isKovaError, type Logger, assertId, markPhase } from "../core/index.js";
 import { decodeValue, encodingOf, type Encoding } from "./codec.js";
 import type { BusContext } from "./context.js";
 import { validateEnvelope, type A2AEnvelope } from "./envelope.js";

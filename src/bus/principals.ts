@@ -1,7 +1,5 @@
 import type { MsgHdrs } from "@nats-io/transport-node";
-import { ErrorCode, KovaError } from "../core/errors.js";
-import { isValidId, parseInstanceId } from "../core/ids.js";
-import { ownedAgentId, ownedId, ownerScopeOf, ownsInstance } from "../core/principals.js";
+import { ErrorCode, KovaError, isValidId, parseInstanceId, ownedAgentId, ownedId, ownerScopeOf, ownsInstance } from "../core/index.js";
 import type { A2AEnvelope } from "./envelope.js";
 import { InvalidEnvelopeError, UnknownAgentError } from "./errors.js";
 

@@ -1,4 +1,4 @@
-import { recordFormat } from "../core/format-version.js";
+import { recordFormat } from "../core/index.js";
 
 /**
  * A value of the agents registry, KV `kova_<cluster>_agents` (docs/protocol.md): actor id →

@@ -1,4 +1,4 @@
-import type { Logger } from "../core/logger.js";
+import type { Logger } from "../core/index.js";
 import { coreReplyProblem } from "./reply-subject.js";
 
 /** How often a guard logs while it keeps dropping requests (the first is logged at once). */

@@ -1,4 +1,4 @@
-import { isValidId } from "../core/ids.js";
+import { isValidId } from "../core/index.js";
 import type { Subjects } from "./subjects.js";
 
 /** nats.js's default inbox prefix: `_INBOX.<nuid>…`. */

@@ -1,7 +1,6 @@
 import { headers as natsHeaders, type Msg, type MsgHdrs, type Subscription } from "@nats-io/transport-node";
-import { ErrorCode, KovaError, fromWire, toWire, type WireError } from "../core/errors.js";
+import { ErrorCode, KovaError, fromWire, toWire, type WireError, type Logger } from "../core/index.js";
 import { decodeValue, encodeValue, encodingOf, type Encoding } from "./codec.js";
-import type { Logger } from "../core/logger.js";
 import type { BusContext } from "./context.js";
 import { createEnvelope, validateEnvelope, type A2AEnvelope, type MessageType } from "./envelope.js";
 import { KovaNoRespondersError, subjectTimeout } from "./errors.js";

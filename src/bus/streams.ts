@@ -1,6 +1,6 @@
 import { DiscardPolicy, RetentionPolicy, StorageType, type JetStreamManager, type StreamConfig } from "@nats-io/jetstream";
 import { nanos } from "@nats-io/transport-node";
-import type { Logger } from "../core/logger.js";
+import type { Logger } from "../core/index.js";
 import { StreamConflictError } from "./errors.js";
 import type { Subjects } from "./subjects.js";
 import { isStreamNameInUse, isStreamNotFound, isSubjectOverlap } from "./nats-errors.js";

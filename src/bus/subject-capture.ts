@@ -1,6 +1,6 @@
 import { DeliverPolicy, DiscardPolicy, RetentionPolicy, StorageType, type JetStreamClient, type JetStreamManager } from "@nats-io/jetstream";
 import { nanos } from "@nats-io/transport-node";
-import type { Logger } from "../core/logger.js";
+import type { Logger } from "../core/index.js";
 import { isStreamNotFound, isSubjectOverlap } from "./nats-errors.js";
 
 /** JetStream as a layer above uses it through the bus: `Bus` is one. */

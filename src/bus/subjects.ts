@@ -1,4 +1,4 @@
-import { assertId } from "../core/ids.js";
+import { assertId } from "../core/index.js";
 
 /**
  * Every subject, stream and bucket name Kova uses, derived from the cluster name in

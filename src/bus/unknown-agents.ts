@@ -1,6 +1,6 @@
 import type { MsgRequest } from "@nats-io/jetstream";
 import type { Msg } from "@nats-io/transport-node";
-import { isValidId } from "../core/ids.js";
+import { isValidId } from "../core/index.js";
 import type { BusContext } from "./context.js";
 import { moveStored } from "./dlq.js";
 import { UnknownAgentError } from "./errors.js";

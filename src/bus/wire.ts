@@ -1,4 +1,4 @@
-import { ErrorCode, KovaError } from "../core/errors.js";
+import { ErrorCode, KovaError } from "../core/index.js";
 
 /**
  * Header names, content types and DLQ reasons: the byte-level part of the public

@@ -1,10 +1,7 @@
 import type { Command } from "commander";
-import { ErrorCode, KovaError, isKovaError } from "../core/errors.js";
-import { BusErrorCode } from "../bus/errors.js";
-import type { KovaClient, KovaEvent } from "../bus/index.js";
-import { askAgent } from "../agents/index.js";
-import { forProfile, inProfile, isEventProfile, type EventProfile } from "../agents/events.js";
-import type { AgentInfo, AgentResult } from "../agents/index.js";
+import { ErrorCode, KovaError, isKovaError } from "../core/index.js";
+import { BusErrorCode, type KovaClient, type KovaEvent } from "../bus/index.js";
+import { askAgent, forProfile, inProfile, isEventProfile, type EventProfile, type AgentInfo, type AgentResult } from "../agents/index.js";
 import { readRegistry } from "../cluster/index.js";
 import { print, table } from "./output.js";
 

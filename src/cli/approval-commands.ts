@@ -1,8 +1,7 @@
 import type { Command } from "commander";
-import { KovaError, isKovaError } from "../core/errors.js";
-import { isValidId } from "../core/ids.js";
+import { KovaError, isKovaError, isValidId } from "../core/index.js";
 import { BusErrorCode, type NatsConnection } from "../bus/index.js";
-import { APPROVAL_ID_FORM, ApprovalErrorCode } from "../agents/approvals.js";
+import { APPROVAL_ID_FORM, ApprovalErrorCode } from "../agents/index.js";
 import { approveSubject, controlRequest, type ApproveReply } from "../cluster/index.js";
 import { WorkflowErrorCode } from "../workflow/index.js";
 import { targetOptions, type TargetOpts } from "./target.js";

@@ -1,12 +1,10 @@
 import type { Command } from "commander";
 import { pino } from "pino";
-import { ArgumentError, KovaError, isKovaError } from "../core/errors.js";
-import { instanceId } from "../core/ids.js";
-import { CORE_MESSAGE_TYPES, KovaClient, isWellFormedType, knownDlqReasons, type MessageType } from "../bus/index.js";
+import { ArgumentError, KovaError, isKovaError, instanceId } from "../core/index.js";
+import { CORE_MESSAGE_TYPES, KovaClient, isWellFormedType, knownDlqReasons, type MessageType, BusErrorCode } from "../bus/index.js";
 // Defines the actor runtime's DLQ reasons, which `dlq ls --reason` lists beside the bus's.
-import "../actors/errors.js";
+import "../actors/index.js";
 import { resolveTarget, targetOptions, type TargetOpts } from "./target.js";
-import { BusErrorCode } from "../bus/errors.js";
 import { print, table } from "./output.js";
 import { askAgentCommand, eventProfile, failedAgentRun, profiled, registerUsage, type AgentAskOpts } from "./agent-commands.js";
 

@@ -1,7 +1,5 @@
 import type { Command } from "commander";
-import { ArgumentError, ErrorCode, KovaError, isKovaError } from "../core/errors.js";
-import { isValidId } from "../core/ids.js";
-import { silentLogger } from "../core/logger.js";
+import { ArgumentError, ErrorCode, KovaError, isKovaError, isValidId, silentLogger } from "../core/index.js";
 import { resolveTarget, targetOptions, type TargetOpts } from "./target.js";
 import { BusErrorCode, connectNats, redactUrls, type NatsConnection } from "../bus/index.js";
 import {

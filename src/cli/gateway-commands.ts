@@ -1,6 +1,5 @@
 import type { Command } from "commander";
-import { ArgumentError } from "../core/errors.js";
-import { createTerminalLogger, type Logger } from "../core/logger.js";
+import { ArgumentError, createTerminalLogger, type Logger } from "../core/index.js";
 import { defaultConfig, loadConfig, type NodeConfig, installShutdown } from "../node/index.js";
 import type { Bus } from "../bus/index.js";
 import type { Gateway } from "../gateway/index.js";

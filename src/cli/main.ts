@@ -1,6 +1,5 @@
 import { Command, CommanderError } from "commander";
-import { KOVA_VERSION } from "../core/version.js";
-import { isKovaError } from "../core/errors.js";
+import { KOVA_VERSION, isKovaError } from "../core/index.js";
 
 /**
  * Each command group lives in its own file and registers itself here, so that

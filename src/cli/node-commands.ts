@@ -1,5 +1,5 @@
 import type { Command } from "commander";
-import { createTerminalLogger } from "../core/logger.js";
+import { createTerminalLogger } from "../core/index.js";
 import { defaultConfig, loadConfig, KovaNode, installShutdown } from "../node/index.js";
 import { ActorTypeRegistry, counterActor } from "../actors/index.js";
 

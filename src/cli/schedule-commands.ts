@@ -1,5 +1,5 @@
 import type { Command } from "commander";
-import { ArgumentError } from "../core/errors.js";
+import { ArgumentError } from "../core/index.js";
 import { controlRequest, schedulesSubject } from "../cluster/index.js";
 import { type ScheduleView, scheduleTarget } from "../node/index.js";
 import { withCluster } from "./cluster-commands.js";

@@ -1,5 +1,5 @@
 import { readFileSync } from "node:fs";
-import { ArgumentError } from "../core/errors.js";
+import { ArgumentError } from "../core/index.js";
 
 /**
  * A secret named by a flag pair: `envFlag` names an environment variable that holds it,

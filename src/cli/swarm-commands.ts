@@ -1,6 +1,5 @@
 import type { Command } from "commander";
-import { ArgumentError } from "../core/errors.js";
-import { AS_ARGUMENT, durationMs } from "../core/duration.js";
+import { ArgumentError, AS_ARGUMENT, durationMs } from "../core/index.js";
 import { runSwarm, type StaticSubtask } from "../swarm/index.js";
 import { withClient } from "./bus-commands.js";
 import { print } from "./output.js";

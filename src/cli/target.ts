@@ -1,7 +1,6 @@
 import type { Command } from "commander";
-import { ArgumentError } from "../core/errors.js";
-import type { NatsSecurity } from "../bus/index.js";
-import { redactUrls, urlHasCredentials } from "../bus/nats-security.js";
+import { ArgumentError } from "../core/index.js";
+import { type NatsSecurity, redactUrls, urlHasCredentials } from "../bus/index.js";
 import { loadConfig } from "../node/index.js";
 import { readableFile, secretFromFlags } from "./secret-flags.js";
 

@@ -1,5 +1,5 @@
 import type { Command } from "commander";
-import { KovaError } from "../core/errors.js";
+import { KovaError } from "../core/index.js";
 import { BusErrorCode, type NatsConnection } from "../bus/index.js";
 import { controlRequest, nodeSubject, readAgent, readNodes, type ToolsReply, type ToolView } from "../cluster/index.js";
 import { withCluster } from "./cluster-commands.js";

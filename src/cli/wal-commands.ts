@@ -1,6 +1,6 @@
 import { join, resolve } from "node:path";
 import { Option, type Command } from "commander";
-import { ArgumentError } from "../core/errors.js";
+import { ArgumentError } from "../core/index.js";
 import { inspectWal, keyFromEnv, readWalRecords, verifyWal, type WalInspection, type WalVerification } from "../wal/index.js";
 import {
   ActorTypeRegistry,

@@ -1,6 +1,5 @@
 import type { Command } from "commander";
-import { ArgumentError, KovaError } from "../core/errors.js";
-import { isValidId } from "../core/ids.js";
+import { ArgumentError, KovaError, isValidId } from "../core/index.js";
 import { type KovaClient, isNoResponders, type KovaEvent } from "../bus/index.js";
 import { NatsCheckpointStore } from "../actors/index.js";
 import { controlRequest, spawnSubject, type SpawnReply, readRegistry } from "../cluster/index.js";

@@ -1,5 +1,4 @@
-import { backoffMs, sleep } from "../core/clock.js";
-import { KovaError } from "../core/errors.js";
+import { backoffMs, sleep, KovaError } from "../core/index.js";
 import { ClusterErrorCode, FenceConflictError } from "./errors.js";
 import type { AgentRegistry } from "./registry.js";
 

@@ -1,7 +1,7 @@
-import type { ModelSlotStats } from "../agents/model/index.js";
+import type { ModelSlotStats } from "../agents/index.js";
 
 // One control request with a JSON body (the bus's: the eval layer's client sends them too).
-export { controlRequest } from "../bus/control-request.js";
+export { controlRequest } from "../bus/index.js";
 
 /**
  * The node control protocol: endpoints of the `kova-node` micro service. Per-node

@@ -1,4 +1,4 @@
-import { defineErrorCodes, KovaError } from "../core/errors.js";
+import { defineErrorCodes, KovaError } from "../core/index.js";
 
 /** The cluster state's error codes (stable: they travel over NATS and scripts match on them). */
 export const ClusterErrorCode = defineErrorCodes("cluster", {

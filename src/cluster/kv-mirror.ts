@@ -2,9 +2,7 @@ import type { NatsConnection } from "@nats-io/transport-node";
 import { jetstream, jetstreamManager, type JetStreamManager } from "@nats-io/jetstream";
 import { Kvm, type KV, type KvEntry } from "@nats-io/kv";
 import { KvStore } from "../bus/index.js";
-import { backoffMs, elapsedSince, markTime, sleep, type TimeMark } from "../core/clock.js";
-import { KovaTimeoutError } from "../core/errors.js";
-import type { Logger } from "../core/logger.js";
+import { backoffMs, elapsedSince, markTime, sleep, type TimeMark, KovaTimeoutError, type Logger } from "../core/index.js";
 import { WatchGapChecker } from "./kv-watch-gaps.js";
 
 /**

@@ -1,6 +1,6 @@
 import type { JetStreamManager, MsgRequest } from "@nats-io/jetstream";
-import { isPermissionDenied } from "../bus/nats-errors.js";
-import type { Logger } from "../core/logger.js";
+import { isPermissionDenied } from "../bus/index.js";
+import type { Logger } from "../core/index.js";
 
 /** Gaps waiting for their check beyond which a watch is resumed without checking. */
 const MAX_GAPS = 1000;

@@ -1,7 +1,6 @@
 import type { NatsConnection } from "@nats-io/transport-node";
 import { LeaseLostError } from "../actors/index.js";
-import { type Logger, componentLogger } from "../core/logger.js";
-import { recordFormat } from "../core/format-version.js";
+import { type Logger, componentLogger, recordFormat } from "../core/index.js";
 import { KvStore } from "../bus/index.js";
 import { KvMirror, type MirrorEntry, type MirrorTiming } from "./kv-mirror.js";
 

@@ -1,6 +1,6 @@
 import type { JetStreamManager } from "@nats-io/jetstream";
 import type { KV } from "@nats-io/kv";
-import { isMessageGone } from "../bus/nats-errors.js";
+import { isMessageGone } from "../bus/index.js";
 
 /** What one compaction of a bucket did. */
 export interface MarkerCompactionReport {

@@ -1,7 +1,5 @@
 import type { NatsConnection } from "@nats-io/transport-node";
-import { elapsedSince, markTime, type TimeMark } from "../core/clock.js";
-import type { Logger } from "../core/logger.js";
-import { recordFormat } from "../core/format-version.js";
+import { elapsedSince, markTime, type TimeMark, type Logger, recordFormat } from "../core/index.js";
 import { KvStore } from "../bus/index.js";
 import { KvMirror, type MirrorEntry, type MirrorTiming } from "./kv-mirror.js";
 

@@ -1,6 +1,5 @@
 import { headers as natsHeaders, nuid, type Msg, type MsgHdrs, type NatsConnection, type Subscription } from "@nats-io/transport-node";
-import { ConfigError, errorKindOf, isKovaError, toWire, type ErrorKind } from "../core/errors.js";
-import { componentLogger, silentLogger, type Logger } from "../core/logger.js";
+import { ConfigError, errorKindOf, isKovaError, toWire, type ErrorKind, componentLogger, silentLogger, type Logger } from "../core/index.js";
 
 /**
  * A NATS micro service (ADR-32, `$SRV` protocol v1) written directly on a

@@ -1,7 +1,6 @@
 import type { NatsConnection } from "@nats-io/transport-node";
-import { BusErrorCode } from "../bus/errors.js";
-import { ConfigError, ErrorCode, isKovaError } from "../core/errors.js";
-import type { Logger } from "../core/logger.js";
+import { BusErrorCode } from "../bus/index.js";
+import { ConfigError, ErrorCode, isKovaError, type Logger } from "../core/index.js";
 import { controlRequest, nodeSubject, type NodeStatusView } from "./control.js";
 
 /**

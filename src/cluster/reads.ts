@@ -1,5 +1,5 @@
 import type { NatsConnection } from "@nats-io/transport-node";
-import { isKovaError, KovaError } from "../core/errors.js";
+import { isKovaError, KovaError } from "../core/index.js";
 import { AGENT_RECORD_FORMAT, BusErrorCode, KvStore, isStreamNotFound, typedNatsError, type AgentRecord } from "../bus/index.js";
 import { ClusterErrorCode } from "./errors.js";
 import { NODE_RECORD_FORMAT, type NodeRecord } from "./membership.js";

@@ -1,4 +1,4 @@
-import type { Logger } from "../core/logger.js";
+import type { Logger } from "../core/index.js";
 import type { AgentRecord, AgentRegistry } from "./registry.js";
 
 /**

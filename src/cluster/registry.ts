@@ -1,6 +1,5 @@
 import type { NatsConnection } from "@nats-io/transport-node";
-import { isKovaError } from "../core/errors.js";
-import { type Logger, componentLogger } from "../core/logger.js";
+import { isKovaError, type Logger, componentLogger } from "../core/index.js";
 import { AGENT_RECORD_FORMAT, AGENT_RECORD_VERSION, BusErrorCode, KvStore, type AgentRecord, type StoredRecord } from "../bus/index.js";
 import { FenceConflictError } from "./errors.js";
 import { KvMirror, type MirrorEntry, type MirrorTiming } from "./kv-mirror.js";

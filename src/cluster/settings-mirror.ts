@@ -1,8 +1,7 @@
 import type { JetStreamClient } from "@nats-io/jetstream";
 import type { NatsConnection } from "@nats-io/transport-node";
-import { type Logger, componentLogger } from "../core/logger.js";
-import { UnsupportedFormatError } from "../core/format-version.js";
-import { NatsSettingsStore, SETTINGS_FORMAT, type AgentSettings, type SettingsStore } from "../agents/settings.js";
+import { type Logger, componentLogger, UnsupportedFormatError } from "../core/index.js";
+import { NatsSettingsStore, SETTINGS_FORMAT, type AgentSettings, type SettingsStore } from "../agents/index.js";
 import { KvMirror, type MirrorTiming } from "./kv-mirror.js";
 
 /**

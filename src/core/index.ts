@@ -12,3 +12,5 @@ export * from "./principals.js";
 export * from "./loopback.js";
 export * from "./toml.js";
 export * from "./public-error.js";
+// For the layers above (every import from another layer comes through this file).
+export { describeError } from "./describe-error.js";

@@ -26,9 +26,7 @@ import {
   TaskNotFoundError,
   UnsupportedOperationError,
 } from "@a2a-js/sdk/errors";
-import { isValidId, newId } from "../core/ids.js";
-import { publicText } from "../core/public-error.js";
-import type { Logger } from "../core/logger.js";
+import { isValidId, newId, publicText, type Logger } from "../core/index.js";
 import { newRunId, resolveAgent, type Principal } from "./auth.js";
 import type { GatewayHttpError } from "./errors.js";
 import type { RunTicket } from "./quotas.js";

@@ -1,9 +1,8 @@
 import type { NextFunction, Request, Response } from "express";
 import { GatewayErrorCode, GatewayHttpError } from "./errors.js";
 import { keyPrincipal, type ApiKey, type KeyRing } from "./keys.js";
-import { BusErrorCode } from "../bus/errors.js";
-import { newId, parseInstanceId } from "../core/ids.js";
-import { ANONYMOUS_PRINCIPAL, ownedAgentId, ownerScopeOf, ownsInstance } from "../core/principals.js";
+import { BusErrorCode } from "../bus/index.js";
+import { newId, parseInstanceId, ANONYMOUS_PRINCIPAL, ownedAgentId, ownerScopeOf, ownsInstance } from "../core/index.js";
 
 /**
  * Who is calling: a key (docs/security.md, "Principals"). Everything it creates is owned by

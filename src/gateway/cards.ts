@@ -1,6 +1,6 @@
 import type { AgentCard, AgentInterface, AgentSkill, SecurityRequirement, SecurityScheme } from "@a2a-js/sdk";
 import { duplicateInterfacesForLegacy } from "@a2a-js/sdk/compat/v0_3";
-import { KOVA_VERSION } from "../core/version.js";
+import { KOVA_VERSION } from "../core/index.js";
 import type { AgentRecord } from "../cluster/index.js";
 
 /**

@@ -1,9 +1,18 @@
 import { readFileSync } from "node:fs";
 import { isAbsolute, resolve } from "node:path";
-import { type ConfigTable, boolValue, intValue, rejectUnknown, stringList, stringValue, tableAt, tablesAt } from "../core/config-table.js";
-import { ConfigError } from "../core/errors.js";
-import { isValidId } from "../core/ids.js";
-import { isLoopbackHost } from "../core/loopback.js";
+import {
+  type ConfigTable,
+  boolValue,
+  intValue,
+  rejectUnknown,
+  stringList,
+  stringValue,
+  tableAt,
+  tablesAt,
+  ConfigError,
+  isValidId,
+  isLoopbackHost,
+} from "../core/index.js";
 import { hashKey, isKeyHash, type ApiKey } from "./keys.js";
 
 /**

@@ -1,4 +1,4 @@
-import { defineErrorCodes, KovaError, type KovaErrorOptions } from "../core/errors.js";
+import { defineErrorCodes, KovaError, type KovaErrorOptions } from "../core/index.js";
 
 /** The gateway layer's error codes (stable: HTTP bodies carry them and scripts match on them). */
 export const GatewayErrorCode = defineErrorCodes("gateway", {

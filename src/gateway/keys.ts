@@ -1,9 +1,6 @@
 import { createHash, randomBytes } from "node:crypto";
 import { KvStore, type NatsConnection } from "../bus/index.js";
-import { isValidId } from "../core/ids.js";
-import type { Logger } from "../core/logger.js";
-import { recordFormat } from "../core/format-version.js";
-import { ArgumentError, ErrorCode, KovaError } from "../core/errors.js";
+import { isValidId, type Logger, recordFormat, ArgumentError, ErrorCode, KovaError } from "../core/index.js";
 import { KvMirror } from "../cluster/index.js";
 import type { ConfiguredKey } from "./config.js";
 

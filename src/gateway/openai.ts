@@ -1,13 +1,10 @@
 import { randomUUID } from "node:crypto";
 import type { Request, Response } from "express";
 import { Role, TaskState } from "@a2a-js/sdk";
-import { INSTANCE_SEPARATOR, isValidId, isValidTemplateName, newId, parseInstanceId } from "../core/ids.js";
+import { INSTANCE_SEPARATOR, isValidId, isValidTemplateName, newId, parseInstanceId, ErrorCode, publicError, ANONYMOUS_PRINCIPAL } from "../core/index.js";
 import type { AgentRegistry } from "../cluster/index.js";
 import { mayUse, newRunId, resolveAgent } from "./auth.js";
 import type { PrincipalQuotas } from "./quotas.js";
-import { ErrorCode } from "../core/errors.js";
-import { publicError } from "../core/public-error.js";
-import { ANONYMOUS_PRINCIPAL } from "../core/principals.js";
 import { BusErrorCode } from "../bus/index.js";
 import { GatewayErrorCode, GatewayHttpError } from "./errors.js";
 import { endUserOf, scopedSessionId } from "./sessions.js";

@@ -1,5 +1,5 @@
 import type { Context, Span, Tracer } from "@opentelemetry/api";
-import type { Logger } from "../core/logger.js";
+import type { Logger } from "../core/index.js";
 import type { Bus, KovaEvent, EventStream } from "../bus/index.js";
 import type { OtelConfig } from "./config.js";
 

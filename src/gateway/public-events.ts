@@ -1,4 +1,4 @@
-import { publicError } from "../core/public-error.js";
+import { publicError } from "../core/index.js";
 import type { KovaEvent } from "../bus/index.js";
 
 const FAILED = { code: "FAILED", message: "failed" };

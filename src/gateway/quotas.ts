@@ -1,6 +1,5 @@
 import { ClusterErrorCode, type AgentRegistry } from "../cluster/index.js";
-import { ownsInstance } from "../core/principals.js";
-import { parseInstanceId } from "../core/ids.js";
+import { ownsInstance, parseInstanceId } from "../core/index.js";
 import type { Principal } from "./auth.js";
 import type { QuotaLimits } from "./config.js";
 import { GatewayHttpError } from "./errors.js";

@@ -1,4 +1,4 @@
-import { ErrorCode, isKovaError, isTimeout, KovaError } from "../core/errors.js";
+import { ErrorCode, isKovaError, isTimeout, KovaError, parseInstanceId, type Logger } from "../core/index.js";
 import {
   isRunStatus,
   reportedError,
@@ -8,9 +8,7 @@ import {
   type HistoryTurn,
   type TaskDelegatePayload,
 } from "../agents/index.js";
-import { parseInstanceId } from "../core/ids.js";
-import type { Logger } from "../core/logger.js";
-import { ActorErrorCode } from "../actors/errors.js";
+import { ActorErrorCode } from "../actors/index.js";
 import { BusErrorCode, createEnvelope, type ActivationReply, type Bus, type KovaEvent } from "../bus/index.js";
 import { controlRequest, nodeSubject, type SignalReply, type AgentRecord, type AgentRegistry, ClusterErrorCode } from "../cluster/index.js";
 import { GatewayErrorCode, GatewayHttpError } from "./errors.js";

@@ -1,6 +1,5 @@
 import { createHash } from "node:crypto";
-import { isValidId } from "../core/ids.js";
-import { ownedId } from "../core/principals.js";
+import { isValidId, ownedId } from "../core/index.js";
 import type { Principal } from "./auth.js";
 import { GatewayErrorCode, GatewayHttpError } from "./errors.js";
 

@@ -2,7 +2,7 @@ import { randomUUID } from "node:crypto";
 import { Role, TaskState, type Message, type Part, type StreamResponse, type Task } from "@a2a-js/sdk";
 import type { KovaEvent } from "../bus/index.js";
 import { addUsage, isRunStatus, reportedUsage, ZERO_USAGE, type AgentResult, type RunUsage } from "../agents/index.js";
-import { publicError } from "../core/public-error.js";
+import { publicError } from "../core/index.js";
 import { publicEventData } from "./public-events.js";
 
 /**

@@ -2,10 +2,7 @@ import { Task, TaskState, type ListTasksRequest, type ListTasksResponse } from "
 import type { ServerCallContext, TaskStore } from "@a2a-js/sdk/server";
 import { RequestMalformedError } from "@a2a-js/sdk/errors";
 import { BusErrorCode, KvStore, type Bus, type NatsConnection } from "../bus/index.js";
-import { isKovaError } from "../core/errors.js";
-import { recordFormat } from "../core/format-version.js";
-import { isValidId } from "../core/ids.js";
-import { ANONYMOUS_PRINCIPAL } from "../core/principals.js";
+import { isKovaError, recordFormat, isValidId, ANONYMOUS_PRINCIPAL } from "../core/index.js";
 import { isTerminal, kovaMeta } from "./task-projection.js";
 
 /**

@@ -1,5 +1,5 @@
 import type { StreamResponse, Task } from "@a2a-js/sdk";
-import type { Logger } from "../core/logger.js";
+import type { Logger } from "../core/index.js";
 import type { SignalReply } from "../cluster/index.js";
 import type { RunClient, RunRequest } from "./runs.js";
 import { kovaMeta, TaskProjection, zeroUsage, type RunOutcome } from "./task-projection.js";

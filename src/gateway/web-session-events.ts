@@ -1,5 +1,5 @@
 import type { Request, Response } from "express";
-import { isValidId } from "../core/ids.js";
+import { isValidId } from "../core/index.js";
 import type { Bus, KovaEvent, StoredEventsReader } from "../bus/index.js";
 import { mayUse, type Principal } from "./auth.js";
 import { GatewayErrorCode, GatewayHttpError } from "./errors.js";

@@ -1,9 +1,8 @@
 import type { Express, NextFunction, Request, Response } from "express";
-import type { Logger } from "../core/logger.js";
+import { type Logger, ownsInstance } from "../core/index.js";
 import type { Bus } from "../bus/index.js";
 import { mirrorNodes, type NodeRecord, type AgentRegistry, type KvMirror } from "../cluster/index.js";
 import { mayUse } from "./auth.js";
-import { ownsInstance } from "../core/principals.js";
 import { sessionEvents } from "./web-session-events.js";
 import { LOGIN_HTML, LOGIN_JS, WEB_VIEW_CSS, WEB_VIEW_HTML, WEB_VIEW_JS } from "./web-page.js";
 

@@ -1,11 +1,9 @@
 import { pathToFileURL } from "node:url";
-import { ConfigError } from "../core/errors.js";
-import type { ActorTypeRegistry } from "../actors/registry.js";
-import type { ActorDefinition } from "../actors/types.js";
+import { ConfigError } from "../core/index.js";
+import type { ActorTypeRegistry, ActorDefinition } from "../actors/index.js";
 import type { NodeConfig } from "./config.js";
-import { isAgentDefinition, type AgentDefinition } from "../agents/definition.js";
-import { isToolDefinition } from "../tools/define-tool.js";
-import type { Tool } from "../tools/types.js";
+import { isAgentDefinition, type AgentDefinition } from "../agents/index.js";
+import { isToolDefinition, type Tool } from "../tools/index.js";
 
 /**
  * User actor types come from modules named in kova.toml. A module exports actor

@@ -1,7 +1,6 @@
-import { ArgumentError, KovaError } from "../core/errors.js";
-import { assertId, parseInstanceId } from "../core/ids.js";
+import { ArgumentError, KovaError, assertId, parseInstanceId } from "../core/index.js";
 import { BusErrorCode } from "../bus/index.js";
-import { NatsApprovalStore, readDecision } from "../agents/approvals.js";
+import { NatsApprovalStore, readDecision } from "../agents/index.js";
 import type { AgentServices } from "./agent-services.js";
 import type { ApproveReply, SchedulesRequest, ToolsReply, ToolsRequest } from "../cluster/index.js";
 import type { NodeParts } from "./node-parts.js";

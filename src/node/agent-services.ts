@@ -1,22 +1,9 @@
-import { ConfigError, KovaError } from "../core/errors.js";
-import { BusErrorCode } from "../bus/errors.js";
-import { idempotencyClass } from "../tools/idempotency.js";
-import { needsApproval } from "../agents/approval-gate.js";
+import { ConfigError, KovaError, type Logger, componentLogger, isValidId, parseInstanceId } from "../core/index.js";
+import { BusErrorCode, type Bus } from "../bus/index.js";
+import { idempotencyClass, builtinTools, parseToolPattern, ToolRegistry, McpManager, type Tool } from "../tools/index.js";
+import { needsApproval, agentActor, AGENT_TOOL_PREFIX, agentTool, type AgentDefinition, AgentRuntime, type ModelCallScheduler } from "../agents/index.js";
 import { type SkippedToolView, type ToolView, mirrorTiming, MirroredSettingsStore } from "../cluster/index.js";
-import { type Logger, componentLogger } from "../core/logger.js";
-import type { Bus } from "../bus/bus.js";
-import type { ActorTypeRegistry } from "../actors/registry.js";
-import { builtinTools } from "../tools/config.js";
-import { parseToolPattern } from "../tools/names.js";
-import { ToolRegistry } from "../tools/registry.js";
-import type { McpManager } from "../tools/mcp/manager.js";
-import type { Tool } from "../tools/types.js";
-import { isValidId, parseInstanceId } from "../core/ids.js";
-import { agentActor } from "../agents/agent-actor.js";
-import { AGENT_TOOL_PREFIX, agentTool } from "../agents/agent-tool.js";
-import type { AgentDefinition } from "../agents/definition.js";
-import { AgentRuntime } from "../agents/runtime.js";
-import type { ModelCallScheduler } from "../agents/model/scheduler.js";
+import type { ActorTypeRegistry } from "../actors/index.js";
 import type { NodeConfig } from "./config.js";
 
 /** The agent level of a node: its runtime, tool registry and MCP servers. */
@@ -66,7 +53,6 @@ export async function startAgentServices(
   tools.addProvider("agents", { list: () => agentTools });
   let mcp: McpManager | undefined;
   if (config.mcp.servers.length > 0) {
-    const { McpManager } = await import("../tools/mcp/manager.js");
     const manager = new McpManager(config.mcp, { logger: deps.logger, maxResultBytes: config.tools.maxResultBytes });
     mcp = manager;
     for (const name of manager.servers) {

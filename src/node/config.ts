@@ -12,22 +12,29 @@ import {
   stringValue,
   tableAt,
   tablesAt,
-} from "../core/config-table.js";
-import { ConfigError } from "../core/errors.js";
-import { parseTomlText } from "../core/toml.js";
-import { durationOrNever } from "../core/duration.js";
-import { isValidId, parseInstanceId } from "../core/ids.js";
-import { validateTemplate, type ActorTemplate } from "../actors/templates.js";
-import { redactUrl, type NatsSecurity, type SenderTrust } from "../bus/index.js";
-import { urlHasCredentials } from "../bus/nats-security.js";
+  ConfigError,
+  parseTomlText,
+  durationOrNever,
+  isValidId,
+  parseInstanceId,
+} from "../core/index.js";
+import { validateTemplate, type ActorTemplate } from "../actors/index.js";
+import { redactUrl, type NatsSecurity, type SenderTrust, urlHasCredentials } from "../bus/index.js";
 import { NATS_SECURITY_KEYS, natsSecurityFrom } from "./nats/config.js";
-import { toolsConfigFrom, type ToolsConfig } from "../tools/config.js";
+import { toolsConfigFrom, type ToolsConfig, mcpConfigFrom, type McpConfig } from "../tools/index.js";
 import { parseSchedule, type ScheduleSpec } from "./schedules/spec.js";
-import { mcpConfigFrom, type McpConfig } from "../tools/mcp/config.js";
-import { parseModelsConfig, type ModelConfig } from "../agents/model/config.js";
-import { agentsConfigFrom, agentTemplatesConfigFrom, budgetGroupsFrom, checkBudgetGroups, idleAfterOf, type BudgetGroupConfig } from "../agents/config.js";
-import type { AgentDefinition } from "../agents/definition.js";
-import { swarmActorType, swarmsConfigFrom, type SwarmSpec } from "../swarm/config.js";
+import {
+  parseModelsConfig,
+  type ModelConfig,
+  agentsConfigFrom,
+  agentTemplatesConfigFrom,
+  budgetGroupsFrom,
+  checkBudgetGroups,
+  idleAfterOf,
+  type BudgetGroupConfig,
+  type AgentDefinition,
+} from "../agents/index.js";
+import { swarmActorType, swarmsConfigFrom, type SwarmSpec } from "../swarm/index.js";
 import { evalTrustFrom, type EvalTrust } from "../eval/index.js";
 
 /**

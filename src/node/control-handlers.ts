@@ -1,6 +1,4 @@
-import { ArgumentError, KovaError } from "../core/errors.js";
-import { assertId } from "../core/ids.js";
-import { KOVA_VERSION } from "../core/version.js";
+import { ArgumentError, KovaError, assertId, KOVA_VERSION } from "../core/index.js";
 import { redactUrls } from "../bus/index.js";
 import { ActorErrorCode, UnknownActorTypeError, isSignal, type ActorHost, type ActorTypeRegistry, type Signal } from "../actors/index.js";
 import {
@@ -21,7 +19,7 @@ import {
 import type { ResolvedNats } from "./nats/bootstrap.js";
 import type { PlacementController } from "./placement/controller.js";
 import type { NodeRecoveryReport } from "./recovery-policy.js";
-import type { ModelSlotStats } from "../agents/model/index.js";
+import type { ModelSlotStats } from "../agents/index.js";
 
 /** What the control endpoints read and change: the node's parts, once it has booted. */
 export interface ControlDeps {

@@ -1,4 +1,4 @@
-import { defineErrorCodes } from "../core/errors.js";
+import { defineErrorCodes } from "../core/index.js";
 import { ClusterErrorCode } from "../cluster/index.js";
 
 /**

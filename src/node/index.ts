@@ -15,3 +15,18 @@ export { installShutdown, type ShutdownOptions } from "./shutdown.js";
 export { resolveNats, type ResolvedNats, type ResolveNatsOptions, type NatsSource } from "./nats/bootstrap.js";
 export { scheduleTarget, type ScheduleSpec } from "./schedules/spec.js";
 export type { ScheduleView } from "./schedules/service.js";
+// For the layers above (every import from another layer comes through this file).
+export {
+  NatsLaunchError,
+  NatsPortInUseError,
+  type NatsServerHandle,
+  type RestartOptions,
+  SERVER_PING,
+  type SpawnedNatsServer,
+  type StartNatsServerOptions,
+  findNatsServerBinary,
+  freePort,
+  launchNatsServer,
+  spawnNatsServer,
+  terminateServer,
+} from "./nats/launcher.js";

@@ -1,4 +1,4 @@
-import type { Logger } from "../core/logger.js";
+import type { Logger } from "../core/index.js";
 import type { Bus } from "../bus/index.js";
 import type { ActorHost, ActorTemplateRegistry } from "../actors/index.js";
 import type { NodeConfig } from "./config.js";

@@ -1,8 +1,6 @@
 import { decodeValue, tenantAgentId, type CodecLimits } from "../bus/index.js";
-import { assertId } from "../core/ids.js";
-import { ArgumentError, isKovaError } from "../core/errors.js";
-import { KOVA_VERSION } from "../core/version.js";
-import type { ModelSlotStats } from "../agents/model/index.js";
+import { assertId, ArgumentError, isKovaError, KOVA_VERSION } from "../core/index.js";
+import type { ModelSlotStats } from "../agents/index.js";
 import type { AgentControl } from "./agent-control.js";
 import type { NodeControl } from "./control-handlers.js";
 import {

@@ -1,10 +1,7 @@
 import { hostname } from "node:os";
 import { join } from "node:path";
 import { mkdir } from "node:fs/promises";
-import { ErrorCode, isKovaError, KovaError } from "../core/errors.js";
-import { newId } from "../core/ids.js";
-import { childLogger, componentLogger, createLogger, type Logger } from "../core/logger.js";
-import { KOVA_VERSION } from "../core/version.js";
+import { ErrorCode, isKovaError, KovaError, newId, childLogger, componentLogger, createLogger, type Logger, KOVA_VERSION } from "../core/index.js";
 import { Bus } from "../bus/index.js";
 import { Wal, type WalFailedError } from "../wal/index.js";
 import {
@@ -50,11 +47,9 @@ import { recoverPendingTurns, type NodeRecoveryReport } from "./recovery-policy.
 import { ScheduleService } from "./schedules/service.js";
 import { VirtualActors } from "./virtual-actors.js";
 import { startAgentServices, type AgentServices } from "./agent-services.js";
-import type { AgentDefinition } from "../agents/definition.js";
-import type { Tool } from "../tools/types.js";
+import { type AgentDefinition, modelScheduler, type ModelCallScheduler } from "../agents/index.js";
+import type { Tool } from "../tools/index.js";
 import { registerSwarms } from "./swarms.js";
-import { modelScheduler } from "../agents/runtime.js";
-import type { ModelCallScheduler } from "../agents/model/scheduler.js";
 
 export { KOVA_VERSION };
 

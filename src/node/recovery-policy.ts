@@ -1,4 +1,4 @@
-import type { Logger } from "../core/logger.js";
+import type { Logger } from "../core/index.js";
 import type { ActorHost, ActorTypeRegistry } from "../actors/index.js";
 import type { Wal } from "../wal/index.js";
 import type { LeaseTable, AgentRecord, AgentRegistry } from "../cluster/index.js";

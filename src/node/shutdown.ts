@@ -1,5 +1,4 @@
-import type { Logger } from "../core/logger.js";
-import { componentLogger } from "../core/logger.js";
+import { type Logger, componentLogger } from "../core/index.js";
 
 export interface ShutdownOptions {
   /** The graceful path: stop taking messages, finish or checkpoint turns, flush, release, leave. */

@@ -1,8 +1,7 @@
-import type { Logger } from "../core/logger.js";
+import type { Logger } from "../core/index.js";
 import type { ActorTemplate, ActorTemplateRegistry, ActorTypeRegistry } from "../actors/index.js";
-import type { AgentDefinition } from "../agents/definition.js";
-import type { ModelCallScheduler } from "../agents/model/scheduler.js";
-import type { Tool } from "../tools/types.js";
+import type { AgentDefinition, ModelCallScheduler } from "../agents/index.js";
+import type { Tool } from "../tools/index.js";
 import type { NodeConfig } from "./config.js";
 import type { ResolveNatsOptions } from "./nats/bootstrap.js";
 

@@ -1,8 +1,7 @@
-import type { Logger } from "../core/logger.js";
+import type { Logger } from "../core/index.js";
 import type { Bus } from "../bus/index.js";
-import type { InterruptDelegation } from "../agents/index.js";
-import type { ActorTypeRegistry } from "../actors/registry.js";
-import { createOpenAiModel, type ModelCallScheduler } from "../agents/model/index.js";
+import { type InterruptDelegation, createOpenAiModel, type ModelCallScheduler } from "../agents/index.js";
+import type { ActorTypeRegistry } from "../actors/index.js";
 import { defineCoordinator, swarmActorType } from "../swarm/index.js";
 import type { NodeConfig } from "./config.js";
 

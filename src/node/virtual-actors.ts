@@ -1,7 +1,5 @@
-import { assertId } from "../core/ids.js";
-import { type Logger, componentLogger } from "../core/logger.js";
-import { isConsumerNotFound, UnknownAgentError, type ActivationReply, type Bus } from "../bus/index.js";
-import { isMessageGone } from "../bus/nats-errors.js";
+import { assertId, type Logger, componentLogger } from "../core/index.js";
+import { isConsumerNotFound, UnknownAgentError, type ActivationReply, type Bus, isMessageGone } from "../bus/index.js";
 import { UnknownActorTypeError, type ActorHost, type ActorTemplateRegistry, type ActorTypeRegistry, type RegisteredTemplate } from "../actors/index.js";
 import { type ActorAdmission, QuotaExceededError, type LeaseTable, type AgentRecord, type AgentRegistry, type VirtualActorsView } from "../cluster/index.js";
 import type { PlacementController } from "./placement/controller.js";

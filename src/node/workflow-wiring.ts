@@ -1,5 +1,4 @@
-import { KovaError } from "../core/errors.js";
-import { sleep } from "../core/clock.js";
+import { KovaError, sleep } from "../core/index.js";
 import { createEnvelope } from "../bus/index.js";
 import { ActorErrorCode } from "../actors/index.js";
 import { SubjectWaitService, SubjectWaits, TimerService, WorkflowMessageType, WorkflowTimers, type WorkflowActorPorts } from "../workflow/index.js";

@@ -1,7 +1,4 @@
-import { intValue, rejectUnknown, stringList, stringValue, tablesAt } from "../core/config-table.js";
-import { ConfigError } from "../core/errors.js";
-import { isValidId } from "../core/ids.js";
-import { durationMs } from "../core/duration.js";
+import { intValue, rejectUnknown, stringList, stringValue, tablesAt, ConfigError, isValidId, durationMs } from "../core/index.js";
 import { DEFAULT_MAX_SUBTASKS, DEFAULT_SWARM_DEADLINE_MS } from "./coordinator.js";
 
 /**

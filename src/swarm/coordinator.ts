@@ -1,13 +1,11 @@
-import { ArgumentError, isKovaError, toWire } from "../core/errors.js";
-import { componentLogger, silentLogger, type Logger } from "../core/logger.js";
-import { derivedId } from "../core/ids.js";
-import { publicText } from "../core/public-error.js";
+import { ArgumentError, isKovaError, toWire, componentLogger, silentLogger, type Logger, derivedId, publicText } from "../core/index.js";
 import { isInfrastructureFailure, type Bus, type KovaEvent } from "../bus/index.js";
-import { defineActor } from "../actors/definition.js";
-import { isLeaseLost, TurnInterruptedError } from "../actors/errors.js";
-import type { ActorContext, ActorDefinition } from "../actors/types.js";
-import { costOf, type ModelCallScheduler, type ModelClient, type ModelPrice } from "../agents/model/index.js";
+import { defineActor, isLeaseLost, TurnInterruptedError, type ActorContext, type ActorDefinition } from "../actors/index.js";
 import {
+  costOf,
+  type ModelCallScheduler,
+  type ModelClient,
+  type ModelPrice,
   addUsage,
   delegateTask,
   type InterruptDelegation,

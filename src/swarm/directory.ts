@@ -1,7 +1,5 @@
-import { isKovaError } from "../core/errors.js";
-import { componentLogger, silentLogger, type Logger } from "../core/logger.js";
+import { isKovaError, componentLogger, silentLogger, type Logger, UnsupportedFormatError } from "../core/index.js";
 import { BusErrorCode, isNoResponders, AGENT_RECORD_FORMAT, readKvEntries, type AgentRecord, type Bus } from "../bus/index.js";
-import { UnsupportedFormatError } from "../core/format-version.js";
 import type { AgentInfo } from "../agents/index.js";
 
 /** An agent a coordinator may delegate to, as the cluster sees it now. */

@@ -1,5 +1,5 @@
-import { defineErrorCodes, KovaError } from "../core/errors.js";
-import type { ArgumentIssue } from "../tools/validate.js";
+import { defineErrorCodes, KovaError } from "../core/index.js";
+import type { ArgumentIssue } from "../tools/index.js";
 import type { RunUsage } from "../agents/index.js";
 
 export const SwarmErrorCode = defineErrorCodes("swarm", {

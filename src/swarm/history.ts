@@ -1,4 +1,4 @@
-import { KovaTimeoutError } from "../core/errors.js";
+import { KovaTimeoutError } from "../core/index.js";
 import { isMessageGone, type Bus, type KovaEvent } from "../bus/index.js";
 
 /**

@@ -1,11 +1,6 @@
-import { ArgumentError } from "../core/errors.js";
-import { isValidId } from "../core/ids.js";
-import type { ChatMessage, ModelRequest, ModelResponse, ToolCall } from "../agents/model/index.js";
-import { addUsage, ZERO_USAGE, type RunUsage } from "../agents/index.js";
-import { defineTool } from "../tools/define-tool.js";
-import { ArgumentRepairBudget } from "../tools/repair-budget.js";
-import type { JsonSchema, Tool } from "../tools/types.js";
-import { validateArguments, type ArgumentIssue } from "../tools/validate.js";
+import { ArgumentError, isValidId } from "../core/index.js";
+import { type ChatMessage, type ModelRequest, type ModelResponse, type ToolCall, addUsage, ZERO_USAGE, type RunUsage } from "../agents/index.js";
+import { defineTool, ArgumentRepairBudget, type JsonSchema, type Tool, validateArguments, type ArgumentIssue } from "../tools/index.js";
 import { SwarmPlanInvalidError } from "./errors.js";
 
 /** One subtask of a swarm's plan. */

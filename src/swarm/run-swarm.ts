@@ -1,4 +1,4 @@
-import { assertId, derivedId } from "../core/ids.js";
+import { assertId, derivedId } from "../core/index.js";
 import { createEnvelope, type Bus, type KovaClient, type KovaEvent } from "../bus/index.js";
 import { DelegatedRunTimeoutError, msUntilDeadline, RunWatcher, type RunOutcome, type TaskConstraints } from "../agents/index.js";
 import { DEFAULT_SWARM_DEADLINE_MS, type SwarmRequest, type SwarmResult } from "./coordinator.js";

@@ -1,4 +1,4 @@
-import { defineErrorCodes, KovaError } from "../core/errors.js";
+import { defineErrorCodes, KovaError } from "../core/index.js";
 
 /** The testing layer's error codes (stable: they travel over NATS and scripts match on them). */
 export const HarnessErrorCode = defineErrorCodes("testing", {

@@ -18,7 +18,7 @@
 import { existsSync } from "node:fs";
 import { access, constants, mkdir, readFile, rmdir, writeFile } from "node:fs/promises";
 import { join } from "node:path";
-import { sleep } from "../core/clock.js";
+import { sleep } from "../core/index.js";
 import { HarnessError } from "./errors.js";
 
 export type FreezeMethod = "cgroup-v1" | "cgroup-v2" | "sigstop";

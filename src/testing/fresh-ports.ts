@@ -1,4 +1,4 @@
-import { freePort } from "../node/nats/launcher.js";
+import { freePort } from "../node/index.js";
 import { HarnessError } from "./errors.js";
 
 export interface FreshPortsOptions {

@@ -25,8 +25,8 @@ export {
 } from "./scripted-model-replies.js";
 export { type ModelCallLoad, type ModelCallLoadOptions, type ModelCallTask, startModelCallLoad } from "./model-call-load.js";
 // Replay as a tool: re-run a recorded turn against today's code (docs/actors.md).
-export { describeReplay, replayTurn, type ReplayDivergence, type ReplayOptions, type ReplayReport } from "../actors/replay.js";
-export { parseTurnRecord, type TurnRecord } from "../actors/turn-record.js";
+export { describeReplay, replayTurn, type ReplayDivergence, type ReplayOptions, type ReplayReport } from "../actors/index.js";
+export { parseTurnRecord, type TurnRecord } from "../actors/index.js";
 export { createNetworkTopology, type NetworkTopology, type NetworkTopologyOptions, networkNamespacesAvailable } from "./netns.js";
 export { startNatsServersIn, type TopologyNatsOptions, type TopologyNatsServer } from "./nats-in-topology.js";
 export { createFreezer, type Freezer, type FreezeMethod, freezeMethod } from "./freezer.js";

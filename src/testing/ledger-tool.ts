@@ -8,8 +8,8 @@
  * processes share the file.
  */
 import { appendFileSync } from "node:fs";
-import { sleep } from "../core/clock.js";
-import { defineTool } from "../tools/define-tool.js";
+import { sleep } from "../core/index.js";
+import { defineTool } from "../tools/index.js";
 
 export interface LedgerArgs {
   ledger: string;

@@ -1,7 +1,5 @@
-import { defineActor } from "../actors/definition.js";
-import type { ActorDefinition } from "../actors/types.js";
-import { createOpenAiModel } from "../agents/model/openai-model.js";
-import { ModelCallScheduler, type SchedulePolicy } from "../agents/model/scheduler.js";
+import { defineActor, type ActorDefinition } from "../actors/index.js";
+import { createOpenAiModel, ModelCallScheduler, type SchedulePolicy } from "../agents/index.js";
 import { scriptedReply } from "./scripted-model-replies.js";
 import { type ScriptedModelServer, startScriptedModelServer } from "./scripted-model-server.js";
 

@@ -2,8 +2,8 @@ import type { ChildProcess } from "node:child_process";
 import { mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { sleep } from "../core/clock.js";
-import { findNatsServerBinary, SERVER_PING, terminateServer, type NatsServerHandle, type RestartOptions } from "../node/nats/launcher.js";
+import { sleep } from "../core/index.js";
+import { findNatsServerBinary, SERVER_PING, terminateServer, type NatsServerHandle, type RestartOptions } from "../node/index.js";
 import { HarnessError } from "./errors.js";
 import type { NetworkTopology } from "./netns.js";
 

@@ -7,7 +7,7 @@
  */
 
 import { existsSync } from "node:fs";
-import { findNatsServerBinary, launchNatsServer, NatsPortInUseError, type NatsServerHandle, type StartNatsServerOptions } from "../node/nats/launcher.js";
+import { findNatsServerBinary, launchNatsServer, NatsPortInUseError, type NatsServerHandle, type StartNatsServerOptions } from "../node/index.js";
 import { HarnessError } from "./errors.js";
 import { startOnFreshPorts, type FreshPortsOptions } from "./fresh-ports.js";
 
@@ -21,7 +21,7 @@ export {
   type SpawnedNatsServer,
   spawnNatsServer,
   type StartNatsServerOptions,
-} from "../node/nats/launcher.js";
+} from "../node/index.js";
 export { HarnessError } from "./errors.js";
 export { startOnFreshPorts, type FreshPortsOptions, type StartOnFreshPortsOptions } from "./fresh-ports.js";
 

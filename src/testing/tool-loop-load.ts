@@ -17,12 +17,7 @@ import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { Kvm, type KV } from "@nats-io/kv";
 import type { NatsConnection } from "@nats-io/transport-node";
-import type { Bus } from "../bus/bus.js";
-import { decodeValue, encodeValue } from "../bus/codec.js";
-import { createEnvelope } from "../bus/envelope.js";
-import { isNatsNoResponders, isNatsTimeout } from "../bus/nats-errors.js";
-import type { KovaEvent } from "../bus/events.js";
-import type { RpcReply } from "../bus/rpc.js";
+import { type Bus, decodeValue, encodeValue, createEnvelope, isNatsNoResponders, isNatsTimeout, type KovaEvent, type RpcReply } from "../bus/index.js";
 import { scriptedReply } from "./scripted-model-replies.js";
 import { type ScriptedModelServer, type ScriptedRequest, startScriptedModelServer } from "./scripted-model-server.js";
 

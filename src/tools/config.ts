@@ -1,5 +1,4 @@
-import { intValue, rejectUnknown, tableAt, type ConfigTable } from "../core/config-table.js";
-import { componentLogger, silentLogger, type Logger } from "../core/logger.js";
+import { intValue, rejectUnknown, tableAt, type ConfigTable, componentLogger, silentLogger, type Logger } from "../core/index.js";
 import { dbConfigFrom, type DbConfig } from "./builtin/db-config.js";
 import { createDbTool } from "./builtin/db.js";
 import { shellConfigFrom, type ShellConfig } from "./builtin/shell-config.js";

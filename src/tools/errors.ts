@@ -1,6 +1,5 @@
-import { defineErrorCodes, KovaError, type KovaErrorOptions } from "../core/errors.js";
+import { defineErrorCodes, KovaError, type KovaErrorOptions, describeError } from "../core/index.js";
 import type { ArgumentIssue } from "./validate.js";
-import { describeError } from "../core/describe-error.js";
 
 /**
  * The tools layer's failures. Most of them reach the model as a tool result (see

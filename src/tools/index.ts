@@ -47,3 +47,7 @@ export {
   ToolsErrorCode,
   WebSearchFailedError,
 } from "./errors.js";
+// For the layers above (every import from another layer comes through this file).
+export { type McpConfig, mcpConfigFrom } from "./mcp/config.js";
+export { McpManager } from "./mcp/manager.js";
+export { type ToolPattern, parseToolPattern } from "./names.js";

@@ -1,5 +1,4 @@
-import { ErrorCode, KovaError, toWire, type WireError } from "../core/errors.js";
-import { describeError } from "../core/describe-error.js";
+import { ErrorCode, KovaError, toWire, type WireError, describeError } from "../core/index.js";
 import { ToolFailedError, ToolsErrorCode } from "./errors.js";
 import type { ArgumentRepairBudget, RepairVerdict } from "./repair-budget.js";
 import { DEFAULT_RESULT_MAX_BYTES, capText, serializeToolResult } from "./result-cap.js";

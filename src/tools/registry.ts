@@ -1,12 +1,9 @@
-import { ConfigError } from "../core/errors.js";
-import type { Logger } from "../core/logger.js";
+import { ConfigError, type Logger, closeMatches, componentLogger } from "../core/index.js";
 import { ToolDefinitionError, ToolNameConflictError } from "./errors.js";
 import { idempotencyClass, type IdempotencyClass } from "./idempotency.js";
-import { closeMatches } from "../core/close-matches.js";
 import { isValidToolName, parseToolPattern, TOOL_NAME_RULE, type ToolPattern } from "./names.js";
 import { ToolSet } from "./tool-set.js";
 import type { JsonSchema, Tool } from "./types.js";
-import { componentLogger } from "../core/logger.js";
 
 /**
  * A source of tools whose list can change: an MCP server (tools named `<server>/<tool>`),

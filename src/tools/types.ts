@@ -1,4 +1,4 @@
-import type { Logger } from "../core/logger.js";
+import type { Logger } from "../core/index.js";
 
 /** A JSON Schema (draft 2020-12 or draft-07) describing a tool's arguments. */
 export type JsonSchema = Record<string, unknown>;

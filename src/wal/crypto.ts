@@ -1,5 +1,5 @@
 import { createCipheriv, createDecipheriv, createHmac, hkdfSync, timingSafeEqual, type Cipher, type CipherGCM } from "node:crypto";
-import { ConfigError } from "../core/errors.js";
+import { ConfigError } from "../core/index.js";
 import { CipherId, MAC_LEN, TAG_LEN } from "./record-format.js";
 
 export type CipherAlgorithm = "aes-256-gcm" | "sm4";

@@ -1,4 +1,4 @@
-import { classifyErrorCodes, defineErrorCodes, KovaError, type KovaErrorOptions } from "../core/errors.js";
+import { classifyErrorCodes, defineErrorCodes, KovaError, type KovaErrorOptions } from "../core/index.js";
 
 /** The wal layer's error codes (stable: they travel over NATS and scripts match on them). */
 export const WalErrorCode = defineErrorCodes("wal", {

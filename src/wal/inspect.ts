@@ -1,6 +1,6 @@
 import { existsSync } from "node:fs";
 import { join } from "node:path";
-import { ArgumentError } from "../core/errors.js";
+import { ArgumentError } from "../core/index.js";
 import type { CipherAlgorithm } from "./crypto.js";
 import { resolveSecurity } from "./keys.js";
 import { decodePayload } from "./codec.js";

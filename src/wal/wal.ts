@@ -1,7 +1,6 @@
 import { randomBytes } from "node:crypto";
 import { mkdirSync } from "node:fs";
-import { ErrorCode, KovaError } from "../core/errors.js";
-import { componentLogger, silentLogger, type Logger } from "../core/logger.js";
+import { ErrorCode, KovaError, componentLogger, silentLogger, type Logger } from "../core/index.js";
 import { encodePayload } from "./codec.js";
 import { ZERO_MAC, type SessionCipher } from "./crypto.js";
 import { WalErrorCode, WalFullError, WalKvCorruptError, type WalFailedError } from "./errors.js";

@@ -1,10 +1,6 @@
 import { readFile } from "node:fs/promises";
 import { extname } from "node:path";
-import { closeMatches } from "../core/close-matches.js";
-import { durationMs } from "../core/duration.js";
-import { isKovaError } from "../core/errors.js";
-import { isValidId } from "../core/ids.js";
-import { parseTomlText } from "../core/toml.js";
+import { closeMatches, durationMs, isKovaError, isValidId, parseTomlText } from "../core/index.js";
 import { conditionPaths, parseCondition } from "./condition.js";
 import { WorkflowDefinitionError, WorkflowInputError } from "./errors.js";
 import { parseTemplate, type Placeholder, type TemplatePart } from "./template.js";

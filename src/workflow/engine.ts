@@ -1,6 +1,5 @@
-import { toWire, type WireError } from "../core/errors.js";
+import { toWire, type WireError, checkFormatVersion } from "../core/index.js";
 import { addUsage, reportedUsage, runPayload, type RunStatus, type RunUsage, type TaskDelegatePayload } from "../agents/index.js";
-import { checkFormatVersion } from "../core/format-version.js";
 import { evaluateCondition, parseCondition, truthy } from "./condition.js";
 import {
   waitSubjectProblem,

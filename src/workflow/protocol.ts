@@ -1,7 +1,6 @@
-import { isValidId } from "../core/ids.js";
+import { isValidId, ArgumentError } from "../core/index.js";
 import { randomBytes } from "node:crypto";
 import { registerMessageTypes } from "../bus/index.js";
-import { ArgumentError } from "../core/errors.js";
 import type { SignalPayload } from "./engine.js";
 
 /**

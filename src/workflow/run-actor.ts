@@ -1,6 +1,5 @@
-import { ErrorCode, isKovaError, KovaError, toWire, type WireError } from "../core/errors.js";
+import { ErrorCode, isKovaError, KovaError, toWire, type WireError, isValidId } from "../core/index.js";
 import { BusErrorCode } from "../bus/index.js";
-import { isValidId } from "../core/ids.js";
 import { defineActor, type ActorContext, type ActorDefinition } from "../actors/index.js";
 import { checkInput, parseWorkflow } from "./definition.js";
 import { emptyRunState, readRunState, RunEngine, stepMetadata, type Effect, type RunState } from "./engine.js";

@@ -1,7 +1,6 @@
 import { createHash } from "node:crypto";
 import { KvStore, SubjectCapture, subjectsFor, type JetStreamAccess } from "../bus/index.js";
-import { recordFormat } from "../core/format-version.js";
-import { componentLogger, silentLogger, type Logger } from "../core/logger.js";
+import { recordFormat, componentLogger, silentLogger, type Logger } from "../core/index.js";
 
 /**
  * Waits on a NATS subject (`wait for = "event"` with `subject = "…"`, docs/workflows.md).

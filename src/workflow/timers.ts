@@ -1,6 +1,5 @@
 import { KvStore, type KvConnection } from "../bus/index.js";
-import { recordFormat } from "../core/format-version.js";
-import { componentLogger, silentLogger, type Logger } from "../core/logger.js";
+import { recordFormat, componentLogger, silentLogger, type Logger } from "../core/index.js";
 
 /**
  * Durable timers of workflow runs: retry backoffs, step and wait timeouts, timer waits.

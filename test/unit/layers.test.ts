@@ -34,6 +34,25 @@ describe("layering", () => {
     expect(violations).toEqual([]);
   });
 
+  it("layers - one door per layer: an import from another layer names that layer's src/<layer>/index.ts; a layer's own files import each other, never their own index", () => {
+    // test/ and bench/ are not held to this: a test of a layer's internals imports its files.
+    const src = join(import.meta.dirname, "../../src");
+    const pastTheDoor: string[] = [];
+    const ownDoor: string[] = [];
+    let throughDoor = 0;
+    for (const { from, fromLayer, spec, target, targetLayer } of sourceImports(src)) {
+      if (fromLayer === "" || targetLayer === "") continue;
+      const door = `${targetLayer}/index.js`;
+      if (fromLayer !== targetLayer) {
+        if (target === door) throughDoor++;
+        else pastTheDoor.push(`${from} imports ${spec}`);
+      } else if (target === door && from !== `${fromLayer}/index.ts`) ownDoor.push(`${from} imports ${spec}`);
+    }
+    expect(throughDoor).toBeGreaterThan(300);
+    expect(pastTheDoor).toEqual([]);
+    expect(ownDoor).toEqual([]);
+  });
+
   it("layers - NATS is reached through the bus and cluster layers: no other file imports @nats-io/* (testing may, to start servers)", () => {
     const src = join(import.meta.dirname, "../../src");
     const NATS_LAYERS = ["bus", "cluster", "testing"];

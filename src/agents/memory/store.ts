@@ -1,5 +1,5 @@
 import { KvStore, type KvConnection } from "../../bus/index.js";
-import { recordFormat } from "../../core/format-version.js";
+import { recordFormat } from "../../core/index.js";
 import type { ChatMessage } from "../model/types.js";
 import { toUnits } from "./units.js";
 

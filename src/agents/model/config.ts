@@ -1,9 +1,18 @@
 import { readFileSync } from "node:fs";
 import { isAbsolute, resolve } from "node:path";
-import { boolAt, intAt, keyOf, numberAt, rejectUnknown, stringAt, tableAt, type ConfigTable } from "../../core/config-table.js";
-import { ConfigError } from "../../core/errors.js";
-import { isValidId } from "../../core/ids.js";
-import { isLoopbackHost } from "../../core/loopback.js";
+import {
+  boolAt,
+  intAt,
+  keyOf,
+  numberAt,
+  rejectUnknown,
+  stringAt,
+  tableAt,
+  type ConfigTable,
+  ConfigError,
+  isValidId,
+  isLoopbackHost,
+} from "../../core/index.js";
 import { DEFAULT_MAX_RESPONSE_BYTES, DEFAULT_MODEL_MAX_RETRIES, DEFAULT_MODEL_TIMEOUT_MS, type OpenAiModelConfig } from "./openai-model.js";
 import { SCHEDULE_POLICIES, type SchedulePolicy } from "./scheduler.js";
 

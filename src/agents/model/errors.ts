@@ -1,4 +1,4 @@
-import { defineErrorCodes, KovaError, type KovaErrorOptions } from "../../core/errors.js";
+import { defineErrorCodes, KovaError, type KovaErrorOptions } from "../../core/index.js";
 import type { ModelFailureReason } from "./types.js";
 
 export const ModelErrorCode = defineErrorCodes("agents", {

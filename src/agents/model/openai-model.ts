@@ -1,7 +1,5 @@
 import type OpenAI from "openai";
-import { sleep } from "../../core/clock.js";
-import { ArgumentError } from "../../core/errors.js";
-import type { Logger } from "../../core/logger.js";
+import { sleep, ArgumentError, type Logger, componentLogger } from "../../core/index.js";
 import { ModelCallAbortedError, ModelCallError, type ModelCallErrorData, ModelResponseTooLargeError } from "./errors.js";
 import {
   type AssembledResponse,
@@ -16,7 +14,6 @@ import {
 import { lineBoundedFetch } from "./line-bounded-fetch.js";
 import { DEFAULT_RETRY_POLICY, type HeaderLookup, type RetryPolicy, retryAfterMs, retryDelayMs } from "./retry.js";
 import type { ModelClient, ModelDelta, ModelFailureReason, ModelRequest, ModelResponse } from "./types.js";
-import { componentLogger } from "../../core/logger.js";
 
 type OpenAiModule = typeof import("openai");
 

@@ -1,4 +1,4 @@
-import { backoffMs } from "../../core/clock.js";
+import { backoffMs } from "../../core/index.js";
 
 /** How a model client spaces its retries. */
 export interface RetryPolicy {

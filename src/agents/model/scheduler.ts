@@ -1,9 +1,7 @@
-import { ArgumentError } from "../../core/errors.js";
-import type { Logger } from "../../core/logger.js";
+import { ArgumentError, type Logger, componentLogger } from "../../core/index.js";
 import { ModelCallAbortedError, SchedulerClosedError } from "./errors.js";
 import type { AcquireSlot } from "./types.js";
 import { DeadlineQueue, KeyedQueue, PriorityQueue, type Queued, type WaitQueue } from "./wait-queues.js";
-import { componentLogger } from "../../core/logger.js";
 
 export const SCHEDULE_POLICIES = ["round_robin", "priority", "fair_share", "deadline"] as const;
 

@@ -1,4 +1,4 @@
-import type { JsonSchema } from "../../tools/types.js";
+import type { JsonSchema } from "../../tools/index.js";
 
 /**
  * The provider-neutral model interface the agent loop talks to, shaped after the OpenAI

@@ -25,7 +25,7 @@
 import { jetstream, type JetStreamClient, type StreamInfo } from "@nats-io/jetstream";
 import { Kvm, type KvEntry } from "@nats-io/kv";
 import type { NatsConnection } from "@nats-io/transport-node";
-import { ArgumentError, KovaTimeoutError } from "../../core/errors.js";
+import { ArgumentError, KovaTimeoutError } from "../../core/index.js";
 import { BucketNotFoundError } from "../errors.js";
 import { isStreamNotFound } from "../nats-errors.js";
 

@@ -1,8 +1,6 @@
 import { readdir, readFile, rm, writeFile } from "node:fs/promises";
 import { join } from "node:path";
-import { KovaError } from "../../core/errors.js";
-import { sleep } from "../../core/clock.js";
-import { componentLogger, silentLogger, type Logger } from "../../core/logger.js";
+import { KovaError, sleep, componentLogger, silentLogger, type Logger } from "../../core/index.js";
 import { findNatsServerBinary, launchNatsServer, type NatsServerProcess } from "./launcher.js";
 import { BusErrorCode, probeNats, redactUrls, type NatsConnection } from "../../bus/index.js";
 

@@ -1,7 +1,6 @@
 import { readFileSync } from "node:fs";
 import { resolve } from "node:path";
-import { ConfigError } from "../../core/errors.js";
-import { rejectUnknown, stringList, stringValue, tableAt, type ConfigTable } from "../../core/config-table.js";
+import { ConfigError, rejectUnknown, stringList, stringValue, tableAt, type ConfigTable } from "../../core/index.js";
 import type { NatsSecurity, SenderTrust } from "../../bus/index.js";
 
 /** The `[nats]` keys about identity and transport security (urls and replicas are parsed in config.ts). */

@@ -4,8 +4,7 @@ import { mkdir, mkdtemp, readdir, readFile, rm, writeFile } from "node:fs/promis
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { delimiter, join } from "node:path";
-import { KovaError } from "../../core/errors.js";
-import { sleep } from "../../core/clock.js";
+import { KovaError, sleep } from "../../core/index.js";
 import { NodeErrorCode } from "../errors.js";
 
 /**

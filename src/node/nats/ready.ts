@@ -1,6 +1,4 @@
-import { ErrorCode, isKovaError } from "../../core/errors.js";
-import { sleep } from "../../core/clock.js";
-import type { Logger } from "../../core/logger.js";
+import { ErrorCode, isKovaError, sleep, type Logger } from "../../core/index.js";
 import { BusErrorCode, isTransientNatsError } from "../../bus/index.js";
 
 /**

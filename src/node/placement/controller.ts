@@ -1,4 +1,4 @@
-import { type Logger, componentLogger } from "../../core/logger.js";
+import { type Logger, componentLogger } from "../../core/index.js";
 import type { LeaseRecord, LeaseTable, Membership, AgentRecord, AgentRegistry } from "../../cluster/index.js";
 import { ownerOf } from "./rendezvous.js";
 

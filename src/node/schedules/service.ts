@@ -1,6 +1,4 @@
-import { ErrorCode, KovaError } from "../../core/errors.js";
-import { recordFormat } from "../../core/format-version.js";
-import { type Logger, componentLogger } from "../../core/logger.js";
+import { ErrorCode, KovaError, recordFormat, type Logger, componentLogger } from "../../core/index.js";
 import { createEnvelope, KvStore, type Bus, type NatsConnection } from "../../bus/index.js";
 import { KvMirror } from "../../cluster/index.js";
 import { dueTick, nextTick, scheduledRunId, scheduleTarget, type ScheduleSpec } from "./spec.js";

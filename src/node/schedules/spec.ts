@@ -1,10 +1,7 @@
 import { readFileSync } from "node:fs";
 import { isAbsolute, resolve } from "node:path";
 import { CronExpressionParser } from "cron-parser";
-import { ConfigError, KovaError } from "../../core/errors.js";
-import { rejectUnknown, stringValue, tableAt, type ConfigTable } from "../../core/config-table.js";
-import { isValidId } from "../../core/ids.js";
-import { durationMs } from "../../core/duration.js";
+import { ConfigError, KovaError, rejectUnknown, stringValue, tableAt, type ConfigTable, isValidId, durationMs } from "../../core/index.js";
 import { isWellFormedType, type MessageType } from "../../bus/index.js";
 import { checkInput, MAX_RUN_ID, parseWorkflow, parseWorkflowText } from "../../workflow/index.js";
 

@@ -1,5 +1,4 @@
-import { systemClock, type Clock } from "../../core/clock.js";
-import { ArgumentError } from "../../core/errors.js";
+import { systemClock, type Clock, ArgumentError } from "../../core/index.js";
 import { defineTool } from "../define-tool.js";
 import type { Tool } from "../types.js";
 

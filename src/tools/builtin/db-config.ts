@@ -1,5 +1,4 @@
-import { boolAt, intAt, keyOf, rejectUnknown, secretAt, stringAt, type ConfigTable } from "../../core/config-table.js";
-import { ConfigError } from "../../core/errors.js";
+import { boolAt, intAt, keyOf, rejectUnknown, secretAt, stringAt, type ConfigTable, ConfigError } from "../../core/index.js";
 
 /**
  * `[tools.db]`, parsed. The connection URL (with its password) never appears in the file:

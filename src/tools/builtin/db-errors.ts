@@ -1,4 +1,4 @@
-import { defineErrorCodes, KovaError, type KovaErrorOptions } from "../../core/errors.js";
+import { defineErrorCodes, KovaError, type KovaErrorOptions } from "../../core/index.js";
 
 /** db_query's failures (prefix DB_, defined next to the tool so other built-ins add theirs apart). */
 export const DbErrorCode = defineErrorCodes("tools", {

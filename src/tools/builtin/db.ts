@@ -1,13 +1,11 @@
 import type { FieldDef, Pool, PoolClient, QueryArrayConfig } from "pg";
-import { ArgumentError, isKovaError, type KovaError } from "../../core/errors.js";
-import type { Logger } from "../../core/logger.js";
+import { ArgumentError, isKovaError, type KovaError, type Logger, componentLogger } from "../../core/index.js";
 import type { Tool, ToolContext } from "../types.js";
 import type { DbConfig } from "./db-config.js";
 import { cancelTarget, sendCancelRequest, type CancelTarget } from "./db-cancel.js";
 import { DbAbortedError, DbMultipleStatementsError, DbNotAQueryError, DbQueryError, DbStatementTimeoutError, DbUnavailableError } from "./db-errors.js";
 import { checkLogin } from "./db-login.js";
 import { inspectSql } from "./db-sql.js";
-import { componentLogger } from "../../core/logger.js";
 
 export { dbConfigFrom, type DbConfig } from "./db-config.js";
 

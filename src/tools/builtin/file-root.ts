@@ -1,7 +1,7 @@
 import { constants, fstatSync, openSync, closeSync, statSync, type Stats } from "node:fs";
 import { lstat, mkdir, open, readlink, type FileHandle } from "node:fs/promises";
 import { isAbsolute, relative, resolve, sep } from "node:path";
-import { ErrorCode, KovaError } from "../../core/errors.js";
+import { ErrorCode, KovaError } from "../../core/index.js";
 import { FileNotFoundError, FilePathRefusedError, FileTypeRefusedError } from "../errors.js";
 import { shortenText } from "../result-cap.js";
 

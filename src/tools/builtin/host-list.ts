@@ -1,5 +1,5 @@
 import { domainToASCII } from "node:url";
-import { ConfigError } from "../../core/errors.js";
+import { ConfigError } from "../../core/index.js";
 import { formatIp, parseIp } from "./ip-address.js";
 
 /**

@@ -1,7 +1,7 @@
 import { request as httpRequest, type IncomingMessage, type OutgoingHttpHeaders } from "node:http";
 import { request as httpsRequest } from "node:https";
 import type { LookupFunction } from "node:net";
-import { KovaError, KovaTimeoutError } from "../../core/errors.js";
+import { KovaError, KovaTimeoutError } from "../../core/index.js";
 import { HttpRequestFailedError } from "../errors.js";
 import { utf8Boundary } from "../result-cap.js";
 

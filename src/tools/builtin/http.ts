@@ -1,6 +1,5 @@
 import type { OutgoingHttpHeaders } from "node:http";
-import { boolValue, intValue, rejectUnknown, stringList, type ConfigTable } from "../../core/config-table.js";
-import { ConfigError } from "../../core/errors.js";
+import { boolValue, intValue, rejectUnknown, stringList, type ConfigTable, ConfigError } from "../../core/index.js";
 import { defineTool } from "../define-tool.js";
 import { HttpRequestRefusedError, HttpTargetRefusedError, HttpTooManyRedirectsError } from "../errors.js";
 import { shortenText } from "../result-cap.js";

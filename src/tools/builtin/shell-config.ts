@@ -1,7 +1,6 @@
 import { accessSync, constants } from "node:fs";
 import { delimiter, isAbsolute, join, resolve } from "node:path";
-import { intAt, keyOf, pathAt, rejectUnknown, stringAt, type ConfigTable } from "../../core/config-table.js";
-import { ConfigError } from "../../core/errors.js";
+import { intAt, keyOf, pathAt, rejectUnknown, stringAt, type ConfigTable, ConfigError } from "../../core/index.js";
 import { isWithin, realPath } from "./host-path.js";
 import { CGROUP_ROOT, DEFAULT_CGROUP_PARENT } from "./shell-cgroup.js";
 

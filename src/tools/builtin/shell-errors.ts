@@ -1,4 +1,4 @@
-import { defineErrorCodes, KovaError, type KovaErrorOptions } from "../../core/errors.js";
+import { defineErrorCodes, KovaError, type KovaErrorOptions } from "../../core/index.js";
 
 /**
  * shell_exec's failures. The tools layer's own codes live with their tool (prefix SHELL_),

@@ -1,6 +1,6 @@
 import { spawn } from "node:child_process";
 import type { Readable, Writable } from "node:stream";
-import { KovaError } from "../../core/errors.js";
+import { KovaError } from "../../core/index.js";
 import { ShellAbortedError, ShellErrorCode, ShellSpawnFailedError } from "./shell-errors.js";
 
 /** One child process to run with a wall-time limit and a cap on its output. */

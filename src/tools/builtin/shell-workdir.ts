@@ -1,7 +1,6 @@
 import { mkdir, chown, realpath, stat } from "node:fs/promises";
 import { dirname, join, posix, relative, sep } from "node:path";
-import { ArgumentError } from "../../core/errors.js";
-import { isValidId } from "../../core/ids.js";
+import { ArgumentError, isValidId } from "../../core/index.js";
 import { ShellWorkDirError } from "./shell-errors.js";
 import { SANDBOX_WORK_DIR } from "./shell-sandbox.js";
 

@@ -2,8 +2,7 @@ import { accessSync, constants } from "node:fs";
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { ArgumentError } from "../../core/errors.js";
-import type { Logger } from "../../core/logger.js";
+import { ArgumentError, type Logger, componentLogger } from "../../core/index.js";
 import type { Tool, ToolContext } from "../types.js";
 import type { ShellConfig } from "./shell-config.js";
 import {
@@ -20,7 +19,6 @@ import { ShellSandboxUnavailableError, ShellSpawnFailedError } from "./shell-err
 import { runCaptured, type CapturedOutcome } from "./shell-process.js";
 import { bwrapArgs, limitsPrologue, NOBODY, SANDBOX_ENV, SANDBOX_WORK_DIR, type SandboxWork } from "./shell-sandbox.js";
 import { agentWorkDir, checkHostCwd, sandboxCwd } from "./shell-workdir.js";
-import { componentLogger } from "../../core/logger.js";
 
 export { shellConfigFrom, type ShellConfig } from "./shell-config.js";
 

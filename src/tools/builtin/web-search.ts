@@ -1,5 +1,4 @@
-import { intValue, rejectUnknown, secretFromEnv, stringValue, tableAt, type ConfigTable } from "../../core/config-table.js";
-import { ConfigError } from "../../core/errors.js";
+import { intValue, rejectUnknown, secretFromEnv, stringValue, tableAt, type ConfigTable, ConfigError } from "../../core/index.js";
 import { defineTool } from "../define-tool.js";
 import { WebSearchFailedError } from "../errors.js";
 import { shortenText } from "../result-cap.js";

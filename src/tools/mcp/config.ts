@@ -1,7 +1,5 @@
 import { dirname, isAbsolute, resolve } from "node:path";
-import { describeValue, intValue, rejectUnknown, tableAt, tablesAt, type ConfigTable } from "../../core/config-table.js";
-import { ConfigError } from "../../core/errors.js";
-import { isValidId } from "../../core/ids.js";
+import { describeValue, intValue, rejectUnknown, tableAt, tablesAt, type ConfigTable, ConfigError, isValidId } from "../../core/index.js";
 import { isWithin, realPath } from "../builtin/host-path.js";
 import { bindList, findOnPath, mayHoldSecrets } from "../builtin/shell-config.js";
 import { SANDBOX_ENV, SANDBOX_WORK_DIR, visibleInSandbox } from "../builtin/shell-sandbox.js";

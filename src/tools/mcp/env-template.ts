@@ -3,7 +3,7 @@
  * the value, so a config object can be logged or shown by `kova tools ls` without leaking a
  * secret; values are read from the node's environment only when the server is spawned.
  */
-import { ConfigError } from "../../core/errors.js";
+import { ConfigError } from "../../core/index.js";
 
 /** An environment variable name as POSIX shells accept it. */
 export const ENV_NAME = /^[A-Za-z_][A-Za-z0-9_]*$/;

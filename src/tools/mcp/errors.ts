@@ -1,4 +1,4 @@
-import { defineErrorCodes, KovaError, type KovaErrorOptions } from "../../core/errors.js";
+import { defineErrorCodes, KovaError, type KovaErrorOptions } from "../../core/index.js";
 
 /**
  * The MCP client's failures. Codes carry the `MCP_` prefix because the tools layer's other

@@ -1,4 +1,4 @@
-import { componentLogger, silentLogger, type Logger } from "../../core/logger.js";
+import { componentLogger, silentLogger, type Logger } from "../../core/index.js";
 import type { Tool } from "../types.js";
 import type { McpConfig } from "./config.js";
 import { McpUnknownServerError } from "./errors.js";

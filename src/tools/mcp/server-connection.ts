@@ -1,8 +1,6 @@
 import type { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import type { CallToolResult, Tool as McpToolDefinition } from "@modelcontextprotocol/sdk/types.js";
-import { ConfigError, KovaError } from "../../core/errors.js";
-import { componentLogger, silentLogger, type Logger } from "../../core/logger.js";
-import { KOVA_VERSION } from "../../core/version.js";
+import { ConfigError, KovaError, componentLogger, silentLogger, type Logger, KOVA_VERSION } from "../../core/index.js";
 import { ToolDefinitionError } from "../errors.js";
 import type { JsonSchema, ToolContext } from "../types.js";
 import { compileArgumentSchema } from "../validate.js";

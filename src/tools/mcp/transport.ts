@@ -1,6 +1,5 @@
 import type { Transport } from "@modelcontextprotocol/sdk/shared/transport.js";
-import { ConfigError } from "../../core/errors.js";
-import type { Logger } from "../../core/logger.js";
+import { ConfigError, type Logger } from "../../core/index.js";
 import { execPrologue, NOBODY, SANDBOX_ENV, SANDBOX_WORK_DIR, sandboxArgs } from "../builtin/shell-sandbox.js";
 import type { McpServerConfig, McpStdioServerConfig } from "./config.js";
 import { renderTemplate, templateVariables } from "./env-template.js";
