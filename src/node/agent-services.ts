@@ -29,11 +29,11 @@ export interface AgentServices {
 
 /**
  * Builds the agent level when the node has agents (from `[[agents]]`, modules or code):
- * the tool registry (built-ins from `[tools]`, tools defined in code, MCP servers from `[[mcp.servers]]`, loaded
- * by dynamic import only when configured), the AgentRuntime over the node's bus, and one
+ * the tool registry (built-ins from `[tools]`, tools defined in code, MCP servers from `[[mcp.servers]]`, whose
+ * SDK loads only when one starts: src/tools/mcp/sdk.ts), the AgentRuntime over the node's bus, and one
  * actor type per agent, registered in `types`. Every agent's tool list is resolved here,
  * so a typo fails the start, not the first run.
- * @returns undefined when there are no agents (a node of plain actors loads none of this)
+ * @returns undefined when there are no agents (a node of plain actors builds none of this)
  * @throws ConfigError for an agent id clashing with an actor type, or an unknown tool
  */
 export async function startAgentServices(
