@@ -40,15 +40,20 @@ const tmp = mkdtempSync(join(tmpdir(), "kova-levels-"));
 const rows = [];
 const specs = [];
 try {
-  for (const level of LEVELS) {
+  const imports = LEVELS.map((level) => {
     specs.push(...level.adds);
-    const imports = specs.map((s) => `await import(${JSON.stringify(s)});`).join(" ");
-    const times = [];
-    for (let i = 0; i < runs; i++) {
-      times.push(Number(node(["--input-type=module", "-e", `const t = performance.now(); ${imports} console.log(performance.now() - t);`]).trim()));
+    return specs.map((s) => `await import(${JSON.stringify(s)});`).join(" ");
+  });
+  // Runs interleave the levels, so a change in the machine's load falls on all of them alike.
+  const times = LEVELS.map(() => []);
+  for (let i = 0; i < runs; i++) {
+    for (const [l, code] of imports.entries()) {
+      times[l].push(Number(node(["--input-type=module", "-e", `const t = performance.now(); ${code} console.log(performance.now() - t);`]).trim()));
     }
-    const trace = join(tmp, `trace-${rows.length}.txt`);
-    node(["--import", "./scripts/trace-modules.mjs", "--input-type=module", "-e", imports], { KOVA_TRACE_MODULES: trace });
+  }
+  for (const [l, level] of LEVELS.entries()) {
+    const trace = join(tmp, `trace-${l}.txt`);
+    node(["--import", "./scripts/trace-modules.mjs", "--input-type=module", "-e", imports[l]], { KOVA_TRACE_MODULES: trace });
     const packages = new Map();
     let ownBytes = 0;
     for (const url of new Set(readFileSync(trace, "utf8").split("\n").filter(Boolean))) {
@@ -59,7 +64,7 @@ try {
     }
     let bytes = ownBytes;
     for (const dir of packages.keys()) bytes += duBytes(dir);
-    rows.push({ level: level.name, importMs: median(times), packages: packages.size, mb: bytes / 1e6, names: [...new Set(packages.values())].sort() });
+    rows.push({ level: level.name, importMs: median(times[l]), packages: packages.size, mb: bytes / 1e6, names: [...new Set(packages.values())].sort() });
   }
 } finally {
   rmSync(tmp, { recursive: true, force: true });
