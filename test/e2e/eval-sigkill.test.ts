@@ -53,6 +53,9 @@ describe("experiments across node processes", () => {
     expect(calm.status).toBe("completed");
     const calmRecords = await (await evalStore(tc.bus)).attempts(calm.experimentId);
     expect(calmRecords).toHaveLength(120);
+    // the cells ran across the nodes: the subjects' 8 runner instances are placed by rendezvous
+    // hashing over the 3 nodes (all on one node has odds of 3 in 3^8, 1 in 2,187)
+    expect(new Set(calmRecords.map((r) => r.node)).size).toBeGreaterThan(1);
 
     const { experimentId } = await startExperiment(tc.bus, spec);
     const attempts = () => tc.events.filter((e) => e.runId === experimentId && e.type === "eval_attempt").length;
