@@ -2,6 +2,7 @@ import { closeMatches, ConfigError, isKovaError } from "../core/index.js";
 import { BusErrorCode, type Bus } from "../bus/index.js";
 import type { EvalAgentsPort } from "./subject-actor.js";
 import { subjectDefinition } from "./subject-actor.js";
+import { checkEndpoint } from "./endpoint-guard.js";
 import { a2aHeaders, openAiConfig } from "./external.js";
 import type { EvalTrust } from "./node-trust.js";
 import type { ExperimentSpec } from "./spec.js";
@@ -11,7 +12,7 @@ import { loadCodeVerifier } from "./verifiers.js";
  * Checks an expanded spec against the cluster, on the node that starts the experiment:
  * every agent, model and tool a subject or judge names exists here, every actor subject is
  * declared, every external subject can be called from here with what this node lets it read
- * (`[eval.env]`), every code verifier imports from where the node allows (`[eval] verifier_dirs`).
+ * (`[eval.env]`) at an address it lets experiments reach (`[eval] allow_private_endpoints`), every code verifier imports from where the node allows (`[eval] verifier_dirs`).
  * A file can be checked anywhere; this is what only a node knows. Nodes of a cluster carry
  * the same agents, models and modules, so what passes here runs everywhere.
  * @throws ConfigError naming the field as written in the spec (`subjects[1].model`) and the fix
@@ -50,9 +51,11 @@ export async function checkSpecOnCluster(spec: ExperimentSpec, deps: { agents: E
   for (const [i, s] of spec.subjects.entries()) {
     const key = `subjects[${i}]`;
     if (s.kind === "agent") checkAgent(s.agent, s.overrides, key);
-    else if (s.kind === "openai") openAiConfig(s, deps.trust, key);
-    else if (s.kind === "a2a") a2aHeaders(s, deps.trust, key);
-    else {
+    else if (s.kind === "openai") await checkEndpoint(openAiConfig(s, deps.trust, key).baseUrl, deps.trust, `${key}.openai.base_url`);
+    else if (s.kind === "a2a") {
+      a2aHeaders(s, deps.trust, key);
+      await checkEndpoint(s.url, deps.trust, `${key}.a2a`);
+    } else {
       try {
         await deps.bus.checkAgent(s.actor);
       } catch (err) {

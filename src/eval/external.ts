@@ -3,6 +3,7 @@ import type { KovaEvent } from "../bus/index.js";
 import { TurnInterruptedError, type ActorContext } from "../actors/index.js";
 import { costOf, parseModelsConfig, parseRunRequest, readUsage, type AgentResult, type ModelClient, type ModelConfig, type RunUsage } from "../agents/index.js";
 import type { Bus } from "../bus/index.js";
+import { checkEndpoint } from "./endpoint-guard.js";
 import { ExternalSubjectError, SubjectUnavailableError } from "./errors.js";
 import { trustedEnvValue, type EvalTrust } from "./node-trust.js";
 import type { A2aSubject, OpenAiSubject } from "./spec.js";
@@ -128,6 +129,8 @@ async function callOpenAi(ctx: ActorContext<unknown>, subject: OpenAiSubject, in
   let config: ModelConfig;
   try {
     config = openAiConfig(subject, deps.trust, deps.key);
+    // Again here, not only at start: the name may resolve to another address by now.
+    await checkEndpoint(config.baseUrl, deps.trust, `${deps.key ?? `subject ${subject.id}`}.openai.base_url`);
   } catch (err) {
     const why = err instanceof ConfigError ? new SubjectUnavailableError(subject.id, `on this node: ${err.message}`) : err;
     return { ok: false, error: { ...failure(why), retryable: false }, usage: zero };
@@ -169,7 +172,8 @@ async function rpc(
   const headers: Record<string, string> = { "content-type": "application/json", ...auth };
   let res: Response;
   try {
-    res = await fetch(subject.url, { method: "POST", headers, body: JSON.stringify({ jsonrpc: "2.0", id, method, params }), signal });
+    // A redirect is not followed: it could lead to an address the guard refuses.
+    res = await fetch(subject.url, { method: "POST", headers, body: JSON.stringify({ jsonrpc: "2.0", id, method, params }), signal, redirect: "manual" });
   } catch (err) {
     if (signal.aborted) throw err;
     throw new ExternalSubjectError(subject.id, `${method} to ${subject.url} failed: ${(err as Error).message}`, true);
@@ -223,6 +227,8 @@ async function callA2a(ctx: ActorContext<unknown>, subject: A2aSubject, input: s
   let auth: Record<string, string>;
   try {
     auth = a2aHeaders(subject, deps.trust, deps.key);
+    // Again here, not only at start: the name may resolve to another address by now.
+    await checkEndpoint(subject.url, deps.trust, `${deps.key ?? `subject ${subject.id}`}.a2a`);
   } catch (err) {
     const why = err instanceof ConfigError ? new SubjectUnavailableError(subject.id, `on this node: ${err.message}`) : err;
     return { ok: false, error: { ...failure(why), retryable: false }, usage: zero };

@@ -106,6 +106,7 @@ export {
 export { evalExperimentActor, experimentSummary, type ExperimentActorPorts, type ExperimentSummary } from "./experiment-actor.js";
 export { evalSubjectActor, subjectDefinition, type EvalAgentsPort, type SubjectActorPorts } from "./subject-actor.js";
 export { checkSpecOnCluster } from "./check.js";
+export { checkEndpoint } from "./endpoint-guard.js";
 export { a2aHeaders, openAiConfig, runExternalSubject, type ExternalDeps } from "./external.js";
 export { evalTrustFrom, NO_EVAL_TRUST, trustedEnvValue, trustedVerifierModule, type EvalTrust } from "./node-trust.js";
 export { bootstrapInterval, passAtK, percentile, seededRandom, seedOf, t975, tInterval } from "./stats.js";

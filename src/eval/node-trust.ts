@@ -1,6 +1,6 @@
 import { realpathSync } from "node:fs";
 import { isAbsolute, resolve, sep } from "node:path";
-import { ConfigError, describeValue, optionalTable, rejectUnknown, stringList, tableAt, type ConfigTable } from "../core/index.js";
+import { boolValue, ConfigError, describeValue, optionalTable, rejectUnknown, stringList, tableAt, type ConfigTable } from "../core/index.js";
 
 /**
  * What a node lets experiments use of its own environment and file system: kova.toml's
@@ -8,12 +8,14 @@ import { ConfigError, describeValue, optionalTable, rejectUnknown, stringList, t
  * "Experiments"). A spec comes from whoever may start experiments, and runs on the nodes:
  * an external subject's `api_key_env` or `headers_env` names a variable of the node that
  * calls it, and its value goes to the URL the spec names; a code verifier's `module` is
- * imported on the node. So the node reads only what its own config lists, and nothing by
- * default:
+ * imported on the node; an external subject's URL is called from the node, which reaches
+ * addresses the one who starts the experiment may not. So the node reads only what its own
+ * config lists, and nothing by default, and calls no private address unless it allows them:
  *
  * ```toml
  * [eval]
  * verifier_dirs = ["./verifiers"]      # code verifiers are imported from under these directories only
+ * allow_private_endpoints = false      # true: external subjects may be on loopback and private networks
  *
  * [eval.env]                           # variables experiments may name, each with where its value may go
  * OPENAI_API_KEY = "https://api.openai.com/v1"
@@ -25,10 +27,15 @@ export interface EvalTrust {
   env: ReadonlyMap<string, readonly URL[]>;
   /** Absolute directories a code verifier's module must lie under (symbolic links resolved). */
   verifierDirs: readonly string[];
+  /**
+   * Whether external subjects may be on loopback, private and link-local addresses
+   * (docs/security.md, "Experiments"); cloud metadata endpoints stay refused regardless.
+   */
+  allowPrivateEndpoints: boolean;
 }
 
 /** A node without `[eval]`: experiments read no variable of it and import no code verifier. */
-export const NO_EVAL_TRUST: EvalTrust = { env: new Map(), verifierDirs: [] };
+export const NO_EVAL_TRUST: EvalTrust = { env: new Map(), verifierDirs: [], allowPrivateEndpoints: false };
 
 const ENV_NAME = /^[A-Za-z_][A-Za-z0-9_]*$/;
 
@@ -40,7 +47,7 @@ const ENV_NAME = /^[A-Za-z_][A-Za-z0-9_]*$/;
 export function evalTrustFrom(raw: unknown, baseDir: string): EvalTrust {
   if (raw === undefined) return NO_EVAL_TRUST;
   const t = tableAt(raw, "eval");
-  rejectUnknown(t, ["env", "verifier_dirs"], "eval.");
+  rejectUnknown(t, ["env", "verifier_dirs", "allow_private_endpoints"], "eval.");
   const env = new Map<string, URL[]>();
   for (const [name, value] of Object.entries(optionalTable(t as ConfigTable, "env", "eval.env"))) {
     const key = `eval.env.${name}`;
@@ -55,7 +62,11 @@ export function evalTrustFrom(raw: unknown, baseDir: string): EvalTrust {
     );
   }
   const dirs = stringList(t.verifier_dirs, "eval.verifier_dirs", '["./verifiers"]') ?? [];
-  return { env, verifierDirs: dirs.map((d) => (isAbsolute(d) ? resolve(d) : resolve(baseDir, d))) };
+  return {
+    env,
+    verifierDirs: dirs.map((d) => (isAbsolute(d) ? resolve(d) : resolve(baseDir, d))),
+    allowPrivateEndpoints: boolValue(t.allow_private_endpoints, "eval.allow_private_endpoints") ?? false,
+  };
 }
 
 function endpointAt(raw: string, key: string): URL {

@@ -141,7 +141,8 @@ export function evalSubjectActor(ports: SubjectActorPorts): ActorDefinition<Agen
         modelClient: (config) => {
           let m = models.get(cacheKey);
           if (!m) {
-            m = (ports.modelFactory ?? ((c, l) => createOpenAiModel(c, { logger: l })))(config, log);
+            // No redirects: the guard checked the endpoint's address, not where a redirect leads.
+            m = (ports.modelFactory ?? ((c, l) => createOpenAiModel(c, { logger: l, followRedirects: false })))(config, log);
             m.catch(() => models.delete(cacheKey));
             models.set(cacheKey, m);
           }

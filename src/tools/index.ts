@@ -16,7 +16,8 @@ export { checkToolCall, runTool, type ToolCallCheck, type ToolRunOutcome } from 
 export { builtinTools, toolsConfigFrom, type ToolsConfig } from "./config.js";
 export { createFileTools, fileConfigFrom, type FileToolConfig } from "./builtin/file.js";
 export { createHttpTools, httpConfigFrom, type HttpToolConfig, type HttpToolDeps } from "./builtin/http.js";
-export { systemResolver, type Resolver } from "./builtin/ssrf-guard.js";
+export { checkedAddresses, systemResolver, type Resolver } from "./builtin/ssrf-guard.js";
+export type { AddressPolicyOptions } from "./builtin/address-policy.js";
 export {
   createWebSearchTools,
   searxngAdapter,

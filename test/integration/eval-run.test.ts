@@ -122,6 +122,8 @@ beforeAll(async () => {
     // What experiments may read of the node: two variables, each for one endpoint, and one verifier directory.
     `[eval]`,
     `verifier_dirs = [${JSON.stringify(verifierDir)}]`,
+    // The mock model and A2A servers listen on 127.0.0.1, an address experiments reach only when the node allows it.
+    `allow_private_endpoints = true`,
     `[eval.env]`,
     `EVAL_TEST_OPENAI_KEY = "${model.url}"`,
     `EVAL_TEST_A2A_TOKEN = "${a2aUrl}"`,

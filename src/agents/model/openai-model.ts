@@ -48,6 +48,12 @@ export interface OpenAiModelOptions {
   maxTokensField?: "max_tokens" | "max_completion_tokens";
   /** Jitter source (tests pin it). */
   random?: () => number;
+  /**
+   * Whether the client follows HTTP redirects (default true). An endpoint the node calls for
+   * someone else (an experiment's external subject) does not: a redirect could lead to an
+   * address the SSRF guard refuses.
+   */
+  followRedirects?: boolean;
 }
 
 export const DEFAULT_MODEL_TIMEOUT_MS = 300_000;
@@ -151,7 +157,11 @@ export class OpenAiModel implements ModelClient {
       // (headers only) gets a margin so it never fires first.
       timeout: this.timeoutMs + 1_000,
       logLevel: "off",
-      fetch: lineBoundedFetch(this.rawBodyLimit(), this.maxResponseBytes),
+      fetch: lineBoundedFetch(
+        this.rawBodyLimit(),
+        this.maxResponseBytes,
+        options.followRedirects === false ? (input, init) => fetch(input, { ...init, redirect: "manual" }) : fetch,
+      ),
     });
   }
 

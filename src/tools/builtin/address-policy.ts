@@ -113,7 +113,15 @@ export interface AddressPolicyOptions {
   allowPrivate?: boolean;
   /** Blocks that are reachable whatever their class, except `forbidden` addresses. */
   allowCidrs?: readonly Cidr[];
+  /**
+   * The settings refusals name as the way to lift them (default: http_request's,
+   * `tools.http.allow_private` and `tools.http.allow_cidrs`); without `allowCidrs`, reserved
+   * addresses are always refused.
+   */
+  settings?: { allowPrivate: string; allowCidrs?: string };
 }
+
+const HTTP_TOOL_SETTINGS = { allowPrivate: "tools.http.allow_private", allowCidrs: "tools.http.allow_cidrs" };
 
 /** Why an address is refused. */
 export interface AddressRefusal {
@@ -137,15 +145,20 @@ export function refuseAddress(address: string | IpAddress, options: AddressPolic
   if (verdict.class === "public") return undefined;
   if (verdict.class === "forbidden") return { address: text, kind: verdict.kind, rule: "always refused" };
   if (options.allowCidrs?.some((c) => inPrefix(ip, c.prefix, c.bits) || inMappedPrefix(ip, c))) return undefined;
+  const settings = options.settings ?? HTTP_TOOL_SETTINGS;
   if (verdict.class === "private") {
     if (options.allowPrivate) return undefined;
     return {
       address: text,
       kind: verdict.kind,
-      rule: "private networks are refused unless the operator sets tools.http.allow_private or lists the block in tools.http.allow_cidrs",
+      rule: `private networks are refused unless the operator sets ${settings.allowPrivate}${settings.allowCidrs ? ` or lists the block in ${settings.allowCidrs}` : ""}`,
     };
   }
-  return { address: text, kind: verdict.kind, rule: "refused unless the operator lists the block in tools.http.allow_cidrs" };
+  return {
+    address: text,
+    kind: verdict.kind,
+    rule: settings.allowCidrs ? `refused unless the operator lists the block in ${settings.allowCidrs}` : "always refused",
+  };
 }
 
 /** The refusal as a sentence; `hostname` when the address came from resolving a name. */
