@@ -1,5 +1,5 @@
 import { newId, KovaError } from "../core/index.js";
-import { BusErrorCode, createEnvelope, type Bus, type KovaEvent } from "../bus/index.js";
+import { BusErrorCode, createEnvelope, firstDelivery, type Bus, type KovaEvent } from "../bus/index.js";
 import { AGENT_CHAT, runPayload, type AgentResult, type HistoryTurn, type TaskConstraints } from "./run-protocol.js";
 
 /**
@@ -62,6 +62,7 @@ export async function askAgent(client: Bus | { bus: Bus }, agentId: string, inpu
   let refused: unknown;
   const onEvent = opts.onEvent;
   const subject = bus.subjects.events(sessionId, runId);
+  const isFirst = firstDelivery();
   const events = onEvent
     ? bus.nc.subscribe(subject, {
         callback: (err, m) => {
@@ -70,6 +71,8 @@ export async function askAgent(client: Bus | { bus: Bus }, agentId: string, inpu
             ended();
             return;
           }
+          // A publish retried while its ack was slow reaches a live subscriber twice.
+          if (!isFirst(m.headers)) return;
           let e: KovaEvent;
           try {
             e = JSON.parse(utf8.decode(m.data)) as KovaEvent;

@@ -1,4 +1,4 @@
-import { headers as natsHeaders } from "@nats-io/transport-node";
+import { headers as natsHeaders, type MsgHdrs } from "@nats-io/transport-node";
 import { KovaError, isValidId, newId } from "../core/index.js";
 import { publishAcked } from "./acked-publish.js";
 import type { BusContext } from "./context.js";
@@ -70,14 +70,36 @@ export async function publishEvent(ctx: BusContext, event: KovaEvent, opts: Publ
 }
 
 /**
+ * A filter for live event subscribers: true the first time a `Nats-Msg-Id` is seen. A
+ * durable publish whose ack is slow is sent again under the same id (the stream keeps one,
+ * docs/protocol.md "Stored once"), so a core subscription can receive an event twice; a
+ * follower that prints or forwards events drops the repeat here. Remembers the last `max`
+ * ids; an event without the header (a plain publish) always passes.
+ */
+export function firstDelivery(max = 10_000): (headers: MsgHdrs | undefined) => boolean {
+  const seen = new Set<string>();
+  return (headers) => {
+    const id = headers?.get(Header.MsgId);
+    if (!id) return true;
+    if (seen.has(id)) return false;
+    seen.add(id);
+    // A Set iterates in insertion order: the first entry is the oldest.
+    if (seen.size > max) seen.delete(seen.values().next().value as string);
+    return true;
+  };
+}
+
+/**
  * Live events of one session, or of the whole cluster. Messages that are not event
  * JSON are skipped (and logged), so a stray publisher cannot break a dashboard.
  */
 export function subscribeEvents(ctx: BusContext, opts: { sessionId?: string } = {}): EventStream {
   const subject = opts.sessionId ? ctx.subjects.sessionEvents(opts.sessionId) : ctx.subjects.eventsWildcard;
   const sub = ctx.nc.subscribe(subject);
+  const isFirst = firstDelivery();
   async function* iterate(): AsyncGenerator<KovaEvent> {
     for await (const msg of sub) {
+      if (!isFirst(msg.headers)) continue;
       try {
         const event = msg.json<KovaEvent>();
         check(event);

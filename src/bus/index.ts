@@ -38,6 +38,7 @@ export type { Mailbox, MailboxContext, MailboxHandler, MailboxOptions } from "./
 export { DEFAULT_RPC_TIMEOUT_MS, RpcDeclined, type RequestOptions, type RpcHandler, type RpcReply, type RpcService, type ServeRpcOptions } from "./rpc.js";
 export { DEFAULT_ASK_TIMEOUT_MS, type AskOptions, type RespondOptions } from "./ask.js";
 export type { EventStream, KovaEvent, PublishEventOptions } from "./events.js";
+export { firstDelivery } from "./events.js";
 export type { StoredEventsFrom, StoredEventsReader } from "./stored-events.js";
 export { newInbox } from "./inbox.js";
 export type { DeadLetterOptions, DlqEntry, DlqMover } from "./dlq.js";

@@ -27,8 +27,9 @@ function echoModel(tokens: (agent: string) => number = () => 10) {
 
 describe("agent templates (KovaNode in process, real NATS, scripted model over HTTP)", () => {
   it("templates - two instances of one template keep separate conversations, usage and tokens_per_minute buckets; the template itself is no agent; a plain NATS task_delegate reaches a never-seen instance", async () => {
-    // alice's first call costs more than a minute's tokens: her next call waits, bob's does not.
-    await using model = await startScriptedModelServer({ handler: echoModel((agent) => (agent === "support--alice" ? 61_000 : 10)) });
+    // alice's first call costs 5 s of refill more than a minute's tokens: her next call, made
+    // right after, waits; bob's do not.
+    await using model = await startScriptedModelServer({ handler: echoModel((agent) => (agent === "support--alice" ? 65_000 : 10)) });
     await using rig = await startAgentNode(nats.url, uniqueCluster("atpl"), {
       toml: supportTemplateToml(model.url, [
         `idle_after = "10m"`,
@@ -45,14 +46,14 @@ describe("agent templates (KovaNode in process, real NATS, scripted model over H
     const ask = (id: string, input: string) => askAgent(rig.client, id, input, { sessionId: "s1", timeoutMs: 30_000 });
 
     expect(await ask("support--alice", "I am Alice")).toMatchObject({ status: "completed", output: "support--alice heard: I am Alice", sessionId: "s1" });
-    expect(await ask("support--bob", "I am Bob")).toMatchObject({ status: "completed", output: "support--bob heard: I am Bob" });
-    // The same session id, two instances: two conversations.
-    const bob2 = await ask("support--bob", "Who am I?");
-    expect(bob2.output).toBe("support--bob heard: I am Bob | Who am I?");
     const alice2 = await ask("support--alice", "Who am I?");
     expect(alice2.output).toBe("support--alice heard: I am Alice | Who am I?");
     expect(said(model.requests.at(-1)!)).toEqual(["I am Alice", "support--alice heard: I am Alice", "Who am I?"]);
     expect(model.requests.at(-1)!.messages[0]).toMatchObject({ role: "system", content: "You help." });
+    expect(await ask("support--bob", "I am Bob")).toMatchObject({ status: "completed", output: "support--bob heard: I am Bob" });
+    // The same session id, two instances: two conversations.
+    const bob2 = await ask("support--bob", "Who am I?");
+    expect(bob2.output).toBe("support--bob heard: I am Bob | Who am I?");
 
     // Budget buckets per instance: only alice waited for hers.
     const waits = rig.events.filter((e) => e.type === "budget_wait");
@@ -66,7 +67,7 @@ describe("agent templates (KovaNode in process, real NATS, scripted model over H
       model: "main",
       capabilities: ["help"],
       state: "Idle",
-      usage: { runs: 2, inputTokens: 122_000 },
+      usage: { runs: 2, inputTokens: 130_000 },
     });
     expect(await info("support--bob")).toMatchObject({ agentId: "support--bob", usage: { runs: 2, inputTokens: 20 } });
     expect(

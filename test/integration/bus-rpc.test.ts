@@ -1,7 +1,8 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { KovaError, isKovaError, isTimeout } from "../../src/core/errors.js";
 import { isNoResponders } from "../../src/bus/errors.js";
-import { KovaClient, RpcDeclined, createEnvelope, type KovaEvent } from "../../src/bus/index.js";
+import { headers as natsHeaders } from "@nats-io/transport-node";
+import { Header, KovaClient, RpcDeclined, createEnvelope, firstDelivery, type KovaEvent } from "../../src/bus/index.js";
 import { decodeValue, encodeValue } from "../../src/bus/codec.js";
 import { startNatsServer, type NatsServerHandle } from "../../src/testing/index.js";
 import { connectBus, uniqueCluster } from "../fixtures/bus/helpers.js";
@@ -199,5 +200,50 @@ describe("bus rpc, ask and events", () => {
     expect(stored!.subject).toBe(`kova.${cluster}.events.s1.r1`);
     expect(stored!.json()).toEqual(e1);
     await expect(bus.publishEvent({ ...e1, sessionId: "bad.id" })).rejects.toThrow(/sessionId/);
+  });
+
+  it("events - an event published again under the same Nats-Msg-Id (a retry after a slow ack) reaches a live follower once", async () => {
+    const cluster = uniqueCluster();
+    await using bus = await connectBus(server.url, cluster);
+    const stream = bus.subscribeEvents({ sessionId: "s1" });
+    const got: KovaEvent[] = [];
+    const reading = (async () => {
+      for await (const e of stream) got.push(e);
+    })();
+    await bus.nc.flush();
+    const subject = bus.subjects.events("s1", "r1");
+    const send = (e: KovaEvent, msgId?: string) => {
+      const h = natsHeaders();
+      if (msgId) h.set(Header.MsgId, msgId);
+      bus.nc.publish(subject, JSON.stringify(e), { headers: h });
+    };
+    const delta = (text: string): KovaEvent => ({ type: "model_delta", sessionId: "s1", runId: "r1", ts: 1, data: { text } });
+    send(delta("a"), "m1");
+    send(delta("a"), "m1"); // the retry: the stream keeps one, and so does the follower
+    send(delta("b"), "m2");
+    send(delta("c")); // a plain publish has no id and always passes
+    send(delta("c"));
+    send({ type: "run_stream_end", sessionId: "s1", runId: "r1", ts: 2 }, "m3");
+    await poll(() => got.some((e) => e.type === "run_stream_end"), { timeoutMs: 5_000, what: "the end event" });
+    stream.stop();
+    await reading;
+    expect(got.map((e) => (e.data as { text?: string } | undefined)?.text ?? e.type)).toEqual(["a", "b", "c", "c", "run_stream_end"]);
+  });
+
+  it("events - firstDelivery remembers the last ids up to its bound", () => {
+    const isFirst = firstDelivery(2);
+    const h = (id: string) => {
+      const x = natsHeaders();
+      x.set(Header.MsgId, id);
+      return x;
+    };
+    expect([isFirst(h("a")), isFirst(h("a")), isFirst(h("b")), isFirst(h("c")), isFirst(h("a")), isFirst(h("c"))]).toEqual([
+      true,
+      false,
+      true,
+      true,
+      true,
+      false,
+    ]);
   });
 });
