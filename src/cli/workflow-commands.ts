@@ -1,5 +1,5 @@
 import type { Command } from "commander";
-import { ArgumentError, KovaError, isValidId } from "../core/index.js";
+import { ArgumentError, ErrorCode, KovaError, isKovaError, isValidId } from "../core/index.js";
 import { type KovaClient, isNoResponders, type KovaEvent } from "../bus/index.js";
 import { NatsCheckpointStore } from "../actors/index.js";
 import { controlRequest, spawnSubject, type SpawnReply, readRegistry } from "../cluster/index.js";
@@ -10,7 +10,6 @@ import {
   newRunId,
   readRunState,
   runSummary,
-  startMessageId,
   WORKFLOW_ACTOR_TYPE,
   WorkflowErrorCode,
   WorkflowMessageType,
@@ -50,25 +49,77 @@ export function parseInputs(values: readonly string[]): Record<string, unknown> 
   return out;
 }
 
+/** What `startRun` resolves to. */
+export interface StartedRun {
+  runId: string;
+  /** The run's session: the one asked for, or for a run that existed, the one it has. */
+  sessionId: string;
+  /**
+   * True when the run had been started before (this id: a start sent again, a caller back
+   * after a crash, two callers at once): it was not started again, and `run` is the run as
+   * it is; follow it or read how it ended.
+   */
+  existing: boolean;
+  /** The run's summary once its actor took the start. */
+  run: RunSummary;
+}
+
+const ENDED: readonly string[] = ["completed", "failed", "cancelled"];
+
+/** Whether a run's status is an end state. */
+export function runEnded(run: RunSummary): boolean {
+  return ENDED.includes(run.status);
+}
+
 /**
- * Starts a run: declares its actor, then sends `workflow.start` (durable: the run starts
- * even if its node is still being chosen).
- * @throws what spawn or send throw (no node answers, quota exceeded)
+ * Starts a run: declares its actor, then asks it `workflow.start` (durable: the run starts
+ * even if its node is still being chosen), and resolves once the run took it. Starting a
+ * run that exists answers at once with it as it is (`existing`): the run starts once.
+ * @throws what spawn or ask throw (no node answers, quota exceeded, KovaTimeoutError when
+ *   no node took the start in time)
  */
 export async function startRun(
   client: KovaClient,
-  opts: { raw: unknown; input: Record<string, unknown>; runId?: string; sessionId?: string; parentRunId?: string },
-): Promise<{ runId: string; sessionId: string }> {
+  opts: { raw: unknown; input: Record<string, unknown>; runId?: string; sessionId?: string; parentRunId?: string; timeoutMs?: number },
+): Promise<StartedRun> {
   const runId = opts.runId === undefined ? newRunId() : assertRunId(opts.runId);
   const sessionId = opts.sessionId ?? runId;
+  // A run that ended is retired (placement never hosts it again): nothing would answer a start,
+  // so its checkpoint answers. Read before the spawn, which must not declare it again.
+  const ended = async (): Promise<StartedRun | undefined> => {
+    const saved = opts.runId === undefined ? undefined : await checkpointedRun(client, runId);
+    return saved && runEnded(saved) ? { runId, sessionId: saved.sessionId, existing: true, run: saved } : undefined;
+  };
+  const before = await ended();
+  if (before) return before;
   await controlRequest<SpawnReply>(client.bus.nc, spawnSubject(client.bus.cluster), { id: runId, type: WORKFLOW_ACTOR_TYPE });
-  await client.send(
-    runId,
-    WorkflowMessageType.start,
-    { workflow: opts.raw, input: opts.input, sessionId, ...(opts.parentRunId ? { parentRunId: opts.parentRunId } : {}) },
-    { id: startMessageId(runId) },
-  );
-  return { runId, sessionId };
+  // Each start is a message of its own (a new id): one with the id of an earlier start would be
+  // dropped as its duplicate (the mailbox's Nats-Msg-Id window, the actor's processed ids), and
+  // its asker would wait for a reply that went to the first. The run starts once.
+  let reply: { payload: { outcome?: unknown; run: RunSummary } };
+  try {
+    reply = await client.ask<{ outcome?: unknown; run: RunSummary }>(
+      runId,
+      WorkflowMessageType.start,
+      { workflow: opts.raw, input: opts.input, sessionId, ...(opts.parentRunId ? { parentRunId: opts.parentRunId } : {}) },
+      { timeoutMs: opts.timeoutMs ?? 60_000 },
+    );
+  } catch (err) {
+    // The run ended and was retired between the read above and this start.
+    const after = isKovaError(err, ErrorCode.TIMEOUT) ? await ended() : undefined;
+    if (after) return after;
+    throw err;
+  }
+  const { outcome, run } = reply.payload;
+  return { runId, sessionId: run.sessionId || sessionId, existing: outcome === "already started", run };
+}
+
+/** The run as its checkpoint has it; undefined when it has none (not started yet, or no such run). */
+async function checkpointedRun(client: KovaClient, runId: string): Promise<RunSummary | undefined> {
+  const store = await NatsCheckpointStore.open({ js: client.bus.js, cluster: client.bus.cluster });
+  const cp = await store.load(runId);
+  const state = cp?.state === undefined ? undefined : readRunState(runId, cp.state);
+  return state?.runId ? runSummary(state) : undefined;
 }
 
 /**
@@ -83,15 +134,13 @@ export async function readRun(client: KovaClient, runId: string): Promise<RunSum
   } catch (err) {
     if (!isNoResponders(err) && !(err instanceof KovaError && err.code === "TIMEOUT")) throw err;
   }
-  const store = await NatsCheckpointStore.open({ js: client.bus.js, cluster: client.bus.cluster });
-  const cp = await store.load(runId);
-  const state = cp?.state === undefined ? undefined : readRunState(runId, cp.state);
-  if (!state?.runId)
+  const saved = await checkpointedRun(client, runId);
+  if (!saved)
     throw new KovaError(
       WorkflowErrorCode.RUN_NOT_FOUND,
       `no workflow run ${runId} in cluster ${client.bus.cluster} (or it has not started yet): see kova workflow ls`,
     );
-  return runSummary(state);
+  return saved;
 }
 
 /** One line per progress event of a run, for `--follow`. */
@@ -175,17 +224,48 @@ export function register(program: Command): void {
         // Subscribe before starting, so that no event of the run is missed.
         const stream = o.follow ? client.events({ sessionId }) : undefined;
         if (stream) await client.bus.nc.flush();
-        await startRun(client, { raw, input, runId, sessionId });
-        if (o.json && !stream) return print({ runId, sessionId, workflowId: definition.id });
-        process.stdout.write(`started ${definition.id} run ${runId} (session ${sessionId})\n`);
-        if (!stream) {
-          process.stdout.write(`follow it: kova workflow status ${runId}  |  kova events tail --session ${sessionId} --tree\n`);
+        const started = await startRun(client, { raw, input, runId, sessionId });
+        const { existing, run } = started;
+        const ended = runEnded(run);
+        if (o.json && (!stream || ended)) {
+          if (stream) stream.stop();
+          if (ended && run.status !== "completed") process.exitCode = 1;
+          return print({ runId, sessionId: started.sessionId, workflowId: run.workflowId ?? definition.id, existing, status: run.status });
+        }
+        process.stdout.write(
+          existing
+            ? `run ${runId} of ${run.workflowId ?? "?"} exists (${run.status}, session ${started.sessionId}): it was not started again\n`
+            : `started ${definition.id} run ${runId} (session ${sessionId})\n`,
+        );
+        if (!stream || ended) {
+          stream?.stop();
+          if (ended) {
+            process.stdout.write(`run ${runId} ${run.status}${run.error ? `: ${run.error.message}` : ""}: kova workflow status ${runId}\n`);
+            if (run.status !== "completed") process.exitCode = 1;
+          } else {
+            process.stdout.write(`follow it: kova workflow status ${runId}  |  kova events tail --session ${started.sessionId} --tree\n`);
+          }
           return;
         }
-        const stop = () => stream.stop();
+        let events = stream;
+        // A run that existed may have another session than the one subscribed to: follow its
+        // own, after reading it once more (an end before this subscription sends no event).
+        if (started.sessionId !== sessionId) {
+          stream.stop();
+          events = client.events({ sessionId: started.sessionId });
+          await client.bus.nc.flush();
+          const now = await readRun(client, runId);
+          if (runEnded(now)) {
+            events.stop();
+            process.stdout.write(`run ${runId} ${now.status}: kova workflow status ${runId}\n`);
+            if (now.status !== "completed") process.exitCode = 1;
+            return;
+          }
+        }
+        const stop = () => events.stop();
         process.once("SIGINT", stop);
         let status = "running";
-        for await (const e of stream) {
+        for await (const e of events) {
           if (e.runId !== runId) continue;
           const line = progressLine(e);
           if (line) process.stdout.write(`${line}\n`);
@@ -194,7 +274,7 @@ export function register(program: Command): void {
             break;
           }
         }
-        stream.stop();
+        events.stop();
         if (status !== "completed") process.exitCode = 1;
       }),
     );

@@ -36,7 +36,11 @@ export function newRunId(): string {
   return `wf-${randomBytes(10).toString("hex")}`;
 }
 
-/** The id of a run's `workflow.start` message: one per run, so a start sent again is stored once. */
+/**
+ * The id of a run's `workflow.start` for a sender that waits for no answer (the scheduler):
+ * one per run, so a start sent again is stored once. A sender that asks gives each start an
+ * id of its own (a duplicate is dropped unanswered, its asker would wait for nothing).
+ */
 export function startMessageId(runId: string): string {
   return `${runId}-start`;
 }

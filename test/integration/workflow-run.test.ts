@@ -139,6 +139,26 @@ describe("workflow runs on real nodes", () => {
     expect((await rig.counts("writer")).calls).toBe(0);
   }, 60_000);
 
+  it("workflow - starting a run that exists answers with it at once: again while it runs, twice at once, again after it ended; it runs once", async () => {
+    await using rig = await WorkflowRig.start(1);
+    const raw = { workflow: { id: "again", input: { topic: "string" } }, steps: [{ id: "a", agent: "researcher", task: "dig {{input.topic}}" }] };
+    // The bound only turns a start that is never answered into a failure; it measures nothing.
+    const within = { timeoutMs: 25_000 };
+    const first = await startRun(rig.client, { raw, input: { topic: "nats" }, runId: "wf-again-1", ...within });
+    expect(first).toMatchObject({ runId: "wf-again-1", existing: false, run: { runId: "wf-again-1", workflowId: "again" } });
+    const second = await startRun(rig.client, { raw, input: { topic: "nats" }, runId: "wf-again-1", ...within });
+    expect(second).toMatchObject({ runId: "wf-again-1", existing: true, run: { runId: "wf-again-1", workflowId: "again" } });
+    expect((await rig.finished("wf-again-1")).status).toBe("completed");
+    const ended = await startRun(rig.client, { raw, input: { topic: "nats" }, runId: "wf-again-1", ...within });
+    expect(ended).toMatchObject({ existing: true, run: { status: "completed", output: "researcher(dig nats)" } });
+    // two callers at once: one starts it, the other gets it as it is
+    const both = await Promise.all([1, 2].map(() => startRun(rig.client, { raw, input: { topic: "kv" }, runId: "wf-again-2", ...within })));
+    expect(both.map((b) => b.existing).sort()).toEqual([false, true]);
+    expect((await rig.finished("wf-again-2")).status).toBe("completed");
+    // each run sent its step once, however often it was started
+    expect((await rig.counts("researcher")).inputs.sort()).toEqual(["dig kv", "dig nats"]);
+  }, 90_000);
+
   describe("approval waits", () => {
     let rig: WorkflowRig;
     let ok: { runId: string };
