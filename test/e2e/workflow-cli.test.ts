@@ -103,6 +103,23 @@ describe("kova workflow run", () => {
     expect(lines.some((l) => l.includes("draft@"))).toBe(false);
   }, 60_000);
 
+  it("workflow run - --run-id of a run that exists starts nothing: it says so and how the run ended, with its exit code", async () => {
+    const input = JSON.stringify({ topic: "again", rounds: 0, tags: ["x", "y"], opts: { deep: false } });
+    const first = await tc.cli(["workflow", "run", FILE, "--input", input, "--run-id", "wf-cli-again", "--follow"]);
+    expect(first.code, first.stdout).toBe(1);
+    expect(first.stdout.trimEnd().split("\n").at(-1)).toBe("run wf-cli-again failed: not deep");
+    const asked = (await counts("researcher")).inputs.filter((i) => i.includes("again"));
+    expect(asked.length).toBeGreaterThan(0);
+    const again = await tc.cli(["workflow", "run", FILE, "--input", input, "--run-id", "wf-cli-again", "--follow"]);
+    expect(again.code, again.stdout).toBe(1);
+    expect(again.stdout.trimEnd().split("\n")).toEqual([
+      "run wf-cli-again of cli-inputs exists (failed, session wf-cli-again): it was not started again",
+      "run wf-cli-again failed: not deep: kova workflow status wf-cli-again",
+    ]);
+    // the run's steps were not asked for again
+    expect((await counts("researcher")).inputs.filter((i) => i.includes("again"))).toEqual(asked);
+  }, 60_000);
+
   it("workflow run - an --input that is not a JSON object, or a JSON value of the wrong type, fails before anything starts", async () => {
     const before = await runIds();
     const broken = await tc.cli(["workflow", "run", FILE, "--input", '{"topic": "nats", rounds: 2}', "--follow"]);
