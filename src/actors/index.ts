@@ -28,6 +28,7 @@ export type {
   StepInfo,
   StepOptions,
   SupervisionOptions,
+  TurnFailure,
 } from "./types.js";
 export { DEFAULT_SUPERVISION, retryDelayMs, supervisionFor, type SupervisionPolicy } from "./supervision.js";
 export {

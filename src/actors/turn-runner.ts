@@ -171,6 +171,7 @@ export async function runTurn(actor: TurnActor, env: A2AEnvelope, src: TurnSourc
 
   const policy = supervisionFor(actor.def, deps.supervision);
   let outcome: TurnOutcome | undefined;
+  let crashLoop = false;
   if (afterCrash) {
     // A crash during an attempt counts as a failed attempt, so a handler that brings its
     // process down still ends Failed instead of crash-looping every node it lands on.
@@ -179,6 +180,7 @@ export async function runTurn(actor: TurnActor, env: A2AEnvelope, src: TurnSourc
     if (record.attempt > policy.maxAttempts) {
       const error = new ActorFailedError(actor.id, policy.maxAttempts, "the process ended during every attempt of this turn");
       outcome = { kind: "failed", error, attempts: policy.maxAttempts };
+      crashLoop = true;
     } else {
       await io.persist(record);
     }
@@ -206,6 +208,7 @@ export async function runTurn(actor: TurnActor, env: A2AEnvelope, src: TurnSourc
     if (outcome.by === "kill") await deps.bus.deadLetter(env, ActorDlqReason.killed, { error: signal.reason });
     actor.event("actor_turn_interrupted", { envelopeId: env.id, by: outcome.by });
   } else if (outcome.kind === "failed") {
+    await turnFailed(actor, env, outcome.error, crashLoop ? "crash" : "threw");
     await deps.bus.deadLetter(env, ActorDlqReason.handlerFailed, { error: outcome.error });
   }
   // Only a finished handler changes the state; the message's id is recorded either way.
@@ -265,6 +268,22 @@ async function settleDuplicate(actor: TurnActor, env: A2AEnvelope, src: TurnSour
   if (saved && env.replyTo) await deliverReply(actor, env, saved);
   remote?.done(env.id);
   if (src.recovered) await actor.deps.wal.complete(src.recovered.seq);
+}
+
+/**
+ * Tells the actor's definition that a turn failed without its handler returning (a crash
+ * loop, where the handler never runs again; or a throw on the last attempt), before the
+ * dead letter and the commit, so a layer above can end what the message started (an
+ * agent's run). A crash after this and before the commit calls it again for the same turn.
+ */
+async function turnFailed(actor: TurnActor, env: A2AEnvelope, error: unknown, cause: "crash" | "threw"): Promise<void> {
+  const hook = actor.def.onTurnFailed;
+  if (hook === undefined) return;
+  try {
+    await hook.call(actor.def, { actorId: actor.id, env, error, cause });
+  } catch (err) {
+    actor.log.warn({ err, envelopeId: env.id }, "onTurnFailed failed; the message is dead-lettered anyway");
+  }
 }
 
 /** One entry per step, in step order (steps that ended together share one WAL write, not one entry). */

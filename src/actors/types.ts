@@ -143,4 +143,23 @@ export interface ActorDefinition<S = unknown> {
   /** Shorthand for `supervision.maxAttempts`. */
   maxAttempts?: number;
   supervision?: SupervisionOptions;
+  /**
+   * Called, awaited, when a turn ends Failed without its handler having returned: the
+   * process ended during every attempt (the handler never runs again), or the handler threw
+   * on its last attempt. Runs before the message is dead-lettered and the turn committed, so
+   * it can tell whoever follows the message's work that it ended (docs/actors.md,
+   * "Supervision"). It may run again for the same turn (a crash before the commit): what it
+   * publishes should carry ids derived from `env.id`. A throw is logged, not raised.
+   */
+  onTurnFailed?(info: TurnFailure): Promise<void> | void;
+}
+
+/** What `onTurnFailed` is told: the message whose turn failed, and why. */
+export interface TurnFailure {
+  readonly actorId: string;
+  readonly env: A2AEnvelope;
+  /** An ActorFailedError for a crash loop; the handler's last error otherwise. */
+  readonly error: unknown;
+  /** `crash`: the process ended during every attempt; `threw`: the handler threw on its last one. */
+  readonly cause: "crash" | "threw";
 }

@@ -1,6 +1,7 @@
 import { defineActor, type ActorDefinition } from "../actors/index.js";
 import type { AgentDefinition } from "./definition.js";
 import { runAgentTurn } from "./loop.js";
+import { endFailedRun } from "./run-failed-turn.js";
 import { AGENT_CHAT, type AgentInfo } from "./run-protocol.js";
 import type { AgentState } from "./run-scope.js";
 import type { AgentRuntime } from "./runtime.js";
@@ -33,5 +34,8 @@ export function agentActor(def: AgentDefinition, runtime: AgentRuntime): ActorDe
     // A run's failures end in a failed result, not a throw; what throws is the node's
     // trouble (WAL, NATS), retried in place by the mailbox and the supervisor.
     maxAttempts: 3,
+    // A turn that failed without the run ending itself (the node died during every
+    // attempt): the run's followers still get its end.
+    onTurnFailed: (failure) => endFailedRun(runtime, failure),
   });
 }

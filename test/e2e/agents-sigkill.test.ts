@@ -116,4 +116,36 @@ describe("agent runs across SIGKILL (node processes, scripted model over HTTP)",
     for (const type of ["run_started", "model_response", "run_completed", "run_stream_end"]) expect(stored.filter((t) => t === type)).toHaveLength(1);
     expect(stored.at(-1)).toBe("run_stream_end");
   }, 90_000);
+
+  it("crash loop - a node killed during every attempt of a run ends the run failed: the stream keeps its run_failed and run_stream_end once, and the message is dead-lettered", async () => {
+    // Every model request hangs: each attempt is in flight at the model when its node is killed.
+    await using model = await startScriptedModelServer({ handler: () => scriptedReply.text("too late", { latencyMs: 120_000 }) });
+    await using tc = await TestCluster.create({ nodes: ["n1"], extraToml: modelToml(model.url) });
+    await tc.hostOf("worker");
+    const pending = askAgent(tc.bus, "worker", "Never finishes.", { runId: "loop-run", timeoutMs: 120_000 }).then(
+      (result) => ({ result }),
+      (error: unknown) => ({ error }),
+    );
+    // The agent's turns have 3 attempts: each one dies at the model, then the 4th start ends the turn.
+    for (let attempt = 1; attempt <= 3; attempt++) {
+      await poll(() => model.requests.length === attempt, { timeoutMs: 30_000, what: `the model request of attempt ${attempt}` });
+      tc.kill("n1");
+      await tc.procs.get("n1")!.exited;
+      await tc.startNode("n1");
+    }
+    const dead = await poll(async () => (await tc.bus.listDlq({ reason: "handler_failed" }))[0], { timeoutMs: 30_000, what: "dead letter", retryErrors: true });
+    expect(dead.headers["Kova-Dlq-Error"]).toContain("the process ended during every attempt");
+    await poll(() => tc.events.some((e) => e.runId === "loop-run" && e.type === "run_stream_end"), { timeoutMs: 20_000, what: "the run's run_stream_end" });
+    const stored = await storedEvents(tc, "loop-run");
+    const types = stored.map((e) => e.type);
+    expect(types.filter((t) => t === "run_failed")).toHaveLength(1);
+    expect(types.filter((t) => t === "run_stream_end")).toHaveLength(1);
+    expect(types.at(-1)).toBe("run_stream_end");
+    const failed = stored.find((e) => e.type === "run_failed")!;
+    expect(failed).toMatchObject({ sessionId: "loop-run", data: { agentId: "worker", error: { code: "ACTOR_FAILED" } } });
+    expect(stored.find((e) => e.type === "run_stream_end")!.data).toEqual({ status: "failed" });
+    expect(model.requests).toHaveLength(3);
+    // The asker is answered with the failure, not left waiting.
+    expect(await pending).toMatchObject({ error: { code: "ACTOR_FAILED" } });
+  }, 180_000);
 });
