@@ -35,11 +35,14 @@ describe("bus rpc, ask and events", () => {
 
   it("rpc - a slow responder is a TIMEOUT error naming the subject", async () => {
     await using bus = await connectBus(server.url, uniqueCluster());
-    // The handler answers only when the test lets it, so only the caller's timeout can end the request.
-    let answer: (v: string) => void = () => {};
-    bus.serveRpc("sloth", () => new Promise((r) => (answer = r)));
+    // The handler answers only once the caller has given up, so only the caller's timeout can
+    // end the request. The caller asks in short tries: every try's handler is released.
+    let released = false;
+    const waiting: Array<(v: string) => void> = [];
+    bus.serveRpc("sloth", () => new Promise<string>((r) => (released ? r("late") : waiting.push(r))));
     const err = await bus.request("sloth", "info_request", null, { timeoutMs: 200 }).catch((e: unknown) => e);
-    answer("late");
+    released = true;
+    for (const answer of waiting) answer("late");
     expect(isTimeout(err)).toBe(true);
     expect((err as Error).message).toContain(bus.subjects.rpc("sloth"));
   });
