@@ -123,26 +123,29 @@ describe("shell_exec cgroup v2 backend (file writes)", () => {
   it("cgroup - a sweep removes the call cgroups of dead node pids (killing what they still hold) and leaves this node's, live pids' and other directories", async () => {
     const fs = new FakeCgroupFs(V2_FILES).dir("/cg", {}).dir("/cg/kova-shell");
     await using child = sleeper();
-    // Pids as the injected check sees them: 777 alive, any other dead.
+    // Pids as the injected check sees them: `live` alive, any other dead. Both are derived from this
+    // process's pid so neither can be it (a fixed number could be, on a fresh machine's low pids).
     const dead = process.pid + 1;
+    const live = process.pid + 2;
+    const isLive = (pid: number) => pid === live;
     for (const name of [
       `call-${dead}-aaaaaaaaaaaa`,
       `call-${dead}-bbbbbbbbbbbb`,
       `call-${process.pid}-cccccccccccc`,
-      "call-777-dddddddddddd",
+      `call-${live}-dddddddddddd`,
       "call-eeeeeeeeeeee",
       "other",
     ])
       fs.dir(`/cg/kova-shell/${name}`);
     // A leftover that still lists a process: it is killed (cgroup.kill) before the rmdir.
     fs.files.set(`/cg/kova-shell/call-${dead}-bbbbbbbbbbbb/cgroup.procs`, "");
-    const swept = await sweepDeadCallCgroups("/cg/kova-shell", "call-", fs, (pid) => pid === 777);
+    const swept = await sweepDeadCallCgroups("/cg/kova-shell", "call-", fs, isLive);
     expect(swept).toEqual({ removed: [`/cg/kova-shell/call-${dead}-aaaaaaaaaaaa`, `/cg/kova-shell/call-${dead}-bbbbbbbbbbbb`], failed: [] });
     expect(fs.writesIn(`/cg/kova-shell/call-${dead}-bbbbbbbbbbbb`)).toEqual([["cgroup.kill", "1"]]);
     expect([...fs.dirs].filter((d) => dirname(d) === "/cg/kova-shell").sort()).toEqual(
       [
         `/cg/kova-shell/call-${process.pid}-cccccccccccc`,
-        "/cg/kova-shell/call-777-dddddddddddd",
+        `/cg/kova-shell/call-${live}-dddddddddddd`,
         "/cg/kova-shell/call-eeeeeeeeeeee",
         "/cg/kova-shell/other",
       ].sort(),
@@ -150,7 +153,7 @@ describe("shell_exec cgroup v2 backend (file writes)", () => {
     // One that will not empty (a live process the kill cannot reach here) is reported, not thrown.
     fs.dir(`/cg/kova-shell/call-${dead}-ffffffffffff`);
     fs.files.set(`/cg/kova-shell/call-${dead}-ffffffffffff/cgroup.procs`, String(child.pid));
-    const stuck = await sweepDeadCallCgroups("/cg/kova-shell", "call-", fs, (pid) => pid === 777);
+    const stuck = await sweepDeadCallCgroups("/cg/kova-shell", "call-", fs, isLive);
     expect(stuck).toEqual({ removed: [], failed: [{ dir: `/cg/kova-shell/call-${dead}-ffffffffffff`, reason: "EBUSY" }] });
     // A parent that is not there is nothing to sweep.
     expect(await sweepDeadCallCgroups("/cg/none", "call-", fs)).toEqual({ removed: [], failed: [] });
