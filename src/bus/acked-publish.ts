@@ -4,10 +4,12 @@ import { sleep, ErrorCode, fromWire, KovaError } from "../core/index.js";
 import type { BusContext } from "./context.js";
 import { KovaNoRespondersError, subjectTimeout } from "./errors.js";
 
-// JetStream answers "no responders" while it starts up after a restart; past this
-// window the stream is really missing.
+// JetStream answers "no responders" while it starts up after a restart, and a stream
+// answers so while it elects a leader after a server loss; past this window, JetStream is
+// asked whether a stream captures the subject (streamCaptures).
 const NO_RESPONDERS_GRACE_MS = 5_000;
 const ATTEMPT_TIMEOUT_MS = 2_000;
+const LOOKUP_TIMEOUT_MS = 1_000;
 
 export interface AckedPublishOptions {
   /** Total time to get the JetStream ack, retries included. */
@@ -27,6 +29,7 @@ export interface AckedPublishOptions {
 export async function publishAcked(ctx: BusContext, subject: string, data: Uint8Array, headers: MsgHdrs, opts: AckedPublishOptions): Promise<PubAck> {
   const { timeoutMs } = opts;
   const started = Date.now();
+  let captured: boolean | undefined;
   for (let attempt = 1; ; attempt++) {
     const left = timeoutMs - (Date.now() - started);
     let outcome: PubAck | "no_responders" | "timeout";
@@ -49,11 +52,35 @@ export async function publishAcked(ctx: BusContext, subject: string, data: Uint8
     if (typeof outcome === "object") return outcome;
     const elapsed = Date.now() - started;
     if (outcome === "no_responders" && elapsed >= Math.min(NO_RESPONDERS_GRACE_MS, timeoutMs)) {
-      throw new KovaNoRespondersError(subject, "no JetStream stream captures it: start a Kova node or call bus.ensureStreams()");
+      // Asked once per publish: a stream that exists keeps existing while its leader is elected.
+      captured ??= await streamCaptures(ctx, subject);
+      if (captured === false) throw new KovaNoRespondersError(subject, "no JetStream stream captures it: start a Kova node or call bus.ensureStreams()");
     }
     if (elapsed >= timeoutMs) throw subjectTimeout(opts.what, subject, timeoutMs);
     ctx.log.debug({ subject, attempt, outcome }, "publish not acknowledged yet; retrying");
     await sleep(Math.min(50 * 2 ** Math.min(attempt, 5), Math.max(0, timeoutMs - elapsed)));
+  }
+}
+
+/**
+ * Whether a JetStream stream captures `subject`, by the JetStream API (`STREAM.NAMES` with a
+ * subject filter): true or false when JetStream answered, false when no server runs
+ * JetStream (no responders to its API), undefined when it could not tell in time (the meta
+ * leader is being elected, or this client may not call the API): the caller retries.
+ */
+async function streamCaptures(ctx: BusContext, subject: string): Promise<boolean | undefined> {
+  try {
+    const reply = await ctx.mux.request("$JS.API.STREAM.NAMES", new TextEncoder().encode(JSON.stringify({ subject })), {
+      timeoutMs: LOOKUP_TIMEOUT_MS,
+      noResponders: () => new NoResponse("no_responders"),
+      timedOut: () => new NoResponse("timeout"),
+    });
+    const body = JSON.parse(utf8.decode(reply.data)) as { streams?: string[] | null; error?: unknown };
+    if (body.error) return undefined;
+    return (body.streams?.length ?? 0) > 0;
+  } catch (err) {
+    if (err instanceof NoResponse) return err.kind === "no_responders" ? false : undefined;
+    return undefined;
   }
 }
 
