@@ -114,7 +114,9 @@ beforeAll(async () => {
     }
   })();
   await load.start(tc.bus, tc.nc);
-}, 120_000);
+  // The sum of the waits above at their worst (the cluster's setup deadline, placement), so a slow
+  // start fails in the wait that overran, naming it, rather than in the hook's timeout.
+}, 240_000);
 
 afterAll(async () => {
   stopJournal?.();
