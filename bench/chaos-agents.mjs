@@ -402,7 +402,7 @@ async function nodeFault(kind, no) {
 /** Why not every NATS server is caught up (healthz), or undefined when they all are. */
 async function natsLagging() {
   for (const server of servers) {
-    const health = await fetch(`${server.monitorUrl}/healthz`).then(
+    const health = await fetch(`${server.monitorUrl}/healthz`, { signal: AbortSignal.timeout(2_000) }).then(
       (r) => r.json(),
       (err) => ({ error: String(err) }),
     );
@@ -430,7 +430,7 @@ async function natsKill(no, server) {
   await server.restart({ healthTimeoutMs: 60_000, jetStreamOnly: true });
   f.backMs = Date.now() - f.t0;
   for (const deadline = Date.now() + 60_000; ; await sleep(500)) {
-    const health = await fetch(`${server.monitorUrl}/healthz`).then(
+    const health = await fetch(`${server.monitorUrl}/healthz`, { signal: AbortSignal.timeout(2_000) }).then(
       (r) => r.json(),
       (err) => ({ error: String(err) }),
     );

@@ -64,6 +64,8 @@ export async function startNatsServersIn(topology: NetworkTopology, hosts: strin
   return servers;
 }
 
+const HEALTH_PROBE_TIMEOUT_MS = 1_000;
+
 class TopologyServer implements TopologyNatsServer {
   readonly external = false;
   readonly url: string;
@@ -101,7 +103,10 @@ class TopologyServer implements TopologyNatsServer {
     const deadline = Date.now() + timeoutMs;
     for (;;) {
       if (child.exitCode !== null) throw new HarnessError(`nats-server ${this.host} exited with ${child.exitCode} during start: ${this.tail.trim()}`);
-      const ok = await fetch(`${this.monitorUrl}/healthz${healthQuery}`).then(
+      // Each probe bounded: a probe goes through the topology's relay, and one whose connection
+      // inside hangs (its first SYN lost while the namespace's link comes up) would otherwise
+      // wait for undici's 300 s header timeout with the server long healthy.
+      const ok = await fetch(`${this.monitorUrl}/healthz${healthQuery}`, { signal: AbortSignal.timeout(HEALTH_PROBE_TIMEOUT_MS) }).then(
         (r) => r.ok,
         () => false,
       );

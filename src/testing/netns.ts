@@ -329,6 +329,11 @@ interface RelayReply {
 function relayMain(): void {
   const net = require("node:net") as typeof import("node:net");
   const pipe = (a: import("node:net").Socket, b: import("node:net").Socket) => {
+    // An upstream that does not answer its SYN (a link just brought up, a cut host) fails the
+    // connection in 5 s rather than holding the client for the kernel's minutes of retries.
+    const connecting = setTimeout(() => b.destroy(), 5_000);
+    b.once("connect", () => clearTimeout(connecting));
+    b.once("close", () => clearTimeout(connecting));
     a.pipe(b).pipe(a);
     a.on("error", () => b.destroy());
     b.on("error", () => a.destroy());

@@ -215,7 +215,9 @@ export async function spawnNatsServer(
     for (;;) {
       alive();
       try {
-        const res = await fetch(`http://127.0.0.1:${monitorPort}/healthz${o.healthQuery ?? ""}`, o.signal ? { signal: o.signal } : {});
+        // Each probe bounded (1 s): one that hangs must not hold the start past its deadline
+        // (an abandoned start waits at most that long; `abandoned` ends the loop below).
+        const res = await fetch(`http://127.0.0.1:${monitorPort}/healthz${o.healthQuery ?? ""}`, { signal: AbortSignal.timeout(1_000) });
         if (res.ok) return { child, port, monitorPort, stderr };
         last = await res.text();
       } catch (err) {
