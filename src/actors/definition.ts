@@ -6,7 +6,7 @@ const RPC_TYPES = ["info_request", "capability_query"];
 
 /**
  * Declares an actor type. Validates at definition time, before any message can reach it.
- * @throws ConfigError naming the field at fault (type, handlers, rpc, maxAttempts, onTurnFailed)
+ * @throws ConfigError naming the field at fault (type, handlers, rpc, maxAttempts, unrecorded, onTurnFailed)
  */
 export function defineActor<S>(def: ActorDefinition<S>): ActorDefinition<S> {
   if (!isValidId(def.type)) {
@@ -35,6 +35,9 @@ export function defineActor<S>(def: ActorDefinition<S>): ActorDefinition<S> {
   const attempts = def.supervision?.maxAttempts ?? def.maxAttempts;
   if (attempts !== undefined && (!Number.isInteger(attempts) || attempts < 1)) {
     throw new ConfigError(`${def.type}.maxAttempts`, "must be an integer of at least 1");
+  }
+  if (def.unrecorded !== undefined && typeof def.unrecorded !== "function") {
+    throw new ConfigError(`${def.type}.unrecorded`, "must be a function");
   }
   if (def.onTurnFailed !== undefined && typeof def.onTurnFailed !== "function") {
     throw new ConfigError(`${def.type}.onTurnFailed`, "must be a function");

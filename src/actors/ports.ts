@@ -14,6 +14,8 @@ export interface ActorWal {
   append<T>(kind: string, payload: T, opts?: { owner?: string }): Promise<number>;
   replace<T>(seq: number, payload: T, opts?: { kind?: string }): Promise<number>;
   complete(seq: number, opts?: { kv?: Array<{ key: string; value: unknown }>; defer?: boolean }): Promise<void>;
+  /** Side-table entries without a record, deferred to the WAL's next write (a turn without a record's local checkpoint). */
+  putKv(kv: Array<{ key: string; value: unknown }>): Promise<void>;
   getKv<V>(key: string): V | undefined;
   pendingFor(owner: string): Array<{ seq: number; kind: string; payload: unknown }>;
   /** Every PENDING record now, in seq order. */

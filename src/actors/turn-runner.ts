@@ -90,6 +90,10 @@ export async function runTurn(actor: TurnActor, env: A2AEnvelope, src: TurnSourc
 
   // The turn's previous host (another node, or this one before a restart) left it open on NATS.
   const open = remote?.openTurn(env.id);
+  // A turn its definition replays from the checkpoint and the message writes no record
+  // (docs/actors.md, "Turns without a record"); a redelivery, which may follow a crash of
+  // this very turn, is recorded so that supervision counts the crashes.
+  const bare = !src.recovered && !open && (src.mailbox?.deliveryCount ?? 1) <= 1 && unrecorded(actor, env);
   let afterCrash = src.afterCrash === true;
   let record: TurnRecord;
   let appended: Promise<number>;
@@ -115,9 +119,11 @@ export async function runTurn(actor: TurnActor, env: A2AEnvelope, src: TurnSourc
     // record, so a restart knows it (resumes or abandons it) instead of learning of it only
     // from a redelivery. Running the handler during the append saved ~1 ms on tmpfs and
     // nothing measurable on disk (docs/benchmarks.md), not worth the weaker rule.
-    appended = Promise.resolve(await timedPhase("wal.append", actor.id, () => deps.wal.append(TURN_KIND, record, { owner: actor.id })));
+    appended = bare
+      ? Promise.resolve(NO_RECORD)
+      : Promise.resolve(await timedPhase("wal.append", actor.id, () => deps.wal.append(TURN_KIND, record, { owner: actor.id })));
   }
-  remote?.begin(env.id);
+  if (!bare) remote?.begin(env.id);
   src.record = record;
   const slot = { seq: -1 };
   const written = appended.then((seq) => {
@@ -129,6 +135,8 @@ export async function runTurn(actor: TurnActor, env: A2AEnvelope, src: TurnSourc
   const signal = src.abort.signal;
   const io: JournalIo = {
     persist: async (r, change) => {
+      // Nothing of a turn without a record is written: a redelivery runs it again whole.
+      if (bare) return;
       const local = written
         .then(() => timedPhase("wal.replace", actor.id, () => deps.wal.replace(slot.seq, r)))
         .then((s) => {
@@ -249,9 +257,11 @@ export async function runTurn(actor: TurnActor, env: A2AEnvelope, src: TurnSourc
   // Deferred as well: it rides in the transaction of the WAL's next write (the next turn's
   // record, typically), instead of costing a commit and a flush of its own.
   // A checkpoint that stores its window anew writes it in the same transaction.
+  // A turn without a record writes the local copy alone, so that the copy and the window it
+  // names stay each other's (a copy left behind is only older: the NATS one wins the load).
   const kv = [{ key: localCheckpointKey(actor.id), value: localCheckpoint(cp) as unknown }];
   if (cp.split?.ids) kv.push({ key: localWindowKey(actor.id), value: localWindow(cp.split.base, cp.split.ids) });
-  src.completion = timedPhase("wal.complete", actor.id, () => deps.wal.complete(slot.seq, { kv, defer: true })).then(() =>
+  src.completion = timedPhase("wal.complete", actor.id, () => (bare ? deps.wal.putKv(kv) : deps.wal.complete(slot.seq, { kv, defer: true }))).then(() =>
     crashPoint("after-wal-complete", actor.id),
   );
   return outcome;
@@ -325,8 +335,24 @@ async function supervised(
 
 /** The actor is leaving this node: its next host redoes the turn from the redelivered message. */
 async function abandon(actor: TurnActor, seq: number, outcome: TurnOutcome): Promise<TurnOutcome> {
+  if (seq === NO_RECORD) return outcome;
   await actor.deps.wal.complete(seq).catch((err: unknown) => actor.log.warn({ err }, "could not abandon the turn record"));
   return outcome;
+}
+
+/** The seq of a turn without a record. */
+const NO_RECORD = -1;
+
+/** Whether the actor's definition says this message's turn needs no record (a throw: it does). */
+function unrecorded(actor: TurnActor, env: A2AEnvelope): boolean {
+  const test = actor.def.unrecorded;
+  if (test === undefined) return false;
+  try {
+    return test.call(actor.def, env, actor.memory.state) === true;
+  } catch (err) {
+    actor.log.warn({ err, envelopeId: env.id }, "unrecorded() threw; the turn is recorded");
+    return false;
+  }
 }
 
 function fenced(actor: TurnActor): Promise<void> {

@@ -140,6 +140,18 @@ export interface ActorDefinition<S = unknown> {
   handlers: Partial<Record<MessageType, ActorHandler<S>>>;
   /** Fast request path (core NATS request/reply); not journaled, reads state only. */
   rpc?: Partial<Record<RpcType, RpcHandler<S>>>;
+  /**
+   * Messages whose turn writes no record (docs/actors.md, "Turns without a record"): true
+   * when the handler, run again on the committed state with the same message, does exactly
+   * what it did. It reads no clock and draws no random number or id, and its steps return
+   * the same every time with effects keyed by ids derived from the message, as
+   * `record: false` steps do: none of them is written. Such a turn skips the PENDING record
+   * (a flushed WAL write before the handler) and the step journal on NATS; a crash before
+   * its checkpoint leaves the message un-acked, and its redelivery runs the handler again.
+   * A redelivered message (delivery count above 1) is recorded all the same, so a turn that
+   * brings its process down still counts towards `maxAttempts`. A throw counts as false.
+   */
+  unrecorded?(env: A2AEnvelope, state: Readonly<S>): boolean;
   /** Shorthand for `supervision.maxAttempts`. */
   maxAttempts?: number;
   supervision?: SupervisionOptions;

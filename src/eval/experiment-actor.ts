@@ -217,6 +217,18 @@ export function evalExperimentActor(ports: ExperimentActorPorts): ActorDefinitio
         }),
     },
     rpc: { info_request: (_env, state) => experimentSummary(readExperimentState("experiment", state)) },
+    // A subject's answer to a cell in flight, with its runner's time: the turn reads no
+    // clock and its effects are one unrecorded step keyed by the cell's ids, so it replays
+    // from the checkpoint and the answer and needs no WAL record (docs/evals.md,
+    // "Execution"). Not with code verifiers (their verdicts are a recorded step), nor a
+    // judge's answer (it reads the record waiting for it, which the turn then overwrites).
+    unrecorded: (env, state) => {
+      if (env.type !== "result_notify" || answerTime(env.payload) === undefined || env.correlationId === undefined) return false;
+      const f = Object.values(state.inflight ?? {}).find((x) => x.messageId === env.correlationId);
+      if (f?.phase !== "subject" || state.status !== "running") return false;
+      const spec = ports.specs.peek(state.experimentId);
+      return spec !== undefined && !spec.verifiers.some((v) => v.type === "code");
+    },
   });
 }
 

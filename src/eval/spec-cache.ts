@@ -12,6 +12,8 @@ const KEPT = 64;
  */
 export class SpecCache {
   readonly #specs = new Map<string, Promise<{ spec: ExperimentSpec; digest: string }>>();
+  /** The specs read so far, for a caller that cannot wait (`peek`). */
+  readonly #read = new Map<string, ExperimentSpec>();
 
   constructor(
     private readonly store: () => Promise<EvalStore>,
@@ -28,12 +30,22 @@ export class SpecCache {
         .then((s) => s.getSpec(experimentId))
         .then((found) => {
           if (!found) throw new ExperimentNotFoundError(experimentId, this.cluster());
+          if (this.#specs.has(experimentId)) this.#read.set(experimentId, found.spec);
           return found;
         });
       p.catch(() => this.#specs.delete(experimentId));
       this.#specs.set(experimentId, p);
-      if (this.#specs.size > KEPT) this.#specs.delete(this.#specs.keys().next().value!);
+      if (this.#specs.size > KEPT) {
+        const oldest = this.#specs.keys().next().value!;
+        this.#specs.delete(oldest);
+        this.#read.delete(oldest);
+      }
     }
     return p;
+  }
+
+  /** The spec if this node has read it already, else undefined (without reading it). */
+  peek(experimentId: string): ExperimentSpec | undefined {
+    return this.#read.get(experimentId);
   }
 }

@@ -64,9 +64,9 @@ function settlement(): { promise: Promise<void>; resolve(): void; reject(err: un
   return { promise, resolve, reject };
 }
 
-/** Completions accepted with `defer`: written together, with the next write or when DEFER_MS pass. */
+/** Completions accepted with `defer` (and side-table writes of `putKv`, without a record): written together, with the next write or when DEFER_MS pass. */
 interface DeferredCompletions {
-  items: Array<{ entry: PendingEntry; kv: SealedKv | undefined }>;
+  items: Array<{ entry: PendingEntry | undefined; kv: SealedKv | undefined }>;
   promise: Promise<void>;
   resolve(): void;
   reject(err: unknown): void;
@@ -378,6 +378,23 @@ export class Wal {
   }
 
   /**
+   * Writes side-table entries (what `getKv` reads) without a record, deferred as
+   * `complete`'s `defer` is: in the transaction of the WAL's next write, or on its own after
+   * 10 ms, in order with the deferred completions. For entries that copy what is durable
+   * elsewhere, so that losing them in a crash only leaves the older copy (an actor's local
+   * checkpoint after a turn that wrote no record). Resolves when durable per the sync mode.
+   * @throws WalFailedError, WalClosedError
+   */
+  putKv(kv: Array<{ key: string; value: unknown }>): Promise<void> {
+    try {
+      this.#durability.assertWritable();
+      return this.#defer(undefined, kv);
+    } catch (err) {
+      return Promise.reject(err);
+    }
+  }
+
+  /**
    * Atomically marks `seq` COMPLETE and appends a new PENDING record with the same
    * owner (and kind unless given). A seq is never rewritten, so nonces never repeat.
    * @throws KovaError INVALID_ID when `seq` is not PENDING; WalFailedError, WalClosedError
@@ -610,13 +627,13 @@ export class Wal {
     return turn.promise;
   }
 
-  /** Takes a deferred completion (see complete's `defer`): sealed now, written later. */
-  #defer(entry: PendingEntry, kv: Array<{ key: string; value: unknown }> | undefined): Promise<void> {
+  /** Takes a deferred completion (see complete's `defer`), or side-table entries alone (`putKv`): sealed now, written later. */
+  #defer(entry: PendingEntry | undefined, kv: Array<{ key: string; value: unknown }> | undefined): Promise<void> {
     const sealed = this.#section(
       () => (kv === undefined ? undefined : this.#sealKv(kv)),
       (_tx, prepared) => prepared,
     );
-    this.#removePending(entry);
+    if (entry !== undefined) this.#removePending(entry);
     let batch = this.#deferred;
     if (batch === undefined) {
       const timer = setTimeout(() => this.#flushDeferred(), DEFER_MS);
@@ -654,7 +671,7 @@ export class Wal {
     try {
       for (const { entry, kv } of batch.items) {
         if (kv !== undefined) this.#writeKv(tx, kv);
-        turn = this.#writeCompletion(tx, entry) ?? turn;
+        if (entry !== undefined) turn = this.#writeCompletion(tx, entry) ?? turn;
       }
     } catch (err) {
       batch.reject(err);

@@ -39,6 +39,26 @@ describe("wal deferred completions", () => {
     expect(again.getKv("cp:a")).toBe(1);
   });
 
+  it("wal - putKv writes side-table entries without a record, deferred like a completion and in order with them; alone, shortly after", async () => {
+    const d = dir("deferred-kv");
+    {
+      await using wal = await Wal.open({ dir: d, sync: "full" });
+      const a = await wal.append("turn", { n: 1 }, { owner: "a" });
+      const completed = wal.complete(a, { kv: [{ key: "cp:a", value: 1 }], defer: true });
+      // Deferred after the completion: in the same transaction, later, so it wins.
+      const put = wal.putKv([{ key: "cp:a", value: 2 }]);
+      expect(wal.pendingCount).toBe(0);
+      await Promise.all([completed, put]);
+      expect(wal.getKv("cp:a")).toBe(2);
+      // Alone (no append follows): written on its own.
+      await wal.putKv([{ key: "cp:b", value: 3 }]);
+      expect(wal.nextSeq).toBe(a + 1);
+    }
+    await using again = await Wal.open({ dir: d });
+    expect(again.recovery.pending).toEqual([]);
+    expect([again.getKv("cp:a"), again.getKv("cp:b")]).toEqual([2, 3]);
+  });
+
   it("wal - with no other write, deferred completions are written on their own shortly after, and by close", async () => {
     const d = dir("deferred-alone");
     {

@@ -5,15 +5,19 @@ import {
   compareSubjects,
   defineExperiment,
   emptyExperimentState,
+  evalExperimentActor,
   ExperimentEngine,
   passAtK,
   summarize,
   tInterval,
   type AttemptRecord,
   type Effect,
+  type ExperimentActorPorts,
   type ExperimentSpec,
   type ExperimentState,
+  type SpecCache,
 } from "../../src/eval/index.js";
+import type { A2AEnvelope } from "../../src/bus/index.js";
 // The node that classifies answers hosts a WAL: its layer files the WAL's codes (infrastructure).
 import { WalErrorCode } from "../../src/wal/errors.js";
 
@@ -194,5 +198,52 @@ describe("experiment engine", () => {
     expect(c.ci95![1]).toBeLessThanOrEqual(0.75);
     // seeded: the same records give the same interval
     expect(compareSubjects(a, b).ci95).toEqual(c.ci95);
+  });
+});
+
+describe("experiment actor: turns without a record", () => {
+  /** The `eval` actor type's `unrecorded` test, with the node's spec copies holding `known`. */
+  function unrecordedOf(known: Map<string, ExperimentSpec>) {
+    const specs = { peek: (id: string) => known.get(id) } as unknown as SpecCache;
+    const def = evalExperimentActor({ specs } as unknown as ExperimentActorPorts);
+    return (env: Partial<A2AEnvelope>, state: ExperimentState) => def.unrecorded!(env as A2AEnvelope, state);
+  }
+  const id = "e-00000001";
+  const started = (sp: ExperimentSpec) => {
+    const s = emptyExperimentState(id, 0);
+    turn(s, sp, 1000, (e) => e.start("d"));
+    return s;
+  };
+  const notify = (correlationId: string, at?: number) => ({
+    type: "result_notify" as const,
+    correlationId,
+    payload: { status: "completed", output: "0", runId: correlationId, sessionId: id, ...(at === undefined ? {} : { at }) },
+  });
+
+  it("eval - a subject's answer to a cell in flight, timed by its runner, needs no WAL record; a judge's, one without its time, one to nothing in flight, code verifiers and an unread spec do", () => {
+    const sp = spec();
+    const test = unrecordedOf(new Map([[id, sp]]));
+    const s = started(sp);
+    expect(test(notify(`${id}-c0-a1`, 1500), s)).toBe(true);
+    expect(test(notify(`${id}-c0-a1`), s)).toBe(false);
+    expect(test(notify(`${id}-c3-a1`, 1500), s)).toBe(false); // c3 is not in flight
+    expect(test({ ...notify(`${id}-c0-a1`, 1500), type: "eval.cancel" }, s)).toBe(false);
+    expect(unrecordedOf(new Map())(notify(`${id}-c0-a1`, 1500), s)).toBe(false);
+
+    const judged = defineExperiment({
+      experiment: { name: "e", concurrency: 2, per_subject: 2 },
+      subjects: [{ id: "s0", agent: "helper" }],
+      tasks: [{ id: "t0", input: "q0", expected: "0" }],
+      verifiers: [{ type: "judge", agent: "judge", rubric: "is it right?" }],
+    });
+    const j = started(judged);
+    const jt = unrecordedOf(new Map([[id, judged]]));
+    expect(jt(notify(`${id}-c0-a1`, 1500), j)).toBe(true);
+    turn(j, judged, 1500, (e) => e.result(`${id}-c0-a1`, answer("0")));
+    expect(j.inflight["0"]?.phase).toBe("judge");
+    expect(jt(notify(j.inflight["0"]!.messageId, 1600), j)).toBe(false);
+
+    const coded = { ...sp, verifiers: [...sp.verifiers, { type: "code", id: "c", module: "./v.mjs" } as unknown as ExperimentSpec["verifiers"][number]] };
+    expect(unrecordedOf(new Map([[id, coded]]))(notify(`${id}-c0-a1`, 1500), s)).toBe(false);
   });
 });
