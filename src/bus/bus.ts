@@ -26,7 +26,8 @@ import { sendEnvelope, type SendOptions } from "./send.js";
 import { ensureStreams, type StreamOptions } from "./streams.js";
 import { subjectsFor, type Subjects } from "./subjects.js";
 import { Header, type DlqReason } from "./wire.js";
-import { isJetStreamNotEnabled, isJetStreamNotReady, isMessageGone } from "./nats-errors.js";
+import { isConsumerNotFound, isJetStreamNotEnabled, isJetStreamNotReady, isMessageGone } from "./nats-errors.js";
+import { consumerRequest } from "./consumer-tries.js";
 
 export interface BusConnectOptions {
   /** One URL, a comma-separated list or an array (a client fails over between them). */
@@ -207,6 +208,22 @@ export class Bus {
         await stop();
       },
     });
+  }
+
+  /**
+   * Deletes an agent's durable mailbox consumer (its messages stay in the stream; the next
+   * mailbox opened creates it again and delivers them from the first unacknowledged one),
+   * in tries of growing timeouts (consumer-tries.ts). A consumer that is not there counts as deleted.
+   * @throws InvalidIdError; NATS errors (a timeout after the last try)
+   */
+  async deleteMailboxConsumer(agentId: string): Promise<void> {
+    this.open("deleteMailboxConsumer");
+    assertId("agent id", agentId);
+    try {
+      await consumerRequest(this.ctx.nc, (jsm) => jsm.consumers.delete(this.ctx.subjects.streams.a2a, this.ctx.subjects.consumer(agentId)));
+    } catch (err) {
+      if (!isConsumerNotFound(err)) throw err;
+    }
   }
 
   /** Answers fast requests for `agentId` on `kova.<c>.rpc.<agentId>`. @throws InvalidIdError */

@@ -12,6 +12,7 @@ import { DlqReason } from "./wire.js";
 import { nakNow, PullInbox, type PullTarget } from "./pull-inbox.js";
 import { PulledMsg } from "./pulled-msg.js";
 import { isConsumerExists, isConsumerNotFound, isTransientNatsError } from "./nats-errors.js";
+import { consumerRequest } from "./consumer-tries.js";
 
 /** What a handler gets besides the envelope. */
 export interface MailboxContext {
@@ -165,15 +166,18 @@ class MailboxImpl implements Mailbox, PullTarget {
   /** Creates the durable consumer, or updates the settings a restart may change. */
   async ensureConsumer(): Promise<void> {
     const cfg = this.config();
+    // In tries (consumer-tries.ts): a takeover waits for this create.
     try {
-      await this.ctx.jsm.consumers.add(this.stream, cfg);
+      await consumerRequest(this.ctx.nc, (jsm) => jsm.consumers.add(this.stream, cfg));
     } catch (err) {
       if (!isConsumerExists(err)) throw err;
-      await this.ctx.jsm.consumers.update(this.stream, this.consumerName, {
-        ack_wait: cfg.ack_wait!,
-        max_deliver: cfg.max_deliver!,
-        max_ack_pending: 1,
-      });
+      await consumerRequest(this.ctx.nc, (jsm) =>
+        jsm.consumers.update(this.stream, this.consumerName, {
+          ack_wait: cfg.ack_wait!,
+          max_deliver: cfg.max_deliver!,
+          max_ack_pending: 1,
+        }),
+      );
     }
   }
 
