@@ -10,7 +10,10 @@ import { poll } from "../fixtures/poll.js";
 function echo(req: ScriptedRequest) {
   const users = req.messages.filter((m) => m.role === "user").map((m) => String(m.content));
   const text = `${req.headers["x-kova-agent"]} heard: ${users.join(" | ")}`;
-  return scriptedReply.text(text, { chunks: text.split(/(?<= )/), chunkDelayMs: 5, usage: { inputTokens: 20, outputTokens: 5 } });
+  // Pieces 150 ms apart: a node reads the pieces that arrive together as one delta, and on a
+  // loaded machine a process can stall for tens of milliseconds, so 5 ms apart they were
+  // sometimes read, and sent, as one.
+  return scriptedReply.text(text, { chunks: text.split(/(?<= )/), chunkDelayMs: 150, usage: { inputTokens: 20, outputTokens: 5 } });
 }
 
 describe("agent templates from kova.toml across node processes, driven by the kova CLI", () => {
