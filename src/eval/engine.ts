@@ -16,7 +16,16 @@ import { combineVerdicts, isDeterministic, judgePrompt, readJudgeReply, verifyAn
  * Nothing here reads a clock or does I/O: `now` is the turn's.
  */
 
-export const EXPERIMENT_STATE_VERSION = 1;
+/**
+ * Format version of the experiment's state (its checkpoint). v2: the state may carry an
+ * `outbox`, the last turn's effects left to land after its checkpoint. A build that reads
+ * only 1 would ignore it and could lose them, so only a state with an outbox is written as
+ * 2; every other one stays 1, which the build before 2 still reads.
+ */
+export const EXPERIMENT_STATE_VERSION = 2;
+/** The version of a state without an outbox. */
+export const PLAIN_STATE_VERSION = 1;
+const STATE_READABLE: readonly number[] = [1, 2];
 
 /** One cell in flight: its subject's delegation, then (with judges) each judge's. */
 export interface InFlight {
@@ -83,12 +92,19 @@ export interface ExperimentState {
   round: number;
   budget: ExperimentBudget;
   error?: WireError;
+  /**
+   * The effects of the last turn when it left them to land after its checkpoint (`of`: its
+   * message's id; docs/evals.md, "Execution"): the next turn with effects waits for them
+   * where they were sent, or performs them again (they are keyed) on a host that did not
+   * send them, before its own. Format v2.
+   */
+  outbox?: { of: string; effects: Effect[] };
 }
 
 /** The state of an experiment that has not started. */
 export function emptyExperimentState(experimentId: string, now: number): ExperimentState {
   return {
-    v: EXPERIMENT_STATE_VERSION,
+    v: PLAIN_STATE_VERSION,
     experimentId,
     status: "new",
     digest: "",
@@ -113,7 +129,7 @@ export function emptyExperimentState(experimentId: string, now: number): Experim
 
 /** @throws UnsupportedFormatError for the state of an experiment a newer Kova advanced */
 export function readExperimentState(actorId: string, value: unknown): ExperimentState {
-  checkFormatVersion(`experiment state of ${actorId}`, (value as { v?: unknown } | null)?.v, [EXPERIMENT_STATE_VERSION]);
+  checkFormatVersion(`experiment state of ${actorId}`, (value as { v?: unknown } | null)?.v, STATE_READABLE);
   return value as ExperimentState;
 }
 

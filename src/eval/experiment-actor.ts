@@ -1,4 +1,4 @@
-import { isValidId, KovaError, toWire, type WireError } from "../core/index.js";
+import { componentLogger, isValidId, KovaError, silentLogger, sleep, toWire, type Logger, type WireError } from "../core/index.js";
 import type { Bus } from "../bus/index.js";
 import { delegateTask } from "../agents/index.js";
 import { defineActor, type ActorContext, type ActorDefinition } from "../actors/index.js";
@@ -6,7 +6,16 @@ import type { WorkflowTimers } from "../workflow/index.js";
 import { WorkflowMessageType } from "../workflow/index.js";
 import { checkSpecOnCluster } from "./check.js";
 import { EvalErrorCode } from "./errors.js";
-import { classifyAnswer, emptyExperimentState, ExperimentEngine, readExperimentState, type Effect, type ExperimentState } from "./engine.js";
+import {
+  classifyAnswer,
+  emptyExperimentState,
+  EXPERIMENT_STATE_VERSION,
+  ExperimentEngine,
+  PLAIN_STATE_VERSION,
+  readExperimentState,
+  type Effect,
+  type ExperimentState,
+} from "./engine.js";
 import type { EvalTrust } from "./node-trust.js";
 import { EvalMessageType, EXPERIMENT_TEMPLATE, experimentOfActor, experimentOwnerProblem } from "./protocol.js";
 import { readAttemptRecord, STATUS_RECORD_VERSION, type AttemptRecord, type StatusRecord } from "./records.js";
@@ -27,6 +36,7 @@ export interface ExperimentActorPorts {
   timers: () => Promise<WorkflowTimers>;
   /** Interrupts a delegated turn wherever its actor is hosted (a timed-out or cut attempt). */
   interrupt?: (agentId: string, messageId: string) => Promise<boolean>;
+  logger?: Logger;
 }
 
 /** What `info_request` answers and every control message replies: the experiment's progress. */
@@ -88,6 +98,8 @@ function field(payload: unknown, name: string): unknown {
  * derived ids. Register it (and the template of the same name) on every node; a KovaNode does.
  */
 export function evalExperimentActor(ports: ExperimentActorPorts): ActorDefinition<ExperimentState> {
+  const landing: Landing = new Map();
+  const log = componentLogger(ports.logger ?? silentLogger(), "eval");
   /**
    * Runs one turn: `apply` changes the state through the engine, then the effects go out.
    * `at` is the turn's time when the message brings one (an answer's, a timer's due time):
@@ -100,7 +112,7 @@ export function evalExperimentActor(ports: ExperimentActorPorts): ActorDefinitio
     const engine = new ExperimentEngine(s, spec, at ?? ctx.now());
     const outcome = await apply(engine, spec);
     engine.advance();
-    await perform(ctx, engine, spec, ports);
+    await perform(ctx, engine, spec, ports, landing, log);
     return { outcome, ...experimentSummary(s) };
   };
 
@@ -143,14 +155,14 @@ export function evalExperimentActor(ports: ExperimentActorPorts): ActorDefinitio
       );
       const engine = new ExperimentEngine(s, spec ?? ({} as ExperimentSpec), ctx.now());
       engine.reject(digest, check.error, owner);
-      await perform(ctx, engine, spec, ports);
+      await perform(ctx, engine, spec, ports, landing, log);
       return { outcome: "rejected", ...experimentSummary(s) };
     }
     const { spec, digest: stored } = await ports.specs.get(s.experimentId);
     const engine = new ExperimentEngine(s, spec, ctx.now());
     engine.start(stored, owner);
     engine.advance();
-    await perform(ctx, engine, spec, ports);
+    await perform(ctx, engine, spec, ports, landing, log);
     return { outcome: "started", ...experimentSummary(s) };
   };
 
@@ -283,76 +295,152 @@ function statusRecord(s: ExperimentState, spec: ExperimentSpec | undefined): Sta
 }
 
 /**
+ * The effects an experiment's last turn left to land after its checkpoint, on this node,
+ * by actor id: that turn's message id, and whether they all landed (after their retries).
+ */
+type Landing = Map<string, { of: string; landed: Promise<boolean> }>;
+
+/** Larger outboxes are not carried in the checkpoint: the turn performs its effects before it. */
+const OUTBOX_MAX_CHARS = 64 * 1024;
+/** Waits before the tries of effects left to land (each try performs them all again: they are keyed). */
+const OUTBOX_RETRY_MS = [200, 1_000, 5_000];
+
+/**
+ * Whether a turn's effects may land after its checkpoint: only finished attempts' records,
+ * delegations and progress events. A record waiting for its judge is read back by a later
+ * turn, the status and the end events come after every record, and a timer, a clear or an
+ * interrupt steers what follows: those turns perform their effects before the checkpoint.
+ */
+function deferrable(effects: readonly Effect[]): boolean {
+  const kinds = effects.every(
+    (e) => e.kind === "send" || (e.kind === "record" && e.record.status !== "judging") || (e.kind === "event" && e.type === "eval_attempt"),
+  );
+  return kinds && JSON.stringify(effects).length <= OUTBOX_MAX_CHARS;
+}
+
+/**
  * Performs a turn's effects, all in one step. Every effect is keyed by an id derived from the
  * experiment, the cell and the attempt (a message id, a KV key, an event's message id, a
  * timer id), so a replay of the turn performs them again without repeating any: the step is
  * not recorded (one journal write less per turn). A delegation sent and interrupted in the
  * same turn (the budget ran out as it was sent) is neither.
+ *
+ * A turn whose effects are only finished records, delegations and progress events
+ * (`deferrable`) does not wait for them: they go out before its checkpoint and land after
+ * it, carried in the state (`outbox`) until the next turn with effects, which first waits
+ * for them where they were sent (or performs them again on another host, or after they
+ * failed), so every effect still lands before the effects of the turns after it, and the
+ * experiment's serial path loses a round trip per answer (docs/evals.md, "Execution").
  */
-async function perform(ctx: Ctx, engine: ExperimentEngine, spec: ExperimentSpec | undefined, ports: ExperimentActorPorts): Promise<void> {
+async function perform(
+  ctx: Ctx,
+  engine: ExperimentEngine,
+  spec: ExperimentSpec | undefined,
+  ports: ExperimentActorPorts,
+  landing: Landing,
+  log: Logger,
+): Promise<void> {
   const effects = engine.effects.splice(0);
   if (effects.length === 0) return;
   const s = ctx.state;
-  const now = engine.now;
+  const previous = s.outbox;
+  const later = deferrable(effects);
+  if (later) {
+    s.outbox = { of: ctx.message.id, effects };
+    s.v = EXPERIMENT_STATE_VERSION;
+  } else {
+    delete s.outbox;
+    s.v = PLAIN_STATE_VERSION;
+  }
+  const status = effects.some((e) => e.kind === "status") ? statusRecord(s, spec) : undefined;
+  await ctx.step(
+    "effects",
+    async () => {
+      if (previous) {
+        const sent = landing.get(ctx.actorId);
+        if (!(sent?.of === previous.of && (await sent.landed))) await performNow(ctx, previous.effects, engine.now, undefined, ports);
+      }
+      if (!later) {
+        landing.delete(ctx.actorId);
+        await performNow(ctx, effects, engine.now, status, ports);
+        return true;
+      }
+      const landed = (async () => {
+        for (let attempt = 0; ; attempt++) {
+          try {
+            await performNow(ctx, effects, engine.now, undefined, ports);
+            return true;
+          } catch (err) {
+            if (attempt >= OUTBOX_RETRY_MS.length) {
+              // The next turn with effects performs them again before its own.
+              log.warn({ err, experimentId: s.experimentId }, "effects of an experiment's turn did not land; its next turn sends them again");
+              return false;
+            }
+            await sleep(OUTBOX_RETRY_MS[attempt]!);
+          }
+        }
+      })();
+      landing.set(ctx.actorId, { of: ctx.message.id, landed });
+      return true;
+    },
+    { idempotent: true, record: false },
+  );
+}
+
+/** Performs effects and waits for every one of them (the status record and the end events last). */
+async function performNow(ctx: Ctx, effects: readonly Effect[], now: number, status: StatusRecord | undefined, ports: ExperimentActorPorts): Promise<void> {
+  const s = ctx.state;
   const interrupted = new Set(effects.filter((e) => e.kind === "interrupt").map((e) => (e as Extract<Effect, { kind: "interrupt" }>).messageId));
   const sent = new Set(effects.filter((e) => e.kind === "send").map((e) => (e as Extract<Effect, { kind: "send" }>).id));
   // The last record of each attempt wins (an answer waiting for its judge, then cut by the budget).
   const records = new Map<string, AttemptRecord>();
   for (const e of effects) if (e.kind === "record") records.set(`${e.record.cell}.${e.record.attempt}`, e.record);
-  const status = effects.some((e) => e.kind === "status") ? statusRecord(s, spec) : undefined;
-  await ctx.step(
-    "effects",
-    async () => {
-      const bus = ports.bus();
-      const store = await ports.store();
-      const inbox = bus.subjects.a2a(ctx.actorId);
-      const work: Array<Promise<unknown>> = [...[...records.values()].map((r) => store.putAttempt(r))];
-      const publish = (e: Extract<Effect, { kind: "event" }>) =>
-        bus.publishEvent(
-          { type: e.type, sessionId: s.experimentId, runId: s.experimentId, ts: now, data: e.data },
-          { msgId: `${s.experimentId}-${e.type}-${e.key}` },
+  const bus = ports.bus();
+  const store = await ports.store();
+  const inbox = bus.subjects.a2a(ctx.actorId);
+  const work: Array<Promise<unknown>> = [...[...records.values()].map((r) => store.putAttempt(r))];
+  const publish = (e: Extract<Effect, { kind: "event" }>) =>
+    bus.publishEvent(
+      { type: e.type, sessionId: s.experimentId, runId: s.experimentId, ts: now, data: e.data },
+      { msgId: `${s.experimentId}-${e.type}-${e.key}` },
+    );
+  // The end events go last: whoever they wake (a follower that then reads the report) finds every record and the status written.
+  const last: Array<Extract<Effect, { kind: "event" }>> = [];
+  for (const e of effects) {
+    switch (e.kind) {
+      case "send":
+        if (interrupted.has(e.id)) break;
+        work.push(
+          delegateTask(bus, {
+            id: e.id,
+            from: ctx.actorId,
+            to: e.to,
+            input: e.input,
+            runId: e.id,
+            sessionId: s.experimentId,
+            parentRunId: s.experimentId,
+            replyTo: inbox,
+          }),
         );
-      // The end events go last: whoever they wake (a follower that then reads the report) finds every record and the status written.
-      const last: Array<Extract<Effect, { kind: "event" }>> = [];
-      for (const e of effects) {
-        switch (e.kind) {
-          case "send":
-            if (interrupted.has(e.id)) break;
-            work.push(
-              delegateTask(bus, {
-                id: e.id,
-                from: ctx.actorId,
-                to: e.to,
-                input: e.input,
-                runId: e.id,
-                sessionId: s.experimentId,
-                parentRunId: s.experimentId,
-                replyTo: inbox,
-              }),
-            );
-            break;
-          case "event":
-            if (e.type === "eval_ended" || e.type === "run_stream_end") last.push(e);
-            else work.push(publish(e));
-            break;
-          case "timer":
-            work.push(ports.timers().then((t) => t.set({ runId: ctx.actorId, timerId: e.timerId, due: e.due })));
-            break;
-          case "clear_timers":
-            work.push(ports.timers().then((t) => t.clear(ctx.actorId)));
-            break;
-          case "interrupt":
-            if (!sent.has(e.messageId) && ports.interrupt) work.push(ports.interrupt(e.to, e.messageId));
-            break;
-          default:
-            break;
-        }
-      }
-      await Promise.all(work);
-      if (status) await store.putStatus(status);
-      for (const e of last) await publish(e);
-      return true;
-    },
-    { idempotent: true, record: false },
-  );
+        break;
+      case "event":
+        if (e.type === "eval_ended" || e.type === "run_stream_end") last.push(e);
+        else work.push(publish(e));
+        break;
+      case "timer":
+        work.push(ports.timers().then((t) => t.set({ runId: ctx.actorId, timerId: e.timerId, due: e.due })));
+        break;
+      case "clear_timers":
+        work.push(ports.timers().then((t) => t.clear(ctx.actorId)));
+        break;
+      case "interrupt":
+        if (!sent.has(e.messageId) && ports.interrupt) work.push(ports.interrupt(e.to, e.messageId));
+        break;
+      default:
+        break;
+    }
+  }
+  await Promise.all(work);
+  if (status) await store.putStatus(status);
+  for (const e of last) await publish(e);
 }

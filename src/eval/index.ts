@@ -95,6 +95,7 @@ export {
   classifyAnswer,
   emptyExperimentState,
   EXPERIMENT_STATE_VERSION,
+  PLAIN_STATE_VERSION,
   ExperimentEngine,
   readExperimentState,
   type Answer,

@@ -47,7 +47,7 @@ export function registerEvalTypes(types: ActorTypeRegistry, deps: EvalWiringDeps
   const trust = deps.trust ?? NO_EVAL_TRUST;
   const templates: ActorTemplate[] = [];
   if (!types.has(EXPERIMENT_TEMPLATE)) {
-    types.register(evalExperimentActor({ bus: deps.bus, store, specs, agents, trust, timers: deps.timers, interrupt: deps.interrupt }));
+    types.register(evalExperimentActor({ bus: deps.bus, store, specs, agents, trust, timers: deps.timers, interrupt: deps.interrupt, logger: deps.logger }));
     templates.push({ name: EXPERIMENT_TEMPLATE, type: EXPERIMENT_TEMPLATE, idleAfterMs: EXPERIMENT_IDLE_AFTER_MS });
   }
   if (!types.has(SUBJECT_TEMPLATE)) {

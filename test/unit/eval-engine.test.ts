@@ -247,3 +247,102 @@ describe("experiment actor: turns without a record", () => {
     expect(unrecordedOf(new Map([[id, coded]]))(notify(`${id}-c0-a1`, 1500), s)).toBe(false);
   });
 });
+
+describe("experiment actor: effects left to land after the checkpoint", () => {
+  const id = "e-00000002";
+  const sp = spec({ concurrency: 1, per_subject: 1 }, 1, 3);
+
+  /** What a node's bus, store and timers saw, in order; `hold` keeps attempt records from landing until released. */
+  function world() {
+    const seen: string[] = [];
+    let release: () => void = () => {};
+    let held: Promise<void> | undefined;
+    const ports = {
+      bus: () => ({
+        subjects: { a2a: (to: string) => `a2a.${to}` },
+        send: async (env: A2AEnvelope) => {
+          seen.push(`send ${env.id}`);
+          return { duplicate: false };
+        },
+        publishEvent: async (e: { type: string; data: { cell?: number } }) => {
+          seen.push(`event ${e.type}${e.data.cell === undefined ? "" : ` c${e.data.cell}`}`);
+        },
+      }),
+      store: async () => ({
+        putAttempt: async (r: AttemptRecord) => {
+          await held;
+          seen.push(`record c${r.cell}`);
+        },
+        putStatus: async (r: { status: string }) => {
+          seen.push(`status ${r.status}`);
+        },
+      }),
+      specs: { get: async () => ({ spec: sp, digest: "d" }), peek: () => sp },
+      timers: async () => ({ set: async () => seen.push("timer"), clear: async () => seen.push("clear") }),
+    } as unknown as ExperimentActorPorts;
+    return {
+      seen,
+      ports,
+      hold: () => {
+        held = new Promise<void>((r) => (release = r));
+      },
+      release: () => release(),
+    };
+  }
+
+  /** Runs the `result_notify` handler of `def` as one turn on `state` (a copy, as the runtime hands out), returning the state it leaves. */
+  async function answerTurn(def: ReturnType<typeof evalExperimentActor>, state: ExperimentState, cell: number, at: number): Promise<ExperimentState> {
+    const ctx = {
+      actorId: `eval--${id}`,
+      state: structuredClone(state),
+      message: {
+        id: `reply-${cell}-${at}`,
+        type: "result_notify",
+        correlationId: `${id}-c${cell}-a1`,
+        payload: { status: "completed", output: String(cell), usage: { inputTokens: 1, outputTokens: 1 }, at },
+      },
+      now: () => at,
+      step: async (_name: string, fn: (info: unknown) => unknown) => fn({ key: "k", index: 0, attempt: 1 }),
+    };
+    await def.handlers.result_notify!(ctx as never);
+    return ctx.state;
+  }
+
+  it("eval - a turn of finished records, delegations and progress events leaves them in its state to land after its checkpoint; the next turn waits for them here, sends them again on another host, and an ending turn writes its own before its checkpoint", async () => {
+    const a = world();
+    const def = evalExperimentActor(a.ports);
+    let s = emptyExperimentState(id, 0);
+    turn(s, sp, 1000, (e) => e.start("d"));
+    expect(Object.keys(s.inflight)).toEqual(["0"]);
+
+    // the first answer: its turn returns while its record is still on its way
+    a.hold();
+    s = await answerTurn(def, s, 0, 1100);
+    expect(s.v).toBe(2);
+    expect(s.outbox?.of).toBe("reply-0-1100");
+    expect(s.outbox?.effects.map((e) => e.kind).sort()).toEqual(["event", "record", "send"]);
+    expect(a.seen).not.toContain("record c0");
+    expect(a.seen).toContain(`send ${id}-c1-a1`);
+
+    // the next turn's effects wait for them: nothing of its own goes out until that record lands
+    const next = answerTurn(def, s, 1, 1200);
+    await new Promise((r) => setTimeout(r, 50));
+    expect(a.seen).not.toContain(`send ${id}-c2-a1`);
+    a.release();
+    s = await next;
+    expect(a.seen.indexOf("record c0")).toBeLessThan(a.seen.indexOf(`send ${id}-c2-a1`));
+    expect(s.outbox?.of).toBe("reply-1-1200");
+
+    // another host (its own node: nothing in flight there) sends the last turn's effects again, then its own;
+    // the last answer ends the experiment: its records, status and end events land before its checkpoint, in that order
+    const b = world();
+    s = await answerTurn(evalExperimentActor(b.ports), s, 2, 1300);
+    expect(s.status).toBe("completed");
+    expect(s.outbox).toBeUndefined();
+    expect(s.v).toBe(1);
+    expect(b.seen.slice(0, 3).sort()).toEqual(["event eval_attempt c1", "record c1", `send ${id}-c2-a1`]);
+    const rest = b.seen.slice(3);
+    expect(rest.indexOf("record c2")).toBeLessThan(rest.indexOf("status completed"));
+    expect(rest.slice(-2)).toEqual(["event eval_ended", "event run_stream_end"]);
+  });
+});

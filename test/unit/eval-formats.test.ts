@@ -4,6 +4,7 @@ import {
   EXPERIMENT_SPEC_VERSION,
   EXPERIMENT_STATE_VERSION,
   ExperimentEngine,
+  PLAIN_STATE_VERSION,
   readAttemptRecord,
   readExperimentState,
   readStatusRecord,
@@ -38,7 +39,7 @@ describe("eval formats (golden files)", () => {
   });
 
   it("formats - a version 1 experiment state (mid-run, two cells in flight) loads, and the experiment goes on from it to its end", () => {
-    expect(EXPERIMENT_STATE_VERSION).toBe(1);
+    expect(PLAIN_STATE_VERSION).toBe(1);
     const state = readExperimentState(`eval--${ID}`, goldenJson("eval", "experiment-state-v1.json"));
     const { spec } = readStoredSpec(ID, goldenJson("eval", "spec-head-v1.json"), [goldenJson("eval", "spec-tasks-v1.json")]);
     for (const [cell, output] of [
@@ -52,10 +53,19 @@ describe("eval formats (golden files)", () => {
     expect(state).toMatchObject({ status: "completed", done: 3, cellStatus: "ddd" });
   });
 
+  it("formats - a version 2 experiment state (with the effects its last turn left to land) loads, its outbox as written", () => {
+    expect(EXPERIMENT_STATE_VERSION).toBe(2);
+    const state = readExperimentState(`eval--${ID}`, goldenJson("eval", "experiment-state-v2.json"));
+    expect(state.outbox?.of).toBe("reply-of-c0");
+    expect(state.outbox?.effects.map((e) => e.kind)).toEqual(["record", "event", "send"]);
+    expect(state.outbox?.effects[0]).toMatchObject({ kind: "record", record: { cell: 0, status: "completed", runId: `${ID}-c0-a1` } });
+    expect(state).toMatchObject({ status: "running", done: 1, cellStatus: "drr" });
+  });
+
   it("formats - a spec, record or state of an unknown version is refused naming it and the versions this build reads", () => {
     expectRefused(() => readStoredSpec(ID, withVersion("eval", "spec-head-v1.json", 2), []), `experiment spec ${ID}`, [1]);
     expectRefused(() => readAttemptRecord("k", withVersion("eval", "attempt-record-v1.json", 2)), "attempt record k", [1]);
     expectRefused(() => readStatusRecord(ID, withVersion("eval", "status-record-v1.json", 2)), `experiment status ${ID}`, [1]);
-    expectRefused(() => readExperimentState(`eval--${ID}`, withVersion("eval", "experiment-state-v1.json", 2)), `experiment state of eval--${ID}`, [1]);
+    expectRefused(() => readExperimentState(`eval--${ID}`, withVersion("eval", "experiment-state-v2.json", 3)), `experiment state of eval--${ID}`, [1, 2]);
   });
 });

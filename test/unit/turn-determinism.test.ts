@@ -86,6 +86,11 @@ const EXEMPT: ReadonlyArray<{ file: string; line: string; why: string }> = [
     why: "callA2a runs inside the `call` step: the polled answer is its recorded result",
   },
   {
+    file: "eval/experiment-actor.ts",
+    line: "await sleep(OUTBOX_RETRY_MS[attempt]!);",
+    why: "inside the unrecorded `effects` step: the wait between tries of effects left to land after the checkpoint, which change no state",
+  },
+  {
     file: "agents/approval-gate.ts",
     line: "const now = Date.now();",
     why: "inside the `approval:request` step: the approval's expiry is part of its recorded result",
