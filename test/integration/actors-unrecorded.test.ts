@@ -6,6 +6,7 @@ import { defineActor, TURN_KIND, type Checkpoint } from "../../src/actors/index.
 import { readCheckpoint, type StoredCheckpoint } from "../../src/actors/checkpoint-store.js";
 import { localCheckpointKey } from "../../src/actors/memory.js";
 import { fileServer, startRig, uniqueCluster, walWith } from "../fixtures/actors/helpers.js";
+import { defer } from "../fixtures/disposable.js";
 import { poll } from "../fixtures/poll.js";
 
 const server = fileServer();
@@ -54,7 +55,7 @@ describe("turns without a record (ActorDefinition.unrecorded)", () => {
     const cluster = uniqueCluster("ur");
     const runs: string[] = [];
     const appended: string[] = [];
-    const rig = await startRig(server.url, cluster, [tally(runs)], {
+    await using rig = await startRig(server.url, cluster, [tally(runs)], {
       hostWal: (wal) =>
         walWith(wal, {
           append: (kind, payload, opts) => {
@@ -63,39 +64,32 @@ describe("turns without a record (ActorDefinition.unrecorded)", () => {
           },
         }),
     });
-    try {
-      await rig.host.start("t1", "tally");
-      const send = (payload: Record<string, unknown>) => rig.bus.send(createEnvelope({ from: "tester", to: "t1", type: "task_delegate", payload }));
-      await send({ n: "a", bare: true });
-      await send({ n: "b" });
-      await send({ n: "c", bare: true });
-      await send({ n: "d", bare: true, failFirst: true });
-      await send({ n: "e", bare: true });
-      let last: string[] = [];
-      const seen = async () => (last = (await rig.bus.request<TallyState>("t1", "info_request", null)).seen);
-      await poll(async () => (await seen()).length === 5, { timeoutMs: 15_000, what: () => `five turns of t1 (${last.join(",")})` });
+    await rig.host.start("t1", "tally");
+    const send = (payload: Record<string, unknown>) => rig.bus.send(createEnvelope({ from: "tester", to: "t1", type: "task_delegate", payload }));
+    await send({ n: "a", bare: true });
+    await send({ n: "b" });
+    await send({ n: "c", bare: true });
+    await send({ n: "d", bare: true, failFirst: true });
+    await send({ n: "e", bare: true });
+    let last: string[] = [];
+    const seen = async () => (last = (await rig.bus.request<TallyState>("t1", "info_request", null)).seen);
+    await poll(async () => (await seen()).length === 5, { timeoutMs: 15_000, what: () => `five turns of t1 (${last.join(",")})` });
 
-      // every message once in the state, in order; the one that failed ran twice, recorded the second time
-      expect(await seen()).toEqual(["a", "b", "c", "d", "e"]);
-      expect(runs.map((r) => r.split("@")[0])).toEqual(["a", "b", "c", "d", "d", "e"]);
-      expect(appended).toEqual(["b", "d"]);
-      // nothing is left PENDING, and the local copy of the checkpoint follows the last turn
-      expect(rig.wal.pendingFor("t1")).toEqual([]);
-      await rig.close();
-      const wal = await Wal.open({ dir: rig.dir, sync: "normal", ringBits: 8 });
-      try {
-        const stored = wal.getKv<StoredCheckpoint>(localCheckpointKey("t1"));
-        expect(stored).toBeDefined();
-        const local: Checkpoint = readCheckpoint("local checkpoint", stored!);
-        expect(local.revision).toBe(5);
-        expect((local.state as TallyState).seen).toEqual(["a", "b", "c", "d", "e"]);
-        expect(wal.pendingRecords()).toEqual([]);
-      } finally {
-        await wal.close();
-      }
-    } finally {
-      await rig.close(true);
-    }
+    // every message once in the state, in order; the one that failed ran twice, recorded the second time
+    expect(await seen()).toEqual(["a", "b", "c", "d", "e"]);
+    expect(runs.map((r) => r.split("@")[0])).toEqual(["a", "b", "c", "d", "d", "e"]);
+    expect(appended).toEqual(["b", "d"]);
+    // nothing is left PENDING, and the local copy of the checkpoint follows the last turn
+    expect(rig.wal.pendingFor("t1")).toEqual([]);
+    await rig.close();
+    const wal = await Wal.open({ dir: rig.dir, sync: "normal", ringBits: 8 });
+    await using _wal = defer(() => wal.close());
+    const stored = wal.getKv<StoredCheckpoint>(localCheckpointKey("t1"));
+    expect(stored).toBeDefined();
+    const local: Checkpoint = readCheckpoint("local checkpoint", stored!);
+    expect(local.revision).toBe(5);
+    expect((local.state as TallyState).seen).toEqual(["a", "b", "c", "d", "e"]);
+    expect(wal.pendingRecords()).toEqual([]);
   });
 
   it("unrecorded - a definition whose test throws gets its turn recorded", async () => {
