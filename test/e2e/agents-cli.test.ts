@@ -44,7 +44,9 @@ describe("agents from kova.toml, driven by the kova CLI (node processes, scripte
           );
         return scriptedReply.text("The answer is 42.", {
           chunks: ["The ", "answer ", "is ", "42."],
-          chunkDelayMs: 20,
+          // 150 ms apart: a node sends the pieces that arrive together as one delta, and a
+          // process stalled on a loaded machine reads pieces 20 ms apart together.
+          chunkDelayMs: 150,
           usage: { inputTokens: 90, outputTokens: 6 },
         });
       },
@@ -71,13 +73,21 @@ describe("agents from kova.toml, driven by the kova CLI (node processes, scripte
     expect(model.requests).toHaveLength(3);
     expect(model.requests[2]!.messages.filter((m) => m.role === "tool")).toHaveLength(3);
 
-    await poll(() => tailed.trim().split("\n").length >= 7, { timeoutMs: 10_000, what: () => `7 chat events (got ${tailed})` });
-    const types = tailed
+    await poll(() => tailed.trim().split("\n").length >= 7, { timeoutMs: 30_000, what: () => `7 chat events (got ${tailed})` });
+    const lines = tailed
       .trim()
       .split("\n")
-      .map((l) => (JSON.parse(l) as { type: string }).type);
+      .map((l) => JSON.parse(l) as { type: string; data: { text?: string } });
+    const types = lines.map((l) => l.type);
     expect(types[0]).toBe("run_started");
+    // One delta per piece as the model streamed them, their text the answer.
     expect(types.filter((t) => t === "model_delta")).toHaveLength(4);
+    expect(
+      lines
+        .filter((l) => l.type === "model_delta")
+        .map((l) => l.data.text)
+        .join(""),
+    ).toBe("The answer is 42.");
     expect(types.slice(-2)).toEqual(["run_completed", "run_stream_end"]);
     expect(types).not.toContain("tool_call"); // the chat profile leaves tools out
 
