@@ -359,8 +359,6 @@ export class KovaNode {
       host: hostPort,
       logger: this.scope,
       reconcileMs: config.reconcileMs,
-      // An actor a peer's death brought here stays for as long as that death took to notice.
-      takeoverHoldMs: config.staleAfterMs,
       maxActors: config.maxActorsPerNode,
       onCapped: (e) => this.publish("placement_capped", this.nodeId, { ...e, node: this.nodeId }),
       onPlacement: (e) => this.onPlacement(e),

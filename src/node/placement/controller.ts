@@ -1,5 +1,4 @@
-import { ErrorCode, type Logger, backoffMs, componentLogger, isKovaError, sleep } from "../../core/index.js";
-import { BusErrorCode, isTransientNatsError } from "../../bus/index.js";
+import { type Logger, componentLogger } from "../../core/index.js";
 import type { LeaseRecord, LeaseTable, Membership, AgentRecord, AgentRegistry } from "../../cluster/index.js";
 import { ownerOf } from "./rendezvous.js";
 
@@ -46,22 +45,6 @@ export interface PlacementOptions {
   maxActors?: number;
   /** Told once per pass when the cap leaves actors this node owns unplaced. */
   onCapped?: (event: { hosted: number; waiting: number; max: number }) => void;
-  /**
-   * How long a start that fails on a transient NATS error (a JetStream request with no
-   * answer within the client's timeout, no responders, a leader election) is tried again
-   * at once, keeping the lease, before the lease is released for the next pass (default
-   * 30 s). One slow request then costs a takeover that request, not a lease release, a
-   * wait for the next pass and a second acquisition (possibly by another node).
-   */
-  startRetryMs?: number;
-  /**
-   * An actor this node took over from a dead holder is not handed to its rendezvous owner
-   * for this long after its start (default 0). A node restarted just after its peers took
-   * its actors over would otherwise pull each one back before its redelivered message ran
-   * on the peer: two moves, each a consumer reset and a start, for one fault. A turn still
-   * running at the end of the hold is drained as any rebalance drains it.
-   */
-  takeoverHoldMs?: number;
   /** Told when this node acquires or gives up an actor (`moved` says who takes it next). */
   onPlacement?: (event: { actorId: string; action: "acquired" | "released" | "lost"; reason: string }) => void;
 }
@@ -91,8 +74,6 @@ export class PlacementController {
   private stopped = false;
   private readonly unsubscribe: Array<() => void> = [];
   private readonly log: Logger;
-  /** performance.now() at which each actor taken over from a dead holder finished starting here (takeoverHoldMs). */
-  private readonly tookOver = new Map<string, number>();
 
   constructor(private readonly opts: PlacementOptions) {
     this.log = componentLogger(opts.logger, "placement");
@@ -275,13 +256,6 @@ export class PlacementController {
     }
     // Leases this process holds for actors that left the registry (deleted).
     for (const id of host.hosted()) if (!registry.get(id) && !this.busy.has(id)) this.stopJob(id, "giveUp", "deregistered");
-    for (const id of this.tookOver.keys()) if (!this.holding(id)) this.tookOver.delete(id);
-  }
-
-  /** Whether an actor taken over from a dead holder is still within its hold (see takeoverHoldMs). */
-  private holding(id: string): boolean {
-    const at = this.tookOver.get(id);
-    return at !== undefined && performance.now() - at < (this.opts.takeoverHoldMs ?? 0) && this.opts.host.hosts(id);
   }
 
   /** What a pass decides for one registered actor: nothing, or one start or stop job. */
@@ -305,12 +279,8 @@ export class PlacementController {
     if (mine) {
       // Not while this node is still starting (not ranked yet): it would hand the actors
       // it just recovered to a peer, only to take them back once it is up.
-      if (owner !== nodeId && owner !== undefined && pass.healthy && pass.ranked) {
-        // Taken over a moment ago: its redelivered message runs here first; a timed pass
-        // hands it over once the hold ends.
-        if (hosted && this.holding(id)) return;
-        this.stopJob(id, "giveUp", `rebalance to ${owner}`);
-      } else if (!hosted) this.startJob(record, pass);
+      if (owner !== nodeId && owner !== undefined && pass.healthy && pass.ranked) this.stopJob(id, "giveUp", `rebalance to ${owner}`);
+      else if (!hosted) this.startJob(record, pass);
       return;
     }
     if (!pass.healthy) return;
@@ -357,64 +327,24 @@ export class PlacementController {
   }
 
   private async take(record: AgentRecord): Promise<void> {
-    const id = record.id;
     let takeover = false;
-    let fromDead = false;
-    if (!this.opts.leases.holds(id)) {
-      const before = this.opts.leases.get(id)?.value;
+    if (!this.opts.leases.holds(record.id)) {
+      const before = this.opts.leases.get(record.id)?.value;
       takeover = before !== undefined;
-      const won = await this.opts.leases.acquire(id, (l) => this.mayTake(l));
+      const won = await this.opts.leases.acquire(record.id, (l) => this.mayTake(l));
       if (!won) return;
-      // A holder other than this node is taken from only when it is not live (mayTake).
-      fromDead = typeof before?.node === "string" && before.node !== this.opts.nodeId;
-      this.opts.onPlacement?.({ actorId: id, action: "acquired", reason: before?.node ? `takeover from ${before.node}` : "placement" });
+      this.opts.onPlacement?.({ actorId: record.id, action: "acquired", reason: before?.node ? `takeover from ${before.node}` : "placement" });
     }
-    const opts = { takeover };
-    const deadline = performance.now() + (this.opts.startRetryMs ?? 30_000);
-    for (let attempt = 1; ; attempt++) {
-      try {
-        await this.opts.host.start(id, record.type, record, opts);
-        if (fromDead) this.tookOver.set(id, performance.now());
-        return;
-      } catch (err) {
-        if (this.mayRetryStart(id, err, deadline)) {
-          const delay = backoffMs(attempt, 100, 1_000);
-          this.log.warn({ err, actorId: id, attempt, retryInMs: delay }, "actor start failed on a transient NATS error; trying again, keeping the lease");
-          await sleep(delay);
-          continue;
-        }
-        // Give the actor a chance elsewhere rather than holding a lease we cannot serve.
-        await this.opts.leases.release(id, "start-failed").catch(() => false);
-        throw err;
-      }
+    try {
+      await this.opts.host.start(record.id, record.type, record, { takeover });
+    } catch (err) {
+      // Give the actor a chance elsewhere rather than holding a lease we cannot serve.
+      await this.opts.leases.release(record.id, "start-failed").catch(() => false);
+      throw err;
     }
-  }
-
-  /**
-   * Whether a failed start is tried again in place: the failure is NATS being briefly
-   * unavailable (the same start then succeeds, as the next pass's would), the lease is
-   * still this node's and the actor still wanted. Anything else releases the lease.
-   */
-  private mayRetryStart(id: string, err: unknown, deadline: number): boolean {
-    const transient =
-      isTransientNatsError(err) ||
-      isKovaError(err, ErrorCode.TIMEOUT) ||
-      isKovaError(err, BusErrorCode.NATS_UNREACHABLE) ||
-      isKovaError(err, BusErrorCode.JETSTREAM_UNAVAILABLE);
-    const record = this.opts.registry.get(id);
-    return (
-      transient &&
-      !this.stopped &&
-      performance.now() < deadline &&
-      this.opts.leases.holds(id) &&
-      record !== undefined &&
-      record.desired !== "killed" &&
-      !this.opts.host.hosts(id)
-    );
   }
 
   private async giveUp(id: string, reason: string): Promise<void> {
-    this.tookOver.delete(id);
     if (this.opts.host.hosts(id)) await this.opts.host.stop(id, reason);
     if (await this.opts.leases.release(id, reason)) {
       this.opts.onPlacement?.({ actorId: id, action: "released", reason });
