@@ -11,7 +11,10 @@ import { poll } from "../fixtures/poll.js";
  * is 60 s, so a next message that runs within seconds proves the reset.
  */
 const ACK_WAIT_MS = 60_000;
-const STALE_AFTER_MS = 6_000;
+// Wide enough for the first case's premise (the node back before its peers call it gone) on
+// a loaded machine: at load 20-30 a node process takes well over 6 s from spawn to its
+// first heartbeat, and the restart then came after the window (its peer took the actor).
+const STALE_AFTER_MS = 20_000;
 let tc: TestCluster;
 
 beforeAll(async () => {
@@ -115,7 +118,7 @@ describe("a node restarted on its data dir after a SIGKILL mid-turn", () => {
     await countedOnce(actor, [first.id, next.id]);
     console.info(`restart inside the staleness window: the next message ran ${Math.round(ms)} ms after the node answered (1.5 s of it the recovered turn)`);
     expect(ms).toBeLessThan(ACK_WAIT_MS / 4);
-  }, 90_000);
+  }, 150_000);
 
   it("restart - outside the staleness window: a peer took the actor over meanwhile; the restarted node gets it back and its next message runs at once", async () => {
     const actor = tc.actorIds[1]!;
@@ -128,5 +131,5 @@ describe("a node restarted on its data dir after a SIGKILL mid-turn", () => {
     await countedOnce(actor, [first.id, next.id]);
     console.info(`restart outside the staleness window: the next message ran ${Math.round(ms)} ms after the node answered`);
     expect(ms).toBeLessThan(ACK_WAIT_MS / 4);
-  }, 90_000);
+  }, 150_000);
 });
