@@ -233,6 +233,14 @@ export class ActorHost {
     return this.#actors.has(actorId);
   }
 
+  /**
+   * Whether stopping the actor now could cut work: it is starting, a turn runs, or a
+   * delivery is in hand (ActorInstance.busy). False for an actor not hosted here.
+   */
+  busy(actorId: string): boolean {
+    return this.#starting.has(actorId) || (this.#actors.get(actorId)?.busy ?? false);
+  }
+
   /** How many actors are hosted here. */
   get size(): number {
     return this.#actors.size;

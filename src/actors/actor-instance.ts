@@ -56,6 +56,8 @@ export class ActorInstance implements TurnActor {
   /** True from Recovering until the recovered turns are done. */
   #recovering = false;
   #inFlight = 0;
+  /** Deliveries handed to this actor whose handling has not ended (held by a pause, or in their turn). */
+  #delivered = 0;
   #handled = 0;
   #leaving = false;
   #lastActiveAt = Date.now();
@@ -107,6 +109,17 @@ export class ActorInstance implements TurnActor {
       lastActiveAt: this.#lastActiveAt,
       ...(this.template ? { template: this.template.name } : {}),
     };
+  }
+
+  /**
+   * Whether stopping the actor now could cut work: it is still starting (recovered turns
+   * included), a turn runs, or a delivery is in hand and not finished (a paused actor holds
+   * it before its turn). Placement waits for this to be false before it hands an actor it
+   * took over back to its owner.
+   */
+  get busy(): boolean {
+    const state = this.lifecycle.state;
+    return this.#inFlight > 0 || this.#delivered > 0 || this.#recovering || state === "Created" || state === "Recovering";
   }
 
   /**
@@ -283,6 +296,15 @@ export class ActorInstance implements TurnActor {
   }
 
   async #onMessage(env: A2AEnvelope, mctx: MailboxContext): Promise<void> {
+    this.#delivered++;
+    try {
+      await this.#handle(env, mctx);
+    } finally {
+      this.#delivered--;
+    }
+  }
+
+  async #handle(env: A2AEnvelope, mctx: MailboxContext): Promise<void> {
     // Paused: hold the message (the mailbox's heartbeats keep it ours) until resume.
     await this.gate.wait();
     if (this.#leaving || this.lifecycle.state === "Failed") {

@@ -226,6 +226,24 @@ export class Bus {
     }
   }
 
+  /**
+   * Messages of an agent's mailbox not yet acknowledged: waiting (`num_pending`) and
+   * delivered but not acked (`num_ack_pending`), from its consumer's info. 0 when the
+   * consumer is not there (nothing was delivered since it was deleted).
+   * @throws InvalidIdError; NATS errors
+   */
+  async mailboxBacklog(agentId: string): Promise<number> {
+    this.open("mailboxBacklog");
+    assertId("agent id", agentId);
+    try {
+      const ci = await this.ctx.jsm.consumers.info(this.ctx.subjects.streams.a2a, this.ctx.subjects.consumer(agentId));
+      return ci.num_pending + ci.num_ack_pending;
+    } catch (err) {
+      if (isConsumerNotFound(err)) return 0;
+      throw err;
+    }
+  }
+
   /** Answers fast requests for `agentId` on `kova.<c>.rpc.<agentId>`. @throws InvalidIdError */
   serveRpc(agentId: string, handler: RpcHandler, opts?: ServeRpcOptions): RpcService {
     this.open("serveRpc");

@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createEnvelope, type A2AEnvelope } from "../../src/bus/index.js";
-import { TestCluster, type ProbeState } from "../fixtures/node/cluster-harness.js";
+import { TestCluster } from "../fixtures/node/cluster-harness.js";
+import { expectCountedOnce, probeEnded, probeStartedAt } from "../fixtures/node/probe-turns.js";
 import { poll } from "../fixtures/poll.js";
 
 /**
@@ -32,14 +33,8 @@ afterAll(async () => {
 
 const task = (to: string, payload: Record<string, unknown>) => createEnvelope({ from: "tester", to, type: "task_delegate", payload });
 
-function startedAt(env: A2AEnvelope): number | undefined {
-  return tc.events.find((e) => e.type === "probe_start" && (e.data as { id: string }).id === env.id)?.at;
-}
-
-function ended(env: A2AEnvelope): { node: string; at: number } | undefined {
-  const e = tc.events.findLast((x) => x.type === "probe_end" && (x.data as { id: string }).id === env.id);
-  return e && { node: (e.data as { node: string }).node, at: e.at };
-}
+const startedAt = (env: A2AEnvelope) => probeStartedAt(tc, env);
+const ended = (env: A2AEnvelope) => probeEnded(tc, env);
 
 /** The node that hosts the actor now, and its peer. */
 async function placed(actor: string): Promise<{ victim: string; peer: string }> {
@@ -84,21 +79,7 @@ async function killDuringTurn(
   return { first, next, ms: at - answered, killedAt };
 }
 
-async function countedOnce(actor: string, ids: string[]): Promise<void> {
-  const state = await poll(
-    async () => {
-      const s = await tc.info<ProbeState>(actor);
-      return ids.every((id) => s.ids.includes(id)) ? s : undefined;
-    },
-    { timeoutMs: 10_000, what: `${actor} counted every message`, everyMs: 100, retryErrors: true },
-  );
-  for (const id of ids)
-    expect(
-      state.ids.filter((x) => x === id),
-      `turns of ${id}`,
-    ).toHaveLength(1);
-  expect(state.dupHandled).toBe(0);
-}
+const countedOnce = (actor: string, ids: string[]) => expectCountedOnce(tc, actor, ids);
 
 describe("a node restarted on its data dir after a SIGKILL mid-turn", () => {
   it("restart - inside the staleness window: the node finishes the interrupted turn and takes the actor's next message at once, not after ack_wait", async () => {

@@ -51,6 +51,16 @@ class RecordingHost implements HostPort {
   hosts(id: string): boolean {
     return this.actors.has(id);
   }
+  /** No turns run on this host: an actor is never busy, and its mailbox never has a backlog. */
+  busy(): boolean {
+    return false;
+  }
+  turnsEnded(): number {
+    return 0;
+  }
+  async backlog(): Promise<number> {
+    return 0;
+  }
   /** Placement asks once per reconcile pass: counts the passes. */
   passes = 0;
   hostedCount(): number {

@@ -1,4 +1,5 @@
-import { type Logger, componentLogger } from "../../core/index.js";
+import { ErrorCode, type Logger, backoffMs, componentLogger, isKovaError, sleep } from "../../core/index.js";
+import { BusErrorCode, isTransientNatsError } from "../../bus/index.js";
 import type { LeaseRecord, LeaseTable, Membership, AgentRecord, AgentRegistry } from "../../cluster/index.js";
 import { ownerOf } from "./rendezvous.js";
 
@@ -12,12 +13,22 @@ export interface HostPort {
    * server answers into a dead inbox — so the node resets the consumer first.
    */
   start(actorId: string, type: string, record: AgentRecord, opts: { takeover: boolean }): Promise<void>;
-  /** Stops taking messages, waits for (or checkpoints) the in-flight turn, closes. */
-  stop(actorId: string, reason: string): Promise<void>;
+  /**
+   * Stops taking messages, waits for (or checkpoints) the in-flight turn, closes. The wait
+   * is bounded by the node's drain timeout (past it the turn is cut and its message
+   * redelivered to the next host), unless `waitForTurn`: then the turn always finishes here.
+   */
+  stop(actorId: string, reason: string, opts?: { waitForTurn?: boolean }): Promise<void>;
   /** The ids hosted here (starting, running or leaving). */
   hosted(): Iterable<string>;
   hosts(actorId: string): boolean;
   hostedCount(): number;
+  /** Whether stopping the actor now could cut work: starting, a turn running, a delivery in hand and not finished. */
+  busy(actorId: string): boolean;
+  /** How many turns the actor's current hosting here has ended (0 when not hosted). */
+  turnsEnded(actorId: string): number;
+  /** Messages of the actor's mailbox not yet acknowledged (waiting or delivered). @throws NATS errors */
+  backlog(actorId: string): Promise<number>;
 }
 
 /** What one reconcile pass decides with. */
@@ -45,6 +56,21 @@ export interface PlacementOptions {
   maxActors?: number;
   /** Told once per pass when the cap leaves actors this node owns unplaced. */
   onCapped?: (event: { hosted: number; waiting: number; max: number }) => void;
+  /**
+   * How long a start that fails on a transient NATS error (a JetStream request with no
+   * answer within the client's timeout, no responders, a leader election) is tried again
+   * at once, keeping the lease, before the lease is released for the next pass (default
+   * 30 s). One slow request then costs a takeover that request, not a lease release, a
+   * wait for the next pass and a second acquisition (possibly by another node).
+   */
+  startRetryMs?: number;
+  /**
+   * An actor this node took over from a dead holder goes back to that node (restarted,
+   * its rendezvous owner again) only when it is idle here, and once it has ended a turn
+   * here, or its mailbox has nothing waiting, or this long has passed since its start
+   * (default 60 s). See `handBack`.
+   */
+  handBackMaxHoldMs?: number;
   /** Told when this node acquires or gives up an actor (`moved` says who takes it next). */
   onPlacement?: (event: { actorId: string; action: "acquired" | "released" | "lost"; reason: string }) => void;
 }
@@ -74,6 +100,11 @@ export class PlacementController {
   private stopped = false;
   private readonly unsubscribe: Array<() => void> = [];
   private readonly log: Logger;
+  /**
+   * Actors this node took over from a dead holder: that holder, when their start ended
+   * (performance.now()) and how many turns they had ended then (handBack).
+   */
+  private readonly tookOver = new Map<string, { from: string; at: number; turns: number }>();
 
   constructor(private readonly opts: PlacementOptions) {
     this.log = componentLogger(opts.logger, "placement");
@@ -256,6 +287,7 @@ export class PlacementController {
     }
     // Leases this process holds for actors that left the registry (deleted).
     for (const id of host.hosted()) if (!registry.get(id) && !this.busy.has(id)) this.stopJob(id, "giveUp", "deregistered");
+    for (const id of this.tookOver.keys()) if (!host.hosts(id) && !this.busy.has(id)) this.tookOver.delete(id);
   }
 
   /** What a pass decides for one registered actor: nothing, or one start or stop job. */
@@ -279,8 +311,16 @@ export class PlacementController {
     if (mine) {
       // Not while this node is still starting (not ranked yet): it would hand the actors
       // it just recovered to a peer, only to take them back once it is up.
-      if (owner !== nodeId && owner !== undefined && pass.healthy && pass.ranked) this.stopJob(id, "giveUp", `rebalance to ${owner}`);
-      else if (!hosted) this.startJob(record, pass);
+      if (owner !== nodeId && owner !== undefined && pass.healthy && pass.ranked) {
+        const taken = this.tookOver.get(id);
+        if (hosted && taken?.from === owner) {
+          // Taken over from its owner, which is back: the hand-back waits for the actor to
+          // be idle here (a timed pass looks again), and never cuts a turn.
+          if (!host.busy(id)) this.schedule(id, "stop", () => this.handBack(id, owner, taken));
+          return;
+        }
+        this.stopJob(id, "giveUp", `rebalance to ${owner}`);
+      } else if (!hosted) this.startJob(record, pass);
       return;
     }
     if (!pass.healthy) return;
@@ -327,25 +367,93 @@ export class PlacementController {
   }
 
   private async take(record: AgentRecord): Promise<void> {
+    const id = record.id;
     let takeover = false;
-    if (!this.opts.leases.holds(record.id)) {
-      const before = this.opts.leases.get(record.id)?.value;
+    /** The dead holder it is taken from, if any. */
+    let fromDead: string | undefined;
+    if (!this.opts.leases.holds(id)) {
+      const before = this.opts.leases.get(id)?.value;
       takeover = before !== undefined;
-      const won = await this.opts.leases.acquire(record.id, (l) => this.mayTake(l));
+      const won = await this.opts.leases.acquire(id, (l) => this.mayTake(l));
       if (!won) return;
-      this.opts.onPlacement?.({ actorId: record.id, action: "acquired", reason: before?.node ? `takeover from ${before.node}` : "placement" });
+      // A holder other than this node is taken from only when it is not live (mayTake).
+      if (typeof before?.node === "string" && before.node !== this.opts.nodeId) fromDead = before.node;
+      this.opts.onPlacement?.({ actorId: id, action: "acquired", reason: before?.node ? `takeover from ${before.node}` : "placement" });
     }
-    try {
-      await this.opts.host.start(record.id, record.type, record, { takeover });
-    } catch (err) {
-      // Give the actor a chance elsewhere rather than holding a lease we cannot serve.
-      await this.opts.leases.release(record.id, "start-failed").catch(() => false);
-      throw err;
+    const opts = { takeover };
+    const deadline = performance.now() + (this.opts.startRetryMs ?? 30_000);
+    for (let attempt = 1; ; attempt++) {
+      try {
+        await this.opts.host.start(id, record.type, record, opts);
+        if (fromDead !== undefined) this.tookOver.set(id, { from: fromDead, at: performance.now(), turns: this.opts.host.turnsEnded(id) });
+        return;
+      } catch (err) {
+        if (this.mayRetryStart(id, err, deadline)) {
+          const delay = backoffMs(attempt, 100, 1_000);
+          this.log.warn({ err, actorId: id, attempt, retryInMs: delay }, "actor start failed on a transient NATS error; trying again, keeping the lease");
+          await sleep(delay);
+          continue;
+        }
+        // Give the actor a chance elsewhere rather than holding a lease we cannot serve.
+        await this.opts.leases.release(id, "start-failed").catch(() => false);
+        throw err;
+      }
     }
   }
 
-  private async giveUp(id: string, reason: string): Promise<void> {
-    if (this.opts.host.hosts(id)) await this.opts.host.stop(id, reason);
+  /**
+   * Whether a failed start is tried again in place: the failure is NATS being briefly
+   * unavailable (the same start then succeeds, as the next pass's would), the lease is
+   * still this node's and the actor still wanted. Anything else releases the lease.
+   */
+  private mayRetryStart(id: string, err: unknown, deadline: number): boolean {
+    const transient =
+      isTransientNatsError(err) ||
+      isKovaError(err, ErrorCode.TIMEOUT) ||
+      isKovaError(err, BusErrorCode.NATS_UNREACHABLE) ||
+      isKovaError(err, BusErrorCode.JETSTREAM_UNAVAILABLE);
+    const record = this.opts.registry.get(id);
+    return (
+      transient &&
+      !this.stopped &&
+      performance.now() < deadline &&
+      this.opts.leases.holds(id) &&
+      record !== undefined &&
+      record.desired !== "killed" &&
+      !this.opts.host.hosts(id)
+    );
+  }
+
+  /**
+   * Hands an actor taken over from a dead holder back to it, now its live rendezvous owner
+   * again, if it is idle here and one of: it has ended a turn since the takeover (the
+   * redelivered message ran here), its mailbox has nothing waiting or in hand, or
+   * `handBackMaxHoldMs` passed. Otherwise it stays, and a later pass asks again.
+   * A node restarted just after its peers took its actors over (a quick restart slower
+   * than the staleness window) used to pull each one back at once, often while its
+   * redelivered turn ran on the peer: the move's drain cut that turn and the owner ran it
+   * (its model calls too) again. A turn that starts between the check and the stop is
+   * waited for (`waitForTurn`), not cut.
+   */
+  private async handBack(id: string, owner: string, taken: { at: number; turns: number }): Promise<void> {
+    const { host } = this.opts;
+    if (host.busy(id)) return;
+    let ready = host.turnsEnded(id) > taken.turns || performance.now() - taken.at >= (this.opts.handBackMaxHoldMs ?? 60_000);
+    if (!ready) {
+      const backlog = await host.backlog(id).catch((err: unknown) => {
+        this.log.debug({ err, actorId: id }, "mailbox backlog unknown; the hand-back waits for the next pass");
+        return undefined;
+      });
+      ready = backlog === 0 && !host.busy(id);
+    }
+    if (!ready) return;
+    this.log.info({ actorId: id, owner }, "handing an actor taken over from a dead node back to its restarted owner");
+    await this.giveUp(id, `rebalance to ${owner}`, { waitForTurn: true });
+  }
+
+  private async giveUp(id: string, reason: string, stopOpts?: { waitForTurn: boolean }): Promise<void> {
+    this.tookOver.delete(id);
+    if (this.opts.host.hosts(id)) await this.opts.host.stop(id, reason, stopOpts);
     if (await this.opts.leases.release(id, reason)) {
       this.opts.onPlacement?.({ actorId: id, action: "released", reason });
     }

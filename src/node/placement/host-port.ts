@@ -1,4 +1,5 @@
-import { isConsumerNotFound, UnknownAgentError, type Bus } from "../../bus/index.js";
+import { ErrorCode, KovaError, sleep } from "../../core/index.js";
+import { UnknownAgentError, type Bus } from "../../bus/index.js";
 import type { NodeConfig } from "../config.js";
 import type { NodeParts } from "../node-parts.js";
 import type { HostPort } from "./controller.js";
@@ -17,7 +18,7 @@ export interface HostPortDeps extends Pick<NodeParts, "nodeId" | "bus" | "host" 
 export function placementHostPort(d: HostPortDeps): HostPort {
   const { host } = d;
   return {
-    start: async (id, type, record, { takeover }) => {
+    start: async (id, type, record, opts) => {
       const template = record.template === undefined ? undefined : d.templates.resolve(id);
       if (record.template !== undefined && !template) {
         throw new UnknownAgentError(
@@ -25,15 +26,40 @@ export function placementHostPort(d: HostPortDeps): HostPort {
           `template ${record.template} of instance ${id} is not registered on node ${d.nodeId}: register the same templates on every node`,
         );
       }
-      if (takeover) await resetMailbox(d.bus, id);
+      if (opts.takeover) {
+        await stallForTest(id);
+        await resetMailbox(d.bus, id);
+        // Done: a start tried again (a later step timed out) keeps the consumer this one creates.
+        opts.takeover = false;
+      }
       await host.start(id, type, template ? { template: template.binding } : {});
       if (record.desired === "paused") await host.signal(id, "pause");
     },
-    stop: (id, reason) => host.stop(id, { reason, drainTimeoutMs: d.config.drainTimeoutMs }),
+    // A hand-back's stop has no drain timeout: a turn that began after placement saw the
+    // actor idle finishes here (placement never cuts a turn to hand an actor back).
+    stop: (id, reason, opts) => host.stop(id, opts?.waitForTurn ? { reason } : { reason, drainTimeoutMs: d.config.drainTimeoutMs }),
     hosted: () => host.ids(),
     hosts: (id) => host.hosts(id),
+    busy: (id) => host.busy(id),
+    turnsEnded: (id) => host.status(id)?.handled ?? 0,
+    backlog: (id) => d.bus.mailboxBacklog(id),
     hostedCount: () => host.size,
   };
+}
+
+/**
+ * Test-only: `KOVA_TEST_STALL_TAKEOVER=<actorId>` makes this process's first takeover start
+ * of that actor fail as a JetStream request that got no answer does: after the client's
+ * 5 s, with a timeout (test/e2e/cluster-start-retry.test.ts). Read once at load: unset,
+ * it costs one comparison.
+ */
+const stallActor = process.env.KOVA_TEST_STALL_TAKEOVER;
+let stalled = false;
+async function stallForTest(actorId: string): Promise<void> {
+  if (stallActor === undefined || stallActor !== actorId || stalled) return;
+  stalled = true;
+  await sleep(5_000);
+  throw new KovaError(ErrorCode.TIMEOUT, `test stall: the consumer reset of ${actorId} got no answer within 5000 ms`);
 }
 
 /**
@@ -50,9 +76,5 @@ export function placementHostPort(d: HostPortDeps): HostPort {
  * consumer incarnation that no longer holds those deliveries (and are fenced anyway).
  */
 export async function resetMailbox(bus: Bus, actorId: string): Promise<void> {
-  try {
-    await bus.jsm.consumers.delete(bus.subjects.streams.a2a, bus.subjects.consumer(actorId));
-  } catch (err) {
-    if (!isConsumerNotFound(err)) throw err;
-  }
+  await bus.deleteMailboxConsumer(actorId);
 }
