@@ -10,8 +10,13 @@
 // 1 s model: the wall time against the ideal for the configured concurrency,
 // ideal = ceil(cells / concurrency) x latency.
 //
+// Each run also prints the CPU time per cell of the node processes and of nats-server
+// (/proc/<pid>/stat over the experiment), which moves less with the machine's load; where
+// each turn of the experiment's actor spends its time: bench/eval-phases-preload.mjs.
+//
 // KOVA_BENCH_RUNS (default 3, after one warm-up), KOVA_BENCH_CONCURRENCY (default 50),
 // KOVA_BENCH_LATENCIES (default "0,1000"), KOVA_BENCH_WAL_SYNC (default full).
+import { readFileSync } from "node:fs";
 import { cpus, loadavg } from "node:os";
 import { createOpenAiModel, parseModelsConfig } from "../dist/agents/index.js";
 import { defineExperiment, evalStore, runExperiment } from "../dist/eval/index.js";
@@ -81,15 +86,37 @@ async function directCalls() {
   return { wall: performance.now() - t0, p50: median(latencies) };
 }
 
+/**
+ * CPU time (user + system, ms) the node processes and nats-server have used so far, from
+ * /proc/<pid>/stat (clock ticks of 10 ms); undefined where /proc is not there.
+ */
+function cpuMs() {
+  const of = (pid) => {
+    const fields = readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1].split(" ");
+    // utime and stime are fields 14 and 15 of the line, 12 and 13 after the command.
+    return (Number(fields[11]) + Number(fields[12])) * 10;
+  };
+  try {
+    return { nodes: [...c.pids().values()].reduce((sum, pid) => sum + of(pid), 0), nats: c.server.pid ? of(c.server.pid) : Number.NaN };
+  } catch {
+    return undefined;
+  }
+}
+
 async function experiment(name) {
+  const cpu0 = cpuMs();
   const t0 = performance.now();
   const report = await runExperiment(c.bus, spec(name));
   const wall = performance.now() - t0;
+  const cpu1 = cpuMs();
+  const cpu = cpu0 && cpu1 ? { nodes: (cpu1.nodes - cpu0.nodes) / CELLS, nats: (cpu1.nats - cpu0.nats) / CELLS } : undefined;
   if (report.status !== "completed" || report.subjects.some((s) => s.scored !== CELLS / 2))
     throw new Error(`experiment ${report.experimentId} ended ${report.status}`);
   const records = await (await evalStore(c.bus)).attempts(report.experimentId);
-  return { wall, p50: median(records.map((r) => r.durationMs)), attempts: records.length };
+  return { wall, p50: median(records.map((r) => r.durationMs)), attempts: records.length, cpu };
 }
+
+const cpuText = (cpu) => (cpu ? `; CPU per cell: nodes ${cpu.nodes.toFixed(2)} ms, nats-server ${cpu.nats.toFixed(2)} ms` : "");
 
 try {
   console.log(
@@ -109,7 +136,7 @@ try {
     if (lat === 0) {
       for (const r of rows) {
         console.log(
-          `  model 0 ms: experiment ${fmt(r.k.wall)} ms, direct ${fmt(r.d.wall)} ms -> overhead ${((r.k.wall - r.d.wall) / CELLS).toFixed(2)} ms per cell; cell p50 ${r.k.p50} ms vs direct call p50 ${r.d.p50.toFixed(2)} ms (load ${r.load.toFixed(1)})`,
+          `  model 0 ms: experiment ${fmt(r.k.wall)} ms, direct ${fmt(r.d.wall)} ms -> overhead ${((r.k.wall - r.d.wall) / CELLS).toFixed(2)} ms per cell; cell p50 ${r.k.p50} ms vs direct call p50 ${r.d.p50.toFixed(2)} ms${cpuText(r.k.cpu)} (load ${r.load.toFixed(1)})`,
         );
       }
       const per = rows.map((r) => (r.k.wall - r.d.wall) / CELLS);
@@ -120,7 +147,7 @@ try {
       const ideal = Math.ceil(CELLS / CONCURRENCY) * lat;
       for (const r of rows)
         console.log(
-          `  model ${lat} ms: experiment ${fmt(r.k.wall)} ms, ideal ${fmt(ideal)} ms -> ${(r.k.wall / ideal).toFixed(3)} x ideal (load ${r.load.toFixed(1)})`,
+          `  model ${lat} ms: experiment ${fmt(r.k.wall)} ms, ideal ${fmt(ideal)} ms -> ${(r.k.wall / ideal).toFixed(3)} x ideal${cpuText(r.k.cpu)} (load ${r.load.toFixed(1)})`,
         );
       const ratios = rows.map((r) => r.k.wall / ideal);
       console.log(`model ${lat} ms: wall time ${Math.min(...ratios).toFixed(3)}-${Math.max(...ratios).toFixed(3)} x ideal (target <= 1.2)`);

@@ -8,7 +8,8 @@ import { fileURLToPath } from "node:url";
 const here = dirname(fileURLToPath(import.meta.url));
 const prefix = process.argv[2] ?? "";
 const scripts = readdirSync(here)
-  .filter((f) => f.endsWith(".mjs") && !f.endsWith("-lib.mjs") && f !== "run-all.mjs" && f.startsWith(prefix))
+  // -lib.mjs: shared code; -preload.mjs: what a benchmark's node processes import (--import)
+  .filter((f) => f.endsWith(".mjs") && !f.endsWith("-lib.mjs") && !f.endsWith("-preload.mjs") && f !== "run-all.mjs" && f.startsWith(prefix))
   .sort();
 let failed = 0;
 for (const script of scripts) {
