@@ -81,11 +81,29 @@ export function makeContext(
       await journal.step(`emit:${type}`, () => deps.bus.publishEvent(event, { msgId }), { idempotent: true });
     },
     stream: (type, data, opts = {}) => {
+      // A step is fenced when it starts, not while it runs: a host stalled in the middle of
+      // one (a model call streaming its tokens) may find, when it runs again, that peers
+      // counted it dead and another node took the actor over and runs the same step again.
+      // Its tokens from then on would interleave with the new host's on the run's subject,
+      // so a host that cannot prove its lease now publishes nothing live; the fence ends
+      // the turn at its next step or acknowledgement.
+      try {
+        deps.fenceNow(actor.id);
+      } catch (err) {
+        actor.log.debug({ err, type }, "stream event not published: this node cannot prove it holds the actor's lease");
+        return;
+      }
       const event = eventOf(actor, type, data, opts, Date.now());
-      // Best effort by design: a lost token event must never fail the turn.
-      Promise.resolve()
-        .then(() => deps.bus.publishEvent(event, { durable: false }))
-        .catch((err: unknown) => actor.log.debug({ err, type }, "stream event not published"));
+      // Best effort by design: a lost token event must never fail the turn. Published at
+      // once (not a microtask later), so it keeps its place among the turn's other publishes
+      // on the connection.
+      let published: Promise<void>;
+      try {
+        published = deps.bus.publishEvent(event, { durable: false });
+      } catch (err) {
+        published = Promise.reject(err instanceof Error ? err : new Error(String(err)));
+      }
+      published.catch((err: unknown) => actor.log.debug({ err, type }, "stream event not published"));
     },
     working: () => mailbox?.working(),
     signal,

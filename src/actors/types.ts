@@ -95,7 +95,8 @@ export interface ActorContext<S> {
   /**
    * Publishes a high-rate event (tokens, progress) with a plain NATS publish: not stored,
    * not journaled. Call it inside the step that produces it, so a replay that reuses the
-   * step's result does not stream it again.
+   * step's result does not stream it again. Dropped while the host cannot prove it holds
+   * the actor's lease (a stalled host that a peer may have taken the actor from).
    */
   stream(type: string, data?: unknown, opts?: EmitOptions): void;
   /** Tells JetStream the message is still being worked on (long turns). */

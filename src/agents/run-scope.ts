@@ -62,7 +62,9 @@ export function publishStarted(s: RunScope, stepKey?: string): Promise<void> {
 
 /** Publishes a live-only event (tokens, model_request): never fails the run. */
 export function stream(s: RunScope, type: string, data: unknown): void {
-  s.runtime.publish(runEvent(s, type, data), false).catch((err: unknown) => s.runtime.log.debug({ err, type }, "stream event not published"));
+  // Through the actor's context, which publishes nothing once this node cannot prove it
+  // holds the agent's lease: a model call that outlived a takeover streams no more tokens.
+  s.ctx.stream(type, data, { sessionId: s.sessionId, runId: s.runId, ...(s.parentRunId ? { parentRunId: s.parentRunId } : {}) });
 }
 
 export function hookContext(s: RunScope): HookContext {

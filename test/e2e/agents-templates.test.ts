@@ -27,7 +27,15 @@ describe("agent templates from kova.toml across node processes, driven by the ko
 
     const a1 = await tc.cli(["ask", "support", "--key", "user-42", "I", "am", "42", "--session", "s"]);
     expect(a1.code, a1.stderr).toBe(0);
-    expect(a1.stdout).toBe("support--user-42 heard: I am 42\n");
+    // On failure, say which node did what: a takeover during the ask makes the run's model call again.
+    const why = () =>
+      JSON.stringify({
+        modelCalls: model.requests.map((r) => ({ run: r.headers["x-kova-run"], cut: r.clientClosed })),
+        events: tc.events
+          .filter((e) => e.type !== "model_delta")
+          .map((e) => [e.type, (e.data as { node?: string; reason?: string } | undefined)?.node, (e.data as { reason?: string } | undefined)?.reason]),
+      });
+    expect(a1.stdout, why()).toBe("support--user-42 heard: I am 42\n");
     expect(a1.stderr).toMatch(/\[completed · run [\w-]+ · session s · 20 in \/ 5 out\]/);
     // Streamed: the answer went out as several model_delta events.
     const run1 = tc.events.find((e) => e.type === "run_completed" && (e.data as { agentId?: string }).agentId === "support--user-42")!.runId;
