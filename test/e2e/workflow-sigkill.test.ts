@@ -4,7 +4,7 @@ import { scriptedReply, startScriptedModelServer } from "../../src/testing/index
 import { TestCluster } from "../fixtures/node/cluster-harness.js";
 import { poll } from "../fixtures/poll.js";
 import { TEST_AGENTS_MODULE, WORKFLOW_FIXTURES, type AgentCounts } from "../fixtures/workflow/rig.js";
-import { expectedOutput, KillMatrix, MOMENTS, type KilledRun } from "../fixtures/workflow/kill-matrix.js";
+import { expectedOutput, KillMatrix, MOMENTS, STALE_AFTER_MS, type KilledRun } from "../fixtures/workflow/kill-matrix.js";
 
 const AGENTS = ["researcher", "writer", "critic"];
 const actorsToml = (ids: readonly string[]) => ids.map((id) => `[[actors]]\nid = "${id}"\ntype = "wf-agent"`).join("\n");
@@ -119,6 +119,8 @@ describe("workflows across node processes", () => {
       nodes: ["n1", "n2", "n3"],
       modules: [TEST_AGENTS_MODULE],
       extraToml: `${actorsToml(testAgents)}\n${llmAgent}`,
+      // As the kill matrix's: a false staleness under load moves the LLM agent mid-call.
+      staleAfterMs: STALE_AFTER_MS,
       logLevel: "warn",
     });
     for (const a of [...testAgents, "analyst"]) await tc.hostOf(a);
