@@ -50,7 +50,7 @@ export function placementHostPort(d: HostPortDeps): HostPort {
 /**
  * Test-only: `KOVA_TEST_STALL_TAKEOVER=<actorId>` makes this process's first takeover start
  * of that actor fail as a JetStream request that got no answer does: after the client's
- * 5 s, with a timeout (test/e2e/cluster-start-retry.test.ts). Read once at load: unset,
+ * 5 s, with a timeout (test/e2e/cluster-takeover.test.ts). Read once at load: unset,
  * it costs one comparison.
  */
 const stallActor = process.env.KOVA_TEST_STALL_TAKEOVER;
