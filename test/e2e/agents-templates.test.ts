@@ -22,6 +22,9 @@ describe("agent templates from kova.toml across node processes, driven by the ko
     await using tc = await TestCluster.create({
       nodes: ["n1", "n2"],
       extraToml: supportTemplateToml(model.url, [`idle_after = "1500ms"`, `capabilities = ["support"]`]),
+      // Not the harness's 2 s: at load 20+ a node stalled past 2 s is taken for dead mid-answer,
+      // and the peer's answer then follows the tokens the stalled node had already streamed.
+      staleAfterMs: 6_000,
       logLevel: "warn",
     });
 
