@@ -17,8 +17,9 @@ export { createEnvelope };
 export const REPO = resolve(dirname(fileURLToPath(import.meta.url)), "..");
 /**
  * What the node processes run: KOVA_BENCH_BIN names another build's `bin/kova.js` (beside
- * its own dist/, inside this repository so that it finds node_modules), to measure a
- * change's before and after with the same bench.
+ * its own dist/ and a copy of package.json, which dist/core/version.js reads; inside this
+ * repository so that it finds node_modules), to measure a change's before and after with the
+ * same bench.
  */
 const KOVA_BIN = process.env.KOVA_BENCH_BIN ? resolve(process.env.KOVA_BENCH_BIN) : join(REPO, "bin/kova.js");
 
@@ -160,7 +161,14 @@ export async function startCluster({
     if (process.env.KOVA_BENCH_KEEP) console.log(`kept ${dir}`);
     else rmSync(dir, { recursive: true, force: true });
   };
-  for (const id of nodes) await startNode(id);
+  try {
+    for (const id of nodes) await startNode(id);
+  } catch (err) {
+    // The caller gets no handle to stop what started: a node that did not come up would
+    // otherwise leave the nats-server and the other nodes running.
+    await stop().catch(() => {});
+    throw err;
+  }
   return { server, cluster, nc, bus, dir, status, startNode, kill, term, agents, hostedBy, spawnActor, varz, pids, goMemory, stop };
 }
 
