@@ -223,11 +223,7 @@ export class VirtualActors {
     const status = host.status(id);
     if (!record || record.template === undefined || record.desired !== "running" || status?.state !== "Idle" || !leases.holds(id)) return false;
     // Messages already waiting (a backlog, or one on its way to the mailbox): stay active.
-    const consumer = await bus.jsm.consumers.info(bus.subjects.streams.a2a, bus.subjects.consumer(id)).catch((err: unknown) => {
-      if (isConsumerNotFound(err)) return undefined;
-      throw err;
-    });
-    if (consumer && consumer.num_pending + consumer.num_ack_pending > 0) return false;
+    if ((await bus.mailboxBacklog(id)) > 0) return false;
     // A turn that started after the check finishes (and is checkpointed) before the stop ends.
     await host.stop(id, { reason: "passivated", drainTimeoutMs: this.o.drainTimeoutMs });
     try {

@@ -72,10 +72,7 @@ export function natsAgentDirectory(bus: Bus, opts: NatsDirectoryOptions = {}): A
     const candidate: AgentCandidate = { agentId: r.id, node: r.node, state: r.state, capabilities: r.capabilities ?? [], backlog: 0 };
     const [info, backlog] = await Promise.all([
       bus.request<AgentInfo>(r.id, "capability_query", {}, { timeoutMs: rpcTimeoutMs }).catch((err: unknown) => (isNoResponders(err) ? null : undefined)),
-      bus.jsm.consumers.info(bus.subjects.streams.a2a, bus.subjects.consumer(r.id)).then(
-        (ci) => ci.num_pending + ci.num_ack_pending,
-        () => 0,
-      ),
+      bus.mailboxBacklog(r.id).catch(() => 0),
     ]);
     if (info === null) return undefined;
     if (info && Array.isArray(info.capabilities)) candidate.capabilities = info.capabilities.filter((c): c is string => typeof c === "string");
